@@ -1,0 +1,1 @@
+//! Pure directory projection rules: models, batch validation, revision checks, fingerprints, capacity limits, readiness.

@@ -1,0 +1,111 @@
+//! Canonical fingerprints of JSON values.
+//!
+//! The canonical form sorts object keys, keeps array order, and writes no insignificant
+//! whitespace (the ordering rule of RFC 8785, without its number re-formatting: numbers are
+//! written as `serde_json` prints them). The fingerprint is the lowercase hex SHA-256 of that
+//! form, so two semantically equal payloads fingerprint the same regardless of key order.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+/// Lowercase hex SHA-256 (64 characters) of a canonical JSON form.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Fingerprint(String);
+
+impl Fingerprint {
+    /// Fingerprint of raw bytes.
+    pub fn of_bytes(bytes: &[u8]) -> Self {
+        Self(hex::encode(Sha256::digest(bytes)))
+    }
+
+    /// Wraps a stored fingerprint string without checking it.
+    pub fn from_stored(value: impl Into<String>) -> Self {
+        Self(value.into())
+    }
+
+    /// The hex string.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for Fingerprint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Writes `value` in canonical form (sorted keys, no whitespace).
+pub fn canonical_json(value: &Value) -> String {
+    let mut out = String::new();
+    write_canonical(value, &mut out);
+    out
+}
+
+/// The [`Fingerprint`] of `value`'s canonical form.
+pub fn fingerprint_json(value: &Value) -> Fingerprint {
+    Fingerprint::of_bytes(canonical_json(value).as_bytes())
+}
+
+fn write_canonical(value: &Value, out: &mut String) {
+    match value {
+        Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort();
+            out.push('{');
+            for (i, key) in keys.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(&Value::String(key.clone()).to_string());
+                out.push(':');
+                write_canonical(&map[key], out);
+            }
+            out.push('}');
+        }
+        Value::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_canonical(item, out);
+            }
+            out.push(']');
+        }
+        other => out.push_str(&other.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn canonical_form_sorts_keys_recursively() {
+        let cases = [
+            (json!({"b": 1, "a": 2}), r#"{"a":2,"b":1}"#),
+            (json!({"z": {"y": [3, {"b": null, "a": true}]}}), r#"{"z":{"y":[3,{"a":true,"b":null}]}}"#),
+            (json!("x\"y"), r#""x\"y""#),
+            (json!([]), "[]"),
+        ];
+        for (value, expected) in cases {
+            assert_eq!(canonical_json(&value), expected);
+        }
+    }
+
+    #[test]
+    fn fingerprint_ignores_key_order_but_not_values() {
+        let a = fingerprint_json(&json!({"a": 1, "b": [1, 2]}));
+        let b = fingerprint_json(&json!({"b": [1, 2], "a": 1}));
+        let c = fingerprint_json(&json!({"b": [2, 1], "a": 1}));
+        assert_eq!(a, b);
+        assert_ne!(a, c);
+        assert_eq!(a.as_str().len(), 64);
+    }
+}

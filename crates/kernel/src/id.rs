@@ -1,0 +1,201 @@
+//! Validated string identifiers.
+//!
+//! Every identifier is a newtype over `String` that is non-empty, at most
+//! [`MAX_ID_LEN`] bytes long, and free of whitespace and control characters. Parsing is the
+//! only way to build one, so a value of these types is always valid.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// Longest accepted identifier, in bytes (UTF-8).
+pub const MAX_ID_LEN: usize = 255;
+
+/// Why a string was refused as an identifier.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum IdError {
+    /// The caller passed an empty string.
+    #[error("{kind} must not be empty")]
+    Empty {
+        /// Which identifier was being parsed, e.g. `tenant_id`.
+        kind: &'static str,
+    },
+    /// The caller passed a string longer than [`MAX_ID_LEN`] bytes.
+    #[error("{kind} is {len} bytes long; the limit is {MAX_ID_LEN} bytes")]
+    TooLong {
+        /// Which identifier was being parsed.
+        kind: &'static str,
+        /// Length of the refused value in bytes.
+        len: usize,
+    },
+    /// The caller passed whitespace or a control character.
+    #[error("{kind} must not contain whitespace or control characters")]
+    InvalidCharacter {
+        /// Which identifier was being parsed.
+        kind: &'static str,
+    },
+}
+
+fn validate(kind: &'static str, value: &str) -> Result<(), IdError> {
+    if value.is_empty() {
+        return Err(IdError::Empty { kind });
+    }
+    if value.len() > MAX_ID_LEN {
+        return Err(IdError::TooLong {
+            kind,
+            len: value.len(),
+        });
+    }
+    if value.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(IdError::InvalidCharacter { kind });
+    }
+    Ok(())
+}
+
+macro_rules! define_id {
+    ($(#[$meta:meta])* $name:ident, $kind:literal) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+        #[serde(try_from = "String", into = "String")]
+        pub struct $name(String);
+
+        impl $name {
+            /// Name of this identifier in error messages and wire formats.
+            pub const KIND: &'static str = $kind;
+
+            /// Parses `value`.
+            ///
+            /// # Errors
+            /// [`IdError`] when the value is empty, longer than 255 bytes, or contains
+            /// whitespace or control characters.
+            pub fn parse(value: impl Into<String>) -> Result<Self, IdError> {
+                let value = value.into();
+                validate($kind, &value)?;
+                Ok(Self(value))
+            }
+
+            /// The identifier as a string slice.
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+
+            /// Consumes the identifier and returns its string.
+            pub fn into_string(self) -> String {
+                self.0
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+
+        impl TryFrom<String> for $name {
+            type Error = IdError;
+            fn try_from(value: String) -> Result<Self, Self::Error> {
+                Self::parse(value)
+            }
+        }
+
+        impl From<$name> for String {
+            fn from(value: $name) -> Self {
+                value.0
+            }
+        }
+
+        impl AsRef<str> for $name {
+            fn as_ref(&self) -> &str {
+                &self.0
+            }
+        }
+    };
+}
+
+define_id!(
+    /// The tenant that owns a control space; also the KnowledgeFS namespace id.
+    TenantId,
+    "tenant_id"
+);
+define_id!(
+    /// A control space: the local record of one remote knowledge space.
+    ControlSpaceId,
+    "control_space_id"
+);
+define_id!(
+    /// One lifecycle operation (provision, delete or revoke) of a control space.
+    OperationId,
+    "operation_id"
+);
+define_id!(
+    /// One row of the lifecycle outbox.
+    CommandId,
+    "command_id"
+);
+define_id!(
+    /// The caller-chosen key that makes a request idempotent.
+    IdempotencyKey,
+    "idempotency_key"
+);
+define_id!(
+    /// The key on which the remote provision is idempotent; lost-ACK recovery looks it up.
+    ProvisioningKey,
+    "provisioning_key"
+);
+define_id!(
+    /// The remote knowledge space assigned by KnowledgeFS.
+    KnowledgeSpaceId,
+    "knowledge_space_id"
+);
+define_id!(
+    /// A capability grant on a knowledge space.
+    GrantId,
+    "grant_id"
+);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parse_accepts_and_refuses_per_rule() {
+        let cases: &[(&str, Result<(), IdError>)] = &[
+            ("t-1", Ok(())),
+            ("a", Ok(())),
+            ("", Err(IdError::Empty { kind: "tenant_id" })),
+            (
+                "a b",
+                Err(IdError::InvalidCharacter { kind: "tenant_id" }),
+            ),
+            (
+                "a\u{7}",
+                Err(IdError::InvalidCharacter { kind: "tenant_id" }),
+            ),
+        ];
+        for (input, expected) in cases {
+            assert_eq!(
+                TenantId::parse(*input).map(|_| ()),
+                *expected,
+                "input {input:?}"
+            );
+        }
+        let long = "x".repeat(MAX_ID_LEN + 1);
+        assert_eq!(
+            TenantId::parse(long),
+            Err(IdError::TooLong {
+                kind: "tenant_id",
+                len: MAX_ID_LEN + 1
+            })
+        );
+        assert!(TenantId::parse("x".repeat(MAX_ID_LEN)).is_ok());
+    }
+
+    #[test]
+    fn serde_round_trip_validates() {
+        let id = ControlSpaceId::parse("cs-1").unwrap();
+        let json = serde_json::to_string(&id).unwrap();
+        assert_eq!(json, "\"cs-1\"");
+        assert_eq!(serde_json::from_str::<ControlSpaceId>(&json).unwrap(), id);
+        assert!(serde_json::from_str::<ControlSpaceId>("\"\"").is_err());
+    }
+}

@@ -1,0 +1,21 @@
+//! Pure value types shared by every Tenantry crate.
+//!
+//! Contract: this crate is fully deterministic. It does no I/O, reads no clock and draws no
+//! random numbers; identifiers are parsed from strings that the caller supplies, and
+//! fingerprints are plain functions of their input.
+//!
+//! - [`id`]: validated string identifiers (`TenantId`, `ControlSpaceId`, ...), parsed once at
+//!   the edge ("parse, don't validate").
+//! - [`lease`]: the lease owner and the lease epoch (fencing token) of a claimed command.
+//! - [`fingerprint`]: the canonical SHA-256 fingerprint of a JSON value.
+
+pub mod fingerprint;
+pub mod id;
+pub mod lease;
+
+pub use fingerprint::{Fingerprint, canonical_json, fingerprint_json};
+pub use id::{
+    CommandId, ControlSpaceId, GrantId, IdError, IdempotencyKey, KnowledgeSpaceId, OperationId,
+    ProvisioningKey, TenantId,
+};
+pub use lease::{LeaseEpoch, LeaseOwner};

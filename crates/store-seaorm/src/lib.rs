@@ -1,0 +1,1 @@
+//! SeaORM adapters implementing the Tenantry storage ports on SQLite and PostgreSQL.
