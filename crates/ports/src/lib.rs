@@ -1,1 +1,16 @@
-//! Port traits (storage, remote, metrics) with in-memory fakes and conformance suites behind the testing feature.
+//! Port traits between the Tenantry engine and the outside world, with their error types.
+//!
+//! Each module holds the traits of one mechanism. Port errors carry no driver types
+//! (`sea_orm::DbErr`, `reqwest::Error`): adapters map their failures to these enums.
+//!
+//! Feature `testing` adds in-memory fakes and one conformance-suite macro per port; every
+//! adapter (fake, SQLite, PostgreSQL) instantiates the same suite.
+//!
+//! - [`lifecycle`]: outbox and control-space storage, command intake storage, the KnowledgeFS
+//!   remote, lifecycle metrics;
+//! - [`host_storage`]: installation-bound key/value storage behind fences and connector state;
+//! - [`directory`]: the directory provider, projection storage and post-commit hooks.
+
+pub mod directory;
+pub mod host_storage;
+pub mod lifecycle;

@@ -1,1 +1,21 @@
 //! SeaORM adapters implementing the Tenantry storage ports on SQLite and PostgreSQL.
+//!
+//! Architecture invariant: only this crate (and `migrations`) knows SeaORM. Entities are
+//! private modules here and are converted to domain types at the boundary; port errors never
+//! carry a `sea_orm::DbErr`.
+//!
+//! - [`connect`]: open a pool (SQLite in WAL mode with a busy timeout, or PostgreSQL) and
+//!   run the migrations;
+//! - [`lifecycle`]: the lifecycle outbox and control-space repositories;
+//! - [`host_storage`]: the host-storage port behind fences and connector state;
+//! - [`directory`]: the directory projection repositories;
+//! - [`testing`] (feature `testing`): a fresh migrated database per test.
+
+pub mod connect;
+pub mod directory;
+pub mod host_storage;
+pub mod lifecycle;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
+
+pub use connect::{Backend, ConnectError, Database, connect};

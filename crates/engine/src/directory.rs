@@ -1,0 +1,1 @@
+//! Directory projector (owned by the directory work).

@@ -1,0 +1,1 @@
+//! Lifecycle saga dispatcher, worker loop and command intake.

@@ -1,0 +1,1 @@
+//! Scoped writes runtime (owned by the fences work).

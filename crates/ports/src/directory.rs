@@ -1,0 +1,1 @@
+//! Directory projection ports (owned by the directory work).

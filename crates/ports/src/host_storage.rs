@@ -1,0 +1,1 @@
+//! Host-storage port (owned by the fences work).

@@ -1,0 +1,1 @@
+//! Directory projection repositories (owned by the directory work).

@@ -1,0 +1,1 @@
+//! Host-storage adapter (owned by the fences work).

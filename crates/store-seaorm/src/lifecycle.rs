@@ -1,0 +1,1 @@
+//! Lifecycle outbox and control-space repositories.

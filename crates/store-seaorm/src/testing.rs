@@ -1,0 +1,103 @@
+//! A fresh, migrated database for each test.
+//!
+//! The backend is chosen by the environment, so the same test binary runs on both:
+//! - `TENANTRY_TEST_PG_URL` unset: a SQLite file in a new temporary folder (WAL mode, as in
+//!   production);
+//! - `TENANTRY_TEST_PG_URL=postgres://user@host:port/db`: a new database
+//!   `tenantry_test_<random>` is created on that server for the test. `cargo xtask ci` sets it
+//!   to a throwaway cluster.
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+use sea_orm::ConnectionTrait;
+
+use crate::connect::{Backend, Database, connect};
+
+/// Environment variable naming the PostgreSQL server for the PostgreSQL run of the tests.
+pub const PG_URL_ENV: &str = "TENANTRY_TEST_PG_URL";
+
+/// A test database; the temporary folder (SQLite) lives as long as this value.
+#[derive(Debug)]
+pub struct TestDatabase {
+    /// The migrated database.
+    pub db: Database,
+    _dir: Option<tempfile::TempDir>,
+}
+
+impl TestDatabase {
+    /// The backend under test.
+    pub fn backend(&self) -> Backend {
+        self.db.backend
+    }
+}
+
+/// Creates a fresh migrated database on the backend selected by [`PG_URL_ENV`].
+///
+/// # Panics
+/// When the database cannot be created: tests have no better way to report it.
+pub async fn fresh_database() -> TestDatabase {
+    match std::env::var(PG_URL_ENV) {
+        Ok(url) if !url.is_empty() => fresh_postgres(&url).await,
+        _ => fresh_sqlite().await,
+    }
+}
+
+async fn fresh_sqlite() -> TestDatabase {
+    let dir = tempfile::tempdir().expect("create temp dir");
+    let url = format!("sqlite://{}?mode=rwc", dir.path().join("test.db").display());
+    let db = connect(&url, 4).await.expect("open sqlite test database");
+    TestDatabase {
+        db,
+        _dir: Some(dir),
+    }
+}
+
+async fn fresh_postgres(url: &str) -> TestDatabase {
+    let name = format!("tenantry_test_{}", uuid::Uuid::new_v4().simple());
+    let admin = sea_orm::Database::connect(url)
+        .await
+        .expect("connect to the PostgreSQL test server");
+    admin
+        .execute_unprepared(&format!("CREATE DATABASE {name}"))
+        .await
+        .expect("create test database");
+    admin.close().await.ok();
+    let db = connect(&replace_database(url, &name), 8)
+        .await
+        .expect("open PostgreSQL test database");
+    TestDatabase { db, _dir: None }
+}
+
+/// Replaces the database name (the path) of a PostgreSQL URL, keeping its query string.
+fn replace_database(url: &str, database: &str) -> String {
+    let (base, query) = match url.split_once('?') {
+        Some((b, q)) => (b, Some(q)),
+        None => (url, None),
+    };
+    let scheme_end = base.find("://").map_or(0, |i| i + 3);
+    let authority_end = base[scheme_end..]
+        .find('/')
+        .map_or(base.len(), |i| scheme_end + i);
+    let mut out = format!("{}/{}", &base[..authority_end], database);
+    if let Some(q) = query {
+        out.push('?');
+        out.push_str(q);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::replace_database;
+
+    #[test]
+    fn replace_database_keeps_authority_and_query() {
+        let cases = [
+            ("postgres://u@h:5/postgres", "postgres://u@h:5/x"),
+            ("postgres://u@h:5", "postgres://u@h:5/x"),
+            ("postgres://u@h:5/db?sslmode=disable", "postgres://u@h:5/x?sslmode=disable"),
+        ];
+        for (input, expected) in cases {
+            assert_eq!(replace_database(input, "x"), expected);
+        }
+    }
+}
