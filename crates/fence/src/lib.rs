@@ -1,1 +1,30 @@
-//! Pure reconciliation-fence rules: scope identity, fence keys, dispatch-outcome classification, connector-state rules.
+//! Pure reconciliation-fence rules: scope identity, fence keys, fence cache state,
+//! dispatch-outcome classification and connector-state rules.
+//!
+//! Contract: this crate is fully deterministic. It does no I/O, reads no clock and draws no
+//! random numbers. The async runtime (`tenantry_engine::scoped_writes`) feeds in what it read
+//! from host storage or observed on the wire, and these rules say what that means: which key
+//! fences which scope, whether a stored record is a fence, whether a failed dispatch must fence,
+//! whether a persisted connector record is valid.
+//!
+//! - [`scope`]: the installation binding, the scope identity and the fence key derived from it;
+//! - [`cache`]: the in-process fence cache (per binding: loaded flag and fenced keys) and the
+//!   fence marker record persisted in host storage;
+//! - [`outcome`]: the three dispatch outcomes and the rule mapping transport observations to
+//!   them (only [`outcome::DispatchOutcome::OutcomeUnknown`] fences);
+//! - [`connector`]: knowledge-base configuration and document-mapping records kept in host
+//!   storage (hashed keys, 64 KiB limit, null tombstones, upstream-id resolution).
+//!
+//! Reference behaviour: `seeds/kb_scoped_fences.py.txt` and `seeds/memory_scope_writes.py.txt`.
+
+pub mod cache;
+pub mod connector;
+pub mod outcome;
+pub mod scope;
+
+pub use cache::{FenceCache, FenceMarker, RecordRead, record_is_fence};
+pub use connector::{ConnectorStateError, DocumentMapping, KbConfigState, MAX_CONFIG_BYTES};
+pub use outcome::{BodyRead, DispatchFailure, DispatchOutcome, IntentAction, TransportObservation};
+pub use scope::{
+    Binding, BindingError, FENCE_KEY_PREFIX, FenceKey, INSTALLATION_FENCE_KEY, ScopeIdentity,
+};
