@@ -90,7 +90,10 @@ mod tests {
     fn canonical_form_sorts_keys_recursively() {
         let cases = [
             (json!({"b": 1, "a": 2}), r#"{"a":2,"b":1}"#),
-            (json!({"z": {"y": [3, {"b": null, "a": true}]}}), r#"{"z":{"y":[3,{"a":true,"b":null}]}}"#),
+            (
+                json!({"z": {"y": [3, {"b": null, "a": true}]}}),
+                r#"{"z":{"y":[3,{"a":true,"b":null}]}}"#,
+            ),
             (json!("x\"y"), r#""x\"y""#),
             (json!([]), "[]"),
         ];

@@ -163,10 +163,7 @@ mod tests {
             ("t-1", Ok(())),
             ("a", Ok(())),
             ("", Err(IdError::Empty { kind: "tenant_id" })),
-            (
-                "a b",
-                Err(IdError::InvalidCharacter { kind: "tenant_id" }),
-            ),
+            ("a b", Err(IdError::InvalidCharacter { kind: "tenant_id" })),
             (
                 "a\u{7}",
                 Err(IdError::InvalidCharacter { kind: "tenant_id" }),

@@ -24,7 +24,9 @@ impl LeaseOwner {
     pub fn parse(value: impl Into<String>) -> Result<Self, IdError> {
         let value = value.into();
         if value.is_empty() {
-            return Err(IdError::Empty { kind: "lease_owner" });
+            return Err(IdError::Empty {
+                kind: "lease_owner",
+            });
         }
         if value.len() > crate::id::MAX_ID_LEN {
             return Err(IdError::TooLong {
@@ -33,7 +35,9 @@ impl LeaseOwner {
             });
         }
         if value.chars().any(|c| c.is_whitespace() || c.is_control()) {
-            return Err(IdError::InvalidCharacter { kind: "lease_owner" });
+            return Err(IdError::InvalidCharacter {
+                kind: "lease_owner",
+            });
         }
         Ok(Self(value))
     }

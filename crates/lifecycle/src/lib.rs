@@ -1,1 +1,33 @@
-//! Pure lifecycle saga rules: control-space state machine, outbox commands, saga decisions, retry policy.
+//! Pure rules of the lifecycle saga.
+//!
+//! Contract: every function here is deterministic. The crate does no I/O, reads no clock and
+//! draws no random numbers: the current time (`now`), the jitter draw and the observed state
+//! (claimed command, control space, remote answer) are arguments, and each step returns a
+//! decision value that the engine persists. The saga is the reference dispatch loop of
+//! `seeds/lifecycle_saga.py` expressed as such steps.
+//!
+//! - [`control_space`]: the control-space state machine and compare-and-set updates;
+//! - [`command`]: outbox commands, payloads, leases and settlements;
+//! - [`remote`]: the requests sent to and the answers read from KnowledgeFS;
+//! - [`saga`]: the decisions of each saga step;
+//! - [`retry`]: the backoff policy;
+//! - [`intake`]: validation and fingerprints of new requests.
+
+pub mod command;
+pub mod control_space;
+pub mod intake;
+pub mod remote;
+pub mod retry;
+pub mod saga;
+
+pub use command::{
+    ClaimedCommand, CommandBody, CommandOutcome, CommandRecord, CommandStatus, DeletePayload,
+    ErrorRecord, LeaseToken, Operation, PayloadError, ProvisionPayload, RevokePayload, Settlement,
+    Supersede, SupersedeRule,
+};
+pub use control_space::{CasUpdate, ControlSpace, ControlSpaceState, Transition, TransitionError};
+pub use remote::{
+    DeletionPhase, DeletionProgress, DeletionRequest, ProvisionRequest, RemoteSpace, RevokeAck,
+    RevokeRequest, RevokeState,
+};
+pub use retry::RetryPolicy;

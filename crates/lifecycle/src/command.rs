@@ -1,0 +1,460 @@
+//! Outbox commands, their payloads, leases and settlements.
+//!
+//! A command is one row of `lifecycle_outbox`. A worker *claims* it (status `processing`,
+//! lease owner, lease expiry, lease epoch + 1, attempt count + 1), delivers it to KnowledgeFS
+//! with no database transaction open, then *settles* it with a [`Settlement`]: ack, retry or
+//! (for another command) supersede. Every settle is a compare-and-set on the lease owner and
+//! lease epoch it claimed with ([`LeaseToken`]).
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tenantry_kernel::{
+    CommandId, ControlSpaceId, Fingerprint, GrantId, IdempotencyKey, KnowledgeSpaceId, LeaseEpoch,
+    LeaseOwner, OperationId, ProvisioningKey, TenantId,
+};
+
+use crate::control_space::CasUpdate;
+
+/// What a command asks KnowledgeFS to do.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Operation {
+    /// Create the knowledge space of a control space.
+    Provision,
+    /// Delete the knowledge space of a control space.
+    Delete,
+    /// Revoke a capability grant on the knowledge space.
+    Revoke,
+    /// A stored operation this version does not know; it is retried with `UNSUPPORTED_OPERATION`.
+    Unsupported(String),
+}
+
+impl Operation {
+    /// Stored name: `provision`, `delete`, `revoke`, or the unknown name as stored.
+    pub fn as_str(&self) -> &str {
+        match self {
+            Self::Provision => "provision",
+            Self::Delete => "delete",
+            Self::Revoke => "revoke",
+            Self::Unsupported(name) => name,
+        }
+    }
+
+    /// Parses a stored name; unknown names become [`Operation::Unsupported`].
+    pub fn parse(value: &str) -> Self {
+        match value {
+            "provision" => Self::Provision,
+            "delete" => Self::Delete,
+            "revoke" => Self::Revoke,
+            other => Self::Unsupported(other.to_owned()),
+        }
+    }
+}
+
+impl std::fmt::Display for Operation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Status of an outbox command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CommandStatus {
+    /// Waiting for `next_attempt_at`.
+    Pending,
+    /// Claimed under a lease (reclaimable once the lease expires).
+    Processing,
+    /// Settled with an ack. Terminal.
+    Succeeded,
+    /// Cancelled by another command before it could deliver. Terminal.
+    Superseded,
+}
+
+impl CommandStatus {
+    /// Stored name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "pending",
+            Self::Processing => "processing",
+            Self::Succeeded => "succeeded",
+            Self::Superseded => "superseded",
+        }
+    }
+
+    /// Parses a stored name.
+    pub fn parse(value: &str) -> Option<Self> {
+        match value {
+            "pending" => Some(Self::Pending),
+            "processing" => Some(Self::Processing),
+            "succeeded" => Some(Self::Succeeded),
+            "superseded" => Some(Self::Superseded),
+            _ => None,
+        }
+    }
+
+    /// Whether no further attempt will be made.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, Self::Succeeded | Self::Superseded)
+    }
+}
+
+/// Payload of a provision command (stored as JSON).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProvisionPayload {
+    /// Key on which the remote provision is idempotent.
+    pub provisioning_key: ProvisioningKey,
+    /// Display name of the knowledge space.
+    pub name: String,
+    /// URL-safe short name.
+    pub slug: String,
+    /// Icon reference (free text).
+    #[serde(default)]
+    pub icon: String,
+    /// Description (free text).
+    #[serde(default)]
+    pub description: String,
+    /// Optional model intent passed through to KnowledgeFS.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_intent: Option<Value>,
+    /// Optional profile intent passed through to KnowledgeFS.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile_intent: Option<Value>,
+}
+
+/// Payload of a delete command.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeletePayload {
+    /// Provisioning key of the space, used for lost-ACK recovery.
+    pub provisioning_key: ProvisioningKey,
+}
+
+/// Payload of a revoke command.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RevokePayload {
+    /// The knowledge space holding the grant.
+    pub knowledge_space_id: KnowledgeSpaceId,
+    /// The grant to revoke.
+    pub grant_id: GrantId,
+    /// Event id of this revocation (the operation id).
+    pub event_id: String,
+    /// Why the grant is revoked.
+    pub reason_code: String,
+    /// Position of this revocation; acked only when the remote watermark reaches it.
+    pub revoke_sequence: i64,
+    /// Remote revision the revocation was computed against.
+    pub expected_revision: i64,
+}
+
+/// A command's payload parsed according to its operation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CommandBody {
+    /// Provision.
+    Provision(ProvisionPayload),
+    /// Delete.
+    Delete(DeletePayload),
+    /// Revoke.
+    Revoke(RevokePayload),
+    /// An operation this version does not dispatch.
+    Unsupported(String),
+}
+
+/// A stored payload does not match its operation.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("payload of {operation} command is invalid: {reason}")]
+pub struct PayloadError {
+    /// The command's operation.
+    pub operation: String,
+    /// What the JSON decoder reported.
+    pub reason: String,
+}
+
+/// The lease a claim handed out: presented by every settle of the command.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseToken {
+    /// The claimed command.
+    pub command_id: CommandId,
+    /// The worker that holds the lease.
+    pub owner: LeaseOwner,
+    /// The epoch of this claim (fencing token).
+    pub epoch: LeaseEpoch,
+    /// When the lease expires; after that another worker may reclaim the command.
+    pub expires_at: DateTime<Utc>,
+}
+
+/// A command as handed to the worker that claimed it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimedCommand {
+    /// Owning tenant (the KnowledgeFS namespace).
+    pub tenant_id: TenantId,
+    /// Target control space.
+    pub control_space_id: ControlSpaceId,
+    /// The lifecycle operation this command belongs to.
+    pub operation_id: OperationId,
+    /// Idempotency key sent with the remote call.
+    pub idempotency_key: IdempotencyKey,
+    /// What to do.
+    pub operation: Operation,
+    /// Stored JSON payload.
+    pub payload: Value,
+    /// Number of claims so far, including this one.
+    pub attempt_count: i32,
+    /// The lease of this claim.
+    pub lease: LeaseToken,
+    /// When the command was enqueued.
+    pub created_at: DateTime<Utc>,
+}
+
+impl ClaimedCommand {
+    /// The outbox id.
+    pub fn id(&self) -> &CommandId {
+        &self.lease.command_id
+    }
+
+    /// Parses the payload according to the operation.
+    ///
+    /// # Errors
+    /// [`PayloadError`] when the stored JSON does not have the operation's shape.
+    pub fn body(&self) -> Result<CommandBody, PayloadError> {
+        fn parse<T: serde::de::DeserializeOwned>(
+            op: &Operation,
+            v: &Value,
+        ) -> Result<T, PayloadError> {
+            serde_json::from_value(v.clone()).map_err(|e| PayloadError {
+                operation: op.to_string(),
+                reason: e.to_string(),
+            })
+        }
+        Ok(match &self.operation {
+            Operation::Provision => CommandBody::Provision(parse(&self.operation, &self.payload)?),
+            Operation::Delete => CommandBody::Delete(parse(&self.operation, &self.payload)?),
+            Operation::Revoke => CommandBody::Revoke(parse(&self.operation, &self.payload)?),
+            Operation::Unsupported(name) => CommandBody::Unsupported(name.clone()),
+        })
+    }
+}
+
+/// A command row as read for listing, lookups and idempotent replays.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommandRecord {
+    /// Outbox id.
+    pub id: CommandId,
+    /// Owning tenant.
+    pub tenant_id: TenantId,
+    /// Target control space.
+    pub control_space_id: ControlSpaceId,
+    /// Lifecycle operation id.
+    pub operation_id: OperationId,
+    /// Idempotency key (unique across the outbox).
+    pub idempotency_key: IdempotencyKey,
+    /// Fingerprint of the request that created the command.
+    pub request_fingerprint: Fingerprint,
+    /// What to do.
+    pub operation: Operation,
+    /// Stored JSON payload.
+    pub payload: Value,
+    /// Current status.
+    pub status: CommandStatus,
+    /// Number of claims so far.
+    pub attempt_count: i32,
+    /// Current or last lease owner.
+    pub lease_owner: Option<LeaseOwner>,
+    /// Current or last lease expiry.
+    pub lease_expires_at: Option<DateTime<Utc>>,
+    /// Epoch of the last claim (0 if never claimed).
+    pub lease_epoch: LeaseEpoch,
+    /// Earliest time of the next claim while pending.
+    pub next_attempt_at: DateTime<Utc>,
+    /// Code of the last retry or supersede.
+    pub last_error_code: Option<String>,
+    /// Message of the last retry or supersede.
+    pub last_error_message: Option<String>,
+    /// Enqueue time.
+    pub created_at: DateTime<Utc>,
+    /// Time of the terminal settle.
+    pub completed_at: Option<DateTime<Utc>>,
+}
+
+/// An error code and message recorded on a command.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ErrorRecord {
+    /// Stable machine-readable code, e.g. `REMOTE_DELETION_PENDING`.
+    pub code: String,
+    /// Human-readable detail.
+    pub message: String,
+}
+
+impl ErrorRecord {
+    /// Builds a record.
+    pub fn new(code: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            code: code.into(),
+            message: message.into(),
+        }
+    }
+}
+
+/// How the claimed command itself is settled.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CommandOutcome {
+    /// Done: status `succeeded`, `completed_at` set, lease cleared.
+    Ack {
+        /// Settle time.
+        completed_at: DateTime<Utc>,
+    },
+    /// Try again later: status `pending` at `next_attempt_at`, error recorded, lease cleared.
+    Retry {
+        /// Earliest next claim.
+        next_attempt_at: DateTime<Utc>,
+        /// Why.
+        error: ErrorRecord,
+    },
+}
+
+/// Which condition a superseded command must still meet when the supersede is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SupersedeRule {
+    /// Pending and never claimed (`attempt_count = 0`): it has certainly not reached the remote.
+    Unattempted,
+    /// Pending, or processing under a lease that expired by `observed_at`: an authoritative
+    /// remote lookup proved the target absent and no live lease can still deliver it.
+    AfterRemoteAbsence {
+        /// When the absence was observed.
+        observed_at: DateTime<Utc>,
+    },
+}
+
+/// Cancel another command (e.g. the provision of a control space being deleted).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Supersede {
+    /// The command to cancel.
+    pub command_id: CommandId,
+    /// The condition it must still meet; otherwise the whole settlement is refused.
+    pub rule: SupersedeRule,
+    /// Settle time.
+    pub completed_at: DateTime<Utc>,
+    /// Recorded reason.
+    pub error: ErrorRecord,
+}
+
+/// Everything one saga step writes, in one transaction: all of it or nothing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settlement {
+    /// How the claimed command is settled; `None` keeps it processing under the same lease
+    /// (used to register a recovered identity before the remote deletion call).
+    pub outcome: Option<CommandOutcome>,
+    /// A compare-and-set of the control space, if the step changes it.
+    pub control_space: Option<CasUpdate>,
+    /// Another command to supersede, if any.
+    pub supersede: Option<Supersede>,
+}
+
+impl Settlement {
+    /// Ack only.
+    pub fn ack(completed_at: DateTime<Utc>) -> Self {
+        Self {
+            outcome: Some(CommandOutcome::Ack { completed_at }),
+            control_space: None,
+            supersede: None,
+        }
+    }
+
+    /// Retry only.
+    pub fn retry(next_attempt_at: DateTime<Utc>, error: ErrorRecord) -> Self {
+        Self {
+            outcome: Some(CommandOutcome::Retry {
+                next_attempt_at,
+                error,
+            }),
+            control_space: None,
+            supersede: None,
+        }
+    }
+
+    /// Adds a control-space compare-and-set.
+    #[must_use]
+    pub fn with_control_space(mut self, cas: CasUpdate) -> Self {
+        self.control_space = Some(cas);
+        self
+    }
+
+    /// Adds a supersede of another command.
+    #[must_use]
+    pub fn with_supersede(mut self, supersede: Supersede) -> Self {
+        self.supersede = Some(supersede);
+        self
+    }
+
+    /// Whether the claimed command reaches a terminal status.
+    pub fn completes(&self) -> bool {
+        matches!(self.outcome, Some(CommandOutcome::Ack { .. }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn operation_and_status_names_round_trip() {
+        for op in [Operation::Provision, Operation::Delete, Operation::Revoke] {
+            assert_eq!(Operation::parse(op.as_str()), op);
+        }
+        assert_eq!(
+            Operation::parse("rename"),
+            Operation::Unsupported("rename".into())
+        );
+        for s in [
+            CommandStatus::Pending,
+            CommandStatus::Processing,
+            CommandStatus::Succeeded,
+            CommandStatus::Superseded,
+        ] {
+            assert_eq!(CommandStatus::parse(s.as_str()), Some(s));
+        }
+        assert!(CommandStatus::Succeeded.is_terminal());
+        assert!(!CommandStatus::Processing.is_terminal());
+    }
+
+    #[test]
+    fn payloads_have_a_stable_json_shape() {
+        let provision = ProvisionPayload {
+            provisioning_key: ProvisioningKey::parse("pk").unwrap(),
+            name: "Docs".into(),
+            slug: "docs".into(),
+            icon: "book".into(),
+            description: "d".into(),
+            model_intent: None,
+            profile_intent: Some(json!({"tier": "pro"})),
+        };
+        let value = serde_json::to_value(&provision).unwrap();
+        assert_eq!(
+            value,
+            json!({"provisioning_key": "pk", "name": "Docs", "slug": "docs", "icon": "book",
+                   "description": "d", "profile_intent": {"tier": "pro"}})
+        );
+        assert_eq!(
+            serde_json::from_value::<ProvisionPayload>(value).unwrap(),
+            provision
+        );
+        let revoke = RevokePayload {
+            knowledge_space_id: KnowledgeSpaceId::parse("ks").unwrap(),
+            grant_id: GrantId::parse("g").unwrap(),
+            event_id: "op".into(),
+            reason_code: "user_removed".into(),
+            revoke_sequence: 2,
+            expected_revision: 5,
+        };
+        let value = serde_json::to_value(&revoke).unwrap();
+        assert_eq!(
+            value,
+            json!({"knowledge_space_id": "ks", "grant_id": "g", "event_id": "op",
+                   "reason_code": "user_removed", "revoke_sequence": 2, "expected_revision": 5})
+        );
+        assert_eq!(
+            serde_json::from_value::<RevokePayload>(value).unwrap(),
+            revoke
+        );
+    }
+}

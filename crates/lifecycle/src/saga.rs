@@ -1,0 +1,518 @@
+//! Decisions of the lifecycle saga, one function per step.
+//!
+//! The engine drives a claimed command through these steps. At each step it feeds in what it
+//! observed (the control space it read, the remote's answer) and gets back a decision: a
+//! [`Settlement`] to persist in one transaction, a request to send, or a [`StepError`] that
+//! ends the attempt without settling (the lease then expires and the command is reclaimed).
+//! The order of steps and every branch follow `seeds/lifecycle_saga.py`:
+//!
+//! - provision: [`Step::start_provision`] (ack without delivery when the control space is no
+//!   longer provisioning for this operation), then [`Step::complete_provision`];
+//! - delete: [`Step::start_delete`] (already deleted; never-provisioned cleanup while the
+//!   product is disabled), [`Step::deletion_target`], lost-ACK recovery with
+//!   [`Step::recover_identity`] or [`Step::complete_absent`], then [`Step::settle_deletion`];
+//! - revoke: [`Step::settle_revoke`];
+//! - anything else: [`Step::unsupported`]; a remote error: [`Step::remote_failure`].
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use crate::command::{
+    ClaimedCommand, CommandRecord, CommandStatus, DeletePayload, ErrorRecord, ProvisionPayload,
+    RevokePayload, Settlement, Supersede, SupersedeRule,
+};
+use crate::control_space::{ControlSpace, ControlSpaceState, Transition, TransitionError};
+use crate::remote::{
+    DeletionPhase, DeletionProgress, DeletionRequest, ProvisionRequest, RemoteSpace, RevokeAck,
+    RevokeState,
+};
+use crate::retry::RetryPolicy;
+
+/// Error codes recorded on commands by the saga.
+pub mod codes {
+    /// The remote deletion is accepted, draining or irreversible but not completed.
+    pub const REMOTE_DELETION_PENDING: &str = "REMOTE_DELETION_PENDING";
+    /// The remote revoke watermark is below the command's revoke sequence.
+    pub const REMOTE_REVOKE_WATERMARK_LAG: &str = "REMOTE_REVOKE_WATERMARK_LAG";
+    /// The operation is not dispatched by this version.
+    pub const UNSUPPORTED_OPERATION: &str = "UNSUPPORTED_OPERATION";
+    /// The stored payload does not have its operation's shape.
+    pub const INVALID_COMMAND_PAYLOAD: &str = "INVALID_COMMAND_PAYLOAD";
+    /// The deletion identity could not be recovered and absence could not complete the deletion.
+    pub const KNOWLEDGE_FS_SPACE_NOT_FOUND: &str = "KNOWLEDGE_FS_SPACE_NOT_FOUND";
+    /// A recovered identity lives in another namespace.
+    pub const KNOWLEDGE_FS_SCOPE_MISMATCH: &str = "KNOWLEDGE_FS_SCOPE_MISMATCH";
+    /// Recorded on a provision superseded by a deletion.
+    pub const SUPERSEDED_BY_DELETE: &str = "SUPERSEDED_BY_DELETE";
+}
+
+/// Why a step ended the attempt without a settlement.
+///
+/// The command stays `processing` under the current lease; once the lease expires another
+/// claim re-runs the saga from the start, which re-reads the control space.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StepError {
+    /// The control space moved on (another operation owns it, or it vanished): this command's
+    /// view is stale.
+    #[error("command no longer owns its control space: {reason}")]
+    OwnershipLost {
+        /// What was observed.
+        reason: &'static str,
+    },
+    /// The recovered remote identity contradicts the registered one; an operator must reconcile.
+    #[error("recovered deletion identity conflicts with the registered one")]
+    IdentityConflict,
+    /// The state machine refused the change.
+    #[error(transparent)]
+    Transition(#[from] TransitionError),
+}
+
+/// The inputs shared by every decision about one claimed command.
+#[derive(Debug, Clone, Copy)]
+pub struct Step<'a> {
+    /// The claimed command.
+    pub command: &'a ClaimedCommand,
+    /// Current time, supplied by the engine's clock.
+    pub now: DateTime<Utc>,
+    /// Backoff policy for retries.
+    pub policy: &'a RetryPolicy,
+    /// Uniform random draw in `[0, 1)` for jitter, supplied by the engine.
+    pub jitter_draw: f64,
+}
+
+/// First decision of a provision command.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProvisionStart {
+    /// Send this request to KnowledgeFS.
+    Deliver(ProvisionRequest),
+    /// The control space no longer waits for this operation: ack without calling the remote.
+    AckWithoutDelivery(Settlement),
+}
+
+/// First decision of a delete command.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DeleteStart {
+    /// The control space is already deleted: ack.
+    AlreadyDeleted(Settlement),
+    /// The product is disabled and the space was never provisioned: supersede the unattempted
+    /// provision, mark the control space deleted and ack, with no remote call.
+    NeverProvisioned(Settlement),
+    /// Go on to resolve the deletion target.
+    Continue,
+}
+
+/// Where the remote deletion is aimed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DeletionTarget {
+    /// The identity is registered locally.
+    Known(DeletionRequest),
+    /// The identity is unknown (lost ACK?): look it up by provisioning key.
+    Lookup,
+}
+
+/// Result of a lost-ACK identity lookup.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Recovery {
+    /// Delete this identity; first persist `registration` if present (it keeps the lease).
+    Resolved {
+        /// The deletion request.
+        request: DeletionRequest,
+        /// The compare-and-set registering the recovered identity.
+        registration: Option<Settlement>,
+    },
+    /// The authoritative lookup found nothing.
+    Absent,
+    /// The lookup answered with an identity of another namespace: retry.
+    Retry(Settlement),
+}
+
+/// What to do once the remote proved the target absent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AbsentOutcome {
+    /// Complete the deletion locally.
+    Complete(Settlement),
+    /// Absence is not proof enough yet: retry with `KNOWLEDGE_FS_SPACE_NOT_FOUND`.
+    NotFound(Settlement),
+}
+
+fn owns(cs: &ControlSpace, command: &ClaimedCommand, state: ControlSpaceState) -> bool {
+    cs.state == state && cs.lifecycle_operation_id == command.operation_id
+}
+
+impl Step<'_> {
+    /// Ack of the claimed command at `now`.
+    pub fn ack(&self) -> Settlement {
+        Settlement::ack(self.now)
+    }
+
+    /// Retry of the claimed command after the policy's delay (or `retry_after` if later).
+    pub fn retry(
+        &self,
+        code: &str,
+        message: impl Into<String>,
+        retry_after: Option<Duration>,
+    ) -> Settlement {
+        let delay = self
+            .policy
+            .delay(self.command.attempt_count, self.jitter_draw, retry_after);
+        let delay = chrono::Duration::from_std(delay).unwrap_or(chrono::Duration::MAX);
+        let next = self
+            .now
+            .checked_add_signed(delay)
+            .unwrap_or(DateTime::<Utc>::MAX_UTC);
+        Settlement::retry(next, ErrorRecord::new(code, message))
+    }
+
+    /// Deliver the provision only while the control space is still provisioning for this
+    /// operation; otherwise it was applied or superseded already: ack without delivery.
+    pub fn start_provision(
+        &self,
+        payload: &ProvisionPayload,
+        cs: Option<&ControlSpace>,
+    ) -> ProvisionStart {
+        match cs {
+            Some(cs) if owns(cs, self.command, ControlSpaceState::Provisioning) => {
+                ProvisionStart::Deliver(ProvisionRequest::for_command(self.command, payload))
+            }
+            _ => ProvisionStart::AckWithoutDelivery(self.ack()),
+        }
+    }
+
+    /// Settle a provision the remote answered: namespace check, idempotent "already applied",
+    /// otherwise compare-and-set to active with the knowledge space id and revision, and ack.
+    ///
+    /// # Errors
+    /// [`StepError::OwnershipLost`] when the control space vanished, the answer is from another
+    /// namespace, or another operation owns the control space; [`StepError::Transition`] when
+    /// the control space is not provisioning.
+    pub fn complete_provision(
+        &self,
+        cs: Option<&ControlSpace>,
+        remote: &RemoteSpace,
+    ) -> Result<Settlement, StepError> {
+        let Some(cs) = cs else {
+            return Err(StepError::OwnershipLost {
+                reason: "provision response did not match its control space",
+            });
+        };
+        if remote.namespace_id != self.command.tenant_id {
+            return Err(StepError::OwnershipLost {
+                reason: "provision response did not match its control space",
+            });
+        }
+        let already_applied = owns(cs, self.command, ControlSpaceState::Active)
+            && cs.knowledge_space_id.as_ref() == Some(&remote.knowledge_space_id)
+            && cs.knowledge_space_revision >= remote.revision;
+        if already_applied {
+            return Ok(self.ack());
+        }
+        if cs.lifecycle_operation_id != self.command.operation_id {
+            return Err(StepError::OwnershipLost {
+                reason: "provision command no longer owns the control space",
+            });
+        }
+        let cas = cs.plan(
+            &[Transition::Activate {
+                operation_id: self.command.operation_id.clone(),
+                knowledge_space_id: remote.knowledge_space_id.clone(),
+                revision: remote.revision,
+            }],
+            self.now,
+        )?;
+        Ok(self.ack().with_control_space(cas))
+    }
+
+    /// First decision of a delete: ack when already deleted; with the product disabled, a
+    /// never-provisioned space whose provision was never attempted is superseded and deleted
+    /// without any remote call.
+    ///
+    /// `provision` is the latest provision command of the control space.
+    pub fn start_delete(
+        &self,
+        cs: Option<&ControlSpace>,
+        provision: Option<&CommandRecord>,
+        product_enabled: bool,
+    ) -> DeleteStart {
+        let Some(cs) = cs else {
+            return DeleteStart::Continue;
+        };
+        if cs.state == ControlSpaceState::Deleted {
+            return DeleteStart::AlreadyDeleted(self.ack());
+        }
+        if product_enabled
+            || !owns(cs, self.command, ControlSpaceState::Deleting)
+            || cs.knowledge_space_id.is_some()
+        {
+            return DeleteStart::Continue;
+        }
+        let Some(provision) = provision else {
+            return DeleteStart::Continue;
+        };
+        if provision.status != CommandStatus::Pending || provision.attempt_count != 0 {
+            return DeleteStart::Continue;
+        }
+        match self.delete_locally(cs) {
+            Ok(settlement) => DeleteStart::NeverProvisioned(settlement.with_supersede(Supersede {
+                command_id: provision.id.clone(),
+                rule: SupersedeRule::Unattempted,
+                completed_at: self.now,
+                error: ErrorRecord::new(
+                    codes::SUPERSEDED_BY_DELETE,
+                    "provision was cancelled before delivery by permanent cleanup",
+                ),
+            })),
+            Err(_) => DeleteStart::Continue,
+        }
+    }
+
+    fn delete_locally(&self, cs: &ControlSpace) -> Result<Settlement, TransitionError> {
+        let cas = cs.plan(
+            &[Transition::CompleteDeletion {
+                operation_id: self.command.operation_id.clone(),
+                revision: cs.knowledge_space_revision,
+            }],
+            self.now,
+        )?;
+        Ok(self.ack().with_control_space(cas))
+    }
+
+    /// Resolve the identity to delete from the local record.
+    ///
+    /// # Errors
+    /// [`StepError::OwnershipLost`] unless the control space is deleting for this operation.
+    pub fn deletion_target(
+        &self,
+        payload: &DeletePayload,
+        cs: Option<&ControlSpace>,
+    ) -> Result<DeletionTarget, StepError> {
+        let cs = cs
+            .filter(|cs| owns(cs, self.command, ControlSpaceState::Deleting))
+            .ok_or(StepError::OwnershipLost {
+                reason: "delete command no longer owns the control space",
+            })?;
+        Ok(match &cs.knowledge_space_id {
+            Some(id) => DeletionTarget::Known(DeletionRequest::for_command(
+                self.command,
+                payload,
+                id.clone(),
+                cs.knowledge_space_revision,
+            )),
+            None => DeletionTarget::Lookup,
+        })
+    }
+
+    /// Lost-ACK recovery: given the authoritative lookup by provisioning key and the control
+    /// space re-read after it, register the recovered identity (compare-and-set) or use the one
+    /// already registered.
+    ///
+    /// # Errors
+    /// [`StepError::OwnershipLost`] unless the control space is still deleting for this
+    /// operation; [`StepError::IdentityConflict`] when a different identity is registered.
+    pub fn recover_identity(
+        &self,
+        payload: &DeletePayload,
+        recovered: Option<&RemoteSpace>,
+        cs: Option<&ControlSpace>,
+    ) -> Result<Recovery, StepError> {
+        let Some(recovered) = recovered else {
+            return Ok(Recovery::Absent);
+        };
+        if recovered.namespace_id != self.command.tenant_id {
+            return Ok(Recovery::Retry(self.retry(
+                codes::KNOWLEDGE_FS_SCOPE_MISMATCH,
+                "recovered deletion identity belongs to another namespace",
+                None,
+            )));
+        }
+        let cs = cs
+            .filter(|cs| owns(cs, self.command, ControlSpaceState::Deleting))
+            .ok_or(StepError::OwnershipLost {
+                reason: "delete command lost ownership during identity recovery",
+            })?;
+        match &cs.knowledge_space_id {
+            None => {
+                let cas = cs.plan(
+                    &[Transition::RegisterRecoveredIdentity {
+                        operation_id: self.command.operation_id.clone(),
+                        knowledge_space_id: recovered.knowledge_space_id.clone(),
+                        revision: recovered.revision,
+                    }],
+                    self.now,
+                )?;
+                Ok(Recovery::Resolved {
+                    request: DeletionRequest::for_command(
+                        self.command,
+                        payload,
+                        recovered.knowledge_space_id.clone(),
+                        recovered.revision,
+                    ),
+                    registration: Some(Settlement {
+                        outcome: None,
+                        control_space: Some(cas),
+                        supersede: None,
+                    }),
+                })
+            }
+            Some(registered) if registered != &recovered.knowledge_space_id => {
+                Err(StepError::IdentityConflict)
+            }
+            Some(registered) => Ok(Recovery::Resolved {
+                request: DeletionRequest::for_command(
+                    self.command,
+                    payload,
+                    registered.clone(),
+                    cs.knowledge_space_revision,
+                ),
+                registration: None,
+            }),
+        }
+    }
+
+    /// The authoritative lookup proved the remote space absent.
+    ///
+    /// The deletion completes locally (control space deleted, command acked) when no provision
+    /// can still reach the remote:
+    /// - product disabled (reference rule): the latest provision is superseded with
+    ///   [`SupersedeRule::AfterRemoteAbsence`] if it is still open;
+    /// - product enabled (Tenantry addition, see docs/protocol.md): only when the latest
+    ///   provision is already terminal (acked without delivery or superseded).
+    ///
+    /// Otherwise it retries with `KNOWLEDGE_FS_SPACE_NOT_FOUND`.
+    pub fn complete_absent(
+        &self,
+        cs: Option<&ControlSpace>,
+        provision: Option<&CommandRecord>,
+        product_enabled: bool,
+    ) -> AbsentOutcome {
+        let not_found = || {
+            AbsentOutcome::NotFound(self.retry(
+                codes::KNOWLEDGE_FS_SPACE_NOT_FOUND,
+                "KnowledgeFS deletion identity could not be recovered",
+                None,
+            ))
+        };
+        let Some(cs) = cs.filter(|cs| {
+            owns(cs, self.command, ControlSpaceState::Deleting) && cs.knowledge_space_id.is_none()
+        }) else {
+            return not_found();
+        };
+        let Some(provision) = provision else {
+            return not_found();
+        };
+        let terminal = provision.status.is_terminal();
+        if product_enabled && !terminal {
+            return not_found();
+        }
+        let Ok(settlement) = self.delete_locally(cs) else {
+            return not_found();
+        };
+        if terminal {
+            return AbsentOutcome::Complete(settlement);
+        }
+        AbsentOutcome::Complete(settlement.with_supersede(Supersede {
+            command_id: provision.id.clone(),
+            rule: SupersedeRule::AfterRemoteAbsence {
+                observed_at: self.now,
+            },
+            completed_at: self.now,
+            error: ErrorRecord::new(
+                codes::SUPERSEDED_BY_DELETE,
+                "remote absence was confirmed by permanent cleanup",
+            ),
+        }))
+    }
+
+    /// Settle a deletion answer: irreversible and completed phases record
+    /// `deletion_irreversible_at` once (the remote's time, else `now`); completed moves the
+    /// control space to deleted with revision max(local, remote) and acks; other phases retry
+    /// with `REMOTE_DELETION_PENDING`.
+    ///
+    /// # Errors
+    /// [`StepError::OwnershipLost`] when the control space vanished or another operation owns it.
+    pub fn settle_deletion(
+        &self,
+        cs: Option<&ControlSpace>,
+        progress: &DeletionProgress,
+    ) -> Result<Settlement, StepError> {
+        let cs = cs
+            .filter(|cs| cs.lifecycle_operation_id == self.command.operation_id)
+            .ok_or(StepError::OwnershipLost {
+                reason: "delete command no longer owns the control space",
+            })?;
+        let mut transitions = Vec::new();
+        let irreversible = matches!(
+            progress.phase,
+            DeletionPhase::Irreversible | DeletionPhase::Completed
+        );
+        if irreversible && cs.deletion_irreversible_at.is_none() {
+            transitions.push(Transition::MarkDeletionIrreversible {
+                operation_id: self.command.operation_id.clone(),
+                at: progress.irreversible_at.unwrap_or(self.now),
+            });
+        }
+        let settlement = if progress.phase == DeletionPhase::Completed {
+            transitions.push(Transition::CompleteDeletion {
+                operation_id: self.command.operation_id.clone(),
+                revision: progress.revision,
+            });
+            self.ack()
+        } else {
+            self.retry(
+                codes::REMOTE_DELETION_PENDING,
+                format!("KnowledgeFS deletion is {}", progress.phase.as_str()),
+                None,
+            )
+        };
+        if transitions.is_empty() {
+            return Ok(settlement);
+        }
+        Ok(settlement.with_control_space(cs.plan(&transitions, self.now)?))
+    }
+
+    /// Ack a revocation only when the remote says revoked and its watermark reached the
+    /// command's sequence; otherwise retry with `REMOTE_REVOKE_WATERMARK_LAG`.
+    pub fn settle_revoke(&self, payload: &RevokePayload, ack: &RevokeAck) -> Settlement {
+        if ack.state == RevokeState::Revoked
+            && ack.highest_revoke_sequence >= payload.revoke_sequence
+        {
+            self.ack()
+        } else {
+            self.retry(
+                codes::REMOTE_REVOKE_WATERMARK_LAG,
+                format!(
+                    "grant revoke acknowledgment {} is below the command watermark {}",
+                    ack.highest_revoke_sequence, payload.revoke_sequence
+                ),
+                None,
+            )
+        }
+    }
+
+    /// Retry an operation this version does not dispatch.
+    pub fn unsupported(&self, operation: &str) -> Settlement {
+        self.retry(
+            codes::UNSUPPORTED_OPERATION,
+            format!("lifecycle operation {operation} is not dispatched by this version"),
+            None,
+        )
+    }
+
+    /// Retry a command whose stored payload does not parse.
+    pub fn invalid_payload(&self, reason: &str) -> Settlement {
+        self.retry(codes::INVALID_COMMAND_PAYLOAD, reason.to_owned(), None)
+    }
+
+    /// Retry after a remote error, with the remote's code and `Retry-After`.
+    pub fn remote_failure(
+        &self,
+        code: &str,
+        message: &str,
+        retry_after: Option<Duration>,
+    ) -> Settlement {
+        self.retry(code, message.to_owned(), retry_after)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,546 @@
+//! Table tests of the saga decisions.
+
+use chrono::Duration as ChronoDuration;
+use serde_json::json;
+use tenantry_kernel::{
+    CommandId, ControlSpaceId, Fingerprint, IdempotencyKey, LeaseEpoch, LeaseOwner,
+    ProvisioningKey, TenantId,
+};
+
+use super::*;
+use crate::command::{CommandOutcome, LeaseToken, Operation};
+use crate::control_space::tests::{at, ks, op, space};
+
+fn command(operation: Operation, attempt_count: i32) -> ClaimedCommand {
+    ClaimedCommand {
+        tenant_id: TenantId::parse("t1").unwrap(),
+        control_space_id: ControlSpaceId::parse("cs1").unwrap(),
+        operation_id: op("op"),
+        idempotency_key: IdempotencyKey::parse("k").unwrap(),
+        operation,
+        payload: json!({}),
+        attempt_count,
+        lease: LeaseToken {
+            command_id: CommandId::parse("c1").unwrap(),
+            owner: LeaseOwner::parse("w1").unwrap(),
+            epoch: LeaseEpoch(attempt_count.into()),
+            expires_at: at(60),
+        },
+        created_at: at(0),
+    }
+}
+
+fn provision_record(status: CommandStatus, attempt_count: i32) -> CommandRecord {
+    CommandRecord {
+        id: CommandId::parse("prov").unwrap(),
+        tenant_id: TenantId::parse("t1").unwrap(),
+        control_space_id: ControlSpaceId::parse("cs1").unwrap(),
+        operation_id: op("op-prov"),
+        idempotency_key: IdempotencyKey::parse("kp").unwrap(),
+        request_fingerprint: Fingerprint::from_stored("f"),
+        operation: Operation::Provision,
+        payload: json!({}),
+        status,
+        attempt_count,
+        lease_owner: None,
+        lease_expires_at: None,
+        lease_epoch: LeaseEpoch(attempt_count.into()),
+        next_attempt_at: at(0),
+        last_error_code: None,
+        last_error_message: None,
+        created_at: at(0),
+        completed_at: None,
+    }
+}
+
+fn provision_payload() -> ProvisionPayload {
+    ProvisionPayload {
+        provisioning_key: ProvisioningKey::parse("pk1").unwrap(),
+        name: "n".into(),
+        slug: "s".into(),
+        icon: String::new(),
+        description: String::new(),
+        model_intent: None,
+        profile_intent: None,
+    }
+}
+
+fn delete_payload() -> DeletePayload {
+    DeletePayload {
+        provisioning_key: ProvisioningKey::parse("pk1").unwrap(),
+    }
+}
+
+fn remote(ns: &str, id: &str, revision: i64) -> RemoteSpace {
+    RemoteSpace {
+        namespace_id: TenantId::parse(ns).unwrap(),
+        knowledge_space_id: ks(id),
+        revision,
+    }
+}
+
+const POLICY: RetryPolicy = RetryPolicy {
+    max_delay: std::time::Duration::from_secs(300),
+    max_exponent: 8,
+    jitter_ratio: 0.0,
+    max_retry_after: std::time::Duration::from_secs(3600),
+};
+
+fn step(cmd: &ClaimedCommand) -> Step<'_> {
+    Step {
+        command: cmd,
+        now: at(10),
+        policy: &POLICY,
+        jitter_draw: 0.0,
+    }
+}
+
+fn retry_code(settlement: &Settlement) -> Option<(&str, DateTime<Utc>)> {
+    match &settlement.outcome {
+        Some(CommandOutcome::Retry {
+            next_attempt_at,
+            error,
+        }) => Some((error.code.as_str(), *next_attempt_at)),
+        _ => None,
+    }
+}
+
+#[test]
+fn provision_acks_without_delivery_when_no_longer_owned_or_provisioning() {
+    let cmd = command(Operation::Provision, 1);
+    let s = step(&cmd);
+    let owned = space(ControlSpaceState::Provisioning, "op");
+    assert!(matches!(
+        s.start_provision(&provision_payload(), Some(&owned)),
+        ProvisionStart::Deliver(_)
+    ));
+    for cs in [
+        None,
+        Some(space(ControlSpaceState::Provisioning, "other")),
+        Some(space(ControlSpaceState::Active, "op")),
+        Some(space(ControlSpaceState::Deleting, "op")),
+    ] {
+        match s.start_provision(&provision_payload(), cs.as_ref()) {
+            ProvisionStart::AckWithoutDelivery(settlement) => {
+                assert_eq!(settlement, Settlement::ack(at(10)));
+            }
+            other => panic!("{cs:?}: expected ack without delivery, got {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn provision_request_carries_command_identity() {
+    let cmd = command(Operation::Provision, 1);
+    let owned = space(ControlSpaceState::Provisioning, "op");
+    let ProvisionStart::Deliver(request) =
+        step(&cmd).start_provision(&provision_payload(), Some(&owned))
+    else {
+        panic!("expected delivery");
+    };
+    assert_eq!(request.namespace_id.as_str(), "t1");
+    assert_eq!(request.idempotency_key.as_str(), "k");
+    assert_eq!(request.provisioning_key.as_str(), "pk1");
+}
+
+#[test]
+fn provision_success_transitions_to_active_by_cas() {
+    let cmd = command(Operation::Provision, 1);
+    let owned = space(ControlSpaceState::Provisioning, "op");
+    let settlement = step(&cmd)
+        .complete_provision(Some(&owned), &remote("t1", "ks9", 4))
+        .unwrap();
+    assert!(settlement.completes());
+    let cas = settlement.control_space.unwrap();
+    assert_eq!(cas.expected_resource_version, 3);
+    assert_eq!(cas.next.state, ControlSpaceState::Active);
+    assert_eq!(cas.next.knowledge_space_id, Some(ks("ks9")));
+    assert_eq!(cas.next.knowledge_space_revision, 4);
+}
+
+#[test]
+fn provision_success_checks_namespace() {
+    let cmd = command(Operation::Provision, 1);
+    let owned = space(ControlSpaceState::Provisioning, "op");
+    assert!(matches!(
+        step(&cmd).complete_provision(Some(&owned), &remote("t2", "ks9", 4)),
+        Err(StepError::OwnershipLost { .. })
+    ));
+    assert!(matches!(
+        step(&cmd).complete_provision(None, &remote("t1", "ks9", 4)),
+        Err(StepError::OwnershipLost { .. })
+    ));
+}
+
+#[test]
+fn provision_already_applied_is_acked_without_cas() {
+    let cmd = command(Operation::Provision, 1);
+    let mut applied = space(ControlSpaceState::Active, "op");
+    applied.knowledge_space_id = Some(ks("ks9"));
+    applied.knowledge_space_revision = 5;
+    let settlement = step(&cmd)
+        .complete_provision(Some(&applied), &remote("t1", "ks9", 4))
+        .unwrap();
+    assert_eq!(settlement, Settlement::ack(at(10)));
+}
+
+#[test]
+fn provision_success_for_another_owner_is_ownership_lost() {
+    let cmd = command(Operation::Provision, 1);
+    let other = space(ControlSpaceState::Deleting, "delete-op");
+    assert!(matches!(
+        step(&cmd).complete_provision(Some(&other), &remote("t1", "ks9", 4)),
+        Err(StepError::OwnershipLost { .. })
+    ));
+}
+
+#[test]
+fn delete_acks_when_already_deleted() {
+    let cmd = command(Operation::Delete, 1);
+    let deleted = space(ControlSpaceState::Deleted, "op");
+    assert_eq!(
+        step(&cmd).start_delete(Some(&deleted), None, true),
+        DeleteStart::AlreadyDeleted(Settlement::ack(at(10)))
+    );
+}
+
+#[test]
+fn never_provisioned_deletion_supersedes_unattempted_provision_when_disabled() {
+    let cmd = command(Operation::Delete, 1);
+    let deleting = space(ControlSpaceState::Deleting, "op");
+    let pending = provision_record(CommandStatus::Pending, 0);
+    let DeleteStart::NeverProvisioned(settlement) =
+        step(&cmd).start_delete(Some(&deleting), Some(&pending), false)
+    else {
+        panic!("expected never-provisioned cleanup");
+    };
+    assert!(settlement.completes());
+    assert_eq!(
+        settlement.control_space.unwrap().next.state,
+        ControlSpaceState::Deleted
+    );
+    let supersede = settlement.supersede.unwrap();
+    assert_eq!(supersede.command_id.as_str(), "prov");
+    assert_eq!(supersede.rule, SupersedeRule::Unattempted);
+    assert_eq!(supersede.error.code, codes::SUPERSEDED_BY_DELETE);
+}
+
+#[test]
+fn never_provisioned_cleanup_needs_every_condition() {
+    let cmd = command(Operation::Delete, 1);
+    let deleting = space(ControlSpaceState::Deleting, "op");
+    let mut with_identity = deleting.clone();
+    with_identity.knowledge_space_id = Some(ks("k"));
+    let pending = provision_record(CommandStatus::Pending, 0);
+    let attempted = provision_record(CommandStatus::Pending, 1);
+    let processing = provision_record(CommandStatus::Processing, 0);
+    let cases: Vec<(Option<ControlSpace>, Option<&CommandRecord>, bool)> = vec![
+        (Some(deleting.clone()), Some(&pending), true),
+        (Some(deleting.clone()), Some(&attempted), false),
+        (Some(deleting.clone()), Some(&processing), false),
+        (Some(deleting.clone()), None, false),
+        (Some(with_identity), Some(&pending), false),
+        (
+            Some(space(ControlSpaceState::Deleting, "other")),
+            Some(&pending),
+            false,
+        ),
+        (None, Some(&pending), false),
+    ];
+    for (cs, provision, enabled) in cases {
+        assert_eq!(
+            step(&cmd).start_delete(cs.as_ref(), provision, enabled),
+            DeleteStart::Continue,
+            "{cs:?} {provision:?} enabled={enabled}"
+        );
+    }
+}
+
+#[test]
+fn deletion_target_uses_registered_identity_or_asks_for_lookup() {
+    let cmd = command(Operation::Delete, 1);
+    let mut known = space(ControlSpaceState::Deleting, "op");
+    known.knowledge_space_id = Some(ks("ks1"));
+    known.knowledge_space_revision = 8;
+    let DeletionTarget::Known(request) = step(&cmd)
+        .deletion_target(&delete_payload(), Some(&known))
+        .unwrap()
+    else {
+        panic!("expected known target");
+    };
+    assert_eq!(request.knowledge_space_id, ks("ks1"));
+    assert_eq!(request.expected_revision, 8);
+    let unknown = space(ControlSpaceState::Deleting, "op");
+    assert_eq!(
+        step(&cmd)
+            .deletion_target(&delete_payload(), Some(&unknown))
+            .unwrap(),
+        DeletionTarget::Lookup
+    );
+    assert!(
+        step(&cmd)
+            .deletion_target(
+                &delete_payload(),
+                Some(&space(ControlSpaceState::Active, "op"))
+            )
+            .is_err()
+    );
+    assert!(step(&cmd).deletion_target(&delete_payload(), None).is_err());
+}
+
+#[test]
+fn lost_ack_recovery_registers_identity_by_cas() {
+    let cmd = command(Operation::Delete, 1);
+    let cs = space(ControlSpaceState::Deleting, "op");
+    let Recovery::Resolved {
+        request,
+        registration,
+    } = step(&cmd)
+        .recover_identity(&delete_payload(), Some(&remote("t1", "ks7", 3)), Some(&cs))
+        .unwrap()
+    else {
+        panic!("expected resolved");
+    };
+    assert_eq!(request.knowledge_space_id, ks("ks7"));
+    assert_eq!(request.expected_revision, 3);
+    let registration = registration.unwrap();
+    assert_eq!(registration.outcome, None, "registration keeps the lease");
+    let cas = registration.control_space.unwrap();
+    assert_eq!(cas.next.state, ControlSpaceState::Deleting);
+    assert_eq!(cas.next.knowledge_space_id, Some(ks("ks7")));
+}
+
+#[test]
+fn lost_ack_recovery_checks_namespace() {
+    let cmd = command(Operation::Delete, 2);
+    let cs = space(ControlSpaceState::Deleting, "op");
+    let Recovery::Retry(settlement) = step(&cmd)
+        .recover_identity(
+            &delete_payload(),
+            Some(&remote("other", "ks7", 3)),
+            Some(&cs),
+        )
+        .unwrap()
+    else {
+        panic!("expected retry");
+    };
+    assert_eq!(
+        retry_code(&settlement),
+        Some((codes::KNOWLEDGE_FS_SCOPE_MISMATCH, at(14)))
+    );
+}
+
+#[test]
+fn lost_ack_recovery_detects_conflicting_identity() {
+    let cmd = command(Operation::Delete, 1);
+    let mut cs = space(ControlSpaceState::Deleting, "op");
+    cs.knowledge_space_id = Some(ks("ks1"));
+    assert_eq!(
+        step(&cmd).recover_identity(&delete_payload(), Some(&remote("t1", "ks2", 3)), Some(&cs)),
+        Err(StepError::IdentityConflict)
+    );
+    let same = step(&cmd)
+        .recover_identity(&delete_payload(), Some(&remote("t1", "ks1", 3)), Some(&cs))
+        .unwrap();
+    assert!(matches!(
+        same,
+        Recovery::Resolved {
+            registration: None,
+            ..
+        }
+    ));
+    assert_eq!(
+        step(&cmd)
+            .recover_identity(&delete_payload(), None, Some(&cs))
+            .unwrap(),
+        Recovery::Absent
+    );
+    assert!(matches!(
+        step(&cmd).recover_identity(
+            &delete_payload(),
+            Some(&remote("t1", "ks1", 3)),
+            Some(&space(ControlSpaceState::Deleting, "x"))
+        ),
+        Err(StepError::OwnershipLost { .. })
+    ));
+}
+
+#[test]
+fn remote_absence_completes_deletion_when_product_disabled() {
+    let cmd = command(Operation::Delete, 1);
+    let cs = space(ControlSpaceState::Deleting, "op");
+    let pending = provision_record(CommandStatus::Pending, 2);
+    let AbsentOutcome::Complete(settlement) =
+        step(&cmd).complete_absent(Some(&cs), Some(&pending), false)
+    else {
+        panic!("expected completion");
+    };
+    assert!(settlement.completes());
+    assert_eq!(
+        settlement.control_space.unwrap().next.state,
+        ControlSpaceState::Deleted
+    );
+    assert_eq!(
+        settlement.supersede.unwrap().rule,
+        SupersedeRule::AfterRemoteAbsence {
+            observed_at: at(10)
+        }
+    );
+}
+
+#[test]
+fn remote_absence_retries_not_found_otherwise() {
+    let cmd = command(Operation::Delete, 3);
+    let cs = space(ControlSpaceState::Deleting, "op");
+    let open = provision_record(CommandStatus::Pending, 2);
+    let cases: Vec<(Option<ControlSpace>, Option<&CommandRecord>, bool)> = vec![
+        (Some(cs.clone()), Some(&open), true),
+        (Some(cs.clone()), None, false),
+        (
+            Some(space(ControlSpaceState::Deleting, "x")),
+            Some(&open),
+            false,
+        ),
+        (None, Some(&open), false),
+    ];
+    for (cs, provision, enabled) in cases {
+        let AbsentOutcome::NotFound(settlement) =
+            step(&cmd).complete_absent(cs.as_ref(), provision, enabled)
+        else {
+            panic!("{cs:?} {provision:?} {enabled}: expected not found");
+        };
+        assert_eq!(
+            retry_code(&settlement),
+            Some((codes::KNOWLEDGE_FS_SPACE_NOT_FOUND, at(18)))
+        );
+    }
+}
+
+#[test]
+fn remote_absence_completes_when_provision_is_terminal_even_if_enabled() {
+    let cmd = command(Operation::Delete, 1);
+    let cs = space(ControlSpaceState::Deleting, "op");
+    let done = provision_record(CommandStatus::Succeeded, 1);
+    let AbsentOutcome::Complete(settlement) =
+        step(&cmd).complete_absent(Some(&cs), Some(&done), true)
+    else {
+        panic!("expected completion");
+    };
+    assert_eq!(settlement.supersede, None);
+    assert!(settlement.completes());
+}
+
+#[test]
+fn deletion_progress_settles_by_phase() {
+    let cmd = command(Operation::Delete, 2);
+    let mut cs = space(ControlSpaceState::Deleting, "op");
+    cs.knowledge_space_revision = 9;
+    let progress = |phase, irreversible_at| DeletionProgress {
+        phase,
+        irreversible_at,
+        revision: 5,
+    };
+    // accepted / draining: retry, nothing recorded
+    for phase in [DeletionPhase::Accepted, DeletionPhase::Draining] {
+        let s = step(&cmd)
+            .settle_deletion(Some(&cs), &progress(phase, None))
+            .unwrap();
+        assert_eq!(
+            retry_code(&s),
+            Some((codes::REMOTE_DELETION_PENDING, at(14)))
+        );
+        assert_eq!(s.control_space, None);
+    }
+    // irreversible: retry and record the remote time once
+    let s = step(&cmd)
+        .settle_deletion(
+            Some(&cs),
+            &progress(DeletionPhase::Irreversible, Some(at(7))),
+        )
+        .unwrap();
+    assert_eq!(
+        retry_code(&s).map(|r| r.0),
+        Some(codes::REMOTE_DELETION_PENDING)
+    );
+    let cas = s.control_space.unwrap();
+    assert_eq!(cas.next.deletion_irreversible_at, Some(at(7)));
+    assert_eq!(cas.next.state, ControlSpaceState::Deleting);
+    // irreversible again: nothing more to record
+    let mut marked = cs.clone();
+    marked.deletion_irreversible_at = Some(at(7));
+    let s = step(&cmd)
+        .settle_deletion(
+            Some(&marked),
+            &progress(DeletionPhase::Irreversible, Some(at(9))),
+        )
+        .unwrap();
+    assert_eq!(s.control_space, None);
+    // completed without remote time: irreversible at now, deleted with max revision
+    let s = step(&cmd)
+        .settle_deletion(Some(&cs), &progress(DeletionPhase::Completed, None))
+        .unwrap();
+    assert!(s.completes());
+    let cas = s.control_space.unwrap();
+    assert_eq!(cas.next.deletion_irreversible_at, Some(at(10)));
+    assert_eq!(cas.next.state, ControlSpaceState::Deleted);
+    assert_eq!(cas.next.knowledge_space_revision, 9);
+    // another owner
+    assert!(
+        step(&cmd)
+            .settle_deletion(
+                Some(&space(ControlSpaceState::Deleting, "x")),
+                &progress(DeletionPhase::Completed, None)
+            )
+            .is_err()
+    );
+}
+
+#[test]
+fn revoke_acks_only_at_or_above_the_watermark() {
+    let cmd = command(Operation::Revoke, 1);
+    let payload = RevokePayload {
+        knowledge_space_id: ks("ks"),
+        grant_id: tenantry_kernel::GrantId::parse("g").unwrap(),
+        event_id: "e".into(),
+        reason_code: "r".into(),
+        revoke_sequence: 5,
+        expected_revision: 1,
+    };
+    let cases = [
+        (RevokeState::Revoked, 5, true),
+        (RevokeState::Revoked, 6, true),
+        (RevokeState::Revoked, 4, false),
+        (RevokeState::Pending, 9, false),
+    ];
+    for (state, highest, acked) in cases {
+        let s = step(&cmd).settle_revoke(
+            &payload,
+            &RevokeAck {
+                state,
+                highest_revoke_sequence: highest,
+            },
+        );
+        if acked {
+            assert!(s.completes(), "{state:?} {highest}");
+        } else {
+            assert_eq!(
+                retry_code(&s).map(|r| r.0),
+                Some(codes::REMOTE_REVOKE_WATERMARK_LAG)
+            );
+        }
+    }
+}
+
+#[test]
+fn unsupported_and_remote_errors_retry_with_their_codes() {
+    let cmd = command(Operation::Unsupported("rename".into()), 1);
+    assert_eq!(
+        retry_code(&step(&cmd).unsupported("rename")),
+        Some((codes::UNSUPPORTED_OPERATION, at(12)))
+    );
+    let s = step(&cmd).remote_failure("KFS_BUSY", "busy", Some(std::time::Duration::from_secs(40)));
+    assert_eq!(
+        retry_code(&s),
+        Some(("KFS_BUSY", at(10) + ChronoDuration::seconds(40)))
+    );
+}
