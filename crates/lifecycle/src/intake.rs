@@ -436,7 +436,8 @@ mod tests {
 
     #[test]
     fn create_refuses_bad_fields() {
-        let cases: Vec<(Box<dyn Fn(&mut CreateControlSpace)>, &str)> = vec![
+        type Mutation = Box<dyn Fn(&mut CreateControlSpace)>;
+        let cases: Vec<(Mutation, &str)> = vec![
             (Box::new(|r| r.name = " ".into()), "name"),
             (Box::new(|r| r.slug = String::new()), "slug"),
             (Box::new(|r| r.name = "x".repeat(256)), "name"),
