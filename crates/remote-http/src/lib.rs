@@ -1,0 +1,12 @@
+//! reqwest adapters of Tenantry.
+//!
+//! Architecture invariant: only this crate knows reqwest. Every transport failure is mapped to
+//! one of the three dispatch outcomes of `tenantry_fence::outcome` (not dispatched, answered,
+//! outcome unknown) before it leaves the crate; no `reqwest::Error` crosses a port.
+//!
+//! - [`outcome`]: classifying a reqwest error or response into a dispatch outcome, and
+//!   reading a mutation's answer completely;
+//! - [`client`]: the builder of mutation clients (no redirects, no retries, one deadline).
+
+pub mod client;
+pub mod outcome;

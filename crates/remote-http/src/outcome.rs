@@ -1,0 +1,161 @@
+//! Classifying a reqwest error or response into a dispatch outcome.
+//!
+//! The rule itself is pure and lives in `tenantry_fence::outcome`; this module only says what a
+//! reqwest failure observed ([`observe_error`]) and reads an answer completely
+//! ([`read_answer`]), because a response whose body cannot be read is not an answer:
+//! - connect failures (refused, DNS, connect timeout) and requests that could not be built:
+//!   not dispatched;
+//! - a status line plus a completely read body, whatever the status (including 3xx, since
+//!   mutation clients follow no redirects, and 4xx/5xx): answered;
+//! - a timeout after the connection was made, a connection lost after sending, a body that
+//!   stalls, breaks or does not decode, or any error not recognised here: outcome unknown.
+
+use std::fmt;
+
+use reqwest::{Response, StatusCode};
+use serde::de::DeserializeOwned;
+use tenantry_fence::outcome::{BodyRead, DispatchFailure, DispatchOutcome, TransportObservation};
+
+/// What a reqwest error says about the request that produced it.
+pub fn observe_error(error: &reqwest::Error) -> TransportObservation {
+    if error.is_builder() {
+        TransportObservation::NotSent
+    } else if error.is_connect() {
+        TransportObservation::ConnectFailed
+    } else if error.is_status() || error.is_redirect() {
+        // Produced after a response arrived (error_for_status, a refused redirect).
+        TransportObservation::Response {
+            body: BodyRead::Complete,
+        }
+    } else if error.is_decode() {
+        TransportObservation::Response {
+            body: BodyRead::Undecodable,
+        }
+    } else if error.is_body() {
+        TransportObservation::Response {
+            body: BodyRead::Unreadable,
+        }
+    } else if error.is_timeout() {
+        TransportObservation::TimedOut { request_sent: true }
+    } else if error.is_request() {
+        TransportObservation::ConnectionLost { request_sent: true }
+    } else {
+        TransportObservation::Unclassified
+    }
+}
+
+/// The dispatch outcome of a request that failed with `error`.
+pub fn classify_error(error: &reqwest::Error) -> DispatchOutcome {
+    observe_error(error).outcome()
+}
+
+/// The dispatch outcome of a finished `send()`: for a response, whether its body could be read
+/// completely (consuming it). Returns the outcome and, when answered, the answer.
+pub async fn classify(
+    result: Result<Response, reqwest::Error>,
+) -> (DispatchOutcome, Option<Answer>) {
+    match read_answer(result).await {
+        Ok(answer) => (DispatchOutcome::Answered, Some(answer)),
+        Err(failure) => (failure.outcome, None),
+    }
+}
+
+/// A remote's complete answer to a mutation: any status with its fully read body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Answer {
+    /// The HTTP status.
+    pub status: StatusCode,
+    /// The value of the `Retry-After` header, when present and readable.
+    pub retry_after: Option<String>,
+    /// The complete body.
+    pub body: Vec<u8>,
+}
+
+impl Answer {
+    /// Decodes the body as JSON.
+    ///
+    /// # Errors
+    /// A [`DispatchError`] with outcome unknown when the body is not the expected JSON: an
+    /// answer we cannot understand does not tell what the remote did.
+    pub fn json<T: DeserializeOwned>(&self) -> Result<T, DispatchError> {
+        serde_json::from_slice(&self.body).map_err(|e| DispatchError {
+            outcome: TransportObservation::Response {
+                body: BodyRead::Undecodable,
+            }
+            .outcome(),
+            message: format!("undecodable {} response body: {e}", self.status),
+        })
+    }
+}
+
+/// A mutation that got no complete answer, with its dispatch outcome. Carries no reqwest type.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message} ({outcome:?})")]
+pub struct DispatchError {
+    /// What the failure means for the remote state.
+    pub outcome: DispatchOutcome,
+    /// The transport's description of the failure.
+    pub message: String,
+}
+
+impl DispatchFailure for DispatchError {
+    fn dispatch_outcome(&self) -> DispatchOutcome {
+        self.outcome
+    }
+}
+
+impl DispatchError {
+    fn from_reqwest(error: &reqwest::Error) -> Self {
+        Self {
+            outcome: classify_error(error),
+            message: error_chain(error),
+        }
+    }
+}
+
+/// Reads the answer of a finished `send()` completely.
+///
+/// # Errors
+/// A [`DispatchError`] when no complete answer came back: not dispatched for connect failures,
+/// outcome unknown for timeouts, lost connections and bodies that stall or break.
+pub async fn read_answer(
+    result: Result<Response, reqwest::Error>,
+) -> Result<Answer, DispatchError> {
+    let response = result.map_err(|e| DispatchError::from_reqwest(&e))?;
+    let status = response.status();
+    let retry_after = response
+        .headers()
+        .get(reqwest::header::RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let body = response.bytes().await.map_err(|e| {
+        let mut failure = DispatchError::from_reqwest(&e);
+        // A response arrived: any failure reading its body leaves the outcome unknown.
+        failure.outcome = TransportObservation::Response {
+            body: BodyRead::Unreadable,
+        }
+        .outcome();
+        failure
+    })?;
+    Ok(Answer {
+        status,
+        retry_after,
+        body: body.to_vec(),
+    })
+}
+
+fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    struct Chain<'a>(&'a (dyn std::error::Error + 'static));
+    impl fmt::Display for Chain<'_> {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            write!(f, "{}", self.0)?;
+            let mut source = self.0.source();
+            while let Some(s) = source {
+                write!(f, ": {s}")?;
+                source = s.source();
+            }
+            Ok(())
+        }
+    }
+    Chain(error).to_string()
+}
