@@ -30,7 +30,9 @@ pub struct Database {
 #[derive(Debug, thiserror::Error)]
 pub enum ConnectError {
     /// The URL scheme is neither `sqlite:` nor `postgres:` / `postgresql:`.
-    #[error("unsupported database URL {url:?}: use sqlite://PATH?mode=rwc or postgres://USER@HOST/DB")]
+    #[error(
+        "unsupported database URL {url:?}: use sqlite://PATH?mode=rwc or postgres://USER@HOST/DB"
+    )]
     UnsupportedUrl {
         /// The refused URL.
         url: String,

@@ -94,7 +94,10 @@ mod tests {
         let cases = [
             ("postgres://u@h:5/postgres", "postgres://u@h:5/x"),
             ("postgres://u@h:5", "postgres://u@h:5/x"),
-            ("postgres://u@h:5/db?sslmode=disable", "postgres://u@h:5/x?sslmode=disable"),
+            (
+                "postgres://u@h:5/db?sslmode=disable",
+                "postgres://u@h:5/x?sslmode=disable",
+            ),
         ];
         for (input, expected) in cases {
             assert_eq!(replace_database(input, "x"), expected);

@@ -1,1 +1,0 @@
-//! Lifecycle saga ports.

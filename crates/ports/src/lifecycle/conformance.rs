@@ -1,0 +1,805 @@
+//! Conformance suite of the lifecycle storage ports (feature `testing`).
+//!
+//! Every adapter instantiates [`lifecycle_store_conformance!`](crate::lifecycle_store_conformance)
+//! with a constructor; the same cases then run against the in-memory fake, SQLite and
+//! PostgreSQL. Each case is a public async function so a failure points at one rule.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::missing_panics_doc,
+    missing_docs
+)]
+
+use std::time::Duration;
+
+use chrono::{DateTime, TimeZone, Utc};
+use tenantry_kernel::{
+    CommandId, ControlSpaceId, IdempotencyKey, KnowledgeSpaceId, LeaseEpoch, LeaseOwner,
+    OperationId, TenantId,
+};
+use tenantry_lifecycle::intake::{
+    ControlSpaceWrite, CreateControlSpace, IntakePlan, NewIds, RequestDeletion,
+};
+use tenantry_lifecycle::{
+    ClaimedCommand, CommandStatus, ControlSpaceState, ErrorRecord, Operation, Settlement,
+    Supersede, SupersedeRule, Transition,
+};
+
+use super::{
+    ClaimRequest, CommandFilter, IntakeStoreError, LifecycleStore, SettleError, Submitted,
+};
+
+/// Runs every conformance case against the store built by `$make`, an expression of a future
+/// that resolves to `(store, guard)`; `guard` is kept alive for the test (e.g. a temp folder).
+#[macro_export]
+macro_rules! lifecycle_store_conformance {
+    ($make:expr) => {
+        $crate::lifecycle_store_conformance!(@cases $make;
+            claim_takes_a_due_command_with_a_lease,
+            claim_skips_commands_not_yet_due,
+            claim_reclaims_an_expired_lease_with_a_higher_epoch,
+            claim_leaves_a_live_lease_alone,
+            claim_skips_provision_when_product_disabled,
+            claim_respects_the_limit_in_due_order,
+            concurrent_claimers_never_share_a_command,
+            settle_ack_completes_and_releases_the_lease,
+            settle_retry_schedules_the_next_attempt,
+            stale_settle_after_takeover_is_lease_lost_and_changes_nothing,
+            settle_with_a_stale_control_space_writes_nothing,
+            supersede_unattempted_refuses_an_attempted_command,
+            supersede_after_absence_refuses_a_live_lease,
+            settle_without_outcome_keeps_the_lease,
+            latest_provision_finds_the_newest,
+            submit_is_idempotent_on_the_key,
+            submit_refuses_a_duplicate_control_space_and_writes_nothing,
+            submit_cas_and_revoke_sequence_are_compare_and_set,
+            list_commands_filters_and_pages,
+        );
+    };
+    (@cases $make:expr; $($case:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $case() {
+                let (store, _guard) = $make.await;
+                $crate::lifecycle::conformance::$case(store).await;
+            }
+        )*
+    };
+}
+
+/// Fixed base time of the suite (whole milliseconds, as stored).
+pub fn t(seconds: i64) -> DateTime<Utc> {
+    Utc.timestamp_opt(1_800_000_000 + seconds, 0)
+        .single()
+        .unwrap()
+}
+
+fn owner(name: &str) -> LeaseOwner {
+    LeaseOwner::parse(name).unwrap()
+}
+
+fn tenant() -> TenantId {
+    TenantId::parse("tenant-a").unwrap()
+}
+
+/// A create plan for control space `cs` with idempotency key `key`, enqueued at `at`.
+pub fn create_plan(cs: &str, key: &str, at: DateTime<Utc>) -> IntakePlan {
+    CreateControlSpace {
+        tenant_id: tenant(),
+        control_space_id: ControlSpaceId::parse(cs).unwrap(),
+        idempotency_key: IdempotencyKey::parse(key).unwrap(),
+        name: format!("Space {cs}"),
+        slug: cs.to_owned(),
+        icon: String::new(),
+        description: "conformance".into(),
+        model_intent: None,
+        profile_intent: None,
+    }
+    .plan(
+        NewIds {
+            command_id: CommandId::parse(format!("cmd-{key}")).unwrap(),
+            operation_id: OperationId::parse(format!("op-{key}")).unwrap(),
+        },
+        at,
+    )
+    .unwrap()
+}
+
+async fn enqueue<S: LifecycleStore>(
+    store: &S,
+    cs: &str,
+    key: &str,
+    at: DateTime<Utc>,
+) -> CommandId {
+    match store.submit(&create_plan(cs, key, at)).await.unwrap() {
+        Submitted::Created(record) => record.id,
+        Submitted::Existing(record) => panic!("unexpected replay of {}", record.id),
+    }
+}
+
+fn claim_at(who: &str, now: DateTime<Utc>, limit: u32) -> ClaimRequest {
+    ClaimRequest {
+        owner: owner(who),
+        now,
+        lease_duration: Duration::from_secs(60),
+        include_provision: true,
+        limit,
+    }
+}
+
+async fn claim_one<S: LifecycleStore>(store: &S, who: &str, now: DateTime<Utc>) -> ClaimedCommand {
+    let mut claimed = store.claim(&claim_at(who, now, 1)).await.unwrap();
+    assert_eq!(claimed.len(), 1, "expected exactly one claimable command");
+    claimed.remove(0)
+}
+
+async fn record<S: LifecycleStore>(store: &S, id: &CommandId) -> tenantry_lifecycle::CommandRecord {
+    store
+        .list_commands(&CommandFilter {
+            limit: 10_000,
+            ..CommandFilter::default()
+        })
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|r| &r.id == id)
+        .expect("command exists")
+}
+
+pub async fn claim_takes_a_due_command_with_a_lease<S: LifecycleStore>(store: S) {
+    let id = enqueue(&store, "cs1", "k1", t(0)).await;
+    let claimed = claim_one(&store, "w1", t(1)).await;
+    assert_eq!(claimed.id(), &id);
+    assert_eq!(claimed.lease.owner, owner("w1"));
+    assert_eq!(claimed.lease.epoch, LeaseEpoch(1));
+    assert_eq!(claimed.lease.expires_at, t(61));
+    assert_eq!(claimed.attempt_count, 1);
+    assert_eq!(claimed.operation, Operation::Provision);
+    assert_eq!(claimed.payload["slug"], "cs1");
+    let row = record(&store, &id).await;
+    assert_eq!(row.status, CommandStatus::Processing);
+    assert_eq!(row.lease_owner, Some(owner("w1")));
+    assert_eq!(row.lease_expires_at, Some(t(61)));
+    assert!(
+        store
+            .claim(&claim_at("w2", t(2), 5))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+pub async fn claim_skips_commands_not_yet_due<S: LifecycleStore>(store: S) {
+    enqueue(&store, "cs1", "k1", t(10)).await;
+    assert!(
+        store
+            .claim(&claim_at("w1", t(9), 5))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(
+        store.claim(&claim_at("w1", t(10), 5)).await.unwrap().len(),
+        1
+    );
+}
+
+pub async fn claim_reclaims_an_expired_lease_with_a_higher_epoch<S: LifecycleStore>(store: S) {
+    let id = enqueue(&store, "cs1", "k1", t(0)).await;
+    let first = claim_one(&store, "w1", t(0)).await;
+    let second = claim_one(&store, "w2", t(60)).await;
+    assert_eq!(second.id(), &id);
+    assert_eq!(second.lease.epoch, LeaseEpoch(2));
+    assert!(second.lease.epoch > first.lease.epoch);
+    assert_eq!(second.attempt_count, 2);
+    assert_eq!(second.lease.owner, owner("w2"));
+}
+
+pub async fn claim_leaves_a_live_lease_alone<S: LifecycleStore>(store: S) {
+    enqueue(&store, "cs1", "k1", t(0)).await;
+    claim_one(&store, "w1", t(0)).await;
+    assert!(
+        store
+            .claim(&claim_at("w2", t(59), 5))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+pub async fn claim_skips_provision_when_product_disabled<S: LifecycleStore>(store: S) {
+    enqueue(&store, "cs1", "k1", t(0)).await;
+    let mut request = claim_at("w1", t(1), 5);
+    request.include_provision = false;
+    assert!(store.claim(&request).await.unwrap().is_empty());
+    // A delete command is still claimed while the product is disabled.
+    let cs = store
+        .control_space(&tenant(), &ControlSpaceId::parse("cs1").unwrap())
+        .await
+        .unwrap();
+    let plan = RequestDeletion {
+        tenant_id: tenant(),
+        control_space_id: ControlSpaceId::parse("cs1").unwrap(),
+        idempotency_key: IdempotencyKey::parse("kd").unwrap(),
+    }
+    .plan(
+        cs.as_ref(),
+        NewIds {
+            command_id: CommandId::parse("cmd-kd").unwrap(),
+            operation_id: OperationId::parse("op-kd").unwrap(),
+        },
+        t(1),
+    )
+    .unwrap();
+    store.submit(&plan).await.unwrap();
+    let claimed = store.claim(&request).await.unwrap();
+    assert_eq!(claimed.len(), 1);
+    assert_eq!(claimed[0].operation, Operation::Delete);
+}
+
+pub async fn claim_respects_the_limit_in_due_order<S: LifecycleStore>(store: S) {
+    for i in 0..5 {
+        enqueue(&store, &format!("cs{i}"), &format!("k{i}"), t(10 - i)).await;
+    }
+    let claimed = store.claim(&claim_at("w1", t(20), 3)).await.unwrap();
+    let mut slugs: Vec<String> = claimed
+        .iter()
+        .map(|c| c.payload["slug"].as_str().unwrap().to_owned())
+        .collect();
+    slugs.sort();
+    assert_eq!(slugs, ["cs2", "cs3", "cs4"], "the three earliest due");
+    assert_eq!(
+        store.claim(&claim_at("w1", t(20), 10)).await.unwrap().len(),
+        2
+    );
+}
+
+pub async fn concurrent_claimers_never_share_a_command<S: LifecycleStore + Clone + 'static>(
+    store: S,
+) {
+    const COMMANDS: usize = 40;
+    for i in 0..COMMANDS {
+        enqueue(&store, &format!("cs{i}"), &format!("k{i}"), t(0)).await;
+    }
+    let mut tasks = Vec::new();
+    for w in 0..6 {
+        let store = store.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut mine = Vec::new();
+            loop {
+                let claimed = store
+                    .claim(&claim_at(&format!("w{w}"), t(1), 3))
+                    .await
+                    .unwrap();
+                if claimed.is_empty() {
+                    break;
+                }
+                mine.extend(claimed.into_iter().map(|c| c.id().clone()));
+            }
+            mine
+        }));
+    }
+    let mut all = Vec::new();
+    for task in tasks {
+        all.extend(task.await.unwrap());
+    }
+    let total = all.len();
+    all.sort();
+    all.dedup();
+    assert_eq!(all.len(), total, "a command was claimed twice");
+    assert_eq!(total, COMMANDS, "every command claimed once");
+}
+
+pub async fn settle_ack_completes_and_releases_the_lease<S: LifecycleStore>(store: S) {
+    let id = enqueue(&store, "cs1", "k1", t(0)).await;
+    let claimed = claim_one(&store, "w1", t(1)).await;
+    store
+        .settle(&claimed.lease, &Settlement::ack(t(2)))
+        .await
+        .unwrap();
+    let row = record(&store, &id).await;
+    assert_eq!(row.status, CommandStatus::Succeeded);
+    assert_eq!(row.completed_at, Some(t(2)));
+    assert_eq!(row.lease_owner, None);
+    assert!(
+        store
+            .claim(&claim_at("w2", t(1000), 5))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    // A second settle with the same lease is refused.
+    assert_eq!(
+        store.settle(&claimed.lease, &Settlement::ack(t(3))).await,
+        Err(SettleError::LeaseLost { command_id: id })
+    );
+}
+
+pub async fn settle_retry_schedules_the_next_attempt<S: LifecycleStore>(store: S) {
+    let id = enqueue(&store, "cs1", "k1", t(0)).await;
+    let claimed = claim_one(&store, "w1", t(1)).await;
+    store
+        .settle(
+            &claimed.lease,
+            &Settlement::retry(t(30), ErrorRecord::new("REMOTE_BUSY", "busy")),
+        )
+        .await
+        .unwrap();
+    let row = record(&store, &id).await;
+    assert_eq!(row.status, CommandStatus::Pending);
+    assert_eq!(row.next_attempt_at, t(30));
+    assert_eq!(row.last_error_code.as_deref(), Some("REMOTE_BUSY"));
+    assert_eq!(row.last_error_message.as_deref(), Some("busy"));
+    assert_eq!(row.lease_owner, None);
+    assert!(
+        store
+            .claim(&claim_at("w1", t(29), 5))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let again = claim_one(&store, "w1", t(30)).await;
+    assert_eq!(again.attempt_count, 2);
+    assert_eq!(again.lease.epoch, LeaseEpoch(2));
+}
+
+pub async fn stale_settle_after_takeover_is_lease_lost_and_changes_nothing<S: LifecycleStore>(
+    store: S,
+) {
+    let id = enqueue(&store, "cs1", "k1", t(0)).await;
+    let stale = claim_one(&store, "w1", t(0)).await;
+    let current = claim_one(&store, "w2", t(61)).await;
+    let cs_before = store
+        .control_space(&tenant(), &ControlSpaceId::parse("cs1").unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    let cas = cs_before
+        .plan(
+            &[Transition::Activate {
+                operation_id: cs_before.lifecycle_operation_id.clone(),
+                knowledge_space_id: KnowledgeSpaceId::parse("ks").unwrap(),
+                revision: 1,
+            }],
+            t(62),
+        )
+        .unwrap();
+    let result = store
+        .settle(
+            &stale.lease,
+            &Settlement::ack(t(62)).with_control_space(cas),
+        )
+        .await;
+    assert_eq!(
+        result,
+        Err(SettleError::LeaseLost {
+            command_id: id.clone()
+        })
+    );
+    // Same owner, old epoch: still refused.
+    let mut same_owner_old_epoch = current.lease.clone();
+    same_owner_old_epoch.epoch = stale.lease.epoch;
+    assert!(matches!(
+        store
+            .settle(&same_owner_old_epoch, &Settlement::ack(t(62)))
+            .await,
+        Err(SettleError::LeaseLost { .. })
+    ));
+    let row = record(&store, &id).await;
+    assert_eq!(row.status, CommandStatus::Processing);
+    assert_eq!(row.lease_owner, Some(owner("w2")));
+    let cs_after = store
+        .control_space(&tenant(), &ControlSpaceId::parse("cs1").unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(cs_after, cs_before, "a refused settle writes nothing");
+    store
+        .settle(&current.lease, &Settlement::ack(t(63)))
+        .await
+        .unwrap();
+}
+
+pub async fn settle_with_a_stale_control_space_writes_nothing<S: LifecycleStore>(store: S) {
+    let id = enqueue(&store, "cs1", "k1", t(0)).await;
+    let claimed = claim_one(&store, "w1", t(1)).await;
+    let cs = store
+        .control_space(&tenant(), &ControlSpaceId::parse("cs1").unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    let mut stale = cs.clone();
+    stale.resource_version -= 1;
+    let cas = stale
+        .plan(
+            &[Transition::Activate {
+                operation_id: cs.lifecycle_operation_id.clone(),
+                knowledge_space_id: KnowledgeSpaceId::parse("ks").unwrap(),
+                revision: 1,
+            }],
+            t(2),
+        )
+        .unwrap();
+    assert!(matches!(
+        store
+            .settle(
+                &claimed.lease,
+                &Settlement::ack(t(2)).with_control_space(cas)
+            )
+            .await,
+        Err(SettleError::ControlSpaceConflict { .. })
+    ));
+    assert_eq!(
+        record(&store, &id).await.status,
+        CommandStatus::Processing,
+        "ack rolled back"
+    );
+    assert_eq!(
+        store
+            .control_space(&tenant(), &ControlSpaceId::parse("cs1").unwrap())
+            .await
+            .unwrap()
+            .unwrap(),
+        cs
+    );
+}
+
+async fn deletion_claim<S: LifecycleStore>(store: &S, now: DateTime<Utc>) -> ClaimedCommand {
+    let cs = store
+        .control_space(&tenant(), &ControlSpaceId::parse("cs1").unwrap())
+        .await
+        .unwrap();
+    let plan = RequestDeletion {
+        tenant_id: tenant(),
+        control_space_id: ControlSpaceId::parse("cs1").unwrap(),
+        idempotency_key: IdempotencyKey::parse("kd").unwrap(),
+    }
+    .plan(
+        cs.as_ref(),
+        NewIds {
+            command_id: CommandId::parse("cmd-kd").unwrap(),
+            operation_id: OperationId::parse("op-kd").unwrap(),
+        },
+        now,
+    )
+    .unwrap();
+    store.submit(&plan).await.unwrap();
+    let mut request = claim_at("wd", now, 1);
+    request.include_provision = false;
+    store.claim(&request).await.unwrap().remove(0)
+}
+
+pub async fn supersede_unattempted_refuses_an_attempted_command<S: LifecycleStore>(store: S) {
+    let provision = enqueue(&store, "cs1", "k1", t(0)).await;
+    let claimed = claim_one(&store, "w1", t(0)).await;
+    store
+        .settle(
+            &claimed.lease,
+            &Settlement::retry(t(5), ErrorRecord::new("X", "x")),
+        )
+        .await
+        .unwrap();
+    let delete = deletion_claim(&store, t(1)).await;
+    let supersede = Supersede {
+        command_id: provision.clone(),
+        rule: SupersedeRule::Unattempted,
+        completed_at: t(1),
+        error: ErrorRecord::new("SUPERSEDED_BY_DELETE", "x"),
+    };
+    assert_eq!(
+        store
+            .settle(
+                &delete.lease,
+                &Settlement::ack(t(1)).with_supersede(supersede)
+            )
+            .await,
+        Err(SettleError::SupersedeRefused {
+            command_id: provision.clone()
+        })
+    );
+    assert_eq!(
+        record(&store, &provision).await.status,
+        CommandStatus::Pending
+    );
+    assert_eq!(
+        record(&store, delete.id()).await.status,
+        CommandStatus::Processing,
+        "ack rolled back"
+    );
+}
+
+pub async fn supersede_after_absence_refuses_a_live_lease<S: LifecycleStore>(store: S) {
+    let provision = enqueue(&store, "cs1", "k1", t(0)).await;
+    claim_one(&store, "w1", t(0)).await; // live until t(60)
+    let delete = deletion_claim(&store, t(1)).await;
+    let supersede = |observed| Supersede {
+        command_id: provision.clone(),
+        rule: SupersedeRule::AfterRemoteAbsence {
+            observed_at: observed,
+        },
+        completed_at: observed,
+        error: ErrorRecord::new("SUPERSEDED_BY_DELETE", "remote absence"),
+    };
+    assert_eq!(
+        store
+            .settle(
+                &delete.lease,
+                &Settlement::ack(t(30)).with_supersede(supersede(t(30)))
+            )
+            .await,
+        Err(SettleError::SupersedeRefused {
+            command_id: provision.clone()
+        })
+    );
+    store
+        .settle(
+            &delete.lease,
+            &Settlement::ack(t(60)).with_supersede(supersede(t(60))),
+        )
+        .await
+        .unwrap();
+    let row = record(&store, &provision).await;
+    assert_eq!(row.status, CommandStatus::Superseded);
+    assert_eq!(row.last_error_code.as_deref(), Some("SUPERSEDED_BY_DELETE"));
+    assert_eq!(row.completed_at, Some(t(60)));
+}
+
+pub async fn settle_without_outcome_keeps_the_lease<S: LifecycleStore>(store: S) {
+    enqueue(&store, "cs1", "k1", t(0)).await;
+    let delete = deletion_claim(&store, t(1)).await;
+    let cs = store
+        .control_space(&tenant(), &ControlSpaceId::parse("cs1").unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    let cas = cs
+        .plan(
+            &[Transition::RegisterRecoveredIdentity {
+                operation_id: delete.operation_id.clone(),
+                knowledge_space_id: KnowledgeSpaceId::parse("ks-r").unwrap(),
+                revision: 4,
+            }],
+            t(2),
+        )
+        .unwrap();
+    store
+        .settle(
+            &delete.lease,
+            &Settlement {
+                outcome: None,
+                control_space: Some(cas),
+                supersede: None,
+            },
+        )
+        .await
+        .unwrap();
+    let after = store
+        .control_space(&tenant(), &ControlSpaceId::parse("cs1").unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        after.knowledge_space_id,
+        Some(KnowledgeSpaceId::parse("ks-r").unwrap())
+    );
+    assert_eq!(after.knowledge_space_revision, 4);
+    assert_eq!(after.resource_version, cs.resource_version + 1);
+    assert_eq!(
+        record(&store, delete.id()).await.status,
+        CommandStatus::Processing
+    );
+    store
+        .settle(&delete.lease, &Settlement::ack(t(3)))
+        .await
+        .unwrap();
+}
+
+pub async fn latest_provision_finds_the_newest<S: LifecycleStore>(store: S) {
+    let id = enqueue(&store, "cs1", "k1", t(0)).await;
+    enqueue(&store, "cs2", "k2", t(5)).await;
+    let cs1 = ControlSpaceId::parse("cs1").unwrap();
+    let latest = store
+        .latest_provision(&tenant(), &cs1)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(latest.id, id);
+    assert_eq!(latest.status, CommandStatus::Pending);
+    assert_eq!(latest.attempt_count, 0);
+    assert!(
+        store
+            .latest_provision(&tenant(), &ControlSpaceId::parse("none").unwrap())
+            .await
+            .unwrap()
+            .is_none()
+    );
+}
+
+pub async fn submit_is_idempotent_on_the_key<S: LifecycleStore>(store: S) {
+    let plan = create_plan("cs1", "k1", t(0));
+    let Submitted::Created(created) = store.submit(&plan).await.unwrap() else {
+        panic!("expected created")
+    };
+    // Same key again, even with another control space id: nothing written, original returned.
+    let replay = create_plan("cs-other", "k1", t(1));
+    let Submitted::Existing(existing) = store.submit(&replay).await.unwrap() else {
+        panic!("expected existing")
+    };
+    assert_eq!(existing.id, created.id);
+    assert_eq!(
+        existing.request_fingerprint,
+        plan.command.request_fingerprint
+    );
+    assert!(
+        store
+            .control_space(&tenant(), &ControlSpaceId::parse("cs-other").unwrap())
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let by_key = store
+        .command_by_idempotency_key(&IdempotencyKey::parse("k1").unwrap())
+        .await
+        .unwrap();
+    assert_eq!(by_key.map(|r| r.id), Some(created.id));
+}
+
+pub async fn submit_refuses_a_duplicate_control_space_and_writes_nothing<S: LifecycleStore>(
+    store: S,
+) {
+    enqueue(&store, "cs1", "k1", t(0)).await;
+    assert_eq!(
+        store.submit(&create_plan("cs1", "k2", t(1))).await,
+        Err(IntakeStoreError::ControlSpaceExists)
+    );
+    assert!(
+        store
+            .command_by_idempotency_key(&IdempotencyKey::parse("k2").unwrap())
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert_eq!(
+        store
+            .list_commands(&CommandFilter {
+                limit: 100,
+                ..CommandFilter::default()
+            })
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+}
+
+pub async fn submit_cas_and_revoke_sequence_are_compare_and_set<S: LifecycleStore>(store: S) {
+    enqueue(&store, "cs1", "k1", t(0)).await;
+    let cs1 = ControlSpaceId::parse("cs1").unwrap();
+    let cs = store.control_space(&tenant(), &cs1).await.unwrap().unwrap();
+    let mut stale = cs.clone();
+    stale.resource_version += 7;
+    let ids = |k: &str| NewIds {
+        command_id: CommandId::parse(format!("cmd-{k}")).unwrap(),
+        operation_id: OperationId::parse(format!("op-{k}")).unwrap(),
+    };
+    let delete = RequestDeletion {
+        tenant_id: tenant(),
+        control_space_id: cs1.clone(),
+        idempotency_key: IdempotencyKey::parse("kd").unwrap(),
+    };
+    let stale_plan = delete.plan(Some(&stale), ids("kd"), t(1)).unwrap();
+    assert_eq!(
+        store.submit(&stale_plan).await,
+        Err(IntakeStoreError::ControlSpaceConflict)
+    );
+    assert!(
+        store
+            .command_by_idempotency_key(&IdempotencyKey::parse("kd").unwrap())
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let bump = |expected| IntakePlan {
+        control_space: ControlSpaceWrite::BumpRevokeSequence {
+            tenant_id: tenant(),
+            control_space_id: cs1.clone(),
+            expected,
+        },
+        command: create_plan("unused", &format!("kr{expected}"), t(2)).command,
+    };
+    assert_eq!(
+        store.submit(&bump(5)).await,
+        Err(IntakeStoreError::ControlSpaceConflict)
+    );
+    assert!(matches!(
+        store.submit(&bump(0)).await,
+        Ok(Submitted::Created(_))
+    ));
+    let after = store.control_space(&tenant(), &cs1).await.unwrap().unwrap();
+    assert_eq!(after.last_revoke_sequence, 1);
+    assert_eq!(
+        after.resource_version, cs.resource_version,
+        "revoke sequence does not bump the version"
+    );
+    let fresh = delete.plan(Some(&after), ids("kd"), t(3)).unwrap();
+    assert!(matches!(
+        store.submit(&fresh).await,
+        Ok(Submitted::Created(_))
+    ));
+    let deleting = store.control_space(&tenant(), &cs1).await.unwrap().unwrap();
+    assert_eq!(deleting.state, ControlSpaceState::Deleting);
+    assert_eq!(deleting.resource_version, cs.resource_version + 1);
+    let unknown = RequestDeletion {
+        tenant_id: tenant(),
+        control_space_id: ControlSpaceId::parse("nope").unwrap(),
+        idempotency_key: IdempotencyKey::parse("kx").unwrap(),
+    };
+    let mut ghost = after.clone();
+    ghost.control_space_id = ControlSpaceId::parse("nope").unwrap();
+    let ghost_plan = unknown.plan(Some(&ghost), ids("kx"), t(4)).unwrap();
+    assert_eq!(
+        store.submit(&ghost_plan).await,
+        Err(IntakeStoreError::UnknownControlSpace)
+    );
+}
+
+pub async fn list_commands_filters_and_pages<S: LifecycleStore>(store: S) {
+    for i in 0..5 {
+        enqueue(&store, &format!("cs{i}"), &format!("k{i}"), t(i)).await;
+    }
+    let claimed = claim_one(&store, "w1", t(0)).await;
+    let all = store
+        .list_commands(&CommandFilter {
+            limit: 100,
+            ..CommandFilter::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(all.len(), 5);
+    assert!(
+        all.windows(2)
+            .all(|w| (w[0].created_at, &w[0].id) <= (w[1].created_at, &w[1].id))
+    );
+    let processing = store
+        .list_commands(&CommandFilter {
+            status: Some(CommandStatus::Processing),
+            limit: 100,
+            ..CommandFilter::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        processing.iter().map(|r| &r.id).collect::<Vec<_>>(),
+        vec![claimed.id()]
+    );
+    let page1 = store
+        .list_commands(&CommandFilter {
+            limit: 2,
+            ..CommandFilter::default()
+        })
+        .await
+        .unwrap();
+    let page2 = store
+        .list_commands(&CommandFilter {
+            limit: 2,
+            after: Some(page1[1].id.clone()),
+            ..CommandFilter::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(page1.len(), 2);
+    assert_eq!(page2.len(), 2);
+    assert_eq!(page2[0].id, all[2].id);
+    let by_cs = store
+        .list_commands(&CommandFilter {
+            tenant_id: Some(tenant()),
+            control_space_id: Some(ControlSpaceId::parse("cs3").unwrap()),
+            operation: Some(Operation::Provision),
+            limit: 100,
+            ..CommandFilter::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(by_cs.len(), 1);
+    assert_eq!(by_cs[0].control_space_id.as_str(), "cs3");
+}

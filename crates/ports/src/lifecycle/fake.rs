@@ -1,0 +1,677 @@
+//! In-memory fakes of the lifecycle ports (feature `testing`).
+//!
+//! [`InMemoryLifecycleStore`] implements every storage role with the same rules as the SeaORM
+//! adapter (it passes the same conformance suite). [`FakeKnowledgeFs`] is a scriptable remote:
+//! it keeps spaces by provisioning key, drains deletions for a set number of polls, lags revoke
+//! watermarks, and can fail or lose the answer of the next calls.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use tenantry_kernel::{
+    CommandId, ControlSpaceId, IdempotencyKey, KnowledgeSpaceId, ProvisioningKey, TenantId,
+};
+use tenantry_lifecycle::intake::{ControlSpaceWrite, IntakePlan};
+use tenantry_lifecycle::{
+    CasUpdate, ClaimedCommand, CommandOutcome, CommandRecord, CommandStatus, ControlSpace,
+    DeletionPhase, DeletionProgress, DeletionRequest, LeaseToken, Operation, ProvisionRequest,
+    RemoteSpace, RevokeAck, RevokeRequest, RevokeState, Settlement, SupersedeRule,
+};
+
+use super::{
+    ClaimRequest, CommandFilter, CommandQueue, ControlSpaceReader, IntakeStore, IntakeStoreError,
+    KnowledgeFs, RemoteError, SettleError, StoreError, Submitted,
+};
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic in another test thread must not hide this test's result.
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+#[derive(Debug, Default)]
+struct StoreState {
+    spaces: BTreeMap<(TenantId, ControlSpaceId), ControlSpace>,
+    commands: BTreeMap<CommandId, CommandRecord>,
+}
+
+/// In-memory implementation of the lifecycle storage ports. Clones share state.
+#[derive(Debug, Clone, Default)]
+pub struct InMemoryLifecycleStore {
+    state: Arc<Mutex<StoreState>>,
+    fail_next: Arc<Mutex<Option<StoreError>>>,
+}
+
+impl InMemoryLifecycleStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Makes the next store call fail with `error` (then the store works again).
+    pub fn fail_next_call(&self, error: StoreError) {
+        *lock(&self.fail_next) = Some(error);
+    }
+
+    /// Every command, for assertions.
+    pub fn commands(&self) -> Vec<CommandRecord> {
+        lock(&self.state).commands.values().cloned().collect()
+    }
+
+    /// One command, for assertions.
+    pub fn command(&self, id: &CommandId) -> Option<CommandRecord> {
+        lock(&self.state).commands.get(id).cloned()
+    }
+
+    /// Overwrites a command row (test setup, e.g. an unknown operation or a corrupt payload).
+    pub fn put_command(&self, record: CommandRecord) {
+        lock(&self.state).commands.insert(record.id.clone(), record);
+    }
+
+    /// Overwrites a control space (test setup).
+    pub fn put_control_space(&self, space: ControlSpace) {
+        lock(&self.state).spaces.insert(
+            (space.tenant_id.clone(), space.control_space_id.clone()),
+            space,
+        );
+    }
+
+    fn check_fault(&self) -> Result<(), StoreError> {
+        match lock(&self.fail_next).take() {
+            Some(error) => Err(error),
+            None => Ok(()),
+        }
+    }
+}
+
+fn is_due(record: &CommandRecord, now: DateTime<Utc>) -> bool {
+    match record.status {
+        CommandStatus::Pending => record.next_attempt_at <= now,
+        CommandStatus::Processing => record.lease_expires_at.is_none_or(|at| at <= now),
+        CommandStatus::Succeeded | CommandStatus::Superseded => false,
+    }
+}
+
+fn holds_lease(record: &CommandRecord, lease: &LeaseToken) -> bool {
+    record.status == CommandStatus::Processing
+        && record.lease_owner.as_ref() == Some(&lease.owner)
+        && record.lease_epoch == lease.epoch
+}
+
+fn cas_matches(state: &StoreState, cas: &CasUpdate) -> bool {
+    let key = (
+        cas.next.tenant_id.clone(),
+        cas.next.control_space_id.clone(),
+    );
+    state.spaces.get(&key).is_some_and(|cs| {
+        cs.resource_version == cas.expected_resource_version && cs.state == cas.expected_state
+    })
+}
+
+fn release(record: &mut CommandRecord) {
+    record.lease_owner = None;
+    record.lease_expires_at = None;
+}
+
+#[async_trait]
+impl CommandQueue for InMemoryLifecycleStore {
+    async fn claim(&self, request: &ClaimRequest) -> Result<Vec<ClaimedCommand>, StoreError> {
+        self.check_fault()?;
+        let mut state = lock(&self.state);
+        let mut due: Vec<&CommandRecord> = state
+            .commands
+            .values()
+            .filter(|r| is_due(r, request.now))
+            .filter(|r| request.include_provision || r.operation != Operation::Provision)
+            .collect();
+        due.sort_by(|a, b| {
+            (a.next_attempt_at, a.created_at, &a.id).cmp(&(b.next_attempt_at, b.created_at, &b.id))
+        });
+        let ids: Vec<CommandId> = due
+            .iter()
+            .take(request.limit.max(1) as usize)
+            .map(|r| r.id.clone())
+            .collect();
+        let expires_at = request.lease_expires_at();
+        let mut claimed = Vec::with_capacity(ids.len());
+        for id in ids {
+            let Some(record) = state.commands.get_mut(&id) else {
+                continue;
+            };
+            record.status = CommandStatus::Processing;
+            record.lease_owner = Some(request.owner.clone());
+            record.lease_expires_at = Some(expires_at);
+            record.lease_epoch = record.lease_epoch.next();
+            record.attempt_count = record.attempt_count.saturating_add(1);
+            claimed.push(ClaimedCommand {
+                tenant_id: record.tenant_id.clone(),
+                control_space_id: record.control_space_id.clone(),
+                operation_id: record.operation_id.clone(),
+                idempotency_key: record.idempotency_key.clone(),
+                operation: record.operation.clone(),
+                payload: record.payload.clone(),
+                attempt_count: record.attempt_count,
+                lease: LeaseToken {
+                    command_id: record.id.clone(),
+                    owner: request.owner.clone(),
+                    epoch: record.lease_epoch,
+                    expires_at,
+                },
+                created_at: record.created_at,
+            });
+        }
+        Ok(claimed)
+    }
+
+    async fn settle(&self, lease: &LeaseToken, settlement: &Settlement) -> Result<(), SettleError> {
+        self.check_fault()?;
+        let mut state = lock(&self.state);
+        // Check everything first: a settlement is all or nothing.
+        if !state
+            .commands
+            .get(&lease.command_id)
+            .is_some_and(|r| holds_lease(r, lease))
+        {
+            return Err(SettleError::LeaseLost {
+                command_id: lease.command_id.clone(),
+            });
+        }
+        if let Some(cas) = &settlement.control_space {
+            if !cas_matches(&state, cas) {
+                return Err(SettleError::ControlSpaceConflict {
+                    control_space_id: cas.next.control_space_id.clone(),
+                });
+            }
+        }
+        if let Some(supersede) = &settlement.supersede {
+            let allowed =
+                state
+                    .commands
+                    .get(&supersede.command_id)
+                    .is_some_and(|r| match supersede.rule {
+                        SupersedeRule::Unattempted => {
+                            r.status == CommandStatus::Pending && r.attempt_count == 0
+                        }
+                        SupersedeRule::AfterRemoteAbsence { observed_at } => {
+                            r.status == CommandStatus::Pending
+                                || (r.status == CommandStatus::Processing
+                                    && r.lease_expires_at.is_none_or(|at| at <= observed_at))
+                        }
+                    });
+            if !allowed {
+                return Err(SettleError::SupersedeRefused {
+                    command_id: supersede.command_id.clone(),
+                });
+            }
+        }
+        if let Some(cas) = &settlement.control_space {
+            let key = (
+                cas.next.tenant_id.clone(),
+                cas.next.control_space_id.clone(),
+            );
+            state.spaces.insert(key, cas.next.clone());
+        }
+        if let Some(supersede) = &settlement.supersede {
+            if let Some(r) = state.commands.get_mut(&supersede.command_id) {
+                r.status = CommandStatus::Superseded;
+                r.completed_at = Some(supersede.completed_at);
+                r.last_error_code = Some(supersede.error.code.clone());
+                r.last_error_message = Some(supersede.error.message.clone());
+                release(r);
+            }
+        }
+        if let (Some(outcome), Some(r)) = (
+            &settlement.outcome,
+            state.commands.get_mut(&lease.command_id),
+        ) {
+            match outcome {
+                CommandOutcome::Ack { completed_at } => {
+                    r.status = CommandStatus::Succeeded;
+                    r.completed_at = Some(*completed_at);
+                }
+                CommandOutcome::Retry {
+                    next_attempt_at,
+                    error,
+                } => {
+                    r.status = CommandStatus::Pending;
+                    r.next_attempt_at = *next_attempt_at;
+                    r.last_error_code = Some(error.code.clone());
+                    r.last_error_message = Some(error.message.clone());
+                }
+            }
+            release(r);
+        }
+        Ok(())
+    }
+
+    async fn latest_provision(
+        &self,
+        tenant_id: &TenantId,
+        control_space_id: &ControlSpaceId,
+    ) -> Result<Option<CommandRecord>, StoreError> {
+        self.check_fault()?;
+        let state = lock(&self.state);
+        Ok(state
+            .commands
+            .values()
+            .filter(|r| {
+                &r.tenant_id == tenant_id
+                    && &r.control_space_id == control_space_id
+                    && r.operation == Operation::Provision
+            })
+            .max_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)))
+            .cloned())
+    }
+
+    async fn list_commands(
+        &self,
+        filter: &CommandFilter,
+    ) -> Result<Vec<CommandRecord>, StoreError> {
+        self.check_fault()?;
+        let state = lock(&self.state);
+        let mut rows: Vec<CommandRecord> = state
+            .commands
+            .values()
+            .filter(|r| filter.status.is_none_or(|s| r.status == s))
+            .filter(|r| filter.operation.as_ref().is_none_or(|o| &r.operation == o))
+            .filter(|r| filter.tenant_id.as_ref().is_none_or(|t| &r.tenant_id == t))
+            .filter(|r| {
+                filter
+                    .control_space_id
+                    .as_ref()
+                    .is_none_or(|c| &r.control_space_id == c)
+            })
+            .cloned()
+            .collect();
+        rows.sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
+        if let Some(after) = &filter.after {
+            match rows.iter().position(|r| &r.id == after) {
+                Some(pos) => drop(rows.drain(..=pos)),
+                None => rows.clear(),
+            }
+        }
+        rows.truncate(filter.limit as usize);
+        Ok(rows)
+    }
+}
+
+#[async_trait]
+impl ControlSpaceReader for InMemoryLifecycleStore {
+    async fn control_space(
+        &self,
+        tenant_id: &TenantId,
+        control_space_id: &ControlSpaceId,
+    ) -> Result<Option<ControlSpace>, StoreError> {
+        self.check_fault()?;
+        Ok(lock(&self.state)
+            .spaces
+            .get(&(tenant_id.clone(), control_space_id.clone()))
+            .cloned())
+    }
+}
+
+#[async_trait]
+impl IntakeStore for InMemoryLifecycleStore {
+    async fn submit(&self, plan: &IntakePlan) -> Result<Submitted, IntakeStoreError> {
+        self.check_fault()?;
+        let mut state = lock(&self.state);
+        if let Some(existing) = state
+            .commands
+            .values()
+            .find(|r| r.idempotency_key == plan.command.idempotency_key)
+        {
+            return Ok(Submitted::Existing(existing.clone()));
+        }
+        match &plan.control_space {
+            ControlSpaceWrite::Insert(space) => {
+                let key = (space.tenant_id.clone(), space.control_space_id.clone());
+                if state.spaces.contains_key(&key) {
+                    return Err(IntakeStoreError::ControlSpaceExists);
+                }
+                state.spaces.insert(key, space.clone());
+            }
+            ControlSpaceWrite::Update(cas) => {
+                let key = (
+                    cas.next.tenant_id.clone(),
+                    cas.next.control_space_id.clone(),
+                );
+                if !state.spaces.contains_key(&key) {
+                    return Err(IntakeStoreError::UnknownControlSpace);
+                }
+                if !cas_matches(&state, cas) {
+                    return Err(IntakeStoreError::ControlSpaceConflict);
+                }
+                state.spaces.insert(key, cas.next.clone());
+            }
+            ControlSpaceWrite::BumpRevokeSequence {
+                tenant_id,
+                control_space_id,
+                expected,
+            } => {
+                let Some(cs) = state
+                    .spaces
+                    .get_mut(&(tenant_id.clone(), control_space_id.clone()))
+                else {
+                    return Err(IntakeStoreError::UnknownControlSpace);
+                };
+                if cs.last_revoke_sequence != *expected {
+                    return Err(IntakeStoreError::ControlSpaceConflict);
+                }
+                cs.last_revoke_sequence = expected.saturating_add(1);
+            }
+        }
+        let c = &plan.command;
+        let record = CommandRecord {
+            id: c.id.clone(),
+            tenant_id: c.tenant_id.clone(),
+            control_space_id: c.control_space_id.clone(),
+            operation_id: c.operation_id.clone(),
+            idempotency_key: c.idempotency_key.clone(),
+            request_fingerprint: c.request_fingerprint.clone(),
+            operation: c.operation.clone(),
+            payload: c.payload.clone(),
+            status: CommandStatus::Pending,
+            attempt_count: 0,
+            lease_owner: None,
+            lease_expires_at: None,
+            lease_epoch: tenantry_kernel::LeaseEpoch(0),
+            next_attempt_at: c.created_at,
+            last_error_code: None,
+            last_error_message: None,
+            created_at: c.created_at,
+            completed_at: None,
+        };
+        state.commands.insert(record.id.clone(), record.clone());
+        Ok(Submitted::Created(record))
+    }
+
+    async fn command_by_idempotency_key(
+        &self,
+        key: &IdempotencyKey,
+    ) -> Result<Option<CommandRecord>, StoreError> {
+        self.check_fault()?;
+        Ok(lock(&self.state)
+            .commands
+            .values()
+            .find(|r| &r.idempotency_key == key)
+            .cloned())
+    }
+}
+
+/// A scripted reaction of [`FakeKnowledgeFs`] to the next call of one kind.
+#[derive(Debug, Clone)]
+pub enum Fault {
+    /// Answer with this error and do nothing.
+    Fail(RemoteError),
+    /// Apply the call, then report an unknown outcome (lost ACK).
+    LoseAck,
+}
+
+/// Which remote call a [`Fault`] applies to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RemoteCall {
+    /// `provision`.
+    Provision,
+    /// `find_by_provisioning_key`.
+    Lookup,
+    /// `request_deletion`.
+    Deletion,
+    /// `revoke_grant`.
+    Revoke,
+}
+
+/// Counters of remote effects and calls.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RemoteCounters {
+    /// Spaces created (a replayed provision does not count).
+    pub spaces_created: u64,
+    /// Calls per kind, including failed ones.
+    pub calls: HashMap<&'static str, u64>,
+}
+
+#[derive(Debug, Clone)]
+struct FakeSpace {
+    namespace_id: TenantId,
+    knowledge_space_id: KnowledgeSpaceId,
+    revision: i64,
+    deletion_polls: Option<u32>,
+}
+
+#[derive(Default)]
+struct RemoteState {
+    spaces: HashMap<ProvisioningKey, FakeSpace>,
+    faults: HashMap<RemoteCall, VecDeque<Fault>>,
+    drain_polls: u32,
+    revoke_lag: i64,
+    counters: RemoteCounters,
+    next_id: u64,
+    hook: Option<Arc<dyn Fn(RemoteCall) + Send + Sync>>,
+}
+
+/// Scriptable in-memory KnowledgeFS. Clones share state.
+#[derive(Clone, Default)]
+pub struct FakeKnowledgeFs {
+    state: Arc<Mutex<RemoteState>>,
+}
+
+impl std::fmt::Debug for FakeKnowledgeFs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FakeKnowledgeFs").finish_non_exhaustive()
+    }
+}
+
+impl FakeKnowledgeFs {
+    /// A remote that answers every call at once.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Queues a fault for the next call of `call`.
+    pub fn push_fault(&self, call: RemoteCall, fault: Fault) {
+        lock(&self.state)
+            .faults
+            .entry(call)
+            .or_default()
+            .push_back(fault);
+    }
+
+    /// Deletions answer `accepted`, then `draining` for `polls - 1` polls, then `irreversible`
+    /// once, then `completed`. 0 (the default) completes at once.
+    pub fn set_deletion_polls(&self, polls: u32) {
+        lock(&self.state).drain_polls = polls;
+    }
+
+    /// Revocations report a watermark `lag` below the requested sequence.
+    pub fn set_revoke_lag(&self, lag: i64) {
+        lock(&self.state).revoke_lag = lag;
+    }
+
+    /// Runs `hook` at the start of every call (e.g. to probe that no transaction is open).
+    pub fn set_hook(&self, hook: impl Fn(RemoteCall) + Send + Sync + 'static) {
+        lock(&self.state).hook = Some(Arc::new(hook));
+    }
+
+    /// Puts a space in place as if an earlier provision had been applied.
+    pub fn insert_space(
+        &self,
+        namespace_id: TenantId,
+        provisioning_key: ProvisioningKey,
+        knowledge_space_id: KnowledgeSpaceId,
+        revision: i64,
+    ) {
+        lock(&self.state).spaces.insert(
+            provisioning_key,
+            FakeSpace {
+                namespace_id,
+                knowledge_space_id,
+                revision,
+                deletion_polls: None,
+            },
+        );
+    }
+
+    /// Whether a (not deleted) space exists for `key`.
+    pub fn has_space(&self, key: &ProvisioningKey) -> bool {
+        lock(&self.state).spaces.contains_key(key)
+    }
+
+    /// Effect counters.
+    pub fn counters(&self) -> RemoteCounters {
+        lock(&self.state).counters.clone()
+    }
+
+    fn begin(&self, call: RemoteCall, name: &'static str) -> Option<Fault> {
+        let hook = {
+            let mut state = lock(&self.state);
+            *state.counters.calls.entry(name).or_default() += 1;
+            state.hook.clone()
+        };
+        if let Some(hook) = hook {
+            hook(call);
+        }
+        lock(&self.state)
+            .faults
+            .get_mut(&call)
+            .and_then(VecDeque::pop_front)
+    }
+}
+
+fn lost_ack() -> RemoteError {
+    RemoteError::outcome_unknown("connection closed after the request was sent")
+}
+
+#[async_trait]
+impl KnowledgeFs for FakeKnowledgeFs {
+    async fn provision(&self, request: &ProvisionRequest) -> Result<RemoteSpace, RemoteError> {
+        let fault = self.begin(RemoteCall::Provision, "provision");
+        if let Some(Fault::Fail(e)) = fault {
+            return Err(e);
+        }
+        let mut state = lock(&self.state);
+        let space = match state.spaces.get(&request.provisioning_key) {
+            Some(existing) => existing.clone(),
+            None => {
+                state.next_id += 1;
+                let space = FakeSpace {
+                    namespace_id: request.namespace_id.clone(),
+                    knowledge_space_id: KnowledgeSpaceId::parse(format!("ks-{}", state.next_id))
+                        .map_err(|e| RemoteError::answered(500, "INTERNAL", e.to_string()))?,
+                    revision: 1,
+                    deletion_polls: None,
+                };
+                state.counters.spaces_created += 1;
+                state
+                    .spaces
+                    .insert(request.provisioning_key.clone(), space.clone());
+                space
+            }
+        };
+        if let Some(Fault::LoseAck) = fault {
+            return Err(lost_ack());
+        }
+        Ok(RemoteSpace {
+            namespace_id: space.namespace_id,
+            knowledge_space_id: space.knowledge_space_id,
+            revision: space.revision,
+        })
+    }
+
+    async fn find_by_provisioning_key(
+        &self,
+        namespace_id: &TenantId,
+        provisioning_key: &ProvisioningKey,
+        _control_space_id: &ControlSpaceId,
+    ) -> Result<Option<RemoteSpace>, RemoteError> {
+        match self.begin(RemoteCall::Lookup, "lookup") {
+            Some(Fault::Fail(e)) => return Err(e),
+            Some(Fault::LoseAck) => return Err(lost_ack()),
+            None => {}
+        }
+        let state = lock(&self.state);
+        // The namespace is not filtered here on purpose: the saga checks it.
+        let _ = namespace_id;
+        Ok(state.spaces.get(provisioning_key).map(|s| RemoteSpace {
+            namespace_id: s.namespace_id.clone(),
+            knowledge_space_id: s.knowledge_space_id.clone(),
+            revision: s.revision,
+        }))
+    }
+
+    async fn request_deletion(
+        &self,
+        request: &DeletionRequest,
+    ) -> Result<DeletionProgress, RemoteError> {
+        let fault = self.begin(RemoteCall::Deletion, "deletion");
+        if let Some(Fault::Fail(e)) = fault {
+            return Err(e);
+        }
+        let mut state = lock(&self.state);
+        let drain = state.drain_polls;
+        let key = request.provisioning_key.clone();
+        let Some(space) = state.spaces.get_mut(&key) else {
+            return Err(RemoteError::answered(
+                404,
+                "KNOWLEDGE_FS_SPACE_NOT_FOUND",
+                "no such knowledge space",
+            ));
+        };
+        if space.knowledge_space_id != request.knowledge_space_id {
+            return Err(RemoteError::answered(
+                404,
+                "KNOWLEDGE_FS_SPACE_NOT_FOUND",
+                "no such knowledge space",
+            ));
+        }
+        let polls = space.deletion_polls.map_or(1, |p| p + 1);
+        space.deletion_polls = Some(polls);
+        let revision = space.revision + 1;
+        let phase = if polls > drain + 1 {
+            DeletionPhase::Completed
+        } else if polls == drain + 1 {
+            DeletionPhase::Irreversible
+        } else if polls == 1 {
+            DeletionPhase::Accepted
+        } else {
+            DeletionPhase::Draining
+        };
+        let phase = if drain == 0 {
+            DeletionPhase::Completed
+        } else {
+            phase
+        };
+        if phase == DeletionPhase::Completed {
+            state.spaces.remove(&key);
+        }
+        if let Some(Fault::LoseAck) = fault {
+            return Err(lost_ack());
+        }
+        Ok(DeletionProgress {
+            phase,
+            irreversible_at: None,
+            revision,
+        })
+    }
+
+    async fn revoke_grant(&self, request: &RevokeRequest) -> Result<RevokeAck, RemoteError> {
+        let fault = self.begin(RemoteCall::Revoke, "revoke");
+        if let Some(Fault::Fail(e)) = fault {
+            return Err(e);
+        }
+        let lag = {
+            let mut state = lock(&self.state);
+            let lag = state.revoke_lag;
+            state.revoke_lag = (lag - 1).max(0);
+            lag
+        };
+        if let Some(Fault::LoseAck) = fault {
+            return Err(lost_ack());
+        }
+        Ok(RevokeAck {
+            state: RevokeState::Revoked,
+            highest_revoke_sequence: request.revoke_sequence - lag,
+        })
+    }
+}

@@ -1,0 +1,377 @@
+//! Ports of the lifecycle saga: the outbox queue, control-space reads, command intake, the
+//! KnowledgeFS remote and lifecycle metrics.
+//!
+//! Small role traits compose into [`LifecycleStore`]. Every store method is one database
+//! transaction; no method is ever called with another transaction open, and the engine never
+//! holds one across a remote call.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use tenantry_kernel::{
+    CommandId, ControlSpaceId, IdempotencyKey, LeaseOwner, ProvisioningKey, TenantId,
+};
+use tenantry_lifecycle::intake::IntakePlan;
+use tenantry_lifecycle::{
+    ClaimedCommand, CommandRecord, CommandStatus, ControlSpace, DeletionProgress, DeletionRequest,
+    LeaseToken, Operation, ProvisionRequest, RemoteSpace, RevokeAck, RevokeRequest, Settlement,
+};
+
+#[cfg(feature = "testing")]
+pub mod conformance;
+#[cfg(feature = "testing")]
+pub mod fake;
+
+/// A storage failure that is nobody's fault in the request: the database is unreachable, or
+/// a stored row cannot be read back. Retrying later may help; a corrupt row needs an operator.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StoreError {
+    /// The database could not be reached or the transaction failed.
+    #[error("database unavailable: {0}")]
+    Unavailable(String),
+    /// A stored row does not decode into a domain value.
+    #[error("stored data is corrupt: {0}")]
+    Corrupt(String),
+}
+
+/// Why a settlement wrote nothing.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SettleError {
+    /// The command is no longer processing under this lease owner and epoch: another worker
+    /// reclaimed it. The late worker must drop its result.
+    #[error("lease on command {command_id} was lost (taken over or already settled)")]
+    LeaseLost {
+        /// The command.
+        command_id: CommandId,
+    },
+    /// The control space changed since it was read (compare-and-set failed).
+    #[error("control space {control_space_id} changed concurrently")]
+    ControlSpaceConflict {
+        /// The control space.
+        control_space_id: ControlSpaceId,
+    },
+    /// The command to supersede no longer meets its supersede rule.
+    #[error("command {command_id} can no longer be superseded")]
+    SupersedeRefused {
+        /// The command that could not be superseded.
+        command_id: CommandId,
+    },
+    /// Storage failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Why an intake plan wrote nothing.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum IntakeStoreError {
+    /// A control space with the planned id exists already.
+    #[error("control space already exists")]
+    ControlSpaceExists,
+    /// The control space changed since it was read (compare-and-set failed); re-plan.
+    #[error("control space changed concurrently")]
+    ControlSpaceConflict,
+    /// The control space to update does not exist.
+    #[error("control space does not exist")]
+    UnknownControlSpace,
+    /// Storage failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Result of submitting an intake plan.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Submitted {
+    /// The plan was written; the new command.
+    Created(CommandRecord),
+    /// The idempotency key was used before: nothing was written; the original command.
+    Existing(CommandRecord),
+}
+
+/// Parameters of a claim.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimRequest {
+    /// The claiming worker.
+    pub owner: LeaseOwner,
+    /// Current time.
+    pub now: DateTime<Utc>,
+    /// Lease length; must exceed the remote call deadline.
+    pub lease_duration: Duration,
+    /// Whether provision commands may be claimed (false while the product is disabled).
+    pub include_provision: bool,
+    /// Most commands to claim at once (at least 1).
+    pub limit: u32,
+}
+
+impl ClaimRequest {
+    /// When a lease taken by this claim expires.
+    pub fn lease_expires_at(&self) -> DateTime<Utc> {
+        let length =
+            chrono::Duration::from_std(self.lease_duration).unwrap_or(chrono::Duration::MAX);
+        self.now
+            .checked_add_signed(length)
+            .unwrap_or(DateTime::<Utc>::MAX_UTC)
+    }
+}
+
+/// Filter of [`CommandQueue::list_commands`]; results are ordered by `(created_at, id)`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CommandFilter {
+    /// Only this status.
+    pub status: Option<CommandStatus>,
+    /// Only this operation.
+    pub operation: Option<Operation>,
+    /// Only this tenant.
+    pub tenant_id: Option<TenantId>,
+    /// Only this control space (with `tenant_id`).
+    pub control_space_id: Option<ControlSpaceId>,
+    /// Keyset cursor: only commands ordered after this id.
+    pub after: Option<CommandId>,
+    /// Most rows returned.
+    pub limit: u32,
+}
+
+/// Claim and settle of outbox commands.
+#[async_trait]
+pub trait CommandQueue: Send + Sync {
+    /// Claims up to `limit` due commands: pending with `next_attempt_at <= now`, or processing
+    /// with an expired lease. Each claimed command gets status processing, the lease owner, a
+    /// lease expiry of `now + lease_duration`, `lease_epoch + 1` and `attempt_count + 1`.
+    /// Concurrent claimers never receive the same command.
+    ///
+    /// # Errors
+    /// [`StoreError`] when the database fails; nothing is claimed then.
+    async fn claim(&self, request: &ClaimRequest) -> Result<Vec<ClaimedCommand>, StoreError>;
+
+    /// Applies `settlement` in one transaction, as compare-and-sets: the command must still be
+    /// processing under `lease` (owner and epoch), the control space must still have the
+    /// expected resource version and state, and a superseded command must still meet its rule.
+    ///
+    /// # Errors
+    /// [`SettleError`] naming the first check that failed; nothing is written then.
+    async fn settle(&self, lease: &LeaseToken, settlement: &Settlement) -> Result<(), SettleError>;
+
+    /// The most recent provision command of a control space.
+    ///
+    /// # Errors
+    /// [`StoreError`] when the database fails.
+    async fn latest_provision(
+        &self,
+        tenant_id: &TenantId,
+        control_space_id: &ControlSpaceId,
+    ) -> Result<Option<CommandRecord>, StoreError>;
+
+    /// Commands matching `filter`, ordered by `(created_at, id)`.
+    ///
+    /// # Errors
+    /// [`StoreError`] when the database fails.
+    async fn list_commands(&self, filter: &CommandFilter)
+    -> Result<Vec<CommandRecord>, StoreError>;
+}
+
+/// Reads of control spaces.
+#[async_trait]
+pub trait ControlSpaceReader: Send + Sync {
+    /// One control space, if it exists.
+    ///
+    /// # Errors
+    /// [`StoreError`] when the database fails or the row is corrupt.
+    async fn control_space(
+        &self,
+        tenant_id: &TenantId,
+        control_space_id: &ControlSpaceId,
+    ) -> Result<Option<ControlSpace>, StoreError>;
+}
+
+/// Writes of command intake.
+#[async_trait]
+pub trait IntakeStore: Send + Sync {
+    /// Applies `plan` in one transaction: if a command with the plan's idempotency key exists,
+    /// writes nothing and returns it as [`Submitted::Existing`]; otherwise applies the
+    /// control-space write and inserts the command.
+    ///
+    /// # Errors
+    /// [`IntakeStoreError`] naming the failed check; nothing is written then.
+    async fn submit(&self, plan: &IntakePlan) -> Result<Submitted, IntakeStoreError>;
+
+    /// The command created with `key`, if any.
+    ///
+    /// # Errors
+    /// [`StoreError`] when the database fails.
+    async fn command_by_idempotency_key(
+        &self,
+        key: &IdempotencyKey,
+    ) -> Result<Option<CommandRecord>, StoreError>;
+}
+
+/// Everything the lifecycle engine needs from storage.
+pub trait LifecycleStore: CommandQueue + ControlSpaceReader + IntakeStore {}
+impl<T: CommandQueue + ControlSpaceReader + IntakeStore> LifecycleStore for T {}
+
+/// How a remote call failed, per the dispatch-outcome rules.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RemoteFailure {
+    /// The request never left (connection refused, DNS): nothing happened remotely.
+    NotDispatched,
+    /// The remote answered with an error status: deterministic.
+    Answered {
+        /// HTTP status.
+        status: u16,
+    },
+    /// The request went out but the outcome is unknown (timeout, reset, unreadable answer).
+    OutcomeUnknown,
+}
+
+/// A failed KnowledgeFS call. The saga retries the command with `code`; a provision whose
+/// outcome is unknown is resolved later by lookup of the provisioning key, never by a new key.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{code}: {message}")]
+pub struct RemoteError {
+    /// How it failed.
+    pub failure: RemoteFailure,
+    /// Machine-readable code (the remote's `code`, or a transport code such as
+    /// `REMOTE_UNAVAILABLE`, `REMOTE_OUTCOME_UNKNOWN`).
+    pub code: String,
+    /// Human-readable detail.
+    pub message: String,
+    /// The remote's `Retry-After`, if any.
+    pub retry_after: Option<Duration>,
+}
+
+impl RemoteError {
+    /// An error the remote answered with.
+    pub fn answered(status: u16, code: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            failure: RemoteFailure::Answered { status },
+            code: code.into(),
+            message: message.into(),
+            retry_after: None,
+        }
+    }
+
+    /// A call whose outcome is unknown.
+    pub fn outcome_unknown(message: impl Into<String>) -> Self {
+        Self {
+            failure: RemoteFailure::OutcomeUnknown,
+            code: "REMOTE_OUTCOME_UNKNOWN".into(),
+            message: message.into(),
+            retry_after: None,
+        }
+    }
+
+    /// A call that never reached the remote.
+    pub fn not_dispatched(message: impl Into<String>) -> Self {
+        Self {
+            failure: RemoteFailure::NotDispatched,
+            code: "REMOTE_UNAVAILABLE".into(),
+            message: message.into(),
+            retry_after: None,
+        }
+    }
+
+    /// Adds a `Retry-After`.
+    #[must_use]
+    pub fn with_retry_after(mut self, after: Duration) -> Self {
+        self.retry_after = Some(after);
+        self
+    }
+}
+
+/// KnowledgeFS lifecycle API v1 (see docs/protocol.md).
+#[async_trait]
+pub trait KnowledgeFs: Send + Sync {
+    /// Provisions a knowledge space; idempotent on the provisioning key.
+    ///
+    /// # Errors
+    /// [`RemoteError`] classified by outcome.
+    async fn provision(&self, request: &ProvisionRequest) -> Result<RemoteSpace, RemoteError>;
+
+    /// Authoritative lookup by provisioning key: `None` proves absence.
+    ///
+    /// # Errors
+    /// [`RemoteError`] classified by outcome.
+    async fn find_by_provisioning_key(
+        &self,
+        namespace_id: &TenantId,
+        provisioning_key: &ProvisioningKey,
+        control_space_id: &ControlSpaceId,
+    ) -> Result<Option<RemoteSpace>, RemoteError>;
+
+    /// Requests (or polls) the deletion of a knowledge space.
+    ///
+    /// # Errors
+    /// [`RemoteError`] classified by outcome.
+    async fn request_deletion(
+        &self,
+        request: &DeletionRequest,
+    ) -> Result<DeletionProgress, RemoteError>;
+
+    /// Revokes a capability grant.
+    ///
+    /// # Errors
+    /// [`RemoteError`] classified by outcome.
+    async fn revoke_grant(&self, request: &RevokeRequest) -> Result<RevokeAck, RemoteError>;
+}
+
+/// State of a dispatched task, as reported to metrics (reference: running, succeeded, retry,
+/// dispatch_error).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TaskStatus {
+    /// Claimed, about to dispatch.
+    Running,
+    /// Acked.
+    Succeeded,
+    /// Scheduled for another attempt.
+    Retry,
+    /// The attempt ended with an error and no settlement (the lease will expire).
+    DispatchError,
+}
+
+impl TaskStatus {
+    /// Label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Running => "running",
+            Self::Succeeded => "succeeded",
+            Self::Retry => "retry",
+            Self::DispatchError => "dispatch_error",
+        }
+    }
+}
+
+/// One lifecycle task record.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TaskMetric {
+    /// Operation name.
+    pub operation: String,
+    /// Task state.
+    pub status: TaskStatus,
+    /// Seconds since the command was created, for settled tasks (succeeded).
+    pub duration_seconds: Option<f64>,
+    /// Error code of a retry or dispatch error.
+    pub error_code: Option<String>,
+}
+
+/// A metrics sink refused a record.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("metrics sink failed: {0}")]
+pub struct MetricsError(pub String);
+
+/// Where lifecycle task metrics go. A failure is logged by the engine and never breaks dispatch.
+pub trait LifecycleMetrics: Send + Sync {
+    /// Records one task state.
+    ///
+    /// # Errors
+    /// [`MetricsError`] when the sink fails.
+    fn record_task(&self, metric: &TaskMetric) -> Result<(), MetricsError>;
+}
+
+/// A metrics sink that drops everything.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoMetrics;
+
+impl LifecycleMetrics for NoMetrics {
+    fn record_task(&self, _metric: &TaskMetric) -> Result<(), MetricsError> {
+        Ok(())
+    }
+}

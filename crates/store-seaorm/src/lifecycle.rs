@@ -1,1 +1,0 @@
-//! Lifecycle outbox and control-space repositories.

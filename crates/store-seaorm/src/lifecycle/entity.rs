@@ -1,0 +1,68 @@
+//! Private SeaORM entities of `control_spaces` and `lifecycle_outbox` (schema: migration m0001).
+
+pub mod control_space {
+    //! `control_spaces`.
+    use sea_orm::entity::prelude::*;
+
+    /// One row.
+    #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
+    #[sea_orm(table_name = "control_spaces")]
+    pub struct Model {
+        #[sea_orm(primary_key, auto_increment = false)]
+        pub tenant_id: String,
+        #[sea_orm(primary_key, auto_increment = false)]
+        pub control_space_id: String,
+        pub state: String,
+        pub lifecycle_operation_id: String,
+        pub resource_version: i64,
+        pub provisioning_key: String,
+        pub knowledge_space_id: Option<String>,
+        pub knowledge_space_revision: i64,
+        pub deletion_irreversible_at: Option<i64>,
+        pub last_revoke_sequence: i64,
+        pub created_at: i64,
+        pub updated_at: i64,
+    }
+
+    /// No relations.
+    #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
+    pub enum Relation {}
+
+    impl ActiveModelBehavior for ActiveModel {}
+}
+
+pub mod outbox {
+    //! `lifecycle_outbox`.
+    use sea_orm::entity::prelude::*;
+
+    /// One row.
+    #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
+    #[sea_orm(table_name = "lifecycle_outbox")]
+    pub struct Model {
+        #[sea_orm(primary_key, auto_increment = false)]
+        pub id: String,
+        pub tenant_id: String,
+        pub control_space_id: String,
+        pub operation_id: String,
+        pub idempotency_key: String,
+        pub request_fingerprint: String,
+        pub operation: String,
+        pub payload: String,
+        pub status: String,
+        pub attempt_count: i32,
+        pub lease_owner: Option<String>,
+        pub lease_expires_at: Option<i64>,
+        pub lease_epoch: i64,
+        pub next_attempt_at: i64,
+        pub last_error_code: Option<String>,
+        pub last_error_message: Option<String>,
+        pub created_at: i64,
+        pub completed_at: Option<i64>,
+    }
+
+    /// No relations.
+    #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
+    pub enum Relation {}
+
+    impl ActiveModelBehavior for ActiveModel {}
+}
