@@ -1,1 +1,139 @@
-//! Host-storage port (owned by the fences work).
+//! Host-storage port: installation-bound key/value storage behind fences and connector state.
+//!
+//! The host platform gives each installation binding its own key space. Values are JSON
+//! (`serde_json::Value`); a stored JSON null is a tombstone: the key stays listed and reads
+//! back as `Some(Value::Null)`, which is how deletions are made explicit without a delete
+//! call. Keys are 1 to [`MAX_KEY_LEN`] bytes.
+//!
+//! Contract every adapter meets (checked by [`host_storage_conformance!`](crate::host_storage_conformance)
+//! under feature `testing`):
+//! - `keys` lists every stored key of the binding, tombstones included, in ascending byte
+//!   order; a listing that returns `Ok` is authoritative (a key it does not contain is absent);
+//! - `get` of an absent key is `Ok(None)`; a stored value that is not valid JSON is
+//!   [`HostStorageError::CorruptValue`], never a default;
+//! - `set` is an upsert; the last write wins; bindings never see each other's keys;
+//! - a failed `set` may or may not have been stored (the outcome is unknown).
+
+use async_trait::async_trait;
+use serde_json::Value;
+use tenantry_fence::{Binding, DispatchFailure, DispatchOutcome};
+
+/// Longest accepted key, in bytes.
+pub const MAX_KEY_LEN: usize = 255;
+
+/// Installation-bound JSON key/value storage.
+#[async_trait]
+pub trait HostStorage: Send + Sync {
+    /// Every stored key of `binding`, tombstones included, in ascending byte order.
+    ///
+    /// # Errors
+    /// [`HostStorageError::Unavailable`] when the backend cannot answer; the caller must not
+    /// treat that as "no keys".
+    async fn keys(&self, binding: &Binding) -> Result<Vec<String>, HostStorageError>;
+
+    /// The value under `key`: `None` when absent, `Some(Value::Null)` for a tombstone.
+    ///
+    /// # Errors
+    /// [`HostStorageError::InvalidKey`] for a key outside the limits,
+    /// [`HostStorageError::CorruptValue`] when the stored text is not JSON,
+    /// [`HostStorageError::Unavailable`] when the backend cannot answer.
+    async fn get(&self, binding: &Binding, key: &str) -> Result<Option<Value>, HostStorageError>;
+
+    /// Stores `value` under `key` (insert or replace). `Value::Null` writes a tombstone.
+    ///
+    /// # Errors
+    /// [`HostStorageError::InvalidKey`] (nothing was stored) or
+    /// [`HostStorageError::Unavailable`] (the write may or may not have been stored).
+    async fn set(
+        &self,
+        binding: &Binding,
+        key: &str,
+        value: &Value,
+    ) -> Result<(), HostStorageError>;
+}
+
+/// Why a host-storage operation failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HostStorageError {
+    /// The caller passed a key that is empty or longer than [`MAX_KEY_LEN`] bytes; nothing
+    /// was read or written. Fix the caller.
+    #[error("invalid host-storage key {key:?}: {problem}")]
+    InvalidKey {
+        /// The refused key.
+        key: String,
+        /// What is wrong with it.
+        problem: String,
+    },
+    /// The stored value under `key` is not valid JSON: the record is damaged. Reconcile it
+    /// (overwrite or tombstone the key).
+    #[error("stored value under {key:?} is not valid JSON ({message}); reconcile the record")]
+    CorruptValue {
+        /// The key of the damaged record.
+        key: String,
+        /// The decoder's message.
+        message: String,
+    },
+    /// The backend failed (connection lost, timeout, constraint, driver error). For `set`, the
+    /// value may or may not have been stored. Retry after the storage recovers.
+    #[error(
+        "host storage unavailable during {operation}: {message}; retry after the storage recovers"
+    )]
+    Unavailable {
+        /// `keys`, `get` or `set`.
+        operation: &'static str,
+        /// The backend's message.
+        message: String,
+    },
+}
+
+impl DispatchFailure for HostStorageError {
+    /// A refused key was never dispatched; every other failure leaves the outcome unknown.
+    fn dispatch_outcome(&self) -> DispatchOutcome {
+        match self {
+            Self::InvalidKey { .. } => DispatchOutcome::NotDispatched,
+            Self::CorruptValue { .. } | Self::Unavailable { .. } => DispatchOutcome::OutcomeUnknown,
+        }
+    }
+}
+
+/// Checks a key against the port's limits; adapters call it before touching the backend.
+///
+/// # Errors
+/// [`HostStorageError::InvalidKey`] when `key` is empty or longer than [`MAX_KEY_LEN`] bytes.
+pub fn validate_key(key: &str) -> Result<(), HostStorageError> {
+    let problem = if key.is_empty() {
+        "must not be empty".to_owned()
+    } else if key.len() > MAX_KEY_LEN {
+        format!(
+            "is {} bytes long; the limit is {MAX_KEY_LEN} bytes",
+            key.len()
+        )
+    } else {
+        return Ok(());
+    };
+    Err(HostStorageError::InvalidKey {
+        key: key.chars().take(64).collect(),
+        problem,
+    })
+}
+
+#[async_trait]
+impl<T: HostStorage + ?Sized> HostStorage for std::sync::Arc<T> {
+    async fn keys(&self, binding: &Binding) -> Result<Vec<String>, HostStorageError> {
+        (**self).keys(binding).await
+    }
+    async fn get(&self, binding: &Binding, key: &str) -> Result<Option<Value>, HostStorageError> {
+        (**self).get(binding, key).await
+    }
+    async fn set(
+        &self,
+        binding: &Binding,
+        key: &str,
+        value: &Value,
+    ) -> Result<(), HostStorageError> {
+        (**self).set(binding, key, value).await
+    }
+}
+
+#[cfg(feature = "testing")]
+pub mod testing;

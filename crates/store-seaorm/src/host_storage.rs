@@ -1,1 +1,109 @@
-//! Host-storage adapter (owned by the fences work).
+//! Host-storage adapter: the `host_storage` table (`binding`, `key`, `value` JSON text;
+//! primary key `(binding, key)`) on SQLite and PostgreSQL.
+//!
+//! `set` is one `INSERT .. ON CONFLICT (binding, key) DO UPDATE` statement on both backends, so
+//! concurrent writers of one key never fail on the primary key; the last write wins. Stored text
+//! that is not JSON reads as [`HostStorageError::CorruptValue`].
+
+use async_trait::async_trait;
+use sea_orm::sea_query::OnConflict;
+use sea_orm::{ColumnTrait, DatabaseConnection, DbErr, EntityTrait, QueryFilter, QuerySelect, Set};
+use serde_json::Value;
+use tenantry_fence::Binding;
+use tenantry_ports::host_storage::{HostStorage, HostStorageError, validate_key};
+
+mod entity {
+    use sea_orm::entity::prelude::*;
+
+    #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
+    #[sea_orm(table_name = "host_storage")]
+    pub struct Model {
+        #[sea_orm(primary_key, auto_increment = false)]
+        pub binding: String,
+        #[sea_orm(primary_key, auto_increment = false)]
+        pub key: String,
+        #[sea_orm(column_type = "Text")]
+        pub value: String,
+    }
+
+    #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
+    pub enum Relation {}
+
+    impl ActiveModelBehavior for ActiveModel {}
+}
+
+/// [`HostStorage`] over a SeaORM connection (SQLite or PostgreSQL).
+#[derive(Debug, Clone)]
+pub struct SeaOrmHostStorage {
+    conn: DatabaseConnection,
+}
+
+impl SeaOrmHostStorage {
+    /// An adapter over `conn`, which must be migrated (see [`crate::connect`]).
+    pub fn new(conn: DatabaseConnection) -> Self {
+        Self { conn }
+    }
+}
+
+#[async_trait]
+impl HostStorage for SeaOrmHostStorage {
+    async fn keys(&self, binding: &Binding) -> Result<Vec<String>, HostStorageError> {
+        let mut keys: Vec<String> = entity::Entity::find()
+            .select_only()
+            .column(entity::Column::Key)
+            .filter(entity::Column::Binding.eq(binding.as_str()))
+            .into_tuple()
+            .all(&self.conn)
+            .await
+            .map_err(|e| unavailable("keys", &e))?;
+        // Byte order, independent of the database collation.
+        keys.sort_unstable();
+        Ok(keys)
+    }
+
+    async fn get(&self, binding: &Binding, key: &str) -> Result<Option<Value>, HostStorageError> {
+        validate_key(key)?;
+        let row = entity::Entity::find_by_id((binding.as_str().to_owned(), key.to_owned()))
+            .one(&self.conn)
+            .await
+            .map_err(|e| unavailable("get", &e))?;
+        row.map(|row| {
+            serde_json::from_str(&row.value).map_err(|e| HostStorageError::CorruptValue {
+                key: key.to_owned(),
+                message: e.to_string(),
+            })
+        })
+        .transpose()
+    }
+
+    async fn set(
+        &self,
+        binding: &Binding,
+        key: &str,
+        value: &Value,
+    ) -> Result<(), HostStorageError> {
+        validate_key(key)?;
+        let row = entity::ActiveModel {
+            binding: Set(binding.as_str().to_owned()),
+            key: Set(key.to_owned()),
+            value: Set(value.to_string()),
+        };
+        entity::Entity::insert(row)
+            .on_conflict(
+                OnConflict::columns([entity::Column::Binding, entity::Column::Key])
+                    .update_column(entity::Column::Value)
+                    .to_owned(),
+            )
+            .exec_without_returning(&self.conn)
+            .await
+            .map_err(|e| unavailable("set", &e))?;
+        Ok(())
+    }
+}
+
+fn unavailable(operation: &'static str, error: &DbErr) -> HostStorageError {
+    HostStorageError::Unavailable {
+        operation,
+        message: error.to_string(),
+    }
+}

@@ -1,0 +1,356 @@
+//! In-memory host storage with fault injection, and the conformance suite every adapter runs.
+//!
+//! [`InMemoryHostStorage`] keeps JSON text per `(binding, key)` so tests can plant damaged
+//! records, and fails `keys` / `get` / `set` on demand (a failed `set` can fail before or after
+//! storing, which is exactly the ambiguity fences exist for).
+//!
+//! [`host_storage_conformance!`](crate::host_storage_conformance) expands to one
+//! `#[tokio::test]` per behaviour in [`conformance`]; every adapter invokes it with its own
+//! constructor.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+use async_trait::async_trait;
+use serde_json::Value;
+use tenantry_fence::Binding;
+
+use super::{HostStorage, HostStorageError, validate_key};
+
+/// When an injected `set` failure happens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SetFault {
+    /// The write is refused before anything is stored.
+    BeforeWrite,
+    /// The value is stored, then the call fails anyway (a lost acknowledgement).
+    AfterWrite,
+}
+
+#[derive(Debug, Default)]
+struct FakeState {
+    data: BTreeMap<(Binding, String), String>,
+    fail_keys: usize,
+    fail_gets: usize,
+    fail_sets: Vec<SetFault>,
+    calls: Calls,
+}
+
+/// How many times each operation was called (failed calls included).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Calls {
+    /// `keys` calls.
+    pub keys: usize,
+    /// `get` calls.
+    pub get: usize,
+    /// `set` calls.
+    pub set: usize,
+}
+
+/// In-memory [`HostStorage`] with fault injection. Cheap to share behind an `Arc`.
+#[derive(Debug, Default)]
+pub struct InMemoryHostStorage {
+    state: Mutex<FakeState>,
+}
+
+impl InMemoryHostStorage {
+    /// An empty store without faults.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, FakeState> {
+        // A panicking test thread may poison the lock; the data is still usable.
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The next `times` calls to `keys` fail with [`HostStorageError::Unavailable`].
+    pub fn fail_keys(&self, times: usize) {
+        self.state().fail_keys = times;
+    }
+
+    /// The next `times` calls to `get` fail with [`HostStorageError::Unavailable`].
+    pub fn fail_gets(&self, times: usize) {
+        self.state().fail_gets = times;
+    }
+
+    /// The next `set` calls fail as listed, in order (one entry per call).
+    pub fn fail_sets(&self, faults: impl IntoIterator<Item = SetFault>) {
+        self.state().fail_sets = faults.into_iter().collect();
+    }
+
+    /// Stores raw `text` (not necessarily JSON) under `key`, to plant a damaged record.
+    pub fn put_raw(&self, binding: &Binding, key: &str, text: &str) {
+        self.state()
+            .data
+            .insert((binding.clone(), key.to_owned()), text.to_owned());
+    }
+
+    /// The stored value under `key`, bypassing faults: `None` when absent, `Some(Err(text))`
+    /// when the stored text is not JSON.
+    pub fn peek(&self, binding: &Binding, key: &str) -> Option<Result<Value, String>> {
+        self.state()
+            .data
+            .get(&(binding.clone(), key.to_owned()))
+            .map(|text| serde_json::from_str(text).map_err(|_| text.clone()))
+    }
+
+    /// How many times each operation was called.
+    pub fn calls(&self) -> Calls {
+        self.state().calls
+    }
+}
+
+#[async_trait]
+impl HostStorage for InMemoryHostStorage {
+    async fn keys(&self, binding: &Binding) -> Result<Vec<String>, HostStorageError> {
+        let mut state = self.state();
+        state.calls.keys += 1;
+        if state.fail_keys > 0 {
+            state.fail_keys -= 1;
+            return Err(unavailable("keys"));
+        }
+        Ok(state
+            .data
+            .keys()
+            .filter(|(b, _)| b == binding)
+            .map(|(_, k)| k.clone())
+            .collect())
+    }
+
+    async fn get(&self, binding: &Binding, key: &str) -> Result<Option<Value>, HostStorageError> {
+        validate_key(key)?;
+        let mut state = self.state();
+        state.calls.get += 1;
+        if state.fail_gets > 0 {
+            state.fail_gets -= 1;
+            return Err(unavailable("get"));
+        }
+        state
+            .data
+            .get(&(binding.clone(), key.to_owned()))
+            .map(|text| {
+                serde_json::from_str(text).map_err(|e| HostStorageError::CorruptValue {
+                    key: key.to_owned(),
+                    message: e.to_string(),
+                })
+            })
+            .transpose()
+    }
+
+    async fn set(
+        &self,
+        binding: &Binding,
+        key: &str,
+        value: &Value,
+    ) -> Result<(), HostStorageError> {
+        validate_key(key)?;
+        let mut state = self.state();
+        state.calls.set += 1;
+        let fault = (!state.fail_sets.is_empty()).then(|| state.fail_sets.remove(0));
+        if fault == Some(SetFault::BeforeWrite) {
+            return Err(unavailable("set"));
+        }
+        state
+            .data
+            .insert((binding.clone(), key.to_owned()), value.to_string());
+        if fault == Some(SetFault::AfterWrite) {
+            return Err(unavailable("set"));
+        }
+        Ok(())
+    }
+}
+
+fn unavailable(operation: &'static str) -> HostStorageError {
+    HostStorageError::Unavailable {
+        operation,
+        message: "injected fault".to_owned(),
+    }
+}
+
+/// The behaviours every [`HostStorage`] adapter must show. Each function is one test; the
+/// [`host_storage_conformance!`](crate::host_storage_conformance) macro runs them all.
+pub mod conformance {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use serde_json::{Value, json};
+    use tenantry_fence::Binding;
+
+    use crate::host_storage::{HostStorage, HostStorageError, MAX_KEY_LEN};
+
+    fn binding(name: &str) -> Binding {
+        Binding::parse(name).unwrap()
+    }
+
+    /// An absent key reads as `None` and an empty binding lists no keys.
+    pub async fn missing_key_reads_none<S: HostStorage + ?Sized>(s: &S) {
+        let b = binding("inst-missing");
+        assert_eq!(s.get(&b, "nope").await.unwrap(), None);
+        assert_eq!(s.keys(&b).await.unwrap(), Vec::<String>::new());
+    }
+
+    /// Stored JSON values read back equal, whatever their shape.
+    pub async fn set_then_get_round_trips_json<S: HostStorage + ?Sized>(s: &S) {
+        let b = binding("inst-roundtrip");
+        let values = [
+            json!({"scope": "kb-1", "reason": "ambiguous", "fenced_at_ms": 1_700_000_000_000_i64}),
+            json!({"nested": {"list": [1, 2.5, -3, true, null], "unicode": "é漢😀\u{0}"}}),
+            json!("a string with 'quotes' and \"double quotes\""),
+            json!([]),
+            json!(9_007_199_254_740_993_i64),
+            json!(false),
+        ];
+        for (i, value) in values.iter().enumerate() {
+            let key = format!("k.{i}");
+            s.set(&b, &key, value).await.unwrap();
+            assert_eq!(
+                s.get(&b, &key).await.unwrap().as_ref(),
+                Some(value),
+                "{key}"
+            );
+        }
+    }
+
+    /// `set` replaces an existing value (upsert).
+    pub async fn set_overwrites_existing_value<S: HostStorage + ?Sized>(s: &S) {
+        let b = binding("inst-upsert");
+        s.set(&b, "k", &json!({"v": 1})).await.unwrap();
+        s.set(&b, "k", &json!({"v": 2})).await.unwrap();
+        assert_eq!(s.get(&b, "k").await.unwrap(), Some(json!({"v": 2})));
+        assert_eq!(s.keys(&b).await.unwrap(), vec!["k".to_owned()]);
+    }
+
+    /// A JSON null is a tombstone: it reads back as `Some(Null)` and stays listed.
+    pub async fn null_is_a_tombstone_and_stays_listed<S: HostStorage + ?Sized>(s: &S) {
+        let b = binding("inst-tombstone");
+        s.set(&b, "ke.fence.v1.installation", &json!({"reason": "r"}))
+            .await
+            .unwrap();
+        s.set(&b, "ke.fence.v1.installation", &Value::Null)
+            .await
+            .unwrap();
+        assert_eq!(
+            s.get(&b, "ke.fence.v1.installation").await.unwrap(),
+            Some(Value::Null)
+        );
+        assert_eq!(
+            s.keys(&b).await.unwrap(),
+            vec!["ke.fence.v1.installation".to_owned()]
+        );
+    }
+
+    /// Keys are listed per binding, in ascending byte order.
+    pub async fn keys_are_listed_sorted_per_binding<S: HostStorage + ?Sized>(s: &S) {
+        let b = binding("inst-list");
+        let other = binding("inst-list-other");
+        for key in ["ke.fence.v1.b", "Z", "ke.config.v1.a", "ke.fence.v1.a", "a"] {
+            s.set(&b, key, &json!(1)).await.unwrap();
+        }
+        s.set(&other, "ke.fence.v1.zzz", &json!(1)).await.unwrap();
+        assert_eq!(
+            s.keys(&b).await.unwrap(),
+            vec!["Z", "a", "ke.config.v1.a", "ke.fence.v1.a", "ke.fence.v1.b"]
+        );
+        assert_eq!(s.keys(&other).await.unwrap(), vec!["ke.fence.v1.zzz"]);
+    }
+
+    /// The same key under two bindings holds two independent values.
+    pub async fn bindings_are_isolated<S: HostStorage + ?Sized>(s: &S) {
+        let a = binding("inst-a");
+        let b = binding("inst-b");
+        s.set(&a, "k", &json!("a")).await.unwrap();
+        s.set(&b, "k", &json!("b")).await.unwrap();
+        s.set(&b, "k", &Value::Null).await.unwrap();
+        assert_eq!(s.get(&a, "k").await.unwrap(), Some(json!("a")));
+        assert_eq!(s.get(&b, "k").await.unwrap(), Some(Value::Null));
+    }
+
+    /// Empty and over-long keys are refused before touching the backend.
+    pub async fn invalid_keys_are_refused<S: HostStorage + ?Sized>(s: &S) {
+        let b = binding("inst-keys");
+        let long = "k".repeat(MAX_KEY_LEN + 1);
+        for key in ["", long.as_str()] {
+            assert!(matches!(
+                s.set(&b, key, &json!(1)).await,
+                Err(HostStorageError::InvalidKey { .. })
+            ));
+            assert!(matches!(
+                s.get(&b, key).await,
+                Err(HostStorageError::InvalidKey { .. })
+            ));
+        }
+        assert!(s.keys(&b).await.unwrap().is_empty());
+        let longest = "k".repeat(MAX_KEY_LEN);
+        s.set(&b, &longest, &json!(1)).await.unwrap();
+        assert_eq!(s.keys(&b).await.unwrap(), vec![longest]);
+    }
+
+    /// Values well above the connector's 64 KiB configuration limit are stored intact.
+    pub async fn large_value_round_trips<S: HostStorage + ?Sized>(s: &S) {
+        let b = binding("inst-large");
+        let value = json!({"blob": "x".repeat(256 * 1024)});
+        s.set(&b, "big", &value).await.unwrap();
+        assert_eq!(s.get(&b, "big").await.unwrap(), Some(value));
+    }
+
+    /// Concurrent writers of one key leave exactly one of their values.
+    pub async fn concurrent_sets_leave_one_value<S: HostStorage + ?Sized>(s: &S) {
+        let b = binding("inst-race");
+        let (r1, r2) = futures_join(s.set(&b, "k", &json!(1)), s.set(&b, "k", &json!(2))).await;
+        r1.unwrap();
+        r2.unwrap();
+        let got = s.get(&b, "k").await.unwrap().unwrap();
+        assert!(got == json!(1) || got == json!(2), "{got}");
+        assert_eq!(s.keys(&b).await.unwrap(), vec!["k".to_owned()]);
+    }
+
+    async fn futures_join<A: std::future::Future, B: std::future::Future>(
+        a: A,
+        b: B,
+    ) -> (A::Output, B::Output) {
+        tokio::join!(a, b)
+    }
+}
+
+/// Expands to one `#[tokio::test]` per behaviour of
+/// [`host_storage::testing::conformance`](crate::host_storage::testing::conformance).
+///
+/// The argument is an expression evaluated inside each async test that yields
+/// `(guard, storage)`: `guard` lives until the test ends (a temporary database, or `()`),
+/// `storage` implements [`HostStorage`](crate::host_storage::HostStorage). It may use
+/// `.await` and names visible in the invoking module.
+///
+/// ```ignore
+/// tenantry_ports::host_storage_conformance!({
+///     let db = fresh_database().await;
+///     let storage = SeaOrmHostStorage::new(db.db.conn.clone());
+///     (db, storage)
+/// });
+/// ```
+#[macro_export]
+macro_rules! host_storage_conformance {
+    ($ctor:expr) => {
+        $crate::host_storage_conformance!(@tests $ctor;
+            missing_key_reads_none,
+            set_then_get_round_trips_json,
+            set_overwrites_existing_value,
+            null_is_a_tombstone_and_stays_listed,
+            keys_are_listed_sorted_per_binding,
+            bindings_are_isolated,
+            invalid_keys_are_refused,
+            large_value_round_trips,
+            concurrent_sets_leave_one_value,
+        );
+    };
+    (@tests $ctor:expr; $($name:ident),* $(,)?) => {
+        $(
+            #[::tokio::test]
+            async fn $name() {
+                let (_guard, storage) = $ctor;
+                $crate::host_storage::testing::conformance::$name(&storage).await;
+            }
+        )*
+    };
+}

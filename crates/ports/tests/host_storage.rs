@@ -1,0 +1,55 @@
+//! The host-storage conformance suite on the in-memory fake, plus the fake's fault injection.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use serde_json::json;
+use tenantry_fence::Binding;
+use tenantry_ports::host_storage::testing::{InMemoryHostStorage, SetFault};
+use tenantry_ports::host_storage::{HostStorage, HostStorageError};
+
+tenantry_ports::host_storage_conformance!(((), InMemoryHostStorage::new()));
+
+fn binding() -> Binding {
+    Binding::parse("inst").unwrap()
+}
+
+#[tokio::test]
+async fn fake_fails_listing_on_demand_then_recovers() {
+    let s = InMemoryHostStorage::new();
+    s.fail_keys(2);
+    for _ in 0..2 {
+        assert!(matches!(
+            s.keys(&binding()).await,
+            Err(HostStorageError::Unavailable {
+                operation: "keys",
+                ..
+            })
+        ));
+    }
+    assert_eq!(s.keys(&binding()).await.unwrap(), Vec::<String>::new());
+    assert_eq!(s.calls().keys, 3);
+}
+
+#[tokio::test]
+async fn fake_set_fault_before_or_after_write() {
+    let s = InMemoryHostStorage::new();
+    s.fail_sets([SetFault::BeforeWrite, SetFault::AfterWrite]);
+    assert!(s.set(&binding(), "a", &json!(1)).await.is_err());
+    assert_eq!(s.peek(&binding(), "a"), None);
+    assert!(s.set(&binding(), "b", &json!(2)).await.is_err());
+    assert_eq!(s.peek(&binding(), "b"), Some(Ok(json!(2))));
+    s.set(&binding(), "c", &json!(3)).await.unwrap();
+}
+
+#[tokio::test]
+async fn fake_corrupt_record_reads_as_error() {
+    let s = InMemoryHostStorage::new();
+    s.put_raw(&binding(), "ke.fence.v1.x", "{not json");
+    assert!(matches!(
+        s.get(&binding(), "ke.fence.v1.x").await,
+        Err(HostStorageError::CorruptValue { .. })
+    ));
+    s.fail_gets(1);
+    s.set(&binding(), "ok", &json!(1)).await.unwrap();
+    assert!(s.get(&binding(), "ok").await.is_err());
+    assert_eq!(s.get(&binding(), "ok").await.unwrap(), Some(json!(1)));
+}

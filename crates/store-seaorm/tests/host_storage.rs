@@ -1,0 +1,64 @@
+//! The host-storage conformance suite on SQLite (default) or PostgreSQL
+//! (`TENANTRY_TEST_PG_URL`), plus adapter-specific checks.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use sea_orm::{ConnectionTrait, Statement};
+use tenantry_fence::Binding;
+use tenantry_ports::host_storage::{HostStorage, HostStorageError};
+use tenantry_store_seaorm::Backend;
+use tenantry_store_seaorm::host_storage::SeaOrmHostStorage;
+use tenantry_store_seaorm::testing::fresh_database;
+
+tenantry_ports::host_storage_conformance!({
+    let db = fresh_database().await;
+    let storage = SeaOrmHostStorage::new(db.db.conn.clone());
+    (db, storage)
+});
+
+#[tokio::test]
+async fn non_json_text_in_the_table_reads_as_corrupt_value() {
+    let db = fresh_database().await;
+    let storage = SeaOrmHostStorage::new(db.db.conn.clone());
+    let sql = match db.backend() {
+        Backend::Sqlite => "INSERT INTO host_storage (binding, key, value) VALUES (?, ?, ?)",
+        Backend::Postgres => "INSERT INTO host_storage (binding, key, value) VALUES ($1, $2, $3)",
+    };
+    db.db
+        .conn
+        .execute_raw(Statement::from_sql_and_values(
+            db.db.conn.get_database_backend(),
+            sql,
+            ["inst".into(), "ke.fence.v1.x".into(), "{torn".into()],
+        ))
+        .await
+        .unwrap();
+    let b = Binding::parse("inst").unwrap();
+    assert!(matches!(
+        storage.get(&b, "ke.fence.v1.x").await,
+        Err(HostStorageError::CorruptValue { .. })
+    ));
+    assert_eq!(storage.keys(&b).await.unwrap(), vec!["ke.fence.v1.x"]);
+}
+
+#[tokio::test]
+async fn closed_pool_is_unavailable() {
+    let db = fresh_database().await;
+    let conn = db.db.conn.clone();
+    let storage = SeaOrmHostStorage::new(conn.clone());
+    conn.close().await.unwrap();
+    let b = Binding::parse("inst").unwrap();
+    assert!(matches!(
+        storage.keys(&b).await,
+        Err(HostStorageError::Unavailable {
+            operation: "keys",
+            ..
+        })
+    ));
+    assert!(matches!(
+        storage.set(&b, "k", &serde_json::json!(1)).await,
+        Err(HostStorageError::Unavailable {
+            operation: "set",
+            ..
+        })
+    ));
+}
