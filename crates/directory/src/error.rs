@@ -1,0 +1,429 @@
+//! Why the projection refused an input.
+//!
+//! Every variant names the offending entity and says who is at fault: the provider sent an
+//! inconsistent or older answer ("the directory ..."), another replica moved the shared
+//! projection ahead ("superseded", "replica behind"), or the local database holds a row the
+//! projection must not take over ("local ..."). A refused input changes nothing.
+
+use crate::ids::{AccountUuid, EventUuid, InstanceUuid, MembershipUuid, WorkspaceUuid};
+
+/// A rule of the directory projection refused an input; nothing was written.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DirectoryError {
+    // ----- capacity -----
+    /// The snapshot has more workspaces than `max_snapshot_workspaces`.
+    #[error(
+        "directory snapshot workspace capacity exceeded ({count} > {limit}); raise max_snapshot_workspaces or shrink the directory"
+    )]
+    SnapshotWorkspaceCapacity {
+        /// Workspaces in the snapshot.
+        count: usize,
+        /// Configured limit.
+        limit: usize,
+    },
+    /// The snapshot or delta has more memberships than `max_snapshot_memberships`.
+    #[error(
+        "directory membership capacity exceeded ({count} > {limit}); raise max_snapshot_memberships"
+    )]
+    MembershipCapacity {
+        /// Memberships in the input.
+        count: usize,
+        /// Configured limit.
+        limit: usize,
+    },
+    /// The input itself has more active workspaces than `max_active_workspaces`.
+    #[error(
+        "directory active workspace capacity exceeded ({count} > {limit}); raise max_active_workspaces"
+    )]
+    ActiveWorkspaceCapacity {
+        /// Active workspaces in the input.
+        count: usize,
+        /// Configured limit.
+        limit: usize,
+    },
+    /// After applying, the instance would have more active projected workspaces than allowed.
+    #[error(
+        "projected active workspace capacity exceeded ({count} > {limit}); raise max_active_workspaces"
+    )]
+    ProjectedActiveWorkspaceCapacity {
+        /// Active projected workspaces the instance would have.
+        count: u64,
+        /// Configured limit.
+        limit: usize,
+    },
+
+    // ----- shape of provider answers -----
+    /// The answer is for another instance.
+    #[error(
+        "directory {what} targets instance {actual}, not {expected}: check the provider URL and instance id"
+    )]
+    WrongInstance {
+        /// `snapshot`, `delta` or `event batch`.
+        what: &'static str,
+        /// The configured instance.
+        expected: InstanceUuid,
+        /// The instance named in the answer.
+        actual: InstanceUuid,
+    },
+    /// The event batch answers another `after` cursor than requested.
+    #[error("directory event batch answers after_cursor {actual}, but {expected} was requested")]
+    BatchCursorMismatch {
+        /// The requested cursor.
+        expected: i64,
+        /// The cursor in the answer.
+        actual: i64,
+    },
+    /// Cursors of the batch are out of order (provider bug).
+    #[error("directory event batch is malformed: {reason}")]
+    MalformedBatch {
+        /// What is inconsistent.
+        reason: String,
+    },
+    /// The batch has an event type this projection does not understand.
+    #[error("directory event {event} has unsupported type {event_type:?}")]
+    UnsupportedEventType {
+        /// The event.
+        event: EventUuid,
+        /// Its type.
+        event_type: String,
+    },
+    /// The payload names another workspace than the event's aggregate.
+    #[error(
+        "directory event {event} payload has a conflicting workspace scope (aggregate {aggregate})"
+    )]
+    EventScopeConflict {
+        /// The event.
+        event: EventUuid,
+        /// The event's aggregate.
+        aggregate: WorkspaceUuid,
+    },
+    /// The payload revision is missing, not an integer, or differs from the event revision.
+    #[error("directory event {event} payload field {field} is not the integer {revision}")]
+    EventRevisionConflict {
+        /// The event.
+        event: EventUuid,
+        /// `directory_revision` or `entitlement_revision`.
+        field: &'static str,
+        /// The event's revision.
+        revision: i64,
+    },
+    /// A snapshot or delta lists one workspace twice.
+    #[error("directory answer lists workspace {workspace} more than once")]
+    DuplicateWorkspace {
+        /// The workspace.
+        workspace: WorkspaceUuid,
+    },
+    /// A workspace lists one account twice.
+    #[error("directory workspace {workspace} lists account {account} more than once")]
+    DuplicateMember {
+        /// The workspace.
+        workspace: WorkspaceUuid,
+        /// The account.
+        account: AccountUuid,
+    },
+    /// One membership uuid is used for two memberships of the answer.
+    #[error("directory membership uuid {membership} is used for more than one membership")]
+    DuplicateMembershipUuid {
+        /// The membership.
+        membership: MembershipUuid,
+    },
+    /// A member's email is empty or not normalized (trimmed, lowercase).
+    #[error("directory account {account} has an email that is empty or not normalized")]
+    InvalidEmail {
+        /// The account.
+        account: AccountUuid,
+    },
+    /// A directory revision is below 1 (revision 0 marks platform-owned memberships).
+    #[error("directory {what} {id} has revision {revision}; directory revisions start at 1")]
+    InvalidRevision {
+        /// `membership` or `workspace`.
+        what: &'static str,
+        /// The entity.
+        id: String,
+        /// Its revision.
+        revision: i64,
+    },
+
+    // ----- snapshot / shared state -----
+    /// Another replica already applied a newer snapshot or delta.
+    #[error(
+        "directory snapshot at cursor {snapshot_cursor} is superseded by the shared projection at cursor {projected_cursor}"
+    )]
+    SnapshotSuperseded {
+        /// The snapshot's cursor.
+        snapshot_cursor: i64,
+        /// The shared projection cursor.
+        projected_cursor: i64,
+    },
+    /// A snapshot at the projected cursor has other contents than the projection.
+    #[error(
+        "directory snapshot cursor {cursor} has conflicting contents (fingerprint differs from the projected one)"
+    )]
+    SnapshotConflict {
+        /// The cursor.
+        cursor: i64,
+    },
+    /// No snapshot was ever applied for this instance.
+    #[error(
+        "directory projection state is missing for instance {instance}: initialize from a snapshot first"
+    )]
+    StateMissing {
+        /// The instance.
+        instance: InstanceUuid,
+    },
+    /// The shared cursor is behind what this replica already consumed.
+    #[error("directory projection state cursor rolled back ({state_cursor} < {expected})")]
+    StateCursorRolledBack {
+        /// The shared cursor.
+        state_cursor: i64,
+        /// The cursor this replica expected at least.
+        expected: i64,
+    },
+    /// Another replica advanced the shared cursor past this replica's.
+    #[error(
+        "this replica (cursor {replica_cursor}) has not consumed the shared directory high-water mark {shared_cursor}"
+    )]
+    ReplicaBehindHighWater {
+        /// This replica's cursor.
+        replica_cursor: i64,
+        /// The shared cursor.
+        shared_cursor: i64,
+    },
+    /// An event batch with `directory.changed` events was applied without a delta.
+    #[error("directory changes require a workspace delta or a full snapshot")]
+    DirectoryChangesNeedDelta,
+    /// The delta does not answer exactly the workspaces named by the batch's directory events.
+    #[error("directory delta does not match its event batch (requested workspaces differ)")]
+    DeltaMismatch,
+    /// The delta returned a workspace that was not requested.
+    #[error("directory delta returned workspace {workspace} that was not requested")]
+    DeltaUnrequestedWorkspace {
+        /// The workspace.
+        workspace: WorkspaceUuid,
+    },
+    /// The delta's workspace is older than the event that announced it.
+    #[error(
+        "directory workspace {workspace} delta revision {revision} is older than its event notification {required}"
+    )]
+    DeltaOlderThanEvent {
+        /// The workspace.
+        workspace: WorkspaceUuid,
+        /// Revision in the delta.
+        revision: i64,
+        /// Revision announced by the event.
+        required: i64,
+    },
+
+    // ----- inbox -----
+    /// An event uuid was seen before with another cursor or other contents.
+    #[error("directory event {event} has conflicting contents with its earlier receipt")]
+    ReceiptConflict {
+        /// The event.
+        event: EventUuid,
+    },
+    /// The shared cursor passed this event but its receipt is missing.
+    #[error(
+        "directory projection cursor advanced past event {event} (cursor {cursor}) without its receipt"
+    )]
+    MissingReceipt {
+        /// The event.
+        event: EventUuid,
+        /// Its cursor.
+        cursor: i64,
+    },
+
+    // ----- accounts -----
+    /// One email maps to several accounts in one answer.
+    #[error("directory maps email {email:?} to several accounts ({first} and {second})")]
+    EmailMapsToSeveralAccounts {
+        /// The email.
+        email: String,
+        /// The first account.
+        first: AccountUuid,
+        /// The second account.
+        second: AccountUuid,
+    },
+    /// One account appears with different email, name or status in one answer.
+    #[error("directory has conflicting projections of account {account}")]
+    ConflictingAccountProjections {
+        /// The account.
+        account: AccountUuid,
+    },
+    /// The email already belongs to another local account.
+    #[error("directory account {account} email collides with account {other}")]
+    EmailCollision {
+        /// The projected account.
+        account: AccountUuid,
+        /// The account that owns the email locally.
+        other: AccountUuid,
+    },
+    /// A local (non-directory) account has this uuid.
+    #[error("directory account {account} collides with a local account of the same uuid")]
+    LocalAccountCollision {
+        /// The account.
+        account: AccountUuid,
+    },
+    /// The stored account is newer than this projection.
+    #[error("directory account {account} revision rolled back ({stored} > {incoming})")]
+    AccountRevisionRolledBack {
+        /// The account.
+        account: AccountUuid,
+        /// Stored revision.
+        stored: i64,
+        /// Incoming revision.
+        incoming: i64,
+    },
+    /// Same account revision, other contents.
+    #[error("directory account {account} revision {revision} has conflicting contents")]
+    AccountRevisionConflict {
+        /// The account.
+        account: AccountUuid,
+        /// The revision.
+        revision: i64,
+    },
+
+    // ----- workspaces -----
+    /// The workspace is projected by another instance.
+    #[error("directory workspace {workspace} belongs to another instance")]
+    WorkspaceOtherInstance {
+        /// The workspace.
+        workspace: WorkspaceUuid,
+    },
+    /// A local workspace has this uuid.
+    #[error("directory workspace {workspace} collides with a local workspace of the same uuid")]
+    LocalWorkspaceCollision {
+        /// The workspace.
+        workspace: WorkspaceUuid,
+    },
+    /// The stored workspace is newer.
+    #[error("directory workspace {workspace} revision rolled back ({stored} > {incoming})")]
+    WorkspaceRevisionRolledBack {
+        /// The workspace.
+        workspace: WorkspaceUuid,
+        /// Stored revision.
+        stored: i64,
+        /// Incoming revision.
+        incoming: i64,
+    },
+    /// Same workspace revision, other contents.
+    #[error("directory workspace {workspace} revision {revision} has conflicting contents")]
+    WorkspaceRevisionConflict {
+        /// The workspace.
+        workspace: WorkspaceUuid,
+        /// The revision.
+        revision: i64,
+    },
+    /// An active workspace's creator is not among the projected accounts.
+    #[error("active directory workspace {workspace} creator {creator} is not projected")]
+    CreatorNotProjected {
+        /// The workspace.
+        workspace: WorkspaceUuid,
+        /// The creator.
+        creator: AccountUuid,
+    },
+
+    // ----- memberships -----
+    /// The membership uuid of one account in one workspace changed.
+    #[error(
+        "directory membership uuid of account {account} in workspace {workspace} changed ({stored} -> {incoming})"
+    )]
+    MembershipUuidChanged {
+        /// The workspace.
+        workspace: WorkspaceUuid,
+        /// The account.
+        account: AccountUuid,
+        /// Stored uuid.
+        stored: MembershipUuid,
+        /// Incoming uuid.
+        incoming: MembershipUuid,
+    },
+    /// The membership uuid already names a membership of another workspace or account.
+    #[error("directory membership {membership} already names another workspace or account")]
+    MembershipUuidCollision {
+        /// The membership.
+        membership: MembershipUuid,
+    },
+    /// The stored membership is newer.
+    #[error("directory membership {membership} revision rolled back ({stored} > {incoming})")]
+    MembershipRevisionRolledBack {
+        /// The membership.
+        membership: MembershipUuid,
+        /// Stored revision.
+        stored: i64,
+        /// Incoming revision.
+        incoming: i64,
+    },
+    /// Same membership revision, other contents.
+    #[error("directory membership {membership} revision {revision} has conflicting contents")]
+    MembershipRevisionConflict {
+        /// The membership.
+        membership: MembershipUuid,
+        /// The revision.
+        revision: i64,
+    },
+
+    // ----- execution state -----
+    /// The execution row belongs to another instance or to the local platform.
+    #[error("directory execution state of workspace {workspace} has an invalid owner")]
+    ExecutionOwnerInvalid {
+        /// The workspace.
+        workspace: WorkspaceUuid,
+    },
+    /// The execution generation would decrease.
+    #[error(
+        "directory execution generation of workspace {workspace} rolled back ({stored} > {incoming})"
+    )]
+    ExecutionGenerationRolledBack {
+        /// The workspace.
+        workspace: WorkspaceUuid,
+        /// Stored generation.
+        stored: i64,
+        /// Incoming generation.
+        incoming: i64,
+    },
+    /// The desired-state revision would decrease.
+    #[error(
+        "directory desired-state revision of workspace {workspace} rolled back ({stored} > {incoming})"
+    )]
+    DesiredStateRevisionRolledBack {
+        /// The workspace.
+        workspace: WorkspaceUuid,
+        /// Stored revision.
+        stored: i64,
+        /// Incoming revision.
+        incoming: i64,
+    },
+    /// Same desired-state revision, other execution contents.
+    #[error(
+        "directory execution state of workspace {workspace} has conflicting contents at revision {revision}"
+    )]
+    ExecutionRevisionConflict {
+        /// The workspace.
+        workspace: WorkspaceUuid,
+        /// The revision.
+        revision: i64,
+    },
+
+    // ----- tombstones -----
+    /// A tombstone is older than the stored row it would remove.
+    #[error(
+        "directory {entity} tombstone of workspace {workspace} rolled back ({stored} > {tombstone})"
+    )]
+    TombstoneRolledBack {
+        /// The workspace.
+        workspace: WorkspaceUuid,
+        /// `workspace`, `membership` or `execution state`.
+        entity: &'static str,
+        /// Stored revision.
+        stored: i64,
+        /// Tombstone revision.
+        tombstone: i64,
+    },
+}
+
+impl DirectoryError {
+    /// True when another replica's newer projection won the race; initialization retries.
+    pub fn is_superseded(&self) -> bool {
+        matches!(self, Self::SnapshotSuperseded { .. })
+    }
+}

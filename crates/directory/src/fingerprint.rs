@@ -1,0 +1,78 @@
+//! Fingerprints of snapshots and events (canonical JSON, SHA-256; see
+//! [`tenantry_kernel::fingerprint`]).
+
+use serde_json::{Value, json};
+use tenantry_kernel::{Fingerprint, fingerprint_json};
+
+use crate::model::{DirectoryEvent, DirectorySnapshot};
+
+/// Marker stored as the snapshot fingerprint after a delta was applied: a per-workspace delta
+/// cannot prove a full-directory fingerprint, so the next snapshot at the same cursor is
+/// accepted whatever its contents (event receipts and entity revisions protect that path).
+pub fn incremental_marker() -> Fingerprint {
+    Fingerprint::of_bytes(b"tenantry-directory-incremental-v1")
+}
+
+/// Fingerprint of a snapshot's contents: the instance and its workspaces sorted by uuid, each
+/// with members sorted by membership uuid. The cursor and `generated_at` are not part of it, so
+/// the same directory served twice fingerprints the same.
+pub fn snapshot_fingerprint(snapshot: &DirectorySnapshot) -> Fingerprint {
+    let mut workspaces: Vec<_> = snapshot.workspaces.iter().collect();
+    workspaces.sort_by(|a, b| a.uuid.cmp(&b.uuid));
+    let workspaces: Vec<Value> = workspaces
+        .into_iter()
+        .map(|workspace| {
+            let mut members: Vec<_> = workspace.members.iter().collect();
+            members.sort_by(|a, b| a.membership_uuid.cmp(&b.membership_uuid));
+            let mut value = serde_json::to_value(workspace).unwrap_or(Value::Null);
+            value["members"] = serde_json::to_value(members).unwrap_or(Value::Null);
+            value
+        })
+        .collect();
+    fingerprint_json(&json!({
+        "instance_uuid": snapshot.instance_uuid,
+        "workspaces": workspaces,
+    }))
+}
+
+/// Fingerprint of an event as received (every field, canonical form); the inbox compares it
+/// when an event uuid is seen again.
+pub fn event_fingerprint(event: &DirectoryEvent) -> Fingerprint {
+    fingerprint_json(&serde_json::to_value(event).unwrap_or(Value::Null))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::*;
+
+    #[test]
+    fn snapshot_fingerprint_ignores_order_cursor_and_time() {
+        let a = snapshot(
+            5,
+            vec![
+                workspace("ws-1", 1, &[("a", 1), ("b", 1)]),
+                workspace("ws-2", 1, &[]),
+            ],
+        );
+        let mut b = a.clone();
+        b.workspaces.reverse();
+        b.workspaces[1].members.reverse();
+        b.cursor = 6;
+        b.generated_at = at(99);
+        assert_eq!(snapshot_fingerprint(&a), snapshot_fingerprint(&b));
+        let mut c = a.clone();
+        c.workspaces[0].name = "renamed".into();
+        assert_ne!(snapshot_fingerprint(&a), snapshot_fingerprint(&c));
+        assert_ne!(snapshot_fingerprint(&a), incremental_marker());
+    }
+
+    #[test]
+    fn event_fingerprint_covers_every_field() {
+        let e = dir_event("e-1", 1, "ws-1", 2);
+        let mut other = e.clone();
+        other.cursor = 2;
+        assert_ne!(event_fingerprint(&e), event_fingerprint(&other));
+        assert_eq!(event_fingerprint(&e), event_fingerprint(&e.clone()));
+    }
+}
