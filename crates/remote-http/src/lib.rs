@@ -7,6 +7,8 @@
 //! - [`outcome`]: classifying a reqwest error or response into a dispatch outcome, and
 //!   reading a mutation's answer completely;
 //! - [`client`]: the builder of mutation clients (no redirects, no retries, one deadline).
+//! - [`knowledge_fs`]: `HttpKnowledgeFs`, the KnowledgeFS lifecycle API v1 client.
 
 pub mod client;
+pub mod knowledge_fs;
 pub mod outcome;

@@ -1,1 +1,0 @@
-//! Scoped writes runtime (owned by the fences work).

@@ -1,0 +1,572 @@
+//! `HttpKnowledgeFs`: the KnowledgeFS lifecycle API v1 client behind the
+//! [`KnowledgeFs`] port.
+//!
+//! Every call carries `Authorization: Bearer <token>`; every mutation carries the command's
+//! `Idempotency-Key` (stable across the saga's retries). One deadline (default
+//! [`DEFAULT_DEADLINE`]) covers waiting for a concurrency permit, connecting, sending and
+//! reading the whole body; at most [`DEFAULT_MAX_CONCURRENT_CALLS`] calls are in flight per
+//! client. The client follows no redirect and never retries: the saga decides retries.
+//!
+//! Failures are classified by [`crate::outcome`] and mapped to [`RemoteError`]:
+//! - waiting for a permit past the deadline, or a connection that was never made:
+//!   [`RemoteFailure::NotDispatched`] (`REMOTE_CLIENT_SATURATED` / `REMOTE_UNAVAILABLE`);
+//! - any status outside 2xx with a complete body: [`RemoteFailure::Answered`] with the
+//!   remote's `{code, message}` (or `KFS_HTTP_<status>` when the body is not that shape) and
+//!   its `Retry-After`;
+//! - a deadline after sending, a lost or reset connection, an unreadable body, or a 2xx
+//!   body that does not decode: [`RemoteFailure::OutcomeUnknown`]
+//!   (`REMOTE_OUTCOME_UNKNOWN`). A provision in that state is resolved by the saga's lookup
+//!   by provisioning key, never by re-sending with a new key.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderValue};
+use reqwest::{Method, Url};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use tenantry_fence::outcome::DispatchOutcome;
+use tenantry_kernel::{ControlSpaceId, IdempotencyKey, OperationId, ProvisioningKey, TenantId};
+use tenantry_lifecycle::{
+    DeletionProgress, DeletionRequest, ProvisionRequest, RemoteSpace, RevokeAck, RevokeRequest,
+};
+use tenantry_ports::lifecycle::{KnowledgeFs, RemoteError, RemoteFailure};
+use tokio::sync::Semaphore;
+
+use crate::client::{ClientBuildError, mutation_client};
+use crate::outcome::{Answer, DispatchError, read_answer};
+
+/// Default total deadline of one call (queueing, connect, send, whole body).
+pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(150);
+
+/// Default number of calls one client runs at once.
+pub const DEFAULT_MAX_CONCURRENT_CALLS: usize = 4;
+
+/// Code of a call that waited for a concurrency permit until its deadline passed.
+pub const CODE_CLIENT_SATURATED: &str = "REMOTE_CLIENT_SATURATED";
+
+/// Code of a lookup that found more than one space for one provisioning key.
+pub const CODE_LOOKUP_AMBIGUOUS: &str = "KNOWLEDGE_FS_LOOKUP_AMBIGUOUS";
+
+/// Name of the idempotency header sent with every mutation.
+pub const IDEMPOTENCY_KEY_HEADER: &str = "Idempotency-Key";
+
+/// Configuration of an [`HttpKnowledgeFs`].
+#[derive(Clone, PartialEq, Eq)]
+pub struct KnowledgeFsConfig {
+    /// Base URL (`http` or `https`), optionally with a path prefix; `/v1/...` is appended.
+    pub base_url: String,
+    /// Bearer token sent on every call.
+    pub bearer_token: String,
+    /// Total deadline of one call, covering queueing for a permit and the whole body.
+    pub deadline: Duration,
+    /// Most calls in flight at once (at least 1).
+    pub max_concurrent_calls: usize,
+}
+
+impl KnowledgeFsConfig {
+    /// A configuration with the default deadline and concurrency.
+    pub fn new(base_url: impl Into<String>, bearer_token: impl Into<String>) -> Self {
+        Self {
+            base_url: base_url.into(),
+            bearer_token: bearer_token.into(),
+            deadline: DEFAULT_DEADLINE,
+            max_concurrent_calls: DEFAULT_MAX_CONCURRENT_CALLS,
+        }
+    }
+}
+
+impl fmt::Debug for KnowledgeFsConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KnowledgeFsConfig")
+            .field("base_url", &self.base_url)
+            .field("bearer_token", &"<redacted>")
+            .field("deadline", &self.deadline)
+            .field("max_concurrent_calls", &self.max_concurrent_calls)
+            .finish()
+    }
+}
+
+/// A [`KnowledgeFsConfig`] that cannot work; fix the configuration.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KnowledgeFsConfigError {
+    /// The base URL does not parse or is not `http`/`https`.
+    #[error("KnowledgeFS base URL {url:?} is invalid: {reason}; give an http(s) URL")]
+    InvalidBaseUrl {
+        /// The configured URL.
+        url: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The bearer token is empty or not a valid header value.
+    #[error("KnowledgeFS bearer token is empty or contains characters not allowed in a header")]
+    InvalidToken,
+    /// The deadline is zero.
+    #[error("KnowledgeFS call deadline must be above zero")]
+    ZeroDeadline,
+    /// The concurrency limit is zero.
+    #[error("KnowledgeFS max_concurrent_calls must be at least 1")]
+    ZeroConcurrency,
+    /// The HTTP client could not be built.
+    #[error(transparent)]
+    Client(#[from] ClientBuildError),
+}
+
+/// The reqwest implementation of the [`KnowledgeFs`] port.
+#[derive(Clone)]
+pub struct HttpKnowledgeFs {
+    client: reqwest::Client,
+    base: Url,
+    authorization: HeaderValue,
+    deadline: Duration,
+    permits: Arc<Semaphore>,
+}
+
+impl fmt::Debug for HttpKnowledgeFs {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HttpKnowledgeFs")
+            .field("base", &self.base.as_str())
+            .field("deadline", &self.deadline)
+            .field("available_permits", &self.permits.available_permits())
+            .finish_non_exhaustive()
+    }
+}
+
+impl HttpKnowledgeFs {
+    /// Builds a client from `config`.
+    ///
+    /// # Errors
+    /// [`KnowledgeFsConfigError`] naming the invalid setting.
+    pub fn new(config: &KnowledgeFsConfig) -> Result<Self, KnowledgeFsConfigError> {
+        let invalid_url = |reason: String| KnowledgeFsConfigError::InvalidBaseUrl {
+            url: config.base_url.clone(),
+            reason,
+        };
+        let base = Url::parse(&config.base_url).map_err(|e| invalid_url(e.to_string()))?;
+        if !matches!(base.scheme(), "http" | "https") || base.cannot_be_a_base() {
+            return Err(invalid_url("the scheme must be http or https".into()));
+        }
+        if base.query().is_some() || base.fragment().is_some() {
+            return Err(invalid_url("a query or fragment is not allowed".into()));
+        }
+        if config.bearer_token.is_empty() {
+            return Err(KnowledgeFsConfigError::InvalidToken);
+        }
+        let mut authorization = HeaderValue::from_str(&format!("Bearer {}", config.bearer_token))
+            .map_err(|_| KnowledgeFsConfigError::InvalidToken)?;
+        authorization.set_sensitive(true);
+        if config.deadline.is_zero() {
+            return Err(KnowledgeFsConfigError::ZeroDeadline);
+        }
+        if config.max_concurrent_calls == 0 {
+            return Err(KnowledgeFsConfigError::ZeroConcurrency);
+        }
+        Ok(Self {
+            client: mutation_client(config.deadline)?,
+            base,
+            authorization,
+            deadline: config.deadline,
+            permits: Arc::new(Semaphore::new(config.max_concurrent_calls)),
+        })
+    }
+
+    /// `base` + `/v1/namespaces/{namespace}` + `rest`, each segment percent-encoded.
+    fn endpoint(&self, namespace: &TenantId, rest: &[&str]) -> Result<Url, RemoteError> {
+        let mut url = self.base.clone();
+        {
+            let mut path = url.path_segments_mut().map_err(|()| {
+                RemoteError::not_dispatched("KnowledgeFS base URL cannot take a path")
+            })?;
+            path.pop_if_empty()
+                .extend(["v1", "namespaces", namespace.as_str()])
+                .extend(rest);
+        }
+        Ok(url)
+    }
+
+    /// One call under the deadline and the concurrency limit; returns the complete answer.
+    async fn exchange(
+        &self,
+        method: Method,
+        url: Url,
+        idempotency_key: Option<&IdempotencyKey>,
+        body: Option<Vec<u8>>,
+    ) -> Result<Answer, RemoteError> {
+        let started = Instant::now();
+        let permit = match tokio::time::timeout(self.deadline, self.permits.acquire()).await {
+            Ok(Ok(permit)) => permit,
+            Ok(Err(_closed)) => {
+                return Err(RemoteError::not_dispatched("KnowledgeFS client is closed"));
+            }
+            Err(_elapsed) => return Err(saturated(self.deadline)),
+        };
+        let remaining = self.deadline.saturating_sub(started.elapsed());
+        if remaining.is_zero() {
+            return Err(saturated(self.deadline));
+        }
+        let mut request = self
+            .client
+            .request(method, url)
+            .timeout(remaining)
+            .header(AUTHORIZATION, self.authorization.clone());
+        if let Some(key) = idempotency_key {
+            request = request.header(IDEMPOTENCY_KEY_HEADER, key.as_str());
+        }
+        if let Some(body) = body {
+            request = request
+                .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
+                .body(body);
+        }
+        let answer = tokio::time::timeout(remaining, read_answer(request.send().await)).await;
+        drop(permit);
+        match answer {
+            Ok(Ok(answer)) => Ok(answer),
+            Ok(Err(failure)) => Err(dispatch_error(failure)),
+            Err(_elapsed) => Err(RemoteError::outcome_unknown(format!(
+                "no complete KnowledgeFS answer within the {}s deadline",
+                self.deadline.as_secs_f64()
+            ))),
+        }
+    }
+
+    async fn mutate<T: DeserializeOwned>(
+        &self,
+        url: Url,
+        key: &IdempotencyKey,
+        body: &impl Serialize,
+    ) -> Result<T, RemoteError> {
+        let body = serde_json::to_vec(body).map_err(|e| {
+            RemoteError::not_dispatched(format!("cannot encode the request body: {e}"))
+        })?;
+        let answer = self.exchange(Method::POST, url, Some(key), Some(body)).await?;
+        decode(&answer, Utc::now())
+    }
+}
+
+#[async_trait]
+impl KnowledgeFs for HttpKnowledgeFs {
+    async fn provision(&self, request: &ProvisionRequest) -> Result<RemoteSpace, RemoteError> {
+        let url = self.endpoint(&request.namespace_id, &["spaces"])?;
+        let body = ProvisionBody {
+            control_space_id: &request.control_space_id,
+            operation_id: &request.operation_id,
+            provisioning_key: &request.provisioning_key,
+            name: &request.name,
+            slug: &request.slug,
+            icon: &request.icon,
+            description: &request.description,
+            model_intent: request.model_intent.as_ref(),
+            profile_intent: request.profile_intent.as_ref(),
+        };
+        self.mutate(url, &request.idempotency_key, &body).await
+    }
+
+    async fn find_by_provisioning_key(
+        &self,
+        namespace_id: &TenantId,
+        provisioning_key: &ProvisioningKey,
+        control_space_id: &ControlSpaceId,
+    ) -> Result<Option<RemoteSpace>, RemoteError> {
+        let mut url = self.endpoint(namespace_id, &["spaces"])?;
+        url.query_pairs_mut()
+            .append_pair("provisioning_key", provisioning_key.as_str())
+            .append_pair("control_space_id", control_space_id.as_str());
+        let answer = self.exchange(Method::GET, url, None, None).await?;
+        let list: SpaceList = decode(&answer, Utc::now())?;
+        let mut items = list.items.into_iter();
+        match (items.next(), items.next()) {
+            (None, _) => Ok(None),
+            (Some(space), None) => Ok(Some(space)),
+            (Some(_), Some(_)) => Err(RemoteError::answered(
+                answer.status.as_u16(),
+                CODE_LOOKUP_AMBIGUOUS,
+                format!(
+                    "KnowledgeFS lists more than one space for provisioning key \
+                     {provisioning_key}; reconcile the remote by hand"
+                ),
+            )),
+        }
+    }
+
+    async fn request_deletion(
+        &self,
+        request: &DeletionRequest,
+    ) -> Result<DeletionProgress, RemoteError> {
+        let url = self.endpoint(
+            &request.namespace_id,
+            &["spaces", request.knowledge_space_id.as_str(), "deletion"],
+        )?;
+        let body = DeletionBody {
+            control_space_id: &request.control_space_id,
+            operation_id: &request.operation_id,
+            provisioning_key: &request.provisioning_key,
+            expected_revision: request.expected_revision,
+        };
+        self.mutate(url, &request.idempotency_key, &body).await
+    }
+
+    async fn revoke_grant(&self, request: &RevokeRequest) -> Result<RevokeAck, RemoteError> {
+        let url = self.endpoint(
+            &request.namespace_id,
+            &[
+                "spaces",
+                request.knowledge_space_id.as_str(),
+                "grants",
+                request.grant_id.as_str(),
+                "revocations",
+            ],
+        )?;
+        let body = RevocationBody {
+            control_space_id: &request.control_space_id,
+            operation_id: &request.operation_id,
+            event_id: &request.event_id,
+            reason_code: &request.reason_code,
+            revoke_sequence: request.revoke_sequence,
+            expected_revision: request.expected_revision,
+        };
+        self.mutate(url, &request.idempotency_key, &body).await
+    }
+}
+
+#[derive(Serialize)]
+struct ProvisionBody<'a> {
+    control_space_id: &'a ControlSpaceId,
+    operation_id: &'a OperationId,
+    provisioning_key: &'a ProvisioningKey,
+    name: &'a str,
+    slug: &'a str,
+    icon: &'a str,
+    description: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    model_intent: Option<&'a serde_json::Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    profile_intent: Option<&'a serde_json::Value>,
+}
+
+#[derive(Serialize)]
+struct DeletionBody<'a> {
+    control_space_id: &'a ControlSpaceId,
+    operation_id: &'a OperationId,
+    provisioning_key: &'a ProvisioningKey,
+    expected_revision: i64,
+}
+
+#[derive(Serialize)]
+struct RevocationBody<'a> {
+    control_space_id: &'a ControlSpaceId,
+    operation_id: &'a OperationId,
+    event_id: &'a str,
+    reason_code: &'a str,
+    revoke_sequence: i64,
+    expected_revision: i64,
+}
+
+#[derive(Deserialize)]
+struct SpaceList {
+    items: Vec<RemoteSpace>,
+}
+
+/// The `{code, message}` error body.
+#[derive(Deserialize)]
+struct ErrorBody {
+    code: String,
+    #[serde(default)]
+    message: String,
+}
+
+/// Decodes a complete answer: 2xx → `T` (outcome unknown if it does not decode), any other
+/// status → an answered [`RemoteError`] with the remote's code, message and `Retry-After`.
+fn decode<T: DeserializeOwned>(answer: &Answer, now: DateTime<Utc>) -> Result<T, RemoteError> {
+    if answer.status.is_success() {
+        return answer.json().map_err(dispatch_error);
+    }
+    let status = answer.status.as_u16();
+    let (code, message) = match serde_json::from_slice::<ErrorBody>(&answer.body) {
+        Ok(body) if !body.code.is_empty() => (body.code, body.message),
+        _ => (
+            format!("KFS_HTTP_{status}"),
+            format!(
+                "KnowledgeFS answered {} without an error body: {}",
+                answer.status,
+                String::from_utf8_lossy(&answer.body[..answer.body.len().min(256)])
+            ),
+        ),
+    };
+    let mut error = RemoteError::answered(status, code, message);
+    if let Some(after) = answer
+        .retry_after
+        .as_deref()
+        .and_then(|v| parse_retry_after(v, now))
+    {
+        error = error.with_retry_after(after);
+    }
+    Err(error)
+}
+
+/// `Retry-After` as delay-seconds or an HTTP date (a date in the past gives zero).
+fn parse_retry_after(value: &str, now: DateTime<Utc>) -> Option<Duration> {
+    let value = value.trim();
+    if let Ok(secs) = value.parse::<u64>() {
+        return Some(Duration::from_secs(secs));
+    }
+    let at = DateTime::parse_from_rfc2822(value).ok()?.with_timezone(&Utc);
+    Some((at - now).to_std().unwrap_or(Duration::ZERO))
+}
+
+fn dispatch_error(failure: DispatchError) -> RemoteError {
+    match failure.outcome {
+        DispatchOutcome::NotDispatched => RemoteError::not_dispatched(failure.message),
+        DispatchOutcome::OutcomeUnknown => RemoteError::outcome_unknown(failure.message),
+        // A failure always lacks a complete answer; treat a contradiction as unknown.
+        DispatchOutcome::Answered => RemoteError::outcome_unknown(failure.message),
+    }
+}
+
+fn saturated(deadline: Duration) -> RemoteError {
+    RemoteError {
+        failure: RemoteFailure::NotDispatched,
+        code: CODE_CLIENT_SATURATED.into(),
+        message: format!(
+            "no KnowledgeFS call slot freed within the {}s deadline; raise \
+             max_concurrent_calls or the deadline",
+            deadline.as_secs_f64()
+        ),
+        retry_after: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use reqwest::StatusCode;
+
+    fn answer(status: u16, retry_after: Option<&str>, body: &str) -> Answer {
+        Answer {
+            status: StatusCode::from_u16(status).unwrap(),
+            retry_after: retry_after.map(str::to_owned),
+            body: body.as_bytes().to_vec(),
+        }
+    }
+
+    fn now() -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339("2026-01-01T00:00:00Z").unwrap().with_timezone(&Utc)
+    }
+
+    #[test]
+    fn remote_error_code_and_retry_after_are_mapped() {
+        let err = decode::<RemoteSpace>(
+            &answer(503, Some("7"), r#"{"code":"KFS_UNAVAILABLE","message":"busy"}"#),
+            now(),
+        )
+        .unwrap_err();
+        assert_eq!(err.failure, RemoteFailure::Answered { status: 503 });
+        assert_eq!(err.code, "KFS_UNAVAILABLE");
+        assert_eq!(err.message, "busy");
+        assert_eq!(err.retry_after, Some(Duration::from_secs(7)));
+    }
+
+    #[test]
+    fn error_without_code_body_gets_a_status_code() {
+        let err = decode::<RemoteSpace>(&answer(502, None, "<html>bad gateway</html>"), now())
+            .unwrap_err();
+        assert_eq!(err.failure, RemoteFailure::Answered { status: 502 });
+        assert_eq!(err.code, "KFS_HTTP_502");
+        assert!(err.message.contains("bad gateway"));
+    }
+
+    #[test]
+    fn redirect_is_an_answer_not_followed() {
+        let err = decode::<RemoteSpace>(&answer(307, None, ""), now()).unwrap_err();
+        assert_eq!(err.failure, RemoteFailure::Answered { status: 307 });
+    }
+
+    #[test]
+    fn undecodable_success_body_is_outcome_unknown() {
+        let err = decode::<RemoteSpace>(&answer(201, None, r#"{"unexpected":true}"#), now())
+            .unwrap_err();
+        assert_eq!(err.failure, RemoteFailure::OutcomeUnknown);
+        assert_eq!(err.code, "REMOTE_OUTCOME_UNKNOWN");
+    }
+
+    #[test]
+    fn success_body_decodes() {
+        let space: RemoteSpace = decode(
+            &answer(
+                200,
+                None,
+                r#"{"namespace_id":"t1","knowledge_space_id":"ks-1","revision":3}"#,
+            ),
+            now(),
+        )
+        .unwrap();
+        assert_eq!(space.revision, 3);
+    }
+
+    #[test]
+    fn retry_after_parses_seconds_and_http_dates() {
+        assert_eq!(parse_retry_after("120", now()), Some(Duration::from_secs(120)));
+        assert_eq!(
+            parse_retry_after("Thu, 01 Jan 2026 00:00:30 GMT", now()),
+            Some(Duration::from_secs(30))
+        );
+        assert_eq!(
+            parse_retry_after("Wed, 31 Dec 2025 23:00:00 GMT", now()),
+            Some(Duration::ZERO)
+        );
+        assert_eq!(parse_retry_after("soon", now()), None);
+    }
+
+    #[test]
+    fn endpoint_encodes_segments_and_keeps_a_path_prefix() {
+        let fs = HttpKnowledgeFs::new(&KnowledgeFsConfig::new("http://h:1/kfs/", "t")).unwrap();
+        let ns = TenantId::parse("a/b?c").unwrap();
+        let url = fs.endpoint(&ns, &["spaces", "ks#1", "deletion"]).unwrap();
+        assert_eq!(
+            url.as_str(),
+            "http://h:1/kfs/v1/namespaces/a%2Fb%3Fc/spaces/ks%231/deletion"
+        );
+    }
+
+    #[test]
+    fn invalid_configuration_is_refused() {
+        let ok = KnowledgeFsConfig::new("http://127.0.0.1:1", "token");
+        assert!(HttpKnowledgeFs::new(&ok).is_ok());
+        let bad_url = KnowledgeFsConfig::new("ftp://x", "t");
+        assert!(matches!(
+            HttpKnowledgeFs::new(&bad_url),
+            Err(KnowledgeFsConfigError::InvalidBaseUrl { .. })
+        ));
+        let no_token = KnowledgeFsConfig::new("http://x", "");
+        assert_eq!(
+            HttpKnowledgeFs::new(&no_token).unwrap_err(),
+            KnowledgeFsConfigError::InvalidToken
+        );
+        let zero = KnowledgeFsConfig {
+            max_concurrent_calls: 0,
+            ..ok.clone()
+        };
+        assert_eq!(
+            HttpKnowledgeFs::new(&zero).unwrap_err(),
+            KnowledgeFsConfigError::ZeroConcurrency
+        );
+        let zero = KnowledgeFsConfig {
+            deadline: Duration::ZERO,
+            ..ok
+        };
+        assert_eq!(
+            HttpKnowledgeFs::new(&zero).unwrap_err(),
+            KnowledgeFsConfigError::ZeroDeadline
+        );
+    }
+
+    #[test]
+    fn config_debug_redacts_the_token() {
+        let cfg = KnowledgeFsConfig::new("http://x", "s3cret");
+        assert!(!format!("{cfg:?}").contains("s3cret"));
+        let fs = HttpKnowledgeFs::new(&cfg).unwrap();
+        assert!(!format!("{fs:?}").contains("s3cret"));
+    }
+}

@@ -1,0 +1,18 @@
+//! Test kit of Tenantry: reference remotes with fault injection, for contract tests of the
+//! HTTP adapters and end-to-end runs of the engine (not published).
+//!
+//! - [`knowledge_fs`]: the reference KnowledgeFS lifecycle API v1 (axum, in memory):
+//!   provisioning idempotent on the provisioning key, draining deletions, revoke watermarks,
+//!   bearer auth, `{code, message}` errors, and ground-truth effect counters that prove
+//!   exactly-once delivery;
+//! - [`fault`]: per-route fault plans (script, or seeded probability) and fault profiles:
+//!   503 / 429 with `Retry-After`, lost ACK, connection reset, stall, watermark lag;
+//! - [`openapi`]: the OpenAPI documents the reference servers serve at `/openapi.json`.
+//!
+//! Start one remote per test with [`knowledge_fs::ReferenceRemote::start`]; it binds
+//! `127.0.0.1:0`, so tests run in parallel.
+
+pub mod fault;
+pub mod knowledge_fs;
+pub mod openapi;
+mod serve;
