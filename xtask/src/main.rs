@@ -1,2 +1,110 @@
-//! xtask
-fn main() {}
+//! `cargo xtask`: the project's automation, in Rust so it runs wherever cargo does.
+//!
+//! - `cargo xtask ci`: the single gate (fmt, clippy, tests on SQLite, tests on PostgreSQL);
+//!   see [`ci`].
+//! - `cargo xtask pg`: a throwaway PostgreSQL cluster for manual work; see [`pg`].
+//! - `cargo xtask bench`, `cargo xtask demo`: not implemented yet.
+//!
+//! Add a subcommand by adding a variant to [`Command`] and a match arm in [`main`].
+
+mod ci;
+mod interrupt;
+mod pg;
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Command line of `cargo xtask`.
+#[derive(Debug, Parser)]
+#[command(name = "cargo xtask", about = "Tenantry project automation", version)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// The gate: fmt, clippy, tests on SQLite, then tests on PostgreSQL (a throwaway cluster,
+    /// or the server in DATABASE_URL).
+    Ci(ci::CiArgs),
+    /// Start a throwaway PostgreSQL cluster, print its URL, and keep it running until Ctrl-C
+    /// (or end of standard input); then stop it and remove its folder.
+    Pg(PgArgs),
+    /// Benchmarks (not implemented yet).
+    Bench,
+    /// Demo run of the service (not implemented yet).
+    Demo,
+}
+
+/// Options of `cargo xtask pg`.
+#[derive(Debug, clap::Args)]
+struct PgArgs {
+    /// Keep running when standard input ends (for `cargo xtask pg --ignore-stdin &`); stop
+    /// with Ctrl-C or `kill <pid>` (SIGTERM).
+    #[arg(long)]
+    ignore_stdin: bool,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    interrupt::install();
+    let root = workspace_root();
+    match cli.command {
+        Command::Ci(args) => ci::run(&root, &args),
+        Command::Pg(args) => run_pg(&args),
+        Command::Bench => not_implemented("bench"),
+        Command::Demo => not_implemented("demo"),
+    }
+}
+
+/// The workspace root: the parent of this crate's folder.
+fn workspace_root() -> PathBuf {
+    let root = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
+    root.canonicalize().unwrap_or_else(|_| root.to_path_buf())
+}
+
+fn run_pg(args: &PgArgs) -> ExitCode {
+    let cluster = match pg::Cluster::start() {
+        Ok(cluster) => cluster,
+        Err(e) => {
+            eprintln!("xtask: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let url = cluster.url();
+    println!("{} running (pid {})", cluster.version(), std::process::id());
+    println!("  folder: {} (server.log inside)", cluster.dir().display());
+    println!("  URL:    {url}");
+    println!("Run the tests against it:");
+    println!("  TENANTRY_TEST_PG_URL={url} cargo test");
+    if args.ignore_stdin {
+        println!(
+            "Stop with Ctrl-C or `kill {}`; the cluster and its folder are then removed.",
+            std::process::id()
+        );
+    } else {
+        println!(
+            "Stop with Ctrl-C or Ctrl-D (end of input); the cluster and its folder are then removed."
+        );
+    }
+    let _ = std::io::Write::flush(&mut std::io::stdout());
+    if args.ignore_stdin {
+        loop {
+            std::thread::park();
+        }
+    }
+    // Read until end of input; Ctrl-C is handled by the interrupt thread.
+    let _ = std::io::copy(&mut std::io::stdin().lock(), &mut std::io::sink());
+    let dir = cluster.dir().display().to_string();
+    drop(cluster);
+    println!("stopped; removed {dir}");
+    ExitCode::SUCCESS
+}
+
+fn not_implemented(command: &str) -> ExitCode {
+    eprintln!("xtask: `cargo xtask {command}` is not implemented yet");
+    ExitCode::FAILURE
+}

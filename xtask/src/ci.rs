@@ -1,0 +1,499 @@
+//! `cargo xtask ci`: the single gate.
+//!
+//! Steps, in order, stopping at the first failure:
+//! 1. `cargo fmt --all -- --check`
+//! 2. `cargo clippy --workspace --all-targets --locked -- -D warnings`
+//! 3. `cargo test --workspace --locked` on SQLite (`TENANTRY_TEST_PG_URL` removed from the
+//!    environment, so every test database is a SQLite file)
+//! 4. a PostgreSQL server: the one named by `DATABASE_URL` when set, else a throwaway cluster
+//!    ([`crate::pg::Cluster`])
+//! 5. `cargo test --workspace --locked` again with `TENANTRY_TEST_PG_URL` set to that server
+//!    (each test creates its own fresh database there)
+//!
+//! Each step is announced by a banner; a summary with durations and test counts closes the run.
+//! The throwaway cluster is a guard value, so it is stopped and removed on every exit path.
+
+use std::io::{BufRead as _, BufReader, Write as _};
+use std::path::Path;
+use std::process::{Command, ExitCode, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use clap::ValueEnum;
+
+use crate::pg::Cluster;
+
+/// Environment variable that selects the PostgreSQL backend in the test harness.
+const PG_URL_ENV: &str = "TENANTRY_TEST_PG_URL";
+/// Environment variable naming an existing PostgreSQL server to use instead of a throwaway one.
+const DATABASE_URL_ENV: &str = "DATABASE_URL";
+
+/// Options of `cargo xtask ci`; without any, this is exactly the gate CI runs.
+#[derive(Debug, clap::Args)]
+pub struct CiArgs {
+    /// Skip a step (repeatable). For local iteration only: the gate runs every step.
+    #[arg(long, value_enum)]
+    skip: Vec<StepKind>,
+    /// Run the tests of these packages only, instead of `--workspace` (repeatable).
+    #[arg(short, long = "package", value_name = "PACKAGE")]
+    packages: Vec<String>,
+    /// Arguments for the test binaries of both test runs, e.g. `-- lease` to filter by name.
+    #[arg(last = true, value_name = "TEST_ARGS")]
+    test_args: Vec<String>,
+}
+
+/// The steps that `--skip` can name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum StepKind {
+    /// `cargo fmt --check`.
+    Fmt,
+    /// `cargo clippy`.
+    Clippy,
+    /// The test run on SQLite.
+    Sqlite,
+    /// The PostgreSQL server and the test run on it.
+    Postgres,
+}
+
+/// Runs the gate from the workspace root `root`; the exit code is non-zero on any failure.
+pub fn run(root: &Path, args: &CiArgs) -> ExitCode {
+    let started = Instant::now();
+    let mut report = Report::default();
+    let passed = Gate {
+        root,
+        args,
+        report: &mut report,
+        next: 1,
+    }
+    .run()
+    .is_ok();
+    report.print(passed, started.elapsed());
+    if passed {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+/// Total number of steps, for the `[i/N]` banners.
+const STEPS: usize = 5;
+
+/// A failed step; its details are already in the report.
+#[derive(Debug)]
+struct StepFailed;
+
+struct Gate<'a> {
+    root: &'a Path,
+    args: &'a CiArgs,
+    report: &'a mut Report,
+    next: usize,
+}
+
+impl Gate<'_> {
+    fn run(&mut self) -> Result<(), StepFailed> {
+        if !self.skipped(StepKind::Fmt, "fmt") {
+            let mut cmd = self.cargo();
+            cmd.args(["fmt", "--all", "--", "--check"]);
+            self.command_step("fmt", cmd, false)?;
+        }
+
+        if !self.skipped(StepKind::Clippy, "clippy") {
+            let mut cmd = self.cargo();
+            cmd.args([
+                "clippy",
+                "--workspace",
+                "--all-targets",
+                "--locked",
+                "--",
+                "-D",
+                "warnings",
+            ]);
+            self.command_step("clippy", cmd, false)?;
+        }
+
+        if !self.skipped(StepKind::Sqlite, "test (SQLite)") {
+            let mut cmd = self.cargo_test();
+            cmd.env_remove(PG_URL_ENV);
+            self.command_step("test (SQLite)", cmd, true)?;
+        }
+
+        if self.skipped(StepKind::Postgres, "PostgreSQL server") {
+            self.skipped(StepKind::Postgres, "test (PostgreSQL)");
+            return Ok(());
+        }
+        // The cluster (if any) lives until the end of this function: dropping it on any return
+        // path, including `?`, stops the server and removes its folder.
+        let (url, cluster) = self.postgres_step()?;
+        let mut cmd = self.cargo_test();
+        cmd.env(PG_URL_ENV, &url);
+        let result = self.command_step("test (PostgreSQL)", cmd, true);
+        if let Some(cluster) = cluster {
+            let dir = cluster.dir().display().to_string();
+            drop(cluster);
+            println!("xtask: stopped the throwaway cluster and removed {dir}");
+        }
+        result
+    }
+
+    /// Records `step` as skipped when `--skip kind` was given.
+    fn skipped(&mut self, kind: StepKind, step: &str) -> bool {
+        if !self.args.skip.contains(&kind) {
+            return false;
+        }
+        self.next += 1;
+        self.report
+            .push(step, Outcome::Skipped, None, "--skip".to_owned());
+        true
+    }
+
+    fn banner(&mut self, step: &str, what: &str) {
+        println!("\n==> [{}/{STEPS}] {step}: {what}", self.next);
+        let _ = std::io::stdout().flush();
+        self.next += 1;
+    }
+
+    fn cargo(&self) -> Command {
+        let mut cmd = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+        cmd.current_dir(self.root).stdin(Stdio::null());
+        cmd
+    }
+
+    fn cargo_test(&self) -> Command {
+        let mut cmd = self.cargo();
+        cmd.arg("test");
+        if self.args.packages.is_empty() {
+            cmd.arg("--workspace");
+        } else {
+            for package in &self.args.packages {
+                cmd.args(["--package", package]);
+            }
+        }
+        cmd.arg("--locked");
+        if !self.args.test_args.is_empty() {
+            cmd.arg("--").args(&self.args.test_args);
+        }
+        cmd
+    }
+
+    /// Runs one command step; `count_tests` pipes its stdout through us to count test results.
+    fn command_step(
+        &mut self,
+        step: &str,
+        mut cmd: Command,
+        count_tests: bool,
+    ) -> Result<(), StepFailed> {
+        let env_note = if count_tests {
+            match cmd.get_envs().find(|(k, _)| *k == PG_URL_ENV) {
+                Some((_, Some(url))) => format!("{PG_URL_ENV}={} ", redact(&url.to_string_lossy())),
+                _ => format!("(no {PG_URL_ENV}) "),
+            }
+        } else {
+            String::new()
+        };
+        self.banner(step, &format!("{env_note}{}", display_command(&cmd)));
+        let started = Instant::now();
+        let result = if count_tests {
+            run_counting_tests(&mut cmd)
+        } else {
+            run_inherit(&mut cmd).map(|status| (status, None))
+        };
+        let elapsed = started.elapsed();
+        if let Ok((_, Some(counts))) = &result {
+            self.report.tests.get_or_insert_default().add(*counts);
+        }
+        match result {
+            Ok((status, counts)) if status.success() => {
+                let detail = counts.map(|c| c.to_string()).unwrap_or_default();
+                self.report
+                    .push(step, Outcome::Passed, Some(elapsed), detail);
+                Ok(())
+            }
+            Ok((status, counts)) => {
+                let mut detail = format!("exited with {status}");
+                if let Some(c) = counts {
+                    detail = format!("{detail}; {c}");
+                }
+                self.report
+                    .push(step, Outcome::Failed, Some(elapsed), detail);
+                Err(StepFailed)
+            }
+            Err(e) => {
+                let detail = format!("could not run {:?}: {e}", cmd.get_program());
+                self.report
+                    .push(step, Outcome::Failed, Some(elapsed), detail);
+                Err(StepFailed)
+            }
+        }
+    }
+
+    /// Picks the PostgreSQL server: `DATABASE_URL`, else a new throwaway cluster.
+    fn postgres_step(&mut self) -> Result<(String, Option<Cluster>), StepFailed> {
+        let step = "PostgreSQL server";
+        if let Ok(url) = std::env::var(DATABASE_URL_ENV)
+            && !url.is_empty()
+        {
+            let shown = redact(&url);
+            self.banner(step, &format!("using {DATABASE_URL_ENV}={shown}"));
+            let detail = format!("{DATABASE_URL_ENV} {shown}");
+            self.report.push(step, Outcome::Passed, None, detail);
+            return Ok((url, None));
+        }
+        self.banner(step, "starting a throwaway cluster (initdb, pg_ctl)");
+        let started = Instant::now();
+        match Cluster::start() {
+            Ok(cluster) => {
+                let url = cluster.url();
+                println!(
+                    "xtask: {} at {url} (folder {})",
+                    cluster.version(),
+                    cluster.dir().display()
+                );
+                let detail = format!("throwaway {}", cluster.version());
+                self.report
+                    .push(step, Outcome::Passed, Some(started.elapsed()), detail);
+                Ok((url, Some(cluster)))
+            }
+            Err(e) => {
+                eprintln!("xtask: {e}");
+                let detail = e.to_string().lines().next().unwrap_or_default().to_owned();
+                self.report
+                    .push(step, Outcome::Failed, Some(started.elapsed()), detail);
+                Err(StepFailed)
+            }
+        }
+    }
+}
+
+/// Runs `cmd` with inherited stdout/stderr.
+fn run_inherit(cmd: &mut Command) -> std::io::Result<ExitStatus> {
+    let mut child = cmd.spawn()?;
+    let _tracked = crate::interrupt::track_child(child.id());
+    child.wait()
+}
+
+/// Runs `cmd`, echoing its stdout line by line and adding up libtest's `test result:` lines.
+fn run_counting_tests(cmd: &mut Command) -> std::io::Result<(ExitStatus, Option<TestCounts>)> {
+    cmd.stdout(Stdio::piped());
+    let mut child = cmd.spawn()?;
+    let _tracked = crate::interrupt::track_child(child.id());
+    let mut counts = TestCounts::default();
+    if let Some(stdout) = child.stdout.take() {
+        let mut out = std::io::stdout();
+        for line in BufReader::new(stdout).split(b'\n') {
+            let Ok(line) = line else { break };
+            let _ = out.write_all(&line);
+            let _ = out.write_all(b"\n");
+            let _ = out.flush();
+            counts.add_line(&String::from_utf8_lossy(&line));
+        }
+    }
+    let status = child.wait()?;
+    Ok((status, Some(counts)))
+}
+
+/// Sums of libtest's `test result: ok. 3 passed; 0 failed; 1 ignored; ...` lines.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct TestCounts {
+    passed: u64,
+    failed: u64,
+    ignored: u64,
+}
+
+impl TestCounts {
+    fn add_line(&mut self, line: &str) {
+        let Some(rest) = line.trim_start().strip_prefix("test result:") else {
+            return;
+        };
+        let tokens: Vec<&str> = rest
+            .split(|c: char| c == ';' || c.is_whitespace())
+            .filter(|t| !t.is_empty())
+            .collect();
+        for pair in tokens.windows(2) {
+            let Ok(n) = pair[0].parse::<u64>() else {
+                continue;
+            };
+            match pair[1] {
+                "passed" => self.passed += n,
+                "failed" => self.failed += n,
+                "ignored" => self.ignored += n,
+                _ => {}
+            }
+        }
+    }
+
+    fn add(&mut self, other: TestCounts) {
+        self.passed += other.passed;
+        self.failed += other.failed;
+        self.ignored += other.ignored;
+    }
+}
+
+impl std::fmt::Display for TestCounts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} passed, {} failed", self.passed, self.failed)?;
+        if self.ignored > 0 {
+            write!(f, ", {} skipped", self.ignored)?;
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    Passed,
+    Failed,
+    Skipped,
+}
+
+#[derive(Debug)]
+struct Record {
+    step: String,
+    outcome: Outcome,
+    elapsed: Option<Duration>,
+    detail: String,
+}
+
+/// What each step did, for the closing summary.
+#[derive(Debug, Default)]
+struct Report {
+    records: Vec<Record>,
+    tests: Option<TestCounts>,
+}
+
+impl Report {
+    fn push(&mut self, step: &str, outcome: Outcome, elapsed: Option<Duration>, detail: String) {
+        self.records.push(Record {
+            step: step.to_owned(),
+            outcome,
+            elapsed,
+            detail,
+        });
+    }
+
+    fn print(&self, passed: bool, elapsed: Duration) {
+        println!("\n==> ci summary");
+        for record in &self.records {
+            let outcome = match record.outcome {
+                Outcome::Passed => "ok",
+                Outcome::Failed => "FAILED",
+                Outcome::Skipped => "skipped",
+            };
+            let elapsed = record.elapsed.map(format_duration).unwrap_or_default();
+            println!(
+                "  {outcome:<8} {:<20} {elapsed:>8}  {}",
+                record.step, record.detail
+            );
+        }
+        let ran: Vec<&str> = [
+            "fmt",
+            "clippy",
+            "test (SQLite)",
+            "PostgreSQL server",
+            "test (PostgreSQL)",
+        ]
+        .into_iter()
+        .filter(|step| !self.records.iter().any(|r| r.step == *step))
+        .collect();
+        if !passed && !ran.is_empty() {
+            println!("  not run: {}", ran.join(", "));
+        }
+        let verdict = if passed { "passed" } else { "FAILED" };
+        println!("ci {verdict} in {}", format_duration(elapsed));
+        if let Some(tests) = self.tests {
+            println!("tests: {tests}");
+        }
+        let _ = std::io::stdout().flush();
+    }
+}
+
+fn format_duration(d: Duration) -> String {
+    let secs = d.as_secs_f64();
+    if secs < 60.0 {
+        format!("{secs:.1}s")
+    } else {
+        let whole = d.as_secs();
+        format!("{}m{:02}s", whole / 60, whole % 60)
+    }
+}
+
+/// The command line as one would type it (program name shortened to its file name).
+fn display_command(cmd: &Command) -> String {
+    let program = Path::new(cmd.get_program())
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let mut line = program;
+    for arg in cmd.get_args() {
+        line.push(' ');
+        line.push_str(&arg.to_string_lossy());
+    }
+    line
+}
+
+/// Hides the password of a `scheme://user:password@host/...` URL.
+fn redact(url: &str) -> String {
+    let Some(scheme_end) = url.find("://").map(|i| i + 3) else {
+        return url.to_owned();
+    };
+    let authority_end = url[scheme_end..]
+        .find('/')
+        .map_or(url.len(), |i| scheme_end + i);
+    let authority = &url[scheme_end..authority_end];
+    let Some(at) = authority.rfind('@') else {
+        return url.to_owned();
+    };
+    let userinfo = &authority[..at];
+    match userinfo.split_once(':') {
+        Some((user, _)) => format!(
+            "{}{user}:***{}",
+            &url[..scheme_end],
+            &url[scheme_end + at..]
+        ),
+        None => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn test_result_lines_are_summed() {
+        let mut counts = TestCounts::default();
+        counts.add_line(
+            "test result: ok. 12 passed; 0 failed; 2 ignored; 0 measured; 0 filtered out; finished in 0.01s",
+        );
+        counts.add_line(
+            "test result: FAILED. 3 passed; 1 failed; 0 ignored; 0 measured; 5 filtered out",
+        );
+        counts.add_line("running 4 tests");
+        counts.add_line("test passed ... ok");
+        assert_eq!(
+            counts,
+            TestCounts {
+                passed: 15,
+                failed: 1,
+                ignored: 2
+            }
+        );
+        assert_eq!(counts.to_string(), "15 passed, 1 failed, 2 skipped");
+    }
+
+    #[test]
+    fn redact_hides_only_the_password() {
+        assert_eq!(
+            redact("postgres://u:secret@h:5432/db?x=1"),
+            "postgres://u:***@h:5432/db?x=1"
+        );
+        assert_eq!(
+            redact("postgres://postgres@127.0.0.1:5/postgres"),
+            "postgres://postgres@127.0.0.1:5/postgres"
+        );
+        assert_eq!(redact("not a url"), "not a url");
+    }
+
+    #[test]
+    fn durations_read_naturally() {
+        assert_eq!(format_duration(Duration::from_millis(1500)), "1.5s");
+        assert_eq!(format_duration(Duration::from_secs(125)), "2m05s");
+    }
+}

@@ -1,0 +1,313 @@
+//! Tidy checks: repository-wide rules written as ordinary tests, so `cargo test` enforces them.
+//!
+//! - every Rust file under `crates/`, `migrations/` and `xtask/` opens with a `//!` comment;
+//! - dependency edges respect the architecture (docs/architecture.md): domain crates do no I/O,
+//!   only the storage adapter and the migrations know SeaORM, only the HTTP adapter knows reqwest;
+//! - `.ci/run` and the README run the gate, `cargo xtask ci`.
+//!
+//! Dependencies are read with `cargo metadata --no-deps`, so inherited (`dep.workspace = true`)
+//! and renamed dependencies are seen as cargo sees them. Crates that do not exist yet are
+//! simply not checked.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+/// Domain crates: synchronous and pure.
+const DOMAIN_CRATES: &[&str] = &[
+    "crates/kernel",
+    "crates/lifecycle",
+    "crates/fence",
+    "crates/directory",
+];
+
+/// Dependencies a domain crate must not have (a trailing `*` matches a prefix).
+const FORBIDDEN_IN_DOMAIN: &[&str] = &[
+    "tokio",
+    "sea-orm*",
+    "sea-query*",
+    "sqlx*",
+    "reqwest",
+    "axum",
+    "hyper",
+    "rand",
+    "getrandom",
+];
+
+#[test]
+fn every_rust_file_starts_with_a_module_doc_comment() {
+    let root = workspace_root();
+    let mut files = Vec::new();
+    for dir in ["crates", "migrations", "xtask"] {
+        collect_rust_files(&root.join(dir), &mut files);
+    }
+    assert!(
+        !files.is_empty(),
+        "no Rust files found under {}",
+        root.display()
+    );
+    let offenders: Vec<String> = files
+        .iter()
+        .filter(|path| {
+            let text = fs::read_to_string(path).unwrap_or_default();
+            let first = text.lines().map(str::trim).find(|l| !l.is_empty());
+            !first.is_some_and(|l| l.starts_with("//!"))
+        })
+        .map(|path| relative(&root, path))
+        .collect();
+    assert!(
+        offenders.is_empty(),
+        "these files must start with a `//!` comment saying what the module is for:\n  {}",
+        offenders.join("\n  ")
+    );
+}
+
+#[test]
+fn domain_crates_do_no_io() {
+    let packages = workspace_packages();
+    let mut violations = Vec::new();
+    for package in packages
+        .iter()
+        .filter(|p| DOMAIN_CRATES.contains(&p.dir.as_str()))
+    {
+        for dep in package.deps.iter().filter(|d| d.kind != "dev") {
+            if FORBIDDEN_IN_DOMAIN
+                .iter()
+                .any(|pattern| matches(pattern, &dep.name))
+            {
+                violations.push(format!(
+                    "{} depends on {} ({})",
+                    package.dir, dep.name, dep.kind
+                ));
+            }
+        }
+    }
+    assert!(
+        violations.is_empty(),
+        "domain crates are synchronous and pure (no runtime, database, HTTP or randomness):\n  {}",
+        violations.join("\n  ")
+    );
+}
+
+#[test]
+fn domain_crates_depend_only_on_domain_crates() {
+    let packages = workspace_packages();
+    let domain_names: Vec<&str> = packages
+        .iter()
+        .filter(|p| DOMAIN_CRATES.contains(&p.dir.as_str()))
+        .map(|p| p.name.as_str())
+        .collect();
+    let member_names: Vec<&str> = packages.iter().map(|p| p.name.as_str()).collect();
+    let mut violations = Vec::new();
+    for package in packages
+        .iter()
+        .filter(|p| DOMAIN_CRATES.contains(&p.dir.as_str()))
+    {
+        for dep in package.deps.iter().filter(|d| d.kind != "dev") {
+            if member_names.contains(&dep.name.as_str())
+                && !domain_names.contains(&dep.name.as_str())
+            {
+                violations.push(format!("{} depends on {}", package.dir, dep.name));
+            }
+        }
+    }
+    assert!(
+        violations.is_empty(),
+        "edges point down: a domain crate may use only other domain crates:\n  {}",
+        violations.join("\n  ")
+    );
+}
+
+#[test]
+fn only_the_storage_adapter_and_migrations_know_sea_orm() {
+    let allowed = ["crates/store-seaorm", "migrations"];
+    let violations = find_dependents(&["sea-orm", "sea-orm-migration"], |package, _| {
+        allowed.contains(&package.dir.as_str())
+    });
+    assert!(
+        violations.is_empty(),
+        "only crates/store-seaorm and migrations/ may depend on SeaORM; use the ports instead:\n  {}",
+        violations.join("\n  ")
+    );
+}
+
+#[test]
+fn only_the_http_adapter_knows_reqwest() {
+    let violations = find_dependents(&["reqwest"], |package, dep| match package.dir.as_str() {
+        "crates/remote-http" | "crates/testkit" => true,
+        "crates/app" => dep.kind == "dev",
+        _ => false,
+    });
+    assert!(
+        violations.is_empty(),
+        "only crates/remote-http may depend on reqwest (crates/testkit too, crates/app as a \
+         dev-dependency):\n  {}",
+        violations.join("\n  ")
+    );
+}
+
+#[test]
+fn ci_script_and_readme_run_the_gate() {
+    let root = workspace_root();
+    let ci = fs::read_to_string(root.join(".ci/run")).expect(".ci/run exists");
+    assert!(
+        ci.lines()
+            .any(|l| !l.trim_start().starts_with('#') && l.contains("cargo xtask ci")),
+        ".ci/run must run `cargo xtask ci`"
+    );
+    if let Ok(readme) = fs::read_to_string(root.join("README.md")) {
+        assert!(
+            readme.contains("cargo xtask ci"),
+            "README.md must name the test command `cargo xtask ci`"
+        );
+    }
+}
+
+#[test]
+fn ci_workflow_runs_the_gate() {
+    let root = workspace_root();
+    let workflow = fs::read_to_string(root.join(".github/workflows/ci.yml"))
+        .expect(".github/workflows/ci.yml exists");
+    assert!(workflow.contains("cargo xtask ci"));
+}
+
+// ---- helpers ----
+
+fn workspace_root() -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    root.canonicalize().unwrap_or(root)
+}
+
+fn relative(root: &Path, path: &Path) -> String {
+    path.strip_prefix(root)
+        .unwrap_or(path)
+        .display()
+        .to_string()
+}
+
+fn collect_rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let name = entry.file_name();
+        if name == "target" || name.to_string_lossy().starts_with('.') {
+            continue;
+        }
+        if path.is_dir() {
+            collect_rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// `pattern` is a crate name, or a prefix followed by `*`.
+fn matches(pattern: &str, name: &str) -> bool {
+    match pattern.strip_suffix('*') {
+        Some(prefix) => name.starts_with(prefix),
+        None => name == pattern,
+    }
+}
+
+/// A workspace member as `cargo metadata` describes it.
+#[derive(Debug)]
+struct Package {
+    name: String,
+    /// Folder relative to the workspace root, e.g. `crates/kernel`.
+    dir: String,
+    deps: Vec<Dep>,
+}
+
+/// One declared dependency.
+#[derive(Debug)]
+struct Dep {
+    /// The package name (not the rename).
+    name: String,
+    /// `normal`, `dev` or `build`.
+    kind: String,
+}
+
+/// Every workspace member with its declared dependencies.
+fn workspace_packages() -> Vec<Package> {
+    let root = workspace_root();
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let output = Command::new(cargo)
+        .args([
+            "metadata",
+            "--format-version",
+            "1",
+            "--no-deps",
+            "--offline",
+        ])
+        .current_dir(&root)
+        .output()
+        .expect("run cargo metadata");
+    assert!(
+        output.status.success(),
+        "cargo metadata failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let metadata: Value = serde_json::from_slice(&output.stdout).expect("cargo metadata JSON");
+    let packages = metadata["packages"].as_array().expect("packages array");
+    let packages: Vec<Package> = packages
+        .iter()
+        .map(|p| {
+            let manifest = PathBuf::from(p["manifest_path"].as_str().expect("manifest_path"));
+            let dir = manifest
+                .parent()
+                .map_or_else(String::new, |d| relative(&root, d));
+            let deps = p["dependencies"]
+                .as_array()
+                .expect("dependencies array")
+                .iter()
+                .map(|d| Dep {
+                    name: d["name"].as_str().expect("dependency name").to_owned(),
+                    kind: d["kind"].as_str().unwrap_or("normal").to_owned(),
+                })
+                .collect();
+            Package {
+                name: p["name"].as_str().expect("package name").to_owned(),
+                dir,
+                deps,
+            }
+        })
+        .collect();
+    assert!(
+        packages.iter().any(|p| p.dir == "xtask"),
+        "cargo metadata did not list the workspace members"
+    );
+    packages
+}
+
+/// Every `crate depends on dep (kind)` edge to one of `names` that `allowed` refuses.
+fn find_dependents(names: &[&str], allowed: impl Fn(&Package, &Dep) -> bool) -> Vec<String> {
+    let mut violations = Vec::new();
+    for package in &workspace_packages() {
+        for dep in package
+            .deps
+            .iter()
+            .filter(|d| names.contains(&d.name.as_str()))
+        {
+            if !allowed(package, dep) {
+                violations.push(format!(
+                    "{} depends on {} ({})",
+                    package.dir, dep.name, dep.kind
+                ));
+            }
+        }
+    }
+    violations
+}
+
+#[test]
+fn pattern_matching_of_crate_names() {
+    assert!(matches("sea-orm*", "sea-orm-migration"));
+    assert!(matches("tokio", "tokio"));
+    assert!(!matches("tokio", "tokio-util"));
+    assert!(!matches("rand", "rand_core"));
+}
