@@ -241,7 +241,9 @@ impl HttpKnowledgeFs {
         let body = serde_json::to_vec(body).map_err(|e| {
             RemoteError::not_dispatched(format!("cannot encode the request body: {e}"))
         })?;
-        let answer = self.exchange(Method::POST, url, Some(key), Some(body)).await?;
+        let answer = self
+            .exchange(Method::POST, url, Some(key), Some(body))
+            .await?;
         decode(&answer, Utc::now())
     }
 }
@@ -412,7 +414,9 @@ fn parse_retry_after(value: &str, now: DateTime<Utc>) -> Option<Duration> {
     if let Ok(secs) = value.parse::<u64>() {
         return Some(Duration::from_secs(secs));
     }
-    let at = DateTime::parse_from_rfc2822(value).ok()?.with_timezone(&Utc);
+    let at = DateTime::parse_from_rfc2822(value)
+        .ok()?
+        .with_timezone(&Utc);
     Some((at - now).to_std().unwrap_or(Duration::ZERO))
 }
 
@@ -452,13 +456,19 @@ mod tests {
     }
 
     fn now() -> DateTime<Utc> {
-        DateTime::parse_from_rfc3339("2026-01-01T00:00:00Z").unwrap().with_timezone(&Utc)
+        DateTime::parse_from_rfc3339("2026-01-01T00:00:00Z")
+            .unwrap()
+            .with_timezone(&Utc)
     }
 
     #[test]
     fn remote_error_code_and_retry_after_are_mapped() {
         let err = decode::<RemoteSpace>(
-            &answer(503, Some("7"), r#"{"code":"KFS_UNAVAILABLE","message":"busy"}"#),
+            &answer(
+                503,
+                Some("7"),
+                r#"{"code":"KFS_UNAVAILABLE","message":"busy"}"#,
+            ),
             now(),
         )
         .unwrap_err();
@@ -485,8 +495,8 @@ mod tests {
 
     #[test]
     fn undecodable_success_body_is_outcome_unknown() {
-        let err = decode::<RemoteSpace>(&answer(201, None, r#"{"unexpected":true}"#), now())
-            .unwrap_err();
+        let err =
+            decode::<RemoteSpace>(&answer(201, None, r#"{"unexpected":true}"#), now()).unwrap_err();
         assert_eq!(err.failure, RemoteFailure::OutcomeUnknown);
         assert_eq!(err.code, "REMOTE_OUTCOME_UNKNOWN");
     }
@@ -507,7 +517,10 @@ mod tests {
 
     #[test]
     fn retry_after_parses_seconds_and_http_dates() {
-        assert_eq!(parse_retry_after("120", now()), Some(Duration::from_secs(120)));
+        assert_eq!(
+            parse_retry_after("120", now()),
+            Some(Duration::from_secs(120))
+        );
         assert_eq!(
             parse_retry_after("Thu, 01 Jan 2026 00:00:30 GMT", now()),
             Some(Duration::from_secs(30))

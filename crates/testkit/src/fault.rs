@@ -245,20 +245,28 @@ mod tests {
     #[test]
     fn scripted_faults_play_in_order_then_stop() {
         let mut inj = FaultInjector::new(FaultProfile::None, 1);
-        inj.script(Route::Provision, [Some(Fault::LostAck), None, Some(Fault::ResetAfterCommit)]);
+        inj.script(
+            Route::Provision,
+            [Some(Fault::LostAck), None, Some(Fault::ResetAfterCommit)],
+        );
         assert_eq!(inj.next(Route::Provision), Some(Fault::LostAck));
         assert_eq!(inj.next(Route::Lookup), None);
         assert_eq!(inj.next(Route::Provision), None);
         assert_eq!(inj.next(Route::Provision), Some(Fault::ResetAfterCommit));
         assert_eq!(inj.next(Route::Provision), None);
-        assert_eq!(inj.injected().get(&(Route::Provision, "lost_ack")), Some(&1));
+        assert_eq!(
+            inj.injected().get(&(Route::Provision, "lost_ack")),
+            Some(&1)
+        );
     }
 
     #[test]
     fn same_seed_same_faults() {
         let run = |seed| {
             let mut inj = FaultInjector::new(FaultProfile::Heavy, seed);
-            (0..200).map(|_| inj.next(Route::Revocation)).collect::<Vec<_>>()
+            (0..200)
+                .map(|_| inj.next(Route::Revocation))
+                .collect::<Vec<_>>()
         };
         assert_eq!(run(7), run(7));
         assert_ne!(run(7), run(8));
@@ -267,8 +275,13 @@ mod tests {
     #[test]
     fn profile_probability_is_roughly_respected() {
         let mut inj = FaultInjector::new(FaultProfile::Default, 42);
-        let hits = (0..10_000).filter(|_| inj.next(Route::Provision).is_some()).count();
-        assert!((700..1300).contains(&hits), "{hits} faults in 10000 requests");
+        let hits = (0..10_000)
+            .filter(|_| inj.next(Route::Provision).is_some())
+            .count();
+        assert!(
+            (700..1300).contains(&hits),
+            "{hits} faults in 10000 requests"
+        );
     }
 
     #[test]

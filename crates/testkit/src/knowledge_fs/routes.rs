@@ -17,7 +17,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
-use tenantry_kernel::{ControlSpaceId, GrantId, IdempotencyKey, KnowledgeSpaceId, ProvisioningKey, TenantId};
+use tenantry_kernel::{
+    ControlSpaceId, GrantId, IdempotencyKey, KnowledgeSpaceId, ProvisioningKey, TenantId,
+};
 
 use super::Shared;
 use super::state::{ApiError, DeletionBody, Model, ProvisionBody, RevocationBody};
@@ -27,7 +29,11 @@ use crate::serve::ConnectionControl;
 
 /// Path templates of the API, in axum syntax; the OpenAPI file documents exactly these.
 pub const PATHS: [(&str, &str, Route); 4] = [
-    ("POST", "/v1/namespaces/{namespace_id}/spaces", Route::Provision),
+    (
+        "POST",
+        "/v1/namespaces/{namespace_id}/spaces",
+        Route::Provision,
+    ),
     ("GET", "/v1/namespaces/{namespace_id}/spaces", Route::Lookup),
     (
         "POST",
@@ -56,14 +62,21 @@ type Ctl = Extension<Arc<ConnectionControl>>;
 
 async fn openapi_document() -> Response {
     (
-        [(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))],
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
         openapi::KNOWLEDGE_FS_V1,
     )
         .into_response()
 }
 
 async fn not_found() -> Response {
-    error_response(&ApiError::new(404, "NOT_FOUND", "no such route in KnowledgeFS API v1"))
+    error_response(&ApiError::new(
+        404,
+        "NOT_FOUND",
+        "no such route in KnowledgeFS API v1",
+    ))
 }
 
 async fn provision(
@@ -214,7 +227,11 @@ async fn run(
     let fault = shared.next_fault(route);
     match fault {
         Some(Fault::Unavailable { retry_after_secs }) => {
-            let e = ApiError::new(503, "KFS_UNAVAILABLE", "KnowledgeFS is temporarily unavailable");
+            let e = ApiError::new(
+                503,
+                "KFS_UNAVAILABLE",
+                "KnowledgeFS is temporarily unavailable",
+            );
             return with_retry_after(error_response(&e), retry_after_secs);
         }
         Some(Fault::RateLimited { retry_after_secs }) => {

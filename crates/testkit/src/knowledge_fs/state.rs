@@ -283,9 +283,8 @@ impl Model {
             });
         }
         self.next_space += 1;
-        let id = KnowledgeSpaceId::parse(format!("ks-{:06}", self.next_space)).map_err(|e| {
-            ApiError::new(500, "INTERNAL", format!("cannot mint a space id: {e}"))
-        })?;
+        let id = KnowledgeSpaceId::parse(format!("ks-{:06}", self.next_space))
+            .map_err(|e| ApiError::new(500, "INTERNAL", format!("cannot mint a space id: {e}")))?;
         let record = SpaceRecord {
             namespace_id: namespace.clone(),
             knowledge_space_id: id.clone(),
@@ -383,8 +382,10 @@ impl Model {
             let previous = space.deletion_phase;
             if previous != Some(DeletionPhase::Completed) && previous != Some(phase) {
                 space.revision += 1;
-                if matches!(phase, DeletionPhase::Irreversible | DeletionPhase::Completed)
-                    && space.irreversible_at.is_none()
+                if matches!(
+                    phase,
+                    DeletionPhase::Irreversible | DeletionPhase::Completed
+                ) && space.irreversible_at.is_none()
                 {
                     space.irreversible_at = Some(now);
                 }
@@ -515,7 +516,9 @@ impl Model {
         }
         for ((ns, key), n) in &self.created_per_provisioning_key {
             if *n > 1 {
-                out.push(format!("{n} spaces created for provisioning key {ns}/{key}"));
+                out.push(format!(
+                    "{n} spaces created for provisioning key {ns}/{key}"
+                ));
             }
         }
         for ((space, grant), g) in &self.grants {
@@ -535,9 +538,7 @@ fn scope_mismatch(space_id: &KnowledgeSpaceId) -> ApiError {
     ApiError::new(
         409,
         "KNOWLEDGE_FS_SCOPE_MISMATCH",
-        format!(
-            "knowledge space {space_id} belongs to another control space or provisioning key"
-        ),
+        format!("knowledge space {space_id} belongs to another control space or provisioning key"),
     )
 }
 
@@ -600,7 +601,9 @@ mod tests {
     fn provisioning_key_of_another_control_space_conflicts() {
         let mut m = Model::new(ModelConfig::default());
         m.provision(&ns(), &provision_body("cs-1", "pk-1")).unwrap();
-        let err = m.provision(&ns(), &provision_body("cs-2", "pk-1")).unwrap_err();
+        let err = m
+            .provision(&ns(), &provision_body("cs-2", "pk-1"))
+            .unwrap_err();
         assert_eq!((err.status, err.code), (409, "PROVISIONING_KEY_CONFLICT"));
     }
 
@@ -630,18 +633,34 @@ mod tests {
             deletion_irreversible_polls: 2,
             revoke_watermark_lag_polls: 0,
         });
-        let space = m.provision(&ns(), &provision_body("cs-1", "pk-1")).unwrap().space;
+        let space = m
+            .provision(&ns(), &provision_body("cs-1", "pk-1"))
+            .unwrap()
+            .space;
         let now = DateTime::from_timestamp(1_700_000_000, 0).unwrap();
         let phases: Vec<_> = (0..7)
             .map(|_| {
-                m.delete(&ns(), &space.knowledge_space_id, &deletion_body("cs-1", "pk-1"), now)
-                    .unwrap()
+                m.delete(
+                    &ns(),
+                    &space.knowledge_space_id,
+                    &deletion_body("cs-1", "pk-1"),
+                    now,
+                )
+                .unwrap()
             })
             .collect();
         use DeletionPhase::*;
         assert_eq!(
             phases.iter().map(|p| p.phase).collect::<Vec<_>>(),
-            [Accepted, Draining, Draining, Irreversible, Irreversible, Completed, Completed]
+            [
+                Accepted,
+                Draining,
+                Draining,
+                Irreversible,
+                Irreversible,
+                Completed,
+                Completed
+            ]
         );
         assert!(phases[..3].iter().all(|p| p.irreversible_at.is_none()));
         assert!(phases[3..].iter().all(|p| p.irreversible_at == Some(now)));
@@ -660,16 +679,31 @@ mod tests {
         let mut m = Model::new(ModelConfig::default());
         let now = DateTime::from_timestamp(0, 0).unwrap();
         let unknown = KnowledgeSpaceId::parse("ks-x").unwrap();
-        let err = m.delete(&ns(), &unknown, &deletion_body("cs-1", "pk-1"), now).unwrap_err();
+        let err = m
+            .delete(&ns(), &unknown, &deletion_body("cs-1", "pk-1"), now)
+            .unwrap_err();
         assert_eq!(err.code, "KNOWLEDGE_FS_SPACE_NOT_FOUND");
-        let space = m.provision(&ns(), &provision_body("cs-1", "pk-1")).unwrap().space;
+        let space = m
+            .provision(&ns(), &provision_body("cs-1", "pk-1"))
+            .unwrap()
+            .space;
         let other_ns = TenantId::parse("tenant-2").unwrap();
         let err = m
-            .delete(&other_ns, &space.knowledge_space_id, &deletion_body("cs-1", "pk-1"), now)
+            .delete(
+                &other_ns,
+                &space.knowledge_space_id,
+                &deletion_body("cs-1", "pk-1"),
+                now,
+            )
             .unwrap_err();
         assert_eq!(err.status, 404);
         let err = m
-            .delete(&ns(), &space.knowledge_space_id, &deletion_body("cs-9", "pk-1"), now)
+            .delete(
+                &ns(),
+                &space.knowledge_space_id,
+                &deletion_body("cs-9", "pk-1"),
+                now,
+            )
             .unwrap_err();
         assert_eq!(err.code, "KNOWLEDGE_FS_SCOPE_MISMATCH");
     }
@@ -680,17 +714,29 @@ mod tests {
             revoke_watermark_lag_polls: 2,
             ..ModelConfig::default()
         });
-        let space = m.provision(&ns(), &provision_body("cs-1", "pk-1")).unwrap().space;
+        let space = m
+            .provision(&ns(), &provision_body("cs-1", "pk-1"))
+            .unwrap()
+            .space;
         let grant = GrantId::parse("g-1").unwrap();
         let ks = &space.knowledge_space_id;
-        let ack = |m: &mut Model, seq, lag| m.revoke(&ns(), ks, &grant, &revoke_body("cs-1", seq), lag).unwrap();
+        let ack = |m: &mut Model, seq, lag| {
+            m.revoke(&ns(), ks, &grant, &revoke_body("cs-1", seq), lag)
+                .unwrap()
+        };
         assert_eq!(ack(&mut m, 5, false).state, RevokeState::Pending);
         assert_eq!(ack(&mut m, 5, false).state, RevokeState::Pending);
         assert_eq!(ack(&mut m, 5, true).state, RevokeState::Pending);
         let done = ack(&mut m, 5, false);
-        assert_eq!((done.state, done.highest_revoke_sequence), (RevokeState::Revoked, 5));
+        assert_eq!(
+            (done.state, done.highest_revoke_sequence),
+            (RevokeState::Revoked, 5)
+        );
         let replay = ack(&mut m, 3, false);
-        assert_eq!((replay.state, replay.highest_revoke_sequence), (RevokeState::Revoked, 5));
+        assert_eq!(
+            (replay.state, replay.highest_revoke_sequence),
+            (RevokeState::Revoked, 5)
+        );
         assert_eq!(m.counters().revocations_applied, 1);
         assert_eq!(m.counters().revocation_replays, 1);
         assert_eq!(m.watermark(ks, &grant), 5);

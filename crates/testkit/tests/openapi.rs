@@ -1,0 +1,99 @@
+//! The OpenAPI documents match what the reference servers serve.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+
+use tenantry_testkit::knowledge_fs::{PATHS, ReferenceRemote, RemoteConfig};
+
+fn doc_file(name: &str) -> String {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../docs/openapi")
+        .join(name);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+#[tokio::test]
+async fn served_openapi_matches_the_knowledgefs_file() {
+    let (url, remote) = ReferenceRemote::start(RemoteConfig::default())
+        .await
+        .unwrap();
+    let response = reqwest::get(format!("{url}/openapi.json")).await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(
+        response.headers().get("content-type").unwrap(),
+        "application/json"
+    );
+    let served = response.text().await.unwrap();
+    assert_eq!(served, doc_file("knowledgefs-v1.json"));
+    remote.shutdown().await;
+}
+
+#[test]
+fn knowledgefs_openapi_documents_exactly_the_served_routes() {
+    let doc: serde_json::Value = serde_json::from_str(&doc_file("knowledgefs-v1.json")).unwrap();
+    assert!(doc["openapi"].as_str().unwrap().starts_with("3."));
+    let documented: BTreeSet<(String, String)> = doc["paths"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .flat_map(|(path, ops)| {
+            ops.as_object()
+                .unwrap()
+                .keys()
+                .map(move |method| (method.to_uppercase(), path.clone()))
+        })
+        .collect();
+    let served: BTreeSet<(String, String)> = PATHS
+        .iter()
+        .map(|(method, path, _)| ((*method).to_owned(), (*path).to_owned()))
+        .collect();
+    assert_eq!(documented, served);
+}
+
+#[test]
+fn every_documented_operation_declares_its_errors_and_auth() {
+    let doc: serde_json::Value = serde_json::from_str(&doc_file("knowledgefs-v1.json")).unwrap();
+    assert_eq!(
+        doc["components"]["securitySchemes"]["bearer"]["scheme"],
+        "bearer"
+    );
+    for (path, ops) in doc["paths"].as_object().unwrap() {
+        for (method, op) in ops.as_object().unwrap() {
+            let responses = op["responses"].as_object().unwrap();
+            for status in ["400", "401", "429", "503"] {
+                assert!(
+                    responses.contains_key(status),
+                    "{method} {path} lacks {status}"
+                );
+            }
+            let params: Vec<&str> = op["parameters"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter_map(|p| p["$ref"].as_str())
+                .collect();
+            let has_idem = params.contains(&"#/components/parameters/IdempotencyKey");
+            assert_eq!(
+                has_idem,
+                method == "post",
+                "{method} {path}: Idempotency-Key on mutations only"
+            );
+            if method == "post" {
+                assert!(responses.contains_key("422"), "{method} {path} lacks 422");
+            }
+        }
+    }
+}
+
+#[test]
+fn openapi_constants_are_the_files() {
+    assert_eq!(
+        tenantry_testkit::openapi::KNOWLEDGE_FS_V1,
+        doc_file("knowledgefs-v1.json")
+    );
+    assert_eq!(
+        tenantry_testkit::openapi::DIRECTORY_V1,
+        doc_file("directory-v1.json")
+    );
+}
