@@ -41,6 +41,16 @@ impl DispatchOutcome {
     }
 }
 
+impl std::fmt::Display for DispatchOutcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::NotDispatched => "not dispatched",
+            Self::Answered => "answered",
+            Self::OutcomeUnknown => "outcome unknown",
+        })
+    }
+}
+
 /// What happens to the fence persisted as write-ahead intent once the dispatch settled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum IntentAction {

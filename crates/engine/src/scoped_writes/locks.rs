@@ -1,0 +1,155 @@
+//! Per-scope async locks in a map that does not grow without bound.
+//!
+//! A lock entry exists only while some caller holds or waits for the scope: every holder and
+//! waiter carries a [`LockLease`], and the last lease to go removes the entry (checked under
+//! the state mutex, so no new caller can clone the lock meanwhile). A periodic sweep removes
+//! any entry nobody references, in case a lease was dropped while another clone was alive.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use tenantry_fence::{Binding, FenceCache, ScopeIdentity};
+use tokio::sync::OwnedMutexGuard;
+
+/// `(installation binding, scope identity)`: the unit of serialization and fencing.
+pub(crate) type ScopeKey = (Binding, ScopeIdentity);
+
+/// Map size below which no sweep runs.
+const MIN_SWEEP_AT: usize = 64;
+
+/// Process-local state shared by a runtime, its scope guards and its spawned commits.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    state: Mutex<State>,
+}
+
+#[derive(Debug)]
+pub(crate) struct State {
+    pub(crate) locks: HashMap<ScopeKey, Arc<tokio::sync::Mutex<()>>>,
+    /// Scope -> token of the run holding its lock (released with the lock).
+    pub(crate) owners: HashMap<ScopeKey, u64>,
+    pub(crate) next_token: u64,
+    pub(crate) fences: FenceCache,
+    sweep_at: usize,
+}
+
+impl Shared {
+    pub(crate) fn new() -> Self {
+        Self {
+            state: Mutex::new(State {
+                locks: HashMap::new(),
+                owners: HashMap::new(),
+                next_token: 0,
+                fences: FenceCache::new(),
+                sweep_at: MIN_SWEEP_AT,
+            }),
+        }
+    }
+
+    /// The state; a panic while holding the mutex leaves plain maps that are still usable, so
+    /// poisoning is ignored.
+    pub(crate) fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// A caller's claim on one lock entry, held while waiting for and while holding the lock.
+#[derive(Debug)]
+pub(crate) struct LockLease {
+    shared: Arc<Shared>,
+    key: ScopeKey,
+    lock: Option<Arc<tokio::sync::Mutex<()>>>,
+    token: Option<u64>,
+}
+
+impl Drop for LockLease {
+    fn drop(&mut self) {
+        let lock = self.lock.take();
+        let mut state = self.shared.state();
+        if let Some(token) = self.token
+            && state.owners.get(&self.key) == Some(&token)
+        {
+            state.owners.remove(&self.key);
+        }
+        if let Some(lock) = lock {
+            let last = state
+                .locks
+                .get(&self.key)
+                .is_some_and(|entry| Arc::ptr_eq(entry, &lock) && Arc::strong_count(&lock) == 2);
+            if last {
+                state.locks.remove(&self.key);
+            }
+        }
+    }
+}
+
+/// The held lock of one scope. Shared (`Arc`) between the run that took it, re-entrant runs
+/// of the same task, and the commits it spawned: the lock is released when the last of them
+/// lets go, so a dispatched commit always settles before the scope is released.
+#[derive(Debug)]
+pub(crate) struct ScopeGuard {
+    // Field order matters: the mutex guard is released before the lease checks the entry.
+    _held: OwnedMutexGuard<()>,
+    lease: LockLease,
+}
+
+impl ScopeGuard {
+    pub(crate) fn token(&self) -> Option<u64> {
+        self.lease.token
+    }
+}
+
+/// Waits for the lock of `key` and records the caller as its owner. Dropping the returned
+/// future while it waits leaves no entry behind.
+pub(crate) async fn acquire(shared: &Arc<Shared>, key: &ScopeKey) -> ScopeGuard {
+    let mut lease = {
+        let mut state = shared.state();
+        if state.locks.len() >= state.sweep_at {
+            state.locks.retain(|_, lock| Arc::strong_count(lock) > 1);
+            state.sweep_at = (state.locks.len() * 2).max(MIN_SWEEP_AT);
+        }
+        let lock = state.locks.entry(key.clone()).or_default().clone();
+        LockLease {
+            shared: shared.clone(),
+            key: key.clone(),
+            lock: Some(lock),
+            token: None,
+        }
+    };
+    // Dropped field by field in declaration order: the waiting future (and its clone of the
+    // lock) goes before the lease checks whether it was the last reference.
+    struct Waiting<F> {
+        fut: std::pin::Pin<Box<F>>,
+        lease: LockLease,
+    }
+    let Some(lock) = lease.lock.clone() else {
+        // The lease was built with a lock just above.
+        unreachable!("lease without lock")
+    };
+    let mut waiting = Waiting {
+        fut: Box::pin(lock.lock_owned()),
+        lease,
+    };
+    let held = (&mut waiting.fut).await;
+    let Waiting {
+        fut,
+        lease: mut_lease,
+    } = waiting;
+    drop(fut);
+    lease = mut_lease;
+    let mut state = shared.state();
+    let token = state.next_token;
+    state.next_token += 1;
+    state.owners.insert(key.clone(), token);
+    lease.token = Some(token);
+    drop(state);
+    ScopeGuard { _held: held, lease }
+}
+
+/// Forgets the locks and owners of `binding` (installation revoked). Holders keep their
+/// guards; later callers get fresh locks.
+pub(crate) fn release_binding(state: &mut State, binding: &Binding) {
+    state.locks.retain(|(b, _), _| b != binding);
+    state.owners.retain(|(b, _), _| b != binding);
+    state.fences.release(binding);
+}
