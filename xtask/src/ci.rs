@@ -270,21 +270,23 @@ fn run_inherit(cmd: &mut Command) -> std::io::Result<ExitStatus> {
     child.wait()
 }
 
-/// Runs `cmd`, echoing its stdout line by line and adding up libtest's `test result:` lines.
+/// Runs `cmd` with stdout and stderr merged into one pipe (so their order is kept), echoing
+/// it line by line to our stdout and adding up libtest's `test result:` lines.
 fn run_counting_tests(cmd: &mut Command) -> std::io::Result<(ExitStatus, Option<TestCounts>)> {
-    cmd.stdout(Stdio::piped());
+    let (reader, writer) = std::io::pipe()?;
+    cmd.stdout(writer.try_clone()?).stderr(writer);
     let mut child = cmd.spawn()?;
+    // Our copies of the write end must go, or the reader never sees end of file.
+    cmd.stdout(Stdio::null()).stderr(Stdio::null());
     let _tracked = crate::interrupt::track_child(child.id());
     let mut counts = TestCounts::default();
-    if let Some(stdout) = child.stdout.take() {
-        let mut out = std::io::stdout();
-        for line in BufReader::new(stdout).split(b'\n') {
-            let Ok(line) = line else { break };
-            let _ = out.write_all(&line);
-            let _ = out.write_all(b"\n");
-            let _ = out.flush();
-            counts.add_line(&String::from_utf8_lossy(&line));
-        }
+    let mut out = std::io::stdout();
+    for line in BufReader::new(reader).split(b'\n') {
+        let Ok(line) = line else { break };
+        let _ = out.write_all(&line);
+        let _ = out.write_all(b"\n");
+        let _ = out.flush();
+        counts.add_line(&String::from_utf8_lossy(&line));
     }
     let status = child.wait()?;
     Ok((status, Some(counts)))
