@@ -385,13 +385,7 @@ impl Step<'_> {
         provision: Option<&CommandRecord>,
         product_enabled: bool,
     ) -> AbsentOutcome {
-        let not_found = || {
-            AbsentOutcome::NotFound(self.retry(
-                codes::KNOWLEDGE_FS_SPACE_NOT_FOUND,
-                "KnowledgeFS deletion identity could not be recovered",
-                None,
-            ))
-        };
+        let not_found = || AbsentOutcome::NotFound(self.not_found());
         let Some(cs) = cs.filter(|cs| {
             owns(cs, self.command, ControlSpaceState::Deleting) && cs.knowledge_space_id.is_none()
         }) else {
@@ -421,6 +415,16 @@ impl Step<'_> {
                 "remote absence was confirmed by permanent cleanup",
             ),
         }))
+    }
+
+    /// Retry with `KNOWLEDGE_FS_SPACE_NOT_FOUND`: the deletion identity could not be recovered
+    /// and absence does not prove the deletion complete.
+    pub fn not_found(&self) -> Settlement {
+        self.retry(
+            codes::KNOWLEDGE_FS_SPACE_NOT_FOUND,
+            "KnowledgeFS deletion identity could not be recovered",
+            None,
+        )
     }
 
     /// Settle a deletion answer: irreversible and completed phases record

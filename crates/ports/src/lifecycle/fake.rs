@@ -179,12 +179,12 @@ impl CommandQueue for InMemoryLifecycleStore {
                 command_id: lease.command_id.clone(),
             });
         }
-        if let Some(cas) = &settlement.control_space {
-            if !cas_matches(&state, cas) {
-                return Err(SettleError::ControlSpaceConflict {
-                    control_space_id: cas.next.control_space_id.clone(),
-                });
-            }
+        if let Some(cas) = &settlement.control_space
+            && !cas_matches(&state, cas)
+        {
+            return Err(SettleError::ControlSpaceConflict {
+                control_space_id: cas.next.control_space_id.clone(),
+            });
         }
         if let Some(supersede) = &settlement.supersede {
             let allowed =
@@ -214,14 +214,14 @@ impl CommandQueue for InMemoryLifecycleStore {
             );
             state.spaces.insert(key, cas.next.clone());
         }
-        if let Some(supersede) = &settlement.supersede {
-            if let Some(r) = state.commands.get_mut(&supersede.command_id) {
-                r.status = CommandStatus::Superseded;
-                r.completed_at = Some(supersede.completed_at);
-                r.last_error_code = Some(supersede.error.code.clone());
-                r.last_error_message = Some(supersede.error.message.clone());
-                release(r);
-            }
+        if let Some(supersede) = &settlement.supersede
+            && let Some(r) = state.commands.get_mut(&supersede.command_id)
+        {
+            r.status = CommandStatus::Superseded;
+            r.completed_at = Some(supersede.completed_at);
+            r.last_error_code = Some(supersede.error.code.clone());
+            r.last_error_message = Some(supersede.error.message.clone());
+            release(r);
         }
         if let (Some(outcome), Some(r)) = (
             &settlement.outcome,

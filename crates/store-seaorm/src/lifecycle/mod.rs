@@ -227,7 +227,7 @@ impl CommandQueue for SeaOrmLifecycleStore {
             // Keep the lease: a no-op write that still checks (and locks) the lease.
             None => update.col_expr(
                 outbox::Column::LeaseEpoch,
-                Expr::col(outbox::Column::LeaseEpoch).into(),
+                Expr::col(outbox::Column::LeaseEpoch),
             ),
         };
         let changed = update.exec(&txn).await.map_err(unavailable)?.rows_affected;
@@ -236,12 +236,12 @@ impl CommandQueue for SeaOrmLifecycleStore {
                 command_id: lease.command_id.clone(),
             });
         }
-        if let Some(cas) = &settlement.control_space {
-            if !apply_cas(&txn, cas).await.map_err(unavailable)? {
-                return Err(SettleError::ControlSpaceConflict {
-                    control_space_id: cas.next.control_space_id.clone(),
-                });
-            }
+        if let Some(cas) = &settlement.control_space
+            && !apply_cas(&txn, cas).await.map_err(unavailable)?
+        {
+            return Err(SettleError::ControlSpaceConflict {
+                control_space_id: cas.next.control_space_id.clone(),
+            });
         }
         if let Some(supersede) = &settlement.supersede {
             let rule = match supersede.rule {

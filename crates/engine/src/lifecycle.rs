@@ -1,1 +1,0 @@
-//! Lifecycle saga dispatcher, worker loop and command intake.

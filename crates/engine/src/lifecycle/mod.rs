@@ -1,0 +1,18 @@
+//! The lifecycle saga over the ports: the dispatcher that claims, delivers and settles one
+//! command at a time, the worker loop around it, and command intake.
+//!
+//! Each store call is its own transaction and no transaction is open while KnowledgeFS is
+//! called: claim (transaction 1), call the remote, settle (transaction 2).
+
+mod clock;
+mod dispatcher;
+mod intake;
+mod worker;
+
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use dispatcher::{DispatchError, DispatchOutcome, Dispatcher, DispatcherConfig};
+pub use intake::{CommandIntake, IntakeFailure, IntakeReceipt};
+pub use worker::{Worker, WorkerConfig, unique_lease_owner};
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,143 @@
+//! The worker loop: dispatch continuously, sleep when idle, stop on shutdown.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use tenantry_kernel::LeaseOwner;
+use tenantry_ports::lifecycle::{KnowledgeFs, LifecycleStore};
+use tokio::sync::watch;
+use tracing::{info, warn};
+
+use super::clock::Clock;
+use super::dispatcher::Dispatcher;
+
+/// Settings of one worker.
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    /// Sleep when nothing is due (default 1 s). A new command waits at most this long.
+    pub idle_poll: Duration,
+    /// Most commands claimed per statement and dispatched concurrently (default 1).
+    pub claim_batch: u32,
+    /// Whether the product is enabled (provision commands are claimed only then). Shared so an
+    /// operator switch reaches running workers.
+    pub product_enabled: Arc<AtomicBool>,
+}
+
+impl Default for WorkerConfig {
+    fn default() -> Self {
+        Self {
+            idle_poll: Duration::from_secs(1),
+            claim_batch: 1,
+            product_enabled: Arc::new(AtomicBool::new(true)),
+        }
+    }
+}
+
+/// What a worker did before it stopped.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WorkerReport {
+    /// Commands claimed.
+    pub claimed: u64,
+    /// Commands acked.
+    pub completed: u64,
+    /// Dispatches that ended without a settlement.
+    pub errors: u64,
+}
+
+/// A lease owner unique to this process and worker: `<prefix>-<pid>-<uuid>`.
+///
+/// # Panics
+/// Never: the generated value is always a valid lease owner when `prefix` is one.
+pub fn unique_lease_owner(prefix: &str) -> LeaseOwner {
+    let prefix: String = prefix
+        .chars()
+        .filter(|c| !c.is_whitespace() && !c.is_control())
+        .take(64)
+        .collect();
+    let value = format!(
+        "{prefix}-{}-{}",
+        std::process::id(),
+        uuid::Uuid::new_v4().simple()
+    );
+    // Invariant: non-empty, < 255 bytes, no whitespace or control characters.
+    LeaseOwner::parse(value).unwrap_or_else(|_| unreachable!("generated lease owner is valid"))
+}
+
+/// Runs [`Dispatcher::dispatch_batch`] until shut down.
+pub struct Worker<S, R> {
+    dispatcher: Arc<Dispatcher<S, R>>,
+    clock: Arc<dyn Clock>,
+    owner: LeaseOwner,
+    config: WorkerConfig,
+}
+
+impl<S: LifecycleStore, R: KnowledgeFs> Worker<S, R> {
+    /// A worker with its own lease owner.
+    pub fn new(
+        dispatcher: Arc<Dispatcher<S, R>>,
+        clock: Arc<dyn Clock>,
+        owner: LeaseOwner,
+        config: WorkerConfig,
+    ) -> Self {
+        Self {
+            dispatcher,
+            clock,
+            owner,
+            config,
+        }
+    }
+
+    /// The lease owner of this worker.
+    pub fn owner(&self) -> &LeaseOwner {
+        &self.owner
+    }
+
+    /// Dispatches until `shutdown` turns true. Shutdown stops claiming; a dispatch in flight is
+    /// never cancelled and settles before this returns. Ordinary errors are logged and the loop
+    /// goes on after the idle interval.
+    pub async fn run(self, mut shutdown: watch::Receiver<bool>) -> WorkerReport {
+        let mut report = WorkerReport::default();
+        info!(owner = %self.owner, "lifecycle worker started");
+        loop {
+            if *shutdown.borrow() {
+                break;
+            }
+            let enabled = self.config.product_enabled.load(Ordering::Relaxed);
+            let busy = match self
+                .dispatcher
+                .dispatch_batch(
+                    &self.owner,
+                    self.clock.now(),
+                    enabled,
+                    self.config.claim_batch.max(1),
+                )
+                .await
+            {
+                Ok(results) => {
+                    for result in &results {
+                        report.claimed += 1;
+                        match result {
+                            Ok(outcome) if outcome.completed => report.completed += 1,
+                            Ok(_) => {}
+                            Err(_) => report.errors += 1,
+                        }
+                    }
+                    !results.is_empty()
+                }
+                Err(error) => {
+                    warn!(%error, "claim failed; retrying after the idle interval");
+                    false
+                }
+            };
+            if !busy {
+                tokio::select! {
+                    () = tokio::time::sleep(self.config.idle_poll) => {}
+                    _ = shutdown.changed() => {}
+                }
+            }
+        }
+        info!(owner = %self.owner, claimed = report.claimed, "lifecycle worker stopped");
+        report
+    }
+}
