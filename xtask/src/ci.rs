@@ -208,7 +208,7 @@ impl Gate<'_> {
                 Ok(())
             }
             Ok((status, counts)) => {
-                let mut detail = format!("exited with {status}");
+                let mut detail = format!("failed ({status})");
                 if let Some(c) = counts {
                     detail = format!("{detail}; {c}");
                 }
