@@ -1,1 +1,417 @@
-//! Directory projector (owned by the directory work).
+//! The directory projector: keeps the local projection equal to the directory provider and
+//! fails execution admission closed when it goes stale.
+//!
+//! [`DirectoryProjector`] owns the replica-local state the database cannot hold: this
+//! replica's consumer cursor (every replica consumes the event stream itself, because the
+//! post-commit hooks feed process-local caches), readiness, and gauges. The shared projection
+//! (tables and the state row) lives behind the store ports; every rule is a pure function of
+//! `tenantry_directory`.
+//!
+//! Cancellation: every apply is one store transaction and the consumer cursor moves only after
+//! it committed, so dropping a sync (shutdown) at any await point leaves nothing half-applied.
+//!
+//! Reference behaviour: `seeds/directory_projection.py.txt` (`DirectoryProjectionService`).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use tenantry_directory::batch::{BatchCardinality, directory_event_revisions, validate_batch};
+use tenantry_directory::config::SNAPSHOT_ATTEMPTS;
+use tenantry_directory::maps::WorkspaceStatus;
+use tenantry_directory::{
+    ApplyContext, ApplyOutcome, DirectoryDelta, DirectoryError, DirectoryEventBatch,
+    DirectorySnapshot, DirectoryWorkspace, NotReady, ProjectorConfig, Readiness, WorkspaceUuid,
+};
+use tenantry_ports::directory::{
+    DirectoryProjectionStore, DirectoryProvider, EntitlementReconciler, NoHooks,
+    ProjectionStoreError, ProviderError, RuntimeExecutionPublisher,
+};
+use tokio::time::Instant;
+
+/// Why a projector step failed. Every variant is ordinary for the run loop: it logs, backs
+/// off and tries again.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProjectorError {
+    /// The provider gave no usable answer.
+    #[error(transparent)]
+    Provider(#[from] ProviderError),
+    /// A projection rule refused the provider's answer (or another replica moved the shared
+    /// projection); nothing was written.
+    #[error("directory projection refused the answer: {0}")]
+    Rejected(#[from] DirectoryError),
+    /// The store failed; its transaction rolled back.
+    #[error("directory projection storage failed: {message}")]
+    Storage {
+        /// The store's message.
+        message: String,
+    },
+    /// Initialization lost the race to other replicas' newer projections every time.
+    #[error(
+        "directory snapshot was superseded by another replica {attempts} times in a row ({last}); the provider may be serving a stale snapshot"
+    )]
+    RepeatedlySuperseded {
+        /// Attempts made.
+        attempts: u32,
+        /// The last refusal.
+        last: DirectoryError,
+    },
+}
+
+impl From<ProjectionStoreError> for ProjectorError {
+    fn from(error: ProjectionStoreError) -> Self {
+        match error {
+            ProjectionStoreError::Rejected(e) => Self::Rejected(e),
+            ProjectionStoreError::Storage { message } => Self::Storage { message },
+        }
+    }
+}
+
+/// Tenant-free cardinality gauges for health checks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub struct ResourceSnapshot {
+    /// Active projected workspaces after the last snapshot or delta.
+    pub active_workspaces: u64,
+    /// Configured `max_active_workspaces`.
+    pub max_active_workspaces: usize,
+    /// Workspaces in the last snapshot or delta.
+    pub last_batch_workspaces: usize,
+    /// Memberships in the last snapshot or delta.
+    pub last_batch_memberships: usize,
+    /// Configured `max_snapshot_workspaces`.
+    pub max_snapshot_workspaces: usize,
+    /// Configured `max_snapshot_memberships`.
+    pub max_snapshot_memberships: usize,
+}
+
+#[derive(Debug, Default)]
+struct ReplicaState {
+    consumer_cursor: Option<i64>,
+    readiness: Readiness,
+    active_workspaces: u64,
+    last_batch: BatchCardinality,
+}
+
+/// Wall-clock source for the timestamps written to the store.
+pub type WallClock = Arc<dyn Fn() -> DateTime<Utc> + Send + Sync>;
+
+/// Projects a directory provider into the store; see the module documentation.
+pub struct DirectoryProjector<P, S> {
+    config: ProjectorConfig,
+    provider: P,
+    store: S,
+    entitlements: Arc<dyn EntitlementReconciler>,
+    runtime: Arc<dyn RuntimeExecutionPublisher>,
+    wall_clock: WallClock,
+    origin: Instant,
+    replica: Mutex<ReplicaState>,
+}
+
+impl<P, S> std::fmt::Debug for DirectoryProjector<P, S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DirectoryProjector")
+            .field("config", &self.config)
+            .field("replica", &self.replica)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<P: DirectoryProvider, S: DirectoryProjectionStore> DirectoryProjector<P, S> {
+    /// A projector without hooks, using the system wall clock.
+    pub fn new(config: ProjectorConfig, provider: P, store: S) -> Self {
+        Self {
+            config,
+            provider,
+            store,
+            entitlements: Arc::new(NoHooks),
+            runtime: Arc::new(NoHooks),
+            wall_clock: Arc::new(Utc::now),
+            origin: Instant::now(),
+            replica: Mutex::new(ReplicaState::default()),
+        }
+    }
+
+    /// Sets the entitlement hook run after each commit.
+    #[must_use]
+    pub fn with_entitlements(mut self, hook: Arc<dyn EntitlementReconciler>) -> Self {
+        self.entitlements = hook;
+        self
+    }
+
+    /// Sets the runtime-execution hook run after each commit.
+    #[must_use]
+    pub fn with_runtime_publisher(mut self, hook: Arc<dyn RuntimeExecutionPublisher>) -> Self {
+        self.runtime = hook;
+        self
+    }
+
+    /// Sets the wall clock used for `last_applied_at`, leases and receipts.
+    #[must_use]
+    pub fn with_wall_clock(mut self, clock: WallClock) -> Self {
+        self.wall_clock = clock;
+        self
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &ProjectorConfig {
+        &self.config
+    }
+
+    /// This replica's consumer cursor; `None` until initialized.
+    pub fn consumer_cursor(&self) -> Option<i64> {
+        self.replica().consumer_cursor
+    }
+
+    /// Fails execution admission closed: refuses when this replica never completed a
+    /// caught-up sync, or its last one is `max_staleness` old or older (tokio's monotonic
+    /// clock).
+    ///
+    /// # Errors
+    /// [`NotReady`].
+    pub fn require_ready(&self) -> Result<(), NotReady> {
+        self.require_ready_at(Instant::now())
+    }
+
+    /// [`Self::require_ready`] at monotonic time `now`.
+    ///
+    /// # Errors
+    /// [`NotReady`].
+    pub fn require_ready_at(&self, now: Instant) -> Result<(), NotReady> {
+        let since_origin = now.saturating_duration_since(self.origin);
+        self.replica()
+            .readiness
+            .check(since_origin, self.config.max_staleness)
+    }
+
+    /// Aggregate gauges (no tenant data).
+    pub fn resource_snapshot(&self) -> ResourceSnapshot {
+        let replica = self.replica();
+        let limits = &self.config.limits;
+        ResourceSnapshot {
+            active_workspaces: replica.active_workspaces,
+            max_active_workspaces: limits.max_active_workspaces,
+            last_batch_workspaces: replica.last_batch.workspaces,
+            last_batch_memberships: replica.last_batch.memberships,
+            max_snapshot_workspaces: limits.max_snapshot_workspaces,
+            max_snapshot_memberships: limits.max_snapshot_memberships,
+        }
+    }
+
+    /// Fetches and applies a full snapshot; when another replica's newer projection
+    /// supersedes it, fetches again, up to [`SNAPSHOT_ATTEMPTS`] times.
+    ///
+    /// # Errors
+    /// The first provider, rule or storage error; [`ProjectorError::RepeatedlySuperseded`]
+    /// after the last superseded attempt.
+    pub async fn initialize(&self) -> Result<(), ProjectorError> {
+        let mut last = None;
+        for _ in 0..SNAPSHOT_ATTEMPTS {
+            let snapshot = self.provider.fetch_snapshot(&self.config.instance).await?;
+            match self.apply_snapshot(&snapshot).await {
+                Ok(()) => return Ok(()),
+                Err(ProjectorError::Rejected(e)) if e.is_superseded() => {
+                    tracing::info!(error = %e, "directory snapshot superseded by another replica; fetching again");
+                    last = Some(e);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Err(ProjectorError::RepeatedlySuperseded {
+            attempts: SNAPSHOT_ATTEMPTS,
+            last: last.unwrap_or(DirectoryError::SnapshotSuperseded {
+                snapshot_cursor: 0,
+                projected_cursor: 0,
+            }),
+        })
+    }
+
+    /// One synchronization step: initialize when this replica has no cursor yet; otherwise
+    /// fetch the events after its own cursor, validate the batch, then apply a delta for the
+    /// workspaces named by `directory.changed` events, or advance the cursor for entitlement
+    /// events, or (empty batch) confirm freshness.
+    ///
+    /// # Errors
+    /// Any [`ProjectorError`]; nothing is half-applied.
+    pub async fn sync_once(&self) -> Result<(), ProjectorError> {
+        let Some(cursor) = self.consumer_cursor() else {
+            return self.initialize().await;
+        };
+        let instance = &self.config.instance;
+        let batch = self
+            .provider
+            .fetch_events(instance, cursor, self.config.event_limit)
+            .await?;
+        validate_batch(&batch, instance, cursor)?;
+        if batch.events.is_empty() {
+            return self.touch_freshness(cursor).await;
+        }
+        let revisions = directory_event_revisions(&batch.events);
+        if revisions.is_empty() {
+            self.apply_event_batch(&batch).await
+        } else {
+            let requested: Vec<WorkspaceUuid> = revisions.into_keys().collect();
+            let delta = self.provider.fetch_workspaces(instance, &requested).await?;
+            self.apply_delta(&delta, &batch).await
+        }
+    }
+
+    /// Syncs every `sync_interval`; after a failure waits twice as long as before (at least
+    /// the interval, at most `max_staleness / 2`). Never returns on an error; returns when
+    /// `shutdown` completes (also in the middle of a sync, which is cancellation-safe).
+    pub async fn run(&self, shutdown: impl Future<Output = ()>) {
+        tokio::pin!(shutdown);
+        let mut delay = self.config.sync_interval;
+        loop {
+            tokio::select! {
+                () = &mut shutdown => return,
+                () = tokio::time::sleep(delay) => {}
+            }
+            let result = tokio::select! {
+                () = &mut shutdown => return,
+                result = self.sync_once() => result,
+            };
+            let failed = match result {
+                Ok(()) => false,
+                Err(error) => {
+                    tracing::warn!(%error, "directory synchronization failed; backing off");
+                    true
+                }
+            };
+            delay = self.config.next_delay(delay, failed);
+        }
+    }
+
+    /// Applies a full snapshot, then runs the hooks; records readiness.
+    ///
+    /// # Errors
+    /// A rule or storage error; nothing was written.
+    pub async fn apply_snapshot(&self, snapshot: &DirectorySnapshot) -> Result<(), ProjectorError> {
+        let outcome = self
+            .store
+            .apply_snapshot(&self.context(), snapshot, &[])
+            .await?;
+        let active = active_uuids(&snapshot.workspaces);
+        if let Err(error) = self
+            .entitlements
+            .reconcile_active_workspaces(&self.config.instance, &active)
+            .await
+        {
+            tracing::error!(%error, "entitlement reconcile after a directory snapshot failed; the projection stays committed");
+        }
+        self.publish(&snapshot.workspaces, None).await;
+        self.record(&outcome, Some(snapshot.cursor), true);
+        Ok(())
+    }
+
+    /// Applies a delta for `batch`, then runs the hooks; records readiness when caught up.
+    ///
+    /// # Errors
+    /// A rule or storage error; nothing was written.
+    pub async fn apply_delta(
+        &self,
+        delta: &DirectoryDelta,
+        batch: &DirectoryEventBatch,
+    ) -> Result<(), ProjectorError> {
+        let outcome = self
+            .store
+            .apply_delta(&self.context(), delta, batch)
+            .await?;
+        let requested: BTreeSet<WorkspaceUuid> =
+            delta.requested_workspace_uuids.iter().cloned().collect();
+        let active = active_uuids(&delta.workspaces);
+        let inactive = requested.difference(&active).cloned().collect();
+        if let Err(error) = self
+            .entitlements
+            .update_workspace_activity(&self.config.instance, &active, &inactive)
+            .await
+        {
+            tracing::error!(%error, "entitlement update after a directory delta failed; the projection stays committed");
+        }
+        self.publish(&delta.workspaces, Some(&requested)).await;
+        self.record(&outcome, Some(batch.cursor), outcome.caught_up);
+        Ok(())
+    }
+
+    /// Applies a batch without directory changes; records readiness when caught up.
+    ///
+    /// # Errors
+    /// A rule or storage error; nothing was written.
+    pub async fn apply_event_batch(
+        &self,
+        batch: &DirectoryEventBatch,
+    ) -> Result<(), ProjectorError> {
+        let outcome = self.store.apply_event_batch(&self.context(), batch).await?;
+        self.record(&outcome, Some(batch.cursor), outcome.caught_up);
+        Ok(())
+    }
+
+    async fn touch_freshness(&self, cursor: i64) -> Result<(), ProjectorError> {
+        let outcome = self.store.touch_freshness(&self.context(), cursor).await?;
+        self.record(&outcome, None, true);
+        Ok(())
+    }
+
+    async fn publish(
+        &self,
+        workspaces: &[DirectoryWorkspace],
+        affected: Option<&BTreeSet<WorkspaceUuid>>,
+    ) {
+        let generations: BTreeMap<WorkspaceUuid, i64> = workspaces
+            .iter()
+            .filter(|w| w.status == WorkspaceStatus::Active)
+            .map(|w| (w.uuid.clone(), w.execution_generation))
+            .collect();
+        if let Err(error) = self
+            .runtime
+            .publish_execution_projection(&self.config.instance, &generations, affected)
+            .await
+        {
+            tracing::error!(%error, "publishing the execution projection to runtimes failed; call-time fences stay authoritative");
+        }
+    }
+
+    fn record(&self, outcome: &ApplyOutcome, cursor: Option<i64>, success: bool) {
+        let now = Instant::now().saturating_duration_since(self.origin);
+        let mut replica = self.replica();
+        if let Some(active) = outcome.active_workspaces {
+            replica.active_workspaces = active;
+        }
+        if let Some(cardinality) = outcome.cardinality {
+            replica.last_batch = cardinality;
+        }
+        if let Some(cursor) = cursor {
+            replica.consumer_cursor = Some(cursor);
+        }
+        if success {
+            replica.readiness.record_success(now);
+        }
+    }
+
+    fn context(&self) -> ApplyContext {
+        ApplyContext {
+            instance: self.config.instance.clone(),
+            limits: self.config.limits,
+            now: (self.wall_clock)(),
+            max_staleness: self.config.max_staleness,
+        }
+    }
+
+    fn replica(&self) -> MutexGuard<'_, ReplicaState> {
+        // The guarded state is plain data updated in single assignments; a panic elsewhere
+        // cannot leave it inconsistent, so a poisoned lock is still usable.
+        self.replica.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+fn active_uuids(workspaces: &[DirectoryWorkspace]) -> BTreeSet<WorkspaceUuid> {
+    workspaces
+        .iter()
+        .filter(|w| w.status == WorkspaceStatus::Active)
+        .map(|w| w.uuid.clone())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests;

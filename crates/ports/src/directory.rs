@@ -1,1 +1,284 @@
-//! Directory projection ports (owned by the directory work).
+//! Directory projection ports: the provider of the signed directory, the projection store (as
+//! small role traits), and the hooks run after a projection commits.
+//!
+//! The rules live in `tenantry_directory`; every store adapter implements an apply as one
+//! transaction that holds the instance's state-row lock, selects the rows named by
+//! [`LookupKeys`], calls the pure planner (`tenantry_directory::plan`) and upserts what it
+//! returns. A refused input ([`ProjectionStoreError::Rejected`]) changes nothing.
+//!
+//! Feature `testing` adds [`testing`]: a scripted provider, an in-memory store, recording hooks
+//! and the [`directory_projection_store_conformance!`](crate::directory_projection_store_conformance)
+//! suite.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use async_trait::async_trait;
+use tenantry_directory::{
+    ApplyContext, ApplyOutcome, DirectoryDelta, DirectoryError, DirectoryEvent,
+    DirectoryEventBatch, DirectorySnapshot, InstanceUuid, ProjectionState, WorkspaceUuid,
+};
+
+pub use tenantry_directory::LookupKeys;
+
+/// Why the directory provider gave no usable answer. The signed HTTP client maps transport
+/// failures, refusals and signature failures to these; the projector retries all of them on
+/// its next sync.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProviderError {
+    /// The provider could not be reached or timed out; nothing is known about the answer.
+    #[error("directory provider unavailable: {message}; the projector retries with backoff")]
+    Unavailable {
+        /// What failed (connect, timeout, reset).
+        message: String,
+    },
+    /// The provider answered with an error status.
+    #[error("directory provider refused the request with status {status}: {message}")]
+    Refused {
+        /// HTTP status.
+        status: u16,
+        /// The provider's message.
+        message: String,
+    },
+    /// The answer is unsigned, its signature or timestamp is not trusted, or it does not parse
+    /// as the expected model: the provider (or something in between) misbehaved.
+    #[error("directory provider answer is invalid: {message}")]
+    InvalidResponse {
+        /// What was wrong.
+        message: String,
+    },
+}
+
+/// The authoritative directory (Directory API v1). Implementations verify signatures and
+/// return parsed models.
+#[async_trait]
+pub trait DirectoryProvider: Send + Sync {
+    /// `GET /v1/instances/{instance}/directory/snapshot`.
+    ///
+    /// # Errors
+    /// [`ProviderError`] when no verified snapshot was obtained.
+    async fn fetch_snapshot(
+        &self,
+        instance: &InstanceUuid,
+    ) -> Result<DirectorySnapshot, ProviderError>;
+
+    /// `GET /v1/instances/{instance}/directory/events?after={after}&limit={limit}`.
+    ///
+    /// # Errors
+    /// [`ProviderError`] when no verified batch was obtained.
+    async fn fetch_events(
+        &self,
+        instance: &InstanceUuid,
+        after: i64,
+        limit: u32,
+    ) -> Result<DirectoryEventBatch, ProviderError>;
+
+    /// `POST /v1/instances/{instance}/directory/workspaces` with `{workspace_uuids}` (sorted).
+    ///
+    /// # Errors
+    /// [`ProviderError`] when no verified delta was obtained.
+    async fn fetch_workspaces(
+        &self,
+        instance: &InstanceUuid,
+        workspace_uuids: &[WorkspaceUuid],
+    ) -> Result<DirectoryDelta, ProviderError>;
+}
+
+/// Why a projection store call failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProjectionStoreError {
+    /// A projection rule refused the input; the transaction rolled back and nothing changed.
+    #[error(transparent)]
+    Rejected(#[from] DirectoryError),
+    /// The database failed (connection, lock timeout, constraint); the transaction rolled back.
+    #[error("directory projection storage failed: {message}; the projector retries")]
+    Storage {
+        /// The driver's message.
+        message: String,
+    },
+}
+
+impl ProjectionStoreError {
+    /// True when another replica's newer projection superseded a snapshot.
+    pub fn is_superseded(&self) -> bool {
+        matches!(self, Self::Rejected(e) if e.is_superseded())
+    }
+}
+
+/// Applies full snapshots.
+#[async_trait]
+pub trait SnapshotApplier: Send + Sync {
+    /// Applies `snapshot` (and receipts of `events`) in one transaction:
+    /// `tenantry_directory::plan::plan_snapshot` under the state-row lock, the row inserted
+    /// first when missing.
+    ///
+    /// # Errors
+    /// [`ProjectionStoreError::Rejected`] (nothing changed) or [`ProjectionStoreError::Storage`].
+    async fn apply_snapshot(
+        &self,
+        ctx: &ApplyContext,
+        snapshot: &DirectorySnapshot,
+        events: &[DirectoryEvent],
+    ) -> Result<ApplyOutcome, ProjectionStoreError>;
+}
+
+/// Applies per-workspace deltas of an event batch.
+#[async_trait]
+pub trait DeltaApplier: Send + Sync {
+    /// Applies `delta` for `batch` in one transaction (`plan_delta`).
+    ///
+    /// # Errors
+    /// [`ProjectionStoreError::Rejected`] (nothing changed) or [`ProjectionStoreError::Storage`].
+    async fn apply_delta(
+        &self,
+        ctx: &ApplyContext,
+        delta: &DirectoryDelta,
+        batch: &DirectoryEventBatch,
+    ) -> Result<ApplyOutcome, ProjectionStoreError>;
+}
+
+/// Applies batches without directory changes (receipts and cursor only).
+#[async_trait]
+pub trait EventBatchApplier: Send + Sync {
+    /// Applies `batch` in one transaction (`plan_event_batch`).
+    ///
+    /// # Errors
+    /// [`ProjectionStoreError::Rejected`] (nothing changed) or [`ProjectionStoreError::Storage`].
+    async fn apply_event_batch(
+        &self,
+        ctx: &ApplyContext,
+        batch: &DirectoryEventBatch,
+    ) -> Result<ApplyOutcome, ProjectionStoreError>;
+}
+
+/// Confirms freshness after an empty batch.
+#[async_trait]
+pub trait FreshnessToucher: Send + Sync {
+    /// Refreshes `last_applied_at` / `lease_expires_at` when the shared cursor equals
+    /// `replica_cursor` (`plan_touch`).
+    ///
+    /// # Errors
+    /// [`ProjectionStoreError::Rejected`] (nothing changed) or [`ProjectionStoreError::Storage`].
+    async fn touch_freshness(
+        &self,
+        ctx: &ApplyContext,
+        replica_cursor: i64,
+    ) -> Result<ApplyOutcome, ProjectionStoreError>;
+}
+
+/// Reads the shared projection state (directory status, health).
+#[async_trait]
+pub trait ProjectionStateReader: Send + Sync {
+    /// The state row of `instance`, `None` before the first snapshot.
+    ///
+    /// # Errors
+    /// [`ProjectionStoreError::Storage`].
+    async fn projection_state(
+        &self,
+        instance: &InstanceUuid,
+    ) -> Result<Option<ProjectionState>, ProjectionStoreError>;
+}
+
+/// Every role a directory projector needs from its store.
+pub trait DirectoryProjectionStore:
+    SnapshotApplier + DeltaApplier + EventBatchApplier + FreshnessToucher + ProjectionStateReader
+{
+}
+
+impl<T> DirectoryProjectionStore for T where
+    T: SnapshotApplier
+        + DeltaApplier
+        + EventBatchApplier
+        + FreshnessToucher
+        + ProjectionStateReader
+{
+}
+
+/// A post-commit hook failed. The projection stays committed; the projector logs this.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("directory post-commit hook failed: {message}")]
+pub struct HookError {
+    /// What failed.
+    pub message: String,
+}
+
+/// Keeps entitlement caches in step with the projected workspaces (runs after commit).
+#[async_trait]
+pub trait EntitlementReconciler: Send + Sync {
+    /// After a full snapshot: exactly `active` are the instance's active workspaces.
+    ///
+    /// # Errors
+    /// [`HookError`]; logged, never undoes the projection.
+    async fn reconcile_active_workspaces(
+        &self,
+        instance: &InstanceUuid,
+        active: &BTreeSet<WorkspaceUuid>,
+    ) -> Result<(), HookError>;
+
+    /// After a delta: `active` became or stayed active, `inactive` did not (includes
+    /// tombstoned workspaces).
+    ///
+    /// # Errors
+    /// [`HookError`]; logged, never undoes the projection.
+    async fn update_workspace_activity(
+        &self,
+        instance: &InstanceUuid,
+        active: &BTreeSet<WorkspaceUuid>,
+        inactive: &BTreeSet<WorkspaceUuid>,
+    ) -> Result<(), HookError>;
+}
+
+/// Tells local runtimes which execution generations are current so they retire stale ones
+/// promptly (runs after commit; call-time database fences remain authoritative).
+#[async_trait]
+pub trait RuntimeExecutionPublisher: Send + Sync {
+    /// `active_generations`: active workspace → execution generation. `affected`: the
+    /// workspaces this update covers (`None` after a full snapshot: all of them).
+    ///
+    /// # Errors
+    /// [`HookError`]; logged, never undoes the projection.
+    async fn publish_execution_projection(
+        &self,
+        instance: &InstanceUuid,
+        active_generations: &BTreeMap<WorkspaceUuid, i64>,
+        affected: Option<&BTreeSet<WorkspaceUuid>>,
+    ) -> Result<(), HookError>;
+}
+
+/// Hooks that do nothing (a deployment without entitlements or local runtimes).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoHooks;
+
+#[async_trait]
+impl EntitlementReconciler for NoHooks {
+    async fn reconcile_active_workspaces(
+        &self,
+        _instance: &InstanceUuid,
+        _active: &BTreeSet<WorkspaceUuid>,
+    ) -> Result<(), HookError> {
+        Ok(())
+    }
+
+    async fn update_workspace_activity(
+        &self,
+        _instance: &InstanceUuid,
+        _active: &BTreeSet<WorkspaceUuid>,
+        _inactive: &BTreeSet<WorkspaceUuid>,
+    ) -> Result<(), HookError> {
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl RuntimeExecutionPublisher for NoHooks {
+    async fn publish_execution_projection(
+        &self,
+        _instance: &InstanceUuid,
+        _active_generations: &BTreeMap<WorkspaceUuid, i64>,
+        _affected: Option<&BTreeSet<WorkspaceUuid>>,
+    ) -> Result<(), HookError> {
+        Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+pub mod testing;

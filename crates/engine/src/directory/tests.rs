@@ -1,0 +1,455 @@
+//! Projector behaviour over the fake provider, store and hooks, on tokio's paused clock.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tenantry_directory::testing::*;
+use tenantry_directory::{DirectoryError, NotReady, ProjectionLimits, ProjectorConfig};
+use tenantry_ports::directory::ProviderError;
+use tenantry_ports::directory::testing::{
+    HookCall, InMemoryProjectionStore, ProviderCall, RecordingHooks, ScriptedProvider,
+};
+
+use super::*;
+
+type Projector = DirectoryProjector<ScriptedProvider, InMemoryProjectionStore>;
+
+fn config() -> ProjectorConfig {
+    ProjectorConfig::new(
+        INSTANCE,
+        Duration::from_secs(5),
+        Duration::from_secs(60),
+        50,
+        ProjectionLimits::default(),
+    )
+    .unwrap()
+}
+
+struct Fixture {
+    provider: ScriptedProvider,
+    store: InMemoryProjectionStore,
+    hooks: RecordingHooks,
+}
+
+impl Fixture {
+    fn new() -> Self {
+        Self {
+            provider: ScriptedProvider::new(),
+            store: InMemoryProjectionStore::new(),
+            hooks: RecordingHooks::new(),
+        }
+    }
+
+    /// A replica over this fixture's shared store, with its own provider.
+    fn replica(&self, provider: ScriptedProvider) -> Projector {
+        DirectoryProjector::new(config(), provider, self.store.clone())
+            .with_entitlements(Arc::new(self.hooks.clone()))
+            .with_runtime_publisher(Arc::new(self.hooks.clone()))
+            .with_wall_clock(Arc::new(|| at(0)))
+    }
+
+    fn projector(&self) -> Projector {
+        self.replica(self.provider.clone())
+    }
+}
+
+fn base() -> tenantry_directory::DirectorySnapshot {
+    snapshot(
+        10,
+        vec![
+            workspace("ws-1", 1, &[("a", 1), ("b", 1)]),
+            archived("ws-2"),
+        ],
+    )
+}
+
+fn unavailable() -> ProviderError {
+    ProviderError::Unavailable {
+        message: "down".into(),
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn initialize_applies_a_full_snapshot() {
+    let f = Fixture::new();
+    let p = f.projector();
+    assert_eq!(p.require_ready(), Err(NotReady::NeverReady));
+    f.provider.push_snapshot(Ok(base()));
+    p.initialize().await.unwrap();
+    assert_eq!(p.consumer_cursor(), Some(10));
+    assert_eq!(p.require_ready(), Ok(()));
+    assert_eq!(f.store.tables().workspaces.len(), 2);
+    assert_eq!(
+        p.resource_snapshot(),
+        ResourceSnapshot {
+            active_workspaces: 1,
+            max_active_workspaces: 10_000,
+            last_batch_workspaces: 2,
+            last_batch_memberships: 2,
+            max_snapshot_workspaces: 10_000,
+            max_snapshot_memberships: 100_000,
+        }
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn initialize_retries_superseded_snapshots_up_to_five_times() {
+    let f = Fixture::new();
+    f.provider
+        .push_snapshot(Ok(snapshot(20, base().workspaces)));
+    f.projector().initialize().await.unwrap();
+    // A lagging provider replica keeps serving an older snapshot.
+    let p = f.projector();
+    for _ in 0..4 {
+        f.provider.push_snapshot(Ok(base()));
+    }
+    f.provider
+        .push_snapshot(Ok(snapshot(21, base().workspaces)));
+    p.initialize().await.unwrap();
+    assert_eq!(p.consumer_cursor(), Some(21));
+
+    let p = f.projector();
+    for _ in 0..6 {
+        f.provider.push_snapshot(Ok(base()));
+    }
+    let err = p.initialize().await.unwrap_err();
+    assert_eq!(
+        err,
+        ProjectorError::RepeatedlySuperseded {
+            attempts: 5,
+            last: DirectoryError::SnapshotSuperseded {
+                snapshot_cursor: 10,
+                projected_cursor: 21
+            }
+        }
+    );
+    assert!(
+        err.to_string()
+            .contains("superseded by another replica 5 times")
+    );
+    assert_eq!(p.consumer_cursor(), None);
+    assert_eq!(p.require_ready(), Err(NotReady::NeverReady));
+}
+
+#[tokio::test(start_paused = true)]
+async fn initialize_stops_on_other_errors() {
+    let f = Fixture::new();
+    let p = f.projector();
+    f.provider.push_snapshot(Err(unavailable()));
+    assert_eq!(
+        p.initialize().await,
+        Err(ProjectorError::Provider(unavailable()))
+    );
+    let mut other = base();
+    other.instance_uuid = tenantry_directory::InstanceUuid::parse("inst-9").unwrap();
+    f.provider.push_snapshot(Ok(other));
+    assert!(matches!(
+        p.initialize().await,
+        Err(ProjectorError::Rejected(
+            DirectoryError::WrongInstance { .. }
+        ))
+    ));
+    f.store.fail_next("disk full");
+    f.provider.push_snapshot(Ok(base()));
+    assert_eq!(
+        p.initialize().await,
+        Err(ProjectorError::Storage {
+            message: "disk full".into()
+        })
+    );
+    assert_eq!(f.provider.calls().len(), 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn sync_once_without_a_cursor_initializes() {
+    let f = Fixture::new();
+    let p = f.projector();
+    f.provider.push_snapshot(Ok(base()));
+    p.sync_once().await.unwrap();
+    assert_eq!(f.provider.calls(), vec![ProviderCall::Snapshot]);
+    assert_eq!(p.consumer_cursor(), Some(10));
+}
+
+async fn initialized(f: &Fixture) -> Projector {
+    let p = f.projector();
+    f.provider.push_snapshot(Ok(base()));
+    p.initialize().await.unwrap();
+    p
+}
+
+#[tokio::test(start_paused = true)]
+async fn sync_once_fetches_a_delta_for_directory_events() {
+    let f = Fixture::new();
+    let p = initialized(&f).await;
+    f.provider.push_events(Ok(batch(
+        10,
+        13,
+        13,
+        vec![
+            dir_event("e-11", 11, "ws-3", 1),
+            dir_event("e-12", 12, "ws-1", 2),
+            ent_event("e-13", 13, "ws-1", 1),
+        ],
+    )));
+    f.provider.push_delta(Ok(delta(
+        &["ws-1", "ws-3"],
+        vec![
+            workspace("ws-1", 2, &[("a", 1)]),
+            workspace("ws-3", 1, &[("c", 1)]),
+        ],
+    )));
+    p.sync_once().await.unwrap();
+    assert_eq!(
+        f.provider.calls()[1..],
+        [
+            ProviderCall::Events {
+                after: 10,
+                limit: 50
+            },
+            ProviderCall::Workspaces {
+                uuids: vec![ws_id("ws-1"), ws_id("ws-3")]
+            },
+        ]
+    );
+    assert_eq!(p.consumer_cursor(), Some(13));
+    assert_eq!(f.store.tables().states[&instance()].cursor, 13);
+    assert_eq!(p.resource_snapshot().active_workspaces, 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn sync_once_with_only_entitlement_events_advances_the_cursor() {
+    let f = Fixture::new();
+    let p = initialized(&f).await;
+    f.provider.push_events(Ok(batch(
+        10,
+        11,
+        11,
+        vec![ent_event("e-11", 11, "ws-1", 4)],
+    )));
+    p.sync_once().await.unwrap();
+    assert_eq!(p.consumer_cursor(), Some(11));
+    assert!(
+        !f.provider
+            .calls()
+            .iter()
+            .any(|c| matches!(c, ProviderCall::Workspaces { .. }))
+    );
+    assert_eq!(f.store.tables().receipts.len(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn sync_once_with_an_empty_batch_touches_freshness() {
+    let f = Fixture::new();
+    let p = initialized(&f).await;
+    tokio::time::advance(Duration::from_secs(50)).await;
+    f.provider.push_events(Ok(batch(10, 10, 10, vec![])));
+    p.sync_once().await.unwrap();
+    tokio::time::advance(Duration::from_secs(50)).await;
+    assert_eq!(p.require_ready(), Ok(()), "the touch refreshed readiness");
+    assert_eq!(f.store.applies(), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn sync_once_refuses_an_invalid_batch_before_fetching_a_delta() {
+    let f = Fixture::new();
+    let p = initialized(&f).await;
+    let mut bad = batch(10, 11, 11, vec![dir_event("e-11", 11, "ws-1", 2)]);
+    bad.events[0]
+        .payload
+        .insert("directory_revision".into(), 3.into());
+    f.provider.push_events(Ok(bad));
+    assert!(matches!(
+        p.sync_once().await,
+        Err(ProjectorError::Rejected(
+            DirectoryError::EventRevisionConflict { .. }
+        ))
+    ));
+    f.provider.push_events(Ok(batch(9, 10, 10, vec![])));
+    assert_eq!(
+        p.sync_once().await,
+        Err(ProjectorError::Rejected(
+            DirectoryError::BatchCursorMismatch {
+                expected: 10,
+                actual: 9
+            }
+        ))
+    );
+    assert_eq!(f.provider.calls().len(), 3, "no workspaces were fetched");
+    assert_eq!(p.consumer_cursor(), Some(10));
+}
+
+#[tokio::test(start_paused = true)]
+async fn require_ready_fails_closed_when_stale() {
+    let f = Fixture::new();
+    let p = initialized(&f).await;
+    tokio::time::advance(Duration::from_secs(59)).await;
+    assert_eq!(p.require_ready(), Ok(()));
+    tokio::time::advance(Duration::from_secs(1)).await;
+    assert_eq!(
+        p.require_ready(),
+        Err(NotReady::Stale {
+            age: Duration::from_secs(60),
+            max_staleness: Duration::from_secs(60)
+        })
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn readiness_is_recorded_only_when_caught_up() {
+    let f = Fixture::new();
+    let p = initialized(&f).await;
+    tokio::time::advance(Duration::from_secs(55)).await;
+    f.provider.push_events(Ok(batch(
+        10,
+        11,
+        30,
+        vec![dir_event("e-11", 11, "ws-1", 2)],
+    )));
+    f.provider.push_delta(Ok(delta(
+        &["ws-1"],
+        vec![workspace("ws-1", 2, &[("a", 1)])],
+    )));
+    p.sync_once().await.unwrap();
+    assert_eq!(p.consumer_cursor(), Some(11));
+    tokio::time::advance(Duration::from_secs(5)).await;
+    assert!(matches!(p.require_ready(), Err(NotReady::Stale { .. })));
+}
+
+#[tokio::test(start_paused = true)]
+async fn hooks_run_after_commit_and_their_failure_keeps_the_projection() {
+    let f = Fixture::new();
+    f.hooks.fail_all();
+    let p = initialized(&f).await;
+    assert_eq!(p.require_ready(), Ok(()));
+    f.provider.push_events(Ok(batch(
+        10,
+        12,
+        12,
+        vec![
+            dir_event("e-11", 11, "ws-1", 2),
+            dir_event("e-12", 12, "ws-2", 2),
+        ],
+    )));
+    f.provider.push_delta(Ok(delta(
+        &["ws-1", "ws-2"],
+        vec![workspace("ws-1", 2, &[("a", 1)])],
+    )));
+    p.sync_once().await.unwrap();
+    assert_eq!(f.store.tables().states[&instance()].cursor, 12);
+    let set = |items: &[&str]| items.iter().map(|i| ws_id(i)).collect::<BTreeSet<_>>();
+    assert_eq!(
+        f.hooks.calls(),
+        vec![
+            HookCall::Reconcile {
+                active: set(&["ws-1"])
+            },
+            HookCall::Publish {
+                active_generations: [(ws_id("ws-1"), 1)].into_iter().collect(),
+                affected: None
+            },
+            HookCall::Activity {
+                active: set(&["ws-1"]),
+                inactive: set(&["ws-2"])
+            },
+            HookCall::Publish {
+                active_generations: [(ws_id("ws-1"), 1)].into_iter().collect(),
+                affected: Some(set(&["ws-1", "ws-2"]))
+            },
+        ]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn replicas_share_the_state_row_but_keep_their_own_cursor() {
+    let f = Fixture::new();
+    let a = initialized(&f).await;
+    let b_provider = ScriptedProvider::new();
+    let b = f.replica(b_provider.clone());
+    b_provider.push_snapshot(Ok(base()));
+    b.initialize().await.unwrap();
+    let page = batch(10, 11, 11, vec![dir_event("e-11", 11, "ws-1", 2)]);
+    let answer = delta(&["ws-1"], vec![workspace("ws-1", 2, &[("a", 1)])]);
+    f.provider.push_events(Ok(page.clone()));
+    f.provider.push_delta(Ok(answer.clone()));
+    a.sync_once().await.unwrap();
+    assert_eq!(
+        (a.consumer_cursor(), b.consumer_cursor()),
+        (Some(11), Some(10))
+    );
+    // B has not consumed the shared high-water mark: an empty page cannot refresh it.
+    b_provider.push_events(Ok(batch(10, 10, 11, vec![])));
+    assert_eq!(
+        b.sync_once().await,
+        Err(ProjectorError::Rejected(
+            DirectoryError::ReplicaBehindHighWater {
+                replica_cursor: 10,
+                shared_cursor: 11
+            }
+        ))
+    );
+    // B consumes the page itself (hooks run for its process), without rewriting rows.
+    b_provider.push_events(Ok(page));
+    b_provider.push_delta(Ok(answer));
+    b.sync_once().await.unwrap();
+    assert_eq!(b.consumer_cursor(), Some(11));
+    assert_eq!(f.store.tables().states[&instance()].cursor, 11);
+}
+
+#[tokio::test(start_paused = true)]
+async fn run_loop_backs_off_doubling_up_to_half_the_staleness_and_never_exits() {
+    let f = Fixture::new();
+    let p = Arc::new(initialized(&f).await);
+    let start = Instant::now();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let runner = {
+        let p = Arc::clone(&p);
+        tokio::spawn(async move {
+            p.run(async {
+                let _ = stopped.await;
+            })
+            .await;
+        })
+    };
+    let events_calls = || {
+        f.provider
+            .calls()
+            .iter()
+            .filter(|c| matches!(c, ProviderCall::Events { .. }))
+            .count()
+    };
+    let at_secs = |s: f64| start + Duration::from_secs_f64(s);
+    // Failures at t=5, 15, 35, 65, 95 (delays 5, 10, 20, 30, 30).
+    for (t, expected) in [
+        (4.9, 0),
+        (5.1, 1),
+        (14.9, 1),
+        (15.1, 2),
+        (34.9, 2),
+        (35.1, 3),
+        (64.9, 3),
+        (65.1, 4),
+        (95.1, 5),
+    ] {
+        tokio::time::sleep_until(at_secs(t)).await;
+        assert_eq!(events_calls(), expected, "at t={t}");
+    }
+    assert!(matches!(p.require_ready(), Err(NotReady::Stale { .. })));
+    // The provider recovers: the sync at t=125 succeeds, the next comes one interval later.
+    f.provider.push_events(Ok(batch(10, 10, 10, vec![])));
+    tokio::time::sleep_until(at_secs(125.1)).await;
+    assert_eq!(events_calls(), 6);
+    assert_eq!(p.require_ready(), Ok(()));
+    tokio::time::sleep_until(at_secs(130.1)).await;
+    assert_eq!(events_calls(), 7);
+    assert!(!runner.is_finished());
+    stop.send(()).unwrap();
+    runner.await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn run_loop_stops_on_shutdown_while_sleeping() {
+    let f = Fixture::new();
+    let p = initialized(&f).await;
+    p.run(tokio::time::sleep(Duration::from_secs(2))).await;
+    assert_eq!(f.provider.calls().len(), 1, "only the initial snapshot");
+}
