@@ -96,7 +96,7 @@ impl Cluster {
             return Err(PgError::NoPostgresUser);
         }
         let version = server_version(&bin);
-        let dir = create_temp_dir()?;
+        let dir = create_temp_dir(as_postgres)?;
         // From here on the cluster is registered, so both Drop and the signal handler clean up.
         live().push(Instance {
             dir: dir.clone(),
@@ -232,7 +232,7 @@ impl Instance {
     fn tool(&self, name: &str) -> Command {
         let program = self.bin.join(name);
         let mut cmd = if self.as_postgres {
-            let mut cmd = Command::new("runuser");
+            let mut cmd = Command::new(runuser_program());
             cmd.args(["-u", "postgres", "--"]).arg(program);
             cmd
         } else {
@@ -425,9 +425,16 @@ fn free_port() -> Result<u16, PgError> {
 }
 
 /// Creates `<tmp>/tenantry-pg-<pid>-<n>-<nanos>`, private to its owner.
-fn create_temp_dir() -> Result<PathBuf, PgError> {
+///
+/// For a server run as `postgres` the base is `/tmp`: root's `TMPDIR` may sit in a folder that
+/// the `postgres` user cannot enter.
+fn create_temp_dir(for_postgres_user: bool) -> Result<PathBuf, PgError> {
     static COUNTER: AtomicU32 = AtomicU32::new(0);
-    let base = std::env::temp_dir();
+    let base = if for_postgres_user && Path::new("/tmp").is_dir() {
+        PathBuf::from("/tmp")
+    } else {
+        std::env::temp_dir()
+    };
     let nanos = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.subsec_nanos())
@@ -463,6 +470,15 @@ fn effective_uid_is_root() -> bool {
         .output()
         .map(|out| String::from_utf8_lossy(&out.stdout).trim() == "0")
         .unwrap_or(false)
+}
+
+/// `runuser` (util-linux) lives in an sbin folder that may be missing from `PATH`.
+fn runuser_program() -> PathBuf {
+    ["/usr/sbin/runuser", "/sbin/runuser", "/usr/bin/runuser"]
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| PathBuf::from("runuser"))
 }
 
 fn postgres_user_exists() -> bool {
