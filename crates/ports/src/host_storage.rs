@@ -52,6 +52,22 @@ pub trait HostStorage: Send + Sync {
     ) -> Result<(), HostStorageError>;
 }
 
+/// Listing of installation bindings, for operator views across installations (the admin
+/// API's `GET /v1/fences`, `tenantry fences list`). A separate role trait: writers never need it.
+#[async_trait]
+pub trait HostStorageBindings: Send + Sync {
+    /// Every binding that holds at least one key starting with `key_prefix` (tombstones
+    /// included), in ascending order, each once. An empty prefix lists every binding.
+    ///
+    /// # Errors
+    /// [`HostStorageError::Unavailable`] when the backend cannot answer;
+    /// [`HostStorageError::CorruptValue`] when a stored binding is not a valid binding.
+    async fn bindings_with_key_prefix(
+        &self,
+        key_prefix: &str,
+    ) -> Result<Vec<Binding>, HostStorageError>;
+}
+
 /// Why a host-storage operation failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum HostStorageError {
@@ -132,6 +148,16 @@ impl<T: HostStorage + ?Sized> HostStorage for std::sync::Arc<T> {
         value: &Value,
     ) -> Result<(), HostStorageError> {
         (**self).set(binding, key, value).await
+    }
+}
+
+#[async_trait]
+impl<T: HostStorageBindings + ?Sized> HostStorageBindings for std::sync::Arc<T> {
+    async fn bindings_with_key_prefix(
+        &self,
+        key_prefix: &str,
+    ) -> Result<Vec<Binding>, HostStorageError> {
+        (**self).bindings_with_key_prefix(key_prefix).await
     }
 }
 

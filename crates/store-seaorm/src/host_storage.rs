@@ -10,7 +10,9 @@ use sea_orm::sea_query::OnConflict;
 use sea_orm::{ColumnTrait, DatabaseConnection, DbErr, EntityTrait, QueryFilter, QuerySelect, Set};
 use serde_json::Value;
 use tenantry_fence::Binding;
-use tenantry_ports::host_storage::{HostStorage, HostStorageError, validate_key};
+use tenantry_ports::host_storage::{
+    HostStorage, HostStorageBindings, HostStorageError, validate_key,
+};
 
 mod entity {
     use sea_orm::entity::prelude::*;
@@ -98,6 +100,39 @@ impl HostStorage for SeaOrmHostStorage {
             .await
             .map_err(|e| unavailable("set", &e))?;
         Ok(())
+    }
+}
+
+#[async_trait]
+impl HostStorageBindings for SeaOrmHostStorage {
+    async fn bindings_with_key_prefix(
+        &self,
+        key_prefix: &str,
+    ) -> Result<Vec<Binding>, HostStorageError> {
+        // LIKE narrows the scan; its wildcards and (on SQLite) case folding can only widen
+        // the match, so the exact prefix test below decides.
+        let rows: Vec<(String, String)> = entity::Entity::find()
+            .select_only()
+            .column(entity::Column::Binding)
+            .column(entity::Column::Key)
+            .filter(entity::Column::Key.starts_with(key_prefix))
+            .into_tuple()
+            .all(&self.conn)
+            .await
+            .map_err(|e| unavailable("keys", &e))?;
+        let mut bindings = std::collections::BTreeSet::new();
+        for (binding, key) in rows {
+            if key.starts_with(key_prefix) {
+                let parsed = Binding::parse(binding.clone()).map_err(|e| {
+                    HostStorageError::CorruptValue {
+                        key: format!("binding {binding:?}"),
+                        message: e.to_string(),
+                    }
+                })?;
+                bindings.insert(parsed);
+            }
+        }
+        Ok(bindings.into_iter().collect())
     }
 }
 

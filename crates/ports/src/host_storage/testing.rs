@@ -16,7 +16,7 @@ use async_trait::async_trait;
 use serde_json::Value;
 use tenantry_fence::Binding;
 
-use super::{HostStorage, HostStorageError, validate_key};
+use super::{HostStorage, HostStorageBindings, HostStorageError, validate_key};
 
 /// When an injected `set` failure happens.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -163,6 +163,29 @@ impl HostStorage for InMemoryHostStorage {
     }
 }
 
+#[async_trait]
+impl HostStorageBindings for InMemoryHostStorage {
+    async fn bindings_with_key_prefix(
+        &self,
+        key_prefix: &str,
+    ) -> Result<Vec<Binding>, HostStorageError> {
+        let mut state = self.state();
+        state.calls.keys += 1;
+        if state.fail_keys > 0 {
+            state.fail_keys -= 1;
+            return Err(unavailable("keys"));
+        }
+        let mut bindings: Vec<Binding> = state
+            .data
+            .keys()
+            .filter(|(_, k)| k.starts_with(key_prefix))
+            .map(|(b, _)| b.clone())
+            .collect();
+        bindings.dedup();
+        Ok(bindings)
+    }
+}
+
 fn unavailable(operation: &'static str) -> HostStorageError {
     HostStorageError::Unavailable {
         operation,
@@ -178,7 +201,7 @@ pub mod conformance {
     use serde_json::{Value, json};
     use tenantry_fence::Binding;
 
-    use crate::host_storage::{HostStorage, HostStorageError, MAX_KEY_LEN};
+    use crate::host_storage::{HostStorage, HostStorageBindings, HostStorageError, MAX_KEY_LEN};
 
     fn binding(name: &str) -> Binding {
         Binding::parse(name).unwrap()
@@ -306,6 +329,38 @@ pub mod conformance {
         assert_eq!(s.keys(&b).await.unwrap(), vec!["k".to_owned()]);
     }
 
+    /// Bindings are listed by key prefix, ascending and each once, tombstones included.
+    pub async fn bindings_with_key_prefix_lists_each_holder_once<
+        S: HostStorage + HostStorageBindings + ?Sized,
+    >(
+        s: &S,
+    ) {
+        let a = binding("inst-prefix-a");
+        let b = binding("inst-prefix-b");
+        let c = binding("inst-prefix-c");
+        s.set(&b, "ke.fence.v1.x", &json!(1)).await.unwrap();
+        s.set(&b, "ke.fence.v1.y", &json!(1)).await.unwrap();
+        s.set(&a, "ke.fence.v1.installation", &Value::Null)
+            .await
+            .unwrap();
+        s.set(&c, "ke.config.v1.x", &json!(1)).await.unwrap();
+        s.set(&c, "KE.FENCE.V1.upper", &json!(1)).await.unwrap();
+        let listed = s.bindings_with_key_prefix("ke.fence.v1.").await.unwrap();
+        let ours: Vec<_> = listed
+            .into_iter()
+            .filter(|x| x.as_str().starts_with("inst-prefix-"))
+            .collect();
+        assert_eq!(ours, vec![a.clone(), b.clone()]);
+        let all: Vec<_> = s
+            .bindings_with_key_prefix("")
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|x| x.as_str().starts_with("inst-prefix-"))
+            .collect();
+        assert_eq!(all, vec![a, b, c]);
+    }
+
     async fn futures_join<A: std::future::Future, B: std::future::Future>(
         a: A,
         b: B,
@@ -342,6 +397,7 @@ macro_rules! host_storage_conformance {
             invalid_keys_are_refused,
             large_value_round_trips,
             concurrent_sets_leave_one_value,
+            bindings_with_key_prefix_lists_each_holder_once,
         );
     };
     (@tests $ctor:expr; $($name:ident),* $(,)?) => {
