@@ -8,7 +8,9 @@
 //!   reading a mutation's answer completely;
 //! - [`client`]: the builder of mutation clients (no redirects, no retries, one deadline).
 //! - [`knowledge_fs`]: `HttpKnowledgeFs`, the KnowledgeFS lifecycle API v1 client.
+//! - [`directory`]: `HttpDirectoryProvider`, the signed Directory API v1 client.
 
 pub mod client;
+pub mod directory;
 pub mod knowledge_fs;
 pub mod outcome;

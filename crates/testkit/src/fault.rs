@@ -11,7 +11,8 @@ use std::time::Duration;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-/// A route of the KnowledgeFS lifecycle API v1 that faults can be attached to.
+/// A route of a reference remote that faults can be attached to: the four routes of the
+/// KnowledgeFS lifecycle API v1 and the three of Directory API v1.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Route {
     /// `POST /v1/namespaces/{namespace_id}/spaces`.
@@ -22,20 +23,37 @@ pub enum Route {
     Deletion,
     /// `POST .../spaces/{knowledge_space_id}/grants/{grant_id}/revocations`.
     Revocation,
+    /// `GET /v1/instances/{instance_uuid}/directory/snapshot`.
+    DirectorySnapshot,
+    /// `GET /v1/instances/{instance_uuid}/directory/events?after=&limit=`.
+    DirectoryEvents,
+    /// `POST /v1/instances/{instance_uuid}/directory/workspaces`.
+    DirectoryWorkspaces,
 }
 
 impl Route {
     /// Every route, in a fixed order.
-    pub const ALL: [Route; 4] = [
+    pub const ALL: [Route; 7] = [
         Route::Provision,
         Route::Lookup,
         Route::Deletion,
         Route::Revocation,
+        Route::DirectorySnapshot,
+        Route::DirectoryEvents,
+        Route::DirectoryWorkspaces,
     ];
 
     /// Whether the route changes remote state (and so requires an `Idempotency-Key`).
     pub fn is_mutation(self) -> bool {
-        !matches!(self, Route::Lookup)
+        matches!(self, Route::Provision | Route::Deletion | Route::Revocation)
+    }
+
+    /// Whether the route belongs to Directory API v1.
+    pub fn is_directory(self) -> bool {
+        matches!(
+            self,
+            Route::DirectorySnapshot | Route::DirectoryEvents | Route::DirectoryWorkspaces
+        )
     }
 }
 
@@ -68,6 +86,18 @@ pub enum Fault {
     /// it for this request (the revocation is recorded and applied by a later request).
     /// On other routes it has no effect.
     LagWatermark,
+    /// Directory routes only: answer (correctly signed) with the body this route answered
+    /// before (an older snapshot, an earlier events page, an earlier delta); answers normally
+    /// when there is none yet.
+    StalePage,
+    /// Directory routes only: sign with a key the client does not trust (its own key id).
+    UntrustedSignature,
+    /// Directory routes only: send a signature that does not verify (one bit flipped).
+    BadSignature,
+    /// Directory routes only: send no signature headers.
+    Unsigned,
+    /// Directory routes only: sign correctly with a timestamp one hour in the past.
+    SkewedTimestamp,
 }
 
 impl Fault {
@@ -80,6 +110,11 @@ impl Fault {
             Fault::ResetAfterCommit => "reset_after_commit",
             Fault::Stall { .. } => "stall",
             Fault::LagWatermark => "lag_watermark",
+            Fault::StalePage => "stale_page",
+            Fault::UntrustedSignature => "untrusted_signature",
+            Fault::BadSignature => "bad_signature",
+            Fault::Unsigned => "unsigned",
+            Fault::SkewedTimestamp => "skewed_timestamp",
         }
     }
 }
@@ -126,7 +161,8 @@ pub enum FaultProfile {
     #[default]
     None,
     /// About one request in ten meets a fault: 503 / 429 with `Retry-After: 1`, lost ACKs,
-    /// resets and watermark lag. No stalls, so runs stay fast whatever the client deadline.
+    /// resets, watermark lag (revocations), stale pages and bad signatures (directory). No
+    /// stalls, so runs stay fast whatever the client deadline.
     Default,
     /// About one request in three meets a fault, including stalls past the client deadline
     /// (configure a short client deadline and [`crate::knowledge_fs::RemoteConfig::stall`]).
@@ -163,6 +199,15 @@ impl FaultProfile {
         }
         if route == Route::Revocation {
             faults.push((Fault::LagWatermark, 3));
+        }
+        if route.is_directory() {
+            faults.extend([
+                (Fault::StalePage, 3),
+                (Fault::UntrustedSignature, 1),
+                (Fault::BadSignature, 1),
+                (Fault::Unsigned, 1),
+                (Fault::SkewedTimestamp, 1),
+            ]);
         }
         RoutePlan::random(probability, faults)
     }
@@ -303,5 +348,31 @@ mod tests {
             assert_ne!(inj.next(Route::Provision), Some(Fault::LagWatermark));
         }
         assert!((0..5_000).any(|_| inj.next(Route::Revocation) == Some(Fault::LagWatermark)));
+    }
+
+    #[test]
+    fn directory_faults_are_only_drawn_on_directory_routes() {
+        let mut inj = FaultInjector::new(FaultProfile::Heavy, 11);
+        let directory_only = |f: Option<Fault>| {
+            matches!(
+                f,
+                Some(
+                    Fault::StalePage
+                        | Fault::UntrustedSignature
+                        | Fault::BadSignature
+                        | Fault::Unsigned
+                        | Fault::SkewedTimestamp
+                )
+            )
+        };
+        for route in [
+            Route::Provision,
+            Route::Lookup,
+            Route::Deletion,
+            Route::Revocation,
+        ] {
+            assert!((0..3_000).all(|_| !directory_only(inj.next(route))));
+        }
+        assert!((0..3_000).any(|_| directory_only(inj.next(Route::DirectoryEvents))));
     }
 }

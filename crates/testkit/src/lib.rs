@@ -5,13 +5,18 @@
 //!   provisioning idempotent on the provisioning key, draining deletions, revoke watermarks,
 //!   bearer auth, `{code, message}` errors, and ground-truth effect counters that prove
 //!   exactly-once delivery;
+//! - [`directory`]: the reference Directory API v1 provider (axum, in memory): snapshot,
+//!   event pages and deltas of one instance that a test mutates, every answer signed with
+//!   Ed25519 (two trusted rotation keys, one untrusted);
 //! - [`fault`]: per-route fault plans (script, or seeded probability) and fault profiles:
-//!   503 / 429 with `Retry-After`, lost ACK, connection reset, stall, watermark lag;
+//!   503 / 429 with `Retry-After`, lost ACK, connection reset, stall, watermark lag, stale
+//!   directory page, untrusted / bad / missing signature, skewed timestamp;
 //! - [`openapi`]: the OpenAPI documents the reference servers serve at `/openapi.json`.
 //!
 //! Start one remote per test with [`knowledge_fs::ReferenceRemote::start`]; it binds
 //! `127.0.0.1:0`, so tests run in parallel.
 
+pub mod directory;
 pub mod fault;
 pub mod knowledge_fs;
 pub mod openapi;

@@ -4,6 +4,8 @@
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 
+use tenantry_directory::InstanceUuid;
+use tenantry_testkit::directory::{DirectoryServerConfig, ReferenceDirectory};
 use tenantry_testkit::knowledge_fs::{PATHS, ReferenceRemote, RemoteConfig};
 
 fn doc_file(name: &str) -> String {
@@ -29,11 +31,24 @@ async fn served_openapi_matches_the_knowledgefs_file() {
     remote.shutdown().await;
 }
 
-#[test]
-fn knowledgefs_openapi_documents_exactly_the_served_routes() {
-    let doc: serde_json::Value = serde_json::from_str(&doc_file("knowledgefs-v1.json")).unwrap();
+#[tokio::test]
+async fn served_openapi_matches_the_directory_file() {
+    let config = DirectoryServerConfig::new(InstanceUuid::parse("inst-1").unwrap());
+    let (url, dir) = ReferenceDirectory::start(config).await.unwrap();
+    let served = reqwest::get(format!("{url}/openapi.json"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(served, doc_file("directory-v1.json"));
+    dir.shutdown().await;
+}
+
+fn documented_routes(file: &str) -> BTreeSet<(String, String)> {
+    let doc: serde_json::Value = serde_json::from_str(&doc_file(file)).unwrap();
     assert!(doc["openapi"].as_str().unwrap().starts_with("3."));
-    let documented: BTreeSet<(String, String)> = doc["paths"]
+    doc["paths"]
         .as_object()
         .unwrap()
         .iter()
@@ -43,12 +58,25 @@ fn knowledgefs_openapi_documents_exactly_the_served_routes() {
                 .keys()
                 .map(move |method| (method.to_uppercase(), path.clone()))
         })
-        .collect();
+        .collect()
+}
+
+#[test]
+fn knowledgefs_openapi_documents_exactly_the_served_routes() {
     let served: BTreeSet<(String, String)> = PATHS
         .iter()
         .map(|(method, path, _)| ((*method).to_owned(), (*path).to_owned()))
         .collect();
-    assert_eq!(documented, served);
+    assert_eq!(documented_routes("knowledgefs-v1.json"), served);
+}
+
+#[test]
+fn directory_openapi_documents_exactly_the_served_routes() {
+    let served: BTreeSet<(String, String)> = tenantry_testkit::directory::PATHS
+        .iter()
+        .map(|(method, path, _)| ((*method).to_owned(), (*path).to_owned()))
+        .collect();
+    assert_eq!(documented_routes("directory-v1.json"), served);
 }
 
 #[test]

@@ -1,0 +1,429 @@
+//! `HttpDirectoryProvider`: the Directory API v1 client behind the [`DirectoryProvider`] port.
+//!
+//! Every `2xx` answer is read completely (refused above [`DEFAULT_MAX_RESPONSE_BYTES`]), its
+//! signature is verified ([`signature`]) and only then is the body parsed; an answer that
+//! fails any step is refused as [`ProviderError::InvalidResponse`] and nothing of it reaches
+//! the projector. Transport failures and timeouts are [`ProviderError::Unavailable`]; error
+//! statuses are [`ProviderError::Refused`] (their bodies need no signature: nothing is applied
+//! from them). One deadline (default [`DEFAULT_DEADLINE`]) covers the whole call; no redirect
+//! is followed and nothing is retried (the projector retries on its next sync).
+
+pub mod signature;
+
+use std::fmt;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::Utc;
+use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderValue};
+use reqwest::{Method, Response, Url};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use tenantry_directory::{
+    DirectoryDelta, DirectoryEventBatch, DirectorySnapshot, InstanceUuid, WorkspaceUuid,
+};
+use tenantry_ports::directory::{DirectoryProvider, ProviderError};
+
+use crate::client::{ClientBuildError, mutation_client};
+use signature::{SignatureHeaders, TrustedKeys};
+
+/// Default largest accepted response body: 128 MiB.
+pub const DEFAULT_MAX_RESPONSE_BYTES: u64 = 128 * 1024 * 1024;
+
+/// Default total deadline of one directory call.
+pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(60);
+
+/// Configuration of an [`HttpDirectoryProvider`].
+#[derive(Clone, PartialEq, Eq)]
+pub struct DirectoryClientConfig {
+    /// Base URL (`http` or `https`), optionally with a path prefix; `/v1/...` is appended.
+    pub base_url: String,
+    /// Bearer token, when the provider requires one.
+    pub bearer_token: Option<String>,
+    /// Public keys whose signatures are accepted, by key id (several during a rotation).
+    pub trusted_keys: TrustedKeys,
+    /// Largest accepted difference between a response's signing time and the local clock.
+    pub max_skew: Duration,
+    /// Largest accepted response body, bytes.
+    pub max_response_bytes: u64,
+    /// Total deadline of one call.
+    pub deadline: Duration,
+}
+
+impl DirectoryClientConfig {
+    /// A configuration with default skew (300 s), size limit (128 MiB) and deadline.
+    pub fn new(base_url: impl Into<String>, trusted_keys: TrustedKeys) -> Self {
+        Self {
+            base_url: base_url.into(),
+            bearer_token: None,
+            trusted_keys,
+            max_skew: signature::DEFAULT_MAX_SKEW,
+            max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
+            deadline: DEFAULT_DEADLINE,
+        }
+    }
+}
+
+impl fmt::Debug for DirectoryClientConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DirectoryClientConfig")
+            .field("base_url", &self.base_url)
+            .field(
+                "bearer_token",
+                &self.bearer_token.as_ref().map(|_| "<redacted>"),
+            )
+            .field("trusted_keys", &self.trusted_keys)
+            .field("max_skew", &self.max_skew)
+            .field("max_response_bytes", &self.max_response_bytes)
+            .field("deadline", &self.deadline)
+            .finish()
+    }
+}
+
+/// A [`DirectoryClientConfig`] that cannot work; fix the configuration.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DirectoryConfigError {
+    /// The base URL does not parse or is not `http`/`https`.
+    #[error("directory base URL {url:?} is invalid: {reason}; give an http(s) URL")]
+    InvalidBaseUrl {
+        /// The configured URL.
+        url: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// No key is trusted: every answer would be refused.
+    #[error("no trusted directory signing key is configured")]
+    NoTrustedKeys,
+    /// The bearer token is empty or not a valid header value.
+    #[error("directory bearer token is empty or contains characters not allowed in a header")]
+    InvalidToken,
+    /// The deadline is zero.
+    #[error("directory call deadline must be above zero")]
+    ZeroDeadline,
+    /// The HTTP client could not be built.
+    #[error(transparent)]
+    Client(#[from] ClientBuildError),
+}
+
+/// The reqwest implementation of the [`DirectoryProvider`] port, verifying signatures.
+#[derive(Clone)]
+pub struct HttpDirectoryProvider {
+    client: reqwest::Client,
+    base: Url,
+    authorization: Option<HeaderValue>,
+    trusted: TrustedKeys,
+    max_skew: Duration,
+    max_bytes: u64,
+    deadline: Duration,
+}
+
+impl fmt::Debug for HttpDirectoryProvider {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HttpDirectoryProvider")
+            .field("base", &self.base.as_str())
+            .field("trusted", &self.trusted)
+            .finish_non_exhaustive()
+    }
+}
+
+impl HttpDirectoryProvider {
+    /// Builds a client from `config`.
+    ///
+    /// # Errors
+    /// [`DirectoryConfigError`] naming the invalid setting.
+    pub fn new(config: &DirectoryClientConfig) -> Result<Self, DirectoryConfigError> {
+        let invalid_url = |reason: String| DirectoryConfigError::InvalidBaseUrl {
+            url: config.base_url.clone(),
+            reason,
+        };
+        let base = Url::parse(&config.base_url).map_err(|e| invalid_url(e.to_string()))?;
+        if !matches!(base.scheme(), "http" | "https") || base.cannot_be_a_base() {
+            return Err(invalid_url("the scheme must be http or https".into()));
+        }
+        if base.query().is_some() || base.fragment().is_some() {
+            return Err(invalid_url("a query or fragment is not allowed".into()));
+        }
+        if config.trusted_keys.is_empty() {
+            return Err(DirectoryConfigError::NoTrustedKeys);
+        }
+        if config.deadline.is_zero() {
+            return Err(DirectoryConfigError::ZeroDeadline);
+        }
+        let authorization = match &config.bearer_token {
+            None => None,
+            Some(token) if token.is_empty() => return Err(DirectoryConfigError::InvalidToken),
+            Some(token) => {
+                let mut value = HeaderValue::from_str(&format!("Bearer {token}"))
+                    .map_err(|_| DirectoryConfigError::InvalidToken)?;
+                value.set_sensitive(true);
+                Some(value)
+            }
+        };
+        Ok(Self {
+            client: mutation_client(config.deadline)?,
+            base,
+            authorization,
+            trusted: config.trusted_keys.clone(),
+            max_skew: config.max_skew,
+            max_bytes: config.max_response_bytes,
+            deadline: config.deadline,
+        })
+    }
+
+    fn endpoint(&self, instance: &InstanceUuid, last: &str) -> Result<Url, ProviderError> {
+        let mut url = self.base.clone();
+        {
+            let mut path = url
+                .path_segments_mut()
+                .map_err(|()| ProviderError::Unavailable {
+                    message: "directory base URL cannot take a path".into(),
+                })?;
+            path.pop_if_empty()
+                .extend(["v1", "instances", instance.as_str(), "directory", last]);
+        }
+        Ok(url)
+    }
+
+    /// Sends one request and returns its verified body.
+    async fn fetch_verified(
+        &self,
+        method: Method,
+        url: Url,
+        body: Option<Vec<u8>>,
+    ) -> Result<Vec<u8>, ProviderError> {
+        let mut request = self.client.request(method, url).timeout(self.deadline);
+        if let Some(auth) = &self.authorization {
+            request = request.header(AUTHORIZATION, auth.clone());
+        }
+        if let Some(body) = body {
+            request = request
+                .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
+                .body(body);
+        }
+        let call = async {
+            let response = request.send().await.map_err(|e| unavailable(&e))?;
+            let status = response.status();
+            let headers = response.headers().clone();
+            let body = read_limited(response, self.max_bytes).await?;
+            Ok::<_, ProviderError>((status, headers, body))
+        };
+        let (status, headers, body) =
+            tokio::time::timeout(self.deadline, call)
+                .await
+                .map_err(|_| ProviderError::Unavailable {
+                    message: format!(
+                        "no complete directory answer within the {}s deadline",
+                        self.deadline.as_secs_f64()
+                    ),
+                })??;
+        if !status.is_success() {
+            let message = match serde_json::from_slice::<ErrorBody>(&body) {
+                Ok(e) => format!("{}: {}", e.code, e.message),
+                Err(_) => String::from_utf8_lossy(&body[..body.len().min(256)]).into_owned(),
+            };
+            return Err(ProviderError::Refused {
+                status: status.as_u16(),
+                message,
+            });
+        }
+        let signature_headers = SignatureHeaders {
+            key_id: header(&headers, signature::KEY_ID_HEADER),
+            timestamp: header(&headers, signature::TIMESTAMP_HEADER),
+            signature: header(&headers, signature::SIGNATURE_HEADER),
+        };
+        signature::verify(
+            &signature_headers,
+            &body,
+            &self.trusted,
+            Utc::now().timestamp(),
+            self.max_skew,
+        )
+        .map_err(|e| ProviderError::InvalidResponse {
+            message: e.to_string(),
+        })?;
+        Ok(body)
+    }
+}
+
+#[async_trait]
+impl DirectoryProvider for HttpDirectoryProvider {
+    async fn fetch_snapshot(
+        &self,
+        instance: &InstanceUuid,
+    ) -> Result<DirectorySnapshot, ProviderError> {
+        let url = self.endpoint(instance, "snapshot")?;
+        let body = self.fetch_verified(Method::GET, url, None).await?;
+        let snapshot: DirectorySnapshot = parse(&body)?;
+        same_instance(instance, &snapshot.instance_uuid)?;
+        Ok(snapshot)
+    }
+
+    async fn fetch_events(
+        &self,
+        instance: &InstanceUuid,
+        after: i64,
+        limit: u32,
+    ) -> Result<DirectoryEventBatch, ProviderError> {
+        let mut url = self.endpoint(instance, "events")?;
+        url.query_pairs_mut()
+            .append_pair("after", &after.to_string())
+            .append_pair("limit", &limit.to_string());
+        let body = self.fetch_verified(Method::GET, url, None).await?;
+        let batch: DirectoryEventBatch = parse(&body)?;
+        same_instance(instance, &batch.instance_uuid)?;
+        Ok(batch)
+    }
+
+    async fn fetch_workspaces(
+        &self,
+        instance: &InstanceUuid,
+        workspace_uuids: &[WorkspaceUuid],
+    ) -> Result<DirectoryDelta, ProviderError> {
+        let url = self.endpoint(instance, "workspaces")?;
+        let request = serde_json::to_vec(&WorkspacesBody { workspace_uuids }).map_err(|e| {
+            ProviderError::Unavailable {
+                message: format!("cannot encode the request body: {e}"),
+            }
+        })?;
+        let body = self
+            .fetch_verified(Method::POST, url, Some(request))
+            .await?;
+        let delta: DirectoryDelta = parse(&body)?;
+        same_instance(instance, &delta.instance_uuid)?;
+        Ok(delta)
+    }
+}
+
+#[derive(Serialize)]
+struct WorkspacesBody<'a> {
+    workspace_uuids: &'a [WorkspaceUuid],
+}
+
+#[derive(Deserialize)]
+struct ErrorBody {
+    code: String,
+    #[serde(default)]
+    message: String,
+}
+
+/// Reads the whole body, refusing it as soon as it exceeds `max` bytes (announced or read).
+async fn read_limited(mut response: Response, max: u64) -> Result<Vec<u8>, ProviderError> {
+    let too_large = |size: u64| ProviderError::InvalidResponse {
+        message: format!(
+            "directory response body of at least {size} bytes exceeds the {max}-byte limit"
+        ),
+    };
+    if let Some(announced) = response.content_length()
+        && announced > max
+    {
+        return Err(too_large(announced));
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await.map_err(|e| unavailable(&e))? {
+        let size = (body.len() + chunk.len()) as u64;
+        if size > max {
+            return Err(too_large(size));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
+
+fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, ProviderError> {
+    serde_json::from_slice(body).map_err(|e| ProviderError::InvalidResponse {
+        message: format!("signed directory body does not parse: {e}"),
+    })
+}
+
+fn same_instance(asked: &InstanceUuid, answered: &InstanceUuid) -> Result<(), ProviderError> {
+    if asked == answered {
+        Ok(())
+    } else {
+        Err(ProviderError::InvalidResponse {
+            message: format!("asked for instance {asked}, the answer is for {answered}"),
+        })
+    }
+}
+
+fn header<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
+    headers.get(name).and_then(|v| v.to_str().ok())
+}
+
+fn unavailable(error: &reqwest::Error) -> ProviderError {
+    let mut message = error.to_string();
+    let mut source = std::error::Error::source(error);
+    while let Some(s) = source {
+        message.push_str(": ");
+        message.push_str(&s.to_string());
+        source = s.source();
+    }
+    ProviderError::Unavailable { message }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn keys() -> TrustedKeys {
+        let mut t = TrustedKeys::new();
+        t.insert_hex(
+            "k1",
+            &hex::encode(
+                ed25519_dalek::SigningKey::from_bytes(&[1; 32])
+                    .verifying_key()
+                    .as_bytes(),
+            ),
+        )
+        .unwrap();
+        t
+    }
+
+    #[test]
+    fn endpoint_encodes_the_instance_and_keeps_a_prefix() {
+        let p = HttpDirectoryProvider::new(&DirectoryClientConfig::new(
+            "https://d.example/api",
+            keys(),
+        ))
+        .unwrap();
+        let url = p
+            .endpoint(&InstanceUuid::parse("in/st").unwrap(), "snapshot")
+            .unwrap();
+        assert_eq!(
+            url.as_str(),
+            "https://d.example/api/v1/instances/in%2Fst/directory/snapshot"
+        );
+    }
+
+    #[test]
+    fn configuration_without_trusted_keys_is_refused() {
+        let cfg = DirectoryClientConfig::new("http://x", TrustedKeys::new());
+        assert_eq!(
+            HttpDirectoryProvider::new(&cfg).unwrap_err(),
+            DirectoryConfigError::NoTrustedKeys
+        );
+        let cfg = DirectoryClientConfig::new("file:///x", keys());
+        assert!(matches!(
+            HttpDirectoryProvider::new(&cfg),
+            Err(DirectoryConfigError::InvalidBaseUrl { .. })
+        ));
+        let cfg = DirectoryClientConfig {
+            bearer_token: Some(String::new()),
+            ..DirectoryClientConfig::new("http://x", keys())
+        };
+        assert_eq!(
+            HttpDirectoryProvider::new(&cfg).unwrap_err(),
+            DirectoryConfigError::InvalidToken
+        );
+    }
+
+    #[test]
+    fn instance_mismatch_is_an_invalid_response() {
+        let a = InstanceUuid::parse("a").unwrap();
+        let b = InstanceUuid::parse("b").unwrap();
+        assert!(same_instance(&a, &a).is_ok());
+        assert!(matches!(
+            same_instance(&a, &b),
+            Err(ProviderError::InvalidResponse { .. })
+        ));
+    }
+}

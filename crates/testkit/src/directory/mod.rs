@@ -1,0 +1,508 @@
+//! The reference Directory API v1 provider: one instance's directory in memory, every answer
+//! signed with Ed25519, and faults per route (stale pages, untrusted or bad signatures, unsigned
+//! answers, skewed timestamps, plus the transport faults of [`crate::fault`]).
+//!
+//! Signature format (the client side is `tenantry_remote_http::directory::signature`): headers
+//! [`KEY_ID_HEADER`], [`TIMESTAMP_HEADER`] (Unix seconds) and [`SIGNATURE_HEADER`] (hex Ed25519
+//! signature) over `tenantry-directory-v1\n{timestamp}\n{body}`. Two trusted signing keys
+//! exist so a test can rotate ([`ReferenceDirectory::rotate_signing_key`]); a third, untrusted
+//! key signs when [`Fault::UntrustedSignature`] hits.
+//!
+//! A test mutates the directory with [`ReferenceDirectory::change`], which hands out the
+//! [`DirectoryModel`]: add / change / remove workspaces and members, emit entitlement events.
+
+pub mod state;
+
+use std::collections::BTreeMap;
+use std::future;
+use std::io;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Extension, Path, Query, State};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use ed25519_dalek::{Signer, SigningKey};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde::Deserialize;
+use tenantry_directory::{InstanceUuid, WorkspaceUuid};
+
+pub use state::DirectoryModel;
+
+use crate::fault::{DEFAULT_STALL, Fault, FaultInjector, FaultProfile, Route, RoutePlan};
+use crate::knowledge_fs::ApiError;
+use crate::openapi;
+use crate::serve::{ConnectionControl, Server};
+
+/// Header naming the signing key.
+pub const KEY_ID_HEADER: &str = "x-directory-key-id";
+/// Header with the signing time in Unix seconds.
+pub const TIMESTAMP_HEADER: &str = "x-directory-timestamp";
+/// Header with the hex Ed25519 signature.
+pub const SIGNATURE_HEADER: &str = "x-directory-signature";
+/// Domain-separation prefix of the signed message.
+pub const SIGNATURE_CONTEXT: &str = "tenantry-directory-v1";
+
+/// Path templates of Directory API v1, in axum syntax; the OpenAPI file documents exactly these.
+pub const PATHS: [(&str, &str, Route); 3] = [
+    (
+        "GET",
+        "/v1/instances/{instance_uuid}/directory/snapshot",
+        Route::DirectorySnapshot,
+    ),
+    (
+        "GET",
+        "/v1/instances/{instance_uuid}/directory/events",
+        Route::DirectoryEvents,
+    ),
+    (
+        "POST",
+        "/v1/instances/{instance_uuid}/directory/workspaces",
+        Route::DirectoryWorkspaces,
+    ),
+];
+
+/// Configuration of a reference directory.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DirectoryServerConfig {
+    /// The one instance this directory serves.
+    pub instance_uuid: InstanceUuid,
+    /// Bearer token required on `/v1` requests, if any.
+    pub bearer_token: Option<String>,
+    /// Fault plans of the directory routes.
+    pub profile: FaultProfile,
+    /// Seed of the random fault draws.
+    pub seed: u64,
+    /// Seed the signing keys are derived from.
+    pub key_seed: u64,
+    /// How long a stalled request waits before answering.
+    pub stall: Duration,
+}
+
+impl DirectoryServerConfig {
+    /// A fault-free directory for `instance_uuid`, no bearer token.
+    pub fn new(instance_uuid: InstanceUuid) -> Self {
+        Self {
+            instance_uuid,
+            bearer_token: None,
+            profile: FaultProfile::None,
+            seed: 0,
+            key_seed: 0,
+            stall: DEFAULT_STALL,
+        }
+    }
+}
+
+/// A running reference directory on `127.0.0.1`. Dropping it stops the server.
+#[derive(Debug)]
+pub struct ReferenceDirectory {
+    server: Server,
+    base_url: String,
+    shared: Arc<Shared>,
+}
+
+impl ReferenceDirectory {
+    /// Starts a reference directory on `127.0.0.1:0`; returns its base URL and its handle.
+    ///
+    /// # Errors
+    /// The bind error when no local port can be bound.
+    pub async fn start(config: DirectoryServerConfig) -> io::Result<(String, Self)> {
+        let mut rng = StdRng::seed_from_u64(config.key_seed);
+        let mut key = |id: &str| (id.to_owned(), SigningKey::from_bytes(&rng.random()));
+        let keys = Keys {
+            trusted: vec![key("reference-1"), key("reference-2")],
+            active: 0,
+            untrusted: key("untrusted"),
+        };
+        let shared = Arc::new(Shared {
+            token: config.bearer_token,
+            stall: config.stall,
+            inner: Mutex::new(Inner {
+                model: DirectoryModel::new(config.instance_uuid),
+                faults: FaultInjector::new(config.profile, config.seed),
+                keys,
+                last_bodies: BTreeMap::new(),
+                requests: BTreeMap::new(),
+            }),
+        });
+        let server = Server::start(router(Arc::clone(&shared))).await?;
+        let base_url = format!("http://{}", server.addr());
+        Ok((
+            base_url.clone(),
+            Self {
+                server,
+                base_url,
+                shared,
+            },
+        ))
+    }
+
+    /// Base URL, `http://127.0.0.1:<port>`.
+    pub fn base_url(&self) -> &str {
+        &self.base_url
+    }
+
+    /// The served instance.
+    pub fn instance_uuid(&self) -> InstanceUuid {
+        self.shared.lock().model.instance().clone()
+    }
+
+    /// The trusted public keys `(key id, 32 bytes)` a client should accept (both rotation
+    /// keys).
+    pub fn trusted_public_keys(&self) -> Vec<(String, [u8; 32])> {
+        self.shared
+            .lock()
+            .keys
+            .trusted
+            .iter()
+            .map(|(id, k)| (id.clone(), k.verifying_key().to_bytes()))
+            .collect()
+    }
+
+    /// The id of the key that currently signs.
+    pub fn active_key_id(&self) -> String {
+        let inner = self.shared.lock();
+        inner.keys.trusted[inner.keys.active % inner.keys.trusted.len()]
+            .0
+            .clone()
+    }
+
+    /// Switches signing to the other trusted key; returns its id.
+    pub fn rotate_signing_key(&self) -> String {
+        {
+            let mut inner = self.shared.lock();
+            inner.keys.active = (inner.keys.active + 1) % inner.keys.trusted.len();
+        }
+        self.active_key_id()
+    }
+
+    /// Mutates the directory (each change appends its event); returns what `f` returns.
+    pub fn change<R>(&self, f: impl FnOnce(&mut DirectoryModel) -> R) -> R {
+        f(&mut self.shared.lock().model)
+    }
+
+    /// The newest cursor.
+    pub fn cursor(&self) -> i64 {
+        self.shared.lock().model.cursor()
+    }
+
+    /// Appends `faults` to the script of a directory `route`.
+    pub fn script(&self, route: Route, faults: impl IntoIterator<Item = Option<Fault>>) {
+        self.shared.lock().faults.script(route, faults);
+    }
+
+    /// Replaces the fault plan of `route`.
+    pub fn set_plan(&self, route: Route, plan: RoutePlan) {
+        self.shared.lock().faults.set_plan(route, plan);
+    }
+
+    /// Faults injected per route and fault name.
+    pub fn faults_injected(&self) -> BTreeMap<(Route, &'static str), u64> {
+        self.shared.lock().faults.injected()
+    }
+
+    /// Requests that passed auth and parsing, per route.
+    pub fn requests(&self) -> BTreeMap<Route, u64> {
+        self.shared.lock().requests.clone()
+    }
+
+    /// Stops the server: open connections are dropped.
+    pub async fn shutdown(self) {
+        self.server.shutdown().await;
+    }
+}
+
+#[derive(Debug)]
+struct Keys {
+    trusted: Vec<(String, SigningKey)>,
+    active: usize,
+    untrusted: (String, SigningKey),
+}
+
+#[derive(Debug)]
+struct Shared {
+    token: Option<String>,
+    stall: Duration,
+    inner: Mutex<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    model: DirectoryModel,
+    faults: FaultInjector,
+    keys: Keys,
+    last_bodies: BTreeMap<Route, Vec<u8>>,
+    requests: BTreeMap<Route, u64>,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // Every step leaves the model whole, so a poisoned lock is still usable.
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn authorize(&self, headers: &HeaderMap) -> Result<(), ApiError> {
+        let Some(token) = &self.token else {
+            return Ok(());
+        };
+        let presented = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "));
+        if presented == Some(token.as_str()) {
+            Ok(())
+        } else {
+            Err(ApiError::new(
+                401,
+                "UNAUTHORIZED",
+                "missing or wrong bearer token; send Authorization: Bearer <token>",
+            ))
+        }
+    }
+
+    fn check_instance(&self, instance: &str) -> Result<(), ApiError> {
+        if self.lock().model.instance().as_str() == instance {
+            Ok(())
+        } else {
+            Err(ApiError::new(
+                404,
+                "INSTANCE_NOT_FOUND",
+                format!("this directory does not serve instance {instance}"),
+            ))
+        }
+    }
+}
+
+fn router(shared: Arc<Shared>) -> Router {
+    Router::new()
+        .route(PATHS[0].1, get(snapshot))
+        .route(PATHS[1].1, get(events))
+        .route(PATHS[2].1, post(workspaces))
+        .route("/openapi.json", get(openapi_document))
+        .fallback(not_found)
+        .with_state(shared)
+}
+
+type Ctl = Extension<Arc<ConnectionControl>>;
+
+async fn openapi_document() -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
+        openapi::DIRECTORY_V1,
+    )
+        .into_response()
+}
+
+async fn not_found() -> Response {
+    error_response(&ApiError::new(
+        404,
+        "NOT_FOUND",
+        "no such route in Directory API v1",
+    ))
+}
+
+async fn snapshot(
+    State(shared): State<Arc<Shared>>,
+    Extension(ctl): Ctl,
+    Path(instance): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    if let Err(e) = shared
+        .authorize(&headers)
+        .and_then(|()| shared.check_instance(&instance))
+    {
+        return error_response(&e);
+    }
+    serve(&shared, &ctl, Route::DirectorySnapshot, |model| {
+        serde_json::to_vec(&model.snapshot(chrono::Utc::now()))
+    })
+    .await
+}
+
+#[derive(Debug, Deserialize)]
+struct EventsQuery {
+    after: i64,
+    limit: Option<u32>,
+}
+
+async fn events(
+    State(shared): State<Arc<Shared>>,
+    Extension(ctl): Ctl,
+    Path(instance): Path<String>,
+    query: Result<Query<EventsQuery>, QueryRejection>,
+    headers: HeaderMap,
+) -> Response {
+    let parsed = shared
+        .authorize(&headers)
+        .and_then(|()| shared.check_instance(&instance))
+        .and_then(|()| {
+            query.map_err(|e| {
+                ApiError::new(
+                    400,
+                    "INVALID_REQUEST",
+                    format!("query needs integer after and optional limit: {e}"),
+                )
+            })
+        });
+    let Query(query) = match parsed {
+        Ok(q) => q,
+        Err(e) => return error_response(&e),
+    };
+    let limit = query.limit.unwrap_or(state::MAX_PAGE);
+    serve(&shared, &ctl, Route::DirectoryEvents, move |model| {
+        serde_json::to_vec(&model.events(query.after, limit))
+    })
+    .await
+}
+
+#[derive(Debug, Deserialize)]
+struct WorkspacesBody {
+    workspace_uuids: Vec<WorkspaceUuid>,
+}
+
+async fn workspaces(
+    State(shared): State<Arc<Shared>>,
+    Extension(ctl): Ctl,
+    Path(instance): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let parsed = shared
+        .authorize(&headers)
+        .and_then(|()| shared.check_instance(&instance))
+        .and_then(|()| {
+            serde_json::from_slice::<WorkspacesBody>(&body).map_err(|e| {
+                ApiError::new(
+                    400,
+                    "INVALID_REQUEST",
+                    format!("body must be {{\"workspace_uuids\": [...]}}: {e}"),
+                )
+            })
+        });
+    let request = match parsed {
+        Ok(r) => r,
+        Err(e) => return error_response(&e),
+    };
+    serve(&shared, &ctl, Route::DirectoryWorkspaces, move |model| {
+        serde_json::to_vec(&model.delta(&request.workspace_uuids, chrono::Utc::now()))
+    })
+    .await
+}
+
+/// Runs one read through the faults, renders the body with `render`, and signs it.
+async fn serve(
+    shared: &Shared,
+    ctl: &ConnectionControl,
+    route: Route,
+    render: impl FnOnce(&DirectoryModel) -> serde_json::Result<Vec<u8>>,
+) -> Response {
+    let fault = {
+        let mut inner = shared.lock();
+        *inner.requests.entry(route).or_default() += 1;
+        inner.faults.next(route)
+    };
+    match fault {
+        Some(Fault::Unavailable { retry_after_secs }) => {
+            let e = ApiError::new(503, "DIRECTORY_UNAVAILABLE", "the directory is unavailable");
+            return with_retry_after(error_response(&e), retry_after_secs);
+        }
+        Some(Fault::RateLimited { retry_after_secs }) => {
+            let e = ApiError::new(429, "DIRECTORY_RATE_LIMITED", "too many requests");
+            return with_retry_after(error_response(&e), retry_after_secs);
+        }
+        Some(Fault::Stall { commit: false }) => tokio::time::sleep(shared.stall).await,
+        _ => {}
+    }
+    let now = chrono::Utc::now().timestamp();
+    let (body, signer) = {
+        let mut inner = shared.lock();
+        let fresh = match render(&inner.model) {
+            Ok(b) => b,
+            Err(e) => {
+                drop(inner);
+                return error_response(&ApiError::new(500, "INTERNAL", e.to_string()));
+            }
+        };
+        let stale = (fault == Some(Fault::StalePage))
+            .then(|| inner.last_bodies.get(&route).cloned())
+            .flatten();
+        inner.last_bodies.insert(route, fresh.clone());
+        let (id, key) = if fault == Some(Fault::UntrustedSignature) {
+            inner.keys.untrusted.clone()
+        } else {
+            inner.keys.trusted[inner.keys.active % inner.keys.trusted.len()].clone()
+        };
+        (stale.unwrap_or(fresh), (id, key))
+    };
+    match fault {
+        Some(Fault::LostAck) => {
+            ctl.close();
+            return future::pending().await;
+        }
+        Some(Fault::ResetAfterCommit) => {
+            ctl.reset();
+            return future::pending().await;
+        }
+        Some(Fault::Stall { commit: true }) => tokio::time::sleep(shared.stall).await,
+        _ => {}
+    }
+    let timestamp = if fault == Some(Fault::SkewedTimestamp) {
+        now - 3600
+    } else {
+        now
+    };
+    let (key_id, key) = signer;
+    let mut signature = key.sign(&signed_message(timestamp, &body)).to_bytes();
+    if fault == Some(Fault::BadSignature) {
+        signature[0] ^= 0x01;
+    }
+    let mut response = (StatusCode::OK, body).into_response();
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    if fault != Some(Fault::Unsigned) {
+        for (name, value) in [
+            (KEY_ID_HEADER, key_id),
+            (TIMESTAMP_HEADER, timestamp.to_string()),
+            (SIGNATURE_HEADER, hex::encode(signature)),
+        ] {
+            if let Ok(value) = HeaderValue::from_str(&value) {
+                headers.insert(HeaderName::from_static(name), value);
+            }
+        }
+    }
+    response
+}
+
+/// The bytes signed for a response: `tenantry-directory-v1\n{timestamp}\n{body}`.
+pub fn signed_message(timestamp: i64, body: &[u8]) -> Vec<u8> {
+    let mut message = format!("{SIGNATURE_CONTEXT}\n{timestamp}\n").into_bytes();
+    message.extend_from_slice(body);
+    message
+}
+
+fn error_response(error: &ApiError) -> Response {
+    let status = StatusCode::from_u16(error.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    (
+        status,
+        axum::Json(serde_json::json!({ "code": error.code, "message": error.message })),
+    )
+        .into_response()
+}
+
+fn with_retry_after(mut response: Response, secs: u32) -> Response {
+    response
+        .headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+    response
+}
