@@ -169,6 +169,22 @@ pub enum FaultProfile {
     Heavy,
 }
 
+impl std::str::FromStr for FaultProfile {
+    type Err = String;
+
+    /// Parses `none`, `default` or `heavy`.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "none" => Ok(Self::None),
+            "default" => Ok(Self::Default),
+            "heavy" => Ok(Self::Heavy),
+            other => Err(format!(
+                "unknown fault profile {other:?}; use none, default or heavy"
+            )),
+        }
+    }
+}
+
 impl FaultProfile {
     /// The plan of `route` under this profile.
     pub fn plan(self, route: Route) -> RoutePlan {

@@ -51,12 +51,12 @@ pub struct Server {
 }
 
 impl Server {
-    /// Binds `127.0.0.1:0` and serves `router` until [`Server::shutdown`] (or drop).
+    /// Binds `addr` and serves `router` until [`Server::shutdown`] (or drop).
     ///
     /// # Errors
-    /// The bind error, when no local port can be bound.
-    pub async fn start(router: Router) -> io::Result<Self> {
-        let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
+    /// The bind error, when `addr` cannot be bound.
+    pub async fn start_on(addr: SocketAddr, router: Router) -> io::Result<Self> {
+        let listener = TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
         let (stop, stopped) = watch::channel(false);
         let task = tokio::spawn(accept_loop(listener, router, stopped));

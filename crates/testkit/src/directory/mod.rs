@@ -16,6 +16,7 @@ pub mod state;
 use std::collections::BTreeMap;
 use std::future;
 use std::io;
+use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -112,6 +113,17 @@ impl ReferenceDirectory {
     /// # Errors
     /// The bind error when no local port can be bound.
     pub async fn start(config: DirectoryServerConfig) -> io::Result<(String, Self)> {
+        Self::start_on(SocketAddr::from(([127, 0, 0, 1], 0)), config).await
+    }
+
+    /// Starts a reference directory on `addr` (the standalone binary uses a fixed port).
+    ///
+    /// # Errors
+    /// The bind error when `addr` cannot be bound.
+    pub async fn start_on(
+        addr: SocketAddr,
+        config: DirectoryServerConfig,
+    ) -> io::Result<(String, Self)> {
         let mut rng = StdRng::seed_from_u64(config.key_seed);
         let mut key = |id: &str| (id.to_owned(), SigningKey::from_bytes(&rng.random()));
         let keys = Keys {
@@ -130,7 +142,7 @@ impl ReferenceDirectory {
                 requests: BTreeMap::new(),
             }),
         });
-        let server = Server::start(router(Arc::clone(&shared))).await?;
+        let server = Server::start_on(addr, router(Arc::clone(&shared))).await?;
         let base_url = format!("http://{}", server.addr());
         Ok((
             base_url.clone(),

@@ -99,6 +99,14 @@ impl ReferenceRemote {
     /// # Errors
     /// The bind error when no local port can be bound.
     pub async fn start(config: RemoteConfig) -> io::Result<(String, Self)> {
+        Self::start_on(SocketAddr::from(([127, 0, 0, 1], 0)), config).await
+    }
+
+    /// Starts a reference remote on `addr` (the standalone binary uses a fixed port).
+    ///
+    /// # Errors
+    /// The bind error when `addr` cannot be bound.
+    pub async fn start_on(addr: SocketAddr, config: RemoteConfig) -> io::Result<(String, Self)> {
         let shared = Arc::new(Shared {
             token: config.bearer_token,
             stall: config.stall,
@@ -108,7 +116,7 @@ impl ReferenceRemote {
                 requests: BTreeMap::new(),
             }),
         });
-        let server = Server::start(routes::router(Arc::clone(&shared))).await?;
+        let server = Server::start_on(addr, routes::router(Arc::clone(&shared))).await?;
         let base_url = format!("http://{}", server.addr());
         let remote = Self {
             server,
