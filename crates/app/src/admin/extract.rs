@@ -1,0 +1,160 @@
+//! Request extractors that turn every malformed input into an [`ApiError`]: JSON bodies
+//! (content type, size, syntax, unknown fields), the `Idempotency-Key` header, ids in paths.
+
+use axum::body::Bytes;
+use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::request::Parts;
+use axum::http::{StatusCode, header};
+use serde::de::DeserializeOwned;
+use tenantry_kernel::{IdError, IdempotencyKey};
+
+use super::error::ApiError;
+
+/// Name of the idempotency header of mutations.
+pub const IDEMPOTENCY_KEY_HEADER: &str = "idempotency-key";
+
+/// A JSON request body of type `T`.
+#[derive(Debug)]
+pub struct JsonBody<T>(pub T);
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for JsonBody<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let json = request
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.split(';').next())
+            .is_some_and(|v| v.trim().eq_ignore_ascii_case("application/json"));
+        if !json {
+            return Err(ApiError::new(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "UNSUPPORTED_MEDIA_TYPE",
+                "send the body as JSON with Content-Type: application/json",
+            ));
+        }
+        let bytes = Bytes::from_request(request, state).await.map_err(|rejection| {
+            if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                ApiError::new(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "PAYLOAD_TOO_LARGE",
+                    format!(
+                        "request body exceeds {} bytes",
+                        super::MAX_BODY_BYTES
+                    ),
+                )
+            } else {
+                ApiError::new(
+                    StatusCode::BAD_REQUEST,
+                    "BODY_UNREADABLE",
+                    format!("request body could not be read: {rejection}"),
+                )
+            }
+        })?;
+        serde_json::from_slice(&bytes).map(JsonBody).map_err(|e| {
+            ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "INVALID_JSON",
+                format!("request body is not the expected JSON: {e}"),
+            )
+        })
+    }
+}
+
+/// The `Idempotency-Key` of a mutation, or a generated one.
+#[derive(Debug, Clone)]
+pub struct IdempotencyKeyHeader {
+    /// The key.
+    pub key: IdempotencyKey,
+    /// Whether the caller sent it (false: generated for this request).
+    pub supplied: bool,
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for IdempotencyKeyHeader {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
+        let invalid = |reason: String| {
+            ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "INVALID_IDEMPOTENCY_KEY",
+                format!("Idempotency-Key header is invalid: {reason}"),
+            )
+        };
+        match parts.headers.get(IDEMPOTENCY_KEY_HEADER) {
+            None => {
+                let key = IdempotencyKey::parse(uuid::Uuid::new_v4().to_string())
+                    .map_err(|e| invalid(e.to_string()))?;
+                Ok(Self {
+                    key,
+                    supplied: false,
+                })
+            }
+            Some(value) => {
+                let text = value
+                    .to_str()
+                    .map_err(|_| invalid("not visible ASCII".to_owned()))?;
+                let key = IdempotencyKey::parse(text).map_err(|e| invalid(e.to_string()))?;
+                Ok(Self {
+                    key,
+                    supplied: true,
+                })
+            }
+        }
+    }
+}
+
+/// Parses an identifier from the path or body, naming `field` in the error.
+///
+/// # Errors
+/// 400 `INVALID_ARGUMENT` naming `field`.
+pub fn parse_id<T>(
+    field: &str,
+    value: &str,
+    parse: impl FnOnce(String) -> Result<T, IdError>,
+) -> Result<T, ApiError> {
+    parse(value.to_owned()).map_err(|e| ApiError::invalid(field, e))
+}
+
+/// Path parameters of type `T`; a malformed path is 400 `INVALID_PATH`.
+#[derive(Debug)]
+pub struct PathParams<T>(pub T);
+
+impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequestParts<S> for PathParams<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        axum::extract::Path::<T>::from_request_parts(parts, state)
+            .await
+            .map(|p| PathParams(p.0))
+            .map_err(|e| {
+                ApiError::new(
+                    StatusCode::BAD_REQUEST,
+                    "INVALID_PATH",
+                    format!("path is invalid: {e}"),
+                )
+            })
+    }
+}
+
+/// Query parameters of type `T`; a malformed or unknown parameter is 400 `INVALID_QUERY`.
+#[derive(Debug)]
+pub struct QueryParams<T>(pub T);
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for QueryParams<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        axum::extract::Query::<T>::from_request_parts(parts, state)
+            .await
+            .map(|q| QueryParams(q.0))
+            .map_err(|e| {
+                ApiError::new(
+                    StatusCode::BAD_REQUEST,
+                    "INVALID_QUERY",
+                    format!("query string is invalid: {}", e.body_text()),
+                )
+            })
+    }
+}

@@ -1,0 +1,94 @@
+//! Fence routes: list fences across installation bindings, clear one after reconciliation.
+
+use axum::Json;
+use axum::extract::State;
+use serde::{Deserialize, Serialize};
+use tenantry_fence::{Binding, FenceKey, ScopeIdentity};
+
+use super::AdminState;
+use super::error::ApiError;
+use super::extract::{IdempotencyKeyHeader, JsonBody, QueryParams};
+use crate::fences::{ClearOutcome, ClearTarget, FenceView};
+
+/// Longest accepted clearing reason, in characters.
+pub const MAX_REASON_CHARS: usize = 1000;
+
+/// Query of `GET /v1/fences`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FencesQuery {
+    /// Only this installation binding.
+    pub binding: Option<String>,
+}
+
+/// Answer of `GET /v1/fences`.
+#[derive(Debug, Serialize)]
+pub struct FenceList {
+    items: Vec<FenceView>,
+}
+
+/// Body of `POST /v1/fences/clear`: exactly one of `scope` and `key`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClearBody {
+    /// Installation binding.
+    pub binding: String,
+    /// Scope identity (object id) whose fence to clear.
+    pub scope: Option<String>,
+    /// Fence key as listed, for the installation fence or a marker without a scope.
+    pub key: Option<String>,
+    /// Why the fence may go (what was reconciled); logged. 1..=1000 characters.
+    pub reason: String,
+}
+
+fn binding(value: &str) -> Result<Binding, ApiError> {
+    Binding::parse(value).map_err(|e| ApiError::invalid("binding", e))
+}
+
+/// `GET /v1/fences`.
+pub async fn list_fences(
+    State(state): State<AdminState>,
+    QueryParams(query): QueryParams<FencesQuery>,
+) -> Result<Json<FenceList>, ApiError> {
+    let only = query.binding.as_deref().map(binding).transpose()?;
+    let items = state.fences.list(only.as_ref()).await?;
+    Ok(Json(FenceList { items }))
+}
+
+/// `POST /v1/fences/clear`.
+pub async fn clear_fence(
+    State(state): State<AdminState>,
+    key: IdempotencyKeyHeader,
+    JsonBody(body): JsonBody<ClearBody>,
+) -> Result<Json<ClearOutcome>, ApiError> {
+    let binding = binding(&body.binding)?;
+    let target = match (body.scope.as_deref(), body.key.as_deref()) {
+        (Some(scope), None) if !scope.is_empty() => {
+            ClearTarget::Scope(ScopeIdentity::object(scope))
+        }
+        (None, Some(key)) => ClearTarget::Key(FenceKey::from_storage_key(key).ok_or_else(|| {
+            ApiError::invalid("key", format!("{key:?} is not a fence key (ke.fence.v1.…)"))
+        })?),
+        _ => {
+            return Err(ApiError::invalid(
+                "scope",
+                "give exactly one of scope (a non-empty scope identity) and key (a fence key from GET /v1/fences)",
+            ));
+        }
+    };
+    let reason = body.reason.trim();
+    if reason.is_empty() || reason.chars().count() > MAX_REASON_CHARS {
+        return Err(ApiError::invalid(
+            "reason",
+            format!("must say what was reconciled, in 1..={MAX_REASON_CHARS} characters"),
+        ));
+    }
+    tracing::info!(
+        %binding,
+        idempotency_key = %key.key,
+        reason,
+        "fence clear requested through the admin API"
+    );
+    let outcome = state.fences.clear(&binding, &target, reason).await?;
+    Ok(Json(outcome))
+}

@@ -1,0 +1,419 @@
+//! Lifecycle routes: enqueue provision / delete / revoke, read a control space, list commands.
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::StatusCode;
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tenantry_engine::lifecycle::IntakeReceipt;
+use tenantry_kernel::{CommandId, ControlSpaceId, Fingerprint, GrantId, TenantId};
+use tenantry_lifecycle::intake::{CreateControlSpace, RequestDeletion, RequestRevocation};
+use tenantry_lifecycle::{CommandRecord, CommandStatus, ControlSpace, Operation};
+use tenantry_ports::lifecycle::{CommandFilter, CommandQueue, ControlSpaceReader};
+use tracing::Instrument;
+
+use super::AdminState;
+use super::error::ApiError;
+use super::extract::{IdempotencyKeyHeader, JsonBody, PathParams, QueryParams, parse_id};
+
+/// Default page size of `GET /v1/commands`.
+pub const DEFAULT_PAGE: u32 = 100;
+/// Largest page size of `GET /v1/commands`.
+pub const MAX_PAGE: u32 = 1000;
+
+/// Body of `POST /v1/tenants/{tenant_id}/control-spaces`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateBody {
+    /// Id of the new control space; derived from the idempotency key when absent.
+    pub control_space_id: Option<String>,
+    /// Display name (1..=255 characters).
+    pub name: String,
+    /// Short name (1..=255 characters).
+    pub slug: String,
+    /// Icon reference.
+    #[serde(default)]
+    pub icon: String,
+    /// Description.
+    #[serde(default)]
+    pub description: String,
+    /// Model intent passed through to KnowledgeFS.
+    pub model_intent: Option<Value>,
+    /// Profile intent passed through to KnowledgeFS.
+    pub profile_intent: Option<Value>,
+}
+
+/// Body of a revocation.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RevokeBody {
+    /// Why the grant is revoked (1..=255 characters).
+    pub reason_code: String,
+}
+
+/// Answer of an accepted (202) request.
+#[derive(Debug, Serialize)]
+pub struct Accepted {
+    tenant_id: String,
+    control_space_id: String,
+    operation_id: String,
+    command_id: String,
+    operation: String,
+    idempotency_key: String,
+    replayed: bool,
+}
+
+impl Accepted {
+    fn of(receipt: &IntakeReceipt, key: &IdempotencyKeyHeader) -> Self {
+        Self {
+            tenant_id: receipt.tenant_id.to_string(),
+            control_space_id: receipt.control_space_id.to_string(),
+            operation_id: receipt.operation_id.to_string(),
+            command_id: receipt.command_id.to_string(),
+            operation: receipt.operation.to_string(),
+            idempotency_key: key.key.to_string(),
+            replayed: receipt.replayed,
+        }
+    }
+}
+
+/// A command as listed.
+#[derive(Debug, Serialize)]
+pub struct CommandView {
+    id: String,
+    tenant_id: String,
+    control_space_id: String,
+    operation_id: String,
+    operation: String,
+    status: CommandStatus,
+    idempotency_key: String,
+    attempt_count: i32,
+    lease_owner: Option<String>,
+    lease_expires_at: Option<DateTime<Utc>>,
+    lease_epoch: i64,
+    next_attempt_at: DateTime<Utc>,
+    last_error: Option<ErrorView>,
+    created_at: DateTime<Utc>,
+    completed_at: Option<DateTime<Utc>>,
+}
+
+#[derive(Debug, Serialize)]
+struct ErrorView {
+    code: String,
+    message: String,
+}
+
+impl From<&CommandRecord> for CommandView {
+    fn from(r: &CommandRecord) -> Self {
+        Self {
+            id: r.id.to_string(),
+            tenant_id: r.tenant_id.to_string(),
+            control_space_id: r.control_space_id.to_string(),
+            operation_id: r.operation_id.to_string(),
+            operation: r.operation.to_string(),
+            status: r.status,
+            idempotency_key: r.idempotency_key.to_string(),
+            attempt_count: r.attempt_count,
+            lease_owner: r.lease_owner.as_ref().map(|o| o.as_str().to_owned()),
+            lease_expires_at: r.lease_expires_at,
+            lease_epoch: r.lease_epoch.0,
+            next_attempt_at: r.next_attempt_at,
+            last_error: r.last_error_code.as_ref().map(|code| ErrorView {
+                code: code.clone(),
+                message: r.last_error_message.clone().unwrap_or_default(),
+            }),
+            created_at: r.created_at,
+            completed_at: r.completed_at,
+        }
+    }
+}
+
+/// A control space with its open commands.
+#[derive(Debug, Serialize)]
+pub struct ControlSpaceView {
+    tenant_id: String,
+    control_space_id: String,
+    state: String,
+    resource_version: i64,
+    lifecycle_operation_id: String,
+    knowledge_space_id: Option<String>,
+    knowledge_space_revision: i64,
+    deletion_irreversible_at: Option<DateTime<Utc>>,
+    last_revoke_sequence: i64,
+    created_at: DateTime<Utc>,
+    updated_at: DateTime<Utc>,
+    open_commands: Vec<CommandView>,
+}
+
+impl ControlSpaceView {
+    fn of(cs: &ControlSpace, open: &[CommandRecord]) -> Self {
+        Self {
+            tenant_id: cs.tenant_id.to_string(),
+            control_space_id: cs.control_space_id.to_string(),
+            state: cs.state.to_string(),
+            resource_version: cs.resource_version,
+            lifecycle_operation_id: cs.lifecycle_operation_id.to_string(),
+            knowledge_space_id: cs.knowledge_space_id.as_ref().map(ToString::to_string),
+            knowledge_space_revision: cs.knowledge_space_revision,
+            deletion_irreversible_at: cs.deletion_irreversible_at,
+            last_revoke_sequence: cs.last_revoke_sequence,
+            created_at: cs.created_at,
+            updated_at: cs.updated_at,
+            open_commands: open.iter().map(CommandView::from).collect(),
+        }
+    }
+}
+
+/// The id of a control space created without one: `cs-` plus 32 hex digits of
+/// SHA-256(tenant, idempotency key), so a replay with the same key names the same space.
+pub fn derived_control_space_id(tenant: &TenantId, key: &str) -> String {
+    let digest = Fingerprint::of_bytes(format!("{tenant}\n{key}").as_bytes());
+    format!("cs-{}", &digest.as_str()[..32])
+}
+
+fn tenant(value: &str) -> Result<TenantId, ApiError> {
+    parse_id("tenant_id", value, TenantId::parse)
+}
+
+fn control_space(value: &str) -> Result<ControlSpaceId, ApiError> {
+    parse_id("control_space_id", value, ControlSpaceId::parse)
+}
+
+fn accepted(receipt: &IntakeReceipt, key: &IdempotencyKeyHeader) -> (StatusCode, Json<Accepted>) {
+    tracing::Span::current().record("operation_id", receipt.operation_id.as_str());
+    tracing::info!(
+        command_id = %receipt.command_id,
+        control_space = %receipt.control_space_id,
+        operation = %receipt.operation,
+        replayed = receipt.replayed,
+        key_supplied = key.supplied,
+        "lifecycle request accepted"
+    );
+    (StatusCode::ACCEPTED, Json(Accepted::of(receipt, key)))
+}
+
+fn request_span(route: &'static str, tenant: &str) -> tracing::Span {
+    tracing::info_span!("admin_request", route, tenant, operation_id = tracing::field::Empty)
+}
+
+/// `POST /v1/tenants/{tenant_id}/control-spaces`.
+pub async fn create_control_space(
+    State(state): State<AdminState>,
+    PathParams(tenant_id): PathParams<String>,
+    key: IdempotencyKeyHeader,
+    JsonBody(body): JsonBody<CreateBody>,
+) -> Result<(StatusCode, Json<Accepted>), ApiError> {
+    let span = request_span("create_control_space", &tenant_id);
+    async move {
+        let tenant_id = tenant(&tenant_id)?;
+        let control_space_id = match &body.control_space_id {
+            Some(id) => control_space(id)?,
+            None => control_space(&derived_control_space_id(&tenant_id, key.key.as_str()))?,
+        };
+        let request = CreateControlSpace {
+            tenant_id,
+            control_space_id,
+            idempotency_key: key.key.clone(),
+            name: body.name,
+            slug: body.slug,
+            icon: body.icon,
+            description: body.description,
+            model_intent: body.model_intent,
+            profile_intent: body.profile_intent,
+        };
+        let receipt = state.intake.create_control_space(&request).await?;
+        Ok(accepted(&receipt, &key))
+    }
+    .instrument(span)
+    .await
+}
+
+/// `DELETE /v1/tenants/{tenant_id}/control-spaces/{control_space_id}`.
+pub async fn delete_control_space(
+    State(state): State<AdminState>,
+    PathParams((tenant_id, control_space_id)): PathParams<(String, String)>,
+    key: IdempotencyKeyHeader,
+) -> Result<(StatusCode, Json<Accepted>), ApiError> {
+    let span = request_span("delete_control_space", &tenant_id);
+    async move {
+        let request = RequestDeletion {
+            tenant_id: tenant(&tenant_id)?,
+            control_space_id: control_space(&control_space_id)?,
+            idempotency_key: key.key.clone(),
+        };
+        let receipt = state.intake.request_deletion(&request).await?;
+        Ok(accepted(&receipt, &key))
+    }
+    .instrument(span)
+    .await
+}
+
+/// `POST /v1/tenants/{tenant_id}/control-spaces/{control_space_id}/grants/{grant_id}/revocations`.
+pub async fn revoke_grant(
+    State(state): State<AdminState>,
+    PathParams((tenant_id, control_space_id, grant_id)): PathParams<(String, String, String)>,
+    key: IdempotencyKeyHeader,
+    JsonBody(body): JsonBody<RevokeBody>,
+) -> Result<(StatusCode, Json<Accepted>), ApiError> {
+    let span = request_span("revoke_grant", &tenant_id);
+    async move {
+        let request = RequestRevocation {
+            tenant_id: tenant(&tenant_id)?,
+            control_space_id: control_space(&control_space_id)?,
+            grant_id: parse_id("grant_id", &grant_id, GrantId::parse)?,
+            reason_code: body.reason_code,
+            idempotency_key: key.key.clone(),
+        };
+        let receipt = state.intake.request_revocation(&request).await?;
+        Ok(accepted(&receipt, &key))
+    }
+    .instrument(span)
+    .await
+}
+
+/// `GET /v1/tenants/{tenant_id}/control-spaces/{control_space_id}`.
+pub async fn get_control_space(
+    State(state): State<AdminState>,
+    PathParams((tenant_id, control_space_id)): PathParams<(String, String)>,
+) -> Result<Json<ControlSpaceView>, ApiError> {
+    let tenant_id = tenant(&tenant_id)?;
+    let control_space_id = control_space(&control_space_id)?;
+    let cs = state
+        .store
+        .control_space(&tenant_id, &control_space_id)
+        .await?
+        .ok_or_else(|| {
+            ApiError::new(
+                StatusCode::NOT_FOUND,
+                "CONTROL_SPACE_NOT_FOUND",
+                format!("control space {control_space_id} of tenant {tenant_id} does not exist"),
+            )
+        })?;
+    let commands = state
+        .store
+        .list_commands(&CommandFilter {
+            tenant_id: Some(tenant_id),
+            control_space_id: Some(control_space_id),
+            limit: MAX_PAGE,
+            ..CommandFilter::default()
+        })
+        .await?;
+    let open: Vec<CommandRecord> = commands
+        .into_iter()
+        .filter(|c| !c.status.is_terminal())
+        .collect();
+    Ok(Json(ControlSpaceView::of(&cs, &open)))
+}
+
+/// Query of `GET /v1/commands`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CommandsQuery {
+    /// `pending`, `processing`, `succeeded` or `superseded`.
+    pub status: Option<String>,
+    /// `provision`, `delete` or `revoke`.
+    pub operation: Option<String>,
+    /// Only this tenant.
+    pub tenant_id: Option<String>,
+    /// Only this control space (requires `tenant_id`).
+    pub control_space_id: Option<String>,
+    /// Page size (1..=1000, default 100).
+    pub limit: Option<u32>,
+    /// Cursor: the `next_after` of the previous page.
+    pub after: Option<String>,
+}
+
+/// A page of commands.
+#[derive(Debug, Serialize)]
+pub struct CommandPage {
+    items: Vec<CommandView>,
+    /// Pass as `after` for the next page; `null` on the last page.
+    next_after: Option<String>,
+}
+
+/// `GET /v1/commands`.
+pub async fn list_commands(
+    State(state): State<AdminState>,
+    QueryParams(query): QueryParams<CommandsQuery>,
+) -> Result<Json<CommandPage>, ApiError> {
+    let status = match query.status.as_deref() {
+        None | Some("") => None,
+        Some(s) => Some(CommandStatus::parse(s).ok_or_else(|| {
+            ApiError::invalid(
+                "status",
+                format!("{s:?} is not one of pending, processing, succeeded, superseded"),
+            )
+        })?),
+    };
+    let operation = match query.operation.as_deref() {
+        None | Some("") => None,
+        Some(o) => match Operation::parse(o) {
+            Operation::Unsupported(_) => {
+                return Err(ApiError::invalid(
+                    "operation",
+                    format!("{o:?} is not one of provision, delete, revoke"),
+                ));
+            }
+            known => Some(known),
+        },
+    };
+    let limit = query.limit.unwrap_or(DEFAULT_PAGE);
+    if !(1..=MAX_PAGE).contains(&limit) {
+        return Err(ApiError::invalid(
+            "limit",
+            format!("{limit} is outside 1..={MAX_PAGE}"),
+        ));
+    }
+    let tenant_id = query.tenant_id.as_deref().map(tenant).transpose()?;
+    let control_space_id = query
+        .control_space_id
+        .as_deref()
+        .map(control_space)
+        .transpose()?;
+    if control_space_id.is_some() && tenant_id.is_none() {
+        return Err(ApiError::invalid(
+            "control_space_id",
+            "filtering by control space requires tenant_id",
+        ));
+    }
+    let after = query
+        .after
+        .as_deref()
+        .map(|a| parse_id("after", a, CommandId::parse))
+        .transpose()?;
+    let items = state
+        .store
+        .list_commands(&CommandFilter {
+            status,
+            operation,
+            tenant_id,
+            control_space_id,
+            after,
+            limit,
+        })
+        .await?;
+    let next_after = (items.len() == limit as usize)
+        .then(|| items.last().map(|c| c.id.to_string()))
+        .flatten();
+    Ok(Json(CommandPage {
+        items: items.iter().map(CommandView::from).collect(),
+        next_after,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn derived_control_space_id_is_stable_per_tenant_and_key() {
+        let a = TenantId::parse("t-a").unwrap();
+        let b = TenantId::parse("t-b").unwrap();
+        let id = derived_control_space_id(&a, "key-1");
+        assert_eq!(id, derived_control_space_id(&a, "key-1"));
+        assert_ne!(id, derived_control_space_id(&a, "key-2"));
+        assert_ne!(id, derived_control_space_id(&b, "key-1"));
+        assert!(id.starts_with("cs-") && id.len() == 35, "{id}");
+    }
+}

@@ -1,0 +1,151 @@
+//! The admin HTTP API of `tenantry serve` (axum, JSON, bearer token), described by
+//! `docs/openapi/admin-v1.json` and served at `/openapi.json`.
+//!
+//! Rules every route follows:
+//! - `/v1/*` requires `Authorization: Bearer <admin_token>` when a token is configured;
+//!   `/healthz`, `/readyz`, `/metrics` and `/openapi.json` do not (probes and scrapers);
+//! - errors are `{code, message}` JSON with a 4xx status for the caller's mistakes (nothing is
+//!   written then) and 503 when storage is unavailable;
+//! - request bodies are JSON, at most [`MAX_BODY_BYTES`] (larger: 413 `PAYLOAD_TOO_LARGE`);
+//! - mutations accept an `Idempotency-Key` header (1..=255 bytes, no whitespace); without
+//!   one a fresh key is generated, so the request is not replayable.
+//!
+//! The handlers only translate HTTP to the engine's use cases (`CommandIntake`, the stores,
+//! `FenceAdmin`) and back.
+
+mod error;
+mod extract;
+mod fences;
+mod lifecycle;
+mod probes;
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
+use axum::Router;
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::header;
+use axum::middleware::{self, Next};
+use axum::response::Response;
+use axum::routing::{get, post};
+use tenantry_engine::lifecycle::CommandIntake;
+use tenantry_store_seaorm::host_storage::SeaOrmHostStorage;
+use tenantry_store_seaorm::lifecycle::SeaOrmLifecycleStore;
+
+pub use error::ApiError;
+
+use crate::fences::FenceAdmin;
+
+/// Largest accepted request body: 64 KiB.
+pub const MAX_BODY_BYTES: usize = 64 * 1024;
+
+/// `docs/openapi/admin-v1.json`, served at `/openapi.json`.
+pub const OPENAPI: &str = include_str!("../../../../docs/openapi/admin-v1.json");
+
+/// Every route as (method, path template); the OpenAPI file documents exactly these.
+pub const PATHS: [(&str, &str); 11] = [
+    ("POST", "/v1/tenants/{tenant_id}/control-spaces"),
+    ("GET", "/v1/tenants/{tenant_id}/control-spaces/{control_space_id}"),
+    ("DELETE", "/v1/tenants/{tenant_id}/control-spaces/{control_space_id}"),
+    (
+        "POST",
+        "/v1/tenants/{tenant_id}/control-spaces/{control_space_id}/grants/{grant_id}/revocations",
+    ),
+    ("GET", "/v1/commands"),
+    ("GET", "/v1/fences"),
+    ("POST", "/v1/fences/clear"),
+    ("GET", "/v1/directory/status"),
+    ("GET", "/healthz"),
+    ("GET", "/readyz"),
+    ("GET", "/metrics"),
+];
+
+/// What the handlers share.
+#[derive(Clone)]
+pub struct AdminState {
+    /// Lifecycle storage (reads).
+    pub store: SeaOrmLifecycleStore,
+    /// Command intake (writes).
+    pub intake: Arc<CommandIntake<SeaOrmLifecycleStore>>,
+    /// Fence listing and clearing.
+    pub fences: FenceAdmin<SeaOrmHostStorage>,
+    /// Bearer token required on `/v1/*`, if any.
+    pub token: Option<Arc<str>>,
+    /// False once shutdown began (`/readyz` answers 503 then).
+    pub accepting: Arc<AtomicBool>,
+}
+
+impl std::fmt::Debug for AdminState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AdminState")
+            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .finish_non_exhaustive()
+    }
+}
+
+/// The admin API router.
+pub fn router(state: AdminState) -> Router {
+    let v1 = Router::new()
+        .route(PATHS[0].1, post(lifecycle::create_control_space))
+        .route(
+            PATHS[1].1,
+            get(lifecycle::get_control_space).delete(lifecycle::delete_control_space),
+        )
+        .route(PATHS[3].1, post(lifecycle::revoke_grant))
+        .route(PATHS[4].1, get(lifecycle::list_commands))
+        .route(PATHS[5].1, get(fences::list_fences))
+        .route(PATHS[6].1, post(fences::clear_fence))
+        .route(PATHS[7].1, get(probes::directory_status))
+        .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
+    Router::new()
+        .merge(v1)
+        .route("/healthz", get(probes::healthz))
+        .route("/readyz", get(probes::readyz))
+        .route("/metrics", get(probes::metrics))
+        .route("/openapi.json", get(probes::openapi))
+        .fallback(probes::not_found)
+        .method_not_allowed_fallback(probes::method_not_allowed)
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .with_state(state)
+}
+
+/// Refuses `/v1/*` requests without the configured bearer token.
+async fn require_token(
+    State(state): State<AdminState>,
+    request: Request,
+    next: Next,
+) -> Result<Response, ApiError> {
+    if let Some(expected) = &state.token {
+        let presented = request
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .unwrap_or("");
+        if !constant_time_eq(presented.as_bytes(), expected.as_bytes()) {
+            return Err(ApiError::unauthorized());
+        }
+    }
+    Ok(next.run(request).await)
+}
+
+/// Compares without an early exit on the first differing byte.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::constant_time_eq;
+
+    #[test]
+    fn token_comparison_needs_equal_bytes() {
+        assert!(constant_time_eq(b"abc", b"abc"));
+        assert!(!constant_time_eq(b"abc", b"abd"));
+        assert!(!constant_time_eq(b"abc", b"abcd"));
+        assert!(!constant_time_eq(b"", b"a"));
+    }
+}

@@ -1,0 +1,143 @@
+//! Health, readiness, metrics, the OpenAPI document, directory status and fallbacks.
+
+use std::sync::atomic::Ordering;
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+use tenantry_lifecycle::{CommandStatus, Operation};
+use tenantry_ports::lifecycle::{CommandFilter, CommandQueue};
+
+use super::error::ApiError;
+use super::{AdminState, OPENAPI};
+use crate::metrics;
+
+/// Most open commands counted per status for the `tenantry_commands` gauge on one scrape.
+const GAUGE_SCAN_LIMIT: usize = 100_000;
+
+/// `GET /healthz`: the process is alive.
+pub async fn healthz() -> Json<serde_json::Value> {
+    Json(json!({"status": "ok"}))
+}
+
+/// `GET /readyz`: the database answers and the service is not shutting down.
+pub async fn readyz(State(state): State<AdminState>) -> Response {
+    if !state.accepting.load(Ordering::SeqCst) {
+        return ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "SHUTTING_DOWN",
+            "the service is shutting down",
+        )
+        .into_response();
+    }
+    let probe = CommandFilter {
+        limit: 1,
+        ..CommandFilter::default()
+    };
+    match state.store.list_commands(&probe).await {
+        Ok(_) => Json(json!({"status": "ready", "database": "ok", "directory": "not_configured"}))
+            .into_response(),
+        Err(e) => ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "DATABASE_UNREACHABLE",
+            format!("database does not answer: {e}"),
+        )
+        .into_response(),
+    }
+}
+
+/// `GET /metrics`: Prometheus text. Refreshes the gauges of open commands and fences first.
+pub async fn metrics(State(state): State<AdminState>) -> Response {
+    refresh_gauges(&state).await;
+    (
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; version=0.0.4"),
+        )],
+        metrics::render(),
+    )
+        .into_response()
+}
+
+async fn refresh_gauges(state: &AdminState) {
+    for status in [CommandStatus::Pending, CommandStatus::Processing] {
+        for operation in [Operation::Provision, Operation::Delete, Operation::Revoke] {
+            match count_commands(state, status, &operation).await {
+                Ok(n) => metrics::set_open_commands(status.as_str(), operation.as_str(), n),
+                Err(e) => tracing::warn!(error = %e, "open-commands gauge not refreshed"),
+            }
+        }
+    }
+    match state.fences.count().await {
+        Ok(n) => metrics::set_fences_active(n),
+        Err(e) => tracing::warn!(error = %e, "fences gauge not refreshed"),
+    }
+}
+
+async fn count_commands(
+    state: &AdminState,
+    status: CommandStatus,
+    operation: &Operation,
+) -> Result<u64, tenantry_ports::lifecycle::StoreError> {
+    let mut filter = CommandFilter {
+        status: Some(status),
+        operation: Some(operation.clone()),
+        limit: 1000,
+        ..CommandFilter::default()
+    };
+    let mut count = 0usize;
+    loop {
+        let page = state.store.list_commands(&filter).await?;
+        count += page.len();
+        if page.len() < filter.limit as usize || count >= GAUGE_SCAN_LIMIT {
+            return Ok(count as u64);
+        }
+        filter.after = page.last().map(|c| c.id.clone());
+    }
+}
+
+/// `GET /openapi.json`: `docs/openapi/admin-v1.json`.
+pub async fn openapi() -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
+        OPENAPI,
+    )
+        .into_response()
+}
+
+/// `GET /v1/directory/status`.
+// TODO(directory): the directory projector (engine::directory) is not available yet; once it
+// is, report cursor, staleness, readiness and resource gauges here and in /readyz, and set the
+// `tenantry_directory_staleness_seconds` gauge.
+pub async fn directory_status() -> Json<serde_json::Value> {
+    Json(json!({
+        "configured": false,
+        "ready": null,
+        "cursor": null,
+        "staleness_seconds": null,
+        "message": "no directory provider is configured in this build"
+    }))
+}
+
+/// Unknown route: 404 `NOT_FOUND`.
+pub async fn not_found() -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        "NOT_FOUND",
+        "no such route; see GET /openapi.json",
+    )
+}
+
+/// Known route, wrong method: 405 `METHOD_NOT_ALLOWED`.
+pub async fn method_not_allowed() -> ApiError {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "METHOD_NOT_ALLOWED",
+        "this route does not take that method; see GET /openapi.json",
+    )
+}

@@ -1,0 +1,259 @@
+//! The command line of `tenantry`: `serve`, `migrate`, `demo`, `reference-remote`,
+//! `commands list`, `fences list`, `fences clear`.
+//!
+//! Operator commands (`commands`, `fences`) open the configured database directly (the same
+//! `database_url` as `serve`), so they work whether or not a service is running.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::config::{self, Config};
+use crate::{demo, logging, ops, reference_remote, service};
+
+/// Tenantry: keeps a multi-tenant platform's database and the remote services it drives in
+/// agreement.
+///
+/// Start with `tenantry demo`: it runs the whole service against a local reference remote with
+/// injected faults and checks the result. Configuration of `serve` comes from a TOML file
+/// (`--config`, `$TENANTRY_CONFIG`, or `./tenantry.toml`) and `TENANTRY_*` variables (which
+/// win); see docs/operations.md.
+#[derive(Debug, Parser)]
+#[command(name = "tenantry", version, propagate_version = true)]
+pub struct Cli {
+    /// Configuration file (TOML). Default: $TENANTRY_CONFIG, else ./tenantry.toml if present.
+    #[arg(long, global = true, value_name = "PATH")]
+    pub config: Option<PathBuf>,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the service: migrations, lifecycle workers and the admin API, until SIGINT/SIGTERM.
+    ///
+    /// Requires knowledge_fs_url and knowledge_fs_token. Example:
+    ///   TENANTRY_KNOWLEDGE_FS_URL=http://127.0.0.1:9000 TENANTRY_KNOWLEDGE_FS_TOKEN=secret tenantry serve
+    Serve,
+    /// Apply pending database migrations to database_url and exit.
+    Migrate,
+    /// Run the end-to-end demo: a temporary database, a local reference KnowledgeFS with
+    /// injected faults, the service, and a workload driven through the admin API over HTTP;
+    /// then check every result against the remote's ground truth. Exits non-zero on failure.
+    Demo(DemoArgs),
+    /// Run the reference KnowledgeFS on a loopback port (for trying `serve` by hand) until
+    /// Ctrl-C; prints the URL and token to configure.
+    ReferenceRemote(RemoteArgs),
+    /// Inspect lifecycle commands.
+    #[command(subcommand)]
+    Commands(CommandsCommand),
+    /// Inspect and clear reconciliation fences.
+    #[command(subcommand)]
+    Fences(FencesCommand),
+}
+
+/// Fault profile of the reference remote.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Faults {
+    /// No faults.
+    None,
+    /// About one request in ten: 503/429 with Retry-After, lost ACKs, resets, lagging revokes.
+    Default,
+    /// About one request in three, including stalls past the client deadline.
+    Heavy,
+}
+
+/// Options of `tenantry demo`.
+#[derive(Debug, Clone, Args)]
+pub struct DemoArgs {
+    /// Run on this database instead of a temporary SQLite file (e.g. postgres://user@host/db;
+    /// the database should be empty).
+    #[arg(long, value_name = "URL")]
+    pub database_url: Option<String>,
+    /// Seed of the workload and of the fault draws (same seed, same workload).
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Size of the workload: 1.0 is 5 tenants and 300 control spaces; 0.1 is a quick run.
+    #[arg(long, default_value_t = 1.0)]
+    pub scale: f64,
+    /// Fault profile of the reference remote.
+    #[arg(long, value_enum, default_value_t = Faults::Default)]
+    pub faults: Faults,
+    /// Give up waiting for commands to settle after this many seconds.
+    #[arg(long, default_value_t = 300)]
+    pub timeout_seconds: u64,
+    /// Lifecycle workers.
+    #[arg(long, default_value_t = 4)]
+    pub workers: u32,
+    /// No progress bar (it is also hidden when standard error is not a terminal).
+    #[arg(long)]
+    pub no_progress: bool,
+}
+
+/// Options of `tenantry reference-remote`.
+#[derive(Debug, Clone, Args)]
+pub struct RemoteArgs {
+    /// Fault profile.
+    #[arg(long, value_enum, default_value_t = Faults::None)]
+    pub faults: Faults,
+    /// Seed of the fault draws.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+}
+
+/// `tenantry commands ...`.
+#[derive(Debug, Subcommand)]
+pub enum CommandsCommand {
+    /// List outbox commands, oldest first, with attempts, last error, next attempt and lease.
+    ///
+    /// Example: tenantry commands list --status pending --tenant t-1
+    List(CommandsListArgs),
+}
+
+/// Options of `tenantry commands list`.
+#[derive(Debug, Clone, Args)]
+pub struct CommandsListArgs {
+    /// Only this status: pending, processing, succeeded, superseded.
+    #[arg(long)]
+    pub status: Option<String>,
+    /// Only this operation: provision, delete, revoke.
+    #[arg(long)]
+    pub operation: Option<String>,
+    /// Only this tenant.
+    #[arg(long)]
+    pub tenant: Option<String>,
+    /// Only this control space (with --tenant).
+    #[arg(long)]
+    pub control_space: Option<String>,
+    /// Most commands shown.
+    #[arg(long, default_value_t = 50)]
+    pub limit: u32,
+    /// Start after this command id (the last id of the previous page).
+    #[arg(long)]
+    pub after: Option<String>,
+    /// Print JSON lines instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `tenantry fences ...`.
+#[derive(Debug, Subcommand)]
+pub enum FencesCommand {
+    /// List fences (scopes whose last mutation had an unknown outcome) across bindings.
+    List(FencesListArgs),
+    /// Clear one fence after reconciling its scope with the remote. Writes a tombstone and
+    /// logs the reason.
+    ///
+    /// Example: tenantry fences clear --binding inst-1 --scope kb-42 --reason "verified upload landed"
+    Clear(FencesClearArgs),
+}
+
+/// Options of `tenantry fences list`.
+#[derive(Debug, Clone, Args)]
+pub struct FencesListArgs {
+    /// Only this installation binding.
+    #[arg(long)]
+    pub binding: Option<String>,
+    /// Print JSON lines instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Options of `tenantry fences clear`.
+#[derive(Debug, Clone, Args)]
+#[command(group(clap::ArgGroup::new("target").required(true).args(["scope", "key"])))]
+pub struct FencesClearArgs {
+    /// Installation binding of the fence.
+    #[arg(long)]
+    pub binding: String,
+    /// Scope identity whose fence to clear (e.g. a knowledge-base id).
+    #[arg(long)]
+    pub scope: Option<String>,
+    /// Fence key as shown by `fences list` (for the installation fence or an unreadable marker).
+    #[arg(long)]
+    pub key: Option<String>,
+    /// What you reconciled (kept in the log).
+    #[arg(long)]
+    pub reason: String,
+}
+
+/// Entry point of the binary.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("tenantry: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(run(cli))
+}
+
+/// Runs a parsed command line.
+pub async fn run(cli: Cli) -> ExitCode {
+    let env = |name: &str| std::env::var(name).ok();
+    match cli.command {
+        Command::Demo(args) => {
+            logging::init(config::LogFormat::Human, "warn");
+            demo::main(&args).await
+        }
+        Command::ReferenceRemote(args) => {
+            logging::init(config::LogFormat::Human, "info");
+            reference_remote::main(&args).await
+        }
+        command => {
+            let config = match config::load(cli.config.as_deref(), env) {
+                Ok(config) => config,
+                Err(e) => {
+                    eprintln!("tenantry: configuration refused: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            logging::init(config.log_format, &config.log_filter);
+            match command {
+                Command::Serve => serve(&config).await,
+                Command::Migrate => ops::migrate(&config).await,
+                Command::Commands(CommandsCommand::List(args)) => {
+                    ops::commands_list(&config, &args).await
+                }
+                Command::Fences(FencesCommand::List(args)) => ops::fences_list(&config, &args).await,
+                Command::Fences(FencesCommand::Clear(args)) => {
+                    ops::fences_clear(&config, &args).await
+                }
+                Command::Demo(_) | Command::ReferenceRemote(_) => ExitCode::FAILURE,
+            }
+        }
+    }
+}
+
+async fn serve(config: &Config) -> ExitCode {
+    if let Err(e) = config.knowledge_fs() {
+        eprintln!("tenantry: configuration refused: {e}");
+        return ExitCode::from(2);
+    }
+    let db = match ops::open(config).await {
+        Ok(db) => db,
+        Err(code) => return code,
+    };
+    let service = match service::Service::start(config, db).await {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("tenantry: cannot start: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    eprintln!(
+        "tenantry: admin API on http://{} (Ctrl-C to stop)",
+        service.addr()
+    );
+    service::shutdown_signal().await;
+    service.shutdown().await;
+    ExitCode::SUCCESS
+}

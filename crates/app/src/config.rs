@@ -1,0 +1,611 @@
+//! Configuration of `tenantry serve`: a TOML file plus `TENANTRY_*` environment variables.
+//!
+//! Every setting has one name, used as the TOML key and (upper-cased, prefixed with
+//! `TENANTRY_`) as the environment variable; the environment wins over the file. The merged
+//! settings are validated once at start into a [`Config`]; each [`ConfigError`] names the
+//! setting (and the variable or file it came from) and says what to do.
+//!
+//! The file is `--config PATH`, else `$TENANTRY_CONFIG`, else `tenantry.toml` in the working
+//! folder when it exists. Without any setting the service uses a SQLite file
+//! `tenantry.db` in the working folder and listens on `127.0.0.1:8080` without a token.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// Prefix of every environment variable read as a setting.
+pub const ENV_PREFIX: &str = "TENANTRY_";
+
+/// Environment variable naming the configuration file.
+pub const CONFIG_ENV: &str = "TENANTRY_CONFIG";
+
+/// File read when neither `--config` nor `TENANTRY_CONFIG` names one (if it exists).
+pub const DEFAULT_CONFIG_FILE: &str = "tenantry.toml";
+
+/// Default database: a SQLite file in the working folder, created when missing.
+pub const DEFAULT_DATABASE_URL: &str = "sqlite://tenantry.db?mode=rwc";
+
+/// Default admin API address (loopback only, so no token is required).
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
+
+/// Log output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LogFormat {
+    /// Human-readable lines (default).
+    #[default]
+    Human,
+    /// One JSON object per line, for log collectors.
+    Json,
+}
+
+impl FromStr for LogFormat {
+    type Err = String;
+    fn from_str(value: &str) -> Result<Self, Self::Err> {
+        match value {
+            "human" => Ok(Self::Human),
+            "json" => Ok(Self::Json),
+            other => Err(format!("{other:?} is not a log format; use human or json")),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for LogFormat {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// Validated configuration of the service.
+#[derive(Clone, PartialEq)]
+pub struct Config {
+    /// `database_url`: `sqlite://PATH?mode=rwc` or `postgres://USER@HOST/DB`.
+    pub database_url: String,
+    /// `database_max_connections`: pool size (1..=512, default 8).
+    pub database_max_connections: u32,
+    /// `listen`: address of the admin API (default `127.0.0.1:8080`).
+    pub listen: SocketAddr,
+    /// `admin_token`: bearer token of the admin API; required unless `listen` is loopback.
+    pub admin_token: Option<String>,
+    /// `log_format`: `human` (default) or `json`.
+    pub log_format: LogFormat,
+    /// `log_filter`: tracing filter directives (default `info`; `RUST_LOG` wins when set).
+    pub log_filter: String,
+    /// `workers`: lifecycle workers in this process (1..=256, default 4).
+    pub workers: u32,
+    /// `claim_batch`: commands one worker claims and dispatches at once (1..=64, default 1).
+    pub claim_batch: u32,
+    /// `idle_poll_ms`: how long an idle worker sleeps before claiming again (default 1000).
+    pub idle_poll: Duration,
+    /// `lease_seconds`: lease of a claimed command (default 300); must exceed
+    /// `knowledge_fs_deadline_seconds`.
+    pub lease: Duration,
+    /// `retry_max_delay_ms`: upper bound of the retry backoff (default 300000).
+    pub retry_max_delay: Duration,
+    /// `shutdown_grace_seconds`: how long shutdown waits for in-flight dispatches (default 30).
+    pub shutdown_grace: Duration,
+    /// `product_enabled`: whether provision commands are dispatched (default true).
+    pub product_enabled: bool,
+    /// `knowledge_fs_url`: base URL of the KnowledgeFS lifecycle API (required by `serve`).
+    pub knowledge_fs_url: Option<String>,
+    /// `knowledge_fs_token`: bearer token sent to KnowledgeFS.
+    pub knowledge_fs_token: Option<String>,
+    /// `knowledge_fs_deadline_ms`: total deadline of one KnowledgeFS call (default 150000).
+    pub knowledge_fs_deadline: Duration,
+    /// `knowledge_fs_max_concurrent_calls`: calls in flight at once (1..=1024, default 8).
+    pub knowledge_fs_max_concurrent_calls: usize,
+}
+
+impl std::fmt::Debug for Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Config")
+            .field("database_url", &redact_url(&self.database_url))
+            .field("database_max_connections", &self.database_max_connections)
+            .field("listen", &self.listen)
+            .field("admin_token", &self.admin_token.as_ref().map(|_| "<redacted>"))
+            .field("log_format", &self.log_format)
+            .field("log_filter", &self.log_filter)
+            .field("workers", &self.workers)
+            .field("claim_batch", &self.claim_batch)
+            .field("idle_poll", &self.idle_poll)
+            .field("lease", &self.lease)
+            .field("retry_max_delay", &self.retry_max_delay)
+            .field("shutdown_grace", &self.shutdown_grace)
+            .field("product_enabled", &self.product_enabled)
+            .field("knowledge_fs_url", &self.knowledge_fs_url)
+            .field(
+                "knowledge_fs_token",
+                &self.knowledge_fs_token.as_ref().map(|_| "<redacted>"),
+            )
+            .field("knowledge_fs_deadline", &self.knowledge_fs_deadline)
+            .field(
+                "knowledge_fs_max_concurrent_calls",
+                &self.knowledge_fs_max_concurrent_calls,
+            )
+            .finish()
+    }
+}
+
+/// Why the configuration was refused. Each variant names the setting and its source.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    /// The configuration file could not be read.
+    #[error("cannot read configuration file {path}: {reason}")]
+    Unreadable {
+        /// The file.
+        path: String,
+        /// The I/O error.
+        reason: String,
+    },
+    /// The configuration file is not valid TOML or has an unknown or mistyped key.
+    #[error("configuration file {path} is invalid: {reason}")]
+    InvalidFile {
+        /// The file.
+        path: String,
+        /// The parser's message (names the key and line).
+        reason: String,
+    },
+    /// A setting has a value that does not parse or breaks its rule.
+    #[error("setting {setting} (from {origin}) is invalid: {reason}")]
+    Invalid {
+        /// The setting's name.
+        setting: &'static str,
+        /// Where the value came from: `TENANTRY_X`, the file path, or `defaults`.
+        origin: String,
+        /// What is wrong and what to do.
+        reason: String,
+    },
+    /// A required setting is missing.
+    #[error("setting {setting} is required: {hint}")]
+    Missing {
+        /// The setting's name.
+        setting: &'static str,
+        /// How to provide it.
+        hint: &'static str,
+    },
+}
+
+/// Settings as read from the file and the environment, before validation.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawConfig {
+    /// See [`Config::database_url`].
+    pub database_url: Option<String>,
+    /// See [`Config::database_max_connections`].
+    pub database_max_connections: Option<u32>,
+    /// See [`Config::listen`].
+    pub listen: Option<String>,
+    /// See [`Config::admin_token`].
+    pub admin_token: Option<String>,
+    /// See [`Config::log_format`].
+    pub log_format: Option<LogFormat>,
+    /// See [`Config::log_filter`].
+    pub log_filter: Option<String>,
+    /// See [`Config::workers`].
+    pub workers: Option<u32>,
+    /// See [`Config::claim_batch`].
+    pub claim_batch: Option<u32>,
+    /// See [`Config::idle_poll`].
+    pub idle_poll_ms: Option<u64>,
+    /// See [`Config::lease`].
+    pub lease_seconds: Option<u64>,
+    /// See [`Config::retry_max_delay`].
+    pub retry_max_delay_ms: Option<u64>,
+    /// See [`Config::shutdown_grace`].
+    pub shutdown_grace_seconds: Option<u64>,
+    /// See [`Config::product_enabled`].
+    pub product_enabled: Option<bool>,
+    /// See [`Config::knowledge_fs_url`].
+    pub knowledge_fs_url: Option<String>,
+    /// See [`Config::knowledge_fs_token`].
+    pub knowledge_fs_token: Option<String>,
+    /// See [`Config::knowledge_fs_deadline`].
+    pub knowledge_fs_deadline_ms: Option<u64>,
+    /// See [`Config::knowledge_fs_max_concurrent_calls`].
+    pub knowledge_fs_max_concurrent_calls: Option<usize>,
+}
+
+/// Where each setting came from, for error messages.
+type Sources = BTreeMap<&'static str, String>;
+
+/// Applies `TENANTRY_<SETTING>` variables over `raw`, parsing each with its type's `FromStr`.
+macro_rules! overlay_env {
+    ($raw:ident, $sources:ident, $env:ident; $($field:ident),* $(,)?) => {
+        $(
+            let name = concat!("TENANTRY_", stringify!($field)).to_uppercase();
+            if let Some(value) = $env(&name) {
+                let parsed = value.trim().parse().map_err(|e| ConfigError::Invalid {
+                    setting: stringify!($field),
+                    origin: name.clone(),
+                    reason: format!("{value:?} does not parse: {e}"),
+                })?;
+                $raw.$field = Some(parsed);
+                $sources.insert(stringify!($field), name);
+            }
+        )*
+    };
+}
+
+impl RawConfig {
+    /// Parses TOML text (from `path`, for messages).
+    ///
+    /// # Errors
+    /// [`ConfigError::InvalidFile`] naming the bad key.
+    pub fn from_toml(text: &str, path: &str) -> Result<Self, ConfigError> {
+        toml::from_str(text).map_err(|e| ConfigError::InvalidFile {
+            path: path.to_owned(),
+            reason: e.to_string().trim().to_owned(),
+        })
+    }
+}
+
+/// Loads the configuration: the file (explicit `path`, else `TENANTRY_CONFIG`, else
+/// `tenantry.toml` if present), then `TENANTRY_*` variables from `env`, then validation.
+///
+/// # Errors
+/// [`ConfigError`] naming the first bad setting.
+pub fn load(
+    path: Option<&Path>,
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<Config, ConfigError> {
+    let file: Option<PathBuf> = match path {
+        Some(p) => Some(p.to_path_buf()),
+        None => match env(CONFIG_ENV) {
+            Some(p) if !p.is_empty() => Some(PathBuf::from(p)),
+            _ => Some(PathBuf::from(DEFAULT_CONFIG_FILE)).filter(|p| p.exists()),
+        },
+    };
+    let (raw, file_label) = match &file {
+        Some(path) => {
+            let label = path.display().to_string();
+            let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Unreadable {
+                path: label.clone(),
+                reason: e.to_string(),
+            })?;
+            (RawConfig::from_toml(&text, &label)?, label)
+        }
+        None => (RawConfig::default(), "defaults".to_owned()),
+    };
+    merge_env_and_validate(raw, &file_label, env)
+}
+
+/// Applies the environment over `raw` (whose values came from `file_label`) and validates.
+///
+/// # Errors
+/// [`ConfigError`] naming the first bad setting.
+pub fn merge_env_and_validate(
+    mut raw: RawConfig,
+    file_label: &str,
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<Config, ConfigError> {
+    let mut sources = Sources::new();
+    overlay_env!(raw, sources, env;
+        database_url, database_max_connections, listen, admin_token, log_format, log_filter,
+        workers, claim_batch, idle_poll_ms, lease_seconds, retry_max_delay_ms,
+        shutdown_grace_seconds, product_enabled, knowledge_fs_url, knowledge_fs_token,
+        knowledge_fs_deadline_ms, knowledge_fs_max_concurrent_calls,
+    );
+    validate(raw, &|setting| {
+        sources
+            .get(setting)
+            .cloned()
+            .unwrap_or_else(|| file_label.to_owned())
+    })
+}
+
+fn validate(raw: RawConfig, source: &dyn Fn(&'static str) -> String) -> Result<Config, ConfigError> {
+    let invalid = |setting: &'static str, reason: String| ConfigError::Invalid {
+        setting,
+        origin: source(setting),
+        reason,
+    };
+    let in_range = |setting: &'static str, value: u64, min: u64, max: u64| {
+        if (min..=max).contains(&value) {
+            Ok(value)
+        } else {
+            Err(invalid(
+                setting,
+                format!("{value} is outside {min}..={max}"),
+            ))
+        }
+    };
+
+    let database_url = raw
+        .database_url
+        .unwrap_or_else(|| DEFAULT_DATABASE_URL.to_owned());
+    if !(database_url.starts_with("sqlite:")
+        || database_url.starts_with("postgres:")
+        || database_url.starts_with("postgresql:"))
+    {
+        return Err(invalid(
+            "database_url",
+            format!(
+                "{:?} is neither sqlite:// nor postgres://; use sqlite://PATH?mode=rwc or postgres://USER@HOST/DB",
+                redact_url(&database_url)
+            ),
+        ));
+    }
+    let database_max_connections = in_range(
+        "database_max_connections",
+        u64::from(raw.database_max_connections.unwrap_or(8)),
+        1,
+        512,
+    )?;
+    let listen_text = raw.listen.unwrap_or_else(|| DEFAULT_LISTEN.to_owned());
+    let listen: SocketAddr = listen_text.parse().map_err(|e| {
+        invalid(
+            "listen",
+            format!("{listen_text:?} is not an IP:PORT address ({e})"),
+        )
+    })?;
+    let admin_token = raw.admin_token.filter(|t| !t.is_empty());
+    if let Some(token) = &admin_token
+        && (token.len() < 16 || token.chars().any(|c| c.is_whitespace() || c.is_control()))
+    {
+        return Err(invalid(
+            "admin_token",
+            "must be at least 16 characters without whitespace; generate one with `openssl rand -hex 32`"
+                .to_owned(),
+        ));
+    }
+    if admin_token.is_none() && !listen.ip().is_loopback() {
+        return Err(invalid(
+            "listen",
+            format!(
+                "{listen} is not a loopback address and admin_token is not set; set admin_token (TENANTRY_ADMIN_TOKEN) or listen on 127.0.0.1"
+            ),
+        ));
+    }
+    let workers = in_range("workers", u64::from(raw.workers.unwrap_or(4)), 1, 256)?;
+    let claim_batch = in_range("claim_batch", u64::from(raw.claim_batch.unwrap_or(1)), 1, 64)?;
+    let idle_poll = in_range("idle_poll_ms", raw.idle_poll_ms.unwrap_or(1000), 10, 60_000)?;
+    let lease = in_range("lease_seconds", raw.lease_seconds.unwrap_or(300), 1, 86_400)?;
+    let retry_max_delay = in_range(
+        "retry_max_delay_ms",
+        raw.retry_max_delay_ms.unwrap_or(300_000),
+        1,
+        86_400_000,
+    )?;
+    let shutdown_grace = in_range(
+        "shutdown_grace_seconds",
+        raw.shutdown_grace_seconds.unwrap_or(30),
+        0,
+        3600,
+    )?;
+    let knowledge_fs_deadline = in_range(
+        "knowledge_fs_deadline_ms",
+        raw.knowledge_fs_deadline_ms.unwrap_or(150_000),
+        1,
+        3_600_000,
+    )?;
+    if lease * 1000 <= knowledge_fs_deadline {
+        return Err(invalid(
+            "lease_seconds",
+            format!(
+                "a lease of {lease} s does not exceed knowledge_fs_deadline_ms = {knowledge_fs_deadline}; a lease must outlive the remote call it covers, raise lease_seconds or lower the deadline"
+            ),
+        ));
+    }
+    let knowledge_fs_max_concurrent_calls = in_range(
+        "knowledge_fs_max_concurrent_calls",
+        raw.knowledge_fs_max_concurrent_calls.unwrap_or(8) as u64,
+        1,
+        1024,
+    )?;
+    let knowledge_fs_url = raw.knowledge_fs_url.filter(|u| !u.is_empty());
+    if let Some(url) = &knowledge_fs_url
+        && !(url.starts_with("http://") || url.starts_with("https://"))
+    {
+        return Err(invalid(
+            "knowledge_fs_url",
+            format!("{url:?} is not an http(s) URL"),
+        ));
+    }
+    let log_filter = raw.log_filter.unwrap_or_else(|| "info".to_owned());
+    if let Err(e) = tracing_subscriber::EnvFilter::try_new(&log_filter) {
+        return Err(invalid("log_filter", format!("{log_filter:?}: {e}")));
+    }
+    // Values were range-checked above, so the narrowing conversions below are lossless.
+    Ok(Config {
+        database_url,
+        database_max_connections: database_max_connections as u32,
+        listen,
+        admin_token,
+        log_format: raw.log_format.unwrap_or_default(),
+        log_filter,
+        workers: workers as u32,
+        claim_batch: claim_batch as u32,
+        idle_poll: Duration::from_millis(idle_poll),
+        lease: Duration::from_secs(lease),
+        retry_max_delay: Duration::from_millis(retry_max_delay),
+        shutdown_grace: Duration::from_secs(shutdown_grace),
+        product_enabled: raw.product_enabled.unwrap_or(true),
+        knowledge_fs_url,
+        knowledge_fs_token: raw.knowledge_fs_token.filter(|t| !t.is_empty()),
+        knowledge_fs_deadline: Duration::from_millis(knowledge_fs_deadline),
+        knowledge_fs_max_concurrent_calls: knowledge_fs_max_concurrent_calls as usize,
+    })
+}
+
+impl Config {
+    /// The defaults, as if no file and no variable were given.
+    pub fn defaults() -> Self {
+        // The defaults are valid by construction (covered by a unit test).
+        merge_env_and_validate(RawConfig::default(), "defaults", |_| None)
+            .unwrap_or_else(|e| unreachable!("default configuration is invalid: {e}"))
+    }
+
+    /// The KnowledgeFS URL and token, as `serve` requires them.
+    ///
+    /// # Errors
+    /// [`ConfigError::Missing`] naming the missing setting.
+    pub fn knowledge_fs(&self) -> Result<(&str, &str), ConfigError> {
+        let url = self.knowledge_fs_url.as_deref().ok_or(ConfigError::Missing {
+            setting: "knowledge_fs_url",
+            hint: "set knowledge_fs_url in the file or TENANTRY_KNOWLEDGE_FS_URL (for a local try, run `tenantry reference-remote` and use the URL it prints)",
+        })?;
+        let token = self
+            .knowledge_fs_token
+            .as_deref()
+            .ok_or(ConfigError::Missing {
+                setting: "knowledge_fs_token",
+                hint: "set knowledge_fs_token in the file or TENANTRY_KNOWLEDGE_FS_TOKEN",
+            })?;
+        Ok((url, token))
+    }
+}
+
+/// `url` with any password replaced by `***`, for logs and messages.
+pub fn redact_url(url: &str) -> String {
+    let Some(scheme_end) = url.find("://").map(|i| i + 3) else {
+        return url.to_owned();
+    };
+    let rest = &url[scheme_end..];
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    let authority = &rest[..authority_end];
+    match authority.rfind('@') {
+        Some(at) => {
+            let user_info = &authority[..at];
+            let user = user_info.split(':').next().unwrap_or("");
+            if user_info.contains(':') {
+                format!(
+                    "{}{}:***{}",
+                    &url[..scheme_end],
+                    user,
+                    &rest[at..]
+                )
+            } else {
+                url.to_owned()
+            }
+        }
+        None => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let map: BTreeMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        move |name| map.get(name).cloned()
+    }
+
+    #[test]
+    fn defaults_are_valid_and_documented() {
+        let config = Config::defaults();
+        assert_eq!(config.database_url, DEFAULT_DATABASE_URL);
+        assert_eq!(config.listen, DEFAULT_LISTEN.parse().unwrap());
+        assert_eq!(config.workers, 4);
+        assert_eq!(config.admin_token, None);
+        assert_eq!(config.log_format, LogFormat::Human);
+        assert_eq!(config.lease, Duration::from_secs(300));
+    }
+
+    #[test]
+    fn environment_wins_over_the_file() {
+        let raw = RawConfig::from_toml("workers = 2\nlisten = \"127.0.0.1:9000\"\n", "t.toml")
+            .unwrap();
+        let config = merge_env_and_validate(
+            raw,
+            "t.toml",
+            env_of(&[("TENANTRY_WORKERS", "7"), ("TENANTRY_LOG_FORMAT", "json")]),
+        )
+        .unwrap();
+        assert_eq!(config.workers, 7);
+        assert_eq!(config.listen, "127.0.0.1:9000".parse().unwrap());
+        assert_eq!(config.log_format, LogFormat::Json);
+    }
+
+    #[test]
+    fn errors_name_the_setting_and_its_source() {
+        let raw = RawConfig::from_toml("workers = 0\n", "t.toml").unwrap();
+        let err = merge_env_and_validate(raw, "t.toml", |_| None).unwrap_err();
+        assert!(
+            matches!(&err, ConfigError::Invalid { setting: "workers", origin, .. } if origin == "t.toml"),
+            "{err}"
+        );
+        let err = merge_env_and_validate(
+            RawConfig::default(),
+            "defaults",
+            env_of(&[("TENANTRY_WORKERS", "many")]),
+        )
+        .unwrap_err();
+        assert!(
+            matches!(&err, ConfigError::Invalid { setting: "workers", origin, .. } if origin == "TENANTRY_WORKERS"),
+            "{err}"
+        );
+        assert!(err.to_string().contains("TENANTRY_WORKERS"), "{err}");
+    }
+
+    #[test]
+    fn unknown_file_keys_are_refused() {
+        let err = RawConfig::from_toml("wrokers = 3\n", "t.toml").unwrap_err();
+        assert!(err.to_string().contains("wrokers"), "{err}");
+    }
+
+    #[test]
+    fn non_loopback_listen_requires_a_token() {
+        let env = env_of(&[("TENANTRY_LISTEN", "0.0.0.0:8080")]);
+        let err = merge_env_and_validate(RawConfig::default(), "defaults", env).unwrap_err();
+        assert!(
+            matches!(err, ConfigError::Invalid { setting: "listen", .. }),
+            "{err}"
+        );
+        let env = env_of(&[
+            ("TENANTRY_LISTEN", "0.0.0.0:8080"),
+            ("TENANTRY_ADMIN_TOKEN", "0123456789abcdef0123"),
+        ]);
+        let config = merge_env_and_validate(RawConfig::default(), "defaults", env).unwrap();
+        assert!(config.admin_token.is_some());
+    }
+
+    #[test]
+    fn short_admin_token_is_refused() {
+        let env = env_of(&[("TENANTRY_ADMIN_TOKEN", "short")]);
+        let err = merge_env_and_validate(RawConfig::default(), "defaults", env).unwrap_err();
+        assert!(matches!(err, ConfigError::Invalid { setting: "admin_token", .. }));
+    }
+
+    #[test]
+    fn lease_must_exceed_the_remote_deadline() {
+        let env = env_of(&[
+            ("TENANTRY_LEASE_SECONDS", "10"),
+            ("TENANTRY_KNOWLEDGE_FS_DEADLINE_MS", "10000"),
+        ]);
+        let err = merge_env_and_validate(RawConfig::default(), "defaults", env).unwrap_err();
+        assert!(matches!(err, ConfigError::Invalid { setting: "lease_seconds", .. }));
+    }
+
+    #[test]
+    fn database_url_scheme_is_checked() {
+        let env = env_of(&[("TENANTRY_DATABASE_URL", "mysql://x")]);
+        let err = merge_env_and_validate(RawConfig::default(), "defaults", env).unwrap_err();
+        assert!(matches!(err, ConfigError::Invalid { setting: "database_url", .. }));
+    }
+
+    #[test]
+    fn serve_requires_a_knowledge_fs() {
+        let err = Config::defaults().knowledge_fs().unwrap_err();
+        assert!(matches!(err, ConfigError::Missing { setting: "knowledge_fs_url", .. }));
+    }
+
+    #[test]
+    fn redact_url_hides_passwords_only() {
+        let cases = [
+            ("postgres://u:secret@h:5/db", "postgres://u:***@h:5/db"),
+            ("postgres://u@h/db", "postgres://u@h/db"),
+            ("sqlite://x.db?mode=rwc", "sqlite://x.db?mode=rwc"),
+        ];
+        for (input, expected) in cases {
+            assert_eq!(redact_url(input), expected);
+        }
+    }
+}

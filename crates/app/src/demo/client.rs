@@ -1,0 +1,191 @@
+//! A small JSON client of the admin API over HTTP/1.1 (hyper), used by the demo's workload.
+//!
+//! The demo talks to the service exactly as an operator's tooling would: real TCP, bearer
+//! token, `Idempotency-Key` on every mutation. Transient answers (503, connection errors) are
+//! retried with the same key, which is safe because every mutation is idempotent on it.
+
+use std::time::Duration;
+
+use axum::body::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::header::{AUTHORIZATION, CONTENT_TYPE, HeaderValue};
+use hyper::{Method, Request};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use serde_json::Value;
+
+/// Deadline of one admin API request.
+const REQUEST_DEADLINE: Duration = Duration::from_secs(30);
+
+/// Attempts of a request that meets a transient failure.
+const ATTEMPTS: u32 = 8;
+
+/// Why an admin API call failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ClientError {
+    /// The request could not be built (a bug in the demo).
+    #[error("request could not be built: {0}")]
+    Build(String),
+    /// No answer after every attempt.
+    #[error("{method} {path}: no answer after {ATTEMPTS} attempts: {reason}")]
+    Transport {
+        /// Method.
+        method: String,
+        /// Path.
+        path: String,
+        /// Last failure.
+        reason: String,
+    },
+    /// The service answered with an unexpected status.
+    #[error("{method} {path}: answered {status}: {body}")]
+    Status {
+        /// Method.
+        method: String,
+        /// Path.
+        path: String,
+        /// HTTP status.
+        status: u16,
+        /// The answer body.
+        body: String,
+    },
+}
+
+/// An answer: status and JSON body (`Value::Null` when the body is not JSON).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Answer {
+    /// HTTP status.
+    pub status: u16,
+    /// Decoded body.
+    pub body: Value,
+}
+
+/// Client of one admin API.
+#[derive(Debug, Clone)]
+pub struct AdminClient {
+    base: String,
+    authorization: HeaderValue,
+    client: Client<HttpConnector, Full<Bytes>>,
+}
+
+impl AdminClient {
+    /// A client of `base` (`http://127.0.0.1:PORT`) sending `token`.
+    ///
+    /// # Errors
+    /// [`ClientError::Build`] when the token is not a valid header value.
+    pub fn new(base: impl Into<String>, token: &str) -> Result<Self, ClientError> {
+        let authorization = HeaderValue::from_str(&format!("Bearer {token}"))
+            .map_err(|e| ClientError::Build(e.to_string()))?;
+        let client = Client::builder(TokioExecutor::new())
+            .pool_max_idle_per_host(32)
+            .build_http();
+        Ok(Self {
+            base: base.into(),
+            authorization,
+            client,
+        })
+    }
+
+    /// Sends one request, retrying transport failures and 503 answers with the same
+    /// idempotency key; returns the first other answer.
+    ///
+    /// # Errors
+    /// [`ClientError::Transport`] after the last attempt.
+    pub async fn send(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+        idempotency_key: Option<&str>,
+    ) -> Result<Answer, ClientError> {
+        let mut last = String::new();
+        for attempt in 0..ATTEMPTS {
+            if attempt > 0 {
+                tokio::time::sleep(Duration::from_millis(100 * u64::from(attempt))).await;
+            }
+            match self.once(&method, path, body, idempotency_key).await {
+                Ok(answer) if answer.status == 503 => last = answer.body.to_string(),
+                Ok(answer) => return Ok(answer),
+                Err(reason) => last = reason,
+            }
+        }
+        Err(ClientError::Transport {
+            method: method.to_string(),
+            path: path.to_owned(),
+            reason: last,
+        })
+    }
+
+    /// Like [`AdminClient::send`], but only `expected` is a success; any other status is
+    /// [`ClientError::Status`].
+    ///
+    /// # Errors
+    /// [`ClientError`] for transport failures and unexpected statuses.
+    pub async fn expect(
+        &self,
+        expected: u16,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+        idempotency_key: Option<&str>,
+    ) -> Result<Value, ClientError> {
+        let answer = self
+            .send(method.clone(), path, body, idempotency_key)
+            .await?;
+        if answer.status == expected {
+            Ok(answer.body)
+        } else {
+            Err(ClientError::Status {
+                method: method.to_string(),
+                path: path.to_owned(),
+                status: answer.status,
+                body: answer.body.to_string(),
+            })
+        }
+    }
+
+    async fn once(
+        &self,
+        method: &Method,
+        path: &str,
+        body: Option<&Value>,
+        idempotency_key: Option<&str>,
+    ) -> Result<Answer, String> {
+        let mut builder = Request::builder()
+            .method(method.clone())
+            .uri(format!("{}{path}", self.base))
+            .header(AUTHORIZATION, self.authorization.clone());
+        if let Some(key) = idempotency_key {
+            builder = builder.header("Idempotency-Key", key);
+        }
+        let payload = match body {
+            Some(value) => {
+                builder = builder.header(CONTENT_TYPE, "application/json");
+                Bytes::from(value.to_string())
+            }
+            None => Bytes::new(),
+        };
+        let request = builder
+            .body(Full::new(payload))
+            .map_err(|e| e.to_string())?;
+        let exchange = async {
+            let response = self
+                .client
+                .request(request)
+                .await
+                .map_err(|e| e.to_string())?;
+            let status = response.status().as_u16();
+            let bytes = response
+                .into_body()
+                .collect()
+                .await
+                .map_err(|e| e.to_string())?
+                .to_bytes();
+            let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+            Ok::<_, String>(Answer { status, body })
+        };
+        tokio::time::timeout(REQUEST_DEADLINE, exchange)
+            .await
+            .map_err(|_| format!("no answer within {REQUEST_DEADLINE:?}"))?
+    }
+}

@@ -1,0 +1,276 @@
+//! `tenantry demo`: the whole service on real HTTP against the reference KnowledgeFS with
+//! injected faults, a seeded workload driven through the admin API, and checks of the end
+//! state against the remote's ground truth.
+//!
+//! Steps: open a database (temporary SQLite unless `--database-url`), start the reference
+//! remote on a loopback port with the fault profile, start the service exactly as `serve` does
+//! (admin API on a loopback port with a random token, lifecycle workers), drive the workload
+//! over HTTP while a progress bar shows settled / total commands, wait until every command
+//! settled, check, print the summary, shut everything down. The exit code is non-zero when a
+//! check fails.
+//!
+//! The directory part of the demo waits for the directory projector (see the TODO in
+//! `admin::probes::directory_status`).
+
+mod checks;
+pub mod client;
+mod report;
+pub mod workload;
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use indicatif::{ProgressBar, ProgressStyle};
+use tenantry_store_seaorm::Database;
+use tenantry_testkit::knowledge_fs::{ReferenceRemote, RemoteConfig};
+use tokio::time::Instant;
+
+pub use checks::CheckResult;
+pub use report::DemoReport;
+
+use crate::cli::{DemoArgs, Faults};
+use crate::config::{Config, redact_url};
+use crate::metrics::Tally;
+use crate::service::Service;
+use client::AdminClient;
+
+/// Options of one demo run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DemoOptions {
+    /// Database to run on; `None`: a temporary SQLite file.
+    pub database_url: Option<String>,
+    /// Seed of the workload and the fault draws.
+    pub seed: u64,
+    /// Workload size (1.0: 5 tenants, 300 control spaces).
+    pub scale: f64,
+    /// Fault profile of the reference remote.
+    pub faults: Faults,
+    /// How long to wait for every command to settle.
+    pub timeout: Duration,
+    /// Lifecycle workers.
+    pub workers: u32,
+    /// Whether to draw a progress bar (only on a terminal).
+    pub progress: bool,
+}
+
+impl DemoOptions {
+    /// Options from the command line.
+    pub fn from_args(args: &DemoArgs) -> Self {
+        Self {
+            database_url: args.database_url.clone(),
+            seed: args.seed,
+            scale: args.scale,
+            faults: args.faults,
+            timeout: Duration::from_secs(args.timeout_seconds),
+            workers: args.workers,
+            progress: !args.no_progress,
+        }
+    }
+}
+
+/// Why the demo could not run at all (as opposed to a failed check).
+#[derive(Debug, thiserror::Error)]
+pub enum DemoError {
+    /// An option is out of range.
+    #[error("{0}")]
+    Options(String),
+    /// Setting up the database, the remote or the service failed.
+    #[error("setup failed: {0}")]
+    Setup(String),
+}
+
+/// `tenantry demo`: runs, prints the summary, and maps the result to the exit code.
+pub async fn main(args: &DemoArgs) -> ExitCode {
+    let options = DemoOptions::from_args(args);
+    match run(&options, None).await {
+        Ok(report) => {
+            print!("{}", report.render());
+            if report.passed() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            }
+        }
+        Err(e) => {
+            eprintln!("tenantry demo: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// Timing of the reference remote and client per fault profile: (stall, client deadline,
+/// lease). Stalls outlast the deadline, and the lease outlasts the deadline.
+fn timing(faults: Faults) -> (Duration, Duration, Duration) {
+    match faults {
+        Faults::Heavy => (
+            Duration::from_secs(3),
+            Duration::from_secs(1),
+            Duration::from_secs(5),
+        ),
+        Faults::None | Faults::Default => (
+            Duration::from_secs(30),
+            Duration::from_secs(10),
+            Duration::from_secs(30),
+        ),
+    }
+}
+
+/// Runs the demo on `database` (already migrated) or, when `None`, on
+/// `options.database_url` or a temporary SQLite file.
+///
+/// # Errors
+/// [`DemoError`] when the run could not be set up; failed checks are in the report instead.
+pub async fn run(options: &DemoOptions, database: Option<Database>) -> Result<DemoReport, DemoError> {
+    if !(options.scale.is_finite() && options.scale > 0.0 && options.scale <= 100.0) {
+        return Err(DemoError::Options(format!(
+            "--scale {} must be above 0 and at most 100",
+            options.scale
+        )));
+    }
+    if options.workers == 0 || options.workers > 256 {
+        return Err(DemoError::Options("--workers must be in 1..=256".to_owned()));
+    }
+    let started = Instant::now();
+    let mut _temp_dir = None;
+    let (db, database_label) = match database {
+        Some(db) => (db, "given database".to_owned()),
+        None => {
+            let url = match &options.database_url {
+                Some(url) => url.clone(),
+                None => {
+                    let dir = tempfile::tempdir()
+                        .map_err(|e| DemoError::Setup(format!("temporary folder: {e}")))?;
+                    let url = format!("sqlite://{}?mode=rwc", dir.path().join("demo.db").display());
+                    _temp_dir = Some(dir);
+                    url
+                }
+            };
+            let label = if options.database_url.is_some() {
+                redact_url(&url)
+            } else {
+                "temporary SQLite file".to_owned()
+            };
+            let db = tenantry_store_seaorm::connect(&url, 16)
+                .await
+                .map_err(|e| DemoError::Setup(e.to_string()))?;
+            (db, label)
+        }
+    };
+
+    let (stall, deadline, lease) = timing(options.faults);
+    let remote_config = RemoteConfig {
+        seed: options.seed,
+        stall,
+        ..RemoteConfig::with_profile(crate::reference_remote::profile(options.faults))
+    };
+    let (remote_url, remote) = ReferenceRemote::start(remote_config)
+        .await
+        .map_err(|e| DemoError::Setup(format!("reference remote: {e}")))?;
+    let truth = remote.truth();
+
+    let token = uuid::Uuid::new_v4().simple().to_string();
+    let mut config = Config::defaults();
+    config.listen = ([127, 0, 0, 1], 0).into();
+    config.admin_token = Some(token.clone());
+    config.workers = options.workers;
+    config.claim_batch = 4;
+    config.idle_poll = Duration::from_millis(50);
+    config.lease = lease;
+    config.retry_max_delay = Duration::from_secs(1);
+    config.shutdown_grace = Duration::from_secs(10);
+    config.knowledge_fs_url = Some(remote_url);
+    config.knowledge_fs_token = Some(remote.bearer_token().to_owned());
+    config.knowledge_fs_deadline = deadline;
+    config.knowledge_fs_max_concurrent_calls = 16;
+    let service = Service::start(&config, db)
+        .await
+        .map_err(|e| DemoError::Setup(e.to_string()))?;
+    let client = AdminClient::new(format!("http://{}", service.addr()), &token)
+        .map_err(|e| DemoError::Setup(e.to_string()))?;
+
+    let run_id = uuid::Uuid::new_v4().simple().to_string()[..8].to_owned();
+    let plan = workload::plan(options.seed, options.scale, &run_id);
+    let deadline_at = Instant::now() + options.timeout;
+    let enqueued = Arc::new(AtomicU64::new(0));
+    let bar = progress_bar(options.progress);
+    let progress = tokio::spawn(track_progress(
+        client.clone(),
+        plan.tenants.clone(),
+        enqueued.clone(),
+        bar.clone(),
+    ));
+    let driven = workload::drive(&client, &plan, enqueued.clone(), deadline_at).await;
+    let submitted_in = started.elapsed();
+    let open_left = wait_settled(&client, &plan.tenants, deadline_at).await;
+    progress.abort();
+    bar.finish_and_clear();
+    let settled_in = started.elapsed();
+
+    let outcome = checks::run(&client, &plan, &driven, open_left, &truth).await;
+    let tally: Tally = service.metrics().tally();
+    service.shutdown().await;
+    remote.shutdown().await;
+
+    Ok(DemoReport {
+        seed: options.seed,
+        scale: options.scale,
+        faults: options.faults,
+        database: database_label,
+        tenants: plan.tenants.len(),
+        control_spaces: plan.spaces.len(),
+        commands: outcome.commands,
+        replays_matched: driven.replays_matched,
+        retries: tally.retries,
+        dispatch_errors: tally.dispatch_errors,
+        faults_injected: truth.faults_injected(),
+        effects: truth.effects(),
+        checks: outcome.checks,
+        submitted_in,
+        settled_in,
+        total: started.elapsed(),
+    })
+}
+
+fn progress_bar(enabled: bool) -> ProgressBar {
+    if !enabled {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::new(0);
+    if let Ok(style) = ProgressStyle::with_template(
+        "{spinner} [{elapsed_precise}] {bar:40} {pos}/{len} commands settled {msg}",
+    ) {
+        bar.set_style(style.progress_chars("=> "));
+    }
+    bar.enable_steady_tick(Duration::from_millis(200));
+    bar
+}
+
+async fn track_progress(
+    client: AdminClient,
+    tenants: Vec<String>,
+    enqueued: Arc<AtomicU64>,
+    bar: ProgressBar,
+) {
+    loop {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let total = enqueued.load(Ordering::Relaxed);
+        if let Ok(open) = workload::open_commands(&client, &tenants).await {
+            bar.set_length(total);
+            bar.set_position(total.saturating_sub(open));
+        }
+    }
+}
+
+/// Polls until no command of `tenants` is open or `deadline`; returns how many stayed open
+/// (`None` when the admin API could not be asked).
+async fn wait_settled(client: &AdminClient, tenants: &[String], deadline: Instant) -> Option<u64> {
+    loop {
+        let open = workload::open_commands(client, tenants).await.ok();
+        if open == Some(0) || Instant::now() >= deadline {
+            return open;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}

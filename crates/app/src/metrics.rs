@@ -1,0 +1,265 @@
+//! Metrics: the [`LifecycleMetrics`] port over the `metrics` crate, a timing decorator of the
+//! KnowledgeFS port, and the Prometheus exporter behind `GET /metrics`.
+//!
+//! Series (Prometheus names):
+//! - `tenantry_lifecycle_tasks_total{operation, status}`: dispatch task states
+//!   (`running`, `succeeded`, `retry`, `dispatch_error`);
+//! - `tenantry_lifecycle_retries_total{operation, code}`: retries by error code;
+//! - `tenantry_lifecycle_lease_lost_total`: dispatches whose lease was taken over;
+//! - `tenantry_lifecycle_dispatch_errors_total{code}`: other dispatches without a settlement;
+//! - `tenantry_lifecycle_settle_seconds{operation}`: histogram, enqueue to ack;
+//! - `tenantry_dispatch_duration_seconds{call, outcome}`: histogram, one KnowledgeFS call;
+//! - `tenantry_commands{status, operation}`: gauge, open commands (pending, processing);
+//! - `tenantry_fences_active`: gauge, fences persisted across all installation bindings;
+//! - `tenantry_directory_staleness_seconds`: gauge, once the directory projector is wired.
+//!
+//! The recorder is process-global (the `metrics` crate has one), installed on first use.
+
+use std::collections::BTreeMap;
+use std::sync::{Mutex, OnceLock, PoisonError};
+use std::time::Instant;
+
+use async_trait::async_trait;
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use tenantry_kernel::{ControlSpaceId, ProvisioningKey, TenantId};
+use tenantry_lifecycle::{
+    DeletionProgress, DeletionRequest, ProvisionRequest, RemoteSpace, RevokeAck, RevokeRequest,
+};
+use tenantry_ports::lifecycle::{
+    KnowledgeFs, LifecycleMetrics, MetricsError, RemoteError, RemoteFailure, TaskMetric,
+    TaskStatus,
+};
+
+/// Histogram buckets, seconds: 5 ms to 5 minutes.
+const BUCKETS: [f64; 14] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0,
+];
+
+static HANDLE: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
+
+/// The process's Prometheus handle; installs the global recorder on first call. `None` when
+/// another recorder was installed first (the metrics then go there, `/metrics` is empty).
+pub fn prometheus() -> Option<PrometheusHandle> {
+    HANDLE
+        .get_or_init(|| {
+            let builder = PrometheusBuilder::new().set_buckets(&BUCKETS).ok()?;
+            builder.install_recorder().ok()
+        })
+        .clone()
+}
+
+/// Renders every series in Prometheus text format (empty without a recorder).
+pub fn render() -> String {
+    match prometheus() {
+        Some(handle) => {
+            handle.run_upkeep();
+            handle.render()
+        }
+        None => String::new(),
+    }
+}
+
+/// In-process tallies of what the metrics saw, for the demo's summary.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Tally {
+    /// Task states per (operation, status).
+    pub tasks: BTreeMap<(String, &'static str), u64>,
+    /// Retries per error code.
+    pub retries: BTreeMap<String, u64>,
+    /// Dispatches without a settlement per error code (`LEASE_LOST` included).
+    pub dispatch_errors: BTreeMap<String, u64>,
+    /// KnowledgeFS calls per (call, outcome).
+    pub calls: BTreeMap<(&'static str, &'static str), u64>,
+}
+
+/// The lifecycle metrics sink of the app: records into the `metrics` crate and a [`Tally`].
+#[derive(Debug, Default)]
+pub struct AppMetrics {
+    tally: Mutex<Tally>,
+}
+
+impl AppMetrics {
+    /// A sink with empty tallies; installs the Prometheus recorder if needed.
+    pub fn new() -> Self {
+        let _ = prometheus();
+        Self::default()
+    }
+
+    /// A copy of the tallies so far.
+    pub fn tally(&self) -> Tally {
+        self.lock().clone()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Tally> {
+        // Tallies are plain counters; a poisoned lock still holds usable numbers.
+        self.tally.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn record_call(&self, call: &'static str, outcome: &'static str, seconds: f64) {
+        metrics::histogram!(
+            "tenantry_dispatch_duration_seconds",
+            "call" => call,
+            "outcome" => outcome
+        )
+        .record(seconds);
+        *self.lock().calls.entry((call, outcome)).or_default() += 1;
+    }
+}
+
+impl LifecycleMetrics for AppMetrics {
+    fn record_task(&self, metric: &TaskMetric) -> Result<(), MetricsError> {
+        let operation = metric.operation.clone();
+        let status = metric.status.as_str();
+        metrics::counter!(
+            "tenantry_lifecycle_tasks_total",
+            "operation" => operation.clone(),
+            "status" => status
+        )
+        .increment(1);
+        let code = metric.error_code.clone().unwrap_or_default();
+        let mut tally = self.lock();
+        *tally.tasks.entry((operation.clone(), status)).or_default() += 1;
+        match metric.status {
+            TaskStatus::Retry => {
+                metrics::counter!(
+                    "tenantry_lifecycle_retries_total",
+                    "operation" => operation,
+                    "code" => code.clone()
+                )
+                .increment(1);
+                *tally.retries.entry(code).or_default() += 1;
+            }
+            TaskStatus::Succeeded => {
+                if let Some(seconds) = metric.duration_seconds {
+                    metrics::histogram!("tenantry_lifecycle_settle_seconds", "operation" => operation)
+                        .record(seconds);
+                }
+            }
+            TaskStatus::DispatchError => {
+                if code == "LEASE_LOST" {
+                    metrics::counter!("tenantry_lifecycle_lease_lost_total").increment(1);
+                } else {
+                    metrics::counter!("tenantry_lifecycle_dispatch_errors_total", "code" => code.clone())
+                        .increment(1);
+                }
+                *tally.dispatch_errors.entry(code).or_default() += 1;
+            }
+            TaskStatus::Running => {}
+        }
+        Ok(())
+    }
+}
+
+/// Sets the open-commands gauge for one (status, operation).
+pub fn set_open_commands(status: &'static str, operation: &str, count: u64) {
+    metrics::gauge!("tenantry_commands", "status" => status, "operation" => operation.to_owned())
+        .set(count as f64);
+}
+
+/// Sets the active-fences gauge.
+pub fn set_fences_active(count: u64) {
+    metrics::gauge!("tenantry_fences_active").set(count as f64);
+}
+
+/// A [`KnowledgeFs`] that times every call of the wrapped remote into
+/// `tenantry_dispatch_duration_seconds{call, outcome}`.
+pub struct MeteredRemote<R> {
+    inner: R,
+    metrics: std::sync::Arc<AppMetrics>,
+}
+
+impl<R> MeteredRemote<R> {
+    /// Wraps `inner`, recording into `metrics`.
+    pub fn new(inner: R, metrics: std::sync::Arc<AppMetrics>) -> Self {
+        Self { inner, metrics }
+    }
+
+    fn observe<T>(
+        &self,
+        call: &'static str,
+        started: Instant,
+        result: &Result<T, RemoteError>,
+    ) {
+        let outcome = match result {
+            Ok(_) => "ok",
+            Err(e) => match e.failure {
+                RemoteFailure::NotDispatched => "not_dispatched",
+                RemoteFailure::Answered { .. } => "answered",
+                RemoteFailure::OutcomeUnknown => "outcome_unknown",
+            },
+        };
+        self.metrics
+            .record_call(call, outcome, started.elapsed().as_secs_f64());
+    }
+}
+
+#[async_trait]
+impl<R: KnowledgeFs> KnowledgeFs for MeteredRemote<R> {
+    async fn provision(&self, request: &ProvisionRequest) -> Result<RemoteSpace, RemoteError> {
+        let started = Instant::now();
+        let result = self.inner.provision(request).await;
+        self.observe("provision", started, &result);
+        result
+    }
+
+    async fn find_by_provisioning_key(
+        &self,
+        namespace_id: &TenantId,
+        provisioning_key: &ProvisioningKey,
+        control_space_id: &ControlSpaceId,
+    ) -> Result<Option<RemoteSpace>, RemoteError> {
+        let started = Instant::now();
+        let result = self
+            .inner
+            .find_by_provisioning_key(namespace_id, provisioning_key, control_space_id)
+            .await;
+        self.observe("lookup", started, &result);
+        result
+    }
+
+    async fn request_deletion(
+        &self,
+        request: &DeletionRequest,
+    ) -> Result<DeletionProgress, RemoteError> {
+        let started = Instant::now();
+        let result = self.inner.request_deletion(request).await;
+        self.observe("deletion", started, &result);
+        result
+    }
+
+    async fn revoke_grant(&self, request: &RevokeRequest) -> Result<RevokeAck, RemoteError> {
+        let started = Instant::now();
+        let result = self.inner.revoke_grant(request).await;
+        self.observe("revocation", started, &result);
+        result
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retries_and_lease_loss_are_tallied_by_code() {
+        let sink = AppMetrics::new();
+        let metric = |status, code: Option<&str>| TaskMetric {
+            operation: "provision".into(),
+            status,
+            duration_seconds: None,
+            error_code: code.map(str::to_owned),
+        };
+        sink.record_task(&metric(TaskStatus::Retry, Some("KFS_UNAVAILABLE")))
+            .unwrap();
+        sink.record_task(&metric(TaskStatus::Retry, Some("KFS_UNAVAILABLE")))
+            .unwrap();
+        sink.record_task(&metric(TaskStatus::DispatchError, Some("LEASE_LOST")))
+            .unwrap();
+        let tally = sink.tally();
+        assert_eq!(tally.retries.get("KFS_UNAVAILABLE"), Some(&2));
+        assert_eq!(tally.dispatch_errors.get("LEASE_LOST"), Some(&1));
+        assert_eq!(tally.tasks.get(&("provision".to_owned(), "retry")), Some(&2));
+        let text = render();
+        assert!(text.contains("tenantry_lifecycle_retries_total"), "{text}");
+        assert!(text.contains("tenantry_lifecycle_lease_lost_total"), "{text}");
+    }
+}

@@ -1,0 +1,268 @@
+//! Operator commands that work on the database directly: `migrate`, `commands list`,
+//! `fences list`, `fences clear`.
+
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use tenantry_fence::{Binding, FenceKey, ScopeIdentity};
+use tenantry_kernel::{CommandId, ControlSpaceId, TenantId};
+use tenantry_lifecycle::{CommandStatus, Operation};
+use tenantry_ports::lifecycle::{CommandFilter, CommandQueue};
+use tenantry_store_seaorm::Database;
+use tenantry_store_seaorm::host_storage::SeaOrmHostStorage;
+use tenantry_store_seaorm::lifecycle::SeaOrmLifecycleStore;
+
+use crate::cli::{CommandsListArgs, FencesClearArgs, FencesListArgs};
+use crate::config::{Config, redact_url};
+use crate::fences::{ClearTarget, FenceAdmin};
+
+/// Opens (and migrates) the configured database; prints the error and returns the exit code
+/// on failure.
+///
+/// # Errors
+/// The exit code to return when the database cannot be opened.
+pub async fn open(config: &Config) -> Result<Database, ExitCode> {
+    tenantry_store_seaorm::connect(&config.database_url, config.database_max_connections)
+        .await
+        .map_err(|e| {
+            eprintln!(
+                "tenantry: cannot open database {}: {e}",
+                redact_url(&config.database_url)
+            );
+            ExitCode::FAILURE
+        })
+}
+
+/// `tenantry migrate`.
+pub async fn migrate(config: &Config) -> ExitCode {
+    match open(config).await {
+        Ok(db) => {
+            let _ = db.conn.close().await;
+            println!(
+                "database {} is migrated to the latest schema",
+                redact_url(&config.database_url)
+            );
+            ExitCode::SUCCESS
+        }
+        Err(code) => code,
+    }
+}
+
+fn usage(message: String) -> ExitCode {
+    eprintln!("tenantry: {message}");
+    ExitCode::from(2)
+}
+
+/// `tenantry commands list`.
+pub async fn commands_list(config: &Config, args: &CommandsListArgs) -> ExitCode {
+    let filter = match command_filter(args) {
+        Ok(f) => f,
+        Err(message) => return usage(message),
+    };
+    let db = match open(config).await {
+        Ok(db) => db,
+        Err(code) => return code,
+    };
+    let store = SeaOrmLifecycleStore::new(&db);
+    let commands = match store.list_commands(&filter).await {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("tenantry: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if args.json {
+        for c in &commands {
+            let line = serde_json::json!({
+                "id": c.id.as_str(),
+                "tenant_id": c.tenant_id.as_str(),
+                "control_space_id": c.control_space_id.as_str(),
+                "operation_id": c.operation_id.as_str(),
+                "operation": c.operation.as_str(),
+                "status": c.status.as_str(),
+                "attempt_count": c.attempt_count,
+                "last_error_code": c.last_error_code,
+                "last_error_message": c.last_error_message,
+                "next_attempt_at": c.next_attempt_at,
+                "lease_owner": c.lease_owner.as_ref().map(|o| o.as_str()),
+                "lease_expires_at": c.lease_expires_at,
+                "created_at": c.created_at,
+            });
+            println!("{line}");
+        }
+    } else {
+        println!(
+            "{:<36}  {:<10}  {:<9}  {:<12}  {:<24}  {:>8}  {:<26}  LAST ERROR",
+            "ID", "TENANT", "OPERATION", "STATUS", "CONTROL SPACE", "ATTEMPTS", "NEXT ATTEMPT"
+        );
+        for c in &commands {
+            println!(
+                "{:<36}  {:<10}  {:<9}  {:<12}  {:<24}  {:>8}  {:<26}  {}",
+                c.id.as_str(),
+                c.tenant_id.as_str(),
+                c.operation.as_str(),
+                c.status.as_str(),
+                c.control_space_id.as_str(),
+                c.attempt_count,
+                c.next_attempt_at.to_rfc3339(),
+                c.last_error_code.as_deref().unwrap_or("-"),
+            );
+        }
+        if commands.len() == filter.limit as usize
+            && let Some(last) = commands.last()
+        {
+            eprintln!("(more: --after {})", last.id.as_str());
+        }
+    }
+    let _ = db.conn.close().await;
+    ExitCode::SUCCESS
+}
+
+fn command_filter(args: &CommandsListArgs) -> Result<CommandFilter, String> {
+    let status = args
+        .status
+        .as_deref()
+        .map(|s| {
+            CommandStatus::parse(s).ok_or_else(|| {
+                format!("--status {s:?}: use pending, processing, succeeded or superseded")
+            })
+        })
+        .transpose()?;
+    let operation = args
+        .operation
+        .as_deref()
+        .map(|o| match Operation::parse(o) {
+            Operation::Unsupported(_) => {
+                Err(format!("--operation {o:?}: use provision, delete or revoke"))
+            }
+            known => Ok(known),
+        })
+        .transpose()?;
+    let tenant_id = args
+        .tenant
+        .as_deref()
+        .map(|t| TenantId::parse(t).map_err(|e| format!("--tenant: {e}")))
+        .transpose()?;
+    let control_space_id = args
+        .control_space
+        .as_deref()
+        .map(|c| ControlSpaceId::parse(c).map_err(|e| format!("--control-space: {e}")))
+        .transpose()?;
+    if control_space_id.is_some() && tenant_id.is_none() {
+        return Err("--control-space needs --tenant".to_owned());
+    }
+    let after = args
+        .after
+        .as_deref()
+        .map(|a| CommandId::parse(a).map_err(|e| format!("--after: {e}")))
+        .transpose()?;
+    if !(1..=10_000).contains(&args.limit) {
+        return Err(format!("--limit {}: use 1..=10000", args.limit));
+    }
+    Ok(CommandFilter {
+        status,
+        operation,
+        tenant_id,
+        control_space_id,
+        after,
+        limit: args.limit,
+    })
+}
+
+fn fence_admin(db: &Database) -> FenceAdmin<SeaOrmHostStorage> {
+    FenceAdmin::new(Arc::new(SeaOrmHostStorage::new(db.conn.clone())))
+}
+
+/// `tenantry fences list`.
+pub async fn fences_list(config: &Config, args: &FencesListArgs) -> ExitCode {
+    let binding = match args.binding.as_deref().map(Binding::parse).transpose() {
+        Ok(b) => b,
+        Err(e) => return usage(format!("--binding: {e}")),
+    };
+    let db = match open(config).await {
+        Ok(db) => db,
+        Err(code) => return code,
+    };
+    let fences = match fence_admin(&db).list(binding.as_ref()).await {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("tenantry: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if args.json {
+        for f in &fences {
+            println!("{}", serde_json::to_string(f).unwrap_or_default());
+        }
+    } else if fences.is_empty() {
+        println!("no fences");
+    } else {
+        println!(
+            "{:<20}  {:<24}  {:<26}  {:<10}  REASON / KEY",
+            "BINDING", "SCOPE", "FENCED AT", "PERSISTED"
+        );
+        for f in &fences {
+            let scope = if f.installation {
+                "(installation)".to_owned()
+            } else {
+                f.scope.clone().unwrap_or_else(|| "(unknown)".to_owned())
+            };
+            println!(
+                "{:<20}  {:<24}  {:<26}  {:<10}  {} [{}]",
+                f.binding,
+                scope,
+                f.fenced_at.map(|t| t.to_rfc3339()).unwrap_or_default(),
+                f.persisted,
+                f.reason.as_deref().unwrap_or("-"),
+                f.key,
+            );
+        }
+    }
+    let _ = db.conn.close().await;
+    ExitCode::SUCCESS
+}
+
+/// `tenantry fences clear`.
+pub async fn fences_clear(config: &Config, args: &FencesClearArgs) -> ExitCode {
+    let binding = match Binding::parse(args.binding.as_str()) {
+        Ok(b) => b,
+        Err(e) => return usage(format!("--binding: {e}")),
+    };
+    let target = match (&args.scope, &args.key) {
+        (Some(scope), None) if !scope.is_empty() => {
+            ClearTarget::Scope(ScopeIdentity::object(scope.as_str()))
+        }
+        (None, Some(key)) => match FenceKey::from_storage_key(key) {
+            Some(k) => ClearTarget::Key(k),
+            None => return usage(format!("--key {key:?} is not a fence key (ke.fence.v1.…)")),
+        },
+        _ => return usage("give exactly one of --scope and --key".to_owned()),
+    };
+    let reason = args.reason.trim();
+    if reason.is_empty() {
+        return usage("--reason must say what was reconciled".to_owned());
+    }
+    let db = match open(config).await {
+        Ok(db) => db,
+        Err(code) => return code,
+    };
+    let code = match fence_admin(&db).clear(&binding, &target, reason).await {
+        Ok(outcome) if outcome.cleared => {
+            println!("cleared fence {} of {}", outcome.key, outcome.binding);
+            ExitCode::SUCCESS
+        }
+        Ok(outcome) => {
+            println!(
+                "no fence {} in {}; nothing written",
+                outcome.key, outcome.binding
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("tenantry: {e}");
+            ExitCode::FAILURE
+        }
+    };
+    let _ = db.conn.close().await;
+    code
+}

@@ -1,0 +1,261 @@
+//! Wiring of `tenantry serve`: adapters into the engine, lifecycle workers, the admin API, and
+//! graceful shutdown.
+//!
+//! Shutdown order: `/readyz` turns 503, workers stop claiming, the HTTP server stops
+//! accepting and finishes open requests, in-flight dispatches get up to `shutdown_grace` to
+//! settle (a dispatch still running then is aborted: its claim stays durable and another worker
+//! re-claims it once the lease expires, so nothing is lost), then the pool is closed.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use tenantry_engine::lifecycle::{
+    CommandIntake, Dispatcher, DispatcherConfig, SystemClock, Worker, WorkerConfig,
+    unique_lease_owner,
+};
+use tenantry_lifecycle::RetryPolicy;
+use tenantry_remote_http::knowledge_fs::{HttpKnowledgeFs, KnowledgeFsConfig};
+use tenantry_store_seaorm::Database;
+use tenantry_store_seaorm::host_storage::SeaOrmHostStorage;
+use tenantry_store_seaorm::lifecycle::SeaOrmLifecycleStore;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::admin::{self, AdminState};
+use crate::config::Config;
+use crate::fences::FenceAdmin;
+use crate::metrics::{AppMetrics, MeteredRemote};
+
+/// Why the service could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// A setting is missing or invalid.
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
+    /// The KnowledgeFS client could not be built from the configuration.
+    #[error("knowledge_fs settings are unusable: {0}")]
+    Remote(String),
+    /// The admin API address could not be bound.
+    #[error("cannot listen on {addr}: {reason}; pick another `listen` address")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// The OS error.
+        reason: String,
+    },
+}
+
+/// What a shutdown did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ShutdownReport {
+    /// Workers that stopped on their own (in-flight dispatches settled).
+    pub workers_settled: usize,
+    /// Workers aborted after the grace period (their leases expire; commands are re-claimed).
+    pub workers_aborted: usize,
+}
+
+/// A running service.
+pub struct Service {
+    addr: SocketAddr,
+    accepting: Arc<AtomicBool>,
+    stop: watch::Sender<bool>,
+    workers: Vec<JoinHandle<()>>,
+    server: JoinHandle<()>,
+    db: Database,
+    grace: Duration,
+    metrics: Arc<AppMetrics>,
+}
+
+impl std::fmt::Debug for Service {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Service")
+            .field("addr", &self.addr)
+            .field("workers", &self.workers.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Service {
+    /// Starts the admin API on `config.listen` and `config.workers` lifecycle workers over the
+    /// migrated database `db`, calling KnowledgeFS as configured.
+    ///
+    /// # Errors
+    /// [`StartError`] when KnowledgeFS is not configured or the address cannot be bound.
+    pub async fn start(config: &Config, db: Database) -> Result<Self, StartError> {
+        let (url, token) = config.knowledge_fs()?;
+        let mut remote_config = KnowledgeFsConfig::new(url, token);
+        remote_config.deadline = config.knowledge_fs_deadline;
+        remote_config.max_concurrent_calls = config.knowledge_fs_max_concurrent_calls;
+        let remote =
+            HttpKnowledgeFs::new(&remote_config).map_err(|e| StartError::Remote(e.to_string()))?;
+        let metrics = Arc::new(AppMetrics::new());
+        let store = SeaOrmLifecycleStore::new(&db);
+        let clock = Arc::new(SystemClock);
+
+        let dispatcher = Arc::new(
+            Dispatcher::new(
+                store.clone(),
+                MeteredRemote::new(remote, metrics.clone()),
+                DispatcherConfig {
+                    lease_duration: config.lease,
+                    retry_policy: RetryPolicy {
+                        max_delay: config.retry_max_delay,
+                        jitter_ratio: 0.2,
+                        ..RetryPolicy::default()
+                    },
+                },
+            )
+            .with_metrics(metrics.clone())
+            .with_jitter(rand::random::<f64>),
+        );
+        let (stop, stopped) = watch::channel(false);
+        let product_enabled = Arc::new(AtomicBool::new(config.product_enabled));
+        let workers = (0..config.workers)
+            .map(|_| {
+                let worker = Worker::new(
+                    dispatcher.clone(),
+                    clock.clone(),
+                    unique_lease_owner("tenantry"),
+                    WorkerConfig {
+                        idle_poll: config.idle_poll,
+                        claim_batch: config.claim_batch,
+                        product_enabled: product_enabled.clone(),
+                    },
+                );
+                let stopped = stopped.clone();
+                tokio::spawn(async move {
+                    worker.run(stopped).await;
+                })
+            })
+            .collect();
+
+        let accepting = Arc::new(AtomicBool::new(true));
+        let state = AdminState {
+            store: store.clone(),
+            intake: Arc::new(CommandIntake::new(store, clock)),
+            fences: FenceAdmin::new(Arc::new(SeaOrmHostStorage::new(db.conn.clone()))),
+            token: config.admin_token.as_deref().map(Arc::from),
+            accepting: accepting.clone(),
+        };
+        let listener = tokio::net::TcpListener::bind(config.listen)
+            .await
+            .map_err(|e| StartError::Bind {
+                addr: config.listen,
+                reason: e.to_string(),
+            })?;
+        let addr = listener.local_addr().map_err(|e| StartError::Bind {
+            addr: config.listen,
+            reason: e.to_string(),
+        })?;
+        let mut server_stop = stopped;
+        let server = tokio::spawn(async move {
+            let app = admin::router(state);
+            let shutdown = async move {
+                let _ = server_stop.wait_for(|s| *s).await;
+            };
+            if let Err(e) = axum::serve(listener, app)
+                .with_graceful_shutdown(shutdown)
+                .await
+            {
+                tracing::error!(error = %e, "admin API server failed");
+            }
+        });
+        tracing::info!(
+            %addr,
+            workers = config.workers,
+            database = %crate::config::redact_url(&config.database_url),
+            knowledge_fs = url,
+            "tenantry serving"
+        );
+        Ok(Self {
+            addr,
+            accepting,
+            stop,
+            workers,
+            server,
+            db,
+            grace: config.shutdown_grace,
+            metrics,
+        })
+    }
+
+    /// The bound admin API address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The metrics sink (its tallies feed the demo's summary).
+    pub fn metrics(&self) -> &Arc<AppMetrics> {
+        &self.metrics
+    }
+
+    /// The database the service runs on.
+    pub fn database(&self) -> &Database {
+        &self.db
+    }
+
+    /// Stops the service gracefully (see the module docs) and closes the pool.
+    pub async fn shutdown(self) -> ShutdownReport {
+        tracing::info!("shutdown: stop claiming, settle in-flight dispatches");
+        self.accepting.store(false, Ordering::SeqCst);
+        let _ = self.stop.send(true);
+        let mut report = ShutdownReport::default();
+        let deadline = tokio::time::Instant::now() + self.grace;
+        for mut worker in self.workers {
+            match tokio::time::timeout_at(deadline, &mut worker).await {
+                Ok(_) => report.workers_settled += 1,
+                Err(_) => {
+                    worker.abort();
+                    let _ = worker.await;
+                    report.workers_aborted += 1;
+                }
+            }
+        }
+        let mut server = self.server;
+        if tokio::time::timeout_at(deadline + Duration::from_secs(1), &mut server)
+            .await
+            .is_err()
+        {
+            server.abort();
+        }
+        if report.workers_aborted > 0 {
+            tracing::warn!(
+                aborted = report.workers_aborted,
+                "grace period over; dispatches still in flight were aborted and will be re-claimed after their leases expire"
+            );
+        }
+        if let Err(e) = self.db.conn.close().await {
+            tracing::warn!(error = %e, "closing the database pool failed");
+        }
+        tracing::info!(
+            settled = report.workers_settled,
+            aborted = report.workers_aborted,
+            "shutdown complete"
+        );
+        report
+    }
+}
+
+/// Resolves on SIGINT (Ctrl-C) or SIGTERM.
+pub async fn shutdown_signal() {
+    let interrupt = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = interrupt => tracing::info!("SIGINT received"),
+        () = terminate => tracing::info!("SIGTERM received"),
+    }
+}
