@@ -18,7 +18,9 @@ use tenantry_testkit::fault::{Fault, FaultProfile, Route};
 use tenantry_testkit::knowledge_fs::{ReferenceRemote, RemoteConfig};
 
 fn t(seconds: i64) -> DateTime<Utc> {
-    Utc.timestamp_opt(1_950_000_000 + seconds, 0).single().unwrap()
+    Utc.timestamp_opt(1_950_000_000 + seconds, 0)
+        .single()
+        .unwrap()
 }
 
 fn create(tenant: &TenantId, cs: &str) -> CreateControlSpace {
@@ -52,29 +54,68 @@ async fn setup(config: RemoteConfig) -> Setup {
     let intake = CommandIntake::new(store.clone(), Arc::new(ManualClock::new(t(0))))
         .with_id_source(move || format!("id-{}", ids.fetch_add(1, Ordering::Relaxed)));
     let dispatcher = Dispatcher::new(store.clone(), client, DispatcherConfig::default());
-    Setup { _db: db, store, intake, dispatcher, remote }
+    Setup {
+        _db: db,
+        store,
+        intake,
+        dispatcher,
+        remote,
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lost_ack_provision_ends_with_one_remote_space_and_an_active_control_space() {
     let s = setup(RemoteConfig::default()).await;
     let tenant = TenantId::parse("tenant-1").unwrap();
-    let receipt = s.intake.create_control_space(&create(&tenant, "cs1")).await.unwrap();
+    let receipt = s
+        .intake
+        .create_control_space(&create(&tenant, "cs1"))
+        .await
+        .unwrap();
     s.remote.script(Route::Provision, [Some(Fault::LostAck)]);
     let owner = LeaseOwner::parse("w1").unwrap();
     let first = s.dispatcher.dispatch_one(&owner, t(0), true).await.unwrap();
     assert!(first.claimed && !first.completed, "lost ACK is retried");
-    let record = s.store.list_commands(&CommandFilter { limit: 10, ..CommandFilter::default() }).await.unwrap();
-    assert_eq!(record[0].last_error_code.as_deref(), Some("REMOTE_OUTCOME_UNKNOWN"));
-    let second = s.dispatcher.dispatch_one(&owner, t(10), true).await.unwrap();
+    let record = s
+        .store
+        .list_commands(&CommandFilter {
+            limit: 10,
+            ..CommandFilter::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        record[0].last_error_code.as_deref(),
+        Some("REMOTE_OUTCOME_UNKNOWN")
+    );
+    let second = s
+        .dispatcher
+        .dispatch_one(&owner, t(10), true)
+        .await
+        .unwrap();
     assert!(second.completed);
-    let space = s.store.control_space(&tenant, &ControlSpaceId::parse("cs1").unwrap()).await.unwrap().unwrap();
+    let space = s
+        .store
+        .control_space(&tenant, &ControlSpaceId::parse("cs1").unwrap())
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(space.state, ControlSpaceState::Active);
     let truth = s.remote.truth();
     let pk = ProvisioningKey::parse(receipt.operation_id.as_str()).unwrap();
     assert_eq!(truth.spaces_by_provisioning_key(&tenant, &pk).len(), 1);
-    assert_eq!(truth.created_per_provisioning_key().values().copied().collect::<Vec<_>>(), [1]);
-    assert_eq!(Some(&space.knowledge_space_id.clone().unwrap()), truth.spaces().first().map(|s| &s.knowledge_space_id));
+    assert_eq!(
+        truth
+            .created_per_provisioning_key()
+            .values()
+            .copied()
+            .collect::<Vec<_>>(),
+        [1]
+    );
+    assert_eq!(
+        Some(&space.knowledge_space_id.clone().unwrap()),
+        truth.spaces().first().map(|s| &s.knowledge_space_id)
+    );
     assert_eq!(truth.check_exactly_once(), Ok(()));
     let injected: u64 = truth.faults_injected().values().sum();
     assert!(injected > 0, "the fault profile injected faults");
@@ -89,7 +130,10 @@ async fn faulty_remote_still_settles_every_command_exactly_once() {
     let tenant = TenantId::parse("tenant-2").unwrap();
     const SPACES: usize = 24;
     for i in 0..SPACES {
-        s.intake.create_control_space(&create(&tenant, &format!("cs{i}"))).await.unwrap();
+        s.intake
+            .create_control_space(&create(&tenant, &format!("cs{i}")))
+            .await
+            .unwrap();
     }
     // Delete every third space before anything was provisioned.
     for i in (0..SPACES).step_by(3) {
@@ -105,9 +149,21 @@ async fn faulty_remote_still_settles_every_command_exactly_once() {
     let owner = LeaseOwner::parse("w1").unwrap();
     let mut now = t(0);
     for _ in 0..200 {
-        let results = s.dispatcher.dispatch_batch(&owner, now, true, 8).await.unwrap();
+        let results = s
+            .dispatcher
+            .dispatch_batch(&owner, now, true, 8)
+            .await
+            .unwrap();
         if results.is_empty() {
-            let open = s.store.list_commands(&CommandFilter { status: Some(CommandStatus::Pending), limit: 1, ..CommandFilter::default() }).await.unwrap();
+            let open = s
+                .store
+                .list_commands(&CommandFilter {
+                    status: Some(CommandStatus::Pending),
+                    limit: 1,
+                    ..CommandFilter::default()
+                })
+                .await
+                .unwrap();
             if open.is_empty() {
                 break;
             }
@@ -115,8 +171,21 @@ async fn faulty_remote_still_settles_every_command_exactly_once() {
             now = now.max(open[0].next_attempt_at) + chrono::Duration::seconds(301);
         }
     }
-    let all = s.store.list_commands(&CommandFilter { limit: 1000, ..CommandFilter::default() }).await.unwrap();
-    assert!(all.iter().all(|c| c.status.is_terminal()), "every command settled: {:?}", all.iter().filter(|c| !c.status.is_terminal()).collect::<Vec<_>>());
+    let all = s
+        .store
+        .list_commands(&CommandFilter {
+            limit: 1000,
+            ..CommandFilter::default()
+        })
+        .await
+        .unwrap();
+    assert!(
+        all.iter().all(|c| c.status.is_terminal()),
+        "every command settled: {:?}",
+        all.iter()
+            .filter(|c| !c.status.is_terminal())
+            .collect::<Vec<_>>()
+    );
     let truth = s.remote.truth();
     for i in 0..SPACES {
         let cs = ControlSpaceId::parse(format!("cs{i}")).unwrap();
