@@ -3,10 +3,12 @@
 //! - `cargo xtask ci`: the single gate (fmt, clippy, tests on SQLite, tests on PostgreSQL);
 //!   see [`ci`].
 //! - `cargo xtask pg`: a throwaway PostgreSQL cluster for manual work; see [`pg`].
-//! - `cargo xtask bench`, `cargo xtask demo`: not implemented yet.
+//! - `cargo xtask bench`: the benchmarks; see [`bench`].
+//! - `cargo xtask demo`: not implemented yet.
 //!
 //! Add a subcommand by adding a variant to [`Command`] and a match arm in [`main`].
 
+mod bench;
 mod ci;
 mod interrupt;
 mod pg;
@@ -33,8 +35,9 @@ enum Command {
     /// Start a throwaway PostgreSQL cluster, print its URL, and keep it running until Ctrl-C
     /// (or end of standard input); then stop it and remove its folder.
     Pg(PgArgs),
-    /// Benchmarks (not implemented yet).
-    Bench,
+    /// Benchmarks: release build, throwaway PostgreSQL cluster, pgbench reference; results
+    /// as JSON lines, in target/bench/ and in docs/benchmarks.md.
+    Bench(bench::BenchArgs),
     /// Demo run of the service (not implemented yet).
     Demo,
 }
@@ -55,7 +58,7 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Ci(args) => ci::run(&root, &args),
         Command::Pg(args) => run_pg(&args),
-        Command::Bench => not_implemented("bench"),
+        Command::Bench(args) => bench::run(&root, &args),
         Command::Demo => not_implemented("demo"),
     }
 }

@@ -9,8 +9,11 @@
 //! - [`lifecycle`]: the lifecycle outbox and control-space repositories;
 //! - [`host_storage`]: the host-storage port behind fences and connector state;
 //! - [`directory`]: the directory projection repositories;
-//! - [`testing`] (feature `testing`): a fresh migrated database per test.
+//! - [`testing`] (feature `testing`): a fresh migrated database per test;
+//! - `bench` (feature `bench`): bulk fixtures and SQL baselines for `cargo xtask bench`.
 
+#[cfg(feature = "bench")]
+pub mod bench;
 pub mod connect;
 pub mod directory;
 pub mod host_storage;

@@ -29,6 +29,9 @@ use super::{
     ClaimRequest, CommandFilter, IntakeStoreError, LifecycleStore, SettleError, Submitted,
 };
 
+mod settle_many;
+pub use settle_many::*;
+
 /// Runs every conformance case against the store built by `$make`, an expression of a future
 /// that resolves to `(store, guard)`; `guard` is kept alive for the test (e.g. a temp folder).
 #[macro_export]
@@ -54,6 +57,13 @@ macro_rules! lifecycle_store_conformance {
             submit_refuses_a_duplicate_control_space_and_writes_nothing,
             submit_cas_and_revoke_sequence_are_compare_and_set,
             list_commands_filters_and_pages,
+            settle_many_reports_exactly_which_leases_were_lost,
+            settle_many_writes_nothing_for_a_failed_compare_and_set,
+            settle_many_refused_supersede_leaves_the_other_items_settled,
+            settle_many_lets_one_compare_and_set_of_a_control_space_win,
+            settle_many_settles_a_command_at_most_once,
+            settle_many_keeps_a_lease_without_outcome,
+            settle_many_of_no_items_writes_nothing,
         );
     };
     (@cases $make:expr; $($case:ident),* $(,)?) => {

@@ -151,6 +151,35 @@ pub trait CommandQueue: Send + Sync {
     /// [`SettleError`] naming the first check that failed; nothing is written then.
     async fn settle(&self, lease: &LeaseToken, settlement: &Settlement) -> Result<(), SettleError>;
 
+    /// Settles a batch: every item is checked and applied with the rules of
+    /// [`settle`](Self::settle), all or nothing per item. An item whose lease was lost, whose
+    /// control-space compare-and-set failed or whose supersede was refused writes nothing at
+    /// all (no ack, no CAS), and the other items still settle. The result has one entry per
+    /// item, in the order of `items`, naming exactly which items were refused and why.
+    ///
+    /// The outcome equals settling the items one at a time in some order (an adapter may
+    /// reorder independent items, and applies items that touch the same command or control
+    /// space in the order given): two items that compare-and-set the same control space
+    /// from the same resource version cannot both succeed. Adapters override this to settle
+    /// the whole batch in one transaction with a few statements (group commit); the default
+    /// settles the items one after the other, each in its own transaction.
+    ///
+    /// # Errors
+    /// [`StoreError`] when the batch as a whole failed (for a one-transaction adapter: the
+    /// transaction failed, so no item was written, or — a lost commit answer — the outcome is
+    /// unknown, as for a failed `settle`). Per-item failures, including per-item
+    /// [`SettleError::Store`] of the default implementation, are in the returned vector.
+    async fn settle_many(
+        &self,
+        items: &[(LeaseToken, Settlement)],
+    ) -> Result<Vec<Result<(), SettleError>>, StoreError> {
+        let mut results = Vec::with_capacity(items.len());
+        for (lease, settlement) in items {
+            results.push(self.settle(lease, settlement).await);
+        }
+        Ok(results)
+    }
+
     /// The most recent provision command of a control space.
     ///
     /// # Errors

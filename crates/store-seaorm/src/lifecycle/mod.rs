@@ -6,8 +6,11 @@
 //! concurrent workers never claim the same command. On SQLite write transactions begin
 //! `IMMEDIATE`, which serializes writers (WAL mode lets readers go on).
 
+#[cfg(feature = "bench")]
+pub(crate) mod bulk;
 mod convert;
 mod entity;
+mod settle_batch;
 
 use async_trait::async_trait;
 use sea_orm::sea_query::Expr;
@@ -121,6 +124,134 @@ async fn apply_cas<C: ConnectionTrait>(conn: &C, cas: &CasUpdate) -> Result<bool
     Ok(result.rows_affected == 1)
 }
 
+/// Applies one settlement on `conn` (inside a transaction the caller commits), checking in
+/// order: the lease (the outbox update matches the lease or nothing), the control-space
+/// compare-and-set, the supersede rule. On a refusal earlier writes of this settlement are
+/// left for the caller to roll back.
+pub(crate) async fn settle_in<C: ConnectionTrait>(
+    conn: &C,
+    lease: &LeaseToken,
+    settlement: &Settlement,
+) -> Result<(), SettleError> {
+    let mut update = outbox::Entity::update_many().filter(lease_filter(lease));
+    update = match &settlement.outcome {
+        Some(CommandOutcome::Ack { completed_at }) => update
+            .col_expr(
+                outbox::Column::Status,
+                Expr::value(CommandStatus::Succeeded.as_str()),
+            )
+            .col_expr(
+                outbox::Column::CompletedAt,
+                Expr::value(millis(*completed_at)),
+            )
+            .col_expr(
+                outbox::Column::LeaseOwner,
+                Expr::value(Option::<String>::None),
+            )
+            .col_expr(
+                outbox::Column::LeaseExpiresAt,
+                Expr::value(Option::<i64>::None),
+            ),
+        Some(CommandOutcome::Retry {
+            next_attempt_at,
+            error,
+        }) => update
+            .col_expr(
+                outbox::Column::Status,
+                Expr::value(CommandStatus::Pending.as_str()),
+            )
+            .col_expr(
+                outbox::Column::NextAttemptAt,
+                Expr::value(millis(*next_attempt_at)),
+            )
+            .col_expr(
+                outbox::Column::LastErrorCode,
+                Expr::value(error.code.clone()),
+            )
+            .col_expr(
+                outbox::Column::LastErrorMessage,
+                Expr::value(error.message.clone()),
+            )
+            .col_expr(
+                outbox::Column::LeaseOwner,
+                Expr::value(Option::<String>::None),
+            )
+            .col_expr(
+                outbox::Column::LeaseExpiresAt,
+                Expr::value(Option::<i64>::None),
+            ),
+        // Keep the lease: a no-op write that still checks (and locks) the lease.
+        None => update.col_expr(
+            outbox::Column::LeaseEpoch,
+            Expr::col(outbox::Column::LeaseEpoch),
+        ),
+    };
+    let changed = update.exec(conn).await.map_err(unavailable)?.rows_affected;
+    if changed != 1 {
+        return Err(SettleError::LeaseLost {
+            command_id: lease.command_id.clone(),
+        });
+    }
+    if let Some(cas) = &settlement.control_space
+        && !apply_cas(conn, cas).await.map_err(unavailable)?
+    {
+        return Err(SettleError::ControlSpaceConflict {
+            control_space_id: cas.next.control_space_id.clone(),
+        });
+    }
+    if let Some(supersede) = &settlement.supersede {
+        let rule = match supersede.rule {
+            SupersedeRule::Unattempted => sea_orm::Condition::all()
+                .add(outbox::Column::Status.eq(CommandStatus::Pending.as_str()))
+                .add(outbox::Column::AttemptCount.eq(0)),
+            SupersedeRule::AfterRemoteAbsence { observed_at } => sea_orm::Condition::any()
+                .add(outbox::Column::Status.eq(CommandStatus::Pending.as_str()))
+                .add(
+                    sea_orm::Condition::all()
+                        .add(outbox::Column::Status.eq(CommandStatus::Processing.as_str()))
+                        .add(outbox::Column::LeaseExpiresAt.lte(millis(observed_at))),
+                ),
+        };
+        let changed = outbox::Entity::update_many()
+            .col_expr(
+                outbox::Column::Status,
+                Expr::value(CommandStatus::Superseded.as_str()),
+            )
+            .col_expr(
+                outbox::Column::CompletedAt,
+                Expr::value(millis(supersede.completed_at)),
+            )
+            .col_expr(
+                outbox::Column::LastErrorCode,
+                Expr::value(supersede.error.code.clone()),
+            )
+            .col_expr(
+                outbox::Column::LastErrorMessage,
+                Expr::value(supersede.error.message.clone()),
+            )
+            .col_expr(
+                outbox::Column::LeaseOwner,
+                Expr::value(Option::<String>::None),
+            )
+            .col_expr(
+                outbox::Column::LeaseExpiresAt,
+                Expr::value(Option::<i64>::None),
+            )
+            .filter(outbox::Column::Id.eq(supersede.command_id.as_str()))
+            .filter(rule)
+            .exec(conn)
+            .await
+            .map_err(unavailable)?
+            .rows_affected;
+        if changed != 1 {
+            return Err(SettleError::SupersedeRefused {
+                command_id: supersede.command_id.clone(),
+            });
+        }
+    }
+    Ok(())
+}
+
 #[async_trait]
 impl CommandQueue for SeaOrmLifecycleStore {
     async fn claim(&self, request: &ClaimRequest) -> Result<Vec<ClaimedCommand>, StoreError> {
@@ -177,124 +308,16 @@ impl CommandQueue for SeaOrmLifecycleStore {
 
     async fn settle(&self, lease: &LeaseToken, settlement: &Settlement) -> Result<(), SettleError> {
         let txn = self.begin_write().await?;
-        let mut update = outbox::Entity::update_many().filter(lease_filter(lease));
-        update = match &settlement.outcome {
-            Some(CommandOutcome::Ack { completed_at }) => update
-                .col_expr(
-                    outbox::Column::Status,
-                    Expr::value(CommandStatus::Succeeded.as_str()),
-                )
-                .col_expr(
-                    outbox::Column::CompletedAt,
-                    Expr::value(millis(*completed_at)),
-                )
-                .col_expr(
-                    outbox::Column::LeaseOwner,
-                    Expr::value(Option::<String>::None),
-                )
-                .col_expr(
-                    outbox::Column::LeaseExpiresAt,
-                    Expr::value(Option::<i64>::None),
-                ),
-            Some(CommandOutcome::Retry {
-                next_attempt_at,
-                error,
-            }) => update
-                .col_expr(
-                    outbox::Column::Status,
-                    Expr::value(CommandStatus::Pending.as_str()),
-                )
-                .col_expr(
-                    outbox::Column::NextAttemptAt,
-                    Expr::value(millis(*next_attempt_at)),
-                )
-                .col_expr(
-                    outbox::Column::LastErrorCode,
-                    Expr::value(error.code.clone()),
-                )
-                .col_expr(
-                    outbox::Column::LastErrorMessage,
-                    Expr::value(error.message.clone()),
-                )
-                .col_expr(
-                    outbox::Column::LeaseOwner,
-                    Expr::value(Option::<String>::None),
-                )
-                .col_expr(
-                    outbox::Column::LeaseExpiresAt,
-                    Expr::value(Option::<i64>::None),
-                ),
-            // Keep the lease: a no-op write that still checks (and locks) the lease.
-            None => update.col_expr(
-                outbox::Column::LeaseEpoch,
-                Expr::col(outbox::Column::LeaseEpoch),
-            ),
-        };
-        let changed = update.exec(&txn).await.map_err(unavailable)?.rows_affected;
-        if changed != 1 {
-            return Err(SettleError::LeaseLost {
-                command_id: lease.command_id.clone(),
-            });
-        }
-        if let Some(cas) = &settlement.control_space
-            && !apply_cas(&txn, cas).await.map_err(unavailable)?
-        {
-            return Err(SettleError::ControlSpaceConflict {
-                control_space_id: cas.next.control_space_id.clone(),
-            });
-        }
-        if let Some(supersede) = &settlement.supersede {
-            let rule = match supersede.rule {
-                SupersedeRule::Unattempted => sea_orm::Condition::all()
-                    .add(outbox::Column::Status.eq(CommandStatus::Pending.as_str()))
-                    .add(outbox::Column::AttemptCount.eq(0)),
-                SupersedeRule::AfterRemoteAbsence { observed_at } => sea_orm::Condition::any()
-                    .add(outbox::Column::Status.eq(CommandStatus::Pending.as_str()))
-                    .add(
-                        sea_orm::Condition::all()
-                            .add(outbox::Column::Status.eq(CommandStatus::Processing.as_str()))
-                            .add(outbox::Column::LeaseExpiresAt.lte(millis(observed_at))),
-                    ),
-            };
-            let changed = outbox::Entity::update_many()
-                .col_expr(
-                    outbox::Column::Status,
-                    Expr::value(CommandStatus::Superseded.as_str()),
-                )
-                .col_expr(
-                    outbox::Column::CompletedAt,
-                    Expr::value(millis(supersede.completed_at)),
-                )
-                .col_expr(
-                    outbox::Column::LastErrorCode,
-                    Expr::value(supersede.error.code.clone()),
-                )
-                .col_expr(
-                    outbox::Column::LastErrorMessage,
-                    Expr::value(supersede.error.message.clone()),
-                )
-                .col_expr(
-                    outbox::Column::LeaseOwner,
-                    Expr::value(Option::<String>::None),
-                )
-                .col_expr(
-                    outbox::Column::LeaseExpiresAt,
-                    Expr::value(Option::<i64>::None),
-                )
-                .filter(outbox::Column::Id.eq(supersede.command_id.as_str()))
-                .filter(rule)
-                .exec(&txn)
-                .await
-                .map_err(unavailable)?
-                .rows_affected;
-            if changed != 1 {
-                return Err(SettleError::SupersedeRefused {
-                    command_id: supersede.command_id.clone(),
-                });
-            }
-        }
+        settle_in(&txn, lease, settlement).await?;
         txn.commit().await.map_err(unavailable)?;
         Ok(())
+    }
+
+    async fn settle_many(
+        &self,
+        items: &[(LeaseToken, Settlement)],
+    ) -> Result<Vec<Result<(), SettleError>>, StoreError> {
+        settle_batch::settle_many(self, items).await
     }
 
     async fn latest_provision(

@@ -1,0 +1,98 @@
+//! Part `fence`: the cost of `ScopedWrites` around a no-op write.
+//!
+//! - uncontended: one task runs a no-op operation through [`ScopedWrites::run`] on one scope,
+//!   again and again, versus awaiting the same no-op directly (ns per operation);
+//! - concurrent: one task per scope over 1,000 scopes of one installation binding, every task
+//!   running no-op writes as fast as it can (operations per second in total).
+//!
+//! Host storage is the in-memory fake: after the binding's fences were loaded once, a no-op
+//! run does not touch storage, so the figure is the runtime's own overhead (lock map, fence
+//! check, task-local bookkeeping).
+
+use std::convert::Infallible;
+use std::hint::black_box;
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde_json::json;
+use tenantry_engine::scoped_writes::{FenceMode, ScopedWriteError, ScopedWrites};
+use tenantry_fence::{Binding, ScopeIdentity};
+use tenantry_ports::host_storage::testing::InMemoryHostStorage;
+
+use crate::lifecycle::round1;
+use crate::{BenchResult, emit};
+
+/// Runs the fence part: `ops` uncontended operations, then `scopes` concurrent tasks doing
+/// `ops_per_scope` operations each.
+pub async fn run(ops: u64, scopes: u64, ops_per_scope: u64) -> BenchResult<()> {
+    let writes = ScopedWrites::new(Arc::new(InMemoryHostStorage::new()));
+    let binding = Binding::parse("bench-binding")?;
+    let scope = ScopeIdentity::object("kb-0");
+
+    // Warm up: loads the binding's fences once.
+    for _ in 0..1_000 {
+        scoped_noop(&writes, &binding, &scope).await?;
+    }
+    let started = Instant::now();
+    for _ in 0..ops {
+        black_box(noop().await)?;
+    }
+    let bare_ns = started.elapsed().as_nanos() as f64 / ops as f64;
+    let started = Instant::now();
+    for _ in 0..ops {
+        black_box(scoped_noop(&writes, &binding, &scope).await)?;
+    }
+    let scoped_ns = started.elapsed().as_nanos() as f64 / ops as f64;
+    emit(&json!({
+        "part": "fence",
+        "measure": "uncontended",
+        "ops": ops,
+        "bare_ns_per_op": round1(bare_ns),
+        "scoped_ns_per_op": round1(scoped_ns),
+        "overhead_ns_per_op": round1(scoped_ns - bare_ns),
+    }));
+
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..scopes)
+        .map(|i| {
+            let writes = writes.clone();
+            let binding = binding.clone();
+            let scope = ScopeIdentity::object(format!("kb-{i}"));
+            tokio::spawn(async move {
+                for _ in 0..ops_per_scope {
+                    scoped_noop(&writes, &binding, &scope).await?;
+                }
+                Ok::<(), ScopedWriteError<Infallible>>(())
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await??;
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    let total = scopes * ops_per_scope;
+    emit(&json!({
+        "part": "fence",
+        "measure": "concurrent",
+        "scopes": scopes,
+        "ops": total,
+        "seconds": crate::lifecycle::round3(seconds),
+        "ops_per_second": round1(total as f64 / seconds),
+        "runtime_threads": tokio::runtime::Handle::current().metrics().num_workers(),
+    }));
+    Ok(())
+}
+
+async fn noop() -> Result<(), ScopedWriteError<Infallible>> {
+    black_box(Ok(()))
+}
+
+async fn scoped_noop(
+    writes: &ScopedWrites<InMemoryHostStorage>,
+    binding: &Binding,
+    scope: &ScopeIdentity,
+) -> Result<(), ScopedWriteError<Infallible>> {
+    writes
+        .run(binding, scope, FenceMode::Enforce, |_ctx| noop())
+        .await
+}

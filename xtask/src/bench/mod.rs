@@ -1,0 +1,319 @@
+//! `cargo xtask bench`: builds `tenantry-bench` in release mode, runs its parts against a
+//! throwaway PostgreSQL cluster (or `--database-url`) and SQLite, runs `pgbench -N` on the
+//! same server at the same connection counts, and reports.
+//!
+//! Output:
+//! - standard output: one JSON object per result, as the parts print them, plus one
+//!   `lifecycle_ratio` line per PostgreSQL lifecycle result (commands settled per second ÷
+//!   pgbench transactions per second at the same connection count) and one `machine` line;
+//! - `target/bench/bench-<unix seconds>.json` and `target/bench/latest.json`: every line of
+//!   the run in one JSON document;
+//! - `docs/benchmarks.md`: the generated section between the `bench:results` markers is
+//!   replaced with the tables of this run and the machine description (only for a full run of
+//!   every part, so a partial run never leaves a half-updated table; pass `--write-docs` to
+//!   force).
+//!
+//! pgbench runs twice per connection count, before and after the lifecycle part, and the
+//! mean is the reference, since absolute rates drift on shared machines.
+
+mod pgbench;
+mod report;
+
+use std::io::{BufRead as _, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode, Stdio};
+use std::time::Instant;
+
+use clap::ValueEnum;
+use serde_json::{Value, json};
+
+use crate::pg::Cluster;
+
+/// Options of `cargo xtask bench`.
+#[derive(Debug, clap::Args)]
+pub struct BenchArgs {
+    /// PostgreSQL server to measure (a URL with the right to create databases). Default: a
+    /// throwaway cluster started for the run.
+    #[arg(long)]
+    database_url: Option<String>,
+    /// Worker counts of the lifecycle part (and pgbench connection counts), comma separated.
+    #[arg(long, value_delimiter = ',', default_value = "1,4,8")]
+    workers: Vec<u32>,
+    /// Commands per lifecycle run on PostgreSQL (SQLite runs a quarter of it).
+    #[arg(long, default_value_t = 20_000)]
+    commands: usize,
+    /// Run only these parts (repeatable); default all.
+    #[arg(long, value_enum)]
+    only: Vec<PartName>,
+    /// Seconds of each pgbench run.
+    #[arg(long, default_value_t = 10)]
+    pgbench_seconds: u32,
+    /// Extra arguments for the lifecycle part's drains (e.g. `--claim-batch=64`).
+    #[arg(long, allow_hyphen_values = true)]
+    drain_args: Vec<String>,
+    /// Rewrite the tables of docs/benchmarks.md even when not every part ran.
+    #[arg(long)]
+    write_docs: bool,
+}
+
+/// The parts `--only` can name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum PartName {
+    /// Lifecycle throughput with pgbench -N reference (PostgreSQL and SQLite).
+    Lifecycle,
+    /// Claim latency at low load.
+    Latency,
+    /// Directory snapshot apply vs bulk INSERT.
+    Directory,
+    /// Fence overhead.
+    Fence,
+    /// Peak RSS while draining 200,000 commands.
+    Memory,
+}
+
+const ALL_PARTS: [PartName; 5] = [
+    PartName::Lifecycle,
+    PartName::Latency,
+    PartName::Directory,
+    PartName::Fence,
+    PartName::Memory,
+];
+
+/// Runs the benchmark from the workspace root `root`.
+pub fn run(root: &Path, args: &BenchArgs) -> ExitCode {
+    let started = Instant::now();
+    match Bench::new(root, args).and_then(|mut bench| bench.run().map(|()| bench)) {
+        Ok(bench) => {
+            eprintln!(
+                "xtask bench: done in {:.0} s; results in {}",
+                started.elapsed().as_secs_f64(),
+                bench.out_dir.display()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("xtask bench: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+struct Bench<'a> {
+    root: &'a Path,
+    args: &'a BenchArgs,
+    parts: Vec<PartName>,
+    binary: PathBuf,
+    out_dir: PathBuf,
+    results: Vec<Value>,
+}
+
+impl<'a> Bench<'a> {
+    fn new(root: &'a Path, args: &'a BenchArgs) -> Result<Self, String> {
+        let target_dir = std::env::var_os("CARGO_TARGET_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| root.join("target"));
+        let parts = if args.only.is_empty() {
+            ALL_PARTS.to_vec()
+        } else {
+            args.only.clone()
+        };
+        Ok(Self {
+            root,
+            args,
+            parts,
+            binary: target_dir.join("release").join("tenantry-bench"),
+            out_dir: target_dir.join("bench"),
+            results: Vec::new(),
+        })
+    }
+
+    fn run(&mut self) -> Result<(), String> {
+        self.build()?;
+        let cluster;
+        let url = match &self.args.database_url {
+            Some(url) => url.clone(),
+            None => {
+                eprintln!("==> starting a throwaway PostgreSQL cluster");
+                cluster = Cluster::start().map_err(|e| e.to_string())?;
+                eprintln!("    {} at {}", cluster.version(), cluster.url());
+                cluster.url()
+            }
+        };
+        let machine = report::machine(&url);
+        self.push(json!({"part": "machine", "machine": machine}));
+        for part in self.parts.clone() {
+            let started = Instant::now();
+            eprintln!("==> part {part:?}");
+            match part {
+                PartName::Lifecycle => self.lifecycle(&url)?,
+                PartName::Latency => {
+                    for backend in ["postgres", "sqlite"] {
+                        self.bench(&url, backend, &["latency"])?;
+                    }
+                }
+                PartName::Directory => {
+                    for backend in ["postgres", "sqlite"] {
+                        self.bench(&url, backend, &["directory"])?;
+                    }
+                }
+                PartName::Fence => drop(self.bench(&url, "sqlite", &["fence"])?),
+                PartName::Memory => drop(self.bench(&url, "postgres", &["memory"])?),
+            }
+            eprintln!(
+                "    part {part:?} took {:.0} s",
+                started.elapsed().as_secs_f64()
+            );
+        }
+        self.write_outputs()
+    }
+
+    fn build(&self) -> Result<(), String> {
+        eprintln!("==> cargo build --release -p tenantry-bench");
+        let status = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
+            .current_dir(self.root)
+            .args(["build", "--release", "--quiet", "-p", "tenantry-bench"])
+            .status()
+            .map_err(|e| format!("could not run cargo: {e}"))?;
+        if status.success() {
+            Ok(())
+        } else {
+            Err(format!("building tenantry-bench failed ({status})"))
+        }
+    }
+
+    fn lifecycle(&mut self, url: &str) -> Result<(), String> {
+        let workers: Vec<String> = self.args.workers.iter().map(u32::to_string).collect();
+        let workers = workers.join(",");
+        let before = pgbench::run_all(url, &self.args.workers, self.args.pgbench_seconds)?;
+        let pg_commands = self.args.commands.to_string();
+        let sqlite_commands = (self.args.commands / 4).max(1).to_string();
+        let mut common: Vec<&str> = vec!["lifecycle", "--workers", &workers];
+        let extra: Vec<&str> = self.args.drain_args.iter().map(String::as_str).collect();
+        common.extend(extra.iter().copied());
+        let mut pg_args = common.clone();
+        pg_args.extend(["--commands", &pg_commands]);
+        let pg_results = self.bench(url, "postgres", &pg_args)?;
+        let after = pgbench::run_all(url, &self.args.workers, self.args.pgbench_seconds)?;
+        for (connections, (tps_before, tps_after)) in self
+            .args
+            .workers
+            .iter()
+            .zip(before.iter().zip(after.iter()))
+        {
+            let tps = (tps_before + tps_after) / 2.0;
+            self.push(json!({
+                "part": "pgbench",
+                "connections": connections,
+                "mode": "-N (simple-update, no branch/teller contention)",
+                "seconds": self.args.pgbench_seconds,
+                "tps_before": round1(*tps_before),
+                "tps_after": round1(*tps_after),
+                "tps": round1(tps),
+            }));
+        }
+        for result in pg_results {
+            let (Some(workers), Some(cps)) = (
+                result.get("workers").and_then(Value::as_u64),
+                result.get("commands_per_second").and_then(Value::as_f64),
+            ) else {
+                continue;
+            };
+            let Some(index) = self
+                .args
+                .workers
+                .iter()
+                .position(|w| u64::from(*w) == workers)
+            else {
+                continue;
+            };
+            let tps = (before[index] + after[index]) / 2.0;
+            self.push(json!({
+                "part": "lifecycle_ratio",
+                "workload": result.get("workload"),
+                "workers": workers,
+                "commands_per_second": cps,
+                "pgbench_tps": round1(tps),
+                "ratio": (cps / tps * 100.0).round() / 100.0,
+            }));
+        }
+        let mut sqlite_args = common;
+        sqlite_args.extend(["--commands", &sqlite_commands]);
+        self.bench(url, "sqlite", &sqlite_args)?;
+        Ok(())
+    }
+
+    /// Runs one part of the bench binary; prints and keeps its result lines.
+    fn bench(&mut self, url: &str, backend: &str, args: &[&str]) -> Result<Vec<Value>, String> {
+        let mut cmd = Command::new(&self.binary);
+        cmd.args(["--backend", backend, "--database-url", url])
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| format!("could not run {}: {e}", self.binary.display()))?;
+        let _tracked = crate::interrupt::track_child(child.id());
+        let mut lines = Vec::new();
+        if let Some(stdout) = child.stdout.take() {
+            for line in BufReader::new(stdout).lines() {
+                let line = line.map_err(|e| format!("reading tenantry-bench output: {e}"))?;
+                match serde_json::from_str::<Value>(&line) {
+                    Ok(value) => {
+                        lines.push(value.clone());
+                        self.push(value);
+                    }
+                    Err(_) => eprintln!("{line}"),
+                }
+            }
+        }
+        let status = child
+            .wait()
+            .map_err(|e| format!("waiting for tenantry-bench: {e}"))?;
+        if status.success() {
+            Ok(lines)
+        } else {
+            Err(format!(
+                "tenantry-bench {backend} {} failed ({status})",
+                args.join(" ")
+            ))
+        }
+    }
+
+    /// Prints a result line and keeps it.
+    fn push(&mut self, value: Value) {
+        println!("{value}");
+        self.results.push(value);
+    }
+
+    fn write_outputs(&self) -> Result<(), String> {
+        std::fs::create_dir_all(&self.out_dir)
+            .map_err(|e| format!("create {}: {e}", self.out_dir.display()))?;
+        let stamp = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or_default();
+        let document = json!({ "results": self.results });
+        let text = serde_json::to_string_pretty(&document)
+            .map_err(|e| format!("serialize results: {e}"))?;
+        for name in [format!("bench-{stamp}.json"), "latest.json".to_owned()] {
+            let path = self.out_dir.join(name);
+            std::fs::write(&path, &text).map_err(|e| format!("write {}: {e}", path.display()))?;
+        }
+        let complete = ALL_PARTS.iter().all(|p| self.parts.contains(p));
+        if complete || self.args.write_docs {
+            let path = self.root.join("docs").join("benchmarks.md");
+            report::update_docs(&path, &report::render(&self.results))?;
+            eprintln!("    tables written to {}", path.display());
+        } else {
+            eprintln!(
+                "    partial run: docs/benchmarks.md left as is (pass --write-docs to update it)"
+            );
+        }
+        Ok(())
+    }
+}
+
+fn round1(x: f64) -> f64 {
+    (x * 10.0).round() / 10.0
+}
