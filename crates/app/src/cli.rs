@@ -223,7 +223,9 @@ pub async fn run(cli: Cli) -> ExitCode {
                 Command::Commands(CommandsCommand::List(args)) => {
                     ops::commands_list(&config, &args).await
                 }
-                Command::Fences(FencesCommand::List(args)) => ops::fences_list(&config, &args).await,
+                Command::Fences(FencesCommand::List(args)) => {
+                    ops::fences_list(&config, &args).await
+                }
                 Command::Fences(FencesCommand::Clear(args)) => {
                     ops::fences_clear(&config, &args).await
                 }
@@ -242,7 +244,7 @@ async fn serve(config: &Config) -> ExitCode {
         Ok(db) => db,
         Err(code) => return code,
     };
-    let service = match service::Service::start(config, db).await {
+    let service = match service::Service::start(config, db.clone()).await {
         Ok(s) => s,
         Err(e) => {
             eprintln!("tenantry: cannot start: {e}");
@@ -255,5 +257,6 @@ async fn serve(config: &Config) -> ExitCode {
     );
     service::shutdown_signal().await;
     service.shutdown().await;
+    service::close_pool(db).await;
     ExitCode::SUCCESS
 }

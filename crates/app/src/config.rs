@@ -106,7 +106,10 @@ impl std::fmt::Debug for Config {
             .field("database_url", &redact_url(&self.database_url))
             .field("database_max_connections", &self.database_max_connections)
             .field("listen", &self.listen)
-            .field("admin_token", &self.admin_token.as_ref().map(|_| "<redacted>"))
+            .field(
+                "admin_token",
+                &self.admin_token.as_ref().map(|_| "<redacted>"),
+            )
             .field("log_format", &self.log_format)
             .field("log_filter", &self.log_filter)
             .field("workers", &self.workers)
@@ -297,7 +300,10 @@ pub fn merge_env_and_validate(
     })
 }
 
-fn validate(raw: RawConfig, source: &dyn Fn(&'static str) -> String) -> Result<Config, ConfigError> {
+fn validate(
+    raw: RawConfig,
+    source: &dyn Fn(&'static str) -> String,
+) -> Result<Config, ConfigError> {
     let invalid = |setting: &'static str, reason: String| ConfigError::Invalid {
         setting,
         origin: source(setting),
@@ -361,7 +367,12 @@ fn validate(raw: RawConfig, source: &dyn Fn(&'static str) -> String) -> Result<C
         ));
     }
     let workers = in_range("workers", u64::from(raw.workers.unwrap_or(4)), 1, 256)?;
-    let claim_batch = in_range("claim_batch", u64::from(raw.claim_batch.unwrap_or(1)), 1, 64)?;
+    let claim_batch = in_range(
+        "claim_batch",
+        u64::from(raw.claim_batch.unwrap_or(1)),
+        1,
+        64,
+    )?;
     let idle_poll = in_range("idle_poll_ms", raw.idle_poll_ms.unwrap_or(1000), 10, 60_000)?;
     let lease = in_range("lease_seconds", raw.lease_seconds.unwrap_or(300), 1, 86_400)?;
     let retry_max_delay = in_range(
@@ -472,12 +483,7 @@ pub fn redact_url(url: &str) -> String {
             let user_info = &authority[..at];
             let user = user_info.split(':').next().unwrap_or("");
             if user_info.contains(':') {
-                format!(
-                    "{}{}:***{}",
-                    &url[..scheme_end],
-                    user,
-                    &rest[at..]
-                )
+                format!("{}{}:***{}", &url[..scheme_end], user, &rest[at..])
             } else {
                 url.to_owned()
             }
@@ -511,8 +517,8 @@ mod tests {
 
     #[test]
     fn environment_wins_over_the_file() {
-        let raw = RawConfig::from_toml("workers = 2\nlisten = \"127.0.0.1:9000\"\n", "t.toml")
-            .unwrap();
+        let raw =
+            RawConfig::from_toml("workers = 2\nlisten = \"127.0.0.1:9000\"\n", "t.toml").unwrap();
         let config = merge_env_and_validate(
             raw,
             "t.toml",
@@ -556,7 +562,13 @@ mod tests {
         let env = env_of(&[("TENANTRY_LISTEN", "0.0.0.0:8080")]);
         let err = merge_env_and_validate(RawConfig::default(), "defaults", env).unwrap_err();
         assert!(
-            matches!(err, ConfigError::Invalid { setting: "listen", .. }),
+            matches!(
+                err,
+                ConfigError::Invalid {
+                    setting: "listen",
+                    ..
+                }
+            ),
             "{err}"
         );
         let env = env_of(&[
@@ -571,7 +583,13 @@ mod tests {
     fn short_admin_token_is_refused() {
         let env = env_of(&[("TENANTRY_ADMIN_TOKEN", "short")]);
         let err = merge_env_and_validate(RawConfig::default(), "defaults", env).unwrap_err();
-        assert!(matches!(err, ConfigError::Invalid { setting: "admin_token", .. }));
+        assert!(matches!(
+            err,
+            ConfigError::Invalid {
+                setting: "admin_token",
+                ..
+            }
+        ));
     }
 
     #[test]
@@ -581,20 +599,38 @@ mod tests {
             ("TENANTRY_KNOWLEDGE_FS_DEADLINE_MS", "10000"),
         ]);
         let err = merge_env_and_validate(RawConfig::default(), "defaults", env).unwrap_err();
-        assert!(matches!(err, ConfigError::Invalid { setting: "lease_seconds", .. }));
+        assert!(matches!(
+            err,
+            ConfigError::Invalid {
+                setting: "lease_seconds",
+                ..
+            }
+        ));
     }
 
     #[test]
     fn database_url_scheme_is_checked() {
         let env = env_of(&[("TENANTRY_DATABASE_URL", "mysql://x")]);
         let err = merge_env_and_validate(RawConfig::default(), "defaults", env).unwrap_err();
-        assert!(matches!(err, ConfigError::Invalid { setting: "database_url", .. }));
+        assert!(matches!(
+            err,
+            ConfigError::Invalid {
+                setting: "database_url",
+                ..
+            }
+        ));
     }
 
     #[test]
     fn serve_requires_a_knowledge_fs() {
         let err = Config::defaults().knowledge_fs().unwrap_err();
-        assert!(matches!(err, ConfigError::Missing { setting: "knowledge_fs_url", .. }));
+        assert!(matches!(
+            err,
+            ConfigError::Missing {
+                setting: "knowledge_fs_url",
+                ..
+            }
+        ));
     }
 
     #[test]

@@ -199,15 +199,27 @@ mod tests {
         let scope = ScopeIdentity::object("kb-1");
         let marker = FenceMarker::new(&scope, "lost ACK on upload", 1_700_000_000_000);
         storage
-            .set(&binding("inst-1"), scope.fence_key().as_str(), &marker.to_value())
+            .set(
+                &binding("inst-1"),
+                scope.fence_key().as_str(),
+                &marker.to_value(),
+            )
             .await
             .unwrap();
         storage
-            .set(&binding("inst-2"), "ke.fence.v1.installation", &json!({"x": 1}))
+            .set(
+                &binding("inst-2"),
+                "ke.fence.v1.installation",
+                &json!({"x": 1}),
+            )
             .await
             .unwrap();
         storage
-            .set(&binding("inst-3"), "ke.fence.v1.gone", &serde_json::Value::Null)
+            .set(
+                &binding("inst-3"),
+                "ke.fence.v1.gone",
+                &serde_json::Value::Null,
+            )
             .await
             .unwrap();
         let admin = FenceAdmin::new(storage.clone());
@@ -219,7 +231,11 @@ mod tests {
         assert!(views[1].installation);
 
         let outcome = admin
-            .clear(&binding("inst-1"), &ClearTarget::Scope(scope.clone()), "reconciled")
+            .clear(
+                &binding("inst-1"),
+                &ClearTarget::Scope(scope.clone()),
+                "reconciled",
+            )
             .await
             .unwrap();
         assert!(outcome.cleared);

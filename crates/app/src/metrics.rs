@@ -26,8 +26,7 @@ use tenantry_lifecycle::{
     DeletionProgress, DeletionRequest, ProvisionRequest, RemoteSpace, RevokeAck, RevokeRequest,
 };
 use tenantry_ports::lifecycle::{
-    KnowledgeFs, LifecycleMetrics, MetricsError, RemoteError, RemoteFailure, TaskMetric,
-    TaskStatus,
+    KnowledgeFs, LifecycleMetrics, MetricsError, RemoteError, RemoteFailure, TaskMetric, TaskStatus,
 };
 
 /// Histogram buckets, seconds: 5 ms to 5 minutes.
@@ -174,12 +173,7 @@ impl<R> MeteredRemote<R> {
         Self { inner, metrics }
     }
 
-    fn observe<T>(
-        &self,
-        call: &'static str,
-        started: Instant,
-        result: &Result<T, RemoteError>,
-    ) {
+    fn observe<T>(&self, call: &'static str, started: Instant, result: &Result<T, RemoteError>) {
         let outcome = match result {
             Ok(_) => "ok",
             Err(e) => match e.failure {
@@ -257,9 +251,15 @@ mod tests {
         let tally = sink.tally();
         assert_eq!(tally.retries.get("KFS_UNAVAILABLE"), Some(&2));
         assert_eq!(tally.dispatch_errors.get("LEASE_LOST"), Some(&1));
-        assert_eq!(tally.tasks.get(&("provision".to_owned(), "retry")), Some(&2));
+        assert_eq!(
+            tally.tasks.get(&("provision".to_owned(), "retry")),
+            Some(&2)
+        );
         let text = render();
         assert!(text.contains("tenantry_lifecycle_retries_total"), "{text}");
-        assert!(text.contains("tenantry_lifecycle_lease_lost_total"), "{text}");
+        assert!(
+            text.contains("tenantry_lifecycle_lease_lost_total"),
+            "{text}"
+        );
     }
 }

@@ -132,9 +132,9 @@ fn command_filter(args: &CommandsListArgs) -> Result<CommandFilter, String> {
         .operation
         .as_deref()
         .map(|o| match Operation::parse(o) {
-            Operation::Unsupported(_) => {
-                Err(format!("--operation {o:?}: use provision, delete or revoke"))
-            }
+            Operation::Unsupported(_) => Err(format!(
+                "--operation {o:?}: use provision, delete or revoke"
+            )),
             known => Ok(known),
         })
         .transpose()?;

@@ -30,7 +30,10 @@ pub async fn main(args: &RemoteArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    println!("reference KnowledgeFS listening on {url} (faults: {:?})", args.faults);
+    println!(
+        "reference KnowledgeFS listening on {url} (faults: {:?})",
+        args.faults
+    );
     println!("configure the service with:");
     println!("  TENANTRY_KNOWLEDGE_FS_URL={url}");
     println!("  TENANTRY_KNOWLEDGE_FS_TOKEN={}", remote.bearer_token());

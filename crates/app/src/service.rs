@@ -4,7 +4,8 @@
 //! Shutdown order: `/readyz` turns 503, workers stop claiming, the HTTP server stops
 //! accepting and finishes open requests, in-flight dispatches get up to `shutdown_grace` to
 //! settle (a dispatch still running then is aborted: its claim stays durable and another worker
-//! re-claims it once the lease expires, so nothing is lost), then the pool is closed.
+//! re-claims it once the lease expires, so nothing is lost). Whoever opened the pool closes it
+//! afterwards ([`close_pool`]).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -196,7 +197,8 @@ impl Service {
         &self.db
     }
 
-    /// Stops the service gracefully (see the module docs) and closes the pool.
+    /// Stops the service gracefully (see the module docs). The pool stays open; close it with
+    /// [`close_pool`] when nothing else uses it.
     pub async fn shutdown(self) -> ShutdownReport {
         tracing::info!("shutdown: stop claiming, settle in-flight dispatches");
         self.accepting.store(false, Ordering::SeqCst);
@@ -226,15 +228,19 @@ impl Service {
                 "grace period over; dispatches still in flight were aborted and will be re-claimed after their leases expire"
             );
         }
-        if let Err(e) = self.db.conn.close().await {
-            tracing::warn!(error = %e, "closing the database pool failed");
-        }
         tracing::info!(
             settled = report.workers_settled,
             aborted = report.workers_aborted,
             "shutdown complete"
         );
         report
+    }
+}
+
+/// Closes the database pool (after [`Service::shutdown`]).
+pub async fn close_pool(db: Database) {
+    if let Err(e) = db.conn.close().await {
+        tracing::warn!(error = %e, "closing the database pool failed");
     }
 }
 

@@ -34,24 +34,23 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for JsonBody<T> {
                 "send the body as JSON with Content-Type: application/json",
             ));
         }
-        let bytes = Bytes::from_request(request, state).await.map_err(|rejection| {
-            if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-                ApiError::new(
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    "PAYLOAD_TOO_LARGE",
-                    format!(
-                        "request body exceeds {} bytes",
-                        super::MAX_BODY_BYTES
-                    ),
-                )
-            } else {
-                ApiError::new(
-                    StatusCode::BAD_REQUEST,
-                    "BODY_UNREADABLE",
-                    format!("request body could not be read: {rejection}"),
-                )
-            }
-        })?;
+        let bytes = Bytes::from_request(request, state)
+            .await
+            .map_err(|rejection| {
+                if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                    ApiError::new(
+                        StatusCode::PAYLOAD_TOO_LARGE,
+                        "PAYLOAD_TOO_LARGE",
+                        format!("request body exceeds {} bytes", super::MAX_BODY_BYTES),
+                    )
+                } else {
+                    ApiError::new(
+                        StatusCode::BAD_REQUEST,
+                        "BODY_UNREADABLE",
+                        format!("request body could not be read: {rejection}"),
+                    )
+                }
+            })?;
         serde_json::from_slice(&bytes).map(JsonBody).map_err(|e| {
             ApiError::new(
                 StatusCode::BAD_REQUEST,

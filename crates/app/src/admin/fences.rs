@@ -66,9 +66,11 @@ pub async fn clear_fence(
         (Some(scope), None) if !scope.is_empty() => {
             ClearTarget::Scope(ScopeIdentity::object(scope))
         }
-        (None, Some(key)) => ClearTarget::Key(FenceKey::from_storage_key(key).ok_or_else(|| {
-            ApiError::invalid("key", format!("{key:?} is not a fence key (ke.fence.v1.…)"))
-        })?),
+        (None, Some(key)) => {
+            ClearTarget::Key(FenceKey::from_storage_key(key).ok_or_else(|| {
+                ApiError::invalid("key", format!("{key:?} is not a fence key (ke.fence.v1.…)"))
+            })?)
+        }
         _ => {
             return Err(ApiError::invalid(
                 "scope",

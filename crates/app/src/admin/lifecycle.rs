@@ -194,7 +194,12 @@ fn accepted(receipt: &IntakeReceipt, key: &IdempotencyKeyHeader) -> (StatusCode,
 }
 
 fn request_span(route: &'static str, tenant: &str) -> tracing::Span {
-    tracing::info_span!("admin_request", route, tenant, operation_id = tracing::field::Empty)
+    tracing::info_span!(
+        "admin_request",
+        route,
+        tenant,
+        operation_id = tracing::field::Empty
+    )
 }
 
 /// `POST /v1/tenants/{tenant_id}/control-spaces`.

@@ -45,8 +45,14 @@ pub const OPENAPI: &str = include_str!("../../../../docs/openapi/admin-v1.json")
 /// Every route as (method, path template); the OpenAPI file documents exactly these.
 pub const PATHS: [(&str, &str); 11] = [
     ("POST", "/v1/tenants/{tenant_id}/control-spaces"),
-    ("GET", "/v1/tenants/{tenant_id}/control-spaces/{control_space_id}"),
-    ("DELETE", "/v1/tenants/{tenant_id}/control-spaces/{control_space_id}"),
+    (
+        "GET",
+        "/v1/tenants/{tenant_id}/control-spaces/{control_space_id}",
+    ),
+    (
+        "DELETE",
+        "/v1/tenants/{tenant_id}/control-spaces/{control_space_id}",
+    ),
     (
         "POST",
         "/v1/tenants/{tenant_id}/control-spaces/{control_space_id}/grants/{grant_id}/revocations",

@@ -140,9 +140,16 @@ pub async fn run(
                 continue;
             }
         };
-        let expected = if space.fate.deleted() { "deleted" } else { "active" };
+        let expected = if space.fate.deleted() {
+            "deleted"
+        } else {
+            "active"
+        };
         if local["state"] != expected {
-            state_problems.push(format!("{name} is {} (expected {expected})", local["state"]));
+            state_problems.push(format!(
+                "{name} is {} (expected {expected})",
+                local["state"]
+            ));
             continue;
         }
         let (Ok(tenant), Ok(cs)) = (
@@ -167,7 +174,10 @@ pub async fn run(
             continue;
         }
         active += 1;
-        let live: Vec<_> = remote.iter().filter(|s| s.deletion_phase.is_none()).collect();
+        let live: Vec<_> = remote
+            .iter()
+            .filter(|s| s.deletion_phase.is_none())
+            .collect();
         let local_id = local["knowledge_space_id"].as_str().unwrap_or("");
         match live.as_slice() {
             [one] if one.knowledge_space_id.as_str() == local_id => {}

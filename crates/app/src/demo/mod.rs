@@ -122,7 +122,10 @@ fn timing(faults: Faults) -> (Duration, Duration, Duration) {
 ///
 /// # Errors
 /// [`DemoError`] when the run could not be set up; failed checks are in the report instead.
-pub async fn run(options: &DemoOptions, database: Option<Database>) -> Result<DemoReport, DemoError> {
+pub async fn run(
+    options: &DemoOptions,
+    database: Option<Database>,
+) -> Result<DemoReport, DemoError> {
     if !(options.scale.is_finite() && options.scale > 0.0 && options.scale <= 100.0) {
         return Err(DemoError::Options(format!(
             "--scale {} must be above 0 and at most 100",
@@ -130,10 +133,13 @@ pub async fn run(options: &DemoOptions, database: Option<Database>) -> Result<De
         )));
     }
     if options.workers == 0 || options.workers > 256 {
-        return Err(DemoError::Options("--workers must be in 1..=256".to_owned()));
+        return Err(DemoError::Options(
+            "--workers must be in 1..=256".to_owned(),
+        ));
     }
     let started = Instant::now();
     let mut _temp_dir = None;
+    let owns_pool = database.is_none();
     let (db, database_label) = match database {
         Some(db) => (db, "given database".to_owned()),
         None => {
@@ -184,7 +190,7 @@ pub async fn run(options: &DemoOptions, database: Option<Database>) -> Result<De
     config.knowledge_fs_token = Some(remote.bearer_token().to_owned());
     config.knowledge_fs_deadline = deadline;
     config.knowledge_fs_max_concurrent_calls = 16;
-    let service = Service::start(&config, db)
+    let service = Service::start(&config, db.clone())
         .await
         .map_err(|e| DemoError::Setup(e.to_string()))?;
     let client = AdminClient::new(format!("http://{}", service.addr()), &token)
@@ -212,6 +218,9 @@ pub async fn run(options: &DemoOptions, database: Option<Database>) -> Result<De
     let tally: Tally = service.metrics().tally();
     service.shutdown().await;
     remote.shutdown().await;
+    if owns_pool {
+        crate::service::close_pool(db).await;
+    }
 
     Ok(DemoReport {
         seed: options.seed,

@@ -148,9 +148,10 @@ async fn drive_one(
     let mut driven = Driven::default();
     if let Err(problem) = drive_steps(client, prefix, space, enqueued, deadline, &mut driven).await
     {
-        driven
-            .problems
-            .push(format!("{}/{}: {problem}", space.tenant, space.control_space));
+        driven.problems.push(format!(
+            "{}/{}: {problem}",
+            space.tenant, space.control_space
+        ));
     }
     driven
 }
@@ -192,12 +193,26 @@ async fn drive_steps(
     match space.fate {
         Fate::Keep => {}
         Fate::DeleteEarly => {
-            accepted(client, Method::DELETE, &path, None, &format!("{prefix}-delete-{cs}")).await?;
+            accepted(
+                client,
+                Method::DELETE,
+                &path,
+                None,
+                &format!("{prefix}-delete-{cs}"),
+            )
+            .await?;
             count(driven);
         }
         Fate::DeleteLate => {
             wait_active(client, &path, deadline).await?;
-            accepted(client, Method::DELETE, &path, None, &format!("{prefix}-delete-{cs}")).await?;
+            accepted(
+                client,
+                Method::DELETE,
+                &path,
+                None,
+                &format!("{prefix}-delete-{cs}"),
+            )
+            .await?;
             count(driven);
         }
         Fate::Revoke(grants) => {
@@ -291,7 +306,9 @@ pub async fn commands_of(
 /// The client's error.
 pub async fn open_commands(client: &AdminClient, tenants: &[String]) -> Result<u64, ClientError> {
     let pending = commands_of(client, tenants, Some("pending")).await?.len();
-    let processing = commands_of(client, tenants, Some("processing")).await?.len();
+    let processing = commands_of(client, tenants, Some("processing"))
+        .await?
+        .len();
     Ok((pending + processing) as u64)
 }
 

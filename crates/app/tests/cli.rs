@@ -1,0 +1,156 @@
+//! The `tenantry` binary: help text, configuration errors that name the setting, `migrate`,
+//! and the operator commands on a fresh SQLite file.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::process::Command;
+
+fn tenantry() -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_tenantry"));
+    for (name, _) in std::env::vars() {
+        if name.starts_with("TENANTRY_") {
+            command.env_remove(name);
+        }
+    }
+    command
+}
+
+#[test]
+fn help_lists_every_command() {
+    let out = tenantry().arg("--help").output().unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    for command in [
+        "serve",
+        "migrate",
+        "demo",
+        "reference-remote",
+        "commands",
+        "fences",
+    ] {
+        assert!(text.contains(command), "{command} missing from:\n{text}");
+    }
+    let out = tenantry()
+        .args(["fences", "clear", "--help"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.contains("--reason") && text.contains("--scope"),
+        "{text}"
+    );
+}
+
+#[test]
+fn invalid_configuration_names_the_setting_and_exits_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = tenantry()
+        .current_dir(dir.path())
+        .env("TENANTRY_WORKERS", "0")
+        .args(["commands", "list"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let text = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        text.contains("workers") && text.contains("TENANTRY_WORKERS"),
+        "{text}"
+    );
+
+    let out = tenantry()
+        .current_dir(dir.path())
+        .env("TENANTRY_LISTEN", "0.0.0.0:8080")
+        .arg("serve")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let text = String::from_utf8(out.stderr).unwrap();
+    assert!(text.contains("admin_token"), "{text}");
+
+    let config = dir.path().join("bad.toml");
+    std::fs::write(&config, "workres = 3\n").unwrap();
+    let out = tenantry()
+        .current_dir(dir.path())
+        .arg("--config")
+        .arg(&config)
+        .arg("migrate")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8(out.stderr).unwrap().contains("workres"));
+}
+
+#[test]
+fn serve_without_a_knowledge_fs_refuses_to_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = tenantry()
+        .current_dir(dir.path())
+        .arg("serve")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8(out.stderr)
+            .unwrap()
+            .contains("knowledge_fs_url")
+    );
+}
+
+#[test]
+fn migrate_then_operator_commands_work_on_the_default_sqlite_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = tenantry()
+        .current_dir(dir.path())
+        .arg("migrate")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(dir.path().join("tenantry.db").exists());
+    let out = tenantry()
+        .current_dir(dir.path())
+        .args(["commands", "list", "--status", "pending"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8(out.stdout).unwrap().contains("OPERATION"));
+    let out = tenantry()
+        .current_dir(dir.path())
+        .args(["fences", "list"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert!(String::from_utf8(out.stdout).unwrap().contains("no fences"));
+    let out = tenantry()
+        .current_dir(dir.path())
+        .args([
+            "fences",
+            "clear",
+            "--binding",
+            "b",
+            "--scope",
+            "s",
+            "--reason",
+            "checked",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert!(
+        String::from_utf8(out.stdout)
+            .unwrap()
+            .contains("nothing written")
+    );
+    let out = tenantry()
+        .current_dir(dir.path())
+        .args(["commands", "list", "--status", "finished"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}

@@ -1,0 +1,59 @@
+//! `tenantry demo` end to end at small scale, on SQLite or (with `TENANTRY_TEST_PG_URL`)
+//! PostgreSQL: the workload goes through the admin API over HTTP and every ground-truth check
+//! passes.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::Duration;
+
+use tenantry_app::cli::Faults;
+use tenantry_app::demo::{DemoOptions, run};
+use tenantry_store_seaorm::testing::fresh_database;
+
+fn options(faults: Faults, seed: u64) -> DemoOptions {
+    DemoOptions {
+        database_url: None,
+        seed,
+        scale: 0.05,
+        faults,
+        timeout: Duration::from_secs(90),
+        workers: 4,
+        progress: false,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn demo_at_small_scale_passes_with_default_faults() {
+    let db = fresh_database().await;
+    let report = run(&options(Faults::Default, 7), Some(db.db.clone()))
+        .await
+        .unwrap();
+    let rendered = report.render();
+    assert!(report.passed(), "{rendered}");
+    assert_eq!(report.control_spaces, 15);
+    assert!(report.command_total() >= 15, "{rendered}");
+    assert!(rendered.contains("Result: PASS"), "{rendered}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn demo_at_small_scale_passes_with_heavy_faults() {
+    let db = fresh_database().await;
+    let report = run(&options(Faults::Heavy, 3), Some(db.db.clone()))
+        .await
+        .unwrap();
+    assert!(report.passed(), "{}", report.render());
+    assert!(
+        report.faults_injected.values().sum::<u64>() > 0,
+        "heavy profile injected no fault: {}",
+        report.render()
+    );
+}
+
+#[tokio::test]
+async fn demo_refuses_bad_options() {
+    let mut bad = options(Faults::None, 1);
+    bad.scale = 0.0;
+    assert!(run(&bad, None).await.is_err());
+    let mut bad = options(Faults::None, 1);
+    bad.workers = 0;
+    assert!(run(&bad, None).await.is_err());
+}
