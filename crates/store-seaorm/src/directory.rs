@@ -37,9 +37,9 @@ use tenantry_directory::plan::{
     batch_keys, delta_keys, plan_delta, plan_event_batch, plan_snapshot, plan_touch, snapshot_keys,
 };
 use tenantry_directory::{
-    ApplyContext, ApplyOutcome, DirectoryDelta, DirectoryError, DirectoryEvent,
-    DirectoryEventBatch, DirectorySnapshot, ExistingRows, InstanceUuid, LookupKeys,
-    ProjectionState, ProjectionWrite,
+    AccountRow, ApplyContext, ApplyOutcome, DirectoryDelta, DirectoryError, DirectoryEvent,
+    DirectoryEventBatch, DirectorySnapshot, ExecutionRow, ExistingRows, InboxReceipt, InstanceUuid,
+    LookupKeys, MembershipRow, ProjectionState, ProjectionWrite, WorkspaceRow,
 };
 use tenantry_ports::directory::{
     DeltaApplier, EventBatchApplier, FreshnessToucher, ProjectionStateReader, ProjectionStoreError,
@@ -56,6 +56,15 @@ pub const ACCOUNT_QUERY_CHUNK: usize = 500;
 const IN_CHUNK: usize = 500;
 /// Cursor of the placeholder state row a snapshot inserts before taking the row lock.
 const PLACEHOLDER_CURSOR: i64 = i64::MIN;
+
+/// Rows to upsert, by table.
+struct Rows<'a> {
+    accounts: &'a [AccountRow],
+    workspaces: &'a [WorkspaceRow],
+    memberships: &'a [MembershipRow],
+    executions: &'a [ExecutionRow],
+    receipts: &'a [InboxReceipt],
+}
 
 /// The directory projection store. Cheap to clone (shares the pool).
 #[derive(Debug, Clone)]
@@ -313,7 +322,17 @@ impl SeaOrmDirectoryStore {
         conn: &C,
         plan: &ProjectionWrite,
     ) -> Result<(), ProjectionStoreError> {
-        self.upsert_rows(conn, plan).await?;
+        self.upsert_rows(
+            conn,
+            Rows {
+                accounts: &plan.accounts,
+                workspaces: &plan.workspaces,
+                memberships: &plan.memberships,
+                executions: &plan.executions,
+                receipts: &plan.receipts,
+            },
+        )
+        .await?;
         state::Entity::insert(from_state(&plan.state))
             .on_conflict(
                 OnConflict::column(state::Column::InstanceUuid)
@@ -335,9 +354,9 @@ impl SeaOrmDirectoryStore {
     async fn upsert_rows<C: sea_orm::ConnectionTrait>(
         &self,
         conn: &C,
-        plan: &ProjectionWrite,
+        rows: Rows<'_>,
     ) -> Result<(), ProjectionStoreError> {
-        for chunk in plan.accounts.chunks(self.rows_per_statement(6)) {
+        for chunk in rows.accounts.chunks(self.rows_per_statement(6)) {
             account::Entity::insert_many(chunk.iter().map(from_account))
                 .on_conflict(
                     OnConflict::column(account::Column::Uuid)
@@ -354,7 +373,7 @@ impl SeaOrmDirectoryStore {
                 .await
                 .map_err(storage("write accounts"))?;
         }
-        for chunk in plan.workspaces.chunks(self.rows_per_statement(9)) {
+        for chunk in rows.workspaces.chunks(self.rows_per_statement(9)) {
             workspace::Entity::insert_many(chunk.iter().map(from_workspace))
                 .on_conflict(
                     OnConflict::column(workspace::Column::Uuid)
@@ -374,7 +393,7 @@ impl SeaOrmDirectoryStore {
                 .await
                 .map_err(storage("write workspaces"))?;
         }
-        for chunk in plan.memberships.chunks(self.rows_per_statement(7)) {
+        for chunk in rows.memberships.chunks(self.rows_per_statement(7)) {
             membership::Entity::insert_many(chunk.iter().map(from_membership))
                 .on_conflict(
                     OnConflict::column(membership::Column::Uuid)
@@ -392,7 +411,7 @@ impl SeaOrmDirectoryStore {
                 .await
                 .map_err(storage("write memberships"))?;
         }
-        for chunk in plan.executions.chunks(self.rows_per_statement(7)) {
+        for chunk in rows.executions.chunks(self.rows_per_statement(7)) {
             execution::Entity::insert_many(chunk.iter().map(from_execution))
                 .on_conflict(
                     OnConflict::column(execution::Column::WorkspaceUuid)
@@ -410,7 +429,7 @@ impl SeaOrmDirectoryStore {
                 .await
                 .map_err(storage("write execution state"))?;
         }
-        for chunk in plan.receipts.chunks(self.rows_per_statement(8)) {
+        for chunk in rows.receipts.chunks(self.rows_per_statement(8)) {
             inbox::Entity::insert_many(chunk.iter().map(from_receipt))
                 .on_conflict(
                     OnConflict::columns([inbox::Column::InstanceUuid, inbox::Column::EventUuid])
@@ -590,13 +609,13 @@ mod fixture {
 
     use async_trait::async_trait;
     use sea_orm::{EntityTrait, TransactionTrait};
-    use tenantry_directory::{ProjectionState, ProjectionTables, ProjectionWrite};
+    use tenantry_directory::ProjectionTables;
     use tenantry_ports::directory::ProjectionStoreError;
     use tenantry_ports::directory::testing::DirectoryFixtureStore;
 
     use super::convert::*;
     use super::entity::{account, execution, inbox, membership, state, workspace};
-    use super::{SeaOrmDirectoryStore, corrupt, storage};
+    use super::{Rows, SeaOrmDirectoryStore, corrupt, storage};
 
     #[async_trait]
     impl DirectoryFixtureStore for SeaOrmDirectoryStore {
@@ -657,30 +676,22 @@ mod fixture {
 
         async fn seed_rows(&self, rows: &ProjectionTables) -> Result<(), ProjectionStoreError> {
             let txn = self.conn.begin().await.map_err(storage("begin"))?;
-            let plan = ProjectionWrite {
-                accounts: rows.accounts.values().cloned().collect(),
-                workspaces: rows.workspaces.values().cloned().collect(),
-                memberships: rows.memberships.values().cloned().collect(),
-                executions: rows.executions.values().cloned().collect(),
-                receipts: rows.receipts.values().cloned().collect(),
-                state: rows
-                    .states
-                    .values()
-                    .next()
-                    .cloned()
-                    .unwrap_or(ProjectionState {
-                        instance_uuid: tenantry_directory::testing::instance(),
-                        cursor: 0,
-                        snapshot_coverage_cursor: 0,
-                        snapshot_fingerprint: tenantry_kernel::Fingerprint::from_stored(""),
-                        last_applied_at: chrono::DateTime::UNIX_EPOCH,
-                        lease_expires_at: chrono::DateTime::UNIX_EPOCH,
-                    }),
-                check_active_capacity: false,
-                cardinality: None,
-                caught_up: false,
-            };
-            self.upsert_rows(&txn, &plan).await?;
+            let accounts: Vec<_> = rows.accounts.values().cloned().collect();
+            let workspaces: Vec<_> = rows.workspaces.values().cloned().collect();
+            let memberships: Vec<_> = rows.memberships.values().cloned().collect();
+            let executions: Vec<_> = rows.executions.values().cloned().collect();
+            let receipts: Vec<_> = rows.receipts.values().cloned().collect();
+            self.upsert_rows(
+                &txn,
+                Rows {
+                    accounts: &accounts,
+                    workspaces: &workspaces,
+                    memberships: &memberships,
+                    executions: &executions,
+                    receipts: &receipts,
+                },
+            )
+            .await?;
             for state in rows.states.values() {
                 state::Entity::insert(from_state(state))
                     .exec_without_returning(&txn)

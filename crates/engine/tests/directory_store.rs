@@ -1,0 +1,117 @@
+//! The directory projector over the SeaORM store (SQLite by default, PostgreSQL with
+//! `TENANTRY_TEST_PG_URL`): the same flows as the fake-based unit tests, on a real database.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tenantry_directory::maps::{MembershipStatus, WorkspaceStatus};
+use tenantry_directory::testing::*;
+use tenantry_directory::{DirectoryError, ProjectionLimits, ProjectorConfig};
+use tenantry_engine::directory::{DirectoryProjector, ProjectorError};
+use tenantry_ports::directory::ProjectionStateReader;
+use tenantry_ports::directory::testing::{DirectoryFixtureStore, ScriptedProvider};
+use tenantry_store_seaorm::directory::SeaOrmDirectoryStore;
+use tenantry_store_seaorm::testing::fresh_database;
+
+fn config() -> ProjectorConfig {
+    ProjectorConfig::new(
+        INSTANCE,
+        Duration::from_secs(5),
+        Duration::from_secs(60),
+        100,
+        ProjectionLimits::default(),
+    )
+    .unwrap()
+}
+
+#[tokio::test]
+async fn two_replicas_project_snapshot_delta_and_entitlements_into_the_database() {
+    let db = fresh_database().await;
+    let store = SeaOrmDirectoryStore::new(&db.db);
+    let provider_a = ScriptedProvider::new();
+    let provider_b = ScriptedProvider::new();
+    let a = DirectoryProjector::new(config(), provider_a.clone(), store.clone())
+        .with_wall_clock(Arc::new(|| at(0)));
+    let b = DirectoryProjector::new(config(), provider_b.clone(), store.clone())
+        .with_wall_clock(Arc::new(|| at(1)));
+
+    let base = snapshot(
+        10,
+        vec![
+            workspace("ws-1", 1, &[("a", 1), ("b", 1)]),
+            workspace("ws-2", 1, &[("c", 1)]),
+        ],
+    );
+    provider_a.push_snapshot(Ok(base.clone()));
+    a.sync_once().await.unwrap();
+    assert!(a.require_ready().is_ok());
+
+    // B starts later and finds the shared projection ahead of the snapshot it is served first.
+    let page = batch(
+        10,
+        12,
+        12,
+        vec![
+            dir_event("e-11", 11, "ws-2", 2),
+            ent_event("e-12", 12, "ws-1", 1),
+        ],
+    );
+    provider_a.push_events(Ok(page.clone()));
+    provider_a.push_delta(Ok(delta(&["ws-2"], vec![])));
+    a.sync_once().await.unwrap();
+    assert_eq!(a.consumer_cursor(), Some(12));
+
+    provider_b.push_snapshot(Ok(base.clone()));
+    provider_b.push_snapshot(Ok(snapshot(
+        12,
+        vec![workspace("ws-1", 1, &[("a", 1), ("b", 1)])],
+    )));
+    b.initialize().await.unwrap();
+    assert_eq!(b.consumer_cursor(), Some(12));
+
+    let tables = store.dump_tables().await.unwrap();
+    assert_eq!(
+        tables.workspaces[&ws_id("ws-2")].status,
+        WorkspaceStatus::Archived
+    );
+    assert_eq!(
+        tables.memberships[&m_id("m-c-ws-2")].status,
+        MembershipStatus::Removed
+    );
+    assert!(tables.executions[&ws_id("ws-2")].write_fenced);
+    assert_eq!(tables.receipts.len(), 2);
+
+    // Both replicas confirm freshness on an empty page.
+    provider_a.push_events(Ok(batch(12, 12, 12, vec![])));
+    provider_b.push_events(Ok(batch(12, 12, 12, vec![])));
+    a.sync_once().await.unwrap();
+    b.sync_once().await.unwrap();
+    let state = store.projection_state(&instance()).await.unwrap().unwrap();
+    assert_eq!((state.cursor, state.last_applied_at), (12, at(1)));
+
+    // A delta older than its event notification is refused and changes nothing.
+    let before = store.dump_tables().await.unwrap();
+    provider_a.push_events(Ok(batch(
+        12,
+        13,
+        13,
+        vec![dir_event("e-13", 13, "ws-1", 5)],
+    )));
+    provider_a.push_delta(Ok(delta(
+        &["ws-1"],
+        vec![workspace("ws-1", 4, &[("a", 1)])],
+    )));
+    assert_eq!(
+        a.sync_once().await,
+        Err(ProjectorError::Rejected(
+            DirectoryError::DeltaOlderThanEvent {
+                workspace: ws_id("ws-1"),
+                revision: 4,
+                required: 5
+            }
+        ))
+    );
+    assert_eq!(store.dump_tables().await.unwrap(), before);
+    assert_eq!(a.consumer_cursor(), Some(12));
+}
