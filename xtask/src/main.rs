@@ -4,7 +4,7 @@
 //!   see [`ci`].
 //! - `cargo xtask pg`: a throwaway PostgreSQL cluster for manual work; see [`pg`].
 //! - `cargo xtask bench`: the benchmarks; see [`bench`].
-//! - `cargo xtask demo`: not implemented yet.
+//! - `cargo xtask demo [ARGS]`: `cargo run --release -p tenantry-app -- demo [ARGS]`.
 //!
 //! Add a subcommand by adding a variant to [`Command`] and a match arm in [`main`].
 
@@ -38,8 +38,13 @@ enum Command {
     /// Benchmarks: release build, throwaway PostgreSQL cluster, pgbench reference; results
     /// as JSON lines, in target/bench/ and in docs/benchmarks.md.
     Bench(bench::BenchArgs),
-    /// Demo run of the service (not implemented yet).
-    Demo,
+    /// The end-to-end demo: `cargo run --release -p tenantry-app -- demo [ARGS]` (see
+    /// `tenantry demo --help` for ARGS, e.g. `--scale 0.1 --faults heavy`).
+    Demo {
+        /// Arguments passed to `tenantry demo`.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
 }
 
 /// Options of `cargo xtask pg`.
@@ -59,7 +64,7 @@ fn main() -> ExitCode {
         Command::Ci(args) => ci::run(&root, &args),
         Command::Pg(args) => run_pg(&args),
         Command::Bench(args) => bench::run(&root, &args),
-        Command::Demo => not_implemented("demo"),
+        Command::Demo { args } => run_demo(&root, &args),
     }
 }
 
@@ -107,7 +112,19 @@ fn run_pg(args: &PgArgs) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-fn not_implemented(command: &str) -> ExitCode {
-    eprintln!("xtask: `cargo xtask {command}` is not implemented yet");
-    ExitCode::FAILURE
+fn run_demo(root: &Path, args: &[String]) -> ExitCode {
+    let status =
+        std::process::Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
+            .current_dir(root)
+            .args(["run", "--release", "-p", "tenantry-app", "--", "demo"])
+            .args(args)
+            .status();
+    match status {
+        Ok(s) if s.success() => ExitCode::SUCCESS,
+        Ok(s) => ExitCode::from(u8::try_from(s.code().unwrap_or(1)).unwrap_or(1)),
+        Err(e) => {
+            eprintln!("xtask: cannot run cargo: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }
