@@ -138,7 +138,13 @@ mod tests {
     #[test]
     fn configuration_validation() {
         let limits = ProjectionLimits::default();
-        type Case = (&'static str, Duration, Duration, u32, Result<(), ConfigError>);
+        type Case = (
+            &'static str,
+            Duration,
+            Duration,
+            u32,
+            Result<(), ConfigError>,
+        );
         let cases: Vec<Case> = vec![
             ("inst", secs(5), secs(60), 100, Ok(())),
             ("  inst  ", secs(5), secs(60), 1, Ok(())),

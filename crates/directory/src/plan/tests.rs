@@ -1021,6 +1021,89 @@ mod model_check {
         snapshot(step * 10, workspaces)
     }
 
+    /// One delta step: requested workspaces (index, returned?, status, members).
+    type Step = Vec<(usize, bool, u8, Vec<usize>)>;
+
+    fn arb_step() -> impl Strategy<Value = Step> {
+        prop::collection::vec(
+            (
+                0usize..5,
+                any::<bool>(),
+                0u8..4,
+                prop::collection::vec(0usize..4, 1..3),
+            ),
+            1..4,
+        )
+    }
+
+    proptest! {
+        #[test]
+        fn delta_sequences_match_a_per_workspace_model(steps in prop::collection::vec(arb_step(), 1..6)) {
+            let mut h = Harness::new();
+            h.snap(&snapshot(10, vec![])).unwrap();
+            // workspace -> Some((status, accounts)) when projected, None when tombstoned.
+            let mut model: std::collections::BTreeMap<usize, Option<(WorkspaceStatus, Vec<String>)>> = Default::default();
+            let mut cursor = 10;
+            for (i, step) in steps.iter().enumerate() {
+                let revision = i as i64 + 1;
+                let mut seen = std::collections::BTreeSet::new();
+                let mut events = Vec::new();
+                let mut returned = Vec::new();
+                for (w, keep, status, members) in step {
+                    if !seen.insert(*w) {
+                        continue;
+                    }
+                    cursor += 1;
+                    let uuid = format!("ws-{w}");
+                    events.push(dir_event(&format!("e-{cursor}"), cursor, &uuid, revision));
+                    if *keep {
+                        let mut accounts: Vec<String> = members.iter().map(|m| format!("acc{m}")).collect();
+                        accounts.sort();
+                        accounts.dedup();
+                        let pairs: Vec<(&str, i64)> = accounts.iter().map(|a| (a.as_str(), revision)).collect();
+                        let mut ws = workspace(&uuid, revision, &pairs);
+                        ws.execution_generation = revision;
+                        ws.status = [WorkspaceStatus::Active, WorkspaceStatus::Suspended, WorkspaceStatus::Archived, WorkspaceStatus::Deleted][*status as usize];
+                        model.insert(*w, Some((ws.status, accounts)));
+                        returned.push(ws);
+                    } else if model.contains_key(w) {
+                        model.insert(*w, None);
+                    }
+                }
+                let requested: Vec<String> = seen.iter().map(|w| format!("ws-{w}")).collect();
+                let requested: Vec<&str> = requested.iter().map(String::as_str).collect();
+                let b = batch(cursor - events.len() as i64, cursor, cursor, events);
+                let outcome = h.delta(&delta(&requested, returned), &b).unwrap();
+                prop_assert!(outcome.caught_up);
+                for (w, expected) in &model {
+                    let uuid = format!("ws-{w}");
+                    let row = h.ws(&uuid);
+                    let exec = h.exec(&uuid);
+                    match expected {
+                        Some((status, accounts)) => {
+                            prop_assert_eq!(row.status, *status);
+                            prop_assert_eq!(exec.write_fenced, *status != WorkspaceStatus::Active);
+                            for m in h.tables.memberships.values().filter(|m| m.workspace_uuid.as_str() == uuid) {
+                                let listed = accounts.iter().any(|a| a == m.account_uuid.as_str());
+                                if !listed || *status != WorkspaceStatus::Active {
+                                    prop_assert_ne!(m.status, MembershipStatus::Active);
+                                } else {
+                                    prop_assert_eq!(m.status, MembershipStatus::Active);
+                                }
+                            }
+                        }
+                        None => {
+                            prop_assert_eq!(row.status, WorkspaceStatus::Archived);
+                            prop_assert!(exec.write_fenced);
+                            prop_assert!(h.tables.memberships.values().filter(|m| m.workspace_uuid.as_str() == uuid).all(|m| m.status == MembershipStatus::Removed));
+                        }
+                    }
+                }
+                prop_assert_eq!(h.tables.states[&instance()].cursor, cursor);
+            }
+        }
+    }
+
     proptest! {
         #[test]
         fn snapshot_sequences_match_the_last_snapshot(steps in prop::collection::vec(arb_snapshot_contents(), 1..5)) {

@@ -453,3 +453,52 @@ async fn run_loop_stops_on_shutdown_while_sleeping() {
     p.run(tokio::time::sleep(Duration::from_secs(2))).await;
     assert_eq!(f.provider.calls().len(), 1, "only the initial snapshot");
 }
+
+/// A provider whose event fetch never answers (a hung connection).
+#[derive(Clone)]
+struct HangingProvider(ScriptedProvider);
+
+#[async_trait::async_trait]
+impl DirectoryProvider for HangingProvider {
+    async fn fetch_snapshot(
+        &self,
+        instance: &tenantry_directory::InstanceUuid,
+    ) -> Result<tenantry_directory::DirectorySnapshot, ProviderError> {
+        self.0.fetch_snapshot(instance).await
+    }
+
+    async fn fetch_events(
+        &self,
+        _instance: &tenantry_directory::InstanceUuid,
+        _after: i64,
+        _limit: u32,
+    ) -> Result<DirectoryEventBatch, ProviderError> {
+        std::future::pending().await
+    }
+
+    async fn fetch_workspaces(
+        &self,
+        instance: &tenantry_directory::InstanceUuid,
+        uuids: &[WorkspaceUuid],
+    ) -> Result<DirectoryDelta, ProviderError> {
+        self.0.fetch_workspaces(instance, uuids).await
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn run_loop_stops_on_shutdown_during_a_hung_sync() {
+    let f = Fixture::new();
+    let p = DirectoryProjector::new(
+        config(),
+        HangingProvider(f.provider.clone()),
+        f.store.clone(),
+    );
+    f.provider.push_snapshot(Ok(base()));
+    p.initialize().await.unwrap();
+    let before = f.store.tables();
+    let start = Instant::now();
+    p.run(tokio::time::sleep(Duration::from_secs(30))).await;
+    assert_eq!(start.elapsed(), Duration::from_secs(30));
+    assert_eq!(f.store.tables(), before);
+    assert_eq!(p.consumer_cursor(), Some(10));
+}
