@@ -201,7 +201,7 @@ pub async fn run(cli: Cli) -> ExitCode {
     let env = |name: &str| std::env::var(name).ok();
     match cli.command {
         Command::Demo(args) => {
-            logging::init(config::LogFormat::Human, "warn");
+            logging::init(config::LogFormat::Human, "error");
             demo::main(&args).await
         }
         Command::ReferenceRemote(args) => {

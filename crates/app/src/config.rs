@@ -98,6 +98,50 @@ pub struct Config {
     pub knowledge_fs_deadline: Duration,
     /// `knowledge_fs_max_concurrent_calls`: calls in flight at once (1..=1024, default 8).
     pub knowledge_fs_max_concurrent_calls: usize,
+    /// The directory projection, when `directory_url` is set.
+    pub directory: Option<DirectorySettings>,
+}
+
+/// Settings of the directory projection (all `directory_*` settings).
+#[derive(Clone, PartialEq, Eq)]
+pub struct DirectorySettings {
+    /// `directory_url`: base URL of the Directory API v1 provider.
+    pub url: String,
+    /// `directory_token`: bearer token sent to the provider, if it requires one.
+    pub token: Option<String>,
+    /// `directory_instance`: the instance uuid projected into this database.
+    pub instance: String,
+    /// `directory_trusted_keys`: `key_id=64 hex digits` entries separated by commas; the
+    /// Ed25519 public keys whose signatures are accepted (several during a key rotation).
+    pub trusted_keys: Vec<(String, String)>,
+    /// `directory_sync_interval_ms`: time between syncs (default 5000).
+    pub sync_interval: Duration,
+    /// `directory_max_staleness_seconds`: age after which the projection is stale and
+    /// `/readyz` fails (default 300; must exceed the sync interval).
+    pub max_staleness: Duration,
+    /// `directory_event_limit`: events asked per page (1..=100, default 100).
+    pub event_limit: u32,
+}
+
+impl std::fmt::Debug for DirectorySettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DirectorySettings")
+            .field("url", &self.url)
+            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .field("instance", &self.instance)
+            .field(
+                "trusted_keys",
+                &self
+                    .trusted_keys
+                    .iter()
+                    .map(|(id, _)| id)
+                    .collect::<Vec<_>>(),
+            )
+            .field("sync_interval", &self.sync_interval)
+            .field("max_staleness", &self.max_staleness)
+            .field("event_limit", &self.event_limit)
+            .finish()
+    }
 }
 
 impl std::fmt::Debug for Config {
@@ -129,6 +173,7 @@ impl std::fmt::Debug for Config {
                 "knowledge_fs_max_concurrent_calls",
                 &self.knowledge_fs_max_concurrent_calls,
             )
+            .field("directory", &self.directory)
             .finish()
     }
 }
@@ -210,6 +255,20 @@ pub struct RawConfig {
     pub knowledge_fs_deadline_ms: Option<u64>,
     /// See [`Config::knowledge_fs_max_concurrent_calls`].
     pub knowledge_fs_max_concurrent_calls: Option<usize>,
+    /// See [`DirectorySettings::url`].
+    pub directory_url: Option<String>,
+    /// See [`DirectorySettings::token`].
+    pub directory_token: Option<String>,
+    /// See [`DirectorySettings::instance`].
+    pub directory_instance: Option<String>,
+    /// See [`DirectorySettings::trusted_keys`].
+    pub directory_trusted_keys: Option<String>,
+    /// See [`DirectorySettings::sync_interval`].
+    pub directory_sync_interval_ms: Option<u64>,
+    /// See [`DirectorySettings::max_staleness`].
+    pub directory_max_staleness_seconds: Option<u64>,
+    /// See [`DirectorySettings::event_limit`].
+    pub directory_event_limit: Option<u32>,
 }
 
 /// Where each setting came from, for error messages.
@@ -290,7 +349,9 @@ pub fn merge_env_and_validate(
         database_url, database_max_connections, listen, admin_token, log_format, log_filter,
         workers, claim_batch, idle_poll_ms, lease_seconds, retry_max_delay_ms,
         shutdown_grace_seconds, product_enabled, knowledge_fs_url, knowledge_fs_token,
-        knowledge_fs_deadline_ms, knowledge_fs_max_concurrent_calls,
+        knowledge_fs_deadline_ms, knowledge_fs_max_concurrent_calls, directory_url,
+        directory_token, directory_instance, directory_trusted_keys, directory_sync_interval_ms,
+        directory_max_staleness_seconds, directory_event_limit,
     );
     validate(raw, &|setting| {
         sources
@@ -320,6 +381,7 @@ fn validate(
         }
     };
 
+    let directory = validate_directory(&raw, &invalid, &in_range)?;
     let database_url = raw
         .database_url
         .unwrap_or_else(|| DEFAULT_DATABASE_URL.to_owned());
@@ -439,7 +501,109 @@ fn validate(
         knowledge_fs_token: raw.knowledge_fs_token.filter(|t| !t.is_empty()),
         knowledge_fs_deadline: Duration::from_millis(knowledge_fs_deadline),
         knowledge_fs_max_concurrent_calls: knowledge_fs_max_concurrent_calls as usize,
+        directory,
     })
+}
+
+fn validate_directory(
+    raw: &RawConfig,
+    invalid: &dyn Fn(&'static str, String) -> ConfigError,
+    in_range: &dyn Fn(&'static str, u64, u64, u64) -> Result<u64, ConfigError>,
+) -> Result<Option<DirectorySettings>, ConfigError> {
+    let Some(url) = raw.directory_url.clone().filter(|u| !u.is_empty()) else {
+        let stray = [
+            ("directory_instance", raw.directory_instance.is_some()),
+            (
+                "directory_trusted_keys",
+                raw.directory_trusted_keys.is_some(),
+            ),
+            ("directory_token", raw.directory_token.is_some()),
+        ];
+        if let Some((setting, _)) = stray.iter().find(|(_, given)| *given) {
+            return Err(invalid(
+                setting,
+                "is set but directory_url is not; set directory_url to enable the directory projection"
+                    .to_owned(),
+            ));
+        }
+        return Ok(None);
+    };
+    if !(url.starts_with("http://") || url.starts_with("https://")) {
+        return Err(invalid(
+            "directory_url",
+            format!("{url:?} is not an http(s) URL"),
+        ));
+    }
+    let instance = raw
+        .directory_instance
+        .clone()
+        .map(|i| i.trim().to_owned())
+        .filter(|i| !i.is_empty())
+        .ok_or(ConfigError::Missing {
+            setting: "directory_instance",
+            hint: "set directory_instance (TENANTRY_DIRECTORY_INSTANCE) to the instance uuid the provider serves",
+        })?;
+    let keys_text = raw.directory_trusted_keys.clone().unwrap_or_default();
+    let mut trusted_keys = Vec::new();
+    for entry in keys_text
+        .split(',')
+        .map(str::trim)
+        .filter(|e| !e.is_empty())
+    {
+        let (id, key) = entry.split_once('=').ok_or_else(|| {
+            invalid(
+                "directory_trusted_keys",
+                format!("entry {entry:?} is not key_id=HEX"),
+            )
+        })?;
+        let key = key.trim();
+        if key.len() != 64 || !key.chars().all(|c| c.is_ascii_hexdigit()) {
+            return Err(invalid(
+                "directory_trusted_keys",
+                format!("key {id:?} is not 64 hex digits (an Ed25519 public key)"),
+            ));
+        }
+        trusted_keys.push((id.trim().to_owned(), key.to_ascii_lowercase()));
+    }
+    if trusted_keys.is_empty() {
+        return Err(ConfigError::Missing {
+            setting: "directory_trusted_keys",
+            hint: "set directory_trusted_keys to key_id=HEX[,key_id=HEX]: the provider's Ed25519 public keys",
+        });
+    }
+    let sync_ms = in_range(
+        "directory_sync_interval_ms",
+        raw.directory_sync_interval_ms.unwrap_or(5000),
+        10,
+        3_600_000,
+    )?;
+    let staleness = in_range(
+        "directory_max_staleness_seconds",
+        raw.directory_max_staleness_seconds.unwrap_or(300),
+        1,
+        86_400,
+    )?;
+    if staleness * 1000 <= sync_ms {
+        return Err(invalid(
+            "directory_max_staleness_seconds",
+            format!("{staleness} s must exceed directory_sync_interval_ms = {sync_ms}"),
+        ));
+    }
+    let event_limit = in_range(
+        "directory_event_limit",
+        u64::from(raw.directory_event_limit.unwrap_or(100)),
+        1,
+        100,
+    )?;
+    Ok(Some(DirectorySettings {
+        url,
+        token: raw.directory_token.clone().filter(|t| !t.is_empty()),
+        instance,
+        trusted_keys,
+        sync_interval: Duration::from_millis(sync_ms),
+        max_staleness: Duration::from_secs(staleness),
+        event_limit: event_limit as u32,
+    }))
 }
 
 impl Config {
@@ -496,7 +660,7 @@ pub fn redact_url(url: &str) -> String {
 mod tests {
     use super::*;
 
-    fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+    fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> + use<> {
         let map: BTreeMap<String, String> = pairs
             .iter()
             .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
@@ -631,6 +795,56 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    #[test]
+    fn directory_settings_are_validated_together() {
+        let key = "ab".repeat(32);
+        let env = env_of(&[
+            ("TENANTRY_DIRECTORY_URL", "http://127.0.0.1:9"),
+            ("TENANTRY_DIRECTORY_INSTANCE", "inst-1"),
+        ]);
+        let err = merge_env_and_validate(RawConfig::default(), "defaults", env).unwrap_err();
+        assert!(matches!(
+            err,
+            ConfigError::Missing {
+                setting: "directory_trusted_keys",
+                ..
+            }
+        ));
+        let keys = format!("k1={key}, k2={key}");
+        let env = env_of(&[
+            ("TENANTRY_DIRECTORY_URL", "http://127.0.0.1:9"),
+            ("TENANTRY_DIRECTORY_INSTANCE", "inst-1"),
+            ("TENANTRY_DIRECTORY_TRUSTED_KEYS", keys.as_str()),
+        ]);
+        let config = merge_env_and_validate(RawConfig::default(), "defaults", env).unwrap();
+        let directory = config.directory.unwrap();
+        assert_eq!(directory.trusted_keys.len(), 2);
+        assert_eq!(directory.max_staleness, Duration::from_secs(300));
+        let env = env_of(&[
+            ("TENANTRY_DIRECTORY_URL", "http://127.0.0.1:9"),
+            ("TENANTRY_DIRECTORY_INSTANCE", "inst-1"),
+            ("TENANTRY_DIRECTORY_TRUSTED_KEYS", "k1=xyz"),
+        ]);
+        let err = merge_env_and_validate(RawConfig::default(), "defaults", env).unwrap_err();
+        assert!(matches!(
+            err,
+            ConfigError::Invalid {
+                setting: "directory_trusted_keys",
+                ..
+            }
+        ));
+        let env = env_of(&[("TENANTRY_DIRECTORY_INSTANCE", "inst-1")]);
+        let err = merge_env_and_validate(RawConfig::default(), "defaults", env).unwrap_err();
+        assert!(matches!(
+            err,
+            ConfigError::Invalid {
+                setting: "directory_instance",
+                ..
+            }
+        ));
+        assert_eq!(Config::defaults().directory, None);
     }
 
     #[test]

@@ -9,6 +9,7 @@
 //! - [`config`]: TOML file plus `TENANTRY_*` environment, validated at start;
 //! - [`service`]: `tenantry serve` wiring and graceful shutdown;
 //! - [`admin`]: the admin API router;
+//! - [`directory`]: the directory projector's wiring and status;
 //! - [`fences`]: fence listing and clearing across installation bindings;
 //! - [`metrics`]: the lifecycle metrics port over the `metrics` crate, Prometheus export;
 //! - [`ops`]: operator commands on the database (`migrate`, `commands list`, `fences ...`);
@@ -19,6 +20,7 @@ pub mod admin;
 pub mod cli;
 pub mod config;
 pub mod demo;
+pub mod directory;
 pub mod fences;
 pub mod logging;
 pub mod metrics;

@@ -11,7 +11,8 @@
 //! - `tenantry_dispatch_duration_seconds{call, outcome}`: histogram, one KnowledgeFS call;
 //! - `tenantry_commands{status, operation}`: gauge, open commands (pending, processing);
 //! - `tenantry_fences_active`: gauge, fences persisted across all installation bindings;
-//! - `tenantry_directory_staleness_seconds`: gauge, once the directory projector is wired.
+//! - `tenantry_directory_staleness_seconds`: gauge, age of the directory projection (when a
+//!   directory provider is configured).
 //!
 //! The recorder is process-global (the `metrics` crate has one), installed on first use.
 
@@ -158,6 +159,11 @@ pub fn set_open_commands(status: &'static str, operation: &str, count: u64) {
 /// Sets the active-fences gauge.
 pub fn set_fences_active(count: u64) {
     metrics::gauge!("tenantry_fences_active").set(count as f64);
+}
+
+/// Sets the directory staleness gauge (seconds since the projection was last applied).
+pub fn set_directory_staleness(seconds: f64) {
+    metrics::gauge!("tenantry_directory_staleness_seconds").set(seconds);
 }
 
 /// A [`KnowledgeFs`] that times every call of the wrapped remote into

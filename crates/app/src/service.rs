@@ -38,6 +38,9 @@ pub enum StartError {
     /// The KnowledgeFS client could not be built from the configuration.
     #[error("knowledge_fs settings are unusable: {0}")]
     Remote(String),
+    /// The directory settings cannot be used (the message names the setting).
+    #[error("directory settings are unusable: {0}")]
+    Directory(String),
     /// The admin API address could not be bound.
     #[error("cannot listen on {addr}: {reason}; pick another `listen` address")]
     Bind {
@@ -64,6 +67,8 @@ pub struct Service {
     stop: watch::Sender<bool>,
     workers: Vec<JoinHandle<()>>,
     server: JoinHandle<()>,
+    projector: Option<JoinHandle<()>>,
+    directory: Option<crate::directory::DirectoryHandle>,
     db: Database,
     grace: Duration,
     metrics: Arc<AppMetrics>,
@@ -111,6 +116,22 @@ impl Service {
             .with_metrics(metrics.clone())
             .with_jitter(rand::random::<f64>),
         );
+        let directory = match &config.directory {
+            Some(settings) => {
+                Some(crate::directory::build(settings, &db).map_err(StartError::Directory)?)
+            }
+            None => None,
+        };
+        let listener = tokio::net::TcpListener::bind(config.listen)
+            .await
+            .map_err(|e| StartError::Bind {
+                addr: config.listen,
+                reason: e.to_string(),
+            })?;
+        let addr = listener.local_addr().map_err(|e| StartError::Bind {
+            addr: config.listen,
+            reason: e.to_string(),
+        })?;
         let (stop, stopped) = watch::channel(false);
         let product_enabled = Arc::new(AtomicBool::new(config.product_enabled));
         let workers = (0..config.workers)
@@ -132,6 +153,16 @@ impl Service {
             })
             .collect();
 
+        let projector_task = directory.as_ref().map(|handle| {
+            let projector = handle.projector.clone();
+            let mut stopped = stopped.clone();
+            tokio::spawn(async move {
+                let shutdown = async move {
+                    let _ = stopped.wait_for(|s| *s).await;
+                };
+                projector.run(shutdown).await;
+            })
+        });
         let accepting = Arc::new(AtomicBool::new(true));
         let state = AdminState {
             store: store.clone(),
@@ -139,17 +170,8 @@ impl Service {
             fences: FenceAdmin::new(Arc::new(SeaOrmHostStorage::new(db.conn.clone()))),
             token: config.admin_token.as_deref().map(Arc::from),
             accepting: accepting.clone(),
+            directory: directory.clone(),
         };
-        let listener = tokio::net::TcpListener::bind(config.listen)
-            .await
-            .map_err(|e| StartError::Bind {
-                addr: config.listen,
-                reason: e.to_string(),
-            })?;
-        let addr = listener.local_addr().map_err(|e| StartError::Bind {
-            addr: config.listen,
-            reason: e.to_string(),
-        })?;
         let mut server_stop = stopped;
         let server = tokio::spawn(async move {
             let app = admin::router(state);
@@ -176,6 +198,8 @@ impl Service {
             stop,
             workers,
             server,
+            projector: projector_task,
+            directory,
             db,
             grace: config.shutdown_grace,
             metrics,
@@ -190,6 +214,11 @@ impl Service {
     /// The metrics sink (its tallies feed the demo's summary).
     pub fn metrics(&self) -> &Arc<AppMetrics> {
         &self.metrics
+    }
+
+    /// The directory projection, when configured.
+    pub fn directory(&self) -> Option<&crate::directory::DirectoryHandle> {
+        self.directory.as_ref()
     }
 
     /// The database the service runs on.
@@ -213,6 +242,15 @@ impl Service {
                     let _ = worker.await;
                     report.workers_aborted += 1;
                 }
+            }
+        }
+        if let Some(mut projector) = self.projector {
+            // The projector stops at once on shutdown (every apply is one transaction).
+            if tokio::time::timeout_at(deadline, &mut projector)
+                .await
+                .is_err()
+            {
+                projector.abort();
             }
         }
         let mut server = self.server;

@@ -32,6 +32,13 @@ async fn demo_at_small_scale_passes_with_default_faults() {
     assert_eq!(report.control_spaces, 15);
     assert!(report.command_total() >= 15, "{rendered}");
     assert!(rendered.contains("Result: PASS"), "{rendered}");
+    let names: Vec<&str> = report.checks.iter().map(|c| c.name).collect();
+    assert!(
+        names.contains(&"local directory tables equal the provider's final snapshot"),
+        "{names:?}"
+    );
+    assert!(report.directory.memberships > 0, "{rendered}");
+    assert!(report.churn.total() > 0, "{rendered}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

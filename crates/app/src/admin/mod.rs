@@ -34,6 +34,7 @@ use tenantry_store_seaorm::lifecycle::SeaOrmLifecycleStore;
 
 pub use error::ApiError;
 
+use crate::directory::DirectoryHandle;
 use crate::fences::FenceAdmin;
 
 /// Largest accepted request body: 64 KiB.
@@ -79,6 +80,8 @@ pub struct AdminState {
     pub token: Option<Arc<str>>,
     /// False once shutdown began (`/readyz` answers 503 then).
     pub accepting: Arc<AtomicBool>,
+    /// The directory projection, when configured.
+    pub directory: Option<DirectoryHandle>,
 }
 
 impl std::fmt::Debug for AdminState {

@@ -36,15 +36,27 @@ pub async fn readyz(State(state): State<AdminState>) -> Response {
         limit: 1,
         ..CommandFilter::default()
     };
-    match state.store.list_commands(&probe).await {
-        Ok(_) => Json(json!({"status": "ready", "database": "ok", "directory": "not_configured"}))
-            .into_response(),
-        Err(e) => ApiError::new(
+    if let Err(e) = state.store.list_commands(&probe).await {
+        return ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "DATABASE_UNREACHABLE",
             format!("database does not answer: {e}"),
         )
-        .into_response(),
+        .into_response();
+    }
+    match &state.directory {
+        None => Json(json!({"status": "ready", "database": "ok", "directory": "not_configured"}))
+            .into_response(),
+        Some(directory) => match directory.projector.require_ready() {
+            Ok(()) => Json(json!({"status": "ready", "database": "ok", "directory": "ready"}))
+                .into_response(),
+            Err(e) => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "DIRECTORY_NOT_READY",
+                format!("{e}; execution admission fails closed until the projection catches up"),
+            )
+            .into_response(),
+        },
     }
 }
 
@@ -73,6 +85,10 @@ async fn refresh_gauges(state: &AdminState) {
     match state.fences.count().await {
         Ok(n) => metrics::set_fences_active(n),
         Err(e) => tracing::warn!(error = %e, "fences gauge not refreshed"),
+    }
+    if state.directory.is_some() {
+        // Sets the staleness gauge as a side effect.
+        let _ = crate::directory::status(state.directory.as_ref()).await;
     }
 }
 
@@ -110,18 +126,9 @@ pub async fn openapi() -> Response {
         .into_response()
 }
 
-/// `GET /v1/directory/status`.
-// TODO(directory): the directory projector (engine::directory) is not available yet; once it
-// is, report cursor, staleness, readiness and resource gauges here and in /readyz, and set the
-// `tenantry_directory_staleness_seconds` gauge.
-pub async fn directory_status() -> Json<serde_json::Value> {
-    Json(json!({
-        "configured": false,
-        "ready": null,
-        "cursor": null,
-        "staleness_seconds": null,
-        "message": "no directory provider is configured in this build"
-    }))
+/// `GET /v1/directory/status`: cursor, staleness, readiness and resource gauges.
+pub async fn directory_status(State(state): State<AdminState>) -> Json<serde_json::Value> {
+    Json(crate::directory::status(state.directory.as_ref()).await)
 }
 
 /// Unknown route: 404 `NOT_FOUND`.

@@ -9,11 +9,14 @@
 //! settled, check, print the summary, shut everything down. The exit code is non-zero when a
 //! check fails.
 //!
-//! The directory part of the demo waits for the directory projector (see the TODO in
-//! `admin::probes::directory_status`).
+//! The directory part runs alongside: a reference directory (signed Directory API v1, same
+//! fault profile) of hundreds of workspaces and thousands of members changes while the
+//! workload runs; the service projects it, and at the end the projected tables must equal the
+//! provider's final snapshot.
 
 mod checks;
 pub mod client;
+pub mod directory;
 mod report;
 pub mod workload;
 
@@ -111,8 +114,8 @@ fn timing(faults: Faults) -> (Duration, Duration, Duration) {
         ),
         Faults::None | Faults::Default => (
             Duration::from_secs(30),
-            Duration::from_secs(10),
-            Duration::from_secs(30),
+            Duration::from_secs(5),
+            Duration::from_secs(8),
         ),
     }
 }
@@ -176,6 +179,14 @@ pub async fn run(
         .map_err(|e| DemoError::Setup(format!("reference remote: {e}")))?;
     let truth = remote.truth();
 
+    let run_id = uuid::Uuid::new_v4().simple().to_string()[..8].to_owned();
+    let profile = crate::reference_remote::profile(options.faults);
+    let (demo_directory, directory_settings) =
+        directory::start(options.seed, options.scale, profile, &run_id)
+            .await
+            .map_err(DemoError::Setup)?;
+    let demo_directory = Arc::new(demo_directory);
+
     let token = uuid::Uuid::new_v4().simple().to_string();
     let mut config = Config::defaults();
     config.listen = ([127, 0, 0, 1], 0).into();
@@ -190,13 +201,13 @@ pub async fn run(
     config.knowledge_fs_token = Some(remote.bearer_token().to_owned());
     config.knowledge_fs_deadline = deadline;
     config.knowledge_fs_max_concurrent_calls = 16;
+    config.directory = Some(directory_settings);
     let service = Service::start(&config, db.clone())
         .await
         .map_err(|e| DemoError::Setup(e.to_string()))?;
     let client = AdminClient::new(format!("http://{}", service.addr()), &token)
         .map_err(|e| DemoError::Setup(e.to_string()))?;
 
-    let run_id = uuid::Uuid::new_v4().simple().to_string()[..8].to_owned();
     let plan = workload::plan(options.seed, options.scale, &run_id);
     let deadline_at = Instant::now() + options.timeout;
     let enqueued = Arc::new(AtomicU64::new(0));
@@ -207,6 +218,12 @@ pub async fn run(
         enqueued.clone(),
         bar.clone(),
     ));
+    let (stop_churn, churn_stopped) = tokio::sync::watch::channel(false);
+    let churn = {
+        let dir = demo_directory.clone();
+        let seed = options.seed;
+        tokio::spawn(async move { dir.churn(seed, churn_stopped).await })
+    };
     let driven = workload::drive(&client, &plan, enqueued.clone(), deadline_at).await;
     let submitted_in = started.elapsed();
     let open_left = wait_settled(&client, &plan.tenants, deadline_at).await;
@@ -214,10 +231,30 @@ pub async fn run(
     bar.finish_and_clear();
     let settled_in = started.elapsed();
 
-    let outcome = checks::run(&client, &plan, &driven, open_left, &truth).await;
+    let _ = stop_churn.send(true);
+    let churn = churn.await.unwrap_or_default();
+    let caught_up = demo_directory.wait_caught_up(&client, deadline_at).await;
+    let directory_settled_in = started.elapsed();
+
+    let mut outcome = checks::run(&client, &plan, &driven, open_left, &truth).await;
+    outcome.checks.push(CheckResult {
+        name: "directory projection caught up and ready",
+        passed: caught_up.is_ok(),
+        detail: match &caught_up {
+            Ok(()) => format!("cursor {} reached", demo_directory.server.cursor()),
+            Err(e) => e.clone(),
+        },
+    });
+    let store = tenantry_store_seaorm::directory::SeaOrmDirectoryStore::new(service.database());
+    let (directory_check, directory_counts) = demo_directory.check(&store).await;
+    outcome.checks.push(directory_check);
+    let directory_faults = demo_directory.server.faults_injected();
     let tally: Tally = service.metrics().tally();
     service.shutdown().await;
     remote.shutdown().await;
+    if let Ok(dir) = Arc::try_unwrap(demo_directory) {
+        dir.server.shutdown().await;
+    }
     if owns_pool {
         crate::service::close_pool(db).await;
     }
@@ -234,6 +271,10 @@ pub async fn run(
         retries: tally.retries,
         dispatch_errors: tally.dispatch_errors,
         faults_injected: truth.faults_injected(),
+        directory_faults,
+        churn,
+        directory: directory_counts,
+        directory_settled_in,
         effects: truth.effects(),
         checks: outcome.checks,
         submitted_in,

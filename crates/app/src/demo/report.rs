@@ -8,6 +8,7 @@ use tenantry_testkit::fault::Route;
 use tenantry_testkit::knowledge_fs::EffectCounters;
 
 use super::checks::CheckResult;
+use super::directory::{Churn, DirectoryCounts};
 use crate::cli::Faults;
 
 /// Everything a demo run measured and checked.
@@ -37,6 +38,14 @@ pub struct DemoReport {
     pub faults_injected: BTreeMap<(Route, &'static str), u64>,
     /// What the remote really did.
     pub effects: EffectCounters,
+    /// Faults the reference directory injected, per (route, kind).
+    pub directory_faults: BTreeMap<(Route, &'static str), u64>,
+    /// Directory changes made while the workload ran.
+    pub churn: Churn,
+    /// Sizes of the directory's final snapshot.
+    pub directory: DirectoryCounts,
+    /// Time until the directory projection caught up.
+    pub directory_settled_in: Duration,
     /// Every check.
     pub checks: Vec<CheckResult>,
     /// Time until the workload was submitted.
@@ -151,6 +160,31 @@ impl DemoReport {
             e.revocations_applied,
             e.revocation_replays
         );
+        let _ = writeln!(out);
+        let c = &self.churn;
+        let _ = writeln!(
+            out,
+            "  directory: final snapshot {} workspaces, {} memberships, {} accounts; {} changes while running ({} members added, {} removed, {} workspaces created, {} archived, {} removed, {} entitlement events); caught up after {:.1} s",
+            self.directory.workspaces,
+            self.directory.memberships,
+            self.directory.accounts,
+            c.total(),
+            c.members_added,
+            c.members_removed,
+            c.workspaces_created,
+            c.workspaces_archived,
+            c.workspaces_removed,
+            c.entitlement_events,
+            self.directory_settled_in.as_secs_f64()
+        );
+        if !self.directory_faults.is_empty() {
+            let faults: Vec<String> = self
+                .directory_faults
+                .iter()
+                .map(|((route, kind), n)| format!("{route:?} {kind} {n}"))
+                .collect();
+            let _ = writeln!(out, "  directory faults injected: {}", faults.join(", "));
+        }
         let _ = writeln!(out);
         let _ = writeln!(out, "  checks");
         for c in &self.checks {

@@ -1,0 +1,104 @@
+//! Wiring of the directory projection: the signed HTTP provider and the SeaORM store into the
+//! engine's `DirectoryProjector`, and the status `GET /v1/directory/status` and `/readyz`
+//! report.
+
+use std::sync::Arc;
+
+use chrono::Utc;
+use serde_json::{Value, json};
+use tenantry_directory::{ProjectionLimits, ProjectorConfig};
+use tenantry_engine::directory::DirectoryProjector;
+use tenantry_ports::directory::ProjectionStateReader;
+use tenantry_remote_http::directory::signature::TrustedKeys;
+use tenantry_remote_http::directory::{DirectoryClientConfig, HttpDirectoryProvider};
+use tenantry_store_seaorm::Database;
+use tenantry_store_seaorm::directory::SeaOrmDirectoryStore;
+
+use crate::config::DirectorySettings;
+
+/// The projector as the service runs it.
+pub type Projector = DirectoryProjector<HttpDirectoryProvider, SeaOrmDirectoryStore>;
+
+/// What the admin API needs to report on the projection.
+#[derive(Clone)]
+pub struct DirectoryHandle {
+    /// This replica's projector.
+    pub projector: Arc<Projector>,
+    /// The store, for the shared state row.
+    pub store: SeaOrmDirectoryStore,
+}
+
+impl std::fmt::Debug for DirectoryHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DirectoryHandle").finish_non_exhaustive()
+    }
+}
+
+/// Builds the projector from the settings.
+///
+/// # Errors
+/// A message naming the setting that cannot be used (`directory_trusted_keys`,
+/// `directory_url`, `directory_instance`).
+pub fn build(settings: &DirectorySettings, db: &Database) -> Result<DirectoryHandle, String> {
+    let mut keys = TrustedKeys::new();
+    for (id, hex) in &settings.trusted_keys {
+        keys.insert_hex(id.clone(), hex)
+            .map_err(|e| format!("directory_trusted_keys: {e}"))?;
+    }
+    let mut client = DirectoryClientConfig::new(settings.url.clone(), keys);
+    client.bearer_token = settings.token.clone();
+    let provider =
+        HttpDirectoryProvider::new(&client).map_err(|e| format!("directory_url: {e}"))?;
+    let config = ProjectorConfig::new(
+        &settings.instance,
+        settings.sync_interval,
+        settings.max_staleness,
+        settings.event_limit,
+        ProjectionLimits::default(),
+    )
+    .map_err(|e| format!("directory_instance: {e}"))?;
+    let store = SeaOrmDirectoryStore::new(db);
+    let projector = Arc::new(DirectoryProjector::new(config, provider, store.clone()));
+    Ok(DirectoryHandle { projector, store })
+}
+
+/// The status document of `GET /v1/directory/status`; also sets the
+/// `tenantry_directory_staleness_seconds` gauge.
+pub async fn status(handle: Option<&DirectoryHandle>) -> Value {
+    let Some(handle) = handle else {
+        return json!({
+            "configured": false,
+            "ready": null,
+            "cursor": null,
+            "staleness_seconds": null,
+            "message": "no directory provider is configured (set directory_url)"
+        });
+    };
+    let config = handle.projector.config();
+    let readiness = handle.projector.require_ready();
+    let state = handle.store.projection_state(&config.instance).await;
+    let (shared_cursor, last_applied_at, staleness, state_error) = match &state {
+        Ok(Some(s)) => {
+            let age = (Utc::now() - s.last_applied_at).num_milliseconds().max(0) as f64 / 1000.0;
+            (Some(s.cursor), Some(s.last_applied_at), Some(age), None)
+        }
+        Ok(None) => (None, None, None, None),
+        Err(e) => (None, None, None, Some(e.to_string())),
+    };
+    if let Some(age) = staleness {
+        crate::metrics::set_directory_staleness(age);
+    }
+    json!({
+        "configured": true,
+        "instance_uuid": config.instance.as_str(),
+        "ready": readiness.is_ok(),
+        "not_ready_reason": readiness.err().map(|e| e.to_string()),
+        "cursor": handle.projector.consumer_cursor(),
+        "projection_cursor": shared_cursor,
+        "last_applied_at": last_applied_at,
+        "staleness_seconds": staleness,
+        "max_staleness_seconds": config.max_staleness.as_secs_f64(),
+        "resources": handle.projector.resource_snapshot(),
+        "storage_error": state_error,
+    })
+}

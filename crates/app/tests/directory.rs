@@ -1,0 +1,133 @@
+//! The directory projection inside `tenantry serve`: status and readiness over HTTP, fail
+//! closed while the provider cannot be reached.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::time::Duration;
+
+use common::Harness;
+use tenantry_app::config::DirectorySettings;
+use tenantry_directory::InstanceUuid;
+use tenantry_directory::maps::{
+    DirectoryAccountStatus, DirectoryMembershipStatus, DirectoryRole, WorkspaceStatus,
+};
+use tenantry_directory::{
+    AccountUuid, DirectoryMember, DirectoryWorkspace, MembershipUuid, WorkspaceUuid,
+};
+use tenantry_testkit::directory::{DirectoryServerConfig, ReferenceDirectory};
+
+fn settings(url: String, keys: Vec<(String, [u8; 32])>) -> DirectorySettings {
+    DirectorySettings {
+        url,
+        token: None,
+        instance: "inst-1".to_owned(),
+        trusted_keys: keys
+            .into_iter()
+            .map(|(id, k)| (id, k.iter().map(|b| format!("{b:02x}")).collect()))
+            .collect(),
+        sync_interval: Duration::from_millis(50),
+        max_staleness: Duration::from_secs(30),
+        event_limit: 100,
+    }
+}
+
+fn workspace(uuid: &str) -> DirectoryWorkspace {
+    let account = AccountUuid::parse("acc-1").unwrap();
+    DirectoryWorkspace {
+        uuid: WorkspaceUuid::parse(uuid).unwrap(),
+        name: "W".into(),
+        slug: uuid.into(),
+        workspace_type: "team".into(),
+        status: WorkspaceStatus::Active,
+        created_by_account_uuid: account.clone(),
+        projection_revision: 1,
+        execution_generation: 1,
+        members: vec![DirectoryMember {
+            membership_uuid: MembershipUuid::parse(format!("m-{uuid}")).unwrap(),
+            account_uuid: account,
+            normalized_email: "a@example.com".into(),
+            display_name: "A".into(),
+            account_status: DirectoryAccountStatus::Active,
+            role: DirectoryRole::Owner,
+            membership_status: DirectoryMembershipStatus::Active,
+            joined_at: None,
+            projection_revision: 1,
+        }],
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn directory_status_reports_a_ready_projection_at_the_provider_cursor() {
+    let (url, directory) = ReferenceDirectory::start(DirectoryServerConfig::new(
+        InstanceUuid::parse("inst-1").unwrap(),
+    ))
+    .await
+    .unwrap();
+    directory.change(|m| m.upsert_workspace(workspace("ws-1")));
+    directory.change(|m| m.upsert_workspace(workspace("ws-2")));
+    let target = directory.cursor();
+    let keys = directory.trusted_public_keys();
+    let h = Harness::start_with(Default::default(), |c| {
+        c.directory = Some(settings(url, keys))
+    })
+    .await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        let (code, status) = h.get("/v1/directory/status").await;
+        assert_eq!(code, 200, "{status}");
+        if status["ready"] == true && status["cursor"].as_i64() == Some(target) {
+            break status;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never caught up: {status}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(status["configured"], true);
+    assert_eq!(status["instance_uuid"], "inst-1");
+    assert_eq!(status["resources"]["active_workspaces"], 2);
+    assert!(
+        status["staleness_seconds"].as_f64().unwrap() < 30.0,
+        "{status}"
+    );
+    let (code, ready) = h.get("/readyz").await;
+    assert_eq!((code, ready["directory"].clone()), (200, "ready".into()));
+    let metrics = reqwest::get(h.url("/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("tenantry_directory_staleness_seconds"),
+        "{metrics}"
+    );
+}
+
+#[tokio::test]
+async fn readyz_fails_closed_while_the_directory_was_never_synced() {
+    // A provider that is gone: the projector never completes a sync.
+    let (url, directory) = ReferenceDirectory::start(DirectoryServerConfig::new(
+        InstanceUuid::parse("inst-1").unwrap(),
+    ))
+    .await
+    .unwrap();
+    let keys = directory.trusted_public_keys();
+    directory.shutdown().await;
+    let start = Harness::start_with(Default::default(), |c| {
+        c.directory = Some(settings(url, keys))
+    });
+    let h = match tokio::time::timeout(Duration::from_secs(20), start).await {
+        Ok(h) => h,
+        Err(_) => panic!("service did not start"),
+    };
+    let (code, body) = h.get("/readyz").await;
+    assert_eq!(code, 503, "{body}");
+    assert_eq!(body["code"], "DIRECTORY_NOT_READY");
+    let (code, status) = h.get("/v1/directory/status").await;
+    assert_eq!(code, 200);
+    assert_eq!(status["ready"], false);
+    assert!(status["not_ready_reason"].as_str().is_some(), "{status}");
+}
