@@ -372,8 +372,16 @@ impl DemoDirectory {
         }
         let provider: BTreeSet<&WorkspaceUuid> =
             snapshot.workspaces.iter().map(|w| &w.uuid).collect();
+        // Only rows of this run's instance: a reused database may hold other instances.
+        let ours: BTreeSet<&WorkspaceUuid> = tables
+            .workspaces
+            .iter()
+            .filter(|(_, row)| row.instance_uuid.as_ref() == Some(&snapshot.instance_uuid))
+            .map(|(uuid, _)| uuid)
+            .collect();
         for (uuid, row) in &tables.workspaces {
-            if row.source == RowSource::Directory
+            if ours.contains(uuid)
+                && row.source == RowSource::Directory
                 && !provider.contains(uuid)
                 && row.status == WorkspaceStatus::Active
             {
@@ -384,6 +392,7 @@ impl DemoDirectory {
         }
         for (uuid, row) in &tables.memberships {
             if row.projection_revision > 0
+                && ours.contains(&row.workspace_uuid)
                 && !expected_memberships.contains(uuid)
                 && row.status == MembershipStatus::Active
             {
