@@ -44,8 +44,8 @@ pub enum Command {
     /// injected faults, the service, and a workload driven through the admin API over HTTP;
     /// then check every result against the remote's ground truth. Exits non-zero on failure.
     Demo(DemoArgs),
-    /// Run the reference KnowledgeFS on a loopback port (for trying `serve` by hand) until
-    /// Ctrl-C; prints the URL and token to configure.
+    /// Run the reference KnowledgeFS and reference directory on loopback ports (for trying
+    /// `serve` by hand) until Ctrl-C; prints the TENANTRY_* settings that point `serve` at them.
     ReferenceRemote(RemoteArgs),
     /// Inspect lifecycle commands.
     #[command(subcommand)]
@@ -96,12 +96,21 @@ pub struct DemoArgs {
 /// Options of `tenantry reference-remote`.
 #[derive(Debug, Clone, Args)]
 pub struct RemoteArgs {
-    /// Fault profile.
+    /// Fault profile of both servers.
     #[arg(long, value_enum, default_value_t = Faults::None)]
     pub faults: Faults,
-    /// Seed of the fault draws.
+    /// Seed of the fault draws and of the directory's signing keys.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Address of the reference KnowledgeFS (use port 0 for any free port).
+    #[arg(long, default_value = "127.0.0.1:8701")]
+    pub knowledge_fs_addr: std::net::SocketAddr,
+    /// Address of the reference directory.
+    #[arg(long, default_value = "127.0.0.1:8702")]
+    pub directory_addr: std::net::SocketAddr,
+    /// Directory instance served.
+    #[arg(long, default_value = "instance-1")]
+    pub instance: String,
 }
 
 /// `tenantry commands ...`.

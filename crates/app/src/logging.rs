@@ -3,6 +3,8 @@
 //! Spans carry `operation_id` and `tenant` (the lifecycle dispatcher's span and the admin
 //! API's request span), so every line inside them is attributable.
 
+use std::io::IsTerminal;
+
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::fmt::format::FmtSpan;
 
@@ -16,6 +18,7 @@ pub fn init(format: LogFormat, filter: &str) {
         .unwrap_or_else(|_| EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr)
         .with_span_events(FmtSpan::NONE);
     // A subscriber may already be installed (several services in one test process).

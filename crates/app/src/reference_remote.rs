@@ -1,8 +1,11 @@
-//! `tenantry reference-remote`: the reference KnowledgeFS from the test kit on a loopback port,
-//! for trying `tenantry serve` by hand.
+//! `tenantry reference-remote`: the test kit's reference KnowledgeFS and reference directory on
+//! loopback ports, for trying `tenantry serve` by hand. Prints the `TENANTRY_*` settings that
+//! point a service at them.
 
 use std::process::ExitCode;
 
+use tenantry_directory::InstanceUuid;
+use tenantry_testkit::directory::{DirectoryServerConfig, ReferenceDirectory};
 use tenantry_testkit::fault::FaultProfile;
 use tenantry_testkit::knowledge_fs::{ReferenceRemote, RemoteConfig};
 
@@ -17,30 +20,72 @@ pub fn profile(faults: Faults) -> FaultProfile {
     }
 }
 
-/// Runs the reference remote until Ctrl-C / SIGTERM.
+/// Runs both reference servers until Ctrl-C / SIGTERM.
 pub async fn main(args: &RemoteArgs) -> ExitCode {
     let config = RemoteConfig {
         seed: args.seed,
         ..RemoteConfig::with_profile(profile(args.faults))
     };
-    let (url, remote) = match ReferenceRemote::start(config).await {
+    let (url, remote) = match ReferenceRemote::start_on(args.knowledge_fs_addr, config).await {
         Ok(started) => started,
         Err(e) => {
-            eprintln!("tenantry: cannot start the reference remote: {e}");
+            eprintln!(
+                "tenantry: cannot start the reference KnowledgeFS on {}: {e}",
+                args.knowledge_fs_addr
+            );
             return ExitCode::FAILURE;
         }
     };
+    let instance = match InstanceUuid::parse(args.instance.as_str()) {
+        Ok(i) => i,
+        Err(e) => {
+            eprintln!("tenantry: --instance: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let mut directory_config = DirectoryServerConfig::new(instance.clone());
+    directory_config.profile = profile(args.faults);
+    directory_config.seed = args.seed;
+    directory_config.key_seed = args.seed;
+    let (directory_url, directory) =
+        match ReferenceDirectory::start_on(args.directory_addr, directory_config).await {
+            Ok(started) => started,
+            Err(e) => {
+                eprintln!(
+                    "tenantry: cannot start the reference directory on {}: {e}",
+                    args.directory_addr
+                );
+                return ExitCode::FAILURE;
+            }
+        };
+    let keys: Vec<String> = directory
+        .trusted_public_keys()
+        .into_iter()
+        .map(|(id, key)| {
+            let hex: String = key.iter().map(|b| format!("{b:02x}")).collect();
+            format!("{id}={hex}")
+        })
+        .collect();
     println!(
-        "reference KnowledgeFS listening on {url} (faults: {:?})",
+        "reference KnowledgeFS on {url}, reference directory on {directory_url} (faults: {:?})",
         args.faults
     );
-    println!("configure the service with:");
-    println!("  TENANTRY_KNOWLEDGE_FS_URL={url}");
-    println!("  TENANTRY_KNOWLEDGE_FS_TOKEN={}", remote.bearer_token());
+    println!("point `tenantry serve` at them with:");
+    println!("  export TENANTRY_KNOWLEDGE_FS_URL={url}");
+    println!(
+        "  export TENANTRY_KNOWLEDGE_FS_TOKEN={}",
+        remote.bearer_token()
+    );
+    println!("  export TENANTRY_DIRECTORY_URL={directory_url}");
+    println!("  export TENANTRY_DIRECTORY_INSTANCE={instance}");
+    println!(
+        "  export TENANTRY_DIRECTORY_TRUSTED_KEYS={}",
+        keys.join(",")
+    );
     println!("stop with Ctrl-C");
     crate::service::shutdown_signal().await;
-    let truth = remote.truth();
-    println!("effects: {:?}", truth.effects());
+    println!("KnowledgeFS effects: {:?}", remote.truth().effects());
     remote.shutdown().await;
+    directory.shutdown().await;
     ExitCode::SUCCESS
 }

@@ -134,7 +134,7 @@ pub async fn start(
             .map(|(id, key)| (id, hex_encode(&key)))
             .collect(),
         sync_interval: Duration::from_millis(200),
-        max_staleness: Duration::from_secs(60),
+        max_staleness: Duration::from_secs(10),
         event_limit: 100,
     };
     Ok((demo, settings))
