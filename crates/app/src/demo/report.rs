@@ -164,7 +164,7 @@ impl DemoReport {
         let c = &self.churn;
         let _ = writeln!(
             out,
-            "  directory: final snapshot {} workspaces, {} memberships, {} accounts; {} changes while running ({} members added, {} removed, {} workspaces created, {} archived, {} removed, {} entitlement events); caught up after {:.1} s",
+            "  directory: final snapshot {} workspaces, {} memberships, {} accounts; {} changes while running ({} members added, {} removed, {} workspaces created, {} archived, {} removed, {} entitlement events); projection caught up at {:.1} s",
             self.directory.workspaces,
             self.directory.memberships,
             self.directory.accounts,
@@ -189,7 +189,7 @@ impl DemoReport {
         let _ = writeln!(out, "  checks");
         for c in &self.checks {
             let mark = if c.passed { "PASS" } else { "FAIL" };
-            let _ = writeln!(out, "    {mark}  {:<52} {}", c.name, c.detail);
+            let _ = writeln!(out, "    {mark}  {:<60} {}", c.name, c.detail);
         }
         let _ = writeln!(out);
         let _ = writeln!(
