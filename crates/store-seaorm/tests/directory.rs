@@ -129,3 +129,39 @@ async fn migration_runs_down_and_up_again() {
         .await
         .unwrap();
 }
+
+#[tokio::test]
+async fn accounts_are_looked_up_in_chunks_never_one_query_per_account() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    let db = fresh_database().await;
+    let account_selects = Arc::new(AtomicUsize::new(0));
+    let mut conn = db.db.conn.clone();
+    let counter = Arc::clone(&account_selects);
+    conn.set_metric_callback(move |info| {
+        let sql = info.statement.sql.to_ascii_lowercase();
+        if sql.starts_with("select") && sql.contains("from \"accounts\"") {
+            counter.fetch_add(1, Ordering::SeqCst);
+        }
+    });
+    let store = SeaOrmDirectoryStore::new(&tenantry_store_seaorm::Database {
+        conn,
+        backend: db.backend(),
+    });
+    // 1,234 distinct accounts in 124 workspaces: 3 chunks of at most 500 keys.
+    let names: Vec<String> = (0..1_234).map(|i| format!("acc{i:05}")).collect();
+    let workspaces = names
+        .chunks(10)
+        .enumerate()
+        .map(|(i, chunk)| {
+            let pairs: Vec<(&str, i64)> = chunk.iter().map(|n| (n.as_str(), 1)).collect();
+            workspace(&format!("ws-{i:04}"), 1, &pairs)
+        })
+        .collect();
+    let big = snapshot(10, workspaces);
+    store.apply_snapshot(&ctx(0), &big, &[]).await.unwrap();
+    assert_eq!(account_selects.load(Ordering::SeqCst), 3);
+    store.apply_snapshot(&ctx(1), &big, &[]).await.unwrap();
+    assert_eq!(account_selects.load(Ordering::SeqCst), 6);
+}
