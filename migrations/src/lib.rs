@@ -7,7 +7,8 @@
 //! One migration per mechanism:
 //! - [`m0001_lifecycle`]: `control_spaces` and `lifecycle_outbox`;
 //! - [`m0002_host_storage`]: `host_storage` (fences and connector state);
-//! - [`m0003_directory`]: the directory projection tables.
+//! - [`m0003_directory`]: the directory projection tables;
+//! - [`m0004_lifecycle_claim_index`]: the claim index of the outbox (live commands in due order).
 
 // `MigrationTrait` is declared through async-trait with an elided lifetime; implementations match it.
 #![allow(elided_lifetimes_in_paths)]
@@ -17,6 +18,7 @@ pub use sea_orm_migration::prelude::*;
 pub mod m0001_lifecycle;
 pub mod m0002_host_storage;
 pub mod m0003_directory;
+pub mod m0004_lifecycle_claim_index;
 
 /// Applies every Tenantry migration in order.
 pub struct Migrator;
@@ -28,6 +30,7 @@ impl MigratorTrait for Migrator {
             Box::new(m0001_lifecycle::Migration),
             Box::new(m0002_host_storage::Migration),
             Box::new(m0003_directory::Migration),
+            Box::new(m0004_lifecycle_claim_index::Migration),
         ]
     }
 }

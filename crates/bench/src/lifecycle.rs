@@ -15,15 +15,16 @@ use async_trait::async_trait;
 use chrono::Utc;
 use serde_json::json;
 use tenantry_engine::lifecycle::{
-    CommandIntake, Dispatcher, DispatcherConfig, SystemClock, Worker, WorkerConfig,
-    unique_lease_owner,
+    CommandIntake, Dispatcher, DispatcherConfig, GroupCommitConfig, GroupCommitStore, SystemClock,
+    Worker, WorkerConfig, unique_lease_owner,
 };
 use tenantry_kernel::{CommandId, ControlSpaceId, IdempotencyKey, TenantId};
 use tenantry_lifecycle::intake::{CreateControlSpace, IntakePlan};
 use tenantry_lifecycle::{ClaimedCommand, CommandRecord, ControlSpace, LeaseToken, Settlement};
 use tenantry_ports::lifecycle::{
     ClaimRequest, CommandFilter, CommandQueue, ControlSpaceReader, IntakeStore, IntakeStoreError,
-    LifecycleMetrics, MetricsError, SettleError, StoreError, Submitted, TaskMetric, TaskStatus,
+    LifecycleMetrics, LifecycleStore, MetricsError, SettleError, StoreError, Submitted, TaskMetric,
+    TaskStatus,
 };
 use tenantry_store_seaorm::Database;
 use tenantry_store_seaorm::bench as store_bench;
@@ -43,6 +44,24 @@ pub struct DrainOptions {
     pub idle_poll: Duration,
     /// Longest a drain may take before it is reported as unfinished.
     pub timeout: Duration,
+    /// Group commit of settles (`None`: each settle in its own transaction).
+    pub group_commit: Option<GroupCommitConfig>,
+}
+
+impl DrainOptions {
+    /// The settle mode as reported: `direct` or `group(batch=..,wait_us=..,in_flight=..)`.
+    pub fn settle_mode(&self) -> String {
+        match &self.group_commit {
+            None => "direct".into(),
+            Some(g) => format!(
+                "group(max_batch={},max_wait_us={},in_flight={},coalesce_reads={})",
+                g.max_batch,
+                g.max_wait.as_micros(),
+                g.max_in_flight,
+                g.coalesce_reads
+            ),
+        }
+    }
 }
 
 /// What a drain did.
@@ -95,6 +114,7 @@ pub async fn throughput(
                 "workers": w,
                 "pool_connections": w,
                 "claim_batch": options.claim_batch,
+                "settle": options.settle_mode(),
                 "commands": commands,
                 "seconds": round3(drained.seconds),
                 "commands_per_second": round1(drained.acked as f64 / drained.seconds),
@@ -286,6 +306,7 @@ pub async fn memory(
         "commands": commands,
         "workers": workers,
         "claim_batch": options.claim_batch,
+        "settle": options.settle_mode(),
         "seconds": round3(drained.seconds),
         "commands_per_second": round1(drained.acked as f64 / drained.seconds),
         "acked": drained.acked,
@@ -312,26 +333,15 @@ pub async fn drain(
 ) -> BenchResult<Drained> {
     let counter = Arc::new(AckCounter::new(total).with_progress(progress));
     let store = SeaOrmLifecycleStore::new(db);
-    let dispatcher = Arc::new(
-        Dispatcher::new(store, remote, DispatcherConfig::default()).with_metrics(counter.clone()),
-    );
     let (stop, stopped) = watch::channel(false);
     let started = Instant::now();
-    let handles: Vec<_> = (0..workers)
-        .map(|i| {
-            let worker = Worker::new(
-                dispatcher.clone(),
-                Arc::new(SystemClock),
-                unique_lease_owner(&format!("bench-{i}")),
-                WorkerConfig {
-                    idle_poll: options.idle_poll,
-                    claim_batch: options.claim_batch,
-                    product_enabled: Arc::new(AtomicBool::new(true)),
-                },
-            );
-            tokio::spawn(worker.run(stopped.clone()))
-        })
-        .collect();
+    let handles = match options.group_commit {
+        Some(config) => {
+            let store = GroupCommitStore::start(store, config);
+            spawn_workers(store, remote, counter.clone(), workers, options, &stopped)
+        }
+        None => spawn_workers(store, remote, counter.clone(), workers, options, &stopped),
+    };
     let timed_out = tokio::time::timeout(options.timeout, counter.done.notified())
         .await
         .is_err();
@@ -346,6 +356,37 @@ pub async fn drain(
         errors: counter.errors.load(Ordering::Relaxed),
         timed_out,
     })
+}
+
+/// Starts `workers` workers over one dispatcher on `store`.
+fn spawn_workers<S: LifecycleStore + 'static>(
+    store: S,
+    remote: InstantRemote,
+    counter: Arc<AckCounter>,
+    workers: u32,
+    options: &DrainOptions,
+    stopped: &watch::Receiver<bool>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let dispatcher =
+        Arc::new(Dispatcher::new(store, remote, DispatcherConfig::default()).with_metrics(counter));
+    (0..workers)
+        .map(|i| {
+            let worker = Worker::new(
+                dispatcher.clone(),
+                Arc::new(SystemClock),
+                unique_lease_owner(&format!("bench-{i}")),
+                WorkerConfig {
+                    idle_poll: options.idle_poll,
+                    claim_batch: options.claim_batch,
+                    product_enabled: Arc::new(AtomicBool::new(true)),
+                },
+            );
+            let stopped = stopped.clone();
+            tokio::spawn(async move {
+                worker.run(stopped).await;
+            })
+        })
+        .collect()
 }
 
 /// Metrics sink that counts acks and wakes the waiter at the last one.

@@ -22,6 +22,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
+use tenantry_engine::lifecycle::GroupCommitConfig;
 
 use crate::fixtures::{Target, Workload};
 use crate::lifecycle::DrainOptions;
@@ -132,6 +133,28 @@ struct DrainArgs {
     /// Give up on a drain after this many seconds.
     #[arg(long, default_value_t = 300)]
     timeout_s: u64,
+    /// How settles reach the database: `group` (group commit: concurrent settles share a
+    /// transaction) or `direct` (one transaction each).
+    #[arg(long, value_enum, default_value_t = SettleArg::Group)]
+    settle: SettleArg,
+    /// Group commit: most settles per transaction.
+    #[arg(long, default_value_t = 128)]
+    group_max_batch: usize,
+    /// Group commit: wait for more settles, in microseconds (0: only what is queued).
+    #[arg(long, default_value_t = 0)]
+    group_max_wait_us: u64,
+    /// Group commit: batches settled concurrently.
+    #[arg(long, default_value_t = 2)]
+    group_in_flight: usize,
+    /// Group commit: leave control-space reads uncoalesced.
+    #[arg(long)]
+    no_coalesce_reads: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum SettleArg {
+    Direct,
+    Group,
 }
 
 impl DrainArgs {
@@ -140,6 +163,12 @@ impl DrainArgs {
             claim_batch: self.claim_batch.max(1),
             idle_poll: Duration::from_millis(self.idle_poll_ms),
             timeout: Duration::from_secs(self.timeout_s),
+            group_commit: (self.settle == SettleArg::Group).then(|| GroupCommitConfig {
+                max_batch: self.group_max_batch.max(1),
+                max_wait: Duration::from_micros(self.group_max_wait_us),
+                max_in_flight: self.group_in_flight.max(1),
+                coalesce_reads: !self.no_coalesce_reads,
+            }),
         }
     }
 }

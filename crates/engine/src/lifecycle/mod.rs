@@ -2,15 +2,19 @@
 //! command at a time, the worker loop around it, and command intake.
 //!
 //! Each store call is its own transaction and no transaction is open while KnowledgeFS is
-//! called: claim (transaction 1), call the remote, settle (transaction 2).
+//! called: claim (transaction 1), call the remote, settle (transaction 2). Over a
+//! [`GroupCommitStore`], the settles of concurrent dispatches share one transaction (group
+//! commit) and their control-space reads one statement.
 
 mod clock;
 mod dispatcher;
+mod group_commit;
 mod intake;
 mod worker;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use dispatcher::{DispatchError, DispatchOutcome, Dispatcher, DispatcherConfig};
+pub use group_commit::{GroupCommitConfig, GroupCommitStore};
 pub use intake::{CommandIntake, IntakeFailure, IntakeReceipt};
 pub use worker::{Worker, WorkerConfig, unique_lease_owner};
 

@@ -29,8 +29,8 @@ use super::{
     ClaimRequest, CommandFilter, IntakeStoreError, LifecycleStore, SettleError, Submitted,
 };
 
-mod settle_many;
-pub use settle_many::*;
+mod batch;
+pub use batch::*;
 
 /// Runs every conformance case against the store built by `$make`, an expression of a future
 /// that resolves to `(store, guard)`; `guard` is kept alive for the test (e.g. a temp folder).
@@ -64,6 +64,7 @@ macro_rules! lifecycle_store_conformance {
             settle_many_settles_a_command_at_most_once,
             settle_many_keeps_a_lease_without_outcome,
             settle_many_of_no_items_writes_nothing,
+            control_spaces_reads_many_in_the_order_asked,
         );
     };
     (@cases $make:expr; $($case:ident),* $(,)?) => {

@@ -210,6 +210,23 @@ pub trait ControlSpaceReader: Send + Sync {
         tenant_id: &TenantId,
         control_space_id: &ControlSpaceId,
     ) -> Result<Option<ControlSpace>, StoreError>;
+
+    /// Several control spaces at once: one entry per key, in the order of `keys` (`None` for a
+    /// missing one; a key given twice is answered twice). Adapters override this to read them
+    /// all with one statement; the default reads them one after the other.
+    ///
+    /// # Errors
+    /// [`StoreError`] when the database fails or a row is corrupt; nothing is returned then.
+    async fn control_spaces(
+        &self,
+        keys: &[(TenantId, ControlSpaceId)],
+    ) -> Result<Vec<Option<ControlSpace>>, StoreError> {
+        let mut spaces = Vec::with_capacity(keys.len());
+        for (tenant_id, control_space_id) in keys {
+            spaces.push(self.control_space(tenant_id, control_space_id).await?);
+        }
+        Ok(spaces)
+    }
 }
 
 /// Writes of command intake.

@@ -1,5 +1,6 @@
 //! Group commit of settlements: [`CommandQueue::settle_many`] in one transaction with a few
-//! statements, keeping every per-command guarantee of `settle`.
+//! statements, keeping every per-command guarantee of `settle`; and batched control-space
+//! reads ([`ControlSpaceReader::control_spaces`]), one statement for many keys.
 //!
 //! The batch is split, in the order given, into
 //! - *fast* items: an ack or a retry, with or without a control-space compare-and-set, no
@@ -26,15 +27,18 @@
 //! more than its outbox row.
 //!
 //! [`CommandQueue::settle_many`]: tenantry_ports::lifecycle::CommandQueue::settle_many
+//! [`ControlSpaceReader::control_spaces`]: tenantry_ports::lifecycle::ControlSpaceReader::control_spaces
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
 
-use sea_orm::{ConnectionTrait, DbBackend, Statement, TransactionTrait};
-use tenantry_lifecycle::{CommandOutcome, CommandStatus, LeaseToken, Settlement};
+use sea_orm::{ConnectionTrait, DbBackend, EntityTrait, Statement, TransactionTrait};
+use tenantry_kernel::{ControlSpaceId, TenantId};
+use tenantry_lifecycle::{CommandOutcome, CommandStatus, ControlSpace, LeaseToken, Settlement};
 use tenantry_ports::lifecycle::{SettleError, StoreError};
 
-use super::convert::millis;
+use super::convert::{millis, to_control_space};
+use super::entity::control_space;
 use super::{SeaOrmLifecycleStore, settle_in, unavailable};
 use crate::connect::Backend;
 
@@ -456,6 +460,60 @@ async fn ack_postgres<C: ConnectionTrait>(
         }
     }
     Ok(())
+}
+
+/// Keys per statement of [`control_spaces`] (two parameters each).
+const READ_CHUNK: usize = 500;
+
+/// Reads the control spaces of `keys` with one statement per [`READ_CHUNK`] distinct keys:
+/// `SELECT .. WHERE (tenant_id, control_space_id) IN (VALUES ..)` on both backends.
+pub(super) async fn control_spaces(
+    store: &SeaOrmLifecycleStore,
+    keys: &[(TenantId, ControlSpaceId)],
+) -> Result<Vec<Option<ControlSpace>>, StoreError> {
+    let mut distinct: Vec<(&str, &str)> =
+        keys.iter().map(|(t, c)| (t.as_str(), c.as_str())).collect();
+    distinct.sort_unstable();
+    distinct.dedup();
+    let (backend, postgres) = match store.backend {
+        Backend::Postgres => (DbBackend::Postgres, true),
+        Backend::Sqlite => (DbBackend::Sqlite, false),
+    };
+    let mut found: HashMap<(String, String), ControlSpace> = HashMap::with_capacity(distinct.len());
+    for chunk in distinct.chunks(READ_CHUNK) {
+        let mut rows = String::new();
+        let mut values: Vec<sea_orm::Value> = Vec::with_capacity(chunk.len() * 2);
+        for (n, (tenant, cs)) in chunk.iter().enumerate() {
+            let separator = if n == 0 { "" } else { ", " };
+            if postgres {
+                let _ = write!(rows, "{separator}(${}, ${})", 2 * n + 1, 2 * n + 2);
+            } else {
+                let _ = write!(rows, "{separator}(?, ?)");
+            }
+            values.push((*tenant).into());
+            values.push((*cs).into());
+        }
+        let sql = format!(
+            "SELECT * FROM control_spaces WHERE (tenant_id, control_space_id) IN (VALUES {rows})"
+        );
+        let models = control_space::Entity::find()
+            .from_raw_sql(Statement::from_sql_and_values(backend, sql, values))
+            .all(&store.conn)
+            .await
+            .map_err(unavailable)?;
+        for model in models {
+            let key = (model.tenant_id.clone(), model.control_space_id.clone());
+            found.insert(key, to_control_space(model)?);
+        }
+    }
+    Ok(keys
+        .iter()
+        .map(|(t, c)| {
+            found
+                .get(&(t.as_str().to_owned(), c.as_str().to_owned()))
+                .cloned()
+        })
+        .collect())
 }
 
 #[cfg(test)]

@@ -10,7 +10,7 @@
 pub(crate) mod bulk;
 mod convert;
 mod entity;
-mod settle_batch;
+mod batch;
 
 use async_trait::async_trait;
 use sea_orm::sea_query::Expr;
@@ -317,7 +317,7 @@ impl CommandQueue for SeaOrmLifecycleStore {
         &self,
         items: &[(LeaseToken, Settlement)],
     ) -> Result<Vec<Result<(), SettleError>>, StoreError> {
-        settle_batch::settle_many(self, items).await
+        batch::settle_many(self, items).await
     }
 
     async fn latest_provision(
@@ -404,6 +404,13 @@ impl ControlSpaceReader for SeaOrmLifecycleStore {
         .map_err(unavailable)?
         .map(to_control_space)
         .transpose()
+    }
+
+    async fn control_spaces(
+        &self,
+        keys: &[(TenantId, ControlSpaceId)],
+    ) -> Result<Vec<Option<ControlSpace>>, StoreError> {
+        batch::control_spaces(self, keys).await
     }
 }
 

@@ -1,6 +1,9 @@
-//! Conformance cases of [`CommandQueue::settle_many`](crate::lifecycle::CommandQueue::settle_many):
-//! a batch reports exactly which items were refused, writes nothing for those, and settles
-//! the rest.
+//! Conformance cases of the batch operations.
+//!
+//! - [`CommandQueue::settle_many`](crate::lifecycle::CommandQueue::settle_many): a batch
+//!   reports exactly which items were refused, writes nothing for those, and settles the rest;
+//! - [`ControlSpaceReader::control_spaces`](crate::lifecycle::ControlSpaceReader::control_spaces):
+//!   one answer per key, in order.
 
 use tenantry_lifecycle::{CasUpdate, LeaseToken};
 
@@ -334,4 +337,28 @@ pub async fn settle_many_keeps_a_lease_without_outcome<S: LifecycleStore>(store:
 pub async fn settle_many_of_no_items_writes_nothing<S: LifecycleStore>(store: S) {
     let items: Vec<(LeaseToken, Settlement)> = Vec::new();
     assert_eq!(store.settle_many(&items).await.unwrap(), Vec::new());
+}
+
+pub async fn control_spaces_reads_many_in_the_order_asked<S: LifecycleStore>(store: S) {
+    enqueue(&store, "cs1", "k1", t(0)).await;
+    enqueue(&store, "cs2", "k2", t(0)).await;
+    let key = |cs: &str| (tenant(), cs_id(cs));
+    let other_tenant = (TenantId::parse("tenant-b").unwrap(), cs_id("cs1"));
+    let spaces = store
+        .control_spaces(&[
+            key("cs2"),
+            key("missing"),
+            key("cs1"),
+            other_tenant,
+            key("cs2"),
+        ])
+        .await
+        .unwrap();
+    let cs1 = space(&store, "cs1").await;
+    let cs2 = space(&store, "cs2").await;
+    assert_eq!(
+        spaces,
+        vec![Some(cs2.clone()), None, Some(cs1), None, Some(cs2)]
+    );
+    assert_eq!(store.control_spaces(&[]).await.unwrap(), Vec::new());
 }

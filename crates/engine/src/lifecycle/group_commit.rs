@@ -1,0 +1,356 @@
+//! Group commit: a [`LifecycleStore`] decorator that lets the concurrent saga steps of one
+//! process share transactions and statements.
+//!
+//! [`GroupCommitStore`] wraps a store and is itself a store, so the [`Dispatcher`] and the
+//! workers use it unchanged (`Dispatcher::new(GroupCommitStore::start(store, config), ..)`):
+//! - **settles** go into a queue. A free flusher task takes the oldest request plus every
+//!   request queued behind it (up to [`GroupCommitConfig::max_batch`]), optionally waits
+//!   [`GroupCommitConfig::max_wait`] for more, and hands the batch to
+//!   [`CommandQueue::settle_many`], which settles it in one transaction. Each caller gets its
+//!   own item's result: a lost lease, a failed compare-and-set or a refused supersede is
+//!   reported to that caller only and writes nothing for it, and the rest of the batch still
+//!   settles. A failure of the whole batch reaches every caller of the batch as
+//!   [`SettleError::Store`], as a failed single settle would.
+//! - **control-space reads** (when [`GroupCommitConfig::coalesce_reads`]) are queued the same
+//!   way and answered by one [`ControlSpaceReader::control_spaces`] statement per batch. A read
+//!   is always executed after it was requested, so it is never staler than a direct read.
+//! - everything else (claim, intake, listings) goes straight to the wrapped store.
+//!
+//! Batching is natural: under low load a request finds an idle flusher and is executed at once
+//! (a batch of one; with `max_wait` zero no latency is added); under load, requests queue while
+//! the flushers are busy and the next batch takes them all. [`GroupCommitConfig::max_in_flight`]
+//! flushers of each kind run batches concurrently, each on its own pooled connection.
+//!
+//! Guarantees are those of `settle_many`: all or nothing per command, the lease epoch checked
+//! for every command, the control-space compare-and-set for every command that has one, items
+//! on the same command or control space applied in the order they were queued. A caller that
+//! stops waiting (its future dropped) does not withdraw its settle: it is applied or refused
+//! as if the caller had waited, like a single settle whose answer was lost; the lease epoch
+//! keeps that safe. No transaction is held while a flusher waits for requests.
+//!
+//! When the last clone of the store is dropped the queues close; the flushers finish what is
+//! queued and stop.
+//!
+//! [`Dispatcher`]: super::Dispatcher
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tenantry_kernel::{ControlSpaceId, IdempotencyKey, TenantId};
+use tenantry_lifecycle::intake::IntakePlan;
+use tenantry_lifecycle::{ClaimedCommand, CommandRecord, ControlSpace, LeaseToken, Settlement};
+use tenantry_ports::lifecycle::{
+    ClaimRequest, CommandFilter, CommandQueue, ControlSpaceReader, IntakeStore, IntakeStoreError,
+    LifecycleStore, SettleError, StoreError, Submitted,
+};
+use tokio::sync::{Mutex, mpsc, oneshot};
+use tracing::warn;
+
+/// Settings of a [`GroupCommitStore`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GroupCommitConfig {
+    /// Most requests per batch (at least 1). Default 128.
+    pub max_batch: usize,
+    /// How long a flusher that took a request waits for more before executing, when fewer
+    /// than `max_batch` are queued. Zero (the default) executes what is queued at once:
+    /// batches then form only from requests that arrived while the flushers were busy.
+    pub max_wait: Duration,
+    /// Batches of each kind executed concurrently (flusher tasks; at least 1). Default 2.
+    pub max_in_flight: usize,
+    /// Whether control-space reads are coalesced too. Default true.
+    pub coalesce_reads: bool,
+}
+
+impl Default for GroupCommitConfig {
+    fn default() -> Self {
+        Self {
+            max_batch: 128,
+            max_wait: Duration::ZERO,
+            max_in_flight: 2,
+            coalesce_reads: true,
+        }
+    }
+}
+
+/// One queued settle.
+struct SettleRequest {
+    lease: LeaseToken,
+    settlement: Settlement,
+    reply: oneshot::Sender<Result<(), SettleError>>,
+}
+
+/// One queued control-space read.
+struct ReadRequest {
+    key: (TenantId, ControlSpaceId),
+    reply: oneshot::Sender<Result<Option<ControlSpace>, StoreError>>,
+}
+
+/// The decorator; see the module documentation. Cheap to clone (clones share the queues).
+pub struct GroupCommitStore<S> {
+    inner: Arc<S>,
+    settles: mpsc::UnboundedSender<SettleRequest>,
+    reads: Option<mpsc::UnboundedSender<ReadRequest>>,
+}
+
+impl<S> Clone for GroupCommitStore<S> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            settles: self.settles.clone(),
+            reads: self.reads.clone(),
+        }
+    }
+}
+
+impl<S> std::fmt::Debug for GroupCommitStore<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GroupCommitStore")
+            .field("coalesce_reads", &self.reads.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S: LifecycleStore + 'static> GroupCommitStore<S> {
+    /// Wraps `inner` and starts the flusher tasks on the current tokio runtime.
+    ///
+    /// # Panics
+    /// When called outside a tokio runtime.
+    pub fn start(inner: S, config: GroupCommitConfig) -> Self {
+        let inner = Arc::new(inner);
+        let max_batch = config.max_batch.max(1);
+        let (settles, settle_queue) = mpsc::unbounded_channel::<SettleRequest>();
+        let settle_queue = Arc::new(Mutex::new(settle_queue));
+        for _ in 0..config.max_in_flight.max(1) {
+            let store = inner.clone();
+            tokio::spawn(flusher(
+                settle_queue.clone(),
+                max_batch,
+                config.max_wait,
+                move |batch| {
+                    let store = store.clone();
+                    async move { settle_batch(store.as_ref(), batch).await }
+                },
+            ));
+        }
+        let reads = config.coalesce_reads.then(|| {
+            let (reads, read_queue) = mpsc::unbounded_channel::<ReadRequest>();
+            let read_queue = Arc::new(Mutex::new(read_queue));
+            for _ in 0..config.max_in_flight.max(1) {
+                let store = inner.clone();
+                tokio::spawn(flusher(
+                    read_queue.clone(),
+                    max_batch,
+                    config.max_wait,
+                    move |batch| {
+                        let store = store.clone();
+                        async move { read_batch(store.as_ref(), batch).await }
+                    },
+                ));
+            }
+            reads
+        });
+        Self {
+            inner,
+            settles,
+            reads,
+        }
+    }
+}
+
+impl<S> GroupCommitStore<S> {
+    /// The wrapped store.
+    pub fn inner(&self) -> &S {
+        &self.inner
+    }
+}
+
+/// The answer when no flusher is left (the runtime is shutting down): nothing was done.
+fn stopped() -> StoreError {
+    StoreError::Unavailable("the group-commit flushers have stopped; nothing was written".into())
+}
+
+/// Takes batches off the shared queue and runs `execute` on each until the queue closes.
+async fn flusher<R, F, Fut>(
+    queue: Arc<Mutex<mpsc::UnboundedReceiver<R>>>,
+    max_batch: usize,
+    max_wait: Duration,
+    mut execute: F,
+) where
+    F: FnMut(Vec<R>) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    loop {
+        let mut batch = Vec::with_capacity(max_batch);
+        {
+            // One flusher gathers at a time; the others wait here or execute their batch.
+            let mut receiver = queue.lock().await;
+            if receiver.recv_many(&mut batch, max_batch).await == 0 {
+                return;
+            }
+            if batch.len() < max_batch && !max_wait.is_zero() {
+                let deadline = tokio::time::Instant::now() + max_wait;
+                while batch.len() < max_batch {
+                    let room = max_batch - batch.len();
+                    match tokio::time::timeout_at(deadline, receiver.recv_many(&mut batch, room))
+                        .await
+                    {
+                        Ok(0) | Err(_) => break,
+                        Ok(_) => {}
+                    }
+                }
+            }
+        }
+        execute(batch).await;
+    }
+}
+
+/// Settles `batch` with one `settle_many` call and answers every request.
+async fn settle_batch<S: CommandQueue + ?Sized>(store: &S, batch: Vec<SettleRequest>) {
+    let items: Vec<(LeaseToken, Settlement)> = batch
+        .iter()
+        .map(|r| (r.lease.clone(), r.settlement.clone()))
+        .collect();
+    match store.settle_many(&items).await {
+        Ok(results) if results.len() == batch.len() => {
+            for (request, result) in batch.into_iter().zip(results) {
+                // A caller that stopped waiting does not need its answer.
+                let _ = request.reply.send(result);
+            }
+        }
+        Ok(results) => {
+            warn!(
+                expected = batch.len(),
+                answered = results.len(),
+                "settle_many answered the wrong number of results; reporting the batch as failed"
+            );
+            let error = StoreError::Unavailable(
+                "settlement batch answered the wrong number of results".into(),
+            );
+            for request in batch {
+                let _ = request.reply.send(Err(SettleError::Store(error.clone())));
+            }
+        }
+        Err(error) => {
+            warn!(%error, size = batch.len(), "settlement batch failed");
+            for request in batch {
+                let _ = request.reply.send(Err(SettleError::Store(error.clone())));
+            }
+        }
+    }
+}
+
+/// Reads the control spaces of `batch` with one `control_spaces` call and answers each.
+async fn read_batch<S: ControlSpaceReader + ?Sized>(store: &S, batch: Vec<ReadRequest>) {
+    let keys: Vec<(TenantId, ControlSpaceId)> = batch.iter().map(|r| r.key.clone()).collect();
+    match store.control_spaces(&keys).await {
+        Ok(spaces) if spaces.len() == batch.len() => {
+            for (request, space) in batch.into_iter().zip(spaces) {
+                let _ = request.reply.send(Ok(space));
+            }
+        }
+        Ok(_) => {
+            let error = StoreError::Unavailable(
+                "control-space read answered the wrong number of rows".into(),
+            );
+            for request in batch {
+                let _ = request.reply.send(Err(error.clone()));
+            }
+        }
+        Err(error) => {
+            for request in batch {
+                let _ = request.reply.send(Err(error.clone()));
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl<S: LifecycleStore + 'static> CommandQueue for GroupCommitStore<S> {
+    async fn claim(&self, request: &ClaimRequest) -> Result<Vec<ClaimedCommand>, StoreError> {
+        self.inner.claim(request).await
+    }
+
+    async fn settle(&self, lease: &LeaseToken, settlement: &Settlement) -> Result<(), SettleError> {
+        let (reply, answer) = oneshot::channel();
+        let request = SettleRequest {
+            lease: lease.clone(),
+            settlement: settlement.clone(),
+            reply,
+        };
+        if self.settles.send(request).is_err() {
+            return Err(SettleError::Store(stopped()));
+        }
+        answer
+            .await
+            .unwrap_or_else(|_| Err(SettleError::Store(stopped())))
+    }
+
+    async fn settle_many(
+        &self,
+        items: &[(LeaseToken, Settlement)],
+    ) -> Result<Vec<Result<(), SettleError>>, StoreError> {
+        self.inner.settle_many(items).await
+    }
+
+    async fn latest_provision(
+        &self,
+        tenant_id: &TenantId,
+        control_space_id: &ControlSpaceId,
+    ) -> Result<Option<CommandRecord>, StoreError> {
+        self.inner
+            .latest_provision(tenant_id, control_space_id)
+            .await
+    }
+
+    async fn list_commands(
+        &self,
+        filter: &CommandFilter,
+    ) -> Result<Vec<CommandRecord>, StoreError> {
+        self.inner.list_commands(filter).await
+    }
+}
+
+#[async_trait]
+impl<S: LifecycleStore + 'static> ControlSpaceReader for GroupCommitStore<S> {
+    async fn control_space(
+        &self,
+        tenant_id: &TenantId,
+        control_space_id: &ControlSpaceId,
+    ) -> Result<Option<ControlSpace>, StoreError> {
+        let Some(reads) = &self.reads else {
+            return self.inner.control_space(tenant_id, control_space_id).await;
+        };
+        let (reply, answer) = oneshot::channel();
+        let request = ReadRequest {
+            key: (tenant_id.clone(), control_space_id.clone()),
+            reply,
+        };
+        if reads.send(request).is_err() {
+            return Err(stopped());
+        }
+        answer.await.unwrap_or_else(|_| Err(stopped()))
+    }
+
+    async fn control_spaces(
+        &self,
+        keys: &[(TenantId, ControlSpaceId)],
+    ) -> Result<Vec<Option<ControlSpace>>, StoreError> {
+        self.inner.control_spaces(keys).await
+    }
+}
+
+#[async_trait]
+impl<S: LifecycleStore + 'static> IntakeStore for GroupCommitStore<S> {
+    async fn submit(&self, plan: &IntakePlan) -> Result<Submitted, IntakeStoreError> {
+        self.inner.submit(plan).await
+    }
+
+    async fn command_by_idempotency_key(
+        &self,
+        key: &IdempotencyKey,
+    ) -> Result<Option<CommandRecord>, StoreError> {
+        self.inner.command_by_idempotency_key(key).await
+    }
+}
