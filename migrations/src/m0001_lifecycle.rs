@@ -56,26 +56,58 @@ impl MigrationTrait for Migration {
                 Table::create()
                     .table(ControlSpaces::Table)
                     .col(ColumnDef::new(ControlSpaces::TenantId).string().not_null())
-                    .col(ColumnDef::new(ControlSpaces::ControlSpaceId).string().not_null())
+                    .col(
+                        ColumnDef::new(ControlSpaces::ControlSpaceId)
+                            .string()
+                            .not_null(),
+                    )
                     .col(ColumnDef::new(ControlSpaces::State).string().not_null())
-                    .col(ColumnDef::new(ControlSpaces::LifecycleOperationId).string().not_null())
-                    .col(ColumnDef::new(ControlSpaces::ResourceVersion).big_integer().not_null())
-                    .col(ColumnDef::new(ControlSpaces::ProvisioningKey).string().not_null())
-                    .col(ColumnDef::new(ControlSpaces::KnowledgeSpaceId).string().null())
+                    .col(
+                        ColumnDef::new(ControlSpaces::LifecycleOperationId)
+                            .string()
+                            .not_null(),
+                    )
+                    .col(
+                        ColumnDef::new(ControlSpaces::ResourceVersion)
+                            .big_integer()
+                            .not_null(),
+                    )
+                    .col(
+                        ColumnDef::new(ControlSpaces::ProvisioningKey)
+                            .string()
+                            .not_null(),
+                    )
+                    .col(
+                        ColumnDef::new(ControlSpaces::KnowledgeSpaceId)
+                            .string()
+                            .null(),
+                    )
                     .col(
                         ColumnDef::new(ControlSpaces::KnowledgeSpaceRevision)
                             .big_integer()
                             .not_null(),
                     )
-                    .col(ColumnDef::new(ControlSpaces::DeletionIrreversibleAt).big_integer().null())
+                    .col(
+                        ColumnDef::new(ControlSpaces::DeletionIrreversibleAt)
+                            .big_integer()
+                            .null(),
+                    )
                     .col(
                         ColumnDef::new(ControlSpaces::LastRevokeSequence)
                             .big_integer()
                             .not_null()
                             .default(0),
                     )
-                    .col(ColumnDef::new(ControlSpaces::CreatedAt).big_integer().not_null())
-                    .col(ColumnDef::new(ControlSpaces::UpdatedAt).big_integer().not_null())
+                    .col(
+                        ColumnDef::new(ControlSpaces::CreatedAt)
+                            .big_integer()
+                            .not_null(),
+                    )
+                    .col(
+                        ColumnDef::new(ControlSpaces::UpdatedAt)
+                            .big_integer()
+                            .not_null(),
+                    )
                     .primary_key(
                         Index::create()
                             .col(ControlSpaces::TenantId)
@@ -88,29 +120,86 @@ impl MigrationTrait for Migration {
             .create_table(
                 Table::create()
                     .table(LifecycleOutbox::Table)
-                    .col(ColumnDef::new(LifecycleOutbox::Id).string().not_null().primary_key())
-                    .col(ColumnDef::new(LifecycleOutbox::TenantId).string().not_null())
-                    .col(ColumnDef::new(LifecycleOutbox::ControlSpaceId).string().not_null())
-                    .col(ColumnDef::new(LifecycleOutbox::OperationId).string().not_null())
+                    .col(
+                        ColumnDef::new(LifecycleOutbox::Id)
+                            .string()
+                            .not_null()
+                            .primary_key(),
+                    )
+                    .col(
+                        ColumnDef::new(LifecycleOutbox::TenantId)
+                            .string()
+                            .not_null(),
+                    )
+                    .col(
+                        ColumnDef::new(LifecycleOutbox::ControlSpaceId)
+                            .string()
+                            .not_null(),
+                    )
+                    .col(
+                        ColumnDef::new(LifecycleOutbox::OperationId)
+                            .string()
+                            .not_null(),
+                    )
                     .col(
                         ColumnDef::new(LifecycleOutbox::IdempotencyKey)
                             .string()
                             .not_null()
                             .unique_key(),
                     )
-                    .col(ColumnDef::new(LifecycleOutbox::RequestFingerprint).string().not_null())
-                    .col(ColumnDef::new(LifecycleOutbox::Operation).string().not_null())
+                    .col(
+                        ColumnDef::new(LifecycleOutbox::RequestFingerprint)
+                            .string()
+                            .not_null(),
+                    )
+                    .col(
+                        ColumnDef::new(LifecycleOutbox::Operation)
+                            .string()
+                            .not_null(),
+                    )
                     .col(ColumnDef::new(LifecycleOutbox::Payload).text().not_null())
                     .col(ColumnDef::new(LifecycleOutbox::Status).string().not_null())
-                    .col(ColumnDef::new(LifecycleOutbox::AttemptCount).integer().not_null())
+                    .col(
+                        ColumnDef::new(LifecycleOutbox::AttemptCount)
+                            .integer()
+                            .not_null(),
+                    )
                     .col(ColumnDef::new(LifecycleOutbox::LeaseOwner).string().null())
-                    .col(ColumnDef::new(LifecycleOutbox::LeaseExpiresAt).big_integer().null())
-                    .col(ColumnDef::new(LifecycleOutbox::LeaseEpoch).big_integer().not_null())
-                    .col(ColumnDef::new(LifecycleOutbox::NextAttemptAt).big_integer().not_null())
-                    .col(ColumnDef::new(LifecycleOutbox::LastErrorCode).string().null())
-                    .col(ColumnDef::new(LifecycleOutbox::LastErrorMessage).text().null())
-                    .col(ColumnDef::new(LifecycleOutbox::CreatedAt).big_integer().not_null())
-                    .col(ColumnDef::new(LifecycleOutbox::CompletedAt).big_integer().null())
+                    .col(
+                        ColumnDef::new(LifecycleOutbox::LeaseExpiresAt)
+                            .big_integer()
+                            .null(),
+                    )
+                    .col(
+                        ColumnDef::new(LifecycleOutbox::LeaseEpoch)
+                            .big_integer()
+                            .not_null(),
+                    )
+                    .col(
+                        ColumnDef::new(LifecycleOutbox::NextAttemptAt)
+                            .big_integer()
+                            .not_null(),
+                    )
+                    .col(
+                        ColumnDef::new(LifecycleOutbox::LastErrorCode)
+                            .string()
+                            .null(),
+                    )
+                    .col(
+                        ColumnDef::new(LifecycleOutbox::LastErrorMessage)
+                            .text()
+                            .null(),
+                    )
+                    .col(
+                        ColumnDef::new(LifecycleOutbox::CreatedAt)
+                            .big_integer()
+                            .not_null(),
+                    )
+                    .col(
+                        ColumnDef::new(LifecycleOutbox::CompletedAt)
+                            .big_integer()
+                            .null(),
+                    )
                     .to_owned(),
             )
             .await?;
