@@ -354,3 +354,6 @@ impl<S: LifecycleStore + 'static> IntakeStore for GroupCommitStore<S> {
         self.inner.command_by_idempotency_key(key).await
     }
 }
+
+#[cfg(test)]
+mod tests;
