@@ -16,8 +16,9 @@
 //! 5. count the committed active projected workspaces and check the limit;
 //! 6. commit.
 //!
-//! The planner runs inline on the async task; a 100,000-membership snapshot is CPU work of a
-//! fraction of a second in release builds.
+//! The planner runs inline on the async task: for a 100,000-membership snapshot that is about
+//! a second of CPU in release builds (most of it the snapshot fingerprint), during which the
+//! task does not yield.
 
 mod convert;
 mod entity;
