@@ -11,6 +11,7 @@
 //! tenantry-bench --backend sqlite lifecycle --commands 5000
 //! ```
 
+mod directory;
 mod fence;
 mod fixtures;
 mod lifecycle;
@@ -106,7 +107,17 @@ enum Part {
         drain: DrainArgs,
     },
     /// Directory snapshot apply (10,000 workspaces, 100,000 memberships) vs bulk INSERT.
-    Directory,
+    Directory {
+        /// Workspaces in the snapshot.
+        #[arg(long, default_value_t = 10_000)]
+        workspaces: usize,
+        /// Members per workspace.
+        #[arg(long, default_value_t = 10)]
+        members: usize,
+        /// Distinct accounts the members are drawn from.
+        #[arg(long, default_value_t = 25_000)]
+        accounts: usize,
+    },
     /// Fence overhead: ScopedWrites around a no-op vs the bare call; 1,000-scope throughput.
     Fence {
         /// Uncontended operations.
@@ -246,15 +257,11 @@ async fn run(cli: Cli) -> BenchResult<()> {
             workers,
             drain,
         } => lifecycle::memory(&target()?, *commands, *workers, &drain.options()).await,
-        Part::Directory => {
-            // The directory projection (store-seaorm directory apply) has not landed yet.
-            emit(&serde_json::json!({
-                "part": "directory_skipped",
-                "backend": target()?.backend_name(),
-                "reason": "the directory projection is not implemented yet",
-            }));
-            Ok(())
-        }
+        Part::Directory {
+            workspaces,
+            members,
+            accounts,
+        } => directory::run(&target()?, *workspaces, *members, *accounts).await,
         Part::Fence {
             ops,
             scopes,

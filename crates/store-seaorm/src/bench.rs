@@ -8,11 +8,14 @@
 //! would have written.
 
 use sea_orm::{ConnectionTrait, DbBackend, Statement, TransactionTrait};
+use tenantry_directory::ProjectionWrite;
 use tenantry_lifecycle::ControlSpace;
 use tenantry_lifecycle::intake::NewCommand;
+use tenantry_ports::directory::ProjectionStoreError;
 use tenantry_ports::lifecycle::StoreError;
 
 use crate::connect::{Backend, Database};
+use crate::directory::SeaOrmDirectoryStore;
 use crate::lifecycle::unavailable;
 
 /// Rows per multi-row `INSERT` statement when bulk loading.
@@ -87,6 +90,21 @@ pub async fn bulk_load_lifecycle(
     let txn = db.conn.begin().await.map_err(unavailable)?;
     crate::lifecycle::bulk::insert(&txn, spaces, commands).await?;
     txn.commit().await.map_err(unavailable)
+}
+
+/// Inserts the account, workspace, membership and execution rows of a planned directory write
+/// (`tenantry_directory::plan::plan_snapshot` against empty tables) with plain multi-row
+/// `INSERT` statements in one transaction: no lookups, no planning, no `ON CONFLICT`. This is
+/// the physical floor the snapshot apply is compared with.
+///
+/// # Errors
+/// [`ProjectionStoreError::Storage`] when a statement fails (for example the tables are not
+/// empty).
+pub async fn bulk_insert_directory_rows(
+    db: &Database,
+    write: &ProjectionWrite,
+) -> Result<(), ProjectionStoreError> {
+    crate::directory::bulk::insert_plain(&SeaOrmDirectoryStore::new(db), write).await
 }
 
 /// Number of outbox commands per status, ordered by status name.

@@ -20,6 +20,8 @@
 //! a second of CPU in release builds (most of it the snapshot fingerprint), during which the
 //! task does not yield.
 
+#[cfg(feature = "bench")]
+pub(crate) mod bulk;
 mod convert;
 mod entity;
 
