@@ -43,6 +43,8 @@ pub mod codes {
     pub const KNOWLEDGE_FS_SPACE_NOT_FOUND: &str = "KNOWLEDGE_FS_SPACE_NOT_FOUND";
     /// A recovered identity lives in another namespace.
     pub const KNOWLEDGE_FS_SCOPE_MISMATCH: &str = "KNOWLEDGE_FS_SCOPE_MISMATCH";
+    /// The control space changed between the read and the settle; the next attempt re-reads it.
+    pub const CONTROL_SPACE_CONFLICT: &str = "CONTROL_SPACE_CONFLICT";
     /// Recorded on a provision superseded by a deletion.
     pub const SUPERSEDED_BY_DELETE: &str = "SUPERSEDED_BY_DELETE";
 }

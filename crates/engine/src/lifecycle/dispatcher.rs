@@ -10,7 +10,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use tenantry_kernel::{CommandId, LeaseOwner};
 use tenantry_lifecycle::saga::{
-    AbsentOutcome, DeleteStart, DeletionTarget, ProvisionStart, Recovery, Step, StepError,
+    AbsentOutcome, DeleteStart, DeletionTarget, ProvisionStart, Recovery, Step, StepError, codes,
 };
 use tenantry_lifecycle::{
     ClaimedCommand, CommandBody, ControlSpace, DeletePayload, ProvisionPayload, RetryPolicy,
@@ -280,8 +280,22 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
         step: &Step<'_>,
         settlement: Settlement,
     ) -> Result<Settlement, DispatchError> {
-        self.store.settle(&step.command.lease, &settlement).await?;
-        Ok(settlement)
+        match self.store.settle(&step.command.lease, &settlement).await {
+            Ok(()) => Ok(settlement),
+            // The control space changed between read and settle (e.g. a deletion was requested
+            // while a provision was in flight). The lease is still ours: hand the command back
+            // as a retry so the next attempt re-reads, instead of idling until the lease expires.
+            Err(SettleError::ControlSpaceConflict { control_space_id }) => {
+                let retry = step.retry(
+                    codes::CONTROL_SPACE_CONFLICT,
+                    format!("control space {control_space_id} changed concurrently; re-reading on the next attempt"),
+                    None,
+                );
+                self.store.settle(&step.command.lease, &retry).await?;
+                Ok(retry)
+            }
+            Err(other) => Err(other.into()),
+        }
     }
 
     async fn control_space(&self, step: &Step<'_>) -> Result<Option<ControlSpace>, StoreError> {

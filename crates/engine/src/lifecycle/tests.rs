@@ -1064,3 +1064,114 @@ fn unique_lease_owners_differ() {
     assert_ne!(a, b);
     assert!(a.as_str().starts_with("hosta-"));
 }
+
+/// A store whose first settle carrying a control-space CAS finds the control space changed
+/// by a concurrent writer (its resource version bumped just before).
+#[derive(Clone)]
+struct RacingStore {
+    inner: InMemoryLifecycleStore,
+    raced: Arc<AtomicBool>,
+}
+
+#[async_trait]
+impl CommandQueue for RacingStore {
+    async fn claim(
+        &self,
+        request: &ClaimRequest,
+    ) -> Result<Vec<tenantry_lifecycle::ClaimedCommand>, tenantry_ports::lifecycle::StoreError>
+    {
+        self.inner.claim(request).await
+    }
+    async fn settle(
+        &self,
+        lease: &tenantry_lifecycle::LeaseToken,
+        settlement: &tenantry_lifecycle::Settlement,
+    ) -> Result<(), tenantry_ports::lifecycle::SettleError> {
+        if let Some(cas) = &settlement.control_space
+            && !self.raced.swap(true, Ordering::SeqCst)
+        {
+            let mut current = cas.next.clone();
+            current.resource_version = cas.expected_resource_version + 1;
+            current.state = cas.expected_state;
+            self.inner.put_control_space(current);
+        }
+        self.inner.settle(lease, settlement).await
+    }
+    async fn latest_provision(
+        &self,
+        t: &TenantId,
+        c: &ControlSpaceId,
+    ) -> Result<Option<CommandRecord>, tenantry_ports::lifecycle::StoreError> {
+        self.inner.latest_provision(t, c).await
+    }
+    async fn list_commands(
+        &self,
+        f: &tenantry_ports::lifecycle::CommandFilter,
+    ) -> Result<Vec<CommandRecord>, tenantry_ports::lifecycle::StoreError> {
+        self.inner.list_commands(f).await
+    }
+}
+
+#[async_trait]
+impl ControlSpaceReader for RacingStore {
+    async fn control_space(
+        &self,
+        t: &TenantId,
+        c: &ControlSpaceId,
+    ) -> Result<Option<ControlSpace>, tenantry_ports::lifecycle::StoreError> {
+        self.inner.control_space(t, c).await
+    }
+}
+
+#[async_trait]
+impl tenantry_ports::lifecycle::IntakeStore for RacingStore {
+    async fn submit(
+        &self,
+        plan: &tenantry_lifecycle::intake::IntakePlan,
+    ) -> Result<tenantry_ports::lifecycle::Submitted, tenantry_ports::lifecycle::IntakeStoreError>
+    {
+        self.inner.submit(plan).await
+    }
+    async fn command_by_idempotency_key(
+        &self,
+        k: &IdempotencyKey,
+    ) -> Result<Option<CommandRecord>, tenantry_ports::lifecycle::StoreError> {
+        self.inner.command_by_idempotency_key(k).await
+    }
+}
+
+#[tokio::test]
+async fn control_space_conflict_at_settle_hands_the_command_back_for_a_re_read() {
+    let h = harness();
+    let receipt = h.create("cs1").await;
+    let racing = RacingStore {
+        inner: h.store.clone(),
+        raced: Arc::new(AtomicBool::new(false)),
+    };
+    let dispatcher = Dispatcher::new(racing, h.remote.clone(), DispatcherConfig::default());
+    let first = dispatcher
+        .dispatch_one(&owner("w1"), t(0), true)
+        .await
+        .unwrap();
+    assert!(first.claimed && !first.completed);
+    let record = h.command(&receipt.command_id);
+    assert_eq!(
+        retry_of(&record),
+        (
+            CommandStatus::Pending,
+            Some(codes::CONTROL_SPACE_CONFLICT),
+            t(2)
+        ),
+        "retried at once instead of waiting for the lease to expire"
+    );
+    assert_eq!(record.lease_owner, None);
+    assert!(
+        dispatcher
+            .dispatch_one(&owner("w1"), t(2), true)
+            .await
+            .unwrap()
+            .completed
+    );
+    assert_eq!(h.space("cs1").await.state, ControlSpaceState::Active);
+    assert_eq!(h.remote.counters().spaces_created, 1);
+}
