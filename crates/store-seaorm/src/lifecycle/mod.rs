@@ -6,11 +6,11 @@
 //! concurrent workers never claim the same command. On SQLite write transactions begin
 //! `IMMEDIATE`, which serializes writers (WAL mode lets readers go on).
 
+mod batch;
 #[cfg(feature = "bench")]
 pub(crate) mod bulk;
 mod convert;
 mod entity;
-mod batch;
 
 use async_trait::async_trait;
 use sea_orm::sea_query::Expr;
