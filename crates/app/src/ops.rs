@@ -33,6 +33,23 @@ pub async fn open(config: &Config) -> Result<Database, ExitCode> {
         })
 }
 
+/// Opens the configured database for an operator command: nothing is created or migrated,
+/// and a missing database or an outdated schema is an error that says to run `tenantry migrate`.
+///
+/// # Errors
+/// The exit code to return when the database cannot be opened.
+pub async fn open_existing(config: &Config) -> Result<Database, ExitCode> {
+    tenantry_store_seaorm::connect_existing(&config.database_url, config.database_max_connections)
+        .await
+        .map_err(|e| {
+            eprintln!(
+                "tenantry: cannot open database {}: {e}",
+                redact_url(&config.database_url)
+            );
+            ExitCode::FAILURE
+        })
+}
+
 /// `tenantry migrate`.
 pub async fn migrate(config: &Config) -> ExitCode {
     match open(config).await {
@@ -59,7 +76,7 @@ pub async fn commands_list(config: &Config, args: &CommandsListArgs) -> ExitCode
         Ok(f) => f,
         Err(message) => return usage(message),
     };
-    let db = match open(config).await {
+    let db = match open_existing(config).await {
         Ok(db) => db,
         Err(code) => return code,
     };
@@ -179,7 +196,7 @@ pub async fn fences_list(config: &Config, args: &FencesListArgs) -> ExitCode {
         Ok(b) => b,
         Err(e) => return usage(format!("--binding: {e}")),
     };
-    let db = match open(config).await {
+    let db = match open_existing(config).await {
         Ok(db) => db,
         Err(code) => return code,
     };
@@ -242,7 +259,7 @@ pub async fn fences_clear(config: &Config, args: &FencesClearArgs) -> ExitCode {
     if reason.is_empty() {
         return usage("--reason must say what was reconciled".to_owned());
     }
-    let db = match open(config).await {
+    let db = match open_existing(config).await {
         Ok(db) => db,
         Err(code) => return code,
     };

@@ -154,3 +154,38 @@ fn migrate_then_operator_commands_work_on_the_default_sqlite_file() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
 }
+
+#[test]
+fn operator_commands_never_create_or_migrate_a_database() {
+    let dir = tempfile::tempdir().unwrap();
+    for args in [
+        vec!["commands", "list"],
+        vec!["fences", "list"],
+        vec![
+            "fences",
+            "clear",
+            "--binding",
+            "b",
+            "--scope",
+            "s",
+            "--reason",
+            "checked",
+        ],
+    ] {
+        let out = tenantry()
+            .current_dir(dir.path())
+            .args(&args)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("cannot open database"),
+            "{args:?}: {stderr}"
+        );
+        assert!(
+            !dir.path().join("tenantry.db").exists(),
+            "{args:?} created a database"
+        );
+    }
+}

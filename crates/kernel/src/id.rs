@@ -1,7 +1,9 @@
 //! Validated string identifiers.
 //!
 //! Every identifier is a newtype over `String` that is non-empty, at most
-//! [`MAX_ID_LEN`] bytes long, and free of whitespace and control characters. Parsing is the
+//! [`MAX_ID_LEN`] bytes long, and free of whitespace, control characters, invisible Unicode
+//! format characters (zero-width and bidirectional controls, which can spoof an id in logs)
+//! and `/` (ids are path segments of the HTTP APIs). Parsing is the
 //! only way to build one, so a value of these types is always valid.
 
 use std::fmt;
@@ -28,8 +30,8 @@ pub enum IdError {
         /// Length of the refused value in bytes.
         len: usize,
     },
-    /// The caller passed whitespace or a control character.
-    #[error("{kind} must not contain whitespace or control characters")]
+    /// The caller passed whitespace, a control or invisible format character, or `/`.
+    #[error("{kind} must not contain whitespace, control or invisible format characters, or '/'")]
     InvalidCharacter {
         /// Which identifier was being parsed.
         kind: &'static str,
@@ -46,10 +48,32 @@ fn validate(kind: &'static str, value: &str) -> Result<(), IdError> {
             len: value.len(),
         });
     }
-    if value.chars().any(|c| c.is_whitespace() || c.is_control()) {
+    if value.chars().any(is_forbidden) {
         return Err(IdError::InvalidCharacter { kind });
     }
     Ok(())
+}
+
+/// Whether `c` may not appear in an identifier: whitespace, control characters, `/`, and the
+/// invisible format characters of Unicode category Cf that matter for spoofing (soft hyphen,
+/// zero-width and joiner characters, bidirectional marks, embeddings, overrides and isolates,
+/// word joiner and invisible operators, byte-order mark).
+pub fn is_forbidden(c: char) -> bool {
+    c.is_whitespace()
+        || c.is_control()
+        || c == '/'
+        || matches!(
+            c,
+            '\u{00AD}'
+                | '\u{061C}'
+                | '\u{180E}'
+                | '\u{200B}'..='\u{200F}'
+                | '\u{202A}'..='\u{202E}'
+                | '\u{2060}'..='\u{2064}'
+                | '\u{2066}'..='\u{206F}'
+                | '\u{FEFF}'
+                | '\u{FFF9}'..='\u{FFFB}'
+        )
 }
 
 macro_rules! define_id {
@@ -168,6 +192,20 @@ mod tests {
                 "a\u{7}",
                 Err(IdError::InvalidCharacter { kind: "tenant_id" }),
             ),
+            (
+                "a\u{202E}b",
+                Err(IdError::InvalidCharacter { kind: "tenant_id" }),
+            ),
+            (
+                "a\u{200B}b",
+                Err(IdError::InvalidCharacter { kind: "tenant_id" }),
+            ),
+            (
+                "a\u{FEFF}",
+                Err(IdError::InvalidCharacter { kind: "tenant_id" }),
+            ),
+            ("a/b", Err(IdError::InvalidCharacter { kind: "tenant_id" })),
+            ("café-ü", Ok(())),
         ];
         for (input, expected) in cases {
             assert_eq!(

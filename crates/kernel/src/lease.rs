@@ -34,7 +34,7 @@ impl LeaseOwner {
                 len: value.len(),
             });
         }
-        if value.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        if value.chars().any(crate::id::is_forbidden) {
             return Err(IdError::InvalidCharacter {
                 kind: "lease_owner",
             });

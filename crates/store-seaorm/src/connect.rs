@@ -40,6 +40,42 @@ pub enum ConnectError {
     /// Connecting or migrating failed; the message comes from the driver.
     #[error("cannot open database: {0}")]
     Open(String),
+    /// The database exists but its schema is missing or older than this binary's: run
+    /// `tenantry migrate` (or start `tenantry serve`, which migrates) first.
+    #[error(
+        "database schema is not initialized or not up to date ({pending} migrations pending); run `tenantry migrate` first"
+    )]
+    SchemaNotCurrent {
+        /// Migrations this binary knows that the database has not applied.
+        pending: usize,
+    },
+}
+
+/// Opens `url` without creating or migrating anything, for read-mostly operator tools.
+///
+/// A SQLite file must already exist (`mode=rwc` is read as `mode=rw`), and the schema must be
+/// exactly this binary's (no pending migration).
+///
+/// # Errors
+/// [`ConnectError::UnsupportedUrl`], [`ConnectError::Open`] when the database cannot be opened
+/// (for SQLite: the file does not exist), [`ConnectError::SchemaNotCurrent`] when migrations are
+/// pending.
+pub async fn connect_existing(url: &str, max_connections: u32) -> Result<Database, ConnectError> {
+    let url = if url.starts_with("sqlite:") {
+        url.replace("mode=rwc", "mode=rw")
+    } else {
+        url.to_owned()
+    };
+    let db = open_pool(&url, max_connections).await?;
+    let pending = match Migrator::get_pending_migrations_read_only(&db.conn).await {
+        Ok(pending) => pending.len(),
+        Err(_) => Migrator::migrations().len(),
+    };
+    if pending > 0 {
+        let _ = db.conn.close().await;
+        return Err(ConnectError::SchemaNotCurrent { pending });
+    }
+    Ok(db)
 }
 
 /// Opens `url`, applies pending migrations and returns the pool.
@@ -52,6 +88,14 @@ pub enum ConnectError {
 /// [`ConnectError::UnsupportedUrl`] for another scheme, [`ConnectError::Open`] when the server
 /// is unreachable or a migration fails.
 pub async fn connect(url: &str, max_connections: u32) -> Result<Database, ConnectError> {
+    let db = open_pool(url, max_connections).await?;
+    Migrator::up(&db.conn, None)
+        .await
+        .map_err(|e| ConnectError::Open(e.to_string()))?;
+    Ok(db)
+}
+
+async fn open_pool(url: &str, max_connections: u32) -> Result<Database, ConnectError> {
     let backend = if url.starts_with("sqlite:") {
         Backend::Sqlite
     } else if url.starts_with("postgres:") || url.starts_with("postgresql:") {
@@ -84,8 +128,5 @@ pub async fn connect(url: &str, max_connections: u32) -> Result<Database, Connec
             Backend::Postgres => DbBackend::Postgres,
         }
     );
-    Migrator::up(&conn, None)
-        .await
-        .map_err(|e| ConnectError::Open(e.to_string()))?;
     Ok(Database { conn, backend })
 }

@@ -21,4 +21,4 @@ pub mod lifecycle;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 
-pub use connect::{Backend, ConnectError, Database, connect};
+pub use connect::{Backend, ConnectError, Database, connect, connect_existing};

@@ -32,11 +32,11 @@ pub struct CreateBody {
     pub name: String,
     /// Short name (1..=255 characters).
     pub slug: String,
-    /// Icon reference.
-    #[serde(default)]
+    /// Icon reference (absent or `null` = empty).
+    #[serde(default, deserialize_with = "null_as_empty")]
     pub icon: String,
-    /// Description.
-    #[serde(default)]
+    /// Description (absent or `null` = empty).
+    #[serde(default, deserialize_with = "null_as_empty")]
     pub description: String,
     /// Model intent passed through to KnowledgeFS.
     pub model_intent: Option<Value>,
@@ -163,6 +163,11 @@ impl ControlSpaceView {
             open_commands: open.iter().map(CommandView::from).collect(),
         }
     }
+}
+
+/// Reads an optional text field where JSON `null` means the same as an absent field.
+fn null_as_empty<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {
+    Ok(Option::<String>::deserialize(deserializer)?.unwrap_or_default())
 }
 
 /// The id of a control space created without one: `cs-` plus 32 hex digits of

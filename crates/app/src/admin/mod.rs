@@ -129,13 +129,22 @@ async fn require_token(
             .headers()
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
+            .and_then(bearer_credentials)
             .unwrap_or("");
         if !constant_time_eq(presented.as_bytes(), expected.as_bytes()) {
             return Err(ApiError::unauthorized());
         }
     }
     Ok(next.run(request).await)
+}
+
+/// The credentials of an `Authorization: Bearer <token>` value; the scheme name is
+/// case-insensitive (RFC 7235 section 2.1).
+fn bearer_credentials(value: &str) -> Option<&str> {
+    let (scheme, credentials) = value.split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| credentials.trim_start())
 }
 
 /// Compares without an early exit on the first differing byte.
@@ -148,7 +157,22 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::constant_time_eq;
+    use super::{bearer_credentials, constant_time_eq};
+
+    #[test]
+    fn bearer_scheme_is_case_insensitive() {
+        let cases = [
+            ("Bearer tok", Some("tok")),
+            ("bearer tok", Some("tok")),
+            ("BEARER  tok", Some("tok")),
+            ("Basic tok", None),
+            ("Bearertok", None),
+            ("", None),
+        ];
+        for (header, expected) in cases {
+            assert_eq!(bearer_credentials(header), expected, "{header:?}");
+        }
+    }
 
     #[test]
     fn token_comparison_needs_equal_bytes() {
