@@ -38,7 +38,11 @@ pub enum IdError {
     },
 }
 
-fn validate(kind: &'static str, value: &str) -> Result<(), IdError> {
+/// Checks `value` against the identifier rules; `kind` names it in the error.
+///
+/// # Errors
+/// [`IdError`] naming the broken rule.
+pub fn validate(kind: &'static str, value: &str) -> Result<(), IdError> {
     if value.is_empty() {
         return Err(IdError::Empty { kind });
     }
@@ -76,10 +80,14 @@ pub fn is_forbidden(c: char) -> bool {
         )
 }
 
+/// Defines a validated string identifier type (see the module docs for the rules): parse,
+/// `as_str`, `into_string`, `Display`, serde as a string (validated on input), `AsRef<str>`.
+/// Used by every crate that needs id newtypes.
+#[macro_export]
 macro_rules! define_id {
     ($(#[$meta:meta])* $name:ident, $kind:literal) => {
         $(#[$meta])*
-        #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+        #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, ::serde::Serialize, ::serde::Deserialize)]
         #[serde(try_from = "String", into = "String")]
         pub struct $name(String);
 
@@ -90,11 +98,11 @@ macro_rules! define_id {
             /// Parses `value`.
             ///
             /// # Errors
-            /// [`IdError`] when the value is empty, longer than 255 bytes, or contains
+            /// `IdError` when the value is empty, longer than 255 bytes, or contains
             /// whitespace or control characters.
-            pub fn parse(value: impl Into<String>) -> Result<Self, IdError> {
+            pub fn parse(value: impl Into<String>) -> Result<Self, $crate::IdError> {
                 let value = value.into();
-                validate($kind, &value)?;
+                $crate::id::validate($kind, &value)?;
                 Ok(Self(value))
             }
 
@@ -109,14 +117,14 @@ macro_rules! define_id {
             }
         }
 
-        impl fmt::Display for $name {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        impl ::std::fmt::Display for $name {
+            fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
                 f.write_str(&self.0)
             }
         }
 
         impl TryFrom<String> for $name {
-            type Error = IdError;
+            type Error = $crate::IdError;
             fn try_from(value: String) -> Result<Self, Self::Error> {
                 Self::parse(value)
             }

@@ -23,22 +23,7 @@ impl LeaseOwner {
     /// [`IdError`] when the value breaks one of those rules.
     pub fn parse(value: impl Into<String>) -> Result<Self, IdError> {
         let value = value.into();
-        if value.is_empty() {
-            return Err(IdError::Empty {
-                kind: "lease_owner",
-            });
-        }
-        if value.len() > crate::id::MAX_ID_LEN {
-            return Err(IdError::TooLong {
-                kind: "lease_owner",
-                len: value.len(),
-            });
-        }
-        if value.chars().any(crate::id::is_forbidden) {
-            return Err(IdError::InvalidCharacter {
-                kind: "lease_owner",
-            });
-        }
+        crate::id::validate("lease_owner", &value)?;
         Ok(Self(value))
     }
 
