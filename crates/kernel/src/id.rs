@@ -6,10 +6,6 @@
 //! and `/` (ids are path segments of the HTTP APIs). Parsing is the
 //! only way to build one, so a value of these types is always valid.
 
-use std::fmt;
-
-use serde::{Deserialize, Serialize};
-
 /// Longest accepted identifier, in bytes (UTF-8).
 pub const MAX_ID_LEN: usize = 255;
 
