@@ -136,7 +136,7 @@ enum Part {
 #[derive(Debug, Clone, clap::Args)]
 struct DrainArgs {
     /// Commands each worker claims per statement and dispatches concurrently.
-    #[arg(long, default_value_t = 32)]
+    #[arg(long, default_value_t = 64)]
     claim_batch: u32,
     /// Worker sleep when nothing is due, in milliseconds.
     #[arg(long, default_value_t = 20)]

@@ -11,14 +11,16 @@
 //!   the single-settlement code inside its own savepoint, so a refusal rolls back exactly that
 //!   item.
 //!
-//! On PostgreSQL the fast items take at most three statements:
+//! On PostgreSQL the fast items take at most three statements, each with one JSON parameter
+//! expanded by `json_to_recordset` (so the statement text, and its prepared statement, is the
+//! same for every batch size):
 //! 1. `SELECT .. FOR UPDATE OF o, c` over the items with a compare-and-set: verifies their
 //!    leases (owner, epoch, status processing) and locks their outbox rows and control spaces,
 //!    in control-space order so concurrent batches cannot deadlock on them;
-//! 2. one `UPDATE control_spaces .. FROM (VALUES ..) .. RETURNING` applying every
+//! 2. one `UPDATE control_spaces .. FROM json_to_recordset(..) .. RETURNING` applying every
 //!    compare-and-set of a held lease; an item whose expected resource version or state no
 //!    longer matches is reported as [`SettleError::ControlSpaceConflict`] and gets no ack;
-//! 3. one `UPDATE lifecycle_outbox .. FROM (VALUES ..) .. RETURNING` acking or retrying every
+//! 3. one `UPDATE lifecycle_outbox .. FROM json_to_recordset(..) .. RETURNING` acking or retrying every
 //!    remaining item under its lease; an item it does not return lost its lease.
 //!
 //! A batch of acks and retries without compare-and-sets is the last statement alone, in
@@ -30,7 +32,8 @@
 //! [`ControlSpaceReader::control_spaces`]: tenantry_ports::lifecycle::ControlSpaceReader::control_spaces
 
 use std::collections::{HashMap, HashSet};
-use std::fmt::Write as _;
+
+use serde_json::json;
 
 use sea_orm::{ConnectionTrait, DbBackend, EntityTrait, Statement, TransactionTrait};
 use tenantry_kernel::{ControlSpaceId, TenantId};
@@ -195,33 +198,25 @@ async fn lock_leases_postgres<C: ConnectionTrait>(
     items: &[Item],
     indices: &[usize],
 ) -> Result<HashSet<String>, StoreError> {
-    let mut values = Vec::with_capacity(indices.len() * 5);
-    let mut rows = String::new();
-    for (n, &i) in indices.iter().enumerate() {
-        let (lease, settlement) = &items[i];
-        let Some(cas) = &settlement.control_space else {
-            continue;
-        };
-        let p = n * 5;
-        let _ = write!(
-            rows,
-            "{}(${}::text, ${}::text, ${}::bigint, ${}::text, ${}::text)",
-            if n == 0 { "" } else { ", " },
-            p + 1,
-            p + 2,
-            p + 3,
-            p + 4,
-            p + 5
-        );
-        values.push(lease.command_id.as_str().into());
-        values.push(lease.owner.as_str().into());
-        values.push(lease.epoch.0.into());
-        values.push(cas.next.tenant_id.as_str().into());
-        values.push(cas.next.control_space_id.as_str().into());
-    }
+    let rows: Vec<serde_json::Value> = indices
+        .iter()
+        .filter_map(|&i| {
+            let (lease, settlement) = &items[i];
+            let cas = settlement.control_space.as_ref()?;
+            Some(json!({
+                "id": lease.command_id.as_str(),
+                "owner": lease.owner.as_str(),
+                "epoch": lease.epoch.0,
+                "tenant_id": cas.next.tenant_id.as_str(),
+                "control_space_id": cas.next.control_space_id.as_str(),
+            }))
+        })
+        .collect();
     let sql = format!(
         "SELECT o.id FROM lifecycle_outbox AS o \
-         JOIN (VALUES {rows}) AS v(id, owner, epoch, tenant_id, control_space_id) ON o.id = v.id \
+         JOIN json_to_recordset($1::json) \
+           AS v(id text, owner text, epoch bigint, tenant_id text, control_space_id text) \
+           ON o.id = v.id \
          JOIN control_spaces AS c \
            ON c.tenant_id = v.tenant_id AND c.control_space_id = v.control_space_id \
          WHERE o.status = '{processing}' AND o.lease_owner = v.owner AND o.lease_epoch = v.epoch \
@@ -230,16 +225,19 @@ async fn lock_leases_postgres<C: ConnectionTrait>(
         processing = CommandStatus::Processing.as_str(),
     );
     let rows = conn
-        .query_all_raw(Statement::from_sql_and_values(
-            DbBackend::Postgres,
-            sql,
-            values,
-        ))
+        .query_all_raw(json_statement(sql, &rows))
         .await
         .map_err(unavailable)?;
     rows.iter()
         .map(|row| row.try_get::<String>("", "id").map_err(unavailable))
         .collect()
+}
+
+/// A PostgreSQL statement whose only parameter `$1` is `rows` as a JSON array. The statement
+/// text does not depend on the batch size, so every batch reuses one prepared statement.
+fn json_statement(sql: String, rows: &[serde_json::Value]) -> Statement {
+    let rows = serde_json::Value::Array(rows.to_vec()).to_string();
+    Statement::from_sql_and_values(DbBackend::Postgres, sql, [rows.into()])
 }
 
 /// Why an item with a compare-and-set was not returned by the lock statement: its lease is
@@ -282,68 +280,41 @@ async fn cas_postgres<C: ConnectionTrait>(
     if indices.is_empty() {
         return Ok(HashSet::new());
     }
-    const COLUMNS: usize = 11;
-    let mut values = Vec::with_capacity(indices.len() * COLUMNS);
-    let mut rows = String::new();
-    for (n, &i) in indices.iter().enumerate() {
-        let Some(cas) = &items[i].1.control_space else {
-            continue;
-        };
-        let next = &cas.next;
-        let p = n * COLUMNS;
-        let _ = write!(
-            rows,
-            "{}(${}::text, ${}::text, ${}::bigint, ${}::text, ${}::text, ${}::text, ${}::bigint, \
-             ${}::text, ${}::bigint, ${}::bigint, ${}::bigint)",
-            if n == 0 { "" } else { ", " },
-            p + 1,
-            p + 2,
-            p + 3,
-            p + 4,
-            p + 5,
-            p + 6,
-            p + 7,
-            p + 8,
-            p + 9,
-            p + 10,
-            p + 11,
-        );
-        values.push(next.tenant_id.as_str().into());
-        values.push(next.control_space_id.as_str().into());
-        values.push(cas.expected_resource_version.into());
-        values.push(cas.expected_state.as_str().into());
-        values.push(next.state.as_str().into());
-        values.push(next.lifecycle_operation_id.as_str().into());
-        values.push(next.resource_version.into());
-        values.push(
-            next.knowledge_space_id
-                .as_ref()
-                .map(|k| k.as_str().to_owned())
-                .into(),
-        );
-        values.push(next.knowledge_space_revision.into());
-        values.push(next.deletion_irreversible_at.map(millis).into());
-        values.push(millis(next.updated_at).into());
-    }
-    let sql = format!(
-        "UPDATE control_spaces AS c SET state = v.state, \
+    let rows: Vec<serde_json::Value> = indices
+        .iter()
+        .filter_map(|&i| {
+            let cas = items[i].1.control_space.as_ref()?;
+            let next = &cas.next;
+            Some(json!({
+                "tenant_id": next.tenant_id.as_str(),
+                "control_space_id": next.control_space_id.as_str(),
+                "expected_version": cas.expected_resource_version,
+                "expected_state": cas.expected_state.as_str(),
+                "state": next.state.as_str(),
+                "operation_id": next.lifecycle_operation_id.as_str(),
+                "resource_version": next.resource_version,
+                "knowledge_space_id": next.knowledge_space_id.as_ref().map(|k| k.as_str()),
+                "knowledge_space_revision": next.knowledge_space_revision,
+                "deletion_irreversible_at": next.deletion_irreversible_at.map(millis),
+                "updated_at": millis(next.updated_at),
+            }))
+        })
+        .collect();
+    let sql = "UPDATE control_spaces AS c SET state = v.state, \
            lifecycle_operation_id = v.operation_id, resource_version = v.resource_version, \
            knowledge_space_id = v.knowledge_space_id, \
            knowledge_space_revision = v.knowledge_space_revision, \
            deletion_irreversible_at = v.deletion_irreversible_at, updated_at = v.updated_at \
-         FROM (VALUES {rows}) AS v(tenant_id, control_space_id, expected_version, \
-           expected_state, state, operation_id, resource_version, knowledge_space_id, \
-           knowledge_space_revision, deletion_irreversible_at, updated_at) \
+         FROM json_to_recordset($1::json) AS v(tenant_id text, control_space_id text, \
+           expected_version bigint, expected_state text, state text, operation_id text, \
+           resource_version bigint, knowledge_space_id text, knowledge_space_revision bigint, \
+           deletion_irreversible_at bigint, updated_at bigint) \
          WHERE c.tenant_id = v.tenant_id AND c.control_space_id = v.control_space_id \
            AND c.resource_version = v.expected_version AND c.state = v.expected_state \
          RETURNING c.tenant_id, c.control_space_id"
-    );
+        .to_owned();
     let rows = conn
-        .query_all_raw(Statement::from_sql_and_values(
-            DbBackend::Postgres,
-            sql,
-            values,
-        ))
+        .query_all_raw(json_statement(sql, &rows))
         .await
         .map_err(unavailable)?;
     rows.iter()
@@ -369,56 +340,35 @@ async fn ack_postgres<C: ConnectionTrait>(
     if indices.is_empty() {
         return Ok(());
     }
-    const COLUMNS: usize = 8;
-    let mut values = Vec::with_capacity(indices.len() * COLUMNS);
-    let mut rows = String::new();
-    for (n, &i) in indices.iter().enumerate() {
-        let (lease, settlement) = &items[i];
-        let (status, completed_at, next_attempt_at, code, message) = match &settlement.outcome {
-            Some(CommandOutcome::Ack { completed_at }) => (
-                CommandStatus::Succeeded,
-                Some(millis(*completed_at)),
-                None,
-                None,
-                None,
-            ),
-            Some(CommandOutcome::Retry {
-                next_attempt_at,
-                error,
-            }) => (
-                CommandStatus::Pending,
-                None,
-                Some(millis(*next_attempt_at)),
-                Some(error.code.clone()),
-                Some(error.message.clone()),
-            ),
+    let rows: Vec<serde_json::Value> = indices
+        .iter()
+        .filter_map(|&i| {
+            let (lease, settlement) = &items[i];
             // The plan never makes an item without outcome fast.
-            None => continue,
-        };
-        let p = n * COLUMNS;
-        let _ = write!(
-            rows,
-            "{}(${}::text, ${}::text, ${}::bigint, ${}::text, ${}::bigint, ${}::bigint, \
-             ${}::text, ${}::text)",
-            if n == 0 { "" } else { ", " },
-            p + 1,
-            p + 2,
-            p + 3,
-            p + 4,
-            p + 5,
-            p + 6,
-            p + 7,
-            p + 8,
-        );
-        values.push(lease.command_id.as_str().into());
-        values.push(lease.owner.as_str().into());
-        values.push(lease.epoch.0.into());
-        values.push(status.as_str().into());
-        values.push(completed_at.into());
-        values.push(next_attempt_at.into());
-        values.push(code.into());
-        values.push(message.into());
-    }
+            let outcome = settlement.outcome.as_ref()?;
+            let mut row = json!({
+                "id": lease.command_id.as_str(),
+                "owner": lease.owner.as_str(),
+                "epoch": lease.epoch.0,
+            });
+            match outcome {
+                CommandOutcome::Ack { completed_at } => {
+                    row["status"] = CommandStatus::Succeeded.as_str().into();
+                    row["completed_at"] = millis(*completed_at).into();
+                }
+                CommandOutcome::Retry {
+                    next_attempt_at,
+                    error,
+                } => {
+                    row["status"] = CommandStatus::Pending.as_str().into();
+                    row["next_attempt_at"] = millis(*next_attempt_at).into();
+                    row["error_code"] = error.code.as_str().into();
+                    row["error_message"] = error.message.as_str().into();
+                }
+            }
+            Some(row)
+        })
+        .collect();
     let sql = format!(
         "UPDATE lifecycle_outbox AS o SET status = v.status, \
            completed_at = CASE WHEN v.status = '{succeeded}' THEN v.completed_at \
@@ -430,8 +380,8 @@ async fn ack_postgres<C: ConnectionTrait>(
            last_error_message = CASE WHEN v.status = '{pending}' THEN v.error_message \
              ELSE o.last_error_message END, \
            lease_owner = NULL, lease_expires_at = NULL \
-         FROM (VALUES {rows}) AS v(id, owner, epoch, status, completed_at, next_attempt_at, \
-           error_code, error_message) \
+         FROM json_to_recordset($1::json) AS v(id text, owner text, epoch bigint, status text, \
+           completed_at bigint, next_attempt_at bigint, error_code text, error_message text) \
          WHERE o.id = v.id AND o.status = '{processing}' AND o.lease_owner = v.owner \
            AND o.lease_epoch = v.epoch \
          RETURNING o.id",
@@ -440,11 +390,7 @@ async fn ack_postgres<C: ConnectionTrait>(
         processing = CommandStatus::Processing.as_str(),
     );
     let rows = conn
-        .query_all_raw(Statement::from_sql_and_values(
-            DbBackend::Postgres,
-            sql,
-            values,
-        ))
+        .query_all_raw(json_statement(sql, &rows))
         .await
         .map_err(unavailable)?;
     let updated: HashSet<String> = rows
@@ -465,8 +411,9 @@ async fn ack_postgres<C: ConnectionTrait>(
 /// Keys per statement of [`control_spaces`] (two parameters each).
 const READ_CHUNK: usize = 500;
 
-/// Reads the control spaces of `keys` with one statement per [`READ_CHUNK`] distinct keys:
-/// `SELECT .. WHERE (tenant_id, control_space_id) IN (VALUES ..)` on both backends.
+/// Reads the control spaces of `keys` with one statement per [`READ_CHUNK`] distinct keys: a
+/// join with `json_to_recordset` of one JSON parameter on PostgreSQL (one prepared statement
+/// for every batch size), `(tenant_id, control_space_id) IN (VALUES ..)` on SQLite.
 pub(super) async fn control_spaces(
     store: &SeaOrmLifecycleStore,
     keys: &[(TenantId, ControlSpaceId)],
@@ -481,23 +428,37 @@ pub(super) async fn control_spaces(
     };
     let mut found: HashMap<(String, String), ControlSpace> = HashMap::with_capacity(distinct.len());
     for chunk in distinct.chunks(READ_CHUNK) {
-        let mut rows = String::new();
-        let mut values: Vec<sea_orm::Value> = Vec::with_capacity(chunk.len() * 2);
-        for (n, (tenant, cs)) in chunk.iter().enumerate() {
-            let separator = if n == 0 { "" } else { ", " };
-            if postgres {
-                let _ = write!(rows, "{separator}(${}, ${})", 2 * n + 1, 2 * n + 2);
-            } else {
-                let _ = write!(rows, "{separator}(?, ?)");
+        let statement = if postgres {
+            let rows: Vec<serde_json::Value> = chunk
+                .iter()
+                .map(|(tenant, cs)| json!({"tenant_id": tenant, "control_space_id": cs}))
+                .collect();
+            json_statement(
+                "SELECT c.* FROM control_spaces AS c \
+                 JOIN json_to_recordset($1::json) AS v(tenant_id text, control_space_id text) \
+                   ON c.tenant_id = v.tenant_id AND c.control_space_id = v.control_space_id"
+                    .to_owned(),
+                &rows,
+            )
+        } else {
+            let mut rows = String::new();
+            let mut values: Vec<sea_orm::Value> = Vec::with_capacity(chunk.len() * 2);
+            for (n, (tenant, cs)) in chunk.iter().enumerate() {
+                rows.push_str(if n == 0 { "(?, ?)" } else { ", (?, ?)" });
+                values.push((*tenant).into());
+                values.push((*cs).into());
             }
-            values.push((*tenant).into());
-            values.push((*cs).into());
-        }
-        let sql = format!(
-            "SELECT * FROM control_spaces WHERE (tenant_id, control_space_id) IN (VALUES {rows})"
-        );
+            Statement::from_sql_and_values(
+                backend,
+                format!(
+                    "SELECT * FROM control_spaces \
+                     WHERE (tenant_id, control_space_id) IN (VALUES {rows})"
+                ),
+                values,
+            )
+        };
         let models = control_space::Entity::find()
-            .from_raw_sql(Statement::from_sql_and_values(backend, sql, values))
+            .from_raw_sql(statement)
             .all(&store.conn)
             .await
             .map_err(unavailable)?;

@@ -273,7 +273,8 @@ impl CommandQueue for SeaOrmLifecycleStore {
              lease_expires_at = {expires}, lease_epoch = lease_epoch + 1, \
              attempt_count = attempt_count + 1 \
              WHERE id IN (SELECT id FROM lifecycle_outbox \
-               WHERE ((status = 'pending' AND next_attempt_at <= {now}) \
+               WHERE completed_at IS NULL \
+                 AND ((status = 'pending' AND next_attempt_at <= {now}) \
                    OR (status = 'processing' AND lease_expires_at <= {now})){operation_filter} \
                ORDER BY next_attempt_at, created_at, id LIMIT {limit}{lock}) \
              RETURNING *",
