@@ -535,11 +535,11 @@ mod tests {
     #[test]
     fn endpoint_encodes_segments_and_keeps_a_path_prefix() {
         let fs = HttpKnowledgeFs::new(&KnowledgeFsConfig::new("http://h:1/kfs/", "t")).unwrap();
-        let ns = TenantId::parse("a/b?c").unwrap();
-        let url = fs.endpoint(&ns, &["spaces", "ks#1", "deletion"]).unwrap();
+        let ns = TenantId::parse("a%b?c").unwrap();
+        let url = fs.endpoint(&ns, &["spaces", "ks#1/x", "deletion"]).unwrap();
         assert_eq!(
             url.as_str(),
-            "http://h:1/kfs/v1/namespaces/a%2Fb%3Fc/spaces/ks%231/deletion"
+            "http://h:1/kfs/v1/namespaces/a%25b%3Fc/spaces/ks%231%2Fx/deletion"
         );
     }
 

@@ -386,11 +386,11 @@ mod tests {
         ))
         .unwrap();
         let url = p
-            .endpoint(&InstanceUuid::parse("in/st").unwrap(), "snapshot")
+            .endpoint(&InstanceUuid::parse("in?st#1").unwrap(), "snapshot")
             .unwrap();
         assert_eq!(
             url.as_str(),
-            "https://d.example/api/v1/instances/in%2Fst/directory/snapshot"
+            "https://d.example/api/v1/instances/in%3Fst%231/directory/snapshot"
         );
     }
 
