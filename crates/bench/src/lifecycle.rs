@@ -46,6 +46,8 @@ pub struct DrainOptions {
     pub timeout: Duration,
     /// Group commit of settles (`None`: each settle in its own transaction).
     pub group_commit: Option<GroupCommitConfig>,
+    /// Pool connections beyond one per worker.
+    pub extra_connections: u32,
 }
 
 impl DrainOptions {
@@ -87,8 +89,9 @@ pub async fn throughput(
 ) -> BenchResult<()> {
     for &workload in workloads {
         for &w in workers {
+            let pool = w + options.extra_connections;
             let bench = target
-                .fresh(&format!("lifecycle_{}_{w}", workload.name()), w)
+                .fresh(&format!("lifecycle_{}_{w}", workload.name()), pool)
                 .await?;
             let loaded = Instant::now();
             load(&bench.db, workload, commands, 5_000, Utc::now()).await?;
@@ -112,7 +115,7 @@ pub async fn throughput(
                 "backend": target.backend_name(),
                 "workload": workload.name(),
                 "workers": w,
-                "pool_connections": w,
+                "pool_connections": pool,
                 "claim_batch": options.claim_batch,
                 "settle": options.settle_mode(),
                 "commands": commands,
@@ -240,7 +243,9 @@ pub async fn memory(
     workers: u32,
     options: &DrainOptions,
 ) -> BenchResult<()> {
-    let bench = target.fresh("memory", workers).await?;
+    let bench = target
+        .fresh("memory", workers + options.extra_connections)
+        .await?;
     let loaded = Instant::now();
     load(&bench.db, Workload::Revoke, commands, 5_000, Utc::now()).await?;
     eprintln!(

@@ -160,6 +160,10 @@ struct DrainArgs {
     /// Group commit: leave control-space reads uncoalesced.
     #[arg(long)]
     no_coalesce_reads: bool,
+    /// Pool connections beyond one per worker (default 0: as many connections as workers,
+    /// the pgbench comparison).
+    #[arg(long, default_value_t = 0)]
+    extra_connections: u32,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -174,6 +178,7 @@ impl DrainArgs {
             claim_batch: self.claim_batch.max(1),
             idle_poll: Duration::from_millis(self.idle_poll_ms),
             timeout: Duration::from_secs(self.timeout_s),
+            extra_connections: self.extra_connections,
             group_commit: (self.settle == SettleArg::Group).then(|| GroupCommitConfig {
                 max_batch: self.group_max_batch.max(1),
                 max_wait: Duration::from_micros(self.group_max_wait_us),

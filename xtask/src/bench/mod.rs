@@ -54,6 +54,10 @@ pub struct BenchArgs {
     /// Rewrite the tables of docs/benchmarks.md even when not every part ran.
     #[arg(long)]
     write_docs: bool,
+    /// Measure nothing: rewrite the tables of docs/benchmarks.md from a saved run
+    /// (`target/bench/latest.json` or `bench-<unix seconds>.json`).
+    #[arg(long, value_name = "FILE")]
+    from_json: Option<PathBuf>,
 }
 
 /// The parts `--only` can name.
@@ -81,6 +85,15 @@ const ALL_PARTS: [PartName; 5] = [
 
 /// Runs the benchmark from the workspace root `root`.
 pub fn run(root: &Path, args: &BenchArgs) -> ExitCode {
+    if let Some(file) = &args.from_json {
+        return match rerender(root, file) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("xtask bench: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let started = Instant::now();
     match Bench::new(root, args).and_then(|mut bench| bench.run().map(|()| bench)) {
         Ok(bench) => {
@@ -312,6 +325,25 @@ impl<'a> Bench<'a> {
         }
         Ok(())
     }
+}
+
+/// Rewrites the tables of docs/benchmarks.md from the results saved in `file`.
+fn rerender(root: &Path, file: &Path) -> Result<(), String> {
+    let text =
+        std::fs::read_to_string(file).map_err(|e| format!("read {}: {e}", file.display()))?;
+    let document: Value =
+        serde_json::from_str(&text).map_err(|e| format!("parse {}: {e}", file.display()))?;
+    let results = document["results"]
+        .as_array()
+        .ok_or_else(|| format!("{} has no `results` array", file.display()))?;
+    let path = root.join("docs").join("benchmarks.md");
+    report::update_docs(&path, &report::render(results))?;
+    eprintln!(
+        "tables of {} rewritten from {}",
+        path.display(),
+        file.display()
+    );
+    Ok(())
 }
 
 fn round1(x: f64) -> f64 {

@@ -111,6 +111,7 @@ pub fn render(results: &[Value]) -> String {
     let ratios = of("lifecycle_ratio");
     let pgbench = of("pgbench");
     let lifecycle = of("lifecycle");
+    md.push_str(&targets(results));
     if !lifecycle.is_empty() {
         md.push_str("### 1. Lifecycle throughput\n\n");
         md.push_str(
@@ -160,15 +161,19 @@ pub fn render(results: &[Value]) -> String {
         let settings: Vec<String> = lifecycle
             .first()
             .map(|r| {
-                ["claim_batch", "settle", "pool_connections"]
+                ["claim_batch", "settle"]
                     .iter()
                     .filter(|k| !r[**k].is_null())
-                    .map(|k| format!("{k}={}", r[*k]))
+                    .map(|k| format!("{k}={}", s(&r[*k])))
                     .collect()
             })
             .unwrap_or_default();
         if !settings.is_empty() {
-            let _ = writeln!(md, "\nWorker settings: {}.", settings.join(", "));
+            let _ = writeln!(
+                md,
+                "\nWorker settings: {}; pool connections = workers (as pgbench's connections).",
+                settings.join(", ")
+            );
         }
         md.push('\n');
     }
@@ -280,6 +285,77 @@ pub fn render(results: &[Value]) -> String {
         }
         md.push('\n');
     }
+    md
+}
+
+/// The project targets of issue 7 and whether this run met them.
+fn targets(results: &[Value]) -> String {
+    fn part<'a>(results: &'a [Value], name: &'a str) -> impl Iterator<Item = &'a Value> + 'a {
+        results
+            .iter()
+            .filter(move |r| r.get("part").and_then(Value::as_str) == Some(name))
+    }
+    let part = |name: &'static str| part(results, name);
+    let mut rows: Vec<(String, String, Option<bool>)> = Vec::new();
+    let top_workers = part("lifecycle_ratio")
+        .filter_map(|r| r["workers"].as_u64())
+        .max();
+    for (workload, goal) in [("revoke", 5.0), ("provision", 2.0)] {
+        let ratio = part("lifecycle_ratio")
+            .find(|r| r["workload"] == workload && r["workers"].as_u64() == top_workers)
+            .and_then(|r| r["ratio"].as_f64());
+        rows.push((
+            format!(
+                "{workload} at {} workers ≥ {goal} × pgbench -N tps",
+                top_workers.unwrap_or(0)
+            ),
+            ratio.map_or("–".into(), |x| format!("{x}×")),
+            ratio.map(|x| x >= goal),
+        ));
+    }
+    for r in part("directory") {
+        let ratio = r["ratio"].as_f64();
+        rows.push((
+            format!("directory apply ({}) ≤ 3 × bulk INSERT", s(&r["backend"])),
+            ratio.map_or("–".into(), |x| format!("{x}×")),
+            ratio.map(|x| x <= 3.0),
+        ));
+    }
+    if let Some(ns) = part("fence").find_map(|r| r["overhead_ns_per_op"].as_f64()) {
+        rows.push((
+            "fence overhead < 2 µs per uncontended op".into(),
+            format!("{:.2} µs", ns / 1000.0),
+            Some(ns < 2000.0),
+        ));
+    }
+    for r in part("memory") {
+        let quarters: Vec<f64> = r["rss_peak_per_quarter_mib"]
+            .as_array()
+            .map(|a| a.iter().filter_map(Value::as_f64).collect())
+            .unwrap_or_default();
+        let (low, high) = quarters
+            .iter()
+            .fold((f64::MAX, 0.0_f64), |(lo, hi), x| (lo.min(*x), hi.max(*x)));
+        let flat = !quarters.is_empty() && high - low <= 0.1 * high;
+        rows.push((
+            "RSS does not grow with the backlog (quarters within 10 %)".into(),
+            format!("{low}–{high} MiB"),
+            Some(flat),
+        ));
+    }
+    if rows.is_empty() {
+        return String::new();
+    }
+    let mut md = String::from("### Targets\n\n| target | this run | met |\n|---|---:|---|\n");
+    for (target, figure, met) in rows {
+        let met = match met {
+            Some(true) => "yes",
+            Some(false) => "**no**",
+            None => "–",
+        };
+        let _ = writeln!(md, "| {target} | {figure} | {met} |");
+    }
+    md.push('\n');
     md
 }
 
