@@ -8,7 +8,8 @@
 //! - [`m0001_lifecycle`]: `control_spaces` and `lifecycle_outbox`;
 //! - [`m0002_host_storage`]: `host_storage` (fences and connector state);
 //! - [`m0003_directory`]: the directory projection tables;
-//! - [`m0004_lifecycle_claim_index`]: the claim index of the outbox (live commands in due order).
+//! - [`m0004_lifecycle_claim_index`]: the claim index of the outbox (live commands in due order);
+//! - [`m0006_lifecycle_attempt_window`]: when the last attempt of a command could still send.
 
 // `MigrationTrait` is declared through async-trait with an elided lifetime; implementations match it.
 #![allow(elided_lifetimes_in_paths)]
@@ -19,6 +20,7 @@ pub mod m0001_lifecycle;
 pub mod m0002_host_storage;
 pub mod m0003_directory;
 pub mod m0004_lifecycle_claim_index;
+pub mod m0006_lifecycle_attempt_window;
 
 /// Applies every Tenantry migration in order.
 pub struct Migrator;
@@ -31,6 +33,7 @@ impl MigratorTrait for Migrator {
             Box::new(m0002_host_storage::Migration),
             Box::new(m0003_directory::Migration),
             Box::new(m0004_lifecycle_claim_index::Migration),
+            Box::new(m0006_lifecycle_attempt_window::Migration),
         ]
     }
 }

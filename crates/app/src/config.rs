@@ -77,13 +77,23 @@ pub struct Config {
     pub log_filter: String,
     /// `workers`: lifecycle workers in this process (1..=256, default 4).
     pub workers: u32,
-    /// `claim_batch`: commands one worker claims and dispatches at once (1..=64, default 1).
+    /// `claim_batch`: commands one worker claims in one statement and dispatches at once
+    /// (1..=64, default 16).
     pub claim_batch: u32,
+    /// `group_commit`: settle the dispatches of all workers through shared transactions
+    /// (group commit, default true); see docs/operations.md.
+    pub group_commit: bool,
     /// `idle_poll_ms`: how long an idle worker sleeps before claiming again (default 1000).
     pub idle_poll: Duration,
-    /// `lease_seconds`: lease of a claimed command (default 300); must exceed
-    /// `knowledge_fs_deadline_seconds`.
+    /// `lease_seconds`: lease of a claimed command (3..=86400, default 30). With
+    /// `lease_renewal` it is renewed every third of its length while the dispatch is in flight;
+    /// without renewal it must exceed `knowledge_fs_deadline_ms`.
     pub lease: Duration,
+    /// `lease_renewal`: renew the lease of a dispatch in flight (default true).
+    pub lease_renewal: bool,
+    /// `deletion_absence_grace_seconds`: how long after a provision's last attempt a lookup's
+    /// absence is not yet proof that the space will never appear (default 600).
+    pub deletion_absence_grace: Duration,
     /// `retry_max_delay_ms`: upper bound of the retry backoff (default 300000).
     pub retry_max_delay: Duration,
     /// `shutdown_grace_seconds`: how long shutdown waits for in-flight dispatches (default 30).
@@ -237,6 +247,12 @@ pub struct RawConfig {
     pub workers: Option<u32>,
     /// See [`Config::claim_batch`].
     pub claim_batch: Option<u32>,
+    /// See [`Config::group_commit`].
+    pub group_commit: Option<bool>,
+    /// See [`Config::lease_renewal`].
+    pub lease_renewal: Option<bool>,
+    /// See [`Config::deletion_absence_grace`].
+    pub deletion_absence_grace_seconds: Option<u64>,
     /// See [`Config::idle_poll`].
     pub idle_poll_ms: Option<u64>,
     /// See [`Config::lease`].
@@ -347,7 +363,8 @@ pub fn merge_env_and_validate(
     let mut sources = Sources::new();
     overlay_env!(raw, sources, env;
         database_url, database_max_connections, listen, admin_token, log_format, log_filter,
-        workers, claim_batch, idle_poll_ms, lease_seconds, retry_max_delay_ms,
+        workers, claim_batch, group_commit, lease_renewal, deletion_absence_grace_seconds,
+        idle_poll_ms, lease_seconds, retry_max_delay_ms,
         shutdown_grace_seconds, product_enabled, knowledge_fs_url, knowledge_fs_token,
         knowledge_fs_deadline_ms, knowledge_fs_max_concurrent_calls, directory_url,
         directory_token, directory_instance, directory_trusted_keys, directory_sync_interval_ms,
@@ -431,12 +448,19 @@ fn validate(
     let workers = in_range("workers", u64::from(raw.workers.unwrap_or(4)), 1, 256)?;
     let claim_batch = in_range(
         "claim_batch",
-        u64::from(raw.claim_batch.unwrap_or(1)),
+        u64::from(raw.claim_batch.unwrap_or(16)),
         1,
         64,
     )?;
     let idle_poll = in_range("idle_poll_ms", raw.idle_poll_ms.unwrap_or(1000), 10, 60_000)?;
-    let lease = in_range("lease_seconds", raw.lease_seconds.unwrap_or(300), 1, 86_400)?;
+    let lease = in_range("lease_seconds", raw.lease_seconds.unwrap_or(30), 3, 86_400)?;
+    let lease_renewal = raw.lease_renewal.unwrap_or(true);
+    let deletion_absence_grace = in_range(
+        "deletion_absence_grace_seconds",
+        raw.deletion_absence_grace_seconds.unwrap_or(600),
+        0,
+        7 * 86_400,
+    )?;
     let retry_max_delay = in_range(
         "retry_max_delay_ms",
         raw.retry_max_delay_ms.unwrap_or(300_000),
@@ -455,11 +479,11 @@ fn validate(
         1,
         3_600_000,
     )?;
-    if lease * 1000 <= knowledge_fs_deadline {
+    if !lease_renewal && lease * 1000 <= knowledge_fs_deadline {
         return Err(invalid(
             "lease_seconds",
             format!(
-                "a lease of {lease} s does not exceed knowledge_fs_deadline_ms = {knowledge_fs_deadline}; a lease must outlive the remote call it covers, raise lease_seconds or lower the deadline"
+                "a lease of {lease} s does not exceed knowledge_fs_deadline_ms = {knowledge_fs_deadline} and lease_renewal is off; without renewal a lease must outlive the remote call it covers: turn lease_renewal on, raise lease_seconds or lower the deadline"
             ),
         ));
     }
@@ -492,8 +516,11 @@ fn validate(
         log_filter,
         workers: workers as u32,
         claim_batch: claim_batch as u32,
+        group_commit: raw.group_commit.unwrap_or(true),
         idle_poll: Duration::from_millis(idle_poll),
         lease: Duration::from_secs(lease),
+        lease_renewal,
+        deletion_absence_grace: Duration::from_secs(deletion_absence_grace),
         retry_max_delay: Duration::from_millis(retry_max_delay),
         shutdown_grace: Duration::from_secs(shutdown_grace),
         product_enabled: raw.product_enabled.unwrap_or(true),
@@ -676,7 +703,11 @@ mod tests {
         assert_eq!(config.workers, 4);
         assert_eq!(config.admin_token, None);
         assert_eq!(config.log_format, LogFormat::Human);
-        assert_eq!(config.lease, Duration::from_secs(300));
+        assert_eq!(config.lease, Duration::from_secs(30));
+        assert!(config.lease_renewal);
+        assert!(config.group_commit);
+        assert_eq!(config.claim_batch, 16);
+        assert_eq!(config.deletion_absence_grace, Duration::from_secs(600));
     }
 
     #[test]
@@ -757,10 +788,18 @@ mod tests {
     }
 
     #[test]
-    fn lease_must_exceed_the_remote_deadline() {
+    fn lease_shorter_than_the_remote_deadline_needs_renewal() {
+        let env = env_of(&[
+            ("TENANTRY_LEASE_SECONDS", "10"),
+            ("TENANTRY_KNOWLEDGE_FS_DEADLINE_MS", "150000"),
+        ]);
+        let config = merge_env_and_validate(RawConfig::default(), "defaults", env).unwrap();
+        assert!(config.lease_renewal, "renewal is on by default");
+        assert_eq!(config.lease, Duration::from_secs(10));
         let env = env_of(&[
             ("TENANTRY_LEASE_SECONDS", "10"),
             ("TENANTRY_KNOWLEDGE_FS_DEADLINE_MS", "10000"),
+            ("TENANTRY_LEASE_RENEWAL", "false"),
         ]);
         let err = merge_env_and_validate(RawConfig::default(), "defaults", env).unwrap_err();
         assert!(matches!(

@@ -6,6 +6,10 @@
 //!   (`running`, `succeeded`, `retry`, `dispatch_error`);
 //! - `tenantry_lifecycle_retries_total{operation, code}`: retries by error code;
 //! - `tenantry_lifecycle_lease_lost_total`: dispatches whose lease was taken over;
+//! - `tenantry_lifecycle_lease_renewals_total{operation, outcome}`: lease renewals of
+//!   dispatches in flight (`renewed`, `lost`, `failed`);
+//! - `tenantry_lifecycle_settle_contention_retries_total`: settle transactions run again after
+//!   a deadlock or serialization failure (recorded by the store adapter);
 //! - `tenantry_lifecycle_dispatch_errors_total{code}`: other dispatches without a settlement;
 //! - `tenantry_lifecycle_settle_seconds{operation}`: histogram, enqueue to ack;
 //! - `tenantry_dispatch_duration_seconds{call, outcome}`: histogram, one KnowledgeFS call;
@@ -27,7 +31,8 @@ use tenantry_lifecycle::{
     DeletionProgress, DeletionRequest, ProvisionRequest, RemoteSpace, RevokeAck, RevokeRequest,
 };
 use tenantry_ports::lifecycle::{
-    KnowledgeFs, LifecycleMetrics, MetricsError, RemoteError, RemoteFailure, TaskMetric, TaskStatus,
+    KnowledgeFs, LifecycleMetrics, MetricsError, RemoteError, RemoteFailure, RenewalOutcome,
+    TaskMetric, TaskStatus,
 };
 
 /// Histogram buckets, seconds: 5 ms to 5 minutes.
@@ -70,6 +75,8 @@ pub struct Tally {
     pub dispatch_errors: BTreeMap<String, u64>,
     /// KnowledgeFS calls per (call, outcome).
     pub calls: BTreeMap<(&'static str, &'static str), u64>,
+    /// Lease renewals per outcome (`renewed`, `lost`, `failed`).
+    pub renewals: BTreeMap<&'static str, u64>,
 }
 
 /// The lifecycle metrics sink of the app: records into the `metrics` crate and a [`Tally`].
@@ -146,6 +153,21 @@ impl LifecycleMetrics for AppMetrics {
             }
             TaskStatus::Running => {}
         }
+        Ok(())
+    }
+
+    fn record_lease_renewal(
+        &self,
+        operation: &str,
+        outcome: RenewalOutcome,
+    ) -> Result<(), MetricsError> {
+        metrics::counter!(
+            "tenantry_lifecycle_lease_renewals_total",
+            "operation" => operation.to_owned(),
+            "outcome" => outcome.as_str()
+        )
+        .increment(1);
+        *self.lock().renewals.entry(outcome.as_str()).or_default() += 1;
         Ok(())
     }
 }

@@ -13,8 +13,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tenantry_engine::lifecycle::{
-    CommandIntake, Dispatcher, DispatcherConfig, SystemClock, Worker, WorkerConfig,
-    unique_lease_owner,
+    CommandIntake, Dispatcher, DispatcherConfig, GroupCommitConfig, GroupCommitStore, SystemClock,
+    Worker, WorkerConfig, unique_lease_owner,
 };
 use tenantry_lifecycle::RetryPolicy;
 use tenantry_remote_http::knowledge_fs::{HttpKnowledgeFs, KnowledgeFsConfig};
@@ -100,12 +100,26 @@ impl Service {
         let store = SeaOrmLifecycleStore::new(&db);
         let clock = Arc::new(SystemClock);
 
+        // Settles go through group commit: concurrent dispatches share one transaction. With
+        // `group_commit = false` every settle is its own transaction (batches of one).
+        let group_config = if config.group_commit {
+            GroupCommitConfig::default()
+        } else {
+            GroupCommitConfig {
+                max_batch: 1,
+                max_in_flight: (config.workers * config.claim_batch) as usize,
+                coalesce_reads: false,
+                ..GroupCommitConfig::default()
+            }
+        };
         let dispatcher = Arc::new(
             Dispatcher::new(
-                store.clone(),
+                GroupCommitStore::start(store.clone(), group_config),
                 MeteredRemote::new(remote, metrics.clone()),
                 DispatcherConfig {
                     lease_duration: config.lease,
+                    renew_leases: config.lease_renewal,
+                    absence_grace: config.deletion_absence_grace,
                     retry_policy: RetryPolicy {
                         max_delay: config.retry_max_delay,
                         jitter_ratio: 0.2,
@@ -138,7 +152,6 @@ impl Service {
             .map(|_| {
                 let worker = Worker::new(
                     dispatcher.clone(),
-                    clock.clone(),
                     unique_lease_owner("tenantry"),
                     WorkerConfig {
                         idle_poll: config.idle_poll,

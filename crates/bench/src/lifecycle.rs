@@ -163,7 +163,6 @@ pub async fn latency(
         );
         let worker = Worker::new(
             dispatcher,
-            Arc::new(SystemClock),
             unique_lease_owner("bench-latency"),
             WorkerConfig {
                 idle_poll,
@@ -378,7 +377,6 @@ fn spawn_workers<S: LifecycleStore + 'static>(
         .map(|i| {
             let worker = Worker::new(
                 dispatcher.clone(),
-                Arc::new(SystemClock),
                 unique_lease_owner(&format!("bench-{i}")),
                 WorkerConfig {
                     idle_poll: options.idle_poll,
@@ -463,6 +461,14 @@ impl CommandQueue for TimedStore {
             at.entry(command.id().clone()).or_insert(now);
         }
         Ok(claimed)
+    }
+
+    async fn renew_lease(
+        &self,
+        lease: &LeaseToken,
+        lease_duration: std::time::Duration,
+    ) -> Result<LeaseToken, SettleError> {
+        self.inner.renew_lease(lease, lease_duration).await
     }
 
     async fn settle(&self, lease: &LeaseToken, settlement: &Settlement) -> Result<(), SettleError> {

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, TimeZone, Utc};
 use tenantry_engine::lifecycle::{
-    Dispatcher, DispatcherConfig, GroupCommitConfig, GroupCommitStore,
+    Dispatcher, DispatcherConfig, GroupCommitConfig, GroupCommitStore, ManualClock,
 };
 use tenantry_kernel::{KnowledgeSpaceId, LeaseOwner};
 use tenantry_lifecycle::{CommandStatus, ControlSpaceState, Settlement, Transition};
@@ -26,10 +26,9 @@ fn t(seconds: i64) -> DateTime<Utc> {
         .unwrap()
 }
 
-fn claim(who: &str, now: DateTime<Utc>, limit: u32) -> ClaimRequest {
+fn claim(who: &str, limit: u32) -> ClaimRequest {
     ClaimRequest {
         owner: LeaseOwner::parse(who).unwrap(),
-        now,
         lease_duration: Duration::from_secs(60),
         include_provision: true,
         limit,
@@ -60,10 +59,7 @@ async fn group_commit_drains_sagas_exactly_once_on_the_database() {
             let owner = LeaseOwner::parse(format!("w{w}")).unwrap();
             let mut completed = 0;
             loop {
-                let results = dispatcher
-                    .dispatch_batch(&owner, t(1), true, 8)
-                    .await
-                    .unwrap();
+                let results = dispatcher.dispatch_batch(&owner, true, 8).await.unwrap();
                 if results.is_empty() {
                     return completed;
                 }
@@ -106,17 +102,19 @@ async fn group_commit_drains_sagas_exactly_once_on_the_database() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn group_commit_on_the_database_refuses_only_the_stale_lease() {
     let db = fresh_database().await;
-    let store = SeaOrmLifecycleStore::new(&db.db);
+    let clock = ManualClock::new(t(0));
+    let store = SeaOrmLifecycleStore::new(&db.db).with_clock(Arc::new(clock.clone()));
     for i in 0..3 {
         store
             .submit(&create_plan(&format!("cs{i}"), &format!("k{i}"), t(0)))
             .await
             .unwrap();
     }
-    let mut mine = store.claim(&claim("w1", t(0), 3)).await.unwrap();
+    let mut mine = store.claim(&claim("w1", 3)).await.unwrap();
     mine.sort_by(|a, b| a.control_space_id.cmp(&b.control_space_id));
     // cs1's lease expires and w2 takes the command over.
-    let taken = store.claim(&claim("w2", t(61), 1)).await.unwrap();
+    clock.set(t(61));
+    let taken = store.claim(&claim("w2", 1)).await.unwrap();
     assert_eq!(taken.len(), 1);
     let lost_index = mine.iter().position(|c| c.id() == taken[0].id()).unwrap();
     let group = GroupCommitStore::start(store.clone(), GroupCommitConfig::default());

@@ -63,6 +63,7 @@ impl ProbingRemote {
             outcome: None,
             control_space: None,
             supersede: None,
+            may_have_sent: true,
         };
         let probe =
             tokio::time::timeout(Duration::from_secs(3), self.store.settle(&lease, &keep)).await;
@@ -104,14 +105,14 @@ impl KnowledgeFs for ProbingRemote {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_transaction_is_open_while_the_remote_is_called() {
     let db = fresh_database().await;
-    let store = SeaOrmLifecycleStore::new(&db.db);
+    let clock = ManualClock::new(t(0));
+    let store = SeaOrmLifecycleStore::new(&db.db).with_clock(Arc::new(clock.clone()));
     let fake = FakeKnowledgeFs::new();
     let remote = ProbingRemote {
         inner: fake.clone(),
         store: store.clone(),
     };
-    let clock = ManualClock::new(t(0));
-    let intake = CommandIntake::new(store.clone(), Arc::new(clock));
+    let intake = CommandIntake::new(store.clone(), Arc::new(clock.clone()));
     let dispatcher = Dispatcher::new(store.clone(), remote, DispatcherConfig::default());
     let owner = LeaseOwner::parse("w1").unwrap();
     let tenant = TenantId::parse("tenant").unwrap();
@@ -132,7 +133,7 @@ async fn no_transaction_is_open_while_the_remote_is_called() {
         .unwrap();
     // Provision answered but lost: the deletion later recovers the identity (lookup + delete).
     fake.push_fault(RemoteCall::Provision, Fault::LoseAck);
-    let first = dispatcher.dispatch_one(&owner, t(0), true).await.unwrap();
+    let first = dispatcher.dispatch_one(&owner, true).await.unwrap();
     assert!(first.claimed && !first.completed);
     intake
         .request_deletion(&RequestDeletion {
@@ -142,12 +143,14 @@ async fn no_transaction_is_open_while_the_remote_is_called() {
         })
         .await
         .unwrap();
-    let second = dispatcher.dispatch_one(&owner, t(1), true).await.unwrap();
+    clock.set(t(1));
+    let second = dispatcher.dispatch_one(&owner, true).await.unwrap();
     assert!(
         second.completed,
         "the deletion recovered the identity and completed"
     );
-    let third = dispatcher.dispatch_one(&owner, t(10), true).await.unwrap();
+    clock.set(t(10));
+    let third = dispatcher.dispatch_one(&owner, true).await.unwrap();
     assert_eq!(third.command_id, Some(receipt.command_id.clone()));
     assert!(third.completed, "the provision retry acks without delivery");
     let space = store.control_space(&tenant, &cs).await.unwrap().unwrap();

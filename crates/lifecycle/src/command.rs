@@ -201,6 +201,10 @@ pub struct ClaimedCommand {
     pub attempt_count: i32,
     /// The lease of this claim.
     pub lease: LeaseToken,
+    /// When the claim happened, by the store's clock (the database clock for SQL stores). The
+    /// engine measures elapsed time from here, so the timestamps it computes at settle time
+    /// (`next_attempt_at`, `completed_at`) are on the store's clock too.
+    pub claimed_at: DateTime<Utc>,
     /// When the command was enqueued.
     pub created_at: DateTime<Utc>,
 }
@@ -273,6 +277,11 @@ pub struct CommandRecord {
     pub created_at: DateTime<Utc>,
     /// Time of the terminal settle.
     pub completed_at: Option<DateTime<Utc>>,
+    /// The latest time (store clock) at which the most recent attempt could still send a
+    /// request: the lease expiry while processing (moved by renewals), the settle time once
+    /// settled; `None` while never claimed. A deletion completes on proven remote absence only
+    /// a grace period after this time (docs/protocol.md).
+    pub attempt_window_ends_at: Option<DateTime<Utc>>,
 }
 
 /// An error code and message recorded on a command.
@@ -316,11 +325,15 @@ pub enum CommandOutcome {
 pub enum SupersedeRule {
     /// Pending and never claimed (`attempt_count = 0`): it has certainly not reached the remote.
     Unattempted,
-    /// Pending, or processing under a lease that expired by `observed_at`: an authoritative
-    /// remote lookup proved the target absent and no live lease can still deliver it.
+    /// Pending, or processing under a lease that expired by the store's clock, and provably
+    /// quiet: never claimed (`attempt_count = 0`), or its last attempt window
+    /// (`attempt_window_ends_at`) ended at least `grace` ago by the store's clock. Used when an
+    /// authoritative remote lookup proved the target absent: no request of the command can
+    /// still land (docs/protocol.md, "A deletion never orphans a remote space").
     AfterRemoteAbsence {
-        /// When the absence was observed.
-        observed_at: DateTime<Utc>,
+        /// How long after its last attempt window a request may still land remotely (e.g. a
+        /// gateway answered 504 while the backend went on).
+        grace: std::time::Duration,
     },
 }
 
@@ -347,6 +360,12 @@ pub struct Settlement {
     pub control_space: Option<CasUpdate>,
     /// Another command to supersede, if any.
     pub supersede: Option<Supersede>,
+    /// Whether this attempt may have sent a request to the remote (default `true`, the safe
+    /// answer). An attempt that provably sent nothing (acked without delivery, a payload that
+    /// does not parse) settles with `false`: the store then keeps the command's attempt window
+    /// as it was before this claim, so a deletion does not wait out a grace period for a
+    /// request that was never sent (docs/protocol.md, "A deletion never orphans a remote space").
+    pub may_have_sent: bool,
 }
 
 impl Settlement {
@@ -356,6 +375,7 @@ impl Settlement {
             outcome: Some(CommandOutcome::Ack { completed_at }),
             control_space: None,
             supersede: None,
+            may_have_sent: true,
         }
     }
 
@@ -368,7 +388,15 @@ impl Settlement {
             }),
             control_space: None,
             supersede: None,
+            may_have_sent: true,
         }
+    }
+
+    /// Marks this attempt as one that provably sent nothing to the remote.
+    #[must_use]
+    pub fn nothing_sent(mut self) -> Self {
+        self.may_have_sent = false;
+        self
     }
 
     /// Adds a control-space compare-and-set.

@@ -45,6 +45,9 @@ pub mod codes {
     pub const KNOWLEDGE_FS_SCOPE_MISMATCH: &str = "KNOWLEDGE_FS_SCOPE_MISMATCH";
     /// The control space changed between the read and the settle; the next attempt re-reads it.
     pub const CONTROL_SPACE_CONFLICT: &str = "CONTROL_SPACE_CONFLICT";
+    /// A lookup found no space, but a provision request may still land remotely; the deletion
+    /// looks up again until the grace period after the provision's last attempt has passed.
+    pub const REMOTE_ABSENCE_UNCONFIRMED: &str = "REMOTE_ABSENCE_UNCONFIRMED";
     /// Recorded on a provision superseded by a deletion.
     pub const SUPERSEDED_BY_DELETE: &str = "SUPERSEDED_BY_DELETE";
 }
@@ -134,15 +137,43 @@ pub enum Recovery {
 pub enum AbsentOutcome {
     /// Complete the deletion locally.
     Complete(Settlement),
-    /// Absence is not proof enough yet: retry with `KNOWLEDGE_FS_SPACE_NOT_FOUND`.
+    /// A provision request may still land: look up again (`REMOTE_ABSENCE_UNCONFIRMED`).
+    Unconfirmed(Settlement),
+    /// The command does not own a deleting control space without identity, or there is no
+    /// provision: retry with `KNOWLEDGE_FS_SPACE_NOT_FOUND`.
     NotFound(Settlement),
+}
+
+/// Whether `command` is processing under a lease that has not expired at `now`.
+fn live(command: &CommandRecord, now: DateTime<Utc>) -> bool {
+    command.status == CommandStatus::Processing
+        && command.lease_expires_at.is_none_or(|at| at > now)
+}
+
+/// When no request of `provision` can land remotely any more: `grace` after its last attempt
+/// window ended (a command that never sent anything has no window: the creation time).
+fn quiet_from(provision: &CommandRecord, grace: Duration) -> DateTime<Utc> {
+    let window_end = provision
+        .attempt_window_ends_at
+        .unwrap_or(provision.created_at);
+    window_end
+        .checked_add_signed(chrono::Duration::from_std(grace).unwrap_or(chrono::Duration::MAX))
+        .unwrap_or(DateTime::<Utc>::MAX_UTC)
 }
 
 fn owns(cs: &ControlSpace, command: &ClaimedCommand, state: ControlSpaceState) -> bool {
     cs.state == state && cs.lifecycle_operation_id == command.operation_id
 }
 
-impl Step<'_> {
+impl<'a> Step<'a> {
+    /// The same inputs at another time: the engine re-times a step after each remote call, so
+    /// settle timestamps (`completed_at`, `next_attempt_at`) count from when the attempt ended,
+    /// not from when it was claimed.
+    #[must_use]
+    pub fn at(&self, now: DateTime<Utc>) -> Step<'a> {
+        Step { now, ..*self }
+    }
+
     /// Ack of the claimed command at `now`.
     pub fn ack(&self) -> Settlement {
         Settlement::ack(self.now)
@@ -177,7 +208,7 @@ impl Step<'_> {
             Some(cs) if owns(cs, self.command, ControlSpaceState::Provisioning) => {
                 ProvisionStart::Deliver(ProvisionRequest::for_command(self.command, payload))
             }
-            _ => ProvisionStart::AckWithoutDelivery(self.ack()),
+            _ => ProvisionStart::AckWithoutDelivery(self.ack().nothing_sent()),
         }
     }
 
@@ -240,7 +271,7 @@ impl Step<'_> {
             return DeleteStart::Continue;
         };
         if cs.state == ControlSpaceState::Deleted {
-            return DeleteStart::AlreadyDeleted(self.ack());
+            return DeleteStart::AlreadyDeleted(self.ack().nothing_sent());
         }
         if product_enabled
             || !owns(cs, self.command, ControlSpaceState::Deleting)
@@ -353,6 +384,7 @@ impl Step<'_> {
                         outcome: None,
                         control_space: Some(cas),
                         supersede: None,
+                        may_have_sent: true,
                     }),
                 })
             }
@@ -371,21 +403,30 @@ impl Step<'_> {
         }
     }
 
-    /// The authoritative lookup proved the remote space absent.
+    /// The authoritative lookup proved the remote space absent. `provision` is the control
+    /// space's provision command; `grace` is how long a request may still land remotely after
+    /// the attempt that sent it ended (e.g. a gateway answered 504 while the backend went on).
     ///
-    /// The deletion completes locally (control space deleted, command acked) when no provision
-    /// can still reach the remote:
-    /// - product disabled (reference rule): the latest provision is superseded with
-    ///   [`SupersedeRule::AfterRemoteAbsence`] if it is still open;
-    /// - product enabled (Tenantry addition, see docs/protocol.md): only when the latest
-    ///   provision is already terminal (acked without delivery or superseded).
+    /// Absence completes the deletion locally (control space deleted, command acked) only when
+    /// no provision request can still create the space (Tenantry rule, stricter than the
+    /// reference; docs/protocol.md, "A deletion never orphans a remote space"):
+    /// - the provision was never claimed (`attempt_count == 0`), or none of its attempts sent a
+    ///   request (no attempt window, no live lease): it provably never reached the remote; if
+    ///   still pending it is superseded ([`SupersedeRule::Unattempted`] or, when claimed
+    ///   before, [`SupersedeRule::AfterRemoteAbsence`]);
+    /// - or its last attempt window ended at least `grace` ago and no live lease holds it; if
+    ///   still open it is superseded with [`SupersedeRule::AfterRemoteAbsence`], which the store
+    ///   re-checks against its own clock.
     ///
-    /// Otherwise it retries with `KNOWLEDGE_FS_SPACE_NOT_FOUND`.
+    /// Otherwise the lookup is repeated later: [`AbsentOutcome::Unconfirmed`] retries with
+    /// `REMOTE_ABSENCE_UNCONFIRMED` at the policy's backoff, but no later than the end of the
+    /// grace period. Without a deleting control space or a provision command it retries with
+    /// `KNOWLEDGE_FS_SPACE_NOT_FOUND`.
     pub fn complete_absent(
         &self,
         cs: Option<&ControlSpace>,
         provision: Option<&CommandRecord>,
-        product_enabled: bool,
+        grace: Duration,
     ) -> AbsentOutcome {
         let not_found = || AbsentOutcome::NotFound(self.not_found());
         let Some(cs) = cs.filter(|cs| {
@@ -396,27 +437,63 @@ impl Step<'_> {
         let Some(provision) = provision else {
             return not_found();
         };
-        let terminal = provision.status.is_terminal();
-        if product_enabled && !terminal {
-            return not_found();
-        }
+        let rule = if provision.attempt_count == 0 {
+            SupersedeRule::Unattempted
+        } else if provision.attempt_window_ends_at.is_none() && !live(provision, self.now) {
+            // Claimed, but no attempt ever sent a request (each settled as sending nothing).
+            SupersedeRule::AfterRemoteAbsence { grace }
+        } else {
+            let quiet_from = quiet_from(provision, grace);
+            if live(provision, self.now) || quiet_from > self.now {
+                return AbsentOutcome::Unconfirmed(self.absence_unconfirmed(quiet_from));
+            }
+            SupersedeRule::AfterRemoteAbsence { grace }
+        };
         let Ok(settlement) = self.delete_locally(cs) else {
             return not_found();
         };
-        if terminal {
+        if provision.status.is_terminal() {
             return AbsentOutcome::Complete(settlement);
         }
         AbsentOutcome::Complete(settlement.with_supersede(Supersede {
             command_id: provision.id.clone(),
-            rule: SupersedeRule::AfterRemoteAbsence {
-                observed_at: self.now,
-            },
+            rule,
             completed_at: self.now,
             error: ErrorRecord::new(
                 codes::SUPERSEDED_BY_DELETE,
                 "remote absence was confirmed by permanent cleanup",
             ),
         }))
+    }
+
+    /// Retry with `REMOTE_ABSENCE_UNCONFIRMED`: the lookup found nothing, but a provision
+    /// request may still land until `quiet_from`. The next lookup follows the policy's backoff,
+    /// capped so it happens right when the grace period ends.
+    fn absence_unconfirmed(&self, quiet_from: DateTime<Utc>) -> Settlement {
+        let backoff = self
+            .policy
+            .delay(self.command.attempt_count, self.jitter_draw, None);
+        let until_quiet = (quiet_from - self.now)
+            .to_std()
+            .unwrap_or(Duration::ZERO)
+            .max(Duration::from_secs(1));
+        let delay =
+            chrono::Duration::from_std(backoff.min(until_quiet)).unwrap_or(chrono::Duration::MAX);
+        let next = self
+            .now
+            .checked_add_signed(delay)
+            .unwrap_or(DateTime::<Utc>::MAX_UTC);
+        Settlement::retry(
+            next,
+            ErrorRecord::new(
+                codes::REMOTE_ABSENCE_UNCONFIRMED,
+                format!(
+                    "KnowledgeFS has no space for the provisioning key, but the provision may \
+                     still land until {}; looking up again",
+                    quiet_from.to_rfc3339()
+                ),
+            ),
+        )
     }
 
     /// Retry with `KNOWLEDGE_FS_SPACE_NOT_FOUND`: the deletion identity could not be recovered
@@ -502,11 +579,13 @@ impl Step<'_> {
             format!("lifecycle operation {operation} is not dispatched by this version"),
             None,
         )
+        .nothing_sent()
     }
 
     /// Retry a command whose stored payload does not parse.
     pub fn invalid_payload(&self, reason: &str) -> Settlement {
         self.retry(codes::INVALID_COMMAND_PAYLOAD, reason.to_owned(), None)
+            .nothing_sent()
     }
 
     /// Retry after a remote error, with the remote's code and `Retry-After`.

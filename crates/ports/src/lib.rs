@@ -6,11 +6,13 @@
 //! Feature `testing` adds in-memory fakes and one conformance-suite macro per port; every
 //! adapter (fake, SQLite, PostgreSQL) instantiates the same suite.
 //!
+//! - [`clock`]: wall-clock time ([`clock::SystemClock`], [`clock::ManualClock`]);
 //! - [`lifecycle`]: outbox and control-space storage, command intake storage, the KnowledgeFS
 //!   remote, lifecycle metrics;
 //! - [`host_storage`]: installation-bound key/value storage behind fences and connector state;
 //! - [`directory`]: the directory provider, projection storage and post-commit hooks.
 
+pub mod clock;
 pub mod directory;
 pub mod host_storage;
 pub mod lifecycle;

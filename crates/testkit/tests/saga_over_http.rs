@@ -43,23 +43,28 @@ struct Setup {
     intake: CommandIntake<SeaOrmLifecycleStore>,
     dispatcher: Dispatcher<SeaOrmLifecycleStore, HttpKnowledgeFs>,
     remote: ReferenceRemote,
+    /// Virtual time: the store's clock (standing in for the database clock) and the dispatcher's.
+    clock: ManualClock,
 }
 
 async fn setup(config: RemoteConfig) -> Setup {
     let db = fresh_database().await;
-    let store = SeaOrmLifecycleStore::new(&db.db);
+    let clock = ManualClock::new(t(0));
+    let store = SeaOrmLifecycleStore::new(&db.db).with_clock(Arc::new(clock.clone()));
     let (url, remote) = ReferenceRemote::start(config).await.unwrap();
     let client = HttpKnowledgeFs::new(&KnowledgeFsConfig::new(url, remote.bearer_token())).unwrap();
     let ids = Arc::new(AtomicUsize::new(0));
-    let intake = CommandIntake::new(store.clone(), Arc::new(ManualClock::new(t(0))))
+    let intake = CommandIntake::new(store.clone(), Arc::new(clock.clone()))
         .with_id_source(move || format!("id-{}", ids.fetch_add(1, Ordering::Relaxed)));
-    let dispatcher = Dispatcher::new(store.clone(), client, DispatcherConfig::default());
+    let dispatcher = Dispatcher::new(store.clone(), client, DispatcherConfig::default())
+        .with_clock(Arc::new(clock.clone()));
     Setup {
         _db: db,
         store,
         intake,
         dispatcher,
         remote,
+        clock,
     }
 }
 
@@ -74,7 +79,7 @@ async fn lost_ack_provision_ends_with_one_remote_space_and_an_active_control_spa
         .unwrap();
     s.remote.script(Route::Provision, [Some(Fault::LostAck)]);
     let owner = LeaseOwner::parse("w1").unwrap();
-    let first = s.dispatcher.dispatch_one(&owner, t(0), true).await.unwrap();
+    let first = s.dispatcher.dispatch_one(&owner, true).await.unwrap();
     assert!(first.claimed && !first.completed, "lost ACK is retried");
     let record = s
         .store
@@ -88,11 +93,8 @@ async fn lost_ack_provision_ends_with_one_remote_space_and_an_active_control_spa
         record[0].last_error_code.as_deref(),
         Some("REMOTE_OUTCOME_UNKNOWN")
     );
-    let second = s
-        .dispatcher
-        .dispatch_one(&owner, t(10), true)
-        .await
-        .unwrap();
+    s.clock.set(t(10));
+    let second = s.dispatcher.dispatch_one(&owner, true).await.unwrap();
     assert!(second.completed);
     let space = s
         .store
@@ -149,11 +151,8 @@ async fn faulty_remote_still_settles_every_command_exactly_once() {
     let owner = LeaseOwner::parse("w1").unwrap();
     let mut now = t(0);
     for _ in 0..200 {
-        let results = s
-            .dispatcher
-            .dispatch_batch(&owner, now, true, 8)
-            .await
-            .unwrap();
+        s.clock.set(now);
+        let results = s.dispatcher.dispatch_batch(&owner, true, 8).await.unwrap();
         if results.is_empty() {
             let open = s
                 .store

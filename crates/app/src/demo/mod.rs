@@ -200,6 +200,10 @@ pub async fn run(
     config.knowledge_fs_url = Some(remote_url);
     config.knowledge_fs_token = Some(remote.bearer_token().to_owned());
     config.knowledge_fs_deadline = deadline;
+    // The reference remote applies a stalled request at most `stall` after it arrived, so a
+    // provision can land that late after its attempt ended; the deletion's absence grace
+    // covers exactly that (a real deployment keeps the 600 s default).
+    config.deletion_absence_grace = stall + Duration::from_secs(1);
     config.knowledge_fs_max_concurrent_calls = 16;
     config.directory = Some(directory_settings);
     let service = Service::start(&config, db.clone())

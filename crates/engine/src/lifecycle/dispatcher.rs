@@ -4,7 +4,9 @@
 //! `tenantry-lifecycle` saga ([`Step`]). This module only sequences reads, remote calls and
 //! settles, and reports metrics.
 
+use std::convert::Infallible;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -13,21 +15,32 @@ use tenantry_lifecycle::saga::{
     AbsentOutcome, DeleteStart, DeletionTarget, ProvisionStart, Recovery, Step, StepError, codes,
 };
 use tenantry_lifecycle::{
-    ClaimedCommand, CommandBody, ControlSpace, DeletePayload, ProvisionPayload, RetryPolicy,
-    RevokePayload, RevokeRequest, Settlement,
+    ClaimedCommand, CommandBody, CommandStatus, ControlSpace, DeletePayload, Operation,
+    ProvisionPayload, RetryPolicy, RevokePayload, RevokeRequest, Settlement,
 };
+use tenantry_ports::clock::{Clock, SystemClock};
 use tenantry_ports::lifecycle::{
-    ClaimRequest, KnowledgeFs, LifecycleMetrics, LifecycleStore, NoMetrics, RemoteError,
-    SettleError, StoreError, TaskMetric, TaskStatus,
+    ClaimRequest, CommandFilter, KnowledgeFs, LifecycleMetrics, LifecycleStore, NoMetrics,
+    RemoteError, RemoteFailure, RenewalOutcome, SettleError, StoreError, TaskMetric, TaskStatus,
 };
+use tokio::time::Instant;
 use tracing::{Instrument, debug, info_span, warn};
+
+use super::lease::{LeaseBook, LeaseState};
 
 /// Settings of the dispatcher.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct DispatcherConfig {
-    /// Lease length of a claim. Must exceed the remote call deadline (150 s by default), so a
-    /// lease never expires while its call can still land. Default 300 s.
+    /// Lease length of a claim (default 30 s). With `renew_leases` the lease is renewed every
+    /// third of this while a dispatch is in flight, so one remote call may take longer than the
+    /// lease; without renewal it must exceed the remote call deadline (150 s by default).
     pub lease_duration: Duration,
+    /// Renew the lease of a dispatch in flight every `lease_duration / 3` (default true).
+    pub renew_leases: bool,
+    /// How long after a provision's last attempt ended a request of it may still land remotely
+    /// (a gateway answered 504 while the backend went on). A deletion that finds no remote
+    /// space completes on that proof only after this grace period (default 600 s).
+    pub absence_grace: Duration,
     /// Backoff of retries.
     pub retry_policy: RetryPolicy,
 }
@@ -35,7 +48,9 @@ pub struct DispatcherConfig {
 impl Default for DispatcherConfig {
     fn default() -> Self {
         Self {
-            lease_duration: Duration::from_secs(300),
+            lease_duration: Duration::from_secs(30),
+            renew_leases: true,
+            absence_grace: Duration::from_secs(600),
             retry_policy: RetryPolicy::default(),
         }
     }
@@ -96,12 +111,22 @@ impl From<SettleError> for DispatchError {
 }
 
 /// Claims, delivers and settles lifecycle commands.
+///
+/// Time: claims are decided by the store's clock (the database clock). The dispatcher keeps the
+/// offset between its own clock and the store's, measured at every claim, and computes every
+/// timestamp it writes (`next_attempt_at`, `completed_at`) on the store's clock when the
+/// attempt ends, so a retry after a slow failure still waits its backoff and replicas with
+/// skewed clocks agree.
 pub struct Dispatcher<S, R> {
     store: S,
     remote: R,
     metrics: Arc<dyn LifecycleMetrics>,
     config: DispatcherConfig,
     jitter: Arc<dyn Fn() -> f64 + Send + Sync>,
+    clock: Arc<dyn Clock>,
+    /// Store clock minus this dispatcher's clock, in milliseconds, as of the last claim.
+    store_offset_ms: AtomicI64,
+    leases: LeaseBook,
 }
 
 impl<S, R> std::fmt::Debug for Dispatcher<S, R> {
@@ -121,7 +146,25 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
             metrics: Arc::new(NoMetrics),
             config,
             jitter: Arc::new(|| 0.0),
+            clock: Arc::new(SystemClock),
+            store_offset_ms: AtomicI64::new(0),
+            leases: LeaseBook::default(),
         }
+    }
+
+    /// Reads this process's time from `clock` (the system clock by default). Only the offset
+    /// to the store's clock is derived from it; claims never depend on it.
+    #[must_use]
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// The store's clock as estimated here: this process's clock plus the offset measured at
+    /// the last claim.
+    fn store_now(&self) -> DateTime<Utc> {
+        self.clock.now()
+            + chrono::Duration::milliseconds(self.store_offset_ms.load(Ordering::Relaxed))
     }
 
     /// Reports task states to `metrics`.
@@ -139,7 +182,7 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
     }
 
     /// Claims the next due command (provision only while `product_enabled`), delivers it and
-    /// settles it, all at time `now`.
+    /// settles it. "Due" is decided by the store's clock.
     ///
     /// # Errors
     /// [`DispatchError`] when the attempt ended without a settlement; the command is then left
@@ -147,13 +190,15 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
     pub async fn dispatch_one(
         &self,
         owner: &LeaseOwner,
-        now: DateTime<Utc>,
         product_enabled: bool,
     ) -> Result<DispatchOutcome, DispatchError> {
-        let mut claimed = self.claim(owner, now, product_enabled, 1).await?;
+        let (mut claimed, claim_started) = self.claim(owner, product_enabled, 1).await?;
         match claimed.pop() {
             None => Ok(DispatchOutcome::idle()),
-            Some(command) => self.dispatch_claimed(command, now, product_enabled).await,
+            Some(command) => {
+                self.dispatch_claimed(command, claim_started, product_enabled)
+                    .await
+            }
         }
     }
 
@@ -165,40 +210,46 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
     pub async fn dispatch_batch(
         &self,
         owner: &LeaseOwner,
-        now: DateTime<Utc>,
         product_enabled: bool,
         limit: u32,
     ) -> Result<Vec<Result<DispatchOutcome, DispatchError>>, StoreError> {
-        let claimed = self.claim(owner, now, product_enabled, limit).await?;
+        let (claimed, claim_started) = self.claim(owner, product_enabled, limit).await?;
         let runs = claimed
             .into_iter()
-            .map(|command| self.dispatch_claimed(command, now, product_enabled));
+            .map(|command| self.dispatch_claimed(command, claim_started, product_enabled));
         Ok(futures::future::join_all(runs).await)
     }
 
+    /// Claims, and returns the claimed commands with the instant the claim started (the lease
+    /// cannot have started before it).
     async fn claim(
         &self,
         owner: &LeaseOwner,
-        now: DateTime<Utc>,
         product_enabled: bool,
         limit: u32,
-    ) -> Result<Vec<ClaimedCommand>, StoreError> {
-        self.store
+    ) -> Result<(Vec<ClaimedCommand>, Instant), StoreError> {
+        let started = Instant::now();
+        let claimed = self
+            .store
             .claim(&ClaimRequest {
                 owner: owner.clone(),
-                now,
                 lease_duration: self.config.lease_duration,
                 include_provision: product_enabled,
                 limit,
             })
-            .await
+            .await?;
+        if let Some(first) = claimed.first() {
+            let offset = (first.claimed_at - self.clock.now()).num_milliseconds();
+            self.store_offset_ms.store(offset, Ordering::Relaxed);
+        }
+        Ok((claimed, started))
     }
 
-    /// Delivers and settles one claimed command.
+    /// Delivers and settles one claimed command, renewing its lease while the saga runs.
     async fn dispatch_claimed(
         &self,
         command: ClaimedCommand,
-        now: DateTime<Utc>,
+        claim_started: Instant,
         product_enabled: bool,
     ) -> Result<DispatchOutcome, DispatchError> {
         let span = info_span!(
@@ -210,20 +261,35 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
             control_space = %command.control_space_id,
             attempt = command.attempt_count,
         );
-        async {
+        let lease = self
+            .leases
+            .open(command.id(), claim_started + self.config.lease_duration);
+        let result = async {
             self.record(&command, TaskStatus::Running, None, None);
             let step = Step {
                 command: &command,
-                now,
+                now: self.store_now(),
                 policy: &self.config.retry_policy,
                 jitter_draw: (self.jitter)(),
             };
-            match self.run_saga(&step, product_enabled).await {
+            // The renewal loop runs in this same future: a dispatch that is not polled (a
+            // paused process) does not renew, and its lease expires as it should.
+            let outcome = tokio::select! {
+                biased;
+                outcome = self.run_saga(&step, product_enabled) => outcome,
+                never = self.keep_renewed(&command, &lease) => match never {},
+            };
+            match outcome {
                 Ok(settlement) => {
                     let completed = settlement.completes();
                     let code = retry_code(&settlement);
                     if completed {
-                        self.record(&command, TaskStatus::Succeeded, Some(now), None);
+                        self.record(
+                            &command,
+                            TaskStatus::Succeeded,
+                            Some(self.store_now()),
+                            None,
+                        );
                     } else {
                         debug!(
                             code = code.as_deref().unwrap_or(""),
@@ -238,7 +304,7 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
                     })
                 }
                 Err(error) => {
-                    warn!(%error, "dispatch ended without a settlement; the lease will expire");
+                    self.report_unsettled(&command, &error).await;
                     self.record(
                         &command,
                         TaskStatus::DispatchError,
@@ -250,7 +316,100 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
             }
         }
         .instrument(span)
-        .await
+        .await;
+        self.leases.close(command.id());
+        result
+    }
+
+    /// Renews the lease of `command` every third of the lease length, forever; after the lease
+    /// is lost it stops renewing (and waits forever). A failed renewal (storage error) is
+    /// retried at the next tick; the local deadline is not moved then.
+    async fn keep_renewed(&self, command: &ClaimedCommand, lease: &LeaseState) -> Infallible {
+        let period = self.config.lease_duration / 3;
+        if !self.config.renew_leases || period.is_zero() {
+            return std::future::pending().await;
+        }
+        loop {
+            tokio::time::sleep(period).await;
+            let started = Instant::now();
+            match self
+                .store
+                .renew_lease(&command.lease, self.config.lease_duration)
+                .await
+            {
+                Ok(_) => {
+                    lease.extend(started + self.config.lease_duration);
+                    self.record_renewal(command, RenewalOutcome::Renewed);
+                }
+                Err(SettleError::LeaseLost { .. }) => {
+                    lease.lose();
+                    self.record_renewal(command, RenewalOutcome::Lost);
+                    warn!(
+                        code = "LEASE_LOST",
+                        "lease renewal refused: another worker took the command over; this \
+                         attempt's result will be dropped"
+                    );
+                    return std::future::pending().await;
+                }
+                Err(error) => {
+                    self.record_renewal(command, RenewalOutcome::Failed);
+                    warn!(%error, "lease renewal failed; trying again at the next tick");
+                }
+            }
+        }
+    }
+
+    /// Refuses to start a remote call on a lease this worker cannot prove live (its local
+    /// deadline, counted from before the claim, passed, or a renewal found it taken over).
+    fn ensure_lease(&self, command: &ClaimedCommand) -> Result<(), DispatchError> {
+        if self.leases.is_live(command.id()) {
+            Ok(())
+        } else {
+            Err(DispatchError::LeaseLost {
+                command_id: command.id().clone(),
+            })
+        }
+    }
+
+    /// Logs an attempt that ended without a settlement; for a lost lease, says who holds the
+    /// command now (docs/operations.md).
+    async fn report_unsettled(&self, command: &ClaimedCommand, error: &DispatchError) {
+        if let DispatchError::LeaseLost { .. } = error {
+            let holder = self
+                .store
+                .list_commands(&CommandFilter {
+                    tenant_id: Some(command.tenant_id.clone()),
+                    control_space_id: Some(command.control_space_id.clone()),
+                    limit: 1000,
+                    ..CommandFilter::default()
+                })
+                .await
+                .ok()
+                .and_then(|rows| rows.into_iter().find(|r| &r.id == command.id()));
+            let (new_owner, new_epoch, status) = holder.map_or((None, None, None), |r| {
+                (r.lease_owner, Some(r.lease_epoch.0), Some(r.status))
+            });
+            warn!(
+                code = "LEASE_LOST",
+                new_owner = new_owner.as_ref().map(LeaseOwner::as_str).unwrap_or("none"),
+                new_epoch = new_epoch.unwrap_or_default(),
+                status = status.map(CommandStatus::as_str).unwrap_or("unknown"),
+                our_epoch = command.lease.epoch.0,
+                "lease was taken over by another worker (or the command was settled); this \
+                 attempt's result was dropped and nothing it computed was written"
+            );
+        } else {
+            warn!(%error, code = error_code(error), "dispatch ended without a settlement; the command is retried once its lease expires");
+        }
+    }
+
+    fn record_renewal(&self, command: &ClaimedCommand, outcome: RenewalOutcome) {
+        if let Err(error) = self
+            .metrics
+            .record_lease_renewal(command.operation.as_str(), outcome)
+        {
+            warn!(%error, "lifecycle metric export failed");
+        }
     }
 
     /// Runs the saga of one command and returns the settlement it persisted.
@@ -286,7 +445,7 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
             // while a provision was in flight). The lease is still ours: hand the command back
             // as a retry so the next attempt re-reads, instead of idling until the lease expires.
             Err(SettleError::ControlSpaceConflict { control_space_id }) => {
-                let retry = step.retry(
+                let retry = step.at(self.store_now()).retry(
                     codes::CONTROL_SPACE_CONFLICT,
                     format!("control space {control_space_id} changed concurrently; re-reading on the next attempt"),
                     None,
@@ -309,11 +468,15 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
         step: &Step<'_>,
         error: &RemoteError,
     ) -> Result<Settlement, DispatchError> {
-        self.settle(
-            step,
-            step.remote_failure(&error.code, &error.message, error.retry_after),
-        )
-        .await
+        let step = &step.at(self.store_now());
+        let mut settlement = step.remote_failure(&error.code, &error.message, error.retry_after);
+        if error.failure == RemoteFailure::NotDispatched
+            && step.command.operation == Operation::Provision
+        {
+            // The request provably never left: this attempt sent nothing.
+            settlement = settlement.nothing_sent();
+        }
+        self.settle(step, settlement).await
     }
 
     async fn provision(
@@ -328,10 +491,12 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
             }
             ProvisionStart::Deliver(request) => request,
         };
+        self.ensure_lease(step.command)?;
         let space = match self.remote.provision(&request).await {
             Ok(space) => space,
             Err(error) => return self.remote_failure(step, &error).await,
         };
+        let step = &step.at(self.store_now());
         let cs = self.control_space(step).await?;
         let settlement = step.complete_provision(cs.as_ref(), &space)?;
         self.settle(step, settlement).await
@@ -365,6 +530,7 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
         let request = match step.deletion_target(payload, cs.as_ref())? {
             DeletionTarget::Known(request) => request,
             DeletionTarget::Lookup => {
+                self.ensure_lease(step.command)?;
                 let found = match self
                     .remote
                     .find_by_provisioning_key(
@@ -377,13 +543,12 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
                     Ok(found) => found,
                     Err(error) => return self.remote_failure(step, &error).await,
                 };
+                let step = &step.at(self.store_now());
                 let cs = self.control_space(step).await?;
                 match step.recover_identity(payload, found.as_ref(), cs.as_ref())? {
                     Recovery::Retry(settlement) => return self.settle(step, settlement).await,
                     Recovery::Absent => {
-                        return self
-                            .complete_absent(step, cs.as_ref(), product_enabled)
-                            .await;
+                        return self.complete_absent(step, cs.as_ref()).await;
                     }
                     Recovery::Resolved {
                         request,
@@ -399,10 +564,12 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
                 }
             }
         };
+        self.ensure_lease(step.command)?;
         let progress = match self.remote.request_deletion(&request).await {
             Ok(progress) => progress,
             Err(error) => return self.remote_failure(step, &error).await,
         };
+        let step = &step.at(self.store_now());
         let cs = self.control_space(step).await?;
         let settlement = step.settle_deletion(cs.as_ref(), &progress)?;
         self.settle(step, settlement).await
@@ -421,11 +588,12 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
         &self,
         step: &Step<'_>,
         cs: Option<&ControlSpace>,
-        product_enabled: bool,
     ) -> Result<Settlement, DispatchError> {
         let provision = self.latest_provision(step).await?;
-        match step.complete_absent(cs, provision.as_ref(), product_enabled) {
-            AbsentOutcome::NotFound(settlement) => self.settle(step, settlement).await,
+        match step.complete_absent(cs, provision.as_ref(), self.config.absence_grace) {
+            AbsentOutcome::NotFound(settlement) | AbsentOutcome::Unconfirmed(settlement) => {
+                self.settle(step, settlement).await
+            }
             AbsentOutcome::Complete(settlement) => {
                 match self.store.settle(&step.command.lease, &settlement).await {
                     Ok(()) => Ok(settlement),
@@ -444,12 +612,16 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
         step: &Step<'_>,
         payload: &RevokePayload,
     ) -> Result<Settlement, DispatchError> {
+        self.ensure_lease(step.command)?;
         match self
             .remote
             .revoke_grant(&RevokeRequest::for_command(step.command, payload))
             .await
         {
-            Ok(ack) => self.settle(step, step.settle_revoke(payload, &ack)).await,
+            Ok(ack) => {
+                let step = &step.at(self.store_now());
+                self.settle(step, step.settle_revoke(payload, &ack)).await
+            }
             Err(error) => self.remote_failure(step, &error).await,
         }
     }

@@ -272,6 +272,14 @@ impl<S: LifecycleStore + 'static> CommandQueue for GroupCommitStore<S> {
         self.inner.claim(request).await
     }
 
+    async fn renew_lease(
+        &self,
+        lease: &LeaseToken,
+        lease_duration: std::time::Duration,
+    ) -> Result<LeaseToken, SettleError> {
+        self.inner.renew_lease(lease, lease_duration).await
+    }
+
     async fn settle(&self, lease: &LeaseToken, settlement: &Settlement) -> Result<(), SettleError> {
         let (reply, answer) = oneshot::channel();
         let request = SettleRequest {

@@ -14,7 +14,7 @@ use tenantry_lifecycle::intake::{
 use tenantry_lifecycle::{CommandRecord, ControlSpace, Operation};
 use tenantry_ports::lifecycle::{IntakeStoreError, LifecycleStore, StoreError, Submitted};
 
-use super::clock::Clock;
+use tenantry_ports::clock::Clock;
 
 /// How many times a request is re-planned after a concurrent change of its control space.
 const MAX_CONFLICT_RETRIES: usize = 5;

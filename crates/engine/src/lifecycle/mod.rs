@@ -6,16 +6,16 @@
 //! [`GroupCommitStore`], the settles of concurrent dispatches share one transaction (group
 //! commit) and their control-space reads one statement.
 
-mod clock;
 mod dispatcher;
 mod group_commit;
 mod intake;
+mod lease;
 mod worker;
 
-pub use clock::{Clock, ManualClock, SystemClock};
 pub use dispatcher::{DispatchError, DispatchOutcome, Dispatcher, DispatcherConfig};
 pub use group_commit::{GroupCommitConfig, GroupCommitStore};
 pub use intake::{CommandIntake, IntakeFailure, IntakeReceipt};
+pub use tenantry_ports::clock::{Clock, ManualClock, SystemClock};
 pub use worker::{Worker, WorkerConfig, unique_lease_owner};
 
 #[cfg(test)]

@@ -53,23 +53,41 @@ fn key(k: &str) -> IdempotencyKey {
 struct Harness {
     store: InMemoryLifecycleStore,
     remote: FakeKnowledgeFs,
-    clock: ManualClock,
     intake: CommandIntake<InMemoryLifecycleStore>,
     dispatcher: Dispatcher<InMemoryLifecycleStore, FakeKnowledgeFs>,
 }
 
+thread_local! {
+    /// The test's clock: the harness sets it; it plays the database clock of the fake store and
+    /// the process clock of every dispatcher. (`#[tokio::test]` runs a test, spawned tasks
+    /// included, on one thread.)
+    static TEST_CLOCK: ManualClock = ManualClock::new(t(0));
+}
+
+fn clock_of_test() -> ManualClock {
+    TEST_CLOCK.with(Clone::clone)
+}
+
+/// Moves the test clock to `now` and passes `enabled` through: `dispatch_one(&w, at(t(5), true))`
+/// dispatches when the store's clock reads `t(5)`.
+fn at(now: DateTime<Utc>, enabled: bool) -> bool {
+    clock_of_test().set(now);
+    enabled
+}
+
 fn harness() -> Harness {
-    let store = InMemoryLifecycleStore::new();
+    let clock = clock_of_test();
+    clock.set(t(0));
+    let store = InMemoryLifecycleStore::with_clock(Arc::new(clock.clone()));
     let remote = FakeKnowledgeFs::new();
-    let clock = ManualClock::new(t(0));
     let counter = Arc::new(AtomicUsize::new(0));
     let intake = CommandIntake::new(store.clone(), Arc::new(clock.clone()))
         .with_id_source(move || format!("id-{}", counter.fetch_add(1, Ordering::Relaxed)));
-    let dispatcher = Dispatcher::new(store.clone(), remote.clone(), DispatcherConfig::default());
+    let dispatcher = Dispatcher::new(store.clone(), remote.clone(), DispatcherConfig::default())
+        .with_clock(Arc::new(clock_of_test()));
     Harness {
         store,
         remote,
-        clock,
         intake,
         dispatcher,
     }
@@ -124,9 +142,9 @@ impl Harness {
         self.store.command(id).unwrap()
     }
 
-    async fn dispatch(&self, at: DateTime<Utc>, enabled: bool) -> DispatchOutcome {
+    async fn dispatch(&self, now: DateTime<Utc>, enabled: bool) -> DispatchOutcome {
         self.dispatcher
-            .dispatch_one(&owner("w1"), at, enabled)
+            .dispatch_one(&owner("w1"), at(now, enabled))
             .await
             .unwrap()
     }
@@ -208,7 +226,6 @@ async fn expired_processing_command_is_reclaimed_and_completed() {
         .store
         .claim(&ClaimRequest {
             owner: owner("crashed"),
-            now: t(0),
             lease_duration: Duration::from_secs(300),
             include_provision: true,
             limit: 1,
@@ -427,7 +444,7 @@ async fn conflicting_recovered_identity_is_not_settled() {
     });
     let error = h
         .dispatcher
-        .dispatch_one(&owner("w1"), t(1), true)
+        .dispatch_one(&owner("w1"), at(t(1), true))
         .await
         .unwrap_err();
     assert_eq!(
@@ -450,21 +467,50 @@ async fn remote_absence_completes_the_deletion_when_product_disabled() {
         RemoteCall::Provision,
         Fault::Fail(RemoteError::not_dispatched("connection refused")),
     );
-    h.dispatch(t(0), true).await; // attempted once, nothing remote
+    h.dispatch(t(0), true).await; // attempted once (window ends at t(0)), nothing remote
     let delete = h.delete("cs1").await;
     let outcome = h.dispatch(t(1), false).await;
     assert_eq!(outcome.command_id, Some(delete.command_id.clone()));
+    assert!(
+        !outcome.completed,
+        "an attempted provision may still land until the grace period ends"
+    );
+    assert_eq!(
+        h.command(&delete.command_id).last_error_code.as_deref(),
+        Some(codes::REMOTE_ABSENCE_UNCONFIRMED)
+    );
+    // Grace (600 s) after the provision's last attempt ended: absence is proof now.
+    let outcome = h.dispatch(t(600), false).await;
     assert!(outcome.completed);
     assert_eq!(
         h.command(&provision.command_id).status,
         CommandStatus::Superseded
     );
     assert_eq!(h.space("cs1").await.state, ControlSpaceState::Deleted);
-    assert_eq!(h.calls("lookup"), 1);
+    assert_eq!(h.calls("lookup"), 2);
 }
 
 #[tokio::test]
-async fn remote_absence_retries_not_found_while_a_provision_may_still_deliver() {
+async fn remote_absence_of_a_never_claimed_provision_completes_at_once() {
+    let h = harness();
+    let provision = h.create("cs1").await;
+    let delete = h.delete("cs1").await;
+    // Product enabled, but the deletion is claimed first (the provision was never claimed).
+    let outcome = h.dispatch(t(0), true).await;
+    assert_eq!(outcome.command_id, Some(provision.command_id.clone()));
+    assert!(outcome.completed, "the provision acks without delivery");
+    assert_eq!(h.calls("provision"), 0);
+    assert_eq!(h.command(&provision.command_id).attempt_count, 1);
+    // Claimed once (acked without delivery): that attempt could not have sent anything, but
+    // the saga cannot tell, so the grace period applies; a never-claimed provision would not
+    // wait (see the saga tests).
+    let outcome = h.dispatch(t(0), true).await;
+    assert_eq!(outcome.command_id, Some(delete.command_id.clone()));
+    assert!(!outcome.completed);
+}
+
+#[tokio::test]
+async fn remote_absence_retries_while_a_provision_may_still_deliver() {
     let h = harness();
     h.create("cs1").await;
     h.remote.push_fault(
@@ -481,18 +527,133 @@ async fn remote_absence_retries_not_found_while_a_provision_may_still_deliver() 
         retry_of(&h.command(&delete.command_id)),
         (
             CommandStatus::Pending,
-            Some(codes::KNOWLEDGE_FS_SPACE_NOT_FOUND),
+            Some(codes::REMOTE_ABSENCE_UNCONFIRMED),
             t(3)
         )
     );
-    // Once the provision acks without delivery, absence proves the deletion.
+    // The provision acks without delivery at t(3); its last attempt ended then, so absence
+    // proves the deletion 600 s later.
     h.drain(t(3)).await;
+    assert_eq!(h.space("cs1").await.state, ControlSpaceState::Deleting);
+    h.drain(t(603)).await;
     assert_eq!(h.space("cs1").await.state, ControlSpaceState::Deleted);
     assert_eq!(
         h.command(&delete.command_id).status,
         CommandStatus::Succeeded
     );
     assert_eq!(h.remote.counters().spaces_created, 0);
+}
+
+/// A provision answered 504 by a gateway while the backend goes on and commits it 30 s later
+/// (virtual time). The deletion requested meanwhile must not complete on the lookup's absence:
+/// it keeps looking until the space appears, then deletes it. Nothing is orphaned.
+#[tokio::test]
+async fn deletion_never_orphans_a_provision_that_lands_after_a_504() {
+    let h = harness();
+    let receipt = h.create("cs1").await;
+    let pending_commit: Arc<Mutex<Option<ProvisionRequest>>> = Arc::default();
+    let remote = LateCommitRemote {
+        inner: h.remote.clone(),
+        held: pending_commit.clone(),
+    };
+    let dispatcher = Dispatcher::new(h.store.clone(), remote, DispatcherConfig::default())
+        .with_clock(Arc::new(clock_of_test()));
+    let dispatch = |now| {
+        let dispatcher = &dispatcher;
+        async move {
+            let mut claimed = 0;
+            while dispatcher
+                .dispatch_one(&owner("w"), at(now, true))
+                .await
+                .unwrap()
+                .claimed
+            {
+                claimed += 1;
+                assert!(claimed < 100, "dispatch loop did not settle down");
+            }
+        }
+    };
+    dispatch(t(0)).await; // provision: 504, the backend goes on
+    assert!(pending_commit.lock().unwrap().is_some());
+    h.delete("cs1").await;
+    for second in 1..30 {
+        dispatch(t(second)).await;
+        assert_eq!(
+            h.space("cs1").await.state,
+            ControlSpaceState::Deleting,
+            "absence at t({second}) is no proof: the provision may still land"
+        );
+    }
+    // The backend commits the provision at t(30).
+    let late = pending_commit.lock().unwrap().take().unwrap();
+    h.remote.provision(&late).await.unwrap();
+    assert_eq!(h.remote.counters().spaces_created, 1);
+    for second in 30..700 {
+        dispatch(t(second)).await;
+    }
+    assert_eq!(h.space("cs1").await.state, ControlSpaceState::Deleted);
+    assert!(
+        !h.remote.has_space(&h.space("cs1").await.provisioning_key),
+        "the late space was found and deleted"
+    );
+    assert_eq!(
+        h.command(&receipt.command_id).status,
+        CommandStatus::Succeeded,
+        "the provision acked without a second delivery"
+    );
+    assert_eq!(
+        h.calls("provision"),
+        1,
+        "only the held request reached the backend (committed by the test at t(30))"
+    );
+}
+
+/// A remote whose first provision answers 504 while holding the request, for the test to
+/// commit later (a backend behind a gateway that goes on after the gateway gave up).
+struct LateCommitRemote {
+    inner: FakeKnowledgeFs,
+    held: Arc<Mutex<Option<ProvisionRequest>>>,
+}
+
+#[async_trait]
+impl KnowledgeFs for LateCommitRemote {
+    async fn provision(&self, request: &ProvisionRequest) -> Result<RemoteSpace, RemoteError> {
+        let first = {
+            let mut held = self.held.lock().unwrap();
+            let first = held.is_none();
+            if first {
+                *held = Some(request.clone());
+            }
+            first
+        };
+        if first {
+            return Err(RemoteError::answered(
+                504,
+                "KFS_HTTP_504",
+                "gateway timeout",
+            ));
+        }
+        self.inner.provision(request).await
+    }
+    async fn find_by_provisioning_key(
+        &self,
+        namespace_id: &TenantId,
+        provisioning_key: &ProvisioningKey,
+        control_space_id: &ControlSpaceId,
+    ) -> Result<Option<RemoteSpace>, RemoteError> {
+        self.inner
+            .find_by_provisioning_key(namespace_id, provisioning_key, control_space_id)
+            .await
+    }
+    async fn request_deletion(
+        &self,
+        request: &DeletionRequest,
+    ) -> Result<DeletionProgress, RemoteError> {
+        self.inner.request_deletion(request).await
+    }
+    async fn revoke_grant(&self, request: &RevokeRequest) -> Result<RevokeAck, RemoteError> {
+        self.inner.revoke_grant(request).await
+    }
 }
 
 #[tokio::test]
@@ -704,11 +865,12 @@ async fn late_settle_after_lease_takeover_changes_nothing() {
     let metrics = Arc::new(RecordingMetrics::default());
     let slow = Arc::new(
         Dispatcher::new(h.store.clone(), remote.clone(), DispatcherConfig::default())
+            .with_clock(Arc::new(clock_of_test()))
             .with_metrics(metrics.clone()),
     );
     let task = {
         let slow = slow.clone();
-        tokio::spawn(async move { slow.dispatch_one(&owner("slow"), t(0), true).await })
+        tokio::spawn(async move { slow.dispatch_one(&owner("slow"), at(t(0), true)).await })
     };
     remote.entered.notified().await;
     // The lease expires; another worker takes over and completes the command.
@@ -746,17 +908,18 @@ async fn metrics_record_each_task_state_with_duration_since_creation() {
         h.remote.clone(),
         DispatcherConfig::default(),
     )
+    .with_clock(Arc::new(clock_of_test()))
     .with_metrics(metrics.clone());
     h.remote.push_fault(
         RemoteCall::Provision,
         Fault::Fail(RemoteError::answered(503, "BUSY", "busy")),
     );
     dispatcher
-        .dispatch_one(&owner("w"), t(0), true)
+        .dispatch_one(&owner("w"), at(t(0), true))
         .await
         .unwrap();
     dispatcher
-        .dispatch_one(&owner("w"), t(7), true)
+        .dispatch_one(&owner("w"), at(t(7), true))
         .await
         .unwrap();
     let records = metrics.records.lock().unwrap().clone();
@@ -784,10 +947,11 @@ async fn failing_metrics_sink_never_breaks_dispatch() {
         h.remote.clone(),
         DispatcherConfig::default(),
     )
+    .with_clock(Arc::new(clock_of_test()))
     .with_metrics(Arc::new(FailingMetrics));
     assert!(
         dispatcher
-            .dispatch_one(&owner("w"), t(0), true)
+            .dispatch_one(&owner("w"), at(t(0), true))
             .await
             .unwrap()
             .completed
@@ -802,7 +966,7 @@ async fn batch_dispatch_claims_several_commands_in_one_call() {
     }
     let results = h
         .dispatcher
-        .dispatch_batch(&owner("w"), t(0), true, 3)
+        .dispatch_batch(&owner("w"), at(t(0), true), 3)
         .await
         .unwrap();
     assert_eq!(results.len(), 3);
@@ -813,7 +977,7 @@ async fn batch_dispatch_claims_several_commands_in_one_call() {
     );
     assert_eq!(
         h.dispatcher
-            .dispatch_batch(&owner("w"), t(0), true, 10)
+            .dispatch_batch(&owner("w"), at(t(0), true), 10)
             .await
             .unwrap()
             .len(),
@@ -982,6 +1146,7 @@ async fn intake_store_failure_is_reported_and_writes_nothing() {
 fn worker_config(idle: Duration) -> WorkerConfig {
     WorkerConfig {
         idle_poll: idle,
+        claim_batch: 1,
         ..WorkerConfig::default()
     }
 }
@@ -989,15 +1154,17 @@ fn worker_config(idle: Duration) -> WorkerConfig {
 #[tokio::test(start_paused = true)]
 async fn worker_sleeps_when_idle_and_picks_up_new_commands() {
     let h = harness();
-    let dispatcher = Arc::new(Dispatcher::new(
-        h.store.clone(),
-        h.remote.clone(),
-        DispatcherConfig::default(),
-    ));
+    let dispatcher = Arc::new(
+        Dispatcher::new(
+            h.store.clone(),
+            h.remote.clone(),
+            DispatcherConfig::default(),
+        )
+        .with_clock(Arc::new(clock_of_test())),
+    );
     let (stop, stopped) = watch::channel(false);
     let worker = Worker::new(
         dispatcher,
-        Arc::new(h.clock.clone()),
         owner("w"),
         worker_config(Duration::from_secs(5)),
     );
@@ -1026,15 +1193,13 @@ async fn worker_shutdown_lets_the_in_flight_dispatch_settle() {
     let receipt = h.create("cs1").await;
     h.create("cs2").await;
     let remote = GatedRemote::new(h.remote.clone());
-    let dispatcher = Arc::new(Dispatcher::new(
-        h.store.clone(),
-        remote.clone(),
-        DispatcherConfig::default(),
-    ));
+    let dispatcher = Arc::new(
+        Dispatcher::new(h.store.clone(), remote.clone(), DispatcherConfig::default())
+            .with_clock(Arc::new(clock_of_test())),
+    );
     let (stop, stopped) = watch::channel(false);
     let worker = Worker::new(
         dispatcher,
-        Arc::new(h.clock.clone()),
         owner("w"),
         worker_config(Duration::from_millis(10)),
     );
@@ -1081,6 +1246,13 @@ impl CommandQueue for RacingStore {
     ) -> Result<Vec<tenantry_lifecycle::ClaimedCommand>, tenantry_ports::lifecycle::StoreError>
     {
         self.inner.claim(request).await
+    }
+    async fn renew_lease(
+        &self,
+        lease: &tenantry_lifecycle::LeaseToken,
+        lease_duration: Duration,
+    ) -> Result<tenantry_lifecycle::LeaseToken, tenantry_ports::lifecycle::SettleError> {
+        self.inner.renew_lease(lease, lease_duration).await
     }
     async fn settle(
         &self,
@@ -1148,9 +1320,10 @@ async fn control_space_conflict_at_settle_hands_the_command_back_for_a_re_read()
         inner: h.store.clone(),
         raced: Arc::new(AtomicBool::new(false)),
     };
-    let dispatcher = Dispatcher::new(racing, h.remote.clone(), DispatcherConfig::default());
+    let dispatcher = Dispatcher::new(racing, h.remote.clone(), DispatcherConfig::default())
+        .with_clock(Arc::new(clock_of_test()));
     let first = dispatcher
-        .dispatch_one(&owner("w1"), t(0), true)
+        .dispatch_one(&owner("w1"), at(t(0), true))
         .await
         .unwrap();
     assert!(first.claimed && !first.completed);
@@ -1167,7 +1340,7 @@ async fn control_space_conflict_at_settle_hands_the_command_back_for_a_re_read()
     assert_eq!(record.lease_owner, None);
     assert!(
         dispatcher
-            .dispatch_one(&owner("w1"), t(2), true)
+            .dispatch_one(&owner("w1"), at(t(2), true))
             .await
             .unwrap()
             .completed

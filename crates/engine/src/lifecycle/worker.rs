@@ -9,7 +9,6 @@ use tenantry_ports::lifecycle::{KnowledgeFs, LifecycleStore};
 use tokio::sync::watch;
 use tracing::{info, warn};
 
-use super::clock::Clock;
 use super::dispatcher::Dispatcher;
 
 /// Settings of one worker.
@@ -17,7 +16,7 @@ use super::dispatcher::Dispatcher;
 pub struct WorkerConfig {
     /// Sleep when nothing is due (default 1 s). A new command waits at most this long.
     pub idle_poll: Duration,
-    /// Most commands claimed per statement and dispatched concurrently (default 1).
+    /// Most commands claimed per statement and dispatched concurrently (default 16).
     pub claim_batch: u32,
     /// Whether the product is enabled (provision commands are claimed only then). Shared so an
     /// operator switch reaches running workers.
@@ -28,7 +27,7 @@ impl Default for WorkerConfig {
     fn default() -> Self {
         Self {
             idle_poll: Duration::from_secs(1),
-            claim_batch: 1,
+            claim_batch: 16,
             product_enabled: Arc::new(AtomicBool::new(true)),
         }
     }
@@ -67,22 +66,16 @@ pub fn unique_lease_owner(prefix: &str) -> LeaseOwner {
 /// Runs [`Dispatcher::dispatch_batch`] until shut down.
 pub struct Worker<S, R> {
     dispatcher: Arc<Dispatcher<S, R>>,
-    clock: Arc<dyn Clock>,
     owner: LeaseOwner,
     config: WorkerConfig,
 }
 
 impl<S: LifecycleStore, R: KnowledgeFs> Worker<S, R> {
-    /// A worker with its own lease owner.
-    pub fn new(
-        dispatcher: Arc<Dispatcher<S, R>>,
-        clock: Arc<dyn Clock>,
-        owner: LeaseOwner,
-        config: WorkerConfig,
-    ) -> Self {
+    /// A worker with its own lease owner. Claims are timed by the store's clock, so the
+    /// worker needs none of its own.
+    pub fn new(dispatcher: Arc<Dispatcher<S, R>>, owner: LeaseOwner, config: WorkerConfig) -> Self {
         Self {
             dispatcher,
-            clock,
             owner,
             config,
         }
@@ -106,12 +99,7 @@ impl<S: LifecycleStore, R: KnowledgeFs> Worker<S, R> {
             let enabled = self.config.product_enabled.load(Ordering::Relaxed);
             let busy = match self
                 .dispatcher
-                .dispatch_batch(
-                    &self.owner,
-                    self.clock.now(),
-                    enabled,
-                    self.config.claim_batch.max(1),
-                )
+                .dispatch_batch(&self.owner, enabled, self.config.claim_batch.max(1))
                 .await
             {
                 Ok(results) => {

@@ -26,6 +26,7 @@ fn command(operation: Operation, attempt_count: i32) -> ClaimedCommand {
             epoch: LeaseEpoch(attempt_count.into()),
             expires_at: at(60),
         },
+        claimed_at: at(0),
         created_at: at(0),
     }
 }
@@ -50,6 +51,7 @@ fn provision_record(status: CommandStatus, attempt_count: i32) -> CommandRecord 
         last_error_message: None,
         created_at: at(0),
         completed_at: None,
+        attempt_window_ends_at: None,
     }
 }
 
@@ -365,49 +367,118 @@ fn lost_ack_recovery_detects_conflicting_identity() {
     ));
 }
 
-#[test]
-fn remote_absence_completes_deletion_when_product_disabled() {
-    let cmd = command(Operation::Delete, 1);
-    let cs = space(ControlSpaceState::Deleting, "op");
-    let pending = provision_record(CommandStatus::Pending, 2);
-    let AbsentOutcome::Complete(settlement) =
-        step(&cmd).complete_absent(Some(&cs), Some(&pending), false)
-    else {
-        panic!("expected completion");
-    };
-    assert!(settlement.completes());
-    assert_eq!(
-        settlement.control_space.unwrap().next.state,
-        ControlSpaceState::Deleted
-    );
-    assert_eq!(
-        settlement.supersede.unwrap().rule,
-        SupersedeRule::AfterRemoteAbsence {
-            observed_at: at(10)
-        }
-    );
+/// A provision record with an attempt window that ended at `window_end` (`None`: never
+/// claimed, or a legacy row).
+fn provision_with_window(
+    status: CommandStatus,
+    attempt_count: i32,
+    window_end: Option<i64>,
+    lease_expires_at: Option<i64>,
+) -> CommandRecord {
+    let mut record = provision_record(status, attempt_count);
+    record.attempt_window_ends_at = window_end.map(at);
+    record.lease_expires_at = lease_expires_at.map(at);
+    record
 }
 
 #[test]
-fn remote_absence_retries_not_found_otherwise() {
+fn remote_absence_completes_only_when_no_provision_can_still_land() {
+    use std::time::Duration as StdDuration;
+    let cmd = command(Operation::Delete, 1);
+    let cs = space(ControlSpaceState::Deleting, "op");
+    let secs = StdDuration::from_secs;
+    // (case, provision, grace, expected: Ok(Some(rule)) = complete with supersede,
+    //  Ok(None) = complete without supersede, Err(next attempt) = unconfirmed)
+    type Expected = Result<Option<SupersedeRule>, DateTime<Utc>>;
+    let cases: Vec<(&str, CommandRecord, StdDuration, Expected)> = vec![
+        (
+            "never claimed, pending: provably never sent",
+            provision_with_window(CommandStatus::Pending, 0, None, None),
+            secs(600),
+            Ok(Some(SupersedeRule::Unattempted)),
+        ),
+        (
+            "never claimed, superseded",
+            provision_with_window(CommandStatus::Superseded, 0, None, None),
+            secs(600),
+            Ok(None),
+        ),
+        (
+            "attempted, pending, inside the grace period",
+            provision_with_window(CommandStatus::Pending, 1, Some(5), None),
+            secs(60),
+            Err(at(12)),
+        ),
+        (
+            "attempted, pending, grace period over",
+            provision_with_window(CommandStatus::Pending, 1, Some(5), None),
+            secs(3),
+            Ok(Some(SupersedeRule::AfterRemoteAbsence { grace: secs(3) })),
+        ),
+        (
+            "processing under a live lease",
+            provision_with_window(CommandStatus::Processing, 1, Some(20), Some(20)),
+            secs(0),
+            Err(at(12)),
+        ),
+        (
+            "processing under an expired lease, grace over",
+            provision_with_window(CommandStatus::Processing, 1, Some(4), Some(4)),
+            secs(5),
+            Ok(Some(SupersedeRule::AfterRemoteAbsence { grace: secs(5) })),
+        ),
+        (
+            "succeeded long ago (acked without delivery)",
+            provision_with_window(CommandStatus::Succeeded, 1, Some(0), None),
+            secs(5),
+            Ok(None),
+        ),
+        (
+            "succeeded recently: the next lookup is when the grace ends",
+            provision_with_window(CommandStatus::Succeeded, 1, Some(8), None),
+            secs(3),
+            Err(at(11)),
+        ),
+    ];
+    for (name, provision, grace, expected) in cases {
+        let outcome = step(&cmd).complete_absent(Some(&cs), Some(&provision), grace);
+        match (outcome, expected) {
+            (AbsentOutcome::Complete(settlement), Ok(rule)) => {
+                assert!(settlement.completes(), "{name}");
+                assert_eq!(
+                    settlement.control_space.unwrap().next.state,
+                    ControlSpaceState::Deleted,
+                    "{name}"
+                );
+                assert_eq!(settlement.supersede.map(|s| s.rule), rule, "{name}");
+            }
+            (AbsentOutcome::Unconfirmed(settlement), Err(next)) => {
+                assert_eq!(
+                    retry_code(&settlement),
+                    Some((codes::REMOTE_ABSENCE_UNCONFIRMED, next)),
+                    "{name}"
+                );
+            }
+            (other, expected) => panic!("{name}: got {other:?}, expected {expected:?}"),
+        }
+    }
+}
+
+#[test]
+fn remote_absence_retries_not_found_without_a_deleting_space_or_provision() {
     let cmd = command(Operation::Delete, 3);
     let cs = space(ControlSpaceState::Deleting, "op");
-    let open = provision_record(CommandStatus::Pending, 2);
-    let cases: Vec<(Option<ControlSpace>, Option<&CommandRecord>, bool)> = vec![
-        (Some(cs.clone()), Some(&open), true),
-        (Some(cs.clone()), None, false),
-        (
-            Some(space(ControlSpaceState::Deleting, "x")),
-            Some(&open),
-            false,
-        ),
-        (None, Some(&open), false),
+    let open = provision_record(CommandStatus::Pending, 0);
+    let cases: Vec<(Option<ControlSpace>, Option<&CommandRecord>)> = vec![
+        (Some(cs.clone()), None),
+        (Some(space(ControlSpaceState::Deleting, "x")), Some(&open)),
+        (None, Some(&open)),
     ];
-    for (cs, provision, enabled) in cases {
+    for (cs, provision) in cases {
         let AbsentOutcome::NotFound(settlement) =
-            step(&cmd).complete_absent(cs.as_ref(), provision, enabled)
+            step(&cmd).complete_absent(cs.as_ref(), provision, std::time::Duration::from_secs(600))
         else {
-            panic!("{cs:?} {provision:?} {enabled}: expected not found");
+            panic!("{cs:?} {provision:?}: expected not found");
         };
         assert_eq!(
             retry_code(&settlement),
@@ -417,17 +488,15 @@ fn remote_absence_retries_not_found_otherwise() {
 }
 
 #[test]
-fn remote_absence_completes_when_provision_is_terminal_even_if_enabled() {
-    let cmd = command(Operation::Delete, 1);
-    let cs = space(ControlSpaceState::Deleting, "op");
-    let done = provision_record(CommandStatus::Succeeded, 1);
-    let AbsentOutcome::Complete(settlement) =
-        step(&cmd).complete_absent(Some(&cs), Some(&done), true)
-    else {
-        panic!("expected completion");
-    };
-    assert_eq!(settlement.supersede, None);
-    assert!(settlement.completes());
+fn step_at_moves_only_the_time() {
+    let cmd = command(Operation::Provision, 2);
+    let later = step(&cmd).at(at(500));
+    assert_eq!(later.now, at(500));
+    assert_eq!(
+        retry_code(&later.retry("X", "x", None)),
+        Some(("X", at(504))),
+        "backoff counts from the re-timed now"
+    );
 }
 
 #[test]

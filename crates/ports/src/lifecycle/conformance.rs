@@ -25,6 +25,8 @@ use tenantry_lifecycle::{
     Supersede, SupersedeRule, Transition,
 };
 
+use crate::clock::ManualClock;
+
 use super::{
     ClaimRequest, CommandFilter, IntakeStoreError, LifecycleStore, SettleError, Submitted,
 };
@@ -32,12 +34,18 @@ use super::{
 mod batch;
 pub use batch::*;
 
-/// Runs every conformance case against the store built by `$make`, an expression of a future
-/// that resolves to `(store, guard)`; `guard` is kept alive for the test (e.g. a temp folder).
+/// Runs every conformance case against the store built by `$make`, a closure that takes the
+/// test's [`ManualClock`] and returns a future resolving to `(store, guard)`; `guard` is kept
+/// alive for the test (e.g. a temp folder). The store must read "now" from that clock (the
+/// clock stands in for the database clock), e.g.
+/// `|clock: ManualClock| async move { (InMemoryLifecycleStore::with_clock(Arc::new(clock)), ()) }`.
 #[macro_export]
 macro_rules! lifecycle_store_conformance {
     ($make:expr) => {
         $crate::lifecycle_store_conformance!(@cases $make;
+            claim_uses_the_store_clock_not_the_callers,
+            renew_lease_extends_a_held_lease_only,
+            supersede_after_absence_waits_out_the_grace_period,
             claim_takes_a_due_command_with_a_lease,
             claim_skips_commands_not_yet_due,
             claim_reclaims_an_expired_lease_with_a_higher_epoch,
@@ -71,8 +79,9 @@ macro_rules! lifecycle_store_conformance {
         $(
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn $case() {
-                let (store, _guard) = $make.await;
-                $crate::lifecycle::conformance::$case(store).await;
+                let clock = $crate::clock::ManualClock::new($crate::lifecycle::conformance::t(0));
+                let (store, _guard) = ($make)(clock.clone()).await;
+                $crate::lifecycle::conformance::$case(store, clock).await;
             }
         )*
     };
@@ -118,28 +127,48 @@ pub fn create_plan(cs: &str, key: &str, at: DateTime<Utc>) -> IntakePlan {
 
 async fn enqueue<S: LifecycleStore>(
     store: &S,
+    clock: &ManualClock,
     cs: &str,
     key: &str,
     at: DateTime<Utc>,
 ) -> CommandId {
+    clock.set(at);
     match store.submit(&create_plan(cs, key, at)).await.unwrap() {
         Submitted::Created(record) => record.id,
         Submitted::Existing(record) => panic!("unexpected replay of {}", record.id),
     }
 }
 
-fn claim_at(who: &str, now: DateTime<Utc>, limit: u32) -> ClaimRequest {
-    ClaimRequest {
-        owner: owner(who),
+/// A claim request of `who` for `limit` commands, to be made when the store's clock reads `now`.
+fn claim_at(who: &str, now: DateTime<Utc>, limit: u32) -> (ClaimRequest, DateTime<Utc>) {
+    (
+        ClaimRequest {
+            owner: owner(who),
+            lease_duration: Duration::from_secs(60),
+            include_provision: true,
+            limit,
+        },
         now,
-        lease_duration: Duration::from_secs(60),
-        include_provision: true,
-        limit,
-    }
+    )
 }
 
-async fn claim_one<S: LifecycleStore>(store: &S, who: &str, now: DateTime<Utc>) -> ClaimedCommand {
-    let mut claimed = store.claim(&claim_at(who, now, 1)).await.unwrap();
+/// Sets the store's clock to the request's time and claims.
+async fn claim<S: LifecycleStore>(
+    store: &S,
+    clock: &ManualClock,
+    (request, now): (ClaimRequest, DateTime<Utc>),
+) -> Result<Vec<ClaimedCommand>, super::StoreError> {
+    clock.set(now);
+    store.claim(&request).await
+}
+
+async fn claim_one<S: LifecycleStore>(
+    store: &S,
+    clock: &ManualClock,
+    who: &str,
+    now: DateTime<Utc>,
+) -> ClaimedCommand {
+    let mut claimed = claim(store, clock, claim_at(who, now, 1)).await.unwrap();
     assert_eq!(claimed.len(), 1, "expected exactly one claimable command");
     claimed.remove(0)
 }
@@ -157,9 +186,12 @@ async fn record<S: LifecycleStore>(store: &S, id: &CommandId) -> tenantry_lifecy
         .expect("command exists")
 }
 
-pub async fn claim_takes_a_due_command_with_a_lease<S: LifecycleStore>(store: S) {
-    let id = enqueue(&store, "cs1", "k1", t(0)).await;
-    let claimed = claim_one(&store, "w1", t(1)).await;
+pub async fn claim_takes_a_due_command_with_a_lease<S: LifecycleStore>(
+    store: S,
+    clock: ManualClock,
+) {
+    let id = enqueue(&store, &clock, "cs1", "k1", t(0)).await;
+    let claimed = claim_one(&store, &clock, "w1", t(1)).await;
     assert_eq!(claimed.id(), &id);
     assert_eq!(claimed.lease.owner, owner("w1"));
     assert_eq!(claimed.lease.epoch, LeaseEpoch(1));
@@ -172,33 +204,37 @@ pub async fn claim_takes_a_due_command_with_a_lease<S: LifecycleStore>(store: S)
     assert_eq!(row.lease_owner, Some(owner("w1")));
     assert_eq!(row.lease_expires_at, Some(t(61)));
     assert!(
-        store
-            .claim(&claim_at("w2", t(2), 5))
+        claim(&store, &clock, claim_at("w2", t(2), 5))
             .await
             .unwrap()
             .is_empty()
     );
 }
 
-pub async fn claim_skips_commands_not_yet_due<S: LifecycleStore>(store: S) {
-    enqueue(&store, "cs1", "k1", t(10)).await;
+pub async fn claim_skips_commands_not_yet_due<S: LifecycleStore>(store: S, clock: ManualClock) {
+    enqueue(&store, &clock, "cs1", "k1", t(10)).await;
     assert!(
-        store
-            .claim(&claim_at("w1", t(9), 5))
+        claim(&store, &clock, claim_at("w1", t(9), 5))
             .await
             .unwrap()
             .is_empty()
     );
     assert_eq!(
-        store.claim(&claim_at("w1", t(10), 5)).await.unwrap().len(),
+        claim(&store, &clock, claim_at("w1", t(10), 5))
+            .await
+            .unwrap()
+            .len(),
         1
     );
 }
 
-pub async fn claim_reclaims_an_expired_lease_with_a_higher_epoch<S: LifecycleStore>(store: S) {
-    let id = enqueue(&store, "cs1", "k1", t(0)).await;
-    let first = claim_one(&store, "w1", t(0)).await;
-    let second = claim_one(&store, "w2", t(60)).await;
+pub async fn claim_reclaims_an_expired_lease_with_a_higher_epoch<S: LifecycleStore>(
+    store: S,
+    clock: ManualClock,
+) {
+    let id = enqueue(&store, &clock, "cs1", "k1", t(0)).await;
+    let first = claim_one(&store, &clock, "w1", t(0)).await;
+    let second = claim_one(&store, &clock, "w2", t(60)).await;
     assert_eq!(second.id(), &id);
     assert_eq!(second.lease.epoch, LeaseEpoch(2));
     assert!(second.lease.epoch > first.lease.epoch);
@@ -206,23 +242,30 @@ pub async fn claim_reclaims_an_expired_lease_with_a_higher_epoch<S: LifecycleSto
     assert_eq!(second.lease.owner, owner("w2"));
 }
 
-pub async fn claim_leaves_a_live_lease_alone<S: LifecycleStore>(store: S) {
-    enqueue(&store, "cs1", "k1", t(0)).await;
-    claim_one(&store, "w1", t(0)).await;
+pub async fn claim_leaves_a_live_lease_alone<S: LifecycleStore>(store: S, clock: ManualClock) {
+    enqueue(&store, &clock, "cs1", "k1", t(0)).await;
+    claim_one(&store, &clock, "w1", t(0)).await;
     assert!(
-        store
-            .claim(&claim_at("w2", t(59), 5))
+        claim(&store, &clock, claim_at("w2", t(59), 5))
             .await
             .unwrap()
             .is_empty()
     );
 }
 
-pub async fn claim_skips_provision_when_product_disabled<S: LifecycleStore>(store: S) {
-    enqueue(&store, "cs1", "k1", t(0)).await;
+pub async fn claim_skips_provision_when_product_disabled<S: LifecycleStore>(
+    store: S,
+    clock: ManualClock,
+) {
+    enqueue(&store, &clock, "cs1", "k1", t(0)).await;
     let mut request = claim_at("w1", t(1), 5);
-    request.include_provision = false;
-    assert!(store.claim(&request).await.unwrap().is_empty());
+    request.0.include_provision = false;
+    assert!(
+        claim(&store, &clock, request.clone())
+            .await
+            .unwrap()
+            .is_empty()
+    );
     // A delete command is still claimed while the product is disabled.
     let cs = store
         .control_space(&tenant(), &ControlSpaceId::parse("cs1").unwrap())
@@ -243,16 +286,28 @@ pub async fn claim_skips_provision_when_product_disabled<S: LifecycleStore>(stor
     )
     .unwrap();
     store.submit(&plan).await.unwrap();
-    let claimed = store.claim(&request).await.unwrap();
+    let claimed = claim(&store, &clock, request).await.unwrap();
     assert_eq!(claimed.len(), 1);
     assert_eq!(claimed[0].operation, Operation::Delete);
 }
 
-pub async fn claim_respects_the_limit_in_due_order<S: LifecycleStore>(store: S) {
+pub async fn claim_respects_the_limit_in_due_order<S: LifecycleStore>(
+    store: S,
+    clock: ManualClock,
+) {
     for i in 0..5 {
-        enqueue(&store, &format!("cs{i}"), &format!("k{i}"), t(10 - i)).await;
+        enqueue(
+            &store,
+            &clock,
+            &format!("cs{i}"),
+            &format!("k{i}"),
+            t(10 - i),
+        )
+        .await;
     }
-    let claimed = store.claim(&claim_at("w1", t(20), 3)).await.unwrap();
+    let claimed = claim(&store, &clock, claim_at("w1", t(20), 3))
+        .await
+        .unwrap();
     let mut slugs: Vec<String> = claimed
         .iter()
         .map(|c| c.payload["slug"].as_str().unwrap().to_owned())
@@ -260,26 +315,30 @@ pub async fn claim_respects_the_limit_in_due_order<S: LifecycleStore>(store: S) 
     slugs.sort();
     assert_eq!(slugs, ["cs2", "cs3", "cs4"], "the three earliest due");
     assert_eq!(
-        store.claim(&claim_at("w1", t(20), 10)).await.unwrap().len(),
+        claim(&store, &clock, claim_at("w1", t(20), 10))
+            .await
+            .unwrap()
+            .len(),
         2
     );
 }
 
 pub async fn concurrent_claimers_never_share_a_command<S: LifecycleStore + Clone + 'static>(
     store: S,
+    clock: ManualClock,
 ) {
     const COMMANDS: usize = 40;
     for i in 0..COMMANDS {
-        enqueue(&store, &format!("cs{i}"), &format!("k{i}"), t(0)).await;
+        enqueue(&store, &clock, &format!("cs{i}"), &format!("k{i}"), t(0)).await;
     }
     let mut tasks = Vec::new();
     for w in 0..6 {
         let store = store.clone();
+        let clock = clock.clone();
         tasks.push(tokio::spawn(async move {
             let mut mine = Vec::new();
             loop {
-                let claimed = store
-                    .claim(&claim_at(&format!("w{w}"), t(1), 3))
+                let claimed = claim(&store, &clock, claim_at(&format!("w{w}"), t(1), 3))
                     .await
                     .unwrap();
                 if claimed.is_empty() {
@@ -301,9 +360,12 @@ pub async fn concurrent_claimers_never_share_a_command<S: LifecycleStore + Clone
     assert_eq!(total, COMMANDS, "every command claimed once");
 }
 
-pub async fn settle_ack_completes_and_releases_the_lease<S: LifecycleStore>(store: S) {
-    let id = enqueue(&store, "cs1", "k1", t(0)).await;
-    let claimed = claim_one(&store, "w1", t(1)).await;
+pub async fn settle_ack_completes_and_releases_the_lease<S: LifecycleStore>(
+    store: S,
+    clock: ManualClock,
+) {
+    let id = enqueue(&store, &clock, "cs1", "k1", t(0)).await;
+    let claimed = claim_one(&store, &clock, "w1", t(1)).await;
     store
         .settle(&claimed.lease, &Settlement::ack(t(2)))
         .await
@@ -313,8 +375,7 @@ pub async fn settle_ack_completes_and_releases_the_lease<S: LifecycleStore>(stor
     assert_eq!(row.completed_at, Some(t(2)));
     assert_eq!(row.lease_owner, None);
     assert!(
-        store
-            .claim(&claim_at("w2", t(1000), 5))
+        claim(&store, &clock, claim_at("w2", t(1000), 5))
             .await
             .unwrap()
             .is_empty()
@@ -326,9 +387,12 @@ pub async fn settle_ack_completes_and_releases_the_lease<S: LifecycleStore>(stor
     );
 }
 
-pub async fn settle_retry_schedules_the_next_attempt<S: LifecycleStore>(store: S) {
-    let id = enqueue(&store, "cs1", "k1", t(0)).await;
-    let claimed = claim_one(&store, "w1", t(1)).await;
+pub async fn settle_retry_schedules_the_next_attempt<S: LifecycleStore>(
+    store: S,
+    clock: ManualClock,
+) {
+    let id = enqueue(&store, &clock, "cs1", "k1", t(0)).await;
+    let claimed = claim_one(&store, &clock, "w1", t(1)).await;
     store
         .settle(
             &claimed.lease,
@@ -343,23 +407,23 @@ pub async fn settle_retry_schedules_the_next_attempt<S: LifecycleStore>(store: S
     assert_eq!(row.last_error_message.as_deref(), Some("busy"));
     assert_eq!(row.lease_owner, None);
     assert!(
-        store
-            .claim(&claim_at("w1", t(29), 5))
+        claim(&store, &clock, claim_at("w1", t(29), 5))
             .await
             .unwrap()
             .is_empty()
     );
-    let again = claim_one(&store, "w1", t(30)).await;
+    let again = claim_one(&store, &clock, "w1", t(30)).await;
     assert_eq!(again.attempt_count, 2);
     assert_eq!(again.lease.epoch, LeaseEpoch(2));
 }
 
 pub async fn stale_settle_after_takeover_is_lease_lost_and_changes_nothing<S: LifecycleStore>(
     store: S,
+    clock: ManualClock,
 ) {
-    let id = enqueue(&store, "cs1", "k1", t(0)).await;
-    let stale = claim_one(&store, "w1", t(0)).await;
-    let current = claim_one(&store, "w2", t(61)).await;
+    let id = enqueue(&store, &clock, "cs1", "k1", t(0)).await;
+    let stale = claim_one(&store, &clock, "w1", t(0)).await;
+    let current = claim_one(&store, &clock, "w2", t(61)).await;
     let cs_before = store
         .control_space(&tenant(), &ControlSpaceId::parse("cs1").unwrap())
         .await
@@ -411,9 +475,12 @@ pub async fn stale_settle_after_takeover_is_lease_lost_and_changes_nothing<S: Li
         .unwrap();
 }
 
-pub async fn settle_with_a_stale_control_space_writes_nothing<S: LifecycleStore>(store: S) {
-    let id = enqueue(&store, "cs1", "k1", t(0)).await;
-    let claimed = claim_one(&store, "w1", t(1)).await;
+pub async fn settle_with_a_stale_control_space_writes_nothing<S: LifecycleStore>(
+    store: S,
+    clock: ManualClock,
+) {
+    let id = enqueue(&store, &clock, "cs1", "k1", t(0)).await;
+    let claimed = claim_one(&store, &clock, "w1", t(1)).await;
     let cs = store
         .control_space(&tenant(), &ControlSpaceId::parse("cs1").unwrap())
         .await
@@ -455,7 +522,12 @@ pub async fn settle_with_a_stale_control_space_writes_nothing<S: LifecycleStore>
     );
 }
 
-async fn deletion_claim<S: LifecycleStore>(store: &S, now: DateTime<Utc>) -> ClaimedCommand {
+async fn deletion_claim<S: LifecycleStore>(
+    store: &S,
+    clock: &ManualClock,
+    now: DateTime<Utc>,
+) -> ClaimedCommand {
+    clock.set(now);
     let cs = store
         .control_space(&tenant(), &ControlSpaceId::parse("cs1").unwrap())
         .await
@@ -476,13 +548,16 @@ async fn deletion_claim<S: LifecycleStore>(store: &S, now: DateTime<Utc>) -> Cla
     .unwrap();
     store.submit(&plan).await.unwrap();
     let mut request = claim_at("wd", now, 1);
-    request.include_provision = false;
-    store.claim(&request).await.unwrap().remove(0)
+    request.0.include_provision = false;
+    claim(store, clock, request).await.unwrap().remove(0)
 }
 
-pub async fn supersede_unattempted_refuses_an_attempted_command<S: LifecycleStore>(store: S) {
-    let provision = enqueue(&store, "cs1", "k1", t(0)).await;
-    let claimed = claim_one(&store, "w1", t(0)).await;
+pub async fn supersede_unattempted_refuses_an_attempted_command<S: LifecycleStore>(
+    store: S,
+    clock: ManualClock,
+) {
+    let provision = enqueue(&store, &clock, "cs1", "k1", t(0)).await;
+    let claimed = claim_one(&store, &clock, "w1", t(0)).await;
     store
         .settle(
             &claimed.lease,
@@ -490,7 +565,7 @@ pub async fn supersede_unattempted_refuses_an_attempted_command<S: LifecycleStor
         )
         .await
         .unwrap();
-    let delete = deletion_claim(&store, t(1)).await;
+    let delete = deletion_claim(&store, &clock, t(1)).await;
     let supersede = Supersede {
         command_id: provision.clone(),
         rule: SupersedeRule::Unattempted,
@@ -519,18 +594,22 @@ pub async fn supersede_unattempted_refuses_an_attempted_command<S: LifecycleStor
     );
 }
 
-pub async fn supersede_after_absence_refuses_a_live_lease<S: LifecycleStore>(store: S) {
-    let provision = enqueue(&store, "cs1", "k1", t(0)).await;
-    claim_one(&store, "w1", t(0)).await; // live until t(60)
-    let delete = deletion_claim(&store, t(1)).await;
-    let supersede = |observed| Supersede {
+pub async fn supersede_after_absence_refuses_a_live_lease<S: LifecycleStore>(
+    store: S,
+    clock: ManualClock,
+) {
+    let provision = enqueue(&store, &clock, "cs1", "k1", t(0)).await;
+    claim_one(&store, &clock, "w1", t(0)).await; // live until t(60)
+    let delete = deletion_claim(&store, &clock, t(1)).await;
+    let supersede = |at| Supersede {
         command_id: provision.clone(),
         rule: SupersedeRule::AfterRemoteAbsence {
-            observed_at: observed,
+            grace: Duration::ZERO,
         },
-        completed_at: observed,
+        completed_at: at,
         error: ErrorRecord::new("SUPERSEDED_BY_DELETE", "remote absence"),
     };
+    clock.set(t(30));
     assert_eq!(
         store
             .settle(
@@ -542,6 +621,7 @@ pub async fn supersede_after_absence_refuses_a_live_lease<S: LifecycleStore>(sto
             command_id: provision.clone()
         })
     );
+    clock.set(t(60));
     store
         .settle(
             &delete.lease,
@@ -555,9 +635,147 @@ pub async fn supersede_after_absence_refuses_a_live_lease<S: LifecycleStore>(sto
     assert_eq!(row.completed_at, Some(t(60)));
 }
 
-pub async fn settle_without_outcome_keeps_the_lease<S: LifecycleStore>(store: S) {
-    enqueue(&store, "cs1", "k1", t(0)).await;
-    let delete = deletion_claim(&store, t(1)).await;
+/// The grace period of [`SupersedeRule::AfterRemoteAbsence`] counts from the end of the
+/// provision's last attempt window (here its settle at t(10)) on the store's clock.
+pub async fn supersede_after_absence_waits_out_the_grace_period<S: LifecycleStore>(
+    store: S,
+    clock: ManualClock,
+) {
+    let provision = enqueue(&store, &clock, "cs1", "k1", t(0)).await;
+    let attempt = claim_one(&store, &clock, "w1", t(0)).await;
+    clock.set(t(10));
+    store
+        .settle(
+            &attempt.lease,
+            &Settlement::retry(t(500), ErrorRecord::new("KFS_HTTP_504", "gateway timeout")),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        record(&store, &provision).await.attempt_window_ends_at,
+        Some(t(10)),
+        "the settle ends the attempt window"
+    );
+    let delete = deletion_claim(&store, &clock, t(11)).await;
+    let settlement = |at| {
+        Settlement::ack(at).with_supersede(Supersede {
+            command_id: provision.clone(),
+            rule: SupersedeRule::AfterRemoteAbsence {
+                grace: Duration::from_secs(30),
+            },
+            completed_at: at,
+            error: ErrorRecord::new("SUPERSEDED_BY_DELETE", "remote absence"),
+        })
+    };
+    clock.set(t(39));
+    assert_eq!(
+        store.settle(&delete.lease, &settlement(t(39))).await,
+        Err(SettleError::SupersedeRefused {
+            command_id: provision.clone()
+        }),
+        "a request sent until t(10) may still land until t(40)"
+    );
+    clock.set(t(40));
+    store
+        .settle(&delete.lease, &settlement(t(40)))
+        .await
+        .unwrap();
+    assert_eq!(
+        record(&store, &provision).await.status,
+        CommandStatus::Superseded
+    );
+}
+
+/// Claims decide "due" and "lease expired" by the store's clock; the lease expiry and the
+/// claim time come from it too.
+pub async fn claim_uses_the_store_clock_not_the_callers<S: LifecycleStore>(
+    store: S,
+    clock: ManualClock,
+) {
+    enqueue(&store, &clock, "cs1", "k1", t(100)).await;
+    clock.set(t(99));
+    assert!(
+        store
+            .claim(&claim_at("w1", t(99), 5).0)
+            .await
+            .unwrap()
+            .is_empty(),
+        "not due before the store's clock reaches next_attempt_at"
+    );
+    clock.set(t(100));
+    let claimed = store.claim(&claim_at("w1", t(0), 5).0).await.unwrap();
+    assert_eq!(claimed.len(), 1);
+    assert_eq!(claimed[0].claimed_at, t(100));
+    assert_eq!(claimed[0].lease.expires_at, t(160));
+    clock.set(t(159));
+    assert!(
+        store
+            .claim(&claim_at("w2", t(0), 5).0)
+            .await
+            .unwrap()
+            .is_empty(),
+        "a live lease is never reclaimed"
+    );
+}
+
+/// Renewal is a compare-and-set on owner and epoch that moves the expiry to the store's now
+/// plus the lease length; a lost lease is never renewed.
+pub async fn renew_lease_extends_a_held_lease_only<S: LifecycleStore>(
+    store: S,
+    clock: ManualClock,
+) {
+    let id = enqueue(&store, &clock, "cs1", "k1", t(0)).await;
+    let first = claim_one(&store, &clock, "w1", t(0)).await;
+    clock.set(t(40));
+    let renewed = store
+        .renew_lease(&first.lease, Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert_eq!(renewed.expires_at, t(100));
+    assert_eq!(renewed.epoch, first.lease.epoch);
+    let row = record(&store, &id).await;
+    assert_eq!(row.lease_expires_at, Some(t(100)));
+    assert_eq!(row.attempt_window_ends_at, Some(t(100)));
+    assert!(
+        claim(&store, &clock, claim_at("w2", t(99), 5))
+            .await
+            .unwrap()
+            .is_empty(),
+        "the renewed lease is live until t(100)"
+    );
+    let second = claim_one(&store, &clock, "w2", t(100)).await;
+    assert_eq!(
+        store
+            .renew_lease(&first.lease, Duration::from_secs(60))
+            .await,
+        Err(SettleError::LeaseLost {
+            command_id: id.clone()
+        }),
+        "the old owner cannot renew after a takeover"
+    );
+    assert_eq!(
+        record(&store, &id).await.lease_owner,
+        Some(owner("w2")),
+        "a refused renewal writes nothing"
+    );
+    store
+        .settle(&second.lease, &Settlement::ack(t(101)))
+        .await
+        .unwrap();
+    assert!(matches!(
+        store
+            .renew_lease(&second.lease, Duration::from_secs(60))
+            .await,
+        Err(SettleError::LeaseLost { .. })
+    ));
+}
+
+pub async fn settle_without_outcome_keeps_the_lease<S: LifecycleStore>(
+    store: S,
+    clock: ManualClock,
+) {
+    enqueue(&store, &clock, "cs1", "k1", t(0)).await;
+    let delete = deletion_claim(&store, &clock, t(1)).await;
     let cs = store
         .control_space(&tenant(), &ControlSpaceId::parse("cs1").unwrap())
         .await
@@ -580,6 +798,7 @@ pub async fn settle_without_outcome_keeps_the_lease<S: LifecycleStore>(store: S)
                 outcome: None,
                 control_space: Some(cas),
                 supersede: None,
+                may_have_sent: true,
             },
         )
         .await
@@ -605,9 +824,9 @@ pub async fn settle_without_outcome_keeps_the_lease<S: LifecycleStore>(store: S)
         .unwrap();
 }
 
-pub async fn latest_provision_finds_the_newest<S: LifecycleStore>(store: S) {
-    let id = enqueue(&store, "cs1", "k1", t(0)).await;
-    enqueue(&store, "cs2", "k2", t(5)).await;
+pub async fn latest_provision_finds_the_newest<S: LifecycleStore>(store: S, clock: ManualClock) {
+    let id = enqueue(&store, &clock, "cs1", "k1", t(0)).await;
+    enqueue(&store, &clock, "cs2", "k2", t(5)).await;
     let cs1 = ControlSpaceId::parse("cs1").unwrap();
     let latest = store
         .latest_provision(&tenant(), &cs1)
@@ -626,7 +845,7 @@ pub async fn latest_provision_finds_the_newest<S: LifecycleStore>(store: S) {
     );
 }
 
-pub async fn submit_is_idempotent_on_the_key<S: LifecycleStore>(store: S) {
+pub async fn submit_is_idempotent_on_the_key<S: LifecycleStore>(store: S, _clock: ManualClock) {
     let plan = create_plan("cs1", "k1", t(0));
     let Submitted::Created(created) = store.submit(&plan).await.unwrap() else {
         panic!("expected created")
@@ -657,8 +876,9 @@ pub async fn submit_is_idempotent_on_the_key<S: LifecycleStore>(store: S) {
 
 pub async fn submit_refuses_a_duplicate_control_space_and_writes_nothing<S: LifecycleStore>(
     store: S,
+    clock: ManualClock,
 ) {
-    enqueue(&store, "cs1", "k1", t(0)).await;
+    enqueue(&store, &clock, "cs1", "k1", t(0)).await;
     assert_eq!(
         store.submit(&create_plan("cs1", "k2", t(1))).await,
         Err(IntakeStoreError::ControlSpaceExists)
@@ -683,8 +903,11 @@ pub async fn submit_refuses_a_duplicate_control_space_and_writes_nothing<S: Life
     );
 }
 
-pub async fn submit_cas_and_revoke_sequence_are_compare_and_set<S: LifecycleStore>(store: S) {
-    enqueue(&store, "cs1", "k1", t(0)).await;
+pub async fn submit_cas_and_revoke_sequence_are_compare_and_set<S: LifecycleStore>(
+    store: S,
+    clock: ManualClock,
+) {
+    enqueue(&store, &clock, "cs1", "k1", t(0)).await;
     let cs1 = ControlSpaceId::parse("cs1").unwrap();
     let cs = store.control_space(&tenant(), &cs1).await.unwrap().unwrap();
     let mut stale = cs.clone();
@@ -754,11 +977,11 @@ pub async fn submit_cas_and_revoke_sequence_are_compare_and_set<S: LifecycleStor
     );
 }
 
-pub async fn list_commands_filters_and_pages<S: LifecycleStore>(store: S) {
+pub async fn list_commands_filters_and_pages<S: LifecycleStore>(store: S, clock: ManualClock) {
     for i in 0..5 {
-        enqueue(&store, &format!("cs{i}"), &format!("k{i}"), t(i)).await;
+        enqueue(&store, &clock, &format!("cs{i}"), &format!("k{i}"), t(i)).await;
     }
-    let claimed = claim_one(&store, "w1", t(0)).await;
+    let claimed = claim_one(&store, &clock, "w1", t(0)).await;
     let all = store
         .list_commands(&CommandFilter {
             limit: 100,

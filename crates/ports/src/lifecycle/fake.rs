@@ -20,9 +20,11 @@ use tenantry_lifecycle::{
     RemoteSpace, RevokeAck, RevokeRequest, RevokeState, Settlement, SupersedeRule,
 };
 
+use crate::clock::{Clock, SystemClock};
+
 use super::{
     ClaimRequest, CommandFilter, CommandQueue, ControlSpaceReader, IntakeStore, IntakeStoreError,
-    KnowledgeFs, RemoteError, SettleError, StoreError, Submitted,
+    KnowledgeFs, RemoteError, SettleError, StoreError, Submitted, add_duration,
 };
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -36,19 +38,53 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 struct StoreState {
     spaces: BTreeMap<(TenantId, ControlSpaceId), ControlSpace>,
     commands: BTreeMap<CommandId, CommandRecord>,
+    /// Attempt window of each command before its current claim (the SQL column
+    /// `prior_window_ends_at`), restored by a settle that sent nothing.
+    prior_windows: HashMap<CommandId, Option<DateTime<Utc>>>,
 }
 
 /// In-memory implementation of the lifecycle storage ports. Clones share state.
-#[derive(Debug, Clone, Default)]
+///
+/// Its clock plays the database clock of the SQL adapters: claims, lease expiries, renewals,
+/// supersede rules and the stamps of new commands read it ([`with_clock`](Self::with_clock);
+/// the system clock by default).
+#[derive(Clone)]
 pub struct InMemoryLifecycleStore {
     state: Arc<Mutex<StoreState>>,
     fail_next: Arc<Mutex<Option<StoreError>>>,
+    clock: Arc<dyn Clock>,
+}
+
+impl std::fmt::Debug for InMemoryLifecycleStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InMemoryLifecycleStore")
+            .field("state", &self.state)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for InMemoryLifecycleStore {
+    fn default() -> Self {
+        Self {
+            state: Arc::default(),
+            fail_next: Arc::default(),
+            clock: Arc::new(SystemClock),
+        }
+    }
 }
 
 impl InMemoryLifecycleStore {
-    /// An empty store.
+    /// An empty store on the system clock.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// An empty store whose "database clock" is `clock`.
+    pub fn with_clock(clock: Arc<dyn Clock>) -> Self {
+        Self {
+            clock,
+            ..Self::default()
+        }
     }
 
     /// Makes the next store call fail with `error` (then the store works again).
@@ -120,11 +156,12 @@ fn release(record: &mut CommandRecord) {
 impl CommandQueue for InMemoryLifecycleStore {
     async fn claim(&self, request: &ClaimRequest) -> Result<Vec<ClaimedCommand>, StoreError> {
         self.check_fault()?;
+        let now = self.clock.now();
         let mut state = lock(&self.state);
         let mut due: Vec<&CommandRecord> = state
             .commands
             .values()
-            .filter(|r| is_due(r, request.now))
+            .filter(|r| is_due(r, now))
             .filter(|r| request.include_provision || r.operation != Operation::Provision)
             .collect();
         due.sort_by(|a, b| {
@@ -135,15 +172,22 @@ impl CommandQueue for InMemoryLifecycleStore {
             .take(request.limit.max(1) as usize)
             .map(|r| r.id.clone())
             .collect();
-        let expires_at = request.lease_expires_at();
+        let expires_at = add_duration(now, request.lease_duration);
         let mut claimed = Vec::with_capacity(ids.len());
         for id in ids {
-            let Some(record) = state.commands.get_mut(&id) else {
+            let StoreState {
+                commands,
+                prior_windows,
+                ..
+            } = &mut *state;
+            let Some(record) = commands.get_mut(&id) else {
                 continue;
             };
+            prior_windows.insert(id.clone(), record.attempt_window_ends_at);
             record.status = CommandStatus::Processing;
             record.lease_owner = Some(request.owner.clone());
             record.lease_expires_at = Some(expires_at);
+            record.attempt_window_ends_at = Some(expires_at);
             record.lease_epoch = record.lease_epoch.next();
             record.attempt_count = record.attempt_count.saturating_add(1);
             claimed.push(ClaimedCommand {
@@ -160,14 +204,42 @@ impl CommandQueue for InMemoryLifecycleStore {
                     epoch: record.lease_epoch,
                     expires_at,
                 },
+                claimed_at: now,
                 created_at: record.created_at,
             });
         }
         Ok(claimed)
     }
 
+    async fn renew_lease(
+        &self,
+        lease: &LeaseToken,
+        lease_duration: std::time::Duration,
+    ) -> Result<LeaseToken, SettleError> {
+        self.check_fault()?;
+        let now = self.clock.now();
+        let mut state = lock(&self.state);
+        let Some(record) = state
+            .commands
+            .get_mut(&lease.command_id)
+            .filter(|r| holds_lease(r, lease))
+        else {
+            return Err(SettleError::LeaseLost {
+                command_id: lease.command_id.clone(),
+            });
+        };
+        let expires_at = add_duration(now, lease_duration);
+        record.lease_expires_at = Some(expires_at);
+        record.attempt_window_ends_at = Some(expires_at);
+        Ok(LeaseToken {
+            expires_at,
+            ..lease.clone()
+        })
+    }
+
     async fn settle(&self, lease: &LeaseToken, settlement: &Settlement) -> Result<(), SettleError> {
         self.check_fault()?;
+        let now = self.clock.now();
         let mut state = lock(&self.state);
         // Check everything first: a settlement is all or nothing.
         if !state
@@ -195,10 +267,14 @@ impl CommandQueue for InMemoryLifecycleStore {
                         SupersedeRule::Unattempted => {
                             r.status == CommandStatus::Pending && r.attempt_count == 0
                         }
-                        SupersedeRule::AfterRemoteAbsence { observed_at } => {
-                            r.status == CommandStatus::Pending
+                        SupersedeRule::AfterRemoteAbsence { grace } => {
+                            let open = r.status == CommandStatus::Pending
                                 || (r.status == CommandStatus::Processing
-                                    && r.lease_expires_at.is_none_or(|at| at <= observed_at))
+                                    && r.lease_expires_at.is_none_or(|at| at <= now));
+                            let quiet = r.attempt_count == 0
+                                || r.attempt_window_ends_at
+                                    .is_none_or(|end| add_duration(end, grace) <= now);
+                            open && quiet
                         }
                     });
             if !allowed {
@@ -223,10 +299,20 @@ impl CommandQueue for InMemoryLifecycleStore {
             r.last_error_message = Some(supersede.error.message.clone());
             release(r);
         }
+        let prior = state
+            .prior_windows
+            .get(&lease.command_id)
+            .copied()
+            .flatten();
         if let (Some(outcome), Some(r)) = (
             &settlement.outcome,
             state.commands.get_mut(&lease.command_id),
         ) {
+            r.attempt_window_ends_at = if settlement.may_have_sent {
+                Some(now)
+            } else {
+                prior
+            };
             match outcome {
                 CommandOutcome::Ack { completed_at } => {
                     r.status = CommandStatus::Succeeded;
@@ -364,6 +450,7 @@ impl IntakeStore for InMemoryLifecycleStore {
             }
         }
         let c = &plan.command;
+        let now = self.clock.now();
         let record = CommandRecord {
             id: c.id.clone(),
             tenant_id: c.tenant_id.clone(),
@@ -378,11 +465,12 @@ impl IntakeStore for InMemoryLifecycleStore {
             lease_owner: None,
             lease_expires_at: None,
             lease_epoch: tenantry_kernel::LeaseEpoch(0),
-            next_attempt_at: c.created_at,
+            next_attempt_at: now,
             last_error_code: None,
             last_error_message: None,
-            created_at: c.created_at,
+            created_at: now,
             completed_at: None,
+            attempt_window_ends_at: None,
         };
         state.commands.insert(record.id.clone(), record.clone());
         Ok(Submitted::Created(record))

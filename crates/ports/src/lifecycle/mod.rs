@@ -33,6 +33,11 @@ pub enum StoreError {
     /// A stored row does not decode into a domain value.
     #[error("stored data is corrupt: {0}")]
     Corrupt(String),
+    /// The transaction lost a deadlock or a serialization conflict with a concurrent one
+    /// (PostgreSQL SQLSTATE `40P01` / `40001`); nothing was written and retrying helps. Adapters
+    /// retry such transactions a few times themselves before they report this.
+    #[error("database contention (deadlock or serialization failure): {0}")]
+    Contention(String),
 }
 
 /// Why a settlement wrote nothing.
@@ -89,13 +94,16 @@ pub enum Submitted {
 }
 
 /// Parameters of a claim.
+///
+/// A claim carries no time: the store decides what is due and when a lease expires by its own
+/// clock (the database's clock for SQL stores), so replicas whose process clocks disagree never
+/// take each other's live leases. See docs/protocol.md, "Time comes from the database".
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClaimRequest {
     /// The claiming worker.
     pub owner: LeaseOwner,
-    /// Current time.
-    pub now: DateTime<Utc>,
-    /// Lease length; must exceed the remote call deadline.
+    /// Lease length. Without renewal it must exceed the remote call deadline; with renewal
+    /// (the default) the dispatcher extends it every third of its length.
     pub lease_duration: Duration,
     /// Whether provision commands may be claimed (false while the product is disabled).
     pub include_provision: bool,
@@ -103,15 +111,11 @@ pub struct ClaimRequest {
     pub limit: u32,
 }
 
-impl ClaimRequest {
-    /// When a lease taken by this claim expires.
-    pub fn lease_expires_at(&self) -> DateTime<Utc> {
-        let length =
-            chrono::Duration::from_std(self.lease_duration).unwrap_or(chrono::Duration::MAX);
-        self.now
-            .checked_add_signed(length)
-            .unwrap_or(DateTime::<Utc>::MAX_UTC)
-    }
+/// `at + length`, saturating at the largest representable time.
+pub fn add_duration(at: DateTime<Utc>, length: Duration) -> DateTime<Utc> {
+    let length = chrono::Duration::from_std(length).unwrap_or(chrono::Duration::MAX);
+    at.checked_add_signed(length)
+        .unwrap_or(DateTime::<Utc>::MAX_UTC)
 }
 
 /// Filter of [`CommandQueue::list_commands`]; results are ordered by `(created_at, id)`.
@@ -135,13 +139,29 @@ pub struct CommandFilter {
 #[async_trait]
 pub trait CommandQueue: Send + Sync {
     /// Claims up to `limit` due commands: pending with `next_attempt_at <= now`, or processing
-    /// with an expired lease. Each claimed command gets status processing, the lease owner, a
-    /// lease expiry of `now + lease_duration`, `lease_epoch + 1` and `attempt_count + 1`.
-    /// Concurrent claimers never receive the same command.
+    /// with an expired lease, where `now` is the store's clock (the database clock for SQL
+    /// stores). Each claimed command gets status processing, the lease owner, a lease expiry of
+    /// `now + lease_duration` (also the end of its attempt window), `lease_epoch + 1` and
+    /// `attempt_count + 1`; [`ClaimedCommand::claimed_at`] is `now`. Concurrent claimers never
+    /// receive the same command.
     ///
     /// # Errors
     /// [`StoreError`] when the database fails; nothing is claimed then.
     async fn claim(&self, request: &ClaimRequest) -> Result<Vec<ClaimedCommand>, StoreError>;
+
+    /// Extends a lease while its dispatch is in flight: a compare-and-set on the command being
+    /// processing under `lease` (owner and epoch). The new expiry is the store's now plus
+    /// `lease_duration`, and the command's attempt window ends with it. Returns the renewed
+    /// lease (same owner and epoch, new `expires_at`).
+    ///
+    /// # Errors
+    /// [`SettleError::LeaseLost`] when the lease is no longer held (expired and reclaimed, or
+    /// settled); [`SettleError::Store`] when the database fails. Nothing is written then.
+    async fn renew_lease(
+        &self,
+        lease: &LeaseToken,
+        lease_duration: Duration,
+    ) -> Result<LeaseToken, SettleError>;
 
     /// Applies `settlement` in one transaction, as compare-and-sets: the command must still be
     /// processing under `lease` (owner and epoch), the control space must still have the
@@ -234,7 +254,10 @@ pub trait ControlSpaceReader: Send + Sync {
 pub trait IntakeStore: Send + Sync {
     /// Applies `plan` in one transaction: if a command with the plan's idempotency key exists,
     /// writes nothing and returns it as [`Submitted::Existing`]; otherwise applies the
-    /// control-space write and inserts the command.
+    /// control-space write and inserts the command, due at once: its `created_at` and
+    /// `next_attempt_at` are the store's now (not the plan's time, which comes from the
+    /// process clock). A concurrent submit with the same key that commits first makes this
+    /// one [`Submitted::Existing`] too, never a conflict.
     ///
     /// # Errors
     /// [`IntakeStoreError`] naming the failed check; nothing is written then.
@@ -398,6 +421,29 @@ pub struct TaskMetric {
     pub error_code: Option<String>,
 }
 
+/// What became of one lease renewal, as reported to metrics
+/// (`tenantry_lifecycle_lease_renewals_total{outcome}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RenewalOutcome {
+    /// The lease was extended.
+    Renewed,
+    /// The lease was lost (taken over or settled): renewal stopped.
+    Lost,
+    /// The store failed; renewal is tried again at the next tick.
+    Failed,
+}
+
+impl RenewalOutcome {
+    /// Label value: `renewed`, `lost` or `failed`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Renewed => "renewed",
+            Self::Lost => "lost",
+            Self::Failed => "failed",
+        }
+    }
+}
+
 /// A metrics sink refused a record.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("metrics sink failed: {0}")]
@@ -410,6 +456,19 @@ pub trait LifecycleMetrics: Send + Sync {
     /// # Errors
     /// [`MetricsError`] when the sink fails.
     fn record_task(&self, metric: &TaskMetric) -> Result<(), MetricsError>;
+
+    /// Records one lease renewal of a dispatch in flight of `operation`. The default ignores it.
+    ///
+    /// # Errors
+    /// [`MetricsError`] when the sink fails.
+    fn record_lease_renewal(
+        &self,
+        operation: &str,
+        outcome: RenewalOutcome,
+    ) -> Result<(), MetricsError> {
+        let _ = (operation, outcome);
+        Ok(())
+    }
 }
 
 /// A metrics sink that drops everything.

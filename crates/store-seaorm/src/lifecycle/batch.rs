@@ -58,28 +58,43 @@ pub(super) async fn settle_many(
         return Ok(results);
     }
     let plan = Plan::of(items, store.backend == Backend::Postgres);
+    let now = store.now_sql();
     let any_cas = plan
         .fast
         .iter()
         .any(|&i| items[i].1.control_space.is_some());
     if plan.slow.is_empty() && !any_cas {
         // One statement: atomic on its own, no transaction needed.
-        ack_postgres(&store.conn, items, &plan.fast, &mut results).await?;
+        ack_postgres(&store.conn, &now, items, &plan.fast, &mut results).await?;
         return Ok(results);
     }
     let txn = store.begin_write().await?;
+    if store.backend == Backend::Postgres {
+        // Every row lock of the batch in one global order, before any write: outbox rows by
+        // id, then control spaces by key. Concurrent batches then wait for each other instead
+        // of deadlocking; a deadlock with a writer outside this order is retried by the caller.
+        let mut ids: Vec<&str> = Vec::with_capacity(items.len());
+        for (lease, settlement) in items {
+            ids.push(lease.command_id.as_str());
+            if let Some(supersede) = &settlement.supersede {
+                ids.push(supersede.command_id.as_str());
+            }
+        }
+        lock_commands(store, &txn, ids).await?;
+        lock_spaces(&txn, items).await?;
+    }
     if !plan.fast.is_empty() {
-        settle_fast_postgres(&txn, items, &plan.fast, &mut results).await?;
+        settle_fast_postgres(&txn, &now, items, &plan.fast, &mut results).await?;
     }
     for &i in &plan.slow {
         let (lease, settlement) = &items[i];
         let needs_savepoint = settlement.control_space.is_some() || settlement.supersede.is_some();
         if !needs_savepoint {
             // Only the outbox row is written, by one statement that matches or not.
-            results[i] = settle_in(&txn, lease, settlement).await;
+            results[i] = settle_in(&txn, &now, lease, settlement).await;
         } else {
             let savepoint = txn.begin().await.map_err(unavailable)?;
-            match settle_in(&savepoint, lease, settlement).await {
+            match settle_in(&savepoint, &now, lease, settlement).await {
                 Ok(()) => savepoint.commit().await.map_err(unavailable)?,
                 Err(refused) => {
                     savepoint.rollback().await.map_err(unavailable)?;
@@ -138,9 +153,70 @@ impl Plan {
     }
 }
 
+/// Locks the outbox rows `ids` (duplicates allowed) in id order, on PostgreSQL; does nothing
+/// on SQLite, whose write transactions are serialized as a whole.
+pub(super) async fn lock_commands<'a, C: ConnectionTrait>(
+    store: &SeaOrmLifecycleStore,
+    conn: &C,
+    ids: impl IntoIterator<Item = &'a str>,
+) -> Result<(), StoreError> {
+    if store.backend != Backend::Postgres {
+        return Ok(());
+    }
+    let mut ids: Vec<&str> = ids.into_iter().collect();
+    ids.sort_unstable();
+    ids.dedup();
+    let rows: Vec<serde_json::Value> = ids.iter().map(|id| json!({ "id": id })).collect();
+    conn.query_all_raw(json_statement(
+        "SELECT o.id FROM lifecycle_outbox AS o \
+         JOIN json_to_recordset($1::json) AS v(id text) ON o.id = v.id \
+         ORDER BY o.id FOR UPDATE OF o"
+            .to_owned(),
+        &rows,
+    ))
+    .await
+    .map_err(unavailable)?;
+    Ok(())
+}
+
+/// Locks the control spaces that `items` compare-and-set, in key order (PostgreSQL).
+async fn lock_spaces<C: ConnectionTrait>(conn: &C, items: &[Item]) -> Result<(), StoreError> {
+    let mut keys: Vec<(&str, &str)> = items
+        .iter()
+        .filter_map(|(_, settlement)| settlement.control_space.as_ref())
+        .map(|cas| {
+            (
+                cas.next.tenant_id.as_str(),
+                cas.next.control_space_id.as_str(),
+            )
+        })
+        .collect();
+    if keys.is_empty() {
+        return Ok(());
+    }
+    keys.sort_unstable();
+    keys.dedup();
+    let rows: Vec<serde_json::Value> = keys
+        .iter()
+        .map(|(tenant_id, cs)| json!({ "tenant_id": tenant_id, "control_space_id": cs }))
+        .collect();
+    conn.query_all_raw(json_statement(
+        "SELECT c.tenant_id FROM control_spaces AS c \
+         JOIN json_to_recordset($1::json) AS v(tenant_id text, control_space_id text) \
+           ON c.tenant_id = v.tenant_id AND c.control_space_id = v.control_space_id \
+         ORDER BY c.tenant_id, c.control_space_id FOR UPDATE OF c"
+            .to_owned(),
+        &rows,
+    ))
+    .await
+    .map_err(unavailable)?;
+    Ok(())
+}
+
 /// Statements 1–3 of the module documentation for the fast items `fast`.
 async fn settle_fast_postgres<C: ConnectionTrait>(
     conn: &C,
+    now: &str,
     items: &[Item],
     fast: &[usize],
     results: &mut Outcomes,
@@ -176,7 +252,7 @@ async fn settle_fast_postgres<C: ConnectionTrait>(
             }
         }
     }
-    ack_postgres(conn, items, &to_ack, results).await?;
+    ack_postgres(conn, now, items, &to_ack, results).await?;
     // A compare-and-set was written only for items whose lease is locked, so their ack
     // cannot miss; if it did, the batch must not commit a CAS without its ack.
     let cas_without_ack = to_ack.iter().any(|&i| {
@@ -333,6 +409,7 @@ async fn cas_postgres<C: ConnectionTrait>(
 /// under their leases; an item not updated is reported as [`SettleError::LeaseLost`].
 async fn ack_postgres<C: ConnectionTrait>(
     conn: &C,
+    now: &str,
     items: &[Item],
     indices: &[usize],
     results: &mut Outcomes,
@@ -350,6 +427,7 @@ async fn ack_postgres<C: ConnectionTrait>(
                 "id": lease.command_id.as_str(),
                 "owner": lease.owner.as_str(),
                 "epoch": lease.epoch.0,
+                "sent": settlement.may_have_sent,
             });
             match outcome {
                 CommandOutcome::Ack { completed_at } => {
@@ -379,8 +457,10 @@ async fn ack_postgres<C: ConnectionTrait>(
              ELSE o.last_error_code END, \
            last_error_message = CASE WHEN v.status = '{pending}' THEN v.error_message \
              ELSE o.last_error_message END, \
-           lease_owner = NULL, lease_expires_at = NULL \
-         FROM json_to_recordset($1::json) AS v(id text, owner text, epoch bigint, status text, \
+           lease_owner = NULL, lease_expires_at = NULL, \
+           attempt_window_ends_at = CASE WHEN v.sent THEN {now} ELSE o.prior_window_ends_at END \
+         FROM json_to_recordset($1::json) AS v(id text, owner text, epoch bigint, sent boolean, \
+           status text, \
            completed_at bigint, next_attempt_at bigint, error_code text, error_message text) \
          WHERE o.id = v.id AND o.status = '{processing}' AND o.lease_owner = v.owner \
            AND o.lease_epoch = v.epoch \
@@ -529,6 +609,7 @@ mod tests {
             outcome: None,
             control_space: None,
             supersede: None,
+            may_have_sent: true,
         };
         let supersede = Settlement::ack(at()).with_supersede(Supersede {
             command_id: CommandId::parse("e").unwrap(),

@@ -23,7 +23,7 @@ pub async fn insert<C: ConnectionTrait>(
             .map_err(unavailable)?;
     }
     for chunk in commands.chunks(BULK_ROWS_PER_STATEMENT) {
-        outbox::Entity::insert_many(chunk.iter().map(new_command_row))
+        outbox::Entity::insert_many(chunk.iter().map(|c| new_command_row(c, c.created_at)))
             .exec(conn)
             .await
             .map_err(unavailable)?;

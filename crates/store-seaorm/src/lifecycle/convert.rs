@@ -92,7 +92,8 @@ pub fn control_space_row(space: &ControlSpace) -> control_space::ActiveModel {
     }
 }
 
-pub fn new_command_row(command: &NewCommand) -> outbox::ActiveModel {
+/// The row of a new command, due at `now` (the store's clock), enqueued at `now`.
+pub fn new_command_row(command: &NewCommand, now: DateTime<Utc>) -> outbox::ActiveModel {
     outbox::ActiveModel {
         id: Set(command.id.as_str().to_owned()),
         tenant_id: Set(command.tenant_id.as_str().to_owned()),
@@ -107,11 +108,13 @@ pub fn new_command_row(command: &NewCommand) -> outbox::ActiveModel {
         lease_owner: Set(None),
         lease_expires_at: Set(None),
         lease_epoch: Set(0),
-        next_attempt_at: Set(millis(command.created_at)),
+        next_attempt_at: Set(millis(now)),
         last_error_code: Set(None),
         last_error_message: Set(None),
-        created_at: Set(millis(command.created_at)),
+        created_at: Set(millis(now)),
         completed_at: Set(None),
+        attempt_window_ends_at: Set(None),
+        prior_window_ends_at: Set(None),
     }
 }
 
@@ -153,10 +156,19 @@ pub fn to_record(row: outbox::Model) -> Result<CommandRecord, StoreError> {
             .completed_at
             .map(|ms| time("completed_at", ms))
             .transpose()?,
+        attempt_window_ends_at: row
+            .attempt_window_ends_at
+            .map(|ms| time("attempt_window_ends_at", ms))
+            .transpose()?,
     })
 }
 
-pub fn to_claimed(row: outbox::Model) -> Result<ClaimedCommand, StoreError> {
+/// A claimed row as the domain's claimed command; `lease_duration` is the claim's lease
+/// length, so the claim time is `lease_expires_at - lease_duration` (store clock).
+pub fn to_claimed(
+    row: outbox::Model,
+    lease_duration: std::time::Duration,
+) -> Result<ClaimedCommand, StoreError> {
     let record = to_record(row)?;
     let (Some(owner), Some(expires_at)) = (record.lease_owner, record.lease_expires_at) else {
         return Err(StoreError::Corrupt(format!(
@@ -178,6 +190,8 @@ pub fn to_claimed(row: outbox::Model) -> Result<ClaimedCommand, StoreError> {
             epoch: record.lease_epoch,
             expires_at,
         },
+        claimed_at: expires_at
+            - chrono::Duration::from_std(lease_duration).unwrap_or(chrono::Duration::zero()),
         created_at: record.created_at,
     })
 }

@@ -1,4 +1,4 @@
-//! Private SeaORM entities of `control_spaces` and `lifecycle_outbox` (schema: migration m0001).
+//! Private SeaORM entities of `control_spaces` and `lifecycle_outbox` (schema: migrations m0001, m0006).
 
 pub mod control_space {
     //! `control_spaces`.
@@ -58,6 +58,8 @@ pub mod outbox {
         pub last_error_message: Option<String>,
         pub created_at: i64,
         pub completed_at: Option<i64>,
+        pub attempt_window_ends_at: Option<i64>,
+        pub prior_window_ends_at: Option<i64>,
     }
 
     /// No relations.

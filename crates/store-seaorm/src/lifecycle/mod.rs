@@ -12,7 +12,12 @@ pub(crate) mod bulk;
 mod convert;
 mod entity;
 
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use async_trait::async_trait;
+use chrono::{DateTime, Utc};
 use sea_orm::sea_query::Expr;
 use sea_orm::{
     ColumnTrait, ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbBackend, DbErr,
@@ -25,6 +30,7 @@ use tenantry_lifecycle::{
     CasUpdate, ClaimedCommand, CommandOutcome, CommandRecord, CommandStatus, ControlSpace,
     LeaseToken, Operation, Settlement, SupersedeRule,
 };
+use tenantry_ports::clock::Clock;
 use tenantry_ports::lifecycle::{
     ClaimRequest, CommandFilter, CommandQueue, ControlSpaceReader, IntakeStore, IntakeStoreError,
     SettleError, StoreError, Submitted,
@@ -35,19 +41,123 @@ use self::entity::{control_space, outbox};
 use crate::connect::{Backend, Database};
 
 /// SeaORM implementation of the lifecycle storage ports. Cheap to clone (shares the pool).
-#[derive(Debug, Clone)]
+///
+/// Time: every predicate and timestamp that decides who may act on a command (the claim's
+/// "due" and "lease expired" tests, lease expiries, renewals, the supersede rules, the stamps of
+/// new commands) uses the database's clock (`statement_timestamp()` on PostgreSQL,
+/// `unixepoch('subsec')` on SQLite), never the calling process's, so replicas whose clocks
+/// differ cannot take each other's live leases. [`with_clock`](Self::with_clock) replaces the
+/// database clock by a [`Clock`] for tests and simulations on virtual time.
+#[derive(Clone)]
 pub struct SeaOrmLifecycleStore {
     conn: DatabaseConnection,
     backend: Backend,
+    clock: Option<Arc<dyn Clock>>,
+    contention_retries: Arc<AtomicU64>,
+}
+
+impl std::fmt::Debug for SeaOrmLifecycleStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SeaOrmLifecycleStore")
+            .field("backend", &self.backend)
+            .field(
+                "clock",
+                &self.clock.as_ref().map_or("database", |_| "override"),
+            )
+            .finish_non_exhaustive()
+    }
 }
 
 impl SeaOrmLifecycleStore {
-    /// A store over a migrated database.
+    /// A store over a migrated database, on the database's clock.
     pub fn new(db: &Database) -> Self {
         Self {
             conn: db.conn.clone(),
             backend: db.backend,
+            clock: None,
+            contention_retries: Arc::default(),
         }
+    }
+
+    /// How many settle transactions were rolled back by a deadlock or serialization failure
+    /// and run again (PostgreSQL), since this store was created; exported as the metric
+    /// `tenantry_lifecycle_settle_contention_retries_total`.
+    pub fn contention_retries(&self) -> u64 {
+        self.contention_retries.load(Ordering::Relaxed)
+    }
+
+    /// Runs `unit` (a settle transaction) again when it lost a deadlock or serialization
+    /// conflict, up to [`CONTENTION_ATTEMPTS`] times with a short pause; each rerun is counted.
+    pub(crate) async fn with_contention_retry<T, F, Fut>(
+        &self,
+        mut unit: F,
+    ) -> Result<T, StoreError>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, StoreError>>,
+    {
+        let mut attempt: u32 = 1;
+        loop {
+            match unit().await {
+                Err(StoreError::Contention(message)) if attempt < CONTENTION_ATTEMPTS => {
+                    self.contention_retries.fetch_add(1, Ordering::Relaxed);
+                    metrics::counter!("tenantry_lifecycle_settle_contention_retries_total")
+                        .increment(1);
+                    tracing::debug!(attempt, %message, "settle transaction lost a deadlock; running it again");
+                    tokio::time::sleep(std::time::Duration::from_millis(u64::from(attempt) * 5))
+                        .await;
+                    attempt += 1;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// The same store reading "now" from `clock` instead of the database: for tests and
+    /// simulations on virtual time only. Replicas in production must share the database clock.
+    #[must_use]
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = Some(clock);
+        self
+    }
+
+    /// SQL of the store's "now" in Unix milliseconds: the database clock, or the override
+    /// clock's reading as a literal.
+    pub(crate) fn now_sql(&self) -> String {
+        match (&self.clock, self.backend) {
+            (Some(clock), _) => millis(clock.now()).to_string(),
+            (None, Backend::Postgres) => {
+                "(extract(epoch from statement_timestamp()) * 1000)::bigint".to_owned()
+            }
+            (None, Backend::Sqlite) => {
+                "CAST(ROUND(unixepoch('subsec') * 1000) AS INTEGER)".to_owned()
+            }
+        }
+    }
+
+    /// The store's "now", read on `conn` (one statement unless the clock is overridden).
+    pub(crate) async fn now_on<C: ConnectionTrait>(
+        &self,
+        conn: &C,
+    ) -> Result<DateTime<Utc>, StoreError> {
+        if let Some(clock) = &self.clock {
+            return Ok(clock.now());
+        }
+        let backend = match self.backend {
+            Backend::Postgres => DbBackend::Postgres,
+            Backend::Sqlite => DbBackend::Sqlite,
+        };
+        let row = conn
+            .query_one_raw(Statement::from_string(
+                backend,
+                format!("SELECT {} AS now_ms", self.now_sql()),
+            ))
+            .await
+            .map_err(unavailable)?
+            .ok_or_else(|| StoreError::Unavailable("the database did not tell its time".into()))?;
+        let ms: i64 = row.try_get("", "now_ms").map_err(unavailable)?;
+        DateTime::from_timestamp_millis(ms)
+            .ok_or_else(|| StoreError::Corrupt(format!("database time {ms} is out of range")))
     }
 
     async fn begin_write(&self) -> Result<DatabaseTransaction, StoreError> {
@@ -63,8 +173,57 @@ impl SeaOrmLifecycleStore {
     }
 }
 
+/// Most runs of one settle transaction that keeps losing deadlocks before the error is reported.
+pub(crate) const CONTENTION_ATTEMPTS: u32 = 5;
+
+/// Runs a unit of work in its own task, so dropping the caller's future (a cancelled request, a
+/// timeout) can never stop it between `BEGIN` and `COMMIT`: the unit completes or rolls back
+/// before its pooled connection is reused. (A future dropped mid-`BEGIN` could otherwise hand
+/// the pool a connection with an open transaction.)
+pub(crate) async fn detached<T, E, Fut>(unit: Fut) -> Result<T, E>
+where
+    T: Send + 'static,
+    E: From<StoreError> + Send + 'static,
+    Fut: Future<Output = Result<T, E>> + Send + 'static,
+{
+    match tokio::spawn(unit).await {
+        Ok(result) => result,
+        Err(join) => {
+            Err(StoreError::Unavailable(format!("a storage task did not finish: {join}")).into())
+        }
+    }
+}
+
+/// Whole milliseconds of `duration`, saturating.
+pub(crate) fn duration_millis(duration: std::time::Duration) -> i64 {
+    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// Maps a database error to the port's error: a deadlock or serialization failure becomes
+/// [`StoreError::Contention`] (retryable), anything else [`StoreError::Unavailable`].
 pub(crate) fn unavailable(error: DbErr) -> StoreError {
-    StoreError::Unavailable(error.to_string())
+    if is_contention(&error) {
+        StoreError::Contention(error.to_string())
+    } else {
+        StoreError::Unavailable(error.to_string())
+    }
+}
+
+/// Whether `error` is PostgreSQL's deadlock (`40P01`) or serialization failure (`40001`).
+fn is_contention(error: &DbErr) -> bool {
+    let runtime = match error {
+        DbErr::Exec(runtime) | DbErr::Query(runtime) | DbErr::Conn(runtime) => runtime,
+        _ => return false,
+    };
+    let sea_orm::RuntimeErr::SqlxError(sqlx_error) = runtime else {
+        return false;
+    };
+    match sqlx_error.as_ref() {
+        sea_orm::sqlx::Error::Database(db) => {
+            matches!(db.code().as_deref(), Some("40P01" | "40001"))
+        }
+        _ => false,
+    }
 }
 
 fn is_unique_violation(error: &DbErr) -> bool {
@@ -126,14 +285,25 @@ async fn apply_cas<C: ConnectionTrait>(conn: &C, cas: &CasUpdate) -> Result<bool
 
 /// Applies one settlement on `conn` (inside a transaction the caller commits), checking in
 /// order: the lease (the outbox update matches the lease or nothing), the control-space
-/// compare-and-set, the supersede rule. On a refusal earlier writes of this settlement are
-/// left for the caller to roll back.
+/// compare-and-set, the supersede rule. `now` is the SQL of the store's clock
+/// ([`SeaOrmLifecycleStore::now_sql`]): the end of the attempt window and the supersede rules
+/// use it. On a refusal earlier writes of this settlement are left for the caller to roll back.
 pub(crate) async fn settle_in<C: ConnectionTrait>(
     conn: &C,
+    now: &str,
     lease: &LeaseToken,
     settlement: &Settlement,
 ) -> Result<(), SettleError> {
     let mut update = outbox::Entity::update_many().filter(lease_filter(lease));
+    if settlement.outcome.is_some() {
+        // The attempt ends: its window ends now, or (nothing sent) stays what it was before.
+        let window_end = if settlement.may_have_sent {
+            Expr::cust(now.to_owned())
+        } else {
+            Expr::col(outbox::Column::PriorWindowEndsAt).into()
+        };
+        update = update.col_expr(outbox::Column::AttemptWindowEndsAt, window_end);
+    }
     update = match &settlement.outcome {
         Some(CommandOutcome::Ack { completed_at }) => update
             .col_expr(
@@ -204,13 +374,21 @@ pub(crate) async fn settle_in<C: ConnectionTrait>(
             SupersedeRule::Unattempted => sea_orm::Condition::all()
                 .add(outbox::Column::Status.eq(CommandStatus::Pending.as_str()))
                 .add(outbox::Column::AttemptCount.eq(0)),
-            SupersedeRule::AfterRemoteAbsence { observed_at } => sea_orm::Condition::any()
-                .add(outbox::Column::Status.eq(CommandStatus::Pending.as_str()))
+            SupersedeRule::AfterRemoteAbsence { grace } => sea_orm::Condition::all()
                 .add(
-                    sea_orm::Condition::all()
-                        .add(outbox::Column::Status.eq(CommandStatus::Processing.as_str()))
-                        .add(outbox::Column::LeaseExpiresAt.lte(millis(observed_at))),
-                ),
+                    sea_orm::Condition::any()
+                        .add(outbox::Column::Status.eq(CommandStatus::Pending.as_str()))
+                        .add(
+                            sea_orm::Condition::all()
+                                .add(outbox::Column::Status.eq(CommandStatus::Processing.as_str()))
+                                .add(Expr::cust(format!("lease_expires_at <= {now}"))),
+                        ),
+                )
+                .add(Expr::cust(format!(
+                    "(attempt_count = 0 OR attempt_window_ends_at IS NULL \
+                      OR attempt_window_ends_at + {} <= {now})",
+                    duration_millis(grace)
+                ))),
         };
         let changed = outbox::Entity::update_many()
             .col_expr(
@@ -252,73 +430,135 @@ pub(crate) async fn settle_in<C: ConnectionTrait>(
     Ok(())
 }
 
+/// One settle transaction. The outer error is a storage failure (retried on contention); the
+/// inner one a refusal (lease lost, compare-and-set failed, supersede refused), which rolls
+/// the transaction back.
+async fn settle_once(
+    store: &SeaOrmLifecycleStore,
+    lease: &LeaseToken,
+    settlement: &Settlement,
+) -> Result<Result<(), SettleError>, StoreError> {
+    let txn = store.begin_write().await?;
+    if let Some(supersede) = &settlement.supersede {
+        // Two outbox rows: lock them in the global order (by id), like a batch does.
+        batch::lock_commands(
+            store,
+            &txn,
+            [lease.command_id.as_str(), supersede.command_id.as_str()],
+        )
+        .await?;
+    }
+    match settle_in(&txn, &store.now_sql(), lease, settlement).await {
+        Ok(()) => {}
+        Err(SettleError::Store(error)) => return Err(error),
+        Err(refused) => return Ok(Err(refused)),
+    }
+    txn.commit().await.map_err(unavailable)?;
+    Ok(Ok(()))
+}
+
 #[async_trait]
 impl CommandQueue for SeaOrmLifecycleStore {
     async fn claim(&self, request: &ClaimRequest) -> Result<Vec<ClaimedCommand>, StoreError> {
-        let (backend, lock, p) = match self.backend {
-            Backend::Postgres => (
-                DbBackend::Postgres,
-                " FOR UPDATE SKIP LOCKED",
-                ["$1", "$2", "$3", "$4"],
-            ),
-            Backend::Sqlite => (DbBackend::Sqlite, "", ["?", "?", "?", "?"]),
+        let (backend, lock) = match self.backend {
+            Backend::Postgres => (DbBackend::Postgres, " FOR UPDATE SKIP LOCKED"),
+            Backend::Sqlite => (DbBackend::Sqlite, ""),
+        };
+        // Placeholders by number: `$n` on PostgreSQL, `?n` on SQLite (both may repeat).
+        let p = |n: u8| match self.backend {
+            Backend::Postgres => format!("${n}"),
+            Backend::Sqlite => format!("?{n}"),
         };
         let operation_filter = if request.include_provision {
             String::new()
         } else {
             format!(" AND operation <> '{}'", Operation::Provision.as_str())
         };
+        let now = self.now_sql();
+        let lease_ms = duration_millis(request.lease_duration);
         let sql = format!(
             "UPDATE lifecycle_outbox SET status = 'processing', lease_owner = {owner}, \
-             lease_expires_at = {expires}, lease_epoch = lease_epoch + 1, \
-             attempt_count = attempt_count + 1 \
+             lease_expires_at = {now} + {lease}, prior_window_ends_at = attempt_window_ends_at, \
+             attempt_window_ends_at = {now} + {lease}, \
+             lease_epoch = lease_epoch + 1, attempt_count = attempt_count + 1 \
              WHERE id IN (SELECT id FROM lifecycle_outbox \
                WHERE completed_at IS NULL \
                  AND ((status = 'pending' AND next_attempt_at <= {now}) \
                    OR (status = 'processing' AND lease_expires_at <= {now})){operation_filter} \
                ORDER BY next_attempt_at, created_at, id LIMIT {limit}{lock}) \
              RETURNING *",
-            owner = p[0],
-            expires = p[1],
-            now = p[2],
-            limit = p[3],
+            owner = p(1),
+            lease = p(2),
+            limit = p(3),
         );
-        let now = millis(request.now);
-        let mut values: Vec<sea_orm::Value> = vec![
+        let values: Vec<sea_orm::Value> = vec![
             request.owner.as_str().into(),
-            millis(request.lease_expires_at()).into(),
-            now.into(),
+            lease_ms.into(),
+            i64::from(request.limit.max(1)).into(),
         ];
-        if self.backend == Backend::Sqlite {
-            // SQLite binds positionally: `now` appears twice.
-            values.push(now.into());
-        }
-        values.push(i64::from(request.limit.max(1)).into());
-        let sql = if self.backend == Backend::Sqlite {
-            sql
-        } else {
-            sql.replace(&format!("<= {}))", p[2]), "<= $3))")
-        };
         let rows = outbox::Entity::find()
             .from_raw_sql(Statement::from_sql_and_values(backend, sql, values))
             .all(&self.conn)
             .await
             .map_err(unavailable)?;
-        rows.into_iter().map(to_claimed).collect()
+        rows.into_iter()
+            .map(|row| to_claimed(row, request.lease_duration))
+            .collect()
+    }
+
+    async fn renew_lease(
+        &self,
+        lease: &LeaseToken,
+        lease_duration: std::time::Duration,
+    ) -> Result<LeaseToken, SettleError> {
+        let now = self.now_sql();
+        let expires = format!("{now} + {}", duration_millis(lease_duration));
+        let row = outbox::Entity::update_many()
+            .col_expr(outbox::Column::LeaseExpiresAt, Expr::cust(expires.clone()))
+            .col_expr(outbox::Column::AttemptWindowEndsAt, Expr::cust(expires))
+            .filter(lease_filter(lease))
+            .exec_with_returning(&self.conn)
+            .await
+            .map_err(unavailable)?
+            .pop();
+        let Some(row) = row else {
+            return Err(SettleError::LeaseLost {
+                command_id: lease.command_id.clone(),
+            });
+        };
+        let expires_at = row
+            .lease_expires_at
+            .and_then(DateTime::from_timestamp_millis)
+            .ok_or_else(|| StoreError::Corrupt("renewed lease has no expiry".into()))?;
+        Ok(LeaseToken {
+            expires_at,
+            ..lease.clone()
+        })
     }
 
     async fn settle(&self, lease: &LeaseToken, settlement: &Settlement) -> Result<(), SettleError> {
-        let txn = self.begin_write().await?;
-        settle_in(&txn, lease, settlement).await?;
-        txn.commit().await.map_err(unavailable)?;
-        Ok(())
+        let store = self.clone();
+        let (lease, settlement) = (lease.clone(), settlement.clone());
+        detached(async move {
+            store
+                .with_contention_retry(|| settle_once(&store, &lease, &settlement))
+                .await?
+        })
+        .await
     }
 
     async fn settle_many(
         &self,
         items: &[(LeaseToken, Settlement)],
     ) -> Result<Vec<Result<(), SettleError>>, StoreError> {
-        batch::settle_many(self, items).await
+        let store = self.clone();
+        let items = items.to_vec();
+        detached(async move {
+            store
+                .with_contention_retry(|| batch::settle_many(&store, &items))
+                .await
+        })
+        .await
     }
 
     async fn latest_provision(
@@ -415,105 +655,133 @@ impl ControlSpaceReader for SeaOrmLifecycleStore {
     }
 }
 
+/// One intake transaction: see [`IntakeStore::submit`]. The new command is stamped with the
+/// store's clock (`created_at`, `next_attempt_at`), read inside the transaction.
+async fn submit_once(
+    store: &SeaOrmLifecycleStore,
+    plan: &IntakePlan,
+) -> Result<Submitted, IntakeStoreError> {
+    let txn = store.begin_write().await?;
+    let key = plan.command.idempotency_key.as_str();
+    if let Some(existing) = outbox::Entity::find()
+        .filter(outbox::Column::IdempotencyKey.eq(key))
+        .one(&txn)
+        .await
+        .map_err(unavailable)?
+    {
+        return Ok(Submitted::Existing(to_record(existing)?));
+    }
+    match &plan.control_space {
+        ControlSpaceWrite::Insert(space) => {
+            let result = control_space::Entity::insert(convert::control_space_row(space))
+                .exec(&txn)
+                .await;
+            if let Err(error) = result {
+                return Err(if is_unique_violation(&error) {
+                    IntakeStoreError::ControlSpaceExists
+                } else {
+                    unavailable(error).into()
+                });
+            }
+        }
+        ControlSpaceWrite::Update(cas) => {
+            if !apply_cas(&txn, cas).await.map_err(unavailable)? {
+                let exists = control_space::Entity::find_by_id((
+                    cas.next.tenant_id.as_str().to_owned(),
+                    cas.next.control_space_id.as_str().to_owned(),
+                ))
+                .one(&txn)
+                .await
+                .map_err(unavailable)?
+                .is_some();
+                return Err(if exists {
+                    IntakeStoreError::ControlSpaceConflict
+                } else {
+                    IntakeStoreError::UnknownControlSpace
+                });
+            }
+        }
+        ControlSpaceWrite::BumpRevokeSequence {
+            tenant_id,
+            control_space_id,
+            expected,
+        } => {
+            let changed = control_space::Entity::update_many()
+                .col_expr(
+                    control_space::Column::LastRevokeSequence,
+                    Expr::value(expected.saturating_add(1)),
+                )
+                .filter(control_space::Column::TenantId.eq(tenant_id.as_str()))
+                .filter(control_space::Column::ControlSpaceId.eq(control_space_id.as_str()))
+                .filter(control_space::Column::LastRevokeSequence.eq(*expected))
+                .exec(&txn)
+                .await
+                .map_err(unavailable)?
+                .rows_affected;
+            if changed != 1 {
+                let exists = control_space::Entity::find_by_id((
+                    tenant_id.as_str().to_owned(),
+                    control_space_id.as_str().to_owned(),
+                ))
+                .one(&txn)
+                .await
+                .map_err(unavailable)?
+                .is_some();
+                return Err(if exists {
+                    IntakeStoreError::ControlSpaceConflict
+                } else {
+                    IntakeStoreError::UnknownControlSpace
+                });
+            }
+        }
+    }
+    let now = store.now_on(&txn).await?;
+    let row = convert::new_command_row(&plan.command, now);
+    match outbox::Entity::insert(row).exec(&txn).await {
+        Ok(_) => {}
+        Err(error) if is_unique_violation(&error) => {
+            // A concurrent request with the same key won the race: report it as a replay.
+            drop(txn);
+            return match store
+                .command_by_idempotency_key(&plan.command.idempotency_key)
+                .await?
+            {
+                Some(existing) => Ok(Submitted::Existing(existing)),
+                None => Err(unavailable(error).into()),
+            };
+        }
+        Err(error) => return Err(unavailable(error).into()),
+    }
+    txn.commit().await.map_err(unavailable)?;
+    let created = store
+        .command_by_idempotency_key(&plan.command.idempotency_key)
+        .await?
+        .ok_or_else(|| StoreError::Unavailable("inserted command is not readable".into()))?;
+    Ok(Submitted::Created(created))
+}
+
 #[async_trait]
 impl IntakeStore for SeaOrmLifecycleStore {
     async fn submit(&self, plan: &IntakePlan) -> Result<Submitted, IntakeStoreError> {
-        let txn = self.begin_write().await?;
-        let key = plan.command.idempotency_key.as_str();
-        if let Some(existing) = outbox::Entity::find()
-            .filter(outbox::Column::IdempotencyKey.eq(key))
-            .one(&txn)
-            .await
-            .map_err(unavailable)?
-        {
-            return Ok(Submitted::Existing(to_record(existing)?));
-        }
-        match &plan.control_space {
-            ControlSpaceWrite::Insert(space) => {
-                let result = control_space::Entity::insert(convert::control_space_row(space))
-                    .exec(&txn)
-                    .await;
-                if let Err(error) = result {
-                    return Err(if is_unique_violation(&error) {
-                        IntakeStoreError::ControlSpaceExists
-                    } else {
-                        unavailable(error).into()
-                    });
-                }
-            }
-            ControlSpaceWrite::Update(cas) => {
-                if !apply_cas(&txn, cas).await.map_err(unavailable)? {
-                    let exists = control_space::Entity::find_by_id((
-                        cas.next.tenant_id.as_str().to_owned(),
-                        cas.next.control_space_id.as_str().to_owned(),
-                    ))
-                    .one(&txn)
-                    .await
-                    .map_err(unavailable)?
-                    .is_some();
-                    return Err(if exists {
-                        IntakeStoreError::ControlSpaceConflict
-                    } else {
-                        IntakeStoreError::UnknownControlSpace
-                    });
-                }
-            }
-            ControlSpaceWrite::BumpRevokeSequence {
-                tenant_id,
-                control_space_id,
-                expected,
-            } => {
-                let changed = control_space::Entity::update_many()
-                    .col_expr(
-                        control_space::Column::LastRevokeSequence,
-                        Expr::value(expected.saturating_add(1)),
-                    )
-                    .filter(control_space::Column::TenantId.eq(tenant_id.as_str()))
-                    .filter(control_space::Column::ControlSpaceId.eq(control_space_id.as_str()))
-                    .filter(control_space::Column::LastRevokeSequence.eq(*expected))
-                    .exec(&txn)
-                    .await
-                    .map_err(unavailable)?
-                    .rows_affected;
-                if changed != 1 {
-                    let exists = control_space::Entity::find_by_id((
-                        tenant_id.as_str().to_owned(),
-                        control_space_id.as_str().to_owned(),
-                    ))
-                    .one(&txn)
-                    .await
-                    .map_err(unavailable)?
-                    .is_some();
-                    return Err(if exists {
-                        IntakeStoreError::ControlSpaceConflict
-                    } else {
-                        IntakeStoreError::UnknownControlSpace
-                    });
-                }
-            }
-        }
-        let row = convert::new_command_row(&plan.command);
-        match outbox::Entity::insert(row).exec(&txn).await {
-            Ok(_) => {}
-            Err(error) if is_unique_violation(&error) => {
-                // A concurrent request with the same key won the race: report it as a replay.
-                drop(txn);
-                return match self
+        let store = self.clone();
+        let plan = plan.clone();
+        detached(async move {
+            match submit_once(&store, &plan).await {
+                // Two requests with one idempotency key raced (PostgreSQL lets both pass the
+                // key lookup): the loser's insert met the winner's rows once the winner
+                // committed. The winner's command is the answer: a replay, never a conflict.
+                Err(
+                    IntakeStoreError::ControlSpaceExists | IntakeStoreError::ControlSpaceConflict,
+                ) if let Some(existing) = store
                     .command_by_idempotency_key(&plan.command.idempotency_key)
-                    .await?
+                    .await? =>
                 {
-                    Some(existing) => Ok(Submitted::Existing(existing)),
-                    None => Err(unavailable(error).into()),
-                };
+                    Ok(Submitted::Existing(existing))
+                }
+                other => other,
             }
-            Err(error) => return Err(unavailable(error).into()),
-        }
-        txn.commit().await.map_err(unavailable)?;
-        let created = self
-            .command_by_idempotency_key(&plan.command.idempotency_key)
-            .await?
-            .ok_or_else(|| StoreError::Unavailable("inserted command is not readable".into()))?;
-        Ok(Submitted::Created(created))
+        })
+        .await
     }
 
     async fn command_by_idempotency_key(

@@ -24,10 +24,9 @@ fn owner(name: &str) -> LeaseOwner {
     LeaseOwner::parse(name).unwrap()
 }
 
-fn claim_request(who: &str, now: DateTime<Utc>, limit: u32) -> ClaimRequest {
+fn claim_request(who: &str, limit: u32) -> ClaimRequest {
     ClaimRequest {
         owner: owner(who),
-        now,
         lease_duration: Duration::from_secs(60),
         include_provision: true,
         limit,
@@ -60,6 +59,13 @@ impl Gated {
 impl CommandQueue for Gated {
     async fn claim(&self, request: &ClaimRequest) -> Result<Vec<ClaimedCommand>, StoreError> {
         self.inner.claim(request).await
+    }
+    async fn renew_lease(
+        &self,
+        lease: &LeaseToken,
+        lease_duration: Duration,
+    ) -> Result<LeaseToken, SettleError> {
+        self.inner.renew_lease(lease, lease_duration).await
     }
     async fn settle(&self, lease: &LeaseToken, settlement: &Settlement) -> Result<(), SettleError> {
         self.inner.settle(lease, settlement).await
@@ -140,10 +146,7 @@ async fn claimed(store: &Gated, n: usize) -> Vec<ClaimedCommand> {
             .await
             .unwrap();
     }
-    let claimed = store
-        .claim(&claim_request("w1", t(0), n as u32))
-        .await
-        .unwrap();
+    let claimed = store.claim(&claim_request("w1", n as u32)).await.unwrap();
     assert_eq!(claimed.len(), n);
     claimed
 }
@@ -350,7 +353,7 @@ async fn dispatcher_over_group_commit_settles_every_command_once() {
         DispatcherConfig::default(),
     );
     let results = dispatcher
-        .dispatch_batch(&owner("w1"), t(1), true, 20)
+        .dispatch_batch(&owner("w1"), true, 20)
         .await
         .unwrap();
     assert_eq!(results.len(), 20);

@@ -38,26 +38,30 @@ async fn activate<S: LifecycleStore>(store: &S, cs: &str, at: DateTime<Utc>) -> 
 
 async fn claim_n<S: LifecycleStore>(
     store: &S,
+    clock: &ManualClock,
     who: &str,
     now: DateTime<Utc>,
     n: u32,
 ) -> Vec<ClaimedCommand> {
-    let mut claimed = store.claim(&claim_at(who, now, n)).await.unwrap();
+    let mut claimed = claim(store, clock, claim_at(who, now, n)).await.unwrap();
     assert_eq!(claimed.len(), n as usize);
     claimed.sort_by(|a, b| a.payload["slug"].as_str().cmp(&b.payload["slug"].as_str()));
     claimed
 }
 
-pub async fn settle_many_reports_exactly_which_leases_were_lost<S: LifecycleStore>(store: S) {
+pub async fn settle_many_reports_exactly_which_leases_were_lost<S: LifecycleStore>(
+    store: S,
+    clock: ManualClock,
+) {
     // cs2's command is claimed by w1, then taken over by w2 after its lease expired.
-    let lost = enqueue(&store, "cs2", "k2", t(0)).await;
-    let stale = claim_one(&store, "w1", t(0)).await;
+    let lost = enqueue(&store, &clock, "cs2", "k2", t(0)).await;
+    let stale = claim_one(&store, &clock, "w1", t(0)).await;
     for (cs, key) in [("cs1", "k1"), ("cs3", "k3"), ("cs4", "k4")] {
-        enqueue(&store, cs, key, t(50)).await;
+        enqueue(&store, &clock, cs, key, t(50)).await;
     }
-    let current = claim_one(&store, "w2", t(61)).await;
+    let current = claim_one(&store, &clock, "w2", t(61)).await;
     assert_eq!(current.id(), &lost);
-    let mine = claim_n(&store, "w1", t(61), 3).await; // cs1, cs3, cs4
+    let mine = claim_n(&store, &clock, "w1", t(61), 3).await; // cs1, cs3, cs4
     let cs2_before = space(&store, "cs2").await;
     let items = vec![
         (mine[0].lease.clone(), Settlement::ack(t(62))),
@@ -114,10 +118,13 @@ pub async fn settle_many_reports_exactly_which_leases_were_lost<S: LifecycleStor
         .unwrap();
 }
 
-pub async fn settle_many_writes_nothing_for_a_failed_compare_and_set<S: LifecycleStore>(store: S) {
-    enqueue(&store, "cs1", "k1", t(0)).await;
-    enqueue(&store, "cs2", "k2", t(0)).await;
-    let claimed = claim_n(&store, "w1", t(1), 2).await;
+pub async fn settle_many_writes_nothing_for_a_failed_compare_and_set<S: LifecycleStore>(
+    store: S,
+    clock: ManualClock,
+) {
+    enqueue(&store, &clock, "cs1", "k1", t(0)).await;
+    enqueue(&store, &clock, "cs2", "k2", t(0)).await;
+    let claimed = claim_n(&store, &clock, "w1", t(1), 2).await;
     let cs1_before = space(&store, "cs1").await;
     let mut stale = activate(&store, "cs1", t(2)).await;
     stale.expected_resource_version -= 1;
@@ -163,9 +170,10 @@ pub async fn settle_many_writes_nothing_for_a_failed_compare_and_set<S: Lifecycl
 
 pub async fn settle_many_refused_supersede_leaves_the_other_items_settled<S: LifecycleStore>(
     store: S,
+    clock: ManualClock,
 ) {
-    let provision = enqueue(&store, "cs1", "k1", t(0)).await;
-    let attempted = claim_one(&store, "w1", t(0)).await;
+    let provision = enqueue(&store, &clock, "cs1", "k1", t(0)).await;
+    let attempted = claim_one(&store, &clock, "w1", t(0)).await;
     store
         .settle(
             &attempted.lease,
@@ -173,9 +181,9 @@ pub async fn settle_many_refused_supersede_leaves_the_other_items_settled<S: Lif
         )
         .await
         .unwrap();
-    let delete = deletion_claim(&store, t(1)).await;
-    enqueue(&store, "cs2", "k2", t(1)).await;
-    let other = claim_one(&store, "w2", t(2)).await;
+    let delete = deletion_claim(&store, &clock, t(1)).await;
+    enqueue(&store, &clock, "cs2", "k2", t(1)).await;
+    let other = claim_one(&store, &clock, "w2", t(2)).await;
     let supersede = Supersede {
         command_id: provision.clone(),
         rule: SupersedeRule::Unattempted,
@@ -216,11 +224,12 @@ pub async fn settle_many_refused_supersede_leaves_the_other_items_settled<S: Lif
 
 pub async fn settle_many_lets_one_compare_and_set_of_a_control_space_win<S: LifecycleStore>(
     store: S,
+    clock: ManualClock,
 ) {
-    let provision = enqueue(&store, "cs1", "k1", t(0)).await;
-    let first = claim_one(&store, "w1", t(0)).await;
+    let provision = enqueue(&store, &clock, "cs1", "k1", t(0)).await;
+    let first = claim_one(&store, &clock, "w1", t(0)).await;
     assert_eq!(first.id(), &provision);
-    let second = deletion_claim(&store, t(1)).await;
+    let second = deletion_claim(&store, &clock, t(1)).await;
     // Both commands read the control space at the same resource version.
     let read = space(&store, "cs1").await;
     let cas = |revision: i64, at: DateTime<Utc>| {
@@ -267,9 +276,12 @@ pub async fn settle_many_lets_one_compare_and_set_of_a_control_space_win<S: Life
     );
 }
 
-pub async fn settle_many_settles_a_command_at_most_once<S: LifecycleStore>(store: S) {
-    let id = enqueue(&store, "cs1", "k1", t(0)).await;
-    let claimed = claim_one(&store, "w1", t(0)).await;
+pub async fn settle_many_settles_a_command_at_most_once<S: LifecycleStore>(
+    store: S,
+    clock: ManualClock,
+) {
+    let id = enqueue(&store, &clock, "cs1", "k1", t(0)).await;
+    let claimed = claim_one(&store, &clock, "w1", t(0)).await;
     let items = vec![
         (claimed.lease.clone(), Settlement::ack(t(1))),
         (
@@ -292,11 +304,14 @@ pub async fn settle_many_settles_a_command_at_most_once<S: LifecycleStore>(store
     assert_eq!(row.last_error_code, None);
 }
 
-pub async fn settle_many_keeps_a_lease_without_outcome<S: LifecycleStore>(store: S) {
-    enqueue(&store, "cs1", "k1", t(0)).await;
-    let delete = deletion_claim(&store, t(1)).await;
-    enqueue(&store, "cs2", "k2", t(1)).await;
-    let other = claim_one(&store, "w2", t(1)).await;
+pub async fn settle_many_keeps_a_lease_without_outcome<S: LifecycleStore>(
+    store: S,
+    clock: ManualClock,
+) {
+    enqueue(&store, &clock, "cs1", "k1", t(0)).await;
+    let delete = deletion_claim(&store, &clock, t(1)).await;
+    enqueue(&store, &clock, "cs2", "k2", t(1)).await;
+    let other = claim_one(&store, &clock, "w2", t(1)).await;
     let cs = space(&store, "cs1").await;
     let register = cs
         .plan(
@@ -315,6 +330,7 @@ pub async fn settle_many_keeps_a_lease_without_outcome<S: LifecycleStore>(store:
                 outcome: None,
                 control_space: Some(register),
                 supersede: None,
+                may_have_sent: true,
             },
         ),
         (other.lease.clone(), Settlement::ack(t(2))),
@@ -334,14 +350,20 @@ pub async fn settle_many_keeps_a_lease_without_outcome<S: LifecycleStore>(store:
         .unwrap();
 }
 
-pub async fn settle_many_of_no_items_writes_nothing<S: LifecycleStore>(store: S) {
+pub async fn settle_many_of_no_items_writes_nothing<S: LifecycleStore>(
+    store: S,
+    _clock: ManualClock,
+) {
     let items: Vec<(LeaseToken, Settlement)> = Vec::new();
     assert_eq!(store.settle_many(&items).await.unwrap(), Vec::new());
 }
 
-pub async fn control_spaces_reads_many_in_the_order_asked<S: LifecycleStore>(store: S) {
-    enqueue(&store, "cs1", "k1", t(0)).await;
-    enqueue(&store, "cs2", "k2", t(0)).await;
+pub async fn control_spaces_reads_many_in_the_order_asked<S: LifecycleStore>(
+    store: S,
+    clock: ManualClock,
+) {
+    enqueue(&store, &clock, "cs1", "k1", t(0)).await;
+    enqueue(&store, &clock, "cs2", "k2", t(0)).await;
     let key = |cs: &str| (tenant(), cs_id(cs));
     let other_tenant = (TenantId::parse("tenant-b").unwrap(), cs_id("cs1"));
     let spaces = store

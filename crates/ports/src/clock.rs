@@ -1,4 +1,8 @@
 //! Wall-clock time as a port, so tests control it.
+//!
+//! The engine reads the time through [`Clock`]; storage adapters that keep their own notion of
+//! "now" (the database clock) accept a [`Clock`] override so tests and simulations can run on
+//! virtual time.
 
 use std::sync::{Arc, Mutex};
 
@@ -16,7 +20,7 @@ pub struct SystemClock;
 
 impl Clock for SystemClock {
     fn now(&self) -> DateTime<Utc> {
-        Utc::now()
+        DateTime::<Utc>::from(std::time::SystemTime::now())
     }
 }
 
