@@ -300,7 +300,7 @@ pub(crate) async fn settle_in<C: ConnectionTrait>(
         let window_end = if settlement.may_have_sent {
             Expr::cust(now.to_owned())
         } else {
-            Expr::col(outbox::Column::PriorWindowEndsAt).into()
+            Expr::col(outbox::Column::PriorWindowEndsAt)
         };
         update = update.col_expr(outbox::Column::AttemptWindowEndsAt, window_end);
     }
