@@ -11,6 +11,7 @@ mod batch;
 pub(crate) mod bulk;
 mod convert;
 mod entity;
+mod lookup;
 
 use async_trait::async_trait;
 use sea_orm::sea_query::Expr;
