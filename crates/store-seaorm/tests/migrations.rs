@@ -46,7 +46,10 @@ async fn fill_factor(conn: &DatabaseConnection) -> Option<String> {
 
 async fn assert_m0004_applied(conn: &DatabaseConnection, when: &str) {
     assert!(index_exists(conn, CLAIM_INDEX).await, "{when}: claim index");
-    assert!(!index_exists(conn, DUE_INDEX).await, "{when}: old due index");
+    assert!(
+        !index_exists(conn, DUE_INDEX).await,
+        "{when}: old due index"
+    );
     if let Some(options) = fill_factor(conn).await {
         assert_eq!(options, "fillfactor=70", "{when}");
     }
@@ -60,16 +63,27 @@ async fn m0004_runs_up_down_and_up_again() {
 
     // Down one step: only m0004 is reverted.
     Migrator::down(conn, Some(1)).await.unwrap();
-    assert!(!index_exists(conn, CLAIM_INDEX).await, "after down: claim index");
+    assert!(
+        !index_exists(conn, CLAIM_INDEX).await,
+        "after down: claim index"
+    );
     assert!(index_exists(conn, DUE_INDEX).await, "after down: due index");
     if let Some(options) = fill_factor(conn).await {
         assert_eq!(options, "", "after down: fill factor reset");
     }
-    assert_eq!(Migrator::get_pending_migrations(conn).await.unwrap().len(), 1);
+    assert_eq!(
+        Migrator::get_pending_migrations(conn).await.unwrap().len(),
+        1
+    );
 
     Migrator::up(conn, None).await.unwrap();
     assert_m0004_applied(conn, "after the second up").await;
-    assert!(Migrator::get_pending_migrations(conn).await.unwrap().is_empty());
+    assert!(
+        Migrator::get_pending_migrations(conn)
+            .await
+            .unwrap()
+            .is_empty()
+    );
 
     // The lifecycle store claims on the rebuilt schema.
     let store = SeaOrmLifecycleStore::new(&db.db);

@@ -222,7 +222,11 @@ mod tests {
             ApiError::from(StoreError::Unavailable(detail.to_owned()))
         });
         let id = error.correlation_id.clone().unwrap();
-        assert!(!error.message.contains("lifecycle_outbox"), "{}", error.message);
+        assert!(
+            !error.message.contains("lifecycle_outbox"),
+            "{}",
+            error.message
+        );
         assert!(error.message.contains(&id), "{}", error.message);
         let logged = String::from_utf8(log.0.lock().unwrap().clone()).unwrap();
         assert!(logged.contains(&id) && logged.contains(detail), "{logged}");
