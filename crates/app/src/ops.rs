@@ -146,10 +146,22 @@ fn command_filter(args: &CommandsListArgs) -> Result<CommandFilter, String> {
         after: args.after.clone(),
     };
     commands_filter(&query).map_err(|e| {
-        format!(
-            "{} (options: --status, --operation, --tenant, --control-space, --limit, --after)",
-            e.message
-        )
+        // The API names its query parameters; say which option that is.
+        const OPTIONS: [(&str, &str); 6] = [
+            ("status", "--status"),
+            ("operation", "--operation"),
+            ("tenant_id", "--tenant"),
+            ("control_space_id", "--control-space"),
+            ("limit", "--limit"),
+            ("after", "--after"),
+        ];
+        OPTIONS
+            .iter()
+            .find(|(field, _)| e.message.starts_with(&format!("{field} ")))
+            .map_or_else(
+                || e.message.clone(),
+                |(field, option)| format!("{option}{}", &e.message[field.len()..]),
+            )
     })
 }
 

@@ -106,7 +106,11 @@ fn case_007_lookalike_ids_are_refused_by_the_cli() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
-    assert!(stderr(&out).contains("NFC"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("--control-space is invalid") && stderr(&out).contains("NFC"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 #[tokio::test]
