@@ -419,7 +419,8 @@ pub async fn known_cursor(
             StatusCode::BAD_REQUEST,
             "UNKNOWN_CURSOR",
             format!(
-                "after = {id:?} names no command; pass the next_after of the previous page, or omit after to start from the beginning"
+                "after = {:?} names no command; pass the next_after of the previous page, or omit after to start from the beginning",
+                id.as_str()
             ),
         )),
         _ => Ok(()),
