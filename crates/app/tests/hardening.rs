@@ -124,7 +124,8 @@ async fn unknown_cursor_is_refused_not_an_empty_page() {
         body["message"]
             .as_str()
             .unwrap()
-            .contains("no-such-command")
+            .starts_with("after = \"no-such-command\" names no command"),
+        "{body}"
     );
     // A known cursor still pages (the last command: an empty last page).
     let id = h.commands().await[0].id.to_string();
