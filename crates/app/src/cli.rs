@@ -137,13 +137,20 @@ pub struct CommandsListArgs {
     /// Only this control space (with --tenant).
     #[arg(long)]
     pub control_space: Option<String>,
-    /// Most commands shown.
-    #[arg(long, default_value_t = 50)]
+    /// Most commands shown: 1..=1000, default 100 (the admin API's page limits, same
+    /// constants).
+    #[arg(
+        long,
+        default_value_t = crate::admin::DEFAULT_PAGE,
+        value_parser = clap::value_parser!(u32).range(1..=i64::from(crate::admin::MAX_PAGE))
+    )]
     pub limit: u32,
-    /// Start after this command id (the last id of the previous page).
+    /// Start after this command id (the last id of the previous page); an id that names no
+    /// command is refused.
     #[arg(long)]
     pub after: Option<String>,
-    /// Print JSON lines instead of a table.
+    /// Print JSON lines instead of a table: one command per line, in the shape of an item of
+    /// the admin API's `GET /v1/commands`.
     #[arg(long)]
     pub json: bool,
 }
@@ -226,6 +233,10 @@ pub async fn run(cli: Cli) -> ExitCode {
                 }
             };
             logging::init(config.log_format, &config.log_filter);
+            let names = std::env::vars_os().filter_map(|(name, _)| name.into_string().ok());
+            for unknown in config::unknown_variables(names) {
+                eprintln!("tenantry: warning: {unknown}");
+            }
             match command {
                 Command::Serve => serve(&config).await,
                 Command::Migrate => ops::migrate(&config).await,
@@ -244,22 +255,22 @@ pub async fn run(cli: Cli) -> ExitCode {
     }
 }
 
+/// `tenantry serve`. Start-up order: configuration (done by the caller), then the remote
+/// clients and the listener ([`service::Service::prepare`]: a bad URL or a port in use exits 2
+/// before any database work), then the database (opened and migrated), then the workers.
 async fn serve(config: &Config) -> ExitCode {
-    if let Err(e) = config.knowledge_fs() {
-        eprintln!("tenantry: configuration refused: {e}");
-        return ExitCode::from(2);
-    }
+    let prepared = match service::Service::prepare(config).await {
+        Ok(prepared) => prepared,
+        Err(e) => {
+            eprintln!("tenantry: configuration refused: {e}");
+            return ExitCode::from(2);
+        }
+    };
     let db = match ops::open(config).await {
         Ok(db) => db,
         Err(code) => return code,
     };
-    let service = match service::Service::start(config, db.clone()).await {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("tenantry: cannot start: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
+    let service = service::Service::launch(config, prepared, db.clone());
     eprintln!(
         "tenantry: admin API on http://{} (Ctrl-C to stop)",
         service.addr()

@@ -65,7 +65,7 @@ impl<'de> Deserialize<'de> for LogFormat {
 pub struct Config {
     /// `database_url`: `sqlite://PATH?mode=rwc` or `postgres://USER@HOST/DB`.
     pub database_url: String,
-    /// `database_max_connections`: pool size (1..=512, default 8).
+    /// `database_max_connections`: pool size (1..=512, default 8); at least `workers + 4`.
     pub database_max_connections: u32,
     /// `listen`: address of the admin API (default `127.0.0.1:8080`).
     pub listen: SocketAddr,
@@ -290,6 +290,89 @@ pub struct RawConfig {
 /// Where each setting came from, for error messages.
 type Sources = BTreeMap<&'static str, String>;
 
+/// Every setting's name: the TOML key, and (upper-cased, prefixed with [`ENV_PREFIX`]) the
+/// environment variable. A unit test checks that it is exactly what the environment overlay
+/// reads.
+pub const SETTINGS: [&str; 24] = [
+    "database_url",
+    "database_max_connections",
+    "listen",
+    "admin_token",
+    "log_format",
+    "log_filter",
+    "workers",
+    "claim_batch",
+    "idle_poll_ms",
+    "lease_seconds",
+    "retry_max_delay_ms",
+    "shutdown_grace_seconds",
+    "product_enabled",
+    "knowledge_fs_url",
+    "knowledge_fs_token",
+    "knowledge_fs_deadline_ms",
+    "knowledge_fs_max_concurrent_calls",
+    "directory_url",
+    "directory_token",
+    "directory_instance",
+    "directory_trusted_keys",
+    "directory_sync_interval_ms",
+    "directory_max_staleness_seconds",
+    "directory_event_limit",
+];
+
+/// `TENANTRY_*` variables that are read but are not settings: the configuration file, and the
+/// PostgreSQL server of the test suites.
+pub const OTHER_VARIABLES: [&str; 2] = [CONFIG_ENV, "TENANTRY_TEST_PG_URL"];
+
+/// Connections the pool needs beyond one per lifecycle worker: the admin API, `/readyz`, the
+/// metrics gauges and the directory projector.
+pub const CONNECTIONS_BESIDES_WORKERS: u32 = 4;
+
+/// A `TENANTRY_*` environment variable that names no setting (a typo is otherwise silently
+/// ignored, and the default used instead).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnknownVariable {
+    /// The variable.
+    pub name: String,
+    /// The closest known variable, when one is close enough to be a likely typo.
+    pub suggestion: Option<String>,
+}
+
+impl std::fmt::Display for UnknownVariable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} is not a tenantry setting and is ignored", self.name)?;
+        match &self.suggestion {
+            Some(known) => write!(f, "; did you mean {known}?"),
+            None => write!(f, "; see docs/operations.md for the settings"),
+        }
+    }
+}
+
+/// The variables among `names` that start with [`ENV_PREFIX`] but name no setting (nor one of
+/// [`OTHER_VARIABLES`]), each with the closest known name when it is at most 3 edits away.
+pub fn unknown_variables(names: impl IntoIterator<Item = String>) -> Vec<UnknownVariable> {
+    let known: Vec<String> = SETTINGS
+        .iter()
+        .map(|s| format!("{ENV_PREFIX}{}", s.to_uppercase()))
+        .chain(OTHER_VARIABLES.iter().map(|s| (*s).to_owned()))
+        .collect();
+    let mut unknown: Vec<UnknownVariable> = names
+        .into_iter()
+        .filter(|name| name.starts_with(ENV_PREFIX) && !known.contains(name))
+        .map(|name| {
+            let suggestion = known
+                .iter()
+                .map(|k| (strsim::levenshtein(&name, k), k))
+                .filter(|(distance, _)| *distance <= 3)
+                .min()
+                .map(|(_, k)| k.clone());
+            UnknownVariable { name, suggestion }
+        })
+        .collect();
+    unknown.sort_by(|a, b| a.name.cmp(&b.name));
+    unknown
+}
+
 /// Applies `TENANTRY_<SETTING>` variables over `raw`, parsing each with its type's `FromStr`.
 macro_rules! overlay_env {
     ($raw:ident, $sources:ident, $env:ident; $($field:ident),* $(,)?) => {
@@ -446,6 +529,15 @@ fn validate(
         ));
     }
     let workers = in_range("workers", u64::from(raw.workers.unwrap_or(4)), 1, 256)?;
+    let needed = workers + u64::from(CONNECTIONS_BESIDES_WORKERS);
+    if database_max_connections < needed {
+        return Err(invalid(
+            "database_max_connections",
+            format!(
+                "{database_max_connections} connections are too few for {workers} workers: each worker needs a connection to claim and settle, and the admin API, /readyz, the metrics and the directory projector need {CONNECTIONS_BESIDES_WORKERS} more, or they wait on each other until the pool times out; set database_max_connections to at least {needed} (workers + {CONNECTIONS_BESIDES_WORKERS}) or lower workers"
+            ),
+        ));
+    }
     let claim_batch = in_range(
         "claim_batch",
         u64::from(raw.claim_batch.unwrap_or(16)),
@@ -717,7 +809,11 @@ mod tests {
         let config = merge_env_and_validate(
             raw,
             "t.toml",
-            env_of(&[("TENANTRY_WORKERS", "7"), ("TENANTRY_LOG_FORMAT", "json")]),
+            env_of(&[
+                ("TENANTRY_WORKERS", "7"),
+                ("TENANTRY_DATABASE_MAX_CONNECTIONS", "11"),
+                ("TENANTRY_LOG_FORMAT", "json"),
+            ]),
         )
         .unwrap();
         assert_eq!(config.workers, 7);
@@ -884,6 +980,78 @@ mod tests {
             }
         ));
         assert_eq!(Config::defaults().directory, None);
+    }
+
+    #[test]
+    fn settings_list_is_what_the_environment_overlay_reads() {
+        let asked = std::cell::RefCell::new(Vec::new());
+        merge_env_and_validate(RawConfig::default(), "defaults", |name| {
+            asked.borrow_mut().push(name.to_owned());
+            None
+        })
+        .unwrap();
+        let expected: Vec<String> = SETTINGS
+            .iter()
+            .map(|s| format!("TENANTRY_{}", s.to_uppercase()))
+            .collect();
+        assert_eq!(asked.into_inner(), expected);
+    }
+
+    #[test]
+    fn unknown_tenantry_variables_are_named_with_a_suggestion() {
+        let names = [
+            "TENANTRY_WROKERS",
+            "TENANTRY_WORKERS",
+            "TENANTRY_CONFIG",
+            "TENANTRY_TEST_PG_URL",
+            "TENANTRY_SOMETHING_ELSE",
+            "PATH",
+            "TENANTRY_KNOWLEDGEFS_URL",
+        ]
+        .map(str::to_owned);
+        let unknown = unknown_variables(names);
+        assert_eq!(
+            unknown,
+            vec![
+                UnknownVariable {
+                    name: "TENANTRY_KNOWLEDGEFS_URL".into(),
+                    suggestion: Some("TENANTRY_KNOWLEDGE_FS_URL".into()),
+                },
+                UnknownVariable {
+                    name: "TENANTRY_SOMETHING_ELSE".into(),
+                    suggestion: None,
+                },
+                UnknownVariable {
+                    name: "TENANTRY_WROKERS".into(),
+                    suggestion: Some("TENANTRY_WORKERS".into()),
+                },
+            ]
+        );
+        let text = unknown[2].to_string();
+        assert!(
+            text.contains("TENANTRY_WROKERS") && text.contains("did you mean TENANTRY_WORKERS"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn pool_smaller_than_workers_plus_four_is_refused() {
+        let env = env_of(&[
+            ("TENANTRY_WORKERS", "8"),
+            ("TENANTRY_DATABASE_MAX_CONNECTIONS", "11"),
+        ]);
+        let err = merge_env_and_validate(RawConfig::default(), "defaults", env).unwrap_err();
+        assert!(
+            matches!(&err, ConfigError::Invalid { setting: "database_max_connections", origin, .. } if origin == "TENANTRY_DATABASE_MAX_CONNECTIONS"),
+            "{err}"
+        );
+        let text = err.to_string();
+        assert!(text.contains("at least 12"), "{text}");
+        let env = env_of(&[
+            ("TENANTRY_WORKERS", "8"),
+            ("TENANTRY_DATABASE_MAX_CONNECTIONS", "12"),
+        ]);
+        assert!(merge_env_and_validate(RawConfig::default(), "defaults", env).is_ok());
     }
 
     #[test]

@@ -34,12 +34,25 @@ impl std::fmt::Debug for DirectoryHandle {
     }
 }
 
-/// Builds the projector from the settings.
+/// The directory settings checked and turned into a client, before any database is opened
+/// (so a bad setting stops `serve` before a migration runs).
+pub struct PreparedDirectory {
+    config: ProjectorConfig,
+    provider: HttpDirectoryProvider,
+}
+
+impl std::fmt::Debug for PreparedDirectory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PreparedDirectory").finish_non_exhaustive()
+    }
+}
+
+/// Checks the settings and builds the provider client; touches no database.
 ///
 /// # Errors
 /// A message naming the setting that cannot be used (`directory_trusted_keys`,
 /// `directory_url`, `directory_instance`).
-pub fn build(settings: &DirectorySettings, db: &Database) -> Result<DirectoryHandle, String> {
+pub fn prepare(settings: &DirectorySettings) -> Result<PreparedDirectory, String> {
     let mut keys = TrustedKeys::new();
     for (id, hex) in &settings.trusted_keys {
         keys.insert_hex(id.clone(), hex)
@@ -57,9 +70,29 @@ pub fn build(settings: &DirectorySettings, db: &Database) -> Result<DirectoryHan
         ProjectionLimits::default(),
     )
     .map_err(|e| format!("directory_instance: {e}"))?;
-    let store = SeaOrmDirectoryStore::new(db);
-    let projector = Arc::new(DirectoryProjector::new(config, provider, store.clone()));
-    Ok(DirectoryHandle { projector, store })
+    Ok(PreparedDirectory { config, provider })
+}
+
+impl PreparedDirectory {
+    /// The projector over the store of `db`.
+    pub fn attach(self, db: &Database) -> DirectoryHandle {
+        let store = SeaOrmDirectoryStore::new(db);
+        let projector = Arc::new(DirectoryProjector::new(
+            self.config,
+            self.provider,
+            store.clone(),
+        ));
+        DirectoryHandle { projector, store }
+    }
+}
+
+/// Builds the projector from the settings ([`prepare`] then [`PreparedDirectory::attach`]).
+///
+/// # Errors
+/// A message naming the setting that cannot be used (`directory_trusted_keys`,
+/// `directory_url`, `directory_instance`).
+pub fn build(settings: &DirectorySettings, db: &Database) -> Result<DirectoryHandle, String> {
+    Ok(prepare(settings)?.attach(db))
 }
 
 /// The status document of `GET /v1/directory/status`; also sets the

@@ -5,13 +5,12 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use tenantry_fence::{Binding, FenceKey, ScopeIdentity};
-use tenantry_kernel::{CommandId, ControlSpaceId, TenantId};
-use tenantry_lifecycle::{CommandStatus, Operation};
 use tenantry_ports::lifecycle::{CommandFilter, CommandQueue};
 use tenantry_store_seaorm::Database;
 use tenantry_store_seaorm::host_storage::SeaOrmHostStorage;
 use tenantry_store_seaorm::lifecycle::SeaOrmLifecycleStore;
 
+use crate::admin::{CommandView, CommandsQuery, commands_filter};
 use crate::cli::{CommandsListArgs, FencesClearArgs, FencesListArgs};
 use crate::config::{Config, redact_url};
 use crate::fences::{ClearTarget, FenceAdmin};
@@ -81,6 +80,15 @@ pub async fn commands_list(config: &Config, args: &CommandsListArgs) -> ExitCode
         Err(code) => return code,
     };
     let store = SeaOrmLifecycleStore::new(&db);
+    if let Err(e) = crate::admin::known_cursor(&store, filter.after.as_ref()).await {
+        let _ = db.conn.close().await;
+        return if e.status.is_client_error() {
+            usage(format!("--after: {}", e.message))
+        } else {
+            eprintln!("tenantry: {}", e.message);
+            ExitCode::FAILURE
+        };
+    }
     let commands = match store.list_commands(&filter).await {
         Ok(c) => c,
         Err(e) => {
@@ -90,22 +98,13 @@ pub async fn commands_list(config: &Config, args: &CommandsListArgs) -> ExitCode
     };
     if args.json {
         for c in &commands {
-            let line = serde_json::json!({
-                "id": c.id.as_str(),
-                "tenant_id": c.tenant_id.as_str(),
-                "control_space_id": c.control_space_id.as_str(),
-                "operation_id": c.operation_id.as_str(),
-                "operation": c.operation.as_str(),
-                "status": c.status.as_str(),
-                "attempt_count": c.attempt_count,
-                "last_error_code": c.last_error_code,
-                "last_error_message": c.last_error_message,
-                "next_attempt_at": c.next_attempt_at,
-                "lease_owner": c.lease_owner.as_ref().map(|o| o.as_str()),
-                "lease_expires_at": c.lease_expires_at,
-                "created_at": c.created_at,
-            });
-            println!("{line}");
+            match serde_json::to_string(&CommandView::from(c)) {
+                Ok(line) => println!("{line}"),
+                Err(e) => {
+                    eprintln!("tenantry: cannot encode command {}: {e}", c.id);
+                    return ExitCode::FAILURE;
+                }
+            }
         }
     } else {
         println!(
@@ -135,54 +134,34 @@ pub async fn commands_list(config: &Config, args: &CommandsListArgs) -> ExitCode
     ExitCode::SUCCESS
 }
 
+/// The store filter of `commands list`, built by the admin API's own parser so the CLI accepts
+/// exactly what `GET /v1/commands` accepts.
 fn command_filter(args: &CommandsListArgs) -> Result<CommandFilter, String> {
-    let status = args
-        .status
-        .as_deref()
-        .map(|s| {
-            CommandStatus::parse(s).ok_or_else(|| {
-                format!("--status {s:?}: use pending, processing, succeeded or superseded")
-            })
-        })
-        .transpose()?;
-    let operation = args
-        .operation
-        .as_deref()
-        .map(|o| match Operation::parse(o) {
-            Operation::Unsupported(_) => Err(format!(
-                "--operation {o:?}: use provision, delete or revoke"
-            )),
-            known => Ok(known),
-        })
-        .transpose()?;
-    let tenant_id = args
-        .tenant
-        .as_deref()
-        .map(|t| TenantId::parse(t).map_err(|e| format!("--tenant: {e}")))
-        .transpose()?;
-    let control_space_id = args
-        .control_space
-        .as_deref()
-        .map(|c| ControlSpaceId::parse(c).map_err(|e| format!("--control-space: {e}")))
-        .transpose()?;
-    if control_space_id.is_some() && tenant_id.is_none() {
-        return Err("--control-space needs --tenant".to_owned());
-    }
-    let after = args
-        .after
-        .as_deref()
-        .map(|a| CommandId::parse(a).map_err(|e| format!("--after: {e}")))
-        .transpose()?;
-    if !(1..=10_000).contains(&args.limit) {
-        return Err(format!("--limit {}: use 1..=10000", args.limit));
-    }
-    Ok(CommandFilter {
-        status,
-        operation,
-        tenant_id,
-        control_space_id,
-        after,
-        limit: args.limit,
+    let query = CommandsQuery {
+        status: args.status.clone(),
+        operation: args.operation.clone(),
+        tenant_id: args.tenant.clone(),
+        control_space_id: args.control_space.clone(),
+        limit: Some(args.limit),
+        after: args.after.clone(),
+    };
+    commands_filter(&query).map_err(|e| {
+        // The API names its query parameters; say which option that is.
+        const OPTIONS: [(&str, &str); 6] = [
+            ("status", "--status"),
+            ("operation", "--operation"),
+            ("tenant_id", "--tenant"),
+            ("control_space_id", "--control-space"),
+            ("limit", "--limit"),
+            ("after", "--after"),
+        ];
+        OPTIONS
+            .iter()
+            .find(|(field, _)| e.message.starts_with(&format!("{field} ")))
+            .map_or_else(
+                || e.message.clone(),
+                |(field, option)| format!("{option}{}", &e.message[field.len()..]),
+            )
     })
 }
 

@@ -83,19 +83,91 @@ impl std::fmt::Debug for Service {
     }
 }
 
+/// What `serve` checks and reserves before it opens (and migrates) the database: the
+/// KnowledgeFS client (its URL parsed), the directory client, and the bound admin listener.
+/// A bad URL or a port already in use thus stops the start before any migration runs.
+pub struct Prepared {
+    remote: HttpKnowledgeFs,
+    knowledge_fs_url: String,
+    directory: Option<crate::directory::PreparedDirectory>,
+    listener: tokio::net::TcpListener,
+    addr: SocketAddr,
+}
+
+impl std::fmt::Debug for Prepared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Prepared")
+            .field("addr", &self.addr)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Prepared {
+    /// The bound admin API address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+}
+
 impl Service {
-    /// Starts the admin API on `config.listen` and `config.workers` lifecycle workers over the
-    /// migrated database `db`, calling KnowledgeFS as configured.
+    /// Checks the remote settings and binds `config.listen`, without touching a database.
     ///
     /// # Errors
-    /// [`StartError`] when KnowledgeFS is not configured or the address cannot be bound.
-    pub async fn start(config: &Config, db: Database) -> Result<Self, StartError> {
+    /// [`StartError`] when KnowledgeFS or the directory is not configured usably, or the
+    /// address cannot be bound (in use, not local, not permitted).
+    pub async fn prepare(config: &Config) -> Result<Prepared, StartError> {
         let (url, token) = config.knowledge_fs()?;
         let mut remote_config = KnowledgeFsConfig::new(url, token);
         remote_config.deadline = config.knowledge_fs_deadline;
         remote_config.max_concurrent_calls = config.knowledge_fs_max_concurrent_calls;
         let remote =
             HttpKnowledgeFs::new(&remote_config).map_err(|e| StartError::Remote(e.to_string()))?;
+        let directory = config
+            .directory
+            .as_ref()
+            .map(crate::directory::prepare)
+            .transpose()
+            .map_err(StartError::Directory)?;
+        let listener = tokio::net::TcpListener::bind(config.listen)
+            .await
+            .map_err(|e| StartError::Bind {
+                addr: config.listen,
+                reason: e.to_string(),
+            })?;
+        let addr = listener.local_addr().map_err(|e| StartError::Bind {
+            addr: config.listen,
+            reason: e.to_string(),
+        })?;
+        Ok(Prepared {
+            remote,
+            knowledge_fs_url: url.to_owned(),
+            directory,
+            listener,
+            addr,
+        })
+    }
+
+    /// Starts the admin API on `config.listen` and `config.workers` lifecycle workers over the
+    /// migrated database `db`, calling KnowledgeFS as configured ([`Service::prepare`], then
+    /// [`Service::launch`]).
+    ///
+    /// # Errors
+    /// [`StartError`] when KnowledgeFS is not configured or the address cannot be bound.
+    pub async fn start(config: &Config, db: Database) -> Result<Self, StartError> {
+        let prepared = Self::prepare(config).await?;
+        Ok(Self::launch(config, prepared, db))
+    }
+
+    /// Starts the workers, the directory projector and the admin API over the migrated
+    /// database `db`, with what [`Service::prepare`] checked and bound.
+    pub fn launch(config: &Config, prepared: Prepared, db: Database) -> Self {
+        let Prepared {
+            remote,
+            knowledge_fs_url: url,
+            directory,
+            listener,
+            addr,
+        } = prepared;
         let metrics = Arc::new(AppMetrics::new());
         let store = SeaOrmLifecycleStore::new(&db);
         let clock = Arc::new(SystemClock);
@@ -130,22 +202,7 @@ impl Service {
             .with_metrics(metrics.clone())
             .with_jitter(rand::random::<f64>),
         );
-        let directory = match &config.directory {
-            Some(settings) => {
-                Some(crate::directory::build(settings, &db).map_err(StartError::Directory)?)
-            }
-            None => None,
-        };
-        let listener = tokio::net::TcpListener::bind(config.listen)
-            .await
-            .map_err(|e| StartError::Bind {
-                addr: config.listen,
-                reason: e.to_string(),
-            })?;
-        let addr = listener.local_addr().map_err(|e| StartError::Bind {
-            addr: config.listen,
-            reason: e.to_string(),
-        })?;
+        let directory = directory.map(|prepared| prepared.attach(&db));
         let (stop, stopped) = watch::channel(false);
         let product_enabled = Arc::new(AtomicBool::new(config.product_enabled));
         let workers = (0..config.workers)
@@ -202,10 +259,10 @@ impl Service {
             %addr,
             workers = config.workers,
             database = %crate::config::redact_url(&config.database_url),
-            knowledge_fs = url,
+            knowledge_fs = %url,
             "tenantry serving"
         );
-        Ok(Self {
+        Self {
             addr,
             accepting,
             stop,
@@ -216,7 +273,7 @@ impl Service {
             db,
             grace: config.shutdown_grace,
             metrics,
-        })
+        }
     }
 
     /// The bound admin API address.

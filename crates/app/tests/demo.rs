@@ -39,6 +39,31 @@ async fn demo_at_small_scale_passes_with_default_faults() {
     );
     assert!(report.directory.memberships > 0, "{rendered}");
     assert!(report.churn.total() > 0, "{rendered}");
+    // The deletion check says what the remote did, split in two numbers that add up to the
+    // deleted control spaces.
+    let detail = |name: &str| {
+        report
+            .checks
+            .iter()
+            .find(|c| c.name == name)
+            .map(|c| c.detail.clone())
+            .unwrap()
+    };
+    let numbers = |text: &str| -> Vec<usize> {
+        text.split(|c: char| !c.is_ascii_digit())
+            .filter_map(|n| n.parse().ok())
+            .collect()
+    };
+    let deletions = detail("no remote space left for deleted control spaces");
+    assert!(
+        deletions.contains("deletions completed remotely")
+            && deletions.contains("control spaces deleted before they were provisioned"),
+        "{deletions}"
+    );
+    let states = numbers(&detail("every control space reached its final state"));
+    let split = numbers(&deletions);
+    assert_eq!(split.len(), 2, "{deletions}");
+    assert_eq!(split[0] + split[1], states[1], "{deletions} vs {states:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

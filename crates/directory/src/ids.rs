@@ -1,9 +1,10 @@
 //! Validated identifiers of the directory: instances, workspaces, accounts, memberships, events.
 //!
 //! The provider sends UUID strings; they are parsed once at the edge (serde `try_from`) and
-//! refused when empty, longer than [`tenantry_kernel::id::MAX_ID_LEN`] bytes, or containing
-//! whitespace, control or invisible format characters, or `/` (the kernel's identifier rules,
-//! shared through `tenantry_kernel::define_id!`). The format of the UUID itself is the provider's business:
+//! refused when empty, longer than [`tenantry_kernel::id::MAX_ID_LEN`] bytes, containing
+//! whitespace, control or invisible format characters or `/`, or not in Unicode NFC (the
+//! kernel's identifier rules, shared through `tenantry_kernel::define_id!`; a provider that
+//! sends a decomposed id gets its batch refused instead of a second, look-alike entity). The format of the UUID itself is the provider's business:
 //! the projection only compares identifiers for equality and order.
 
 #[cfg(test)]
@@ -58,5 +59,19 @@ mod tests {
         assert!(serde_json::from_str::<InstanceUuid>("\"\"").is_err());
         let id: EventUuid = serde_json::from_str("\"e-1\"").unwrap();
         assert_eq!(id.as_str(), "e-1");
+    }
+
+    #[test]
+    fn case_007_lookalike_directory_ids_are_refused_unless_nfc() {
+        assert!(WorkspaceUuid::parse("ws-\u{00E9}").is_ok());
+        assert!(matches!(
+            WorkspaceUuid::parse("ws-e\u{0301}"),
+            Err(IdError::NotNormalized {
+                kind: "workspace_uuid",
+                ..
+            })
+        ));
+        // The provider's JSON goes through the same rule.
+        assert!(serde_json::from_str::<AccountUuid>(r#""acc-e\u0301""#).is_err());
     }
 }

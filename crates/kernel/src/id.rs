@@ -3,8 +3,15 @@
 //! Every identifier is a newtype over `String` that is non-empty, at most
 //! [`MAX_ID_LEN`] bytes long, and free of whitespace, control characters, invisible Unicode
 //! format characters (zero-width and bidirectional controls, which can spoof an id in logs)
-//! and `/` (ids are path segments of the HTTP APIs). Parsing is the
-//! only way to build one, so a value of these types is always valid.
+//! and `/` (ids are path segments of the HTTP APIs), and in Unicode Normalization Form C
+//! (NFC). Parsing is the only way to build one, so a value of these types is always valid.
+//!
+//! NFC rule (case 007): `é` can be sent as one code point (U+00E9, NFC) or as `e` + U+0301
+//! (NFD); both look the same in every listing but are different byte strings, so they would
+//! name two different resources. An id that is not in NFC is **refused** with
+//! [`IdError::NotNormalized`], never normalized silently: ids are opaque keys shared with
+//! KnowledgeFS and the directory provider, and a silently rewritten id would no longer be the
+//! byte string the caller (or the provider) holds. Equality of ids stays byte equality.
 
 /// Longest accepted identifier, in bytes (UTF-8).
 pub const MAX_ID_LEN: usize = 255;
@@ -32,6 +39,17 @@ pub enum IdError {
         /// Which identifier was being parsed.
         kind: &'static str,
     },
+    /// The caller passed a string that is not in Unicode Normalization Form C (for example
+    /// `e` followed by a combining accent instead of the precomposed `é`).
+    #[error(
+        "{kind} is not in Unicode normalization form NFC (it contains decomposed characters, e.g. 'e' + a combining accent); send the NFC form, which is {normalized:?}"
+    )]
+    NotNormalized {
+        /// Which identifier was being parsed.
+        kind: &'static str,
+        /// The NFC form of the refused value, to send instead.
+        normalized: String,
+    },
 }
 
 /// Checks `value` against the identifier rules; `kind` names it in the error.
@@ -50,6 +68,13 @@ pub fn validate(kind: &'static str, value: &str) -> Result<(), IdError> {
     }
     if value.chars().any(is_forbidden) {
         return Err(IdError::InvalidCharacter { kind });
+    }
+    if !unicode_normalization::is_nfc(value) {
+        use unicode_normalization::UnicodeNormalization as _;
+        return Err(IdError::NotNormalized {
+            kind,
+            normalized: value.nfc().collect(),
+        });
     }
     Ok(())
 }
@@ -94,8 +119,9 @@ macro_rules! define_id {
             /// Parses `value`.
             ///
             /// # Errors
-            /// `IdError` when the value is empty, longer than 255 bytes, or contains
-            /// whitespace or control characters.
+            /// `IdError` when the value is empty, longer than 255 bytes, contains
+            /// whitespace, control or invisible format characters or `/`, or is not in
+            /// Unicode NFC.
             pub fn parse(value: impl Into<String>) -> Result<Self, $crate::IdError> {
                 let value = value.into();
                 $crate::id::validate($kind, &value)?;
@@ -227,6 +253,31 @@ mod tests {
             })
         );
         assert!(TenantId::parse("x".repeat(MAX_ID_LEN)).is_ok());
+    }
+
+    #[test]
+    fn case_007_lookalike_ids_are_refused_unless_nfc() {
+        let composed = "cs-\u{00E9}";
+        let decomposed = "cs-e\u{0301}";
+        assert!(ControlSpaceId::parse(composed).is_ok());
+        let err = ControlSpaceId::parse(decomposed).unwrap_err();
+        assert_eq!(
+            err,
+            IdError::NotNormalized {
+                kind: "control_space_id",
+                normalized: composed.to_owned(),
+            }
+        );
+        let message = err.to_string();
+        assert!(
+            message.contains("control_space_id") && message.contains("NFC"),
+            "{message}"
+        );
+        // Serde input goes through the same rule.
+        assert!(serde_json::from_str::<TenantId>(&format!("\"{decomposed}\"")).is_err());
+        // Hangul syllables decomposed into jamo are not NFC either.
+        assert!(TenantId::parse("\u{1100}\u{1161}").is_err());
+        assert!(TenantId::parse("\u{AC00}").is_ok());
     }
 
     #[test]

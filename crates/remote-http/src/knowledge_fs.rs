@@ -15,8 +15,17 @@
 //!   its `Retry-After`;
 //! - a deadline after sending, a lost or reset connection, an unreadable body, or a 2xx
 //!   body that does not decode: [`RemoteFailure::OutcomeUnknown`]
-//!   (`REMOTE_OUTCOME_UNKNOWN`). A provision in that state is resolved by the saga's lookup
-//!   by provisioning key, never by re-sending with a new key.
+//!   (`REMOTE_OUTCOME_UNKNOWN`). The saga retries such a command with the same idempotency
+//!   key and provisioning key (the remote's idempotency answers a repeated provision with the
+//!   space it already created), never with new keys.
+//!
+//! Bodies are read with a size cap ([`DEFAULT_MAX_BODY_BYTES`], `max_body_bytes`), refused as
+//! soon as the announced length or the bytes read exceed it (the rest is never buffered):
+//! - a mutation answered 2xx with an over-cap body: outcome unknown (the remote says it did
+//!   something, but we cannot read what);
+//! - any other over-cap body (a non-2xx status, or a lookup's 2xx): an answered error with
+//!   code [`CODE_RESPONSE_TOO_LARGE`] and the real status (and its `Retry-After`); a refused
+//!   mutation changed nothing, and a lookup changes nothing.
 
 use std::fmt;
 use std::sync::Arc;
@@ -37,7 +46,7 @@ use tenantry_ports::lifecycle::{KnowledgeFs, RemoteError, RemoteFailure};
 use tokio::sync::Semaphore;
 
 use crate::client::{ClientBuildError, mutation_client};
-use crate::outcome::{Answer, DispatchError, read_answer};
+use crate::outcome::{Answer, DispatchError, classify_error};
 
 /// Default total deadline of one call (queueing, connect, send, whole body).
 pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(150);
@@ -50,6 +59,13 @@ pub const CODE_CLIENT_SATURATED: &str = "REMOTE_CLIENT_SATURATED";
 
 /// Code of a lookup that found more than one space for one provisioning key.
 pub const CODE_LOOKUP_AMBIGUOUS: &str = "KNOWLEDGE_FS_LOOKUP_AMBIGUOUS";
+
+/// Default largest response body read from KnowledgeFS: 1 MiB (its answers are a few hundred
+/// bytes; a lookup lists the spaces of one provisioning key).
+pub const DEFAULT_MAX_BODY_BYTES: usize = 1024 * 1024;
+
+/// Code of an answer whose body exceeded `max_body_bytes` (when it is not outcome unknown).
+pub const CODE_RESPONSE_TOO_LARGE: &str = "KFS_RESPONSE_TOO_LARGE";
 
 /// Name of the idempotency header sent with every mutation.
 pub const IDEMPOTENCY_KEY_HEADER: &str = "Idempotency-Key";
@@ -65,6 +81,9 @@ pub struct KnowledgeFsConfig {
     pub deadline: Duration,
     /// Most calls in flight at once (at least 1).
     pub max_concurrent_calls: usize,
+    /// Largest response body read, in bytes (at least 1); see the module docs for how a
+    /// larger one is classified.
+    pub max_body_bytes: usize,
 }
 
 impl KnowledgeFsConfig {
@@ -75,6 +94,7 @@ impl KnowledgeFsConfig {
             bearer_token: bearer_token.into(),
             deadline: DEFAULT_DEADLINE,
             max_concurrent_calls: DEFAULT_MAX_CONCURRENT_CALLS,
+            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
         }
     }
 }
@@ -86,6 +106,7 @@ impl fmt::Debug for KnowledgeFsConfig {
             .field("bearer_token", &"<redacted>")
             .field("deadline", &self.deadline)
             .field("max_concurrent_calls", &self.max_concurrent_calls)
+            .field("max_body_bytes", &self.max_body_bytes)
             .finish()
     }
 }
@@ -110,6 +131,9 @@ pub enum KnowledgeFsConfigError {
     /// The concurrency limit is zero.
     #[error("KnowledgeFS max_concurrent_calls must be at least 1")]
     ZeroConcurrency,
+    /// The body size cap is zero.
+    #[error("KnowledgeFS max_body_bytes must be at least 1")]
+    ZeroBodyCap,
     /// The HTTP client could not be built.
     #[error(transparent)]
     Client(#[from] ClientBuildError),
@@ -122,6 +146,7 @@ pub struct HttpKnowledgeFs {
     base: Url,
     authorization: HeaderValue,
     deadline: Duration,
+    max_body_bytes: usize,
     permits: Arc<Semaphore>,
 }
 
@@ -164,11 +189,15 @@ impl HttpKnowledgeFs {
         if config.max_concurrent_calls == 0 {
             return Err(KnowledgeFsConfigError::ZeroConcurrency);
         }
+        if config.max_body_bytes == 0 {
+            return Err(KnowledgeFsConfigError::ZeroBodyCap);
+        }
         Ok(Self {
             client: mutation_client(config.deadline)?,
             base,
             authorization,
             deadline: config.deadline,
+            max_body_bytes: config.max_body_bytes,
             permits: Arc::new(Semaphore::new(config.max_concurrent_calls)),
         })
     }
@@ -220,11 +249,15 @@ impl HttpKnowledgeFs {
                 .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
                 .body(body);
         }
-        let answer = tokio::time::timeout(remaining, read_answer(request.send().await)).await;
+        let mutation = idempotency_key.is_some();
+        let answer = tokio::time::timeout(
+            remaining,
+            read_capped(request.send().await, self.max_body_bytes, mutation),
+        )
+        .await;
         drop(permit);
         match answer {
-            Ok(Ok(answer)) => Ok(answer),
-            Ok(Err(failure)) => Err(dispatch_error(failure)),
+            Ok(result) => result,
             Err(_elapsed) => Err(RemoteError::outcome_unknown(format!(
                 "no complete KnowledgeFS answer within the {}s deadline",
                 self.deadline.as_secs_f64()
@@ -420,6 +453,88 @@ fn parse_retry_after(value: &str, now: DateTime<Utc>) -> Option<Duration> {
     Some((at - now).to_std().unwrap_or(Duration::ZERO))
 }
 
+/// Reads the answer of a finished `send()` completely, but no more than `max` body bytes (see
+/// the module docs); `mutation` says whether the request changes remote state.
+async fn read_capped(
+    result: Result<reqwest::Response, reqwest::Error>,
+    max: usize,
+    mutation: bool,
+) -> Result<Answer, RemoteError> {
+    let mut response = result.map_err(|e| {
+        dispatch_error(DispatchError {
+            outcome: classify_error(&e),
+            message: error_chain(&e),
+        })
+    })?;
+    let status = response.status();
+    let retry_after = response
+        .headers()
+        .get(reqwest::header::RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let too_large = |size: u64| {
+        let message = format!(
+            "KnowledgeFS answered {status} with a body of at least {size} bytes, over the \
+             {max}-byte limit; the body was not read"
+        );
+        if mutation && status.is_success() {
+            return RemoteError::outcome_unknown(format!(
+                "{message}, so what the mutation did is unknown"
+            ));
+        }
+        let mut error = RemoteError::answered(status.as_u16(), CODE_RESPONSE_TOO_LARGE, message);
+        if let Some(after) = retry_after
+            .as_deref()
+            .and_then(|v| parse_retry_after(v, Utc::now()))
+        {
+            error = error.with_retry_after(after);
+        }
+        error
+    };
+    if let Some(announced) = response.content_length()
+        && announced > max as u64
+    {
+        return Err(too_large(announced));
+    }
+    let mut body = Vec::new();
+    loop {
+        match response.chunk().await {
+            Ok(Some(chunk)) => {
+                let size = body.len() + chunk.len();
+                if size > max {
+                    return Err(too_large(size as u64));
+                }
+                body.extend_from_slice(&chunk);
+            }
+            Ok(None) => break,
+            // A response arrived: a body that breaks off leaves the outcome unknown.
+            Err(e) => {
+                return Err(RemoteError::outcome_unknown(format!(
+                    "KnowledgeFS answer body ({status}) could not be read: {}",
+                    error_chain(&e)
+                )));
+            }
+        }
+    }
+    Ok(Answer {
+        status,
+        retry_after,
+        body,
+    })
+}
+
+/// `error` and its sources, joined by `: `.
+fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}
+
 fn dispatch_error(failure: DispatchError) -> RemoteError {
     match failure.outcome {
         DispatchOutcome::NotDispatched => RemoteError::not_dispatched(failure.message),
@@ -566,6 +681,14 @@ mod tests {
             KnowledgeFsConfigError::ZeroConcurrency
         );
         let zero = KnowledgeFsConfig {
+            max_body_bytes: 0,
+            ..ok.clone()
+        };
+        assert_eq!(
+            HttpKnowledgeFs::new(&zero).unwrap_err(),
+            KnowledgeFsConfigError::ZeroBodyCap
+        );
+        let zero = KnowledgeFsConfig {
             deadline: Duration::ZERO,
             ..ok
         };
@@ -573,6 +696,148 @@ mod tests {
             HttpKnowledgeFs::new(&zero).unwrap_err(),
             KnowledgeFsConfigError::ZeroDeadline
         );
+    }
+
+    /// A server that answers every request with `raw` (read the request headers and body
+    /// first) and closes the connection.
+    async fn answering(raw: String) -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                let mut seen = Vec::new();
+                let mut buf = [0u8; 4096];
+                loop {
+                    let n = socket.read(&mut buf).await.unwrap_or(0);
+                    seen.extend_from_slice(&buf[..n]);
+                    let text = String::from_utf8_lossy(&seen).to_lowercase();
+                    if let Some(end) = text.find("\r\n\r\n") {
+                        let length = text
+                            .lines()
+                            .find_map(|l| l.strip_prefix("content-length:"))
+                            .and_then(|v| v.trim().parse::<usize>().ok())
+                            .unwrap_or(0);
+                        if seen.len() >= end + 4 + length {
+                            break;
+                        }
+                    }
+                    if n == 0 {
+                        break;
+                    }
+                }
+                socket.write_all(raw.as_bytes()).await.ok();
+                socket.shutdown().await.ok();
+            }
+        });
+        url
+    }
+
+    fn capped_client(url: &str) -> HttpKnowledgeFs {
+        HttpKnowledgeFs::new(&KnowledgeFsConfig {
+            max_body_bytes: 1024,
+            deadline: Duration::from_secs(10),
+            ..KnowledgeFsConfig::new(url, "t")
+        })
+        .unwrap()
+    }
+
+    /// A valid `RemoteSpace` body padded with whitespace to `len` bytes.
+    fn padded_space(len: usize) -> String {
+        let json = r#"{"namespace_id":"t1","knowledge_space_id":"ks-1","revision":1}"#;
+        format!("{json}{}", " ".repeat(len.saturating_sub(json.len())))
+    }
+
+    fn provision_request() -> ProvisionRequest {
+        ProvisionRequest {
+            namespace_id: TenantId::parse("t1").unwrap(),
+            control_space_id: ControlSpaceId::parse("cs-1").unwrap(),
+            operation_id: OperationId::parse("op-1").unwrap(),
+            idempotency_key: IdempotencyKey::parse("idem-1").unwrap(),
+            provisioning_key: ProvisioningKey::parse("pk-1").unwrap(),
+            name: "N".into(),
+            slug: "n".into(),
+            icon: String::new(),
+            description: String::new(),
+            model_intent: None,
+            profile_intent: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn over_cap_success_body_of_a_mutation_is_outcome_unknown() {
+        // Announced length over the cap.
+        let body = padded_space(4096);
+        let url = answering(format!(
+            "HTTP/1.1 201 Created\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        ))
+        .await;
+        let err = capped_client(&url)
+            .provision(&provision_request())
+            .await
+            .unwrap_err();
+        assert_eq!(err.failure, RemoteFailure::OutcomeUnknown, "{err:?}");
+        assert!(err.message.contains("1024-byte limit"), "{}", err.message);
+
+        // No length announced (chunked): the cap applies to the bytes read.
+        let chunk = format!("{:x}\r\n{body}\r\n0\r\n\r\n", body.len());
+        let url = answering(format!(
+            "HTTP/1.1 201 Created\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n{chunk}"
+        ))
+        .await;
+        let err = capped_client(&url)
+            .provision(&provision_request())
+            .await
+            .unwrap_err();
+        assert_eq!(err.failure, RemoteFailure::OutcomeUnknown, "{err:?}");
+
+        // Under the cap the same answer is a success.
+        let small = padded_space(512);
+        let url = answering(format!(
+            "HTTP/1.1 201 Created\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{small}",
+            small.len()
+        ))
+        .await;
+        let space = capped_client(&url)
+            .provision(&provision_request())
+            .await
+            .unwrap();
+        assert_eq!(space.revision, 1);
+    }
+
+    #[tokio::test]
+    async fn over_cap_error_body_or_lookup_body_is_an_answered_error() {
+        let body = "x".repeat(4096);
+        let url = answering(format!(
+            "HTTP/1.1 503 Service Unavailable\r\nretry-after: 9\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        ))
+        .await;
+        let err = capped_client(&url)
+            .provision(&provision_request())
+            .await
+            .unwrap_err();
+        assert_eq!(err.failure, RemoteFailure::Answered { status: 503 });
+        assert_eq!(err.code, CODE_RESPONSE_TOO_LARGE);
+        assert_eq!(err.retry_after, Some(Duration::from_secs(9)));
+
+        let list = format!(r#"{{"items":[]}}{}"#, " ".repeat(4096));
+        let url = answering(format!(
+            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{list}",
+            list.len()
+        ))
+        .await;
+        let err = capped_client(&url)
+            .find_by_provisioning_key(
+                &TenantId::parse("t1").unwrap(),
+                &ProvisioningKey::parse("pk-1").unwrap(),
+                &ControlSpaceId::parse("cs-1").unwrap(),
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(err.failure, RemoteFailure::Answered { status: 200 });
+        assert_eq!(err.code, CODE_RESPONSE_TOO_LARGE);
     }
 
     #[test]

@@ -1,4 +1,9 @@
 //! The `{code, message}` error body of the admin API and the mapping of engine errors to it.
+//!
+//! A 5xx answer never carries the underlying error's text (database driver messages name
+//! tables, constraints and hosts): it has a stable code, a safe message and a
+//! `correlation_id` (a UUID, also sent as the `X-Correlation-Id` header); the detail is logged
+//! at `error` with the same `correlation_id`, so an operator can find it from the answer.
 
 use axum::Json;
 use axum::http::{HeaderValue, StatusCode, header};
@@ -20,21 +25,58 @@ pub struct ApiError {
     pub code: &'static str,
     /// What was wrong and what to do.
     pub message: String,
+    /// Correlation id of a 5xx answer (the log line with the detail carries the same id).
+    pub correlation_id: Option<String>,
 }
+
+/// Header carrying the correlation id of a 5xx answer.
+pub const CORRELATION_ID_HEADER: &str = "x-correlation-id";
 
 #[derive(Serialize)]
 struct Body<'a> {
     code: &'a str,
     message: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    correlation_id: Option<&'a str>,
 }
 
 impl ApiError {
     /// An error with `status`, `code` and `message`.
+    /// `message` must be safe to show (no error text of a lower layer); a 5xx built this way
+    /// still gets a correlation id when it is answered.
     pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
         Self {
             status,
             code,
             message: message.into(),
+            correlation_id: None,
+        }
+    }
+
+    /// A server-side failure: answers `status`, `code` and the safe `message` with a fresh
+    /// correlation id, and logs `detail` (which may hold driver text) at `error` under the
+    /// same id. The detail never reaches the caller.
+    pub fn internal(
+        status: StatusCode,
+        code: &'static str,
+        message: &str,
+        detail: impl std::fmt::Display,
+    ) -> Self {
+        let correlation_id = uuid::Uuid::new_v4().to_string();
+        tracing::error!(
+            correlation_id = %correlation_id,
+            code,
+            status = status.as_u16(),
+            detail = %detail,
+            "admin API request failed"
+        );
+        Self {
+            status,
+            code,
+            message: format!(
+                "{message} (correlation id {correlation_id}; the service log has the detail)"
+            ),
+            correlation_id: Some(correlation_id),
         }
     }
 
@@ -56,26 +98,42 @@ impl ApiError {
         )
     }
 
-    /// 503 `STORE_UNAVAILABLE`.
-    pub fn unavailable(reason: impl std::fmt::Display) -> Self {
-        Self::new(
+    /// 503 `STORE_UNAVAILABLE` with a correlation id; `detail` is only logged (see
+    /// [`ApiError::internal`]).
+    pub fn unavailable(detail: impl std::fmt::Display) -> Self {
+        Self::internal(
             StatusCode::SERVICE_UNAVAILABLE,
             "STORE_UNAVAILABLE",
-            format!("storage is unavailable ({reason}); retry later"),
+            "storage is unavailable; retry later",
+            detail,
         )
     }
 }
 
 impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
+    fn into_response(mut self) -> Response {
+        if self.status.is_server_error() && self.correlation_id.is_none() {
+            // Built with `new` (a safe message of our own): still give it an id to quote.
+            let id = uuid::Uuid::new_v4().to_string();
+            tracing::warn!(correlation_id = %id, code = self.code, status = self.status.as_u16(), message = %self.message, "admin API answered a server error");
+            self.correlation_id = Some(id);
+        }
         let mut response = (
             self.status,
             Json(Body {
                 code: self.code,
                 message: &self.message,
+                correlation_id: self.correlation_id.as_deref(),
             }),
         )
             .into_response();
+        if let Some(id) = self
+            .correlation_id
+            .as_deref()
+            .and_then(|id| HeaderValue::from_str(id).ok())
+        {
+            response.headers_mut().insert(CORRELATION_ID_HEADER, id);
+        }
         if self.status == StatusCode::UNAUTHORIZED {
             response
                 .headers_mut()
@@ -128,5 +186,67 @@ impl From<IntakeFailure> for ApiError {
             IntakeFailure::Contended => Self::new(StatusCode::CONFLICT, "CONTENDED", message),
             IntakeFailure::Store(e) => Self::unavailable(e),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+    use std::sync::{Arc, Mutex};
+
+    use super::*;
+
+    #[derive(Clone, Default)]
+    struct Buffer(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Buffer {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[tokio::test]
+    async fn server_errors_hide_the_detail_and_log_it_under_the_correlation_id() {
+        let log = Buffer::default();
+        let writer = log.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish();
+        let detail = "error returned from database: relation \"lifecycle_outbox\" does not exist";
+        let error = tracing::subscriber::with_default(subscriber, || {
+            ApiError::from(StoreError::Unavailable(detail.to_owned()))
+        });
+        let id = error.correlation_id.clone().unwrap();
+        assert!(
+            !error.message.contains("lifecycle_outbox"),
+            "{}",
+            error.message
+        );
+        assert!(error.message.contains(&id), "{}", error.message);
+        let logged = String::from_utf8(log.0.lock().unwrap().clone()).unwrap();
+        assert!(logged.contains(&id) && logged.contains(detail), "{logged}");
+
+        let response = error.into_response();
+        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(response.headers()[CORRELATION_ID_HEADER], id.as_str());
+        let body = http_body_util::BodyExt::collect(response.into_body())
+            .await
+            .unwrap()
+            .to_bytes();
+        let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(body["code"], "STORE_UNAVAILABLE");
+        assert_eq!(body["correlation_id"], id.as_str());
+        assert!(!body.to_string().contains("does not exist"), "{body}");
+    }
+
+    #[test]
+    fn client_errors_carry_no_correlation_id() {
+        let response = ApiError::invalid("limit", "0 is outside 1..=1000").into_response();
+        assert!(response.headers().get(CORRELATION_ID_HEADER).is_none());
     }
 }

@@ -61,7 +61,8 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for JsonBody<T> {
     }
 }
 
-/// The `Idempotency-Key` of a mutation, or a generated one.
+/// The `Idempotency-Key` of a mutation, or a generated one when the header is absent. More
+/// than one header is refused with 400 `DUPLICATE_IDEMPOTENCY_KEY`.
 #[derive(Debug, Clone)]
 pub struct IdempotencyKeyHeader {
     /// The key.
@@ -81,7 +82,18 @@ impl<S: Send + Sync> FromRequestParts<S> for IdempotencyKeyHeader {
                 format!("Idempotency-Key header is invalid: {reason}"),
             )
         };
-        match parts.headers.get(IDEMPOTENCY_KEY_HEADER) {
+        let mut values = parts.headers.get_all(IDEMPOTENCY_KEY_HEADER).iter();
+        let first = values.next();
+        if values.next().is_some() {
+            // Two keys in one request: picking either would make the replay semantics depend
+            // on header order (and on proxies that reorder or merge headers).
+            return Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "DUPLICATE_IDEMPOTENCY_KEY",
+                "the request carries more than one Idempotency-Key header; send exactly one",
+            ));
+        }
+        match first {
             None => {
                 let key = IdempotencyKey::parse(uuid::Uuid::new_v4().to_string())
                     .map_err(|e| invalid(e.to_string()))?;

@@ -11,6 +11,7 @@ use tenantry_kernel::{CommandId, ControlSpaceId, Fingerprint, GrantId, TenantId}
 use tenantry_lifecycle::intake::{CreateControlSpace, RequestDeletion, RequestRevocation};
 use tenantry_lifecycle::{CommandRecord, CommandStatus, ControlSpace, Operation};
 use tenantry_ports::lifecycle::{CommandFilter, CommandQueue, ControlSpaceReader};
+use tenantry_store_seaorm::lifecycle::SeaOrmLifecycleStore;
 use tracing::Instrument;
 
 use super::AdminState;
@@ -342,11 +343,13 @@ pub struct CommandPage {
     next_after: Option<String>,
 }
 
-/// `GET /v1/commands`.
-pub async fn list_commands(
-    State(state): State<AdminState>,
-    QueryParams(query): QueryParams<CommandsQuery>,
-) -> Result<Json<CommandPage>, ApiError> {
+/// Turns the query of `GET /v1/commands` into a store filter. `tenantry commands list` uses
+/// it too, so the API and the CLI accept exactly the same values (one definition of the
+/// limits).
+///
+/// # Errors
+/// 400 `INVALID_ARGUMENT` naming the first bad parameter.
+pub fn commands_filter(query: &CommandsQuery) -> Result<CommandFilter, ApiError> {
     let status = match query.status.as_deref() {
         None | Some("") => None,
         Some(s) => Some(CommandStatus::parse(s).ok_or_else(|| {
@@ -392,17 +395,47 @@ pub async fn list_commands(
         .as_deref()
         .map(|a| parse_id("after", a, CommandId::parse))
         .transpose()?;
-    let items = state
-        .store
-        .list_commands(&CommandFilter {
-            status,
-            operation,
-            tenant_id,
-            control_space_id,
-            after,
-            limit,
-        })
-        .await?;
+    Ok(CommandFilter {
+        status,
+        operation,
+        tenant_id,
+        control_space_id,
+        after,
+        limit,
+    })
+}
+
+/// Refuses a pagination cursor that names no command with 400 `UNKNOWN_CURSOR` (the listing
+/// itself would answer an empty page, indistinguishable from the end of the list).
+///
+/// # Errors
+/// 400 `UNKNOWN_CURSOR`, or 503 when storage fails.
+pub async fn known_cursor(
+    store: &SeaOrmLifecycleStore,
+    after: Option<&CommandId>,
+) -> Result<(), ApiError> {
+    match after {
+        Some(id) if !store.command_exists(id).await? => Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "UNKNOWN_CURSOR",
+            format!(
+                "after = {:?} names no command; pass the next_after of the previous page, or omit after to start from the beginning",
+                id.as_str()
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// `GET /v1/commands`.
+pub async fn list_commands(
+    State(state): State<AdminState>,
+    QueryParams(query): QueryParams<CommandsQuery>,
+) -> Result<Json<CommandPage>, ApiError> {
+    let filter = commands_filter(&query)?;
+    known_cursor(&state.store, filter.after.as_ref()).await?;
+    let limit = filter.limit;
+    let items = state.store.list_commands(&filter).await?;
     let next_after = (items.len() == limit as usize)
         .then(|| items.last().map(|c| c.id.to_string()))
         .flatten();

@@ -5,10 +5,13 @@
 //! - `/v1/*` requires `Authorization: Bearer <admin_token>` when a token is configured;
 //!   `/healthz`, `/readyz`, `/metrics` and `/openapi.json` do not (probes and scrapers);
 //! - errors are `{code, message}` JSON with a 4xx status for the caller's mistakes (nothing is
-//!   written then) and 503 when storage is unavailable;
+//!   written then) and 503 when storage is unavailable; a 5xx never carries the underlying
+//!   error text: it has a safe message and a `correlation_id` (also in the
+//!   `X-Correlation-Id` header), and the detail is logged under the same id;
 //! - request bodies are JSON, at most [`MAX_BODY_BYTES`] (larger: 413 `PAYLOAD_TOO_LARGE`);
-//! - mutations accept an `Idempotency-Key` header (1..=255 bytes, no whitespace); without
-//!   one a fresh key is generated, so the request is not replayable.
+//! - mutations accept one `Idempotency-Key` header (an id: 1..=255 bytes, no whitespace,
+//!   NFC); without one a fresh key is generated, so the request is not replayable; two or
+//!   more are refused (400 `DUPLICATE_IDEMPOTENCY_KEY`).
 //!
 //! The handlers only translate HTTP to the engine's use cases (`CommandIntake`, the stores,
 //! `FenceAdmin`) and back.
@@ -32,7 +35,10 @@ use tenantry_engine::lifecycle::CommandIntake;
 use tenantry_store_seaorm::host_storage::SeaOrmHostStorage;
 use tenantry_store_seaorm::lifecycle::SeaOrmLifecycleStore;
 
-pub use error::ApiError;
+pub use error::{ApiError, CORRELATION_ID_HEADER};
+pub use lifecycle::{
+    CommandView, CommandsQuery, DEFAULT_PAGE, MAX_PAGE, commands_filter, known_cursor,
+};
 
 use crate::directory::DirectoryHandle;
 use crate::fences::FenceAdmin;

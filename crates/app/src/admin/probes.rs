@@ -37,10 +37,11 @@ pub async fn readyz(State(state): State<AdminState>) -> Response {
         ..CommandFilter::default()
     };
     if let Err(e) = state.store.list_commands(&probe).await {
-        return ApiError::new(
+        return ApiError::internal(
             StatusCode::SERVICE_UNAVAILABLE,
             "DATABASE_UNREACHABLE",
-            format!("database does not answer: {e}"),
+            "database does not answer",
+            e,
         )
         .into_response();
     }

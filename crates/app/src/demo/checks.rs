@@ -131,6 +131,9 @@ pub async fn run(
     let mut deleted_problems = Vec::new();
     let mut revoke_problems = Vec::new();
     let (mut active, mut deleted, mut grants) = (0usize, 0usize, 0usize);
+    // Deleted control spaces split by what the remote saw: a remote space whose deletion
+    // completed, or no remote space at all (deleted before its provision was delivered).
+    let (mut deleted_remotely, mut deleted_before_provisioned) = (0usize, 0usize);
     for (space, got) in &states {
         let name = format!("{}/{}", space.tenant, space.control_space);
         let local = match got {
@@ -162,6 +165,11 @@ pub async fn run(
         let remote = truth.spaces_by_control_space(&tenant, &cs);
         if space.fate.deleted() {
             deleted += 1;
+            if remote.is_empty() {
+                deleted_before_provisioned += 1;
+            } else {
+                deleted_remotely += 1;
+            }
             for s in remote
                 .iter()
                 .filter(|s| s.deletion_phase != Some(DeletionPhase::Completed))
@@ -217,7 +225,7 @@ pub async fn run(
     outcome.checks.push(check(
         "no remote space left for deleted control spaces",
         &deleted_problems,
-        format!("{deleted} deletions completed remotely"),
+        deletion_detail(deleted_remotely, deleted_before_provisioned),
     ));
     outcome.checks.push(check(
         "every revoked grant revoked remotely",
@@ -249,4 +257,11 @@ pub async fn run(
         format!("{planned_replays} replays"),
     ));
     outcome
+}
+
+/// What the remote did for the deleted control spaces, as the demo's check reports it.
+pub fn deletion_detail(deleted_remotely: usize, deleted_before_provisioned: usize) -> String {
+    format!(
+        "{deleted_remotely} deletions completed remotely, {deleted_before_provisioned} control spaces deleted before they were provisioned"
+    )
 }

@@ -161,7 +161,9 @@ pub async fn run(
             } else {
                 "temporary SQLite file".to_owned()
             };
-            let db = tenantry_store_seaorm::connect(&url, 16)
+            // One connection per worker plus the service's others, and never fewer than 16.
+            let pool = (options.workers + crate::config::CONNECTIONS_BESIDES_WORKERS).max(16);
+            let db = tenantry_store_seaorm::connect(&url, pool)
                 .await
                 .map_err(|e| DemoError::Setup(e.to_string()))?;
             (db, label)

@@ -11,6 +11,7 @@ mod batch;
 pub(crate) mod bulk;
 mod convert;
 mod entity;
+mod lookup;
 
 use std::future::Future;
 use std::sync::Arc;
