@@ -265,7 +265,7 @@ impl<P: DirectoryProvider, S: DirectoryProjectionStore> DirectoryProjector<P, S>
             match self.apply_snapshot(&snapshot).await {
                 Ok(()) => return Ok(()),
                 Err(ProjectorError::Rejected(e)) if e.is_superseded() => {
-                    tracing::info!(error = %e, "directory snapshot superseded by another replica; fetching again");
+                    tracing::info!(error = %e, "directory provider served a snapshot older than the shared projection; fetching again");
                     last = Some(e);
                 }
                 Err(e) => return Err(e),
