@@ -141,7 +141,10 @@ async fn wait_status(h: &Harness, done: impl Fn(&serde_json::Value) -> bool) -> 
         if done(&status) {
             return status;
         }
-        assert!(tokio::time::Instant::now() < deadline, "gave up at {status}");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "gave up at {status}"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
@@ -161,7 +164,10 @@ async fn case_001_workspace_suspended_without_member_revisions_keeps_the_service
     .await;
     let ws = WorkspaceUuid::parse("ws-1").unwrap();
     let target = directory.cursor();
-    wait_status(&h, |s| s["ready"] == true && s["cursor"].as_i64() == Some(target)).await;
+    wait_status(&h, |s| {
+        s["ready"] == true && s["cursor"].as_i64() == Some(target)
+    })
+    .await;
     for status in [
         WorkspaceStatus::Suspended,
         WorkspaceStatus::Active,
@@ -196,7 +202,10 @@ async fn a_refused_answer_shows_in_status_and_metrics_with_rule_and_workspace() 
     })
     .await;
     let target = directory.cursor();
-    wait_status(&h, |s| s["ready"] == true && s["cursor"].as_i64() == Some(target)).await;
+    wait_status(&h, |s| {
+        s["ready"] == true && s["cursor"].as_i64() == Some(target)
+    })
+    .await;
     // The directory gives acc-1 another membership uuid in ws-2: a rule refuses that answer.
     let mut changed = workspace("ws-2");
     changed.members[0].membership_uuid = MembershipUuid::parse("m-other").unwrap();
@@ -224,6 +233,12 @@ async fn a_refused_answer_shows_in_status_and_metrics_with_rule_and_workspace() 
     // The directory corrects itself: the projection moves again and the refusal is resolved.
     directory.change(|m| m.upsert_workspace(workspace("ws-2")));
     let target = directory.cursor();
-    let status = wait_status(&h, |s| s["ready"] == true && s["cursor"].as_i64() == Some(target)).await;
-    assert!(status["last_refusal"]["resolved_at"].as_str().is_some(), "{status}");
+    let status = wait_status(&h, |s| {
+        s["ready"] == true && s["cursor"].as_i64() == Some(target)
+    })
+    .await;
+    assert!(
+        status["last_refusal"]["resolved_at"].as_str().is_some(),
+        "{status}"
+    );
 }

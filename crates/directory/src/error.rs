@@ -502,7 +502,10 @@ impl DirectoryError {
     /// The workspace the refusal is about, when one workspace is named.
     pub fn workspace(&self) -> Option<&WorkspaceUuid> {
         match self {
-            Self::EventScopeConflict { aggregate: workspace, .. }
+            Self::EventScopeConflict {
+                aggregate: workspace,
+                ..
+            }
             | Self::DuplicateWorkspace { workspace }
             | Self::DuplicateMember { workspace, .. }
             | Self::DeltaUnrequestedWorkspace { workspace }

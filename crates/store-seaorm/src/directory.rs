@@ -483,7 +483,10 @@ impl SeaOrmDirectoryStore {
     ) -> Result<ApplyOutcome, ProjectionStoreError>
     where
         K: FnOnce() -> Option<LookupKeys> + Send + 'static,
-        P: FnOnce(Option<&ProjectionState>, &ExistingRows) -> Result<ProjectionWrite, DirectoryError>
+        P: FnOnce(
+                Option<&ProjectionState>,
+                &ExistingRows,
+            ) -> Result<ProjectionWrite, DirectoryError>
             + Send
             + 'static,
     {
@@ -514,7 +517,10 @@ impl SeaOrmDirectoryStore {
         plan: P,
     ) -> Result<ApplyOutcome, ProjectionStoreError>
     where
-        P: FnOnce(Option<&ProjectionState>, &ExistingRows) -> Result<ProjectionWrite, DirectoryError>
+        P: FnOnce(
+                Option<&ProjectionState>,
+                &ExistingRows,
+            ) -> Result<ProjectionWrite, DirectoryError>
             + Send
             + 'static,
     {

@@ -164,12 +164,18 @@ async fn replayed_answer_for_another_request_is_refused() {
     let p = client(&dir);
     // The caught-up empty page after cursor 4, signed for `after=4`.
     let empty = p.fetch_events(&instance(), 4, 100).await.unwrap();
-    assert_eq!((empty.after_cursor, empty.cursor, empty.events.len()), (4, 4, 0));
+    assert_eq!(
+        (empty.after_cursor, empty.cursor, empty.events.len()),
+        (4, 4, 0)
+    );
     // Replayed as the answer to `after=2` (to hide the events after 2): the signature binds
     // the query, so it does not verify.
     dir.script(Route::DirectoryEvents, [Some(Fault::ReplayedResponse)]);
     let message = invalid_message(p.fetch_events(&instance(), 2, 100).await.unwrap_err());
-    assert!(message.contains("does not verify over the request sent"), "{message}");
+    assert!(
+        message.contains("does not verify over the request sent"),
+        "{message}"
+    );
     // The same request replayed within the skew window still verifies: the projector's
     // cursor rules and the empty-page rule judge it.
     let fresh = p.fetch_events(&instance(), 2, 100).await.unwrap();

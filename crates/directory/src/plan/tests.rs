@@ -691,7 +691,9 @@ fn case_001_workspace_status_change_without_member_revisions_is_applied_by_delta
         h.snap(&case_001_snapshot()).unwrap();
         let b = batch(40, 41, 41, vec![dir_event("e-41", 41, "ws-a", 41)]);
         let d = delta(&["ws-a"], vec![case_001_changed(status, 41)]);
-        let outcome = h.delta(&d, &b).unwrap_or_else(|e| panic!("{status:?}: {e}"));
+        let outcome = h
+            .delta(&d, &b)
+            .unwrap_or_else(|e| panic!("{status:?}: {e}"));
         assert!(outcome.caught_up, "{status:?}");
         assert_eq!(h.ws("ws-a").status, status);
         for m in ["mem-1", "mem-2"] {
@@ -704,7 +706,10 @@ fn case_001_workspace_status_change_without_member_revisions_is_applied_by_delta
         // And back: reactivated, still without member revisions.
         if status == WorkspaceStatus::Suspended {
             let b = batch(41, 42, 42, vec![dir_event("e-42", 42, "ws-a", 42)]);
-            let d = delta(&["ws-a"], vec![case_001_changed(WorkspaceStatus::Active, 42)]);
+            let d = delta(
+                &["ws-a"],
+                vec![case_001_changed(WorkspaceStatus::Active, 42)],
+            );
             h.delta(&d, &b).unwrap();
             assert_eq!(h.membership("mem-1").status, MembershipStatus::Active);
             assert!(!h.exec("ws-a").write_fenced);
@@ -749,10 +754,15 @@ fn case_001_own_field_conflicts_at_one_revision_are_still_refused() {
         let mut w = case_001_changed(WorkspaceStatus::Suspended, 41);
         mutate(&mut w.members[1]);
         let b = batch(40, 41, 41, vec![dir_event("e-41", 41, "ws-a", 41)]);
-        h.rejects(conflict.clone(), |h| h.delta(&delta(&["ws-a"], vec![w]), &b));
+        h.rejects(conflict.clone(), |h| {
+            h.delta(&delta(&["ws-a"], vec![w]), &b)
+        });
         // And after the suspension was applied, against the derived status.
         let b = batch(40, 41, 41, vec![dir_event("e-41", 41, "ws-a", 41)]);
-        let d = delta(&["ws-a"], vec![case_001_changed(WorkspaceStatus::Suspended, 41)]);
+        let d = delta(
+            &["ws-a"],
+            vec![case_001_changed(WorkspaceStatus::Suspended, 41)],
+        );
         h.delta(&d, &b).unwrap();
         let mut w = case_001_changed(WorkspaceStatus::Active, 42);
         mutate(&mut w.members[1]);
@@ -762,7 +772,9 @@ fn case_001_own_field_conflicts_at_one_revision_are_still_refused() {
             // (every member is disabled), so that one change is not detectable there.
             continue;
         }
-        h.rejects(conflict.clone(), |h| h.delta(&delta(&["ws-a"], vec![w]), &b));
+        h.rejects(conflict.clone(), |h| {
+            h.delta(&delta(&["ws-a"], vec![w]), &b)
+        });
     }
 }
 

@@ -487,7 +487,11 @@ async fn run_syncs_at_start_not_one_interval_later() {
     })
     .await;
     assert_eq!(start.elapsed(), Duration::from_millis(1));
-    assert_eq!(p.consumer_cursor(), Some(10), "initialized by the first sync");
+    assert_eq!(
+        p.consumer_cursor(),
+        Some(10),
+        "initialized by the first sync"
+    );
     assert_eq!(p.require_ready(), Ok(()));
 }
 
@@ -500,11 +504,13 @@ async fn empty_page_renews_readiness_only_when_all_cursors_are_equal() {
     f.provider.push_events(Ok(batch(10, 10, 12, vec![])));
     assert_eq!(
         p.sync_once().await,
-        Err(ProjectorError::Rejected(DirectoryError::EmptyPageNotCaughtUp {
-            after_cursor: 10,
-            cursor: 10,
-            high_water_cursor: 12,
-        }))
+        Err(ProjectorError::Rejected(
+            DirectoryError::EmptyPageNotCaughtUp {
+                after_cursor: 10,
+                cursor: 10,
+                high_water_cursor: 12,
+            }
+        ))
     );
     tokio::time::advance(Duration::from_secs(1)).await;
     assert!(matches!(p.require_ready(), Err(NotReady::Stale { .. })));
@@ -535,11 +541,26 @@ async fn a_refused_answer_is_recorded_with_rule_workspace_since_and_count() {
             vec![workspace("ws-1", 4, &[("a", 1)])],
         )));
         let error = p.sync_once().await.unwrap_err();
-        assert_eq!(error.refusal().map(DirectoryError::rule), Some("delta_older_than_event"));
+        assert_eq!(
+            error.refusal().map(DirectoryError::rule),
+            Some("delta_older_than_event")
+        );
         let last = p.refusals().last.unwrap();
         assert_eq!(
-            (last.rule, last.workspace.clone(), last.since, last.last_at, last.count),
-            ("delta_older_than_event", Some(ws_id("ws-1")), at(1), at(t), count)
+            (
+                last.rule,
+                last.workspace.clone(),
+                last.since,
+                last.last_at,
+                last.count
+            ),
+            (
+                "delta_older_than_event",
+                Some(ws_id("ws-1")),
+                at(1),
+                at(t),
+                count
+            )
         );
         assert_eq!(last.resolved_at, None);
     }

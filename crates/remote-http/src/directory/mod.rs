@@ -193,7 +193,11 @@ impl HttpDirectoryProvider {
     ) -> Result<Vec<u8>, ProviderError> {
         // The request as the signature binds it: the path below the base URL's own prefix.
         let prefix = self.base.path().trim_end_matches('/');
-        let path = url.path().strip_prefix(prefix).unwrap_or(url.path()).to_owned();
+        let path = url
+            .path()
+            .strip_prefix(prefix)
+            .unwrap_or(url.path())
+            .to_owned();
         let query = url.query().unwrap_or("").to_owned();
         let method_name = method.as_str().to_owned();
         let mut request = self.client.request(method, url).timeout(self.deadline);

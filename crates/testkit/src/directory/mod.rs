@@ -420,9 +420,13 @@ async fn workspaces(
         Ok(r) => r,
         Err(e) => return error_response(&e),
     };
-    serve(&shared, &ctl, Route::DirectoryWorkspaces, &uri, move |model| {
-        serde_json::to_vec(&model.delta(&request.workspace_uuids, chrono::Utc::now()))
-    })
+    serve(
+        &shared,
+        &ctl,
+        Route::DirectoryWorkspaces,
+        &uri,
+        move |model| serde_json::to_vec(&model.delta(&request.workspace_uuids, chrono::Utc::now())),
+    )
     .await
 }
 
@@ -501,7 +505,9 @@ async fn serve(
         path: uri.path(),
         query: uri.query().unwrap_or(""),
     };
-    let mut signature = key.sign(&signed_message(&request, timestamp, &body)).to_bytes();
+    let mut signature = key
+        .sign(&signed_message(&request, timestamp, &body))
+        .to_bytes();
     if fault == Some(Fault::BadSignature) {
         signature[0] ^= 0x01;
     }
