@@ -96,7 +96,12 @@ pub fn build(settings: &DirectorySettings, db: &Database) -> Result<DirectoryHan
 }
 
 /// The status document of `GET /v1/directory/status`; also sets the
-/// `tenantry_directory_staleness_seconds` gauge.
+/// `tenantry_directory_staleness_seconds` gauge and the `tenantry_directory_refusals_total`
+/// counters.
+///
+/// `last_refusal` is the latest provider answer a projection rule refused on this replica
+/// (`rule`, `workspace`, `message`, `since`, `last_at`, `count`, `resolved_at`; `null` when
+/// none): while it is unresolved the whole projection waits, not only the named workspace.
 pub async fn status(handle: Option<&DirectoryHandle>) -> Value {
     let Some(handle) = handle else {
         return json!({
@@ -121,6 +126,10 @@ pub async fn status(handle: Option<&DirectoryHandle>) -> Value {
     if let Some(age) = staleness {
         crate::metrics::set_directory_staleness(age);
     }
+    let refusals = handle.projector.refusals();
+    for (rule, count) in &refusals.total_by_rule {
+        crate::metrics::set_directory_refusals(rule, *count);
+    }
     json!({
         "configured": true,
         "instance_uuid": config.instance.as_str(),
@@ -132,6 +141,8 @@ pub async fn status(handle: Option<&DirectoryHandle>) -> Value {
         "staleness_seconds": staleness,
         "max_staleness_seconds": config.max_staleness.as_secs_f64(),
         "resources": handle.projector.resource_snapshot(),
+        "last_refusal": refusals.last,
+        "refusals_total": refusals.total_by_rule,
         "storage_error": state_error,
     })
 }

@@ -16,7 +16,10 @@
 //! - `tenantry_commands{status, operation}`: gauge, open commands (pending, processing);
 //! - `tenantry_fences_active`: gauge, fences persisted across all installation bindings;
 //! - `tenantry_directory_staleness_seconds`: gauge, age of the directory projection (when a
-//!   directory provider is configured).
+//!   directory provider is configured);
+//! - `tenantry_directory_refusals_total{reason}`: provider answers refused by a directory
+//!   projection rule on this replica, by rule (`DirectoryError::rule`); refreshed from the
+//!   projector's tally on every scrape and status read.
 //!
 //! The recorder is process-global (the `metrics` crate has one), installed on first use.
 
@@ -186,6 +189,13 @@ pub fn set_fences_active(count: u64) {
 /// Sets the directory staleness gauge (seconds since the projection was last applied).
 pub fn set_directory_staleness(seconds: f64) {
     metrics::gauge!("tenantry_directory_staleness_seconds").set(seconds);
+}
+
+/// Sets `tenantry_directory_refusals_total{reason}` to the projector's count for `rule`
+/// (the projector keeps the monotonic tally; this mirrors it).
+pub fn set_directory_refusals(rule: &str, count: u64) {
+    metrics::counter!("tenantry_directory_refusals_total", "reason" => rule.to_owned())
+        .absolute(count);
 }
 
 /// A [`KnowledgeFs`] that times every call of the wrapped remote into

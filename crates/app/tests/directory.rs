@@ -131,3 +131,114 @@ async fn readyz_fails_closed_while_the_directory_was_never_synced() {
     assert_eq!(status["ready"], false);
     assert!(status["not_ready_reason"].as_str().is_some(), "{status}");
 }
+
+/// Polls `/v1/directory/status` until `done` accepts it (20 s at most).
+async fn wait_status(h: &Harness, done: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let (code, status) = h.get("/v1/directory/status").await;
+        assert_eq!(code, 200, "{status}");
+        if done(&status) {
+            return status;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "gave up at {status}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn case_001_workspace_suspended_without_member_revisions_keeps_the_service_ready() {
+    let (url, directory) = ReferenceDirectory::start(DirectoryServerConfig::new(
+        InstanceUuid::parse("inst-1").unwrap(),
+    ))
+    .await
+    .unwrap();
+    directory.change(|m| m.upsert_workspace(workspace("ws-1")));
+    let keys = directory.trusted_public_keys();
+    let h = Harness::start_with(Default::default(), |c| {
+        c.directory = Some(settings(url, keys))
+    })
+    .await;
+    let ws = WorkspaceUuid::parse("ws-1").unwrap();
+    let target = directory.cursor();
+    wait_status(&h, |s| {
+        s["ready"] == true && s["cursor"].as_i64() == Some(target)
+    })
+    .await;
+    for status in [
+        WorkspaceStatus::Suspended,
+        WorkspaceStatus::Active,
+        WorkspaceStatus::Archived,
+    ] {
+        directory
+            .change(|m| m.set_workspace_status(&ws, status))
+            .unwrap();
+        let target = directory.cursor();
+        let s = wait_status(&h, |s| {
+            s["ready"] == true && s["cursor"].as_i64() == Some(target)
+        })
+        .await;
+        assert!(s["last_refusal"].is_null(), "{status:?}: {s}");
+    }
+    let (code, _) = h.get("/readyz").await;
+    assert_eq!(code, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_answer_shows_in_status_and_metrics_with_rule_and_workspace() {
+    let (url, directory) = ReferenceDirectory::start(DirectoryServerConfig::new(
+        InstanceUuid::parse("inst-1").unwrap(),
+    ))
+    .await
+    .unwrap();
+    directory.change(|m| m.upsert_workspace(workspace("ws-1")));
+    directory.change(|m| m.upsert_workspace(workspace("ws-2")));
+    let keys = directory.trusted_public_keys();
+    let h = Harness::start_with(Default::default(), |c| {
+        c.directory = Some(settings(url, keys))
+    })
+    .await;
+    let target = directory.cursor();
+    wait_status(&h, |s| {
+        s["ready"] == true && s["cursor"].as_i64() == Some(target)
+    })
+    .await;
+    // The directory gives acc-1 another membership uuid in ws-2: a rule refuses that answer.
+    let mut changed = workspace("ws-2");
+    changed.members[0].membership_uuid = MembershipUuid::parse("m-other").unwrap();
+    directory.change(|m| m.upsert_workspace(changed));
+    let status = wait_status(&h, |s| s["last_refusal"]["count"].as_u64() >= Some(2)).await;
+    let refusal = &status["last_refusal"];
+    assert_eq!(refusal["rule"], "membership_uuid_changed", "{status}");
+    assert_eq!(refusal["workspace"], "ws-2", "{status}");
+    assert!(refusal["since"].as_str().is_some(), "{status}");
+    assert!(refusal["resolved_at"].is_null(), "{status}");
+    assert!(
+        status["refusals_total"]["membership_uuid_changed"].as_u64() >= Some(2),
+        "{status}"
+    );
+    let metrics = reqwest::get(h.url("/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("tenantry_directory_refusals_total{reason=\"membership_uuid_changed\"}"),
+        "{metrics}"
+    );
+    // The directory corrects itself: the projection moves again and the refusal is resolved.
+    directory.change(|m| m.upsert_workspace(workspace("ws-2")));
+    let target = directory.cursor();
+    let status = wait_status(&h, |s| {
+        s["ready"] == true && s["cursor"].as_i64() == Some(target)
+    })
+    .await;
+    assert!(
+        status["last_refusal"]["resolved_at"].as_str().is_some(),
+        "{status}"
+    );
+}

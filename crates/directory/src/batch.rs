@@ -75,6 +75,28 @@ pub fn validate_batch(
     Ok(())
 }
 
+/// Whether an event page without events proves that the replica is caught up: only when
+/// `after_cursor == cursor == high_water_cursor` (nothing after the replica's cursor exists).
+/// An empty page with a higher `cursor` or `high_water_cursor` reports changes it did not
+/// serve (a lagging provider, or an old page replayed), so it must not renew readiness.
+///
+/// Deviation from the reference, which treats any empty page as freshness; see
+/// docs/protocol.md "Freshness".
+///
+/// # Errors
+/// [`DirectoryError::EmptyPageNotCaughtUp`] when the cursors differ.
+pub fn empty_page_proves_freshness(batch: &DirectoryEventBatch) -> Result<(), DirectoryError> {
+    if batch.after_cursor == batch.cursor && batch.cursor == batch.high_water_cursor {
+        Ok(())
+    } else {
+        Err(DirectoryError::EmptyPageNotCaughtUp {
+            after_cursor: batch.after_cursor,
+            cursor: batch.cursor,
+            high_water_cursor: batch.high_water_cursor,
+        })
+    }
+}
+
 fn validate_payload(event: &DirectoryEvent) -> Result<(), DirectoryError> {
     let Some(kind) = event.kind() else {
         return Err(DirectoryError::UnsupportedEventType {
@@ -308,6 +330,21 @@ mod tests {
 
     fn inst() -> InstanceUuid {
         InstanceUuid::parse("inst-1").unwrap()
+    }
+
+    #[test]
+    fn empty_page_proves_freshness_only_when_all_cursors_are_equal() {
+        assert_eq!(empty_page_proves_freshness(&batch(7, 7, 7, vec![])), Ok(()));
+        for (after, cursor, high_water) in [(7, 7, 9), (7, 9, 9), (7, 8, 9)] {
+            assert_eq!(
+                empty_page_proves_freshness(&batch(after, cursor, high_water, vec![])),
+                Err(DirectoryError::EmptyPageNotCaughtUp {
+                    after_cursor: after,
+                    cursor,
+                    high_water_cursor: high_water,
+                })
+            );
+        }
     }
 
     #[test]

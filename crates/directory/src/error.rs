@@ -145,9 +145,10 @@ pub enum DirectoryError {
     },
 
     // ----- snapshot / shared state -----
-    /// Another replica already applied a newer snapshot or delta.
+    /// The provider served a snapshot older than what the shared projection already applied
+    /// (a lagging or cached provider, or another replica that applied newer events first).
     #[error(
-        "directory snapshot at cursor {snapshot_cursor} is superseded by the shared projection at cursor {projected_cursor}"
+        "the directory provider served a snapshot at cursor {snapshot_cursor}, older than cursor {projected_cursor} already applied to the shared projection; nothing was written (a lagging or cached provider answers this way, and so does a race with another replica that applied newer events)"
     )]
     SnapshotSuperseded {
         /// The snapshot's cursor.
@@ -188,6 +189,19 @@ pub enum DirectoryError {
         replica_cursor: i64,
         /// The shared cursor.
         shared_cursor: i64,
+    },
+    /// An event page without events that does not prove the replica is caught up: its
+    /// cursors are not all equal, so the provider reports changes it did not serve.
+    #[error(
+        "directory event page after cursor {after_cursor} holds no events but reports cursor {cursor} and high-water cursor {high_water_cursor}; an empty page proves freshness only when all three are equal, so readiness is not renewed (the provider is lagging or replayed an old page)"
+    )]
+    EmptyPageNotCaughtUp {
+        /// The page's `after_cursor`.
+        after_cursor: i64,
+        /// The page's `cursor`.
+        cursor: i64,
+        /// The page's `high_water_cursor`.
+        high_water_cursor: i64,
     },
     /// An event batch with `directory.changed` events was applied without a delta.
     #[error("directory changes require a workspace delta or a full snapshot")]
@@ -344,20 +358,29 @@ pub enum DirectoryError {
         membership: MembershipUuid,
     },
     /// The stored membership is newer.
-    #[error("directory membership {membership} revision rolled back ({stored} > {incoming})")]
+    #[error(
+        "directory membership {membership} of workspace {workspace} revision rolled back ({stored} > {incoming})"
+    )]
     MembershipRevisionRolledBack {
         /// The membership.
         membership: MembershipUuid,
+        /// Its workspace.
+        workspace: WorkspaceUuid,
         /// Stored revision.
         stored: i64,
         /// Incoming revision.
         incoming: i64,
     },
-    /// Same membership revision, other contents.
-    #[error("directory membership {membership} revision {revision} has conflicting contents")]
+    /// Same membership revision, other own contents (role, membership status or joined_at).
+    /// A status change that only follows the workspace status is not a conflict.
+    #[error(
+        "directory membership {membership} of workspace {workspace} revision {revision} has conflicting contents (role, membership status or joined_at changed without a new membership revision)"
+    )]
     MembershipRevisionConflict {
         /// The membership.
         membership: MembershipUuid,
+        /// Its workspace.
+        workspace: WorkspaceUuid,
         /// The revision.
         revision: i64,
     },
@@ -422,6 +445,88 @@ pub enum DirectoryError {
 }
 
 impl DirectoryError {
+    /// A stable snake_case name of the rule that refused the input (the variant name), for
+    /// metrics labels, logs and the status report.
+    pub fn rule(&self) -> &'static str {
+        match self {
+            Self::SnapshotWorkspaceCapacity { .. } => "snapshot_workspace_capacity",
+            Self::MembershipCapacity { .. } => "membership_capacity",
+            Self::ActiveWorkspaceCapacity { .. } => "active_workspace_capacity",
+            Self::ProjectedActiveWorkspaceCapacity { .. } => "projected_active_workspace_capacity",
+            Self::WrongInstance { .. } => "wrong_instance",
+            Self::BatchCursorMismatch { .. } => "batch_cursor_mismatch",
+            Self::MalformedBatch { .. } => "malformed_batch",
+            Self::UnsupportedEventType { .. } => "unsupported_event_type",
+            Self::EventScopeConflict { .. } => "event_scope_conflict",
+            Self::EventRevisionConflict { .. } => "event_revision_conflict",
+            Self::DuplicateWorkspace { .. } => "duplicate_workspace",
+            Self::DuplicateMember { .. } => "duplicate_member",
+            Self::DuplicateMembershipUuid { .. } => "duplicate_membership_uuid",
+            Self::InvalidEmail { .. } => "invalid_email",
+            Self::InvalidRevision { .. } => "invalid_revision",
+            Self::SnapshotSuperseded { .. } => "snapshot_superseded",
+            Self::SnapshotConflict { .. } => "snapshot_conflict",
+            Self::StateMissing { .. } => "state_missing",
+            Self::StateCursorRolledBack { .. } => "state_cursor_rolled_back",
+            Self::ReplicaBehindHighWater { .. } => "replica_behind_high_water",
+            Self::EmptyPageNotCaughtUp { .. } => "empty_page_not_caught_up",
+            Self::DirectoryChangesNeedDelta => "directory_changes_need_delta",
+            Self::DeltaMismatch => "delta_mismatch",
+            Self::DeltaUnrequestedWorkspace { .. } => "delta_unrequested_workspace",
+            Self::DeltaOlderThanEvent { .. } => "delta_older_than_event",
+            Self::ReceiptConflict { .. } => "receipt_conflict",
+            Self::MissingReceipt { .. } => "missing_receipt",
+            Self::EmailMapsToSeveralAccounts { .. } => "email_maps_to_several_accounts",
+            Self::ConflictingAccountProjections { .. } => "conflicting_account_projections",
+            Self::EmailCollision { .. } => "email_collision",
+            Self::LocalAccountCollision { .. } => "local_account_collision",
+            Self::AccountRevisionRolledBack { .. } => "account_revision_rolled_back",
+            Self::AccountRevisionConflict { .. } => "account_revision_conflict",
+            Self::WorkspaceOtherInstance { .. } => "workspace_other_instance",
+            Self::LocalWorkspaceCollision { .. } => "local_workspace_collision",
+            Self::WorkspaceRevisionRolledBack { .. } => "workspace_revision_rolled_back",
+            Self::WorkspaceRevisionConflict { .. } => "workspace_revision_conflict",
+            Self::CreatorNotProjected { .. } => "creator_not_projected",
+            Self::MembershipUuidChanged { .. } => "membership_uuid_changed",
+            Self::MembershipUuidCollision { .. } => "membership_uuid_collision",
+            Self::MembershipRevisionRolledBack { .. } => "membership_revision_rolled_back",
+            Self::MembershipRevisionConflict { .. } => "membership_revision_conflict",
+            Self::ExecutionOwnerInvalid { .. } => "execution_owner_invalid",
+            Self::ExecutionGenerationRolledBack { .. } => "execution_generation_rolled_back",
+            Self::DesiredStateRevisionRolledBack { .. } => "desired_state_revision_rolled_back",
+            Self::ExecutionRevisionConflict { .. } => "execution_revision_conflict",
+            Self::TombstoneRolledBack { .. } => "tombstone_rolled_back",
+        }
+    }
+
+    /// The workspace the refusal is about, when one workspace is named.
+    pub fn workspace(&self) -> Option<&WorkspaceUuid> {
+        match self {
+            Self::EventScopeConflict {
+                aggregate: workspace,
+                ..
+            }
+            | Self::DuplicateWorkspace { workspace }
+            | Self::DuplicateMember { workspace, .. }
+            | Self::DeltaUnrequestedWorkspace { workspace }
+            | Self::DeltaOlderThanEvent { workspace, .. }
+            | Self::WorkspaceOtherInstance { workspace }
+            | Self::LocalWorkspaceCollision { workspace }
+            | Self::WorkspaceRevisionRolledBack { workspace, .. }
+            | Self::WorkspaceRevisionConflict { workspace, .. }
+            | Self::CreatorNotProjected { workspace, .. }
+            | Self::MembershipUuidChanged { workspace, .. }
+            | Self::MembershipRevisionRolledBack { workspace, .. }
+            | Self::MembershipRevisionConflict { workspace, .. }
+            | Self::ExecutionOwnerInvalid { workspace }
+            | Self::ExecutionGenerationRolledBack { workspace, .. }
+            | Self::DesiredStateRevisionRolledBack { workspace, .. }
+            | Self::ExecutionRevisionConflict { workspace, .. }
+            | Self::TombstoneRolledBack { workspace, .. } => Some(workspace),
+            _ => None,
+        }
+    }
+
     /// True when another replica's newer projection won the race; initialization retries.
     pub fn is_superseded(&self) -> bool {
         matches!(self, Self::SnapshotSuperseded { .. })

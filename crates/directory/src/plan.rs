@@ -720,14 +720,22 @@ impl<'a> Working<'a> {
                     });
                 }
             }
+            let previous_status = self.workspaces.get(&candidate.uuid).map(|w| w.status);
             self.workspaces.put(candidate.uuid.clone(), next);
-            self.apply_memberships(candidate)?;
+            self.apply_memberships(candidate, previous_status)?;
             self.apply_execution(candidate)?;
         }
         Ok(())
     }
 
-    fn apply_memberships(&mut self, candidate: &DirectoryWorkspace) -> Result<(), DirectoryError> {
+    /// Projects the members of `candidate`. `previous_status` is the status of the stored
+    /// workspace row before this apply (`None` when there was none): a stored membership's
+    /// status was derived from it, so the member's own fields are compared under it.
+    fn apply_memberships(
+        &mut self,
+        candidate: &DirectoryWorkspace,
+        previous_status: Option<WorkspaceStatus>,
+    ) -> Result<(), DirectoryError> {
         let existing = self
             .by_workspace
             .get(&candidate.uuid)
@@ -782,15 +790,28 @@ impl<'a> Working<'a> {
             if row.projection_revision > member.projection_revision {
                 return Err(DirectoryError::MembershipRevisionRolledBack {
                     membership: row.uuid.clone(),
+                    workspace: candidate.uuid.clone(),
                     stored: row.projection_revision,
                     incoming: member.projection_revision,
                 });
             }
+            // Own fields vs derived status (a deviation from the reference, see
+            // docs/protocol.md "Membership conflicts"): at one membership revision the
+            // member's own fields (role, membership status, joined_at) must not change, but the
+            // stored status is derived from the workspace status too, and a workspace may be
+            // suspended, archived or deleted without new member revisions. So the stored row
+            // is compared with what the incoming own fields give under the workspace status
+            // the row was derived from, and the derived status may then follow the workspace.
+            let own_status = map_membership_status(
+                member.membership_status,
+                previous_status.unwrap_or(candidate.status),
+            );
             if row.projection_revision == member.projection_revision
-                && (row.role, row.status, row.joined_at) != (role, status, joined_at)
+                && (row.role, row.status, row.joined_at) != (role, own_status, joined_at)
             {
                 return Err(DirectoryError::MembershipRevisionConflict {
                     membership: row.uuid.clone(),
+                    workspace: candidate.uuid.clone(),
                     revision: member.projection_revision,
                 });
             }

@@ -18,7 +18,9 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
-use tenantry_directory::batch::{BatchCardinality, directory_event_revisions, validate_batch};
+use tenantry_directory::batch::{
+    BatchCardinality, directory_event_revisions, empty_page_proves_freshness, validate_batch,
+};
 use tenantry_directory::config::SNAPSHOT_ATTEMPTS;
 use tenantry_directory::maps::WorkspaceStatus;
 use tenantry_directory::{
@@ -48,9 +50,10 @@ pub enum ProjectorError {
         /// The store's message.
         message: String,
     },
-    /// Initialization lost the race to other replicas' newer projections every time.
+    /// Every snapshot the provider served during initialization was older than the shared
+    /// projection (a stale provider, or a race with other replicas lost every time).
     #[error(
-        "directory snapshot was superseded by another replica {attempts} times in a row ({last}); the provider may be serving a stale snapshot"
+        "the directory provider served a snapshot older than the shared projection {attempts} times in a row ({last}); the provider is probably serving a stale or cached snapshot: check its cursor against the projection cursor in /v1/directory/status"
     )]
     RepeatedlySuperseded {
         /// Attempts made.
@@ -58,6 +61,17 @@ pub enum ProjectorError {
         /// The last refusal.
         last: DirectoryError,
     },
+}
+
+impl ProjectorError {
+    /// The projection rule that refused the provider's answer, when this is a refusal (not an
+    /// unavailable provider or a storage failure).
+    pub fn refusal(&self) -> Option<&DirectoryError> {
+        match self {
+            Self::Rejected(e) | Self::RepeatedlySuperseded { last: e, .. } => Some(e),
+            Self::Provider(_) | Self::Storage { .. } => None,
+        }
+    }
 }
 
 impl From<ProjectionStoreError> for ProjectorError {
@@ -86,12 +100,46 @@ pub struct ResourceSnapshot {
     pub max_snapshot_memberships: usize,
 }
 
+/// The latest refusal of a provider answer by a projection rule, and how long it has lasted.
+///
+/// A refused answer is retried unchanged on every sync, so one bad workspace stalls the whole
+/// projection (every workspace, not only the named one) until the provider serves another
+/// answer; this record makes that visible (`/v1/directory/status`, logs).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Refusal {
+    /// The rule, [`DirectoryError::rule`] (e.g. `membership_revision_conflict`).
+    pub rule: &'static str,
+    /// The workspace the rule names, if one.
+    pub workspace: Option<WorkspaceUuid>,
+    /// The full message of the latest occurrence.
+    pub message: String,
+    /// Wall-clock time of the first occurrence of this same refusal (same rule and
+    /// workspace) in an unbroken run of failed syncs.
+    pub since: DateTime<Utc>,
+    /// Wall-clock time of the latest occurrence.
+    pub last_at: DateTime<Utc>,
+    /// Occurrences of this same refusal since `since`.
+    pub count: u64,
+    /// When a later sync succeeded (the projection moves again); `None` while it lasts.
+    pub resolved_at: Option<DateTime<Utc>>,
+}
+
+/// Refusals seen by this replica since it started.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct RefusalReport {
+    /// The latest refusal (kept after it is resolved, with `resolved_at`).
+    pub last: Option<Refusal>,
+    /// Refusals per rule since start (the `tenantry_directory_refusals_total{reason}` counter).
+    pub total_by_rule: BTreeMap<&'static str, u64>,
+}
+
 #[derive(Debug, Default)]
 struct ReplicaState {
     consumer_cursor: Option<i64>,
     readiness: Readiness,
     active_workspaces: u64,
     last_batch: BatchCardinality,
+    refusals: RefusalReport,
 }
 
 /// Wall-clock source for the timestamps written to the store.
@@ -199,6 +247,11 @@ impl<P: DirectoryProvider, S: DirectoryProjectionStore> DirectoryProjector<P, S>
         }
     }
 
+    /// Refusals of provider answers seen by this replica (latest one, counts per rule).
+    pub fn refusals(&self) -> RefusalReport {
+        self.replica().refusals.clone()
+    }
+
     /// Fetches and applies a full snapshot; when another replica's newer projection
     /// supersedes it, fetches again, up to [`SNAPSHOT_ATTEMPTS`] times.
     ///
@@ -212,7 +265,7 @@ impl<P: DirectoryProvider, S: DirectoryProjectionStore> DirectoryProjector<P, S>
             match self.apply_snapshot(&snapshot).await {
                 Ok(()) => return Ok(()),
                 Err(ProjectorError::Rejected(e)) if e.is_superseded() => {
-                    tracing::info!(error = %e, "directory snapshot superseded by another replica; fetching again");
+                    tracing::info!(error = %e, "directory provider served a snapshot older than the shared projection; fetching again");
                     last = Some(e);
                 }
                 Err(e) => return Err(e),
@@ -233,8 +286,15 @@ impl<P: DirectoryProvider, S: DirectoryProjectionStore> DirectoryProjector<P, S>
     /// events, or (empty batch) confirm freshness.
     ///
     /// # Errors
-    /// Any [`ProjectorError`]; nothing is half-applied.
+    /// Any [`ProjectorError`]; nothing is half-applied. A refusal by a projection rule is
+    /// also recorded (see [`Self::refusals`]) and logged with its rule and workspace.
     pub async fn sync_once(&self) -> Result<(), ProjectorError> {
+        let result = self.sync_step().await;
+        self.note_result(&result);
+        result
+    }
+
+    async fn sync_step(&self) -> Result<(), ProjectorError> {
         let Some(cursor) = self.consumer_cursor() else {
             return self.initialize().await;
         };
@@ -245,6 +305,9 @@ impl<P: DirectoryProvider, S: DirectoryProjectionStore> DirectoryProjector<P, S>
             .await?;
         validate_batch(&batch, instance, cursor)?;
         if batch.events.is_empty() {
+            // Only `after == cursor == high_water` proves there is nothing newer; an empty page
+            // claiming more (lagging provider, replayed page) must not renew readiness.
+            empty_page_proves_freshness(&batch)?;
             return self.touch_freshness(cursor).await;
         }
         let revisions = directory_event_revisions(&batch.events);
@@ -257,23 +320,32 @@ impl<P: DirectoryProvider, S: DirectoryProjectionStore> DirectoryProjector<P, S>
         }
     }
 
-    /// Syncs every `sync_interval`; after a failure waits twice as long as before (at least
-    /// the interval, at most `max_staleness / 2`). Never returns on an error; returns when
-    /// `shutdown` completes (also in the middle of a sync, which is cancellation-safe).
+    /// Syncs at once, then every `sync_interval`; after a failure waits twice as long as
+    /// before (at least the interval, at most `max_staleness / 2`). Never returns on an error;
+    /// returns when `shutdown` completes (also in the middle of a sync, which is
+    /// cancellation-safe).
+    ///
+    /// The first sync runs when `run` starts (not one interval later), so a replica started
+    /// without a prior `initialize` becomes ready as soon as the provider answers.
     pub async fn run(&self, shutdown: impl Future<Output = ()>) {
         tokio::pin!(shutdown);
         let mut delay = self.config.sync_interval;
+        let mut first = true;
         loop {
-            tokio::select! {
-                () = &mut shutdown => return,
-                () = tokio::time::sleep(delay) => {}
+            if !first {
+                tokio::select! {
+                    () = &mut shutdown => return,
+                    () = tokio::time::sleep(delay) => {}
+                }
             }
+            first = false;
             let result = tokio::select! {
                 () = &mut shutdown => return,
                 result = self.sync_once() => result,
             };
             let failed = match result {
                 Ok(()) => false,
+                Err(error) if error.refusal().is_some() => true, // logged by sync_once
                 Err(error) => {
                     tracing::warn!(%error, "directory synchronization failed; backing off");
                     true
@@ -386,6 +458,65 @@ impl<P: DirectoryProvider, S: DirectoryProjectionStore> DirectoryProjector<P, S>
         }
         if success {
             replica.readiness.record_success(now);
+        }
+    }
+
+    /// Records a refusal (or the success that ends one) and logs it with rule and workspace.
+    fn note_result(&self, result: &Result<(), ProjectorError>) {
+        let now = (self.wall_clock)();
+        let mut replica = self.replica();
+        let refusals = &mut replica.refusals;
+        match result {
+            Ok(()) => {
+                if let Some(last) = refusals.last.as_mut().filter(|r| r.resolved_at.is_none()) {
+                    last.resolved_at = Some(now);
+                    tracing::info!(
+                        rule = last.rule,
+                        workspace = last.workspace.as_ref().map(WorkspaceUuid::as_str),
+                        refused = last.count,
+                        since = %last.since,
+                        "directory projection moves again after a refused answer"
+                    );
+                }
+            }
+            Err(error) => {
+                let Some(refusal) = error.refusal() else {
+                    return;
+                };
+                let rule = refusal.rule();
+                let workspace = refusal.workspace().cloned();
+                *refusals.total_by_rule.entry(rule).or_default() += 1;
+                let same = refusals.last.as_ref().is_some_and(|r| {
+                    r.resolved_at.is_none() && r.rule == rule && r.workspace == workspace
+                });
+                let message = error.to_string();
+                let entry = match refusals.last.as_mut() {
+                    Some(last) if same => {
+                        last.count += 1;
+                        last.last_at = now;
+                        last.message = message;
+                        last
+                    }
+                    _ => refusals.last.insert(Refusal {
+                        rule,
+                        workspace,
+                        message,
+                        since: now,
+                        last_at: now,
+                        count: 1,
+                        resolved_at: None,
+                    }),
+                };
+                tracing::warn!(
+                    rule = entry.rule,
+                    workspace = entry.workspace.as_ref().map(WorkspaceUuid::as_str),
+                    count = entry.count,
+                    since = %entry.since,
+                    error = %error,
+                    "directory answer refused by a projection rule; the whole projection waits \
+                     until the provider serves an answer the rules accept"
+                );
+            }
         }
     }
 

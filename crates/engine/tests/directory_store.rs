@@ -115,3 +115,68 @@ async fn two_replicas_project_snapshot_delta_and_entitlements_into_the_database(
     assert_eq!(store.dump_tables().await.unwrap(), before);
     assert_eq!(a.consumer_cursor(), Some(12));
 }
+
+/// `shared/cases/001-workspace-status-change.md` on a real database: suspending, archiving or
+/// deleting a workspace whose members keep their own revisions is applied by a delta and by a
+/// full snapshot, and the projection stays ready.
+#[tokio::test]
+async fn case_001_workspace_status_change_keeps_the_projection_moving() {
+    for status in [
+        WorkspaceStatus::Suspended,
+        WorkspaceStatus::Archived,
+        WorkspaceStatus::Deleted,
+    ] {
+        let db = fresh_database().await;
+        let store = SeaOrmDirectoryStore::new(&db.db);
+        let provider = ScriptedProvider::new();
+        let p = DirectoryProjector::new(config(), provider.clone(), store.clone())
+            .with_wall_clock(Arc::new(|| at(0)));
+        let mut ws = workspace("ws-a", 40, &[("acct-x", 40), ("acct-y", 40)]);
+        ws.members[0].membership_uuid = m_id("mem-1");
+        ws.members[1].membership_uuid = m_id("mem-2");
+        provider.push_snapshot(Ok(snapshot(40, vec![ws.clone()])));
+        p.sync_once().await.unwrap();
+
+        let mut changed = ws.clone();
+        changed.status = status;
+        changed.projection_revision = 41;
+        provider.push_events(Ok(batch(
+            40,
+            41,
+            41,
+            vec![dir_event("e-41", 41, "ws-a", 41)],
+        )));
+        provider.push_delta(Ok(delta(&["ws-a"], vec![changed.clone()])));
+        p.sync_once()
+            .await
+            .unwrap_or_else(|e| panic!("{status:?}: {e}"));
+        assert_eq!(p.consumer_cursor(), Some(41));
+        assert!(p.require_ready().is_ok());
+        let tables = store.dump_tables().await.unwrap();
+        let expected = if status == WorkspaceStatus::Suspended {
+            MembershipStatus::Disabled
+        } else {
+            MembershipStatus::Removed
+        };
+        assert_eq!(tables.workspaces[&ws_id("ws-a")].status, status);
+        for m in ["mem-1", "mem-2"] {
+            let row = &tables.memberships[&m_id(m)];
+            assert_eq!((row.status, row.projection_revision), (expected, 40), "{m}");
+        }
+        assert!(tables.executions[&ws_id("ws-a")].write_fenced);
+
+        // The same change through a full snapshot, on a fresh replica of another database.
+        let db = fresh_database().await;
+        let store = SeaOrmDirectoryStore::new(&db.db);
+        let provider = ScriptedProvider::new();
+        let p = DirectoryProjector::new(config(), provider.clone(), store.clone())
+            .with_wall_clock(Arc::new(|| at(0)));
+        provider.push_snapshot(Ok(snapshot(40, vec![ws.clone()])));
+        p.initialize().await.unwrap();
+        p.apply_snapshot(&snapshot(41, vec![changed]))
+            .await
+            .unwrap_or_else(|e| panic!("{status:?} by snapshot: {e}"));
+        let tables = store.dump_tables().await.unwrap();
+        assert_eq!(tables.memberships[&m_id("mem-2")].status, expected);
+    }
+}

@@ -16,9 +16,13 @@
 //! 5. count the committed active projected workspaces and check the limit;
 //! 6. commit.
 //!
-//! The planner runs inline on the async task: for a 100,000-membership snapshot that is about
-//! a second of CPU in release builds (most of it the snapshot fingerprint), during which the
-//! task does not yield.
+//! The pure CPU work — computing the lookup keys and planning (for a 100,000-membership
+//! snapshot about a second of CPU in release builds, most of it the snapshot fingerprint) —
+//! runs on tokio's blocking pool (`spawn_blocking`), so the async worker threads keep serving
+//! other tasks (admin API, probes, lifecycle workers) meanwhile. The inputs are cloned once
+//! into the blocking task (`'static`); the planner itself stays pure. If the apply future is
+//! dropped while the planner runs, the planner finishes on its own and its result is dropped
+//! with the transaction (rolled back).
 
 #[cfg(feature = "bench")]
 pub(crate) mod bulk;
@@ -26,6 +30,7 @@ mod convert;
 mod entity;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use sea_orm::sea_query::{OnConflict, Query};
@@ -467,17 +472,25 @@ impl SeaOrmDirectoryStore {
             .map_err(storage("count active workspaces"))
     }
 
-    /// One apply transaction (see the module documentation).
-    async fn apply(
+    /// One apply transaction (see the module documentation). `keys` and `plan` run on the
+    /// blocking pool.
+    async fn apply<K, P>(
         &self,
         ctx: &ApplyContext,
         insert_placeholder: bool,
-        keys: Option<LookupKeys>,
-        plan: impl FnOnce(
-            Option<&ProjectionState>,
-            &ExistingRows,
-        ) -> Result<ProjectionWrite, DirectoryError>,
-    ) -> Result<ApplyOutcome, ProjectionStoreError> {
+        keys: K,
+        plan: P,
+    ) -> Result<ApplyOutcome, ProjectionStoreError>
+    where
+        K: FnOnce() -> Option<LookupKeys> + Send + 'static,
+        P: FnOnce(
+                Option<&ProjectionState>,
+                &ExistingRows,
+            ) -> Result<ProjectionWrite, DirectoryError>
+            + Send
+            + 'static,
+    {
+        let keys = off_runtime(keys).await?;
         let txn = self.begin().await?;
         let result = self
             .apply_in(&txn, ctx, insert_placeholder, keys, plan)
@@ -495,17 +508,22 @@ impl SeaOrmDirectoryStore {
         }
     }
 
-    async fn apply_in(
+    async fn apply_in<P>(
         &self,
         txn: &DatabaseTransaction,
         ctx: &ApplyContext,
         insert_placeholder: bool,
         keys: Option<LookupKeys>,
-        plan: impl FnOnce(
-            Option<&ProjectionState>,
-            &ExistingRows,
-        ) -> Result<ProjectionWrite, DirectoryError>,
-    ) -> Result<ApplyOutcome, ProjectionStoreError> {
+        plan: P,
+    ) -> Result<ApplyOutcome, ProjectionStoreError>
+    where
+        P: FnOnce(
+                Option<&ProjectionState>,
+                &ExistingRows,
+            ) -> Result<ProjectionWrite, DirectoryError>
+            + Send
+            + 'static,
+    {
         let state = self
             .lock_state(txn, &ctx.instance, insert_placeholder)
             .await?;
@@ -513,7 +531,7 @@ impl SeaOrmDirectoryStore {
             Some(keys) => self.load(txn, &keys, &ctx.instance).await?,
             None => ExistingRows::default(),
         };
-        let plan = plan(state.as_ref(), &existing)?;
+        let plan = off_runtime(move || plan(state.as_ref(), &existing)).await??;
         self.write(txn, &plan).await?;
         let active = if plan.check_active_capacity {
             let active = self.count_active(txn, &ctx.instance).await?;
@@ -526,6 +544,22 @@ impl SeaOrmDirectoryStore {
     }
 }
 
+/// Runs pure CPU work on tokio's blocking pool. A panic in it is resumed here (as if it had
+/// run inline); a cancelled task (runtime shutting down) is a storage error.
+async fn off_runtime<T, F>(work: F) -> Result<T, ProjectionStoreError>
+where
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
+    match tokio::task::spawn_blocking(work).await {
+        Ok(value) => Ok(value),
+        Err(error) if error.is_panic() => std::panic::resume_unwind(error.into_panic()),
+        Err(error) => Err(ProjectionStoreError::Storage {
+            message: format!("the directory planner task did not finish: {error}"),
+        }),
+    }
+}
+
 #[async_trait]
 impl SnapshotApplier for SeaOrmDirectoryStore {
     async fn apply_snapshot(
@@ -534,10 +568,14 @@ impl SnapshotApplier for SeaOrmDirectoryStore {
         snapshot: &DirectorySnapshot,
         events: &[DirectoryEvent],
     ) -> Result<ApplyOutcome, ProjectionStoreError> {
-        let keys = snapshot_keys(snapshot, events);
-        self.apply(ctx, true, Some(keys), |state, existing| {
-            plan_snapshot(ctx, state, existing, snapshot, events)
-        })
+        let input = Arc::new((ctx.clone(), snapshot.clone(), events.to_vec()));
+        let for_keys = Arc::clone(&input);
+        self.apply(
+            ctx,
+            true,
+            move || Some(snapshot_keys(&for_keys.1, &for_keys.2)),
+            move |state, existing| plan_snapshot(&input.0, state, existing, &input.1, &input.2),
+        )
         .await
     }
 }
@@ -550,10 +588,14 @@ impl DeltaApplier for SeaOrmDirectoryStore {
         delta: &DirectoryDelta,
         batch: &DirectoryEventBatch,
     ) -> Result<ApplyOutcome, ProjectionStoreError> {
-        let keys = delta_keys(delta, batch);
-        self.apply(ctx, false, Some(keys), |state, existing| {
-            plan_delta(ctx, state, existing, delta, batch)
-        })
+        let input = Arc::new((ctx.clone(), delta.clone(), batch.clone()));
+        let for_keys = Arc::clone(&input);
+        self.apply(
+            ctx,
+            false,
+            move || Some(delta_keys(&for_keys.1, &for_keys.2)),
+            move |state, existing| plan_delta(&input.0, state, existing, &input.1, &input.2),
+        )
         .await
     }
 }
@@ -565,10 +607,14 @@ impl EventBatchApplier for SeaOrmDirectoryStore {
         ctx: &ApplyContext,
         batch: &DirectoryEventBatch,
     ) -> Result<ApplyOutcome, ProjectionStoreError> {
-        let keys = batch_keys(batch);
-        self.apply(ctx, false, Some(keys), |state, existing| {
-            plan_event_batch(ctx, state, existing, batch)
-        })
+        let input = Arc::new((ctx.clone(), batch.clone()));
+        let for_keys = Arc::clone(&input);
+        self.apply(
+            ctx,
+            false,
+            move || Some(batch_keys(&for_keys.1)),
+            move |state, existing| plan_event_batch(&input.0, state, existing, &input.1),
+        )
         .await
     }
 }
@@ -580,9 +626,13 @@ impl FreshnessToucher for SeaOrmDirectoryStore {
         ctx: &ApplyContext,
         replica_cursor: i64,
     ) -> Result<ApplyOutcome, ProjectionStoreError> {
-        self.apply(ctx, false, None, |state, _| {
-            plan_touch(ctx, state, replica_cursor)
-        })
+        let plan_ctx = ctx.clone();
+        self.apply(
+            ctx,
+            false,
+            || None,
+            move |state, _| plan_touch(&plan_ctx, state, replica_cursor),
+        )
         .await
     }
 }

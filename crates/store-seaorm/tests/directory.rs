@@ -165,3 +165,83 @@ async fn accounts_are_looked_up_in_chunks_never_one_query_per_account() {
     store.apply_snapshot(&ctx(1), &big, &[]).await.unwrap();
     assert_eq!(account_selects.load(Ordering::SeqCst), 6);
 }
+
+/// A snapshot of `workspaces` workspaces with `members` members each (distinct accounts).
+fn large_snapshot(workspaces: usize, members: usize) -> tenantry_directory::DirectorySnapshot {
+    let accounts: Vec<String> = (0..workspaces * members)
+        .map(|i| format!("acc-{i:06}"))
+        .collect();
+    let list: Vec<_> = (0..workspaces)
+        .map(|w| {
+            let own: Vec<(&str, i64)> = accounts[w * members..(w + 1) * members]
+                .iter()
+                .map(|a| (a.as_str(), 1))
+                .collect();
+            workspace(&format!("ws-{w:04}"), 1, &own)
+        })
+        .collect();
+    snapshot(1, list)
+}
+
+/// The planner's CPU work runs off the async worker thread: on a current-thread runtime a
+/// ticker task keeps ticking while a large snapshot is planned. Inline planning would stall it
+/// for the whole planning time.
+#[tokio::test]
+async fn planning_a_large_snapshot_does_not_stall_the_runtime() {
+    let db = fresh_database().await;
+    let store = SeaOrmDirectoryStore::new(&db.db);
+    let ctx = ApplyContext {
+        instance: instance(),
+        limits: ProjectionLimits::default(),
+        now: at(0),
+        max_staleness: Duration::from_secs(60),
+    };
+    let s = large_snapshot(100, 200);
+    // The planner's own time for this input (pure, on this thread, nothing else to do).
+    let started = std::time::Instant::now();
+    let keys = tenantry_directory::plan::snapshot_keys(&s, &[]);
+    let planned = tenantry_directory::plan::plan_snapshot(
+        &ctx,
+        None,
+        &tenantry_directory::ExistingRows::default(),
+        &s,
+        &[],
+    )
+    .unwrap();
+    let plan_time = started.elapsed();
+    assert_eq!(planned.memberships.len(), 20_000);
+    assert_eq!(keys.account_uuids.len(), 20_000);
+
+    let ticks = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let ticker = {
+        let ticks = std::sync::Arc::clone(&ticks);
+        tokio::spawn(async move {
+            let mut every = tokio::time::interval(Duration::from_millis(1));
+            every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                every.tick().await;
+                ticks.lock().unwrap().push(std::time::Instant::now());
+            }
+        })
+    };
+    tokio::task::yield_now().await;
+    let apply_started = std::time::Instant::now();
+    store.apply_snapshot(&ctx, &s, &[]).await.unwrap();
+    let apply_time = apply_started.elapsed();
+    ticker.abort();
+    let ticks = ticks.lock().unwrap().clone();
+    let max_gap = ticks
+        .windows(2)
+        .filter(|w| w[1] >= apply_started)
+        .map(|w| w[1] - w[0])
+        .max()
+        .unwrap_or(apply_time);
+    eprintln!(
+        "20,000 memberships: planner alone {plan_time:?}; apply {apply_time:?}; longest runtime stall during the apply {max_gap:?} ({} ticks)",
+        ticks.len()
+    );
+    assert!(
+        max_gap < plan_time / 2,
+        "the runtime stalled {max_gap:?}; planning takes {plan_time:?}"
+    );
+}

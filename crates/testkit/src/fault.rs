@@ -90,6 +90,10 @@ pub enum Fault {
     /// before (an older snapshot, an earlier events page, an earlier delta); answers normally
     /// when there is none yet.
     StalePage,
+    /// Directory routes only: send the route's previous signed answer byte for byte (body,
+    /// timestamp and signature as signed for its own request), as a replaying cache or
+    /// attacker would; answers normally when there is none yet. Not drawn by any profile.
+    ReplayedResponse,
     /// Directory routes only: sign with a key the client does not trust (its own key id).
     UntrustedSignature,
     /// Directory routes only: send a signature that does not verify (one bit flipped).
@@ -111,6 +115,7 @@ impl Fault {
             Fault::Stall { .. } => "stall",
             Fault::LagWatermark => "lag_watermark",
             Fault::StalePage => "stale_page",
+            Fault::ReplayedResponse => "replayed_response",
             Fault::UntrustedSignature => "untrusted_signature",
             Fault::BadSignature => "bad_signature",
             Fault::Unsigned => "unsigned",

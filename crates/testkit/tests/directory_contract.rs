@@ -159,6 +159,31 @@ async fn stale_page_is_served_with_a_valid_signature() {
 }
 
 #[tokio::test]
+async fn replayed_answer_for_another_request_is_refused() {
+    let dir = start().await;
+    let p = client(&dir);
+    // The caught-up empty page after cursor 4, signed for `after=4`.
+    let empty = p.fetch_events(&instance(), 4, 100).await.unwrap();
+    assert_eq!(
+        (empty.after_cursor, empty.cursor, empty.events.len()),
+        (4, 4, 0)
+    );
+    // Replayed as the answer to `after=2` (to hide the events after 2): the signature binds
+    // the query, so it does not verify.
+    dir.script(Route::DirectoryEvents, [Some(Fault::ReplayedResponse)]);
+    let message = invalid_message(p.fetch_events(&instance(), 2, 100).await.unwrap_err());
+    assert!(
+        message.contains("does not verify over the request sent"),
+        "{message}"
+    );
+    // The same request replayed within the skew window still verifies: the projector's
+    // cursor rules and the empty-page rule judge it.
+    let fresh = p.fetch_events(&instance(), 2, 100).await.unwrap();
+    dir.script(Route::DirectoryEvents, [Some(Fault::ReplayedResponse)]);
+    assert_eq!(p.fetch_events(&instance(), 2, 100).await.unwrap(), fresh);
+}
+
+#[tokio::test]
 async fn oversized_response_is_refused() {
     let dir = start().await;
     let config = DirectoryClientConfig {

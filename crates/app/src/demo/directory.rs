@@ -62,7 +62,8 @@ pub struct Churn {
     pub members_removed: u64,
     /// Workspaces created during the run.
     pub workspaces_created: u64,
-    /// Workspaces archived.
+    /// Workspaces suspended, archived or deleted (a status change only: the members keep
+    /// their own revisions).
     pub workspaces_archived: u64,
     /// Workspaces removed from the directory.
     pub workspaces_removed: u64,
@@ -249,15 +250,16 @@ impl DemoDirectory {
                     churn.workspaces_created += 1;
                 }
             } else if roll < 0.93 {
-                // Archiving changes every membership's projected status, so every membership
-                // gets the new revision (same revision with other contents is a conflict).
-                let mut archived = target.clone();
-                archived.status = WorkspaceStatus::Archived;
-                archived.projection_revision = target.projection_revision + 1;
-                for member in &mut archived.members {
-                    member.projection_revision = archived.projection_revision;
-                }
-                self.server.change(|m| m.upsert_workspace(archived));
+                // A status change of the workspace alone: the members keep their own
+                // revisions (shared/cases/001-workspace-status-change.md); their projected
+                // status follows the workspace.
+                let status = [
+                    WorkspaceStatus::Suspended,
+                    WorkspaceStatus::Archived,
+                    WorkspaceStatus::Deleted,
+                ][rng.random_range(0..3)];
+                self.server
+                    .change(|m| m.set_workspace_status(&target.uuid, status));
                 churn.workspaces_archived += 1;
             } else if roll < 0.96 {
                 self.server.change(|m| m.remove_workspace(&target.uuid));

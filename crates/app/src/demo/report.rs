@@ -164,7 +164,7 @@ impl DemoReport {
         let c = &self.churn;
         let _ = writeln!(
             out,
-            "  directory: final snapshot {} workspaces, {} memberships, {} accounts; {} changes while running ({} members added, {} removed, {} workspaces created, {} archived, {} removed, {} entitlement events); projection caught up at {:.1} s",
+            "  directory: final snapshot {} workspaces, {} memberships, {} accounts; {} changes while running ({} members added, {} removed, {} workspaces created, {} suspended/archived/deleted, {} removed, {} entitlement events); projection caught up at {:.1} s",
             self.directory.workspaces,
             self.directory.memberships,
             self.directory.accounts,

@@ -125,7 +125,13 @@ async fn initialize_retries_superseded_snapshots_up_to_five_times() {
     );
     assert!(
         err.to_string()
-            .contains("superseded by another replica 5 times")
+            .contains("served a snapshot older than the shared projection 5 times"),
+        "{err}"
+    );
+    assert!(
+        err.to_string()
+            .contains("served a snapshot at cursor 10, older than cursor 21 already applied"),
+        "{err}"
     );
     assert_eq!(p.consumer_cursor(), None);
     assert_eq!(p.require_ready(), Err(NotReady::NeverReady));
@@ -376,8 +382,21 @@ async fn replicas_share_the_state_row_but_keep_their_own_cursor() {
         (a.consumer_cursor(), b.consumer_cursor()),
         (Some(11), Some(10))
     );
-    // B has not consumed the shared high-water mark: an empty page cannot refresh it.
+    // B has not consumed the shared high-water mark: an empty page cannot refresh it, neither
+    // one that reports the newer high-water mark ...
     b_provider.push_events(Ok(batch(10, 10, 11, vec![])));
+    assert_eq!(
+        b.sync_once().await,
+        Err(ProjectorError::Rejected(
+            DirectoryError::EmptyPageNotCaughtUp {
+                after_cursor: 10,
+                cursor: 10,
+                high_water_cursor: 11
+            }
+        ))
+    );
+    // ... nor an old one (a lagging provider) that looks caught up by itself.
+    b_provider.push_events(Ok(batch(10, 10, 10, vec![])));
     assert_eq!(
         b.sync_once().await,
         Err(ProjectorError::Rejected(
@@ -418,28 +437,27 @@ async fn run_loop_backs_off_doubling_up_to_half_the_staleness_and_never_exits() 
             .count()
     };
     let at_secs = |s: f64| start + Duration::from_secs_f64(s);
-    // Failures at t=5, 15, 35, 65, 95 (delays 5, 10, 20, 30, 30).
+    // The first sync runs at once; failures at t=0, 10, 30, 60, 90 (delays 10, 20, 30, 30).
     for (t, expected) in [
-        (4.9, 0),
-        (5.1, 1),
-        (14.9, 1),
-        (15.1, 2),
-        (34.9, 2),
-        (35.1, 3),
-        (64.9, 3),
-        (65.1, 4),
-        (95.1, 5),
+        (0.1, 1),
+        (9.9, 1),
+        (10.1, 2),
+        (29.9, 2),
+        (30.1, 3),
+        (59.9, 3),
+        (60.1, 4),
+        (90.1, 5),
     ] {
         tokio::time::sleep_until(at_secs(t)).await;
         assert_eq!(events_calls(), expected, "at t={t}");
     }
     assert!(matches!(p.require_ready(), Err(NotReady::Stale { .. })));
-    // The provider recovers: the sync at t=125 succeeds, the next comes one interval later.
+    // The provider recovers: the sync at t=120 succeeds, the next comes one interval later.
     f.provider.push_events(Ok(batch(10, 10, 10, vec![])));
-    tokio::time::sleep_until(at_secs(125.1)).await;
+    tokio::time::sleep_until(at_secs(120.1)).await;
     assert_eq!(events_calls(), 6);
     assert_eq!(p.require_ready(), Ok(()));
-    tokio::time::sleep_until(at_secs(130.1)).await;
+    tokio::time::sleep_until(at_secs(125.1)).await;
     assert_eq!(events_calls(), 7);
     assert!(!runner.is_finished());
     stop.send(()).unwrap();
@@ -451,7 +469,116 @@ async fn run_loop_stops_on_shutdown_while_sleeping() {
     let f = Fixture::new();
     let p = initialized(&f).await;
     p.run(tokio::time::sleep(Duration::from_secs(2))).await;
-    assert_eq!(f.provider.calls().len(), 1, "only the initial snapshot");
+    assert_eq!(
+        f.provider.calls().len(),
+        2,
+        "the initial snapshot and the sync at the start of run, nothing while sleeping"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn run_syncs_at_start_not_one_interval_later() {
+    let f = Fixture::new();
+    let p = f.projector();
+    f.provider.push_snapshot(Ok(base()));
+    let start = Instant::now();
+    p.run(async {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    })
+    .await;
+    assert_eq!(start.elapsed(), Duration::from_millis(1));
+    assert_eq!(
+        p.consumer_cursor(),
+        Some(10),
+        "initialized by the first sync"
+    );
+    assert_eq!(p.require_ready(), Ok(()));
+}
+
+#[tokio::test(start_paused = true)]
+async fn empty_page_renews_readiness_only_when_all_cursors_are_equal() {
+    let f = Fixture::new();
+    let p = initialized(&f).await;
+    tokio::time::advance(Duration::from_secs(59)).await;
+    // A page that reports newer events it does not hold (lagging or replayed) proves nothing.
+    f.provider.push_events(Ok(batch(10, 10, 12, vec![])));
+    assert_eq!(
+        p.sync_once().await,
+        Err(ProjectorError::Rejected(
+            DirectoryError::EmptyPageNotCaughtUp {
+                after_cursor: 10,
+                cursor: 10,
+                high_water_cursor: 12,
+            }
+        ))
+    );
+    tokio::time::advance(Duration::from_secs(1)).await;
+    assert!(matches!(p.require_ready(), Err(NotReady::Stale { .. })));
+    f.provider.push_events(Ok(batch(10, 10, 10, vec![])));
+    p.sync_once().await.unwrap();
+    assert_eq!(p.require_ready(), Ok(()));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_refused_answer_is_recorded_with_rule_workspace_since_and_count() {
+    let f = Fixture::new();
+    let clock = Arc::new(std::sync::atomic::AtomicI64::new(0));
+    let p = {
+        let clock = Arc::clone(&clock);
+        f.projector().with_wall_clock(Arc::new(move || {
+            at(clock.load(std::sync::atomic::Ordering::SeqCst))
+        }))
+    };
+    f.provider.push_snapshot(Ok(base()));
+    p.initialize().await.unwrap();
+    assert_eq!(p.refusals(), RefusalReport::default());
+    let page = batch(10, 11, 11, vec![dir_event("e-11", 11, "ws-1", 5)]);
+    for (t, count) in [(1, 1), (2, 2), (3, 3)] {
+        clock.store(t, std::sync::atomic::Ordering::SeqCst);
+        f.provider.push_events(Ok(page.clone()));
+        f.provider.push_delta(Ok(delta(
+            &["ws-1"],
+            vec![workspace("ws-1", 4, &[("a", 1)])],
+        )));
+        let error = p.sync_once().await.unwrap_err();
+        assert_eq!(
+            error.refusal().map(DirectoryError::rule),
+            Some("delta_older_than_event")
+        );
+        let last = p.refusals().last.unwrap();
+        assert_eq!(
+            (
+                last.rule,
+                last.workspace.clone(),
+                last.since,
+                last.last_at,
+                last.count
+            ),
+            (
+                "delta_older_than_event",
+                Some(ws_id("ws-1")),
+                at(1),
+                at(t),
+                count
+            )
+        );
+        assert_eq!(last.resolved_at, None);
+    }
+    // Provider outages are not refusals.
+    f.provider.push_events(Err(unavailable()));
+    assert!(p.sync_once().await.unwrap_err().refusal().is_none());
+    assert_eq!(p.refusals().last.unwrap().count, 3);
+    // The provider serves an acceptable answer: the refusal is resolved, the total stays.
+    clock.store(4, std::sync::atomic::Ordering::SeqCst);
+    f.provider.push_events(Ok(page));
+    f.provider.push_delta(Ok(delta(
+        &["ws-1"],
+        vec![workspace("ws-1", 5, &[("a", 1)])],
+    )));
+    p.sync_once().await.unwrap();
+    let report = p.refusals();
+    assert_eq!(report.last.unwrap().resolved_at, Some(at(4)));
+    assert_eq!(report.total_by_rule.get("delta_older_than_event"), Some(&3));
 }
 
 /// A provider whose event fetch never answers (a hung connection).

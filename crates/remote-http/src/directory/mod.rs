@@ -25,7 +25,7 @@ use tenantry_directory::{
 use tenantry_ports::directory::{DirectoryProvider, ProviderError};
 
 use crate::client::{ClientBuildError, mutation_client};
-use signature::{SignatureHeaders, TrustedKeys};
+use signature::{SignatureHeaders, SignedRequest, TrustedKeys};
 
 /// Default largest accepted response body: 128 MiB.
 pub const DEFAULT_MAX_RESPONSE_BYTES: u64 = 128 * 1024 * 1024;
@@ -191,6 +191,15 @@ impl HttpDirectoryProvider {
         url: Url,
         body: Option<Vec<u8>>,
     ) -> Result<Vec<u8>, ProviderError> {
+        // The request as the signature binds it: the path below the base URL's own prefix.
+        let prefix = self.base.path().trim_end_matches('/');
+        let path = url
+            .path()
+            .strip_prefix(prefix)
+            .unwrap_or(url.path())
+            .to_owned();
+        let query = url.query().unwrap_or("").to_owned();
+        let method_name = method.as_str().to_owned();
         let mut request = self.client.request(method, url).timeout(self.deadline);
         if let Some(auth) = &self.authorization {
             request = request.header(AUTHORIZATION, auth.clone());
@@ -231,8 +240,14 @@ impl HttpDirectoryProvider {
             timestamp: header(&headers, signature::TIMESTAMP_HEADER),
             signature: header(&headers, signature::SIGNATURE_HEADER),
         };
+        let signed_request = SignedRequest {
+            method: &method_name,
+            path: &path,
+            query: &query,
+        };
         signature::verify(
             &signature_headers,
+            &signed_request,
             &body,
             &self.trusted,
             Utc::now().timestamp(),

@@ -1,15 +1,20 @@
-//! Response signatures of Directory API v1: Ed25519 over a canonical string of timestamp and
-//! body, with the signing key named by id so several keys can be trusted during a rotation.
+//! Response signatures of Directory API v1: Ed25519 over a canonical string that binds the
+//! request (method, path, query), the signing time and the body, with the signing key named by
+//! id so several keys can be trusted during a rotation.
 //!
 //! Headers of every `2xx` directory response:
 //! - [`KEY_ID_HEADER`]: id of the signing key;
 //! - [`TIMESTAMP_HEADER`]: signing time, Unix seconds (decimal);
 //! - [`SIGNATURE_HEADER`]: the 64-byte Ed25519 signature, lowercase hex.
 //!
-//! The signed bytes are [`signed_message`]: `tenantry-directory-v1\n{timestamp}\n{body}`.
+//! The signed bytes are [`signed_message`]:
+//! `tenantry-directory-v2\n{METHOD}\n{path}\n{query}\n{timestamp}\n{body}`.
 //! A response is trusted only when all three headers are present and well formed, the key id
 //! is trusted, the timestamp is within the allowed skew of the local clock, and the signature
-//! verifies (strict verification) over exactly the received body.
+//! verifies (strict verification) over exactly the request that was sent and the body that
+//! was received. Binding the request means a signed answer cannot be replayed as the answer to
+//! another request (an old empty events page for a later `after`, a snapshot body on the
+//! events route). Context `v1` (timestamp and body only) is no longer accepted.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -25,13 +30,31 @@ pub const TIMESTAMP_HEADER: &str = "X-Directory-Timestamp";
 pub const SIGNATURE_HEADER: &str = "X-Directory-Signature";
 /// Default largest difference between the signing time and the local clock.
 pub const DEFAULT_MAX_SKEW: Duration = Duration::from_secs(300);
-/// Domain-separation prefix of the signed message.
-pub const SIGNATURE_CONTEXT: &str = "tenantry-directory-v1";
+/// Domain-separation prefix of the signed message; the version names the canonical form
+/// (`v2`: request, timestamp and body).
+pub const SIGNATURE_CONTEXT: &str = "tenantry-directory-v2";
 
-/// The bytes signed for a response: `tenantry-directory-v1\n{timestamp}\n` followed by the
-/// body exactly as sent.
-pub fn signed_message(timestamp: i64, body: &[u8]) -> Vec<u8> {
-    let mut message = format!("{SIGNATURE_CONTEXT}\n{timestamp}\n").into_bytes();
+/// The request a response answers, as it is bound into the signature.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SignedRequest<'a> {
+    /// HTTP method, upper case (`GET`, `POST`).
+    pub method: &'a str,
+    /// The Directory API path, starting at `/v1/`, percent-encoded as sent (without the base
+    /// URL's own path prefix, which a reverse proxy may strip).
+    pub path: &'a str,
+    /// The raw query string without `?`, as sent; empty when there is none.
+    pub query: &'a str,
+}
+
+/// The bytes signed for a response:
+/// `tenantry-directory-v2\n{METHOD}\n{path}\n{query}\n{timestamp}\n` followed by the body
+/// exactly as sent.
+pub fn signed_message(request: &SignedRequest<'_>, timestamp: i64, body: &[u8]) -> Vec<u8> {
+    let mut message = format!(
+        "{SIGNATURE_CONTEXT}\n{}\n{}\n{}\n{timestamp}\n",
+        request.method, request.path, request.query
+    )
+    .into_bytes();
     message.extend_from_slice(body);
     message
 }
@@ -73,9 +96,9 @@ pub enum SignatureError {
         /// The allowed maximum, seconds.
         max_secs: u64,
     },
-    /// The signature does not verify over the received body.
+    /// The signature does not verify over the request sent and the body received.
     #[error(
-        "directory response signature by key {key_id:?} does not verify over the received body"
+        "directory response signature by key {key_id:?} does not verify over the request sent and the body received (tampered, replayed from another request, or signed with an older signature version)"
     )]
     BadSignature {
         /// The key id the response named.
@@ -171,12 +194,14 @@ pub struct SignatureHeaders<'a> {
 }
 
 /// Verifies a response: headers present and well formed, key trusted, timestamp within
-/// `max_skew` of `now_unix`, signature valid over `body`. Returns the signing key id.
+/// `max_skew` of `now_unix`, signature valid over `request` and `body`. Returns the signing
+/// key id.
 ///
 /// # Errors
 /// The first [`SignatureError`] found, in that order.
 pub fn verify(
     headers: &SignatureHeaders<'_>,
+    request: &SignedRequest<'_>,
     body: &[u8],
     trusted: &TrustedKeys,
     now_unix: i64,
@@ -220,7 +245,7 @@ pub fn verify(
         });
     }
     let signature = Signature::from_bytes(&sig_bytes);
-    key.verify_strict(&signed_message(timestamp, body), &signature)
+    key.verify_strict(&signed_message(request, timestamp, body), &signature)
         .map_err(|_| SignatureError::BadSignature {
             key_id: key_id.to_owned(),
         })?;
@@ -246,8 +271,14 @@ mod tests {
         t
     }
 
+    const REQUEST: SignedRequest<'static> = SignedRequest {
+        method: "GET",
+        path: "/v1/instances/inst-1/directory/events",
+        query: "after=10&limit=100",
+    };
+
     fn sign(k: &SigningKey, ts: i64, body: &[u8]) -> String {
-        hex::encode(k.sign(&signed_message(ts, body)).to_bytes())
+        hex::encode(k.sign(&signed_message(&REQUEST, ts, body)).to_bytes())
     }
 
     fn check(key_id: &str, ts: i64, sig: &str, body: &[u8]) -> Result<String, SignatureError> {
@@ -257,7 +288,7 @@ mod tests {
             timestamp: Some(&ts),
             signature: Some(sig),
         };
-        verify(&headers, body, &trusted(), NOW, DEFAULT_MAX_SKEW)
+        verify(&headers, &REQUEST, body, &trusted(), NOW, DEFAULT_MAX_SKEW)
     }
 
     #[test]
@@ -281,14 +312,14 @@ mod tests {
             signature: None,
         };
         assert_eq!(
-            verify(&headers, b"{}", &trusted(), NOW, DEFAULT_MAX_SKEW),
+            verify(&headers, &REQUEST, b"{}", &trusted(), NOW, DEFAULT_MAX_SKEW),
             Err(SignatureError::Missing {
                 header: SIGNATURE_HEADER
             })
         );
         let none = SignatureHeaders::default();
         assert!(matches!(
-            verify(&none, b"{}", &trusted(), NOW, DEFAULT_MAX_SKEW),
+            verify(&none, &REQUEST, b"{}", &trusted(), NOW, DEFAULT_MAX_SKEW),
             Err(SignatureError::Missing { .. })
         ));
     }
@@ -309,7 +340,7 @@ mod tests {
             signature: Some(&"00".repeat(64)),
         };
         assert!(matches!(
-            verify(&headers, body, &trusted(), NOW, DEFAULT_MAX_SKEW),
+            verify(&headers, &REQUEST, body, &trusted(), NOW, DEFAULT_MAX_SKEW),
             Err(SignatureError::Malformed {
                 header: TIMESTAMP_HEADER,
                 ..
@@ -351,6 +382,53 @@ mod tests {
         ));
         assert!(matches!(
             check("k1", NOW - 1, &sig, body),
+            Err(SignatureError::BadSignature { .. })
+        ));
+    }
+
+    #[test]
+    fn signature_binds_method_path_and_query() {
+        let body = br#"{"cursor":10,"events":[]}"#;
+        let sig = sign(&key(1), NOW, body);
+        let ts = NOW.to_string();
+        let headers = SignatureHeaders {
+            key_id: Some("k1"),
+            timestamp: Some(&ts),
+            signature: Some(&sig),
+        };
+        let verify_for = |request: SignedRequest<'_>| {
+            verify(&headers, &request, body, &trusted(), NOW, DEFAULT_MAX_SKEW)
+        };
+        assert_eq!(verify_for(REQUEST).as_deref(), Ok("k1"));
+        for other in [
+            SignedRequest {
+                query: "after=12&limit=100",
+                ..REQUEST
+            },
+            SignedRequest {
+                path: "/v1/instances/inst-2/directory/events",
+                ..REQUEST
+            },
+            SignedRequest {
+                method: "POST",
+                ..REQUEST
+            },
+        ] {
+            assert!(
+                matches!(verify_for(other), Err(SignatureError::BadSignature { .. })),
+                "{other:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn version_1_signatures_are_no_longer_accepted() {
+        let body = b"{}";
+        let mut v1 = format!("tenantry-directory-v1\n{NOW}\n").into_bytes();
+        v1.extend_from_slice(body);
+        let sig = hex::encode(key(1).sign(&v1).to_bytes());
+        assert!(matches!(
+            check("k1", NOW, &sig, body),
             Err(SignatureError::BadSignature { .. })
         ));
     }

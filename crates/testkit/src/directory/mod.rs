@@ -4,9 +4,12 @@
 //!
 //! Signature format (the client side is `tenantry_remote_http::directory::signature`): headers
 //! [`KEY_ID_HEADER`], [`TIMESTAMP_HEADER`] (Unix seconds) and [`SIGNATURE_HEADER`] (hex Ed25519
-//! signature) over `tenantry-directory-v1\n{timestamp}\n{body}`. Two trusted signing keys
-//! exist so a test can rotate ([`ReferenceDirectory::rotate_signing_key`]); a third, untrusted
-//! key signs when [`Fault::UntrustedSignature`] hits.
+//! signature) over `tenantry-directory-v2\n{METHOD}\n{path}\n{query}\n{timestamp}\n{body}`
+//! ([`signed_message`]: the request as received, so an answer cannot be replayed for another
+//! request). Two trusted signing keys exist so a test can rotate
+//! ([`ReferenceDirectory::rotate_signing_key`]); a third, untrusted key signs when
+//! [`Fault::UntrustedSignature`] hits. [`Fault::ReplayedResponse`] sends the route's previous
+//! signed answer byte for byte, signature included, as a replaying cache or attacker would.
 //!
 //! A test mutates the directory with [`ReferenceDirectory::change`], which hands out the
 //! [`DirectoryModel`]: add / change / remove workspaces and members, emit entitlement events.
@@ -24,7 +27,7 @@ use axum::Router;
 use axum::body::Bytes;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Extension, Path, Query, State};
-use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use ed25519_dalek::{Signer, SigningKey};
@@ -46,8 +49,8 @@ pub const KEY_ID_HEADER: &str = "x-directory-key-id";
 pub const TIMESTAMP_HEADER: &str = "x-directory-timestamp";
 /// Header with the hex Ed25519 signature.
 pub const SIGNATURE_HEADER: &str = "x-directory-signature";
-/// Domain-separation prefix of the signed message.
-pub const SIGNATURE_CONTEXT: &str = "tenantry-directory-v1";
+/// Domain-separation prefix of the signed message; `v2` binds the request too.
+pub const SIGNATURE_CONTEXT: &str = "tenantry-directory-v2";
 
 /// Path templates of Directory API v1, in axum syntax; the OpenAPI file documents exactly these.
 pub const PATHS: [(&str, &str, Route); 3] = [
@@ -139,6 +142,7 @@ impl ReferenceDirectory {
                 faults: FaultInjector::new(config.profile, config.seed),
                 keys,
                 last_bodies: BTreeMap::new(),
+                last_signed: BTreeMap::new(),
                 requests: BTreeMap::new(),
             }),
         });
@@ -249,7 +253,17 @@ struct Inner {
     faults: FaultInjector,
     keys: Keys,
     last_bodies: BTreeMap<Route, Vec<u8>>,
+    last_signed: BTreeMap<Route, SignedAnswer>,
     requests: BTreeMap<Route, u64>,
+}
+
+/// One signed answer as sent: body and signature headers.
+#[derive(Debug, Clone)]
+struct SignedAnswer {
+    body: Vec<u8>,
+    key_id: String,
+    timestamp: i64,
+    signature: [u8; 64],
 }
 
 impl Shared {
@@ -325,6 +339,7 @@ async fn snapshot(
     State(shared): State<Arc<Shared>>,
     Extension(ctl): Ctl,
     Path(instance): Path<String>,
+    uri: Uri,
     headers: HeaderMap,
 ) -> Response {
     if let Err(e) = shared
@@ -333,7 +348,7 @@ async fn snapshot(
     {
         return error_response(&e);
     }
-    serve(&shared, &ctl, Route::DirectorySnapshot, |model| {
+    serve(&shared, &ctl, Route::DirectorySnapshot, &uri, |model| {
         serde_json::to_vec(&model.snapshot(chrono::Utc::now()))
     })
     .await
@@ -350,6 +365,7 @@ async fn events(
     Extension(ctl): Ctl,
     Path(instance): Path<String>,
     query: Result<Query<EventsQuery>, QueryRejection>,
+    uri: Uri,
     headers: HeaderMap,
 ) -> Response {
     let parsed = shared
@@ -369,7 +385,7 @@ async fn events(
         Err(e) => return error_response(&e),
     };
     let limit = query.limit.unwrap_or(state::MAX_PAGE);
-    serve(&shared, &ctl, Route::DirectoryEvents, move |model| {
+    serve(&shared, &ctl, Route::DirectoryEvents, &uri, move |model| {
         serde_json::to_vec(&model.events(query.after, limit))
     })
     .await
@@ -384,6 +400,7 @@ async fn workspaces(
     State(shared): State<Arc<Shared>>,
     Extension(ctl): Ctl,
     Path(instance): Path<String>,
+    uri: Uri,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
@@ -403,17 +420,23 @@ async fn workspaces(
         Ok(r) => r,
         Err(e) => return error_response(&e),
     };
-    serve(&shared, &ctl, Route::DirectoryWorkspaces, move |model| {
-        serde_json::to_vec(&model.delta(&request.workspace_uuids, chrono::Utc::now()))
-    })
+    serve(
+        &shared,
+        &ctl,
+        Route::DirectoryWorkspaces,
+        &uri,
+        move |model| serde_json::to_vec(&model.delta(&request.workspace_uuids, chrono::Utc::now())),
+    )
     .await
 }
 
-/// Runs one read through the faults, renders the body with `render`, and signs it.
+/// Runs one read through the faults, renders the body with `render`, and signs it for the
+/// request `uri` of `route`'s method.
 async fn serve(
     shared: &Shared,
     ctl: &ConnectionControl,
     route: Route,
+    uri: &Uri,
     render: impl FnOnce(&DirectoryModel) -> serde_json::Result<Vec<u8>>,
 ) -> Response {
     let fault = {
@@ -472,10 +495,42 @@ async fn serve(
         now
     };
     let (key_id, key) = signer;
-    let mut signature = key.sign(&signed_message(timestamp, &body)).to_bytes();
+    let method = if route == Route::DirectoryWorkspaces {
+        Method::POST
+    } else {
+        Method::GET
+    };
+    let request = SignedRequest {
+        method: method.as_str(),
+        path: uri.path(),
+        query: uri.query().unwrap_or(""),
+    };
+    let mut signature = key
+        .sign(&signed_message(&request, timestamp, &body))
+        .to_bytes();
     if fault == Some(Fault::BadSignature) {
         signature[0] ^= 0x01;
     }
+    let answer = SignedAnswer {
+        body,
+        key_id,
+        timestamp,
+        signature,
+    };
+    let answer = {
+        let mut inner = shared.lock();
+        let previous = inner.last_signed.insert(route, answer.clone());
+        match previous {
+            Some(previous) if fault == Some(Fault::ReplayedResponse) => previous,
+            _ => answer,
+        }
+    };
+    let SignedAnswer {
+        body,
+        key_id,
+        timestamp,
+        signature,
+    } = answer;
     let mut response = (StatusCode::OK, body).into_response();
     let headers = response.headers_mut();
     headers.insert(
@@ -496,9 +551,25 @@ async fn serve(
     response
 }
 
-/// The bytes signed for a response: `tenantry-directory-v1\n{timestamp}\n{body}`.
-pub fn signed_message(timestamp: i64, body: &[u8]) -> Vec<u8> {
-    let mut message = format!("{SIGNATURE_CONTEXT}\n{timestamp}\n").into_bytes();
+/// The request a signed answer is bound to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SignedRequest<'a> {
+    /// HTTP method, upper case.
+    pub method: &'a str,
+    /// The request path as received (percent-encoded), starting at `/v1/`.
+    pub path: &'a str,
+    /// The raw query string without `?`; empty when there is none.
+    pub query: &'a str,
+}
+
+/// The bytes signed for a response:
+/// `tenantry-directory-v2\n{METHOD}\n{path}\n{query}\n{timestamp}\n{body}`.
+pub fn signed_message(request: &SignedRequest<'_>, timestamp: i64, body: &[u8]) -> Vec<u8> {
+    let mut message = format!(
+        "{SIGNATURE_CONTEXT}\n{}\n{}\n{}\n{timestamp}\n",
+        request.method, request.path, request.query
+    )
+    .into_bytes();
     message.extend_from_slice(body);
     message
 }

@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 use serde_json::{Map, Value, json};
+use tenantry_directory::maps::WorkspaceStatus;
 use tenantry_directory::{
     DirectoryDelta, DirectoryEvent, DirectoryEventBatch, DirectoryMember, DirectorySnapshot,
     DirectoryWorkspace, EventUuid, InstanceUuid, MembershipUuid, WorkspaceUuid,
@@ -81,6 +82,22 @@ impl DirectoryModel {
         member.projection_revision = revision;
         ws.members.retain(|m| m.account_uuid != member.account_uuid);
         ws.members.push(member);
+        Some(self.store(ws))
+    }
+
+    /// Changes only a workspace's status (suspend, archive, delete, reactivate): the
+    /// workspace's revision rises by one, every member keeps its own revision and fields, as
+    /// a directory does when the workspace, not the membership, changed
+    /// (`shared/cases/001-workspace-status-change.md`). Emits `directory.changed`; `None`
+    /// when the workspace does not exist.
+    pub fn set_workspace_status(
+        &mut self,
+        workspace: &WorkspaceUuid,
+        status: WorkspaceStatus,
+    ) -> Option<i64> {
+        let mut ws = self.workspaces.get(workspace)?.clone();
+        ws.projection_revision += 1;
+        ws.status = status;
         Some(self.store(ws))
     }
 
@@ -247,6 +264,30 @@ mod tests {
         assert_eq!(delta.workspaces.len(), 1, "ws-2 is a tombstone");
         let empty = m.events(4, 10);
         assert_eq!((empty.cursor, empty.events.len()), (4, 0));
+    }
+
+    #[test]
+    fn status_change_keeps_member_revisions() {
+        let mut m = DirectoryModel::new(InstanceUuid::parse("i").unwrap());
+        let uuid = WorkspaceUuid::parse("ws-1").unwrap();
+        let r1 = m.upsert_workspace(fixtures::workspace("ws-1", 40, &[("acc-1", 40)]));
+        let r2 = m
+            .set_workspace_status(&uuid, WorkspaceStatus::Suspended)
+            .unwrap();
+        assert_eq!(r2, r1 + 1);
+        let ws = &m.workspaces()[0];
+        assert_eq!(ws.status, WorkspaceStatus::Suspended);
+        assert_eq!(ws.members[0].projection_revision, 40, "member untouched");
+        let page = m.events(1, 10);
+        assert_eq!(page.events.len(), 1);
+        assert_eq!(page.events[0].revision, r2);
+        assert_eq!(
+            m.set_workspace_status(
+                &WorkspaceUuid::parse("nope").unwrap(),
+                WorkspaceStatus::Active
+            ),
+            None
+        );
     }
 
     #[test]
