@@ -293,7 +293,7 @@ type Sources = BTreeMap<&'static str, String>;
 /// Every setting's name: the TOML key, and (upper-cased, prefixed with [`ENV_PREFIX`]) the
 /// environment variable. A unit test checks that it is exactly what the environment overlay
 /// reads.
-pub const SETTINGS: [&str; 24] = [
+pub const SETTINGS: [&str; 27] = [
     "database_url",
     "database_max_connections",
     "listen",
@@ -302,6 +302,9 @@ pub const SETTINGS: [&str; 24] = [
     "log_filter",
     "workers",
     "claim_batch",
+    "group_commit",
+    "lease_renewal",
+    "deletion_absence_grace_seconds",
     "idle_poll_ms",
     "lease_seconds",
     "retry_max_delay_ms",

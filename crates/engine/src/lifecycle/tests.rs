@@ -465,15 +465,17 @@ async fn remote_absence_completes_the_deletion_when_product_disabled() {
     let provision = h.create("cs1").await;
     h.remote.push_fault(
         RemoteCall::Provision,
-        Fault::Fail(RemoteError::not_dispatched("connection refused")),
+        Fault::Fail(RemoteError::outcome_unknown(
+            "connection reset after sending",
+        )),
     );
-    h.dispatch(t(0), true).await; // attempted once (window ends at t(0)), nothing remote
+    h.dispatch(t(0), true).await; // attempted once (window ends at t(0)), outcome unknown
     let delete = h.delete("cs1").await;
     let outcome = h.dispatch(t(1), false).await;
     assert_eq!(outcome.command_id, Some(delete.command_id.clone()));
     assert!(
         !outcome.completed,
-        "an attempted provision may still land until the grace period ends"
+        "a provision sent with an unknown outcome may still land until the grace period ends"
     );
     assert_eq!(
         h.command(&delete.command_id).last_error_code.as_deref(),
@@ -491,22 +493,47 @@ async fn remote_absence_completes_the_deletion_when_product_disabled() {
 }
 
 #[tokio::test]
-async fn remote_absence_of_a_never_claimed_provision_completes_at_once() {
+async fn remote_absence_completes_at_once_when_no_provision_request_ever_left() {
+    let h = harness();
+    let provision = h.create("cs1").await;
+    h.remote.push_fault(
+        RemoteCall::Provision,
+        Fault::Fail(RemoteError::not_dispatched("connection refused")),
+    );
+    h.dispatch(t(0), true).await; // claimed, but the request provably never left
+    let delete = h.delete("cs1").await;
+    let outcome = h.dispatch(t(1), false).await;
+    assert_eq!(outcome.command_id, Some(delete.command_id.clone()));
+    assert!(outcome.completed, "nothing was ever sent: absence is proof");
+    assert_eq!(
+        h.command(&provision.command_id).status,
+        CommandStatus::Superseded
+    );
+    assert_eq!(h.space("cs1").await.state, ControlSpaceState::Deleted);
+}
+
+#[tokio::test]
+async fn remote_absence_after_an_ack_without_delivery_completes_at_once() {
     let h = harness();
     let provision = h.create("cs1").await;
     let delete = h.delete("cs1").await;
-    // Product enabled, but the deletion is claimed first (the provision was never claimed).
+    // The provision is claimed first and acks without delivery (the space is deleting).
     let outcome = h.dispatch(t(0), true).await;
     assert_eq!(outcome.command_id, Some(provision.command_id.clone()));
-    assert!(outcome.completed, "the provision acks without delivery");
+    assert!(outcome.completed);
     assert_eq!(h.calls("provision"), 0);
-    assert_eq!(h.command(&provision.command_id).attempt_count, 1);
-    // Claimed once (acked without delivery): that attempt could not have sent anything, but
-    // the saga cannot tell, so the grace period applies; a never-claimed provision would not
-    // wait (see the saga tests).
+    assert_eq!(
+        h.command(&provision.command_id).attempt_window_ends_at,
+        None,
+        "an attempt that sent nothing leaves no window"
+    );
     let outcome = h.dispatch(t(0), true).await;
     assert_eq!(outcome.command_id, Some(delete.command_id.clone()));
-    assert!(!outcome.completed);
+    assert!(
+        outcome.completed,
+        "create-then-delete does not wait out a grace period"
+    );
+    assert_eq!(h.space("cs1").await.state, ControlSpaceState::Deleted);
 }
 
 #[tokio::test]
@@ -515,9 +542,9 @@ async fn remote_absence_retries_while_a_provision_may_still_deliver() {
     h.create("cs1").await;
     h.remote.push_fault(
         RemoteCall::Provision,
-        Fault::Fail(RemoteError::not_dispatched("connection refused")),
+        Fault::Fail(RemoteError::answered(503, "KFS_UNAVAILABLE", "busy")),
     );
-    h.dispatch(t(0), true).await; // provision pending retry at t(2)
+    h.dispatch(t(0), true).await; // provision sent, answered 503; retry at t(2)
     let delete = h.delete("cs1").await;
     assert_eq!(
         h.dispatch(t(1), true).await.command_id,
@@ -531,11 +558,11 @@ async fn remote_absence_retries_while_a_provision_may_still_deliver() {
             t(3)
         )
     );
-    // The provision acks without delivery at t(3); its last attempt ended then, so absence
-    // proves the deletion 600 s later.
+    // The provision acks without delivery at t(3) (its window stays at t(0)); absence proves
+    // the deletion 600 s after t(0).
     h.drain(t(3)).await;
     assert_eq!(h.space("cs1").await.state, ControlSpaceState::Deleting);
-    h.drain(t(603)).await;
+    h.drain(t(600)).await;
     assert_eq!(h.space("cs1").await.state, ControlSpaceState::Deleted);
     assert_eq!(
         h.command(&delete.command_id).status,

@@ -46,6 +46,7 @@ macro_rules! lifecycle_store_conformance {
             claim_uses_the_store_clock_not_the_callers,
             renew_lease_extends_a_held_lease_only,
             supersede_after_absence_waits_out_the_grace_period,
+            settle_that_sent_nothing_keeps_the_prior_attempt_window,
             claim_takes_a_due_command_with_a_lease,
             claim_skips_commands_not_yet_due,
             claim_reclaims_an_expired_lease_with_a_higher_epoch,
@@ -683,6 +684,58 @@ pub async fn supersede_after_absence_waits_out_the_grace_period<S: LifecycleStor
     assert_eq!(
         record(&store, &provision).await.status,
         CommandStatus::Superseded
+    );
+}
+
+/// The attempt window: a claim opens it to the lease expiry; a settle that may have sent ends it
+/// at the settle time; a settle that provably sent nothing restores the window of before the
+/// claim (here: none, then t(10)).
+pub async fn settle_that_sent_nothing_keeps_the_prior_attempt_window<S: LifecycleStore>(
+    store: S,
+    clock: ManualClock,
+) {
+    let id = enqueue(&store, &clock, "cs1", "k1", t(0)).await;
+    let first = claim_one(&store, &clock, "w1", t(0)).await;
+    assert_eq!(
+        record(&store, &id).await.attempt_window_ends_at,
+        Some(t(60))
+    );
+    clock.set(t(1));
+    store
+        .settle(
+            &first.lease,
+            &Settlement::retry(t(2), ErrorRecord::new("X", "x")).nothing_sent(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(record(&store, &id).await.attempt_window_ends_at, None);
+    let second = claim_one(&store, &clock, "w1", t(5)).await;
+    clock.set(t(10));
+    store
+        .settle(
+            &second.lease,
+            &Settlement::retry(t(20), ErrorRecord::new("X", "x")),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        record(&store, &id).await.attempt_window_ends_at,
+        Some(t(10))
+    );
+    let third = claim_one(&store, &clock, "w1", t(20)).await;
+    assert_eq!(
+        record(&store, &id).await.attempt_window_ends_at,
+        Some(t(80))
+    );
+    clock.set(t(21));
+    store
+        .settle(&third.lease, &Settlement::ack(t(21)).nothing_sent())
+        .await
+        .unwrap();
+    assert_eq!(
+        record(&store, &id).await.attempt_window_ends_at,
+        Some(t(10)),
+        "the window of the attempt that sent is kept"
     );
 }
 
