@@ -321,6 +321,13 @@ impl FenceCache {
         self.bindings.remove(binding);
     }
 
+    /// The bindings the cache holds fences for, in order.
+    pub fn bindings(&self) -> Vec<Binding> {
+        let mut bindings: Vec<Binding> = self.bindings.keys().cloned().collect();
+        bindings.sort();
+        bindings
+    }
+
     /// How many bindings the cache holds fences for.
     pub fn binding_count(&self) -> usize {
         self.bindings.len()

@@ -32,5 +32,6 @@ pub use connector::{ConnectorStateError, DocumentMapping, KbConfigState, MAX_CON
 pub use outcome::{BodyRead, DispatchFailure, DispatchOutcome, IntentAction, TransportObservation};
 pub use record::{ClearRefused, Holder, classify, clear_refusal};
 pub use scope::{
-    Binding, BindingError, FENCE_KEY_PREFIX, FenceKey, INSTALLATION_FENCE_KEY, ScopeIdentity,
+    Binding, BindingError, CLEAR_RECEIPT_PREFIX, FENCE_KEY_PREFIX, FenceKey,
+    INSTALLATION_FENCE_KEY, ScopeIdentity, clear_receipt_key,
 };
