@@ -315,6 +315,7 @@ async fn fences_are_listed_and_cleared_with_a_logged_reason() {
     assert_eq!(items[0]["binding"], "inst-1");
     assert_eq!(items[0]["scope"], "kb-7");
     assert_eq!(items[0]["reason"], "upload outcome unknown");
+    assert_eq!(items[0]["kind"], "fence");
     let (_, only) = h.get("/v1/fences?binding=inst-2").await;
     assert_eq!(only["items"], json!([]));
 
@@ -337,15 +338,54 @@ async fn fences_are_listed_and_cleared_with_a_logged_reason() {
     );
     let (_, list) = h.get("/v1/fences").await;
     assert_eq!(list["items"], json!([]));
-    // Clearing again is harmless and writes nothing.
+    // Clearing again under a new key is harmless and writes nothing.
     let (status, again) = h
         .post(
             "/v1/fences/clear",
             &json!({"binding": "inst-1", "scope": "kb-7", "reason": "again"}),
-            Some("clear-1"),
+            Some("clear-2"),
         )
         .await;
     assert_eq!((status, again["cleared"].clone()), (200, json!(false)));
+}
+
+#[tokio::test]
+async fn fence_clear_enforces_the_idempotency_key() {
+    let h = Harness::start().await;
+    let storage = Arc::new(SeaOrmHostStorage::new(h.db.db.conn.clone()));
+    let binding = Binding::parse("inst-1").unwrap();
+    let scope = ScopeIdentity::object("kb-7");
+    let marker = FenceMarker::new(&scope, "upload outcome unknown", 1_800_000_000_000);
+    storage
+        .set(&binding, scope.fence_key().as_str(), &marker.to_value())
+        .await
+        .unwrap();
+    let body = json!({"binding": "inst-1", "scope": "kb-7", "reason": "verified the upload landed"});
+    let (status, first) = h.post("/v1/fences/clear", &body, Some("clear-1")).await;
+    assert_eq!((status, first["cleared"].clone()), (200, json!(true)), "{first}");
+    // The same key and body replays the first answer (cleared: true), writing nothing.
+    let (status, replay) = h.post("/v1/fences/clear", &body, Some("clear-1")).await;
+    assert_eq!((status, replay), (200, first));
+    // The same key with another body is refused, and changes nothing.
+    storage
+        .set(&binding, scope.fence_key().as_str(), &marker.to_value())
+        .await
+        .unwrap();
+    for other in [
+        json!({"binding": "inst-1", "scope": "kb-7", "reason": "another reason"}),
+        json!({"binding": "inst-2", "scope": "kb-7", "reason": "verified the upload landed"}),
+    ] {
+        let (status, answer) = h.post("/v1/fences/clear", &other, Some("clear-1")).await;
+        assert_error(status, &answer, 422, "IDEMPOTENCY_KEY_REUSED");
+    }
+    assert_eq!(
+        storage
+            .get(&binding, scope.fence_key().as_str())
+            .await
+            .unwrap(),
+        Some(marker.to_value()),
+        "the refused request cleared nothing"
+    );
 }
 
 #[tokio::test]
@@ -355,6 +395,8 @@ async fn fence_routes_bad_input_is_refused() {
     assert_error(status, &body, 400, "INVALID_ARGUMENT");
     let (status, body) = h.get("/v1/fences?scope=x").await;
     assert_error(status, &body, 400, "INVALID_QUERY");
+    let (status, body) = h.get("/v1/fences?binding=inst%201").await;
+    assert_error(status, &body, 400, "INVALID_ARGUMENT");
     let cases: Vec<(Value, u16, &str)> = vec![
         (
             json!({"binding": "b", "reason": "r"}),
@@ -378,6 +420,21 @@ async fn fence_routes_bad_input_is_refused() {
         ),
         (
             json!({"binding": "b", "key": "not-a-fence", "reason": "r"}),
+            400,
+            "INVALID_ARGUMENT",
+        ),
+        (
+            json!({"binding": "inst 1", "scope": "kb-7", "reason": "r"}),
+            400,
+            "INVALID_ARGUMENT",
+        ),
+        (
+            json!({"binding": "inst-1", "scope": "kb 7", "reason": "r"}),
+            400,
+            "INVALID_ARGUMENT",
+        ),
+        (
+            json!({"binding": "inst-1", "scope": "", "reason": "r"}),
             400,
             "INVALID_ARGUMENT",
         ),

@@ -127,6 +127,15 @@ fn migrate_then_operator_commands_work_on_the_default_sqlite_file() {
         .unwrap();
     assert!(out.status.success());
     assert!(String::from_utf8(out.stdout).unwrap().contains("no fences"));
+    // `--json` prints one JSON array, `[]` when there are none (not an empty output).
+    let out = tenantry()
+        .current_dir(dir.path())
+        .args(["fences", "list", "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let listed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(listed, serde_json::json!([]));
     let out = tenantry()
         .current_dir(dir.path())
         .args([
