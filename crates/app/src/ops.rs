@@ -280,7 +280,10 @@ pub async fn fences_clear(config: &Config, args: &FencesClearArgs) -> ExitCode {
         Ok(db) => db,
         Err(code) => return code,
     };
-    let code = match fence_admin(config, &db).clear(&binding, &target, reason).await {
+    let code = match fence_admin(config, &db)
+        .clear(&binding, &target, reason)
+        .await
+    {
         Ok(outcome) if outcome.cleared => {
             println!("cleared fence {} of {}", outcome.key, outcome.binding);
             ExitCode::SUCCESS

@@ -11,8 +11,8 @@
 //! whether it swapped. Atomic across every process on the database.
 
 use async_trait::async_trait;
-use sea_orm::sea_query::OnConflict;
 use sea_orm::sea_query::Expr;
+use sea_orm::sea_query::OnConflict;
 use sea_orm::{ColumnTrait, DatabaseConnection, DbErr, EntityTrait, QueryFilter, QuerySelect, Set};
 use serde_json::Value;
 use tenantry_fence::Binding;

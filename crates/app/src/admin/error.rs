@@ -102,9 +102,11 @@ impl From<FenceAdminError> for ApiError {
             FenceAdminError::Changed { .. } => {
                 Self::new(StatusCode::CONFLICT, "FENCE_CHANGED", message)
             }
-            FenceAdminError::IdempotencyKeyReused { .. } => {
-                Self::new(StatusCode::UNPROCESSABLE_ENTITY, "IDEMPOTENCY_KEY_REUSED", message)
-            }
+            FenceAdminError::IdempotencyKeyReused { .. } => Self::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "IDEMPOTENCY_KEY_REUSED",
+                message,
+            ),
         }
     }
 }
