@@ -36,9 +36,13 @@ pub enum Holder {
     Fenced,
 }
 
-/// Classifies the stored record `stored` (`None`: absent; `Some(Err(()))`: unreadable) for a
-/// write by `owner` at `now_ms` (Unix milliseconds).
-pub fn classify(stored: Option<Result<&Value, ()>>, owner: &str, now_ms: i64) -> Holder {
+/// A stored record as read: `None` absent, `Some(Ok(value))` read, `Some(Err(()))`
+/// undecodable.
+pub type StoredRecord<'a> = Option<Result<&'a Value, ()>>;
+
+/// Classifies the stored record `stored` for a write by `owner` at `now_ms` (Unix
+/// milliseconds).
+pub fn classify(stored: StoredRecord<'_>, owner: &str, now_ms: i64) -> Holder {
     let value = match stored {
         None | Some(Ok(Value::Null)) => return Holder::Free,
         Some(Err(())) => return Holder::Fenced,
@@ -124,7 +128,7 @@ mod tests {
         let own = FenceMarker::intent(&scope, "upload", "me", 100, 200).to_value();
         let fence = FenceMarker::new(&scope, "lost", 100).to_value();
         let no_owner = json!({"reason": "r", "kind": "intent"});
-        let cases: [(Option<Result<&Value, ()>>, i64, Holder); 9] = [
+        let cases: [(StoredRecord<'_>, i64, Holder); 9] = [
             (None, 150, Holder::Free),
             (Some(Ok(&Value::Null)), 150, Holder::Free),
             (Some(Err(())), 150, Holder::Fenced),

@@ -188,11 +188,9 @@ impl HostStorage for InMemoryHostStorage {
             return Err(unavailable("compare_and_set"));
         }
         let slot = (binding.clone(), key.to_owned());
-        let matches = match (state.data.get(&slot), expected) {
-            (None, None) => true,
-            (Some(text), Some(expected)) => *text == expected.to_string(),
-            _ => false,
-        };
+        // Compared as stored text, like the SQL adapter.
+        let expected_text = expected.map(Value::to_string);
+        let matches = state.data.get(&slot) == expected_text.as_ref();
         if matches {
             state.data.insert(slot, value.to_string());
         }
