@@ -1248,3 +1248,30 @@ async fn two_runtimes_over_one_database_share_claims_fences_and_clears() {
     ));
     runtimes_share_claims_fences_and_clears(storage).await;
 }
+
+#[tokio::test]
+async fn dispatch_after_the_run_fenced_its_scope_is_refused_and_keeps_the_fence() {
+    let (storage, writes) = fresh();
+    storage.fail_sets([SetFault::AfterWrite]);
+    let remote = Remote::new();
+    let gate = Arc::new(Gate::default());
+    let commit = remote.commit(&gate, None);
+    let r: Result<u64, DispatchOutcome> = writes
+        .run(&binding(), &kb("a"), FenceMode::Enforce, |ctx| async move {
+            let failed: Result<(), DispatchOutcome> = ctx.write("ke.data.v1.x", json!(1)).await;
+            assert!(failed.is_err());
+            ctx.dispatch("upload", commit).await
+        })
+        .await;
+    assert!(matches!(r, Err(ScopedWriteError::Fenced { .. })), "{r:?}");
+    assert_eq!(remote.started.load(Ordering::SeqCst), 0, "not dispatched");
+    let stored = storage
+        .peek(&binding(), kb("a").fence_key().as_str())
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        FenceMarker::from_value(&stored).map(|m| m.kind),
+        Some(RecordKind::Fence),
+        "the write's fence stays: {stored}"
+    );
+}

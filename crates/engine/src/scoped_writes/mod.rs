@@ -857,6 +857,7 @@ impl<S: HostStorage + ?Sized + 'static> ScopeContext<S> {
     /// neither abandons it nor releases the lock early.
     ///
     /// # Errors
+    /// [`ScopedWriteError::Fenced`] when this run already fenced its scope (not dispatched),
     /// [`ScopedWriteError::IntentNotPersisted`] (not dispatched, scope fenced),
     /// [`ScopedWriteError::ClaimLost`] (not dispatched, the claim was replaced),
     /// [`ScopedWriteError::Operation`] for a known-outcome failure (scope writable),
@@ -871,6 +872,14 @@ impl<S: HostStorage + ?Sized + 'static> ScopeContext<S> {
         T: Send + 'static,
         E: DispatchFailure + std::fmt::Display + Send + 'static,
     {
+        if self.claim.slot().fenced {
+            // This run fenced its scope already: dispatching would overwrite the fence.
+            return Err(ScopedWriteError::Fenced {
+                binding: self.binding.clone(),
+                scope: self.scope.clone(),
+                key: self.scope.fence_key(),
+            });
+        }
         let now = self.writes.now_ms();
         let config = &self.writes.inner.config;
         let intent = FenceMarker::intent(
