@@ -197,7 +197,7 @@ fn fence_admin(config: &Config, db: &Database) -> FenceAdmin<SeaOrmHostStorage> 
 
 /// `tenantry fences list`.
 pub async fn fences_list(config: &Config, args: &FencesListArgs) -> ExitCode {
-    let binding = match args.binding.as_deref().map(Binding::parse).transpose() {
+    let binding = match args.binding.as_deref().map(fence_binding).transpose() {
         Ok(b) => b,
         Err(e) => return usage(format!("--binding: {e}")),
     };
@@ -256,16 +256,24 @@ pub async fn fences_list(config: &Config, args: &FencesListArgs) -> ExitCode {
     ExitCode::SUCCESS
 }
 
+/// A binding given to the fence commands: a valid id (the same rule as the admin API), then a
+/// valid binding.
+fn fence_binding(value: &str) -> Result<Binding, String> {
+    tenantry_kernel::id::validate("binding", value).map_err(|e| e.to_string())?;
+    Binding::parse(value).map_err(|e| e.to_string())
+}
+
 /// `tenantry fences clear`.
 pub async fn fences_clear(config: &Config, args: &FencesClearArgs) -> ExitCode {
-    let binding = match Binding::parse(args.binding.as_str()) {
+    let binding = match fence_binding(args.binding.as_str()) {
         Ok(b) => b,
         Err(e) => return usage(format!("--binding: {e}")),
     };
     let target = match (&args.scope, &args.key) {
-        (Some(scope), None) if !scope.is_empty() => {
-            ClearTarget::Scope(ScopeIdentity::object(scope.as_str()))
-        }
+        (Some(scope), None) => match tenantry_kernel::id::validate("scope", scope) {
+            Ok(()) => ClearTarget::Scope(ScopeIdentity::object(scope.as_str())),
+            Err(e) => return usage(format!("--scope: {e}")),
+        },
         (None, Some(key)) => match FenceKey::from_storage_key(key) {
             Some(k) => ClearTarget::Key(k),
             None => return usage(format!("--key {key:?} is not a fence key (ke.fence.v1.…)")),

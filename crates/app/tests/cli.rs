@@ -136,6 +136,37 @@ fn migrate_then_operator_commands_work_on_the_default_sqlite_file() {
     assert!(out.status.success());
     let listed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(listed, serde_json::json!([]));
+    // Bindings and scopes that are not valid ids are usage errors, like in the admin API.
+    for args in [
+        vec!["fences", "list", "--binding", "inst 1"],
+        vec![
+            "fences",
+            "clear",
+            "--binding",
+            "inst 1",
+            "--scope",
+            "s",
+            "--reason",
+            "r",
+        ],
+        vec![
+            "fences",
+            "clear",
+            "--binding",
+            "b",
+            "--scope",
+            "kb 7",
+            "--reason",
+            "r",
+        ],
+    ] {
+        let out = tenantry()
+            .current_dir(dir.path())
+            .args(&args)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+    }
     let out = tenantry()
         .current_dir(dir.path())
         .args([

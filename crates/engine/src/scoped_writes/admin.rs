@@ -145,7 +145,8 @@ impl<S: HostStorage + HostStorageBindings + ?Sized + 'static> ScopedWrites<S> {
     /// Clears the record `target` of `binding` after reconciliation, logging `reason`: under
     /// the scope's lock, the stored record is swapped for a JSON null tombstone (by
     /// compare-and-set) and this process's fence is dropped. When nothing is there, nothing is
-    /// written and `cleared` is false.
+    /// written and `cleared` is false. Call it outside any run of the same scope (it waits for
+    /// the scope's lock).
     ///
     /// # Errors
     /// [`FenceAdminError::Refused`] for an intent younger than the dispatch deadline,
