@@ -531,9 +531,7 @@ impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
                     )
                     .to_value();
                     let taken = self
-                        .inner
-                        .storage
-                        .compare_and_set(binding, own_key.as_str(), expected.as_ref(), &claim)
+                        .take_claim(binding, &own_key, expected, claim.clone())
                         .await
                         .map_err(|source| {
                             tracing::warn!(%binding, %scope, error = %source, "scope claim not taken; failing closed");
@@ -549,6 +547,40 @@ impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
                 }
             }
         }
+    }
+
+    /// Takes the claim by compare-and-set in its own task: if the caller is dropped while the
+    /// statement is in flight and the claim was taken, the task releases it again (otherwise
+    /// it would lapse into a fence for other processes).
+    async fn take_claim(
+        &self,
+        binding: &Binding,
+        key: &FenceKey,
+        expected: Option<Value>,
+        claim: Value,
+    ) -> Result<bool, HostStorageError> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let token = self.inner.in_flight.enter();
+        let storage = self.inner.storage.clone();
+        let (binding, key) = (binding.clone(), key.clone());
+        tokio::spawn(async move {
+            let taken = storage
+                .compare_and_set(&binding, key.as_str(), expected.as_ref(), &claim)
+                .await;
+            if let Err(Ok(true)) = tx.send(taken) {
+                // The run was dropped meanwhile: nobody will release the claim but us.
+                let _ = storage
+                    .compare_and_set(&binding, key.as_str(), Some(&claim), &Value::Null)
+                    .await;
+            }
+            drop(token);
+        });
+        rx.await.unwrap_or_else(|_| {
+            Err(HostStorageError::Unavailable {
+                operation: "compare_and_set",
+                message: "claim task ended without an answer".to_owned(),
+            })
+        })
     }
 
     /// Whether the record `stored` at `key` (or this process's cache) fences.
