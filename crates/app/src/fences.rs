@@ -1,79 +1,59 @@
 //! Operator view of reconciliation fences across installation bindings: list them, clear one.
 //!
-//! A thin layer over `tenantry_engine::scoped_writes::ScopedWrites` (which owns the rules) and
-//! the host-storage binding listing. Clearing is the operator's way out of a fence *after*
+//! A thin presentation layer over the engine's fence administration
+//! (`tenantry_engine::scoped_writes::admin`), which owns the rules and takes the scope locks.
+//! [`FenceAdmin`] wraps the process's one `ScopedWrites` runtime: `tenantry serve` builds it
+//! once and shares it between the admin API and in-process writers; the CLI builds one for its
+//! own (short-lived) process. Clearing is the operator's way out of a fence *after*
 //! reconciling the scope with the remote: it writes the JSON null tombstone and logs the reason.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use chrono::{DateTime, TimeZone, Utc};
 use serde::Serialize;
-use tenantry_engine::scoped_writes::ScopedWrites;
-use tenantry_fence::{Binding, FENCE_KEY_PREFIX, FenceKey, ScopeIdentity};
-use tenantry_ports::host_storage::{HostStorage, HostStorageBindings, HostStorageError};
+pub use tenantry_engine::scoped_writes::admin::{
+    ClearOutcome, ClearReceipt, ClearTarget, FenceAdminError,
+};
+use tenantry_engine::scoped_writes::{FenceConfig, ScopedWrites};
+use tenantry_fence::{Binding, RecordKind};
+use tenantry_ports::host_storage::{HostStorage, HostStorageBindings};
 
-/// One fence as shown by `GET /v1/fences` and `tenantry fences list`.
+/// One record as shown by `GET /v1/fences` and `tenantry fences list`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct FenceView {
     /// Installation binding.
     pub binding: String,
     /// Fence key in host storage.
     pub key: String,
+    /// `fence` (a mutation's outcome is unknown; reconcile, then clear) or `intent` (a write
+    /// holds the scope and a dispatch may be in flight; it goes away by itself, and may only
+    /// be cleared once older than the dispatch deadline).
+    pub kind: RecordKind,
     /// Scope identity, when the marker names one (`null` for the installation scope or an
     /// unreadable marker).
     pub scope: Option<String>,
     /// Whether this is the installation-wide fence (blocks every scope of the binding).
     pub installation: bool,
-    /// Why the scope was fenced, when the marker is readable.
+    /// Why the scope was fenced (the mutation's label), when the marker is readable.
     pub reason: Option<String>,
-    /// When the fence was set, when recorded.
+    /// The failure that fenced the scope (`outcome_unknown`, `panicked`, `reported`, ...),
+    /// when recorded.
+    pub failure_kind: Option<String>,
+    /// The failure's error text, when recorded.
+    pub failure_detail: Option<String>,
+    /// The process holding an intent.
+    pub owner: Option<String>,
+    /// When the record was written, when recorded.
     pub fenced_at: Option<DateTime<Utc>>,
-    /// Whether a fence record is persisted (false: set in this process only).
+    /// When an intent's claim lapses (it then counts as a fence).
+    pub expires_at: Option<DateTime<Utc>>,
+    /// Whether a record is persisted (false: set in this process only).
     pub persisted: bool,
 }
 
-/// Which fence to clear.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ClearTarget {
-    /// The fence of a scope identity (taken under the scope's lock).
-    Scope(ScopeIdentity),
-    /// A fence by key, for a record whose scope identity is unknown.
-    Key(FenceKey),
-}
-
-impl ClearTarget {
-    /// The fence key this target clears.
-    pub fn key(&self) -> FenceKey {
-        match self {
-            Self::Scope(scope) => scope.fence_key(),
-            Self::Key(key) => key.clone(),
-        }
-    }
-}
-
-/// What a clear did.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct ClearOutcome {
-    /// Installation binding.
-    pub binding: String,
-    /// The fence key.
-    pub key: String,
-    /// Whether a fence was there and is now cleared (false: nothing was fenced, nothing written).
-    pub cleared: bool,
-}
-
-/// Why listing or clearing fences failed.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum FenceAdminError {
-    /// Host storage failed; retry after it recovers.
-    #[error("host storage failed: {0}")]
-    Storage(#[from] HostStorageError),
-    /// The fence state of the binding could not be loaded; nothing was cleared.
-    #[error("fence not cleared: {0}")]
-    NotCleared(String),
-}
-
-/// Lists and clears fences over host storage `S`.
+/// Lists and clears fences through the process's scoped-writes runtime over host storage `S`.
 pub struct FenceAdmin<S: ?Sized> {
     writes: ScopedWrites<S>,
 }
@@ -92,99 +72,114 @@ impl<S: ?Sized> std::fmt::Debug for FenceAdmin<S> {
     }
 }
 
+fn at(ms: Option<i64>) -> Option<DateTime<Utc>> {
+    ms.and_then(|ms| Utc.timestamp_millis_opt(ms).single())
+}
+
 impl<S: HostStorage + HostStorageBindings + ?Sized + 'static> FenceAdmin<S> {
-    /// Fence administration over `storage`.
-    pub fn new(storage: Arc<S>) -> Self {
-        Self {
-            writes: ScopedWrites::new(storage),
-        }
+    /// Fence administration through `writes`, the process's one scoped-writes runtime (so a
+    /// clear takes the same scope locks as the process's writers).
+    pub fn new(writes: ScopedWrites<S>) -> Self {
+        Self { writes }
     }
 
-    /// Every fence of `binding`, or of every binding that holds a fence key when `None`,
+    /// A runtime of its own over `storage` whose intents may be cleared once older than
+    /// `dispatch_deadline`: for a process that writes nothing else (the CLI).
+    pub fn standalone(storage: Arc<S>, dispatch_deadline: Duration) -> Self {
+        Self::new(ScopedWrites::with_config(
+            storage,
+            Arc::new(system_now_ms),
+            FenceConfig::with_deadline(dispatch_deadline),
+        ))
+    }
+
+    /// The runtime behind this view.
+    pub fn writes(&self) -> &ScopedWrites<S> {
+        &self.writes
+    }
+
+    /// Every record of `binding`, or of every binding that holds a fence key when `None`,
     /// ordered by binding then key.
     ///
     /// # Errors
     /// [`FenceAdminError::Storage`] when a listing fails (no partial answer is given).
     pub async fn list(&self, binding: Option<&Binding>) -> Result<Vec<FenceView>, FenceAdminError> {
-        let bindings = match binding {
-            Some(b) => vec![b.clone()],
-            None => {
-                self.writes
-                    .storage()
-                    .bindings_with_key_prefix(FENCE_KEY_PREFIX)
-                    .await?
-            }
-        };
-        let mut views = Vec::new();
-        for binding in bindings {
-            for entry in self.writes.list_fences(&binding).await? {
-                let marker = entry.marker.as_ref();
-                views.push(FenceView {
-                    binding: binding.to_string(),
-                    installation: entry.key.is_installation(),
-                    key: entry.key.to_string(),
+        let listed = self.writes.list_all_fences(binding).await?;
+        Ok(listed
+            .into_iter()
+            .map(|f| {
+                let marker = f.entry.marker.as_ref();
+                let failure = marker.and_then(|m| m.failure.as_ref());
+                FenceView {
+                    binding: f.binding.to_string(),
+                    installation: f.entry.key.is_installation(),
+                    key: f.entry.key.to_string(),
+                    kind: f.entry.kind,
                     scope: marker.and_then(|m| m.scope.clone()),
                     reason: marker.map(|m| m.reason.clone()),
-                    fenced_at: marker
-                        .and_then(|m| m.fenced_at_ms)
-                        .and_then(|ms| Utc.timestamp_millis_opt(ms).single()),
-                    persisted: entry.persisted,
-                });
-            }
-        }
-        Ok(views)
+                    failure_kind: failure.map(|x| x.kind.clone()),
+                    failure_detail: failure.map(|x| x.detail.clone()),
+                    owner: marker.and_then(|m| m.owner.clone()),
+                    fenced_at: at(marker.and_then(|m| m.fenced_at_ms)),
+                    expires_at: at(marker.and_then(|m| m.expires_at_ms)),
+                    persisted: f.entry.persisted,
+                }
+            })
+            .collect())
     }
 
-    /// Clears the fence `target` of `binding` after reconciliation, logging `reason`. When
-    /// nothing is fenced there, nothing is written and `cleared` is false.
+    /// Clears the record `target` of `binding` after reconciliation, logging `reason`, under
+    /// the scope's lock. When nothing is there, nothing is written and `cleared` is false.
     ///
     /// # Errors
-    /// [`FenceAdminError`] when host storage fails; the fence then stays.
+    /// [`FenceAdminError`]; the record then stays.
     pub async fn clear(
         &self,
         binding: &Binding,
         target: &ClearTarget,
         reason: &str,
     ) -> Result<ClearOutcome, FenceAdminError> {
-        let key = target.key();
-        let fenced = self
-            .writes
-            .list_fences(binding)
-            .await?
-            .into_iter()
-            .any(|entry| entry.key == key);
-        if fenced {
-            tracing::warn!(%binding, %key, reason, "clearing fence on operator request");
-            match target {
-                ClearTarget::Scope(scope) => self
-                    .writes
-                    .clear_fence(binding, scope, reason)
-                    .await
-                    .map_err(|e| FenceAdminError::NotCleared(e.to_string()))?,
-                ClearTarget::Key(key) => self.writes.clear_fence_key(binding, key, reason).await?,
-            }
-            self.writes.settled().await;
-        }
-        Ok(ClearOutcome {
-            binding: binding.to_string(),
-            key: key.to_string(),
-            cleared: fenced,
-        })
+        self.writes.clear(binding, target, reason).await
     }
 
-    /// How many fences are active across all bindings (for the `tenantry_fences_active` gauge).
+    /// [`Self::clear`] under an idempotency key (the admin API).
+    ///
+    /// # Errors
+    /// [`FenceAdminError::IdempotencyKeyReused`] or those of [`Self::clear`].
+    pub async fn clear_idempotent(
+        &self,
+        binding: &Binding,
+        target: &ClearTarget,
+        reason: &str,
+        idempotency_key: &str,
+    ) -> Result<ClearReceipt, FenceAdminError> {
+        self.writes
+            .clear_idempotent(binding, target, reason, idempotency_key)
+            .await
+    }
+
+    /// How many records are active across all bindings, per kind (for the
+    /// `tenantry_fences_active{kind}` gauge); both kinds are always present.
     ///
     /// # Errors
     /// [`FenceAdminError::Storage`] when a listing fails.
-    pub async fn count(&self) -> Result<u64, FenceAdminError> {
-        Ok(self.list(None).await?.len() as u64)
+    pub async fn count(&self) -> Result<BTreeMap<RecordKind, u64>, FenceAdminError> {
+        let mut counts = BTreeMap::from([(RecordKind::Fence, 0), (RecordKind::Intent, 0)]);
+        for view in self.list(None).await? {
+            *counts.entry(view.kind).or_default() += 1;
+        }
+        Ok(counts)
     }
+}
+
+fn system_now_ms() -> i64 {
+    Utc::now().timestamp_millis()
 }
 
 #[cfg(test)]
 mod tests {
     use serde_json::json;
-    use tenantry_fence::FenceMarker;
+    use tenantry_fence::{FenceMarker, ScopeIdentity};
     use tenantry_ports::host_storage::testing::InMemoryHostStorage;
 
     use super::*;
@@ -222,7 +217,7 @@ mod tests {
             )
             .await
             .unwrap();
-        let admin = FenceAdmin::new(storage.clone());
+        let admin = FenceAdmin::standalone(storage.clone(), Duration::from_secs(150));
         let views = admin.list(None).await.unwrap();
         assert_eq!(views.len(), 2, "{views:?}");
         assert_eq!(views[0].binding, "inst-1");
@@ -246,13 +241,14 @@ mod tests {
                 .unwrap(),
             Some(serde_json::Value::Null)
         );
-        assert_eq!(admin.count().await.unwrap(), 1);
+        assert_eq!(admin.count().await.unwrap()[&RecordKind::Fence], 1);
+        assert_eq!(admin.count().await.unwrap()[&RecordKind::Intent], 0);
     }
 
     #[tokio::test]
     async fn clearing_an_unfenced_scope_writes_nothing() {
         let storage = Arc::new(InMemoryHostStorage::new());
-        let admin = FenceAdmin::new(storage.clone());
+        let admin = FenceAdmin::standalone(storage.clone(), Duration::from_secs(150));
         let outcome = admin
             .clear(
                 &binding("inst-1"),
@@ -263,5 +259,6 @@ mod tests {
             .unwrap();
         assert!(!outcome.cleared);
         assert_eq!(storage.calls().set, 0);
+        assert_eq!(storage.calls().cas, 0);
     }
 }

@@ -14,7 +14,8 @@
 //! - `tenantry_lifecycle_settle_seconds{operation}`: histogram, enqueue to ack;
 //! - `tenantry_dispatch_duration_seconds{call, outcome}`: histogram, one KnowledgeFS call;
 //! - `tenantry_commands{status, operation}`: gauge, open commands (pending, processing);
-//! - `tenantry_fences_active`: gauge, fences persisted across all installation bindings;
+//! - `tenantry_fences_active{kind}`: gauge, records across all installation bindings, by kind:
+//!   `fence` (outcome unknown, needs an operator) or `intent` (a write holds the scope);
 //! - `tenantry_directory_staleness_seconds`: gauge, age of the directory projection (when a
 //!   directory provider is configured);
 //! - `tenantry_directory_refusals_total{reason}`: provider answers refused by a directory
@@ -181,9 +182,9 @@ pub fn set_open_commands(status: &'static str, operation: &str, count: u64) {
         .set(count as f64);
 }
 
-/// Sets the active-fences gauge.
-pub fn set_fences_active(count: u64) {
-    metrics::gauge!("tenantry_fences_active").set(count as f64);
+/// Sets the active-fences gauge of one record kind (`fence` or `intent`).
+pub fn set_fences_active(kind: &'static str, count: u64) {
+    metrics::gauge!("tenantry_fences_active", "kind" => kind).set(count as f64);
 }
 
 /// Sets the directory staleness gauge (seconds since the projection was last applied).

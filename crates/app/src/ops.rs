@@ -165,13 +165,18 @@ fn command_filter(args: &CommandsListArgs) -> Result<CommandFilter, String> {
     })
 }
 
-fn fence_admin(db: &Database) -> FenceAdmin<SeaOrmHostStorage> {
-    FenceAdmin::new(Arc::new(SeaOrmHostStorage::new(db.conn.clone())))
+/// The CLI process's one scoped-writes runtime (it writes nothing else); intents may be
+/// cleared once older than `knowledge_fs_deadline`, the dispatch deadline of `serve`.
+fn fence_admin(config: &Config, db: &Database) -> FenceAdmin<SeaOrmHostStorage> {
+    FenceAdmin::standalone(
+        Arc::new(SeaOrmHostStorage::new(db.conn.clone())),
+        config.knowledge_fs_deadline,
+    )
 }
 
 /// `tenantry fences list`.
 pub async fn fences_list(config: &Config, args: &FencesListArgs) -> ExitCode {
-    let binding = match args.binding.as_deref().map(Binding::parse).transpose() {
+    let binding = match args.binding.as_deref().map(fence_binding).transpose() {
         Ok(b) => b,
         Err(e) => return usage(format!("--binding: {e}")),
     };
@@ -179,7 +184,7 @@ pub async fn fences_list(config: &Config, args: &FencesListArgs) -> ExitCode {
         Ok(db) => db,
         Err(code) => return code,
     };
-    let fences = match fence_admin(&db).list(binding.as_ref()).await {
+    let fences = match fence_admin(config, &db).list(binding.as_ref()).await {
         Ok(f) => f,
         Err(e) => {
             eprintln!("tenantry: {e}");
@@ -187,15 +192,20 @@ pub async fn fences_list(config: &Config, args: &FencesListArgs) -> ExitCode {
         }
     };
     if args.json {
-        for f in &fences {
-            println!("{}", serde_json::to_string(f).unwrap_or_default());
+        // One JSON array, `[]` when there are none.
+        match serde_json::to_string_pretty(&fences) {
+            Ok(json) => println!("{json}"),
+            Err(e) => {
+                eprintln!("tenantry: {e}");
+                return ExitCode::FAILURE;
+            }
         }
     } else if fences.is_empty() {
         println!("no fences");
     } else {
         println!(
-            "{:<20}  {:<24}  {:<26}  {:<10}  REASON / KEY",
-            "BINDING", "SCOPE", "FENCED AT", "PERSISTED"
+            "{:<20}  {:<24}  {:<7}  {:<26}  {:<10}  REASON / FAILURE / KEY",
+            "BINDING", "SCOPE", "KIND", "FENCED AT", "PERSISTED"
         );
         for f in &fences {
             let scope = if f.installation {
@@ -203,13 +213,20 @@ pub async fn fences_list(config: &Config, args: &FencesListArgs) -> ExitCode {
             } else {
                 f.scope.clone().unwrap_or_else(|| "(unknown)".to_owned())
             };
+            let failure = match (&f.failure_kind, &f.failure_detail) {
+                (Some(kind), Some(detail)) => format!(" ({kind}: {detail})"),
+                (Some(kind), None) => format!(" ({kind})"),
+                _ => String::new(),
+            };
             println!(
-                "{:<20}  {:<24}  {:<26}  {:<10}  {} [{}]",
+                "{:<20}  {:<24}  {:<7}  {:<26}  {:<10}  {}{} [{}]",
                 f.binding,
                 scope,
+                f.kind.as_str(),
                 f.fenced_at.map(|t| t.to_rfc3339()).unwrap_or_default(),
                 f.persisted,
                 f.reason.as_deref().unwrap_or("-"),
+                failure,
                 f.key,
             );
         }
@@ -218,16 +235,24 @@ pub async fn fences_list(config: &Config, args: &FencesListArgs) -> ExitCode {
     ExitCode::SUCCESS
 }
 
+/// A binding given to the fence commands: a valid id (the same rule as the admin API), then a
+/// valid binding.
+fn fence_binding(value: &str) -> Result<Binding, String> {
+    tenantry_kernel::id::validate("binding", value).map_err(|e| e.to_string())?;
+    Binding::parse(value).map_err(|e| e.to_string())
+}
+
 /// `tenantry fences clear`.
 pub async fn fences_clear(config: &Config, args: &FencesClearArgs) -> ExitCode {
-    let binding = match Binding::parse(args.binding.as_str()) {
+    let binding = match fence_binding(args.binding.as_str()) {
         Ok(b) => b,
         Err(e) => return usage(format!("--binding: {e}")),
     };
     let target = match (&args.scope, &args.key) {
-        (Some(scope), None) if !scope.is_empty() => {
-            ClearTarget::Scope(ScopeIdentity::object(scope.as_str()))
-        }
+        (Some(scope), None) => match tenantry_kernel::id::validate("scope", scope) {
+            Ok(()) => ClearTarget::Scope(ScopeIdentity::object(scope.as_str())),
+            Err(e) => return usage(format!("--scope: {e}")),
+        },
         (None, Some(key)) => match FenceKey::from_storage_key(key) {
             Some(k) => ClearTarget::Key(k),
             None => return usage(format!("--key {key:?} is not a fence key (ke.fence.v1.…)")),
@@ -242,7 +267,10 @@ pub async fn fences_clear(config: &Config, args: &FencesClearArgs) -> ExitCode {
         Ok(db) => db,
         Err(code) => return code,
     };
-    let code = match fence_admin(&db).clear(&binding, &target, reason).await {
+    let code = match fence_admin(config, &db)
+        .clear(&binding, &target, reason)
+        .await
+    {
         Ok(outcome) if outcome.cleared => {
             println!("cleared fence {} of {}", outcome.key, outcome.binding);
             ExitCode::SUCCESS

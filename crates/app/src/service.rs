@@ -16,6 +16,7 @@ use tenantry_engine::lifecycle::{
     CommandIntake, Dispatcher, DispatcherConfig, GroupCommitConfig, GroupCommitStore, SystemClock,
     Worker, WorkerConfig, unique_lease_owner,
 };
+use tenantry_engine::scoped_writes::{FenceConfig, ScopedWrites};
 use tenantry_lifecycle::RetryPolicy;
 use tenantry_remote_http::knowledge_fs::{HttpKnowledgeFs, KnowledgeFsConfig};
 use tenantry_store_seaorm::Database;
@@ -72,6 +73,7 @@ pub struct Service {
     db: Database,
     grace: Duration,
     metrics: Arc<AppMetrics>,
+    scoped_writes: ScopedWrites<SeaOrmHostStorage>,
 }
 
 impl std::fmt::Debug for Service {
@@ -234,10 +236,17 @@ impl Service {
             })
         });
         let accepting = Arc::new(AtomicBool::new(true));
+        // The process's one scoped-writes runtime: the admin API clears fences through it, so
+        // a clear takes the same scope locks as in-process writers (`Service::scoped_writes`).
+        let scoped_writes = ScopedWrites::with_config(
+            Arc::new(SeaOrmHostStorage::new(db.conn.clone())),
+            Arc::new(|| chrono::Utc::now().timestamp_millis()),
+            FenceConfig::with_deadline(config.knowledge_fs_deadline),
+        );
         let state = AdminState {
             store: store.clone(),
             intake: Arc::new(CommandIntake::new(store, clock)),
-            fences: FenceAdmin::new(Arc::new(SeaOrmHostStorage::new(db.conn.clone()))),
+            fences: FenceAdmin::new(scoped_writes.clone()),
             token: config.admin_token.as_deref().map(Arc::from),
             accepting: accepting.clone(),
             directory: directory.clone(),
@@ -273,6 +282,7 @@ impl Service {
             db,
             grace: config.shutdown_grace,
             metrics,
+            scoped_writes,
         }
     }
 
@@ -289,6 +299,13 @@ impl Service {
     /// The directory projection, when configured.
     pub fn directory(&self) -> Option<&crate::directory::DirectoryHandle> {
         self.directory.as_ref()
+    }
+
+    /// The process's one scoped-writes runtime (host storage of this database, dispatch
+    /// deadline `knowledge_fs_deadline`): in-process writers must use this one, so their
+    /// scopes share locks with the admin API's fence clears.
+    pub fn scoped_writes(&self) -> &ScopedWrites<SeaOrmHostStorage> {
+        &self.scoped_writes
     }
 
     /// The database the service runs on.

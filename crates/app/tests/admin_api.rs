@@ -315,6 +315,7 @@ async fn fences_are_listed_and_cleared_with_a_logged_reason() {
     assert_eq!(items[0]["binding"], "inst-1");
     assert_eq!(items[0]["scope"], "kb-7");
     assert_eq!(items[0]["reason"], "upload outcome unknown");
+    assert_eq!(items[0]["kind"], "fence");
     let (_, only) = h.get("/v1/fences?binding=inst-2").await;
     assert_eq!(only["items"], json!([]));
 
@@ -337,15 +338,59 @@ async fn fences_are_listed_and_cleared_with_a_logged_reason() {
     );
     let (_, list) = h.get("/v1/fences").await;
     assert_eq!(list["items"], json!([]));
-    // Clearing again is harmless and writes nothing.
+    // Clearing again under a new key is harmless and writes nothing.
     let (status, again) = h
         .post(
             "/v1/fences/clear",
             &json!({"binding": "inst-1", "scope": "kb-7", "reason": "again"}),
-            Some("clear-1"),
+            Some("clear-2"),
         )
         .await;
     assert_eq!((status, again["cleared"].clone()), (200, json!(false)));
+}
+
+#[tokio::test]
+async fn fence_clear_enforces_the_idempotency_key() {
+    let h = Harness::start().await;
+    let storage = Arc::new(SeaOrmHostStorage::new(h.db.db.conn.clone()));
+    let binding = Binding::parse("inst-1").unwrap();
+    let scope = ScopeIdentity::object("kb-7");
+    let marker = FenceMarker::new(&scope, "upload outcome unknown", 1_800_000_000_000);
+    storage
+        .set(&binding, scope.fence_key().as_str(), &marker.to_value())
+        .await
+        .unwrap();
+    let body =
+        json!({"binding": "inst-1", "scope": "kb-7", "reason": "verified the upload landed"});
+    let (status, first) = h.post("/v1/fences/clear", &body, Some("clear-1")).await;
+    assert_eq!(
+        (status, first["cleared"].clone()),
+        (200, json!(true)),
+        "{first}"
+    );
+    // The same key and body replays the first answer (cleared: true), writing nothing.
+    let (status, replay) = h.post("/v1/fences/clear", &body, Some("clear-1")).await;
+    assert_eq!((status, replay), (200, first));
+    // The same key with another body is refused, and changes nothing.
+    storage
+        .set(&binding, scope.fence_key().as_str(), &marker.to_value())
+        .await
+        .unwrap();
+    for other in [
+        json!({"binding": "inst-1", "scope": "kb-7", "reason": "another reason"}),
+        json!({"binding": "inst-2", "scope": "kb-7", "reason": "verified the upload landed"}),
+    ] {
+        let (status, answer) = h.post("/v1/fences/clear", &other, Some("clear-1")).await;
+        assert_error(status, &answer, 422, "IDEMPOTENCY_KEY_REUSED");
+    }
+    assert_eq!(
+        storage
+            .get(&binding, scope.fence_key().as_str())
+            .await
+            .unwrap(),
+        Some(marker.to_value()),
+        "the refused request cleared nothing"
+    );
 }
 
 #[tokio::test]
@@ -355,6 +400,8 @@ async fn fence_routes_bad_input_is_refused() {
     assert_error(status, &body, 400, "INVALID_ARGUMENT");
     let (status, body) = h.get("/v1/fences?scope=x").await;
     assert_error(status, &body, 400, "INVALID_QUERY");
+    let (status, body) = h.get("/v1/fences?binding=inst%201").await;
+    assert_error(status, &body, 400, "INVALID_ARGUMENT");
     let cases: Vec<(Value, u16, &str)> = vec![
         (
             json!({"binding": "b", "reason": "r"}),
@@ -378,6 +425,21 @@ async fn fence_routes_bad_input_is_refused() {
         ),
         (
             json!({"binding": "b", "key": "not-a-fence", "reason": "r"}),
+            400,
+            "INVALID_ARGUMENT",
+        ),
+        (
+            json!({"binding": "inst 1", "scope": "kb-7", "reason": "r"}),
+            400,
+            "INVALID_ARGUMENT",
+        ),
+        (
+            json!({"binding": "inst-1", "scope": "kb 7", "reason": "r"}),
+            400,
+            "INVALID_ARGUMENT",
+        ),
+        (
+            json!({"binding": "inst-1", "scope": "", "reason": "r"}),
             400,
             "INVALID_ARGUMENT",
         ),
@@ -498,4 +560,78 @@ fn openapi_documents_exactly_the_served_routes() {
         .map(|(m, p)| ((*m).to_owned(), (*p).to_owned()))
         .collect();
     assert_eq!(documented, served);
+}
+
+#[tokio::test]
+async fn fence_clear_through_the_api_waits_for_a_dispatch_in_flight_in_the_process() {
+    use tenantry_engine::scoped_writes::{FenceMode, ScopedWriteError};
+    use tenantry_fence::DispatchOutcome;
+    use tokio::sync::Notify;
+
+    let h = Harness::start().await;
+    // The service's own runtime, as an in-process writer (library caller) would use it.
+    let writes = h.service.as_ref().unwrap().scoped_writes().clone();
+    let started = Arc::new(Notify::new());
+    let release = Arc::new(Notify::new());
+    let commit = {
+        let (started, release) = (started.clone(), release.clone());
+        async move {
+            started.notify_one();
+            release.notified().await;
+            Err::<(), _>(DispatchOutcome::OutcomeUnknown)
+        }
+    };
+    let dispatching = tokio::spawn(async move {
+        let binding = Binding::parse("inst-1").unwrap();
+        writes
+            .run(
+                &binding,
+                &ScopeIdentity::object("kb-7"),
+                FenceMode::Enforce,
+                |ctx| async move { ctx.dispatch("upload document", commit).await },
+            )
+            .await
+    });
+    started.notified().await;
+    let (status, list) = h.get("/v1/fences").await;
+    assert_eq!(status, 200, "{list}");
+    assert_eq!(list["items"][0]["kind"], "intent", "{list}");
+    let metrics = h
+        .http
+        .get(h.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    // The gauge is process-wide (other tests refresh it too): check the labels only.
+    for label in ["kind=\"intent\"", "kind=\"fence\""] {
+        assert!(
+            metrics.contains(&format!("tenantry_fences_active{{{label}}}")),
+            "{label} missing from:\n{metrics}"
+        );
+    }
+
+    let body =
+        json!({"binding": "inst-1", "scope": "kb-7", "reason": "verified the upload landed"});
+    let clear = h.post("/v1/fences/clear", &body, Some("clear-in-flight"));
+    tokio::pin!(clear);
+    assert!(
+        tokio::time::timeout(std::time::Duration::from_millis(300), &mut clear)
+            .await
+            .is_err(),
+        "the clear waits for the scope lock of the dispatch in flight"
+    );
+    release.notify_one();
+    assert!(matches!(
+        dispatching.await.unwrap(),
+        Err(ScopedWriteError::OutcomeUnknown { .. })
+    ));
+    let (status, outcome) = clear.await;
+    assert_eq!(status, 200, "{outcome}");
+    assert_eq!(
+        outcome["cleared"], true,
+        "it cleared the fence the dispatch left"
+    );
 }

@@ -127,6 +127,46 @@ fn migrate_then_operator_commands_work_on_the_default_sqlite_file() {
         .unwrap();
     assert!(out.status.success());
     assert!(String::from_utf8(out.stdout).unwrap().contains("no fences"));
+    // `--json` prints one JSON array, `[]` when there are none (not an empty output).
+    let out = tenantry()
+        .current_dir(dir.path())
+        .args(["fences", "list", "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let listed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(listed, serde_json::json!([]));
+    // Bindings and scopes that are not valid ids are usage errors, like in the admin API.
+    for args in [
+        vec!["fences", "list", "--binding", "inst 1"],
+        vec![
+            "fences",
+            "clear",
+            "--binding",
+            "inst 1",
+            "--scope",
+            "s",
+            "--reason",
+            "r",
+        ],
+        vec![
+            "fences",
+            "clear",
+            "--binding",
+            "b",
+            "--scope",
+            "kb 7",
+            "--reason",
+            "r",
+        ],
+    ] {
+        let out = tenantry()
+            .current_dir(dir.path())
+            .args(&args)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+    }
     let out = tenantry()
         .current_dir(dir.path())
         .args([

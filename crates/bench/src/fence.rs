@@ -5,9 +5,10 @@
 //! - concurrent: one task per scope over 1,000 scopes of one installation binding, every task
 //!   running no-op writes as fast as it can (operations per second in total).
 //!
-//! Host storage is the in-memory fake: after the binding's fences were loaded once, a no-op
-//! run does not touch storage, so the figure is the runtime's own overhead (lock map, fence
-//! check, task-local bookkeeping).
+//! Host storage is the in-memory fake. Every run reads the scope's and the installation's
+//! fence record and takes and releases the scope's cross-process claim (2 reads, 2
+//! compare-and-sets on the fake), so the figure is the runtime's own overhead (lock map, fence
+//! records, claim, task-local bookkeeping) without database latency.
 
 use std::convert::Infallible;
 use std::hint::black_box;
@@ -29,7 +30,7 @@ pub async fn run(ops: u64, scopes: u64, ops_per_scope: u64) -> BenchResult<()> {
     let binding = Binding::parse("bench-binding")?;
     let scope = ScopeIdentity::object("kb-0");
 
-    // Warm up: loads the binding's fences once.
+    // Warm up.
     for _ in 0..1_000 {
         scoped_noop(&writes, &binding, &scope).await?;
     }

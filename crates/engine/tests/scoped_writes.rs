@@ -8,10 +8,14 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use serde_json::{Value, json};
-use tenantry_engine::scoped_writes::{FenceMode, ScopedWriteError, ScopedWrites};
-use tenantry_fence::{Binding, DispatchOutcome, FenceKey, ScopeIdentity};
+use tenantry_engine::scoped_writes::admin::{ClearTarget, FenceAdminError};
+use tenantry_engine::scoped_writes::{FenceConfig, FenceMode, ScopedWriteError, ScopedWrites};
+use tenantry_fence::{
+    Binding, ClearRefused, DispatchOutcome, FailureRecord, FenceKey, FenceMarker, RecordKind,
+    ScopeIdentity,
+};
 use tenantry_ports::host_storage::testing::{InMemoryHostStorage, SetFault};
-use tenantry_ports::host_storage::{HostStorage, HostStorageError};
+use tenantry_ports::host_storage::{HostStorage, HostStorageBindings, HostStorageError};
 use tokio::sync::{Notify, Semaphore};
 
 type Writes = ScopedWrites<Gated>;
@@ -99,16 +103,64 @@ impl HostStorage for Gated {
             .await;
         self.inner.set(binding, key, value).await
     }
+    async fn compare_and_set(
+        &self,
+        binding: &Binding,
+        key: &str,
+        expected: Option<&Value>,
+        value: &Value,
+    ) -> std::result::Result<bool, HostStorageError> {
+        let name = if value.is_null() {
+            "cas-release"
+        } else if expected.is_none_or(Value::is_null) {
+            "cas-claim"
+        } else {
+            "cas-intent"
+        };
+        self.gate.step(name).await;
+        self.inner
+            .compare_and_set(binding, key, expected, value)
+            .await
+    }
 }
 
-fn runtime(storage: &Arc<InMemoryHostStorage>, gate: &Arc<Gate>) -> Writes {
-    ScopedWrites::with_clock(
+#[async_trait]
+impl HostStorageBindings for Gated {
+    async fn bindings_with_key_prefix(
+        &self,
+        key_prefix: &str,
+    ) -> std::result::Result<Vec<Binding>, HostStorageError> {
+        self.inner.bindings_with_key_prefix(key_prefix).await
+    }
+}
+
+const NOW: i64 = 1_700_000_000_000;
+
+/// Claim settings for tests: a 150 s dispatch deadline, and short waits for claims of other
+/// runtimes (the clocks are fixed, so a live claim only ends when it is released).
+fn config() -> FenceConfig {
+    FenceConfig {
+        claim_poll: std::time::Duration::from_millis(1),
+        claim_wait: std::time::Duration::from_secs(5),
+        ..FenceConfig::with_deadline(std::time::Duration::from_secs(150))
+    }
+}
+
+/// A runtime (another process, as far as claims go: its own owner, locks and cache) over
+/// `storage`, with a clock fixed at `now` (Unix ms).
+fn runtime_at(storage: &Arc<InMemoryHostStorage>, gate: &Arc<Gate>, now: i64) -> Writes {
+    ScopedWrites::with_config(
         Arc::new(Gated {
             inner: storage.clone(),
             gate: gate.clone(),
         }),
-        Arc::new(|| 1_700_000_000_000),
+        Arc::new(move || now),
+        config(),
     )
+}
+
+fn runtime(storage: &Arc<InMemoryHostStorage>, gate: &Arc<Gate>) -> Writes {
+    runtime_at(storage, gate, NOW)
 }
 
 fn fresh() -> (Arc<InMemoryHostStorage>, Writes) {
@@ -314,7 +366,7 @@ async fn answered_or_not_dispatched_failure_clears_the_intent() {
 }
 
 #[tokio::test]
-async fn unknown_outcome_keeps_the_intent() {
+async fn unknown_outcome_replaces_the_intent_with_a_fence_recording_the_failure() {
     let (storage, writes) = fresh();
     let gate = Arc::new(Gate::default());
     let err = dispatch(
@@ -336,16 +388,64 @@ async fn unknown_outcome_keeps_the_intent() {
     assert!(stored_fence(&storage, &kb("a")));
     let entries = writes.list_fences(&binding()).await.unwrap();
     assert_eq!(entries.len(), 1);
+    assert_eq!(entries[0].kind, RecordKind::Fence);
     let marker = entries[0].marker.clone().unwrap();
     assert_eq!(marker.scope.as_deref(), Some("a"));
     assert_eq!(marker.reason, "provision knowledge space");
     assert_eq!(marker.fenced_at_ms, Some(1_700_000_000_000));
+    assert_eq!(marker.kind, RecordKind::Fence, "not left as the intent");
+    assert_eq!(
+        marker.failure,
+        Some(FailureRecord {
+            kind: "outcome_unknown".into(),
+            detail: DispatchOutcome::OutcomeUnknown.to_string(),
+        }),
+        "the fence records the failure, not only the intent's label"
+    );
+}
+
+#[tokio::test]
+async fn unknown_outcome_reported_after_a_dispatch_still_persists_the_fence() {
+    // The dispatch succeeded (its intent is the run's claim), then the operation reports an
+    // ambiguity of its own: the stored record must become the fence, with the failure.
+    let (storage, writes) = fresh();
+    let r: Result<(), DispatchOutcome> = writes
+        .run(&binding(), &kb("a"), FenceMode::Enforce, |ctx| async move {
+            ctx.dispatch("upload", async { Ok::<_, DispatchOutcome>(()) })
+                .await?;
+            Err(ScopedWriteError::OutcomeUnknown {
+                scope: ctx.scope().clone(),
+                reason: "index state unreadable after upload".into(),
+                error: None,
+            })
+        })
+        .await;
+    assert!(matches!(r, Err(ScopedWriteError::OutcomeUnknown { .. })));
+    let stored = storage
+        .peek(&binding(), kb("a").fence_key().as_str())
+        .unwrap()
+        .unwrap();
+    let marker = FenceMarker::from_value(&stored).unwrap();
+    assert_eq!(marker.kind, RecordKind::Fence, "{stored}");
+    assert_eq!(
+        marker.failure.map(|f| (f.kind, f.detail)),
+        Some((
+            "reported".into(),
+            "index state unreadable after upload".into()
+        ))
+    );
+    let restarted = runtime(&storage, &Arc::new(Gate::default()));
+    assert!(matches!(
+        write_value(&restarted, &kb("a"), json!(1)).await,
+        Err(ScopedWriteError::Fenced { .. })
+    ));
 }
 
 #[tokio::test]
 async fn intent_not_persisted_means_not_dispatched_and_fenced() {
     let (storage, writes) = fresh();
-    storage.fail_sets([SetFault::BeforeWrite]);
+    // The claim goes through; the intent that names the dispatch fails.
+    storage.fail_cas([SetFault::Pass, SetFault::BeforeWrite]);
     let remote = Remote::new();
     let gate = Arc::new(Gate::default());
     let err = dispatch(&writes, &kb("a"), &remote, &gate, None)
@@ -410,15 +510,26 @@ async fn fence_persist_failure_is_logged_and_fence_holds_in_process() {
     storage.fail_sets([SetFault::BeforeWrite, SetFault::BeforeWrite]);
     let err = write_value(&writes, &kb("a"), json!(1)).await.unwrap_err();
     assert!(matches!(err, ScopedWriteError::HostWrite(_)));
-    assert!(!stored_fence(&storage, &kb("a")));
+    let stored_kind = |storage: &InMemoryHostStorage| {
+        storage
+            .peek(&binding(), kb("a").fence_key().as_str())
+            .and_then(|v| FenceMarker::from_value(&v.unwrap()))
+            .map(|m| m.kind)
+    };
+    // Only the run's claim is stored (other processes wait for it, then treat it as a fence).
+    assert_eq!(stored_kind(&storage), Some(RecordKind::Intent));
     assert!(writes.is_fenced_in_process(&binding(), &kb("a")));
     let entries = writes.list_fences(&binding()).await.unwrap();
     assert_eq!(entries.len(), 1);
     assert!(!entries[0].persisted);
+    assert_eq!(entries[0].kind, RecordKind::Fence);
     assert!(matches!(
         write_value(&writes, &kb("a"), json!(2)).await,
         Err(ScopedWriteError::Fenced { .. })
     ));
+    // Before refusing, the next write persisted the in-process fence again.
+    assert_eq!(stored_kind(&storage), Some(RecordKind::Fence));
+    assert!(writes.list_fences(&binding()).await.unwrap()[0].persisted);
 }
 
 #[tokio::test]
@@ -455,23 +566,30 @@ async fn deterministic_error_before_dispatch_does_not_fence() {
 }
 
 #[tokio::test]
-async fn fence_listing_failure_fails_closed_and_is_retried() {
+async fn fence_read_failure_fails_closed_and_is_retried() {
     let (storage, writes) = fresh();
-    storage.fail_keys(1);
-    let err = write_value(&writes, &kb("a"), json!(1)).await.unwrap_err();
-    assert!(
-        matches!(err, ScopedWriteError::FenceStateUnavailable { .. }),
-        "{err:?}"
-    );
-    assert_eq!(
-        storage.peek(&binding(), "ke.data.v1.x"),
-        None,
-        "nothing written"
-    );
+    for failed_reads in [1, 2] {
+        storage.fail_gets(failed_reads);
+        let err = write_value(&writes, &kb("a"), json!(1)).await.unwrap_err();
+        assert!(
+            matches!(err, ScopedWriteError::FenceStateUnavailable { .. }),
+            "{err:?}"
+        );
+        storage.fail_gets(0);
+        assert_eq!(
+            storage.peek(&binding(), "ke.data.v1.x"),
+            None,
+            "nothing written"
+        );
+    }
     write_value(&writes, &kb("a"), json!(1)).await.unwrap();
-    assert_eq!(storage.calls().keys, 2, "load retried on the next call");
+    let before = storage.calls().get;
     write_value(&writes, &kb("a"), json!(2)).await.unwrap();
-    assert_eq!(storage.calls().keys, 2, "loaded once per binding");
+    assert_eq!(
+        storage.calls().get - before,
+        2,
+        "every write reads the scope's and the installation's record"
+    );
 }
 
 #[tokio::test]
@@ -487,19 +605,7 @@ async fn unreadable_fence_record_counts_as_fence() {
     let entries = writes.list_fences(&binding()).await.unwrap();
     assert_eq!(entries.len(), 1);
     assert_eq!(entries[0].marker, None);
-    // Failed reads of a record also fence.
-    let (storage, writes) = fresh();
-    storage.put_raw(
-        &binding(),
-        kb("b").fence_key().as_str(),
-        "{\"reason\":\"x\"}",
-    );
-    storage.put_raw(&binding(), kb("b").fence_key().as_str(), "null");
-    storage.fail_gets(1);
-    assert!(matches!(
-        write_value(&writes, &kb("b"), json!(1)).await,
-        Err(ScopedWriteError::Fenced { .. })
-    ));
+    assert_eq!(entries[0].kind, RecordKind::Fence);
 }
 
 #[tokio::test]
@@ -533,19 +639,29 @@ async fn allow_fenced_passes_through_and_clear_writes_null_tombstone() {
 async fn operator_clears_fence_by_scope_or_key() {
     let (storage, writes) = fresh();
     writes.fence(&binding(), &kb("a"), "ambiguous").await;
-    writes
-        .clear_fence(&binding(), &kb("a"), "reconciled with remote")
+    let outcome = writes
+        .clear(
+            &binding(),
+            &ClearTarget::Scope(kb("a")),
+            "reconciled with remote",
+        )
         .await
         .unwrap();
+    assert!(outcome.cleared);
     write_value(&writes, &kb("a"), json!(1)).await.unwrap();
     storage.put_raw(&binding(), "ke.fence.v1.unknown", "\u{1}garbage");
     let writes = runtime(&storage, &Arc::new(Gate::default()));
     let key = FenceKey::from_storage_key("ke.fence.v1.unknown").unwrap();
     assert_eq!(writes.list_fences(&binding()).await.unwrap()[0].key, key);
-    writes
-        .clear_fence_key(&binding(), &key, "record unreadable, remote checked")
+    let outcome = writes
+        .clear(
+            &binding(),
+            &ClearTarget::Key(key),
+            "record unreadable, remote checked",
+        )
         .await
         .unwrap();
+    assert!(outcome.cleared);
     assert!(writes.list_fences(&binding()).await.unwrap().is_empty());
 }
 
@@ -618,9 +734,10 @@ async fn scope_lock_map_does_not_grow_without_bound() {
 #[tokio::test]
 async fn revoke_installation_releases_locks_owners_and_fence_cache() {
     let storage = Arc::new(InMemoryHostStorage::new());
-    let gate = Gate::parking_at(2); // keys, set(write) parks
+    // The fence: get, get, claim, set (steps 0-3); the write: get, get, claim, set parks.
+    let gate = Gate::parking_at(7);
     let writes = runtime(&storage, &gate);
-    writes.fence(&binding(), &kb("z"), "x").await; // steps 0 (keys), 1 (set)
+    writes.fence(&binding(), &kb("z"), "x").await;
     let w = writes.clone();
     let held = tokio::spawn(async move { write_value(&w, &kb("a"), json!(1)).await });
     gate.reached.notified().await;
@@ -702,7 +819,7 @@ async fn cancellation_at_every_await_point_of_a_dispatched_mutation() {
         let mut step = 0;
         while let Some((settled, log)) = cancel_dispatch_at(step, outcome).await {
             let parked = log[step].as_str();
-            let dispatched = matches!(parked, "set" | "commit" | "set-null");
+            let dispatched = matches!(parked, "cas-intent" | "commit" | "set" | "cas-release");
             let fenced = dispatched && outcome == Some(DispatchOutcome::OutcomeUnknown);
             assert_eq!(
                 settled,
@@ -718,7 +835,7 @@ async fn cancellation_at_every_await_point_of_a_dispatched_mutation() {
         }
         assert!(
             step >= 4,
-            "keys, get, intent, commit (+ clear) were all visited: {step}"
+            "get, get, claim, intent, commit (+ fence or release) were all visited: {step}"
         );
     }
 }
@@ -778,7 +895,7 @@ async fn cancellation_at_every_await_point_of_a_serialized_write() {
         while let Some((settled, log, value)) = cancel_write_at(step, fault).await {
             let parked = log[step].as_str();
             // Cancelled before the host write was sent: nothing written, nothing fenced.
-            let sent = matches!(parked, "set");
+            let sent = matches!(parked, "set" | "cas-release");
             let fenced = sent && fault.is_some();
             assert_eq!(
                 settled.fenced_in_process, fenced,
@@ -794,7 +911,7 @@ async fn cancellation_at_every_await_point_of_a_serialized_write() {
         }
         assert!(
             step >= 4,
-            "keys, get, operation, write were all visited: {step}"
+            "get, get, claim, operation, write were all visited: {step}"
         );
     }
 }
@@ -802,7 +919,7 @@ async fn cancellation_at_every_await_point_of_a_serialized_write() {
 #[tokio::test]
 async fn cancelled_while_waiting_for_the_lock_leaves_no_entry() {
     let storage = Arc::new(InMemoryHostStorage::new());
-    let gate = Gate::parking_at(1); // keys, then the first write's set parks
+    let gate = Gate::parking_at(3); // get, get, claim, then the first write's set parks
     let writes = runtime(&storage, &gate);
     let w = writes.clone();
     let holder = tokio::spawn(async move { write_value(&w, &kb("a"), json!(1)).await });
@@ -829,7 +946,7 @@ async fn cancelled_while_waiting_for_the_lock_leaves_no_entry() {
 #[tokio::test]
 async fn dispatched_commit_keeps_the_lock_after_caller_is_dropped() {
     let storage = Arc::new(InMemoryHostStorage::new());
-    let gate = Gate::parking_at(2); // keys, intent set, commit parks
+    let gate = Gate::parking_at(4); // get, get, claim, intent, commit parks
     let writes = runtime(&storage, &gate);
     let remote = Remote::new();
     {
@@ -890,4 +1007,271 @@ async fn restarted_runtime_over_sql_storage_still_refuses_fenced_scope() {
         })
         .await;
     r.unwrap();
+}
+
+#[tokio::test]
+async fn clear_waits_for_a_dispatch_in_flight_in_the_same_process() {
+    let storage = Arc::new(InMemoryHostStorage::new());
+    let gate = Gate::parking_at(4); // get, get, claim, intent, commit parks
+    let writes = runtime(&storage, &gate);
+    let remote = Remote::new();
+    let (w, g, r) = (writes.clone(), gate.clone(), remote.clone());
+    let dispatching = tokio::spawn(async move {
+        dispatch(&w, &kb("a"), &r, &g, Some(DispatchOutcome::OutcomeUnknown)).await
+    });
+    gate.reached.notified().await;
+    let w = writes.clone();
+    let clearing = tokio::spawn(async move {
+        w.clear(&binding(), &ClearTarget::Scope(kb("a")), "reconciled")
+            .await
+    });
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+    assert!(
+        !clearing.is_finished(),
+        "the clear waits for the scope lock held by the dispatch"
+    );
+    gate.open();
+    assert!(matches!(
+        dispatching.await.unwrap(),
+        Err(ScopedWriteError::OutcomeUnknown { .. })
+    ));
+    let outcome = clearing.await.unwrap().unwrap();
+    assert!(
+        outcome.cleared,
+        "the clear removed the fence the dispatch left"
+    );
+    assert!(!stored_fence(&storage, &kb("a")));
+    assert!(!writes.is_fenced_in_process(&binding(), &kb("a")));
+    write_value(&writes, &kb("a"), json!(1)).await.unwrap();
+}
+
+#[tokio::test]
+async fn listing_tells_intents_from_fences_and_a_young_intent_is_not_cleared() {
+    let storage = Arc::new(InMemoryHostStorage::new());
+    let gate = Gate::parking_at(4); // the dispatch parks in its commit
+    let holder = runtime(&storage, &gate);
+    let remote = Remote::new();
+    let (w, g, r) = (holder.clone(), gate.clone(), remote.clone());
+    let dispatching = tokio::spawn(async move { dispatch(&w, &kb("a"), &r, &g, None).await });
+    gate.reached.notified().await;
+    holder.fence(&binding(), &kb("f"), "operator hold").await;
+
+    // Another process, 149 s later: the intent is younger than the 150 s dispatch deadline.
+    let operator = runtime_at(&storage, &Arc::new(Gate::default()), NOW + 149_000);
+    let listed = operator.list_all_fences(None).await.unwrap();
+    let kinds: Vec<_> = listed
+        .iter()
+        .map(|f| {
+            (
+                f.entry.marker.as_ref().unwrap().scope.clone().unwrap(),
+                f.entry.kind,
+            )
+        })
+        .collect();
+    assert_eq!(kinds.len(), 2, "{listed:?}");
+    assert!(kinds.contains(&("a".to_owned(), RecordKind::Intent)));
+    assert!(kinds.contains(&("f".to_owned(), RecordKind::Fence)));
+    let err = operator
+        .clear(&binding(), &ClearTarget::Scope(kb("a")), "looks stuck")
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            FenceAdminError::Refused(ClearRefused::IntentInFlight {
+                age_ms: 149_000,
+                deadline_ms: 150_000,
+                ..
+            })
+        ),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("dispatch deadline"), "{err}");
+    assert!(stored_fence(&storage, &kb("a")), "nothing cleared");
+    gate.open();
+    assert_eq!(dispatching.await.unwrap().unwrap(), 7);
+    assert!(!stored_fence(&storage, &kb("a")), "the claim was released");
+
+    // An intent left by a process that vanished: past the deadline an operator may clear it.
+    let ghost = FenceMarker::intent(&kb("b"), "upload", "ghost", NOW, NOW + 180_000);
+    storage
+        .set(&binding(), kb("b").fence_key().as_str(), &ghost.to_value())
+        .await
+        .unwrap();
+    let later = runtime_at(&storage, &Arc::new(Gate::default()), NOW + 150_000);
+    let outcome = later
+        .clear(
+            &binding(),
+            &ClearTarget::Scope(kb("b")),
+            "upload verified absent",
+        )
+        .await
+        .unwrap();
+    assert!(outcome.cleared);
+}
+
+#[tokio::test]
+async fn expired_intent_of_a_vanished_process_counts_as_a_fence() {
+    let storage = Arc::new(InMemoryHostStorage::new());
+    let ghost = FenceMarker::intent(&kb("a"), "upload", "ghost", NOW, NOW + 180_000);
+    storage
+        .set(&binding(), kb("a").fence_key().as_str(), &ghost.to_value())
+        .await
+        .unwrap();
+    let after = runtime_at(&storage, &Arc::new(Gate::default()), NOW + 180_000);
+    assert!(matches!(
+        write_value(&after, &kb("a"), json!(1)).await,
+        Err(ScopedWriteError::Fenced { .. })
+    ));
+    // While it is live, a write waits at most `claim_wait`, then reports the holder.
+    let impatient = ScopedWrites::with_config(
+        storage.clone(),
+        Arc::new(|| NOW + 1),
+        FenceConfig {
+            claim_wait: std::time::Duration::ZERO,
+            ..config()
+        },
+    );
+    let r: Result<(), Infallible> = impatient
+        .run(&binding(), &kb("a"), FenceMode::Enforce, |ctx| async move {
+            ctx.write("k", json!(1)).await
+        })
+        .await;
+    assert!(
+        matches!(&r, Err(ScopedWriteError::ScopeBusy { owner, .. }) if owner == "ghost"),
+        "{r:?}"
+    );
+    assert_eq!(storage.peek(&binding(), "k"), None);
+}
+
+/// Two runtimes over one storage behave as two processes over one database: a dispatch in
+/// one serializes the other's write on the same scope, the fence it leaves is seen by the
+/// other before its next write, and a clear in the other reaches the first.
+async fn runtimes_share_claims_fences_and_clears<S>(storage: Arc<S>)
+where
+    S: HostStorage + HostStorageBindings + ?Sized + 'static,
+{
+    let a = ScopedWrites::with_config(storage.clone(), Arc::new(|| NOW), config());
+    let b = ScopedWrites::with_config(storage.clone(), Arc::new(|| NOW), config());
+    async fn write<S: HostStorage + ?Sized + 'static>(
+        w: &ScopedWrites<S>,
+        scope: ScopeIdentity,
+        v: i64,
+    ) -> Result<(), Infallible> {
+        w.run(&binding(), &scope, FenceMode::Enforce, |ctx| async move {
+            ctx.write("ke.data.v1.x", json!(v)).await
+        })
+        .await
+    }
+    // b writes first, so whatever b keeps in process is warm.
+    write(&b, kb("a"), 1).await.unwrap();
+
+    let started = Arc::new(Notify::new());
+    let release = Arc::new(Notify::new());
+    let commit = {
+        let (started, release) = (started.clone(), release.clone());
+        async move {
+            started.notify_one();
+            release.notified().await;
+            Err::<(), _>(DispatchOutcome::OutcomeUnknown)
+        }
+    };
+    let a2 = a.clone();
+    let dispatching = tokio::spawn(async move {
+        a2.run(&binding(), &kb("a"), FenceMode::Enforce, |ctx| async move {
+            ctx.dispatch("upload document", commit).await
+        })
+        .await
+    });
+    started.notified().await;
+    let b2 = b.clone();
+    let mut waiting = tokio::spawn(async move { write(&b2, kb("a"), 2).await });
+    assert!(
+        tokio::time::timeout(std::time::Duration::from_millis(200), &mut waiting)
+            .await
+            .is_err(),
+        "b's write on the scope waits while a's dispatch holds its claim"
+    );
+    write(&b, kb("other"), 3).await.unwrap();
+    release.notify_one();
+    assert!(matches!(
+        dispatching.await.unwrap(),
+        Err(ScopedWriteError::OutcomeUnknown { .. })
+    ));
+    let err = waiting.await.unwrap().unwrap_err();
+    assert!(
+        matches!(&err, ScopedWriteError::Fenced { key, .. } if *key == kb("a").fence_key()),
+        "b sees a's fence before its write: {err:?}"
+    );
+    assert_eq!(
+        storage.get(&binding(), "ke.data.v1.x").await.unwrap(),
+        Some(json!(3)),
+        "the refused write wrote nothing"
+    );
+
+    assert!(a.is_fenced_in_process(&binding(), &kb("a")));
+    let outcome = b
+        .clear(&binding(), &ClearTarget::Scope(kb("a")), "upload verified")
+        .await
+        .unwrap();
+    assert!(outcome.cleared);
+    write(&a, kb("a"), 4).await.unwrap();
+    assert!(
+        !a.is_fenced_in_process(&binding(), &kb("a")),
+        "the clear in b reached a"
+    );
+    a.settled().await;
+    b.settled().await;
+    assert_eq!(
+        storage
+            .get(&binding(), kb("a").fence_key().as_str())
+            .await
+            .unwrap(),
+        Some(Value::Null),
+        "no claim left behind"
+    );
+}
+
+#[tokio::test]
+async fn two_runtimes_over_one_in_memory_storage_share_claims_fences_and_clears() {
+    runtimes_share_claims_fences_and_clears(Arc::new(InMemoryHostStorage::new())).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_runtimes_over_one_database_share_claims_fences_and_clears() {
+    // SQLite file, or PostgreSQL when TENANTRY_TEST_PG_URL is set.
+    let db = tenantry_store_seaorm::testing::fresh_database().await;
+    let storage = Arc::new(tenantry_store_seaorm::host_storage::SeaOrmHostStorage::new(
+        db.db.conn.clone(),
+    ));
+    runtimes_share_claims_fences_and_clears(storage).await;
+}
+
+#[tokio::test]
+async fn dispatch_after_the_run_fenced_its_scope_is_refused_and_keeps_the_fence() {
+    let (storage, writes) = fresh();
+    storage.fail_sets([SetFault::AfterWrite]);
+    let remote = Remote::new();
+    let gate = Arc::new(Gate::default());
+    let commit = remote.commit(&gate, None);
+    let r: Result<u64, DispatchOutcome> = writes
+        .run(&binding(), &kb("a"), FenceMode::Enforce, |ctx| async move {
+            let failed: Result<(), DispatchOutcome> = ctx.write("ke.data.v1.x", json!(1)).await;
+            assert!(failed.is_err());
+            ctx.dispatch("upload", commit).await
+        })
+        .await;
+    assert!(matches!(r, Err(ScopedWriteError::Fenced { .. })), "{r:?}");
+    assert_eq!(remote.started.load(Ordering::SeqCst), 0, "not dispatched");
+    let stored = storage
+        .peek(&binding(), kb("a").fence_key().as_str())
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        FenceMarker::from_value(&stored).map(|m| m.kind),
+        Some(RecordKind::Fence),
+        "the write's fence stays: {stored}"
+    );
 }

@@ -1,17 +1,20 @@
 //! The in-process fence cache and the fence marker record kept in host storage.
 //!
-//! Fences are persisted in host storage (one record per fence key) with this cache in front,
-//! so a restarted worker still recognises them. Per binding the cache holds whether the
-//! persisted fences were loaded and which fence keys are fenced. Rules:
-//! - a binding's persisted fences are loaded once, before its first write; a failed key
-//!   listing leaves the binding unloaded (the write fails closed and the next call retries);
-//! - loading only adds keys: a fence set in process while the listing ran is kept;
-//! - a stored record fences unless it is a JSON null tombstone; a record that cannot be read
-//!   or decoded counts as a fence ([`record_is_fence`]);
-//! - a scope is fenced when its own key or the binding's installation key is in the set;
-//! - releasing a binding (installation revoked) forgets its keys and its loaded flag.
+//! Fences are persisted in host storage (one record per fence key), shared by every process on
+//! the database: the runtime reads a scope's record (and the installation record) before each
+//! write. The cache only keeps the fences this process set, so a fence whose persist failed
+//! still holds. Rules:
+//! - any stored record except a JSON null tombstone is listed; a record that cannot be
+//!   decoded counts as a fence ([`record_is_fence`]); how a readable record blocks a write is
+//!   decided by [`crate::record::classify`] (a live intent of another process is waited for);
+//! - a stored record carries its [`RecordKind`]: fence, or intent (a claim with an owner and
+//!   an expiry); records without a kind are fences;
+//! - a cached fence that storage acknowledged is dropped when storage shows it cleared (by any
+//!   process); one that never reached storage is persisted again ([`FenceCache::reconcile`]);
+//! - a scope is fenced when its own key or the binding's installation key fences it;
+//! - releasing a binding (installation revoked) forgets its cached fences.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -27,33 +30,133 @@ pub enum RecordRead {
     Unreadable,
 }
 
-/// Whether a stored fence record fences its scope: everything except a JSON null tombstone,
-/// including an unreadable record (fail closed: a record we cannot read might be a fence).
+/// Whether a stored fence record is an active record (a fence or an intent): everything except
+/// a JSON null tombstone, including an unreadable record (fail closed: a record we cannot read
+/// might be a fence).
 pub fn record_is_fence(read: &RecordRead) -> bool {
     !matches!(read, RecordRead::Value(Value::Null))
 }
 
-/// The value persisted under a fence key while a scope is fenced. Written for operators
-/// (`tenantry fences list` shows it); only its presence (non-null) matters to the rules.
+/// What a stored scope record is: a fence (outcome unknown, operator must reconcile) or a
+/// write-ahead intent (a write holds the scope, a dispatch may be in flight).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RecordKind {
+    /// A mutation's outcome is unknown; the scope is fenced until an operator clears it.
+    /// Records without a `kind` field (older Tenantry versions, the reference platform) are
+    /// fences: fail closed.
+    Fence,
+    /// A write-ahead intent: a process holds the scope's cross-process claim and may have a
+    /// dispatch in flight until `expires_at_ms`. Past its expiry the intent counts as a fence
+    /// (its holder vanished with the outcome unknown).
+    Intent,
+}
+
+impl RecordKind {
+    /// `fence` or `intent`, as stored and as shown to operators (labels, JSON).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Fence => "fence",
+            Self::Intent => "intent",
+        }
+    }
+}
+
+impl std::fmt::Display for RecordKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The failure that turned a scope into a fence, as recorded in the fence.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FailureRecord {
+    /// What went wrong, machine-readable: `outcome_unknown` (the mutation returned an error of
+    /// unknown outcome), `panicked` (the mutation panicked), `reported` (the operation itself
+    /// reported an unknown outcome), `intent_expired` or `operator` (fenced on request).
+    pub kind: String,
+    /// The error text or panic message.
+    pub detail: String,
+}
+
+/// The value persisted under a fence key while a scope is fenced or claimed. Written for
+/// operators (`tenantry fences list` shows it) and for the claim protocol of other processes.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FenceMarker {
     /// The scope identity; `None` (JSON null) for the installation-wide scope.
     pub scope: Option<String>,
-    /// Why the scope was fenced (the mutation and what was observed).
+    /// Why the scope was fenced or claimed (the mutation's label).
     pub reason: String,
-    /// When the fence was set, Unix milliseconds (UTC); absent in records written by the
+    /// When the record was written, Unix milliseconds (UTC); absent in records written by the
     /// reference platform.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fenced_at_ms: Option<i64>,
+    /// Fence or write-ahead intent; absent means fence (fail closed).
+    #[serde(default = "fence_kind", skip_serializing_if = "is_fence")]
+    pub kind: RecordKind,
+    /// The process (runtime) holding the intent; intents only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+    /// When the intent's claim lapses, Unix milliseconds; intents only. Set past the dispatch
+    /// deadline, so a live holder's dispatch always ends before it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at_ms: Option<i64>,
+    /// The failure that fenced the scope; fences written by Tenantry since the record kinds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure: Option<FailureRecord>,
+}
+
+fn fence_kind() -> RecordKind {
+    RecordKind::Fence
+}
+
+#[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if passes a reference
+fn is_fence(kind: &RecordKind) -> bool {
+    *kind == RecordKind::Fence
 }
 
 impl FenceMarker {
-    /// A marker for `scope` with `reason`, set at `fenced_at_ms` (Unix milliseconds).
+    /// A fence for `scope` with `reason`, set at `fenced_at_ms` (Unix milliseconds), no failure
+    /// recorded (an operator hold).
     pub fn new(scope: &ScopeIdentity, reason: impl Into<String>, fenced_at_ms: i64) -> Self {
         Self {
             scope: scope.as_object().map(str::to_owned),
             reason: reason.into(),
             fenced_at_ms: Some(fenced_at_ms),
+            kind: RecordKind::Fence,
+            owner: None,
+            expires_at_ms: None,
+            failure: None,
+        }
+    }
+
+    /// A fence for `scope` after `failure`, labelled `reason`, set at `fenced_at_ms`.
+    pub fn fence(
+        scope: &ScopeIdentity,
+        reason: impl Into<String>,
+        failure: FailureRecord,
+        fenced_at_ms: i64,
+    ) -> Self {
+        Self {
+            failure: Some(failure),
+            ..Self::new(scope, reason, fenced_at_ms)
+        }
+    }
+
+    /// A write-ahead intent (the scope's cross-process claim) held by `owner` from `now_ms`
+    /// until `expires_at_ms`.
+    pub fn intent(
+        scope: &ScopeIdentity,
+        reason: impl Into<String>,
+        owner: impl Into<String>,
+        now_ms: i64,
+        expires_at_ms: i64,
+    ) -> Self {
+        Self {
+            kind: RecordKind::Intent,
+            owner: Some(owner.into()),
+            expires_at_ms: Some(expires_at_ms),
+            ..Self::new(scope, reason, now_ms)
         }
     }
 
@@ -73,102 +176,159 @@ impl FenceMarker {
                 scope: kb_id.as_str().map(str::to_owned),
                 reason: value.get("reason")?.as_str()?.to_owned(),
                 fenced_at_ms: None,
+                kind: RecordKind::Fence,
+                owner: None,
+                expires_at_ms: None,
+                failure: None,
             });
         }
         serde_json::from_value(value.clone()).ok()
     }
 }
 
-/// Fence state of one binding.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-struct BindingFences {
-    loaded: bool,
-    keys: BTreeSet<FenceKey>,
+/// One fence this process set, as the in-process cache keeps it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct CachedFence {
+    /// Whether storage is known to hold a fence for the key (then storage is authoritative: a
+    /// tombstone written by any process clears it).
+    persisted: bool,
+    /// The record to persist again while `persisted` is false.
+    record: Value,
 }
 
-/// The in-process fence cache of every binding this process has written to.
+/// The in-process fence cache: fences this process set, per binding, and whether each is
+/// persisted. Storage is read before every write; this cache only adds what storage may not
+/// know (a fence whose persist failed).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct FenceCache {
-    bindings: HashMap<Binding, BindingFences>,
+    bindings: HashMap<Binding, BTreeMap<FenceKey, CachedFence>>,
+}
+
+/// What the runtime must do for one cached key after reading its stored record
+/// ([`FenceCache::reconcile`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reconciled {
+    /// Nothing cached for the key.
+    NotCached,
+    /// Storage holds a fence: the cached one is now marked persisted.
+    Persisted,
+    /// Storage shows no fence and the cached one was persisted: another process (or an
+    /// operator) cleared it; the cached fence is dropped.
+    ClearedElsewhere,
+    /// Storage shows no fence and the cached one never reached it: persist this record again
+    /// (the key stays fenced either way).
+    PersistAgain(Value),
 }
 
 impl FenceCache {
-    /// An empty cache: no binding loaded, nothing fenced.
+    /// An empty cache: nothing fenced.
     pub fn new() -> Self {
         Self::default()
     }
 
-    /// Whether the persisted fences of `binding` were loaded.
-    pub fn is_loaded(&self, binding: &Binding) -> bool {
-        self.bindings.get(binding).is_some_and(|b| b.loaded)
-    }
-
-    /// Applies a complete key listing of `binding`: each fence record read is added when it
-    /// fences ([`record_is_fence`]), and the binding is marked loaded. Keys already fenced in
-    /// process stay fenced. Call this only after the listing succeeded; a failed listing must
-    /// leave the binding unloaded.
-    pub fn apply_load(
-        &mut self,
-        binding: &Binding,
-        records: impl IntoIterator<Item = (FenceKey, RecordRead)>,
-    ) {
-        let entry = self.bindings.entry(binding.clone()).or_default();
-        for (key, read) in records {
-            if record_is_fence(&read) {
-                entry.keys.insert(key);
-            }
-        }
-        entry.loaded = true;
-    }
-
-    /// The key that fences `scope` of `binding`, if any: the scope's own key first, then the
-    /// installation key (which blocks every scope of the binding).
+    /// The key that fences `scope` of `binding` in process, if any: the scope's own key
+    /// first, then the installation key (which blocks every scope of the binding).
     pub fn fenced_by(&self, binding: &Binding, scope: &ScopeIdentity) -> Option<FenceKey> {
         let fences = self.bindings.get(binding)?;
         let own = scope.fence_key();
-        if fences.keys.contains(&own) {
+        if fences.contains_key(&own) {
             return Some(own);
         }
         let installation = FenceKey::installation();
-        fences.keys.contains(&installation).then_some(installation)
+        fences.contains_key(&installation).then_some(installation)
     }
 
-    /// Whether a write to `scope` of `binding` must fail closed.
+    /// Whether `key` of `binding` is fenced in process.
+    pub fn contains(&self, binding: &Binding, key: &FenceKey) -> bool {
+        self.bindings
+            .get(binding)
+            .is_some_and(|b| b.contains_key(key))
+    }
+
+    /// Whether a write to `scope` of `binding` must fail closed by this cache alone.
     pub fn is_fenced(&self, binding: &Binding, scope: &ScopeIdentity) -> bool {
         self.fenced_by(binding, scope).is_some()
     }
 
-    /// Marks `key` of `binding` fenced. Returns `false` when it already was.
-    pub fn mark(&mut self, binding: &Binding, key: FenceKey) -> bool {
+    /// Marks `key` of `binding` fenced with the stored form `record`; `persisted` says whether
+    /// storage acknowledged it. Returns `false` when the key was already fenced (its entry is
+    /// replaced).
+    pub fn mark(
+        &mut self,
+        binding: &Binding,
+        key: FenceKey,
+        record: Value,
+        persisted: bool,
+    ) -> bool {
         self.bindings
             .entry(binding.clone())
             .or_default()
-            .keys
-            .insert(key)
+            .insert(key, CachedFence { persisted, record })
+            .is_none()
+    }
+
+    /// Applies what storage says about `key` (`stored_fence`: whether its record fences) to
+    /// the cached fence of that key. See [`Reconciled`].
+    pub fn reconcile(
+        &mut self,
+        binding: &Binding,
+        key: &FenceKey,
+        stored_fence: bool,
+    ) -> Reconciled {
+        let Some(fences) = self.bindings.get_mut(binding) else {
+            return Reconciled::NotCached;
+        };
+        let Some(entry) = fences.get_mut(key) else {
+            return Reconciled::NotCached;
+        };
+        if stored_fence {
+            entry.persisted = true;
+            return Reconciled::Persisted;
+        }
+        if entry.persisted {
+            fences.remove(key);
+            if fences.is_empty() {
+                self.bindings.remove(binding);
+            }
+            return Reconciled::ClearedElsewhere;
+        }
+        Reconciled::PersistAgain(entry.record.clone())
     }
 
     /// Clears `key` of `binding`. Returns `false` when it was not fenced in process.
     pub fn clear(&mut self, binding: &Binding, key: &FenceKey) -> bool {
-        self.bindings
-            .get_mut(binding)
-            .is_some_and(|b| b.keys.remove(key))
+        let Some(fences) = self.bindings.get_mut(binding) else {
+            return false;
+        };
+        let removed = fences.remove(key).is_some();
+        if fences.is_empty() {
+            self.bindings.remove(binding);
+        }
+        removed
     }
 
-    /// The fenced keys of `binding`, in key order.
-    pub fn fenced_keys(&self, binding: &Binding) -> Vec<FenceKey> {
+    /// The fenced keys of `binding`, in key order, each with whether it is persisted.
+    pub fn fenced_keys(&self, binding: &Binding) -> Vec<(FenceKey, bool)> {
         self.bindings
             .get(binding)
-            .map(|b| b.keys.iter().cloned().collect())
+            .map(|b| b.iter().map(|(k, e)| (k.clone(), e.persisted)).collect())
             .unwrap_or_default()
     }
 
-    /// Forgets everything about `binding` (installation revoked): its fenced keys and its
-    /// loaded flag. A later write reloads from storage.
+    /// Forgets everything about `binding` (installation revoked). Persisted fences still hold
+    /// through storage.
     pub fn release(&mut self, binding: &Binding) {
         self.bindings.remove(binding);
     }
 
-    /// How many bindings the cache holds state for.
+    /// The bindings the cache holds fences for, in order.
+    pub fn bindings(&self) -> Vec<Binding> {
+        let mut bindings: Vec<Binding> = self.bindings.keys().cloned().collect();
+        bindings.sort();
+        bindings
+    }
+
+    /// How many bindings the cache holds fences for.
     pub fn binding_count(&self) -> usize {
         self.bindings.len()
     }
@@ -207,7 +367,7 @@ mod tests {
         let b = binding("inst");
         let other = binding("other");
         let mut cache = FenceCache::new();
-        cache.mark(&b, FenceKey::installation());
+        cache.mark(&b, FenceKey::installation(), Value::Null, true);
         for scope in [
             ScopeIdentity::Installation,
             ScopeIdentity::object("kb-1"),
@@ -223,7 +383,7 @@ mod tests {
         let b = binding("inst");
         let mut cache = FenceCache::new();
         let a = ScopeIdentity::object("a");
-        cache.mark(&b, a.fence_key());
+        cache.mark(&b, a.fence_key(), Value::Null, true);
         let cases = [
             (a.clone(), true),
             (ScopeIdentity::object("b"), false),
@@ -235,45 +395,49 @@ mod tests {
         assert!(cache.clear(&b, &a.fence_key()));
         assert!(!cache.clear(&b, &a.fence_key()));
         assert!(!cache.is_fenced(&b, &a));
+        assert_eq!(cache.binding_count(), 0);
     }
 
     #[test]
-    fn load_adds_fences_and_keeps_in_process_marks() {
+    fn reconcile_follows_storage_for_persisted_fences_and_repersists_the_others() {
         let b = binding("inst");
+        let key = ScopeIdentity::object("a").fence_key();
+        let record = json!({"reason": "r"});
+        let cases = [
+            // (persisted, stored fence) -> (outcome, still fenced, persisted after)
+            (true, true, Reconciled::Persisted, true),
+            (true, false, Reconciled::ClearedElsewhere, false),
+            (false, true, Reconciled::Persisted, true),
+            (false, false, Reconciled::PersistAgain(record.clone()), true),
+        ];
+        for (persisted, stored, outcome, fenced) in cases {
+            let mut cache = FenceCache::new();
+            cache.mark(&b, key.clone(), record.clone(), persisted);
+            assert_eq!(
+                cache.reconcile(&b, &key, stored),
+                outcome,
+                "{persisted} {stored}"
+            );
+            assert_eq!(cache.contains(&b, &key), fenced, "{persisted} {stored}");
+        }
         let mut cache = FenceCache::new();
-        assert!(!cache.is_loaded(&b));
-        let in_process = ScopeIdentity::object("p").fence_key();
-        cache.mark(&b, in_process.clone());
-        assert!(!cache.is_loaded(&b), "marking is not loading");
-        let stored = ScopeIdentity::object("s").fence_key();
-        let tombstoned = ScopeIdentity::object("t").fence_key();
-        let unreadable = ScopeIdentity::object("u").fence_key();
-        cache.apply_load(
-            &b,
-            [
-                (stored.clone(), RecordRead::Value(json!({"reason": "x"}))),
-                (tombstoned.clone(), RecordRead::Value(Value::Null)),
-                (unreadable.clone(), RecordRead::Unreadable),
-            ],
-        );
-        assert!(cache.is_loaded(&b));
-        let mut expected = vec![in_process, stored, unreadable];
-        expected.sort();
-        assert_eq!(cache.fenced_keys(&b), expected);
-        assert!(!cache.fenced_keys(&b).contains(&tombstoned));
+        assert_eq!(cache.reconcile(&b, &key, true), Reconciled::NotCached);
+        cache.mark(&b, key.clone(), record, false);
+        assert_eq!(cache.fenced_keys(&b), vec![(key.clone(), false)]);
+        cache.reconcile(&b, &key, true);
+        assert_eq!(cache.fenced_keys(&b), vec![(key, true)]);
     }
 
     #[test]
-    fn release_forgets_keys_and_loaded_flag() {
+    fn release_forgets_fences_of_the_binding() {
         let b = binding("inst");
         let keep = binding("keep");
         let mut cache = FenceCache::new();
-        cache.apply_load(&b, [(FenceKey::installation(), RecordRead::Unreadable)]);
-        cache.apply_load(&keep, []);
+        cache.mark(&b, FenceKey::installation(), Value::Null, false);
+        cache.mark(&keep, FenceKey::installation(), Value::Null, false);
         cache.release(&b);
-        assert!(!cache.is_loaded(&b));
         assert!(cache.fenced_keys(&b).is_empty());
-        assert!(cache.is_loaded(&keep));
+        assert!(cache.is_fenced(&keep, &ScopeIdentity::Installation));
         assert_eq!(cache.binding_count(), 1);
     }
 
@@ -295,32 +459,62 @@ mod tests {
     }
 
     #[test]
+    fn fence_and_intent_records_say_their_kind() {
+        let scope = ScopeIdentity::object("kb-1");
+        let failure = FailureRecord {
+            kind: "outcome_unknown".into(),
+            detail: "response body cut".into(),
+        };
+        let fence = FenceMarker::fence(&scope, "upload", failure, 5);
+        assert_eq!(
+            fence.to_value(),
+            json!({"scope": "kb-1", "reason": "upload", "fenced_at_ms": 5,
+                   "failure": {"kind": "outcome_unknown", "detail": "response body cut"}})
+        );
+        let intent = FenceMarker::intent(&scope, "upload", "host-1", 5, 200);
+        assert_eq!(
+            intent.to_value(),
+            json!({"scope": "kb-1", "reason": "upload", "fenced_at_ms": 5, "kind": "intent",
+                   "owner": "host-1", "expires_at_ms": 200})
+        );
+        for marker in [fence, intent] {
+            assert_eq!(FenceMarker::from_value(&marker.to_value()), Some(marker));
+        }
+        assert_eq!(
+            FenceMarker::from_value(&json!({"reason": "old", "kind": "fence"})).map(|m| m.kind),
+            Some(RecordKind::Fence)
+        );
+        assert_eq!(
+            FenceMarker::from_value(&json!({"reason": "r", "kind": "paused"})),
+            None,
+            "an unknown kind is no readable marker (it still fences)"
+        );
+    }
+
+    #[test]
     fn fence_marker_reads_reference_platform_shape() {
+        let plain = |scope: Option<&str>, reason: &str| FenceMarker {
+            scope: scope.map(str::to_owned),
+            reason: reason.into(),
+            fenced_at_ms: None,
+            kind: RecordKind::Fence,
+            owner: None,
+            expires_at_ms: None,
+            failure: None,
+        };
         let cases = [
             (
                 json!({"kb_id": "kb-9", "reason": "ambiguous remote mutation"}),
-                Some(FenceMarker {
-                    scope: Some("kb-9".into()),
-                    reason: "ambiguous remote mutation".into(),
-                    fenced_at_ms: None,
-                }),
+                Some(plain(Some("kb-9"), "ambiguous remote mutation")),
             ),
             (
                 json!({"scope": "installation", "reason": "r"}),
-                Some(FenceMarker {
-                    scope: Some("installation".into()),
-                    reason: "r".into(),
-                    fenced_at_ms: None,
-                }),
+                Some(plain(Some("installation"), "r")),
             ),
             (json!("garbage"), None),
             (
                 json!({"reason": "unreadable fence record"}),
-                Some(FenceMarker {
-                    scope: None,
-                    reason: "unreadable fence record".into(),
-                    fenced_at_ms: None,
-                }),
+                Some(plain(None, "unreadable fence record")),
             ),
         ];
         for (value, expected) in cases {

@@ -10,6 +10,8 @@
 //! - [`scope`]: the installation binding, the scope identity and the fence key derived from it;
 //! - [`cache`]: the in-process fence cache (per binding: loaded flag and fenced keys) and the
 //!   fence marker record persisted in host storage;
+//! - [`record`]: the stored record as a cross-process claim (free, held by another process,
+//!   own leftover, fenced) and when an operator may clear it;
 //! - [`outcome`]: the three dispatch outcomes and the rule mapping transport observations to
 //!   them (only [`outcome::DispatchOutcome::OutcomeUnknown`] fences);
 //! - [`connector`]: knowledge-base configuration and document-mapping records kept in host
@@ -20,11 +22,16 @@
 pub mod cache;
 pub mod connector;
 pub mod outcome;
+pub mod record;
 pub mod scope;
 
-pub use cache::{FenceCache, FenceMarker, RecordRead, record_is_fence};
+pub use cache::{
+    FailureRecord, FenceCache, FenceMarker, Reconciled, RecordKind, RecordRead, record_is_fence,
+};
 pub use connector::{ConnectorStateError, DocumentMapping, KbConfigState, MAX_CONFIG_BYTES};
 pub use outcome::{BodyRead, DispatchFailure, DispatchOutcome, IntentAction, TransportObservation};
+pub use record::{ClearRefused, Holder, classify, clear_refusal};
 pub use scope::{
-    Binding, BindingError, FENCE_KEY_PREFIX, FenceKey, INSTALLATION_FENCE_KEY, ScopeIdentity,
+    Binding, BindingError, CLEAR_RECEIPT_PREFIX, FENCE_KEY_PREFIX, FenceKey,
+    INSTALLATION_FENCE_KEY, ScopeIdentity, clear_receipt_key,
 };

@@ -21,6 +21,19 @@ pub const FENCE_KEY_PREFIX: &str = "ke.fence.v1.";
 /// The fence key of the installation-wide scope; a fence here blocks every scope of the binding.
 pub const INSTALLATION_FENCE_KEY: &str = "ke.fence.v1.installation";
 
+/// Prefix of the receipts of idempotent fence clears kept in host storage. Not a fence key
+/// prefix: receipts never fence.
+pub const CLEAR_RECEIPT_PREFIX: &str = "ke.fence-clear.v1.";
+
+/// The host-storage key of the receipt of a fence clear made under `idempotency_key`:
+/// [`CLEAR_RECEIPT_PREFIX`] + lowercase hex SHA-256 of the key's UTF-8 bytes.
+pub fn clear_receipt_key(idempotency_key: &str) -> String {
+    format!(
+        "{CLEAR_RECEIPT_PREFIX}{}",
+        hex::encode(Sha256::digest(idempotency_key.as_bytes()))
+    )
+}
+
 /// Longest accepted installation binding, in bytes.
 pub const MAX_BINDING_LEN: usize = 255;
 
@@ -280,6 +293,16 @@ mod tests {
         for (key, fence) in cases {
             assert_eq!(FenceKey::from_storage_key(key).is_some(), fence, "{key}");
         }
+    }
+
+    #[test]
+    fn clear_receipt_key_is_no_fence_key() {
+        let key = clear_receipt_key("abc");
+        assert_eq!(
+            key,
+            "ke.fence-clear.v1.ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+        assert!(FenceKey::from_storage_key(&key).is_none());
     }
 
     #[test]

@@ -12,7 +12,10 @@
 //! - `get` of an absent key is `Ok(None)`; a stored value that is not valid JSON is
 //!   [`HostStorageError::CorruptValue`], never a default;
 //! - `set` is an upsert; the last write wins; bindings never see each other's keys;
-//! - a failed `set` may or may not have been stored (the outcome is unknown).
+//! - a failed `set` may or may not have been stored (the outcome is unknown);
+//! - `compare_and_set` stores only when the current value equals the expected one (absent,
+//!   a tombstone, or a value compared as the JSON text `set` stored), atomically against
+//!   every other writer on the same database; it is how processes take a scope's claim.
 
 use async_trait::async_trait;
 use serde_json::Value;
@@ -50,6 +53,22 @@ pub trait HostStorage: Send + Sync {
         key: &str,
         value: &Value,
     ) -> Result<(), HostStorageError>;
+
+    /// Stores `value` under `key` only if the current value is `expected`: `None` means the
+    /// key must be absent, `Some(v)` that the stored value is `v` (`Some(Value::Null)`: a
+    /// tombstone). Returns whether it stored. Atomic against concurrent writers of any
+    /// process sharing the backend.
+    ///
+    /// # Errors
+    /// [`HostStorageError::InvalidKey`] (nothing was stored) or
+    /// [`HostStorageError::Unavailable`] (the write may or may not have been stored).
+    async fn compare_and_set(
+        &self,
+        binding: &Binding,
+        key: &str,
+        expected: Option<&Value>,
+        value: &Value,
+    ) -> Result<bool, HostStorageError>;
 }
 
 /// Listing of installation bindings, for operator views across installations (the admin
@@ -148,6 +167,17 @@ impl<T: HostStorage + ?Sized> HostStorage for std::sync::Arc<T> {
         value: &Value,
     ) -> Result<(), HostStorageError> {
         (**self).set(binding, key, value).await
+    }
+    async fn compare_and_set(
+        &self,
+        binding: &Binding,
+        key: &str,
+        expected: Option<&Value>,
+        value: &Value,
+    ) -> Result<bool, HostStorageError> {
+        (**self)
+            .compare_and_set(binding, key, expected, value)
+            .await
     }
 }
 

@@ -4,8 +4,14 @@
 //! `set` is one `INSERT .. ON CONFLICT (binding, key) DO UPDATE` statement on both backends, so
 //! concurrent writers of one key never fail on the primary key; the last write wins. Stored text
 //! that is not JSON reads as [`HostStorageError::CorruptValue`].
+//!
+//! `compare_and_set` is one statement too: `INSERT .. ON CONFLICT DO NOTHING` when the key
+//! must be absent, otherwise `UPDATE .. WHERE binding = ? AND key = ? AND value = ?` against
+//! the expected value's JSON text (the text `set` stores for it); the affected row count says
+//! whether it swapped. Atomic across every process on the database.
 
 use async_trait::async_trait;
+use sea_orm::sea_query::Expr;
 use sea_orm::sea_query::OnConflict;
 use sea_orm::{ColumnTrait, DatabaseConnection, DbErr, EntityTrait, QueryFilter, QuerySelect, Set};
 use serde_json::Value;
@@ -100,6 +106,46 @@ impl HostStorage for SeaOrmHostStorage {
             .await
             .map_err(|e| unavailable("set", &e))?;
         Ok(())
+    }
+
+    async fn compare_and_set(
+        &self,
+        binding: &Binding,
+        key: &str,
+        expected: Option<&Value>,
+        value: &Value,
+    ) -> Result<bool, HostStorageError> {
+        validate_key(key)?;
+        let affected = match expected {
+            None => {
+                let row = entity::ActiveModel {
+                    binding: Set(binding.as_str().to_owned()),
+                    key: Set(key.to_owned()),
+                    value: Set(value.to_string()),
+                };
+                entity::Entity::insert(row)
+                    .on_conflict(
+                        OnConflict::columns([entity::Column::Binding, entity::Column::Key])
+                            .do_nothing()
+                            .to_owned(),
+                    )
+                    .exec_without_returning(&self.conn)
+                    .await
+                    .map_err(|e| unavailable("compare_and_set", &e))?
+            }
+            Some(expected) => {
+                entity::Entity::update_many()
+                    .col_expr(entity::Column::Value, Expr::value(value.to_string()))
+                    .filter(entity::Column::Binding.eq(binding.as_str()))
+                    .filter(entity::Column::Key.eq(key))
+                    .filter(entity::Column::Value.eq(expected.to_string()))
+                    .exec(&self.conn)
+                    .await
+                    .map_err(|e| unavailable("compare_and_set", &e))?
+                    .rows_affected
+            }
+        };
+        Ok(affected == 1)
     }
 }
 

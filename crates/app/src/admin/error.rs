@@ -151,7 +151,21 @@ impl From<StoreError> for ApiError {
 
 impl From<FenceAdminError> for ApiError {
     fn from(error: FenceAdminError) -> Self {
-        Self::unavailable(error)
+        let message = error.to_string();
+        match error {
+            FenceAdminError::Storage(e) => Self::unavailable(e),
+            FenceAdminError::Refused(_) => {
+                Self::new(StatusCode::CONFLICT, "FENCE_INTENT_IN_FLIGHT", message)
+            }
+            FenceAdminError::Changed { .. } => {
+                Self::new(StatusCode::CONFLICT, "FENCE_CHANGED", message)
+            }
+            FenceAdminError::IdempotencyKeyReused { .. } => Self::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "IDEMPOTENCY_KEY_REUSED",
+                message,
+            ),
+        }
     }
 }
 

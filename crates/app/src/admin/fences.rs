@@ -1,7 +1,14 @@
 //! Fence routes: list fences across installation bindings, clear one after reconciliation.
+//!
+//! Bindings and scopes must be valid ids (the kernel's id rules: 1..=255 bytes, no whitespace,
+//! control or invisible format characters, no `/`); anything else is 400 before storage is
+//! touched. `POST /v1/fences/clear` is idempotent under `Idempotency-Key` like the other
+//! writes: the same key with the same body replays the first answer (`Idempotent-Replayed:
+//! true`), the same key with another body is 422 `IDEMPOTENCY_KEY_REUSED`.
 
 use axum::Json;
 use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue};
 use serde::{Deserialize, Serialize};
 use tenantry_fence::{Binding, FenceKey, ScopeIdentity};
 
@@ -41,8 +48,16 @@ pub struct ClearBody {
     pub reason: String,
 }
 
+/// A binding from the API: a valid id (kernel rules), then a valid binding.
 fn binding(value: &str) -> Result<Binding, ApiError> {
+    tenantry_kernel::id::validate("binding", value).map_err(|e| ApiError::invalid("binding", e))?;
     Binding::parse(value).map_err(|e| ApiError::invalid("binding", e))
+}
+
+/// A scope identity from the API: a valid id (kernel rules).
+fn scope(value: &str) -> Result<ScopeIdentity, ApiError> {
+    tenantry_kernel::id::validate("scope", value).map_err(|e| ApiError::invalid("scope", e))?;
+    Ok(ScopeIdentity::object(value))
 }
 
 /// `GET /v1/fences`.
@@ -60,12 +75,10 @@ pub async fn clear_fence(
     State(state): State<AdminState>,
     key: IdempotencyKeyHeader,
     JsonBody(body): JsonBody<ClearBody>,
-) -> Result<Json<ClearOutcome>, ApiError> {
+) -> Result<(HeaderMap, Json<ClearOutcome>), ApiError> {
     let binding = binding(&body.binding)?;
     let target = match (body.scope.as_deref(), body.key.as_deref()) {
-        (Some(scope), None) if !scope.is_empty() => {
-            ClearTarget::Scope(ScopeIdentity::object(scope))
-        }
+        (Some(value), None) => ClearTarget::Scope(scope(value)?),
         (None, Some(key)) => {
             ClearTarget::Key(FenceKey::from_storage_key(key).ok_or_else(|| {
                 ApiError::invalid("key", format!("{key:?} is not a fence key (ke.fence.v1.…)"))
@@ -91,6 +104,13 @@ pub async fn clear_fence(
         reason,
         "fence clear requested through the admin API"
     );
-    let outcome = state.fences.clear(&binding, &target, reason).await?;
-    Ok(Json(outcome))
+    let receipt = state
+        .fences
+        .clear_idempotent(&binding, &target, reason, key.key.as_str())
+        .await?;
+    let mut headers = HeaderMap::new();
+    if receipt.replayed {
+        headers.insert("idempotent-replayed", HeaderValue::from_static("true"));
+    }
+    Ok((headers, Json(receipt.outcome)))
 }

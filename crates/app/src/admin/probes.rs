@@ -84,7 +84,11 @@ async fn refresh_gauges(state: &AdminState) {
         }
     }
     match state.fences.count().await {
-        Ok(n) => metrics::set_fences_active(n),
+        Ok(counts) => {
+            for (kind, n) in counts {
+                metrics::set_fences_active(kind.as_str(), n);
+            }
+        }
         Err(e) => tracing::warn!(error = %e, "fences gauge not refreshed"),
     }
     if state.directory.is_some() {

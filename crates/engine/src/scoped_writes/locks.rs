@@ -8,11 +8,13 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use tenantry_fence::{Binding, FenceCache, ScopeIdentity};
+use tenantry_fence::{Binding, FenceCache, FenceKey};
 use tokio::sync::OwnedMutexGuard;
 
-/// `(installation binding, scope identity)`: the unit of serialization and fencing.
-pub(crate) type ScopeKey = (Binding, ScopeIdentity);
+/// `(installation binding, fence key of the scope)`: the unit of serialization and fencing.
+/// The fence key is the scope identity's SHA-256 (or the installation key), so locking on it
+/// is locking on the scope, and an operator clearing a fence by key takes the same lock.
+pub(crate) type ScopeKey = (Binding, FenceKey);
 
 /// Map size below which no sweep runs.
 const MIN_SWEEP_AT: usize = 64;

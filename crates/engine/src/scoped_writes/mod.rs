@@ -2,44 +2,55 @@
 //! durable fences for mutations whose outcome is unknown.
 //!
 //! Platforms wrap every mutation of a remote or host store in [`ScopedWrites::run`]:
-//! - one async lock per `(binding, scope)`; entries of idle scopes are dropped, so the map is
-//!   bounded by the scopes in use;
+//! - one async lock per `(binding, scope)` in this process; entries of idle scopes are
+//!   dropped, so the map is bounded by the scopes in use. Run one runtime per process and share
+//!   it (the admin API, the CLI and library callers), so an operator's clear takes the same
+//!   lock as the writers;
 //! - re-entrant: a run nested inside another run of the same scope, in the same task, reuses
-//!   the held lock instead of deadlocking;
-//! - before the first write of a binding its persisted fences are loaded from host storage
-//!   (once); if the key listing fails the write fails closed with
-//!   [`ScopedWriteError::FenceStateUnavailable`] and the next call retries the load; a fence
-//!   record that cannot be read counts as a fence;
+//!   the held lock (and claim) instead of deadlocking;
+//! - fences are shared by every process on the database: before each run the scope's record
+//!   and the installation record are read from host storage (a failed read fails closed with
+//!   [`ScopedWriteError::FenceStateUnavailable`]; an undecodable record counts as a fence);
+//! - cross-process claim: a run takes the scope's record by compare-and-set, writing a
+//!   write-ahead intent with this runtime's owner and an expiry past the dispatch deadline,
+//!   and releases it (JSON null, compare-and-set again) when it ends; a live intent of another
+//!   process is waited for (at most [`FenceConfig::claim_wait`], then
+//!   [`ScopedWriteError::ScopeBusy`]); an expired one counts as a fence. No database
+//!   transaction is held across the run;
 //! - a write to a fenced scope (or to any scope of a binding whose installation scope is
 //!   fenced) fails closed with [`ScopedWriteError::Fenced`], unless the run is
 //!   [`FenceMode::AllowFenced`] (operator actions that delete or rebuild the fenced object);
-//! - [`ScopeContext::dispatch`] persists the fence as write-ahead intent before a remote
-//!   mutation goes out, clears it after a known outcome (answered, not dispatched) and keeps it
-//!   after an unknown one or a cancellation; [`ScopeContext::mutate`] fences after a failure of
-//!   unknown outcome; [`ScopeContext::write`] does the same for one host-storage write;
+//! - [`ScopeContext::dispatch`] refreshes the intent (reason, expiry) before a remote mutation
+//!   goes out; after an unknown outcome or a panic it always writes the fence, recording the
+//!   failure's kind and detail; [`ScopeContext::mutate`] fences after a failure of unknown
+//!   outcome; [`ScopeContext::write`] does the same for one host-storage write;
 //! - cancellation safety: once dispatched, a commit runs to completion in its own task, which
 //!   holds the scope lock until the commit and its fence bookkeeping settled; a caller whose
-//!   future is dropped simply stops waiting;
-//! - fencing sets the in-process marker first, then persists it best effort (a failure is
-//!   logged; the in-process fence still holds); clearing writes a JSON null tombstone;
-//! - [`ScopedWrites::revoke_installation`] releases a binding's locks, owners and fence cache.
+//!   future is dropped simply stops waiting, and the claim is released after the last holder;
+//! - fencing sets the in-process marker first, then persists it (a failure is logged; the
+//!   in-process fence holds and is persisted again before the next write of the scope);
+//! - [`ScopedWrites::revoke_installation`] releases a binding's locks, owners and fence cache;
+//! - operator administration (list, clear, idempotent clear) lives in [`admin`].
 //!
 //! Reference behaviour: `seeds/kb_scoped_fences.py.txt`, `seeds/memory_scope_writes.py.txt`.
-//! The rules (keys, cache, outcomes) are pure functions in `tenantry_fence`.
+//! The rules (keys, records, claims, outcomes) are pure functions in `tenantry_fence`.
 
+pub mod admin;
 pub mod connector;
 mod locks;
 
+use std::any::Any;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures::FutureExt;
 use serde_json::Value;
 use tenantry_fence::{
-    Binding, DispatchFailure, FenceKey, FenceMarker, IntentAction, RecordRead, ScopeIdentity,
+    Binding, DispatchFailure, FailureRecord, FenceKey, FenceMarker, Holder, IntentAction,
+    Reconciled, RecordKind, RecordRead, ScopeIdentity,
 };
 use tenantry_ports::host_storage::{HostStorage, HostStorageError, validate_key};
 use tokio::sync::Notify;
@@ -73,16 +84,43 @@ pub enum ScopedWriteError<E> {
         /// The fence that blocks it (the scope's own or the installation's).
         key: FenceKey,
     },
-    /// The persisted fences of the binding could not be read, so the write was refused (a
-    /// failed read is no proof that no fence exists). The next call retries the read.
+    /// The fence records of the scope could not be read (or its claim could not be taken), so
+    /// the write was refused (a failed read is no proof that no fence exists). Retry after host
+    /// storage recovers.
     #[error(
-        "persisted fences of installation {binding} could not be read ({source}); write refused, retry after host storage recovers"
+        "fence state of installation {binding} could not be read or claimed ({source}); write refused, retry after host storage recovers"
     )]
     FenceStateUnavailable {
         /// The installation binding.
         binding: Binding,
         /// The storage failure.
         source: HostStorageError,
+    },
+    /// Another process held the scope's claim (a write in progress there) for longer than
+    /// [`FenceConfig::claim_wait`]. Nothing was written; retry later.
+    #[error(
+        "scope {scope} of installation {binding} is held by {owner} until {expires_at_ms} (Unix ms); nothing written, retry later"
+    )]
+    ScopeBusy {
+        /// The installation binding.
+        binding: Binding,
+        /// The scope written to.
+        scope: ScopeIdentity,
+        /// The process holding the claim.
+        owner: String,
+        /// When its claim lapses, Unix milliseconds.
+        expires_at_ms: i64,
+    },
+    /// This run's claim on the scope was replaced (an operator cleared it after the dispatch
+    /// deadline), so the mutation was not dispatched. Retry the write.
+    #[error(
+        "the claim of scope {scope} of installation {binding} was replaced while the run held it; mutation not dispatched, retry"
+    )]
+    ClaimLost {
+        /// The installation binding.
+        binding: Binding,
+        /// The scope.
+        scope: ScopeIdentity,
     },
     /// A dispatched mutation's outcome is unknown; the scope is now fenced. Return this from
     /// an operation to fence its scope for an ambiguity detected by the caller.
@@ -114,19 +152,75 @@ pub enum ScopedWriteError<E> {
     IntentNotPersisted(HostStorageError),
 }
 
-/// One fence as an operator sees it.
+/// One stored (or in-process) record at a fence key, as an operator sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FenceEntry {
     /// The fence key.
     pub key: FenceKey,
+    /// Fence (outcome unknown) or intent (a write holds the scope, a dispatch may be in
+    /// flight). Unreadable records and in-process fences are fences.
+    pub kind: RecordKind,
     /// The persisted marker, when it is readable and has the marker shape.
     pub marker: Option<FenceMarker>,
     /// Whether a non-null record is persisted (false: set in process only, the persist failed).
     pub persisted: bool,
 }
 
-/// Milliseconds since the Unix epoch, for fence markers.
+/// Milliseconds since the Unix epoch, for fence records and claim expiry.
 pub type Clock = Arc<dyn Fn() -> i64 + Send + Sync>;
+
+/// Timing and identity of a runtime's cross-process claims.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FenceConfig {
+    /// Longest a dispatched remote mutation can run (the remote call deadline; the app uses
+    /// `knowledge_fs_deadline`, default 150 s). An intent younger than this may still have a
+    /// dispatch in flight: an operator clear of it is refused.
+    pub dispatch_deadline: Duration,
+    /// How much longer than the dispatch deadline a claim lives (default 30 s), so a live
+    /// holder's dispatch always ends before its claim lapses.
+    pub claim_margin: Duration,
+    /// First pause between reads while another process holds the scope (default 50 ms;
+    /// doubles up to 1 s).
+    pub claim_poll: Duration,
+    /// Longest a run waits for another process's claim before failing with
+    /// [`ScopedWriteError::ScopeBusy`] (default: dispatch deadline + margin).
+    pub claim_wait: Duration,
+    /// This runtime's owner id in its claims; unique per runtime (default
+    /// `scoped-writes-<pid>-<uuid>`).
+    pub owner: String,
+}
+
+impl Default for FenceConfig {
+    fn default() -> Self {
+        Self::with_deadline(Duration::from_secs(150))
+    }
+}
+
+impl FenceConfig {
+    /// The defaults with `dispatch_deadline` (the wait limit follows it).
+    pub fn with_deadline(dispatch_deadline: Duration) -> Self {
+        let claim_margin = Duration::from_secs(30);
+        Self {
+            dispatch_deadline,
+            claim_margin,
+            claim_poll: Duration::from_millis(50),
+            claim_wait: dispatch_deadline + claim_margin,
+            owner: format!(
+                "scoped-writes-{}-{}",
+                std::process::id(),
+                uuid::Uuid::new_v4().simple()
+            ),
+        }
+    }
+
+    fn claim_ttl_ms(&self) -> i64 {
+        duration_ms(self.dispatch_deadline + self.claim_margin)
+    }
+}
+
+fn duration_ms(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
 
 /// The scoped writes runtime over host storage `S`. Cheap to clone (shared state).
 pub struct ScopedWrites<S: ?Sized> {
@@ -137,6 +231,7 @@ struct Inner<S: ?Sized> {
     shared: Arc<Shared>,
     in_flight: InFlight,
     clock: Clock,
+    config: FenceConfig,
     storage: Arc<S>,
 }
 
@@ -150,7 +245,9 @@ impl<S: ?Sized> Clone for ScopedWrites<S> {
 
 impl<S: ?Sized> std::fmt::Debug for ScopedWrites<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ScopedWrites").finish_non_exhaustive()
+        f.debug_struct("ScopedWrites")
+            .field("owner", &self.inner.config.owner)
+            .finish_non_exhaustive()
     }
 }
 
@@ -164,21 +261,102 @@ struct Held {
     runtime: usize,
     key: ScopeKey,
     guard: Arc<ScopeGuard>,
+    /// The run's `Arc<RunClaim<S>>`, type-erased (the task-local cannot be generic).
+    claim: Arc<dyn Any + Send + Sync>,
+}
+
+/// A run's claim on its scope, shared by the run, its nested runs and the commits it spawned.
+/// When the last holder lets go without having released it, the release is spawned (holding
+/// the scope lock until it landed).
+struct RunClaim<S: HostStorage + ?Sized + 'static> {
+    writes: ScopedWrites<S>,
+    binding: Binding,
+    key: FenceKey,
+    guard: Arc<ScopeGuard>,
+    slot: Mutex<Slot>,
+}
+
+#[derive(Debug, Default)]
+struct Slot {
+    /// Our claim as stored (to release by compare-and-set); `None`: nothing to release.
+    claim: Option<Value>,
+    /// Whether this run fenced its scope (the record is the fence now).
+    fenced: bool,
+}
+
+impl<S: HostStorage + ?Sized + 'static> RunClaim<S> {
+    fn slot(&self) -> std::sync::MutexGuard<'_, Slot> {
+        self.slot.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Releases the claim (JSON null by compare-and-set) unless the run fenced the scope.
+    async fn release(&self) {
+        let Some(claim) = self.slot().claim.clone() else {
+            return;
+        };
+        match self
+            .writes
+            .inner
+            .storage
+            .compare_and_set(&self.binding, self.key.as_str(), Some(&claim), &Value::Null)
+            .await
+        {
+            Ok(_) => self.slot().claim = None,
+            Err(error) => {
+                tracing::warn!(binding = %self.binding, key = %self.key, %error,
+                    "scope claim not released; retried when the run's last holder lets go, else taken over by this process's next run");
+            }
+        }
+    }
+}
+
+impl<S: HostStorage + ?Sized + 'static> Drop for RunClaim<S> {
+    fn drop(&mut self) {
+        let claim = self.slot().claim.take();
+        let Some(claim) = claim else {
+            return;
+        };
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let token = self.writes.inner.in_flight.enter();
+        let guard = self.guard.clone();
+        let storage = self.writes.inner.storage.clone();
+        let (binding, key) = (self.binding.clone(), self.key.clone());
+        handle.spawn(async move {
+            if let Err(error) = storage
+                .compare_and_set(&binding, key.as_str(), Some(&claim), &Value::Null)
+                .await
+            {
+                tracing::warn!(%binding, %key, %error,
+                    "scope claim not released; it lapses into a fence for other processes unless this process's next run takes it over");
+            }
+            drop(guard);
+            drop(token);
+        });
+    }
 }
 
 impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
-    /// A runtime over `storage` that stamps fence markers with the system clock.
+    /// A runtime over `storage` that stamps fence records with the system clock, with the
+    /// default [`FenceConfig`].
     pub fn new(storage: Arc<S>) -> Self {
         Self::with_clock(storage, Arc::new(system_now_ms))
     }
 
-    /// A runtime over `storage` with `clock` (Unix milliseconds) for fence markers.
+    /// A runtime over `storage` with `clock` (Unix milliseconds) and the default config.
     pub fn with_clock(storage: Arc<S>, clock: Clock) -> Self {
+        Self::with_config(storage, clock, FenceConfig::default())
+    }
+
+    /// A runtime over `storage` with `clock` (Unix milliseconds) and `config`.
+    pub fn with_config(storage: Arc<S>, clock: Clock, config: FenceConfig) -> Self {
         Self {
             inner: Arc::new(Inner {
                 shared: Arc::new(Shared::new()),
                 in_flight: InFlight::default(),
                 clock,
+                config,
                 storage,
             }),
         }
@@ -189,17 +367,29 @@ impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
         &self.inner.storage
     }
 
-    /// Runs `operation` under the lock of `(binding, scope)`.
+    /// This runtime's claim settings (owner id, dispatch deadline).
+    pub fn config(&self) -> &FenceConfig {
+        &self.inner.config
+    }
+
+    fn now_ms(&self) -> i64 {
+        (self.inner.clock)()
+    }
+
+    /// Runs `operation` under the lock and claim of `(binding, scope)`.
     ///
-    /// Loads the binding's persisted fences first (once), then refuses a fenced scope unless
-    /// `mode` is [`FenceMode::AllowFenced`]. The operation gets a [`ScopeContext`] for its
-    /// mutations. When it returns [`ScopedWriteError::OutcomeUnknown`] the scope is fenced (if
-    /// it is not already). A run nested in another run of the same scope and task reuses the
-    /// held lock and skips the fence check, like the enclosing run already did.
+    /// Reads the scope's record and the installation record first, waits while another
+    /// process holds the scope, refuses a fenced scope unless `mode` is
+    /// [`FenceMode::AllowFenced`], and takes the claim (unless passing through a fence). The
+    /// operation gets a [`ScopeContext`] for its mutations. When it returns
+    /// [`ScopedWriteError::OutcomeUnknown`] the scope is fenced (if the run did not fence it
+    /// already). The claim is released when the run ends. A run nested in another run of the
+    /// same scope and task reuses the held lock and claim and skips the checks, like the
+    /// enclosing run already did them.
     ///
     /// # Errors
-    /// [`ScopedWriteError::FenceStateUnavailable`], [`ScopedWriteError::Fenced`], or whatever
-    /// the operation returns.
+    /// [`ScopedWriteError::FenceStateUnavailable`], [`ScopedWriteError::Fenced`],
+    /// [`ScopedWriteError::ScopeBusy`], or whatever the operation returns.
     pub async fn run<T, E, F, Fut>(
         &self,
         binding: &Binding,
@@ -211,39 +401,275 @@ impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
         F: FnOnce(ScopeContext<S>) -> Fut,
         Fut: Future<Output = Result<T, ScopedWriteError<E>>>,
     {
-        let key: ScopeKey = (binding.clone(), scope.clone());
-        if let Some(held) = self.held_by_current_task(&key) {
-            let ctx = self.context(binding, scope, held.guard.clone());
+        let key: ScopeKey = (binding.clone(), scope.fence_key());
+        if let Some(claim) = self.held_by_current_task(&key) {
+            let ctx = self.context(scope, claim);
             return operation(ctx).await;
         }
         let guard = Arc::new(locks::acquire(&self.inner.shared, &key).await);
-        self.ensure_fences_loaded(binding).await?;
-        if mode == FenceMode::Enforce
-            && let Some(fence) = self.inner.shared.state().fences.fenced_by(binding, scope)
-        {
-            return Err(ScopedWriteError::Fenced {
-                binding: binding.clone(),
-                scope: scope.clone(),
-                key: fence,
-            });
-        }
+        let taken = self.admit(binding, scope, mode).await?;
+        let claim = Arc::new(RunClaim {
+            writes: self.clone(),
+            binding: binding.clone(),
+            key: key.1.clone(),
+            guard: guard.clone(),
+            slot: Mutex::new(Slot {
+                claim: taken,
+                fenced: false,
+            }),
+        });
         let mut held = HELD.try_with(Clone::clone).unwrap_or_default();
         held.push(Held {
             runtime: self.runtime_id(),
             key,
-            guard: guard.clone(),
+            guard,
+            claim: claim.clone(),
         });
-        let ctx = self.context(binding, scope, guard);
+        let ctx = self.context(scope, claim.clone());
         let fence_ctx = ctx.clone();
         let result = HELD.scope(held, operation(ctx)).await;
-        if let Err(ScopedWriteError::OutcomeUnknown { reason, .. }) = &result {
-            let already = self.inner.shared.state().fences.fenced_by(binding, scope)
-                == Some(scope.fence_key());
-            if !already {
-                fence_ctx.fence(reason).await;
+        if let Err(ScopedWriteError::OutcomeUnknown { reason, .. }) = &result
+            && !claim.slot().fenced
+        {
+            let failure = FailureRecord {
+                kind: "reported".to_owned(),
+                detail: reason.clone(),
+            };
+            fence_ctx.fence_with(reason, failure).await;
+        }
+        claim.release().await;
+        result
+    }
+
+    /// Reads the records bearing on `(binding, scope)` until the scope is free, fenced or
+    /// busy for too long; takes the claim when the run may proceed. Returns the claim as
+    /// stored, or `None` when an `AllowFenced` run passes through a fence without claiming.
+    async fn admit<E>(
+        &self,
+        binding: &Binding,
+        scope: &ScopeIdentity,
+        mode: FenceMode,
+    ) -> Result<Option<Value>, ScopedWriteError<E>> {
+        let own_key = scope.fence_key();
+        let installation = FenceKey::installation();
+        let config = &self.inner.config;
+        let waited_until = tokio::time::Instant::now() + config.claim_wait;
+        let mut pause = config.claim_poll;
+        loop {
+            let own = self.read_record(binding, &own_key).await?;
+            let own = self.reconcile(binding, &own_key, own).await;
+            let now = self.now_ms();
+            if !matches!(scope, ScopeIdentity::Installation) {
+                let inst = self.read_record(binding, &installation).await?;
+                let inst = self.reconcile(binding, &installation, inst).await;
+                let inst_fenced = self.fenced_here(binding, &installation, inst.as_ref(), now);
+                if mode == FenceMode::Enforce && inst_fenced {
+                    return Err(ScopedWriteError::Fenced {
+                        binding: binding.clone(),
+                        scope: scope.clone(),
+                        key: installation,
+                    });
+                }
+            }
+            let holder = tenantry_fence::classify(
+                own.as_ref().map(|r| r.as_ref().map_err(|_| ())),
+                &config.owner,
+                now,
+            );
+            let in_process = self.inner.shared.state().fences.contains(binding, &own_key);
+            match holder {
+                Holder::Claimed {
+                    owner,
+                    expires_at_ms,
+                } => {
+                    if tokio::time::Instant::now() >= waited_until {
+                        return Err(ScopedWriteError::ScopeBusy {
+                            binding: binding.clone(),
+                            scope: scope.clone(),
+                            owner,
+                            expires_at_ms,
+                        });
+                    }
+                    tracing::debug!(%binding, %scope, %owner, "scope held by another process; waiting");
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_secs(1));
+                    continue;
+                }
+                Holder::Fenced => {
+                    if mode == FenceMode::Enforce {
+                        return Err(ScopedWriteError::Fenced {
+                            binding: binding.clone(),
+                            scope: scope.clone(),
+                            key: own_key,
+                        });
+                    }
+                    return Ok(None);
+                }
+                Holder::Free | Holder::Own if in_process => {
+                    if mode == FenceMode::Enforce {
+                        return Err(ScopedWriteError::Fenced {
+                            binding: binding.clone(),
+                            scope: scope.clone(),
+                            key: own_key,
+                        });
+                    }
+                    return Ok(None);
+                }
+                Holder::Free | Holder::Own => {
+                    let expected = match &own {
+                        None => None,
+                        Some(Ok(value)) => Some(value.clone()),
+                        // Classified as fenced above.
+                        Some(Err(())) => return Ok(None),
+                    };
+                    let claim = FenceMarker::intent(
+                        scope,
+                        "write in progress",
+                        config.owner.clone(),
+                        now,
+                        now.saturating_add(config.claim_ttl_ms()),
+                    )
+                    .to_value();
+                    let taken = self
+                        .take_claim(binding, &own_key, expected, claim.clone())
+                        .await
+                        .map_err(|source| {
+                            tracing::warn!(%binding, %scope, error = %source, "scope claim not taken; failing closed");
+                            ScopedWriteError::FenceStateUnavailable {
+                                binding: binding.clone(),
+                                source,
+                            }
+                        })?;
+                    if taken {
+                        return Ok(Some(claim));
+                    }
+                    // Another process changed the record since we read it: read again.
+                }
             }
         }
-        result
+    }
+
+    /// Takes the claim by compare-and-set in its own task: if the caller is dropped while the
+    /// statement is in flight and the claim was taken, the task releases it again (otherwise
+    /// it would lapse into a fence for other processes).
+    async fn take_claim(
+        &self,
+        binding: &Binding,
+        key: &FenceKey,
+        expected: Option<Value>,
+        claim: Value,
+    ) -> Result<bool, HostStorageError> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let token = self.inner.in_flight.enter();
+        let storage = self.inner.storage.clone();
+        let (binding, key) = (binding.clone(), key.clone());
+        tokio::spawn(async move {
+            let taken = storage
+                .compare_and_set(&binding, key.as_str(), expected.as_ref(), &claim)
+                .await;
+            if let Err(Ok(true)) = tx.send(taken) {
+                // The run was dropped meanwhile: nobody will release the claim but us.
+                let _ = storage
+                    .compare_and_set(&binding, key.as_str(), Some(&claim), &Value::Null)
+                    .await;
+            }
+            drop(token);
+        });
+        rx.await.unwrap_or_else(|_| {
+            Err(HostStorageError::Unavailable {
+                operation: "compare_and_set",
+                message: "claim task ended without an answer".to_owned(),
+            })
+        })
+    }
+
+    /// Whether the record `stored` at `key` (or this process's cache) fences.
+    fn fenced_here(
+        &self,
+        binding: &Binding,
+        key: &FenceKey,
+        stored: Option<&Result<Value, ()>>,
+        now: i64,
+    ) -> bool {
+        let holder = tenantry_fence::classify(
+            stored.map(|r| r.as_ref().map_err(|_| ())),
+            &self.inner.config.owner,
+            now,
+        );
+        holder == Holder::Fenced || self.inner.shared.state().fences.contains(binding, key)
+    }
+
+    /// The stored record at `key`: `None` absent, `Some(Err(()))` undecodable.
+    async fn read_record<E>(
+        &self,
+        binding: &Binding,
+        key: &FenceKey,
+    ) -> Result<Option<Result<Value, ()>>, ScopedWriteError<E>> {
+        match self.inner.storage.get(binding, key.as_str()).await {
+            Ok(value) => Ok(value.map(Ok)),
+            Err(HostStorageError::CorruptValue { .. }) => {
+                tracing::warn!(%binding, %key, "undecodable fence record counts as a fence");
+                Ok(Some(Err(())))
+            }
+            Err(source) => {
+                tracing::warn!(%binding, %key, error = %source, "could not read fence record; failing closed");
+                Err(ScopedWriteError::FenceStateUnavailable {
+                    binding: binding.clone(),
+                    source,
+                })
+            }
+        }
+    }
+
+    /// Brings this process's cached fence of `key` in line with the stored record: dropped
+    /// when cleared elsewhere, persisted again when it never reached storage. Returns the
+    /// record as it now stands.
+    async fn reconcile(
+        &self,
+        binding: &Binding,
+        key: &FenceKey,
+        stored: Option<Result<Value, ()>>,
+    ) -> Option<Result<Value, ()>> {
+        let stored_fence = match &stored {
+            None | Some(Ok(Value::Null)) => false,
+            Some(Ok(value)) => {
+                FenceMarker::from_value(value).is_none_or(|m| m.kind == RecordKind::Fence)
+            }
+            Some(Err(())) => true,
+        };
+        let action = self
+            .inner
+            .shared
+            .state()
+            .fences
+            .reconcile(binding, key, stored_fence);
+        match action {
+            Reconciled::PersistAgain(record) => {
+                let expected = stored.as_ref().and_then(|r| r.as_ref().ok()).cloned();
+                match self
+                    .inner
+                    .storage
+                    .compare_and_set(binding, key.as_str(), expected.as_ref(), &record)
+                    .await
+                {
+                    Ok(true) => {
+                        tracing::warn!(%binding, %key, "in-process fence persisted again");
+                        self.inner
+                            .shared
+                            .state()
+                            .fences
+                            .reconcile(binding, key, true);
+                        Some(Ok(record))
+                    }
+                    Ok(false) | Err(_) => stored,
+                }
+            }
+            Reconciled::ClearedElsewhere => {
+                tracing::info!(%binding, %key, "fence cleared by another process");
+                stored
+            }
+            Reconciled::NotCached | Reconciled::Persisted => stored,
+        }
     }
 
     /// Fences `(binding, scope)` from outside a run (for example an operator marking a scope
@@ -256,59 +682,19 @@ impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
             })
             .await;
         if let Err(error) = result {
-            // The load failed; the in-process marker still holds the scope.
+            // The records could not be read; the in-process marker still holds the scope.
+            let record = operator_fence(scope, reason, self.now_ms());
             self.inner
                 .shared
                 .state()
                 .fences
-                .mark(binding, scope.fence_key());
+                .mark(binding, scope.fence_key(), record, false);
             tracing::warn!(%binding, %scope, %error, "fence set in process only");
         }
     }
 
-    /// The operator path out of a fence, after reconciling with the remote: clears the fence
-    /// of `(binding, scope)` under its lock (tombstone in storage, marker in process). `reason`
-    /// is logged.
-    ///
-    /// # Errors
-    /// [`ScopedWriteError::FenceStateUnavailable`] when the binding's fences cannot be loaded.
-    pub async fn clear_fence(
-        &self,
-        binding: &Binding,
-        scope: &ScopeIdentity,
-        reason: &str,
-    ) -> Result<(), ScopedWriteError<std::convert::Infallible>> {
-        tracing::info!(%binding, %scope, reason, "operator clears fence");
-        self.run(binding, scope, FenceMode::AllowFenced, |ctx| async move {
-            ctx.clear_fence().await;
-            Ok(())
-        })
-        .await
-    }
-
-    /// Clears a fence by key, for a record whose scope identity is unknown (unreadable or
-    /// foreign marker). Writes the tombstone without taking a scope lock. `reason` is logged.
-    ///
-    /// # Errors
-    /// [`HostStorageError`] when the tombstone cannot be written; the in-process marker is
-    /// cleared anyway and the persisted one fences again after a restart.
-    pub async fn clear_fence_key(
-        &self,
-        binding: &Binding,
-        key: &FenceKey,
-        reason: &str,
-    ) -> Result<(), HostStorageError> {
-        tracing::info!(%binding, %key, reason, "operator clears fence by key");
-        self.inner.shared.state().fences.clear(binding, key);
-        let storage = self.inner.storage.clone();
-        let (binding, key) = (binding.clone(), key.clone());
-        self.spawn_settled(async move { storage.set(&binding, key.as_str(), &Value::Null).await })
-            .await
-            .unwrap_or_else(|panic| Err(panicked("set", &panic)))
-    }
-
-    /// The fences of `binding` for operators: every non-null persisted fence record plus the
-    /// fences set in process only (persist failed).
+    /// The records of `binding` for operators: every non-null stored record at a fence key
+    /// (fences and intents) plus the fences set in process only (persist failed).
     ///
     /// # Errors
     /// [`HostStorageError`] when the key listing fails.
@@ -333,15 +719,21 @@ impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
                 };
                 entries.push(FenceEntry {
                     key: fence,
+                    kind: marker.as_ref().map_or(RecordKind::Fence, |m| m.kind),
                     marker,
                     persisted: true,
                 });
             }
         }
-        for key in self.inner.shared.state().fences.fenced_keys(binding) {
-            if !entries.iter().any(|e| e.key == key) {
+        for (key, persisted) in self.inner.shared.state().fences.fenced_keys(binding) {
+            if let Some(entry) = entries.iter_mut().find(|e| e.key == key) {
+                // Fenced here even if the stored record is still this process's intent.
+                entry.kind = RecordKind::Fence;
+                entry.persisted = persisted;
+            } else {
                 entries.push(FenceEntry {
                     key,
+                    kind: RecordKind::Fence,
                     marker: None,
                     persisted: false,
                 });
@@ -357,13 +749,13 @@ impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
     }
 
     /// Drops the process-local state of `binding` after its installation was revoked: lock
-    /// entries, owners and the fence cache (a later write reloads fences from storage).
+    /// entries, owners and the fence cache (persisted fences still hold through storage).
     pub fn revoke_installation(&self, binding: &Binding) {
         locks::release_binding(&mut self.inner.shared.state(), binding);
     }
 
-    /// Waits until every spawned commit, fence persist and tombstone write has settled. For
-    /// graceful shutdown and tests.
+    /// Waits until every spawned commit, fence persist, claim release and tombstone write has
+    /// settled. For graceful shutdown and tests.
     pub async fn settled(&self) {
         self.inner.in_flight.idle().await;
     }
@@ -378,7 +770,7 @@ impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
         self.inner.shared.state().owners.len()
     }
 
-    /// How many bindings the fence cache holds state for.
+    /// How many bindings the fence cache holds fences for.
     pub fn cached_bindings(&self) -> usize {
         self.inner.shared.state().fences.binding_count()
     }
@@ -387,7 +779,7 @@ impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
         Arc::as_ptr(&self.inner.shared) as usize
     }
 
-    fn held_by_current_task(&self, key: &ScopeKey) -> Option<Held> {
+    fn held_by_current_task(&self, key: &ScopeKey) -> Option<Arc<RunClaim<S>>> {
         let runtime = self.runtime_id();
         let held = HELD
             .try_with(|held| {
@@ -400,56 +792,19 @@ impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
             .flatten()?;
         // A revoked installation forgot its owners: the nested run then takes a fresh lock.
         let owner = self.inner.shared.state().owners.get(key).copied();
-        (owner.is_some() && owner == held.guard.token()).then_some(held)
+        if owner.is_none() || owner != held.guard.token() {
+            return None;
+        }
+        held.claim.downcast::<RunClaim<S>>().ok()
     }
 
-    fn context(
-        &self,
-        binding: &Binding,
-        scope: &ScopeIdentity,
-        guard: Arc<ScopeGuard>,
-    ) -> ScopeContext<S> {
+    fn context(&self, scope: &ScopeIdentity, claim: Arc<RunClaim<S>>) -> ScopeContext<S> {
         ScopeContext {
             writes: self.clone(),
-            binding: binding.clone(),
+            binding: claim.binding.clone(),
             scope: scope.clone(),
-            guard,
+            claim,
         }
-    }
-
-    async fn ensure_fences_loaded<E>(&self, binding: &Binding) -> Result<(), ScopedWriteError<E>> {
-        if self.inner.shared.state().fences.is_loaded(binding) {
-            return Ok(());
-        }
-        let storage = &self.inner.storage;
-        let keys = storage.keys(binding).await.map_err(|source| {
-            tracing::warn!(%binding, error = %source, "could not list persisted fences; failing closed");
-            ScopedWriteError::FenceStateUnavailable {
-                binding: binding.clone(),
-                source,
-            }
-        })?;
-        let mut records = Vec::new();
-        for key in keys {
-            let Some(fence) = FenceKey::from_storage_key(&key) else {
-                continue;
-            };
-            let read = match storage.get(binding, &key).await {
-                Ok(Some(value)) => RecordRead::Value(value),
-                Ok(None) => RecordRead::Unreadable,
-                Err(error) => {
-                    tracing::warn!(%binding, %key, %error, "unreadable fence record counts as a fence");
-                    RecordRead::Unreadable
-                }
-            };
-            records.push((fence, read));
-        }
-        self.inner
-            .shared
-            .state()
-            .fences
-            .apply_load(binding, records);
-        Ok(())
     }
 
     /// Runs `work` in its own task, counted as in flight, and waits for it. Dropping the
@@ -472,27 +827,35 @@ impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
     }
 }
 
+fn operator_fence(scope: &ScopeIdentity, reason: &str, now: i64) -> Value {
+    let failure = FailureRecord {
+        kind: "operator".to_owned(),
+        detail: reason.to_owned(),
+    };
+    FenceMarker::fence(scope, reason, failure, now).to_value()
+}
+
 /// A run's handle on its scope: the mutations it dispatches keep the scope lock until they
 /// settle. Cheap to clone.
-pub struct ScopeContext<S: ?Sized> {
+pub struct ScopeContext<S: HostStorage + ?Sized + 'static> {
     writes: ScopedWrites<S>,
     binding: Binding,
     scope: ScopeIdentity,
-    guard: Arc<ScopeGuard>,
+    claim: Arc<RunClaim<S>>,
 }
 
-impl<S: ?Sized> Clone for ScopeContext<S> {
+impl<S: HostStorage + ?Sized + 'static> Clone for ScopeContext<S> {
     fn clone(&self) -> Self {
         Self {
             writes: self.writes.clone(),
             binding: self.binding.clone(),
             scope: self.scope.clone(),
-            guard: self.guard.clone(),
+            claim: self.claim.clone(),
         }
     }
 }
 
-impl<S: ?Sized> std::fmt::Debug for ScopeContext<S> {
+impl<S: HostStorage + ?Sized + 'static> std::fmt::Debug for ScopeContext<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ScopeContext")
             .field("binding", &self.binding)
@@ -517,14 +880,18 @@ impl<S: HostStorage + ?Sized + 'static> ScopeContext<S> {
         self.writes.storage()
     }
 
-    /// Dispatches a remote mutation under a write-ahead intent: the scope's fence is set in
-    /// process and persisted before `commit` runs; it is cleared (tombstone) when `commit`
-    /// succeeds or fails with a known outcome, and kept when the outcome is unknown or
-    /// `commit` panics. `commit` runs in its own task holding the scope lock, so dropping the
-    /// caller's future neither abandons it nor releases the lock early.
+    /// Dispatches a remote mutation under a write-ahead intent: the scope's record is
+    /// rewritten (by compare-and-set on the run's claim) as an intent naming `reason`, with a
+    /// fresh expiry, before `commit` runs. When `commit` fails with an unknown outcome or
+    /// panics, the fence is written over it (always, recording the failure's kind and
+    /// detail); otherwise the intent stays the run's claim and is released when the run ends.
+    /// `commit` runs in its own task holding the scope lock, so dropping the caller's future
+    /// neither abandons it nor releases the lock early.
     ///
     /// # Errors
+    /// [`ScopedWriteError::Fenced`] when this run already fenced its scope (not dispatched),
     /// [`ScopedWriteError::IntentNotPersisted`] (not dispatched, scope fenced),
+    /// [`ScopedWriteError::ClaimLost`] (not dispatched, the claim was replaced),
     /// [`ScopedWriteError::Operation`] for a known-outcome failure (scope writable),
     /// [`ScopedWriteError::OutcomeUnknown`] for an unknown outcome (scope fenced).
     pub async fn dispatch<T, E, Fut>(
@@ -537,39 +904,79 @@ impl<S: HostStorage + ?Sized + 'static> ScopeContext<S> {
         T: Send + 'static,
         E: DispatchFailure + std::fmt::Display + Send + 'static,
     {
-        let fence_key = self.scope.fence_key();
-        let marker = FenceMarker::new(&self.scope, reason, (self.writes.inner.clock)()).to_value();
-        self.writes
-            .inner
-            .shared
-            .state()
-            .fences
-            .mark(&self.binding, fence_key.clone());
+        if self.claim.slot().fenced {
+            // This run fenced its scope already: dispatching would overwrite the fence.
+            return Err(ScopedWriteError::Fenced {
+                binding: self.binding.clone(),
+                scope: self.scope.clone(),
+                key: self.scope.fence_key(),
+            });
+        }
+        let now = self.writes.now_ms();
+        let config = &self.writes.inner.config;
+        let intent = FenceMarker::intent(
+            &self.scope,
+            reason,
+            config.owner.clone(),
+            now,
+            now.saturating_add(config.claim_ttl_ms()),
+        )
+        .to_value();
         let ctx = self.clone();
         let reason = reason.to_owned();
         let settled = self
             .writes
             .spawn_settled(async move {
                 let storage = ctx.writes.inner.storage.clone();
-                if let Err(error) = storage.set(&ctx.binding, fence_key.as_str(), &marker).await {
-                    tracing::warn!(binding = %ctx.binding, scope = %ctx.scope, %error,
-                        "write-ahead intent not persisted; mutation not dispatched, scope fenced");
-                    return Err(ScopedWriteError::IntentNotPersisted(error));
+                let key = ctx.scope.fence_key();
+                let previous = ctx.claim.slot().claim.clone();
+                let stored = match &previous {
+                    Some(previous) => {
+                        storage
+                            .compare_and_set(&ctx.binding, key.as_str(), Some(previous), &intent)
+                            .await
+                    }
+                    // Passing through a fence (AllowFenced): the intent replaces it.
+                    None => storage
+                        .set(&ctx.binding, key.as_str(), &intent)
+                        .await
+                        .map(|()| true),
+                };
+                match stored {
+                    Ok(true) => ctx.claim.slot().claim = Some(intent),
+                    Ok(false) => {
+                        ctx.claim.slot().claim = None;
+                        tracing::warn!(binding = %ctx.binding, scope = %ctx.scope,
+                            "scope claim replaced while held; mutation not dispatched");
+                        return Err(ScopedWriteError::ClaimLost {
+                            binding: ctx.binding.clone(),
+                            scope: ctx.scope.clone(),
+                        });
+                    }
+                    Err(error) => {
+                        tracing::warn!(binding = %ctx.binding, scope = %ctx.scope, %error,
+                            "write-ahead intent not persisted; mutation not dispatched, scope fenced");
+                        let failure = FailureRecord {
+                            kind: "intent_not_persisted".to_owned(),
+                            detail: error.to_string(),
+                        };
+                        ctx.mark_fenced(&reason, failure);
+                        return Err(ScopedWriteError::IntentNotPersisted(error));
+                    }
                 }
                 let result = AssertUnwindSafe(commit).catch_unwind().await;
                 match result {
-                    Ok(Ok(value)) => {
-                        ctx.clear_now().await;
-                        Ok(value)
-                    }
+                    Ok(Ok(value)) => Ok(value),
                     Ok(Err(error)) => match error.dispatch_outcome().intent_action() {
-                        IntentAction::Clear => {
-                            ctx.clear_now().await;
-                            Err(ScopedWriteError::Operation(error))
-                        }
+                        IntentAction::Clear => Err(ScopedWriteError::Operation(error)),
                         IntentAction::Keep => {
                             tracing::warn!(binding = %ctx.binding, scope = %ctx.scope, %error,
-                                "dispatched mutation has an unknown outcome; scope stays fenced");
+                                "dispatched mutation has an unknown outcome; scope fenced");
+                            let failure = FailureRecord {
+                                kind: "outcome_unknown".to_owned(),
+                                detail: error.to_string(),
+                            };
+                            ctx.fence_now(&reason, failure).await;
                             Err(ScopedWriteError::OutcomeUnknown {
                                 scope: ctx.scope.clone(),
                                 reason: format!("{reason}: {error}"),
@@ -577,11 +984,19 @@ impl<S: HostStorage + ?Sized + 'static> ScopeContext<S> {
                             })
                         }
                     },
-                    Err(panic) => Err(ScopedWriteError::OutcomeUnknown {
-                        scope: ctx.scope.clone(),
-                        reason: format!("{reason}: commit panicked: {}", panic_message(&panic)),
-                        error: None,
-                    }),
+                    Err(panic) => {
+                        let message = panic_message(&panic);
+                        let failure = FailureRecord {
+                            kind: "panicked".to_owned(),
+                            detail: message.clone(),
+                        };
+                        ctx.fence_now(&reason, failure).await;
+                        Err(ScopedWriteError::OutcomeUnknown {
+                            scope: ctx.scope.clone(),
+                            reason: format!("{reason}: commit panicked: {message}"),
+                            error: None,
+                        })
+                    }
                 }
             })
             .await;
@@ -596,7 +1011,7 @@ impl<S: HostStorage + ?Sized + 'static> ScopeContext<S> {
 
     /// Runs a mutation already dispatched to the host (or a remote) in its own task holding
     /// the scope lock; when it fails with an unknown outcome (or panics) the scope is fenced
-    /// with `reason`. Dropping the caller's future does not abandon it.
+    /// with `reason` and the failure. Dropping the caller's future does not abandon it.
     ///
     /// # Errors
     /// [`ScopedWriteError::Operation`] for a known-outcome failure,
@@ -623,20 +1038,27 @@ impl<S: HostStorage + ?Sized + 'static> ScopeContext<S> {
                         Err(ScopedWriteError::Operation(error))
                     }
                     Ok(Err(error)) => {
-                        let reason = format!("{reason}: {error}");
-                        ctx.fence_now(&reason).await;
+                        let failure = FailureRecord {
+                            kind: "outcome_unknown".to_owned(),
+                            detail: error.to_string(),
+                        };
+                        ctx.fence_now(&reason, failure).await;
                         Err(ScopedWriteError::OutcomeUnknown {
                             scope: ctx.scope.clone(),
-                            reason,
+                            reason: format!("{reason}: {error}"),
                             error: Some(error),
                         })
                     }
                     Err(panic) => {
-                        let reason = format!("{reason}: panicked: {}", panic_message(&panic));
-                        ctx.fence_now(&reason).await;
+                        let message = panic_message(&panic);
+                        let failure = FailureRecord {
+                            kind: "panicked".to_owned(),
+                            detail: message.clone(),
+                        };
+                        ctx.fence_now(&reason, failure).await;
                         Err(ScopedWriteError::OutcomeUnknown {
                             scope: ctx.scope.clone(),
-                            reason,
+                            reason: format!("{reason}: panicked: {message}"),
                             error: None,
                         })
                     }
@@ -679,23 +1101,31 @@ impl<S: HostStorage + ?Sized + 'static> ScopeContext<S> {
         })
     }
 
-    /// Fences this scope: the in-process marker is set at once, then persisted best effort in
-    /// a task that holds the scope lock (a persist failure is logged; the in-process fence
-    /// still holds until this process restarts).
+    /// Fences this scope on request (an operator hold): the in-process marker is set at once,
+    /// then persisted in a task that holds the scope lock (a persist failure is logged; the
+    /// in-process fence holds and is persisted again before the next write).
     pub async fn fence(&self, reason: &str) {
+        let failure = FailureRecord {
+            kind: "operator".to_owned(),
+            detail: reason.to_owned(),
+        };
+        self.fence_with(reason, failure).await;
+    }
+
+    async fn fence_with(&self, reason: &str, failure: FailureRecord) {
         let ctx = self.clone();
         let reason = reason.to_owned();
         // Set before anything can be cancelled.
-        ctx.mark();
+        ctx.mark_fenced(&reason, failure.clone());
         let _ = self
             .writes
-            .spawn_settled(async move { ctx.fence_now(&reason).await })
+            .spawn_settled(async move { ctx.fence_now(&reason, failure).await })
             .await;
     }
 
     /// Clears this scope's fence: the in-process marker at once, then a JSON null tombstone
-    /// best effort (a failure is logged; the persisted fence then holds again after a
-    /// restart). For operator actions in an `AllowFenced` run.
+    /// (a failure is logged; the stored record then still fences). For operator actions in an
+    /// `AllowFenced` run; the run holds no claim afterwards.
     pub async fn clear_fence(&self) {
         let ctx = self.clone();
         ctx.unmark();
@@ -705,13 +1135,20 @@ impl<S: HostStorage + ?Sized + 'static> ScopeContext<S> {
             .await;
     }
 
-    fn mark(&self) {
-        self.writes
-            .inner
-            .shared
-            .state()
-            .fences
-            .mark(&self.binding, self.scope.fence_key());
+    /// Marks the scope fenced in process (not yet persisted) and ends the run's claim.
+    fn mark_fenced(&self, reason: &str, failure: FailureRecord) -> Value {
+        let record =
+            FenceMarker::fence(&self.scope, reason, failure, self.writes.now_ms()).to_value();
+        self.writes.inner.shared.state().fences.mark(
+            &self.binding,
+            self.scope.fence_key(),
+            record.clone(),
+            false,
+        );
+        let mut slot = self.claim.slot();
+        slot.fenced = true;
+        slot.claim = None;
+        record
     }
 
     fn unmark(&self) {
@@ -723,29 +1160,40 @@ impl<S: HostStorage + ?Sized + 'static> ScopeContext<S> {
             .clear(&self.binding, &self.scope.fence_key());
     }
 
-    async fn fence_now(&self, reason: &str) {
-        self.mark();
-        let marker = FenceMarker::new(&self.scope, reason, (self.writes.inner.clock)()).to_value();
+    /// Writes the fence record (unconditionally: it replaces the run's intent) and marks it.
+    async fn fence_now(&self, reason: &str, failure: FailureRecord) {
+        let record = self.mark_fenced(reason, failure);
         let key = self.scope.fence_key();
         match self
             .writes
             .inner
             .storage
-            .set(&self.binding, key.as_str(), &marker)
+            .set(&self.binding, key.as_str(), &record)
             .await
         {
             Ok(()) => {
-                tracing::warn!(binding = %self.binding, scope = %self.scope, reason, "scope fenced")
+                self.writes
+                    .inner
+                    .shared
+                    .state()
+                    .fences
+                    .mark(&self.binding, key, record, true);
+                tracing::warn!(binding = %self.binding, scope = %self.scope, reason, "scope fenced");
             }
             Err(error) => {
                 tracing::error!(binding = %self.binding, scope = %self.scope, reason, %error,
-                "scope fenced in process, but the fence could not be persisted")
+                "scope fenced in process, but the fence could not be persisted");
             }
         }
     }
 
     async fn clear_now(&self) {
         self.unmark();
+        {
+            let mut slot = self.claim.slot();
+            slot.claim = None;
+            slot.fenced = false;
+        }
         let key = self.scope.fence_key();
         if let Err(error) = self
             .writes
@@ -814,11 +1262,4 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
         .map(|s| (*s).to_owned())
         .or_else(|| panic.downcast_ref::<String>().cloned())
         .unwrap_or_else(|| "non-string panic".to_owned())
-}
-
-fn panicked(operation: &'static str, message: &str) -> HostStorageError {
-    HostStorageError::Unavailable {
-        operation,
-        message: format!("storage task panicked: {message}"),
-    }
 }

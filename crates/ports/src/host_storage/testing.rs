@@ -21,6 +21,8 @@ use super::{HostStorage, HostStorageBindings, HostStorageError, validate_key};
 /// When an injected `set` failure happens.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SetFault {
+    /// No fault: the call goes through (to fail a later call of a sequence).
+    Pass,
     /// The write is refused before anything is stored.
     BeforeWrite,
     /// The value is stored, then the call fails anyway (a lost acknowledgement).
@@ -33,6 +35,7 @@ struct FakeState {
     fail_keys: usize,
     fail_gets: usize,
     fail_sets: Vec<SetFault>,
+    fail_cas: Vec<SetFault>,
     calls: Calls,
 }
 
@@ -45,6 +48,8 @@ pub struct Calls {
     pub get: usize,
     /// `set` calls.
     pub set: usize,
+    /// `compare_and_set` calls.
+    pub cas: usize,
 }
 
 /// In-memory [`HostStorage`] with fault injection. Cheap to share behind an `Arc`.
@@ -79,6 +84,12 @@ impl InMemoryHostStorage {
     /// The next `set` calls fail as listed, in order (one entry per call).
     pub fn fail_sets(&self, faults: impl IntoIterator<Item = SetFault>) {
         self.state().fail_sets = faults.into_iter().collect();
+    }
+
+    /// The next `compare_and_set` calls fail as listed, in order (one entry per call);
+    /// [`SetFault::AfterWrite`] fails after a successful swap.
+    pub fn fail_cas(&self, faults: impl IntoIterator<Item = SetFault>) {
+        self.state().fail_cas = faults.into_iter().collect();
     }
 
     /// Stores raw `text` (not necessarily JSON) under `key`, to plant a damaged record.
@@ -160,6 +171,33 @@ impl HostStorage for InMemoryHostStorage {
             return Err(unavailable("set"));
         }
         Ok(())
+    }
+
+    async fn compare_and_set(
+        &self,
+        binding: &Binding,
+        key: &str,
+        expected: Option<&Value>,
+        value: &Value,
+    ) -> Result<bool, HostStorageError> {
+        validate_key(key)?;
+        let mut state = self.state();
+        state.calls.cas += 1;
+        let fault = (!state.fail_cas.is_empty()).then(|| state.fail_cas.remove(0));
+        if fault == Some(SetFault::BeforeWrite) {
+            return Err(unavailable("compare_and_set"));
+        }
+        let slot = (binding.clone(), key.to_owned());
+        // Compared as stored text, like the SQL adapter.
+        let expected_text = expected.map(Value::to_string);
+        let matches = state.data.get(&slot) == expected_text.as_ref();
+        if matches {
+            state.data.insert(slot, value.to_string());
+        }
+        if fault == Some(SetFault::AfterWrite) {
+            return Err(unavailable("compare_and_set"));
+        }
+        Ok(matches)
     }
 }
 
@@ -361,6 +399,58 @@ pub mod conformance {
         assert_eq!(all, vec![a, b, c]);
     }
 
+    /// `compare_and_set` stores only over the expected value (absent, tombstone, or value),
+    /// and of two racing swaps from the same value exactly one wins.
+    pub async fn compare_and_set_swaps_only_the_expected_value<S: HostStorage + ?Sized>(s: &S) {
+        let b = binding("inst-cas");
+        let claim = json!({"kind": "intent", "owner": "a", "expires_at_ms": 5});
+        assert!(
+            !s.compare_and_set(&b, "k", Some(&Value::Null), &claim)
+                .await
+                .unwrap()
+        );
+        assert_eq!(
+            s.get(&b, "k").await.unwrap(),
+            None,
+            "absent is not a tombstone"
+        );
+        assert!(s.compare_and_set(&b, "k", None, &claim).await.unwrap());
+        assert!(!s.compare_and_set(&b, "k", None, &json!(2)).await.unwrap());
+        assert!(
+            !s.compare_and_set(&b, "k", Some(&json!({"kind": "intent"})), &json!(2))
+                .await
+                .unwrap()
+        );
+        assert_eq!(s.get(&b, "k").await.unwrap(), Some(claim.clone()));
+        // A value read back compares equal to what was stored.
+        let read = s.get(&b, "k").await.unwrap().unwrap();
+        assert!(
+            s.compare_and_set(&b, "k", Some(&read), &Value::Null)
+                .await
+                .unwrap()
+        );
+        assert_eq!(s.get(&b, "k").await.unwrap(), Some(Value::Null));
+        let (x, y) = futures_join(
+            s.compare_and_set(&b, "k", Some(&Value::Null), &json!("x")),
+            s.compare_and_set(&b, "k", Some(&Value::Null), &json!("y")),
+        )
+        .await;
+        let (x, y) = (x.unwrap(), y.unwrap());
+        assert!(x ^ y, "exactly one racing swap wins: {x} {y}");
+        let winner = if x { json!("x") } else { json!("y") };
+        assert_eq!(s.get(&b, "k").await.unwrap(), Some(winner));
+        let other = binding("inst-cas-other");
+        assert!(
+            !s.compare_and_set(&other, "k", Some(&Value::Null), &json!(1))
+                .await
+                .unwrap()
+        );
+        assert!(matches!(
+            s.compare_and_set(&b, "", None, &json!(1)).await,
+            Err(HostStorageError::InvalidKey { .. })
+        ));
+    }
+
     async fn futures_join<A: std::future::Future, B: std::future::Future>(
         a: A,
         b: B,
@@ -397,6 +487,7 @@ macro_rules! host_storage_conformance {
             invalid_keys_are_refused,
             large_value_round_trips,
             concurrent_sets_leave_one_value,
+            compare_and_set_swaps_only_the_expected_value,
             bindings_with_key_prefix_lists_each_holder_once,
         );
     };

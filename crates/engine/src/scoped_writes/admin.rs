@@ -1,0 +1,298 @@
+//! Fence administration as a use case of the scoped-writes runtime: list the records of every
+//! binding, clear one after reconciliation, and the idempotent clear of the admin API.
+//!
+//! A clear takes the same per-(binding, scope) lock as the writers of the runtime it runs on,
+//! so in one process it can never interleave with a dispatch in flight; it then reads the
+//! stored record and swaps it for a JSON null tombstone by compare-and-set. Across processes
+//! the record itself decides: an intent younger than the dispatch deadline is refused
+//! ([`tenantry_fence::clear_refusal`]), because its dispatch may still be in flight elsewhere.
+//!
+//! Idempotent clears keep a receipt in host storage beside the fence, under
+//! `ke.fence-clear.v1.` + SHA-256 hex of the idempotency key, in the cleared binding:
+//! `{"fingerprint", "binding", "key", "cleared", "reason", "cleared_at_ms"}`. The same key
+//! with the same request replays the receipt; with another request it is refused. Receipts are
+//! never fence records (their prefix differs) and double as the audit trail of clears.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use tenantry_fence::{
+    Binding, CLEAR_RECEIPT_PREFIX, ClearRefused, FENCE_KEY_PREFIX, FenceKey, FenceMarker,
+    ScopeIdentity, clear_receipt_key,
+};
+use tenantry_kernel::fingerprint::fingerprint_json;
+use tenantry_ports::host_storage::{HostStorage, HostStorageBindings, HostStorageError};
+
+use super::{FenceEntry, ScopedWrites, duration_ms, locks};
+
+/// Which record to clear.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClearTarget {
+    /// The record of a scope identity.
+    Scope(ScopeIdentity),
+    /// A record by key, for the installation fence or a record whose scope is unknown.
+    Key(FenceKey),
+}
+
+impl ClearTarget {
+    /// The fence key this target clears.
+    pub fn key(&self) -> FenceKey {
+        match self {
+            Self::Scope(scope) => scope.fence_key(),
+            Self::Key(key) => key.clone(),
+        }
+    }
+}
+
+/// What a clear did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClearOutcome {
+    /// Installation binding.
+    pub binding: String,
+    /// The fence key.
+    pub key: String,
+    /// Whether a record was there and is now cleared (false: nothing was fenced, nothing
+    /// written).
+    pub cleared: bool,
+}
+
+/// An idempotent clear's answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClearReceipt {
+    /// What the (first) clear did.
+    pub outcome: ClearOutcome,
+    /// Whether this answer replays an earlier request with the same idempotency key.
+    pub replayed: bool,
+}
+
+/// Why listing or clearing fences failed. Nothing was cleared unless said otherwise.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FenceAdminError {
+    /// Host storage failed; retry after it recovers.
+    #[error("host storage failed: {0}")]
+    Storage(#[from] HostStorageError),
+    /// The record may not be cleared yet (a write-ahead intent whose dispatch may be in
+    /// flight).
+    #[error("fence not cleared: {0}")]
+    Refused(#[from] ClearRefused),
+    /// The record changed between reading and clearing it (another process wrote it); list
+    /// the fences again and retry.
+    #[error(
+        "fence {key} of installation {binding} changed while it was being cleared; list the fences again and retry"
+    )]
+    Changed {
+        /// Installation binding.
+        binding: Binding,
+        /// The fence key.
+        key: FenceKey,
+    },
+    /// The idempotency key was used before with a different request.
+    #[error(
+        "idempotency key {key:?} was already used for a different fence clear; use a new key for a new request"
+    )]
+    IdempotencyKeyReused {
+        /// The reused key.
+        key: String,
+    },
+}
+
+/// One record of one binding.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BindingFence {
+    /// Installation binding.
+    pub binding: Binding,
+    /// The record.
+    pub entry: FenceEntry,
+}
+
+impl<S: HostStorage + HostStorageBindings + ?Sized + 'static> ScopedWrites<S> {
+    /// Every record (fence or intent) of `binding`, or of every binding that holds a fence
+    /// key when `None`, ordered by binding then key, plus this process's unpersisted fences.
+    ///
+    /// # Errors
+    /// [`FenceAdminError::Storage`] when a listing fails (no partial answer is given).
+    pub async fn list_all_fences(
+        &self,
+        binding: Option<&Binding>,
+    ) -> Result<Vec<BindingFence>, FenceAdminError> {
+        let bindings = match binding {
+            Some(b) => vec![b.clone()],
+            None => {
+                let mut bindings = self
+                    .storage()
+                    .bindings_with_key_prefix(FENCE_KEY_PREFIX)
+                    .await?;
+                for cached in self.inner.shared.state().fences.bindings() {
+                    if !bindings.contains(&cached) {
+                        bindings.push(cached);
+                    }
+                }
+                bindings.sort();
+                bindings
+            }
+        };
+        let mut all = Vec::new();
+        for binding in bindings {
+            for entry in self.list_fences(&binding).await? {
+                all.push(BindingFence {
+                    binding: binding.clone(),
+                    entry,
+                });
+            }
+        }
+        Ok(all)
+    }
+
+    /// Clears the record `target` of `binding` after reconciliation, logging `reason`: under
+    /// the scope's lock, the stored record is swapped for a JSON null tombstone (by
+    /// compare-and-set) and this process's fence is dropped. When nothing is there, nothing is
+    /// written and `cleared` is false. Call it outside any run of the same scope (it waits for
+    /// the scope's lock).
+    ///
+    /// # Errors
+    /// [`FenceAdminError::Refused`] for an intent younger than the dispatch deadline,
+    /// [`FenceAdminError::Changed`] when another process rewrote the record meanwhile,
+    /// [`FenceAdminError::Storage`] when host storage fails (the record then stays).
+    pub async fn clear(
+        &self,
+        binding: &Binding,
+        target: &ClearTarget,
+        reason: &str,
+    ) -> Result<ClearOutcome, FenceAdminError> {
+        let key = target.key();
+        let guard = locks::acquire(&self.inner.shared, &(binding.clone(), key.clone())).await;
+        let storage = self.storage();
+        let stored = match storage.get(binding, key.as_str()).await {
+            Ok(value) => value.map(Ok),
+            Err(HostStorageError::CorruptValue { .. }) => Some(Err(())),
+            Err(error) => return Err(error.into()),
+        };
+        let cleared = match stored {
+            None | Some(Ok(Value::Null)) => self.inner.shared.state().fences.clear(binding, &key),
+            Some(Ok(value)) => {
+                if let Some(marker) = FenceMarker::from_value(&value) {
+                    tenantry_fence::clear_refusal(
+                        &marker,
+                        self.now_ms(),
+                        duration_ms(self.inner.config.dispatch_deadline),
+                    )?;
+                }
+                if !storage
+                    .compare_and_set(binding, key.as_str(), Some(&value), &Value::Null)
+                    .await?
+                {
+                    return Err(FenceAdminError::Changed {
+                        binding: binding.clone(),
+                        key,
+                    });
+                }
+                self.inner.shared.state().fences.clear(binding, &key);
+                true
+            }
+            Some(Err(())) => {
+                // Undecodable: no value to compare with; the scope lock is held.
+                storage.set(binding, key.as_str(), &Value::Null).await?;
+                self.inner.shared.state().fences.clear(binding, &key);
+                true
+            }
+        };
+        drop(guard);
+        if cleared {
+            tracing::warn!(%binding, %key, reason, owner = %self.inner.config.owner, "fence cleared on operator request");
+        }
+        Ok(ClearOutcome {
+            binding: binding.to_string(),
+            key: key.to_string(),
+            cleared,
+        })
+    }
+
+    /// [`Self::clear`] under `idempotency_key`: a request already answered under that key is
+    /// replayed from its receipt (nothing cleared again); a different request under it is
+    /// refused.
+    ///
+    /// # Errors
+    /// [`FenceAdminError::IdempotencyKeyReused`], or those of [`Self::clear`].
+    pub async fn clear_idempotent(
+        &self,
+        binding: &Binding,
+        target: &ClearTarget,
+        reason: &str,
+        idempotency_key: &str,
+    ) -> Result<ClearReceipt, FenceAdminError> {
+        let fingerprint = fingerprint_json(&json!({
+            "binding": binding.as_str(),
+            "scope": match target { ClearTarget::Scope(s) => s.as_object(), ClearTarget::Key(_) => None },
+            "key": match target { ClearTarget::Key(k) => Some(k.as_str()), ClearTarget::Scope(_) => None },
+            "reason": reason,
+        }))
+        .as_str()
+        .to_owned();
+        let receipt_key = clear_receipt_key(idempotency_key);
+        let storage = self.storage();
+        for holder in storage.bindings_with_key_prefix(&receipt_key).await? {
+            if let Some(found) = storage.get(&holder, &receipt_key).await?
+                && !found.is_null()
+            {
+                return replay(&found, &fingerprint, idempotency_key);
+            }
+        }
+        let outcome = self.clear(binding, target, reason).await?;
+        let receipt = json!({
+            "fingerprint": fingerprint,
+            "binding": outcome.binding,
+            "key": outcome.key,
+            "cleared": outcome.cleared,
+            "reason": reason,
+            "cleared_at_ms": self.now_ms(),
+        });
+        if storage
+            .compare_and_set(binding, &receipt_key, None, &receipt)
+            .await?
+        {
+            return Ok(ClearReceipt {
+                outcome,
+                replayed: false,
+            });
+        }
+        // A concurrent request with the same key wrote its receipt first.
+        match storage.get(binding, &receipt_key).await? {
+            Some(found) if !found.is_null() => replay(&found, &fingerprint, idempotency_key),
+            _ => Ok(ClearReceipt {
+                outcome,
+                replayed: false,
+            }),
+        }
+    }
+}
+
+fn replay(
+    found: &Value,
+    fingerprint: &str,
+    idempotency_key: &str,
+) -> Result<ClearReceipt, FenceAdminError> {
+    #[derive(Deserialize)]
+    struct Stored {
+        fingerprint: String,
+        binding: String,
+        key: String,
+        cleared: bool,
+    }
+    let stored: Stored =
+        serde_json::from_value(found.clone()).map_err(|e| HostStorageError::CorruptValue {
+            key: CLEAR_RECEIPT_PREFIX.to_owned(),
+            message: e.to_string(),
+        })?;
+    if stored.fingerprint != fingerprint {
+        return Err(FenceAdminError::IdempotencyKeyReused {
+            key: idempotency_key.to_owned(),
+        });
+    }
+    Ok(ClearReceipt {
+        outcome: ClearOutcome {
+            binding: stored.binding,
+            key: stored.key,
+            cleared: stored.cleared,
+        },
+        replayed: true,
+    })
+}

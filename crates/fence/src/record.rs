@@ -1,0 +1,174 @@
+//! The scope record as a cross-process claim: how a stored record at a fence key blocks,
+//! admits or is taken over by a write, and when an operator may clear it.
+//!
+//! Every process on one database shares the records. Before writing a scope, a runtime reads
+//! the scope's record and the installation record and classifies each ([`classify`]):
+//! - absent or JSON null: free; the write takes the claim by compare-and-set (an intent with
+//!   its owner and an expiry past the dispatch deadline);
+//! - an intent of another owner that has not expired: held; the write waits for it;
+//! - an intent of this owner: left over by this process (a release that did not land); it is
+//!   taken over by compare-and-set;
+//! - a fence, an expired intent (its holder vanished while a dispatch's outcome is unknown),
+//!   or a record that cannot be read: fenced.
+//!
+//! Clearing is refused for an intent younger than the dispatch deadline: its dispatch may
+//! still be in flight in another process ([`clear_refusal`]).
+
+use serde_json::Value;
+
+use crate::cache::{FenceMarker, RecordKind};
+
+/// How a stored record at a fence key bears on a write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Holder {
+    /// No record or a tombstone: the scope is free to claim.
+    Free,
+    /// A live intent of another process; wait until it is released or expires.
+    Claimed {
+        /// The holding process.
+        owner: String,
+        /// When the claim lapses, Unix milliseconds.
+        expires_at_ms: i64,
+    },
+    /// An intent of this process left behind; take it over.
+    Own,
+    /// A fence (or an expired intent, or an unreadable record): fail closed.
+    Fenced,
+}
+
+/// A stored record as read: `None` absent, `Some(Ok(value))` read, `Some(Err(()))`
+/// undecodable.
+pub type StoredRecord<'a> = Option<Result<&'a Value, ()>>;
+
+/// Classifies the stored record `stored` for a write by `owner` at `now_ms` (Unix
+/// milliseconds).
+pub fn classify(stored: StoredRecord<'_>, owner: &str, now_ms: i64) -> Holder {
+    let value = match stored {
+        None | Some(Ok(Value::Null)) => return Holder::Free,
+        Some(Err(())) => return Holder::Fenced,
+        Some(Ok(value)) => value,
+    };
+    let Some(marker) = FenceMarker::from_value(value) else {
+        return Holder::Fenced;
+    };
+    match (marker.kind, marker.owner, marker.expires_at_ms) {
+        (RecordKind::Intent, Some(holder), Some(expires_at_ms)) => {
+            if holder == owner {
+                Holder::Own
+            } else if now_ms < expires_at_ms {
+                Holder::Claimed {
+                    owner: holder,
+                    expires_at_ms,
+                }
+            } else {
+                Holder::Fenced
+            }
+        }
+        _ => Holder::Fenced,
+    }
+}
+
+/// Why an operator may not clear a record yet.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ClearRefused {
+    /// The record is a write-ahead intent younger than the dispatch deadline: its dispatch
+    /// may still be in flight. Wait until it is `deadline_ms` old, then reconcile and clear.
+    #[error(
+        "the record is a write-ahead intent held by {owner} for {age_ms} ms, younger than the dispatch deadline of {deadline_ms} ms: its dispatch may still be in flight; wait until the deadline passed, reconcile with the remote, then clear"
+    )]
+    IntentInFlight {
+        /// The holding process.
+        owner: String,
+        /// How old the intent is, milliseconds.
+        age_ms: i64,
+        /// The dispatch deadline, milliseconds.
+        deadline_ms: i64,
+    },
+}
+
+/// Whether clearing the record `marker` at `now_ms` must be refused, given the dispatch
+/// deadline `deadline_ms` (milliseconds). Only intents are ever refused; an intent without a
+/// timestamp cannot be aged and is clearable.
+///
+/// # Errors
+/// [`ClearRefused::IntentInFlight`] for an intent younger than the deadline.
+pub fn clear_refusal(
+    marker: &FenceMarker,
+    now_ms: i64,
+    deadline_ms: i64,
+) -> Result<(), ClearRefused> {
+    if marker.kind != RecordKind::Intent {
+        return Ok(());
+    }
+    let Some(at) = marker.fenced_at_ms else {
+        return Ok(());
+    };
+    let age_ms = now_ms.saturating_sub(at);
+    if age_ms < deadline_ms {
+        return Err(ClearRefused::IntentInFlight {
+            owner: marker.owner.clone().unwrap_or_default(),
+            age_ms,
+            deadline_ms,
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::scope::ScopeIdentity;
+
+    #[test]
+    fn classify_stored_records() {
+        let scope = ScopeIdentity::object("kb-1");
+        let intent = FenceMarker::intent(&scope, "upload", "other", 100, 200).to_value();
+        let own = FenceMarker::intent(&scope, "upload", "me", 100, 200).to_value();
+        let fence = FenceMarker::new(&scope, "lost", 100).to_value();
+        let no_owner = json!({"reason": "r", "kind": "intent"});
+        let cases: [(StoredRecord<'_>, i64, Holder); 9] = [
+            (None, 150, Holder::Free),
+            (Some(Ok(&Value::Null)), 150, Holder::Free),
+            (Some(Err(())), 150, Holder::Fenced),
+            (Some(Ok(&fence)), 150, Holder::Fenced),
+            (
+                Some(Ok(&intent)),
+                150,
+                Holder::Claimed {
+                    owner: "other".into(),
+                    expires_at_ms: 200,
+                },
+            ),
+            (Some(Ok(&intent)), 200, Holder::Fenced),
+            (Some(Ok(&own)), 500, Holder::Own),
+            (Some(Ok(&no_owner)), 150, Holder::Fenced),
+            (
+                Some(Ok(&json!({"kb_id": "kb-1", "reason": "x"}))),
+                150,
+                Holder::Fenced,
+            ),
+        ];
+        for (stored, now, expected) in cases {
+            assert_eq!(classify(stored, "me", now), expected, "{stored:?} at {now}");
+        }
+    }
+
+    #[test]
+    fn clearing_a_young_intent_is_refused() {
+        let scope = ScopeIdentity::object("kb-1");
+        let intent = FenceMarker::intent(&scope, "upload", "host-a", 1_000, 100_000);
+        assert_eq!(
+            clear_refusal(&intent, 1_000 + 149_999, 150_000),
+            Err(ClearRefused::IntentInFlight {
+                owner: "host-a".into(),
+                age_ms: 149_999,
+                deadline_ms: 150_000
+            })
+        );
+        assert_eq!(clear_refusal(&intent, 1_000 + 150_000, 150_000), Ok(()));
+        let fence = FenceMarker::new(&scope, "lost", 1_000);
+        assert_eq!(clear_refusal(&fence, 1_001, 150_000), Ok(()));
+    }
+}
