@@ -124,7 +124,7 @@ fn provision_acks_without_delivery_when_no_longer_owned_or_provisioning() {
     ] {
         match s.start_provision(&provision_payload(), cs.as_ref()) {
             ProvisionStart::AckWithoutDelivery(settlement) => {
-                assert_eq!(settlement, Settlement::ack(at(10)));
+                assert_eq!(settlement, Settlement::ack(at(10)).nothing_sent());
             }
             other => panic!("{cs:?}: expected ack without delivery, got {other:?}"),
         }
@@ -202,7 +202,7 @@ fn delete_acks_when_already_deleted() {
     let deleted = space(ControlSpaceState::Deleted, "op");
     assert_eq!(
         step(&cmd).start_delete(Some(&deleted), None, true),
-        DeleteStart::AlreadyDeleted(Settlement::ack(at(10)))
+        DeleteStart::AlreadyDeleted(Settlement::ack(at(10)).nothing_sent())
     );
 }
 
