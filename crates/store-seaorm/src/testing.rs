@@ -35,23 +35,39 @@ impl TestDatabase {
 /// # Panics
 /// When the database cannot be created: tests have no better way to report it.
 pub async fn fresh_database() -> TestDatabase {
+    fresh_database_with_pool(0).await
+}
+
+/// [`fresh_database`] with a pool of `max_connections` (0: the default, 4 on SQLite and 8 on
+/// PostgreSQL), e.g. 1 to test that no unit of work leaves a pooled connection unusable.
+///
+/// # Panics
+/// When the database cannot be created.
+pub async fn fresh_database_with_pool(max_connections: u32) -> TestDatabase {
     match std::env::var(PG_URL_ENV) {
-        Ok(url) if !url.is_empty() => fresh_postgres(&url).await,
-        _ => fresh_sqlite().await,
+        Ok(url) if !url.is_empty() => fresh_postgres(&url, max_connections).await,
+        _ => fresh_sqlite(max_connections).await,
     }
 }
 
-async fn fresh_sqlite() -> TestDatabase {
+async fn fresh_sqlite(max_connections: u32) -> TestDatabase {
     let dir = tempfile::tempdir().expect("create temp dir");
     let url = format!("sqlite://{}?mode=rwc", dir.path().join("test.db").display());
-    let db = connect(&url, 4).await.expect("open sqlite test database");
+    let pool = if max_connections == 0 {
+        4
+    } else {
+        max_connections
+    };
+    let db = connect(&url, pool)
+        .await
+        .expect("open sqlite test database");
     TestDatabase {
         db,
         _dir: Some(dir),
     }
 }
 
-async fn fresh_postgres(url: &str) -> TestDatabase {
+async fn fresh_postgres(url: &str, max_connections: u32) -> TestDatabase {
     let name = format!("tenantry_test_{}", uuid::Uuid::new_v4().simple());
     let admin = sea_orm::Database::connect(url)
         .await
@@ -61,7 +77,12 @@ async fn fresh_postgres(url: &str) -> TestDatabase {
         .await
         .expect("create test database");
     admin.close().await.ok();
-    let db = connect(&replace_database(url, &name), 8)
+    let pool = if max_connections == 0 {
+        8
+    } else {
+        max_connections
+    };
+    let db = connect(&replace_database(url, &name), pool)
         .await
         .expect("open PostgreSQL test database");
     TestDatabase { db, _dir: None }
@@ -103,4 +124,26 @@ mod tests {
             assert_eq!(replace_database(input, "x"), expected);
         }
     }
+}
+
+/// How many other sessions of `db`'s database are idle inside a transaction (PostgreSQL;
+/// always 0 on SQLite). A unit of work that was cancelled mid-transaction and returned its
+/// connection to the pool shows up here.
+///
+/// # Panics
+/// When the query fails.
+pub async fn sessions_idle_in_transaction(db: &Database) -> usize {
+    if db.backend != Backend::Postgres {
+        return 0;
+    }
+    db.conn
+        .query_all_raw(sea_orm::Statement::from_string(
+            sea_orm::DbBackend::Postgres,
+            "SELECT state FROM pg_stat_activity \
+             WHERE datname = current_database() AND pid <> pg_backend_pid() \
+               AND state LIKE 'idle in transaction%'",
+        ))
+        .await
+        .expect("read pg_stat_activity")
+        .len()
 }

@@ -1375,3 +1375,5 @@ async fn control_space_conflict_at_settle_hands_the_command_back_for_a_re_read()
     assert_eq!(h.space("cs1").await.state, ControlSpaceState::Active);
     assert_eq!(h.remote.counters().spaces_created, 1);
 }
+
+mod leases;

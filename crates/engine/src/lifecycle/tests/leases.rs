@@ -1,0 +1,341 @@
+//! Leases that hold, on virtual time (`tokio::time::pause`): the store's clock follows tokio's
+//! clock, so a remote that answers after 8 s and a lease of 2 s run in microseconds.
+//!
+//! - renewal keeps the lease of a dispatch in flight (cases 004 and 005);
+//! - a dispatch that is not polled past its lease loses it, and its late settle is refused;
+//! - settle timestamps count from the end of the attempt.
+
+use std::sync::atomic::AtomicU64;
+
+use tenantry_ports::clock::Clock;
+use tenantry_ports::lifecycle::RenewalOutcome;
+
+use super::*;
+
+/// The store's clock on tokio's (paused) clock: `t(0)` plus the virtual time elapsed.
+#[derive(Debug, Clone)]
+struct TokioClock {
+    start: tokio::time::Instant,
+}
+
+impl TokioClock {
+    fn new() -> Self {
+        Self {
+            start: tokio::time::Instant::now(),
+        }
+    }
+}
+
+impl Clock for TokioClock {
+    fn now(&self) -> DateTime<Utc> {
+        t(0) + chrono::Duration::from_std(self.start.elapsed()).unwrap()
+    }
+}
+
+/// A remote whose every call takes `delay` (virtual time) before the fake answers; counts the
+/// requests that reached it per call.
+#[derive(Clone)]
+struct SlowRemote {
+    inner: FakeKnowledgeFs,
+    delay: Duration,
+    /// Answer the first `fail_first` provisions with an unknown outcome (after the delay).
+    fail_first: Arc<AtomicUsize>,
+    in_flight: Arc<AtomicUsize>,
+    max_in_flight: Arc<AtomicUsize>,
+}
+
+impl SlowRemote {
+    fn new(inner: FakeKnowledgeFs, delay: Duration) -> Self {
+        Self {
+            inner,
+            delay,
+            fail_first: Arc::default(),
+            in_flight: Arc::default(),
+            max_in_flight: Arc::default(),
+        }
+    }
+
+    async fn slow<T>(&self, call: impl Future<Output = T>) -> T {
+        let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        self.max_in_flight.fetch_max(now, Ordering::SeqCst);
+        tokio::time::sleep(self.delay).await;
+        let out = call.await;
+        self.in_flight.fetch_sub(1, Ordering::SeqCst);
+        out
+    }
+}
+
+#[async_trait]
+impl KnowledgeFs for SlowRemote {
+    async fn provision(&self, request: &ProvisionRequest) -> Result<RemoteSpace, RemoteError> {
+        let fail = self
+            .fail_first
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok();
+        self.slow(async {
+            if fail {
+                Err(RemoteError::outcome_unknown("deadline passed"))
+            } else {
+                self.inner.provision(request).await
+            }
+        })
+        .await
+    }
+    async fn find_by_provisioning_key(
+        &self,
+        n: &TenantId,
+        k: &ProvisioningKey,
+        c: &ControlSpaceId,
+    ) -> Result<Option<RemoteSpace>, RemoteError> {
+        self.slow(self.inner.find_by_provisioning_key(n, k, c))
+            .await
+    }
+    async fn request_deletion(
+        &self,
+        request: &DeletionRequest,
+    ) -> Result<DeletionProgress, RemoteError> {
+        self.slow(self.inner.request_deletion(request)).await
+    }
+    async fn revoke_grant(&self, request: &RevokeRequest) -> Result<RevokeAck, RemoteError> {
+        self.slow(self.inner.revoke_grant(request)).await
+    }
+}
+
+#[derive(Default)]
+struct RenewalCounter {
+    renewed: AtomicU64,
+    lost: AtomicU64,
+}
+
+impl LifecycleMetrics for RenewalCounter {
+    fn record_task(&self, _metric: &TaskMetric) -> Result<(), MetricsError> {
+        Ok(())
+    }
+    fn record_lease_renewal(
+        &self,
+        _operation: &str,
+        outcome: RenewalOutcome,
+    ) -> Result<(), MetricsError> {
+        match outcome {
+            RenewalOutcome::Renewed => self.renewed.fetch_add(1, Ordering::SeqCst),
+            RenewalOutcome::Lost => self.lost.fetch_add(1, Ordering::SeqCst),
+            RenewalOutcome::Failed => 0,
+        };
+        Ok(())
+    }
+}
+
+fn short_lease() -> DispatcherConfig {
+    DispatcherConfig {
+        lease_duration: Duration::from_secs(2),
+        ..DispatcherConfig::default()
+    }
+}
+
+struct VirtualSetup {
+    store: InMemoryLifecycleStore,
+    remote: SlowRemote,
+    intake: CommandIntake<InMemoryLifecycleStore>,
+    metrics: Arc<RenewalCounter>,
+    dispatcher: Arc<Dispatcher<InMemoryLifecycleStore, SlowRemote>>,
+}
+
+fn virtual_setup(delay: Duration, config: DispatcherConfig) -> VirtualSetup {
+    let clock = TokioClock::new();
+    let store = InMemoryLifecycleStore::with_clock(Arc::new(clock.clone()));
+    let remote = SlowRemote::new(FakeKnowledgeFs::new(), delay);
+    let metrics = Arc::new(RenewalCounter::default());
+    let counter = Arc::new(AtomicUsize::new(0));
+    let intake = CommandIntake::new(store.clone(), Arc::new(clock.clone()))
+        .with_id_source(move || format!("id-{}", counter.fetch_add(1, Ordering::Relaxed)));
+    let dispatcher = Arc::new(
+        Dispatcher::new(store.clone(), remote.clone(), config)
+            .with_clock(Arc::new(clock))
+            .with_metrics(metrics.clone()),
+    );
+    VirtualSetup {
+        store,
+        remote,
+        intake,
+        metrics,
+        dispatcher,
+    }
+}
+
+/// Four competing workers poll every 100 ms for `span` of virtual time; returns how many
+/// commands each claim round returned in total.
+async fn compete(dispatcher: Arc<Dispatcher<InMemoryLifecycleStore, SlowRemote>>, span: Duration) {
+    let mut tasks = Vec::new();
+    for w in 0..4 {
+        let dispatcher = dispatcher.clone();
+        tasks.push(tokio::spawn(async move {
+            let until = tokio::time::Instant::now() + span;
+            while tokio::time::Instant::now() < until {
+                let _ = dispatcher
+                    .dispatch_one(&owner(&format!("rival-{w}")), true)
+                    .await;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lease_of_2_s_is_renewed_while_a_provision_takes_8_s() {
+    let s = virtual_setup(Duration::from_secs(8), short_lease());
+    let receipt = s
+        .intake
+        .create_control_space(&create_request("cs1", "create-cs1"))
+        .await
+        .unwrap();
+    compete(s.dispatcher.clone(), Duration::from_secs(20)).await;
+    let record = s.store.command(&receipt.command_id).unwrap();
+    assert_eq!(record.status, CommandStatus::Succeeded);
+    assert_eq!(record.attempt_count, 1, "claimed once");
+    assert_eq!(record.lease_epoch, LeaseEpoch(1), "never taken over");
+    assert_eq!(
+        s.remote.inner.counters().calls.get("provision"),
+        Some(&1),
+        "exactly one request reached the remote"
+    );
+    assert_eq!(s.remote.max_in_flight.load(Ordering::SeqCst), 1);
+    let renewed = s.metrics.renewed.load(Ordering::SeqCst);
+    assert!(
+        (8..=13).contains(&renewed),
+        "about one renewal every 2/3 s for 8 s, counted: {renewed}"
+    );
+    assert_eq!(s.metrics.lost.load(Ordering::SeqCst), 0);
+}
+
+/// `../shared/cases/005-delete-outlives-lease.md`: a delete makes two calls (lookup, then the
+/// deletion request), each slower than the lease; one dispatch of the command is in flight at a
+/// time, and each call reaches the remote once.
+#[tokio::test(start_paused = true)]
+async fn case_005_delete_outlives_lease_with_one_dispatch_in_flight() {
+    let s = virtual_setup(Duration::from_secs(3), short_lease());
+    s.intake
+        .create_control_space(&create_request("cs-d", "create-cs-d"))
+        .await
+        .unwrap();
+    // The provision's answer is lost: the deletion must look the identity up.
+    s.remote
+        .inner
+        .push_fault(RemoteCall::Provision, Fault::LoseAck);
+    assert!(
+        s.dispatcher
+            .dispatch_one(&owner("w"), true)
+            .await
+            .unwrap()
+            .claimed
+    );
+    let delete = s
+        .intake
+        .request_deletion(&delete_request("cs-d", "delete-cs-d"))
+        .await
+        .unwrap();
+    compete(s.dispatcher.clone(), Duration::from_secs(40)).await;
+    let record = s.store.command(&delete.command_id).unwrap();
+    assert_eq!(record.status, CommandStatus::Succeeded, "{record:?}");
+    assert_eq!(
+        record.lease_epoch.0,
+        i64::from(record.attempt_count),
+        "no claim took a live lease over"
+    );
+    let calls = s.remote.inner.counters().calls;
+    assert_eq!(calls.get("lookup"), Some(&1), "{calls:?}");
+    assert_eq!(
+        s.remote.max_in_flight.load(Ordering::SeqCst),
+        1,
+        "never two requests of one command in flight"
+    );
+    let space = s
+        .store
+        .control_space(&tenant(), &cs_id("cs-d"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(space.state, ControlSpaceState::Deleted);
+    assert!(!s.remote.inner.has_space(&space.provisioning_key));
+    assert_eq!(s.metrics.lost.load(Ordering::SeqCst), 0);
+}
+
+/// `../shared/cases/004-retry-after-slow-failure.md`: a provision times out after 8 s (lease
+/// 5 s, renewed); its retry waits the backoff counted from the end of the attempt, not from
+/// the claim.
+#[tokio::test(start_paused = true)]
+async fn case_004_retry_after_a_slow_failure_waits_its_backoff() {
+    let s = virtual_setup(
+        Duration::from_secs(8),
+        DispatcherConfig {
+            lease_duration: Duration::from_secs(5),
+            ..DispatcherConfig::default()
+        },
+    );
+    s.remote.fail_first.store(1, Ordering::SeqCst);
+    let receipt = s
+        .intake
+        .create_control_space(&create_request("cs-slow", "create-cs-slow"))
+        .await
+        .unwrap();
+    s.dispatcher.dispatch_one(&owner("w"), true).await.unwrap();
+    let record = s.store.command(&receipt.command_id).unwrap();
+    assert_eq!(record.status, CommandStatus::Pending);
+    assert_eq!(
+        record.next_attempt_at,
+        t(8) + chrono::Duration::seconds(2),
+        "the backoff (2 s) counts from the settle at t(8), not from the claim at t(0)"
+    );
+    // Nothing is due before then.
+    tokio::time::sleep(Duration::from_millis(1900)).await;
+    assert!(
+        !s.dispatcher
+            .dispatch_one(&owner("w"), true)
+            .await
+            .unwrap()
+            .claimed
+    );
+}
+
+/// A dispatch whose future is not polled (a paused process) does not renew: its lease expires,
+/// another worker takes the command over and settles it, and the late settle is refused.
+#[tokio::test(start_paused = true)]
+async fn a_paused_dispatch_loses_its_lease_and_its_late_settle_is_refused() {
+    let s = virtual_setup(Duration::from_secs(1), short_lease());
+    let receipt = s
+        .intake
+        .create_control_space(&create_request("cs1", "create-cs1"))
+        .await
+        .unwrap();
+    let dispatcher = s.dispatcher.clone();
+    let mut paused = Box::pin(async move { dispatcher.dispatch_one(&owner("paused"), true).await });
+    // Poll it until its provision is in flight, then stop polling it.
+    let started = tokio::time::timeout(Duration::from_millis(500), &mut paused).await;
+    assert!(started.is_err(), "still in flight");
+    assert_eq!(s.remote.in_flight.load(Ordering::SeqCst), 1);
+    // Paused for 10 s: the lease (2 s) expires; a rival takes over and completes.
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let rival = s
+        .dispatcher
+        .dispatch_one(&owner("rival"), true)
+        .await
+        .unwrap();
+    assert!(rival.completed);
+    let settled = s.store.command(&receipt.command_id).unwrap();
+    assert_eq!(settled.lease_epoch, LeaseEpoch(2));
+    // Resumed: the late result is dropped.
+    let late = paused.await;
+    assert_eq!(
+        late,
+        Err(DispatchError::LeaseLost {
+            command_id: receipt.command_id.clone()
+        })
+    );
+    assert_eq!(
+        s.store.command(&receipt.command_id).unwrap(),
+        settled,
+        "the new owner's result stands"
+    );
+}
