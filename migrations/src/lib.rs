@@ -8,7 +8,9 @@
 //! - [`m0001_lifecycle`]: `control_spaces` and `lifecycle_outbox`;
 //! - [`m0002_host_storage`]: `host_storage` (fences and connector state);
 //! - [`m0003_directory`]: the directory projection tables;
-//! - [`m0004_lifecycle_claim_index`]: the claim index of the outbox (live commands in due order).
+//! - [`m0004_lifecycle_claim_index`]: the claim index of the outbox (live commands in due order);
+//! - [`m0005_lifecycle_failures`]: the attempt budget column, the status index of the commands
+//!   gauge, and the operator action log.
 
 // `MigrationTrait` is declared through async-trait with an elided lifetime; implementations match it.
 #![allow(elided_lifetimes_in_paths)]
@@ -19,6 +21,7 @@ pub mod m0001_lifecycle;
 pub mod m0002_host_storage;
 pub mod m0003_directory;
 pub mod m0004_lifecycle_claim_index;
+pub mod m0005_lifecycle_failures;
 
 /// Applies every Tenantry migration in order.
 pub struct Migrator;
@@ -31,6 +34,7 @@ impl MigratorTrait for Migrator {
             Box::new(m0002_host_storage::Migration),
             Box::new(m0003_directory::Migration),
             Box::new(m0004_lifecycle_claim_index::Migration),
+            Box::new(m0005_lifecycle_failures::Migration),
         ]
     }
 }

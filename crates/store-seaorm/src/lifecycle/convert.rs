@@ -112,6 +112,7 @@ pub fn new_command_row(command: &NewCommand) -> outbox::ActiveModel {
         last_error_message: Set(None),
         created_at: Set(millis(command.created_at)),
         completed_at: Set(None),
+        attempt_budget_base: Set(0),
     }
 }
 
@@ -136,6 +137,7 @@ pub fn to_record(row: outbox::Model) -> Result<CommandRecord, StoreError> {
         request_fingerprint: Fingerprint::from_stored(row.request_fingerprint),
         operation: Operation::parse(&row.operation),
         attempt_count: row.attempt_count,
+        attempt_budget_base: row.attempt_budget_base,
         lease_owner: row
             .lease_owner
             .map(|v| id("lease_owner", v, LeaseOwner::parse))
@@ -172,6 +174,7 @@ pub fn to_claimed(row: outbox::Model) -> Result<ClaimedCommand, StoreError> {
         operation: record.operation,
         payload: record.payload,
         attempt_count: record.attempt_count,
+        attempt_budget_base: record.attempt_budget_base,
         lease: LeaseToken {
             command_id: record.id,
             owner,

@@ -1,4 +1,5 @@
-//! Private SeaORM entities of `control_spaces` and `lifecycle_outbox` (schema: migration m0001).
+//! Private SeaORM entities of `control_spaces`, `lifecycle_outbox` and
+//! `lifecycle_command_actions` (schema: migrations m0001 and m0005).
 
 pub mod control_space {
     //! `control_spaces`.
@@ -58,6 +59,34 @@ pub mod outbox {
         pub last_error_message: Option<String>,
         pub created_at: i64,
         pub completed_at: Option<i64>,
+        pub attempt_budget_base: i32,
+    }
+
+    /// No relations.
+    #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
+    pub enum Relation {}
+
+    impl ActiveModelBehavior for ActiveModel {}
+}
+
+pub mod action {
+    //! `lifecycle_command_actions`.
+    use sea_orm::entity::prelude::*;
+
+    /// One row.
+    #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
+    #[sea_orm(table_name = "lifecycle_command_actions")]
+    pub struct Model {
+        #[sea_orm(primary_key, auto_increment = false)]
+        pub id: String,
+        pub command_id: String,
+        pub action: String,
+        pub actor: String,
+        pub reason: String,
+        pub previous_status: String,
+        pub previous_error_code: Option<String>,
+        pub attempt_count: i32,
+        pub created_at: i64,
     }
 
     /// No relations.
