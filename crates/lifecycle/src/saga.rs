@@ -7,8 +7,8 @@
 //! identity conflict): every attempt ends with a settle.
 //! The order of steps and every branch follow `seeds/lifecycle_saga.py`:
 //!
-//! - provision: [`Step::start_provision`] (ack without delivery when the control space is no
-//!   longer provisioning for this operation), then [`Step::complete_provision`];
+//! - provision: [`Step::start_provision`] (settle without delivery when the control space is
+//!   no longer provisioning for this operation), then [`Step::complete_provision`];
 //! - delete: [`Step::start_delete`] (already deleted; never-provisioned cleanup while the
 //!   product is disabled), [`Step::deletion_target`], lost-ACK recovery with
 //!   [`Step::recover_identity`] or [`Step::complete_absent`], then [`Step::settle_deletion`];
@@ -108,8 +108,11 @@ pub struct Step<'a> {
 pub enum ProvisionStart {
     /// Send this request to KnowledgeFS.
     Deliver(ProvisionRequest),
-    /// The control space no longer waits for this operation: ack without calling the remote.
-    AckWithoutDelivery(Settlement),
+    /// The control space no longer waits for this operation: settle without calling the remote
+    /// (an ack when the control space is already active for this operation; otherwise the
+    /// provision was overtaken, e.g. by a deletion, and closes as superseded with
+    /// `SUPERSEDED_BY_DELETE`, so it is never shown as succeeded).
+    SettleWithoutDelivery(Settlement),
 }
 
 /// First decision of a delete command.
@@ -240,7 +243,9 @@ impl Step<'_> {
     }
 
     /// Deliver the provision only while the control space is still provisioning for this
-    /// operation; otherwise it was applied or superseded already: ack without delivery.
+    /// operation. Otherwise settle without delivery: ack when it is already active for this
+    /// operation (applied), else close as superseded (`SUPERSEDED_BY_DELETE`: the control space
+    /// is deleting, deleted or gone), since the provision did not succeed.
     pub fn start_provision(
         &self,
         payload: &ProvisionPayload,
@@ -250,7 +255,16 @@ impl Step<'_> {
             Some(cs) if owns(cs, self.command, ControlSpaceState::Provisioning) => {
                 ProvisionStart::Deliver(ProvisionRequest::for_command(self.command, payload))
             }
-            _ => ProvisionStart::AckWithoutDelivery(self.ack()),
+            Some(cs) if owns(cs, self.command, ControlSpaceState::Active) => {
+                ProvisionStart::SettleWithoutDelivery(self.ack())
+            }
+            _ => ProvisionStart::SettleWithoutDelivery(Settlement::moot(
+                self.now,
+                ErrorRecord::new(
+                    codes::SUPERSEDED_BY_DELETE,
+                    "the control space no longer waits for this provision (being deleted, deleted or gone); closed without delivery",
+                ),
+            )),
         }
     }
 

@@ -109,7 +109,7 @@ fn retry_code(settlement: &Settlement) -> Option<(&str, DateTime<Utc>)> {
 }
 
 #[test]
-fn provision_acks_without_delivery_when_no_longer_owned_or_provisioning() {
+fn provision_settles_without_delivery_when_no_longer_owned_or_provisioning() {
     let cmd = command(Operation::Provision, 1);
     let s = step(&cmd);
     let owned = space(ControlSpaceState::Provisioning, "op");
@@ -117,17 +117,30 @@ fn provision_acks_without_delivery_when_no_longer_owned_or_provisioning() {
         s.start_provision(&provision_payload(), Some(&owned)),
         ProvisionStart::Deliver(_)
     ));
+    // Already applied for this operation: ack.
+    assert_eq!(
+        s.start_provision(
+            &provision_payload(),
+            Some(&space(ControlSpaceState::Active, "op"))
+        ),
+        ProvisionStart::SettleWithoutDelivery(Settlement::ack(at(10)))
+    );
+    // Overtaken: closed as superseded, never shown as succeeded.
     for cs in [
         None,
         Some(space(ControlSpaceState::Provisioning, "other")),
-        Some(space(ControlSpaceState::Active, "op")),
         Some(space(ControlSpaceState::Deleting, "op")),
+        Some(space(ControlSpaceState::Deleted, "op")),
     ] {
         match s.start_provision(&provision_payload(), cs.as_ref()) {
-            ProvisionStart::AckWithoutDelivery(settlement) => {
-                assert_eq!(settlement, Settlement::ack(at(10)));
+            ProvisionStart::SettleWithoutDelivery(settlement) => {
+                assert_eq!(settlement.status(), Some(CommandStatus::Superseded), "{cs:?}");
+                assert_eq!(
+                    settlement.outcome.as_ref().and_then(|o| o.error()).map(|e| e.code.as_str()),
+                    Some(codes::SUPERSEDED_BY_DELETE)
+                );
             }
-            other => panic!("{cs:?}: expected ack without delivery, got {other:?}"),
+            other => panic!("{cs:?}: expected a settle without delivery, got {other:?}"),
         }
     }
 }
