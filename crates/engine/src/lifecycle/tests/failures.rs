@@ -2,7 +2,7 @@
 //! every path, moot revocations, operator retry / abandon.
 
 use tenantry_lifecycle::intake::IntakeError;
-use tenantry_ports::lifecycle::{CommandAdmin, OperatorAction, OperatorActionKind};
+use tenantry_ports::lifecycle::{CommandAdmin, CommandFilter, OperatorAction, OperatorActionKind};
 
 use super::*;
 
@@ -306,4 +306,64 @@ async fn operators_abandon_a_pending_command_and_it_is_never_dispatched() {
     assert_eq!(log.len(), 1);
     assert_eq!(log[0].action.actor, "test");
     assert_eq!(log[0].previous_status, CommandStatus::Pending);
+}
+
+#[tokio::test]
+async fn bulk_retry_acts_on_every_matching_failed_command_and_reports_refusals() {
+    let h = harness();
+    let mut failed = Vec::new();
+    for cs in ["cs1", "cs2", "cs3"] {
+        let receipt = h.create(cs).await;
+        h.remote
+            .push_fault(RemoteCall::Provision, answered(400, "INVALID_REQUEST"));
+        h.dispatch(t(0), true).await;
+        failed.push(receipt.command_id);
+    }
+    let other = h.create("cs4").await;
+    h.remote
+        .push_fault(RemoteCall::Provision, answered(422, "IDEMPOTENCY_KEY_REUSED"));
+    h.dispatch(t(0), true).await;
+    let ops = OperatorActions::new(h.store.clone(), Arc::new(h.clock.clone()));
+    // A bulk action without a pending/failed status filter is refused.
+    assert!(matches!(
+        ops.act_on_matching(
+            &CommandFilter::default(),
+            OperatorActionKind::Retry,
+            "ops",
+            "r"
+        )
+        .await,
+        Err(OperatorRequestError::BulkStatusRequired { .. })
+    ));
+    assert!(matches!(
+        ops.act(&failed[0], OperatorActionKind::Retry, " ", "r").await,
+        Err(OperatorRequestError::InvalidField { field: "actor", .. })
+    ));
+    let filter = CommandFilter {
+        status: Some(CommandStatus::Failed),
+        error_code: Some("INVALID_REQUEST".into()),
+        ..CommandFilter::default()
+    };
+    let report = ops
+        .act_on_matching(&filter, OperatorActionKind::Retry, "ops", "remote fixed")
+        .await
+        .unwrap();
+    let acted: Vec<_> = report.acted.iter().map(|r| r.id.clone()).collect();
+    assert_eq!(acted, failed);
+    assert!(report.refused.is_empty() && !report.truncated);
+    for id in &failed {
+        assert_eq!(h.command(id).status, CommandStatus::Pending);
+        assert_eq!(h.store.command_actions(id).await.unwrap().len(), 1);
+    }
+    assert_eq!(h.command(&other.command_id).status, CommandStatus::Failed);
+    // Acting again on one of them once it succeeded is refused with a clear error.
+    h.drain(t(0)).await;
+    let refused = ops
+        .act(&failed[0], OperatorActionKind::Abandon, "ops", "late")
+        .await
+        .unwrap_err();
+    assert!(
+        refused.to_string().contains("only pending or failed"),
+        "{refused}"
+    );
 }
