@@ -86,6 +86,11 @@ pub struct Config {
     pub lease: Duration,
     /// `retry_max_delay_ms`: upper bound of the retry backoff (default 300000).
     pub retry_max_delay: Duration,
+    /// `max_attempts`: claims of one command (since its last operator retry) after which a
+    /// retry dead-letters it as `failed` (1..=100000, default 50, about four hours with the
+    /// default backoff). Progress polls of a draining deletion or a lagging revoke watermark
+    /// do not count.
+    pub max_attempts: u32,
     /// `shutdown_grace_seconds`: how long shutdown waits for in-flight dispatches (default 30).
     pub shutdown_grace: Duration,
     /// `product_enabled`: whether provision commands are dispatched (default true).
@@ -161,6 +166,7 @@ impl std::fmt::Debug for Config {
             .field("idle_poll", &self.idle_poll)
             .field("lease", &self.lease)
             .field("retry_max_delay", &self.retry_max_delay)
+            .field("max_attempts", &self.max_attempts)
             .field("shutdown_grace", &self.shutdown_grace)
             .field("product_enabled", &self.product_enabled)
             .field("knowledge_fs_url", &self.knowledge_fs_url)
@@ -243,6 +249,8 @@ pub struct RawConfig {
     pub lease_seconds: Option<u64>,
     /// See [`Config::retry_max_delay`].
     pub retry_max_delay_ms: Option<u64>,
+    /// See [`Config::max_attempts`].
+    pub max_attempts: Option<u32>,
     /// See [`Config::shutdown_grace`].
     pub shutdown_grace_seconds: Option<u64>,
     /// See [`Config::product_enabled`].
@@ -347,7 +355,7 @@ pub fn merge_env_and_validate(
     let mut sources = Sources::new();
     overlay_env!(raw, sources, env;
         database_url, database_max_connections, listen, admin_token, log_format, log_filter,
-        workers, claim_batch, idle_poll_ms, lease_seconds, retry_max_delay_ms,
+        workers, claim_batch, idle_poll_ms, lease_seconds, retry_max_delay_ms, max_attempts,
         shutdown_grace_seconds, product_enabled, knowledge_fs_url, knowledge_fs_token,
         knowledge_fs_deadline_ms, knowledge_fs_max_concurrent_calls, directory_url,
         directory_token, directory_instance, directory_trusted_keys, directory_sync_interval_ms,
@@ -443,6 +451,15 @@ fn validate(
         1,
         86_400_000,
     )?;
+    let max_attempts = in_range(
+        "max_attempts",
+        u64::from(
+            raw.max_attempts
+                .unwrap_or(tenantry_lifecycle::failure::DEFAULT_MAX_ATTEMPTS),
+        ),
+        1,
+        100_000,
+    )?;
     let shutdown_grace = in_range(
         "shutdown_grace_seconds",
         raw.shutdown_grace_seconds.unwrap_or(30),
@@ -495,6 +512,7 @@ fn validate(
         idle_poll: Duration::from_millis(idle_poll),
         lease: Duration::from_secs(lease),
         retry_max_delay: Duration::from_millis(retry_max_delay),
+        max_attempts: max_attempts as u32,
         shutdown_grace: Duration::from_secs(shutdown_grace),
         product_enabled: raw.product_enabled.unwrap_or(true),
         knowledge_fs_url,
@@ -677,6 +695,7 @@ mod tests {
         assert_eq!(config.admin_token, None);
         assert_eq!(config.log_format, LogFormat::Human);
         assert_eq!(config.lease, Duration::from_secs(300));
+        assert_eq!(config.max_attempts, 50);
     }
 
     #[test]

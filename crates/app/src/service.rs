@@ -108,6 +108,7 @@ impl Service {
                     lease_duration: config.lease,
                     retry_policy: RetryPolicy {
                         max_delay: config.retry_max_delay,
+                        max_attempts: config.max_attempts,
                         jitter_ratio: 0.2,
                         ..RetryPolicy::default()
                     },
