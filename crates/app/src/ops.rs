@@ -274,10 +274,17 @@ pub async fn commands_act(
                 ExitCode::FAILURE
             }
         },
-        Err(filter) => match actions.act_on_matching(&filter, kind, &actor, &reason).await {
+        Err(filter) => match actions
+            .act_on_matching(&filter, kind, &actor, &reason)
+            .await
+        {
             Ok(report) => {
                 for after in &report.acted {
-                    println!("{verb}: command {} is now {}", after.id.as_str(), after.status);
+                    println!(
+                        "{verb}: command {} is now {}",
+                        after.id.as_str(),
+                        after.status
+                    );
                 }
                 for (id, why) in &report.refused {
                     eprintln!("tenantry: {verb} refused for {}: {why}", id.as_str());

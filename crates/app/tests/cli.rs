@@ -273,7 +273,10 @@ async fn commands_retry_and_abandon_act_on_failed_commands_and_refuse_others() {
     };
     let (code, stdout, _) = run(&["commands", "list", "--status", "failed"]);
     assert_eq!(code, Some(0));
-    assert!(stdout.contains(&failed) && stdout.contains("INVALID_REQUEST"), "{stdout}");
+    assert!(
+        stdout.contains(&failed) && stdout.contains("INVALID_REQUEST"),
+        "{stdout}"
+    );
     // Abandon needs a reason; a bulk action needs a pending/failed status.
     let (code, _, stderr) = run(&["commands", "abandon", &failed]);
     assert_eq!(code, Some(2), "{stderr}");
@@ -301,7 +304,10 @@ async fn commands_retry_and_abandon_act_on_failed_commands_and_refuse_others() {
         "cli:test",
     ]);
     assert_eq!(code, Some(0), "{stderr}");
-    assert!(stdout.contains("2 command(s) abandoned, 0 refused"), "{stdout}");
+    assert!(
+        stdout.contains("2 command(s) abandoned, 0 refused"),
+        "{stdout}"
+    );
     // Abandoned commands are refused with a clear error.
     let (code, _, stderr) = run(&["commands", "retry", &pending]);
     assert_eq!(code, Some(1));

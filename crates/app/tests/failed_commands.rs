@@ -32,7 +32,10 @@ async fn wait_for(h: &Harness, path: &str, ready: impl Fn(&Value) -> bool) -> Va
 fn assert_error(status: u16, body: &Value, expected_status: u16, code: &str) {
     assert_eq!(status, expected_status, "{body}");
     assert_eq!(body["code"], code, "{body}");
-    assert!(body["message"].as_str().is_some_and(|m| !m.is_empty()), "{body}");
+    assert!(
+        body["message"].as_str().is_some_and(|m| !m.is_empty()),
+        "{body}"
+    );
 }
 
 /// `shared/cases/003-permanent-remote-error.md` over the whole service: a remote that answers
@@ -79,10 +82,16 @@ async fn case_003_permanent_remote_error_is_visible_and_operators_act_on_it() {
     );
     // Retrying needs who and why.
     let retry = format!("/v1/commands/{command_id}/retry");
-    let (status, body) = h.post(&retry, &json!({"actor": "", "reason": "x"}), None).await;
+    let (status, body) = h
+        .post(&retry, &json!({"actor": "", "reason": "x"}), None)
+        .await;
     assert_error(status, &body, 400, "INVALID_ARGUMENT");
     let (status, body) = h
-        .post(&retry, &json!({"actor": "oncall", "reason": "remote fixed"}), None)
+        .post(
+            &retry,
+            &json!({"actor": "oncall", "reason": "remote fixed"}),
+            None,
+        )
         .await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["status"], "pending");
@@ -99,7 +108,10 @@ async fn case_003_permanent_remote_error_is_visible_and_operators_act_on_it() {
     assert_eq!(actions["items"][0]["actor"], "oncall");
     assert_eq!(actions["items"][0]["reason"], "remote fixed");
     assert_eq!(actions["items"][0]["previous_status"], "failed");
-    assert_eq!(actions["items"][0]["previous_error_code"], "INVALID_REQUEST");
+    assert_eq!(
+        actions["items"][0]["previous_error_code"],
+        "INVALID_REQUEST"
+    );
     // A succeeded command can be neither retried nor abandoned.
     let (status, body) = h
         .post(
@@ -158,7 +170,8 @@ async fn bulk_abandon_needs_a_status_and_acts_on_every_match() {
             .as_array()
             .unwrap()
             .iter()
-            .all(|c| c["status"] == "abandoned" && c["last_error"]["code"] == "ABANDONED_BY_OPERATOR")
+            .all(|c| c["status"] == "abandoned"
+                && c["last_error"]["code"] == "ABANDONED_BY_OPERATOR")
     );
     let (_, page) = h.get("/v1/commands?status=abandoned").await;
     assert_eq!(page["items"].as_array().unwrap().len(), 2);

@@ -508,7 +508,9 @@ impl Settlement {
 
     /// Whether the claimed command reaches a terminal status (acked, failed or moot).
     pub fn completes(&self) -> bool {
-        self.outcome.as_ref().is_some_and(|o| o.status().is_terminal())
+        self.outcome
+            .as_ref()
+            .is_some_and(|o| o.status().is_terminal())
     }
 
     /// The status the claimed command gets (`None`: it stays processing).

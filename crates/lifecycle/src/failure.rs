@@ -99,7 +99,11 @@ mod tests {
             (None, "REMOTE_OUTCOME_UNKNOWN", Retry),
         ];
         for (status, code, expected) in table {
-            assert_eq!(remote_disposition(status, code), expected, "{status:?} {code}");
+            assert_eq!(
+                remote_disposition(status, code),
+                expected,
+                "{status:?} {code}"
+            );
         }
     }
 

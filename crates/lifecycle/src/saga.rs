@@ -28,11 +28,11 @@ use crate::command::{
     RevokePayload, Settlement, Supersede, SupersedeRule,
 };
 use crate::control_space::{ControlSpace, ControlSpaceState, Transition, TransitionError};
+use crate::failure::{self, Disposition};
 use crate::remote::{
     DeletionPhase, DeletionProgress, DeletionRequest, ProvisionRequest, RemoteSpace, RevokeAck,
     RevokeRequest, RevokeState,
 };
-use crate::failure::{self, Disposition};
 use crate::retry::RetryPolicy;
 
 /// Error codes recorded on commands by the saga.

@@ -134,9 +134,17 @@ fn provision_settles_without_delivery_when_no_longer_owned_or_provisioning() {
     ] {
         match s.start_provision(&provision_payload(), cs.as_ref()) {
             ProvisionStart::SettleWithoutDelivery(settlement) => {
-                assert_eq!(settlement.status(), Some(CommandStatus::Superseded), "{cs:?}");
                 assert_eq!(
-                    settlement.outcome.as_ref().and_then(|o| o.error()).map(|e| e.code.as_str()),
+                    settlement.status(),
+                    Some(CommandStatus::Superseded),
+                    "{cs:?}"
+                );
+                assert_eq!(
+                    settlement
+                        .outcome
+                        .as_ref()
+                        .and_then(|o| o.error())
+                        .map(|e| e.code.as_str()),
                     Some(codes::SUPERSEDED_BY_DELETE)
                 );
             }
@@ -557,7 +565,9 @@ fn unsupported_and_remote_errors_retry_with_their_codes() {
     let s = step(&cmd).remote_failure(
         Some(503),
         "KFS_BUSY",
-        "busy", Some(std::time::Duration::from_secs(40)));
+        "busy",
+        Some(std::time::Duration::from_secs(40)),
+    );
     assert_eq!(
         retry_code(&s),
         Some(("KFS_BUSY", at(10) + ChronoDuration::seconds(40)))
@@ -627,10 +637,17 @@ fn the_attempt_budget_dead_letters_a_retry_but_not_a_progress_poll() {
     let Some(CommandOutcome::Fail { error, .. }) = &s.outcome else {
         unreachable!()
     };
-    assert!(error.message.contains("max_attempts = 5"), "{}", error.message);
+    assert!(
+        error.message.contains("max_attempts = 5"),
+        "{}",
+        error.message
+    );
     // A progress poll never fails the command.
     let s = step(&fifth).retry(codes::REMOTE_DELETION_PENDING, "draining", None);
-    assert_eq!(retry_code(&s).map(|r| r.0), Some(codes::REMOTE_DELETION_PENDING));
+    assert_eq!(
+        retry_code(&s).map(|r| r.0),
+        Some(codes::REMOTE_DELETION_PENDING)
+    );
     // An operator retry starts a fresh budget without resetting attempt_count.
     let mut retried = command(Operation::Provision, 7);
     retried.attempt_budget_base = 5;
@@ -665,7 +682,10 @@ fn revocation_of_a_deleting_or_deleted_space_is_moot() {
         };
         assert_eq!(s.status(), Some(CommandStatus::Superseded));
         assert_eq!(
-            s.outcome.as_ref().and_then(|o| o.error()).map(|e| e.code.as_str()),
+            s.outcome
+                .as_ref()
+                .and_then(|o| o.error())
+                .map(|e| e.code.as_str()),
             Some(codes::CONTROL_SPACE_DELETING)
         );
     }

@@ -371,15 +371,19 @@ pub trait CommandAdmin: Send + Sync {
     ///
     /// # Errors
     /// [`StoreError`] when the database fails.
-    async fn command_actions(&self, command_id: &CommandId)
-    -> Result<Vec<ActionRecord>, StoreError>;
+    async fn command_actions(
+        &self,
+        command_id: &CommandId,
+    ) -> Result<Vec<ActionRecord>, StoreError>;
 
     /// One command by id.
     ///
     /// # Errors
     /// [`StoreError`] when the database fails.
-    async fn command_by_id(&self, command_id: &CommandId)
-    -> Result<Option<CommandRecord>, StoreError>;
+    async fn command_by_id(
+        &self,
+        command_id: &CommandId,
+    ) -> Result<Option<CommandRecord>, StoreError>;
 
     /// Counts of commands per (status, operation) for the given statuses, one aggregate query
     /// (no paging through rows). Pairs with no command are omitted.

@@ -110,10 +110,7 @@ impl CommandAdmin for SeaOrmLifecycleStore {
                     outbox::Column::Status,
                     Expr::value(CommandStatus::Abandoned.as_str()),
                 )
-                .col_expr(
-                    outbox::Column::CompletedAt,
-                    Expr::value(millis(request.at)),
-                )
+                .col_expr(outbox::Column::CompletedAt, Expr::value(millis(request.at)))
                 .col_expr(
                     outbox::Column::LastErrorCode,
                     Expr::value(codes::ABANDONED_BY_OPERATOR),

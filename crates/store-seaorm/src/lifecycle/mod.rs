@@ -152,8 +152,10 @@ pub(crate) async fn settle_in<C: ConnectionTrait>(
                     Expr::value(Option::<i64>::None),
                 );
             if let Some(completed_at) = outcome.completed_at() {
-                update =
-                    update.col_expr(outbox::Column::CompletedAt, Expr::value(millis(completed_at)));
+                update = update.col_expr(
+                    outbox::Column::CompletedAt,
+                    Expr::value(millis(completed_at)),
+                );
             }
             if let CommandOutcome::Retry {
                 next_attempt_at, ..

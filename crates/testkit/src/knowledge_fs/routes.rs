@@ -239,7 +239,9 @@ async fn run(
             return with_retry_after(error_response(&e), retry_after_secs);
         }
         Some(Fault::InvalidRequest) => {
-            return error_response(&invalid("the request was refused (injected permanent fault)"));
+            return error_response(&invalid(
+                "the request was refused (injected permanent fault)",
+            ));
         }
         Some(Fault::Stall { commit: false }) => tokio::time::sleep(shared.stall).await,
         _ => {}

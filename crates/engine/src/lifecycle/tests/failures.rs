@@ -39,8 +39,12 @@ async fn case_003_permanent_remote_error_dead_letters_visibly_and_never_succeeds
     h.remote
         .push_fault(RemoteCall::Provision, answered(400, "INVALID_REQUEST"));
     let metrics = Arc::new(RecordingMetrics::default());
-    let dispatcher = Dispatcher::new(h.store.clone(), h.remote.clone(), DispatcherConfig::default())
-        .with_metrics(metrics.clone());
+    let dispatcher = Dispatcher::new(
+        h.store.clone(),
+        h.remote.clone(),
+        DispatcherConfig::default(),
+    )
+    .with_metrics(metrics.clone());
     let outcome = dispatcher
         .dispatch_one(&owner("w1"), t(0), true)
         .await
@@ -69,7 +73,10 @@ async fn case_003_permanent_remote_error_dead_letters_visibly_and_never_succeeds
     // Deleting the control space later never turns the provision into `succeeded`.
     let delete = h.delete("cs-bad").await;
     h.drain(t(90_000)).await;
-    assert_eq!(h.command(&delete.command_id).status, CommandStatus::Succeeded);
+    assert_eq!(
+        h.command(&delete.command_id).status,
+        CommandStatus::Succeeded
+    );
     assert_eq!(h.space("cs-bad").await.state, ControlSpaceState::Deleted);
     let record = h.command(&receipt.command_id);
     assert_eq!(record.status, CommandStatus::Failed);
@@ -87,7 +94,8 @@ async fn every_permanent_remote_code_dead_letters_at_once() {
     ] {
         let h = harness();
         let receipt = h.create("cs1").await;
-        h.remote.push_fault(RemoteCall::Provision, answered(status, code));
+        h.remote
+            .push_fault(RemoteCall::Provision, answered(status, code));
         h.dispatch(t(0), true).await;
         let record = h.command(&receipt.command_id);
         assert_eq!(
@@ -106,7 +114,8 @@ async fn every_permanent_remote_code_dead_letters_at_once() {
     ] {
         let h = harness();
         let receipt = h.create("cs1").await;
-        h.remote.push_fault(RemoteCall::Provision, answered(status, code));
+        h.remote
+            .push_fault(RemoteCall::Provision, answered(status, code));
         h.dispatch(t(0), true).await;
         let record = h.command(&receipt.command_id);
         assert_eq!(
@@ -123,8 +132,10 @@ async fn a_permanent_deletion_answer_dead_letters_the_delete() {
     h.create("cs1").await;
     h.drain(t(0)).await;
     let delete = h.delete("cs1").await;
-    h.remote
-        .push_fault(RemoteCall::Deletion, answered(422, "IDEMPOTENCY_KEY_REUSED"));
+    h.remote.push_fault(
+        RemoteCall::Deletion,
+        answered(422, "IDEMPOTENCY_KEY_REUSED"),
+    );
     h.dispatch(t(1), true).await;
     let record = h.command(&delete.command_id);
     assert_eq!(record.status, CommandStatus::Failed);
@@ -146,11 +157,17 @@ async fn the_attempt_budget_dead_letters_and_an_operator_retry_renews_it() {
     }
     h.dispatch(t(0), true).await;
     h.dispatch(t(1_000), true).await;
-    assert_eq!(h.command(&receipt.command_id).status, CommandStatus::Pending);
+    assert_eq!(
+        h.command(&receipt.command_id).status,
+        CommandStatus::Pending
+    );
     h.dispatch(t(2_000), true).await;
     let record = h.command(&receipt.command_id);
     assert_eq!(record.status, CommandStatus::Failed);
-    assert_eq!(record.last_error_code.as_deref(), Some("REMOTE_UNAVAILABLE"));
+    assert_eq!(
+        record.last_error_code.as_deref(),
+        Some("REMOTE_UNAVAILABLE")
+    );
     let message = record.last_error_message.clone().unwrap_or_default();
     assert!(message.contains("max_attempts = 3"), "{message}");
     assert_eq!(record.attempt_count, 3);
@@ -210,12 +227,18 @@ async fn ownership_loss_settles_as_an_immediate_retry_not_a_lease_expiry() {
         retry_of(&record),
         (CommandStatus::Pending, Some(codes::OWNERSHIP_LOST), t(5))
     );
-    assert_eq!(record.lease_owner, None, "settled, not left to lease expiry");
+    assert_eq!(
+        record.lease_owner, None,
+        "settled, not left to lease expiry"
+    );
     // It is due at once and, still wrong, spends the budget and is dead-lettered.
     h.dispatch(t(5), true).await;
     let record = h.command(&receipt.command_id);
     assert_eq!(record.status, CommandStatus::Failed);
-    assert_eq!(record.last_error_code.as_deref(), Some(codes::OWNERSHIP_LOST));
+    assert_eq!(
+        record.last_error_code.as_deref(),
+        Some(codes::OWNERSHIP_LOST)
+    );
 }
 
 #[tokio::test]
@@ -228,7 +251,10 @@ async fn a_provision_overtaken_by_a_deletion_is_superseded_not_succeeded() {
     let delete = h.delete("cs1").await;
     h.drain(t(1_000)).await;
     h.drain(t(5_000)).await;
-    assert_eq!(h.command(&delete.command_id).status, CommandStatus::Succeeded);
+    assert_eq!(
+        h.command(&delete.command_id).status,
+        CommandStatus::Succeeded
+    );
     let record = h.command(&receipt.command_id);
     assert_ne!(record.status, CommandStatus::Succeeded);
     assert_eq!(record.status, CommandStatus::Superseded);
@@ -320,8 +346,10 @@ async fn bulk_retry_acts_on_every_matching_failed_command_and_reports_refusals()
         failed.push(receipt.command_id);
     }
     let other = h.create("cs4").await;
-    h.remote
-        .push_fault(RemoteCall::Provision, answered(422, "IDEMPOTENCY_KEY_REUSED"));
+    h.remote.push_fault(
+        RemoteCall::Provision,
+        answered(422, "IDEMPOTENCY_KEY_REUSED"),
+    );
     h.dispatch(t(0), true).await;
     let ops = OperatorActions::new(h.store.clone(), Arc::new(h.clock.clone()));
     // A bulk action without a pending/failed status filter is refused.
@@ -336,7 +364,8 @@ async fn bulk_retry_acts_on_every_matching_failed_command_and_reports_refusals()
         Err(OperatorRequestError::BulkStatusRequired { .. })
     ));
     assert!(matches!(
-        ops.act(&failed[0], OperatorActionKind::Retry, " ", "r").await,
+        ops.act(&failed[0], OperatorActionKind::Retry, " ", "r")
+            .await,
         Err(OperatorRequestError::InvalidField { field: "actor", .. })
     ));
     let filter = CommandFilter {

@@ -8,8 +8,8 @@
 //!   other status; a retry keeps `attempt_count` and starts a fresh attempt budget;
 //! - counts per (status, operation) and the error-code filter of `list_commands`.
 
-use tenantry_lifecycle::saga::codes;
 use tenantry_lifecycle::ControlSpaceState;
+use tenantry_lifecycle::saga::codes;
 
 use super::*;
 use crate::lifecycle::{
@@ -112,7 +112,10 @@ pub async fn settle_many_dead_letters_beside_acks_and_retries<S: LifecycleStore>
         ),
         (
             claimed[3].lease.clone(),
-            Settlement::moot(t(2), ErrorRecord::new(codes::CONTROL_SPACE_DELETING, "gone")),
+            Settlement::moot(
+                t(2),
+                ErrorRecord::new(codes::CONTROL_SPACE_DELETING, "gone"),
+            ),
         ),
     ];
     let results = store.settle_many(&items).await.unwrap();
@@ -184,9 +187,15 @@ pub async fn operator_retry_keeps_the_attempt_count_and_starts_a_fresh_budget<
     assert_eq!(claimed.attempts_in_budget(), 1);
     let log = store.command_actions(&id).await.unwrap();
     assert_eq!(log.len(), 1);
-    assert_eq!(log[0].action, action(&id, OperatorActionKind::Retry, 1, t(50)));
+    assert_eq!(
+        log[0].action,
+        action(&id, OperatorActionKind::Retry, 1, t(50))
+    );
     assert_eq!(log[0].previous_status, CommandStatus::Failed);
-    assert_eq!(log[0].previous_error_code.as_deref(), Some("INVALID_REQUEST"));
+    assert_eq!(
+        log[0].previous_error_code.as_deref(),
+        Some("INVALID_REQUEST")
+    );
     assert_eq!(log[0].attempt_count, 1);
 }
 
@@ -232,7 +241,10 @@ pub async fn operator_actions_refuse_other_statuses_and_write_nothing<
     let claimed = claim_one(&store, "w1", t(1)).await;
     let succeeded = enqueue(&store, "cs2", "k2", t(2)).await;
     let c = claim_one(&store, "w1", t(3)).await;
-    store.settle(&c.lease, &Settlement::ack(t(4))).await.unwrap();
+    store
+        .settle(&c.lease, &Settlement::ack(t(4)))
+        .await
+        .unwrap();
     let abandoned = enqueue(&store, "cs3", "k3", t(5)).await;
     store
         .act_on_command(&action(&abandoned, OperatorActionKind::Abandon, 0, t(6)))
@@ -273,7 +285,11 @@ pub async fn operator_actions_refuse_other_statuses_and_write_nothing<
     );
     assert!(store.command_actions(&unknown).await.unwrap().is_empty());
     assert_eq!(
-        store.command_by_id(&succeeded).await.unwrap().map(|r| r.status),
+        store
+            .command_by_id(&succeeded)
+            .await
+            .unwrap()
+            .map(|r| r.status),
         Some(CommandStatus::Succeeded)
     );
     assert_eq!(store.command_by_id(&unknown).await.unwrap(), None);
@@ -351,6 +367,9 @@ pub async fn list_commands_filters_by_error_code<S: LifecycleStore>(store: S) {
         status: Some(CommandStatus::Failed),
         ..page("INVALID_REQUEST")
     };
-    assert_eq!(ids(store.list_commands(&failed_bad).await.unwrap()), vec![bad]);
+    assert_eq!(
+        ids(store.list_commands(&failed_bad).await.unwrap()),
+        vec![bad]
+    );
     assert!(store.list_commands(&page("NOPE")).await.unwrap().is_empty());
 }
