@@ -4,8 +4,13 @@
 //!   the command's current attempt budget began. An operator retry sets it to the current
 //!   `attempt_count` instead of resetting the count, so a retried provision still shows it may
 //!   have been dispatched while it gets a fresh budget of `max_attempts` claims.
-//! - `ix_lifecycle_outbox_status_operation` on `(status, operation)`: the commands gauge counts
-//!   per (status, operation) with one aggregate query over the live and failed statuses.
+//! - `lifecycle_outbox.failed_at` (BIGINT, NULL unless the status is `failed`): set by the
+//!   settle that dead-letters a command, cleared by an operator retry or abandon. The partial
+//!   index `ix_lifecycle_outbox_failed` on `(operation) WHERE failed_at IS NOT NULL` lets the
+//!   commands gauge count failed commands without scanning the history. No index may name
+//!   `status` (or any other column a claim changes): m0004 keeps claims HOT updates on
+//!   PostgreSQL, and any index over `status` — even a partial one — would end that. Pending and
+//!   processing commands are counted through the claim index (`completed_at IS NULL`).
 //! - `lifecycle_command_actions`: one row per operator action (retry / abandon): `id`,
 //!   `command_id`, `action`, `actor`, `reason`, `previous_status`, `previous_error_code`,
 //!   `attempt_count`, `created_at` (Unix ms); index on `(command_id, created_at)`.
@@ -14,16 +19,16 @@
 
 use sea_orm_migration::prelude::*;
 
-/// Adds the attempt-budget column, the status index and the action log.
+/// Adds the attempt-budget and failed-at columns, the failed index and the action log.
 #[derive(DeriveMigrationName)]
 pub struct Migration;
 
 #[derive(Iden)]
 enum LifecycleOutbox {
     Table,
-    Status,
     Operation,
     AttemptBudgetBase,
+    FailedAt,
 }
 
 #[derive(Iden)]
@@ -40,7 +45,7 @@ enum LifecycleCommandActions {
     CreatedAt,
 }
 
-const STATUS_INDEX: &str = "ix_lifecycle_outbox_status_operation";
+const FAILED_INDEX: &str = "ix_lifecycle_outbox_failed";
 const ACTIONS_INDEX: &str = "ix_lifecycle_command_actions_command";
 
 #[async_trait::async_trait]
@@ -60,12 +65,20 @@ impl MigrationTrait for Migration {
             )
             .await?;
         manager
+            .alter_table(
+                Table::alter()
+                    .table(LifecycleOutbox::Table)
+                    .add_column(ColumnDef::new(LifecycleOutbox::FailedAt).big_integer())
+                    .to_owned(),
+            )
+            .await?;
+        manager
             .create_index(
                 Index::create()
-                    .name(STATUS_INDEX)
+                    .name(FAILED_INDEX)
                     .table(LifecycleOutbox::Table)
-                    .col(LifecycleOutbox::Status)
                     .col(LifecycleOutbox::Operation)
+                    .and_where(Expr::col(LifecycleOutbox::FailedAt).is_not_null())
                     .to_owned(),
             )
             .await?;
@@ -141,18 +154,24 @@ impl MigrationTrait for Migration {
         manager
             .drop_index(
                 Index::drop()
-                    .name(STATUS_INDEX)
+                    .name(FAILED_INDEX)
                     .table(LifecycleOutbox::Table)
                     .to_owned(),
             )
             .await?;
-        manager
-            .alter_table(
-                Table::alter()
-                    .table(LifecycleOutbox::Table)
-                    .drop_column(LifecycleOutbox::AttemptBudgetBase)
-                    .to_owned(),
-            )
-            .await
+        for column in [
+            LifecycleOutbox::FailedAt,
+            LifecycleOutbox::AttemptBudgetBase,
+        ] {
+            manager
+                .alter_table(
+                    Table::alter()
+                        .table(LifecycleOutbox::Table)
+                        .drop_column(column)
+                        .to_owned(),
+                )
+                .await?;
+        }
+        Ok(())
     }
 }

@@ -1,7 +1,7 @@
 //! [`CommandAdmin`] over SeaORM: operator retry / abandon (a compare-and-set on the status plus
 //! one row in `lifecycle_command_actions`, in one write transaction), the action log, and the
-//! counts per (status, operation) of the commands gauge (one `GROUP BY` query served by the
-//! `(status, operation)` index of migration m0005).
+//! counts per (status, operation) of the commands gauge (`GROUP BY` queries served by the claim
+//! index for live commands and the `failed_at` index of migration m0005 for failed ones).
 
 use async_trait::async_trait;
 use sea_orm::sea_query::Expr;
@@ -79,6 +79,7 @@ impl CommandAdmin for SeaOrmLifecycleStore {
             });
         }
         let mut update = outbox::Entity::update_many()
+            .col_expr(outbox::Column::FailedAt, Expr::value(Option::<i64>::None))
             .col_expr(
                 outbox::Column::LeaseOwner,
                 Expr::value(Option::<String>::None),
@@ -191,21 +192,66 @@ impl CommandAdmin for SeaOrmLifecycleStore {
         &self,
         statuses: &[CommandStatus],
     ) -> Result<Vec<CommandCount>, StoreError> {
-        if statuses.is_empty() {
-            return Ok(Vec::new());
+        // Each group is counted through an index that never names `status` (see m0005):
+        // live commands through the claim index, failed ones through the failed index.
+        let live: Vec<&str> = statuses
+            .iter()
+            .filter(|s| matches!(s, CommandStatus::Pending | CommandStatus::Processing))
+            .map(|s| s.as_str())
+            .collect();
+        let settled: Vec<&str> = statuses
+            .iter()
+            .filter(|s| {
+                !matches!(
+                    s,
+                    CommandStatus::Pending | CommandStatus::Processing | CommandStatus::Failed
+                )
+            })
+            .map(|s| s.as_str())
+            .collect();
+        let mut rows = Vec::new();
+        let grouped = || {
+            outbox::Entity::find()
+                .select_only()
+                .column(outbox::Column::Status)
+                .column(outbox::Column::Operation)
+                .column_as(outbox::Column::Id.count(), "count")
+                .group_by(outbox::Column::Status)
+                .group_by(outbox::Column::Operation)
+        };
+        if !live.is_empty() {
+            rows.extend(
+                grouped()
+                    .filter(outbox::Column::CompletedAt.is_null())
+                    .filter(outbox::Column::Status.is_in(live))
+                    .into_model::<CountRow>()
+                    .all(&self.conn)
+                    .await
+                    .map_err(unavailable)?,
+            );
         }
-        let rows = outbox::Entity::find()
-            .select_only()
-            .column(outbox::Column::Status)
-            .column(outbox::Column::Operation)
-            .column_as(outbox::Column::Id.count(), "count")
-            .filter(outbox::Column::Status.is_in(statuses.iter().map(|s| s.as_str())))
-            .group_by(outbox::Column::Status)
-            .group_by(outbox::Column::Operation)
-            .into_model::<CountRow>()
-            .all(&self.conn)
-            .await
-            .map_err(unavailable)?;
+        if statuses.contains(&CommandStatus::Failed) {
+            rows.extend(
+                grouped()
+                    .filter(outbox::Column::FailedAt.is_not_null())
+                    .filter(outbox::Column::Status.eq(CommandStatus::Failed.as_str()))
+                    .into_model::<CountRow>()
+                    .all(&self.conn)
+                    .await
+                    .map_err(unavailable)?,
+            );
+        }
+        if !settled.is_empty() {
+            // Succeeded, superseded, abandoned: no index, a scan of the history.
+            rows.extend(
+                grouped()
+                    .filter(outbox::Column::Status.is_in(settled))
+                    .into_model::<CountRow>()
+                    .all(&self.conn)
+                    .await
+                    .map_err(unavailable)?,
+            );
+        }
         rows.into_iter()
             .map(|row| {
                 Ok(CommandCount {

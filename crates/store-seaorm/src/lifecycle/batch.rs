@@ -373,6 +373,7 @@ async fn ack_postgres<C: ConnectionTrait>(
     let sql = format!(
         "UPDATE lifecycle_outbox AS o SET status = v.status, \
            completed_at = COALESCE(v.completed_at, o.completed_at), \
+           failed_at = CASE WHEN v.status = '{failed}' THEN v.completed_at ELSE o.failed_at END, \
            next_attempt_at = COALESCE(v.next_attempt_at, o.next_attempt_at), \
            last_error_code = CASE WHEN v.error_code IS NULL THEN o.last_error_code \
              ELSE v.error_code END, \
@@ -385,6 +386,7 @@ async fn ack_postgres<C: ConnectionTrait>(
            AND o.lease_epoch = v.epoch \
          RETURNING o.id",
         processing = CommandStatus::Processing.as_str(),
+        failed = CommandStatus::Failed.as_str(),
     );
     let rows = conn
         .query_all_raw(json_statement(sql, &rows))

@@ -113,6 +113,7 @@ pub fn new_command_row(command: &NewCommand) -> outbox::ActiveModel {
         created_at: Set(millis(command.created_at)),
         completed_at: Set(None),
         attempt_budget_base: Set(0),
+        failed_at: Set(None),
     }
 }
 

@@ -60,6 +60,8 @@ pub mod outbox {
         pub created_at: i64,
         pub completed_at: Option<i64>,
         pub attempt_budget_base: i32,
+        /// Set while the status is `failed` (gauge index only; not a domain field).
+        pub failed_at: Option<i64>,
     }
 
     /// No relations.

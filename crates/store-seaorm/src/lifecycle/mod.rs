@@ -157,6 +157,10 @@ pub(crate) async fn settle_in<C: ConnectionTrait>(
                     Expr::value(millis(completed_at)),
                 );
             }
+            if let CommandOutcome::Fail { completed_at, .. } = outcome {
+                update =
+                    update.col_expr(outbox::Column::FailedAt, Expr::value(millis(*completed_at)));
+            }
             if let CommandOutcome::Retry {
                 next_attempt_at, ..
             } = outcome

@@ -298,7 +298,7 @@ pub async fn operator_actions_refuse_other_statuses_and_write_nothing<
 pub async fn count_commands_groups_by_status_and_operation<S: LifecycleStore + CommandAdmin>(
     store: S,
 ) {
-    fail_it(&store, "cs1", "k1", 0).await;
+    let first = fail_it(&store, "cs1", "k1", 0).await;
     fail_it(&store, "cs2", "k2", 10).await;
     enqueue(&store, "cs3", "k3", t(20)).await;
     enqueue(&store, "cs4", "k4", t(20)).await;
@@ -332,6 +332,73 @@ pub async fn count_commands_groups_by_status_and_operation<S: LifecycleStore + C
             .await
             .unwrap()
             .is_empty()
+    );
+    // An operator action takes a command out of the failed count; a later failure adds it back.
+    store
+        .act_on_command(&action(&first, OperatorActionKind::Retry, 1, t(30)))
+        .await
+        .unwrap();
+    let failed = |counts: Vec<CommandCount>| {
+        counts
+            .into_iter()
+            .filter(|c| c.status == CommandStatus::Failed)
+            .map(|c| c.count)
+            .sum::<u64>()
+    };
+    let now = store
+        .count_commands(&[CommandStatus::Failed, CommandStatus::Pending])
+        .await
+        .unwrap();
+    assert_eq!(failed(now.clone()), 1);
+    assert_eq!(
+        now.iter()
+            .filter(|c| c.status == CommandStatus::Pending)
+            .map(|c| c.count)
+            .sum::<u64>(),
+        3
+    );
+    let mut claimed = store.claim(&claim_at("w2", t(31), 10)).await.unwrap();
+    let again = claimed
+        .iter()
+        .position(|c| c.id() == &first)
+        .expect("the retried command is claimable");
+    let again = claimed.swap_remove(again);
+    let batch = [(
+        again.lease.clone(),
+        Settlement::fail(t(32), ErrorRecord::new("INVALID_REQUEST", "still bad")),
+    )];
+    assert_eq!(store.settle_many(&batch).await.unwrap(), vec![Ok(())]);
+    assert_eq!(
+        failed(
+            store
+                .count_commands(&[CommandStatus::Failed])
+                .await
+                .unwrap()
+        ),
+        2
+    );
+    store
+        .act_on_command(&action(&first, OperatorActionKind::Abandon, 2, t(33)))
+        .await
+        .unwrap();
+    assert_eq!(
+        failed(
+            store
+                .count_commands(&[CommandStatus::Failed])
+                .await
+                .unwrap()
+        ),
+        1
+    );
+    assert_eq!(
+        store
+            .count_commands(&[CommandStatus::Abandoned])
+            .await
+            .unwrap()
+            .iter()
+            .map(|c| c.count)
+            .sum::<u64>(),
+        1
     );
 }
 
