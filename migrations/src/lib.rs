@@ -9,6 +9,8 @@
 //! - [`m0002_host_storage`]: `host_storage` (fences and connector state);
 //! - [`m0003_directory`]: the directory projection tables;
 //! - [`m0004_lifecycle_claim_index`]: the claim index of the outbox (live commands in due order);
+//! - [`m0005_lifecycle_failures`]: the attempt budget column, the status index of the commands
+//!   gauge, and the operator action log.
 //! - [`m0006_lifecycle_attempt_window`]: when the last attempt of a command could still send.
 
 // `MigrationTrait` is declared through async-trait with an elided lifetime; implementations match it.
@@ -20,6 +22,7 @@ pub mod m0001_lifecycle;
 pub mod m0002_host_storage;
 pub mod m0003_directory;
 pub mod m0004_lifecycle_claim_index;
+pub mod m0005_lifecycle_failures;
 pub mod m0006_lifecycle_attempt_window;
 
 /// Applies every Tenantry migration in order.
@@ -33,6 +36,7 @@ impl MigratorTrait for Migrator {
             Box::new(m0002_host_storage::Migration),
             Box::new(m0003_directory::Migration),
             Box::new(m0004_lifecycle_claim_index::Migration),
+            Box::new(m0005_lifecycle_failures::Migration),
             Box::new(m0006_lifecycle_attempt_window::Migration),
         ]
     }

@@ -1,5 +1,5 @@
 //! The command line of `tenantry`: `serve`, `migrate`, `demo`, `reference-remote`,
-//! `commands list`, `fences list`, `fences clear`.
+//! `commands list`, `commands retry`, `commands abandon`, `fences list`, `fences clear`.
 //!
 //! Operator commands (`commands`, `fences`) open the configured database directly (the same
 //! `database_url` as `serve`), so they work whether or not a service is running.
@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use tenantry_ports::lifecycle::OperatorActionKind;
 
 use crate::config::{self, Config};
 use crate::{demo, logging, ops, reference_remote, service};
@@ -47,7 +48,7 @@ pub enum Command {
     /// Run the reference KnowledgeFS and reference directory on loopback ports (for trying
     /// `serve` by hand) until Ctrl-C; prints the TENANTRY_* settings that point `serve` at them.
     ReferenceRemote(RemoteArgs),
-    /// Inspect lifecycle commands.
+    /// Inspect lifecycle commands; retry or abandon failed (dead-lettered) or pending ones.
     #[command(subcommand)]
     Commands(CommandsCommand),
     /// Inspect and clear reconciliation fences.
@@ -118,14 +119,55 @@ pub struct RemoteArgs {
 pub enum CommandsCommand {
     /// List outbox commands, oldest first, with attempts, last error, next attempt and lease.
     ///
-    /// Example: tenantry commands list --status pending --tenant t-1
+    /// Example: tenantry commands list --status failed --error-code INVALID_REQUEST
     List(CommandsListArgs),
+    /// Retry a failed (or pending) command now, with a fresh attempt budget (its attempt count
+    /// is kept). Give a command id, or filter flags (with --status failed or pending) to retry
+    /// every matching command. Recorded with who, when and why.
+    ///
+    /// Examples: tenantry commands retry 6f1c…;
+    ///   tenantry commands retry --status failed --error-code KFS_UNAVAILABLE --reason "outage over"
+    Retry(CommandsActArgs),
+    /// Give up a failed (or pending) command for good (status abandoned). Give a command id, or
+    /// filter flags (with --status failed or pending). Requires --reason; recorded with who,
+    /// when and why.
+    ///
+    /// Example: tenantry commands abandon 6f1c… --reason "tenant offboarded"
+    Abandon(CommandsActArgs),
+}
+
+/// Options of `tenantry commands retry` and `tenantry commands abandon`.
+#[derive(Debug, Clone, Args)]
+pub struct CommandsActArgs {
+    /// The command to act on (omit it and give filter flags to act on every matching command).
+    pub id: Option<String>,
+    /// Filter: only this status (failed or pending).
+    #[arg(long)]
+    pub status: Option<String>,
+    /// Filter: only this operation: provision, delete, revoke.
+    #[arg(long)]
+    pub operation: Option<String>,
+    /// Filter: only this tenant.
+    #[arg(long)]
+    pub tenant: Option<String>,
+    /// Filter: only this control space (with --tenant).
+    #[arg(long)]
+    pub control_space: Option<String>,
+    /// Filter: only commands whose last error code is this.
+    #[arg(long)]
+    pub error_code: Option<String>,
+    /// Why (recorded; required for abandon).
+    #[arg(long)]
+    pub reason: Option<String>,
+    /// Who (recorded; default `cli:$USER`).
+    #[arg(long)]
+    pub actor: Option<String>,
 }
 
 /// Options of `tenantry commands list`.
 #[derive(Debug, Clone, Args)]
 pub struct CommandsListArgs {
-    /// Only this status: pending, processing, succeeded, superseded.
+    /// Only this status: pending, processing, succeeded, superseded, failed, abandoned.
     #[arg(long)]
     pub status: Option<String>,
     /// Only this operation: provision, delete, revoke.
@@ -137,6 +179,9 @@ pub struct CommandsListArgs {
     /// Only this control space (with --tenant).
     #[arg(long)]
     pub control_space: Option<String>,
+    /// Only commands whose last error code is this (e.g. INVALID_REQUEST).
+    #[arg(long)]
+    pub error_code: Option<String>,
     /// Most commands shown: 1..=1000, default 100 (the admin API's page limits, same
     /// constants).
     #[arg(
@@ -242,6 +287,12 @@ pub async fn run(cli: Cli) -> ExitCode {
                 Command::Migrate => ops::migrate(&config).await,
                 Command::Commands(CommandsCommand::List(args)) => {
                     ops::commands_list(&config, &args).await
+                }
+                Command::Commands(CommandsCommand::Retry(args)) => {
+                    ops::commands_act(&config, &args, OperatorActionKind::Retry).await
+                }
+                Command::Commands(CommandsCommand::Abandon(args)) => {
+                    ops::commands_act(&config, &args, OperatorActionKind::Abandon).await
                 }
                 Command::Fences(FencesCommand::List(args)) => {
                     ops::fences_list(&config, &args).await

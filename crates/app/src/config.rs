@@ -96,6 +96,11 @@ pub struct Config {
     pub deletion_absence_grace: Duration,
     /// `retry_max_delay_ms`: upper bound of the retry backoff (default 300000).
     pub retry_max_delay: Duration,
+    /// `max_attempts`: claims of one command (since its last operator retry) after which a
+    /// retry dead-letters it as `failed` (1..=100000, default 50, about four hours with the
+    /// default backoff). Progress polls of a draining deletion or a lagging revoke watermark
+    /// do not count.
+    pub max_attempts: u32,
     /// `shutdown_grace_seconds`: how long shutdown waits for in-flight dispatches (default 30).
     pub shutdown_grace: Duration,
     /// `product_enabled`: whether provision commands are dispatched (default true).
@@ -171,6 +176,7 @@ impl std::fmt::Debug for Config {
             .field("idle_poll", &self.idle_poll)
             .field("lease", &self.lease)
             .field("retry_max_delay", &self.retry_max_delay)
+            .field("max_attempts", &self.max_attempts)
             .field("shutdown_grace", &self.shutdown_grace)
             .field("product_enabled", &self.product_enabled)
             .field("knowledge_fs_url", &self.knowledge_fs_url)
@@ -259,6 +265,8 @@ pub struct RawConfig {
     pub lease_seconds: Option<u64>,
     /// See [`Config::retry_max_delay`].
     pub retry_max_delay_ms: Option<u64>,
+    /// See [`Config::max_attempts`].
+    pub max_attempts: Option<u32>,
     /// See [`Config::shutdown_grace`].
     pub shutdown_grace_seconds: Option<u64>,
     /// See [`Config::product_enabled`].
@@ -293,7 +301,7 @@ type Sources = BTreeMap<&'static str, String>;
 /// Every setting's name: the TOML key, and (upper-cased, prefixed with [`ENV_PREFIX`]) the
 /// environment variable. A unit test checks that it is exactly what the environment overlay
 /// reads.
-pub const SETTINGS: [&str; 27] = [
+pub const SETTINGS: [&str; 28] = [
     "database_url",
     "database_max_connections",
     "listen",
@@ -308,6 +316,7 @@ pub const SETTINGS: [&str; 27] = [
     "idle_poll_ms",
     "lease_seconds",
     "retry_max_delay_ms",
+    "max_attempts",
     "shutdown_grace_seconds",
     "product_enabled",
     "knowledge_fs_url",
@@ -450,7 +459,7 @@ pub fn merge_env_and_validate(
     overlay_env!(raw, sources, env;
         database_url, database_max_connections, listen, admin_token, log_format, log_filter,
         workers, claim_batch, group_commit, lease_renewal, deletion_absence_grace_seconds,
-        idle_poll_ms, lease_seconds, retry_max_delay_ms,
+        idle_poll_ms, lease_seconds, retry_max_delay_ms, max_attempts,
         shutdown_grace_seconds, product_enabled, knowledge_fs_url, knowledge_fs_token,
         knowledge_fs_deadline_ms, knowledge_fs_max_concurrent_calls, directory_url,
         directory_token, directory_instance, directory_trusted_keys, directory_sync_interval_ms,
@@ -562,6 +571,15 @@ fn validate(
         1,
         86_400_000,
     )?;
+    let max_attempts = in_range(
+        "max_attempts",
+        u64::from(
+            raw.max_attempts
+                .unwrap_or(tenantry_lifecycle::failure::DEFAULT_MAX_ATTEMPTS),
+        ),
+        1,
+        100_000,
+    )?;
     let shutdown_grace = in_range(
         "shutdown_grace_seconds",
         raw.shutdown_grace_seconds.unwrap_or(30),
@@ -617,6 +635,7 @@ fn validate(
         lease_renewal,
         deletion_absence_grace: Duration::from_secs(deletion_absence_grace),
         retry_max_delay: Duration::from_millis(retry_max_delay),
+        max_attempts: max_attempts as u32,
         shutdown_grace: Duration::from_secs(shutdown_grace),
         product_enabled: raw.product_enabled.unwrap_or(true),
         knowledge_fs_url,
@@ -803,6 +822,7 @@ mod tests {
         assert!(config.group_commit);
         assert_eq!(config.claim_batch, 16);
         assert_eq!(config.deletion_absence_grace, Duration::from_secs(600));
+        assert_eq!(config.max_attempts, 50);
     }
 
     #[test]

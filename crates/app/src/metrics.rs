@@ -3,8 +3,10 @@
 //!
 //! Series (Prometheus names):
 //! - `tenantry_lifecycle_tasks_total{operation, status}`: dispatch task states
-//!   (`running`, `succeeded`, `retry`, `dispatch_error`);
+//!   (`running`, `succeeded`, `retry`, `failed`, `moot`, `dispatch_error`);
 //! - `tenantry_lifecycle_retries_total{operation, code}`: retries by error code;
+//! - `tenantry_lifecycle_failed_total{operation, code}`: commands dead-lettered (status
+//!   `failed`) by the code of the permanent or last error;
 //! - `tenantry_lifecycle_lease_lost_total`: dispatches whose lease was taken over;
 //! - `tenantry_lifecycle_lease_renewals_total{operation, outcome}`: lease renewals of
 //!   dispatches in flight (`renewed`, `lost`, `failed`);
@@ -13,7 +15,8 @@
 //! - `tenantry_lifecycle_dispatch_errors_total{code}`: other dispatches without a settlement;
 //! - `tenantry_lifecycle_settle_seconds{operation}`: histogram, enqueue to ack;
 //! - `tenantry_dispatch_duration_seconds{call, outcome}`: histogram, one KnowledgeFS call;
-//! - `tenantry_commands{status, operation}`: gauge, open commands (pending, processing);
+//! - `tenantry_commands{status, operation}`: gauge, commands `pending`, `processing` and
+//!   `failed` (dead-lettered, waiting for an operator), from one count query per scrape;
 //! - `tenantry_fences_active{kind}`: gauge, records across all installation bindings, by kind:
 //!   `fence` (outcome unknown, needs an operator) or `intent` (a write holds the scope);
 //! - `tenantry_directory_staleness_seconds`: gauge, age of the directory projection (when a
@@ -75,6 +78,8 @@ pub struct Tally {
     pub tasks: BTreeMap<(String, &'static str), u64>,
     /// Retries per error code.
     pub retries: BTreeMap<String, u64>,
+    /// Dead-letters per error code.
+    pub failed: BTreeMap<String, u64>,
     /// Dispatches without a settlement per error code (`LEASE_LOST` included).
     pub dispatch_errors: BTreeMap<String, u64>,
     /// KnowledgeFS calls per (call, outcome).
@@ -155,7 +160,16 @@ impl LifecycleMetrics for AppMetrics {
                 }
                 *tally.dispatch_errors.entry(code).or_default() += 1;
             }
-            TaskStatus::Running => {}
+            TaskStatus::Failed => {
+                metrics::counter!(
+                    "tenantry_lifecycle_failed_total",
+                    "operation" => operation,
+                    "code" => code.clone()
+                )
+                .increment(1);
+                *tally.failed.entry(code).or_default() += 1;
+            }
+            TaskStatus::Running | TaskStatus::Moot => {}
         }
         Ok(())
     }
@@ -176,7 +190,7 @@ impl LifecycleMetrics for AppMetrics {
     }
 }
 
-/// Sets the open-commands gauge for one (status, operation).
+/// Sets the commands gauge for one (status, operation).
 pub fn set_open_commands(status: &'static str, operation: &str, count: u64) {
     metrics::gauge!("tenantry_commands", "status" => status, "operation" => operation.to_owned())
         .set(count as f64);
@@ -287,9 +301,12 @@ mod tests {
             .unwrap();
         sink.record_task(&metric(TaskStatus::DispatchError, Some("LEASE_LOST")))
             .unwrap();
+        sink.record_task(&metric(TaskStatus::Failed, Some("INVALID_REQUEST")))
+            .unwrap();
         let tally = sink.tally();
         assert_eq!(tally.retries.get("KFS_UNAVAILABLE"), Some(&2));
         assert_eq!(tally.dispatch_errors.get("LEASE_LOST"), Some(&1));
+        assert_eq!(tally.failed.get("INVALID_REQUEST"), Some(&1));
         assert_eq!(
             tally.tasks.get(&("provision".to_owned(), "retry")),
             Some(&2)
@@ -298,6 +315,12 @@ mod tests {
         assert!(text.contains("tenantry_lifecycle_retries_total"), "{text}");
         assert!(
             text.contains("tenantry_lifecycle_lease_lost_total"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "tenantry_lifecycle_failed_total{operation=\"provision\",code=\"INVALID_REQUEST\"} 1"
+            ),
             "{text}"
         );
     }

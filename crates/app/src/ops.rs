@@ -1,17 +1,22 @@
 //! Operator commands that work on the database directly: `migrate`, `commands list`,
-//! `fences list`, `fences clear`.
+//! `commands retry`, `commands abandon`, `fences list`, `fences clear`.
 
 use std::process::ExitCode;
 use std::sync::Arc;
 
 use tenantry_fence::{Binding, FenceKey, ScopeIdentity};
+use tenantry_kernel::{CommandId, ControlSpaceId, TenantId};
+use tenantry_lifecycle::{CommandStatus, Operation};
 use tenantry_ports::lifecycle::{CommandFilter, CommandQueue};
 use tenantry_store_seaorm::Database;
 use tenantry_store_seaorm::host_storage::SeaOrmHostStorage;
 use tenantry_store_seaorm::lifecycle::SeaOrmLifecycleStore;
 
+use tenantry_engine::lifecycle::{OperatorActions, SystemClock};
+use tenantry_ports::lifecycle::OperatorActionKind;
+
 use crate::admin::{CommandView, CommandsQuery, commands_filter};
-use crate::cli::{CommandsListArgs, FencesClearArgs, FencesListArgs};
+use crate::cli::{CommandsActArgs, CommandsListArgs, FencesClearArgs, FencesListArgs};
 use crate::config::{Config, redact_url};
 use crate::fences::{ClearTarget, FenceAdmin};
 
@@ -142,16 +147,18 @@ fn command_filter(args: &CommandsListArgs) -> Result<CommandFilter, String> {
         operation: args.operation.clone(),
         tenant_id: args.tenant.clone(),
         control_space_id: args.control_space.clone(),
+        error_code: args.error_code.clone(),
         limit: Some(args.limit),
         after: args.after.clone(),
     };
     commands_filter(&query).map_err(|e| {
         // The API names its query parameters; say which option that is.
-        const OPTIONS: [(&str, &str); 6] = [
+        const OPTIONS: [(&str, &str); 7] = [
             ("status", "--status"),
             ("operation", "--operation"),
             ("tenant_id", "--tenant"),
             ("control_space_id", "--control-space"),
+            ("error_code", "--error-code"),
             ("limit", "--limit"),
             ("after", "--after"),
         ];
@@ -172,6 +179,169 @@ fn fence_admin(config: &Config, db: &Database) -> FenceAdmin<SeaOrmHostStorage> 
         Arc::new(SeaOrmHostStorage::new(db.conn.clone())),
         config.knowledge_fs_deadline,
     )
+}
+
+/// The filter of `commands retry|abandon` from its flags (status, operation, tenant, control
+/// space, error code).
+fn filter_of(
+    status: Option<&str>,
+    operation: Option<&str>,
+    tenant: Option<&str>,
+    control_space: Option<&str>,
+    error_code: Option<&str>,
+) -> Result<CommandFilter, String> {
+    let status = status
+        .map(|s| {
+            CommandStatus::parse(s).ok_or_else(|| {
+                format!(
+                    "--status {s:?}: use pending, processing, succeeded, superseded, failed or abandoned"
+                )
+            })
+        })
+        .transpose()?;
+    let operation = operation
+        .map(|o| match Operation::parse(o) {
+            Operation::Unsupported(_) => Err(format!(
+                "--operation {o:?}: use provision, delete or revoke"
+            )),
+            known => Ok(known),
+        })
+        .transpose()?;
+    let tenant_id = tenant
+        .map(|t| TenantId::parse(t).map_err(|e| format!("--tenant: {e}")))
+        .transpose()?;
+    let control_space_id = control_space
+        .map(|c| ControlSpaceId::parse(c).map_err(|e| format!("--control-space: {e}")))
+        .transpose()?;
+    if control_space_id.is_some() && tenant_id.is_none() {
+        return Err("--control-space needs --tenant".to_owned());
+    }
+    Ok(CommandFilter {
+        status,
+        operation,
+        tenant_id,
+        control_space_id,
+        error_code: error_code.filter(|c| !c.is_empty()).map(str::to_owned),
+        after: None,
+        limit: 0,
+    })
+}
+
+/// `tenantry commands retry` and `tenantry commands abandon`.
+pub async fn commands_act(
+    config: &Config,
+    args: &CommandsActArgs,
+    kind: OperatorActionKind,
+) -> ExitCode {
+    let verb = kind.as_str();
+    let reason = match (&args.reason, kind) {
+        (Some(reason), _) => reason.clone(),
+        (None, OperatorActionKind::Retry) => "retried by operator".to_owned(),
+        (None, OperatorActionKind::Abandon) => {
+            return usage("abandon needs --reason saying why the command is given up".to_owned());
+        }
+    };
+    let actor = args.actor.clone().unwrap_or_else(|| {
+        format!(
+            "cli:{}",
+            std::env::var("USER").unwrap_or_else(|_| "unknown".to_owned())
+        )
+    });
+    let has_filter = args.status.is_some()
+        || args.operation.is_some()
+        || args.tenant.is_some()
+        || args.control_space.is_some()
+        || args.error_code.is_some();
+    let target = match (&args.id, has_filter) {
+        (Some(id), false) => match CommandId::parse(id.as_str()) {
+            Ok(id) => Ok(id),
+            Err(e) => return usage(format!("command id: {e}")),
+        },
+        (None, true) => match filter_of(
+            args.status.as_deref(),
+            args.operation.as_deref(),
+            args.tenant.as_deref(),
+            args.control_space.as_deref(),
+            args.error_code.as_deref(),
+        ) {
+            Ok(filter) => Err(filter),
+            Err(message) => return usage(message),
+        },
+        (Some(_), true) => {
+            return usage(format!(
+                "give a command id or filter flags to {verb}, not both"
+            ));
+        }
+        (None, false) => {
+            return usage(format!(
+                "give a command id, or filter flags (e.g. --status failed --error-code CODE) to {verb} every matching command"
+            ));
+        }
+    };
+    let db = match open_existing(config).await {
+        Ok(db) => db,
+        Err(code) => return code,
+    };
+    let actions = OperatorActions::new(SeaOrmLifecycleStore::new(&db), Arc::new(SystemClock));
+    let code = match target {
+        Ok(id) => match actions.act(&id, kind, &actor, &reason).await {
+            Ok(after) => {
+                println!(
+                    "{verb}: command {} is now {} (attempts so far: {})",
+                    after.id.as_str(),
+                    after.status,
+                    after.attempt_count
+                );
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("tenantry: {e}");
+                ExitCode::FAILURE
+            }
+        },
+        Err(filter) => match actions
+            .act_on_matching(&filter, kind, &actor, &reason)
+            .await
+        {
+            Ok(report) => {
+                for after in &report.acted {
+                    println!(
+                        "{verb}: command {} is now {}",
+                        after.id.as_str(),
+                        after.status
+                    );
+                }
+                for (id, why) in &report.refused {
+                    eprintln!("tenantry: {verb} refused for {}: {why}", id.as_str());
+                }
+                let past = match kind {
+                    OperatorActionKind::Retry => "retried",
+                    OperatorActionKind::Abandon => "abandoned",
+                };
+                println!(
+                    "{} command(s) {past}, {} refused{}",
+                    report.acted.len(),
+                    report.refused.len(),
+                    if report.truncated {
+                        "; more match: run it again"
+                    } else {
+                        ""
+                    }
+                );
+                if report.refused.is_empty() {
+                    ExitCode::SUCCESS
+                } else {
+                    ExitCode::FAILURE
+                }
+            }
+            Err(e) => {
+                eprintln!("tenantry: {e}");
+                ExitCode::from(2)
+            }
+        },
+    };
+    let _ = db.conn.close().await;
+    code
 }
 
 /// `tenantry fences list`.

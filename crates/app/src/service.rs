@@ -196,6 +196,7 @@ impl Service {
                     absence_grace: config.deletion_absence_grace,
                     retry_policy: RetryPolicy {
                         max_delay: config.retry_max_delay,
+                        max_attempts: config.max_attempts,
                         jitter_ratio: 0.2,
                         ..RetryPolicy::default()
                     },

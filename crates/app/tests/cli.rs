@@ -229,3 +229,126 @@ fn operator_commands_never_create_or_migrate_a_database() {
         );
     }
 }
+
+/// Seeds `dir/tenantry.db` (migrated) with two provisions, dead-letters the first one, and
+/// returns their ids.
+async fn seed_failed_command(dir: &std::path::Path) -> (String, String) {
+    use std::sync::Arc;
+    use tenantry_engine::lifecycle::{CommandIntake, ManualClock};
+    use tenantry_kernel::{ControlSpaceId, IdempotencyKey, LeaseOwner, TenantId};
+    use tenantry_lifecycle::intake::CreateControlSpace;
+    use tenantry_lifecycle::{ErrorRecord, Settlement};
+    use tenantry_ports::lifecycle::{ClaimRequest, CommandQueue};
+    use tenantry_store_seaorm::lifecycle::SeaOrmLifecycleStore;
+
+    let url = format!("sqlite://{}?mode=rwc", dir.join("tenantry.db").display());
+    let db = tenantry_store_seaorm::connect(&url, 1).await.unwrap();
+    let store = SeaOrmLifecycleStore::new(&db);
+    let now = chrono::Utc::now();
+    let intake = CommandIntake::new(store.clone(), Arc::new(ManualClock::new(now)));
+    let mut ids = Vec::new();
+    for cs in ["cs-bad", "cs-ok"] {
+        let receipt = intake
+            .create_control_space(&CreateControlSpace {
+                tenant_id: TenantId::parse("t-1").unwrap(),
+                control_space_id: ControlSpaceId::parse(cs).unwrap(),
+                idempotency_key: IdempotencyKey::parse(format!("k-{cs}")).unwrap(),
+                name: "N".into(),
+                slug: "n".into(),
+                icon: String::new(),
+                description: String::new(),
+                model_intent: None,
+                profile_intent: None,
+            })
+            .await
+            .unwrap();
+        ids.push(receipt.command_id.to_string());
+    }
+    let claimed = store
+        .claim(&ClaimRequest {
+            owner: LeaseOwner::parse("w").unwrap(),
+            lease_duration: std::time::Duration::from_secs(60),
+            include_provision: true,
+            limit: 1,
+        })
+        .await
+        .unwrap();
+    // Both were created at the same instant; whichever was claimed is the failed one.
+    if claimed[0].id().as_str() != ids[0] {
+        ids.swap(0, 1);
+    }
+    store
+        .settle(
+            &claimed[0].lease,
+            &Settlement::fail(now, ErrorRecord::new("INVALID_REQUEST", "bad")),
+        )
+        .await
+        .unwrap();
+    db.conn.close().await.unwrap();
+    (ids.remove(0), ids.remove(0))
+}
+
+#[tokio::test]
+async fn commands_retry_and_abandon_act_on_failed_commands_and_refuse_others() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = tenantry()
+        .current_dir(dir.path())
+        .arg("migrate")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let (failed, pending) = seed_failed_command(dir.path()).await;
+    let run = |args: &[&str]| {
+        let out = tenantry()
+            .current_dir(dir.path())
+            .args(args)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, stdout, _) = run(&["commands", "list", "--status", "failed"]);
+    assert_eq!(code, Some(0));
+    assert!(
+        stdout.contains(&failed) && stdout.contains("INVALID_REQUEST"),
+        "{stdout}"
+    );
+    // Abandon needs a reason; a bulk action needs a pending/failed status.
+    let (code, _, stderr) = run(&["commands", "abandon", &failed]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("--reason"), "{stderr}");
+    let (code, _, stderr) = run(&["commands", "retry", "--error-code", "INVALID_REQUEST"]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("status"), "{stderr}");
+    // Retry one command by id.
+    let (code, stdout, stderr) = run(&["commands", "retry", &failed]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stdout.contains("pending"), "{stdout}");
+    let (_, stdout, _) = run(&["commands", "list", "--status", "failed"]);
+    assert!(!stdout.contains(&failed), "{stdout}");
+    // Abandon every pending command of the tenant.
+    let (code, stdout, stderr) = run(&[
+        "commands",
+        "abandon",
+        "--status",
+        "pending",
+        "--tenant",
+        "t-1",
+        "--reason",
+        "tenant offboarded",
+        "--actor",
+        "cli:test",
+    ]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        stdout.contains("2 command(s) abandoned, 0 refused"),
+        "{stdout}"
+    );
+    // Abandoned commands are refused with a clear error.
+    let (code, _, stderr) = run(&["commands", "retry", &pending]);
+    assert_eq!(code, Some(1));
+    assert!(stderr.contains("only pending or failed"), "{stderr}");
+}

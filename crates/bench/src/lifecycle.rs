@@ -435,7 +435,7 @@ impl LifecycleMetrics for AckCounter {
             TaskStatus::DispatchError => {
                 self.errors.fetch_add(1, Ordering::Relaxed);
             }
-            TaskStatus::Running | TaskStatus::Retry => {}
+            TaskStatus::Running | TaskStatus::Retry | TaskStatus::Failed | TaskStatus::Moot => {}
         }
         Ok(())
     }

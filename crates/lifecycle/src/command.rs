@@ -67,8 +67,15 @@ pub enum CommandStatus {
     Processing,
     /// Settled with an ack. Terminal.
     Succeeded,
-    /// Cancelled by another command before it could deliver. Terminal.
+    /// Cancelled before it could take effect: by another command (a deletion supersedes the
+    /// provision it overtakes), or found moot at dispatch (a revocation of a control space that
+    /// is being deleted). Terminal.
     Superseded,
+    /// Dead-lettered: a non-retryable outcome, or the attempt budget ran out
+    /// (see [`crate::failure`]). Terminal until an operator retries it.
+    Failed,
+    /// Given up by an operator (`commands abandon`). Terminal.
+    Abandoned,
 }
 
 impl CommandStatus {
@@ -79,6 +86,8 @@ impl CommandStatus {
             Self::Processing => "processing",
             Self::Succeeded => "succeeded",
             Self::Superseded => "superseded",
+            Self::Failed => "failed",
+            Self::Abandoned => "abandoned",
         }
     }
 
@@ -89,13 +98,40 @@ impl CommandStatus {
             "processing" => Some(Self::Processing),
             "succeeded" => Some(Self::Succeeded),
             "superseded" => Some(Self::Superseded),
+            "failed" => Some(Self::Failed),
+            "abandoned" => Some(Self::Abandoned),
             _ => None,
         }
     }
 
-    /// Whether no further attempt will be made.
+    /// Every status, in lifecycle order.
+    pub const ALL: [Self; 6] = [
+        Self::Pending,
+        Self::Processing,
+        Self::Succeeded,
+        Self::Superseded,
+        Self::Failed,
+        Self::Abandoned,
+    ];
+
+    /// Whether no further attempt will be made (an operator may still retry a `failed` one).
     pub fn is_terminal(self) -> bool {
-        matches!(self, Self::Succeeded | Self::Superseded)
+        matches!(
+            self,
+            Self::Succeeded | Self::Superseded | Self::Failed | Self::Abandoned
+        )
+    }
+
+    /// Whether an operator may retry or abandon a command in this status (`pending` or
+    /// `failed`; a `processing` one is in flight, the others are settled for good).
+    pub fn accepts_operator_action(self) -> bool {
+        matches!(self, Self::Pending | Self::Failed)
+    }
+}
+
+impl std::fmt::Display for CommandStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 
@@ -199,6 +235,10 @@ pub struct ClaimedCommand {
     pub payload: Value,
     /// Number of claims so far, including this one.
     pub attempt_count: i32,
+    /// `attempt_count` when the current attempt budget began: 0, or the count at the last
+    /// operator retry. `attempt_count - attempt_budget_base` is checked against
+    /// [`RetryPolicy::max_attempts`](crate::RetryPolicy::max_attempts).
+    pub attempt_budget_base: i32,
     /// The lease of this claim.
     pub lease: LeaseToken,
     /// When the claim happened, by the store's clock (the database clock for SQL stores). The
@@ -210,6 +250,11 @@ pub struct ClaimedCommand {
 }
 
 impl ClaimedCommand {
+    /// Claims made in the current attempt budget, this one included.
+    pub fn attempts_in_budget(&self) -> i32 {
+        self.attempt_count.saturating_sub(self.attempt_budget_base)
+    }
+
     /// The outbox id.
     pub fn id(&self) -> &CommandId {
         &self.lease.command_id
@@ -259,8 +304,12 @@ pub struct CommandRecord {
     pub payload: Value,
     /// Current status.
     pub status: CommandStatus,
-    /// Number of claims so far.
+    /// Number of claims so far (never reset, so a retried provision still shows it may have
+    /// been dispatched).
     pub attempt_count: i32,
+    /// `attempt_count` when the current attempt budget began (0, or the count at the last
+    /// operator retry).
+    pub attempt_budget_base: i32,
     /// Current or last lease owner.
     pub lease_owner: Option<LeaseOwner>,
     /// Current or last lease expiry.
@@ -269,7 +318,7 @@ pub struct CommandRecord {
     pub lease_epoch: LeaseEpoch,
     /// Earliest time of the next claim while pending.
     pub next_attempt_at: DateTime<Utc>,
-    /// Code of the last retry or supersede.
+    /// Code of the last retry, failure, supersede or operator abandon.
     pub last_error_code: Option<String>,
     /// Message of the last retry or supersede.
     pub last_error_message: Option<String>,
@@ -318,6 +367,54 @@ pub enum CommandOutcome {
         /// Why.
         error: ErrorRecord,
     },
+    /// Dead-letter: status `failed`, `completed_at` set, error recorded, lease cleared. Reached
+    /// on a non-retryable outcome or when the attempt budget is spent.
+    Fail {
+        /// Settle time.
+        completed_at: DateTime<Utc>,
+        /// Why (the code of the permanent or last error).
+        error: ErrorRecord,
+    },
+    /// Moot: status `superseded`, `completed_at` set, error recorded, lease cleared, with no
+    /// remote call (a revocation of a control space that is being deleted or is deleted).
+    Moot {
+        /// Settle time.
+        completed_at: DateTime<Utc>,
+        /// Why.
+        error: ErrorRecord,
+    },
+}
+
+impl CommandOutcome {
+    /// The status the command has after this outcome.
+    pub fn status(&self) -> CommandStatus {
+        match self {
+            Self::Ack { .. } => CommandStatus::Succeeded,
+            Self::Retry { .. } => CommandStatus::Pending,
+            Self::Fail { .. } => CommandStatus::Failed,
+            Self::Moot { .. } => CommandStatus::Superseded,
+        }
+    }
+
+    /// The settle time of a terminal outcome (`None` for a retry).
+    pub fn completed_at(&self) -> Option<DateTime<Utc>> {
+        match self {
+            Self::Ack { completed_at }
+            | Self::Fail { completed_at, .. }
+            | Self::Moot { completed_at, .. } => Some(*completed_at),
+            Self::Retry { .. } => None,
+        }
+    }
+
+    /// The error recorded by this outcome (`None` for an ack).
+    pub fn error(&self) -> Option<&ErrorRecord> {
+        match self {
+            Self::Ack { .. } => None,
+            Self::Retry { error, .. } | Self::Fail { error, .. } | Self::Moot { error, .. } => {
+                Some(error)
+            }
+        }
+    }
 }
 
 /// Which condition a superseded command must still meet when the supersede is written.
@@ -399,6 +496,32 @@ impl Settlement {
         self
     }
 
+    /// Dead-letter only (status `failed`).
+    pub fn fail(completed_at: DateTime<Utc>, error: ErrorRecord) -> Self {
+        Self {
+            outcome: Some(CommandOutcome::Fail {
+                completed_at,
+                error,
+            }),
+            control_space: None,
+            supersede: None,
+            may_have_sent: true,
+        }
+    }
+
+    /// Moot only (status `superseded`, no remote call).
+    pub fn moot(completed_at: DateTime<Utc>, error: ErrorRecord) -> Self {
+        Self {
+            outcome: Some(CommandOutcome::Moot {
+                completed_at,
+                error,
+            }),
+            control_space: None,
+            supersede: None,
+            may_have_sent: false,
+        }
+    }
+
     /// Adds a control-space compare-and-set.
     #[must_use]
     pub fn with_control_space(mut self, cas: CasUpdate) -> Self {
@@ -413,9 +536,16 @@ impl Settlement {
         self
     }
 
-    /// Whether the claimed command reaches a terminal status.
+    /// Whether the claimed command reaches a terminal status (acked, failed or moot).
     pub fn completes(&self) -> bool {
-        matches!(self.outcome, Some(CommandOutcome::Ack { .. }))
+        self.outcome
+            .as_ref()
+            .is_some_and(|o| o.status().is_terminal())
+    }
+
+    /// The status the claimed command gets (`None`: it stays processing).
+    pub fn status(&self) -> Option<CommandStatus> {
+        self.outcome.as_ref().map(CommandOutcome::status)
     }
 }
 
@@ -433,16 +563,18 @@ mod tests {
             Operation::parse("rename"),
             Operation::Unsupported("rename".into())
         );
-        for s in [
-            CommandStatus::Pending,
-            CommandStatus::Processing,
-            CommandStatus::Succeeded,
-            CommandStatus::Superseded,
-        ] {
+        for s in CommandStatus::ALL {
             assert_eq!(CommandStatus::parse(s.as_str()), Some(s));
         }
         assert!(CommandStatus::Succeeded.is_terminal());
+        assert!(CommandStatus::Failed.is_terminal());
+        assert!(CommandStatus::Abandoned.is_terminal());
         assert!(!CommandStatus::Processing.is_terminal());
+        let operable: Vec<_> = CommandStatus::ALL
+            .into_iter()
+            .filter(|s| s.accepts_operator_action())
+            .collect();
+        assert_eq!(operable, [CommandStatus::Pending, CommandStatus::Failed]);
     }
 
     #[test]

@@ -182,6 +182,17 @@ pub enum IntakeError {
         /// Its state.
         state: ControlSpaceState,
     },
+    /// The control space is being deleted or is deleted: its grants go away with its knowledge
+    /// space, so there is nothing left to revoke.
+    #[error(
+        "control space {control_space_id} is {state}; its grants go away with its knowledge space, nothing to revoke"
+    )]
+    ControlSpaceDeleting {
+        /// Control space.
+        control_space_id: ControlSpaceId,
+        /// Its state (`deleting` or `deleted`).
+        state: ControlSpaceState,
+    },
     /// The state machine forbids the request in the control space's current state.
     #[error(transparent)]
     Transition(#[from] TransitionError),
@@ -345,7 +356,8 @@ impl RequestRevocation {
     ///
     /// # Errors
     /// [`IntakeError::InvalidField`] for an empty reason code, [`IntakeError::UnknownControlSpace`],
-    /// [`IntakeError::NotProvisioned`] when the control space has no knowledge space or is deleted.
+    /// [`IntakeError::ControlSpaceDeleting`] while the control space is deleting or deleted,
+    /// [`IntakeError::NotProvisioned`] when it has no knowledge space yet.
     pub fn plan(
         &self,
         current: Option<&ControlSpace>,
@@ -357,8 +369,17 @@ impl RequestRevocation {
             tenant_id: self.tenant_id.clone(),
             control_space_id: self.control_space_id.clone(),
         })?;
+        if matches!(
+            cs.state,
+            ControlSpaceState::Deleting | ControlSpaceState::Deleted
+        ) {
+            return Err(IntakeError::ControlSpaceDeleting {
+                control_space_id: cs.control_space_id.clone(),
+                state: cs.state,
+            });
+        }
         let knowledge_space_id = match (&cs.knowledge_space_id, cs.state) {
-            (Some(id), ControlSpaceState::Active | ControlSpaceState::Deleting) => id.clone(),
+            (Some(id), ControlSpaceState::Active) => id.clone(),
             _ => {
                 return Err(IntakeError::NotProvisioned {
                     control_space_id: cs.control_space_id.clone(),
@@ -522,6 +543,14 @@ mod tests {
         active.knowledge_space_id = Some(ks("ks1"));
         active.knowledge_space_revision = 4;
         active.last_revoke_sequence = 6;
+        for state in [ControlSpaceState::Deleting, ControlSpaceState::Deleted] {
+            let mut gone = active.clone();
+            gone.state = state;
+            assert!(matches!(
+                request.plan(Some(&gone), ids(), at(1)),
+                Err(IntakeError::ControlSpaceDeleting { state: s, .. }) if s == state
+            ));
+        }
         let plan = request.plan(Some(&active), ids(), at(1)).unwrap();
         assert_eq!(plan.command.payload["revoke_sequence"], 7);
         assert_eq!(plan.command.payload["expected_revision"], 4);

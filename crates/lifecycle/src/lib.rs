@@ -10,11 +10,13 @@
 //! - [`command`]: outbox commands, payloads, leases and settlements;
 //! - [`remote`]: the requests sent to and the answers read from KnowledgeFS;
 //! - [`saga`]: the decisions of each saga step;
-//! - [`retry`]: the backoff policy;
+//! - [`retry`]: the backoff policy and the attempt budget;
+//! - [`failure`]: which outcomes dead-letter a command (status `failed`);
 //! - [`intake`]: validation and fingerprints of new requests.
 
 pub mod command;
 pub mod control_space;
+pub mod failure;
 pub mod intake;
 pub mod remote;
 pub mod retry;

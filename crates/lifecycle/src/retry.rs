@@ -18,6 +18,10 @@ pub struct RetryPolicy {
     pub jitter_ratio: f64,
     /// Upper bound honoured for a remote `Retry-After` (default 1 hour).
     pub max_retry_after: Duration,
+    /// Attempt budget: a retry after this many claims (counted since the last operator retry,
+    /// progress polls excepted) dead-letters the command instead (default
+    /// [`DEFAULT_MAX_ATTEMPTS`](crate::failure::DEFAULT_MAX_ATTEMPTS) = 50). At least 1.
+    pub max_attempts: u32,
 }
 
 impl Default for RetryPolicy {
@@ -27,6 +31,7 @@ impl Default for RetryPolicy {
             max_exponent: 8,
             jitter_ratio: 0.0,
             max_retry_after: Duration::from_secs(3600),
+            max_attempts: crate::failure::DEFAULT_MAX_ATTEMPTS,
         }
     }
 }

@@ -2,17 +2,22 @@
 //!
 //! The engine drives a claimed command through these steps. At each step it feeds in what it
 //! observed (the control space it read, the remote's answer) and gets back a decision: a
-//! [`Settlement`] to persist in one transaction, a request to send, or a [`StepError`] that
-//! ends the attempt without settling (the lease then expires and the command is reclaimed).
+//! [`Settlement`] to persist in one transaction, a request to send, or a [`StepError`], which
+//! the engine settles with [`Step::step_error`] (an immediate retry, or a dead-letter for an
+//! identity conflict): every attempt ends with a settle.
 //! The order of steps and every branch follow `seeds/lifecycle_saga.py`:
 //!
-//! - provision: [`Step::start_provision`] (ack without delivery when the control space is no
-//!   longer provisioning for this operation), then [`Step::complete_provision`];
+//! - provision: [`Step::start_provision`] (settle without delivery when the control space is
+//!   no longer provisioning for this operation), then [`Step::complete_provision`];
 //! - delete: [`Step::start_delete`] (already deleted; never-provisioned cleanup while the
 //!   product is disabled), [`Step::deletion_target`], lost-ACK recovery with
 //!   [`Step::recover_identity`] or [`Step::complete_absent`], then [`Step::settle_deletion`];
-//! - revoke: [`Step::settle_revoke`];
+//! - revoke: [`Step::start_revoke`] (moot once the control space is deleting or deleted), then
+//!   [`Step::settle_revoke`];
 //! - anything else: [`Step::unsupported`]; a remote error: [`Step::remote_failure`].
+//!
+//! Every retry goes through [`Step::retry`], which dead-letters the command instead once its
+//! attempt budget is spent (rules in [`crate::failure`]).
 
 use std::time::Duration;
 
@@ -23,9 +28,10 @@ use crate::command::{
     RevokePayload, Settlement, Supersede, SupersedeRule,
 };
 use crate::control_space::{ControlSpace, ControlSpaceState, Transition, TransitionError};
+use crate::failure::{self, Disposition};
 use crate::remote::{
     DeletionPhase, DeletionProgress, DeletionRequest, ProvisionRequest, RemoteSpace, RevokeAck,
-    RevokeState,
+    RevokeRequest, RevokeState,
 };
 use crate::retry::RetryPolicy;
 
@@ -50,12 +56,26 @@ pub mod codes {
     pub const REMOTE_ABSENCE_UNCONFIRMED: &str = "REMOTE_ABSENCE_UNCONFIRMED";
     /// Recorded on a provision superseded by a deletion.
     pub const SUPERSEDED_BY_DELETE: &str = "SUPERSEDED_BY_DELETE";
+    /// Recorded on a revocation found moot because its control space is being deleted or is
+    /// deleted (the grant goes away with the knowledge space).
+    pub const CONTROL_SPACE_DELETING: &str = "CONTROL_SPACE_DELETING";
+    /// The control space moved on under the command; retried at once (the next attempt
+    /// re-reads it).
+    pub const OWNERSHIP_LOST: &str = "OWNERSHIP_LOST";
+    /// The state machine refused the change; retried at once.
+    pub const FORBIDDEN_TRANSITION: &str = "FORBIDDEN_TRANSITION";
+    /// A recovered deletion identity conflicts with the registered one: dead-lettered, an
+    /// operator must reconcile.
+    pub const KNOWLEDGE_FS_IDENTITY_CONFLICT: &str = "KNOWLEDGE_FS_IDENTITY_CONFLICT";
+    /// Recorded on a command an operator abandoned.
+    pub const ABANDONED_BY_OPERATOR: &str = "ABANDONED_BY_OPERATOR";
 }
 
-/// Why a step ended the attempt without a settlement.
+/// Why a step could not reach its own settlement.
 ///
-/// The command stays `processing` under the current lease; once the lease expires another
-/// claim re-runs the saga from the start, which re-reads the control space.
+/// The engine settles it with [`Step::step_error`]: ownership loss and refused transitions
+/// retry at once (the next attempt re-reads the control space), an identity conflict
+/// dead-letters the command.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum StepError {
     /// The control space moved on (another operation owns it, or it vanished): this command's
@@ -91,8 +111,11 @@ pub struct Step<'a> {
 pub enum ProvisionStart {
     /// Send this request to KnowledgeFS.
     Deliver(ProvisionRequest),
-    /// The control space no longer waits for this operation: ack without calling the remote.
-    AckWithoutDelivery(Settlement),
+    /// The control space no longer waits for this operation: settle without calling the remote
+    /// (an ack when the control space is already active for this operation; otherwise the
+    /// provision was overtaken, e.g. by a deletion, and closes as superseded with
+    /// `SUPERSEDED_BY_DELETE`, so it is never shown as succeeded).
+    SettleWithoutDelivery(Settlement),
 }
 
 /// First decision of a delete command.
@@ -105,6 +128,16 @@ pub enum DeleteStart {
     NeverProvisioned(Settlement),
     /// Go on to resolve the deletion target.
     Continue,
+}
+
+/// First decision of a revoke command.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RevokeStart {
+    /// Send this request to KnowledgeFS.
+    Deliver(RevokeRequest),
+    /// The control space is deleting, deleted or gone: the revocation is moot (status
+    /// `superseded`, code `CONTROL_SPACE_DELETING`), no remote call.
+    Moot(Settlement),
 }
 
 /// Where the remote deletion is aimed.
@@ -180,6 +213,10 @@ impl<'a> Step<'a> {
     }
 
     /// Retry of the claimed command after the policy's delay (or `retry_after` if later).
+    ///
+    /// When the retry spends the attempt budget ([`failure::spends_budget`]) and the command
+    /// has been claimed [`RetryPolicy::max_attempts`] times since its budget began, it is
+    /// dead-lettered instead: status `failed` with the same code and a message saying so.
     pub fn retry(
         &self,
         code: &str,
@@ -194,11 +231,52 @@ impl<'a> Step<'a> {
             .now
             .checked_add_signed(delay)
             .unwrap_or(DateTime::<Utc>::MAX_UTC);
+        self.retry_at(next, code, message.into())
+    }
+
+    /// Retry at once (`next_attempt_at = now`), within the attempt budget like [`Self::retry`].
+    pub fn retry_now(&self, code: &str, message: impl Into<String>) -> Settlement {
+        self.retry_at(self.now, code, message.into())
+    }
+
+    fn retry_at(&self, next: DateTime<Utc>, code: &str, message: String) -> Settlement {
+        let budget = i32::try_from(self.policy.max_attempts.max(1)).unwrap_or(i32::MAX);
+        let spent = self.command.attempts_in_budget();
+        if failure::spends_budget(code) && spent >= budget {
+            return self.fail(
+                code,
+                format!(
+                    "gave up after {spent} attempts (max_attempts = {budget}); last error: {message}"
+                ),
+            );
+        }
         Settlement::retry(next, ErrorRecord::new(code, message))
     }
 
+    /// Dead-letter the claimed command at `now` (status `failed`).
+    pub fn fail(&self, code: &str, message: impl Into<String>) -> Settlement {
+        Settlement::fail(self.now, ErrorRecord::new(code, message))
+    }
+
+    /// The settlement of a step that could not reach its own: [`StepError::OwnershipLost`] and
+    /// [`StepError::Transition`] retry at once with `OWNERSHIP_LOST` / `FORBIDDEN_TRANSITION`
+    /// (the next attempt re-reads the control space; the attempt budget still applies);
+    /// [`StepError::IdentityConflict`] dead-letters with `KNOWLEDGE_FS_IDENTITY_CONFLICT`.
+    pub fn step_error(&self, error: &StepError) -> Settlement {
+        match error {
+            StepError::OwnershipLost { reason } => self.retry_now(codes::OWNERSHIP_LOST, *reason),
+            StepError::Transition(e) => self.retry_now(codes::FORBIDDEN_TRANSITION, e.to_string()),
+            StepError::IdentityConflict => self.fail(
+                codes::KNOWLEDGE_FS_IDENTITY_CONFLICT,
+                "recovered deletion identity conflicts with the registered one; reconcile the control space with KnowledgeFS, then retry or abandon the command",
+            ),
+        }
+    }
+
     /// Deliver the provision only while the control space is still provisioning for this
-    /// operation; otherwise it was applied or superseded already: ack without delivery.
+    /// operation. Otherwise settle without delivery: ack when it is already active for this
+    /// operation (applied), else close as superseded (`SUPERSEDED_BY_DELETE`: the control space
+    /// is deleting, deleted or gone), since the provision did not succeed.
     pub fn start_provision(
         &self,
         payload: &ProvisionPayload,
@@ -208,7 +286,16 @@ impl<'a> Step<'a> {
             Some(cs) if owns(cs, self.command, ControlSpaceState::Provisioning) => {
                 ProvisionStart::Deliver(ProvisionRequest::for_command(self.command, payload))
             }
-            _ => ProvisionStart::AckWithoutDelivery(self.ack().nothing_sent()),
+            Some(cs) if owns(cs, self.command, ControlSpaceState::Active) => {
+                ProvisionStart::SettleWithoutDelivery(self.ack().nothing_sent())
+            }
+            _ => ProvisionStart::SettleWithoutDelivery(Settlement::moot(
+                self.now,
+                ErrorRecord::new(
+                    codes::SUPERSEDED_BY_DELETE,
+                    "the control space no longer waits for this provision (being deleted, deleted or gone); closed without delivery",
+                ),
+            )),
         }
     }
 
@@ -553,6 +640,29 @@ impl<'a> Step<'a> {
         Ok(settlement.with_control_space(cs.plan(&transitions, self.now)?))
     }
 
+    /// Deliver a revocation only while its control space exists and is not deleting or
+    /// deleted; otherwise the grant goes away with the knowledge space and the revocation is
+    /// moot (no remote call, never retried).
+    pub fn start_revoke(&self, payload: &RevokePayload, cs: Option<&ControlSpace>) -> RevokeStart {
+        match cs.map(|cs| cs.state) {
+            Some(ControlSpaceState::Provisioning | ControlSpaceState::Active) => {
+                RevokeStart::Deliver(RevokeRequest::for_command(self.command, payload))
+            }
+            state => RevokeStart::Moot(Settlement::moot(
+                self.now,
+                ErrorRecord::new(
+                    codes::CONTROL_SPACE_DELETING,
+                    match state {
+                        Some(state) => format!(
+                            "control space is {state}; the grant goes away with its knowledge space"
+                        ),
+                        None => "control space no longer exists".to_owned(),
+                    },
+                ),
+            )),
+        }
+    }
+
     /// Ack a revocation only when the remote says revoked and its watermark reached the
     /// command's sequence; otherwise retry with `REMOTE_REVOKE_WATERMARK_LAG`.
     pub fn settle_revoke(&self, payload: &RevokePayload, ack: &RevokeAck) -> Settlement {
@@ -582,20 +692,26 @@ impl<'a> Step<'a> {
         .nothing_sent()
     }
 
-    /// Retry a command whose stored payload does not parse.
+    /// Dead-letter a command whose stored payload does not parse (no attempt can change it).
     pub fn invalid_payload(&self, reason: &str) -> Settlement {
-        self.retry(codes::INVALID_COMMAND_PAYLOAD, reason.to_owned(), None)
+        self.fail(codes::INVALID_COMMAND_PAYLOAD, reason.to_owned())
             .nothing_sent()
     }
 
-    /// Retry after a remote error, with the remote's code and `Retry-After`.
+    /// Settle a remote error: dead-letter a permanent one ([`failure::remote_disposition`]:
+    /// `status` is the HTTP status of an answer, `None` for a transport failure), otherwise
+    /// retry with the remote's code and `Retry-After`.
     pub fn remote_failure(
         &self,
+        status: Option<u16>,
         code: &str,
         message: &str,
         retry_after: Option<Duration>,
     ) -> Settlement {
-        self.retry(code, message.to_owned(), retry_after)
+        match failure::remote_disposition(status, code) {
+            Disposition::Permanent => self.fail(code, message.to_owned()),
+            Disposition::Retry => self.retry(code, message.to_owned(), retry_after),
+        }
     }
 }
 

@@ -71,6 +71,9 @@ pub enum Fault {
         /// `Retry-After` in whole seconds.
         retry_after_secs: u32,
     },
+    /// Answer `400 {code: "INVALID_REQUEST"}`, no effect: a permanent refusal (a request the
+    /// remote will never accept), for dead-letter tests.
+    InvalidRequest,
     /// Commit, then close the connection without answering (lost ACK; the client sees the
     /// connection end before a response).
     LostAck,
@@ -110,6 +113,7 @@ impl Fault {
         match self {
             Fault::Unavailable { .. } => "unavailable",
             Fault::RateLimited { .. } => "rate_limited",
+            Fault::InvalidRequest => "invalid_request",
             Fault::LostAck => "lost_ack",
             Fault::ResetAfterCommit => "reset_after_commit",
             Fault::Stall { .. } => "stall",

@@ -190,6 +190,9 @@ impl From<IntakeFailure> for ApiError {
                     IntakeError::NotProvisioned { .. } => {
                         (StatusCode::CONFLICT, "CONTROL_SPACE_NOT_PROVISIONED")
                     }
+                    IntakeError::ControlSpaceDeleting { .. } => {
+                        (StatusCode::CONFLICT, "CONTROL_SPACE_DELETING")
+                    }
                     IntakeError::Transition(_) => (StatusCode::CONFLICT, "FORBIDDEN_TRANSITION"),
                     IntakeError::IdempotencyConflict { .. } => {
                         (StatusCode::UNPROCESSABLE_ENTITY, "IDEMPOTENCY_KEY_REUSED")

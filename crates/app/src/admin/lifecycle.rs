@@ -1,4 +1,5 @@
-//! Lifecycle routes: enqueue provision / delete / revoke, read a control space, list commands.
+//! Lifecycle routes: enqueue provision / delete / revoke, read a control space (with its open
+//! and failed commands), list commands.
 
 use axum::Json;
 use axum::extract::State;
@@ -90,6 +91,7 @@ pub struct CommandView {
     status: CommandStatus,
     idempotency_key: String,
     attempt_count: i32,
+    attempt_budget_base: i32,
     lease_owner: Option<String>,
     lease_expires_at: Option<DateTime<Utc>>,
     lease_epoch: i64,
@@ -116,6 +118,7 @@ impl From<&CommandRecord> for CommandView {
             status: r.status,
             idempotency_key: r.idempotency_key.to_string(),
             attempt_count: r.attempt_count,
+            attempt_budget_base: r.attempt_budget_base,
             lease_owner: r.lease_owner.as_ref().map(|o| o.as_str().to_owned()),
             lease_expires_at: r.lease_expires_at,
             lease_epoch: r.lease_epoch.0,
@@ -130,7 +133,19 @@ impl From<&CommandRecord> for CommandView {
     }
 }
 
-/// A control space with its open commands.
+/// The newest dead-lettered (`failed`) or abandoned command of a control space.
+#[derive(Debug, Serialize)]
+struct FailureView {
+    command_id: String,
+    operation: String,
+    status: CommandStatus,
+    code: Option<String>,
+    message: Option<String>,
+    failed_at: Option<DateTime<Utc>>,
+    attempt_count: i32,
+}
+
+/// A control space with its open commands and its failures.
 #[derive(Debug, Serialize)]
 pub struct ControlSpaceView {
     tenant_id: String,
@@ -144,12 +159,50 @@ pub struct ControlSpaceView {
     last_revoke_sequence: i64,
     created_at: DateTime<Utc>,
     updated_at: DateTime<Utc>,
+    /// `in_progress` (the owning operation's command is open), `settled` (it succeeded or was
+    /// superseded), `failed` (it is dead-lettered or abandoned: an operator must act), or
+    /// `unknown` (no command of the owning operation in the listing).
+    lifecycle_status: &'static str,
+    /// The newest failed or abandoned command, if any.
+    failure: Option<FailureView>,
     open_commands: Vec<CommandView>,
+    /// Every failed command (waiting for `retry` or `abandon`).
+    failed_commands: Vec<CommandView>,
 }
 
 impl ControlSpaceView {
-    fn of(cs: &ControlSpace, open: &[CommandRecord]) -> Self {
+    fn of(cs: &ControlSpace, commands: &[CommandRecord]) -> Self {
+        let owning = commands
+            .iter()
+            .filter(|c| c.operation_id == cs.lifecycle_operation_id)
+            .max_by_key(|c| c.created_at);
+        let lifecycle_status = match owning.map(|c| c.status) {
+            None => "unknown",
+            Some(CommandStatus::Failed | CommandStatus::Abandoned) => "failed",
+            Some(status) if status.is_terminal() => "settled",
+            Some(_) => "in_progress",
+        };
+        let failure = commands
+            .iter()
+            .filter(|c| matches!(c.status, CommandStatus::Failed | CommandStatus::Abandoned))
+            .max_by_key(|c| (c.completed_at, c.created_at))
+            .map(|c| FailureView {
+                command_id: c.id.to_string(),
+                operation: c.operation.to_string(),
+                status: c.status,
+                code: c.last_error_code.clone(),
+                message: c.last_error_message.clone(),
+                failed_at: c.completed_at,
+                attempt_count: c.attempt_count,
+            });
         Self {
+            lifecycle_status,
+            failure,
+            failed_commands: commands
+                .iter()
+                .filter(|c| c.status == CommandStatus::Failed)
+                .map(CommandView::from)
+                .collect(),
             tenant_id: cs.tenant_id.to_string(),
             control_space_id: cs.control_space_id.to_string(),
             state: cs.state.to_string(),
@@ -161,7 +214,11 @@ impl ControlSpaceView {
             last_revoke_sequence: cs.last_revoke_sequence,
             created_at: cs.created_at,
             updated_at: cs.updated_at,
-            open_commands: open.iter().map(CommandView::from).collect(),
+            open_commands: commands
+                .iter()
+                .filter(|c| !c.status.is_terminal())
+                .map(CommandView::from)
+                .collect(),
         }
     }
 }
@@ -178,11 +235,40 @@ pub fn derived_control_space_id(tenant: &TenantId, key: &str) -> String {
     format!("cs-{}", &digest.as_str()[..32])
 }
 
-fn tenant(value: &str) -> Result<TenantId, ApiError> {
+/// Parses a `status` filter (empty = none).
+pub(super) fn parse_status(value: Option<&str>) -> Result<Option<CommandStatus>, ApiError> {
+    match value {
+        None | Some("") => Ok(None),
+        Some(s) => CommandStatus::parse(s).map(Some).ok_or_else(|| {
+            ApiError::invalid(
+                "status",
+                format!(
+                    "{s:?} is not one of pending, processing, succeeded, superseded, failed, abandoned"
+                ),
+            )
+        }),
+    }
+}
+
+/// Parses an `operation` filter (empty = none).
+pub(super) fn parse_operation(value: Option<&str>) -> Result<Option<Operation>, ApiError> {
+    match value {
+        None | Some("") => Ok(None),
+        Some(o) => match Operation::parse(o) {
+            Operation::Unsupported(_) => Err(ApiError::invalid(
+                "operation",
+                format!("{o:?} is not one of provision, delete, revoke"),
+            )),
+            known => Ok(Some(known)),
+        },
+    }
+}
+
+pub(super) fn tenant(value: &str) -> Result<TenantId, ApiError> {
     parse_id("tenant_id", value, TenantId::parse)
 }
 
-fn control_space(value: &str) -> Result<ControlSpaceId, ApiError> {
+pub(super) fn control_space(value: &str) -> Result<ControlSpaceId, ApiError> {
     parse_id("control_space_id", value, ControlSpaceId::parse)
 }
 
@@ -310,18 +396,14 @@ pub async fn get_control_space(
             ..CommandFilter::default()
         })
         .await?;
-    let open: Vec<CommandRecord> = commands
-        .into_iter()
-        .filter(|c| !c.status.is_terminal())
-        .collect();
-    Ok(Json(ControlSpaceView::of(&cs, &open)))
+    Ok(Json(ControlSpaceView::of(&cs, &commands)))
 }
 
 /// Query of `GET /v1/commands`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CommandsQuery {
-    /// `pending`, `processing`, `succeeded` or `superseded`.
+    /// `pending`, `processing`, `succeeded`, `superseded`, `failed` or `abandoned`.
     pub status: Option<String>,
     /// `provision`, `delete` or `revoke`.
     pub operation: Option<String>,
@@ -329,6 +411,8 @@ pub struct CommandsQuery {
     pub tenant_id: Option<String>,
     /// Only this control space (requires `tenant_id`).
     pub control_space_id: Option<String>,
+    /// Only commands whose last error code is exactly this.
+    pub error_code: Option<String>,
     /// Page size (1..=1000, default 100).
     pub limit: Option<u32>,
     /// Cursor: the `next_after` of the previous page.
@@ -350,27 +434,8 @@ pub struct CommandPage {
 /// # Errors
 /// 400 `INVALID_ARGUMENT` naming the first bad parameter.
 pub fn commands_filter(query: &CommandsQuery) -> Result<CommandFilter, ApiError> {
-    let status = match query.status.as_deref() {
-        None | Some("") => None,
-        Some(s) => Some(CommandStatus::parse(s).ok_or_else(|| {
-            ApiError::invalid(
-                "status",
-                format!("{s:?} is not one of pending, processing, succeeded, superseded"),
-            )
-        })?),
-    };
-    let operation = match query.operation.as_deref() {
-        None | Some("") => None,
-        Some(o) => match Operation::parse(o) {
-            Operation::Unsupported(_) => {
-                return Err(ApiError::invalid(
-                    "operation",
-                    format!("{o:?} is not one of provision, delete, revoke"),
-                ));
-            }
-            known => Some(known),
-        },
-    };
+    let status = parse_status(query.status.as_deref())?;
+    let operation = parse_operation(query.operation.as_deref())?;
     let limit = query.limit.unwrap_or(DEFAULT_PAGE);
     if !(1..=MAX_PAGE).contains(&limit) {
         return Err(ApiError::invalid(
@@ -400,6 +465,7 @@ pub fn commands_filter(query: &CommandsQuery) -> Result<CommandFilter, ApiError>
         operation,
         tenant_id,
         control_space_id,
+        error_code: query.error_code.clone().filter(|c| !c.is_empty()),
         after,
         limit,
     })

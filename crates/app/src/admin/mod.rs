@@ -13,9 +13,10 @@
 //!   NFC); without one a fresh key is generated, so the request is not replayable; two or
 //!   more are refused (400 `DUPLICATE_IDEMPOTENCY_KEY`).
 //!
-//! The handlers only translate HTTP to the engine's use cases (`CommandIntake`, the stores,
-//! `FenceAdmin`) and back.
+//! The handlers only translate HTTP to the engine's use cases (`CommandIntake`,
+//! `OperatorActions`, the stores, `FenceAdmin`) and back.
 
+mod commands;
 mod error;
 mod extract;
 mod fences;
@@ -50,7 +51,7 @@ pub const MAX_BODY_BYTES: usize = 64 * 1024;
 pub const OPENAPI: &str = include_str!("../../../../docs/openapi/admin-v1.json");
 
 /// Every route as (method, path template); the OpenAPI file documents exactly these.
-pub const PATHS: [(&str, &str); 11] = [
+pub const PATHS: [(&str, &str); 16] = [
     ("POST", "/v1/tenants/{tenant_id}/control-spaces"),
     (
         "GET",
@@ -71,6 +72,11 @@ pub const PATHS: [(&str, &str); 11] = [
     ("GET", "/healthz"),
     ("GET", "/readyz"),
     ("GET", "/metrics"),
+    ("POST", "/v1/commands/{command_id}/retry"),
+    ("POST", "/v1/commands/{command_id}/abandon"),
+    ("POST", "/v1/commands/retry"),
+    ("POST", "/v1/commands/abandon"),
+    ("GET", "/v1/commands/{command_id}/actions"),
 ];
 
 /// What the handlers share.
@@ -111,6 +117,11 @@ pub fn router(state: AdminState) -> Router {
         .route(PATHS[5].1, get(fences::list_fences))
         .route(PATHS[6].1, post(fences::clear_fence))
         .route(PATHS[7].1, get(probes::directory_status))
+        .route(PATHS[11].1, post(commands::retry_command))
+        .route(PATHS[12].1, post(commands::abandon_command))
+        .route(PATHS[13].1, post(commands::retry_matching))
+        .route(PATHS[14].1, post(commands::abandon_matching))
+        .route(PATHS[15].1, get(commands::list_actions))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
     Router::new()
         .merge(v1)

@@ -8,14 +8,18 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 use tenantry_lifecycle::{CommandStatus, Operation};
-use tenantry_ports::lifecycle::{CommandFilter, CommandQueue};
+use tenantry_ports::lifecycle::{CommandAdmin, CommandFilter, CommandQueue};
 
 use super::error::ApiError;
 use super::{AdminState, OPENAPI};
 use crate::metrics;
 
-/// Most open commands counted per status for the `tenantry_commands` gauge on one scrape.
-const GAUGE_SCAN_LIMIT: usize = 100_000;
+/// Statuses reported by the `tenantry_commands` gauge.
+const GAUGE_STATUSES: [CommandStatus; 3] = [
+    CommandStatus::Pending,
+    CommandStatus::Processing,
+    CommandStatus::Failed,
+];
 
 /// `GET /healthz`: the process is alive.
 pub async fn healthz() -> Json<serde_json::Value> {
@@ -61,7 +65,7 @@ pub async fn readyz(State(state): State<AdminState>) -> Response {
     }
 }
 
-/// `GET /metrics`: Prometheus text. Refreshes the gauges of open commands and fences first.
+/// `GET /metrics`: Prometheus text. Refreshes the gauges of commands and fences first.
 pub async fn metrics(State(state): State<AdminState>) -> Response {
     refresh_gauges(&state).await;
     (
@@ -75,13 +79,21 @@ pub async fn metrics(State(state): State<AdminState>) -> Response {
 }
 
 async fn refresh_gauges(state: &AdminState) {
-    for status in [CommandStatus::Pending, CommandStatus::Processing] {
-        for operation in [Operation::Provision, Operation::Delete, Operation::Revoke] {
-            match count_commands(state, status, &operation).await {
-                Ok(n) => metrics::set_open_commands(status.as_str(), operation.as_str(), n),
-                Err(e) => tracing::warn!(error = %e, "open-commands gauge not refreshed"),
+    // One aggregate query; every (status, operation) pair is set, 0 when absent.
+    match state.store.count_commands(&GAUGE_STATUSES).await {
+        Ok(counts) => {
+            for status in GAUGE_STATUSES {
+                for operation in [Operation::Provision, Operation::Delete, Operation::Revoke] {
+                    let n = counts
+                        .iter()
+                        .filter(|c| c.status == status && c.operation == operation)
+                        .map(|c| c.count)
+                        .sum();
+                    metrics::set_open_commands(status.as_str(), operation.as_str(), n);
+                }
             }
         }
+        Err(e) => tracing::warn!(error = %e, "commands gauge not refreshed"),
     }
     match state.fences.count().await {
         Ok(counts) => {
@@ -94,28 +106,6 @@ async fn refresh_gauges(state: &AdminState) {
     if state.directory.is_some() {
         // Sets the staleness gauge as a side effect.
         let _ = crate::directory::status(state.directory.as_ref()).await;
-    }
-}
-
-async fn count_commands(
-    state: &AdminState,
-    status: CommandStatus,
-    operation: &Operation,
-) -> Result<u64, tenantry_ports::lifecycle::StoreError> {
-    let mut filter = CommandFilter {
-        status: Some(status),
-        operation: Some(operation.clone()),
-        limit: 1000,
-        ..CommandFilter::default()
-    };
-    let mut count = 0usize;
-    loop {
-        let page = state.store.list_commands(&filter).await?;
-        count += page.len();
-        if page.len() < filter.limit as usize || count >= GAUGE_SCAN_LIMIT {
-            return Ok(count as u64);
-        }
-        filter.after = page.last().map(|c| c.id.clone());
     }
 }
 

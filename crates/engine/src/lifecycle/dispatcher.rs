@@ -12,11 +12,12 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use tenantry_kernel::{CommandId, LeaseOwner};
 use tenantry_lifecycle::saga::{
-    AbsentOutcome, DeleteStart, DeletionTarget, ProvisionStart, Recovery, Step, StepError, codes,
+    AbsentOutcome, DeleteStart, DeletionTarget, ProvisionStart, Recovery, RevokeStart, Step,
+    StepError, codes,
 };
 use tenantry_lifecycle::{
     ClaimedCommand, CommandBody, CommandStatus, ControlSpace, DeletePayload, Operation,
-    ProvisionPayload, RetryPolicy, RevokePayload, RevokeRequest, Settlement,
+    ProvisionPayload, RetryPolicy, RevokePayload, Settlement,
 };
 use tenantry_ports::clock::{Clock, SystemClock};
 use tenantry_ports::lifecycle::{
@@ -41,7 +42,7 @@ pub struct DispatcherConfig {
     /// (a gateway answered 504 while the backend went on). A deletion that finds no remote
     /// space completes on that proof only after this grace period (default 600 s).
     pub absence_grace: Duration,
-    /// Backoff of retries.
+    /// Backoff of retries and the attempt budget (`max_attempts`, default 50).
     pub retry_policy: RetryPolicy,
 }
 
@@ -61,7 +62,8 @@ impl Default for DispatcherConfig {
 pub struct DispatchOutcome {
     /// Whether a command was claimed.
     pub claimed: bool,
-    /// Whether it reached a terminal status (acked).
+    /// Whether it reached a terminal status (acked, dead-lettered as `failed`, or closed as
+    /// moot).
     pub completed: bool,
     /// The claimed command.
     pub command_id: Option<CommandId>,
@@ -79,6 +81,11 @@ impl DispatchOutcome {
 
 /// Why a dispatch ended without a settlement. The command stays processing under its lease and
 /// is reclaimed once the lease expires (the next attempt re-reads everything).
+///
+/// Only a lost lease (nothing may be written) and a storage failure (nothing could be written)
+/// reach the caller: the dispatcher settles step errors and refused compare-and-sets itself
+/// (see [`Step::step_error`]), so the `Step` and `Conflict` variants are reported only when
+/// that settle itself could not be written.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DispatchError {
     /// Another worker took the lease over (or the command was settled already); this worker's
@@ -185,8 +192,9 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
     /// settles it. "Due" is decided by the store's clock.
     ///
     /// # Errors
-    /// [`DispatchError`] when the attempt ended without a settlement; the command is then left
-    /// to lease expiry. Remote failures are not errors: they settle as retries.
+    /// [`DispatchError`] when the attempt ended without a settlement (lease lost, storage
+    /// failure); the command is then left to lease expiry. Remote failures are not errors:
+    /// they settle as retries or, when permanent, as failures.
     pub async fn dispatch_one(
         &self,
         owner: &LeaseOwner,
@@ -282,21 +290,7 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
             match outcome {
                 Ok(settlement) => {
                     let completed = settlement.completes();
-                    let code = retry_code(&settlement);
-                    if completed {
-                        self.record(
-                            &command,
-                            TaskStatus::Succeeded,
-                            Some(self.store_now()),
-                            None,
-                        );
-                    } else {
-                        debug!(
-                            code = code.as_deref().unwrap_or(""),
-                            "command scheduled for retry"
-                        );
-                        self.record(&command, TaskStatus::Retry, None, code);
-                    }
+                    self.record_settled(&command, &settlement, self.store_now());
                     Ok(DispatchOutcome {
                         claimed: true,
                         completed,
@@ -413,6 +407,12 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
     }
 
     /// Runs the saga of one command and returns the settlement it persisted.
+    ///
+    /// Every attempt ends with a settle: a step error is settled by [`Step::step_error`]
+    /// (immediate retry, or dead-letter for an identity conflict), a refused compare-and-set
+    /// or supersede as a retry with `CONTROL_SPACE_CONFLICT` (nothing of the refused
+    /// settlement was written and the lease is still held). Only a lost lease and a storage
+    /// failure leave the command to lease expiry.
     async fn run_saga(
         &self,
         step: &Step<'_>,
@@ -426,11 +426,22 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
                     .await;
             }
         };
-        match body {
+        let result = match body {
             CommandBody::Provision(payload) => self.provision(step, &payload).await,
             CommandBody::Delete(payload) => self.delete(step, &payload, product_enabled).await,
             CommandBody::Revoke(payload) => self.revoke(step, &payload).await,
             CommandBody::Unsupported(name) => self.settle(step, step.unsupported(&name)).await,
+        };
+        match result {
+            Err(DispatchError::Step(error)) => {
+                warn!(%error, "saga step refused; settling the attempt");
+                self.settle(step, step.step_error(&error)).await
+            }
+            Err(DispatchError::Conflict(message)) => {
+                let retry = step.retry(codes::CONTROL_SPACE_CONFLICT, message, None);
+                self.settle(step, retry).await
+            }
+            other => other,
         }
     }
 
@@ -445,11 +456,12 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
             // while a provision was in flight). The lease is still ours: hand the command back
             // as a retry so the next attempt re-reads, instead of idling until the lease expires.
             Err(SettleError::ControlSpaceConflict { control_space_id }) => {
-                let retry = step.at(self.store_now()).retry(
+                let mut retry = step.at(self.store_now()).retry(
                     codes::CONTROL_SPACE_CONFLICT,
                     format!("control space {control_space_id} changed concurrently; re-reading on the next attempt"),
                     None,
                 );
+                retry.may_have_sent = settlement.may_have_sent;
                 self.store.settle(&step.command.lease, &retry).await?;
                 Ok(retry)
             }
@@ -469,7 +481,12 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
         error: &RemoteError,
     ) -> Result<Settlement, DispatchError> {
         let step = &step.at(self.store_now());
-        let mut settlement = step.remote_failure(&error.code, &error.message, error.retry_after);
+        let status = match error.failure {
+            RemoteFailure::Answered { status } => Some(status),
+            RemoteFailure::NotDispatched | RemoteFailure::OutcomeUnknown => None,
+        };
+        let mut settlement =
+            step.remote_failure(status, &error.code, &error.message, error.retry_after);
         if error.failure == RemoteFailure::NotDispatched
             && step.command.operation == Operation::Provision
         {
@@ -486,7 +503,7 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
     ) -> Result<Settlement, DispatchError> {
         let cs = self.control_space(step).await?;
         let request = match step.start_provision(payload, cs.as_ref()) {
-            ProvisionStart::AckWithoutDelivery(settlement) => {
+            ProvisionStart::SettleWithoutDelivery(settlement) => {
                 return self.settle(step, settlement).await;
             }
             ProvisionStart::Deliver(request) => request,
@@ -612,17 +629,58 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
         step: &Step<'_>,
         payload: &RevokePayload,
     ) -> Result<Settlement, DispatchError> {
+        let cs = self.control_space(step).await?;
+        let request = match step.start_revoke(payload, cs.as_ref()) {
+            RevokeStart::Moot(settlement) => return self.settle(step, settlement).await,
+            RevokeStart::Deliver(request) => request,
+        };
         self.ensure_lease(step.command)?;
-        match self
-            .remote
-            .revoke_grant(&RevokeRequest::for_command(step.command, payload))
-            .await
-        {
+        match self.remote.revoke_grant(&request).await {
             Ok(ack) => {
                 let step = &step.at(self.store_now());
                 self.settle(step, step.settle_revoke(payload, &ack)).await
             }
             Err(error) => self.remote_failure(step, &error).await,
+        }
+    }
+
+    /// Reports a persisted settlement to metrics (and logs a dead-letter at `warn`).
+    fn record_settled(
+        &self,
+        command: &ClaimedCommand,
+        settlement: &Settlement,
+        now: DateTime<Utc>,
+    ) {
+        let code = settlement
+            .outcome
+            .as_ref()
+            .and_then(|o| o.error())
+            .map(|e| e.code.clone());
+        match settlement.status() {
+            Some(CommandStatus::Succeeded) => {
+                self.record(command, TaskStatus::Succeeded, Some(now), None);
+            }
+            Some(CommandStatus::Failed) => {
+                warn!(
+                    code = code.as_deref().unwrap_or(""),
+                    "command failed for good (dead-lettered); an operator can retry or abandon it"
+                );
+                self.record(command, TaskStatus::Failed, None, code);
+            }
+            Some(CommandStatus::Superseded) => {
+                debug!(
+                    code = code.as_deref().unwrap_or(""),
+                    "command closed as moot"
+                );
+                self.record(command, TaskStatus::Moot, None, code);
+            }
+            _ => {
+                debug!(
+                    code = code.as_deref().unwrap_or(""),
+                    "command scheduled for retry"
+                );
+                self.record(command, TaskStatus::Retry, None, code);
+            }
         }
     }
 
@@ -644,13 +702,6 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
         if let Err(error) = self.metrics.record_task(&metric) {
             warn!(%error, operation = %command.operation, status = status.as_str(), "lifecycle metric export failed");
         }
-    }
-}
-
-fn retry_code(settlement: &Settlement) -> Option<String> {
-    match &settlement.outcome {
-        Some(tenantry_lifecycle::CommandOutcome::Retry { error, .. }) => Some(error.code.clone()),
-        _ => None,
     }
 }
 

@@ -1,5 +1,6 @@
 //! The lifecycle saga over the ports: the dispatcher that claims, delivers and settles one
-//! command at a time, the worker loop around it, and command intake.
+//! command at a time, the worker loop around it, command intake, and operator actions
+//! (retry / abandon of dead-lettered or pending commands).
 //!
 //! Each store call is its own transaction and no transaction is open while KnowledgeFS is
 //! called: claim (transaction 1), call the remote, settle (transaction 2). Over a
@@ -10,11 +11,15 @@ mod dispatcher;
 mod group_commit;
 mod intake;
 mod lease;
+mod operator;
 mod worker;
 
 pub use dispatcher::{DispatchError, DispatchOutcome, Dispatcher, DispatcherConfig};
 pub use group_commit::{GroupCommitConfig, GroupCommitStore};
 pub use intake::{CommandIntake, IntakeFailure, IntakeReceipt};
+pub use operator::{
+    BulkReport, MAX_ACTOR_CHARS, MAX_BULK, MAX_REASON_CHARS, OperatorActions, OperatorRequestError,
+};
 pub use tenantry_ports::clock::{Clock, ManualClock, SystemClock};
 pub use worker::{Worker, WorkerConfig, unique_lease_owner};
 

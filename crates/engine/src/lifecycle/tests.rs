@@ -275,7 +275,7 @@ async fn provision_success_activates_the_control_space_by_cas() {
 }
 
 #[tokio::test]
-async fn provision_acks_without_delivery_when_the_space_is_no_longer_provisioning() {
+async fn provision_is_superseded_without_delivery_when_the_space_is_no_longer_provisioning() {
     let h = harness();
     let provision = h.create("cs1").await;
     h.delete("cs1").await;
@@ -288,9 +288,10 @@ async fn provision_acks_without_delivery_when_the_space_is_no_longer_provisionin
         0,
         "no remote call for a superseded provision"
     );
+    // It did not succeed, so it is never shown as succeeded.
     assert_eq!(
         h.command(&provision.command_id).status,
-        CommandStatus::Succeeded
+        CommandStatus::Superseded
     );
 }
 
@@ -374,11 +375,11 @@ async fn lost_ack_deletion_recovers_the_identity_by_provisioning_key() {
     assert_eq!(h.calls("lookup"), 1);
     let pk = ProvisioningKey::parse(provision.operation_id.as_str()).unwrap();
     assert!(!h.remote.has_space(&pk), "the remote space was deleted");
-    // The pending provision retry then acks without delivery.
+    // The pending provision retry then closes without delivery, as superseded.
     h.drain(t(10)).await;
     assert_eq!(
         h.command(&provision.command_id).status,
-        CommandStatus::Succeeded
+        CommandStatus::Superseded
     );
     assert_eq!(h.remote.counters().spaces_created, 1);
 }
@@ -413,7 +414,7 @@ async fn recovered_identity_in_another_namespace_retries_with_scope_mismatch() {
 }
 
 #[tokio::test]
-async fn conflicting_recovered_identity_is_not_settled() {
+async fn conflicting_recovered_identity_dead_letters_the_delete() {
     let h = harness();
     let provision = h.create("cs1").await;
     h.remote.push_fault(
@@ -442,20 +443,20 @@ async fn conflicting_recovered_identity_is_not_settled() {
             store.put_control_space(cs);
         }
     });
-    let error = h
+    let outcome = h
         .dispatcher
         .dispatch_one(&owner("w1"), at(t(1), true))
         .await
-        .unwrap_err();
+        .unwrap();
+    assert!(outcome.completed, "settled, not left to lease expiry");
+    let record = h.command(&delete.command_id);
+    assert_eq!(record.status, CommandStatus::Failed);
     assert_eq!(
-        error,
-        DispatchError::Step(tenantry_lifecycle::saga::StepError::IdentityConflict)
+        record.last_error_code.as_deref(),
+        Some(codes::KNOWLEDGE_FS_IDENTITY_CONFLICT)
     );
-    assert_eq!(
-        h.command(&delete.command_id).status,
-        CommandStatus::Processing,
-        "left to lease expiry"
-    );
+    assert_eq!(record.lease_owner, None);
+    assert_eq!(record.completed_at, Some(t(1)));
     assert_eq!(h.calls("deletion"), 0);
 }
 
@@ -763,17 +764,21 @@ async fn unknown_operation_retries_with_unsupported_operation() {
 }
 
 #[tokio::test]
-async fn malformed_payload_retries_with_invalid_command_payload() {
+async fn malformed_payload_dead_letters_with_invalid_command_payload() {
     let h = harness();
     let receipt = h.create("cs1").await;
     let mut record = h.command(&receipt.command_id);
     record.payload = json!({"unexpected": true});
     h.store.put_command(record);
-    h.dispatch(t(0), true).await;
+    assert!(h.dispatch(t(0), true).await.completed);
+    let record = h.command(&receipt.command_id);
+    assert_eq!(record.status, CommandStatus::Failed);
     assert_eq!(
-        h.command(&receipt.command_id).last_error_code.as_deref(),
+        record.last_error_code.as_deref(),
         Some(codes::INVALID_COMMAND_PAYLOAD)
     );
+    assert_eq!(record.completed_at, Some(t(0)));
+    assert!(!h.dispatch(t(100_000), true).await.claimed, "never again");
 }
 
 #[tokio::test]
@@ -1376,4 +1381,5 @@ async fn control_space_conflict_at_settle_hands_the_command_back_for_a_re_read()
     assert_eq!(h.remote.counters().spaces_created, 1);
 }
 
+mod failures;
 mod leases;

@@ -20,6 +20,7 @@ fn command(operation: Operation, attempt_count: i32) -> ClaimedCommand {
         operation,
         payload: json!({}),
         attempt_count,
+        attempt_budget_base: 0,
         lease: LeaseToken {
             command_id: CommandId::parse("c1").unwrap(),
             owner: LeaseOwner::parse("w1").unwrap(),
@@ -43,6 +44,7 @@ fn provision_record(status: CommandStatus, attempt_count: i32) -> CommandRecord 
         payload: json!({}),
         status,
         attempt_count,
+        attempt_budget_base: 0,
         lease_owner: None,
         lease_expires_at: None,
         lease_epoch: LeaseEpoch(attempt_count.into()),
@@ -86,6 +88,7 @@ const POLICY: RetryPolicy = RetryPolicy {
     max_exponent: 8,
     jitter_ratio: 0.0,
     max_retry_after: std::time::Duration::from_secs(3600),
+    max_attempts: 5,
 };
 
 fn step(cmd: &ClaimedCommand) -> Step<'_> {
@@ -108,7 +111,7 @@ fn retry_code(settlement: &Settlement) -> Option<(&str, DateTime<Utc>)> {
 }
 
 #[test]
-fn provision_acks_without_delivery_when_no_longer_owned_or_provisioning() {
+fn provision_settles_without_delivery_when_no_longer_owned_or_provisioning() {
     let cmd = command(Operation::Provision, 1);
     let s = step(&cmd);
     let owned = space(ControlSpaceState::Provisioning, "op");
@@ -116,17 +119,39 @@ fn provision_acks_without_delivery_when_no_longer_owned_or_provisioning() {
         s.start_provision(&provision_payload(), Some(&owned)),
         ProvisionStart::Deliver(_)
     ));
+    // Already applied for this operation: ack.
+    assert_eq!(
+        s.start_provision(
+            &provision_payload(),
+            Some(&space(ControlSpaceState::Active, "op"))
+        ),
+        ProvisionStart::SettleWithoutDelivery(Settlement::ack(at(10)))
+    );
+    // Overtaken: closed as superseded, never shown as succeeded.
     for cs in [
         None,
         Some(space(ControlSpaceState::Provisioning, "other")),
-        Some(space(ControlSpaceState::Active, "op")),
         Some(space(ControlSpaceState::Deleting, "op")),
+        Some(space(ControlSpaceState::Deleted, "op")),
     ] {
         match s.start_provision(&provision_payload(), cs.as_ref()) {
-            ProvisionStart::AckWithoutDelivery(settlement) => {
-                assert_eq!(settlement, Settlement::ack(at(10)).nothing_sent());
+            ProvisionStart::SettleWithoutDelivery(settlement) => {
+                assert_eq!(
+                    settlement.status(),
+                    Some(CommandStatus::Superseded),
+                    "{cs:?}"
+                );
+                assert_eq!(
+                    settlement
+                        .outcome
+                        .as_ref()
+                        .and_then(|o| o.error())
+                        .map(|e| e.code.as_str()),
+                    Some(codes::SUPERSEDED_BY_DELETE)
+                );
+                assert!(!settlement.may_have_sent, "nothing was sent");
             }
-            other => panic!("{cs:?}: expected ack without delivery, got {other:?}"),
+            other => panic!("{cs:?}: expected a settle without delivery, got {other:?}"),
         }
     }
 }
@@ -607,9 +632,131 @@ fn unsupported_and_remote_errors_retry_with_their_codes() {
         retry_code(&step(&cmd).unsupported("rename")),
         Some((codes::UNSUPPORTED_OPERATION, at(12)))
     );
-    let s = step(&cmd).remote_failure("KFS_BUSY", "busy", Some(std::time::Duration::from_secs(40)));
+    let s = step(&cmd).remote_failure(
+        Some(503),
+        "KFS_BUSY",
+        "busy",
+        Some(std::time::Duration::from_secs(40)),
+    );
     assert_eq!(
         retry_code(&s),
         Some(("KFS_BUSY", at(10) + ChronoDuration::seconds(40)))
     );
+}
+
+fn failed_code(settlement: &Settlement) -> Option<(&str, DateTime<Utc>)> {
+    match &settlement.outcome {
+        Some(CommandOutcome::Fail {
+            completed_at,
+            error,
+        }) => Some((error.code.as_str(), *completed_at)),
+        _ => None,
+    }
+}
+
+#[test]
+fn permanent_remote_answers_dead_letter_at_once() {
+    let cmd = command(Operation::Provision, 1);
+    for (status, code) in [
+        (Some(400), "INVALID_REQUEST"),
+        (Some(422), "IDEMPOTENCY_KEY_REUSED"),
+        (Some(409), "PROVISIONING_KEY_CONFLICT"),
+        (Some(409), "KNOWLEDGE_FS_SPACE_DELETED"),
+    ] {
+        let s = step(&cmd).remote_failure(status, code, "no", None);
+        assert_eq!(failed_code(&s), Some((code, at(10))), "{code}");
+        assert_eq!(s.status(), Some(CommandStatus::Failed));
+        assert!(s.completes());
+    }
+    for (status, code) in [
+        (Some(401), "UNAUTHORIZED"),
+        (Some(429), "KFS_RATE_LIMITED"),
+        (Some(409), "REVISION_AHEAD"),
+        (None, "REMOTE_OUTCOME_UNKNOWN"),
+    ] {
+        let s = step(&cmd).remote_failure(status, code, "later", None);
+        assert_eq!(retry_code(&s).map(|r| r.0), Some(code), "{code}");
+    }
+}
+
+#[test]
+fn invalid_payload_and_identity_conflict_dead_letter() {
+    let cmd = command(Operation::Provision, 1);
+    assert_eq!(
+        failed_code(&step(&cmd).invalid_payload("bad")),
+        Some((codes::INVALID_COMMAND_PAYLOAD, at(10)))
+    );
+    assert_eq!(
+        failed_code(&step(&cmd).step_error(&StepError::IdentityConflict)),
+        Some((codes::KNOWLEDGE_FS_IDENTITY_CONFLICT, at(10)))
+    );
+    // Ownership loss and refused transitions hand the command back at once.
+    let lost = step(&cmd).step_error(&StepError::OwnershipLost { reason: "moved" });
+    assert_eq!(retry_code(&lost), Some((codes::OWNERSHIP_LOST, at(10))));
+}
+
+#[test]
+fn the_attempt_budget_dead_letters_a_retry_but_not_a_progress_poll() {
+    // POLICY.max_attempts = 5: the fifth claim's retry fails the command.
+    let fourth = command(Operation::Provision, 4);
+    assert!(retry_code(&step(&fourth).retry("KFS_UNAVAILABLE", "down", None)).is_some());
+    let fifth = command(Operation::Provision, 5);
+    let s = step(&fifth).retry("KFS_UNAVAILABLE", "down", None);
+    let (code, _) = failed_code(&s).expect("dead-lettered");
+    assert_eq!(code, "KFS_UNAVAILABLE");
+    let Some(CommandOutcome::Fail { error, .. }) = &s.outcome else {
+        unreachable!()
+    };
+    assert!(
+        error.message.contains("max_attempts = 5"),
+        "{}",
+        error.message
+    );
+    // A progress poll never fails the command.
+    let s = step(&fifth).retry(codes::REMOTE_DELETION_PENDING, "draining", None);
+    assert_eq!(
+        retry_code(&s).map(|r| r.0),
+        Some(codes::REMOTE_DELETION_PENDING)
+    );
+    // An operator retry starts a fresh budget without resetting attempt_count.
+    let mut retried = command(Operation::Provision, 7);
+    retried.attempt_budget_base = 5;
+    assert!(retry_code(&step(&retried).retry("KFS_UNAVAILABLE", "down", None)).is_some());
+    retried.attempt_count = 10;
+    assert!(failed_code(&step(&retried).retry("KFS_UNAVAILABLE", "down", None)).is_some());
+}
+
+#[test]
+fn revocation_of_a_deleting_or_deleted_space_is_moot() {
+    let cmd = command(Operation::Revoke, 1);
+    let payload = RevokePayload {
+        knowledge_space_id: ks("ks1"),
+        grant_id: tenantry_kernel::GrantId::parse("g1").unwrap(),
+        event_id: "op".into(),
+        reason_code: "r".into(),
+        revoke_sequence: 1,
+        expected_revision: 1,
+    };
+    let active = space(ControlSpaceState::Active, "op");
+    assert!(matches!(
+        step(&cmd).start_revoke(&payload, Some(&active)),
+        RevokeStart::Deliver(_)
+    ));
+    for cs in [
+        Some(space(ControlSpaceState::Deleting, "op-del")),
+        Some(space(ControlSpaceState::Deleted, "op-del")),
+        None,
+    ] {
+        let RevokeStart::Moot(s) = step(&cmd).start_revoke(&payload, cs.as_ref()) else {
+            panic!("expected moot for {cs:?}");
+        };
+        assert_eq!(s.status(), Some(CommandStatus::Superseded));
+        assert_eq!(
+            s.outcome
+                .as_ref()
+                .and_then(|o| o.error())
+                .map(|e| e.code.as_str()),
+            Some(codes::CONTROL_SPACE_DELETING)
+        );
+    }
 }

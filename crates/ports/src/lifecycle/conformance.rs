@@ -32,7 +32,9 @@ use super::{
 };
 
 mod batch;
+mod failures;
 pub use batch::*;
+pub use failures::*;
 
 /// Runs every conformance case against the store built by `$make`, a closure that takes the
 /// test's [`ManualClock`] and returns a future resolving to `(store, guard)`; `guard` is kept
@@ -74,6 +76,14 @@ macro_rules! lifecycle_store_conformance {
             settle_many_keeps_a_lease_without_outcome,
             settle_many_of_no_items_writes_nothing,
             control_spaces_reads_many_in_the_order_asked,
+            settle_fail_dead_letters_and_is_never_claimed,
+            settle_moot_closes_as_superseded,
+            settle_many_dead_letters_beside_acks_and_retries,
+            operator_retry_keeps_the_attempt_count_and_starts_a_fresh_budget,
+            operator_abandon_closes_a_pending_or_failed_command,
+            operator_actions_refuse_other_statuses_and_write_nothing,
+            count_commands_groups_by_status_and_operation,
+            list_commands_filters_by_error_code,
         );
     };
     (@cases $make:expr; $($case:ident),* $(,)?) => {

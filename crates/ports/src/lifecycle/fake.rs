@@ -23,8 +23,10 @@ use tenantry_lifecycle::{
 use crate::clock::{Clock, SystemClock};
 
 use super::{
-    ClaimRequest, CommandFilter, CommandQueue, ControlSpaceReader, IntakeStore, IntakeStoreError,
-    KnowledgeFs, RemoteError, SettleError, StoreError, Submitted, add_duration,
+    ActionRecord, ClaimRequest, CommandAdmin, CommandCount, CommandFilter, CommandQueue,
+    ControlSpaceReader, IntakeStore, IntakeStoreError, KnowledgeFs, OperatorAction,
+    OperatorActionError, OperatorActionKind, RemoteError, SettleError, StoreError, Submitted,
+    add_duration,
 };
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -41,6 +43,7 @@ struct StoreState {
     /// Attempt window of each command before its current claim (the SQL column
     /// `prior_window_ends_at`), restored by a settle that sent nothing.
     prior_windows: HashMap<CommandId, Option<DateTime<Utc>>>,
+    actions: Vec<ActionRecord>,
 }
 
 /// In-memory implementation of the lifecycle storage ports. Clones share state.
@@ -127,7 +130,10 @@ fn is_due(record: &CommandRecord, now: DateTime<Utc>) -> bool {
     match record.status {
         CommandStatus::Pending => record.next_attempt_at <= now,
         CommandStatus::Processing => record.lease_expires_at.is_none_or(|at| at <= now),
-        CommandStatus::Succeeded | CommandStatus::Superseded => false,
+        CommandStatus::Succeeded
+        | CommandStatus::Superseded
+        | CommandStatus::Failed
+        | CommandStatus::Abandoned => false,
     }
 }
 
@@ -150,6 +156,25 @@ fn cas_matches(state: &StoreState, cas: &CasUpdate) -> bool {
 fn release(record: &mut CommandRecord) {
     record.lease_owner = None;
     record.lease_expires_at = None;
+}
+
+/// Writes a settled outcome onto the claimed command.
+fn apply_outcome(r: &mut CommandRecord, outcome: &CommandOutcome) {
+    r.status = outcome.status();
+    if let Some(completed_at) = outcome.completed_at() {
+        r.completed_at = Some(completed_at);
+    }
+    if let CommandOutcome::Retry {
+        next_attempt_at, ..
+    } = outcome
+    {
+        r.next_attempt_at = *next_attempt_at;
+    }
+    if let Some(error) = outcome.error() {
+        r.last_error_code = Some(error.code.clone());
+        r.last_error_message = Some(error.message.clone());
+    }
+    release(r);
 }
 
 #[async_trait]
@@ -198,6 +223,7 @@ impl CommandQueue for InMemoryLifecycleStore {
                 operation: record.operation.clone(),
                 payload: record.payload.clone(),
                 attempt_count: record.attempt_count,
+                attempt_budget_base: record.attempt_budget_base,
                 lease: LeaseToken {
                     command_id: record.id.clone(),
                     owner: request.owner.clone(),
@@ -313,22 +339,7 @@ impl CommandQueue for InMemoryLifecycleStore {
             } else {
                 prior
             };
-            match outcome {
-                CommandOutcome::Ack { completed_at } => {
-                    r.status = CommandStatus::Succeeded;
-                    r.completed_at = Some(*completed_at);
-                }
-                CommandOutcome::Retry {
-                    next_attempt_at,
-                    error,
-                } => {
-                    r.status = CommandStatus::Pending;
-                    r.next_attempt_at = *next_attempt_at;
-                    r.last_error_code = Some(error.code.clone());
-                    r.last_error_message = Some(error.message.clone());
-                }
-            }
-            release(r);
+            apply_outcome(r, outcome);
         }
         Ok(())
     }
@@ -369,6 +380,12 @@ impl CommandQueue for InMemoryLifecycleStore {
                     .control_space_id
                     .as_ref()
                     .is_none_or(|c| &r.control_space_id == c)
+            })
+            .filter(|r| {
+                filter
+                    .error_code
+                    .as_ref()
+                    .is_none_or(|c| r.last_error_code.as_ref() == Some(c))
             })
             .cloned()
             .collect();
@@ -462,6 +479,7 @@ impl IntakeStore for InMemoryLifecycleStore {
             payload: c.payload.clone(),
             status: CommandStatus::Pending,
             attempt_count: 0,
+            attempt_budget_base: 0,
             lease_owner: None,
             lease_expires_at: None,
             lease_epoch: tenantry_kernel::LeaseEpoch(0),
@@ -486,6 +504,97 @@ impl IntakeStore for InMemoryLifecycleStore {
             .values()
             .find(|r| &r.idempotency_key == key)
             .cloned())
+    }
+}
+
+#[async_trait]
+impl CommandAdmin for InMemoryLifecycleStore {
+    async fn act_on_command(
+        &self,
+        action: &OperatorAction,
+    ) -> Result<CommandRecord, OperatorActionError> {
+        self.check_fault()?;
+        let mut state = lock(&self.state);
+        let Some(r) = state.commands.get_mut(&action.command_id) else {
+            return Err(OperatorActionError::UnknownCommand {
+                command_id: action.command_id.clone(),
+            });
+        };
+        if !r.status.accepts_operator_action() {
+            return Err(OperatorActionError::NotActionable {
+                command_id: r.id.clone(),
+                status: r.status,
+            });
+        }
+        let record = ActionRecord {
+            action: action.clone(),
+            previous_status: r.status,
+            previous_error_code: r.last_error_code.clone(),
+            attempt_count: r.attempt_count,
+        };
+        match action.kind {
+            OperatorActionKind::Retry => {
+                r.status = CommandStatus::Pending;
+                r.next_attempt_at = action.at;
+                r.attempt_budget_base = r.attempt_count;
+                r.completed_at = None;
+            }
+            OperatorActionKind::Abandon => {
+                r.status = CommandStatus::Abandoned;
+                r.completed_at = Some(action.at);
+                r.last_error_code =
+                    Some(tenantry_lifecycle::saga::codes::ABANDONED_BY_OPERATOR.to_owned());
+                r.last_error_message = Some(action.reason.clone());
+            }
+        }
+        release(r);
+        let after = r.clone();
+        state.actions.push(record);
+        Ok(after)
+    }
+
+    async fn command_actions(
+        &self,
+        command_id: &CommandId,
+    ) -> Result<Vec<ActionRecord>, StoreError> {
+        self.check_fault()?;
+        Ok(lock(&self.state)
+            .actions
+            .iter()
+            .filter(|a| &a.action.command_id == command_id)
+            .cloned()
+            .collect())
+    }
+
+    async fn command_by_id(
+        &self,
+        command_id: &CommandId,
+    ) -> Result<Option<CommandRecord>, StoreError> {
+        self.check_fault()?;
+        Ok(lock(&self.state).commands.get(command_id).cloned())
+    }
+
+    async fn count_commands(
+        &self,
+        statuses: &[CommandStatus],
+    ) -> Result<Vec<CommandCount>, StoreError> {
+        self.check_fault()?;
+        let state = lock(&self.state);
+        let mut counts: BTreeMap<(&'static str, String), CommandCount> = BTreeMap::new();
+        for r in state.commands.values() {
+            if !statuses.contains(&r.status) {
+                continue;
+            }
+            counts
+                .entry((r.status.as_str(), r.operation.as_str().to_owned()))
+                .or_insert_with(|| CommandCount {
+                    status: r.status,
+                    operation: r.operation.clone(),
+                    count: 0,
+                })
+                .count += 1;
+        }
+        Ok(counts.into_values().collect())
     }
 }
 

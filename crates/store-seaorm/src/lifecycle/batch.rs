@@ -3,8 +3,8 @@
 //! reads ([`ControlSpaceReader::control_spaces`]), one statement for many keys.
 //!
 //! The batch is split, in the order given, into
-//! - *fast* items: an ack or a retry, with or without a control-space compare-and-set, no
-//!   supersede, touching a command and a control space that no earlier item of the batch
+//! - *fast* items: an outcome (ack, retry, fail or moot), with or without a control-space
+//!   compare-and-set, no supersede, touching a command and a control space that no earlier item of the batch
 //!   touches; they are independent of each other and settled together;
 //! - *slow* items: everything else (supersedes, settlements without outcome, a second item on
 //!   the same command or control space); each is settled after the fast ones, in order, with
@@ -20,10 +20,11 @@
 //! 2. one `UPDATE control_spaces .. FROM json_to_recordset(..) .. RETURNING` applying every
 //!    compare-and-set of a held lease; an item whose expected resource version or state no
 //!    longer matches is reported as [`SettleError::ControlSpaceConflict`] and gets no ack;
-//! 3. one `UPDATE lifecycle_outbox .. FROM json_to_recordset(..) .. RETURNING` acking or retrying every
-//!    remaining item under its lease; an item it does not return lost its lease.
+//! 3. one `UPDATE lifecycle_outbox .. FROM json_to_recordset(..) .. RETURNING` writing the
+//!    outcome (ack, retry, fail or moot) of every remaining item under its lease; an item it
+//!    does not return lost its lease.
 //!
-//! A batch of acks and retries without compare-and-sets is the last statement alone, in
+//! A batch of outcomes without compare-and-sets is the last statement alone, in
 //! autocommit (one round trip for the whole batch). On SQLite (one writer at a time, no round
 //! trips) every item is slow: one `IMMEDIATE` transaction, a savepoint per item that writes
 //! more than its outbox row.
@@ -405,7 +406,7 @@ async fn cas_postgres<C: ConnectionTrait>(
         .collect()
 }
 
-/// Statement 3: acks or retries `indices` (distinct commands, every one with an outcome)
+/// Statement 3: acks, retries, fails or closes as moot `indices` (distinct commands, every one with an outcome)
 /// under their leases; an item not updated is reported as [`SettleError::LeaseLost`].
 async fn ack_postgres<C: ConnectionTrait>(
     conn: &C,
@@ -429,34 +430,33 @@ async fn ack_postgres<C: ConnectionTrait>(
                 "epoch": lease.epoch.0,
                 "sent": settlement.may_have_sent,
             });
-            match outcome {
-                CommandOutcome::Ack { completed_at } => {
-                    row["status"] = CommandStatus::Succeeded.as_str().into();
-                    row["completed_at"] = millis(*completed_at).into();
-                }
-                CommandOutcome::Retry {
-                    next_attempt_at,
-                    error,
-                } => {
-                    row["status"] = CommandStatus::Pending.as_str().into();
-                    row["next_attempt_at"] = millis(*next_attempt_at).into();
-                    row["error_code"] = error.code.as_str().into();
-                    row["error_message"] = error.message.as_str().into();
-                }
+            row["status"] = outcome.status().as_str().into();
+            if let Some(completed_at) = outcome.completed_at() {
+                row["completed_at"] = millis(completed_at).into();
+            }
+            if let CommandOutcome::Retry {
+                next_attempt_at, ..
+            } = outcome
+            {
+                row["next_attempt_at"] = millis(*next_attempt_at).into();
+            }
+            if let Some(error) = outcome.error() {
+                row["error_code"] = error.code.as_str().into();
+                row["error_message"] = error.message.as_str().into();
             }
             Some(row)
         })
         .collect();
+    // A field the outcome does not set is JSON-absent, hence NULL: the column keeps its value.
     let sql = format!(
         "UPDATE lifecycle_outbox AS o SET status = v.status, \
-           completed_at = CASE WHEN v.status = '{succeeded}' THEN v.completed_at \
-             ELSE o.completed_at END, \
-           next_attempt_at = CASE WHEN v.status = '{pending}' THEN v.next_attempt_at \
-             ELSE o.next_attempt_at END, \
-           last_error_code = CASE WHEN v.status = '{pending}' THEN v.error_code \
-             ELSE o.last_error_code END, \
-           last_error_message = CASE WHEN v.status = '{pending}' THEN v.error_message \
-             ELSE o.last_error_message END, \
+           completed_at = COALESCE(v.completed_at, o.completed_at), \
+           failed_at = CASE WHEN v.status = '{failed}' THEN v.completed_at ELSE o.failed_at END, \
+           next_attempt_at = COALESCE(v.next_attempt_at, o.next_attempt_at), \
+           last_error_code = CASE WHEN v.error_code IS NULL THEN o.last_error_code \
+             ELSE v.error_code END, \
+           last_error_message = CASE WHEN v.error_code IS NULL THEN o.last_error_message \
+             ELSE v.error_message END, \
            lease_owner = NULL, lease_expires_at = NULL, \
            attempt_window_ends_at = CASE WHEN v.sent THEN {now} ELSE o.prior_window_ends_at END \
          FROM json_to_recordset($1::json) AS v(id text, owner text, epoch bigint, sent boolean, \
@@ -465,9 +465,8 @@ async fn ack_postgres<C: ConnectionTrait>(
          WHERE o.id = v.id AND o.status = '{processing}' AND o.lease_owner = v.owner \
            AND o.lease_epoch = v.epoch \
          RETURNING o.id",
-        succeeded = CommandStatus::Succeeded.as_str(),
-        pending = CommandStatus::Pending.as_str(),
         processing = CommandStatus::Processing.as_str(),
+        failed = CommandStatus::Failed.as_str(),
     );
     let rows = conn
         .query_all_raw(json_statement(sql, &rows))

@@ -115,6 +115,8 @@ pub fn new_command_row(command: &NewCommand, now: DateTime<Utc>) -> outbox::Acti
         completed_at: Set(None),
         attempt_window_ends_at: Set(None),
         prior_window_ends_at: Set(None),
+        attempt_budget_base: Set(0),
+        failed_at: Set(None),
     }
 }
 
@@ -139,6 +141,7 @@ pub fn to_record(row: outbox::Model) -> Result<CommandRecord, StoreError> {
         request_fingerprint: Fingerprint::from_stored(row.request_fingerprint),
         operation: Operation::parse(&row.operation),
         attempt_count: row.attempt_count,
+        attempt_budget_base: row.attempt_budget_base,
         lease_owner: row
             .lease_owner
             .map(|v| id("lease_owner", v, LeaseOwner::parse))
@@ -184,6 +187,7 @@ pub fn to_claimed(
         operation: record.operation,
         payload: record.payload,
         attempt_count: record.attempt_count,
+        attempt_budget_base: record.attempt_budget_base,
         lease: LeaseToken {
             command_id: record.id,
             owner,

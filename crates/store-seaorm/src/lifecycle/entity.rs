@@ -1,4 +1,5 @@
-//! Private SeaORM entities of `control_spaces` and `lifecycle_outbox` (schema: migrations m0001, m0006).
+//! Private SeaORM entities of `control_spaces`, `lifecycle_outbox` and
+//! `lifecycle_command_actions` (schema: migrations m0001, m0005 and m0006).
 
 pub mod control_space {
     //! `control_spaces`.
@@ -60,6 +61,36 @@ pub mod outbox {
         pub completed_at: Option<i64>,
         pub attempt_window_ends_at: Option<i64>,
         pub prior_window_ends_at: Option<i64>,
+        pub attempt_budget_base: i32,
+        /// Set while the status is `failed` (gauge index only; not a domain field).
+        pub failed_at: Option<i64>,
+    }
+
+    /// No relations.
+    #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
+    pub enum Relation {}
+
+    impl ActiveModelBehavior for ActiveModel {}
+}
+
+pub mod action {
+    //! `lifecycle_command_actions`.
+    use sea_orm::entity::prelude::*;
+
+    /// One row.
+    #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
+    #[sea_orm(table_name = "lifecycle_command_actions")]
+    pub struct Model {
+        #[sea_orm(primary_key, auto_increment = false)]
+        pub id: String,
+        pub command_id: String,
+        pub action: String,
+        pub actor: String,
+        pub reason: String,
+        pub previous_status: String,
+        pub previous_error_code: Option<String>,
+        pub attempt_count: i32,
+        pub created_at: i64,
     }
 
     /// No relations.

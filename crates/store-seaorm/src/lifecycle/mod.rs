@@ -4,8 +4,10 @@
 //! Every method is one transaction. On PostgreSQL the claim is one
 //! `UPDATE .. WHERE id IN (SELECT .. FOR UPDATE SKIP LOCKED) RETURNING *` statement, so
 //! concurrent workers never claim the same command. On SQLite write transactions begin
-//! `IMMEDIATE`, which serializes writers (WAL mode lets readers go on).
+//! `IMMEDIATE`, which serializes writers (WAL mode lets readers go on). Operator actions and
+//! the commands gauge's counts are in `admin`.
 
+mod admin;
 mod batch;
 #[cfg(feature = "bench")]
 pub(crate) mod bulk;
@@ -306,51 +308,52 @@ pub(crate) async fn settle_in<C: ConnectionTrait>(
         update = update.col_expr(outbox::Column::AttemptWindowEndsAt, window_end);
     }
     update = match &settlement.outcome {
-        Some(CommandOutcome::Ack { completed_at }) => update
-            .col_expr(
-                outbox::Column::Status,
-                Expr::value(CommandStatus::Succeeded.as_str()),
-            )
-            .col_expr(
-                outbox::Column::CompletedAt,
-                Expr::value(millis(*completed_at)),
-            )
-            .col_expr(
-                outbox::Column::LeaseOwner,
-                Expr::value(Option::<String>::None),
-            )
-            .col_expr(
-                outbox::Column::LeaseExpiresAt,
-                Expr::value(Option::<i64>::None),
-            ),
-        Some(CommandOutcome::Retry {
-            next_attempt_at,
-            error,
-        }) => update
-            .col_expr(
-                outbox::Column::Status,
-                Expr::value(CommandStatus::Pending.as_str()),
-            )
-            .col_expr(
-                outbox::Column::NextAttemptAt,
-                Expr::value(millis(*next_attempt_at)),
-            )
-            .col_expr(
-                outbox::Column::LastErrorCode,
-                Expr::value(error.code.clone()),
-            )
-            .col_expr(
-                outbox::Column::LastErrorMessage,
-                Expr::value(error.message.clone()),
-            )
-            .col_expr(
-                outbox::Column::LeaseOwner,
-                Expr::value(Option::<String>::None),
-            )
-            .col_expr(
-                outbox::Column::LeaseExpiresAt,
-                Expr::value(Option::<i64>::None),
-            ),
+        Some(outcome) => {
+            let mut update = update
+                .col_expr(
+                    outbox::Column::Status,
+                    Expr::value(outcome.status().as_str()),
+                )
+                .col_expr(
+                    outbox::Column::LeaseOwner,
+                    Expr::value(Option::<String>::None),
+                )
+                .col_expr(
+                    outbox::Column::LeaseExpiresAt,
+                    Expr::value(Option::<i64>::None),
+                );
+            if let Some(completed_at) = outcome.completed_at() {
+                update = update.col_expr(
+                    outbox::Column::CompletedAt,
+                    Expr::value(millis(completed_at)),
+                );
+            }
+            if let CommandOutcome::Fail { completed_at, .. } = outcome {
+                update =
+                    update.col_expr(outbox::Column::FailedAt, Expr::value(millis(*completed_at)));
+            }
+            if let CommandOutcome::Retry {
+                next_attempt_at, ..
+            } = outcome
+            {
+                update = update.col_expr(
+                    outbox::Column::NextAttemptAt,
+                    Expr::value(millis(*next_attempt_at)),
+                );
+            }
+            if let Some(error) = outcome.error() {
+                update = update
+                    .col_expr(
+                        outbox::Column::LastErrorCode,
+                        Expr::value(error.code.clone()),
+                    )
+                    .col_expr(
+                        outbox::Column::LastErrorMessage,
+                        Expr::value(error.message.clone()),
+                    );
+            }
+            update
+        }
         // Keep the lease: a no-op write that still checks (and locks) the lease.
         None => update.col_expr(
             outbox::Column::LeaseEpoch,
@@ -596,6 +599,9 @@ impl CommandQueue for SeaOrmLifecycleStore {
         }
         if let Some(cs) = &filter.control_space_id {
             query = query.filter(outbox::Column::ControlSpaceId.eq(cs.as_str()));
+        }
+        if let Some(code) = &filter.error_code {
+            query = query.filter(outbox::Column::LastErrorCode.eq(code.as_str()));
         }
         if let Some(after) = &filter.after {
             // Keyset pagination on (created_at, id) of the cursor row; an unknown cursor

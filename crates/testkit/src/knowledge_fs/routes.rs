@@ -238,6 +238,11 @@ async fn run(
             let e = ApiError::new(429, "KFS_RATE_LIMITED", "too many requests; retry later");
             return with_retry_after(error_response(&e), retry_after_secs);
         }
+        Some(Fault::InvalidRequest) => {
+            return error_response(&invalid(
+                "the request was refused (injected permanent fault)",
+            ));
+        }
         Some(Fault::Stall { commit: false }) => tokio::time::sleep(shared.stall).await,
         _ => {}
     }

@@ -1,0 +1,265 @@
+//! Operator routes on commands: retry or abandon one command or every command matching a
+//! filter, and read a command's action log. Every action is recorded with who (`actor`), when
+//! and why (`reason`); a command that is not `pending` or `failed` is refused with 409
+//! `COMMAND_NOT_ACTIONABLE` and left unchanged.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::StatusCode;
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use tenantry_engine::lifecycle::{OperatorActions, OperatorRequestError, SystemClock};
+use tenantry_kernel::CommandId;
+use tenantry_lifecycle::CommandStatus;
+use tenantry_ports::lifecycle::{
+    CommandAdmin, CommandFilter, OperatorActionError, OperatorActionKind,
+};
+use tenantry_store_seaorm::lifecycle::SeaOrmLifecycleStore;
+
+use super::AdminState;
+use super::error::ApiError;
+use super::extract::{JsonBody, PathParams, parse_id};
+use super::lifecycle::{CommandView, control_space, parse_operation, parse_status, tenant};
+
+impl From<OperatorActionError> for ApiError {
+    fn from(error: OperatorActionError) -> Self {
+        let message = error.to_string();
+        match error {
+            OperatorActionError::UnknownCommand { .. } => {
+                Self::new(StatusCode::NOT_FOUND, "COMMAND_NOT_FOUND", message)
+            }
+            OperatorActionError::NotActionable { .. } => {
+                Self::new(StatusCode::CONFLICT, "COMMAND_NOT_ACTIONABLE", message)
+            }
+            OperatorActionError::Store(e) => Self::unavailable(e),
+        }
+    }
+}
+
+impl From<OperatorRequestError> for ApiError {
+    fn from(error: OperatorRequestError) -> Self {
+        let message = error.to_string();
+        match error {
+            OperatorRequestError::InvalidField { .. }
+            | OperatorRequestError::BulkStatusRequired { .. } => {
+                Self::new(StatusCode::BAD_REQUEST, "INVALID_ARGUMENT", message)
+            }
+            OperatorRequestError::Refused(e) => e.into(),
+            OperatorRequestError::Store(e) => Self::unavailable(e),
+        }
+    }
+}
+
+/// Body of `POST /v1/commands/{command_id}/retry` and `.../abandon`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ActBody {
+    /// Who acts (1..=255 characters), e.g. `oncall:alice`.
+    pub actor: String,
+    /// Why (1..=1024 characters).
+    pub reason: String,
+}
+
+/// Body of `POST /v1/commands/retry` and `/v1/commands/abandon`: the filter (status `failed`
+/// or `pending` required) and who / why.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BulkBody {
+    /// Who acts.
+    pub actor: String,
+    /// Why.
+    pub reason: String,
+    /// `failed` or `pending` (required).
+    pub status: Option<String>,
+    /// `provision`, `delete` or `revoke`.
+    pub operation: Option<String>,
+    /// Only this tenant.
+    pub tenant_id: Option<String>,
+    /// Only this control space (requires `tenant_id`).
+    pub control_space_id: Option<String>,
+    /// Only commands whose last error code is exactly this.
+    pub error_code: Option<String>,
+}
+
+/// A command that matched a bulk action but was refused.
+#[derive(Debug, Serialize)]
+pub struct RefusedView {
+    command_id: String,
+    code: &'static str,
+    message: String,
+}
+
+/// Answer of a bulk action.
+#[derive(Debug, Serialize)]
+pub struct BulkView {
+    acted: Vec<CommandView>,
+    refused: Vec<RefusedView>,
+    /// True when the 10,000-command bound stopped the action; run it again for the rest.
+    truncated: bool,
+}
+
+/// One recorded action.
+#[derive(Debug, Serialize)]
+pub struct ActionView {
+    id: String,
+    action: &'static str,
+    actor: String,
+    reason: String,
+    at: DateTime<Utc>,
+    previous_status: CommandStatus,
+    previous_error_code: Option<String>,
+    attempt_count: i32,
+}
+
+/// The action log of a command.
+#[derive(Debug, Serialize)]
+pub struct ActionList {
+    items: Vec<ActionView>,
+}
+
+fn operator(state: &AdminState) -> OperatorActions<SeaOrmLifecycleStore> {
+    OperatorActions::new(state.store.clone(), Arc::new(SystemClock))
+}
+
+fn command_id(value: &str) -> Result<CommandId, ApiError> {
+    parse_id("command_id", value, CommandId::parse)
+}
+
+async fn act_one(
+    state: &AdminState,
+    id: &str,
+    kind: OperatorActionKind,
+    body: ActBody,
+) -> Result<Json<CommandView>, ApiError> {
+    let id = command_id(id)?;
+    let after = operator(state)
+        .act(&id, kind, &body.actor, &body.reason)
+        .await?;
+    tracing::info!(
+        command_id = %id,
+        action = kind.as_str(),
+        actor = %body.actor.trim(),
+        reason = %body.reason.trim(),
+        "operator action on a command"
+    );
+    Ok(Json(CommandView::from(&after)))
+}
+
+/// `POST /v1/commands/{command_id}/retry`.
+pub async fn retry_command(
+    State(state): State<AdminState>,
+    PathParams(id): PathParams<String>,
+    JsonBody(body): JsonBody<ActBody>,
+) -> Result<Json<CommandView>, ApiError> {
+    act_one(&state, &id, OperatorActionKind::Retry, body).await
+}
+
+/// `POST /v1/commands/{command_id}/abandon`.
+pub async fn abandon_command(
+    State(state): State<AdminState>,
+    PathParams(id): PathParams<String>,
+    JsonBody(body): JsonBody<ActBody>,
+) -> Result<Json<CommandView>, ApiError> {
+    act_one(&state, &id, OperatorActionKind::Abandon, body).await
+}
+
+async fn act_bulk(
+    state: &AdminState,
+    kind: OperatorActionKind,
+    body: BulkBody,
+) -> Result<Json<BulkView>, ApiError> {
+    let tenant_id = body.tenant_id.as_deref().map(tenant).transpose()?;
+    let control_space_id = body
+        .control_space_id
+        .as_deref()
+        .map(control_space)
+        .transpose()?;
+    if control_space_id.is_some() && tenant_id.is_none() {
+        return Err(ApiError::invalid(
+            "control_space_id",
+            "filtering by control space requires tenant_id",
+        ));
+    }
+    let filter = CommandFilter {
+        status: parse_status(body.status.as_deref())?,
+        operation: parse_operation(body.operation.as_deref())?,
+        tenant_id,
+        control_space_id,
+        error_code: body.error_code.filter(|c| !c.is_empty()),
+        after: None,
+        limit: 0,
+    };
+    let report = operator(state)
+        .act_on_matching(&filter, kind, &body.actor, &body.reason)
+        .await?;
+    tracing::info!(
+        action = kind.as_str(),
+        actor = %body.actor.trim(),
+        reason = %body.reason.trim(),
+        acted = report.acted.len(),
+        refused = report.refused.len(),
+        "operator bulk action on commands"
+    );
+    Ok(Json(BulkView {
+        acted: report.acted.iter().map(CommandView::from).collect(),
+        refused: report
+            .refused
+            .into_iter()
+            .map(|(id, why)| {
+                let error = ApiError::from(why);
+                RefusedView {
+                    command_id: id.to_string(),
+                    code: error.code,
+                    message: error.message,
+                }
+            })
+            .collect(),
+        truncated: report.truncated,
+    }))
+}
+
+/// `POST /v1/commands/retry`.
+pub async fn retry_matching(
+    State(state): State<AdminState>,
+    JsonBody(body): JsonBody<BulkBody>,
+) -> Result<Json<BulkView>, ApiError> {
+    act_bulk(&state, OperatorActionKind::Retry, body).await
+}
+
+/// `POST /v1/commands/abandon`.
+pub async fn abandon_matching(
+    State(state): State<AdminState>,
+    JsonBody(body): JsonBody<BulkBody>,
+) -> Result<Json<BulkView>, ApiError> {
+    act_bulk(&state, OperatorActionKind::Abandon, body).await
+}
+
+/// `GET /v1/commands/{command_id}/actions`: the command's action log, oldest first.
+pub async fn list_actions(
+    State(state): State<AdminState>,
+    PathParams(id): PathParams<String>,
+) -> Result<Json<ActionList>, ApiError> {
+    let id = command_id(&id)?;
+    if state.store.command_by_id(&id).await?.is_none() {
+        return Err(OperatorActionError::UnknownCommand { command_id: id }.into());
+    }
+    let items = state
+        .store
+        .command_actions(&id)
+        .await?
+        .into_iter()
+        .map(|r| ActionView {
+            id: r.action.action_id,
+            action: r.action.kind.as_str(),
+            actor: r.action.actor,
+            reason: r.action.reason,
+            at: r.action.at,
+            previous_status: r.previous_status,
+            previous_error_code: r.previous_error_code,
+            attempt_count: r.attempt_count,
+        })
+        .collect();
+    Ok(Json(ActionList { items }))
+}

@@ -1,0 +1,203 @@
+//! Commands that can never succeed stop, visibly, end to end over HTTP: the dead-letter shows
+//! in the control space, the command list and the metrics; operators retry or abandon through
+//! the admin API; revocations of a deleting control space are refused. Runs on SQLite, or on
+//! PostgreSQL with `TENANTRY_TEST_PG_URL`.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::time::Duration;
+
+use common::Harness;
+use serde_json::{Value, json};
+use tenantry_testkit::fault::{Fault, Route};
+
+const SETTLE: Duration = Duration::from_secs(20);
+
+async fn wait_for(h: &Harness, path: &str, ready: impl Fn(&Value) -> bool) -> Value {
+    let deadline = tokio::time::Instant::now() + SETTLE;
+    loop {
+        let (status, body) = h.get(path).await;
+        if status == 200 && ready(&body) {
+            return body;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{path} never got there: {status} {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn assert_error(status: u16, body: &Value, expected_status: u16, code: &str) {
+    assert_eq!(status, expected_status, "{body}");
+    assert_eq!(body["code"], code, "{body}");
+    assert!(
+        body["message"].as_str().is_some_and(|m| !m.is_empty()),
+        "{body}"
+    );
+}
+
+/// `shared/cases/003-permanent-remote-error.md` over the whole service: a remote that answers
+/// `400 INVALID_REQUEST` to the provision of `cs-bad`.
+#[tokio::test]
+async fn case_003_permanent_remote_error_is_visible_and_operators_act_on_it() {
+    let h = Harness::start().await;
+    h.remote
+        .script(Route::Provision, [Some(Fault::InvalidRequest)]);
+    let created = h.create("t-1", "cs-bad").await;
+    let command_id = created["command_id"].as_str().unwrap().to_owned();
+    let cs_path = "/v1/tenants/t-1/control-spaces/cs-bad";
+    let cs = wait_for(&h, cs_path, |b| b["lifecycle_status"] == "failed").await;
+    assert_eq!(cs["state"], "provisioning", "{cs}");
+    assert_eq!(cs["failure"]["code"], "INVALID_REQUEST", "{cs}");
+    assert_eq!(cs["failure"]["command_id"], command_id.as_str());
+    assert_eq!(cs["failed_commands"].as_array().unwrap().len(), 1, "{cs}");
+    assert_eq!(cs["open_commands"], json!([]));
+    // Listed by status and error code; counted in the metrics.
+    let (status, page) = h
+        .get("/v1/commands?status=failed&error_code=INVALID_REQUEST")
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(page["items"][0]["id"], command_id.as_str(), "{page}");
+    assert_eq!(page["items"][0]["attempt_count"], 1);
+    let metrics = h
+        .http
+        .get(h.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains(
+            "tenantry_lifecycle_failed_total{operation=\"provision\",code=\"INVALID_REQUEST\"}"
+        ),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("tenantry_commands{status=\"failed\",operation=\"provision\"} 1"),
+        "{metrics}"
+    );
+    // Retrying needs who and why.
+    let retry = format!("/v1/commands/{command_id}/retry");
+    let (status, body) = h
+        .post(&retry, &json!({"actor": "", "reason": "x"}), None)
+        .await;
+    assert_error(status, &body, 400, "INVALID_ARGUMENT");
+    let (status, body) = h
+        .post(
+            &retry,
+            &json!({"actor": "oncall", "reason": "remote fixed"}),
+            None,
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["status"], "pending");
+    assert_eq!(body["attempt_count"], 1, "the attempt count is kept");
+    assert_eq!(body["attempt_budget_base"], 1);
+    // The fault was one-shot: the retried provision succeeds.
+    let cs = h.wait_state("t-1", "cs-bad", "active", SETTLE).await;
+    assert_eq!(cs["lifecycle_status"], "settled", "{cs}");
+    assert_eq!(cs["failure"], Value::Null);
+    let (status, actions) = h.get(&format!("/v1/commands/{command_id}/actions")).await;
+    assert_eq!(status, 200);
+    assert_eq!(actions["items"].as_array().unwrap().len(), 1, "{actions}");
+    assert_eq!(actions["items"][0]["action"], "retry");
+    assert_eq!(actions["items"][0]["actor"], "oncall");
+    assert_eq!(actions["items"][0]["reason"], "remote fixed");
+    assert_eq!(actions["items"][0]["previous_status"], "failed");
+    assert_eq!(
+        actions["items"][0]["previous_error_code"],
+        "INVALID_REQUEST"
+    );
+    // A succeeded command can be neither retried nor abandoned.
+    let (status, body) = h
+        .post(
+            &format!("/v1/commands/{command_id}/abandon"),
+            &json!({"actor": "oncall", "reason": "late"}),
+            None,
+        )
+        .await;
+    assert_error(status, &body, 409, "COMMAND_NOT_ACTIONABLE");
+    let (status, body) = h
+        .post(
+            "/v1/commands/no-such-command/retry",
+            &json!({"actor": "oncall", "reason": "x"}),
+            None,
+        )
+        .await;
+    assert_error(status, &body, 404, "COMMAND_NOT_FOUND");
+}
+
+#[tokio::test]
+async fn bulk_abandon_needs_a_status_and_acts_on_every_match() {
+    let h = Harness::start().await;
+    h.remote.script(
+        Route::Provision,
+        [Some(Fault::InvalidRequest), Some(Fault::InvalidRequest)],
+    );
+    h.create("t-1", "cs-a").await;
+    h.create("t-1", "cs-b").await;
+    for cs in ["cs-a", "cs-b"] {
+        wait_for(&h, &format!("/v1/tenants/t-1/control-spaces/{cs}"), |b| {
+            b["lifecycle_status"] == "failed"
+        })
+        .await;
+    }
+    let (status, body) = h
+        .post(
+            "/v1/commands/abandon",
+            &json!({"actor": "oncall", "reason": "tenant gone"}),
+            None,
+        )
+        .await;
+    assert_error(status, &body, 400, "INVALID_ARGUMENT");
+    let (status, body) = h
+        .post(
+            "/v1/commands/abandon",
+            &json!({"actor": "oncall", "reason": "tenant gone", "status": "failed",
+                    "tenant_id": "t-1", "error_code": "INVALID_REQUEST"}),
+            None,
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["acted"].as_array().unwrap().len(), 2, "{body}");
+    assert_eq!(body["refused"], json!([]));
+    assert!(
+        body["acted"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|c| c["status"] == "abandoned"
+                && c["last_error"]["code"] == "ABANDONED_BY_OPERATOR")
+    );
+    let (_, page) = h.get("/v1/commands?status=abandoned").await;
+    assert_eq!(page["items"].as_array().unwrap().len(), 2);
+}
+
+#[tokio::test]
+async fn revocation_is_refused_while_the_control_space_is_deleting() {
+    let h = Harness::start().await;
+    h.create("t-1", "cs-1").await;
+    h.wait_state("t-1", "cs-1", "active", SETTLE).await;
+    let (status, _) = h
+        .delete("/v1/tenants/t-1/control-spaces/cs-1", Some("del-1"))
+        .await;
+    assert_eq!(status, 202);
+    let before = h.commands().await.len();
+    let (status, body) = h
+        .post(
+            "/v1/tenants/t-1/control-spaces/cs-1/grants/g-1/revocations",
+            &json!({"reason_code": "user_removed"}),
+            Some("revoke-1"),
+        )
+        .await;
+    assert_eq!(status, 409, "{body}");
+    assert!(
+        ["CONTROL_SPACE_DELETING"].contains(&body["code"].as_str().unwrap_or("")),
+        "{body}"
+    );
+    assert_eq!(h.commands().await.len(), before, "nothing written");
+}

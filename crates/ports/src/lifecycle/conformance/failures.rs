@@ -1,0 +1,459 @@
+//! Conformance cases of dead-lettered commands and operator actions.
+//!
+//! - a `Fail` outcome (status `failed`) and a `Moot` outcome (status `superseded`) settle like
+//!   an ack: terminal, `completed_at` and error recorded, lease cleared, never claimed again —
+//!   through `settle` and through `settle_many`;
+//! - [`CommandAdmin`](crate::lifecycle::CommandAdmin): retry and abandon are compare-and-sets on
+//!   a `pending` or `failed` status, recorded in the action log, refused (nothing written) on any
+//!   other status; a retry keeps `attempt_count` and starts a fresh attempt budget;
+//! - counts per (status, operation) and the error-code filter of `list_commands`.
+
+use tenantry_lifecycle::ControlSpaceState;
+use tenantry_lifecycle::saga::codes;
+
+use super::*;
+use crate::lifecycle::{
+    CommandAdmin, CommandCount, OperatorAction, OperatorActionError, OperatorActionKind,
+};
+
+fn action(id: &CommandId, kind: OperatorActionKind, n: u32, at: DateTime<Utc>) -> OperatorAction {
+    OperatorAction {
+        action_id: format!("act-{}-{n}", id.as_str()),
+        command_id: id.clone(),
+        kind,
+        actor: "conformance".into(),
+        reason: format!("reason {n}"),
+        at,
+    }
+}
+
+async fn fail_it<S: LifecycleStore>(
+    store: &S,
+    clock: &ManualClock,
+    cs: &str,
+    key: &str,
+    at: i64,
+) -> CommandId {
+    let id = enqueue(store, clock, cs, key, t(at)).await;
+    let claimed = claim_one(store, clock, "w1", t(at + 1)).await;
+    assert_eq!(claimed.id(), &id);
+    store
+        .settle(
+            &claimed.lease,
+            &Settlement::fail(t(at + 2), ErrorRecord::new("INVALID_REQUEST", "bad")),
+        )
+        .await
+        .unwrap();
+    id
+}
+
+pub async fn settle_fail_dead_letters_and_is_never_claimed<S: LifecycleStore>(
+    store: S,
+    clock: ManualClock,
+) {
+    let id = fail_it(&store, &clock, "cs1", "k1", 0).await;
+    let row = record(&store, &id).await;
+    assert_eq!(row.status, CommandStatus::Failed);
+    assert_eq!(row.completed_at, Some(t(2)));
+    assert_eq!(row.last_error_code.as_deref(), Some("INVALID_REQUEST"));
+    assert_eq!(row.last_error_message.as_deref(), Some("bad"));
+    assert_eq!((row.lease_owner, row.lease_expires_at), (None, None));
+    assert_eq!(row.attempt_count, 1);
+    assert!(
+        claim(&store, &clock, claim_at("w2", t(100_000), 5))
+            .await
+            .unwrap()
+            .is_empty(),
+        "a failed command is never claimed"
+    );
+}
+
+pub async fn settle_moot_closes_as_superseded<S: LifecycleStore>(store: S, clock: ManualClock) {
+    let id = enqueue(&store, &clock, "cs1", "k1", t(0)).await;
+    let claimed = claim_one(&store, &clock, "w1", t(1)).await;
+    let moot = Settlement::moot(
+        t(2),
+        ErrorRecord::new(codes::CONTROL_SPACE_DELETING, "deleted"),
+    );
+    store.settle(&claimed.lease, &moot).await.unwrap();
+    let row = record(&store, &id).await;
+    assert_eq!(row.status, CommandStatus::Superseded);
+    assert_eq!(row.completed_at, Some(t(2)));
+    assert_eq!(
+        row.last_error_code.as_deref(),
+        Some(codes::CONTROL_SPACE_DELETING)
+    );
+    assert_eq!(row.lease_owner, None);
+}
+
+pub async fn settle_many_dead_letters_beside_acks_and_retries<S: LifecycleStore>(
+    store: S,
+    clock: ManualClock,
+) {
+    for (cs, key) in [("cs1", "k1"), ("cs2", "k2"), ("cs3", "k3"), ("cs4", "k4")] {
+        enqueue(&store, &clock, cs, key, t(0)).await;
+    }
+    let mut claimed = claim(&store, &clock, claim_at("w1", t(1), 4))
+        .await
+        .unwrap();
+    claimed.sort_by(|a, b| a.payload["slug"].as_str().cmp(&b.payload["slug"].as_str()));
+    let cs2 = store
+        .control_space(&tenant(), &ControlSpaceId::parse("cs2").unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    let activate = cs2
+        .plan(
+            &[Transition::Activate {
+                operation_id: cs2.lifecycle_operation_id.clone(),
+                knowledge_space_id: KnowledgeSpaceId::parse("ks-cs2").unwrap(),
+                revision: 1,
+            }],
+            t(2),
+        )
+        .unwrap();
+    let fail = |code: &str| Settlement::fail(t(2), ErrorRecord::new(code, "permanent"));
+    let items = vec![
+        (claimed[0].lease.clone(), fail("INVALID_REQUEST")),
+        (
+            claimed[1].lease.clone(),
+            Settlement::ack(t(2)).with_control_space(activate),
+        ),
+        (
+            claimed[2].lease.clone(),
+            Settlement::retry(t(30), ErrorRecord::new("KFS_UNAVAILABLE", "down")),
+        ),
+        (
+            claimed[3].lease.clone(),
+            Settlement::moot(
+                t(2),
+                ErrorRecord::new(codes::CONTROL_SPACE_DELETING, "gone"),
+            ),
+        ),
+    ];
+    let results = store.settle_many(&items).await.unwrap();
+    assert!(results.iter().all(Result::is_ok), "{results:?}");
+    let expected = [
+        (CommandStatus::Failed, Some("INVALID_REQUEST"), Some(t(2))),
+        (CommandStatus::Succeeded, None, Some(t(2))),
+        (CommandStatus::Pending, Some("KFS_UNAVAILABLE"), None),
+        (
+            CommandStatus::Superseded,
+            Some(codes::CONTROL_SPACE_DELETING),
+            Some(t(2)),
+        ),
+    ];
+    for (c, (status, code, completed)) in claimed.iter().zip(expected) {
+        let row = record(&store, c.id()).await;
+        assert_eq!(row.status, status, "{}", c.id());
+        assert_eq!(row.last_error_code.as_deref(), code, "{}", c.id());
+        assert_eq!(row.completed_at, completed, "{}", c.id());
+        assert_eq!(row.lease_owner, None);
+    }
+    let cs2 = store
+        .control_space(&tenant(), &ControlSpaceId::parse("cs2").unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(cs2.state, ControlSpaceState::Active);
+    // A failed item in a batch that also settles a lease-lost item.
+    let id = enqueue(&store, &clock, "cs5", "k5", t(10)).await;
+    let c = claim_one(&store, &clock, "w1", t(11)).await;
+    let results = store
+        .settle_many(&[
+            (c.lease.clone(), fail("IDEMPOTENCY_KEY_REUSED")),
+            (claimed[0].lease.clone(), fail("INVALID_REQUEST")),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(results[0], Ok(()));
+    assert!(matches!(results[1], Err(SettleError::LeaseLost { .. })));
+    assert_eq!(record(&store, &id).await.status, CommandStatus::Failed);
+}
+
+pub async fn operator_retry_keeps_the_attempt_count_and_starts_a_fresh_budget<
+    S: LifecycleStore + CommandAdmin,
+>(
+    store: S,
+    clock: ManualClock,
+) {
+    let id = fail_it(&store, &clock, "cs1", "k1", 0).await;
+    let after = store
+        .act_on_command(&action(&id, OperatorActionKind::Retry, 1, t(50)))
+        .await
+        .unwrap();
+    assert_eq!(after.status, CommandStatus::Pending);
+    assert_eq!(after.next_attempt_at, t(50));
+    assert_eq!(after.attempt_count, 1, "attempt_count is never reset");
+    assert_eq!(after.attempt_budget_base, 1);
+    assert_eq!(after.completed_at, None);
+    assert_eq!(record(&store, &id).await, after);
+    assert!(
+        claim(&store, &clock, claim_at("w2", t(49), 5))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let claimed = claim_one(&store, &clock, "w2", t(50)).await;
+    assert_eq!(claimed.attempt_count, 2);
+    assert_eq!(claimed.attempt_budget_base, 1);
+    assert_eq!(claimed.attempts_in_budget(), 1);
+    let log = store.command_actions(&id).await.unwrap();
+    assert_eq!(log.len(), 1);
+    assert_eq!(
+        log[0].action,
+        action(&id, OperatorActionKind::Retry, 1, t(50))
+    );
+    assert_eq!(log[0].previous_status, CommandStatus::Failed);
+    assert_eq!(
+        log[0].previous_error_code.as_deref(),
+        Some("INVALID_REQUEST")
+    );
+    assert_eq!(log[0].attempt_count, 1);
+}
+
+pub async fn operator_abandon_closes_a_pending_or_failed_command<
+    S: LifecycleStore + CommandAdmin,
+>(
+    store: S,
+    clock: ManualClock,
+) {
+    let failed = fail_it(&store, &clock, "cs2", "k2", 0).await;
+    let pending = enqueue(&store, &clock, "cs1", "k1", t(10)).await;
+    for (n, id) in [&pending, &failed].into_iter().enumerate() {
+        let n = u32::try_from(n).unwrap();
+        let after = store
+            .act_on_command(&action(id, OperatorActionKind::Abandon, n, t(60)))
+            .await
+            .unwrap();
+        assert_eq!(after.status, CommandStatus::Abandoned);
+        assert_eq!(after.completed_at, Some(t(60)));
+        assert_eq!(
+            after.last_error_code.as_deref(),
+            Some(codes::ABANDONED_BY_OPERATOR)
+        );
+        assert_eq!(after.last_error_message, Some(format!("reason {n}")));
+        let log = store.command_actions(id).await.unwrap();
+        assert_eq!(log.len(), 1);
+        assert_eq!(log[0].action.kind, OperatorActionKind::Abandon);
+    }
+    assert!(
+        claim(&store, &clock, claim_at("w", t(100_000), 5))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+pub async fn operator_actions_refuse_other_statuses_and_write_nothing<
+    S: LifecycleStore + CommandAdmin,
+>(
+    store: S,
+    clock: ManualClock,
+) {
+    let processing = enqueue(&store, &clock, "cs1", "k1", t(0)).await;
+    let claimed = claim_one(&store, &clock, "w1", t(1)).await;
+    let succeeded = enqueue(&store, &clock, "cs2", "k2", t(2)).await;
+    let c = claim_one(&store, &clock, "w1", t(3)).await;
+    store
+        .settle(&c.lease, &Settlement::ack(t(4)))
+        .await
+        .unwrap();
+    let abandoned = enqueue(&store, &clock, "cs3", "k3", t(5)).await;
+    store
+        .act_on_command(&action(&abandoned, OperatorActionKind::Abandon, 0, t(6)))
+        .await
+        .unwrap();
+    for (id, status) in [
+        (&processing, CommandStatus::Processing),
+        (&succeeded, CommandStatus::Succeeded),
+        (&abandoned, CommandStatus::Abandoned),
+    ] {
+        let before = record(&store, id).await;
+        let before_log = store.command_actions(id).await.unwrap().len();
+        for kind in [OperatorActionKind::Retry, OperatorActionKind::Abandon] {
+            assert_eq!(
+                store.act_on_command(&action(id, kind, 9, t(7))).await,
+                Err(OperatorActionError::NotActionable {
+                    command_id: id.clone(),
+                    status,
+                })
+            );
+        }
+        assert_eq!(record(&store, id).await, before);
+        assert_eq!(store.command_actions(id).await.unwrap().len(), before_log);
+    }
+    // The in-flight lease still settles.
+    store
+        .settle(&claimed.lease, &Settlement::ack(t(8)))
+        .await
+        .unwrap();
+    let unknown = CommandId::parse("no-such-command").unwrap();
+    assert_eq!(
+        store
+            .act_on_command(&action(&unknown, OperatorActionKind::Retry, 0, t(9)))
+            .await,
+        Err(OperatorActionError::UnknownCommand {
+            command_id: unknown.clone()
+        })
+    );
+    assert!(store.command_actions(&unknown).await.unwrap().is_empty());
+    assert_eq!(
+        store
+            .command_by_id(&succeeded)
+            .await
+            .unwrap()
+            .map(|r| r.status),
+        Some(CommandStatus::Succeeded)
+    );
+    assert_eq!(store.command_by_id(&unknown).await.unwrap(), None);
+}
+
+pub async fn count_commands_groups_by_status_and_operation<S: LifecycleStore + CommandAdmin>(
+    store: S,
+    clock: ManualClock,
+) {
+    let first = fail_it(&store, &clock, "cs1", "k1", 0).await;
+    fail_it(&store, &clock, "cs2", "k2", 10).await;
+    enqueue(&store, &clock, "cs3", "k3", t(20)).await;
+    enqueue(&store, &clock, "cs4", "k4", t(20)).await;
+    enqueue(&store, &clock, "cs5", "k5", t(20)).await;
+    claim_one(&store, &clock, "w1", t(21)).await;
+    let mut counts = store
+        .count_commands(&[
+            CommandStatus::Pending,
+            CommandStatus::Processing,
+            CommandStatus::Failed,
+        ])
+        .await
+        .unwrap();
+    counts.sort_by_key(|c| c.status.as_str());
+    let count = |status, count| CommandCount {
+        status,
+        operation: tenantry_lifecycle::Operation::Provision,
+        count,
+    };
+    assert_eq!(
+        counts,
+        vec![
+            count(CommandStatus::Failed, 2),
+            count(CommandStatus::Pending, 2),
+            count(CommandStatus::Processing, 1),
+        ]
+    );
+    assert!(
+        store
+            .count_commands(&[CommandStatus::Succeeded])
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    // An operator action takes a command out of the failed count; a later failure adds it back.
+    store
+        .act_on_command(&action(&first, OperatorActionKind::Retry, 1, t(30)))
+        .await
+        .unwrap();
+    let failed = |counts: Vec<CommandCount>| {
+        counts
+            .into_iter()
+            .filter(|c| c.status == CommandStatus::Failed)
+            .map(|c| c.count)
+            .sum::<u64>()
+    };
+    let now = store
+        .count_commands(&[CommandStatus::Failed, CommandStatus::Pending])
+        .await
+        .unwrap();
+    assert_eq!(failed(now.clone()), 1);
+    assert_eq!(
+        now.iter()
+            .filter(|c| c.status == CommandStatus::Pending)
+            .map(|c| c.count)
+            .sum::<u64>(),
+        3
+    );
+    let mut claimed = claim(&store, &clock, claim_at("w2", t(31), 10))
+        .await
+        .unwrap();
+    let again = claimed
+        .iter()
+        .position(|c| c.id() == &first)
+        .expect("the retried command is claimable");
+    let again = claimed.swap_remove(again);
+    let batch = [(
+        again.lease.clone(),
+        Settlement::fail(t(32), ErrorRecord::new("INVALID_REQUEST", "still bad")),
+    )];
+    assert_eq!(store.settle_many(&batch).await.unwrap(), vec![Ok(())]);
+    assert_eq!(
+        failed(
+            store
+                .count_commands(&[CommandStatus::Failed])
+                .await
+                .unwrap()
+        ),
+        2
+    );
+    store
+        .act_on_command(&action(&first, OperatorActionKind::Abandon, 2, t(33)))
+        .await
+        .unwrap();
+    assert_eq!(
+        failed(
+            store
+                .count_commands(&[CommandStatus::Failed])
+                .await
+                .unwrap()
+        ),
+        1
+    );
+    assert_eq!(
+        store
+            .count_commands(&[CommandStatus::Abandoned])
+            .await
+            .unwrap()
+            .iter()
+            .map(|c| c.count)
+            .sum::<u64>(),
+        1
+    );
+}
+
+pub async fn list_commands_filters_by_error_code<S: LifecycleStore>(store: S, clock: ManualClock) {
+    let bad = fail_it(&store, &clock, "cs1", "k1", 0).await;
+    let busy = enqueue(&store, &clock, "cs2", "k2", t(10)).await;
+    let c = claim_one(&store, &clock, "w1", t(11)).await;
+    store
+        .settle(
+            &c.lease,
+            &Settlement::retry(t(20), ErrorRecord::new("KFS_UNAVAILABLE", "down")),
+        )
+        .await
+        .unwrap();
+    enqueue(&store, &clock, "cs3", "k3", t(12)).await;
+    let page = |code: &str| CommandFilter {
+        error_code: Some(code.to_owned()),
+        limit: 100,
+        ..CommandFilter::default()
+    };
+    let ids = |rows: Vec<tenantry_lifecycle::CommandRecord>| {
+        rows.into_iter().map(|r| r.id).collect::<Vec<_>>()
+    };
+    assert_eq!(
+        ids(store.list_commands(&page("INVALID_REQUEST")).await.unwrap()),
+        vec![bad.clone()]
+    );
+    assert_eq!(
+        ids(store.list_commands(&page("KFS_UNAVAILABLE")).await.unwrap()),
+        vec![busy]
+    );
+    let failed_bad = CommandFilter {
+        status: Some(CommandStatus::Failed),
+        ..page("INVALID_REQUEST")
+    };
+    assert_eq!(
+        ids(store.list_commands(&failed_bad).await.unwrap()),
+        vec![bad]
+    );
+    assert!(store.list_commands(&page("NOPE")).await.unwrap().is_empty());
+}

@@ -1,0 +1,270 @@
+//! [`CommandAdmin`] over SeaORM: operator retry / abandon (a compare-and-set on the status plus
+//! one row in `lifecycle_command_actions`, in one write transaction), the action log, and the
+//! counts per (status, operation) of the commands gauge (`GROUP BY` queries served by the claim
+//! index for live commands and the `failed_at` index of migration m0005 for failed ones).
+
+use async_trait::async_trait;
+use sea_orm::sea_query::Expr;
+use sea_orm::{
+    ActiveValue::Set, ColumnTrait, EntityTrait, FromQueryResult, QueryFilter, QueryOrder,
+    QuerySelect,
+};
+use tenantry_kernel::CommandId;
+use tenantry_lifecycle::saga::codes;
+use tenantry_lifecycle::{CommandRecord, CommandStatus, Operation};
+use tenantry_ports::lifecycle::{
+    ActionRecord, CommandAdmin, CommandCount, OperatorAction, OperatorActionError,
+    OperatorActionKind, StoreError,
+};
+
+use super::convert::{millis, to_record};
+use super::entity::{action, outbox};
+use super::{SeaOrmLifecycleStore, unavailable};
+
+fn corrupt(column: &str, value: &str) -> StoreError {
+    StoreError::Corrupt(format!(
+        "lifecycle_command_actions.{column} holds an invalid value {value:?}"
+    ))
+}
+
+fn to_action(row: action::Model) -> Result<ActionRecord, StoreError> {
+    Ok(ActionRecord {
+        action: OperatorAction {
+            command_id: CommandId::parse(row.command_id.clone())
+                .map_err(|_| corrupt("command_id", &row.command_id))?,
+            kind: OperatorActionKind::parse(&row.action)
+                .ok_or_else(|| corrupt("action", &row.action))?,
+            at: chrono::DateTime::from_timestamp_millis(row.created_at)
+                .ok_or_else(|| corrupt("created_at", &row.created_at.to_string()))?,
+            action_id: row.id,
+            actor: row.actor,
+            reason: row.reason,
+        },
+        previous_status: CommandStatus::parse(&row.previous_status)
+            .ok_or_else(|| corrupt("previous_status", &row.previous_status))?,
+        previous_error_code: row.previous_error_code,
+        attempt_count: row.attempt_count,
+    })
+}
+
+#[derive(Debug, FromQueryResult)]
+struct CountRow {
+    status: String,
+    operation: String,
+    count: i64,
+}
+
+#[async_trait]
+impl CommandAdmin for SeaOrmLifecycleStore {
+    async fn act_on_command(
+        &self,
+        request: &OperatorAction,
+    ) -> Result<CommandRecord, OperatorActionError> {
+        let txn = self.begin_write().await?;
+        let id = request.command_id.as_str();
+        let Some(row) = outbox::Entity::find_by_id(id.to_owned())
+            .one(&txn)
+            .await
+            .map_err(unavailable)?
+        else {
+            return Err(OperatorActionError::UnknownCommand {
+                command_id: request.command_id.clone(),
+            });
+        };
+        let before = to_record(row)?;
+        if !before.status.accepts_operator_action() {
+            return Err(OperatorActionError::NotActionable {
+                command_id: before.id,
+                status: before.status,
+            });
+        }
+        let mut update = outbox::Entity::update_many()
+            .col_expr(outbox::Column::FailedAt, Expr::value(Option::<i64>::None))
+            .col_expr(
+                outbox::Column::LeaseOwner,
+                Expr::value(Option::<String>::None),
+            )
+            .col_expr(
+                outbox::Column::LeaseExpiresAt,
+                Expr::value(Option::<i64>::None),
+            );
+        update = match request.kind {
+            OperatorActionKind::Retry => update
+                .col_expr(
+                    outbox::Column::Status,
+                    Expr::value(CommandStatus::Pending.as_str()),
+                )
+                .col_expr(
+                    outbox::Column::NextAttemptAt,
+                    Expr::value(millis(request.at)),
+                )
+                .col_expr(
+                    outbox::Column::AttemptBudgetBase,
+                    Expr::col(outbox::Column::AttemptCount),
+                )
+                .col_expr(
+                    outbox::Column::CompletedAt,
+                    Expr::value(Option::<i64>::None),
+                ),
+            OperatorActionKind::Abandon => update
+                .col_expr(
+                    outbox::Column::Status,
+                    Expr::value(CommandStatus::Abandoned.as_str()),
+                )
+                .col_expr(outbox::Column::CompletedAt, Expr::value(millis(request.at)))
+                .col_expr(
+                    outbox::Column::LastErrorCode,
+                    Expr::value(codes::ABANDONED_BY_OPERATOR),
+                )
+                .col_expr(
+                    outbox::Column::LastErrorMessage,
+                    Expr::value(request.reason.clone()),
+                ),
+        };
+        // Compare-and-set on the status read above: a claim that took the command meanwhile
+        // (it was pending) wins, and the action is refused.
+        let changed = update
+            .filter(outbox::Column::Id.eq(id))
+            .filter(outbox::Column::Status.eq(before.status.as_str()))
+            .filter(outbox::Column::AttemptCount.eq(before.attempt_count))
+            .exec(&txn)
+            .await
+            .map_err(unavailable)?
+            .rows_affected;
+        if changed != 1 {
+            return Err(OperatorActionError::NotActionable {
+                command_id: before.id,
+                status: CommandStatus::Processing,
+            });
+        }
+        action::Entity::insert(action::ActiveModel {
+            id: Set(request.action_id.clone()),
+            command_id: Set(id.to_owned()),
+            action: Set(request.kind.as_str().to_owned()),
+            actor: Set(request.actor.clone()),
+            reason: Set(request.reason.clone()),
+            previous_status: Set(before.status.as_str().to_owned()),
+            previous_error_code: Set(before.last_error_code.clone()),
+            attempt_count: Set(before.attempt_count),
+            created_at: Set(millis(request.at)),
+        })
+        .exec(&txn)
+        .await
+        .map_err(unavailable)?;
+        let after = outbox::Entity::find_by_id(id.to_owned())
+            .one(&txn)
+            .await
+            .map_err(unavailable)?
+            .ok_or_else(|| StoreError::Unavailable("updated command is not readable".into()))?;
+        txn.commit().await.map_err(unavailable)?;
+        Ok(to_record(after)?)
+    }
+
+    async fn command_actions(
+        &self,
+        command_id: &CommandId,
+    ) -> Result<Vec<ActionRecord>, StoreError> {
+        action::Entity::find()
+            .filter(action::Column::CommandId.eq(command_id.as_str()))
+            .order_by_asc(action::Column::CreatedAt)
+            .order_by_asc(action::Column::Id)
+            .all(&self.conn)
+            .await
+            .map_err(unavailable)?
+            .into_iter()
+            .map(to_action)
+            .collect()
+    }
+
+    async fn command_by_id(
+        &self,
+        command_id: &CommandId,
+    ) -> Result<Option<CommandRecord>, StoreError> {
+        outbox::Entity::find_by_id(command_id.as_str().to_owned())
+            .one(&self.conn)
+            .await
+            .map_err(unavailable)?
+            .map(to_record)
+            .transpose()
+    }
+
+    async fn count_commands(
+        &self,
+        statuses: &[CommandStatus],
+    ) -> Result<Vec<CommandCount>, StoreError> {
+        // Each group is counted through an index that never names `status` (see m0005):
+        // live commands through the claim index, failed ones through the failed index.
+        let live: Vec<&str> = statuses
+            .iter()
+            .filter(|s| matches!(s, CommandStatus::Pending | CommandStatus::Processing))
+            .map(|s| s.as_str())
+            .collect();
+        let settled: Vec<&str> = statuses
+            .iter()
+            .filter(|s| {
+                !matches!(
+                    s,
+                    CommandStatus::Pending | CommandStatus::Processing | CommandStatus::Failed
+                )
+            })
+            .map(|s| s.as_str())
+            .collect();
+        let mut rows = Vec::new();
+        let grouped = || {
+            outbox::Entity::find()
+                .select_only()
+                .column(outbox::Column::Status)
+                .column(outbox::Column::Operation)
+                .column_as(outbox::Column::Id.count(), "count")
+                .group_by(outbox::Column::Status)
+                .group_by(outbox::Column::Operation)
+        };
+        if !live.is_empty() {
+            rows.extend(
+                grouped()
+                    .filter(outbox::Column::CompletedAt.is_null())
+                    .filter(outbox::Column::Status.is_in(live))
+                    .into_model::<CountRow>()
+                    .all(&self.conn)
+                    .await
+                    .map_err(unavailable)?,
+            );
+        }
+        if statuses.contains(&CommandStatus::Failed) {
+            rows.extend(
+                grouped()
+                    .filter(outbox::Column::FailedAt.is_not_null())
+                    .filter(outbox::Column::Status.eq(CommandStatus::Failed.as_str()))
+                    .into_model::<CountRow>()
+                    .all(&self.conn)
+                    .await
+                    .map_err(unavailable)?,
+            );
+        }
+        if !settled.is_empty() {
+            // Succeeded, superseded, abandoned: no index, a scan of the history.
+            rows.extend(
+                grouped()
+                    .filter(outbox::Column::Status.is_in(settled))
+                    .into_model::<CountRow>()
+                    .all(&self.conn)
+                    .await
+                    .map_err(unavailable)?,
+            );
+        }
+        rows.into_iter()
+            .map(|row| {
+                Ok(CommandCount {
+                    status: CommandStatus::parse(&row.status).ok_or_else(|| {
+                        StoreError::Corrupt(format!(
+                            "lifecycle_outbox.status holds an invalid value {:?}",
+                            row.status
+                        ))
+                    })?,
+                    operation: Operation::parse(&row.operation),
+                    count: u64::try_from(row.count).unwrap_or(0),
+                })
+            })
+            .collect()
+    }
+}

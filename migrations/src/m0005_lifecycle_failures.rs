@@ -1,0 +1,177 @@
+//! Migration: dead-lettered commands and operator actions.
+//!
+//! - `lifecycle_outbox.attempt_budget_base` (INTEGER, default 0): the `attempt_count` at which
+//!   the command's current attempt budget began. An operator retry sets it to the current
+//!   `attempt_count` instead of resetting the count, so a retried provision still shows it may
+//!   have been dispatched while it gets a fresh budget of `max_attempts` claims.
+//! - `lifecycle_outbox.failed_at` (BIGINT, NULL unless the status is `failed`): set by the
+//!   settle that dead-letters a command, cleared by an operator retry or abandon. The partial
+//!   index `ix_lifecycle_outbox_failed` on `(operation) WHERE failed_at IS NOT NULL` lets the
+//!   commands gauge count failed commands without scanning the history. No index may name
+//!   `status` (or any other column a claim changes): m0004 keeps claims HOT updates on
+//!   PostgreSQL, and any index over `status` — even a partial one — would end that. Pending and
+//!   processing commands are counted through the claim index (`completed_at IS NULL`).
+//! - `lifecycle_command_actions`: one row per operator action (retry / abandon): `id`,
+//!   `command_id`, `action`, `actor`, `reason`, `previous_status`, `previous_error_code`,
+//!   `attempt_count`, `created_at` (Unix ms); index on `(command_id, created_at)`.
+//!
+//! The statuses `failed` and `abandoned` need no schema change (status is text).
+
+use sea_orm_migration::prelude::*;
+
+/// Adds the attempt-budget and failed-at columns, the failed index and the action log.
+#[derive(DeriveMigrationName)]
+pub struct Migration;
+
+#[derive(Iden)]
+enum LifecycleOutbox {
+    Table,
+    Operation,
+    AttemptBudgetBase,
+    FailedAt,
+}
+
+#[derive(Iden)]
+enum LifecycleCommandActions {
+    Table,
+    Id,
+    CommandId,
+    Action,
+    Actor,
+    Reason,
+    PreviousStatus,
+    PreviousErrorCode,
+    AttemptCount,
+    CreatedAt,
+}
+
+const FAILED_INDEX: &str = "ix_lifecycle_outbox_failed";
+const ACTIONS_INDEX: &str = "ix_lifecycle_command_actions_command";
+
+#[async_trait::async_trait]
+impl MigrationTrait for Migration {
+    async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        manager
+            .alter_table(
+                Table::alter()
+                    .table(LifecycleOutbox::Table)
+                    .add_column(
+                        ColumnDef::new(LifecycleOutbox::AttemptBudgetBase)
+                            .integer()
+                            .not_null()
+                            .default(0),
+                    )
+                    .to_owned(),
+            )
+            .await?;
+        manager
+            .alter_table(
+                Table::alter()
+                    .table(LifecycleOutbox::Table)
+                    .add_column(ColumnDef::new(LifecycleOutbox::FailedAt).big_integer())
+                    .to_owned(),
+            )
+            .await?;
+        manager
+            .create_index(
+                Index::create()
+                    .name(FAILED_INDEX)
+                    .table(LifecycleOutbox::Table)
+                    .col(LifecycleOutbox::Operation)
+                    .and_where(Expr::col(LifecycleOutbox::FailedAt).is_not_null())
+                    .to_owned(),
+            )
+            .await?;
+        manager
+            .create_table(
+                Table::create()
+                    .table(LifecycleCommandActions::Table)
+                    .col(
+                        ColumnDef::new(LifecycleCommandActions::Id)
+                            .string()
+                            .not_null()
+                            .primary_key(),
+                    )
+                    .col(
+                        ColumnDef::new(LifecycleCommandActions::CommandId)
+                            .string()
+                            .not_null(),
+                    )
+                    .col(
+                        ColumnDef::new(LifecycleCommandActions::Action)
+                            .string()
+                            .not_null(),
+                    )
+                    .col(
+                        ColumnDef::new(LifecycleCommandActions::Actor)
+                            .string()
+                            .not_null(),
+                    )
+                    .col(
+                        ColumnDef::new(LifecycleCommandActions::Reason)
+                            .text()
+                            .not_null(),
+                    )
+                    .col(
+                        ColumnDef::new(LifecycleCommandActions::PreviousStatus)
+                            .string()
+                            .not_null(),
+                    )
+                    .col(ColumnDef::new(LifecycleCommandActions::PreviousErrorCode).string())
+                    .col(
+                        ColumnDef::new(LifecycleCommandActions::AttemptCount)
+                            .integer()
+                            .not_null(),
+                    )
+                    .col(
+                        ColumnDef::new(LifecycleCommandActions::CreatedAt)
+                            .big_integer()
+                            .not_null(),
+                    )
+                    .to_owned(),
+            )
+            .await?;
+        manager
+            .create_index(
+                Index::create()
+                    .name(ACTIONS_INDEX)
+                    .table(LifecycleCommandActions::Table)
+                    .col(LifecycleCommandActions::CommandId)
+                    .col(LifecycleCommandActions::CreatedAt)
+                    .to_owned(),
+            )
+            .await
+    }
+
+    async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        manager
+            .drop_table(
+                Table::drop()
+                    .table(LifecycleCommandActions::Table)
+                    .to_owned(),
+            )
+            .await?;
+        manager
+            .drop_index(
+                Index::drop()
+                    .name(FAILED_INDEX)
+                    .table(LifecycleOutbox::Table)
+                    .to_owned(),
+            )
+            .await?;
+        for column in [
+            LifecycleOutbox::FailedAt,
+            LifecycleOutbox::AttemptBudgetBase,
+        ] {
+            manager
+                .alter_table(
+                    Table::alter()
+                        .table(LifecycleOutbox::Table)
+                        .drop_column(column)
+                        .to_owned(),
+                )
+                .await?;
+        }
+        Ok(())
+    }
+}
