@@ -106,26 +106,6 @@ fn replace_database(url: &str, database: &str) -> String {
     out
 }
 
-#[cfg(test)]
-mod tests {
-    use super::replace_database;
-
-    #[test]
-    fn replace_database_keeps_authority_and_query() {
-        let cases = [
-            ("postgres://u@h:5/postgres", "postgres://u@h:5/x"),
-            ("postgres://u@h:5", "postgres://u@h:5/x"),
-            (
-                "postgres://u@h:5/db?sslmode=disable",
-                "postgres://u@h:5/x?sslmode=disable",
-            ),
-        ];
-        for (input, expected) in cases {
-            assert_eq!(replace_database(input, "x"), expected);
-        }
-    }
-}
-
 /// How many other sessions of `db`'s database are idle inside a transaction (PostgreSQL;
 /// always 0 on SQLite). A unit of work that was cancelled mid-transaction and returned its
 /// connection to the pool shows up here.
@@ -147,3 +127,24 @@ pub async fn sessions_idle_in_transaction(db: &Database) -> usize {
         .expect("read pg_stat_activity")
         .len()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::replace_database;
+
+    #[test]
+    fn replace_database_keeps_authority_and_query() {
+        let cases = [
+            ("postgres://u@h:5/postgres", "postgres://u@h:5/x"),
+            ("postgres://u@h:5", "postgres://u@h:5/x"),
+            (
+                "postgres://u@h:5/db?sslmode=disable",
+                "postgres://u@h:5/x?sslmode=disable",
+            ),
+        ];
+        for (input, expected) in cases {
+            assert_eq!(replace_database(input, "x"), expected);
+        }
+    }
+}
+
