@@ -626,8 +626,8 @@ async fn deletion_never_orphans_a_provision_that_lands_after_a_504() {
     );
     assert_eq!(
         h.command(&receipt.command_id).status,
-        CommandStatus::Succeeded,
-        "the provision acked without a second delivery"
+        CommandStatus::Superseded,
+        "the provision closed as moot, without a second delivery"
     );
     assert_eq!(
         h.calls("provision"),

@@ -125,7 +125,7 @@ fn provision_settles_without_delivery_when_no_longer_owned_or_provisioning() {
             &provision_payload(),
             Some(&space(ControlSpaceState::Active, "op"))
         ),
-        ProvisionStart::SettleWithoutDelivery(Settlement::ack(at(10)))
+        ProvisionStart::SettleWithoutDelivery(Settlement::ack(at(10)).nothing_sent())
     );
     // Overtaken: closed as superseded, never shown as succeeded.
     for cs in [
