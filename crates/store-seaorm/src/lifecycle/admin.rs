@@ -19,7 +19,7 @@ use tenantry_ports::lifecycle::{
 
 use super::convert::{millis, to_record};
 use super::entity::{action, outbox};
-use super::{SeaOrmLifecycleStore, unavailable};
+use super::{SeaOrmLifecycleStore, detached, unavailable};
 
 fn corrupt(column: &str, value: &str) -> StoreError {
     StoreError::Corrupt(format!(
@@ -60,104 +60,9 @@ impl CommandAdmin for SeaOrmLifecycleStore {
         &self,
         request: &OperatorAction,
     ) -> Result<CommandRecord, OperatorActionError> {
-        let txn = self.begin_write().await?;
-        let id = request.command_id.as_str();
-        let Some(row) = outbox::Entity::find_by_id(id.to_owned())
-            .one(&txn)
-            .await
-            .map_err(unavailable)?
-        else {
-            return Err(OperatorActionError::UnknownCommand {
-                command_id: request.command_id.clone(),
-            });
-        };
-        let before = to_record(row)?;
-        if !before.status.accepts_operator_action() {
-            return Err(OperatorActionError::NotActionable {
-                command_id: before.id,
-                status: before.status,
-            });
-        }
-        let mut update = outbox::Entity::update_many()
-            .col_expr(outbox::Column::FailedAt, Expr::value(Option::<i64>::None))
-            .col_expr(
-                outbox::Column::LeaseOwner,
-                Expr::value(Option::<String>::None),
-            )
-            .col_expr(
-                outbox::Column::LeaseExpiresAt,
-                Expr::value(Option::<i64>::None),
-            );
-        update = match request.kind {
-            OperatorActionKind::Retry => update
-                .col_expr(
-                    outbox::Column::Status,
-                    Expr::value(CommandStatus::Pending.as_str()),
-                )
-                .col_expr(
-                    outbox::Column::NextAttemptAt,
-                    Expr::value(millis(request.at)),
-                )
-                .col_expr(
-                    outbox::Column::AttemptBudgetBase,
-                    Expr::col(outbox::Column::AttemptCount),
-                )
-                .col_expr(
-                    outbox::Column::CompletedAt,
-                    Expr::value(Option::<i64>::None),
-                ),
-            OperatorActionKind::Abandon => update
-                .col_expr(
-                    outbox::Column::Status,
-                    Expr::value(CommandStatus::Abandoned.as_str()),
-                )
-                .col_expr(outbox::Column::CompletedAt, Expr::value(millis(request.at)))
-                .col_expr(
-                    outbox::Column::LastErrorCode,
-                    Expr::value(codes::ABANDONED_BY_OPERATOR),
-                )
-                .col_expr(
-                    outbox::Column::LastErrorMessage,
-                    Expr::value(request.reason.clone()),
-                ),
-        };
-        // Compare-and-set on the status read above: a claim that took the command meanwhile
-        // (it was pending) wins, and the action is refused.
-        let changed = update
-            .filter(outbox::Column::Id.eq(id))
-            .filter(outbox::Column::Status.eq(before.status.as_str()))
-            .filter(outbox::Column::AttemptCount.eq(before.attempt_count))
-            .exec(&txn)
-            .await
-            .map_err(unavailable)?
-            .rows_affected;
-        if changed != 1 {
-            return Err(OperatorActionError::NotActionable {
-                command_id: before.id,
-                status: CommandStatus::Processing,
-            });
-        }
-        action::Entity::insert(action::ActiveModel {
-            id: Set(request.action_id.clone()),
-            command_id: Set(id.to_owned()),
-            action: Set(request.kind.as_str().to_owned()),
-            actor: Set(request.actor.clone()),
-            reason: Set(request.reason.clone()),
-            previous_status: Set(before.status.as_str().to_owned()),
-            previous_error_code: Set(before.last_error_code.clone()),
-            attempt_count: Set(before.attempt_count),
-            created_at: Set(millis(request.at)),
-        })
-        .exec(&txn)
-        .await
-        .map_err(unavailable)?;
-        let after = outbox::Entity::find_by_id(id.to_owned())
-            .one(&txn)
-            .await
-            .map_err(unavailable)?
-            .ok_or_else(|| StoreError::Unavailable("updated command is not readable".into()))?;
-        txn.commit().await.map_err(unavailable)?;
-        Ok(to_record(after)?)
+        let store = self.clone();
+        let request = request.clone();
+        detached(async move { act_once(&store, &request).await }).await
     }
 
     async fn command_actions(
@@ -267,4 +172,110 @@ impl CommandAdmin for SeaOrmLifecycleStore {
             })
             .collect()
     }
+}
+
+/// One operator action in one transaction (see [`CommandAdmin::act_on_command`]).
+async fn act_once(
+    store: &SeaOrmLifecycleStore,
+    request: &OperatorAction,
+) -> Result<CommandRecord, OperatorActionError> {
+    let txn = store.begin_write().await?;
+    let id = request.command_id.as_str();
+    let Some(row) = outbox::Entity::find_by_id(id.to_owned())
+        .one(&txn)
+        .await
+        .map_err(unavailable)?
+    else {
+        return Err(OperatorActionError::UnknownCommand {
+            command_id: request.command_id.clone(),
+        });
+    };
+    let before = to_record(row)?;
+    if !before.status.accepts_operator_action() {
+        return Err(OperatorActionError::NotActionable {
+            command_id: before.id,
+            status: before.status,
+        });
+    }
+    let mut update = outbox::Entity::update_many()
+        .col_expr(outbox::Column::FailedAt, Expr::value(Option::<i64>::None))
+        .col_expr(
+            outbox::Column::LeaseOwner,
+            Expr::value(Option::<String>::None),
+        )
+        .col_expr(
+            outbox::Column::LeaseExpiresAt,
+            Expr::value(Option::<i64>::None),
+        );
+    update = match request.kind {
+        OperatorActionKind::Retry => update
+            .col_expr(
+                outbox::Column::Status,
+                Expr::value(CommandStatus::Pending.as_str()),
+            )
+            .col_expr(
+                outbox::Column::NextAttemptAt,
+                // Due at once by the store's clock, not the operator process's.
+                Expr::cust(store.now_sql()),
+            )
+            .col_expr(
+                outbox::Column::AttemptBudgetBase,
+                Expr::col(outbox::Column::AttemptCount),
+            )
+            .col_expr(
+                outbox::Column::CompletedAt,
+                Expr::value(Option::<i64>::None),
+            ),
+        OperatorActionKind::Abandon => update
+            .col_expr(
+                outbox::Column::Status,
+                Expr::value(CommandStatus::Abandoned.as_str()),
+            )
+            .col_expr(outbox::Column::CompletedAt, Expr::value(millis(request.at)))
+            .col_expr(
+                outbox::Column::LastErrorCode,
+                Expr::value(codes::ABANDONED_BY_OPERATOR),
+            )
+            .col_expr(
+                outbox::Column::LastErrorMessage,
+                Expr::value(request.reason.clone()),
+            ),
+    };
+    // Compare-and-set on the status read above: a claim that took the command meanwhile
+    // (it was pending) wins, and the action is refused.
+    let changed = update
+        .filter(outbox::Column::Id.eq(id))
+        .filter(outbox::Column::Status.eq(before.status.as_str()))
+        .filter(outbox::Column::AttemptCount.eq(before.attempt_count))
+        .exec(&txn)
+        .await
+        .map_err(unavailable)?
+        .rows_affected;
+    if changed != 1 {
+        return Err(OperatorActionError::NotActionable {
+            command_id: before.id,
+            status: CommandStatus::Processing,
+        });
+    }
+    action::Entity::insert(action::ActiveModel {
+        id: Set(request.action_id.clone()),
+        command_id: Set(id.to_owned()),
+        action: Set(request.kind.as_str().to_owned()),
+        actor: Set(request.actor.clone()),
+        reason: Set(request.reason.clone()),
+        previous_status: Set(before.status.as_str().to_owned()),
+        previous_error_code: Set(before.last_error_code.clone()),
+        attempt_count: Set(before.attempt_count),
+        created_at: Set(millis(request.at)),
+    })
+    .exec(&txn)
+    .await
+    .map_err(unavailable)?;
+    let after = outbox::Entity::find_by_id(id.to_owned())
+        .one(&txn)
+        .await
+        .map_err(unavailable)?
+        .ok_or_else(|| StoreError::Unavailable("updated command is not readable".into()))?;
+    txn.commit().await.map_err(unavailable)?;
+    Ok(to_record(after)?)
 }
