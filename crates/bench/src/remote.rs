@@ -80,6 +80,7 @@ impl KnowledgeFs for InstantRemote {
             phase: DeletionPhase::Completed,
             irreversible_at: None,
             revision: request.expected_revision + 1,
+            retry_after: None,
         })
     }
 

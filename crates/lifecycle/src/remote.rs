@@ -146,6 +146,11 @@ pub struct DeletionProgress {
     pub irreversible_at: Option<DateTime<Utc>>,
     /// Remote revision.
     pub revision: i64,
+    /// How long the remote suggests waiting before polling again (its `Retry-After` on the
+    /// answer; not part of the JSON body). A pending deletion is polled at this interval, not
+    /// with the failure backoff.
+    #[serde(skip)]
+    pub retry_after: Option<std::time::Duration>,
 }
 
 /// `POST .../grants/{grant_id}/revocations`.

@@ -194,6 +194,9 @@ fn quiet_from(provision: &CommandRecord, grace: Duration) -> DateTime<Utc> {
         .unwrap_or(DateTime::<Utc>::MAX_UTC)
 }
 
+/// Poll interval of a deletion in progress when the remote suggests none (`Retry-After`).
+pub const DELETION_POLL_INTERVAL: Duration = Duration::from_secs(2);
+
 fn owns(cs: &ControlSpace, command: &ClaimedCommand, state: ControlSpaceState) -> bool {
     cs.state == state && cs.lifecycle_operation_id == command.operation_id
 }
@@ -628,10 +631,23 @@ impl<'a> Step<'a> {
             });
             self.ack()
         } else {
-            self.retry(
+            // A deletion in progress is polled at the interval the remote suggests (else
+            // DELETION_POLL_INTERVAL), not with the failure backoff (Tenantry deviation: the
+            // reference backs off exponentially, stretching a delete to minutes).
+            let interval = progress
+                .retry_after
+                .unwrap_or(DELETION_POLL_INTERVAL)
+                .min(self.policy.max_retry_after);
+            let next = self
+                .now
+                .checked_add_signed(
+                    chrono::Duration::from_std(interval).unwrap_or(chrono::Duration::MAX),
+                )
+                .unwrap_or(DateTime::<Utc>::MAX_UTC);
+            self.retry_at(
+                next,
                 codes::REMOTE_DELETION_PENDING,
                 format!("KnowledgeFS deletion is {}", progress.phase.as_str()),
-                None,
             )
         };
         if transitions.is_empty() {

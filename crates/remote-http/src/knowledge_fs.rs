@@ -340,7 +340,25 @@ impl KnowledgeFs for HttpKnowledgeFs {
             provisioning_key: &request.provisioning_key,
             expected_revision: request.expected_revision,
         };
-        self.mutate(url, &request.idempotency_key, &body).await
+        let body = serde_json::to_vec(&body).map_err(|e| {
+            RemoteError::not_dispatched(format!("cannot encode the request body: {e}"))
+        })?;
+        let answer = self
+            .exchange(
+                Method::POST,
+                url,
+                Some(&request.idempotency_key),
+                Some(body),
+            )
+            .await?;
+        let now = Utc::now();
+        let mut progress: DeletionProgress = decode(&answer, now)?;
+        // The poll interval the remote suggests for a deletion still in progress.
+        progress.retry_after = answer
+            .retry_after
+            .as_deref()
+            .and_then(|v| parse_retry_after(v, now));
+        Ok(progress)
     }
 
     async fn revoke_grant(&self, request: &RevokeRequest) -> Result<RevokeAck, RemoteError> {

@@ -145,6 +145,11 @@ async fn deletion_drains_then_becomes_irreversible_then_completed_over_http() {
             .request_deletion(&deletion_request(1, &space))
             .await
             .unwrap();
+        assert_eq!(
+            progress.retry_after,
+            Some(std::time::Duration::from_secs(1)),
+            "the client reads the poll interval (Retry-After) of a deletion answer"
+        );
         phases.push(progress.phase);
         last = Some(progress);
     }

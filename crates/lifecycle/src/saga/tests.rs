@@ -533,18 +533,35 @@ fn deletion_progress_settles_by_phase() {
         phase,
         irreversible_at,
         revision: 5,
+        retry_after: None,
     };
-    // accepted / draining: retry, nothing recorded
+    // accepted / draining: polled again after the default interval (2 s), nothing recorded
     for phase in [DeletionPhase::Accepted, DeletionPhase::Draining] {
         let s = step(&cmd)
             .settle_deletion(Some(&cs), &progress(phase, None))
             .unwrap();
         assert_eq!(
             retry_code(&s),
-            Some((codes::REMOTE_DELETION_PENDING, at(14)))
+            Some((codes::REMOTE_DELETION_PENDING, at(12)))
         );
         assert_eq!(s.control_space, None);
     }
+    // the remote's Retry-After sets the poll interval, whatever the attempt count
+    let late = command(Operation::Delete, 9);
+    let s = step(&late)
+        .settle_deletion(
+            Some(&cs),
+            &DeletionProgress {
+                retry_after: Some(std::time::Duration::from_secs(1)),
+                ..progress(DeletionPhase::Draining, None)
+            },
+        )
+        .unwrap();
+    assert_eq!(
+        retry_code(&s),
+        Some((codes::REMOTE_DELETION_PENDING, at(11))),
+        "not the failure backoff (256 s at attempt 9)"
+    );
     // irreversible: retry and record the remote time once
     let s = step(&cmd)
         .settle_deletion(

@@ -849,6 +849,7 @@ impl KnowledgeFs for FakeKnowledgeFs {
             phase,
             irreversible_at: None,
             revision,
+            retry_after: None,
         })
     }
 

@@ -169,12 +169,19 @@ async fn deletion(
         Err(e) => return error_response(&e),
     };
     let fingerprint = fingerprint("deletion", &[ns.as_str(), space.as_str()], &body);
-    run(&shared, &ctl, Route::Deletion, move |model, now, _| {
+    let mut response = run(&shared, &ctl, Route::Deletion, move |model, now, _| {
         model.check_idempotency(&ns, &key, fingerprint)?;
         let progress = model.delete(&ns, &space, &body, now)?;
         Ok((StatusCode::OK, to_json(&progress)))
     })
-    .await
+    .await;
+    if response.status() == StatusCode::OK {
+        // The interval at which a client should poll a deletion that is not completed yet.
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    }
+    response
 }
 
 async fn revocation(

@@ -405,6 +405,7 @@ impl Model {
             phase: space.deletion_phase.unwrap_or(DeletionPhase::Accepted),
             irreversible_at: space.irreversible_at,
             revision: space.revision,
+            retry_after: None,
         })
     }
 
