@@ -52,6 +52,12 @@ pub enum BindingError {
     /// The caller passed a control character.
     #[error("installation binding must not contain control characters")]
     ControlCharacter,
+    /// The binding is not in Unicode NFC (two bindings that look the same must be one).
+    #[error("installation binding is not in Unicode NFC; send {normalized:?} instead")]
+    NotNormalized {
+        /// The NFC form to send instead.
+        normalized: String,
+    },
 }
 
 /// One installation of a connector on the host platform: the namespace of its host storage,
@@ -80,6 +86,9 @@ impl Binding {
         }
         if value.chars().any(char::is_control) {
             return Err(BindingError::ControlCharacter);
+        }
+        if let Some(normalized) = tenantry_kernel::id::nfc_form(&value) {
+            return Err(BindingError::NotNormalized { normalized });
         }
         Ok(Self(value))
     }
@@ -226,6 +235,19 @@ impl fmt::Display for FenceKey {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `../shared/cases/007-lookalike-ids.md`, for fence bindings: "é" as one code point is a
+    /// binding; as "e" + combining acute it is refused with the NFC form to send instead.
+    #[test]
+    fn case_007_lookalike_bindings_are_refused_unless_nfc() {
+        assert!(Binding::parse("inst-\u{e9}").is_ok());
+        assert_eq!(
+            Binding::parse("inst-e\u{301}"),
+            Err(BindingError::NotNormalized {
+                normalized: "inst-\u{e9}".to_owned()
+            })
+        );
+    }
 
     #[test]
     fn fence_key_is_prefix_plus_sha256_of_identity() {

@@ -79,6 +79,17 @@ pub fn validate(kind: &'static str, value: &str) -> Result<(), IdError> {
     Ok(())
 }
 
+/// The NFC form of `value` when `value` is not in Unicode NFC (`None` when it is): the one
+/// normalization rule for every identifier Tenantry accepts (docs/protocol.md, section 0).
+pub fn nfc_form(value: &str) -> Option<String> {
+    if unicode_normalization::is_nfc(value) {
+        None
+    } else {
+        use unicode_normalization::UnicodeNormalization as _;
+        Some(value.nfc().collect())
+    }
+}
+
 /// Whether `c` may not appear in an identifier: whitespace, control characters, `/`, and the
 /// invisible format characters of Unicode category Cf that matter for spoofing (soft hyphen,
 /// zero-width and joiner characters, bidirectional marks, embeddings, overrides and isolates,
