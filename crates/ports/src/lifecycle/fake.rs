@@ -514,6 +514,8 @@ impl CommandAdmin for InMemoryLifecycleStore {
         action: &OperatorAction,
     ) -> Result<CommandRecord, OperatorActionError> {
         self.check_fault()?;
+        // Due at once by the store's clock (the database clock of the SQL adapters).
+        let now = self.clock.now();
         let mut state = lock(&self.state);
         let Some(r) = state.commands.get_mut(&action.command_id) else {
             return Err(OperatorActionError::UnknownCommand {
@@ -535,7 +537,7 @@ impl CommandAdmin for InMemoryLifecycleStore {
         match action.kind {
             OperatorActionKind::Retry => {
                 r.status = CommandStatus::Pending;
-                r.next_attempt_at = action.at;
+                r.next_attempt_at = now;
                 r.attempt_budget_base = r.attempt_count;
                 r.completed_at = None;
             }

@@ -178,6 +178,7 @@ pub async fn operator_retry_keeps_the_attempt_count_and_starts_a_fresh_budget<
     clock: ManualClock,
 ) {
     let id = fail_it(&store, &clock, "cs1", "k1", 0).await;
+    clock.set(t(50));
     let after = store
         .act_on_command(&action(&id, OperatorActionKind::Retry, 1, t(50)))
         .await
