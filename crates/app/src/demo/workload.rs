@@ -305,11 +305,15 @@ pub async fn commands_of(
 /// # Errors
 /// The client's error.
 pub async fn open_commands(client: &AdminClient, tenants: &[String]) -> Result<u64, ClientError> {
-    let pending = commands_of(client, tenants, Some("pending")).await?.len();
-    let processing = commands_of(client, tenants, Some("processing"))
+    // One listing of every command, counted by status: two listings (pending, then
+    // processing) could both miss a command that moved from processing back to pending
+    // between them, and report "settled" too early.
+    let open = commands_of(client, tenants, None)
         .await?
-        .len();
-    Ok((pending + processing) as u64)
+        .iter()
+        .filter(|c| matches!(c["status"].as_str(), Some("pending" | "processing")))
+        .count();
+    Ok(open as u64)
 }
 
 #[cfg(test)]

@@ -487,10 +487,8 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
         };
         let mut settlement =
             step.remote_failure(status, &error.code, &error.message, error.retry_after);
-        if error.failure == RemoteFailure::NotDispatched
-            && step.command.operation == Operation::Provision
-        {
-            // The request provably never left: this attempt sent nothing.
+        if step.command.operation == Operation::Provision && applied_nothing(error.failure) {
+            // The request never left, or KnowledgeFS refused it: nothing can land later.
             settlement = settlement.nothing_sent();
         }
         self.settle(step, settlement).await
@@ -702,6 +700,18 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
         if let Err(error) = self.metrics.record_task(&metric) {
             warn!(%error, operation = %command.operation, status = status.as_str(), "lifecycle metric export failed");
         }
+    }
+}
+
+/// Whether a failed call provably applied nothing remotely: it never left, or KnowledgeFS
+/// answered with a refusal its protocol defines as effect-free (any 4xx, and 503; see
+/// docs/protocol.md, "Errors and `Retry-After`"). Other 5xx (500, 502, 504) may come from a
+/// gateway while the backend goes on, so they count as possibly applied.
+fn applied_nothing(failure: RemoteFailure) -> bool {
+    match failure {
+        RemoteFailure::NotDispatched => true,
+        RemoteFailure::Answered { status } => (400..500).contains(&status) || status == 503,
+        RemoteFailure::OutcomeUnknown => false,
     }
 }
 

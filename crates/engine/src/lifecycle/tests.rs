@@ -494,23 +494,29 @@ async fn remote_absence_completes_the_deletion_when_product_disabled() {
 }
 
 #[tokio::test]
-async fn remote_absence_completes_at_once_when_no_provision_request_ever_left() {
-    let h = harness();
-    let provision = h.create("cs1").await;
-    h.remote.push_fault(
-        RemoteCall::Provision,
-        Fault::Fail(RemoteError::not_dispatched("connection refused")),
-    );
-    h.dispatch(t(0), true).await; // claimed, but the request provably never left
-    let delete = h.delete("cs1").await;
-    let outcome = h.dispatch(t(1), false).await;
-    assert_eq!(outcome.command_id, Some(delete.command_id.clone()));
-    assert!(outcome.completed, "nothing was ever sent: absence is proof");
-    assert_eq!(
-        h.command(&provision.command_id).status,
-        CommandStatus::Superseded
-    );
-    assert_eq!(h.space("cs1").await.state, ControlSpaceState::Deleted);
+async fn remote_absence_completes_at_once_when_no_provision_request_can_land() {
+    // Never left (connection refused), or refused by KnowledgeFS with a status its protocol
+    // defines as applying nothing (429, 503, 4xx).
+    for failure in [
+        RemoteError::not_dispatched("connection refused"),
+        RemoteError::answered(503, "KFS_UNAVAILABLE", "busy"),
+        RemoteError::answered(429, "KFS_RATE_LIMITED", "slow down"),
+    ] {
+        let h = harness();
+        let provision = h.create("cs1").await;
+        h.remote
+            .push_fault(RemoteCall::Provision, Fault::Fail(failure.clone()));
+        h.dispatch(t(0), true).await; // claimed; nothing can land
+        let delete = h.delete("cs1").await;
+        let outcome = h.dispatch(t(1), false).await;
+        assert_eq!(outcome.command_id, Some(delete.command_id.clone()));
+        assert!(outcome.completed, "{failure:?}: absence is proof");
+        assert_eq!(
+            h.command(&provision.command_id).status,
+            CommandStatus::Superseded
+        );
+        assert_eq!(h.space("cs1").await.state, ControlSpaceState::Deleted);
+    }
 }
 
 #[tokio::test]
@@ -543,9 +549,9 @@ async fn remote_absence_retries_while_a_provision_may_still_deliver() {
     h.create("cs1").await;
     h.remote.push_fault(
         RemoteCall::Provision,
-        Fault::Fail(RemoteError::answered(503, "KFS_UNAVAILABLE", "busy")),
+        Fault::Fail(RemoteError::answered(502, "KFS_HTTP_502", "bad gateway")),
     );
-    h.dispatch(t(0), true).await; // provision sent, answered 503; retry at t(2)
+    h.dispatch(t(0), true).await; // provision sent, a gateway answered 502; retry at t(2)
     let delete = h.delete("cs1").await;
     assert_eq!(
         h.dispatch(t(1), true).await.command_id,
