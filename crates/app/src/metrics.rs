@@ -287,6 +287,28 @@ mod tests {
     use super::*;
 
     #[test]
+    fn lease_renewals_are_counted_by_outcome() {
+        let sink = AppMetrics::new();
+        for outcome in [
+            RenewalOutcome::Renewed,
+            RenewalOutcome::Renewed,
+            RenewalOutcome::Lost,
+        ] {
+            sink.record_lease_renewal("delete", outcome).unwrap();
+        }
+        let tally = sink.tally();
+        assert_eq!(tally.renewals.get("renewed"), Some(&2));
+        assert_eq!(tally.renewals.get("lost"), Some(&1));
+        let text = render();
+        assert!(
+            text.contains(
+                "tenantry_lifecycle_lease_renewals_total{operation=\"delete\",outcome=\"renewed\"}"
+            ),
+            "{text}"
+        );
+    }
+
+    #[test]
     fn retries_and_lease_loss_are_tallied_by_code() {
         let sink = AppMetrics::new();
         let metric = |status, code: Option<&str>| TaskMetric {
