@@ -592,11 +592,12 @@ fn validate(
         1,
         3_600_000,
     )?;
-    if !lease_renewal && lease * 1000 <= knowledge_fs_deadline {
+    let lease_ms = lease * 1000;
+    if !lease_renewal && lease_ms <= knowledge_fs_deadline {
         return Err(invalid(
             "lease_seconds",
             format!(
-                "a lease of {lease} s does not exceed knowledge_fs_deadline_ms = {knowledge_fs_deadline} and lease_renewal is off; without renewal a lease must outlive the remote call it covers: turn lease_renewal on, raise lease_seconds or lower the deadline"
+                "a lease of {lease} s ({lease_ms} ms) does not exceed knowledge_fs_deadline_ms = {knowledge_fs_deadline} and lease_renewal is off; without renewal a lease must outlive the remote call it covers: turn lease_renewal on, raise lease_seconds or lower the deadline"
             ),
         ));
     }

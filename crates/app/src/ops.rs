@@ -12,7 +12,7 @@ use tenantry_store_seaorm::Database;
 use tenantry_store_seaorm::host_storage::SeaOrmHostStorage;
 use tenantry_store_seaorm::lifecycle::SeaOrmLifecycleStore;
 
-use tenantry_engine::lifecycle::{OperatorActions, SystemClock};
+use tenantry_engine::lifecycle::{OperatorActions, OperatorRequestError, SystemClock};
 use tenantry_ports::lifecycle::OperatorActionKind;
 
 use crate::admin::{CommandView, CommandsQuery, commands_filter};
@@ -125,7 +125,12 @@ pub async fn commands_list(config: &Config, args: &CommandsListArgs) -> ExitCode
                 c.status.as_str(),
                 c.control_space_id.as_str(),
                 c.attempt_count,
-                c.next_attempt_at.to_rfc3339(),
+                // Only an open command has a next attempt.
+                if c.status.is_terminal() {
+                    "-".to_owned()
+                } else {
+                    c.next_attempt_at.to_rfc3339()
+                },
                 c.last_error_code.as_deref().unwrap_or("-"),
             );
         }
@@ -294,6 +299,8 @@ pub async fn commands_act(
                 );
                 ExitCode::SUCCESS
             }
+            // A bad --actor or --reason is a usage error (exit 2), like a missing one.
+            Err(e @ OperatorRequestError::InvalidField { .. }) => usage(e.to_string()),
             Err(e) => {
                 eprintln!("tenantry: {e}");
                 ExitCode::FAILURE
