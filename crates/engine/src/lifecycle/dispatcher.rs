@@ -269,9 +269,11 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
             control_space = %command.control_space_id,
             attempt = command.attempt_count,
         );
-        let lease = self
-            .leases
-            .open(command.id(), claim_started + self.config.lease_duration);
+        let lease = self.leases.open(
+            command.id(),
+            command.lease.epoch,
+            claim_started + self.config.lease_duration,
+        );
         let result = async {
             self.record(&command, TaskStatus::Running, None, None);
             let step = Step {
@@ -311,7 +313,7 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
         }
         .instrument(span)
         .await;
-        self.leases.close(command.id());
+        self.leases.close(command.id(), command.lease.epoch);
         result
     }
 
@@ -356,7 +358,7 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
     /// Refuses to start a remote call on a lease this worker cannot prove live (its local
     /// deadline, counted from before the claim, passed, or a renewal found it taken over).
     fn ensure_lease(&self, command: &ClaimedCommand) -> Result<(), DispatchError> {
-        if self.leases.is_live(command.id()) {
+        if self.leases.is_live(command.id(), command.lease.epoch) {
             Ok(())
         } else {
             Err(DispatchError::LeaseLost {

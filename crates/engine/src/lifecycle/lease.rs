@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use tenantry_kernel::CommandId;
+use tenantry_kernel::{CommandId, LeaseEpoch};
 use tokio::time::Instant;
 
 /// The local view of one lease.
@@ -48,38 +48,91 @@ impl LeaseState {
     }
 }
 
-/// The leases of the dispatches in flight, by command.
+/// The leases of the dispatches in flight, by command and lease epoch (workers of one process
+/// share a dispatcher: a stalled dispatch and the one that took its command over after the
+/// lease expired are two entries, and neither can read the other's lease as its own).
 #[derive(Debug, Default)]
 pub(super) struct LeaseBook {
-    leases: Mutex<HashMap<CommandId, Arc<LeaseState>>>,
+    leases: Mutex<HashMap<(CommandId, LeaseEpoch), Arc<LeaseState>>>,
 }
 
 impl LeaseBook {
-    fn lock(&self) -> MutexGuard<'_, HashMap<CommandId, Arc<LeaseState>>> {
+    fn lock(&self) -> MutexGuard<'_, HashMap<(CommandId, LeaseEpoch), Arc<LeaseState>>> {
         self.leases.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Records a new lease of `command` held until at least `deadline`.
-    pub(super) fn open(&self, command: &CommandId, deadline: Instant) -> Arc<LeaseState> {
+    /// Records a new lease (`command`, `epoch`) held until at least `deadline`.
+    pub(super) fn open(
+        &self,
+        command: &CommandId,
+        epoch: LeaseEpoch,
+        deadline: Instant,
+    ) -> Arc<LeaseState> {
         let state = Arc::new(LeaseState {
             inner: Mutex::new(Local {
                 deadline,
                 lost: false,
             }),
         });
-        self.lock().insert(command.clone(), Arc::clone(&state));
+        self.lock()
+            .insert((command.clone(), epoch), Arc::clone(&state));
         state
     }
 
-    /// Forgets the lease of `command` (its dispatch ended).
-    pub(super) fn close(&self, command: &CommandId) {
-        self.lock().remove(command);
+    /// Forgets the lease (`command`, `epoch`) (its dispatch ended).
+    pub(super) fn close(&self, command: &CommandId, epoch: LeaseEpoch) {
+        self.lock().remove(&(command.clone(), epoch));
     }
 
-    /// Whether the dispatch of `command` may still start a remote call.
-    pub(super) fn is_live(&self, command: &CommandId) -> bool {
+    /// Whether the dispatch holding (`command`, `epoch`) may still start a remote call.
+    pub(super) fn is_live(&self, command: &CommandId, epoch: LeaseEpoch) -> bool {
         self.lock()
-            .get(command)
+            .get(&(command.clone(), epoch))
             .is_some_and(|state| state.is_live())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    /// Two workers of one process: the first stalls past its lease (epoch 1), the second takes
+    /// the command over (epoch 2). The first must not read the second's lease as its own, and
+    /// the first ending must not forget the second's.
+    #[tokio::test(start_paused = true)]
+    async fn a_takeover_in_the_same_process_keeps_both_leases_apart() {
+        let book = LeaseBook::default();
+        let id = CommandId::parse("c-1").unwrap_or_else(|_| unreachable!());
+        let start = Instant::now();
+        book.open(&id, LeaseEpoch(1), start + Duration::from_secs(2));
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        book.open(&id, LeaseEpoch(2), Instant::now() + Duration::from_secs(2));
+        assert!(
+            !book.is_live(&id, LeaseEpoch(1)),
+            "the stalled lease expired"
+        );
+        assert!(book.is_live(&id, LeaseEpoch(2)));
+        book.close(&id, LeaseEpoch(1));
+        assert!(
+            book.is_live(&id, LeaseEpoch(2)),
+            "closing epoch 1 keeps epoch 2"
+        );
+        book.close(&id, LeaseEpoch(2));
+        assert!(!book.is_live(&id, LeaseEpoch(2)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_refused_renewal_ends_the_lease_at_once() {
+        let book = LeaseBook::default();
+        let id = CommandId::parse("c-1").unwrap_or_else(|_| unreachable!());
+        let state = book.open(&id, LeaseEpoch(1), Instant::now() + Duration::from_secs(30));
+        assert!(book.is_live(&id, LeaseEpoch(1)));
+        state.extend(Instant::now() + Duration::from_secs(60));
+        tokio::time::sleep(Duration::from_secs(45)).await;
+        assert!(book.is_live(&id, LeaseEpoch(1)), "extended to 60 s");
+        state.lose();
+        assert!(!book.is_live(&id, LeaseEpoch(1)));
     }
 }
