@@ -70,10 +70,12 @@ pub(super) async fn settle_many(
         return Ok(results);
     }
     let txn = store.begin_write().await?;
-    if store.backend == Backend::Postgres {
+    if store.backend == Backend::Postgres && !plan.slow.is_empty() {
         // Every row lock of the batch in one global order, before any write: outbox rows by
         // id, then control spaces by key. Concurrent batches then wait for each other instead
         // of deadlocking; a deadlock with a writer outside this order is retried by the caller.
+        // A batch of fast items only needs no extra statement: statement 1 already locks its
+        // control spaces (and their outbox rows) in key order.
         let mut ids: Vec<&str> = Vec::with_capacity(items.len());
         for (lease, settlement) in items {
             ids.push(lease.command_id.as_str());
