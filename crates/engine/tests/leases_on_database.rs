@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use chrono::Utc;
 use tenantry_engine::lifecycle::{
-    CommandIntake, Dispatcher, DispatcherConfig, IntakeFailure, ManualClock,
+    Clock, CommandIntake, Dispatcher, DispatcherConfig, IntakeFailure, ManualClock,
 };
 use tenantry_kernel::{
     CommandId, ControlSpaceId, IdempotencyKey, KnowledgeSpaceId, LeaseOwner, OperationId, TenantId,
@@ -104,7 +104,7 @@ async fn a_replica_with_a_clock_10_minutes_ahead_cannot_take_a_live_lease() {
             command_id: CommandId::parse("cmd-d-1").unwrap(),
             operation_id: OperationId::parse("op-d-1").unwrap(),
         },
-        skewed.now_value(),
+        Clock::now(&skewed),
     )
     .unwrap();
     store.submit(&deletion).await.unwrap();
@@ -116,14 +116,14 @@ async fn a_replica_with_a_clock_10_minutes_ahead_cannot_take_a_live_lease() {
         rule: SupersedeRule::AfterRemoteAbsence {
             grace: Duration::ZERO,
         },
-        completed_at: skewed.now_value(),
+        completed_at: Clock::now(&skewed),
         error: ErrorRecord::new("SUPERSEDED_BY_DELETE", "absence"),
     };
     assert_eq!(
         store
             .settle(
                 &delete.lease,
-                &Settlement::ack(skewed.now_value()).with_supersede(supersede)
+                &Settlement::ack(Clock::now(&skewed)).with_supersede(supersede)
             )
             .await,
         Err(SettleError::SupersedeRefused {
@@ -135,16 +135,6 @@ async fn a_replica_with_a_clock_10_minutes_ahead_cannot_take_a_live_lease() {
         .settle(&a[0].lease, &Settlement::ack(Utc::now()))
         .await
         .unwrap();
-}
-
-trait NowValue {
-    fn now_value(&self) -> chrono::DateTime<Utc>;
-}
-
-impl NowValue for ManualClock {
-    fn now_value(&self) -> chrono::DateTime<Utc> {
-        tenantry_engine::lifecycle::Clock::now(self)
-    }
 }
 
 /// `../shared/cases/002-concurrent-same-key-create.md`: two identical creates released
