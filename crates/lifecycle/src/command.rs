@@ -333,6 +333,35 @@ pub struct CommandRecord {
     pub attempt_window_ends_at: Option<DateTime<Utc>>,
 }
 
+impl CommandRecord {
+    /// The record of `command` as intake inserts it at store time `now`: pending, never
+    /// claimed, due at once (`next_attempt_at = created_at = now`).
+    pub fn enqueued(command: &crate::intake::NewCommand, now: DateTime<Utc>) -> Self {
+        Self {
+            id: command.id.clone(),
+            tenant_id: command.tenant_id.clone(),
+            control_space_id: command.control_space_id.clone(),
+            operation_id: command.operation_id.clone(),
+            idempotency_key: command.idempotency_key.clone(),
+            request_fingerprint: command.request_fingerprint.clone(),
+            operation: command.operation.clone(),
+            payload: command.payload.clone(),
+            status: CommandStatus::Pending,
+            attempt_count: 0,
+            attempt_budget_base: 0,
+            lease_owner: None,
+            lease_expires_at: None,
+            lease_epoch: LeaseEpoch(0),
+            next_attempt_at: now,
+            last_error_code: None,
+            last_error_message: None,
+            created_at: now,
+            completed_at: None,
+            attempt_window_ends_at: None,
+        }
+    }
+}
+
 /// An error code and message recorded on a command.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ErrorRecord {

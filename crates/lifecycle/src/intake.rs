@@ -6,6 +6,8 @@
 //! same key is recognised as the same request or refused as a different one. Bad input is
 //! refused here, before anything is written.
 
+mod request;
+
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -14,7 +16,9 @@ use tenantry_kernel::{
     TenantId, fingerprint_json,
 };
 
+pub use self::request::{IntakeReceipt, IntakeRequest};
 use crate::command::{DeletePayload, Operation, ProvisionPayload, RevokePayload};
+
 use crate::control_space::{
     CasUpdate, ControlSpace, ControlSpaceState, Transition, TransitionError,
 };

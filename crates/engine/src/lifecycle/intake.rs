@@ -6,62 +6,17 @@
 
 use std::sync::Arc;
 
-use tenantry_kernel::{CommandId, ControlSpaceId, IdempotencyKey, OperationId, TenantId};
+use tenantry_kernel::{CommandId, OperationId};
 use tenantry_lifecycle::intake::{
-    CreateControlSpace, IntakeError, IntakePlan, NewIds, RequestDeletion, RequestRevocation,
-    request_fingerprint,
+    CreateControlSpace, IntakeError, NewIds, RequestDeletion, RequestRevocation,
 };
-use tenantry_lifecycle::{CommandRecord, ControlSpace, Operation};
-use tenantry_ports::lifecycle::{IntakeStoreError, LifecycleStore, StoreError, Submitted};
+pub use tenantry_lifecycle::intake::{IntakeReceipt, IntakeRequest};
+pub use tenantry_ports::lifecycle::IntakeFailure;
+use tenantry_ports::lifecycle::{
+    IntakeStoreError, LifecycleStore, MAX_INTAKE_CONFLICT_RETRIES, Submitted,
+};
 
 use tenantry_ports::clock::Clock;
-
-/// How many times a request is re-planned after a concurrent change of its control space.
-const MAX_CONFLICT_RETRIES: usize = 5;
-
-/// What a request created (or, for a replay, created the first time).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct IntakeReceipt {
-    /// The enqueued command.
-    pub command_id: CommandId,
-    /// Its lifecycle operation.
-    pub operation_id: OperationId,
-    /// Owning tenant.
-    pub tenant_id: TenantId,
-    /// Target control space.
-    pub control_space_id: ControlSpaceId,
-    /// What it does.
-    pub operation: Operation,
-    /// Whether this call replayed an earlier request with the same key.
-    pub replayed: bool,
-}
-
-impl IntakeReceipt {
-    fn of(record: &CommandRecord, replayed: bool) -> Self {
-        Self {
-            command_id: record.id.clone(),
-            operation_id: record.operation_id.clone(),
-            tenant_id: record.tenant_id.clone(),
-            control_space_id: record.control_space_id.clone(),
-            operation: record.operation.clone(),
-            replayed,
-        }
-    }
-}
-
-/// Why a request was not accepted. Nothing was written.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum IntakeFailure {
-    /// The request is invalid or not allowed now (the caller's to fix).
-    #[error(transparent)]
-    Rejected(#[from] IntakeError),
-    /// The control space kept changing concurrently; retry the request.
-    #[error("control space changed concurrently {MAX_CONFLICT_RETRIES} times; retry the request")]
-    Contended,
-    /// Storage failed; retry later.
-    #[error(transparent)]
-    Store(#[from] StoreError),
-}
 
 /// Accepts lifecycle requests and enqueues their commands.
 pub struct CommandIntake<S> {
@@ -73,51 +28,6 @@ pub struct CommandIntake<S> {
 impl<S> std::fmt::Debug for CommandIntake<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CommandIntake").finish_non_exhaustive()
-    }
-}
-
-enum Request<'a> {
-    Create(&'a CreateControlSpace),
-    Delete(&'a RequestDeletion),
-    Revoke(&'a RequestRevocation),
-}
-
-impl Request<'_> {
-    fn key(&self) -> &IdempotencyKey {
-        match self {
-            Self::Create(r) => &r.idempotency_key,
-            Self::Delete(r) => &r.idempotency_key,
-            Self::Revoke(r) => &r.idempotency_key,
-        }
-    }
-
-    fn target(&self) -> (&TenantId, &ControlSpaceId) {
-        match self {
-            Self::Create(r) => (&r.tenant_id, &r.control_space_id),
-            Self::Delete(r) => (&r.tenant_id, &r.control_space_id),
-            Self::Revoke(r) => (&r.tenant_id, &r.control_space_id),
-        }
-    }
-
-    fn fingerprint(&self) -> tenantry_kernel::Fingerprint {
-        match self {
-            Self::Create(r) => request_fingerprint(&Operation::Provision, r),
-            Self::Delete(r) => request_fingerprint(&Operation::Delete, r),
-            Self::Revoke(r) => request_fingerprint(&Operation::Revoke, r),
-        }
-    }
-
-    fn plan(
-        &self,
-        current: Option<&ControlSpace>,
-        ids: NewIds,
-        now: chrono::DateTime<chrono::Utc>,
-    ) -> Result<IntakePlan, IntakeError> {
-        match self {
-            Self::Create(r) => r.plan(ids, now),
-            Self::Delete(r) => r.plan(current, ids, now),
-            Self::Revoke(r) => r.plan(current, ids, now),
-        }
     }
 }
 
@@ -148,7 +58,7 @@ impl<S: LifecycleStore> CommandIntake<S> {
         &self,
         request: &CreateControlSpace,
     ) -> Result<IntakeReceipt, IntakeFailure> {
-        self.submit(Request::Create(request)).await
+        self.submit(request.clone()).await
     }
 
     /// Moves a control space to deleting and enqueues its delete command, in one transaction.
@@ -160,7 +70,7 @@ impl<S: LifecycleStore> CommandIntake<S> {
         &self,
         request: &RequestDeletion,
     ) -> Result<IntakeReceipt, IntakeFailure> {
-        self.submit(Request::Delete(request)).await
+        self.submit(request.clone()).await
     }
 
     /// Enqueues a revoke command with the control space's next revoke sequence.
@@ -172,30 +82,36 @@ impl<S: LifecycleStore> CommandIntake<S> {
         &self,
         request: &RequestRevocation,
     ) -> Result<IntakeReceipt, IntakeFailure> {
-        self.submit(Request::Revoke(request)).await
+        self.submit(request.clone()).await
     }
 
-    async fn submit(&self, request: Request<'_>) -> Result<IntakeReceipt, IntakeFailure> {
-        let fingerprint = request.fingerprint();
-        let replay = |record: CommandRecord| {
-            if record.request_fingerprint == fingerprint {
-                Ok(IntakeReceipt::of(&record, true))
-            } else {
-                Err(IntakeFailure::Rejected(IntakeError::IdempotencyConflict {
-                    key: request.key().clone(),
-                }))
-            }
-        };
+    /// Applies any lifecycle request (see the three named forms above), in one transaction of
+    /// the store. To enqueue inside a transaction of your own, use the store adapter's enqueue
+    /// (`tenantry_store_seaorm::lifecycle::SeaOrmLifecycleStore::enqueue`).
+    ///
+    /// # Errors
+    /// Those of the named form for the request's kind; [`IntakeFailure::Contended`] when the
+    /// control space changed between read and write [`MAX_INTAKE_CONFLICT_RETRIES`] times.
+    pub async fn submit(
+        &self,
+        request: impl Into<IntakeRequest>,
+    ) -> Result<IntakeReceipt, IntakeFailure> {
+        let request = request.into();
         // A replay is recognised before the request is re-validated: the control space has
         // usually moved on since the first call.
-        if let Some(existing) = self.store.command_by_idempotency_key(request.key()).await? {
-            return replay(existing);
+        if let Some(existing) = self
+            .store
+            .command_by_idempotency_key(request.idempotency_key())
+            .await?
+        {
+            return Ok(request.replay(&existing)?);
         }
         let (tenant, control_space) = request.target();
-        for _ in 0..MAX_CONFLICT_RETRIES {
-            let current = match &request {
-                Request::Create(_) => None,
-                _ => self.store.control_space(tenant, control_space).await?,
+        for _ in 0..MAX_INTAKE_CONFLICT_RETRIES {
+            let current = if request.reads_control_space() {
+                self.store.control_space(tenant, control_space).await?
+            } else {
+                None
             };
             let ids = NewIds {
                 command_id: parse_generated(CommandId::parse((self.new_id)()))?,
@@ -204,21 +120,13 @@ impl<S: LifecycleStore> CommandIntake<S> {
             let plan = request.plan(current.as_ref(), ids, self.clock.now())?;
             match self.store.submit(&plan).await {
                 Ok(Submitted::Created(record)) => return Ok(IntakeReceipt::of(&record, false)),
-                Ok(Submitted::Existing(record)) => return replay(record),
+                Ok(Submitted::Existing(record)) => return Ok(request.replay(&record)?),
                 Err(IntakeStoreError::ControlSpaceConflict) => continue,
                 Err(IntakeStoreError::ControlSpaceExists) => {
-                    return Err(IntakeError::ControlSpaceExists {
-                        tenant_id: tenant.clone(),
-                        control_space_id: control_space.clone(),
-                    }
-                    .into());
+                    return Err(request.control_space_exists().into());
                 }
                 Err(IntakeStoreError::UnknownControlSpace) => {
-                    return Err(IntakeError::UnknownControlSpace {
-                        tenant_id: tenant.clone(),
-                        control_space_id: control_space.clone(),
-                    }
-                    .into());
+                    return Err(request.unknown_control_space().into());
                 }
                 Err(IntakeStoreError::Store(error)) => return Err(error.into()),
             }

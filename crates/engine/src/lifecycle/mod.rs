@@ -16,7 +16,7 @@ mod worker;
 
 pub use dispatcher::{DispatchError, DispatchOutcome, Dispatcher, DispatcherConfig};
 pub use group_commit::{GroupCommitConfig, GroupCommitStore};
-pub use intake::{CommandIntake, IntakeFailure, IntakeReceipt};
+pub use intake::{CommandIntake, IntakeFailure, IntakeReceipt, IntakeRequest};
 pub use operator::{
     BulkReport, MAX_ACTOR_CHARS, MAX_BULK, MAX_REASON_CHARS, OperatorActions, OperatorRequestError,
 };

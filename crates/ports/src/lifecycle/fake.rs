@@ -468,28 +468,7 @@ impl IntakeStore for InMemoryLifecycleStore {
         }
         let c = &plan.command;
         let now = self.clock.now();
-        let record = CommandRecord {
-            id: c.id.clone(),
-            tenant_id: c.tenant_id.clone(),
-            control_space_id: c.control_space_id.clone(),
-            operation_id: c.operation_id.clone(),
-            idempotency_key: c.idempotency_key.clone(),
-            request_fingerprint: c.request_fingerprint.clone(),
-            operation: c.operation.clone(),
-            payload: c.payload.clone(),
-            status: CommandStatus::Pending,
-            attempt_count: 0,
-            attempt_budget_base: 0,
-            lease_owner: None,
-            lease_expires_at: None,
-            lease_epoch: tenantry_kernel::LeaseEpoch(0),
-            next_attempt_at: now,
-            last_error_code: None,
-            last_error_message: None,
-            created_at: now,
-            completed_at: None,
-            attempt_window_ends_at: None,
-        };
+        let record = CommandRecord::enqueued(c, now);
         state.commands.insert(record.id.clone(), record.clone());
         Ok(Submitted::Created(record))
     }

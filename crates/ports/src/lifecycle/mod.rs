@@ -19,6 +19,10 @@ use tenantry_lifecycle::{
     LeaseToken, Operation, ProvisionRequest, RemoteSpace, RevokeAck, RevokeRequest, Settlement,
 };
 
+mod intake;
+
+pub use intake::{IntakeFailure, MAX_INTAKE_CONFLICT_RETRIES};
+
 #[cfg(feature = "testing")]
 pub mod conformance;
 #[cfg(feature = "testing")]

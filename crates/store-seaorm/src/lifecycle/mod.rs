@@ -13,6 +13,7 @@ mod batch;
 pub(crate) mod bulk;
 mod convert;
 mod entity;
+mod intake;
 mod lookup;
 
 use std::future::Future;
@@ -27,16 +28,14 @@ use sea_orm::{
     EntityTrait, QueryFilter, QueryOrder, QuerySelect, SqlErr, SqliteTransactionMode, Statement,
     TransactionOptions, TransactionTrait,
 };
-use tenantry_kernel::{ControlSpaceId, IdempotencyKey, TenantId};
-use tenantry_lifecycle::intake::{ControlSpaceWrite, IntakePlan};
+use tenantry_kernel::{ControlSpaceId, TenantId};
 use tenantry_lifecycle::{
     CasUpdate, ClaimedCommand, CommandOutcome, CommandRecord, CommandStatus, ControlSpace,
     LeaseToken, Operation, Settlement, SupersedeRule,
 };
 use tenantry_ports::clock::Clock;
 use tenantry_ports::lifecycle::{
-    ClaimRequest, CommandFilter, CommandQueue, ControlSpaceReader, IntakeStore, IntakeStoreError,
-    SettleError, StoreError, Submitted,
+    ClaimRequest, CommandFilter, CommandQueue, ControlSpaceReader, SettleError, StoreError,
 };
 
 use self::convert::{millis, to_claimed, to_control_space, to_record};
@@ -163,7 +162,7 @@ impl SeaOrmLifecycleStore {
             .ok_or_else(|| StoreError::Corrupt(format!("database time {ms} is out of range")))
     }
 
-    async fn begin_write(&self) -> Result<DatabaseTransaction, StoreError> {
+    pub(crate) async fn begin_write(&self) -> Result<DatabaseTransaction, StoreError> {
         let options = TransactionOptions {
             sqlite_transaction_mode: (self.backend == Backend::Sqlite)
                 .then_some(SqliteTransactionMode::Immediate),
@@ -229,7 +228,7 @@ fn is_contention(error: &DbErr) -> bool {
     }
 }
 
-fn is_unique_violation(error: &DbErr) -> bool {
+pub(crate) fn is_unique_violation(error: &DbErr) -> bool {
     matches!(error.sql_err(), Some(SqlErr::UniqueConstraintViolation(_)))
 }
 
@@ -242,7 +241,10 @@ fn lease_filter(lease: &LeaseToken) -> sea_orm::Condition {
         .add(outbox::Column::LeaseEpoch.eq(lease.epoch.0))
 }
 
-async fn apply_cas<C: ConnectionTrait>(conn: &C, cas: &CasUpdate) -> Result<bool, DbErr> {
+pub(crate) async fn apply_cas<C: ConnectionTrait>(
+    conn: &C,
+    cas: &CasUpdate,
+) -> Result<bool, DbErr> {
     let next = &cas.next;
     let result = control_space::Entity::update_many()
         .col_expr(
@@ -659,148 +661,5 @@ impl ControlSpaceReader for SeaOrmLifecycleStore {
         keys: &[(TenantId, ControlSpaceId)],
     ) -> Result<Vec<Option<ControlSpace>>, StoreError> {
         batch::control_spaces(self, keys).await
-    }
-}
-
-/// One intake transaction: see [`IntakeStore::submit`]. The new command is stamped with the
-/// store's clock (`created_at`, `next_attempt_at`), read inside the transaction.
-async fn submit_once(
-    store: &SeaOrmLifecycleStore,
-    plan: &IntakePlan,
-) -> Result<Submitted, IntakeStoreError> {
-    let txn = store.begin_write().await?;
-    let key = plan.command.idempotency_key.as_str();
-    if let Some(existing) = outbox::Entity::find()
-        .filter(outbox::Column::IdempotencyKey.eq(key))
-        .one(&txn)
-        .await
-        .map_err(unavailable)?
-    {
-        return Ok(Submitted::Existing(to_record(existing)?));
-    }
-    match &plan.control_space {
-        ControlSpaceWrite::Insert(space) => {
-            let result = control_space::Entity::insert(convert::control_space_row(space))
-                .exec(&txn)
-                .await;
-            if let Err(error) = result {
-                return Err(if is_unique_violation(&error) {
-                    IntakeStoreError::ControlSpaceExists
-                } else {
-                    unavailable(error).into()
-                });
-            }
-        }
-        ControlSpaceWrite::Update(cas) => {
-            if !apply_cas(&txn, cas).await.map_err(unavailable)? {
-                let exists = control_space::Entity::find_by_id((
-                    cas.next.tenant_id.as_str().to_owned(),
-                    cas.next.control_space_id.as_str().to_owned(),
-                ))
-                .one(&txn)
-                .await
-                .map_err(unavailable)?
-                .is_some();
-                return Err(if exists {
-                    IntakeStoreError::ControlSpaceConflict
-                } else {
-                    IntakeStoreError::UnknownControlSpace
-                });
-            }
-        }
-        ControlSpaceWrite::BumpRevokeSequence {
-            tenant_id,
-            control_space_id,
-            expected,
-        } => {
-            let changed = control_space::Entity::update_many()
-                .col_expr(
-                    control_space::Column::LastRevokeSequence,
-                    Expr::value(expected.saturating_add(1)),
-                )
-                .filter(control_space::Column::TenantId.eq(tenant_id.as_str()))
-                .filter(control_space::Column::ControlSpaceId.eq(control_space_id.as_str()))
-                .filter(control_space::Column::LastRevokeSequence.eq(*expected))
-                .exec(&txn)
-                .await
-                .map_err(unavailable)?
-                .rows_affected;
-            if changed != 1 {
-                let exists = control_space::Entity::find_by_id((
-                    tenant_id.as_str().to_owned(),
-                    control_space_id.as_str().to_owned(),
-                ))
-                .one(&txn)
-                .await
-                .map_err(unavailable)?
-                .is_some();
-                return Err(if exists {
-                    IntakeStoreError::ControlSpaceConflict
-                } else {
-                    IntakeStoreError::UnknownControlSpace
-                });
-            }
-        }
-    }
-    let now = store.now_on(&txn).await?;
-    let row = convert::new_command_row(&plan.command, now);
-    match outbox::Entity::insert(row).exec(&txn).await {
-        Ok(_) => {}
-        Err(error) if is_unique_violation(&error) => {
-            // A concurrent request with the same key won the race: report it as a replay.
-            drop(txn);
-            return match store
-                .command_by_idempotency_key(&plan.command.idempotency_key)
-                .await?
-            {
-                Some(existing) => Ok(Submitted::Existing(existing)),
-                None => Err(unavailable(error).into()),
-            };
-        }
-        Err(error) => return Err(unavailable(error).into()),
-    }
-    txn.commit().await.map_err(unavailable)?;
-    let created = store
-        .command_by_idempotency_key(&plan.command.idempotency_key)
-        .await?
-        .ok_or_else(|| StoreError::Unavailable("inserted command is not readable".into()))?;
-    Ok(Submitted::Created(created))
-}
-
-#[async_trait]
-impl IntakeStore for SeaOrmLifecycleStore {
-    async fn submit(&self, plan: &IntakePlan) -> Result<Submitted, IntakeStoreError> {
-        let store = self.clone();
-        let plan = plan.clone();
-        detached(async move {
-            match submit_once(&store, &plan).await {
-                // Two requests with one idempotency key raced (PostgreSQL lets both pass the
-                // key lookup): the loser's insert met the winner's rows once the winner
-                // committed. The winner's command is the answer: a replay, never a conflict.
-                Err(
-                    IntakeStoreError::ControlSpaceExists | IntakeStoreError::ControlSpaceConflict,
-                ) if let Some(existing) = store
-                    .command_by_idempotency_key(&plan.command.idempotency_key)
-                    .await? =>
-                {
-                    Ok(Submitted::Existing(existing))
-                }
-                other => other,
-            }
-        })
-        .await
-    }
-
-    async fn command_by_idempotency_key(
-        &self,
-        key: &IdempotencyKey,
-    ) -> Result<Option<CommandRecord>, StoreError> {
-        outbox::Entity::find()
-            .filter(outbox::Column::IdempotencyKey.eq(key.as_str()))
-            .one(&self.conn)
-            .await
-            .map_err(unavailable)?
-            .map(to_record)
-            .transpose()
     }
 }

@@ -1,0 +1,348 @@
+//! Command intake over SeaORM: the [`IntakeStore`] port (one transaction of the store's own
+//! per request) and [`SeaOrmLifecycleStore::enqueue`], which writes a request inside a
+//! transaction the caller owns, so a platform commits its own rows and the command together.
+//!
+//! Both apply an [`IntakePlan`] with the same routine ([`apply_plan`]): look up the idempotency
+//! key, write the control space (insert or compare-and-set), stamp the command with the store's
+//! clock and insert it.
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use sea_orm::sea_query::Expr;
+use sea_orm::{
+    ColumnTrait, ConnectionTrait, DatabaseTransaction, EntityTrait, QueryFilter,
+    SqliteTransactionMode, TransactionOptions, TransactionTrait,
+};
+use tenantry_kernel::{CommandId, IdempotencyKey, OperationId};
+use tenantry_lifecycle::CommandRecord;
+use tenantry_lifecycle::intake::{
+    ControlSpaceWrite, IntakePlan, IntakeReceipt, IntakeRequest, NewIds,
+};
+use tenantry_ports::lifecycle::{
+    IntakeFailure, IntakeStore, IntakeStoreError, MAX_INTAKE_CONFLICT_RETRIES, StoreError,
+    Submitted,
+};
+
+use super::convert::{self, millis, to_control_space, to_record};
+use super::entity::{control_space, outbox};
+use super::{SeaOrmLifecycleStore, apply_cas, detached, is_unique_violation, unavailable};
+use crate::connect::Backend;
+
+/// What [`apply_plan`] did.
+enum Applied {
+    /// The rows are written (not committed); the command is stamped with this store time.
+    Created(DateTime<Utc>),
+    /// A command with the plan's key exists: nothing was written.
+    Existing(Box<CommandRecord>),
+    /// The command insert met the unique key of a command committed since the lookup (a
+    /// concurrent request with the same key). On PostgreSQL the transaction is aborted.
+    KeyTaken,
+}
+
+/// Applies `plan` on `conn` without committing: see [`IntakeStore::submit`].
+async fn apply_plan<C: ConnectionTrait>(
+    store: &SeaOrmLifecycleStore,
+    conn: &C,
+    plan: &IntakePlan,
+) -> Result<Applied, IntakeStoreError> {
+    if let Some(existing) = find_by_key(conn, &plan.command.idempotency_key).await? {
+        return Ok(Applied::Existing(Box::new(existing)));
+    }
+    match &plan.control_space {
+        ControlSpaceWrite::Insert(space) => {
+            let result = control_space::Entity::insert(convert::control_space_row(space))
+                .exec(conn)
+                .await;
+            if let Err(error) = result {
+                return Err(if is_unique_violation(&error) {
+                    IntakeStoreError::ControlSpaceExists
+                } else {
+                    unavailable(error).into()
+                });
+            }
+        }
+        ControlSpaceWrite::Update(cas) => {
+            if !apply_cas(conn, cas).await.map_err(unavailable)? {
+                return Err(
+                    missed_write(conn, &cas.next.tenant_id, &cas.next.control_space_id).await,
+                );
+            }
+        }
+        ControlSpaceWrite::BumpRevokeSequence {
+            tenant_id,
+            control_space_id,
+            expected,
+        } => {
+            let changed = control_space::Entity::update_many()
+                .col_expr(
+                    control_space::Column::LastRevokeSequence,
+                    Expr::value(expected.saturating_add(1)),
+                )
+                .filter(control_space::Column::TenantId.eq(tenant_id.as_str()))
+                .filter(control_space::Column::ControlSpaceId.eq(control_space_id.as_str()))
+                .filter(control_space::Column::LastRevokeSequence.eq(*expected))
+                .exec(conn)
+                .await
+                .map_err(unavailable)?
+                .rows_affected;
+            if changed != 1 {
+                return Err(missed_write(conn, tenant_id, control_space_id).await);
+            }
+        }
+    }
+    // Whole milliseconds, as stored, so the returned record equals a later read.
+    let now = store.now_on(conn).await?;
+    let now = DateTime::from_timestamp_millis(millis(now)).unwrap_or(now);
+    match outbox::Entity::insert(convert::new_command_row(&plan.command, now))
+        .exec(conn)
+        .await
+    {
+        Ok(_) => Ok(Applied::Created(now)),
+        Err(error) if is_unique_violation(&error) => Ok(Applied::KeyTaken),
+        Err(error) => Err(unavailable(error).into()),
+    }
+}
+
+/// The error of a compare-and-set on a control space that matched no row: it changed since it
+/// was read ([`IntakeStoreError::ControlSpaceConflict`]) or it does not exist.
+async fn missed_write<C: ConnectionTrait>(
+    conn: &C,
+    tenant_id: &tenantry_kernel::TenantId,
+    control_space_id: &tenantry_kernel::ControlSpaceId,
+) -> IntakeStoreError {
+    match find_control_space(conn, tenant_id, control_space_id).await {
+        Ok(Some(_)) => IntakeStoreError::ControlSpaceConflict,
+        Ok(None) => IntakeStoreError::UnknownControlSpace,
+        Err(error) => error.into(),
+    }
+}
+
+async fn find_by_key<C: ConnectionTrait>(
+    conn: &C,
+    key: &IdempotencyKey,
+) -> Result<Option<CommandRecord>, StoreError> {
+    outbox::Entity::find()
+        .filter(outbox::Column::IdempotencyKey.eq(key.as_str()))
+        .one(conn)
+        .await
+        .map_err(unavailable)?
+        .map(to_record)
+        .transpose()
+}
+
+async fn find_control_space<C: ConnectionTrait>(
+    conn: &C,
+    tenant_id: &tenantry_kernel::TenantId,
+    control_space_id: &tenantry_kernel::ControlSpaceId,
+) -> Result<Option<tenantry_lifecycle::ControlSpace>, StoreError> {
+    control_space::Entity::find_by_id((
+        tenant_id.as_str().to_owned(),
+        control_space_id.as_str().to_owned(),
+    ))
+    .one(conn)
+    .await
+    .map_err(unavailable)?
+    .map(to_control_space)
+    .transpose()
+}
+
+/// One intake transaction of the store's own.
+async fn submit_once(
+    store: &SeaOrmLifecycleStore,
+    plan: &IntakePlan,
+) -> Result<Submitted, IntakeStoreError> {
+    let txn = store.begin_write().await?;
+    match apply_plan(store, &txn, plan).await? {
+        Applied::Existing(existing) => Ok(Submitted::Existing(*existing)),
+        Applied::KeyTaken => {
+            // A concurrent request with the same key won the race: report it as a replay.
+            drop(txn);
+            find_by_key(&store.conn, &plan.command.idempotency_key)
+                .await?
+                .map(Submitted::Existing)
+                .ok_or_else(|| {
+                    StoreError::Unavailable(
+                        "the idempotency key was taken by a command that is not readable".into(),
+                    )
+                    .into()
+                })
+        }
+        Applied::Created(now) => {
+            txn.commit().await.map_err(unavailable)?;
+            Ok(Submitted::Created(CommandRecord::enqueued(
+                &plan.command,
+                now,
+            )))
+        }
+    }
+}
+
+#[async_trait]
+impl IntakeStore for SeaOrmLifecycleStore {
+    async fn submit(&self, plan: &IntakePlan) -> Result<Submitted, IntakeStoreError> {
+        let store = self.clone();
+        let plan = plan.clone();
+        detached(async move {
+            match submit_once(&store, &plan).await {
+                // Two requests with one idempotency key raced (PostgreSQL lets both pass the
+                // key lookup): the loser's insert met the winner's rows once the winner
+                // committed. The winner's command is the answer: a replay, never a conflict.
+                Err(
+                    IntakeStoreError::ControlSpaceExists | IntakeStoreError::ControlSpaceConflict,
+                ) if let Some(existing) =
+                    find_by_key(&store.conn, &plan.command.idempotency_key).await? =>
+                {
+                    Ok(Submitted::Existing(existing))
+                }
+                other => other,
+            }
+        })
+        .await
+    }
+
+    async fn command_by_idempotency_key(
+        &self,
+        key: &IdempotencyKey,
+    ) -> Result<Option<CommandRecord>, StoreError> {
+        find_by_key(&self.conn, key).await
+    }
+}
+
+/// How one attempt of [`SeaOrmLifecycleStore::enqueue`] ended inside its savepoint.
+enum Attempt {
+    /// Written (or found as a replay): release the savepoint and answer.
+    Done(IntakeReceipt),
+    /// The key or the control-space id was taken by a concurrent commit: roll the savepoint
+    /// back and look the key up again.
+    Taken { space_exists: bool },
+    /// The control space changed between read and write: roll back and plan again.
+    Changed,
+}
+
+impl SeaOrmLifecycleStore {
+    /// Enqueues `request` inside the caller's transaction `conn`: looks up its idempotency
+    /// key, reads the control space, plans (the same rules as the engine's `CommandIntake`) and
+    /// writes the control-space row and the outbox command on `conn`, **committing nothing**.
+    /// When the caller commits, the command is due at once and any worker on the database
+    /// dispatches it; when the caller rolls back, neither the command nor the control-space
+    /// write exists. This is the transactional outbox's point: "my business row + the
+    /// provision command" commit atomically.
+    ///
+    /// `conn` is a `sea_orm::DatabaseTransaction` (usual) or a `DatabaseConnection`. The request's writes run in a savepoint of it, so a refused or
+    /// conflicting request leaves the caller's transaction usable and its own rows untouched
+    /// (PostgreSQL would otherwise abort the whole transaction on the first failed statement).
+    /// Given a `DatabaseConnection` instead, the request gets a transaction of its own.
+    ///
+    /// Time and ids: the command and the control space are stamped with the store's clock
+    /// read on `conn`; command and operation ids are random UUIDs (v4).
+    ///
+    /// On SQLite, open the caller's transaction with
+    /// `begin_with_options(TransactionOptions { sqlite_transaction_mode:
+    /// Some(SqliteTransactionMode::Immediate), .. })`: a deferred transaction that has read
+    /// cannot always take the write lock later (`SQLITE_BUSY` without waiting). On PostgreSQL
+    /// use READ COMMITTED (the default): a same-key race is resolved by reading the winner's
+    /// committed command.
+    ///
+    /// Unlike [`IntakeStore::submit`], the caller's future owns the transaction: dropping it
+    /// rolls the transaction back (SeaORM's drop), which writes nothing.
+    ///
+    /// # Errors
+    /// - [`IntakeFailure::Rejected`]: the request is invalid (see `IntakeRequest::plan`), names
+    ///   an unknown or existing control space, or reuses a key for a different request;
+    /// - [`IntakeFailure::Contended`]: the control space changed between read and write
+    ///   [`MAX_INTAKE_CONFLICT_RETRIES`] times;
+    /// - [`IntakeFailure::Store`]: the database failed (a PostgreSQL deadlock is
+    ///   [`StoreError::Contention`]: roll back and run your transaction again).
+    ///
+    /// In every error case nothing of the request was written; the caller's transaction is
+    /// still open and usable.
+    pub async fn enqueue<C>(
+        &self,
+        conn: &C,
+        request: impl Into<IntakeRequest>,
+    ) -> Result<IntakeReceipt, IntakeFailure>
+    where
+        C: ConnectionTrait + TransactionTrait<Transaction = DatabaseTransaction>,
+    {
+        let request = request.into();
+        for _ in 0..MAX_INTAKE_CONFLICT_RETRIES {
+            let savepoint = conn
+                .begin_with_options(TransactionOptions {
+                    sqlite_transaction_mode: (self.backend == Backend::Sqlite)
+                        .then_some(SqliteTransactionMode::Immediate),
+                    ..TransactionOptions::default()
+                })
+                .await
+                .map_err(unavailable)?;
+            let attempt = self.enqueue_attempt(&savepoint, &request).await;
+            match attempt {
+                Ok(Attempt::Done(receipt)) => {
+                    savepoint.commit().await.map_err(unavailable)?;
+                    return Ok(receipt);
+                }
+                Ok(Attempt::Changed) => rollback(savepoint).await?,
+                Ok(Attempt::Taken { space_exists }) => {
+                    rollback(savepoint).await?;
+                    return match find_by_key(conn, request.idempotency_key()).await? {
+                        Some(existing) => Ok(request.replay(&existing)?),
+                        None if space_exists => Err(request.control_space_exists().into()),
+                        None => Err(StoreError::Unavailable(
+                            "the idempotency key was taken by a command that is not readable"
+                                .into(),
+                        )
+                        .into()),
+                    };
+                }
+                Err(failure) => {
+                    rollback(savepoint).await?;
+                    return Err(failure);
+                }
+            }
+        }
+        Err(IntakeFailure::Contended)
+    }
+
+    async fn enqueue_attempt(
+        &self,
+        txn: &DatabaseTransaction,
+        request: &IntakeRequest,
+    ) -> Result<Attempt, IntakeFailure> {
+        if let Some(existing) = find_by_key(txn, request.idempotency_key()).await? {
+            return Ok(Attempt::Done(request.replay(&existing)?));
+        }
+        let current = if request.reads_control_space() {
+            let (tenant, control_space) = request.target();
+            find_control_space(txn, tenant, control_space).await?
+        } else {
+            None
+        };
+        let ids = NewIds {
+            command_id: generated(CommandId::parse(uuid::Uuid::new_v4().to_string()))?,
+            operation_id: generated(OperationId::parse(uuid::Uuid::new_v4().to_string()))?,
+        };
+        let now = self.now_on(txn).await?;
+        let plan = request.plan(current.as_ref(), ids, now)?;
+        match apply_plan(self, txn, &plan).await {
+            Ok(Applied::Created(_)) => Ok(Attempt::Done(IntakeReceipt::created(&plan))),
+            Ok(Applied::Existing(existing)) => Ok(Attempt::Done(request.replay(&existing)?)),
+            Ok(Applied::KeyTaken) => Ok(Attempt::Taken {
+                space_exists: false,
+            }),
+            Err(IntakeStoreError::ControlSpaceExists) => Ok(Attempt::Taken { space_exists: true }),
+            Err(IntakeStoreError::ControlSpaceConflict) => Ok(Attempt::Changed),
+            Err(IntakeStoreError::UnknownControlSpace) => {
+                Err(request.unknown_control_space().into())
+            }
+            Err(IntakeStoreError::Store(error)) => Err(error.into()),
+        }
+    }
+}
+
+async fn rollback(savepoint: DatabaseTransaction) -> Result<(), StoreError> {
+    savepoint.rollback().await.map_err(unavailable)
+}
+
+/// A generated UUID always parses as an id; the mapping only keeps the error typed.
+fn generated<T>(parsed: Result<T, tenantry_kernel::IdError>) -> Result<T, StoreError> {
+    parsed.map_err(|e| StoreError::Corrupt(format!("a generated id was refused: {e}")))
+}
