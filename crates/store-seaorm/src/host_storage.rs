@@ -24,7 +24,7 @@ mod entity {
     use sea_orm::entity::prelude::*;
 
     #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
-    #[sea_orm(table_name = "host_storage")]
+    #[sea_orm(table_name = "tenantry_host_storage")]
     pub struct Model {
         #[sea_orm(primary_key, auto_increment = false)]
         pub binding: String,

@@ -22,3 +22,4 @@ pub mod lifecycle;
 pub mod testing;
 
 pub use connect::{Backend, ConnectError, Database, connect, connect_existing};
+pub use tenantry_migrations::{Mechanism, Mechanisms, MigrateError};

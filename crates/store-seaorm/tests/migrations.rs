@@ -132,7 +132,7 @@ async fn m0006_runs_up_down_and_up_again_with_rows_present() {
         conn.execute_raw(Statement::from_string(
             backend,
             format!(
-                "INSERT INTO lifecycle_outbox (id, tenant_id, control_space_id, operation_id, \
+                "INSERT INTO tenantry_lifecycle_outbox (id, tenant_id, control_space_id, operation_id, \
                  idempotency_key, request_fingerprint, operation, payload, status, \
                  attempt_count, lease_epoch, next_attempt_at, created_at, completed_at) \
                  VALUES ('{id}', 't', 'cs-{id}', 'op-{id}', 'k-{id}', 'f', 'provision', '{{}}', \
@@ -146,7 +146,7 @@ async fn m0006_runs_up_down_and_up_again_with_rows_present() {
     let window = |id: &'static str| async move {
         conn.query_one_raw(Statement::from_string(
             backend,
-            format!("SELECT attempt_window_ends_at AS w FROM lifecycle_outbox WHERE id = '{id}'"),
+            format!("SELECT attempt_window_ends_at AS w FROM tenantry_lifecycle_outbox WHERE id = '{id}'"),
         ))
         .await
         .unwrap()

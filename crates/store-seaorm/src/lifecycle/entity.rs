@@ -7,7 +7,7 @@ pub mod control_space {
 
     /// One row.
     #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
-    #[sea_orm(table_name = "control_spaces")]
+    #[sea_orm(table_name = "tenantry_control_spaces")]
     pub struct Model {
         #[sea_orm(primary_key, auto_increment = false)]
         pub tenant_id: String,
@@ -38,7 +38,7 @@ pub mod outbox {
 
     /// One row.
     #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
-    #[sea_orm(table_name = "lifecycle_outbox")]
+    #[sea_orm(table_name = "tenantry_lifecycle_outbox")]
     pub struct Model {
         #[sea_orm(primary_key, auto_increment = false)]
         pub id: String,
@@ -79,7 +79,7 @@ pub mod action {
 
     /// One row.
     #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
-    #[sea_orm(table_name = "lifecycle_command_actions")]
+    #[sea_orm(table_name = "tenantry_lifecycle_command_actions")]
     pub struct Model {
         #[sea_orm(primary_key, auto_increment = false)]
         pub id: String,
