@@ -244,7 +244,8 @@ fn ensure_driver(backend: Backend) -> Result<(), ConnectError> {
     }
 }
 
-async fn open_pool(url: &str, max_connections: u32) -> Result<Database, ConnectError> {
+/// Opens a pool on `url` (SQLite tuned as [`connect`] says) without migrating anything.
+pub(crate) async fn open_pool(url: &str, max_connections: u32) -> Result<Database, ConnectError> {
     let backend = backend_of(url)?;
     ensure_driver(backend)?;
     let mut options = ConnectOptions::new(url.to_owned());
