@@ -228,18 +228,20 @@ fn backend_of(url: &str) -> Result<Backend, ConnectError> {
 
 /// Fails when `backend`'s driver is not compiled into this build.
 fn ensure_driver(backend: Backend) -> Result<(), ConnectError> {
+    check_driver(backend, cfg!(feature = "sqlite"), cfg!(feature = "postgres"))
+}
+
+/// [`ensure_driver`] given which drivers are compiled.
+fn check_driver(backend: Backend, sqlite: bool, postgres: bool) -> Result<(), ConnectError> {
     match backend {
-        #[cfg(not(feature = "sqlite"))]
-        Backend::Sqlite => Err(ConnectError::DriverNotCompiled {
+        Backend::Sqlite if !sqlite => Err(ConnectError::DriverNotCompiled {
             driver: "SQLite",
             feature: "sqlite",
         }),
-        #[cfg(not(feature = "postgres"))]
-        Backend::Postgres => Err(ConnectError::DriverNotCompiled {
+        Backend::Postgres if !postgres => Err(ConnectError::DriverNotCompiled {
             driver: "PostgreSQL",
             feature: "postgres",
         }),
-        #[allow(unreachable_patterns)]
         _ => Ok(()),
     }
 }
@@ -278,25 +280,40 @@ pub(crate) async fn open_pool(url: &str, max_connections: u32) -> Result<Databas
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
 
-    /// A URL whose driver is compiled passes the check; one whose driver is not is refused
-    /// with an error naming the feature (only one of the two arms runs per build).
+    /// A URL whose driver is not compiled is refused with an error naming the feature.
     #[test]
     fn a_url_needs_its_driver_compiled() {
-        let result = ensure_driver(Backend::Postgres);
-        if cfg!(feature = "postgres") {
-            assert!(result.is_ok());
-        } else {
-            let message = result.unwrap_err().to_string();
-            assert!(message.contains("`postgres` cargo feature"), "{message}");
-        }
-        let result = ensure_driver(Backend::Sqlite);
+        let message = check_driver(Backend::Postgres, true, false)
+            .unwrap_err()
+            .to_string();
+        assert!(message.contains("no PostgreSQL driver"), "{message}");
+        assert!(message.contains("`postgres` cargo feature"), "{message}");
+        let message = check_driver(Backend::Sqlite, false, true)
+            .unwrap_err()
+            .to_string();
+        assert!(message.contains("`sqlite` cargo feature"), "{message}");
+        assert!(check_driver(Backend::Sqlite, true, false).is_ok());
+        assert!(check_driver(Backend::Postgres, false, true).is_ok());
+        assert!(matches!(
+            backend_of("mysql://x"),
+            Err(ConnectError::UnsupportedUrl { .. })
+        ));
+    }
+
+    /// `connect` refuses a URL of a driver this build lacks before touching anything.
+    #[tokio::test]
+    async fn connect_names_the_missing_driver() {
+        let result = connect("sqlite::memory:", 1).await;
         if cfg!(feature = "sqlite") {
             assert!(result.is_ok());
         } else {
-            let message = result.unwrap_err().to_string();
-            assert!(message.contains("`sqlite` cargo feature"), "{message}");
+            assert!(matches!(
+                result,
+                Err(ConnectError::DriverNotCompiled { feature: "sqlite", .. })
+            ));
         }
     }
 }
