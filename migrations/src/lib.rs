@@ -262,7 +262,9 @@ impl Mechanisms {
 
     /// The selected mechanisms, in migration order.
     pub fn iter(self) -> impl Iterator<Item = Mechanism> {
-        Mechanism::ALL.into_iter().filter(move |m| self.contains(*m))
+        Mechanism::ALL
+            .into_iter()
+            .filter(move |m| self.contains(*m))
     }
 }
 

@@ -114,12 +114,7 @@ impl MigrationTrait for Migration {
         ensure_no_unadopted_history(manager, ACCOUNTS, "m0003_directory").await?;
         let names = Naming::Prefixed;
         for table in TABLES {
-            ensure_absent(
-                manager,
-                &names.table(table),
-                crate::DIRECTORY_HISTORY_TABLE,
-            )
-            .await?;
+            ensure_absent(manager, &names.table(table), crate::DIRECTORY_HISTORY_TABLE).await?;
         }
         manager
             .create_table(

@@ -157,11 +157,7 @@ impl MigrationTrait for Migration {
     async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
         let names = Naming::detect(manager, OUTBOX).await?;
         manager
-            .drop_table(
-                Table::drop()
-                    .table(names.iden(ACTIONS))
-                    .to_owned(),
-            )
+            .drop_table(Table::drop().table(names.iden(ACTIONS)).to_owned())
             .await?;
         manager
             .drop_index(

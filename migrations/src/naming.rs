@@ -98,8 +98,7 @@ pub(crate) async fn ensure_no_unadopted_history(
     probe: &str,
     legacy_migration: &str,
 ) -> Result<(), DbErr> {
-    if !manager.has_table(probe).await? || !manager.has_table(crate::LEGACY_HISTORY_TABLE).await?
-    {
+    if !manager.has_table(probe).await? || !manager.has_table(crate::LEGACY_HISTORY_TABLE).await? {
         return Ok(());
     }
     let conn = manager.get_connection();
@@ -169,7 +168,11 @@ pub(crate) async fn rename_table_and_indexes(
     let conn = manager.get_connection();
     let backend = conn.get_database_backend();
     manager
-        .rename_table(Table::rename().table(Alias::new(from), Alias::new(to)).to_owned())
+        .rename_table(
+            Table::rename()
+                .table(Alias::new(from), Alias::new(to))
+                .to_owned(),
+        )
         .await?;
     match backend {
         DbBackend::Postgres => {

@@ -9,7 +9,7 @@
 use std::time::Duration;
 
 use sea_orm::{ConnectOptions, DatabaseConnection, DbBackend, DbErr};
-use tenantry_migrations::{LEGACY_HISTORY_TABLE, MigrateError, Mechanisms};
+use tenantry_migrations::{LEGACY_HISTORY_TABLE, Mechanisms, MigrateError};
 
 /// How long a SQLite connection waits for the write lock before failing, in milliseconds.
 pub const SQLITE_BUSY_TIMEOUT_MS: u64 = 10_000;
@@ -228,7 +228,11 @@ fn backend_of(url: &str) -> Result<Backend, ConnectError> {
 
 /// Fails when `backend`'s driver is not compiled into this build.
 fn ensure_driver(backend: Backend) -> Result<(), ConnectError> {
-    check_driver(backend, cfg!(feature = "sqlite"), cfg!(feature = "postgres"))
+    check_driver(
+        backend,
+        cfg!(feature = "sqlite"),
+        cfg!(feature = "postgres"),
+    )
 }
 
 /// [`ensure_driver`] given which drivers are compiled.
@@ -312,7 +316,10 @@ mod tests {
         } else {
             assert!(matches!(
                 result,
-                Err(ConnectError::DriverNotCompiled { feature: "sqlite", .. })
+                Err(ConnectError::DriverNotCompiled {
+                    feature: "sqlite",
+                    ..
+                })
             ));
         }
     }

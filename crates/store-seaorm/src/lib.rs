@@ -5,7 +5,11 @@
 //! carry a `sea_orm::DbErr`.
 //!
 //! - [`connect`]: open a pool (SQLite in WAL mode with a busy timeout, or PostgreSQL) and
-//!   run the migrations;
+//!   run the migrations, or wrap the host's pool ([`Database::from_connection`]) and migrate or
+//!   check the mechanisms it uses ([`Database::migrate`], [`Database::check_schema`] with a
+//!   [`Mechanisms`] selection);
+//!
+//! Cargo features `sqlite` and `postgres` (both default) select the database drivers.
 //! - [`lifecycle`]: the lifecycle outbox and control-space repositories;
 //! - [`host_storage`]: the host-storage port behind fences and connector state;
 //! - [`directory`]: the directory projection repositories;

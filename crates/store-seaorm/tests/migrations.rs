@@ -10,8 +10,8 @@
 use std::time::Duration;
 
 use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, Statement};
-use tenantry_migrations::*;
 use tenantry_kernel::LeaseOwner;
+use tenantry_migrations::*;
 use tenantry_migrations::{
     DirectoryMigrator, FencesMigrator, LifecycleMigrator, Mechanisms, MigrateError,
 };
@@ -98,9 +98,12 @@ async fn m0004_runs_up_down_and_up_again() {
     // Down to just before m0004: the prefix migration (tables renamed back to their old names),
     // m0006, m0005 and m0004 are reverted.
     let steps = LifecycleMigrator::migrations().len() - 1;
-    LifecycleMigrator::down(conn, Some(<u32 as std::convert::TryFrom<usize>>::try_from(steps).unwrap()))
-        .await
-        .unwrap();
+    LifecycleMigrator::down(
+        conn,
+        Some(<u32 as std::convert::TryFrom<usize>>::try_from(steps).unwrap()),
+    )
+    .await
+    .unwrap();
     assert!(table_exists(conn, "lifecycle_outbox").await);
     assert!(
         !index_exists(conn, LEGACY_CLAIM_INDEX).await,
@@ -273,7 +276,11 @@ async fn assert_named(conn: &DatabaseConnection, prefix: &str, other: &str, when
             "{when}: no {other}{table}"
         );
     }
-    for (table, n) in [("lifecycle_outbox", 1), ("host_storage", 1), ("accounts", 1)] {
+    for (table, n) in [
+        ("lifecycle_outbox", 1),
+        ("host_storage", 1),
+        ("accounts", 1),
+    ] {
         assert_eq!(count(conn, &format!("{prefix}{table}")).await, n, "{when}");
     }
     let claim = format!("ix_{prefix}lifecycle_outbox_claim");
@@ -376,7 +383,10 @@ async fn a_database_migrated_before_the_prefix_is_adopted_and_renamed_keeping_ro
     // Running a migrator directly, before the history is adopted, is refused, not a second
     // empty set of tables.
     let error = LifecycleMigrator::up(conn, None).await.unwrap_err();
-    assert!(error.to_string().contains("adopt_legacy_history"), "{error}");
+    assert!(
+        error.to_string().contains("adopt_legacy_history"),
+        "{error}"
+    );
     assert!(!table_exists(conn, "tenantry_control_spaces").await);
     exec(conn, "DROP TABLE tenantry_lifecycle_migrations").await;
 
@@ -528,7 +538,11 @@ async fn a_foreign_table_is_refused_by_name() {
     let conn = &db.db.conn;
     exec(conn, "CREATE TABLE accounts (id INTEGER PRIMARY KEY)").await;
     exec(conn, "INSERT INTO accounts (id) VALUES (1)").await;
-    exec(conn, "CREATE TABLE tenantry_workspaces (id INTEGER PRIMARY KEY)").await;
+    exec(
+        conn,
+        "CREATE TABLE tenantry_workspaces (id INTEGER PRIMARY KEY)",
+    )
+    .await;
     let error = db.db.migrate(Mechanisms::ALL).await.unwrap_err();
     let ConnectError::Migrate {
         source: MigrateError::ForeignTable { table, .. },
