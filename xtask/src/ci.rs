@@ -3,7 +3,7 @@
 //! Steps, in order, stopping at the first failure:
 //! 1. `cargo fmt --all -- --check`
 //! 2. `cargo clippy --workspace --all-targets --locked -- -D warnings`
-//! 2b. `cargo check -p tenantry-store-seaorm --no-default-features --features sqlite` (and
+//!    then `cargo check -p tenantry-store-seaorm --no-default-features --features sqlite` (and
 //!    `postgres`): each one-driver build compiles ([`DRIVER_CHECKS`])
 //! 3. `cargo test --workspace --locked` on SQLite (`TENANTRY_TEST_PG_URL` removed from the
 //!    environment, so every test database is a SQLite file)
