@@ -4,7 +4,7 @@
 //! Every table Tenantry creates is named `tenantry_<name>`; an index named `ix_<table>_…` or
 //! `ux_<table>_…` becomes `ix_tenantry_<table>_…`. A database migrated before the prefix holds
 //! the same tables unprefixed until the mechanism's prefix migration renames them; the
-//! migrations in between work on whichever name exists ([`Naming::detect`]).
+//! migrations in between work on whichever name exists (`Naming::detect`).
 
 use sea_orm_migration::prelude::*;
 use sea_orm_migration::sea_orm::{ConnectionTrait, DbBackend, Statement};

@@ -8,7 +8,7 @@
 //! install the tables were created prefixed and `up` changes nothing. `down` renames every
 //! prefixed table back to its unprefixed name (failing, before any change, when a table of
 //! that name exists), so the migrations before it keep working on the old names
-//! ([`crate::naming::Naming::detect`]). Each runs in one transaction on both backends.
+//! (`naming::Naming::detect`). Each runs in one transaction on both backends.
 
 use sea_orm_migration::prelude::*;
 

@@ -4,7 +4,7 @@
 //! private modules here and are converted to domain types at the boundary; port errors never
 //! carry a `sea_orm::DbErr`.
 //!
-//! - [`connect`]: open a pool (SQLite in WAL mode with a busy timeout, or PostgreSQL) and
+//! - [`connect()`]: open a pool (SQLite in WAL mode with a busy timeout, or PostgreSQL) and
 //!   run the migrations, or wrap the host's pool ([`Database::from_connection`]) and migrate or
 //!   check the mechanisms it uses ([`Database::migrate`], [`Database::check_schema`] with a
 //!   [`Mechanisms`] selection);
