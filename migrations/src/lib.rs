@@ -346,6 +346,14 @@ pub async fn migrate(db: &DatabaseConnection, mechanisms: Mechanisms) -> Result<
             }
             for table in mechanism.created_by(migration.name()) {
                 if naming::table_exists(db, &table).await.map_err(failed)? {
+                    // Another process may have applied this migration since the history was
+                    // read (two replicas starting at once): then the table is Tenantry's.
+                    let now = read_versions(db, mechanism.history_table())
+                        .await
+                        .map_err(failed)?;
+                    if now.contains(migration.name()) {
+                        break;
+                    }
                     return Err(MigrateError::ForeignTable {
                         table,
                         history_table: mechanism.history_table(),

@@ -8,13 +8,13 @@
 //!   run the migrations, or wrap the host's pool ([`Database::from_connection`]) and migrate or
 //!   check the mechanisms it uses ([`Database::migrate`], [`Database::check_schema`] with a
 //!   [`Mechanisms`] selection);
-//!
-//! Cargo features `sqlite` and `postgres` (both default) select the database drivers.
 //! - [`lifecycle`]: the lifecycle outbox and control-space repositories;
 //! - [`host_storage`]: the host-storage port behind fences and connector state;
 //! - [`directory`]: the directory projection repositories;
 //! - [`testing`] (feature `testing`): a fresh migrated database per test;
 //! - `bench` (feature `bench`): bulk fixtures and SQL baselines for `cargo xtask bench`.
+//!
+//! Cargo features `sqlite` and `postgres` (both default) select the database drivers.
 
 #[cfg(feature = "bench")]
 pub mod bench;
