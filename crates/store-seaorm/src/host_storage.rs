@@ -1,4 +1,4 @@
-//! Host-storage adapter: the `host_storage` table (`binding`, `key`, `value` JSON text;
+//! Host-storage adapter: the `tenantry_host_storage` table (`binding`, `key`, `value` JSON text;
 //! primary key `(binding, key)`) on SQLite and PostgreSQL.
 //!
 //! `set` is one `INSERT .. ON CONFLICT (binding, key) DO UPDATE` statement on both backends, so

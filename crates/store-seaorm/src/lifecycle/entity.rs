@@ -1,8 +1,8 @@
-//! Private SeaORM entities of `control_spaces`, `lifecycle_outbox` and
-//! `lifecycle_command_actions` (schema: migrations m0001, m0005 and m0006).
+//! Private SeaORM entities of `tenantry_control_spaces`, `tenantry_lifecycle_outbox` and
+//! `tenantry_lifecycle_command_actions` (schema: migrations m0001, m0004..m0007).
 
 pub mod control_space {
-    //! `control_spaces`.
+    //! `tenantry_control_spaces`.
     use sea_orm::entity::prelude::*;
 
     /// One row.
@@ -33,7 +33,7 @@ pub mod control_space {
 }
 
 pub mod outbox {
-    //! `lifecycle_outbox`.
+    //! `tenantry_lifecycle_outbox`.
     use sea_orm::entity::prelude::*;
 
     /// One row.
@@ -74,7 +74,7 @@ pub mod outbox {
 }
 
 pub mod action {
-    //! `lifecycle_command_actions`.
+    //! `tenantry_lifecycle_command_actions`.
     use sea_orm::entity::prelude::*;
 
     /// One row.
