@@ -17,8 +17,8 @@
 //! 1. `SELECT .. FOR UPDATE OF o, c` over the items with a compare-and-set: verifies their
 //!    leases (owner, epoch, status processing) and locks their outbox rows and control spaces,
 //!    in control-space order so concurrent batches cannot deadlock on them;
-//! 2. one `UPDATE tenantry_control_spaces .. FROM json_to_recordset(..) .. RETURNING` applying every
-//!    compare-and-set of a held lease; an item whose expected resource version or state no
+//! 2. one `UPDATE tenantry_control_spaces .. FROM json_to_recordset(..) .. RETURNING` applying
+//!    every compare-and-set of a held lease; an item whose expected resource version or state no
 //!    longer matches is reported as [`SettleError::ControlSpaceConflict`] and gets no ack;
 //! 3. one `UPDATE tenantry_lifecycle_outbox .. FROM json_to_recordset(..) .. RETURNING` writing the
 //!    outcome (ack, retry, fail or moot) of every remaining item under its lease; an item it
