@@ -1,10 +1,20 @@
-//! Schema migrations for Tenantry, built on sea-orm-migration.
+//! Schema migrations for Tenantry, built on sea-orm-migration: one migrator per mechanism,
+//! each with its own history table, so a host application can run any of them alone, beside
+//! its own migrator on the same database, or append their migrations to its own list.
 //!
 //! Architecture invariant: migrations declare their own identifier enums and never import the
 //! store adapter's entities or any domain type, so later entity changes cannot rewrite history.
 //! Timestamps are stored as `BIGINT` Unix milliseconds (UTC) on both backends.
 //!
-//! One migration per mechanism:
+//! Every table is named `tenantry_<name>` ([`naming`]); a migration that creates a table first
+//! fails with "table tenantry_x already exists and is not Tenantry's" when one does.
+//!
+//! | migrator | history table | migrations |
+//! |---|---|---|
+//! | [`LifecycleMigrator`] | `tenantry_lifecycle_migrations` | [`m0001_lifecycle`], [`m0004_lifecycle_claim_index`], [`m0005_lifecycle_failures`], [`m0006_lifecycle_attempt_window`], `m0007_lifecycle_table_prefix` |
+//! | [`FencesMigrator`] | `tenantry_fences_migrations` | [`m0002_host_storage`], `m0008_host_storage_table_prefix` |
+//! | [`DirectoryMigrator`] | `tenantry_directory_migrations` | [`m0003_directory`], `m0009_directory_table_prefix` |
+//!
 //! - [`m0001_lifecycle`]: `control_spaces` and `lifecycle_outbox`;
 //! - [`m0002_host_storage`]: `host_storage` (fences and connector state);
 //! - [`m0003_directory`]: the directory projection tables;
@@ -12,11 +22,19 @@
 //! - [`m0005_lifecycle_failures`]: the attempt budget column, the status index of the commands
 //!   gauge, and the operator action log.
 //! - [`m0006_lifecycle_attempt_window`]: when the last attempt of a command could still send.
+//! - [`table_prefix`]: renames the tables of a database created before the prefix.
+//!
+//! Databases migrated before these history tables existed recorded everything in
+//! sea-orm-migration's default `seaql_migrations`; [`migrate`] first moves those rows
+//! ([`adopt_legacy_history`]), then the prefix migrations rename the tables keeping their rows.
 
 // `MigrationTrait` is declared through async-trait with an elided lifetime; implementations match it.
 #![allow(elided_lifetimes_in_paths)]
 
+use std::collections::HashSet;
+
 pub use sea_orm_migration::prelude::*;
+use sea_orm_migration::sea_orm::{DatabaseConnection, Statement, TransactionTrait};
 
 pub mod m0001_lifecycle;
 pub mod m0002_host_storage;
@@ -24,20 +42,467 @@ pub mod m0003_directory;
 pub mod m0004_lifecycle_claim_index;
 pub mod m0005_lifecycle_failures;
 pub mod m0006_lifecycle_attempt_window;
+pub mod naming;
+pub mod table_prefix;
 
-/// Applies every Tenantry migration in order.
-pub struct Migrator;
+pub use naming::{TABLE_PREFIX, prefixed};
+
+/// History table of [`LifecycleMigrator`].
+pub const LIFECYCLE_HISTORY_TABLE: &str = "tenantry_lifecycle_migrations";
+/// History table of [`FencesMigrator`].
+pub const FENCES_HISTORY_TABLE: &str = "tenantry_fences_migrations";
+/// History table of [`DirectoryMigrator`].
+pub const DIRECTORY_HISTORY_TABLE: &str = "tenantry_directory_migrations";
+/// sea-orm-migration's default history table: where Tenantry recorded its migrations before
+/// it had its own, and where a host migrator that appended Tenantry's migrations records them.
+pub const LEGACY_HISTORY_TABLE: &str = "seaql_migrations";
+
+/// The lifecycle saga's tables (`tenantry_control_spaces`, `tenantry_lifecycle_outbox`,
+/// `tenantry_lifecycle_command_actions`), recorded in [`LIFECYCLE_HISTORY_TABLE`].
+pub struct LifecycleMigrator;
 
 #[async_trait::async_trait]
-impl MigratorTrait for Migrator {
+impl MigratorTrait for LifecycleMigrator {
     fn migrations() -> Vec<Box<dyn MigrationTrait>> {
         vec![
             Box::new(m0001_lifecycle::Migration),
-            Box::new(m0002_host_storage::Migration),
-            Box::new(m0003_directory::Migration),
             Box::new(m0004_lifecycle_claim_index::Migration),
             Box::new(m0005_lifecycle_failures::Migration),
             Box::new(m0006_lifecycle_attempt_window::Migration),
+            Box::new(table_prefix::LifecyclePrefix),
         ]
     }
+
+    fn migration_table_name() -> DynIden {
+        Alias::new(LIFECYCLE_HISTORY_TABLE).into_iden()
+    }
+}
+
+/// The host-storage table behind fences and connector state (`tenantry_host_storage`),
+/// recorded in [`FENCES_HISTORY_TABLE`].
+pub struct FencesMigrator;
+
+#[async_trait::async_trait]
+impl MigratorTrait for FencesMigrator {
+    fn migrations() -> Vec<Box<dyn MigrationTrait>> {
+        vec![
+            Box::new(m0002_host_storage::Migration),
+            Box::new(table_prefix::HostStoragePrefix),
+        ]
+    }
+
+    fn migration_table_name() -> DynIden {
+        Alias::new(FENCES_HISTORY_TABLE).into_iden()
+    }
+}
+
+/// The directory projection's tables (`tenantry_accounts`, `tenantry_workspaces`, …),
+/// recorded in [`DIRECTORY_HISTORY_TABLE`].
+pub struct DirectoryMigrator;
+
+#[async_trait::async_trait]
+impl MigratorTrait for DirectoryMigrator {
+    fn migrations() -> Vec<Box<dyn MigrationTrait>> {
+        vec![
+            Box::new(m0003_directory::Migration),
+            Box::new(table_prefix::DirectoryPrefix),
+        ]
+    }
+
+    fn migration_table_name() -> DynIden {
+        Alias::new(DIRECTORY_HISTORY_TABLE).into_iden()
+    }
+}
+
+/// One of Tenantry's mechanisms, each with its own tables and migrator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Mechanism {
+    /// The lifecycle saga ([`LifecycleMigrator`]).
+    Lifecycle,
+    /// Fences and connector state ([`FencesMigrator`]).
+    Fences,
+    /// The directory projection ([`DirectoryMigrator`]).
+    Directory,
+}
+
+impl Mechanism {
+    /// Every mechanism, in migration order.
+    pub const ALL: [Mechanism; 3] = [Self::Lifecycle, Self::Fences, Self::Directory];
+
+    /// The lower-case name (`lifecycle`, `fences`, `directory`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Lifecycle => "lifecycle",
+            Self::Fences => "fences",
+            Self::Directory => "directory",
+        }
+    }
+
+    /// The history table of this mechanism's migrator.
+    pub fn history_table(self) -> &'static str {
+        match self {
+            Self::Lifecycle => LIFECYCLE_HISTORY_TABLE,
+            Self::Fences => FENCES_HISTORY_TABLE,
+            Self::Directory => DIRECTORY_HISTORY_TABLE,
+        }
+    }
+
+    /// The migrations of this mechanism, in order (what its migrator's `migrations()` returns).
+    pub fn migrations(self) -> Vec<Box<dyn MigrationTrait>> {
+        match self {
+            Self::Lifecycle => LifecycleMigrator::migrations(),
+            Self::Fences => FencesMigrator::migrations(),
+            Self::Directory => DirectoryMigrator::migrations(),
+        }
+    }
+
+    /// The tables of this mechanism, unprefixed.
+    fn tables(self) -> &'static [&'static str] {
+        match self {
+            Self::Lifecycle => &table_prefix::LIFECYCLE_TABLES,
+            Self::Fences => &table_prefix::FENCES_TABLES,
+            Self::Directory => &table_prefix::DIRECTORY_TABLES,
+        }
+    }
+
+    /// The migrations Tenantry 0.1 recorded in `seaql_migrations` for this mechanism, and an
+    /// unprefixed table it created.
+    fn legacy(self) -> (&'static [&'static str], &'static str) {
+        match self {
+            Self::Lifecycle => (
+                &[
+                    "m0001_lifecycle",
+                    "m0004_lifecycle_claim_index",
+                    "m0005_lifecycle_failures",
+                    "m0006_lifecycle_attempt_window",
+                ],
+                "lifecycle_outbox",
+            ),
+            Self::Fences => (&["m0002_host_storage"], "host_storage"),
+            Self::Directory => (&["m0003_directory"], "accounts"),
+        }
+    }
+
+    /// The prefixed tables created by migration `name` of this mechanism.
+    fn created_by(self, name: &str) -> Vec<String> {
+        let tables: &[&str] = match name {
+            "m0001_lifecycle" => &["control_spaces", "lifecycle_outbox"],
+            "m0005_lifecycle_failures" => &["lifecycle_command_actions"],
+            "m0002_host_storage" | "m0003_directory" => self.tables(),
+            _ => &[],
+        };
+        tables.iter().map(|t| prefixed(t)).collect()
+    }
+
+    /// Creates this mechanism's history table if it does not exist.
+    async fn install<C: ConnectionTrait>(self, db: &C) -> Result<(), DbErr> {
+        match self {
+            Self::Lifecycle => LifecycleMigrator::install(db).await,
+            Self::Fences => FencesMigrator::install(db).await,
+            Self::Directory => DirectoryMigrator::install(db).await,
+        }
+    }
+
+    async fn up(self, db: &DatabaseConnection) -> Result<(), DbErr> {
+        match self {
+            Self::Lifecycle => LifecycleMigrator::up(db, None).await,
+            Self::Fences => FencesMigrator::up(db, None).await,
+            Self::Directory => DirectoryMigrator::up(db, None).await,
+        }
+    }
+}
+
+/// A selection of mechanisms, e.g. `Mechanisms::FENCES` for a fences-only host, or
+/// `Mechanisms::LIFECYCLE | Mechanisms::FENCES`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Mechanisms {
+    lifecycle: bool,
+    fences: bool,
+    directory: bool,
+}
+
+impl Mechanisms {
+    /// No mechanism.
+    pub const NONE: Self = Self {
+        lifecycle: false,
+        fences: false,
+        directory: false,
+    };
+    /// The lifecycle saga only.
+    pub const LIFECYCLE: Self = Self {
+        lifecycle: true,
+        ..Self::NONE
+    };
+    /// Fences and connector state only.
+    pub const FENCES: Self = Self {
+        fences: true,
+        ..Self::NONE
+    };
+    /// The directory projection only.
+    pub const DIRECTORY: Self = Self {
+        directory: true,
+        ..Self::NONE
+    };
+    /// Every mechanism (what the `tenantry` service uses).
+    pub const ALL: Self = Self {
+        lifecycle: true,
+        fences: true,
+        directory: true,
+    };
+
+    /// Whether `mechanism` is selected.
+    pub fn contains(self, mechanism: Mechanism) -> bool {
+        match mechanism {
+            Mechanism::Lifecycle => self.lifecycle,
+            Mechanism::Fences => self.fences,
+            Mechanism::Directory => self.directory,
+        }
+    }
+
+    /// The selected mechanisms, in migration order.
+    pub fn iter(self) -> impl Iterator<Item = Mechanism> {
+        Mechanism::ALL
+            .into_iter()
+            .filter(move |m| self.contains(*m))
+    }
+}
+
+impl std::ops::BitOr for Mechanisms {
+    type Output = Self;
+
+    fn bitor(self, other: Self) -> Self {
+        Self {
+            lifecycle: self.lifecycle || other.lifecycle,
+            fences: self.fences || other.fences,
+            directory: self.directory || other.directory,
+        }
+    }
+}
+
+impl From<Mechanism> for Mechanisms {
+    fn from(mechanism: Mechanism) -> Self {
+        match mechanism {
+            Mechanism::Lifecycle => Self::LIFECYCLE,
+            Mechanism::Fences => Self::FENCES,
+            Mechanism::Directory => Self::DIRECTORY,
+        }
+    }
+}
+
+/// Why [`migrate`] failed. Nothing after the failing step ran; each migration that succeeded
+/// before it stays applied and recorded.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum MigrateError {
+    /// A table Tenantry is about to create already exists and its history does not record
+    /// creating it: it belongs to someone else. Nothing was created for that mechanism.
+    #[error("{}", naming::foreign_table_message(table, history_table))]
+    ForeignTable {
+        /// The existing table (prefixed name).
+        table: String,
+        /// The history table that does not record it.
+        history_table: &'static str,
+    },
+    /// Moving Tenantry's rows out of `seaql_migrations` (a database migrated before the history
+    /// tables existed) failed; nothing was moved.
+    #[error("cannot adopt Tenantry's migration history from seaql_migrations: {source}")]
+    AdoptHistory {
+        /// The database error.
+        #[source]
+        source: DbErr,
+    },
+    /// A migration of `mechanism` failed (the database error says which statement and why).
+    #[error("migrating Tenantry's {} tables failed: {source}", mechanism.as_str())]
+    Migration {
+        /// The mechanism whose migrator failed.
+        mechanism: Mechanism,
+        /// The database error.
+        #[source]
+        source: DbErr,
+    },
+}
+
+/// Applies every pending migration of the selected mechanisms, each recorded in its own
+/// history table. First moves Tenantry's rows out of `seaql_migrations` when the database was
+/// migrated before the history tables existed ([`adopt_legacy_history`]), and checks that no
+/// table about to be created exists already.
+///
+/// # Errors
+/// [`MigrateError::ForeignTable`] when a table to create exists (nothing of that mechanism is
+/// created), [`MigrateError::AdoptHistory`], [`MigrateError::Migration`] when a migration fails.
+pub async fn migrate(db: &DatabaseConnection, mechanisms: Mechanisms) -> Result<(), MigrateError> {
+    adopt_legacy_history(db)
+        .await
+        .map_err(|source| MigrateError::AdoptHistory { source })?;
+    for mechanism in mechanisms.iter() {
+        let failed = |source| MigrateError::Migration { mechanism, source };
+        let applied = read_versions(db, mechanism.history_table())
+            .await
+            .map_err(failed)?;
+        for migration in mechanism.migrations() {
+            if applied.contains(migration.name()) {
+                continue;
+            }
+            for table in mechanism.created_by(migration.name()) {
+                if naming::table_exists(db, &table).await.map_err(failed)? {
+                    // Another process may have applied this migration since the history was
+                    // read (two replicas starting at once): then the table is Tenantry's.
+                    let now = read_versions(db, mechanism.history_table())
+                        .await
+                        .map_err(failed)?;
+                    if now.contains(migration.name()) {
+                        break;
+                    }
+                    return Err(MigrateError::ForeignTable {
+                        table,
+                        history_table: mechanism.history_table(),
+                    });
+                }
+            }
+        }
+        mechanism.up(db).await.map_err(failed)?;
+    }
+    Ok(())
+}
+
+/// The names of the selected mechanisms' migrations the database has not applied, in order,
+/// without writing anything (read-only: no history table is created).
+///
+/// A migration counts as applied when it is recorded in its mechanism's history table or in
+/// any of `host_history_tables` (the history table of a host migrator that appended Tenantry's
+/// migrations to its own list, e.g. `seaql_migrations`). Tables that do not exist are read as
+/// empty.
+///
+/// # Errors
+/// The database error of a failed read.
+pub async fn pending_migrations<C: ConnectionTrait>(
+    db: &C,
+    mechanisms: Mechanisms,
+    host_history_tables: &[&str],
+) -> Result<Vec<String>, DbErr> {
+    let mut host = HashSet::new();
+    for table in host_history_tables {
+        host.extend(read_versions(db, table).await?);
+    }
+    let mut pending = Vec::new();
+    for mechanism in mechanisms.iter() {
+        let own = read_versions(db, mechanism.history_table()).await?;
+        for migration in mechanism.migrations() {
+            let name = migration.name();
+            if !own.contains(name) && !host.contains(name) {
+                pending.push(name.to_owned());
+            }
+        }
+    }
+    Ok(pending)
+}
+
+/// Moves the history of a database migrated before Tenantry had its own history tables:
+/// for each mechanism whose migrations `seaql_migrations` records while its tables still have
+/// their unprefixed names, copies those rows (version and time) into the mechanism's history
+/// table and deletes them from `seaql_migrations`, dropping that table when nothing is left in
+/// it (a host migrator that uses it recreates it). Rows of other migrations (the host's) stay.
+/// One transaction; returns whether anything moved. [`migrate`] calls it first; a host that
+/// runs Tenantry's migrators itself calls it before them.
+///
+/// Rows in `seaql_migrations` for prefixed tables (a host migrator that appended Tenantry's
+/// migrations) are left alone.
+///
+/// # Errors
+/// The database error; nothing is moved then.
+pub async fn adopt_legacy_history(db: &DatabaseConnection) -> Result<bool, DbErr> {
+    if !naming::table_exists(db, LEGACY_HISTORY_TABLE).await? {
+        return Ok(false);
+    }
+    let backend = db.get_database_backend();
+    let txn = db.begin().await?;
+    let rows = txn
+        .query_all_raw(Statement::from_string(
+            backend,
+            format!("SELECT version, applied_at FROM {LEGACY_HISTORY_TABLE}"),
+        ))
+        .await?;
+    let mut recorded = Vec::with_capacity(rows.len());
+    for row in rows {
+        recorded.push((
+            row.try_get::<String>("", "version")?,
+            row.try_get::<i64>("", "applied_at")?,
+        ));
+    }
+    let mut moved = false;
+    for mechanism in Mechanism::ALL {
+        let (versions, probe) = mechanism.legacy();
+        let rows: Vec<&(String, i64)> = recorded
+            .iter()
+            .filter(|(v, _)| versions.contains(&v.as_str()))
+            .collect();
+        if rows.is_empty() {
+            continue;
+        }
+        if naming::table_exists(&txn, &prefixed(probe)).await?
+            || !naming::table_exists(&txn, probe).await?
+        {
+            continue;
+        }
+        let history = mechanism.history_table();
+        let own = {
+            mechanism.install(&txn).await?;
+            read_versions(&txn, history).await?
+        };
+        for (version, applied_at) in rows {
+            if !own.contains(version) {
+                txn.execute_raw(Statement::from_sql_and_values(
+                    backend,
+                    format!(
+                        "INSERT INTO {history} (version, applied_at) VALUES ({}, {})",
+                        naming::placeholder(backend, 1),
+                        naming::placeholder(backend, 2)
+                    ),
+                    [version.clone().into(), (*applied_at).into()],
+                ))
+                .await?;
+            }
+            txn.execute_raw(Statement::from_sql_and_values(
+                backend,
+                format!(
+                    "DELETE FROM {LEGACY_HISTORY_TABLE} WHERE version = {}",
+                    naming::placeholder(backend, 1)
+                ),
+                [version.clone().into()],
+            ))
+            .await?;
+            moved = true;
+        }
+    }
+    if moved {
+        let left = txn
+            .query_one_raw(Statement::from_string(
+                backend,
+                format!("SELECT version FROM {LEGACY_HISTORY_TABLE} LIMIT 1"),
+            ))
+            .await?;
+        if left.is_none() {
+            txn.execute_unprepared(&format!("DROP TABLE {LEGACY_HISTORY_TABLE}"))
+                .await?;
+        }
+    }
+    txn.commit().await?;
+    Ok(moved)
+}
+
+/// The versions recorded in history table `table` (empty when it does not exist).
+async fn read_versions<C: ConnectionTrait>(db: &C, table: &str) -> Result<HashSet<String>, DbErr> {
+    if !naming::table_exists(db, table).await? {
+        return Ok(HashSet::new());
+    }
+    let rows = db
+        .query_all_raw(Statement::from_string(
+            db.get_database_backend(),
+            format!("SELECT version FROM {table}"),
+        ))
+        .await?;
+    rows.into_iter()
+        .map(|row| row.try_get::<String>("", "version"))
+        .collect()
 }

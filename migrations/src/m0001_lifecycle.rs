@@ -1,16 +1,22 @@
-//! Migration: `control_spaces` and `lifecycle_outbox`, the tables of the lifecycle saga.
+//! Migration: `tenantry_control_spaces` and `tenantry_lifecycle_outbox`, the tables of the
+//! lifecycle saga.
+//!
+//! Creates the prefixed tables directly, after checking that neither exists (a table of that
+//! name is not Tenantry's: see [`crate::naming`]) and that the database does not still hold
+//! these tables unprefixed with their history in `seaql_migrations` (adopt it first).
 //!
 //! Timestamps are `BIGINT` Unix milliseconds (UTC). JSON payloads are stored as text.
 
 use sea_orm_migration::prelude::*;
 
-/// Creates `control_spaces` and `lifecycle_outbox` with their indexes.
+use crate::naming::{Naming, ensure_absent, ensure_no_unadopted_history};
+
+/// Creates `tenantry_control_spaces` and `tenantry_lifecycle_outbox` with their indexes.
 #[derive(DeriveMigrationName)]
 pub struct Migration;
 
 #[derive(Iden)]
 enum ControlSpaces {
-    Table,
     TenantId,
     ControlSpaceId,
     State,
@@ -27,7 +33,6 @@ enum ControlSpaces {
 
 #[derive(Iden)]
 enum LifecycleOutbox {
-    Table,
     Id,
     TenantId,
     ControlSpaceId,
@@ -48,13 +53,21 @@ enum LifecycleOutbox {
     CompletedAt,
 }
 
+const CONTROL_SPACES: &str = "control_spaces";
+const OUTBOX: &str = "lifecycle_outbox";
+
 #[async_trait::async_trait]
 impl MigrationTrait for Migration {
     async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        ensure_no_unadopted_history(manager, CONTROL_SPACES, "m0001_lifecycle").await?;
+        let names = Naming::Prefixed;
+        for table in [CONTROL_SPACES, OUTBOX] {
+            ensure_absent(manager, &names.table(table), crate::LIFECYCLE_HISTORY_TABLE).await?;
+        }
         manager
             .create_table(
                 Table::create()
-                    .table(ControlSpaces::Table)
+                    .table(names.iden(CONTROL_SPACES))
                     .col(ColumnDef::new(ControlSpaces::TenantId).string().not_null())
                     .col(
                         ColumnDef::new(ControlSpaces::ControlSpaceId)
@@ -119,7 +132,7 @@ impl MigrationTrait for Migration {
         manager
             .create_table(
                 Table::create()
-                    .table(LifecycleOutbox::Table)
+                    .table(names.iden(OUTBOX))
                     .col(
                         ColumnDef::new(LifecycleOutbox::Id)
                             .string()
@@ -206,8 +219,8 @@ impl MigrationTrait for Migration {
         manager
             .create_index(
                 Index::create()
-                    .name("ix_lifecycle_outbox_due")
-                    .table(LifecycleOutbox::Table)
+                    .name(names.index("ix_lifecycle_outbox_due"))
+                    .table(names.iden(OUTBOX))
                     .col(LifecycleOutbox::Status)
                     .col(LifecycleOutbox::NextAttemptAt)
                     .to_owned(),
@@ -216,8 +229,8 @@ impl MigrationTrait for Migration {
         manager
             .create_index(
                 Index::create()
-                    .name("ix_lifecycle_outbox_control_space")
-                    .table(LifecycleOutbox::Table)
+                    .name(names.index("ix_lifecycle_outbox_control_space"))
+                    .table(names.iden(OUTBOX))
                     .col(LifecycleOutbox::TenantId)
                     .col(LifecycleOutbox::ControlSpaceId)
                     .col(LifecycleOutbox::Operation)
@@ -228,11 +241,12 @@ impl MigrationTrait for Migration {
     }
 
     async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        let names = Naming::detect(manager, OUTBOX).await?;
         manager
-            .drop_table(Table::drop().table(LifecycleOutbox::Table).to_owned())
+            .drop_table(Table::drop().table(names.iden(OUTBOX)).to_owned())
             .await?;
         manager
-            .drop_table(Table::drop().table(ControlSpaces::Table).to_owned())
+            .drop_table(Table::drop().table(names.iden(CONTROL_SPACES)).to_owned())
             .await?;
         Ok(())
     }

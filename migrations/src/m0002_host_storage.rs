@@ -1,17 +1,20 @@
-//! Migration: `host_storage`, the durable installation-bound key/value store behind fences and
+//! Migration: `tenantry_host_storage`, the durable installation-bound key/value store behind fences and
 //! connector state.
 //!
 //! One row per `(binding, key)`; `value` is JSON text (`null` for a tombstone).
 
 use sea_orm_migration::prelude::*;
 
-/// Creates `host_storage`.
+use crate::naming::{Naming, ensure_absent, ensure_no_unadopted_history};
+
+const HOST_STORAGE: &str = "host_storage";
+
+/// Creates `tenantry_host_storage` (after checking no table of that name exists).
 #[derive(DeriveMigrationName)]
 pub struct Migration;
 
 #[derive(Iden)]
 enum HostStorage {
-    Table,
     Binding,
     Key,
     Value,
@@ -20,10 +23,18 @@ enum HostStorage {
 #[async_trait::async_trait]
 impl MigrationTrait for Migration {
     async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        ensure_no_unadopted_history(manager, HOST_STORAGE, "m0002_host_storage").await?;
+        let names = Naming::Prefixed;
+        ensure_absent(
+            manager,
+            &names.table(HOST_STORAGE),
+            crate::FENCES_HISTORY_TABLE,
+        )
+        .await?;
         manager
             .create_table(
                 Table::create()
-                    .table(HostStorage::Table)
+                    .table(names.iden(HOST_STORAGE))
                     .col(
                         ColumnDef::new(HostStorage::Binding)
                             .string_len(255)
@@ -42,8 +53,9 @@ impl MigrationTrait for Migration {
     }
 
     async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        let names = Naming::detect(manager, HOST_STORAGE).await?;
         manager
-            .drop_table(Table::drop().table(HostStorage::Table).to_owned())
+            .drop_table(Table::drop().table(names.iden(HOST_STORAGE)).to_owned())
             .await
     }
 }

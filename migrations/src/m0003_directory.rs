@@ -1,4 +1,5 @@
-//! Migration: the directory projection tables.
+//! Migration: the directory projection tables (each prefixed `tenantry_`, created after
+//! checking that no table of that name exists).
 //!
 //! - `accounts`: one row per account, local or projected (`source`); `normalized_email` unique;
 //! - `workspaces`: `source` and `instance_uuid` (NULL for local workspaces) say who owns it;
@@ -14,13 +15,30 @@
 
 use sea_orm_migration::prelude::*;
 
+use crate::naming::{Naming, ensure_absent, ensure_no_unadopted_history};
+
+const ACCOUNTS: &str = "accounts";
+const WORKSPACES: &str = "workspaces";
+const MEMBERSHIPS: &str = "workspace_memberships";
+const EXECUTION_STATE: &str = "workspace_execution_state";
+const PROJECTION_STATE: &str = "directory_projection_state";
+const INBOX: &str = "directory_projection_inbox";
+/// Every table of this migration, in creation order.
+const TABLES: [&str; 6] = [
+    ACCOUNTS,
+    WORKSPACES,
+    MEMBERSHIPS,
+    EXECUTION_STATE,
+    PROJECTION_STATE,
+    INBOX,
+];
+
 /// Creates the directory projection tables and their indexes.
 #[derive(DeriveMigrationName)]
 pub struct Migration;
 
 #[derive(Iden)]
 enum Accounts {
-    Table,
     Uuid,
     NormalizedEmail,
     DisplayName,
@@ -31,7 +49,6 @@ enum Accounts {
 
 #[derive(Iden)]
 enum Workspaces {
-    Table,
     Uuid,
     Source,
     InstanceUuid,
@@ -45,7 +62,6 @@ enum Workspaces {
 
 #[derive(Iden)]
 enum WorkspaceMemberships {
-    Table,
     Uuid,
     WorkspaceUuid,
     AccountUuid,
@@ -57,7 +73,6 @@ enum WorkspaceMemberships {
 
 #[derive(Iden)]
 enum WorkspaceExecutionState {
-    Table,
     WorkspaceUuid,
     Source,
     InstanceUuid,
@@ -69,7 +84,6 @@ enum WorkspaceExecutionState {
 
 #[derive(Iden)]
 enum DirectoryProjectionState {
-    Table,
     InstanceUuid,
     Cursor,
     SnapshotCoverageCursor,
@@ -80,7 +94,6 @@ enum DirectoryProjectionState {
 
 #[derive(Iden)]
 enum DirectoryProjectionInbox {
-    Table,
     InstanceUuid,
     EventUuid,
     Cursor,
@@ -98,10 +111,15 @@ fn id<T: IntoIden>(col: T) -> ColumnDef {
 #[async_trait::async_trait]
 impl MigrationTrait for Migration {
     async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        ensure_no_unadopted_history(manager, ACCOUNTS, "m0003_directory").await?;
+        let names = Naming::Prefixed;
+        for table in TABLES {
+            ensure_absent(manager, &names.table(table), crate::DIRECTORY_HISTORY_TABLE).await?;
+        }
         manager
             .create_table(
                 Table::create()
-                    .table(Accounts::Table)
+                    .table(names.iden(ACCOUNTS))
                     .col(id(Accounts::Uuid).primary_key())
                     .col(id(Accounts::NormalizedEmail).unique_key())
                     .col(ColumnDef::new(Accounts::DisplayName).text().not_null())
@@ -118,7 +136,7 @@ impl MigrationTrait for Migration {
         manager
             .create_table(
                 Table::create()
-                    .table(Workspaces::Table)
+                    .table(names.iden(WORKSPACES))
                     .col(id(Workspaces::Uuid).primary_key())
                     .col(ColumnDef::new(Workspaces::Source).string_len(32).not_null())
                     .col(
@@ -146,8 +164,8 @@ impl MigrationTrait for Migration {
         manager
             .create_index(
                 Index::create()
-                    .name("ix_workspaces_instance_status")
-                    .table(Workspaces::Table)
+                    .name(names.index("ix_workspaces_instance_status"))
+                    .table(names.iden(WORKSPACES))
                     .col(Workspaces::InstanceUuid)
                     .col(Workspaces::Source)
                     .col(Workspaces::Status)
@@ -157,7 +175,7 @@ impl MigrationTrait for Migration {
         manager
             .create_table(
                 Table::create()
-                    .table(WorkspaceMemberships::Table)
+                    .table(names.iden(MEMBERSHIPS))
                     .col(id(WorkspaceMemberships::Uuid).primary_key())
                     .col(id(WorkspaceMemberships::WorkspaceUuid))
                     .col(id(WorkspaceMemberships::AccountUuid))
@@ -187,8 +205,8 @@ impl MigrationTrait for Migration {
         manager
             .create_index(
                 Index::create()
-                    .name("ux_workspace_memberships_workspace_account")
-                    .table(WorkspaceMemberships::Table)
+                    .name(names.index("ux_workspace_memberships_workspace_account"))
+                    .table(names.iden(MEMBERSHIPS))
                     .col(WorkspaceMemberships::WorkspaceUuid)
                     .col(WorkspaceMemberships::AccountUuid)
                     .unique()
@@ -198,7 +216,7 @@ impl MigrationTrait for Migration {
         manager
             .create_table(
                 Table::create()
-                    .table(WorkspaceExecutionState::Table)
+                    .table(names.iden(EXECUTION_STATE))
                     .col(id(WorkspaceExecutionState::WorkspaceUuid).primary_key())
                     .col(
                         ColumnDef::new(WorkspaceExecutionState::Source)
@@ -236,7 +254,7 @@ impl MigrationTrait for Migration {
         manager
             .create_table(
                 Table::create()
-                    .table(DirectoryProjectionState::Table)
+                    .table(names.iden(PROJECTION_STATE))
                     .col(id(DirectoryProjectionState::InstanceUuid).primary_key())
                     .col(
                         ColumnDef::new(DirectoryProjectionState::Cursor)
@@ -269,7 +287,7 @@ impl MigrationTrait for Migration {
         manager
             .create_table(
                 Table::create()
-                    .table(DirectoryProjectionInbox::Table)
+                    .table(names.iden(INBOX))
                     .col(id(DirectoryProjectionInbox::InstanceUuid))
                     .col(id(DirectoryProjectionInbox::EventUuid))
                     .col(
@@ -313,8 +331,8 @@ impl MigrationTrait for Migration {
         manager
             .create_index(
                 Index::create()
-                    .name("ix_directory_projection_inbox_cursor")
-                    .table(DirectoryProjectionInbox::Table)
+                    .name(names.index("ix_directory_projection_inbox_cursor"))
+                    .table(names.iden(INBOX))
                     .col(DirectoryProjectionInbox::InstanceUuid)
                     .col(DirectoryProjectionInbox::Cursor)
                     .to_owned(),
@@ -324,16 +342,10 @@ impl MigrationTrait for Migration {
     }
 
     async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-        for table in [
-            DirectoryProjectionInbox::Table.into_iden(),
-            DirectoryProjectionState::Table.into_iden(),
-            WorkspaceExecutionState::Table.into_iden(),
-            WorkspaceMemberships::Table.into_iden(),
-            Workspaces::Table.into_iden(),
-            Accounts::Table.into_iden(),
-        ] {
+        let names = Naming::detect(manager, ACCOUNTS).await?;
+        for table in TABLES.into_iter().rev() {
             manager
-                .drop_table(Table::drop().table(table).to_owned())
+                .drop_table(Table::drop().table(names.iden(table)).to_owned())
                 .await?;
         }
         Ok(())

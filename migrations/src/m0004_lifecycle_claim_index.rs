@@ -1,4 +1,5 @@
-//! Migration: the claim index of `lifecycle_outbox`.
+//! Migration: the claim index of `tenantry_lifecycle_outbox` (`lifecycle_outbox` before the
+//! prefix migration).
 //!
 //! The claim reads live commands in due order (`next_attempt_at, created_at, id`) and stops
 //! after `limit` rows. Without an index in that order every claim scanned and sorted the whole
@@ -15,13 +16,14 @@
 
 use sea_orm_migration::prelude::*;
 
-/// Creates `ix_lifecycle_outbox_claim` and drops `ix_lifecycle_outbox_due`.
+use crate::naming::Naming;
+
+/// Creates `ix_tenantry_lifecycle_outbox_claim` and drops `ix_tenantry_lifecycle_outbox_due`.
 #[derive(DeriveMigrationName)]
 pub struct Migration;
 
 #[derive(Iden)]
 enum LifecycleOutbox {
-    Table,
     Id,
     Status,
     NextAttemptAt,
@@ -29,17 +31,19 @@ enum LifecycleOutbox {
     CompletedAt,
 }
 
+const OUTBOX: &str = "lifecycle_outbox";
 const CLAIM_INDEX: &str = "ix_lifecycle_outbox_claim";
 const DUE_INDEX: &str = "ix_lifecycle_outbox_due";
 
 #[async_trait::async_trait]
 impl MigrationTrait for Migration {
     async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        let names = Naming::detect(manager, OUTBOX).await?;
         manager
             .create_index(
                 Index::create()
-                    .name(CLAIM_INDEX)
-                    .table(LifecycleOutbox::Table)
+                    .name(names.index(CLAIM_INDEX))
+                    .table(names.iden(OUTBOX))
                     .col(LifecycleOutbox::NextAttemptAt)
                     .col(LifecycleOutbox::CreatedAt)
                     .col(LifecycleOutbox::Id)
@@ -50,32 +54,39 @@ impl MigrationTrait for Migration {
         manager
             .drop_index(
                 Index::drop()
-                    .name(DUE_INDEX)
-                    .table(LifecycleOutbox::Table)
+                    .name(names.index(DUE_INDEX))
+                    .table(names.iden(OUTBOX))
                     .to_owned(),
             )
             .await?;
         if manager.get_database_backend() == sea_orm::DatabaseBackend::Postgres {
             manager
                 .get_connection()
-                .execute_unprepared("ALTER TABLE lifecycle_outbox SET (fillfactor = 70)")
+                .execute_unprepared(&format!(
+                    "ALTER TABLE {} SET (fillfactor = 70)",
+                    names.table(OUTBOX)
+                ))
                 .await?;
         }
         Ok(())
     }
 
     async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        let names = Naming::detect(manager, OUTBOX).await?;
         if manager.get_database_backend() == sea_orm::DatabaseBackend::Postgres {
             manager
                 .get_connection()
-                .execute_unprepared("ALTER TABLE lifecycle_outbox RESET (fillfactor)")
+                .execute_unprepared(&format!(
+                    "ALTER TABLE {} RESET (fillfactor)",
+                    names.table(OUTBOX)
+                ))
                 .await?;
         }
         manager
             .create_index(
                 Index::create()
-                    .name(DUE_INDEX)
-                    .table(LifecycleOutbox::Table)
+                    .name(names.index(DUE_INDEX))
+                    .table(names.iden(OUTBOX))
                     .col(LifecycleOutbox::Status)
                     .col(LifecycleOutbox::NextAttemptAt)
                     .to_owned(),
@@ -84,8 +95,8 @@ impl MigrationTrait for Migration {
         manager
             .drop_index(
                 Index::drop()
-                    .name(CLAIM_INDEX)
-                    .table(LifecycleOutbox::Table)
+                    .name(names.index(CLAIM_INDEX))
+                    .table(names.iden(OUTBOX))
                     .to_owned(),
             )
             .await

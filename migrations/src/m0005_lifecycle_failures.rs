@@ -1,5 +1,7 @@
 //! Migration: dead-lettered commands and operator actions.
 //!
+//! Table and index names below are unprefixed; see [`crate::naming`] for the `tenantry_` prefix.
+//!
 //! - `lifecycle_outbox.attempt_budget_base` (INTEGER, default 0): the `attempt_count` at which
 //!   the command's current attempt budget began. An operator retry sets it to the current
 //!   `attempt_count` instead of resetting the count, so a retried provision still shows it may
@@ -11,7 +13,7 @@
 //!   `status` (or any other column a claim changes): m0004 keeps claims HOT updates on
 //!   PostgreSQL, and any index over `status` — even a partial one — would end that. Pending and
 //!   processing commands are counted through the claim index (`completed_at IS NULL`).
-//! - `lifecycle_command_actions`: one row per operator action (retry / abandon): `id`,
+//! - `tenantry_lifecycle_command_actions`: one row per operator action (retry / abandon): `id`,
 //!   `command_id`, `action`, `actor`, `reason`, `previous_status`, `previous_error_code`,
 //!   `attempt_count`, `created_at` (Unix ms); index on `(command_id, created_at)`.
 //!
@@ -19,13 +21,14 @@
 
 use sea_orm_migration::prelude::*;
 
+use crate::naming::{Naming, ensure_absent};
+
 /// Adds the attempt-budget and failed-at columns, the failed index and the action log.
 #[derive(DeriveMigrationName)]
 pub struct Migration;
 
 #[derive(Iden)]
 enum LifecycleOutbox {
-    Table,
     Operation,
     AttemptBudgetBase,
     FailedAt,
@@ -33,7 +36,6 @@ enum LifecycleOutbox {
 
 #[derive(Iden)]
 enum LifecycleCommandActions {
-    Table,
     Id,
     CommandId,
     Action,
@@ -45,16 +47,25 @@ enum LifecycleCommandActions {
     CreatedAt,
 }
 
+const OUTBOX: &str = "lifecycle_outbox";
+const ACTIONS: &str = "lifecycle_command_actions";
 const FAILED_INDEX: &str = "ix_lifecycle_outbox_failed";
 const ACTIONS_INDEX: &str = "ix_lifecycle_command_actions_command";
 
 #[async_trait::async_trait]
 impl MigrationTrait for Migration {
     async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        let names = Naming::detect(manager, OUTBOX).await?;
+        ensure_absent(
+            manager,
+            &names.table(ACTIONS),
+            crate::LIFECYCLE_HISTORY_TABLE,
+        )
+        .await?;
         manager
             .alter_table(
                 Table::alter()
-                    .table(LifecycleOutbox::Table)
+                    .table(names.iden(OUTBOX))
                     .add_column(
                         ColumnDef::new(LifecycleOutbox::AttemptBudgetBase)
                             .integer()
@@ -67,7 +78,7 @@ impl MigrationTrait for Migration {
         manager
             .alter_table(
                 Table::alter()
-                    .table(LifecycleOutbox::Table)
+                    .table(names.iden(OUTBOX))
                     .add_column(ColumnDef::new(LifecycleOutbox::FailedAt).big_integer())
                     .to_owned(),
             )
@@ -75,8 +86,8 @@ impl MigrationTrait for Migration {
         manager
             .create_index(
                 Index::create()
-                    .name(FAILED_INDEX)
-                    .table(LifecycleOutbox::Table)
+                    .name(names.index(FAILED_INDEX))
+                    .table(names.iden(OUTBOX))
                     .col(LifecycleOutbox::Operation)
                     .and_where(Expr::col(LifecycleOutbox::FailedAt).is_not_null())
                     .to_owned(),
@@ -85,7 +96,7 @@ impl MigrationTrait for Migration {
         manager
             .create_table(
                 Table::create()
-                    .table(LifecycleCommandActions::Table)
+                    .table(names.iden(ACTIONS))
                     .col(
                         ColumnDef::new(LifecycleCommandActions::Id)
                             .string()
@@ -134,8 +145,8 @@ impl MigrationTrait for Migration {
         manager
             .create_index(
                 Index::create()
-                    .name(ACTIONS_INDEX)
-                    .table(LifecycleCommandActions::Table)
+                    .name(names.index(ACTIONS_INDEX))
+                    .table(names.iden(ACTIONS))
                     .col(LifecycleCommandActions::CommandId)
                     .col(LifecycleCommandActions::CreatedAt)
                     .to_owned(),
@@ -144,18 +155,15 @@ impl MigrationTrait for Migration {
     }
 
     async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        let names = Naming::detect(manager, OUTBOX).await?;
         manager
-            .drop_table(
-                Table::drop()
-                    .table(LifecycleCommandActions::Table)
-                    .to_owned(),
-            )
+            .drop_table(Table::drop().table(names.iden(ACTIONS)).to_owned())
             .await?;
         manager
             .drop_index(
                 Index::drop()
-                    .name(FAILED_INDEX)
-                    .table(LifecycleOutbox::Table)
+                    .name(names.index(FAILED_INDEX))
+                    .table(names.iden(OUTBOX))
                     .to_owned(),
             )
             .await?;
@@ -166,7 +174,7 @@ impl MigrationTrait for Migration {
             manager
                 .alter_table(
                     Table::alter()
-                        .table(LifecycleOutbox::Table)
+                        .table(names.iden(OUTBOX))
                         .drop_column(column)
                         .to_owned(),
                 )

@@ -1,4 +1,4 @@
-//! Migration: `lifecycle_outbox.attempt_window_ends_at` and `prior_window_ends_at`.
+//! Migration: `tenantry_lifecycle_outbox.attempt_window_ends_at` and `prior_window_ends_at`.
 //!
 //! `attempt_window_ends_at` is the latest time (Unix milliseconds, store clock) at which an
 //! attempt of the command may have sent a request to the remote: the lease expiry while the
@@ -16,6 +16,10 @@
 
 use sea_orm_migration::prelude::*;
 
+use crate::naming::Naming;
+
+const OUTBOX: &str = "lifecycle_outbox";
+
 /// Adds the nullable columns `attempt_window_ends_at` and `prior_window_ends_at` (`BIGINT`)
 /// and backfills the window of commands claimed before.
 #[derive(DeriveMigrationName)]
@@ -23,7 +27,6 @@ pub struct Migration;
 
 #[derive(Iden)]
 enum LifecycleOutbox {
-    Table,
     AttemptWindowEndsAt,
     PriorWindowEndsAt,
 }
@@ -31,10 +34,11 @@ enum LifecycleOutbox {
 #[async_trait::async_trait]
 impl MigrationTrait for Migration {
     async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        let names = Naming::detect(manager, OUTBOX).await?;
         manager
             .alter_table(
                 Table::alter()
-                    .table(LifecycleOutbox::Table)
+                    .table(names.iden(OUTBOX))
                     .add_column(
                         ColumnDef::new(LifecycleOutbox::AttemptWindowEndsAt)
                             .big_integer()
@@ -46,7 +50,7 @@ impl MigrationTrait for Migration {
         manager
             .alter_table(
                 Table::alter()
-                    .table(LifecycleOutbox::Table)
+                    .table(names.iden(OUTBOX))
                     .add_column(
                         ColumnDef::new(LifecycleOutbox::PriorWindowEndsAt)
                             .big_integer()
@@ -57,20 +61,22 @@ impl MigrationTrait for Migration {
             .await?;
         manager
             .get_connection()
-            .execute_unprepared(
-                "UPDATE lifecycle_outbox \
+            .execute_unprepared(&format!(
+                "UPDATE {} \
                  SET attempt_window_ends_at = COALESCE(completed_at, lease_expires_at, next_attempt_at) \
                  WHERE attempt_count > 0",
-            )
+                names.table(OUTBOX)
+            ))
             .await?;
         Ok(())
     }
 
     async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        let names = Naming::detect(manager, OUTBOX).await?;
         manager
             .alter_table(
                 Table::alter()
-                    .table(LifecycleOutbox::Table)
+                    .table(names.iden(OUTBOX))
                     .drop_column(LifecycleOutbox::PriorWindowEndsAt)
                     .to_owned(),
             )
@@ -78,7 +84,7 @@ impl MigrationTrait for Migration {
         manager
             .alter_table(
                 Table::alter()
-                    .table(LifecycleOutbox::Table)
+                    .table(names.iden(OUTBOX))
                     .drop_column(LifecycleOutbox::AttemptWindowEndsAt)
                     .to_owned(),
             )

@@ -3,6 +3,8 @@
 //! Steps, in order, stopping at the first failure:
 //! 1. `cargo fmt --all -- --check`
 //! 2. `cargo clippy --workspace --all-targets --locked -- -D warnings`
+//!    then `cargo check -p tenantry-store-seaorm --no-default-features --features sqlite` (and
+//!    `postgres`): each one-driver build compiles ([`DRIVER_CHECKS`])
 //! 3. `cargo test --workspace --locked` on SQLite (`TENANTRY_TEST_PG_URL` removed from the
 //!    environment, so every test database is a SQLite file)
 //! 4. a PostgreSQL server: the one named by `DATABASE_URL` when set, else a throwaway cluster
@@ -48,6 +50,8 @@ enum StepKind {
     Fmt,
     /// `cargo clippy`.
     Clippy,
+    /// The one-driver builds of the storage crate (`cargo check`, no tests).
+    Drivers,
     /// The test run on SQLite.
     Sqlite,
     /// The PostgreSQL server and the test run on it.
@@ -74,8 +78,11 @@ pub fn run(root: &Path, args: &CiArgs) -> ExitCode {
     }
 }
 
+/// The driver features of `tenantry-store-seaorm` each built alone by the gate.
+const DRIVER_CHECKS: [&str; 2] = ["sqlite", "postgres"];
+
 /// Total number of steps, for the `[i/N]` banners.
-const STEPS: usize = 5;
+const STEPS: usize = 5 + DRIVER_CHECKS.len();
 
 /// A failed step; its details are already in the report.
 #[derive(Debug)]
@@ -108,6 +115,23 @@ impl Gate<'_> {
                 "warnings",
             ]);
             self.command_step("clippy", cmd, false)?;
+        }
+
+        for driver in DRIVER_CHECKS {
+            let step = format!("check ({driver} only)");
+            if !self.skipped(StepKind::Drivers, &step) {
+                let mut cmd = self.cargo();
+                cmd.args([
+                    "check",
+                    "-p",
+                    "tenantry-store-seaorm",
+                    "--no-default-features",
+                    "--features",
+                    driver,
+                    "--locked",
+                ]);
+                self.command_step(&step, cmd, false)?;
+            }
         }
 
         if !self.skipped(StepKind::Sqlite, "test (SQLite)") {
@@ -388,6 +412,8 @@ impl Report {
         let ran: Vec<&str> = [
             "fmt",
             "clippy",
+            "check (sqlite only)",
+            "check (postgres only)",
             "test (SQLite)",
             "PostgreSQL server",
             "test (PostgreSQL)",

@@ -116,7 +116,7 @@ pub async fn outbox_status_counts(db: &Database) -> Result<Vec<(String, i64)>, S
         .conn
         .query_all_raw(Statement::from_string(
             backend(db),
-            "SELECT status, COUNT(*) AS n FROM lifecycle_outbox GROUP BY status ORDER BY status",
+            "SELECT status, COUNT(*) AS n FROM tenantry_lifecycle_outbox GROUP BY status ORDER BY status",
         ))
         .await
         .map_err(unavailable)?;

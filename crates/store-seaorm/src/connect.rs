@@ -1,9 +1,15 @@
-//! Opening a database: SQLite (WAL, busy timeout, serialized writers) or PostgreSQL.
+//! Opening a database: SQLite (WAL, busy timeout, serialized writers) or PostgreSQL, either
+//! from a URL ([`connect`], [`connect_existing`]) or from a pool the host application already
+//! has ([`Database::from_connection`]), and migrating or checking the schema of a selection of
+//! mechanisms ([`Database::migrate`], [`Database::check_schema`]).
+//!
+//! Each driver is a cargo feature (`sqlite`, `postgres`, both default); a URL whose driver was
+//! not compiled is refused with [`ConnectError::DriverNotCompiled`].
 
 use std::time::Duration;
 
-use sea_orm::{ConnectOptions, DatabaseConnection, DbBackend, sqlx::sqlite::SqliteJournalMode};
-use tenantry_migrations::{Migrator, MigratorTrait};
+use sea_orm::{ConnectOptions, DatabaseConnection, DbBackend, DbErr};
+use tenantry_migrations::{LEGACY_HISTORY_TABLE, Mechanisms, MigrateError};
 
 /// How long a SQLite connection waits for the write lock before failing, in milliseconds.
 pub const SQLITE_BUSY_TIMEOUT_MS: u64 = 10_000;
@@ -17,7 +23,8 @@ pub enum Backend {
     Postgres,
 }
 
-/// A migrated connection pool plus the backend it talks to.
+/// A connection pool plus the backend it talks to. Build it with [`connect`] /
+/// [`connect_existing`] from a URL, or with [`Database::from_connection`] from the host's pool.
 #[derive(Debug, Clone)]
 pub struct Database {
     /// The SeaORM connection pool.
@@ -26,8 +33,9 @@ pub struct Database {
     pub backend: Backend,
 }
 
-/// Why a database could not be opened.
+/// Why a database could not be opened, migrated or accepted.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ConnectError {
     /// The URL scheme is neither `sqlite:` nor `postgres:` / `postgresql:`.
     #[error(
@@ -37,29 +45,144 @@ pub enum ConnectError {
         /// The refused URL.
         url: String,
     },
-    /// Connecting or migrating failed; the message comes from the driver.
-    #[error("cannot open database: {0}")]
-    Open(String),
-    /// The database exists but its schema is missing or older than this binary's: run
-    /// `tenantry migrate` (or start `tenantry serve`, which migrates) first.
+    /// The URL names a driver this build does not include (a cargo feature of
+    /// `tenantry-store-seaorm` that was turned off).
     #[error(
-        "database schema is not initialized or not up to date ({pending} migrations pending); run `tenantry migrate` first"
+        "this build of tenantry-store-seaorm has no {driver} driver: enable its `{feature}` cargo feature (both are default features)"
+    )]
+    DriverNotCompiled {
+        /// `SQLite` or `PostgreSQL`.
+        driver: &'static str,
+        /// The cargo feature that adds it (`sqlite` / `postgres`).
+        feature: &'static str,
+    },
+    /// [`Database::from_connection`] was given a connection to another engine (MySQL).
+    #[error("unsupported database backend {backend}: Tenantry runs on SQLite or PostgreSQL")]
+    UnsupportedBackend {
+        /// The backend of the refused connection.
+        backend: String,
+    },
+    /// Connecting failed (server unreachable, bad credentials, SQLite file missing or not
+    /// writable); the source is the driver's error.
+    #[error("cannot open database: {source}")]
+    Open {
+        /// The driver's error.
+        #[source]
+        source: DbErr,
+    },
+    /// The database opened but migrating its schema failed (e.g. a table Tenantry would create
+    /// already exists and is not Tenantry's); the source says which and what to do.
+    #[error("cannot migrate the database schema: {source}")]
+    Migrate {
+        /// What failed.
+        #[source]
+        source: MigrateError,
+    },
+    /// Reading the migration history to check the schema failed.
+    #[error("cannot read the database's migration history: {source}")]
+    SchemaCheck {
+        /// The database error.
+        #[source]
+        source: DbErr,
+    },
+    /// The database exists but its schema is missing or older than this binary's: run
+    /// `tenantry migrate` (or start `tenantry serve`, or call [`Database::migrate`]) first.
+    #[error(
+        "database schema is not initialized or not up to date ({pending} migrations pending, first {first}); run `tenantry migrate` (or Database::migrate) first"
     )]
     SchemaNotCurrent {
         /// Migrations this binary knows that the database has not applied.
         pending: usize,
+        /// The name of the first of them.
+        first: String,
     },
+}
+
+impl Database {
+    /// Wraps a pool the host application already has (its backend is read from the
+    /// connection). Nothing is created or migrated: call [`Database::migrate`] or
+    /// [`Database::check_schema`] next. SQLite pools should be opened in WAL mode with a busy
+    /// timeout as [`connect`] does, or concurrent writers fail with "database is locked".
+    ///
+    /// # Errors
+    /// [`ConnectError::UnsupportedBackend`] for a MySQL connection.
+    pub fn from_connection(conn: DatabaseConnection) -> Result<Self, ConnectError> {
+        let backend = match conn.get_database_backend() {
+            DbBackend::Sqlite => Backend::Sqlite,
+            DbBackend::Postgres => Backend::Postgres,
+            other => {
+                return Err(ConnectError::UnsupportedBackend {
+                    backend: format!("{other:?}"),
+                });
+            }
+        };
+        Ok(Self { conn, backend })
+    }
+
+    /// Applies the pending migrations of the selected mechanisms, each recorded in its own
+    /// history table (`tenantry_<mechanism>_migrations`), beside whatever migrator the host
+    /// runs on the same database ([`tenantry_migrations::migrate`]).
+    ///
+    /// # Errors
+    /// [`ConnectError::Migrate`], naming the foreign table or the failed migration.
+    pub async fn migrate(&self, mechanisms: Mechanisms) -> Result<(), ConnectError> {
+        tenantry_migrations::migrate(&self.conn, mechanisms)
+            .await
+            .map_err(|source| ConnectError::Migrate { source })
+    }
+
+    /// Checks, without writing anything, that every migration of the selected mechanisms is
+    /// applied: recorded in Tenantry's history tables or in `seaql_migrations` (sea-orm-
+    /// migration's default table, where a host migrator that appended Tenantry's migrations to
+    /// its own list records them). A host whose migrator uses another history table calls
+    /// [`Database::check_schema_with_history`].
+    ///
+    /// # Errors
+    /// [`ConnectError::SchemaNotCurrent`] when some are pending, [`ConnectError::SchemaCheck`]
+    /// when the history cannot be read.
+    pub async fn check_schema(&self, mechanisms: Mechanisms) -> Result<(), ConnectError> {
+        self.check_schema_with_history(mechanisms, LEGACY_HISTORY_TABLE)
+            .await
+    }
+
+    /// [`Database::check_schema`] that also counts the migrations recorded in
+    /// `host_history_table` (the `migration_table_name()` of the host's migrator) as applied.
+    ///
+    /// # Errors
+    /// As [`Database::check_schema`].
+    pub async fn check_schema_with_history(
+        &self,
+        mechanisms: Mechanisms,
+        host_history_table: &str,
+    ) -> Result<(), ConnectError> {
+        let pending = tenantry_migrations::pending_migrations(
+            &self.conn,
+            mechanisms,
+            &[LEGACY_HISTORY_TABLE, host_history_table],
+        )
+        .await
+        .map_err(|source| ConnectError::SchemaCheck { source })?;
+        match pending.first() {
+            None => Ok(()),
+            Some(first) => Err(ConnectError::SchemaNotCurrent {
+                pending: pending.len(),
+                first: first.clone(),
+            }),
+        }
+    }
 }
 
 /// Opens `url` without creating or migrating anything, for read-mostly operator tools.
 ///
-/// A SQLite file must already exist (`mode=rwc` is read as `mode=rw`), and the schema must be
-/// exactly this binary's (no pending migration).
+/// A SQLite file must already exist (`mode=rwc` is read as `mode=rw`), and the schema of every
+/// mechanism must be exactly this binary's (no pending migration, see
+/// [`Database::check_schema`]).
 ///
 /// # Errors
-/// [`ConnectError::UnsupportedUrl`], [`ConnectError::Open`] when the database cannot be opened
-/// (for SQLite: the file does not exist), [`ConnectError::SchemaNotCurrent`] when migrations are
-/// pending.
+/// [`ConnectError::UnsupportedUrl`], [`ConnectError::DriverNotCompiled`],
+/// [`ConnectError::Open`] when the database cannot be opened (for SQLite: the file does not
+/// exist), [`ConnectError::SchemaNotCurrent`] when migrations are pending,
+/// [`ConnectError::SchemaCheck`].
 pub async fn connect_existing(url: &str, max_connections: u32) -> Result<Database, ConnectError> {
     let url = if url.starts_with("sqlite:") {
         url.replace("mode=rwc", "mode=rw")
@@ -67,51 +190,79 @@ pub async fn connect_existing(url: &str, max_connections: u32) -> Result<Databas
         url.to_owned()
     };
     let db = open_pool(&url, max_connections).await?;
-    let pending = match Migrator::get_pending_migrations_read_only(&db.conn).await {
-        Ok(pending) => pending.len(),
-        Err(_) => Migrator::migrations().len(),
-    };
-    if pending > 0 {
+    if let Err(error) = db.check_schema(Mechanisms::ALL).await {
         let _ = db.conn.close().await;
-        return Err(ConnectError::SchemaNotCurrent { pending });
+        return Err(error);
     }
     Ok(db)
 }
 
-/// Opens `url`, applies pending migrations and returns the pool.
+/// Opens `url`, applies the pending migrations of every mechanism and returns the pool.
 ///
 /// SQLite URLs (`sqlite://path?mode=rwc`, `sqlite::memory:`) get WAL journaling, a busy timeout
 /// of [`SQLITE_BUSY_TIMEOUT_MS`] and foreign keys; PostgreSQL URLs are used as given.
 /// `max_connections` bounds the pool.
 ///
 /// # Errors
-/// [`ConnectError::UnsupportedUrl`] for another scheme, [`ConnectError::Open`] when the server
-/// is unreachable or a migration fails.
+/// [`ConnectError::UnsupportedUrl`] for another scheme, [`ConnectError::DriverNotCompiled`],
+/// [`ConnectError::Open`] when the server is unreachable, [`ConnectError::Migrate`] when a
+/// migration fails.
 pub async fn connect(url: &str, max_connections: u32) -> Result<Database, ConnectError> {
     let db = open_pool(url, max_connections).await?;
-    Migrator::up(&db.conn, None)
-        .await
-        .map_err(|e| ConnectError::Open(e.to_string()))?;
+    db.migrate(Mechanisms::ALL).await?;
     Ok(db)
 }
 
-async fn open_pool(url: &str, max_connections: u32) -> Result<Database, ConnectError> {
-    let backend = if url.starts_with("sqlite:") {
-        Backend::Sqlite
+/// The backend `url` names.
+fn backend_of(url: &str) -> Result<Backend, ConnectError> {
+    if url.starts_with("sqlite:") {
+        Ok(Backend::Sqlite)
     } else if url.starts_with("postgres:") || url.starts_with("postgresql:") {
-        Backend::Postgres
+        Ok(Backend::Postgres)
     } else {
-        return Err(ConnectError::UnsupportedUrl {
+        Err(ConnectError::UnsupportedUrl {
             url: url.to_owned(),
-        });
-    };
+        })
+    }
+}
+
+/// Fails when `backend`'s driver is not compiled into this build.
+fn ensure_driver(backend: Backend) -> Result<(), ConnectError> {
+    check_driver(
+        backend,
+        cfg!(feature = "sqlite"),
+        cfg!(feature = "postgres"),
+    )
+}
+
+/// [`ensure_driver`] given which drivers are compiled.
+fn check_driver(backend: Backend, sqlite: bool, postgres: bool) -> Result<(), ConnectError> {
+    match backend {
+        Backend::Sqlite if !sqlite => Err(ConnectError::DriverNotCompiled {
+            driver: "SQLite",
+            feature: "sqlite",
+        }),
+        Backend::Postgres if !postgres => Err(ConnectError::DriverNotCompiled {
+            driver: "PostgreSQL",
+            feature: "postgres",
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// Opens a pool on `url` (SQLite tuned as [`connect`] says) without migrating anything.
+pub(crate) async fn open_pool(url: &str, max_connections: u32) -> Result<Database, ConnectError> {
+    let backend = backend_of(url)?;
+    ensure_driver(backend)?;
     let mut options = ConnectOptions::new(url.to_owned());
     options
         .max_connections(max_connections)
         .min_connections(0)
         .connect_timeout(Duration::from_secs(10))
         .sqlx_logging(false);
+    #[cfg(feature = "sqlite")]
     if backend == Backend::Sqlite {
+        use sea_orm::sqlx::sqlite::SqliteJournalMode;
         options.map_sqlx_sqlite_opts(|opts| {
             opts.journal_mode(SqliteJournalMode::Wal)
                 .busy_timeout(Duration::from_millis(SQLITE_BUSY_TIMEOUT_MS))
@@ -120,7 +271,7 @@ async fn open_pool(url: &str, max_connections: u32) -> Result<Database, ConnectE
     }
     let conn = sea_orm::Database::connect(options)
         .await
-        .map_err(|e| ConnectError::Open(e.to_string()))?;
+        .map_err(|source| ConnectError::Open { source })?;
     debug_assert_eq!(
         conn.get_database_backend(),
         match backend {
@@ -129,4 +280,47 @@ async fn open_pool(url: &str, max_connections: u32) -> Result<Database, ConnectE
         }
     );
     Ok(Database { conn, backend })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    /// A URL whose driver is not compiled is refused with an error naming the feature.
+    #[test]
+    fn a_url_needs_its_driver_compiled() {
+        let message = check_driver(Backend::Postgres, true, false)
+            .unwrap_err()
+            .to_string();
+        assert!(message.contains("no PostgreSQL driver"), "{message}");
+        assert!(message.contains("`postgres` cargo feature"), "{message}");
+        let message = check_driver(Backend::Sqlite, false, true)
+            .unwrap_err()
+            .to_string();
+        assert!(message.contains("`sqlite` cargo feature"), "{message}");
+        assert!(check_driver(Backend::Sqlite, true, false).is_ok());
+        assert!(check_driver(Backend::Postgres, false, true).is_ok());
+        assert!(matches!(
+            backend_of("mysql://x"),
+            Err(ConnectError::UnsupportedUrl { .. })
+        ));
+    }
+
+    /// `connect` refuses a URL of a driver this build lacks before touching anything.
+    #[tokio::test]
+    async fn connect_names_the_missing_driver() {
+        let result = connect("sqlite::memory:", 1).await;
+        if cfg!(feature = "sqlite") {
+            assert!(result.is_ok());
+        } else {
+            assert!(matches!(
+                result,
+                Err(ConnectError::DriverNotCompiled {
+                    feature: "sqlite",
+                    ..
+                })
+            ));
+        }
+    }
 }

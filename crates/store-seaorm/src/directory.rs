@@ -1,7 +1,7 @@
 //! The directory projection store over SeaORM (SQLite and PostgreSQL).
 //!
 //! Every apply is ONE transaction:
-//! 1. take the instance's `directory_projection_state` row lock. SQLite: the transaction
+//! 1. take the instance's `tenantry_directory_projection_state` row lock. SQLite: the transaction
 //!    begins `IMMEDIATE`, so the database write lock is taken up front and writers serialize.
 //!    PostgreSQL: `SELECT .. FOR UPDATE` on the row. A snapshot first runs
 //!    `INSERT .. ON CONFLICT DO NOTHING` of a placeholder row (cursor `i64::MIN`, read back as

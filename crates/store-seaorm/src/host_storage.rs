@@ -1,4 +1,4 @@
-//! Host-storage adapter: the `host_storage` table (`binding`, `key`, `value` JSON text;
+//! Host-storage adapter: the `tenantry_host_storage` table (`binding`, `key`, `value` JSON text;
 //! primary key `(binding, key)`) on SQLite and PostgreSQL.
 //!
 //! `set` is one `INSERT .. ON CONFLICT (binding, key) DO UPDATE` statement on both backends, so
@@ -24,7 +24,7 @@ mod entity {
     use sea_orm::entity::prelude::*;
 
     #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
-    #[sea_orm(table_name = "host_storage")]
+    #[sea_orm(table_name = "tenantry_host_storage")]
     pub struct Model {
         #[sea_orm(primary_key, auto_increment = false)]
         pub binding: String,

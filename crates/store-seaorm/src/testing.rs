@@ -1,4 +1,4 @@
-//! A fresh, migrated database for each test.
+//! A fresh database for each test: migrated ([`fresh_database`]) or empty ([`empty_database`]).
 //!
 //! The backend is chosen by the environment, so the same test binary runs on both:
 //! - `TENANTRY_TEST_PG_URL` unset: a SQLite file in a new temporary folder (WAL mode, as in
@@ -10,7 +10,8 @@
 
 use sea_orm::ConnectionTrait;
 
-use crate::connect::{Backend, Database, connect};
+use crate::connect::{Backend, Database, open_pool};
+use tenantry_migrations::Mechanisms;
 
 /// Environment variable naming the PostgreSQL server for the PostgreSQL run of the tests.
 pub const PG_URL_ENV: &str = "TENANTRY_TEST_PG_URL";
@@ -44,6 +45,24 @@ pub async fn fresh_database() -> TestDatabase {
 /// # Panics
 /// When the database cannot be created.
 pub async fn fresh_database_with_pool(max_connections: u32) -> TestDatabase {
+    let db = empty_database_with_pool(max_connections).await;
+    db.db
+        .migrate(Mechanisms::ALL)
+        .await
+        .expect("migrate the test database");
+    db
+}
+
+/// A fresh database with nothing in it (no table, no migration applied), on the backend
+/// selected by [`PG_URL_ENV`], for tests of migrating beside a host's own schema.
+///
+/// # Panics
+/// When the database cannot be created.
+pub async fn empty_database() -> TestDatabase {
+    empty_database_with_pool(0).await
+}
+
+async fn empty_database_with_pool(max_connections: u32) -> TestDatabase {
     match std::env::var(PG_URL_ENV) {
         Ok(url) if !url.is_empty() => fresh_postgres(&url, max_connections).await,
         _ => fresh_sqlite(max_connections).await,
@@ -58,7 +77,7 @@ async fn fresh_sqlite(max_connections: u32) -> TestDatabase {
     } else {
         max_connections
     };
-    let db = connect(&url, pool)
+    let db = open_pool(&url, pool)
         .await
         .expect("open sqlite test database");
     TestDatabase {
@@ -82,7 +101,7 @@ async fn fresh_postgres(url: &str, max_connections: u32) -> TestDatabase {
     } else {
         max_connections
     };
-    let db = connect(&replace_database(url, &name), pool)
+    let db = open_pool(&replace_database(url, &name), pool)
         .await
         .expect("open PostgreSQL test database");
     TestDatabase { db, _dir: None }

@@ -19,12 +19,12 @@ tenantry_ports::directory_projection_store_conformance!({
 });
 
 const TABLES: [&str; 6] = [
-    "accounts",
-    "workspaces",
-    "workspace_memberships",
-    "workspace_execution_state",
-    "directory_projection_state",
-    "directory_projection_inbox",
+    "tenantry_accounts",
+    "tenantry_workspaces",
+    "tenantry_workspace_memberships",
+    "tenantry_workspace_execution_state",
+    "tenantry_directory_projection_state",
+    "tenantry_directory_projection_inbox",
 ];
 
 /// Every row of every directory table as text, in a stable order.
@@ -115,10 +115,10 @@ async fn rejected_first_snapshot_leaves_no_state_row() {
 
 #[tokio::test]
 async fn migration_runs_down_and_up_again() {
-    use tenantry_migrations::{Migrator, MigratorTrait};
+    use tenantry_migrations::{DirectoryMigrator, MigratorTrait};
     let db = fresh_database().await;
-    Migrator::down(&db.db.conn, None).await.unwrap();
-    Migrator::up(&db.db.conn, None).await.unwrap();
+    DirectoryMigrator::down(&db.db.conn, None).await.unwrap();
+    DirectoryMigrator::up(&db.db.conn, None).await.unwrap();
     let store = SeaOrmDirectoryStore::new(&db.db);
     store
         .apply_snapshot(
@@ -141,7 +141,7 @@ async fn accounts_are_looked_up_in_chunks_never_one_query_per_account() {
     let counter = Arc::clone(&account_selects);
     conn.set_metric_callback(move |info| {
         let sql = info.statement.sql.to_ascii_lowercase();
-        if sql.starts_with("select") && sql.contains("from \"accounts\"") {
+        if sql.starts_with("select") && sql.contains("from \"tenantry_accounts\"") {
             counter.fetch_add(1, Ordering::SeqCst);
         }
     });

@@ -20,8 +20,12 @@ async fn non_json_text_in_the_table_reads_as_corrupt_value() {
     let db = fresh_database().await;
     let storage = SeaOrmHostStorage::new(db.db.conn.clone());
     let sql = match db.backend() {
-        Backend::Sqlite => "INSERT INTO host_storage (binding, key, value) VALUES (?, ?, ?)",
-        Backend::Postgres => "INSERT INTO host_storage (binding, key, value) VALUES ($1, $2, $3)",
+        Backend::Sqlite => {
+            "INSERT INTO tenantry_host_storage (binding, key, value) VALUES (?, ?, ?)"
+        }
+        Backend::Postgres => {
+            "INSERT INTO tenantry_host_storage (binding, key, value) VALUES ($1, $2, $3)"
+        }
     };
     db.db
         .conn

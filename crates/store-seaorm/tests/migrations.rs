@@ -1,19 +1,29 @@
-//! Migration m0004 (the outbox claim index) runs up, down and up again on SQLite (default) or
-//! PostgreSQL (`TENANTRY_TEST_PG_URL`), leaving the schema each direction promises, and the
-//! lifecycle store works on the result.
+//! Migrations on SQLite (default) or PostgreSQL (`TENANTRY_TEST_PG_URL`): m0004 (the outbox
+//! claim index) and m0006 (attempt windows) run up, down and up; the `tenantry_` prefix
+//! migrations rename tables both ways keeping rows; a database migrated before the per-mechanism
+//! history tables is adopted and renamed; Tenantry's migrators run beside a host's own migrator
+//! in either order, or appended to it; a foreign table is refused by name.
+// `MigrationTrait` is declared through async-trait with an elided lifetime; the impls match it.
+#![allow(elided_lifetimes_in_paths)]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::Duration;
 
 use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, Statement};
 use tenantry_kernel::LeaseOwner;
-use tenantry_migrations::{Migrator, MigratorTrait};
+use tenantry_migrations::*;
+use tenantry_migrations::{
+    DirectoryMigrator, FencesMigrator, LifecycleMigrator, Mechanisms, MigrateError,
+};
 use tenantry_ports::lifecycle::{ClaimRequest, CommandQueue};
 use tenantry_store_seaorm::lifecycle::SeaOrmLifecycleStore;
-use tenantry_store_seaorm::testing::fresh_database;
+use tenantry_store_seaorm::testing::{empty_database, fresh_database};
+use tenantry_store_seaorm::{ConnectError, Database};
 
-const CLAIM_INDEX: &str = "ix_lifecycle_outbox_claim";
-const DUE_INDEX: &str = "ix_lifecycle_outbox_due";
+const CLAIM_INDEX: &str = "ix_tenantry_lifecycle_outbox_claim";
+const DUE_INDEX: &str = "ix_tenantry_lifecycle_outbox_due";
+const LEGACY_CLAIM_INDEX: &str = "ix_lifecycle_outbox_claim";
+const LEGACY_DUE_INDEX: &str = "ix_lifecycle_outbox_due";
 
 async fn index_exists(conn: &DatabaseConnection, name: &str) -> bool {
     let backend = conn.get_database_backend();
@@ -27,16 +37,40 @@ async fn index_exists(conn: &DatabaseConnection, name: &str) -> bool {
         .is_some()
 }
 
-/// The storage options of `lifecycle_outbox` on PostgreSQL (`None` elsewhere).
-async fn fill_factor(conn: &DatabaseConnection) -> Option<String> {
+async fn table_exists(conn: &DatabaseConnection, name: &str) -> bool {
+    tenantry_migrations::naming::table_exists(conn, name)
+        .await
+        .unwrap()
+}
+
+async fn count(conn: &DatabaseConnection, table: &str) -> i64 {
+    conn.query_one_raw(Statement::from_string(
+        conn.get_database_backend(),
+        format!("SELECT COUNT(*) AS n FROM {table}"),
+    ))
+    .await
+    .unwrap()
+    .unwrap()
+    .try_get::<i64>("", "n")
+    .unwrap()
+}
+
+async fn exec(conn: &DatabaseConnection, sql: &str) {
+    conn.execute_unprepared(sql).await.unwrap();
+}
+
+/// The storage options of `table` on PostgreSQL (`None` elsewhere).
+async fn fill_factor(conn: &DatabaseConnection, table: &str) -> Option<String> {
     if conn.get_database_backend() != DbBackend::Postgres {
         return None;
     }
     let row = conn
         .query_one_raw(Statement::from_string(
             DbBackend::Postgres,
-            "SELECT coalesce(array_to_string(reloptions, ','), '') AS options \
-             FROM pg_class WHERE relname = 'lifecycle_outbox'",
+            format!(
+                "SELECT coalesce(array_to_string(reloptions, ','), '') AS options \
+                 FROM pg_class WHERE relname = '{table}'"
+            ),
         ))
         .await
         .unwrap()
@@ -50,7 +84,7 @@ async fn assert_m0004_applied(conn: &DatabaseConnection, when: &str) {
         !index_exists(conn, DUE_INDEX).await,
         "{when}: old due index"
     );
-    if let Some(options) = fill_factor(conn).await {
+    if let Some(options) = fill_factor(conn, "tenantry_lifecycle_outbox").await {
         assert_eq!(options, "fillfactor=70", "{when}");
     }
 }
@@ -61,28 +95,40 @@ async fn m0004_runs_up_down_and_up_again() {
     let conn = &db.db.conn;
     assert_m0004_applied(conn, "after the first up").await;
 
-    // Down to just before m0004 (the migrations after it are reverted first).
-    let steps = Migrator::migrations().len() - 3;
-    Migrator::down(conn, Some(u32::try_from(steps).unwrap()))
-        .await
-        .unwrap();
+    // Down to just before m0004: the prefix migration (tables renamed back to their old names),
+    // m0006, m0005 and m0004 are reverted.
+    let steps = LifecycleMigrator::migrations().len() - 1;
+    LifecycleMigrator::down(
+        conn,
+        Some(<u32 as std::convert::TryFrom<usize>>::try_from(steps).unwrap()),
+    )
+    .await
+    .unwrap();
+    assert!(table_exists(conn, "lifecycle_outbox").await);
     assert!(
-        !index_exists(conn, CLAIM_INDEX).await,
+        !index_exists(conn, LEGACY_CLAIM_INDEX).await,
         "after down: claim index"
     );
-    assert!(index_exists(conn, DUE_INDEX).await, "after down: due index");
-    if let Some(options) = fill_factor(conn).await {
+    assert!(
+        index_exists(conn, LEGACY_DUE_INDEX).await,
+        "after down: due index"
+    );
+    if let Some(options) = fill_factor(conn, "lifecycle_outbox").await {
         assert_eq!(options, "", "after down: fill factor reset");
     }
     assert_eq!(
-        Migrator::get_pending_migrations(conn).await.unwrap().len(),
+        LifecycleMigrator::get_pending_migrations(conn)
+            .await
+            .unwrap()
+            .len(),
         steps
     );
 
-    Migrator::up(conn, None).await.unwrap();
+    LifecycleMigrator::up(conn, None).await.unwrap();
     assert_m0004_applied(conn, "after the second up").await;
+    assert!(!index_exists(conn, LEGACY_CLAIM_INDEX).await);
     assert!(
-        Migrator::get_pending_migrations(conn)
+        LifecycleMigrator::get_pending_migrations(conn)
             .await
             .unwrap()
             .is_empty()
@@ -102,20 +148,41 @@ async fn m0004_runs_up_down_and_up_again() {
     assert!(claimed.is_empty());
 }
 
-/// Whether `lifecycle_outbox` has the column `name`.
-async fn column_exists(conn: &DatabaseConnection, name: &str) -> bool {
+/// Whether table `table` has the column `name`.
+async fn column_exists(conn: &DatabaseConnection, table: &str, name: &str) -> bool {
     let backend = conn.get_database_backend();
     let sql = match backend {
-        DbBackend::Postgres => {
+        DbBackend::Postgres => format!(
             "SELECT column_name FROM information_schema.columns \
-             WHERE table_name = 'lifecycle_outbox' AND column_name = $1"
-        }
-        _ => "SELECT name FROM pragma_table_info('lifecycle_outbox') WHERE name = ?",
+             WHERE table_name = '{table}' AND column_name = $1"
+        ),
+        _ => format!("SELECT name FROM pragma_table_info('{table}') WHERE name = ?"),
     };
     conn.query_one_raw(Statement::from_sql_and_values(backend, sql, [name.into()]))
         .await
         .unwrap()
         .is_some()
+}
+
+/// Inserts a pending provision command `id` into outbox table `table`.
+async fn insert_command(
+    conn: &DatabaseConnection,
+    table: &str,
+    id: &str,
+    attempts: i32,
+    completed: &str,
+) {
+    exec(
+        conn,
+        &format!(
+            "INSERT INTO {table} (id, tenant_id, control_space_id, operation_id, \
+             idempotency_key, request_fingerprint, operation, payload, status, \
+             attempt_count, lease_epoch, next_attempt_at, created_at, completed_at) \
+             VALUES ('{id}', 't', 'cs-{id}', 'op-{id}', 'k-{id}', 'f', 'provision', '{{}}', \
+             'pending', {attempts}, {attempts}, 1000, 1000, {completed})"
+        ),
+    )
+    .await;
 }
 
 /// m0006 (attempt windows) runs up, down and up with rows present: existing rows keep their
@@ -124,29 +191,20 @@ async fn column_exists(conn: &DatabaseConnection, name: &str) -> bool {
 async fn m0006_runs_up_down_and_up_again_with_rows_present() {
     let db = fresh_database().await;
     let conn = &db.db.conn;
-    let backend = conn.get_database_backend();
-    Migrator::down(conn, Some(1)).await.unwrap();
-    assert!(!column_exists(conn, "attempt_window_ends_at").await);
-    assert!(!column_exists(conn, "prior_window_ends_at").await);
+    // The prefix migration and m0006: the outbox has its old name and no window columns.
+    LifecycleMigrator::down(conn, Some(2)).await.unwrap();
+    let outbox = "lifecycle_outbox";
+    assert!(!column_exists(conn, outbox, "attempt_window_ends_at").await);
+    assert!(!column_exists(conn, outbox, "prior_window_ends_at").await);
     for (id, attempts, completed) in [("c-new", 0, "NULL"), ("c-done", 2, "5000")] {
-        conn.execute_raw(Statement::from_string(
-            backend,
-            format!(
-                "INSERT INTO lifecycle_outbox (id, tenant_id, control_space_id, operation_id, \
-                 idempotency_key, request_fingerprint, operation, payload, status, \
-                 attempt_count, lease_epoch, next_attempt_at, created_at, completed_at) \
-                 VALUES ('{id}', 't', 'cs-{id}', 'op-{id}', 'k-{id}', 'f', 'provision', '{{}}', \
-                 'pending', {attempts}, {attempts}, 1000, 1000, {completed})"
-            ),
-        ))
-        .await
-        .unwrap();
+        insert_command(conn, outbox, id, attempts, completed).await;
     }
-    Migrator::up(conn, None).await.unwrap();
+    LifecycleMigrator::up(conn, None).await.unwrap();
+    let outbox = "tenantry_lifecycle_outbox";
     let window = |id: &'static str| async move {
         conn.query_one_raw(Statement::from_string(
-            backend,
-            format!("SELECT attempt_window_ends_at AS w FROM lifecycle_outbox WHERE id = '{id}'"),
+            conn.get_database_backend(),
+            format!("SELECT attempt_window_ends_at AS w FROM {outbox} WHERE id = '{id}'"),
         ))
         .await
         .unwrap()
@@ -160,14 +218,387 @@ async fn m0006_runs_up_down_and_up_again_with_rows_present() {
         Some(5000),
         "claimed before the migration: a conservative window"
     );
-    Migrator::down(conn, Some(1)).await.unwrap();
-    assert!(!column_exists(conn, "attempt_window_ends_at").await);
-    Migrator::up(conn, None).await.unwrap();
-    assert!(column_exists(conn, "attempt_window_ends_at").await);
-    assert!(column_exists(conn, "prior_window_ends_at").await);
+    LifecycleMigrator::down(conn, Some(2)).await.unwrap();
+    assert!(!column_exists(conn, "lifecycle_outbox", "attempt_window_ends_at").await);
+    LifecycleMigrator::up(conn, None).await.unwrap();
+    assert!(column_exists(conn, outbox, "attempt_window_ends_at").await);
+    assert!(column_exists(conn, outbox, "prior_window_ends_at").await);
     assert_eq!(
         window("c-done").await,
         Some(5000),
         "rows survive down and up"
     );
+}
+
+/// One row in a table of each mechanism, under the given table prefix (`""` or `tenantry_`).
+async fn insert_rows(conn: &DatabaseConnection, prefix: &str) {
+    insert_command(conn, &format!("{prefix}lifecycle_outbox"), "c-1", 0, "NULL").await;
+    exec(
+        conn,
+        &format!(
+            "INSERT INTO {prefix}host_storage (binding, key, value) \
+             VALUES ('inst', 'ke.fence.v1.x', '{{}}')"
+        ),
+    )
+    .await;
+    exec(
+        conn,
+        &format!(
+            "INSERT INTO {prefix}accounts (uuid, normalized_email, display_name, status, \
+             source, projection_revision) VALUES ('a-1', 'a@x', 'A', 'active', 'local', 0)"
+        ),
+    )
+    .await;
+}
+
+/// Every table of each mechanism, unprefixed.
+const TABLES: [&str; 10] = [
+    "control_spaces",
+    "lifecycle_outbox",
+    "lifecycle_command_actions",
+    "host_storage",
+    "accounts",
+    "workspaces",
+    "workspace_memberships",
+    "workspace_execution_state",
+    "directory_projection_state",
+    "directory_projection_inbox",
+];
+
+async fn assert_named(conn: &DatabaseConnection, prefix: &str, other: &str, when: &str) {
+    for table in TABLES {
+        assert!(
+            table_exists(conn, &format!("{prefix}{table}")).await,
+            "{when}: {prefix}{table}"
+        );
+        assert!(
+            !table_exists(conn, &format!("{other}{table}")).await,
+            "{when}: no {other}{table}"
+        );
+    }
+    for (table, n) in [
+        ("lifecycle_outbox", 1),
+        ("host_storage", 1),
+        ("accounts", 1),
+    ] {
+        assert_eq!(count(conn, &format!("{prefix}{table}")).await, n, "{when}");
+    }
+    let claim = format!("ix_{prefix}lifecycle_outbox_claim");
+    assert!(index_exists(conn, &claim).await, "{when}: {claim}");
+    let inbox = format!("ix_{prefix}directory_projection_inbox_cursor");
+    assert!(index_exists(conn, &inbox).await, "{when}: {inbox}");
+    if conn.get_database_backend() == DbBackend::Postgres {
+        let pkey = format!("{prefix}accounts_pkey");
+        assert!(index_exists(conn, &pkey).await, "{when}: {pkey}");
+    }
+}
+
+async fn down_prefix_migrations(conn: &DatabaseConnection) {
+    LifecycleMigrator::down(conn, Some(1)).await.unwrap();
+    FencesMigrator::down(conn, Some(1)).await.unwrap();
+    DirectoryMigrator::down(conn, Some(1)).await.unwrap();
+}
+
+/// The prefix migrations run down (tables and indexes renamed back) and up again with rows
+/// present, and the stores work on the result.
+#[tokio::test]
+async fn prefix_migrations_run_up_down_and_up_again_with_rows_present() {
+    let db = fresh_database().await;
+    let conn = &db.db.conn;
+    insert_rows(conn, "tenantry_").await;
+    assert_named(conn, "tenantry_", "", "fresh install").await;
+
+    down_prefix_migrations(conn).await;
+    assert_named(conn, "", "tenantry_", "after down").await;
+    assert!(matches!(
+        db.db.check_schema(Mechanisms::ALL).await,
+        Err(ConnectError::SchemaNotCurrent { pending: 3, .. })
+    ));
+
+    db.db.migrate(Mechanisms::ALL).await.unwrap();
+    assert_named(conn, "tenantry_", "", "after the second up").await;
+    db.db.check_schema(Mechanisms::ALL).await.unwrap();
+    let store = SeaOrmLifecycleStore::new(&db.db);
+    let claimed = store
+        .claim(&ClaimRequest {
+            owner: LeaseOwner::parse("w-1").unwrap(),
+            lease_duration: Duration::from_secs(30),
+            include_provision: true,
+            limit: 8,
+        })
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), 1, "the command inserted before the renames");
+}
+
+/// Turns a fresh database into one migrated by Tenantry 0.1: unprefixed tables, history of
+/// m0001..m0006 in `seaql_migrations` (plus `host_row`, a migration of the host's, if given),
+/// no per-mechanism history tables.
+async fn make_legacy(conn: &DatabaseConnection, host_row: Option<&str>) {
+    down_prefix_migrations(conn).await;
+    for table in [
+        "tenantry_lifecycle_migrations",
+        "tenantry_fences_migrations",
+        "tenantry_directory_migrations",
+    ] {
+        exec(conn, &format!("DROP TABLE {table}")).await;
+    }
+    exec(
+        conn,
+        "CREATE TABLE seaql_migrations (version VARCHAR NOT NULL PRIMARY KEY, \
+         applied_at BIGINT NOT NULL)",
+    )
+    .await;
+    let mut versions = vec![
+        "m0001_lifecycle",
+        "m0002_host_storage",
+        "m0003_directory",
+        "m0004_lifecycle_claim_index",
+        "m0005_lifecycle_failures",
+        "m0006_lifecycle_attempt_window",
+    ];
+    versions.extend(host_row);
+    for version in versions {
+        exec(
+            conn,
+            &format!("INSERT INTO seaql_migrations (version, applied_at) VALUES ('{version}', 7)"),
+        )
+        .await;
+    }
+}
+
+/// A database migrated by Tenantry 0.1 is upgraded keeping its rows: Tenantry's history moves
+/// to its own tables (`seaql_migrations` is dropped once empty), the tables are renamed, and
+/// `connect_existing`'s check asks for a migration until then.
+#[tokio::test]
+async fn a_database_migrated_before_the_prefix_is_adopted_and_renamed_keeping_rows() {
+    let db = fresh_database().await;
+    let conn = &db.db.conn;
+    make_legacy(conn, None).await;
+    insert_rows(conn, "").await;
+    assert!(matches!(
+        db.db.check_schema(Mechanisms::ALL).await,
+        Err(ConnectError::SchemaNotCurrent { pending: 3, .. })
+    ));
+    // Running a migrator directly, before the history is adopted, is refused, not a second
+    // empty set of tables.
+    let error = LifecycleMigrator::up(conn, None).await.unwrap_err();
+    assert!(
+        error.to_string().contains("adopt_legacy_history"),
+        "{error}"
+    );
+    assert!(!table_exists(conn, "tenantry_control_spaces").await);
+    exec(conn, "DROP TABLE tenantry_lifecycle_migrations").await;
+
+    db.db.migrate(Mechanisms::ALL).await.unwrap();
+    assert_named(conn, "tenantry_", "", "after the upgrade").await;
+    assert!(!table_exists(conn, "seaql_migrations").await);
+    assert_eq!(count(conn, "tenantry_lifecycle_migrations").await, 5);
+    db.db.check_schema(Mechanisms::ALL).await.unwrap();
+
+    // Down and up again after the upgrade.
+    down_prefix_migrations(conn).await;
+    assert_named(conn, "", "tenantry_", "after down").await;
+    db.db.migrate(Mechanisms::ALL).await.unwrap();
+    assert_named(conn, "tenantry_", "", "after up again").await;
+}
+
+/// The host's own rows in `seaql_migrations` stay there when Tenantry's move out.
+#[tokio::test]
+async fn adopting_the_legacy_history_keeps_the_hosts_rows() {
+    let db = fresh_database().await;
+    let conn = &db.db.conn;
+    make_legacy(conn, Some("m20250101_host_things")).await;
+    assert!(
+        tenantry_migrations::adopt_legacy_history(conn)
+            .await
+            .unwrap()
+    );
+    assert_eq!(count(conn, "seaql_migrations").await, 1);
+    assert_eq!(count(conn, "tenantry_fences_migrations").await, 1);
+    db.db.migrate(Mechanisms::ALL).await.unwrap();
+    assert_eq!(count(conn, "seaql_migrations").await, 1);
+    db.db.check_schema(Mechanisms::ALL).await.unwrap();
+}
+
+/// A host's own migration (on sea-orm-migration's default history table).
+struct HostThings;
+
+impl MigrationName for HostThings {
+    fn name(&self) -> &str {
+        "m20250101_host_things"
+    }
+}
+
+#[async_trait::async_trait]
+impl MigrationTrait for HostThings {
+    async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        manager
+            .create_table(
+                Table::create()
+                    .table(Alias::new("host_things"))
+                    .col(ColumnDef::new(Alias::new("id")).integer().primary_key())
+                    .to_owned(),
+            )
+            .await
+    }
+
+    async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        manager
+            .drop_table(Table::drop().table(Alias::new("host_things")).to_owned())
+            .await
+    }
+}
+
+/// The host's migrator: its own migration only, default history table.
+struct HostMigrator;
+
+#[async_trait::async_trait]
+impl MigratorTrait for HostMigrator {
+    fn migrations() -> Vec<Box<dyn MigrationTrait>> {
+        vec![Box::new(HostThings)]
+    }
+}
+
+/// A host migrator that appended Tenantry's migrations to its own list, on a history table of
+/// its own naming.
+struct HostWithTenantry;
+
+#[async_trait::async_trait]
+impl MigratorTrait for HostWithTenantry {
+    fn migrations() -> Vec<Box<dyn MigrationTrait>> {
+        let mut all: Vec<Box<dyn MigrationTrait>> = vec![Box::new(HostThings)];
+        all.extend(LifecycleMigrator::migrations());
+        all.extend(FencesMigrator::migrations());
+        all.extend(DirectoryMigrator::migrations());
+        all
+    }
+
+    fn migration_table_name() -> DynIden {
+        Alias::new("host_migrations").into_iden()
+    }
+}
+
+/// Both migrators are happy in either order (neither finds the other's history "missing").
+#[tokio::test]
+async fn host_migrator_and_tenantry_migrators_run_in_either_order() {
+    for host_first in [true, false] {
+        let db = empty_database().await;
+        let conn = &db.db.conn;
+        if host_first {
+            HostMigrator::up(conn, None).await.unwrap();
+        }
+        db.db.migrate(Mechanisms::ALL).await.unwrap();
+        HostMigrator::up(conn, None).await.unwrap();
+        db.db.migrate(Mechanisms::ALL).await.unwrap();
+        assert!(
+            HostMigrator::get_pending_migrations(conn)
+                .await
+                .unwrap()
+                .is_empty(),
+            "host_first={host_first}"
+        );
+        db.db.check_schema(Mechanisms::ALL).await.unwrap();
+        assert!(table_exists(conn, "host_things").await);
+        assert_eq!(count(conn, "seaql_migrations").await, 1);
+    }
+}
+
+/// A host that appended Tenantry's migrations to its own migrator opens the store: the schema
+/// check reads the host's history table (named, or `seaql_migrations` by default).
+#[tokio::test]
+async fn a_host_that_appended_tenantry_migrations_passes_the_schema_check() {
+    let db = empty_database().await;
+    let conn = &db.db.conn;
+    HostWithTenantry::up(conn, None).await.unwrap();
+    assert!(table_exists(conn, "tenantry_lifecycle_outbox").await);
+    assert!(matches!(
+        db.db.check_schema(Mechanisms::ALL).await,
+        Err(ConnectError::SchemaNotCurrent { pending: 9, .. })
+    ));
+    db.db
+        .check_schema_with_history(Mechanisms::ALL, "host_migrations")
+        .await
+        .unwrap();
+    // Running Tenantry's migrator as well is refused by name, not half-applied.
+    let error = db.db.migrate(Mechanisms::ALL).await.unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .contains("table tenantry_control_spaces already exists and is not Tenantry's"),
+        "{error}"
+    );
+}
+
+/// A table with a name Tenantry would create stops the migration before anything of that
+/// mechanism is created, naming it; the host's unprefixed tables are untouched.
+#[tokio::test]
+async fn a_foreign_table_is_refused_by_name() {
+    let db = empty_database().await;
+    let conn = &db.db.conn;
+    exec(conn, "CREATE TABLE accounts (id INTEGER PRIMARY KEY)").await;
+    exec(conn, "INSERT INTO accounts (id) VALUES (1)").await;
+    exec(
+        conn,
+        "CREATE TABLE tenantry_workspaces (id INTEGER PRIMARY KEY)",
+    )
+    .await;
+    let error = db.db.migrate(Mechanisms::ALL).await.unwrap_err();
+    let ConnectError::Migrate {
+        source: MigrateError::ForeignTable { table, .. },
+    } = &error
+    else {
+        panic!("{error:?}");
+    };
+    assert_eq!(table, "tenantry_workspaces");
+    assert!(
+        error
+            .to_string()
+            .contains("table tenantry_workspaces already exists and is not Tenantry's"),
+        "{error}"
+    );
+    assert!(!table_exists(conn, "tenantry_accounts").await);
+    assert_eq!(count(conn, "accounts").await, 1);
+    // The other mechanisms migrated; removing the table lets the directory migrate too.
+    assert!(table_exists(conn, "tenantry_lifecycle_outbox").await);
+    exec(conn, "DROP TABLE tenantry_workspaces").await;
+    db.db.migrate(Mechanisms::ALL).await.unwrap();
+    assert!(table_exists(conn, "tenantry_accounts").await);
+    assert_eq!(count(conn, "accounts").await, 1);
+}
+
+/// A fences-only host gets the host-storage table and nothing else; the schema check of that
+/// selection passes while the full one does not.
+#[tokio::test]
+async fn a_selection_migrates_only_its_mechanisms() {
+    let db = empty_database().await;
+    let conn = &db.db.conn;
+    db.db.migrate(Mechanisms::FENCES).await.unwrap();
+    assert!(table_exists(conn, "tenantry_host_storage").await);
+    assert!(!table_exists(conn, "tenantry_accounts").await);
+    assert!(!table_exists(conn, "tenantry_lifecycle_outbox").await);
+    db.db.check_schema(Mechanisms::FENCES).await.unwrap();
+    assert!(matches!(
+        db.db.check_schema(Mechanisms::ALL).await,
+        Err(ConnectError::SchemaNotCurrent { .. })
+    ));
+    db.db
+        .migrate(Mechanisms::LIFECYCLE | Mechanisms::DIRECTORY)
+        .await
+        .unwrap();
+    db.db.check_schema(Mechanisms::ALL).await.unwrap();
+}
+
+/// A host's own pool is accepted with its backend detected, migrated and checked.
+#[tokio::test]
+async fn a_database_from_the_hosts_pool() {
+    let test = empty_database().await;
+    let db = Database::from_connection(test.db.conn.clone()).unwrap();
+    assert_eq!(db.backend, test.backend());
+    assert!(matches!(
+        db.check_schema(Mechanisms::ALL).await,
+        Err(ConnectError::SchemaNotCurrent { pending: 9, .. })
+    ));
+    db.migrate(Mechanisms::ALL).await.unwrap();
+    db.check_schema(Mechanisms::ALL).await.unwrap();
 }

@@ -4,7 +4,7 @@ pub mod account {
     use sea_orm::entity::prelude::*;
 
     #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
-    #[sea_orm(table_name = "accounts")]
+    #[sea_orm(table_name = "tenantry_accounts")]
     pub struct Model {
         #[sea_orm(primary_key, auto_increment = false)]
         pub uuid: String,
@@ -26,7 +26,7 @@ pub mod workspace {
     use sea_orm::entity::prelude::*;
 
     #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
-    #[sea_orm(table_name = "workspaces")]
+    #[sea_orm(table_name = "tenantry_workspaces")]
     pub struct Model {
         #[sea_orm(primary_key, auto_increment = false)]
         pub uuid: String,
@@ -53,7 +53,7 @@ pub mod membership {
     use sea_orm::entity::prelude::*;
 
     #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
-    #[sea_orm(table_name = "workspace_memberships")]
+    #[sea_orm(table_name = "tenantry_workspace_memberships")]
     pub struct Model {
         #[sea_orm(primary_key, auto_increment = false)]
         pub uuid: String,
@@ -75,7 +75,7 @@ pub mod execution {
     use sea_orm::entity::prelude::*;
 
     #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
-    #[sea_orm(table_name = "workspace_execution_state")]
+    #[sea_orm(table_name = "tenantry_workspace_execution_state")]
     pub struct Model {
         #[sea_orm(primary_key, auto_increment = false)]
         pub workspace_uuid: String,
@@ -97,7 +97,7 @@ pub mod state {
     use sea_orm::entity::prelude::*;
 
     #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
-    #[sea_orm(table_name = "directory_projection_state")]
+    #[sea_orm(table_name = "tenantry_directory_projection_state")]
     pub struct Model {
         #[sea_orm(primary_key, auto_increment = false)]
         pub instance_uuid: String,
@@ -118,7 +118,7 @@ pub mod inbox {
     use sea_orm::entity::prelude::*;
 
     #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
-    #[sea_orm(table_name = "directory_projection_inbox")]
+    #[sea_orm(table_name = "tenantry_directory_projection_inbox")]
     pub struct Model {
         #[sea_orm(primary_key, auto_increment = false)]
         pub instance_uuid: String,

@@ -1,7 +1,7 @@
 //! [`CommandAdmin`] over SeaORM: operator retry / abandon (a compare-and-set on the status plus
-//! one row in `lifecycle_command_actions`, in one write transaction), the action log, and the
-//! counts per (status, operation) of the commands gauge (`GROUP BY` queries served by the claim
-//! index for live commands and the `failed_at` index of migration m0005 for failed ones).
+//! one row in `tenantry_lifecycle_command_actions`, in one write transaction), the action log,
+//! and the counts per (status, operation) of the commands gauge (`GROUP BY` queries served by the
+//! claim index for live commands and the `failed_at` index of migration m0005 for failed ones).
 
 use async_trait::async_trait;
 use sea_orm::sea_query::Expr;

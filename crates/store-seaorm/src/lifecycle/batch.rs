@@ -17,10 +17,10 @@
 //! 1. `SELECT .. FOR UPDATE OF o, c` over the items with a compare-and-set: verifies their
 //!    leases (owner, epoch, status processing) and locks their outbox rows and control spaces,
 //!    in control-space order so concurrent batches cannot deadlock on them;
-//! 2. one `UPDATE control_spaces .. FROM json_to_recordset(..) .. RETURNING` applying every
-//!    compare-and-set of a held lease; an item whose expected resource version or state no
+//! 2. one `UPDATE tenantry_control_spaces .. FROM json_to_recordset(..) .. RETURNING` applying
+//!    every compare-and-set of a held lease; an item whose expected resource version or state no
 //!    longer matches is reported as [`SettleError::ControlSpaceConflict`] and gets no ack;
-//! 3. one `UPDATE lifecycle_outbox .. FROM json_to_recordset(..) .. RETURNING` writing the
+//! 3. one `UPDATE tenantry_lifecycle_outbox .. FROM json_to_recordset(..) .. RETURNING` writing the
 //!    outcome (ack, retry, fail or moot) of every remaining item under its lease; an item it
 //!    does not return lost its lease.
 //!
@@ -171,7 +171,7 @@ pub(super) async fn lock_commands<'a, C: ConnectionTrait>(
     ids.dedup();
     let rows: Vec<serde_json::Value> = ids.iter().map(|id| json!({ "id": id })).collect();
     conn.query_all_raw(json_statement(
-        "SELECT o.id FROM lifecycle_outbox AS o \
+        "SELECT o.id FROM tenantry_lifecycle_outbox AS o \
          JOIN json_to_recordset($1::json) AS v(id text) ON o.id = v.id \
          ORDER BY o.id FOR UPDATE OF o"
             .to_owned(),
@@ -204,7 +204,7 @@ async fn lock_spaces<C: ConnectionTrait>(conn: &C, items: &[Item]) -> Result<(),
         .map(|(tenant_id, cs)| json!({ "tenant_id": tenant_id, "control_space_id": cs }))
         .collect();
     conn.query_all_raw(json_statement(
-        "SELECT c.tenant_id FROM control_spaces AS c \
+        "SELECT c.tenant_id FROM tenantry_control_spaces AS c \
          JOIN json_to_recordset($1::json) AS v(tenant_id text, control_space_id text) \
            ON c.tenant_id = v.tenant_id AND c.control_space_id = v.control_space_id \
          ORDER BY c.tenant_id, c.control_space_id FOR UPDATE OF c"
@@ -292,11 +292,11 @@ async fn lock_leases_postgres<C: ConnectionTrait>(
         })
         .collect();
     let sql = format!(
-        "SELECT o.id FROM lifecycle_outbox AS o \
+        "SELECT o.id FROM tenantry_lifecycle_outbox AS o \
          JOIN json_to_recordset($1::json) \
            AS v(id text, owner text, epoch bigint, tenant_id text, control_space_id text) \
            ON o.id = v.id \
-         JOIN control_spaces AS c \
+         JOIN tenantry_control_spaces AS c \
            ON c.tenant_id = v.tenant_id AND c.control_space_id = v.control_space_id \
          WHERE o.status = '{processing}' AND o.lease_owner = v.owner AND o.lease_epoch = v.epoch \
          ORDER BY c.tenant_id, c.control_space_id, o.id \
@@ -327,7 +327,7 @@ async fn unheld<C: ConnectionTrait>(conn: &C, item: &Item) -> Result<SettleError
         .query_one_raw(Statement::from_sql_and_values(
             DbBackend::Postgres,
             format!(
-                "SELECT id FROM lifecycle_outbox WHERE id = $1 AND status = '{}' \
+                "SELECT id FROM tenantry_lifecycle_outbox WHERE id = $1 AND status = '{}' \
                  AND lease_owner = $2 AND lease_epoch = $3",
                 CommandStatus::Processing.as_str()
             ),
@@ -379,7 +379,7 @@ async fn cas_postgres<C: ConnectionTrait>(
             }))
         })
         .collect();
-    let sql = "UPDATE control_spaces AS c SET state = v.state, \
+    let sql = "UPDATE tenantry_control_spaces AS c SET state = v.state, \
            lifecycle_operation_id = v.operation_id, resource_version = v.resource_version, \
            knowledge_space_id = v.knowledge_space_id, \
            knowledge_space_revision = v.knowledge_space_revision, \
@@ -451,7 +451,7 @@ async fn ack_postgres<C: ConnectionTrait>(
         .collect();
     // A field the outcome does not set is JSON-absent, hence NULL: the column keeps its value.
     let sql = format!(
-        "UPDATE lifecycle_outbox AS o SET status = v.status, \
+        "UPDATE tenantry_lifecycle_outbox AS o SET status = v.status, \
            completed_at = COALESCE(v.completed_at, o.completed_at), \
            failed_at = CASE WHEN v.status = '{failed}' THEN v.completed_at ELSE o.failed_at END, \
            next_attempt_at = COALESCE(v.next_attempt_at, o.next_attempt_at), \
@@ -515,7 +515,7 @@ pub(super) async fn control_spaces(
                 .map(|(tenant, cs)| json!({"tenant_id": tenant, "control_space_id": cs}))
                 .collect();
             json_statement(
-                "SELECT c.* FROM control_spaces AS c \
+                "SELECT c.* FROM tenantry_control_spaces AS c \
                  JOIN json_to_recordset($1::json) AS v(tenant_id text, control_space_id text) \
                    ON c.tenant_id = v.tenant_id AND c.control_space_id = v.control_space_id"
                     .to_owned(),
@@ -532,7 +532,7 @@ pub(super) async fn control_spaces(
             Statement::from_sql_and_values(
                 backend,
                 format!(
-                    "SELECT * FROM control_spaces \
+                    "SELECT * FROM tenantry_control_spaces \
                      WHERE (tenant_id, control_space_id) IN (VALUES {rows})"
                 ),
                 values,

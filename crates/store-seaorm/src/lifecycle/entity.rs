@@ -1,13 +1,13 @@
-//! Private SeaORM entities of `control_spaces`, `lifecycle_outbox` and
-//! `lifecycle_command_actions` (schema: migrations m0001, m0005 and m0006).
+//! Private SeaORM entities of `tenantry_control_spaces`, `tenantry_lifecycle_outbox` and
+//! `tenantry_lifecycle_command_actions` (schema: migrations m0001, m0004..m0007).
 
 pub mod control_space {
-    //! `control_spaces`.
+    //! `tenantry_control_spaces`.
     use sea_orm::entity::prelude::*;
 
     /// One row.
     #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
-    #[sea_orm(table_name = "control_spaces")]
+    #[sea_orm(table_name = "tenantry_control_spaces")]
     pub struct Model {
         #[sea_orm(primary_key, auto_increment = false)]
         pub tenant_id: String,
@@ -33,12 +33,12 @@ pub mod control_space {
 }
 
 pub mod outbox {
-    //! `lifecycle_outbox`.
+    //! `tenantry_lifecycle_outbox`.
     use sea_orm::entity::prelude::*;
 
     /// One row.
     #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
-    #[sea_orm(table_name = "lifecycle_outbox")]
+    #[sea_orm(table_name = "tenantry_lifecycle_outbox")]
     pub struct Model {
         #[sea_orm(primary_key, auto_increment = false)]
         pub id: String,
@@ -74,12 +74,12 @@ pub mod outbox {
 }
 
 pub mod action {
-    //! `lifecycle_command_actions`.
+    //! `tenantry_lifecycle_command_actions`.
     use sea_orm::entity::prelude::*;
 
     /// One row.
     #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
-    #[sea_orm(table_name = "lifecycle_command_actions")]
+    #[sea_orm(table_name = "tenantry_lifecycle_command_actions")]
     pub struct Model {
         #[sea_orm(primary_key, auto_increment = false)]
         pub id: String,

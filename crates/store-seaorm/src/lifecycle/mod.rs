@@ -483,11 +483,11 @@ impl CommandQueue for SeaOrmLifecycleStore {
         let now = self.now_sql();
         let lease_ms = duration_millis(request.lease_duration);
         let sql = format!(
-            "UPDATE lifecycle_outbox SET status = 'processing', lease_owner = {owner}, \
+            "UPDATE tenantry_lifecycle_outbox SET status = 'processing', lease_owner = {owner}, \
              lease_expires_at = {now} + {lease}, prior_window_ends_at = attempt_window_ends_at, \
              attempt_window_ends_at = {now} + {lease}, \
              lease_epoch = lease_epoch + 1, attempt_count = attempt_count + 1 \
-             WHERE id IN (SELECT id FROM lifecycle_outbox \
+             WHERE id IN (SELECT id FROM tenantry_lifecycle_outbox \
                WHERE completed_at IS NULL \
                  AND ((status = 'pending' AND next_attempt_at <= {now}) \
                    OR (status = 'processing' AND lease_expires_at <= {now})){operation_filter} \
