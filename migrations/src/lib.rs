@@ -251,6 +251,16 @@ impl Mechanisms {
         directory: true,
     };
 
+    /// Both selections (the `|` operator, usable in a `const`).
+    #[must_use]
+    pub const fn union(self, other: Self) -> Self {
+        Self {
+            lifecycle: self.lifecycle || other.lifecycle,
+            fences: self.fences || other.fences,
+            directory: self.directory || other.directory,
+        }
+    }
+
     /// Whether `mechanism` is selected.
     pub fn contains(self, mechanism: Mechanism) -> bool {
         match mechanism {
@@ -272,11 +282,7 @@ impl std::ops::BitOr for Mechanisms {
     type Output = Self;
 
     fn bitor(self, other: Self) -> Self {
-        Self {
-            lifecycle: self.lifecycle || other.lifecycle,
-            fences: self.fences || other.fences,
-            directory: self.directory || other.directory,
-        }
+        self.union(other)
     }
 }
 
