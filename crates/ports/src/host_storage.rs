@@ -152,44 +152,5 @@ pub fn validate_key(key: &str) -> Result<(), HostStorageError> {
     })
 }
 
-#[async_trait]
-impl<T: HostStorage + ?Sized> HostStorage for std::sync::Arc<T> {
-    async fn keys(&self, binding: &Binding) -> Result<Vec<String>, HostStorageError> {
-        (**self).keys(binding).await
-    }
-    async fn get(&self, binding: &Binding, key: &str) -> Result<Option<Value>, HostStorageError> {
-        (**self).get(binding, key).await
-    }
-    async fn set(
-        &self,
-        binding: &Binding,
-        key: &str,
-        value: &Value,
-    ) -> Result<(), HostStorageError> {
-        (**self).set(binding, key, value).await
-    }
-    async fn compare_and_set(
-        &self,
-        binding: &Binding,
-        key: &str,
-        expected: Option<&Value>,
-        value: &Value,
-    ) -> Result<bool, HostStorageError> {
-        (**self)
-            .compare_and_set(binding, key, expected, value)
-            .await
-    }
-}
-
-#[async_trait]
-impl<T: HostStorageBindings + ?Sized> HostStorageBindings for std::sync::Arc<T> {
-    async fn bindings_with_key_prefix(
-        &self,
-        key_prefix: &str,
-    ) -> Result<Vec<Binding>, HostStorageError> {
-        (**self).bindings_with_key_prefix(key_prefix).await
-    }
-}
-
 #[cfg(feature = "testing")]
 pub mod testing;

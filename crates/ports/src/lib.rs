@@ -10,9 +10,11 @@
 //! - [`lifecycle`]: outbox and control-space storage, command intake storage, the KnowledgeFS
 //!   remote, lifecycle metrics;
 //! - [`host_storage`]: installation-bound key/value storage behind fences and connector state;
-//! - [`directory`]: the directory provider, projection storage and post-commit hooks.
+//! - [`directory`]: the directory provider, projection storage and post-commit hooks;
+//! - [`handles`]: every port is implemented for `Arc<T>`, `Box<T>` and `&T` of an implementor.
 
 pub mod clock;
 pub mod directory;
+pub mod handles;
 pub mod host_storage;
 pub mod lifecycle;
