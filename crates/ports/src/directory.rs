@@ -20,16 +20,22 @@ use tenantry_directory::{
 
 pub use tenantry_directory::LookupKeys;
 
+use crate::error::ErrorSource;
+
 /// Why the directory provider gave no usable answer. The signed HTTP client maps transport
 /// failures, refusals and signature failures to these; the projector retries all of them on
 /// its next sync.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ProviderError {
     /// The provider could not be reached or timed out; nothing is known about the answer.
     #[error("directory provider unavailable: {message}; the projector retries with backoff")]
     Unavailable {
         /// What failed (connect, timeout, reset).
         message: String,
+        /// The transport's error (e.g. the HTTP client's), if any.
+        #[source]
+        source: Option<ErrorSource>,
     },
     /// The provider answered with an error status.
     #[error("directory provider refused the request with status {status}: {message}")]
@@ -46,6 +52,27 @@ pub enum ProviderError {
         /// What was wrong.
         message: String,
     },
+}
+
+impl ProviderError {
+    /// [`ProviderError::Unavailable`] with `message` and no source yet.
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        Self::Unavailable {
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// The same error keeping `error` (the transport's) as its
+    /// [`source`](std::error::Error::source); only [`Unavailable`](Self::Unavailable) keeps
+    /// one, other variants are returned unchanged.
+    #[must_use]
+    pub fn with_source(mut self, error: impl std::error::Error + Send + Sync + 'static) -> Self {
+        if let Self::Unavailable { source, .. } = &mut self {
+            *source = Some(ErrorSource::new(error));
+        }
+        self
+    }
 }
 
 /// The authoritative directory (Directory API v1). Implementations verify signatures and
@@ -85,6 +112,7 @@ pub trait DirectoryProvider: Send + Sync {
 
 /// Why a projection store call failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ProjectionStoreError {
     /// A projection rule refused the input; the transaction rolled back and nothing changed.
     #[error(transparent)]
@@ -94,10 +122,32 @@ pub enum ProjectionStoreError {
     Storage {
         /// The driver's message.
         message: String,
+        /// The driver's error, if any.
+        #[source]
+        source: Option<ErrorSource>,
     },
 }
 
 impl ProjectionStoreError {
+    /// [`ProjectionStoreError::Storage`] with `message` and no source yet.
+    pub fn storage(message: impl Into<String>) -> Self {
+        Self::Storage {
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// The same error keeping `error` (the driver's) as its
+    /// [`source`](std::error::Error::source); a [`Rejected`](Self::Rejected) is returned
+    /// unchanged (its source is the rule's refusal).
+    #[must_use]
+    pub fn with_source(mut self, error: impl std::error::Error + Send + Sync + 'static) -> Self {
+        if let Self::Storage { source, .. } = &mut self {
+            *source = Some(ErrorSource::new(error));
+        }
+        self
+    }
+
     /// True when another replica's newer projection superseded a snapshot.
     pub fn is_superseded(&self) -> bool {
         matches!(self, Self::Rejected(e) if e.is_superseded())

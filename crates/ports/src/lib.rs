@@ -11,10 +11,12 @@
 //!   remote, lifecycle metrics;
 //! - [`host_storage`]: installation-bound key/value storage behind fences and connector state;
 //! - [`directory`]: the directory provider, projection storage and post-commit hooks;
+//! - [`error`]: [`error::ErrorSource`], how port errors keep a driver's error as their source;
 //! - [`handles`]: every port is implemented for `Arc<T>`, `Box<T>` and `&T` of an implementor.
 
 pub mod clock;
 pub mod directory;
+pub mod error;
 pub mod handles;
 pub mod host_storage;
 pub mod lifecycle;

@@ -211,9 +211,7 @@ async fn reconcile<H: EntitlementReconciler>(hooks: H) {
 async fn directory_ports_accept_arc_box_and_borrow() {
     let provider = Arc::new(ScriptedProvider::new());
     for _ in 0..2 {
-        provider.push_snapshot(Err(ProviderError::Unavailable {
-            message: "down".into(),
-        }));
+        provider.push_snapshot(Err(ProviderError::unavailable("down")));
     }
     assert!(matches!(
         snapshot(&*provider).await,

@@ -42,11 +42,13 @@ use tenantry_kernel::{ControlSpaceId, IdempotencyKey, OperationId, ProvisioningK
 use tenantry_lifecycle::{
     DeletionProgress, DeletionRequest, ProvisionRequest, RemoteSpace, RevokeAck, RevokeRequest,
 };
-use tenantry_ports::lifecycle::{KnowledgeFs, RemoteError, RemoteFailure};
+#[cfg(doc)]
+use tenantry_ports::lifecycle::RemoteFailure;
+use tenantry_ports::lifecycle::{KnowledgeFs, RemoteError};
 use tokio::sync::Semaphore;
 
 use crate::client::{ClientBuildError, mutation_client};
-use crate::outcome::{Answer, DispatchError, classify_error};
+use crate::outcome::{Answer, DispatchError};
 
 /// Default total deadline of one call (queueing, connect, send, whole body).
 pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(150);
@@ -113,6 +115,7 @@ impl fmt::Debug for KnowledgeFsConfig {
 
 /// A [`KnowledgeFsConfig`] that cannot work; fix the configuration.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum KnowledgeFsConfigError {
     /// The base URL does not parse or is not `http`/`https`.
     #[error("KnowledgeFS base URL {url:?} is invalid: {reason}; give an http(s) URL")]
@@ -478,12 +481,7 @@ async fn read_capped(
     max: usize,
     mutation: bool,
 ) -> Result<Answer, RemoteError> {
-    let mut response = result.map_err(|e| {
-        dispatch_error(DispatchError {
-            outcome: classify_error(&e),
-            message: error_chain(&e),
-        })
-    })?;
+    let mut response = result.map_err(|e| dispatch_error(DispatchError::from_reqwest(e)))?;
     let status = response.status();
     let retry_after = response
         .headers()
@@ -530,7 +528,8 @@ async fn read_capped(
                 return Err(RemoteError::outcome_unknown(format!(
                     "KnowledgeFS answer body ({status}) could not be read: {}",
                     error_chain(&e)
-                )));
+                ))
+                .with_source(e));
             }
         }
     }
@@ -553,30 +552,31 @@ fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
     text
 }
 
+/// The port's error for a call without a complete answer; keeps the transport's error.
 fn dispatch_error(failure: DispatchError) -> RemoteError {
-    match failure.outcome {
+    let error = match failure.outcome {
         DispatchOutcome::NotDispatched => RemoteError::not_dispatched(failure.message),
-        DispatchOutcome::OutcomeUnknown => RemoteError::outcome_unknown(failure.message),
-        // A failure always lacks a complete answer; treat a contradiction as unknown.
-        DispatchOutcome::Answered => RemoteError::outcome_unknown(failure.message),
-    }
+        // A failure always lacks a complete answer; treat a contradiction (or an outcome added
+        // later) as unknown.
+        _ => RemoteError::outcome_unknown(failure.message),
+    };
+    error.with_shared_source(failure.source)
 }
 
 fn saturated(deadline: Duration) -> RemoteError {
-    RemoteError {
-        failure: RemoteFailure::NotDispatched,
-        code: CODE_CLIENT_SATURATED.into(),
-        message: format!(
-            "no KnowledgeFS call slot freed within the {}s deadline; raise \
-             max_concurrent_calls or the deadline",
-            deadline.as_secs_f64()
-        ),
-        retry_after: None,
-    }
+    let mut error = RemoteError::not_dispatched(format!(
+        "no KnowledgeFS call slot freed within the {}s deadline; raise \
+         max_concurrent_calls or the deadline",
+        deadline.as_secs_f64()
+    ));
+    error.code = CODE_CLIENT_SATURATED.into();
+    error
 }
 
 #[cfg(test)]
 mod tests {
+    use tenantry_ports::lifecycle::RemoteFailure;
+
     use super::*;
     use reqwest::StatusCode;
 

@@ -87,6 +87,7 @@ impl DispatchOutcome {
 /// (see [`Step::step_error`]), so the `Step` and `Conflict` variants are reported only when
 /// that settle itself could not be written.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum DispatchError {
     /// Another worker took the lease over (or the command was settled already); this worker's
     /// result was dropped.
@@ -111,8 +112,9 @@ impl From<SettleError> for DispatchError {
         match error {
             SettleError::LeaseLost { command_id } => Self::LeaseLost { command_id },
             SettleError::Store(e) => Self::Store(e),
-            other @ (SettleError::ControlSpaceConflict { .. }
-            | SettleError::SupersedeRefused { .. }) => Self::Conflict(other.to_string()),
+            // ControlSpaceConflict, SupersedeRefused, and any refusal added later: a
+            // compare-and-set the store refused.
+            other => Self::Conflict(other.to_string()),
         }
     }
 }
@@ -723,6 +725,7 @@ fn error_code(error: &DispatchError) -> &'static str {
         DispatchError::Step(StepError::OwnershipLost { .. }) => "OWNERSHIP_LOST",
         DispatchError::Step(StepError::IdentityConflict) => "IDENTITY_CONFLICT",
         DispatchError::Step(StepError::Transition(_)) => "FORBIDDEN_TRANSITION",
+        DispatchError::Step(_) => "STEP_REFUSED",
         DispatchError::Conflict(_) => "CONTROL_SPACE_CONFLICT",
         DispatchError::Store(_) => "STORE_UNAVAILABLE",
     }

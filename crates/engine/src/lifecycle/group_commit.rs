@@ -168,7 +168,7 @@ impl<S> GroupCommitStore<S> {
 
 /// The answer when no flusher is left (the runtime is shutting down): nothing was done.
 fn stopped() -> StoreError {
-    StoreError::Unavailable("the group-commit flushers have stopped; nothing was written".into())
+    StoreError::unavailable("the group-commit flushers have stopped; nothing was written")
 }
 
 /// Takes batches off the shared queue and runs `execute` on each until the queue closes.
@@ -225,9 +225,8 @@ async fn settle_batch<S: CommandQueue + ?Sized>(store: &S, batch: Vec<SettleRequ
                 answered = results.len(),
                 "settle_many answered the wrong number of results; reporting the batch as failed"
             );
-            let error = StoreError::Unavailable(
-                "settlement batch answered the wrong number of results".into(),
-            );
+            let error =
+                StoreError::unavailable("settlement batch answered the wrong number of results");
             for request in batch {
                 let _ = request.reply.send(Err(SettleError::Store(error.clone())));
             }
@@ -251,9 +250,8 @@ async fn read_batch<S: ControlSpaceReader + ?Sized>(store: &S, batch: Vec<ReadRe
             }
         }
         Ok(_) => {
-            let error = StoreError::Unavailable(
-                "control-space read answered the wrong number of rows".into(),
-            );
+            let error =
+                StoreError::unavailable("control-space read answered the wrong number of rows");
             for request in batch {
                 let _ = request.reply.send(Err(error.clone()));
             }

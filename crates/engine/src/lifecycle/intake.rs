@@ -51,6 +51,7 @@ impl IntakeReceipt {
 
 /// Why a request was not accepted. Nothing was written.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum IntakeFailure {
     /// The request is invalid or not allowed now (the caller's to fix).
     #[error(transparent)]
@@ -221,6 +222,9 @@ impl<S: LifecycleStore> CommandIntake<S> {
                     .into());
                 }
                 Err(IntakeStoreError::Store(error)) => return Err(error.into()),
+                // A refusal this engine does not know yet: nothing was written; report it as
+                // a storage failure with the store's own message.
+                Err(other) => return Err(StoreError::unavailable(other.to_string()).into()),
             }
         }
         Err(IntakeFailure::Contended)

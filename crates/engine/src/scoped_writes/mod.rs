@@ -69,6 +69,7 @@ pub enum FenceMode {
 
 /// Why a scoped write did not complete. `E` is the error type of the wrapped mutation.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ScopedWriteError<E> {
     /// The scope needs reconciliation: an earlier mutation's outcome is unknown. Nothing was
     /// written. An operator must reconcile with the remote and clear the fence (or delete or
@@ -576,10 +577,10 @@ impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
             drop(token);
         });
         rx.await.unwrap_or_else(|_| {
-            Err(HostStorageError::Unavailable {
-                operation: "compare_and_set",
-                message: "claim task ended without an answer".to_owned(),
-            })
+            Err(HostStorageError::unavailable(
+                "compare_and_set",
+                "claim task ended without an answer",
+            ))
         })
     }
 
@@ -1094,10 +1095,9 @@ impl<S: HostStorage + ?Sized + 'static> ScopeContext<S> {
             | ScopedWriteError::OutcomeUnknown { error: Some(e), .. } => {
                 ScopedWriteError::HostWrite(e)
             }
-            other => ScopedWriteError::HostWrite(HostStorageError::Unavailable {
-                operation: "set",
-                message: other.to_string(),
-            }),
+            other => {
+                ScopedWriteError::HostWrite(HostStorageError::unavailable("set", other.to_string()))
+            }
         })
     }
 

@@ -82,6 +82,7 @@ impl fmt::Debug for DirectoryClientConfig {
 
 /// A [`DirectoryClientConfig`] that cannot work; fix the configuration.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum DirectoryConfigError {
     /// The base URL does not parse or is not `http`/`https`.
     #[error("directory base URL {url:?} is invalid: {reason}; give an http(s) URL")]
@@ -173,11 +174,9 @@ impl HttpDirectoryProvider {
     fn endpoint(&self, instance: &InstanceUuid, last: &str) -> Result<Url, ProviderError> {
         let mut url = self.base.clone();
         {
-            let mut path = url
-                .path_segments_mut()
-                .map_err(|()| ProviderError::Unavailable {
-                    message: "directory base URL cannot take a path".into(),
-                })?;
+            let mut path = url.path_segments_mut().map_err(|()| {
+                ProviderError::unavailable("directory base URL cannot take a path")
+            })?;
             path.pop_if_empty()
                 .extend(["v1", "instances", instance.as_str(), "directory", last]);
         }
@@ -210,7 +209,7 @@ impl HttpDirectoryProvider {
                 .body(body);
         }
         let call = async {
-            let response = request.send().await.map_err(|e| unavailable(&e))?;
+            let response = request.send().await.map_err(unavailable)?;
             let status = response.status();
             let headers = response.headers().clone();
             let body = read_limited(response, self.max_bytes).await?;
@@ -219,11 +218,11 @@ impl HttpDirectoryProvider {
         let (status, headers, body) =
             tokio::time::timeout(self.deadline, call)
                 .await
-                .map_err(|_| ProviderError::Unavailable {
-                    message: format!(
+                .map_err(|_| {
+                    ProviderError::unavailable(format!(
                         "no complete directory answer within the {}s deadline",
                         self.deadline.as_secs_f64()
-                    ),
+                    ))
                 })??;
         if !status.is_success() {
             let message = match serde_json::from_slice::<ErrorBody>(&body) {
@@ -296,9 +295,7 @@ impl DirectoryProvider for HttpDirectoryProvider {
     ) -> Result<DirectoryDelta, ProviderError> {
         let url = self.endpoint(instance, "workspaces")?;
         let request = serde_json::to_vec(&WorkspacesBody { workspace_uuids }).map_err(|e| {
-            ProviderError::Unavailable {
-                message: format!("cannot encode the request body: {e}"),
-            }
+            ProviderError::unavailable(format!("cannot encode the request body: {e}"))
         })?;
         let body = self
             .fetch_verified(Method::POST, url, Some(request))
@@ -334,7 +331,7 @@ async fn read_limited(mut response: Response, max: u64) -> Result<Vec<u8>, Provi
         return Err(too_large(announced));
     }
     let mut body = Vec::new();
-    while let Some(chunk) = response.chunk().await.map_err(|e| unavailable(&e))? {
+    while let Some(chunk) = response.chunk().await.map_err(unavailable)? {
         let size = (body.len() + chunk.len()) as u64;
         if size > max {
             return Err(too_large(size));
@@ -364,15 +361,17 @@ fn header<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
     headers.get(name).and_then(|v| v.to_str().ok())
 }
 
-fn unavailable(error: &reqwest::Error) -> ProviderError {
+/// The port's error for a transport failure: its text and its sources, joined by `: `; the
+/// `reqwest::Error` is kept as the source.
+fn unavailable(error: reqwest::Error) -> ProviderError {
     let mut message = error.to_string();
-    let mut source = std::error::Error::source(error);
+    let mut source = std::error::Error::source(&error);
     while let Some(s) = source {
         message.push_str(": ");
         message.push_str(&s.to_string());
         source = s.source();
     }
-    ProviderError::Unavailable { message }
+    ProviderError::unavailable(message).with_source(error)
 }
 
 #[cfg(test)]
