@@ -408,6 +408,26 @@ mod tests {
         );
     }
 
+    #[tokio::test]
+    async fn unreachable_provider_keeps_the_reqwest_error_as_source() {
+        use std::error::Error as _;
+
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        drop(listener);
+        let p = HttpDirectoryProvider::new(&DirectoryClientConfig::new(url, keys())).unwrap();
+        let error = p
+            .fetch_snapshot(&InstanceUuid::parse("inst").unwrap())
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(error, ProviderError::Unavailable { .. }),
+            "{error:?}"
+        );
+        let source = error.source().unwrap();
+        assert!(source.is::<reqwest::Error>(), "{source:?}");
+    }
+
     #[test]
     fn configuration_without_trusted_keys_is_refused() {
         let cfg = DirectoryClientConfig::new("http://x", TrustedKeys::new());
