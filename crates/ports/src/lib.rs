@@ -20,3 +20,19 @@ pub mod error;
 pub mod handles;
 pub mod host_storage;
 pub mod lifecycle;
+
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use directory::{
+    DeltaApplier, DirectoryProjectionStore, DirectoryProvider, EntitlementReconciler,
+    EventBatchApplier, FreshnessToucher, HookError, NoHooks, ProjectionStateReader,
+    ProjectionStoreError, ProviderError, RuntimeExecutionPublisher, SnapshotApplier,
+};
+pub use error::ErrorSource;
+pub use host_storage::{HostStorage, HostStorageBindings, HostStorageError};
+pub use lifecycle::{
+    ActionRecord, ClaimRequest, CommandAdmin, CommandCount, CommandFilter, CommandQueue,
+    ControlSpaceReader, IntakeStore, IntakeStoreError, KnowledgeFs, LifecycleMetrics,
+    LifecycleStore, MetricsError, NoMetrics, OperatorAction, OperatorActionError,
+    OperatorActionKind, RemoteError, RemoteFailure, RenewalOutcome, SettleError, StoreError,
+    Submitted, TaskMetric, TaskStatus,
+};

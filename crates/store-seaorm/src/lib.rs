@@ -22,3 +22,6 @@ pub mod lifecycle;
 pub mod testing;
 
 pub use connect::{Backend, ConnectError, Database, connect, connect_existing};
+pub use directory::SeaOrmDirectoryStore;
+pub use host_storage::SeaOrmHostStorage;
+pub use lifecycle::SeaOrmLifecycleStore;

@@ -57,6 +57,39 @@ impl Default for DispatcherConfig {
     }
 }
 
+/// Builder-style setters over [`DispatcherConfig::default`]:
+/// `DispatcherConfig::default().with_lease_duration(Duration::from_secs(60))`.
+impl DispatcherConfig {
+    /// Sets [`lease_duration`](Self::lease_duration).
+    #[must_use]
+    pub fn with_lease_duration(mut self, lease_duration: Duration) -> Self {
+        self.lease_duration = lease_duration;
+        self
+    }
+
+    /// Sets [`renew_leases`](Self::renew_leases). Without renewal, `lease_duration` must exceed
+    /// the remote call deadline (the app's configuration checks it).
+    #[must_use]
+    pub fn with_renew_leases(mut self, renew_leases: bool) -> Self {
+        self.renew_leases = renew_leases;
+        self
+    }
+
+    /// Sets [`absence_grace`](Self::absence_grace).
+    #[must_use]
+    pub fn with_absence_grace(mut self, absence_grace: Duration) -> Self {
+        self.absence_grace = absence_grace;
+        self
+    }
+
+    /// Sets [`retry_policy`](Self::retry_policy).
+    #[must_use]
+    pub fn with_retry_policy(mut self, retry_policy: RetryPolicy) -> Self {
+        self.retry_policy = retry_policy;
+        self
+    }
+}
+
 /// What one dispatch did (reference: `(claimed, completed, outbox_id)`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DispatchOutcome {

@@ -74,6 +74,37 @@ impl Default for GroupCommitConfig {
     }
 }
 
+/// Builder-style setters over [`GroupCommitConfig::default`].
+impl GroupCommitConfig {
+    /// Sets [`max_batch`](Self::max_batch) (at least 1).
+    #[must_use]
+    pub fn with_max_batch(mut self, max_batch: usize) -> Self {
+        self.max_batch = max_batch;
+        self
+    }
+
+    /// Sets [`max_wait`](Self::max_wait).
+    #[must_use]
+    pub fn with_max_wait(mut self, max_wait: Duration) -> Self {
+        self.max_wait = max_wait;
+        self
+    }
+
+    /// Sets [`max_in_flight`](Self::max_in_flight) (at least 1).
+    #[must_use]
+    pub fn with_max_in_flight(mut self, max_in_flight: usize) -> Self {
+        self.max_in_flight = max_in_flight;
+        self
+    }
+
+    /// Sets [`coalesce_reads`](Self::coalesce_reads).
+    #[must_use]
+    pub fn with_coalesce_reads(mut self, coalesce_reads: bool) -> Self {
+        self.coalesce_reads = coalesce_reads;
+        self
+    }
+}
+
 /// One queued settle.
 struct SettleRequest {
     lease: LeaseToken,

@@ -214,6 +214,36 @@ impl FenceConfig {
         }
     }
 
+    /// Sets [`claim_margin`](Self::claim_margin) and moves
+    /// [`claim_wait`](Self::claim_wait) to the new dispatch deadline + margin.
+    #[must_use]
+    pub fn with_claim_margin(mut self, claim_margin: Duration) -> Self {
+        self.claim_margin = claim_margin;
+        self.claim_wait = self.dispatch_deadline + claim_margin;
+        self
+    }
+
+    /// Sets [`claim_poll`](Self::claim_poll).
+    #[must_use]
+    pub fn with_claim_poll(mut self, claim_poll: Duration) -> Self {
+        self.claim_poll = claim_poll;
+        self
+    }
+
+    /// Sets [`claim_wait`](Self::claim_wait).
+    #[must_use]
+    pub fn with_claim_wait(mut self, claim_wait: Duration) -> Self {
+        self.claim_wait = claim_wait;
+        self
+    }
+
+    /// Sets [`owner`](Self::owner); it must be unique per runtime.
+    #[must_use]
+    pub fn with_owner(mut self, owner: impl Into<String>) -> Self {
+        self.owner = owner.into();
+        self
+    }
+
     fn claim_ttl_ms(&self) -> i64 {
         duration_ms(self.dispatch_deadline + self.claim_margin)
     }
