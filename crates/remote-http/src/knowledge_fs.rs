@@ -99,6 +99,29 @@ impl KnowledgeFsConfig {
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
         }
     }
+
+    /// Sets [`deadline`](Self::deadline) (above zero, checked by [`HttpKnowledgeFs::new`]).
+    #[must_use]
+    pub fn with_deadline(mut self, deadline: Duration) -> Self {
+        self.deadline = deadline;
+        self
+    }
+
+    /// Sets [`max_concurrent_calls`](Self::max_concurrent_calls) (at least 1, checked by
+    /// [`HttpKnowledgeFs::new`]).
+    #[must_use]
+    pub fn with_max_concurrent_calls(mut self, max_concurrent_calls: usize) -> Self {
+        self.max_concurrent_calls = max_concurrent_calls;
+        self
+    }
+
+    /// Sets [`max_body_bytes`](Self::max_body_bytes) (at least 1, checked by
+    /// [`HttpKnowledgeFs::new`]).
+    #[must_use]
+    pub fn with_max_body_bytes(mut self, max_body_bytes: usize) -> Self {
+        self.max_body_bytes = max_body_bytes;
+        self
+    }
 }
 
 impl fmt::Debug for KnowledgeFsConfig {

@@ -29,3 +29,39 @@ fn every_client_is_built_from_its_config() {
     assert!(client.is_ok());
     let _: Option<(Answer, DispatchError, SignatureError)> = None;
 }
+
+#[test]
+fn config_setters_change_only_their_field() {
+    let fs = KnowledgeFsConfig::new("http://h", "t")
+        .with_deadline(Duration::from_secs(3))
+        .with_max_concurrent_calls(9)
+        .with_max_body_bytes(10);
+    assert_eq!(
+        fs,
+        KnowledgeFsConfig {
+            deadline: Duration::from_secs(3),
+            max_concurrent_calls: 9,
+            max_body_bytes: 10,
+            ..KnowledgeFsConfig::new("http://h", "t")
+        }
+    );
+    assert!(matches!(
+        HttpKnowledgeFs::new(&fs.clone().with_max_concurrent_calls(0)),
+        Err(KnowledgeFsConfigError::ZeroConcurrency)
+    ));
+    let directory = DirectoryClientConfig::new("http://h", TrustedKeys::new())
+        .with_bearer_token("b")
+        .with_max_skew(Duration::from_secs(1))
+        .with_max_response_bytes(2)
+        .with_deadline(Duration::from_secs(3));
+    assert_eq!(
+        directory,
+        DirectoryClientConfig {
+            bearer_token: Some("b".into()),
+            max_skew: Duration::from_secs(1),
+            max_response_bytes: 2,
+            deadline: Duration::from_secs(3),
+            ..DirectoryClientConfig::new("http://h", TrustedKeys::new())
+        }
+    );
+}

@@ -62,6 +62,36 @@ impl DirectoryClientConfig {
             deadline: DEFAULT_DEADLINE,
         }
     }
+
+    /// Sets the [`bearer_token`](Self::bearer_token) sent on every call (not empty, checked by
+    /// [`HttpDirectoryProvider::new`]).
+    #[must_use]
+    pub fn with_bearer_token(mut self, bearer_token: impl Into<String>) -> Self {
+        self.bearer_token = Some(bearer_token.into());
+        self
+    }
+
+    /// Sets [`max_skew`](Self::max_skew).
+    #[must_use]
+    pub fn with_max_skew(mut self, max_skew: Duration) -> Self {
+        self.max_skew = max_skew;
+        self
+    }
+
+    /// Sets [`max_response_bytes`](Self::max_response_bytes).
+    #[must_use]
+    pub fn with_max_response_bytes(mut self, max_response_bytes: u64) -> Self {
+        self.max_response_bytes = max_response_bytes;
+        self
+    }
+
+    /// Sets [`deadline`](Self::deadline) (above zero, checked by
+    /// [`HttpDirectoryProvider::new`]).
+    #[must_use]
+    pub fn with_deadline(mut self, deadline: Duration) -> Self {
+        self.deadline = deadline;
+        self
+    }
 }
 
 impl fmt::Debug for DirectoryClientConfig {
