@@ -42,6 +42,7 @@ use tenantry_kernel::{ControlSpaceId, IdempotencyKey, OperationId, ProvisioningK
 use tenantry_lifecycle::{
     DeletionProgress, DeletionRequest, ProvisionRequest, RemoteSpace, RevokeAck, RevokeRequest,
 };
+use tenantry_ports::error::ErrorSource;
 #[cfg(doc)]
 use tenantry_ports::lifecycle::RemoteFailure;
 use tenantry_ports::lifecycle::{KnowledgeFs, RemoteError};
@@ -147,6 +148,9 @@ pub enum KnowledgeFsConfigError {
         url: String,
         /// What is wrong with it.
         reason: String,
+        /// The URL parser's error, when the URL does not parse.
+        #[source]
+        source: Option<ErrorSource>,
     },
     /// The bearer token is empty or not a valid header value.
     #[error("KnowledgeFS bearer token is empty or contains characters not allowed in a header")]
@@ -195,8 +199,14 @@ impl HttpKnowledgeFs {
         let invalid_url = |reason: String| KnowledgeFsConfigError::InvalidBaseUrl {
             url: config.base_url.clone(),
             reason,
+            source: None,
         };
-        let base = Url::parse(&config.base_url).map_err(|e| invalid_url(e.to_string()))?;
+        let base =
+            Url::parse(&config.base_url).map_err(|e| KnowledgeFsConfigError::InvalidBaseUrl {
+                url: config.base_url.clone(),
+                reason: e.to_string(),
+                source: Some(ErrorSource::new(e)),
+            })?;
         if !matches!(base.scheme(), "http" | "https") || base.cannot_be_a_base() {
             return Err(invalid_url("the scheme must be http or https".into()));
         }

@@ -19,8 +19,16 @@ fn every_client_is_built_from_its_config() {
         HttpKnowledgeFs::new(&KnowledgeFsConfig::new("ftp://x", "token"));
     assert!(matches!(
         refused,
-        Err(KnowledgeFsConfigError::InvalidBaseUrl { .. })
+        Err(KnowledgeFsConfigError::InvalidBaseUrl { source: None, .. })
     ));
+    // A URL that does not parse keeps the parser's error.
+    let unparsable = HttpKnowledgeFs::new(&KnowledgeFsConfig::new("not a url", "token"))
+        .map(|_| ())
+        .unwrap_err();
+    assert!(
+        std::error::Error::source(&unparsable).is_some(),
+        "{unparsable:?}"
+    );
     let directory: Result<HttpDirectoryProvider, DirectoryConfigError> = HttpDirectoryProvider::new(
         &DirectoryClientConfig::new("http://127.0.0.1:1", TrustedKeys::new()),
     );

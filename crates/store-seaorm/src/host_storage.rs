@@ -49,8 +49,8 @@ pub struct SeaOrmHostStorage {
 }
 
 impl SeaOrmHostStorage {
-    /// An adapter over a migrated database (see [`crate::connect`]), like every store of this
-    /// crate.
+    /// An adapter over a migrated database (see [`connect`](crate::connect())), built like
+    /// every store of this crate.
     pub fn new(db: &Database) -> Self {
         Self {
             conn: db.conn.clone(),

@@ -23,6 +23,7 @@ use tenantry_directory::{
     DirectoryDelta, DirectoryEventBatch, DirectorySnapshot, InstanceUuid, WorkspaceUuid,
 };
 use tenantry_ports::directory::{DirectoryProvider, ProviderError};
+use tenantry_ports::error::ErrorSource;
 
 use crate::client::{ClientBuildError, mutation_client};
 use signature::{SignatureHeaders, SignedRequest, TrustedKeys};
@@ -121,6 +122,9 @@ pub enum DirectoryConfigError {
         url: String,
         /// What is wrong with it.
         reason: String,
+        /// The URL parser's error, when the URL does not parse.
+        #[source]
+        source: Option<ErrorSource>,
     },
     /// No key is trusted: every answer would be refused.
     #[error("no trusted directory signing key is configured")]
@@ -166,8 +170,14 @@ impl HttpDirectoryProvider {
         let invalid_url = |reason: String| DirectoryConfigError::InvalidBaseUrl {
             url: config.base_url.clone(),
             reason,
+            source: None,
         };
-        let base = Url::parse(&config.base_url).map_err(|e| invalid_url(e.to_string()))?;
+        let base =
+            Url::parse(&config.base_url).map_err(|e| DirectoryConfigError::InvalidBaseUrl {
+                url: config.base_url.clone(),
+                reason: e.to_string(),
+                source: Some(ErrorSource::new(e)),
+            })?;
         if !matches!(base.scheme(), "http" | "https") || base.cannot_be_a_base() {
             return Err(invalid_url("the scheme must be http or https".into()));
         }
