@@ -110,4 +110,13 @@ fn port_errors_stay_clone_and_comparable_with_a_source() {
     let projection =
         ProjectionStoreError::storage("down").with_source(std::io::Error::other("down"));
     assert!(projection.source().unwrap().is::<std::io::Error>());
+    let hook = HookError::new("crm down").with_source(std::io::Error::other("x"));
+    assert_eq!(
+        hook.to_string(),
+        "directory post-commit hook failed: crm down"
+    );
+    assert!(hook.source().unwrap().is::<std::io::Error>());
+    let metrics = MetricsError::new("exporter down").with_source(std::io::Error::other("x"));
+    assert_eq!(metrics.to_string(), "metrics sink failed: exporter down");
+    assert!(metrics.source().unwrap().is::<std::io::Error>());
 }

@@ -891,7 +891,7 @@ struct FailingMetrics;
 
 impl LifecycleMetrics for FailingMetrics {
     fn record_task(&self, _metric: &TaskMetric) -> Result<(), MetricsError> {
-        Err(MetricsError("exporter down".into()))
+        Err(MetricsError::new("exporter down"))
     }
 }
 

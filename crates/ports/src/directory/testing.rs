@@ -337,9 +337,7 @@ impl RecordingHooks {
         let mut log = lock(&self.log);
         log.calls.push(call);
         if log.fail {
-            return Err(HookError {
-                message: "injected hook failure".into(),
-            });
+            return Err(HookError::new("injected hook failure"));
         }
         Ok(())
     }
