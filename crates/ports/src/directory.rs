@@ -51,6 +51,9 @@ pub enum ProviderError {
     InvalidResponse {
         /// What was wrong.
         message: String,
+        /// The verifier's or decoder's error, if any.
+        #[source]
+        source: Option<ErrorSource>,
     },
 }
 
@@ -63,13 +66,24 @@ impl ProviderError {
         }
     }
 
-    /// The same error keeping `error` (the transport's) as its
-    /// [`source`](std::error::Error::source); only [`Unavailable`](Self::Unavailable) keeps
-    /// one, other variants are returned unchanged.
+    /// [`ProviderError::InvalidResponse`] with `message` and no source yet.
+    pub fn invalid_response(message: impl Into<String>) -> Self {
+        Self::InvalidResponse {
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// The same error keeping `error` (the transport's, verifier's or decoder's) as its
+    /// [`source`](std::error::Error::source); a [`Refused`](Self::Refused) (an answer, not a
+    /// failure) is returned unchanged.
     #[must_use]
     pub fn with_source(mut self, error: impl std::error::Error + Send + Sync + 'static) -> Self {
-        if let Self::Unavailable { source, .. } = &mut self {
-            *source = Some(ErrorSource::new(error));
+        match &mut self {
+            Self::Unavailable { source, .. } | Self::InvalidResponse { source, .. } => {
+                *source = Some(ErrorSource::new(error));
+            }
+            Self::Refused { .. } => {}
         }
         self
     }

@@ -309,6 +309,7 @@ impl HttpKnowledgeFs {
     ) -> Result<T, RemoteError> {
         let body = serde_json::to_vec(body).map_err(|e| {
             RemoteError::not_dispatched(format!("cannot encode the request body: {e}"))
+                .with_source(e)
         })?;
         let answer = self
             .exchange(Method::POST, url, Some(key), Some(body))
@@ -378,6 +379,7 @@ impl KnowledgeFs for HttpKnowledgeFs {
         };
         let body = serde_json::to_vec(&body).map_err(|e| {
             RemoteError::not_dispatched(format!("cannot encode the request body: {e}"))
+                .with_source(e)
         })?;
         let answer = self
             .exchange(

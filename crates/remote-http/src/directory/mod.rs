@@ -292,9 +292,7 @@ impl HttpDirectoryProvider {
             Utc::now().timestamp(),
             self.max_skew,
         )
-        .map_err(|e| ProviderError::InvalidResponse {
-            message: e.to_string(),
-        })?;
+        .map_err(|e| ProviderError::invalid_response(e.to_string()).with_source(e))?;
         Ok(body)
     }
 }
@@ -336,6 +334,7 @@ impl DirectoryProvider for HttpDirectoryProvider {
         let url = self.endpoint(instance, "workspaces")?;
         let request = serde_json::to_vec(&WorkspacesBody { workspace_uuids }).map_err(|e| {
             ProviderError::unavailable(format!("cannot encode the request body: {e}"))
+                .with_source(e)
         })?;
         let body = self
             .fetch_verified(Method::POST, url, Some(request))
@@ -360,10 +359,10 @@ struct ErrorBody {
 
 /// Reads the whole body, refusing it as soon as it exceeds `max` bytes (announced or read).
 async fn read_limited(mut response: Response, max: u64) -> Result<Vec<u8>, ProviderError> {
-    let too_large = |size: u64| ProviderError::InvalidResponse {
-        message: format!(
+    let too_large = |size: u64| {
+        ProviderError::invalid_response(format!(
             "directory response body of at least {size} bytes exceeds the {max}-byte limit"
-        ),
+        ))
     };
     if let Some(announced) = response.content_length()
         && announced > max
@@ -382,8 +381,9 @@ async fn read_limited(mut response: Response, max: u64) -> Result<Vec<u8>, Provi
 }
 
 fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, ProviderError> {
-    serde_json::from_slice(body).map_err(|e| ProviderError::InvalidResponse {
-        message: format!("signed directory body does not parse: {e}"),
+    serde_json::from_slice(body).map_err(|e| {
+        ProviderError::invalid_response(format!("signed directory body does not parse: {e}"))
+            .with_source(e)
     })
 }
 
@@ -391,9 +391,9 @@ fn same_instance(asked: &InstanceUuid, answered: &InstanceUuid) -> Result<(), Pr
     if asked == answered {
         Ok(())
     } else {
-        Err(ProviderError::InvalidResponse {
-            message: format!("asked for instance {asked}, the answer is for {answered}"),
-        })
+        Err(ProviderError::invalid_response(format!(
+            "asked for instance {asked}, the answer is for {answered}"
+        )))
     }
 }
 
