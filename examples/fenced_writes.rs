@@ -91,7 +91,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let dir = tempfile::tempdir()?;
     let url = format!("sqlite://{}?mode=rwc", dir.path().join("host.db").display());
     let db = tenantry_store_seaorm::connect(&url, 4).await?;
-    let writes = ScopedWrites::new(Arc::new(SeaOrmHostStorage::new(db.conn.clone())));
+    let writes = ScopedWrites::new(Arc::new(SeaOrmHostStorage::new(&db)));
     let remote = Arc::new(ConfigService::default());
     let binding = Binding::parse("installation-1")?;
 

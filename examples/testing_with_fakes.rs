@@ -101,11 +101,23 @@ mod tests {
     #[tokio::test]
     async fn a_storage_outage_is_reported_as_retryable() {
         let store = InMemoryLifecycleStore::new();
-        store.fail_next_call(StoreError::Unavailable("database restarting".into()));
+        store.fail_next_call(StoreError::unavailable("database restarting"));
         let error = Projects::new(store)
             .open("acme", "apollo")
             .await
             .unwrap_err();
         assert!(error.to_string().starts_with("try again later"), "{error}");
+    }
+
+    /// Every port is implemented for `Arc<T>` (and `&T`): share one fake between your code
+    /// and the test's assertions.
+    #[tokio::test]
+    async fn a_shared_fake_sees_what_your_code_wrote() {
+        let store = std::sync::Arc::new(InMemoryLifecycleStore::new());
+        Projects::new(store.clone())
+            .open("acme", "apollo")
+            .await
+            .unwrap();
+        assert_eq!(store.commands().len(), 1);
     }
 }

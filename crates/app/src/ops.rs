@@ -181,7 +181,7 @@ fn command_filter(args: &CommandsListArgs) -> Result<CommandFilter, String> {
 /// cleared once older than `knowledge_fs_deadline`, the dispatch deadline of `serve`.
 fn fence_admin(config: &Config, db: &Database) -> FenceAdmin<SeaOrmHostStorage> {
     FenceAdmin::standalone(
-        Arc::new(SeaOrmHostStorage::new(db.conn.clone())),
+        Arc::new(SeaOrmHostStorage::new(db)),
         config.knowledge_fs_deadline,
     )
 }

@@ -240,7 +240,7 @@ impl Service {
         // The process's one scoped-writes runtime: the admin API clears fences through it, so
         // a clear takes the same scope locks as in-process writers (`Service::scoped_writes`).
         let scoped_writes = ScopedWrites::with_config(
-            Arc::new(SeaOrmHostStorage::new(db.conn.clone())),
+            Arc::new(SeaOrmHostStorage::new(&db)),
             Arc::new(|| chrono::Utc::now().timestamp_millis()),
             FenceConfig::with_deadline(config.knowledge_fs_deadline),
         );

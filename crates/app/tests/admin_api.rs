@@ -299,7 +299,7 @@ async fn list_commands_filters_pages_and_refuses_bad_queries() {
 #[tokio::test]
 async fn fences_are_listed_and_cleared_with_a_logged_reason() {
     let h = Harness::start().await;
-    let storage = Arc::new(SeaOrmHostStorage::new(h.db.db.conn.clone()));
+    let storage = Arc::new(SeaOrmHostStorage::new(&h.db.db));
     let binding = Binding::parse("inst-1").unwrap();
     let scope = ScopeIdentity::object("kb-7");
     let marker = FenceMarker::new(&scope, "upload outcome unknown", 1_800_000_000_000);
@@ -352,7 +352,7 @@ async fn fences_are_listed_and_cleared_with_a_logged_reason() {
 #[tokio::test]
 async fn fence_clear_enforces_the_idempotency_key() {
     let h = Harness::start().await;
-    let storage = Arc::new(SeaOrmHostStorage::new(h.db.db.conn.clone()));
+    let storage = Arc::new(SeaOrmHostStorage::new(&h.db.db));
     let binding = Binding::parse("inst-1").unwrap();
     let scope = ScopeIdentity::object("kb-7");
     let marker = FenceMarker::new(&scope, "upload outcome unknown", 1_800_000_000_000);

@@ -52,6 +52,7 @@ pub struct ProjectorConfig {
 
 /// Why a projector configuration was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ConfigError {
     /// The instance id is empty or blank.
     #[error("directory projection requires a non-empty instance id")]

@@ -9,6 +9,7 @@ use crate::ids::{AccountUuid, EventUuid, InstanceUuid, MembershipUuid, Workspace
 
 /// A rule of the directory projection refused an input; nothing was written.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum DirectoryError {
     // ----- capacity -----
     /// The snapshot has more workspaces than `max_snapshot_workspaces`.

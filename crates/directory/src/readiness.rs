@@ -7,6 +7,7 @@ use std::time::Duration;
 
 /// Why execution admission must be refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum NotReady {
     /// No sync has completed yet (or none has caught up with the high-water mark).
     #[error("directory projection is not ready: no successful sync yet")]

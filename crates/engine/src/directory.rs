@@ -31,11 +31,13 @@ use tenantry_ports::directory::{
     DirectoryProjectionStore, DirectoryProvider, EntitlementReconciler, NoHooks,
     ProjectionStoreError, ProviderError, RuntimeExecutionPublisher,
 };
+use tenantry_ports::error::ErrorSource;
 use tokio::time::Instant;
 
 /// Why a projector step failed. Every variant is ordinary for the run loop: it logs, backs
 /// off and tries again.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ProjectorError {
     /// The provider gave no usable answer.
     #[error(transparent)]
@@ -49,6 +51,9 @@ pub enum ProjectorError {
     Storage {
         /// The store's message.
         message: String,
+        /// The store's source error (e.g. the driver's), if it kept one.
+        #[source]
+        source: Option<ErrorSource>,
     },
     /// Every snapshot the provider served during initialization was older than the shared
     /// projection (a stale provider, or a race with other replicas lost every time).
@@ -78,7 +83,12 @@ impl From<ProjectionStoreError> for ProjectorError {
     fn from(error: ProjectionStoreError) -> Self {
         match error {
             ProjectionStoreError::Rejected(e) => Self::Rejected(e),
-            ProjectionStoreError::Storage { message } => Self::Storage { message },
+            ProjectionStoreError::Storage { message, source } => Self::Storage { message, source },
+            // A store failure this engine does not know yet: keep its message.
+            other => Self::Storage {
+                message: other.to_string(),
+                source: None,
+            },
         }
     }
 }

@@ -981,7 +981,7 @@ async fn dispatched_commit_keeps_the_lock_after_caller_is_dropped() {
 async fn restarted_runtime_over_sql_storage_still_refuses_fenced_scope() {
     let db = tenantry_store_seaorm::testing::fresh_database().await;
     let storage: Arc<dyn HostStorage> = Arc::new(
-        tenantry_store_seaorm::host_storage::SeaOrmHostStorage::new(db.db.conn.clone()),
+        tenantry_store_seaorm::host_storage::SeaOrmHostStorage::new(&db.db),
     );
     let writes = ScopedWrites::new(storage.clone());
     let r: Result<(), DispatchOutcome> = writes
@@ -1244,7 +1244,7 @@ async fn two_runtimes_over_one_database_share_claims_fences_and_clears() {
     // SQLite file, or PostgreSQL when TENANTRY_TEST_PG_URL is set.
     let db = tenantry_store_seaorm::testing::fresh_database().await;
     let storage = Arc::new(tenantry_store_seaorm::host_storage::SeaOrmHostStorage::new(
-        db.db.conn.clone(),
+        &db.db,
     ));
     runtimes_share_claims_fences_and_clears(storage).await;
 }

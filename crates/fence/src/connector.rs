@@ -37,6 +37,7 @@ pub const MAX_CONFIG_BYTES: usize = 64 * 1024;
 
 /// Why a connector record was refused or could not be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ConnectorStateError {
     /// The caller passed a configuration above the limit; nothing was written.
     #[error(

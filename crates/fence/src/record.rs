@@ -70,6 +70,7 @@ pub fn classify(stored: StoredRecord<'_>, owner: &str, now_ms: i64) -> Holder {
 
 /// Why an operator may not clear a record yet.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ClearRefused {
     /// The record is a write-ahead intent younger than the dispatch deadline: its dispatch
     /// may still be in flight. Wait until it is `deadline_ms` old, then reconcile and clear.

@@ -39,6 +39,7 @@ pub const MAX_BINDING_LEN: usize = 255;
 
 /// Why a string was refused as an installation binding.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum BindingError {
     /// The caller passed an empty binding.
     #[error("installation binding must not be empty")]

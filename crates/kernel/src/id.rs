@@ -18,6 +18,7 @@ pub const MAX_ID_LEN: usize = 255;
 
 /// Why a string was refused as an identifier.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum IdError {
     /// The caller passed an empty string.
     #[error("{kind} must not be empty")]

@@ -145,6 +145,7 @@ impl Transition {
 
 /// Why a transition was refused. Nothing is written when one is returned.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum TransitionError {
     /// The state machine has no such move from the current state (caller's mistake or a
     /// concurrent change: re-read the control space).

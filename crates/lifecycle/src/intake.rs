@@ -142,6 +142,7 @@ pub struct IntakePlan {
 
 /// Why a request was refused. Nothing is written when one is returned.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum IntakeError {
     /// A field breaks its rule; fix the field and resend.
     #[error("{field} is invalid: {reason}")]

@@ -18,6 +18,7 @@ pub mod command;
 pub mod control_space;
 pub mod failure;
 pub mod intake;
+mod intake_builders;
 pub mod remote;
 pub mod retry;
 pub mod saga;

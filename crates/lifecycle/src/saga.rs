@@ -77,6 +77,7 @@ pub mod codes {
 /// retry at once (the next attempt re-reads the control space), an identity conflict
 /// dead-letters the command.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum StepError {
     /// The control space moved on (another operation owns it, or it vanished): this command's
     /// view is stale.

@@ -20,16 +20,22 @@ use tenantry_directory::{
 
 pub use tenantry_directory::LookupKeys;
 
+use crate::error::ErrorSource;
+
 /// Why the directory provider gave no usable answer. The signed HTTP client maps transport
 /// failures, refusals and signature failures to these; the projector retries all of them on
 /// its next sync.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ProviderError {
     /// The provider could not be reached or timed out; nothing is known about the answer.
     #[error("directory provider unavailable: {message}; the projector retries with backoff")]
     Unavailable {
         /// What failed (connect, timeout, reset).
         message: String,
+        /// The transport's error (e.g. the HTTP client's), if any.
+        #[source]
+        source: Option<ErrorSource>,
     },
     /// The provider answered with an error status.
     #[error("directory provider refused the request with status {status}: {message}")]
@@ -45,7 +51,42 @@ pub enum ProviderError {
     InvalidResponse {
         /// What was wrong.
         message: String,
+        /// The verifier's or decoder's error, if any.
+        #[source]
+        source: Option<ErrorSource>,
     },
+}
+
+impl ProviderError {
+    /// [`ProviderError::Unavailable`] with `message` and no source yet.
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        Self::Unavailable {
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// [`ProviderError::InvalidResponse`] with `message` and no source yet.
+    pub fn invalid_response(message: impl Into<String>) -> Self {
+        Self::InvalidResponse {
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// The same error keeping `error` (the transport's, verifier's or decoder's) as its
+    /// [`source`](std::error::Error::source); a [`Refused`](Self::Refused) (an answer, not a
+    /// failure) is returned unchanged.
+    #[must_use]
+    pub fn with_source(mut self, error: impl std::error::Error + Send + Sync + 'static) -> Self {
+        match &mut self {
+            Self::Unavailable { source, .. } | Self::InvalidResponse { source, .. } => {
+                *source = Some(ErrorSource::new(error));
+            }
+            Self::Refused { .. } => {}
+        }
+        self
+    }
 }
 
 /// The authoritative directory (Directory API v1). Implementations verify signatures and
@@ -85,6 +126,7 @@ pub trait DirectoryProvider: Send + Sync {
 
 /// Why a projection store call failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ProjectionStoreError {
     /// A projection rule refused the input; the transaction rolled back and nothing changed.
     #[error(transparent)]
@@ -94,10 +136,32 @@ pub enum ProjectionStoreError {
     Storage {
         /// The driver's message.
         message: String,
+        /// The driver's error, if any.
+        #[source]
+        source: Option<ErrorSource>,
     },
 }
 
 impl ProjectionStoreError {
+    /// [`ProjectionStoreError::Storage`] with `message` and no source yet.
+    pub fn storage(message: impl Into<String>) -> Self {
+        Self::Storage {
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// The same error keeping `error` (the driver's) as its
+    /// [`source`](std::error::Error::source); a [`Rejected`](Self::Rejected) is returned
+    /// unchanged (its source is the rule's refusal).
+    #[must_use]
+    pub fn with_source(mut self, error: impl std::error::Error + Send + Sync + 'static) -> Self {
+        if let Self::Storage { source, .. } = &mut self {
+            *source = Some(ErrorSource::new(error));
+        }
+        self
+    }
+
     /// True when another replica's newer projection superseded a snapshot.
     pub fn is_superseded(&self) -> bool {
         matches!(self, Self::Rejected(e) if e.is_superseded())
@@ -194,11 +258,34 @@ impl<T> DirectoryProjectionStore for T where
 }
 
 /// A post-commit hook failed. The projection stays committed; the projector logs this.
+/// Build it with [`HookError::new`], and keep the hook's own error with
+/// [`with_source`](HookError::with_source).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("directory post-commit hook failed: {message}")]
+#[non_exhaustive]
 pub struct HookError {
     /// What failed.
     pub message: String,
+    /// The hook's own error (e.g. its client's), if any.
+    #[source]
+    pub source: Option<ErrorSource>,
+}
+
+impl HookError {
+    /// A failure described by `message`, with no source yet.
+    pub fn new(message: impl Into<String>) -> Self {
+        Self {
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// The same error keeping `error` as its [`source`](std::error::Error::source).
+    #[must_use]
+    pub fn with_source(mut self, error: impl std::error::Error + Send + Sync + 'static) -> Self {
+        self.source = Some(ErrorSource::new(error));
+        self
+    }
 }
 
 /// Keeps entitlement caches in step with the projected workspaces (runs after commit).

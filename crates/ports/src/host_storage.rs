@@ -21,6 +21,8 @@ use async_trait::async_trait;
 use serde_json::Value;
 use tenantry_fence::{Binding, DispatchFailure, DispatchOutcome};
 
+use crate::error::ErrorSource;
+
 /// Longest accepted key, in bytes.
 pub const MAX_KEY_LEN: usize = 255;
 
@@ -89,6 +91,7 @@ pub trait HostStorageBindings: Send + Sync {
 
 /// Why a host-storage operation failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum HostStorageError {
     /// The caller passed a key that is empty or longer than [`MAX_KEY_LEN`] bytes; nothing
     /// was read or written. Fix the caller.
@@ -107,6 +110,9 @@ pub enum HostStorageError {
         key: String,
         /// The decoder's message.
         message: String,
+        /// The decoder's error, if any.
+        #[source]
+        source: Option<ErrorSource>,
     },
     /// The backend failed (connection lost, timeout, constraint, driver error). For `set`, the
     /// value may or may not have been stored. Retry after the storage recovers.
@@ -114,11 +120,48 @@ pub enum HostStorageError {
         "host storage unavailable during {operation}: {message}; retry after the storage recovers"
     )]
     Unavailable {
-        /// `keys`, `get` or `set`.
+        /// `keys`, `get`, `set`, `compare_and_set` or `bindings`.
         operation: &'static str,
         /// The backend's message.
         message: String,
+        /// The backend's error (e.g. the driver's), if any.
+        #[source]
+        source: Option<ErrorSource>,
     },
+}
+
+impl HostStorageError {
+    /// [`HostStorageError::Unavailable`] during `operation`, with no source yet.
+    pub fn unavailable(operation: &'static str, message: impl Into<String>) -> Self {
+        Self::Unavailable {
+            operation,
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// [`HostStorageError::CorruptValue`] of `key`, with no source yet.
+    pub fn corrupt_value(key: impl Into<String>, message: impl Into<String>) -> Self {
+        Self::CorruptValue {
+            key: key.into(),
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// The same error keeping `source` (the backend's or decoder's error) as its
+    /// [`source`](std::error::Error::source); an [`InvalidKey`](Self::InvalidKey) has none and
+    /// is returned unchanged.
+    #[must_use]
+    pub fn with_source(mut self, error: impl std::error::Error + Send + Sync + 'static) -> Self {
+        match &mut self {
+            Self::Unavailable { source, .. } | Self::CorruptValue { source, .. } => {
+                *source = Some(ErrorSource::new(error));
+            }
+            Self::InvalidKey { .. } => {}
+        }
+        self
+    }
 }
 
 impl DispatchFailure for HostStorageError {
@@ -150,45 +193,6 @@ pub fn validate_key(key: &str) -> Result<(), HostStorageError> {
         key: key.chars().take(64).collect(),
         problem,
     })
-}
-
-#[async_trait]
-impl<T: HostStorage + ?Sized> HostStorage for std::sync::Arc<T> {
-    async fn keys(&self, binding: &Binding) -> Result<Vec<String>, HostStorageError> {
-        (**self).keys(binding).await
-    }
-    async fn get(&self, binding: &Binding, key: &str) -> Result<Option<Value>, HostStorageError> {
-        (**self).get(binding, key).await
-    }
-    async fn set(
-        &self,
-        binding: &Binding,
-        key: &str,
-        value: &Value,
-    ) -> Result<(), HostStorageError> {
-        (**self).set(binding, key, value).await
-    }
-    async fn compare_and_set(
-        &self,
-        binding: &Binding,
-        key: &str,
-        expected: Option<&Value>,
-        value: &Value,
-    ) -> Result<bool, HostStorageError> {
-        (**self)
-            .compare_and_set(binding, key, expected, value)
-            .await
-    }
-}
-
-#[async_trait]
-impl<T: HostStorageBindings + ?Sized> HostStorageBindings for std::sync::Arc<T> {
-    async fn bindings_with_key_prefix(
-        &self,
-        key_prefix: &str,
-    ) -> Result<Vec<Binding>, HostStorageError> {
-        (**self).bindings_with_key_prefix(key_prefix).await
-    }
 }
 
 #[cfg(feature = "testing")]

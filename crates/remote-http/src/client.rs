@@ -7,13 +7,20 @@
 
 use std::time::Duration;
 
+use tenantry_ports::error::ErrorSource;
+
 /// Longest time spent establishing a connection, within the overall deadline.
 pub const MAX_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The client could not be built (for example the TLS backend failed to initialise).
+/// The client could not be built (for example the TLS backend failed to initialise). Its
+/// [`source`](std::error::Error::source) is the `reqwest::Error`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("cannot build the HTTP mutation client: {0}")]
-pub struct ClientBuildError(String);
+#[error("cannot build the HTTP mutation client: {message}")]
+pub struct ClientBuildError {
+    message: String,
+    #[source]
+    source: Option<ErrorSource>,
+}
 
 /// A client for mutations with one overall `timeout` (connect, send, and read the whole
 /// body); connecting alone is bounded by the smaller of `timeout` and
@@ -28,5 +35,8 @@ pub fn mutation_client(timeout: Duration) -> Result<reqwest::Client, ClientBuild
         .timeout(timeout)
         .connect_timeout(timeout.min(MAX_CONNECT_TIMEOUT))
         .build()
-        .map_err(|e| ClientBuildError(e.to_string()))
+        .map_err(|e| ClientBuildError {
+            message: e.to_string(),
+            source: Some(ErrorSource::new(e)),
+        })
 }

@@ -42,11 +42,14 @@ use tenantry_kernel::{ControlSpaceId, IdempotencyKey, OperationId, ProvisioningK
 use tenantry_lifecycle::{
     DeletionProgress, DeletionRequest, ProvisionRequest, RemoteSpace, RevokeAck, RevokeRequest,
 };
-use tenantry_ports::lifecycle::{KnowledgeFs, RemoteError, RemoteFailure};
+use tenantry_ports::error::ErrorSource;
+#[cfg(doc)]
+use tenantry_ports::lifecycle::RemoteFailure;
+use tenantry_ports::lifecycle::{KnowledgeFs, RemoteError};
 use tokio::sync::Semaphore;
 
 use crate::client::{ClientBuildError, mutation_client};
-use crate::outcome::{Answer, DispatchError, classify_error};
+use crate::outcome::{Answer, DispatchError};
 
 /// Default total deadline of one call (queueing, connect, send, whole body).
 pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(150);
@@ -97,6 +100,29 @@ impl KnowledgeFsConfig {
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
         }
     }
+
+    /// Sets [`deadline`](Self::deadline) (above zero, checked by [`HttpKnowledgeFs::new`]).
+    #[must_use]
+    pub fn with_deadline(mut self, deadline: Duration) -> Self {
+        self.deadline = deadline;
+        self
+    }
+
+    /// Sets [`max_concurrent_calls`](Self::max_concurrent_calls) (at least 1, checked by
+    /// [`HttpKnowledgeFs::new`]).
+    #[must_use]
+    pub fn with_max_concurrent_calls(mut self, max_concurrent_calls: usize) -> Self {
+        self.max_concurrent_calls = max_concurrent_calls;
+        self
+    }
+
+    /// Sets [`max_body_bytes`](Self::max_body_bytes) (at least 1, checked by
+    /// [`HttpKnowledgeFs::new`]).
+    #[must_use]
+    pub fn with_max_body_bytes(mut self, max_body_bytes: usize) -> Self {
+        self.max_body_bytes = max_body_bytes;
+        self
+    }
 }
 
 impl fmt::Debug for KnowledgeFsConfig {
@@ -113,6 +139,7 @@ impl fmt::Debug for KnowledgeFsConfig {
 
 /// A [`KnowledgeFsConfig`] that cannot work; fix the configuration.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum KnowledgeFsConfigError {
     /// The base URL does not parse or is not `http`/`https`.
     #[error("KnowledgeFS base URL {url:?} is invalid: {reason}; give an http(s) URL")]
@@ -121,6 +148,9 @@ pub enum KnowledgeFsConfigError {
         url: String,
         /// What is wrong with it.
         reason: String,
+        /// The URL parser's error, when the URL does not parse.
+        #[source]
+        source: Option<ErrorSource>,
     },
     /// The bearer token is empty or not a valid header value.
     #[error("KnowledgeFS bearer token is empty or contains characters not allowed in a header")]
@@ -169,8 +199,14 @@ impl HttpKnowledgeFs {
         let invalid_url = |reason: String| KnowledgeFsConfigError::InvalidBaseUrl {
             url: config.base_url.clone(),
             reason,
+            source: None,
         };
-        let base = Url::parse(&config.base_url).map_err(|e| invalid_url(e.to_string()))?;
+        let base =
+            Url::parse(&config.base_url).map_err(|e| KnowledgeFsConfigError::InvalidBaseUrl {
+                url: config.base_url.clone(),
+                reason: e.to_string(),
+                source: Some(ErrorSource::new(e)),
+            })?;
         if !matches!(base.scheme(), "http" | "https") || base.cannot_be_a_base() {
             return Err(invalid_url("the scheme must be http or https".into()));
         }
@@ -273,6 +309,7 @@ impl HttpKnowledgeFs {
     ) -> Result<T, RemoteError> {
         let body = serde_json::to_vec(body).map_err(|e| {
             RemoteError::not_dispatched(format!("cannot encode the request body: {e}"))
+                .with_source(e)
         })?;
         let answer = self
             .exchange(Method::POST, url, Some(key), Some(body))
@@ -342,6 +379,7 @@ impl KnowledgeFs for HttpKnowledgeFs {
         };
         let body = serde_json::to_vec(&body).map_err(|e| {
             RemoteError::not_dispatched(format!("cannot encode the request body: {e}"))
+                .with_source(e)
         })?;
         let answer = self
             .exchange(
@@ -478,12 +516,7 @@ async fn read_capped(
     max: usize,
     mutation: bool,
 ) -> Result<Answer, RemoteError> {
-    let mut response = result.map_err(|e| {
-        dispatch_error(DispatchError {
-            outcome: classify_error(&e),
-            message: error_chain(&e),
-        })
-    })?;
+    let mut response = result.map_err(|e| dispatch_error(DispatchError::from_reqwest(e)))?;
     let status = response.status();
     let retry_after = response
         .headers()
@@ -530,7 +563,8 @@ async fn read_capped(
                 return Err(RemoteError::outcome_unknown(format!(
                     "KnowledgeFS answer body ({status}) could not be read: {}",
                     error_chain(&e)
-                )));
+                ))
+                .with_source(e));
             }
         }
     }
@@ -553,30 +587,31 @@ fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
     text
 }
 
+/// The port's error for a call without a complete answer; keeps the transport's error.
 fn dispatch_error(failure: DispatchError) -> RemoteError {
-    match failure.outcome {
+    let error = match failure.outcome {
         DispatchOutcome::NotDispatched => RemoteError::not_dispatched(failure.message),
-        DispatchOutcome::OutcomeUnknown => RemoteError::outcome_unknown(failure.message),
-        // A failure always lacks a complete answer; treat a contradiction as unknown.
-        DispatchOutcome::Answered => RemoteError::outcome_unknown(failure.message),
-    }
+        // A failure always lacks a complete answer; treat a contradiction (or an outcome added
+        // later) as unknown.
+        _ => RemoteError::outcome_unknown(failure.message),
+    };
+    error.with_shared_source(failure.source)
 }
 
 fn saturated(deadline: Duration) -> RemoteError {
-    RemoteError {
-        failure: RemoteFailure::NotDispatched,
-        code: CODE_CLIENT_SATURATED.into(),
-        message: format!(
-            "no KnowledgeFS call slot freed within the {}s deadline; raise \
-             max_concurrent_calls or the deadline",
-            deadline.as_secs_f64()
-        ),
-        retry_after: None,
-    }
+    let mut error = RemoteError::not_dispatched(format!(
+        "no KnowledgeFS call slot freed within the {}s deadline; raise \
+         max_concurrent_calls or the deadline",
+        deadline.as_secs_f64()
+    ));
+    error.code = CODE_CLIENT_SATURATED.into();
+    error
 }
 
 #[cfg(test)]
 mod tests {
+    use tenantry_ports::lifecycle::RemoteFailure;
+
     use super::*;
     use reqwest::StatusCode;
 

@@ -14,3 +14,9 @@ pub mod client;
 pub mod directory;
 pub mod knowledge_fs;
 pub mod outcome;
+
+pub use client::{ClientBuildError, mutation_client};
+pub use directory::signature::{SignatureError, TrustedKeys};
+pub use directory::{DirectoryClientConfig, DirectoryConfigError, HttpDirectoryProvider};
+pub use knowledge_fs::{HttpKnowledgeFs, KnowledgeFsConfig, KnowledgeFsConfigError};
+pub use outcome::{Answer, DispatchError, classify, classify_error, read_answer};

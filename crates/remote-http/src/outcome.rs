@@ -11,6 +11,7 @@
 //!   stalls, breaks or does not decode, or any error not recognised here: outcome unknown.
 
 use std::fmt;
+use tenantry_ports::error::ErrorSource;
 
 use reqwest::{Response, StatusCode};
 use serde::de::DeserializeOwned;
@@ -84,18 +85,25 @@ impl Answer {
             }
             .outcome(),
             message: format!("undecodable {} response body: {e}", self.status),
+            source: Some(ErrorSource::new(e)),
         })
     }
 }
 
-/// A mutation that got no complete answer, with its dispatch outcome. Carries no reqwest type.
+/// A mutation that got no complete answer, with its dispatch outcome. Names no reqwest type;
+/// the transport's error (a `reqwest::Error`, or the JSON decoder's) is kept as its
+/// [`source`](std::error::Error::source).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{message} ({outcome:?})")]
+#[non_exhaustive]
 pub struct DispatchError {
     /// What the failure means for the remote state.
     pub outcome: DispatchOutcome,
-    /// The transport's description of the failure.
+    /// The transport's description of the failure (the error and its sources, joined by `: `).
     pub message: String,
+    /// The transport's error, if any.
+    #[source]
+    pub source: Option<ErrorSource>,
 }
 
 impl DispatchFailure for DispatchError {
@@ -105,10 +113,12 @@ impl DispatchFailure for DispatchError {
 }
 
 impl DispatchError {
-    fn from_reqwest(error: &reqwest::Error) -> Self {
+    /// Classifies `error` and keeps it as the source.
+    pub(crate) fn from_reqwest(error: reqwest::Error) -> Self {
         Self {
-            outcome: classify_error(error),
-            message: error_chain(error),
+            outcome: classify_error(&error),
+            message: error_chain(&error),
+            source: Some(ErrorSource::new(error)),
         }
     }
 }
@@ -121,7 +131,7 @@ impl DispatchError {
 pub async fn read_answer(
     result: Result<Response, reqwest::Error>,
 ) -> Result<Answer, DispatchError> {
-    let response = result.map_err(|e| DispatchError::from_reqwest(&e))?;
+    let response = result.map_err(DispatchError::from_reqwest)?;
     let status = response.status();
     let retry_after = response
         .headers()
@@ -129,7 +139,7 @@ pub async fn read_answer(
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
     let body = response.bytes().await.map_err(|e| {
-        let mut failure = DispatchError::from_reqwest(&e);
+        let mut failure = DispatchError::from_reqwest(e);
         // A response arrived: any failure reading its body leaves the outcome unknown.
         failure.outcome = TransportObservation::Response {
             body: BodyRead::Unreadable,

@@ -122,6 +122,50 @@ async fn refused_connection_is_not_dispatched() {
     assert_eq!(failure.outcome, DispatchOutcome::NotDispatched);
 }
 
+/// A port that refuses connections (bound, then closed).
+async fn refusing_url() -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    drop(listener);
+    url
+}
+
+#[tokio::test]
+async fn transport_failures_keep_the_reqwest_error_as_source() {
+    use std::error::Error as _;
+
+    let url = format!("{}/v1/mutate", refusing_url().await);
+    let failure = read_answer(post(&url, PROMPT_DEADLINE).await)
+        .await
+        .unwrap_err();
+    let source = failure.source().expect("the reqwest error is kept");
+    assert!(source.is::<reqwest::Error>(), "{source:?}");
+
+    let fs = tenantry_remote_http::knowledge_fs::HttpKnowledgeFs::new(
+        &tenantry_remote_http::knowledge_fs::KnowledgeFsConfig::new(refusing_url().await, "t"),
+    )
+    .unwrap();
+    let error = tenantry_ports::lifecycle::KnowledgeFs::find_by_provisioning_key(
+        &fs,
+        &tenantry_kernel::TenantId::parse("t1").unwrap(),
+        &tenantry_kernel::ProvisioningKey::parse("pk").unwrap(),
+        &tenantry_kernel::ControlSpaceId::parse("cs").unwrap(),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(
+        error.failure,
+        tenantry_ports::lifecycle::RemoteFailure::NotDispatched
+    );
+    let source = error.source().expect("the reqwest error is kept");
+    let reqwest_error = source.downcast_ref::<reqwest::Error>().unwrap();
+    assert!(reqwest_error.is_connect(), "{reqwest_error:?}");
+    assert!(
+        error.message.contains(&reqwest_error.to_string()),
+        "{error}"
+    );
+}
+
 #[tokio::test]
 async fn request_never_answered_is_outcome_unknown() {
     let server = serve(Behaviour::NeverAnswer).await;

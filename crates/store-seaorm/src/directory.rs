@@ -81,14 +81,13 @@ pub struct SeaOrmDirectoryStore {
     backend: Backend,
 }
 
+/// Maps a database error during `op` to the port's error, keeping it as the source.
 fn storage(op: &str) -> impl Fn(DbErr) -> ProjectionStoreError + '_ {
-    move |e| ProjectionStoreError::Storage {
-        message: format!("{op}: {e}"),
-    }
+    move |e| ProjectionStoreError::storage(format!("{op}: {e}")).with_source(e)
 }
 
 fn corrupt(message: String) -> ProjectionStoreError {
-    ProjectionStoreError::Storage { message }
+    ProjectionStoreError::storage(message)
 }
 
 impl SeaOrmDirectoryStore {
@@ -554,9 +553,10 @@ where
     match tokio::task::spawn_blocking(work).await {
         Ok(value) => Ok(value),
         Err(error) if error.is_panic() => std::panic::resume_unwind(error.into_panic()),
-        Err(error) => Err(ProjectionStoreError::Storage {
-            message: format!("the directory planner task did not finish: {error}"),
-        }),
+        Err(error) => Err(ProjectionStoreError::storage(format!(
+            "the directory planner task did not finish: {error}"
+        ))
+        .with_source(error)),
     }
 }
 

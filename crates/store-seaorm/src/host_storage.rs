@@ -10,6 +10,7 @@
 //! the expected value's JSON text (the text `set` stores for it); the affected row count says
 //! whether it swapped. Atomic across every process on the database.
 
+use crate::connect::Database;
 use async_trait::async_trait;
 use sea_orm::sea_query::Expr;
 use sea_orm::sea_query::OnConflict;
@@ -40,16 +41,20 @@ mod entity {
     impl ActiveModelBehavior for ActiveModel {}
 }
 
-/// [`HostStorage`] over a SeaORM connection (SQLite or PostgreSQL).
+/// [`HostStorage`] over a SeaORM connection (SQLite or PostgreSQL). Cheap to clone (shares
+/// the pool).
 #[derive(Debug, Clone)]
 pub struct SeaOrmHostStorage {
     conn: DatabaseConnection,
 }
 
 impl SeaOrmHostStorage {
-    /// An adapter over `conn`, which must be migrated (see [`crate::connect`]).
-    pub fn new(conn: DatabaseConnection) -> Self {
-        Self { conn }
+    /// An adapter over a migrated database (see [`connect`](crate::connect())), built like
+    /// every store of this crate.
+    pub fn new(db: &Database) -> Self {
+        Self {
+            conn: db.conn.clone(),
+        }
     }
 }
 
@@ -76,10 +81,8 @@ impl HostStorage for SeaOrmHostStorage {
             .await
             .map_err(|e| unavailable("get", &e))?;
         row.map(|row| {
-            serde_json::from_str(&row.value).map_err(|e| HostStorageError::CorruptValue {
-                key: key.to_owned(),
-                message: e.to_string(),
-            })
+            serde_json::from_str(&row.value)
+                .map_err(|e| HostStorageError::corrupt_value(key, e.to_string()).with_source(e))
         })
         .transpose()
     }
@@ -170,10 +173,8 @@ impl HostStorageBindings for SeaOrmHostStorage {
         for (binding, key) in rows {
             if key.starts_with(key_prefix) {
                 let parsed = Binding::parse(binding.clone()).map_err(|e| {
-                    HostStorageError::CorruptValue {
-                        key: format!("binding {binding:?}"),
-                        message: e.to_string(),
-                    }
+                    HostStorageError::corrupt_value(format!("binding {binding:?}"), e.to_string())
+                        .with_source(e)
                 })?;
                 bindings.insert(parsed);
             }
@@ -182,9 +183,7 @@ impl HostStorageBindings for SeaOrmHostStorage {
     }
 }
 
+/// Maps a database error of `operation` to the port's error, keeping it as the source.
 fn unavailable(operation: &'static str, error: &DbErr) -> HostStorageError {
-    HostStorageError::Unavailable {
-        operation,
-        message: error.to_string(),
-    }
+    HostStorageError::unavailable(operation, error.to_string()).with_source(error.clone())
 }

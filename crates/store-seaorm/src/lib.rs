@@ -26,4 +26,7 @@ pub mod lifecycle;
 pub mod testing;
 
 pub use connect::{Backend, ConnectError, Database, connect, connect_existing};
+pub use directory::SeaOrmDirectoryStore;
+pub use host_storage::SeaOrmHostStorage;
+pub use lifecycle::SeaOrmLifecycleStore;
 pub use tenantry_migrations::{Mechanism, Mechanisms, MigrateError};

@@ -11,14 +11,14 @@ use tenantry_store_seaorm::testing::fresh_database;
 
 tenantry_ports::host_storage_conformance!({
     let db = fresh_database().await;
-    let storage = SeaOrmHostStorage::new(db.db.conn.clone());
+    let storage = SeaOrmHostStorage::new(&db.db);
     (db, storage)
 });
 
 #[tokio::test]
 async fn non_json_text_in_the_table_reads_as_corrupt_value() {
     let db = fresh_database().await;
-    let storage = SeaOrmHostStorage::new(db.db.conn.clone());
+    let storage = SeaOrmHostStorage::new(&db.db);
     let sql = match db.backend() {
         Backend::Sqlite => {
             "INSERT INTO tenantry_host_storage (binding, key, value) VALUES (?, ?, ?)"
@@ -47,9 +47,8 @@ async fn non_json_text_in_the_table_reads_as_corrupt_value() {
 #[tokio::test]
 async fn closed_pool_is_unavailable() {
     let db = fresh_database().await;
-    let conn = db.db.conn.clone();
-    let storage = SeaOrmHostStorage::new(conn.clone());
-    conn.close().await.unwrap();
+    let storage = SeaOrmHostStorage::new(&db.db);
+    db.db.conn.close_by_ref().await.unwrap();
     let b = Binding::parse("inst").unwrap();
     assert!(matches!(
         storage.keys(&b).await,

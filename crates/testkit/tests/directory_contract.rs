@@ -46,7 +46,7 @@ fn client(dir: &ReferenceDirectory) -> HttpDirectoryProvider {
 
 fn invalid_message(err: ProviderError) -> String {
     match err {
-        ProviderError::InvalidResponse { message } => message,
+        ProviderError::InvalidResponse { message, .. } => message,
         other => panic!("expected an invalid response, got {other:?}"),
     }
 }
@@ -110,7 +110,14 @@ async fn bad_signature_is_refused() {
     let dir = start().await;
     dir.script(Route::DirectoryEvents, [Some(Fault::BadSignature)]);
     let p = client(&dir);
-    let message = invalid_message(p.fetch_events(&instance(), 0, 10).await.unwrap_err());
+    let error = p.fetch_events(&instance(), 0, 10).await.unwrap_err();
+    // The verifier's own error is kept as the source.
+    let source = std::error::Error::source(&error).expect("the signature error is kept");
+    assert!(
+        source.is::<tenantry_remote_http::SignatureError>(),
+        "{source:?}"
+    );
+    let message = invalid_message(error);
     assert!(message.contains("does not verify"), "{message}");
 }
 

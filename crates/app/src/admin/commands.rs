@@ -34,6 +34,7 @@ impl From<OperatorActionError> for ApiError {
                 Self::new(StatusCode::CONFLICT, "COMMAND_NOT_ACTIONABLE", message)
             }
             OperatorActionError::Store(e) => Self::unavailable(e),
+            _ => Self::unexpected(message),
         }
     }
 }
@@ -48,6 +49,7 @@ impl From<OperatorRequestError> for ApiError {
             }
             OperatorRequestError::Refused(e) => e.into(),
             OperatorRequestError::Store(e) => Self::unavailable(e),
+            _ => Self::unexpected(message),
         }
     }
 }

@@ -80,6 +80,17 @@ impl ApiError {
         }
     }
 
+    /// 500 `INTERNAL_ERROR`: a library error of a kind this build does not map (the library
+    /// error enums are `#[non_exhaustive]`); logged like [`unavailable`](Self::unavailable).
+    pub fn unexpected(detail: impl std::fmt::Display) -> Self {
+        Self::internal(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "INTERNAL_ERROR",
+            "the request failed unexpectedly",
+            detail,
+        )
+    }
+
     /// 400 `INVALID_ARGUMENT` naming the field.
     pub fn invalid(field: &str, reason: impl std::fmt::Display) -> Self {
         Self::new(
@@ -165,6 +176,7 @@ impl From<FenceAdminError> for ApiError {
                 "IDEMPOTENCY_KEY_REUSED",
                 message,
             ),
+            _ => Self::unexpected(message),
         }
     }
 }
@@ -197,11 +209,13 @@ impl From<IntakeFailure> for ApiError {
                     IntakeError::IdempotencyConflict { .. } => {
                         (StatusCode::UNPROCESSABLE_ENTITY, "IDEMPOTENCY_KEY_REUSED")
                     }
+                    _ => return Self::unexpected(message),
                 };
                 Self::new(status, code, message)
             }
             IntakeFailure::Contended => Self::new(StatusCode::CONFLICT, "CONTENDED", message),
             IntakeFailure::Store(e) => Self::unavailable(e),
+            _ => Self::unexpected(message),
         }
     }
 }
@@ -236,7 +250,7 @@ mod tests {
             .finish();
         let detail = "error returned from database: relation \"lifecycle_outbox\" does not exist";
         let error = tracing::subscriber::with_default(subscriber, || {
-            ApiError::from(StoreError::Unavailable(detail.to_owned()))
+            ApiError::from(StoreError::unavailable(detail))
         });
         let id = error.correlation_id.clone().unwrap();
         assert!(

@@ -64,9 +64,7 @@ fn base() -> tenantry_directory::DirectorySnapshot {
 }
 
 fn unavailable() -> ProviderError {
-    ProviderError::Unavailable {
-        message: "down".into(),
-    }
+    ProviderError::unavailable("down")
 }
 
 #[tokio::test(start_paused = true)]
@@ -160,7 +158,8 @@ async fn initialize_stops_on_other_errors() {
     assert_eq!(
         p.initialize().await,
         Err(ProjectorError::Storage {
-            message: "disk full".into()
+            message: "disk full".into(),
+            source: None,
         })
     );
     assert_eq!(f.provider.calls().len(), 3);

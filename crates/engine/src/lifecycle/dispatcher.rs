@@ -57,6 +57,39 @@ impl Default for DispatcherConfig {
     }
 }
 
+/// Builder-style setters over [`DispatcherConfig::default`]:
+/// `DispatcherConfig::default().with_lease_duration(Duration::from_secs(60))`.
+impl DispatcherConfig {
+    /// Sets [`lease_duration`](Self::lease_duration).
+    #[must_use]
+    pub fn with_lease_duration(mut self, lease_duration: Duration) -> Self {
+        self.lease_duration = lease_duration;
+        self
+    }
+
+    /// Sets [`renew_leases`](Self::renew_leases). Without renewal, `lease_duration` must exceed
+    /// the remote call deadline (the app's configuration checks it).
+    #[must_use]
+    pub fn with_renew_leases(mut self, renew_leases: bool) -> Self {
+        self.renew_leases = renew_leases;
+        self
+    }
+
+    /// Sets [`absence_grace`](Self::absence_grace).
+    #[must_use]
+    pub fn with_absence_grace(mut self, absence_grace: Duration) -> Self {
+        self.absence_grace = absence_grace;
+        self
+    }
+
+    /// Sets [`retry_policy`](Self::retry_policy).
+    #[must_use]
+    pub fn with_retry_policy(mut self, retry_policy: RetryPolicy) -> Self {
+        self.retry_policy = retry_policy;
+        self
+    }
+}
+
 /// What one dispatch did (reference: `(claimed, completed, outbox_id)`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DispatchOutcome {
@@ -87,6 +120,7 @@ impl DispatchOutcome {
 /// (see [`Step::step_error`]), so the `Step` and `Conflict` variants are reported only when
 /// that settle itself could not be written.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum DispatchError {
     /// Another worker took the lease over (or the command was settled already); this worker's
     /// result was dropped.
@@ -111,8 +145,9 @@ impl From<SettleError> for DispatchError {
         match error {
             SettleError::LeaseLost { command_id } => Self::LeaseLost { command_id },
             SettleError::Store(e) => Self::Store(e),
-            other @ (SettleError::ControlSpaceConflict { .. }
-            | SettleError::SupersedeRefused { .. }) => Self::Conflict(other.to_string()),
+            // ControlSpaceConflict, SupersedeRefused, and any refusal added later: a
+            // compare-and-set the store refused.
+            other => Self::Conflict(other.to_string()),
         }
     }
 }
@@ -723,6 +758,7 @@ fn error_code(error: &DispatchError) -> &'static str {
         DispatchError::Step(StepError::OwnershipLost { .. }) => "OWNERSHIP_LOST",
         DispatchError::Step(StepError::IdentityConflict) => "IDENTITY_CONFLICT",
         DispatchError::Step(StepError::Transition(_)) => "FORBIDDEN_TRANSITION",
+        DispatchError::Step(_) => "STEP_REFUSED",
         DispatchError::Conflict(_) => "CONTROL_SPACE_CONFLICT",
         DispatchError::Store(_) => "STORE_UNAVAILABLE",
     }

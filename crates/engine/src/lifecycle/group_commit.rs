@@ -74,6 +74,37 @@ impl Default for GroupCommitConfig {
     }
 }
 
+/// Builder-style setters over [`GroupCommitConfig::default`].
+impl GroupCommitConfig {
+    /// Sets [`max_batch`](Self::max_batch) (at least 1).
+    #[must_use]
+    pub fn with_max_batch(mut self, max_batch: usize) -> Self {
+        self.max_batch = max_batch;
+        self
+    }
+
+    /// Sets [`max_wait`](Self::max_wait).
+    #[must_use]
+    pub fn with_max_wait(mut self, max_wait: Duration) -> Self {
+        self.max_wait = max_wait;
+        self
+    }
+
+    /// Sets [`max_in_flight`](Self::max_in_flight) (at least 1).
+    #[must_use]
+    pub fn with_max_in_flight(mut self, max_in_flight: usize) -> Self {
+        self.max_in_flight = max_in_flight;
+        self
+    }
+
+    /// Sets [`coalesce_reads`](Self::coalesce_reads).
+    #[must_use]
+    pub fn with_coalesce_reads(mut self, coalesce_reads: bool) -> Self {
+        self.coalesce_reads = coalesce_reads;
+        self
+    }
+}
+
 /// One queued settle.
 struct SettleRequest {
     lease: LeaseToken,
@@ -168,7 +199,7 @@ impl<S> GroupCommitStore<S> {
 
 /// The answer when no flusher is left (the runtime is shutting down): nothing was done.
 fn stopped() -> StoreError {
-    StoreError::Unavailable("the group-commit flushers have stopped; nothing was written".into())
+    StoreError::unavailable("the group-commit flushers have stopped; nothing was written")
 }
 
 /// Takes batches off the shared queue and runs `execute` on each until the queue closes.
@@ -225,9 +256,8 @@ async fn settle_batch<S: CommandQueue + ?Sized>(store: &S, batch: Vec<SettleRequ
                 answered = results.len(),
                 "settle_many answered the wrong number of results; reporting the batch as failed"
             );
-            let error = StoreError::Unavailable(
-                "settlement batch answered the wrong number of results".into(),
-            );
+            let error =
+                StoreError::unavailable("settlement batch answered the wrong number of results");
             for request in batch {
                 let _ = request.reply.send(Err(SettleError::Store(error.clone())));
             }
@@ -251,9 +281,8 @@ async fn read_batch<S: ControlSpaceReader + ?Sized>(store: &S, batch: Vec<ReadRe
             }
         }
         Ok(_) => {
-            let error = StoreError::Unavailable(
-                "control-space read answered the wrong number of rows".into(),
-            );
+            let error =
+                StoreError::unavailable("control-space read answered the wrong number of rows");
             for request in batch {
                 let _ = request.reply.send(Err(error.clone()));
             }

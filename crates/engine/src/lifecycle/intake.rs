@@ -13,7 +13,7 @@ use tenantry_lifecycle::intake::{
 pub use tenantry_lifecycle::intake::{IntakeReceipt, IntakeRequest};
 pub use tenantry_ports::lifecycle::IntakeFailure;
 use tenantry_ports::lifecycle::{
-    IntakeStoreError, LifecycleStore, MAX_INTAKE_CONFLICT_RETRIES, Submitted,
+    IntakeStoreError, LifecycleStore, MAX_INTAKE_CONFLICT_RETRIES, StoreError, Submitted,
 };
 
 use tenantry_ports::clock::Clock;
@@ -129,6 +129,9 @@ impl<S: LifecycleStore> CommandIntake<S> {
                     return Err(request.unknown_control_space().into());
                 }
                 Err(IntakeStoreError::Store(error)) => return Err(error.into()),
+                // A refusal this engine does not know yet: nothing was written; report it as
+                // a storage failure with the store's own message.
+                Err(other) => return Err(StoreError::unavailable(other.to_string()).into()),
             }
         }
         Err(IntakeFailure::Contended)

@@ -21,7 +21,7 @@ pub use operator::{
     BulkReport, MAX_ACTOR_CHARS, MAX_BULK, MAX_REASON_CHARS, OperatorActions, OperatorRequestError,
 };
 pub use tenantry_ports::clock::{Clock, ManualClock, SystemClock};
-pub use worker::{Worker, WorkerConfig, unique_lease_owner};
+pub use worker::{Worker, WorkerConfig, WorkerReport, unique_lease_owner};
 
 #[cfg(test)]
 mod tests;

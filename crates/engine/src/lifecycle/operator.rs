@@ -28,6 +28,7 @@ const PAGE: u32 = 500;
 
 /// Why an operator request was refused as a whole; nothing was written.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum OperatorRequestError {
     /// `actor` or `reason` is empty or too long; fix it and resend.
     #[error("{field} is invalid: {reason}")]

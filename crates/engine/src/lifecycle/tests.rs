@@ -891,7 +891,7 @@ struct FailingMetrics;
 
 impl LifecycleMetrics for FailingMetrics {
     fn record_task(&self, _metric: &TaskMetric) -> Result<(), MetricsError> {
-        Err(MetricsError("exporter down".into()))
+        Err(MetricsError::new("exporter down"))
     }
 }
 
@@ -1167,9 +1167,7 @@ async fn revocations_take_increasing_revoke_sequences() {
 async fn intake_store_failure_is_reported_and_writes_nothing() {
     let h = harness();
     h.store
-        .fail_next_call(tenantry_ports::lifecycle::StoreError::Unavailable(
-            "down".into(),
-        ));
+        .fail_next_call(tenantry_ports::lifecycle::StoreError::unavailable("down"));
     assert!(matches!(
         h.intake
             .create_control_space(&create_request("cs1", "k1"))

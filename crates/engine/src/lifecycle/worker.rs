@@ -33,6 +33,32 @@ impl Default for WorkerConfig {
     }
 }
 
+/// Builder-style setters over [`WorkerConfig::default`]:
+/// `WorkerConfig::default().with_claim_batch(4)`.
+impl WorkerConfig {
+    /// Sets [`idle_poll`](Self::idle_poll).
+    #[must_use]
+    pub fn with_idle_poll(mut self, idle_poll: Duration) -> Self {
+        self.idle_poll = idle_poll;
+        self
+    }
+
+    /// Sets [`claim_batch`](Self::claim_batch) (a claim takes at least 1 command).
+    #[must_use]
+    pub fn with_claim_batch(mut self, claim_batch: u32) -> Self {
+        self.claim_batch = claim_batch;
+        self
+    }
+
+    /// Shares `product_enabled` with the caller (an operator switch), instead of the default
+    /// flag that is always on.
+    #[must_use]
+    pub fn with_product_enabled(mut self, product_enabled: Arc<AtomicBool>) -> Self {
+        self.product_enabled = product_enabled;
+        self
+    }
+}
+
 /// What a worker did before it stopped.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct WorkerReport {

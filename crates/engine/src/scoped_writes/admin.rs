@@ -66,6 +66,7 @@ pub struct ClearReceipt {
 
 /// Why listing or clearing fences failed. Nothing was cleared unless said otherwise.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum FenceAdminError {
     /// Host storage failed; retry after it recovers.
     #[error("host storage failed: {0}")]
@@ -277,11 +278,9 @@ fn replay(
         key: String,
         cleared: bool,
     }
-    let stored: Stored =
-        serde_json::from_value(found.clone()).map_err(|e| HostStorageError::CorruptValue {
-            key: CLEAR_RECEIPT_PREFIX.to_owned(),
-            message: e.to_string(),
-        })?;
+    let stored: Stored = serde_json::from_value(found.clone()).map_err(|e| {
+        HostStorageError::corrupt_value(CLEAR_RECEIPT_PREFIX, e.to_string()).with_source(e)
+    })?;
     if stored.fingerprint != fingerprint {
         return Err(FenceAdminError::IdempotencyKeyReused {
             key: idempotency_key.to_owned(),

@@ -21,6 +21,7 @@ use super::{ScopeContext, ScopedWriteError};
 
 /// Why a connector-state operation failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ConnectorError {
     /// A record rule refused the data (too large, invalid, ambiguous); see the inner error for
     /// what to do.

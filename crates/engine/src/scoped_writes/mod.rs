@@ -69,6 +69,7 @@ pub enum FenceMode {
 
 /// Why a scoped write did not complete. `E` is the error type of the wrapped mutation.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ScopedWriteError<E> {
     /// The scope needs reconciliation: an earlier mutation's outcome is unknown. Nothing was
     /// written. An operator must reconcile with the remote and clear the fence (or delete or
@@ -211,6 +212,36 @@ impl FenceConfig {
                 uuid::Uuid::new_v4().simple()
             ),
         }
+    }
+
+    /// Sets [`claim_margin`](Self::claim_margin) and moves
+    /// [`claim_wait`](Self::claim_wait) to the new dispatch deadline + margin.
+    #[must_use]
+    pub fn with_claim_margin(mut self, claim_margin: Duration) -> Self {
+        self.claim_margin = claim_margin;
+        self.claim_wait = self.dispatch_deadline + claim_margin;
+        self
+    }
+
+    /// Sets [`claim_poll`](Self::claim_poll).
+    #[must_use]
+    pub fn with_claim_poll(mut self, claim_poll: Duration) -> Self {
+        self.claim_poll = claim_poll;
+        self
+    }
+
+    /// Sets [`claim_wait`](Self::claim_wait).
+    #[must_use]
+    pub fn with_claim_wait(mut self, claim_wait: Duration) -> Self {
+        self.claim_wait = claim_wait;
+        self
+    }
+
+    /// Sets [`owner`](Self::owner); it must be unique per runtime.
+    #[must_use]
+    pub fn with_owner(mut self, owner: impl Into<String>) -> Self {
+        self.owner = owner.into();
+        self
     }
 
     fn claim_ttl_ms(&self) -> i64 {
@@ -576,10 +607,10 @@ impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
             drop(token);
         });
         rx.await.unwrap_or_else(|_| {
-            Err(HostStorageError::Unavailable {
-                operation: "compare_and_set",
-                message: "claim task ended without an answer".to_owned(),
-            })
+            Err(HostStorageError::unavailable(
+                "compare_and_set",
+                "claim task ended without an answer",
+            ))
         })
     }
 
@@ -1094,10 +1125,9 @@ impl<S: HostStorage + ?Sized + 'static> ScopeContext<S> {
             | ScopedWriteError::OutcomeUnknown { error: Some(e), .. } => {
                 ScopedWriteError::HostWrite(e)
             }
-            other => ScopedWriteError::HostWrite(HostStorageError::Unavailable {
-                operation: "set",
-                message: other.to_string(),
-            }),
+            other => {
+                ScopedWriteError::HostWrite(HostStorageError::unavailable("set", other.to_string()))
+            }
         })
     }
 

@@ -105,9 +105,7 @@ impl ScriptedProvider {
 }
 
 fn unscripted(what: &str) -> ProviderError {
-    ProviderError::Unavailable {
-        message: format!("no scripted {what} answer"),
-    }
+    ProviderError::unavailable(format!("no scripted {what} answer"))
 }
 
 #[async_trait]
@@ -199,7 +197,7 @@ impl InMemoryProjectionStore {
         let mut state = lock(&self.state);
         state.applies += 1;
         if let Some(message) = state.failures.pop_front() {
-            return Err(ProjectionStoreError::Storage { message });
+            return Err(ProjectionStoreError::storage(message));
         }
         f(&mut state.tables).map_err(ProjectionStoreError::Rejected)
     }
@@ -339,9 +337,7 @@ impl RecordingHooks {
         let mut log = lock(&self.log);
         log.calls.push(call);
         if log.fail {
-            return Err(HookError {
-                message: "injected hook failure".into(),
-            });
+            return Err(HookError::new("injected hook failure"));
         }
         Ok(())
     }

@@ -143,10 +143,8 @@ impl HostStorage for InMemoryHostStorage {
             .data
             .get(&(binding.clone(), key.to_owned()))
             .map(|text| {
-                serde_json::from_str(text).map_err(|e| HostStorageError::CorruptValue {
-                    key: key.to_owned(),
-                    message: e.to_string(),
-                })
+                serde_json::from_str(text)
+                    .map_err(|e| HostStorageError::corrupt_value(key, e.to_string()).with_source(e))
             })
             .transpose()
     }
@@ -225,10 +223,7 @@ impl HostStorageBindings for InMemoryHostStorage {
 }
 
 fn unavailable(operation: &'static str) -> HostStorageError {
-    HostStorageError::Unavailable {
-        operation,
-        message: "injected fault".to_owned(),
-    }
+    HostStorageError::unavailable(operation, "injected fault")
 }
 
 /// The behaviours every [`HostStorage`] adapter must show. Each function is one test; the
@@ -470,7 +465,7 @@ pub mod conformance {
 /// ```ignore
 /// tenantry_ports::host_storage_conformance!({
 ///     let db = fresh_database().await;
-///     let storage = SeaOrmHostStorage::new(db.db.conn.clone());
+///     let storage = SeaOrmHostStorage::new(&db.db);
 ///     (db, storage)
 /// });
 /// ```

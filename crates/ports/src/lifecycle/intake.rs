@@ -12,6 +12,7 @@ pub const MAX_INTAKE_CONFLICT_RETRIES: usize = 5;
 /// Why a lifecycle request was not accepted. Nothing was written (inside a caller's
 /// transaction: nothing of the request; the caller's own writes are untouched).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum IntakeFailure {
     /// The request is invalid or not allowed now (the caller's to fix).
     #[error(transparent)]

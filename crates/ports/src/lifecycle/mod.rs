@@ -19,6 +19,8 @@ use tenantry_lifecycle::{
     LeaseToken, Operation, ProvisionRequest, RemoteSpace, RevokeAck, RevokeRequest, Settlement,
 };
 
+use crate::error::ErrorSource;
+
 mod intake;
 
 pub use intake::{IntakeFailure, MAX_INTAKE_CONFLICT_RETRIES};
@@ -30,23 +32,104 @@ pub mod fake;
 
 /// A storage failure that is nobody's fault in the request: the database is unreachable, or
 /// a stored row cannot be read back. Retrying later may help; a corrupt row needs an operator.
+///
+/// Each variant keeps the driver's error (when there is one) as its
+/// [`source`](std::error::Error::source); its message includes that error's text too. Build
+/// one with [`unavailable`](Self::unavailable), [`corrupt`](Self::corrupt) or
+/// [`contention`](Self::contention), then [`with_source`](Self::with_source).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum StoreError {
     /// The database could not be reached or the transaction failed.
-    #[error("database unavailable: {0}")]
-    Unavailable(String),
+    #[error("database unavailable: {message}")]
+    Unavailable {
+        /// What failed (the driver's message).
+        message: String,
+        /// The driver's error, if any.
+        #[source]
+        source: Option<ErrorSource>,
+    },
     /// A stored row does not decode into a domain value.
-    #[error("stored data is corrupt: {0}")]
-    Corrupt(String),
+    #[error("stored data is corrupt: {message}")]
+    Corrupt {
+        /// Which row or column, and what is wrong with it.
+        message: String,
+        /// The decoder's error, if any.
+        #[source]
+        source: Option<ErrorSource>,
+    },
     /// The transaction lost a deadlock or a serialization conflict with a concurrent one
     /// (PostgreSQL SQLSTATE `40P01` / `40001`); nothing was written and retrying helps. Adapters
     /// retry such transactions a few times themselves before they report this.
-    #[error("database contention (deadlock or serialization failure): {0}")]
-    Contention(String),
+    #[error("database contention (deadlock or serialization failure): {message}")]
+    Contention {
+        /// The driver's message.
+        message: String,
+        /// The driver's error, if any.
+        #[source]
+        source: Option<ErrorSource>,
+    },
+}
+
+impl StoreError {
+    /// [`StoreError::Unavailable`] with `message` and no source yet.
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        Self::Unavailable {
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// [`StoreError::Corrupt`] with `message` and no source yet.
+    pub fn corrupt(message: impl Into<String>) -> Self {
+        Self::Corrupt {
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// [`StoreError::Contention`] with `message` and no source yet.
+    pub fn contention(message: impl Into<String>) -> Self {
+        Self::Contention {
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// The same error keeping `source` (a driver's or decoder's error) as its
+    /// [`source`](std::error::Error::source).
+    #[must_use]
+    pub fn with_source(self, source: impl std::error::Error + Send + Sync + 'static) -> Self {
+        let kept = Some(ErrorSource::new(source));
+        match self {
+            Self::Unavailable { message, .. } => Self::Unavailable {
+                message,
+                source: kept,
+            },
+            Self::Corrupt { message, .. } => Self::Corrupt {
+                message,
+                source: kept,
+            },
+            Self::Contention { message, .. } => Self::Contention {
+                message,
+                source: kept,
+            },
+        }
+    }
+
+    /// The message without the variant's prefix.
+    pub fn message(&self) -> &str {
+        match self {
+            Self::Unavailable { message, .. }
+            | Self::Corrupt { message, .. }
+            | Self::Contention { message, .. } => message,
+        }
+    }
 }
 
 /// Why a settlement wrote nothing.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum SettleError {
     /// The command is no longer processing under this lease owner and epoch: another worker
     /// reclaimed it. The late worker must drop its result.
@@ -74,6 +157,7 @@ pub enum SettleError {
 
 /// Why an intake plan wrote nothing.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum IntakeStoreError {
     /// A control space with the planned id exists already.
     #[error("control space already exists")]
@@ -341,6 +425,7 @@ pub struct ActionRecord {
 
 /// Why an operator action changed nothing.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum OperatorActionError {
     /// No command has this id.
     #[error("command {command_id} does not exist")]
@@ -445,6 +530,7 @@ pub enum RemoteFailure {
 /// outcome is unknown is resolved later by lookup of the provisioning key, never by a new key.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{code}: {message}")]
+#[non_exhaustive]
 pub struct RemoteError {
     /// How it failed.
     pub failure: RemoteFailure,
@@ -455,6 +541,9 @@ pub struct RemoteError {
     pub message: String,
     /// The remote's `Retry-After`, if any.
     pub retry_after: Option<Duration>,
+    /// The transport's error (e.g. the HTTP client's), if any; see [`with_source`](Self::with_source).
+    #[source]
+    pub source: Option<ErrorSource>,
 }
 
 impl RemoteError {
@@ -465,6 +554,7 @@ impl RemoteError {
             code: code.into(),
             message: message.into(),
             retry_after: None,
+            source: None,
         }
     }
 
@@ -475,6 +565,7 @@ impl RemoteError {
             code: "REMOTE_OUTCOME_UNKNOWN".into(),
             message: message.into(),
             retry_after: None,
+            source: None,
         }
     }
 
@@ -485,7 +576,24 @@ impl RemoteError {
             code: "REMOTE_UNAVAILABLE".into(),
             message: message.into(),
             retry_after: None,
+            source: None,
         }
+    }
+
+    /// The same error keeping `error` (the transport's) as its
+    /// [`source`](std::error::Error::source).
+    #[must_use]
+    pub fn with_source(mut self, error: impl std::error::Error + Send + Sync + 'static) -> Self {
+        self.source = Some(ErrorSource::new(error));
+        self
+    }
+
+    /// The same error keeping a source that is already shared (e.g. one taken from another
+    /// error).
+    #[must_use]
+    pub fn with_shared_source(mut self, source: Option<ErrorSource>) -> Self {
+        self.source = source;
+        self
     }
 
     /// Adds a `Retry-After`.
@@ -600,10 +708,35 @@ impl RenewalOutcome {
     }
 }
 
-/// A metrics sink refused a record.
+/// A metrics sink refused a record. Build it with [`MetricsError::new`], and keep the sink's
+/// own error with [`with_source`](MetricsError::with_source).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("metrics sink failed: {0}")]
-pub struct MetricsError(pub String);
+#[error("metrics sink failed: {message}")]
+#[non_exhaustive]
+pub struct MetricsError {
+    /// What failed.
+    pub message: String,
+    /// The sink's own error (e.g. its exporter's), if any.
+    #[source]
+    pub source: Option<ErrorSource>,
+}
+
+impl MetricsError {
+    /// A failure described by `message`, with no source yet.
+    pub fn new(message: impl Into<String>) -> Self {
+        Self {
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// The same error keeping `error` as its [`source`](std::error::Error::source).
+    #[must_use]
+    pub fn with_source(mut self, error: impl std::error::Error + Send + Sync + 'static) -> Self {
+        self.source = Some(ErrorSource::new(error));
+        self
+    }
+}
 
 /// Where lifecycle task metrics go. A failure is logged by the engine and never breaks dispatch.
 pub trait LifecycleMetrics: Send + Sync {

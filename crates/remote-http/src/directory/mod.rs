@@ -23,6 +23,7 @@ use tenantry_directory::{
     DirectoryDelta, DirectoryEventBatch, DirectorySnapshot, InstanceUuid, WorkspaceUuid,
 };
 use tenantry_ports::directory::{DirectoryProvider, ProviderError};
+use tenantry_ports::error::ErrorSource;
 
 use crate::client::{ClientBuildError, mutation_client};
 use signature::{SignatureHeaders, SignedRequest, TrustedKeys};
@@ -62,6 +63,36 @@ impl DirectoryClientConfig {
             deadline: DEFAULT_DEADLINE,
         }
     }
+
+    /// Sets the [`bearer_token`](Self::bearer_token) sent on every call (not empty, checked by
+    /// [`HttpDirectoryProvider::new`]).
+    #[must_use]
+    pub fn with_bearer_token(mut self, bearer_token: impl Into<String>) -> Self {
+        self.bearer_token = Some(bearer_token.into());
+        self
+    }
+
+    /// Sets [`max_skew`](Self::max_skew).
+    #[must_use]
+    pub fn with_max_skew(mut self, max_skew: Duration) -> Self {
+        self.max_skew = max_skew;
+        self
+    }
+
+    /// Sets [`max_response_bytes`](Self::max_response_bytes).
+    #[must_use]
+    pub fn with_max_response_bytes(mut self, max_response_bytes: u64) -> Self {
+        self.max_response_bytes = max_response_bytes;
+        self
+    }
+
+    /// Sets [`deadline`](Self::deadline) (above zero, checked by
+    /// [`HttpDirectoryProvider::new`]).
+    #[must_use]
+    pub fn with_deadline(mut self, deadline: Duration) -> Self {
+        self.deadline = deadline;
+        self
+    }
 }
 
 impl fmt::Debug for DirectoryClientConfig {
@@ -82,6 +113,7 @@ impl fmt::Debug for DirectoryClientConfig {
 
 /// A [`DirectoryClientConfig`] that cannot work; fix the configuration.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum DirectoryConfigError {
     /// The base URL does not parse or is not `http`/`https`.
     #[error("directory base URL {url:?} is invalid: {reason}; give an http(s) URL")]
@@ -90,6 +122,9 @@ pub enum DirectoryConfigError {
         url: String,
         /// What is wrong with it.
         reason: String,
+        /// The URL parser's error, when the URL does not parse.
+        #[source]
+        source: Option<ErrorSource>,
     },
     /// No key is trusted: every answer would be refused.
     #[error("no trusted directory signing key is configured")]
@@ -135,8 +170,14 @@ impl HttpDirectoryProvider {
         let invalid_url = |reason: String| DirectoryConfigError::InvalidBaseUrl {
             url: config.base_url.clone(),
             reason,
+            source: None,
         };
-        let base = Url::parse(&config.base_url).map_err(|e| invalid_url(e.to_string()))?;
+        let base =
+            Url::parse(&config.base_url).map_err(|e| DirectoryConfigError::InvalidBaseUrl {
+                url: config.base_url.clone(),
+                reason: e.to_string(),
+                source: Some(ErrorSource::new(e)),
+            })?;
         if !matches!(base.scheme(), "http" | "https") || base.cannot_be_a_base() {
             return Err(invalid_url("the scheme must be http or https".into()));
         }
@@ -173,11 +214,9 @@ impl HttpDirectoryProvider {
     fn endpoint(&self, instance: &InstanceUuid, last: &str) -> Result<Url, ProviderError> {
         let mut url = self.base.clone();
         {
-            let mut path = url
-                .path_segments_mut()
-                .map_err(|()| ProviderError::Unavailable {
-                    message: "directory base URL cannot take a path".into(),
-                })?;
+            let mut path = url.path_segments_mut().map_err(|()| {
+                ProviderError::unavailable("directory base URL cannot take a path")
+            })?;
             path.pop_if_empty()
                 .extend(["v1", "instances", instance.as_str(), "directory", last]);
         }
@@ -210,7 +249,7 @@ impl HttpDirectoryProvider {
                 .body(body);
         }
         let call = async {
-            let response = request.send().await.map_err(|e| unavailable(&e))?;
+            let response = request.send().await.map_err(unavailable)?;
             let status = response.status();
             let headers = response.headers().clone();
             let body = read_limited(response, self.max_bytes).await?;
@@ -219,11 +258,11 @@ impl HttpDirectoryProvider {
         let (status, headers, body) =
             tokio::time::timeout(self.deadline, call)
                 .await
-                .map_err(|_| ProviderError::Unavailable {
-                    message: format!(
+                .map_err(|_| {
+                    ProviderError::unavailable(format!(
                         "no complete directory answer within the {}s deadline",
                         self.deadline.as_secs_f64()
-                    ),
+                    ))
                 })??;
         if !status.is_success() {
             let message = match serde_json::from_slice::<ErrorBody>(&body) {
@@ -253,9 +292,7 @@ impl HttpDirectoryProvider {
             Utc::now().timestamp(),
             self.max_skew,
         )
-        .map_err(|e| ProviderError::InvalidResponse {
-            message: e.to_string(),
-        })?;
+        .map_err(|e| ProviderError::invalid_response(e.to_string()).with_source(e))?;
         Ok(body)
     }
 }
@@ -296,9 +333,8 @@ impl DirectoryProvider for HttpDirectoryProvider {
     ) -> Result<DirectoryDelta, ProviderError> {
         let url = self.endpoint(instance, "workspaces")?;
         let request = serde_json::to_vec(&WorkspacesBody { workspace_uuids }).map_err(|e| {
-            ProviderError::Unavailable {
-                message: format!("cannot encode the request body: {e}"),
-            }
+            ProviderError::unavailable(format!("cannot encode the request body: {e}"))
+                .with_source(e)
         })?;
         let body = self
             .fetch_verified(Method::POST, url, Some(request))
@@ -323,10 +359,10 @@ struct ErrorBody {
 
 /// Reads the whole body, refusing it as soon as it exceeds `max` bytes (announced or read).
 async fn read_limited(mut response: Response, max: u64) -> Result<Vec<u8>, ProviderError> {
-    let too_large = |size: u64| ProviderError::InvalidResponse {
-        message: format!(
+    let too_large = |size: u64| {
+        ProviderError::invalid_response(format!(
             "directory response body of at least {size} bytes exceeds the {max}-byte limit"
-        ),
+        ))
     };
     if let Some(announced) = response.content_length()
         && announced > max
@@ -334,7 +370,7 @@ async fn read_limited(mut response: Response, max: u64) -> Result<Vec<u8>, Provi
         return Err(too_large(announced));
     }
     let mut body = Vec::new();
-    while let Some(chunk) = response.chunk().await.map_err(|e| unavailable(&e))? {
+    while let Some(chunk) = response.chunk().await.map_err(unavailable)? {
         let size = (body.len() + chunk.len()) as u64;
         if size > max {
             return Err(too_large(size));
@@ -345,8 +381,9 @@ async fn read_limited(mut response: Response, max: u64) -> Result<Vec<u8>, Provi
 }
 
 fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, ProviderError> {
-    serde_json::from_slice(body).map_err(|e| ProviderError::InvalidResponse {
-        message: format!("signed directory body does not parse: {e}"),
+    serde_json::from_slice(body).map_err(|e| {
+        ProviderError::invalid_response(format!("signed directory body does not parse: {e}"))
+            .with_source(e)
     })
 }
 
@@ -354,9 +391,9 @@ fn same_instance(asked: &InstanceUuid, answered: &InstanceUuid) -> Result<(), Pr
     if asked == answered {
         Ok(())
     } else {
-        Err(ProviderError::InvalidResponse {
-            message: format!("asked for instance {asked}, the answer is for {answered}"),
-        })
+        Err(ProviderError::invalid_response(format!(
+            "asked for instance {asked}, the answer is for {answered}"
+        )))
     }
 }
 
@@ -364,15 +401,17 @@ fn header<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
     headers.get(name).and_then(|v| v.to_str().ok())
 }
 
-fn unavailable(error: &reqwest::Error) -> ProviderError {
+/// The port's error for a transport failure: its text and its sources, joined by `: `; the
+/// `reqwest::Error` is kept as the source.
+fn unavailable(error: reqwest::Error) -> ProviderError {
     let mut message = error.to_string();
-    let mut source = std::error::Error::source(error);
+    let mut source = std::error::Error::source(&error);
     while let Some(s) = source {
         message.push_str(": ");
         message.push_str(&s.to_string());
         source = s.source();
     }
-    ProviderError::Unavailable { message }
+    ProviderError::unavailable(message).with_source(error)
 }
 
 #[cfg(test)]
@@ -407,6 +446,26 @@ mod tests {
             url.as_str(),
             "https://d.example/api/v1/instances/in%3Fst%231/directory/snapshot"
         );
+    }
+
+    #[tokio::test]
+    async fn unreachable_provider_keeps_the_reqwest_error_as_source() {
+        use std::error::Error as _;
+
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        drop(listener);
+        let p = HttpDirectoryProvider::new(&DirectoryClientConfig::new(url, keys())).unwrap();
+        let error = p
+            .fetch_snapshot(&InstanceUuid::parse("inst").unwrap())
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(error, ProviderError::Unavailable { .. }),
+            "{error:?}"
+        );
+        let source = error.source().unwrap();
+        assert!(source.is::<reqwest::Error>(), "{source:?}");
     }
 
     #[test]

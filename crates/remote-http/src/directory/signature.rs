@@ -61,6 +61,7 @@ pub fn signed_message(request: &SignedRequest<'_>, timestamp: i64, body: &[u8]) 
 
 /// Why a directory response's signature is not trusted. Nothing of such a response is used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum SignatureError {
     /// A signature header is absent: the response is unsigned.
     #[error("directory response is unsigned: header {header} is missing")]

@@ -22,7 +22,7 @@ use super::entity::{action, outbox};
 use super::{SeaOrmLifecycleStore, detached, unavailable};
 
 fn corrupt(column: &str, value: &str) -> StoreError {
-    StoreError::Corrupt(format!(
+    StoreError::corrupt(format!(
         "lifecycle_command_actions.{column} holds an invalid value {value:?}"
     ))
 }
@@ -161,7 +161,7 @@ impl CommandAdmin for SeaOrmLifecycleStore {
             .map(|row| {
                 Ok(CommandCount {
                     status: CommandStatus::parse(&row.status).ok_or_else(|| {
-                        StoreError::Corrupt(format!(
+                        StoreError::corrupt(format!(
                             "lifecycle_outbox.status holds an invalid value {:?}",
                             row.status
                         ))
@@ -275,7 +275,7 @@ async fn act_once(
         .one(&txn)
         .await
         .map_err(unavailable)?
-        .ok_or_else(|| StoreError::Unavailable("updated command is not readable".into()))?;
+        .ok_or_else(|| StoreError::unavailable("updated command is not readable"))?;
     txn.commit().await.map_err(unavailable)?;
     Ok(to_record(after)?)
 }

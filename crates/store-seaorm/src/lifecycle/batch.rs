@@ -263,8 +263,8 @@ async fn settle_fast_postgres<C: ConnectionTrait>(
             && matches!(results[i], Err(SettleError::LeaseLost { .. }))
     });
     if cas_without_ack {
-        return Err(StoreError::Unavailable(
-            "a locked lease was not acked in a settlement batch; the batch was rolled back".into(),
+        return Err(StoreError::unavailable(
+            "a locked lease was not acked in a settlement batch; the batch was rolled back",
         ));
     }
     Ok(())

@@ -25,7 +25,7 @@ fn time(column: &str, ms: i64) -> Result<DateTime<Utc>, StoreError> {
 }
 
 fn corrupt(column: &str, value: &str) -> StoreError {
-    StoreError::Corrupt(format!("column {column} holds an invalid value {value:?}"))
+    StoreError::corrupt(format!("column {column} holds an invalid value {value:?}"))
 }
 
 fn id<T, E>(
@@ -174,7 +174,7 @@ pub fn to_claimed(
 ) -> Result<ClaimedCommand, StoreError> {
     let record = to_record(row)?;
     let (Some(owner), Some(expires_at)) = (record.lease_owner, record.lease_expires_at) else {
-        return Err(StoreError::Corrupt(format!(
+        return Err(StoreError::corrupt(format!(
             "claimed command {} did not carry a complete lease",
             record.id
         )));

@@ -161,8 +161,8 @@ async fn submit_once(
                 .await?
                 .map(Submitted::Existing)
                 .ok_or_else(|| {
-                    StoreError::Unavailable(
-                        "the idempotency key was taken by a command that is not readable".into(),
+                    StoreError::unavailable(
+                        "the idempotency key was taken by a command that is not readable",
                     )
                     .into()
                 })
@@ -286,9 +286,8 @@ impl SeaOrmLifecycleStore {
                     return match find_by_key(conn, request.idempotency_key()).await? {
                         Some(existing) => Ok(request.replay(&existing)?),
                         None if space_exists => Err(request.control_space_exists().into()),
-                        None => Err(StoreError::Unavailable(
-                            "the idempotency key was taken by a command that is not readable"
-                                .into(),
+                        None => Err(StoreError::unavailable(
+                            "the idempotency key was taken by a command that is not readable",
                         )
                         .into()),
                     };
@@ -334,6 +333,7 @@ impl SeaOrmLifecycleStore {
                 Err(request.unknown_control_space().into())
             }
             Err(IntakeStoreError::Store(error)) => Err(error.into()),
+            Err(other) => Err(StoreError::unavailable(other.to_string()).into()),
         }
     }
 }
@@ -344,5 +344,5 @@ async fn rollback(savepoint: DatabaseTransaction) -> Result<(), StoreError> {
 
 /// A generated UUID always parses as an id; the mapping only keeps the error typed.
 fn generated<T>(parsed: Result<T, tenantry_kernel::IdError>) -> Result<T, StoreError> {
-    parsed.map_err(|e| StoreError::Corrupt(format!("a generated id was refused: {e}")))
+    parsed.map_err(|e| StoreError::corrupt(format!("a generated id was refused: {e}")))
 }

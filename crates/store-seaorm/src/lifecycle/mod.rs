@@ -101,7 +101,7 @@ impl SeaOrmLifecycleStore {
         let mut attempt: u32 = 1;
         loop {
             match unit().await {
-                Err(StoreError::Contention(message)) if attempt < CONTENTION_ATTEMPTS => {
+                Err(StoreError::Contention { message, .. }) if attempt < CONTENTION_ATTEMPTS => {
                     self.contention_retries.fetch_add(1, Ordering::Relaxed);
                     metrics::counter!("tenantry_lifecycle_settle_contention_retries_total")
                         .increment(1);
@@ -156,10 +156,10 @@ impl SeaOrmLifecycleStore {
             ))
             .await
             .map_err(unavailable)?
-            .ok_or_else(|| StoreError::Unavailable("the database did not tell its time".into()))?;
+            .ok_or_else(|| StoreError::unavailable("the database did not tell its time"))?;
         let ms: i64 = row.try_get("", "now_ms").map_err(unavailable)?;
         DateTime::from_timestamp_millis(ms)
-            .ok_or_else(|| StoreError::Corrupt(format!("database time {ms} is out of range")))
+            .ok_or_else(|| StoreError::corrupt(format!("database time {ms} is out of range")))
     }
 
     pub(crate) async fn begin_write(&self) -> Result<DatabaseTransaction, StoreError> {
@@ -190,9 +190,11 @@ where
 {
     match tokio::spawn(unit).await {
         Ok(result) => result,
-        Err(join) => {
-            Err(StoreError::Unavailable(format!("a storage task did not finish: {join}")).into())
-        }
+        Err(join) => Err(
+            StoreError::unavailable(format!("a storage task did not finish: {join}"))
+                .with_source(join)
+                .into(),
+        ),
     }
 }
 
@@ -202,13 +204,15 @@ pub(crate) fn duration_millis(duration: std::time::Duration) -> i64 {
 }
 
 /// Maps a database error to the port's error: a deadlock or serialization failure becomes
-/// [`StoreError::Contention`] (retryable), anything else [`StoreError::Unavailable`].
+/// [`StoreError::Contention`] (retryable), anything else [`StoreError::Unavailable`]; either
+/// keeps `error` as its source.
 pub(crate) fn unavailable(error: DbErr) -> StoreError {
-    if is_contention(&error) {
-        StoreError::Contention(error.to_string())
+    let mapped = if is_contention(&error) {
+        StoreError::contention(error.to_string())
     } else {
-        StoreError::Unavailable(error.to_string())
-    }
+        StoreError::unavailable(error.to_string())
+    };
+    mapped.with_source(error)
 }
 
 /// Whether `error` is PostgreSQL's deadlock (`40P01`) or serialization failure (`40001`).
@@ -535,7 +539,7 @@ impl CommandQueue for SeaOrmLifecycleStore {
         let expires_at = row
             .lease_expires_at
             .and_then(DateTime::from_timestamp_millis)
-            .ok_or_else(|| StoreError::Corrupt("renewed lease has no expiry".into()))?;
+            .ok_or_else(|| StoreError::corrupt("renewed lease has no expiry"))?;
         Ok(LeaseToken {
             expires_at,
             ..lease.clone()

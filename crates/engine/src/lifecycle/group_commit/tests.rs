@@ -268,7 +268,7 @@ async fn group_commit_batch_failure_reaches_every_caller_of_the_batch() {
     let first = settle(0);
     store.entered.notified().await;
     // The next batch (the two requests queued behind the first) fails as a whole.
-    *store.fail_batch.lock().unwrap() = Some(StoreError::Unavailable("down".into()));
+    *store.fail_batch.lock().unwrap() = Some(StoreError::unavailable("down"));
     let queued = [settle(1), settle(2)];
     settle_down().await;
     store.release.notify_one();
@@ -276,7 +276,7 @@ async fn group_commit_batch_failure_reaches_every_caller_of_the_batch() {
     for task in queued {
         assert_eq!(
             task.await.unwrap(),
-            Err(SettleError::Store(StoreError::Unavailable("down".into())))
+            Err(SettleError::Store(StoreError::unavailable("down")))
         );
     }
     assert_eq!(*store.settle_batches.lock().unwrap(), vec![1, 2]);
