@@ -6,7 +6,17 @@
 //! - [`lifecycle`]: the saga dispatcher (`dispatch_one`), the worker loop and command intake;
 //! - [`scoped_writes`]: the `ScopedWrites` runtime (per-scope serialization and durable fences);
 //! - [`directory`]: the `DirectoryProjector`.
+//!
+//! # Features
+//! `lifecycle`, `directory` and `fences` (all default) each enable one mechanism's module and
+//! its domain crate. A platform that only needs fenced writes depends on
+//! `tenantry-engine = { version = "0.1", default-features = false, features = ["fences"] }` and
+//! compiles neither `tenantry-lifecycle` nor `tenantry-directory`.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
+#[cfg(feature = "directory")]
 pub mod directory;
+#[cfg(feature = "lifecycle")]
 pub mod lifecycle;
+#[cfg(feature = "fences")]
 pub mod scoped_writes;

@@ -11,8 +11,18 @@
 //!   remote, lifecycle metrics;
 //! - [`host_storage`]: installation-bound key/value storage behind fences and connector state;
 //! - [`directory`]: the directory provider, projection storage and post-commit hooks.
+//!
+//! # Features
+//! - `lifecycle`, `directory`, `fences` (all default): one per mechanism; each gates its module
+//!   and its domain crate, so a fences-only build (`default-features = false, features =
+//!   ["fences"]`) compiles neither `tenantry-lifecycle` nor `tenantry-directory`;
+//! - `testing`: the in-memory fakes and conformance suites of the enabled mechanisms.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod clock;
+#[cfg(feature = "directory")]
 pub mod directory;
+#[cfg(feature = "fences")]
 pub mod host_storage;
+#[cfg(feature = "lifecycle")]
 pub mod lifecycle;

@@ -9,8 +9,16 @@
 //! - [`client`]: the builder of mutation clients (no redirects, no retries, one deadline).
 //! - [`knowledge_fs`]: `HttpKnowledgeFs`, the KnowledgeFS lifecycle API v1 client.
 //! - [`directory`]: `HttpDirectoryProvider`, the signed Directory API v1 client.
+//!
+//! # Features
+//! `lifecycle` ([`knowledge_fs`]) and `directory` ([`directory`]) are default features;
+//! [`outcome`] and [`client`] are always built (feature `fences` names them), so a fences-only
+//! build compiles neither `tenantry-lifecycle` nor `tenantry-directory`.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod client;
+#[cfg(feature = "directory")]
 pub mod directory;
+#[cfg(feature = "lifecycle")]
 pub mod knowledge_fs;
 pub mod outcome;

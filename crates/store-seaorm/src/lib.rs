@@ -11,12 +11,21 @@
 //! - [`directory`]: the directory projection repositories;
 //! - [`testing`] (feature `testing`): a fresh migrated database per test;
 //! - `bench` (feature `bench`): bulk fixtures and SQL baselines for `cargo xtask bench`.
+//!
+//! # Features
+//! `lifecycle`, `directory` and `fences` (all default) each enable one mechanism's adapter and
+//! its domain crate: with `default-features = false, features = ["fences"]` only [`connect`]
+//! and the host-storage adapter are compiled. `testing` adds [`testing`].
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 #[cfg(feature = "bench")]
 pub mod bench;
 pub mod connect;
+#[cfg(feature = "directory")]
 pub mod directory;
+#[cfg(feature = "fences")]
 pub mod host_storage;
+#[cfg(feature = "lifecycle")]
 pub mod lifecycle;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
