@@ -3,7 +3,7 @@
 //! - `cargo xtask ci`: the single gate (fmt, clippy, tests on SQLite, tests on PostgreSQL);
 //!   see [`ci`].
 //! - `cargo xtask pg`: a throwaway PostgreSQL cluster for manual work; see [`pg`].
-//! - `cargo xtask bench`: the benchmarks; see [`bench`].
+//! - `cargo xtask bench`: the benchmarks; see [`mod@bench`].
 //! - `cargo xtask demo [ARGS]`: `cargo run --release -p tenantry-app -- demo [ARGS]`.
 //!
 //! Add a subcommand by adding a variant to [`Command`] and a match arm in [`main`].

@@ -10,7 +10,8 @@
 //! Cancellation: every apply is one store transaction and the consumer cursor moves only after
 //! it committed, so dropping a sync (shutdown) at any await point leaves nothing half-applied.
 //!
-//! Reference behaviour: `seeds/directory_projection.py.txt` (`DirectoryProjectionService`).
+//! Specification: the repository's `docs/protocol.md`, section 4 "Directory projection" (sync
+//! algorithm, apply rules, readiness, and the deviations from the reference behaviour).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;

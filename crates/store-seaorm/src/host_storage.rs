@@ -47,7 +47,7 @@ pub struct SeaOrmHostStorage {
 }
 
 impl SeaOrmHostStorage {
-    /// An adapter over `conn`, which must be migrated (see [`crate::connect`]).
+    /// An adapter over `conn`, which must be migrated (see [`crate::connect()`]).
     pub fn new(conn: DatabaseConnection) -> Self {
         Self { conn }
     }

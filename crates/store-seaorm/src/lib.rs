@@ -4,7 +4,7 @@
 //! private modules here and are converted to domain types at the boundary; port errors never
 //! carry a `sea_orm::DbErr`.
 //!
-//! - [`connect`]: open a pool (SQLite in WAL mode with a busy timeout, or PostgreSQL) and
+//! - [`mod@connect`]: open a pool (SQLite in WAL mode with a busy timeout, or PostgreSQL) and
 //!   run the migrations;
 //! - [`lifecycle`]: the lifecycle outbox and control-space repositories;
 //! - [`host_storage`]: the host-storage port behind fences and connector state;
@@ -14,7 +14,7 @@
 //!
 //! # Features
 //! `lifecycle`, `directory` and `fences` (all default) each enable one mechanism's adapter and
-//! its domain crate: with `default-features = false, features = ["fences"]` only [`connect`]
+//! its domain crate: with `default-features = false, features = ["fences"]` only [`mod@connect`]
 //! and the host-storage adapter are compiled. `testing` adds [`testing`].
 #![cfg_attr(docsrs, feature(doc_cfg))]
 

@@ -1,6 +1,6 @@
 //! The saga dispatcher: claim one due command, deliver it, settle it.
 //!
-//! The branches follow `seeds/lifecycle_saga.py`; each decision is a pure function of the
+//! The branches follow the saga protocol (`docs/protocol.md`, section 1); each decision is a pure function of the
 //! `tenantry-lifecycle` saga ([`Step`]). This module only sequences reads, remote calls and
 //! settles, and reports metrics.
 

@@ -32,7 +32,8 @@
 //! - [`ScopedWrites::revoke_installation`] releases a binding's locks, owners and fence cache;
 //! - operator administration (list, clear, idempotent clear) lives in [`admin`].
 //!
-//! Reference behaviour: `seeds/kb_scoped_fences.py.txt`, `seeds/memory_scope_writes.py.txt`.
+//! Specification: the repository's `docs/architecture.md` ("Reconciliation fences") and
+//! `docs/protocol.md` ("Deviations of the fence runtime from the reference").
 //! The rules (keys, records, claims, outcomes) are pure functions in `tenantry_fence`.
 
 pub mod admin;

@@ -467,12 +467,24 @@ pub mod conformance {
 /// `storage` implements [`HostStorage`](crate::host_storage::HostStorage). It may use
 /// `.await` and names visible in the invoking module.
 ///
-/// ```ignore
-/// tenantry_ports::host_storage_conformance!({
-///     let db = fresh_database().await;
-///     let storage = SeaOrmHostStorage::new(db.db.conn.clone());
-///     (db, storage)
-/// });
+/// Expands to one `#[tokio::test]` function per behaviour, so invoke it at module level of an
+/// integration test (e.g. `tests/host_storage.rs`).
+///
+/// # What the test crate needs
+/// - the storage implements [`HostStorage`](crate::host_storage::HostStorage) (`Send + Sync`);
+/// - dev-dependencies: `tenantry-ports` with features `fences` (default) and `testing`,
+///   `tokio` with features `macros` and `rt`.
+///
+/// # Example
+/// The suite against the in-memory fake; an adapter returns its own storage and keeps its
+/// database alive in the guard, e.g. `{ let db = fresh_database().await; let s =
+/// SeaOrmHostStorage::new(db.db.conn.clone()); (db, s) }` with `tenantry-store-seaorm`'s
+/// `testing` feature.
+/// ```
+/// use tenantry_ports::host_storage::testing::InMemoryHostStorage;
+///
+/// tenantry_ports::host_storage_conformance!(((), InMemoryHostStorage::new()));
+/// # fn main() {}
 /// ```
 #[macro_export]
 macro_rules! host_storage_conformance {
