@@ -16,6 +16,32 @@
 //! `lifecycle`, `directory` and `fences` (all default) each enable one mechanism's adapter and
 //! its domain crate: with `default-features = false, features = ["fences"]` only [`mod@connect`]
 //! and the host-storage adapter are compiled. `testing` adds [`testing`].
+//!
+//! # Example
+//! Open (and migrate) a database, then build the adapters the engine runs on. An in-memory
+//! SQLite database here; a service passes `sqlite://PATH?mode=rwc` or
+//! `postgres://USER@HOST/DB`:
+//! ```
+//! use serde_json::json;
+//! use tenantry_fence::Binding;
+//! use tenantry_ports::host_storage::HostStorage;
+//! use tenantry_store_seaorm::host_storage::SeaOrmHostStorage;
+//! use tenantry_store_seaorm::lifecycle::SeaOrmLifecycleStore;
+//! use tenantry_store_seaorm::{Backend, connect};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let db = connect("sqlite::memory:", 1).await?; // at most 1 pooled connection
+//! assert_eq!(db.backend, Backend::Sqlite);
+//!
+//! let _lifecycle = SeaOrmLifecycleStore::new(&db); // for CommandIntake, Dispatcher, Worker
+//! let host_storage = SeaOrmHostStorage::new(db.conn.clone()); // for ScopedWrites
+//! let binding = Binding::parse("installation-1")?;
+//! host_storage.set(&binding, "greeting", &json!("hello")).await?;
+//! assert_eq!(host_storage.get(&binding, "greeting").await?, Some(json!("hello")));
+//! # Ok(())
+//! # }
+//! ```
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 #[cfg(feature = "bench")]

@@ -53,6 +53,28 @@ pub struct Calls {
 }
 
 /// In-memory [`HostStorage`] with fault injection. Cheap to share behind an `Arc`.
+///
+/// # Example
+/// A write that fails after it was stored: what a lost answer from a database looks like.
+/// ```
+/// use serde_json::json;
+/// use tenantry_fence::Binding;
+/// use tenantry_ports::host_storage::HostStorage;
+/// use tenantry_ports::host_storage::testing::{InMemoryHostStorage, SetFault};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let storage = InMemoryHostStorage::new();
+/// let binding = Binding::parse("installation-1")?;
+/// storage.fail_sets([SetFault::AfterWrite]);
+/// assert!(storage.set(&binding, "k", &json!(1)).await.is_err());
+/// assert_eq!(storage.peek(&binding, "k"), Some(Ok(json!(1)))); // stored all the same
+/// storage.set(&binding, "k", &json!(2)).await?; // the next call goes through
+/// assert_eq!(storage.get(&binding, "k").await?, Some(json!(2)));
+/// assert_eq!(storage.calls().set, 2);
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug, Default)]
 pub struct InMemoryHostStorage {
     state: Mutex<FakeState>,
