@@ -26,7 +26,6 @@
 //! use tenantry_fence::Binding;
 //! use tenantry_ports::host_storage::HostStorage;
 //! use tenantry_store_seaorm::host_storage::SeaOrmHostStorage;
-//! use tenantry_store_seaorm::lifecycle::SeaOrmLifecycleStore;
 //! use tenantry_store_seaorm::{Backend, connect};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
@@ -34,7 +33,8 @@
 //! let db = connect("sqlite::memory:", 1).await?; // at most 1 pooled connection
 //! assert_eq!(db.backend, Backend::Sqlite);
 //!
-//! let _lifecycle = SeaOrmLifecycleStore::new(&db); // for CommandIntake, Dispatcher, Worker
+//! #[cfg(feature = "lifecycle")] // for CommandIntake, Dispatcher, Worker
+//! let _lifecycle = tenantry_store_seaorm::lifecycle::SeaOrmLifecycleStore::new(&db);
 //! let host_storage = SeaOrmHostStorage::new(db.conn.clone()); // for ScopedWrites
 //! let binding = Binding::parse("installation-1")?;
 //! host_storage.set(&binding, "greeting", &json!("hello")).await?;
