@@ -13,6 +13,12 @@
 //! `tenantry-engine = { version = "0.1", default-features = false, features = ["fences"] }` and
 //! compiles neither `tenantry-lifecycle` nor `tenantry-directory`.
 #![cfg_attr(docsrs, feature(doc_cfg))]
+// A build with only some mechanisms documents links to modules it does not compile; the
+// default and all-features builds check every link (`cargo xtask ci`, step "doc").
+#![cfg_attr(
+    not(all(feature = "lifecycle", feature = "directory", feature = "fences")),
+    allow(rustdoc::broken_intra_doc_links)
+)]
 
 #[cfg(feature = "directory")]
 pub mod directory;

@@ -18,6 +18,12 @@
 //!   ["fences"]`) compiles neither `tenantry-lifecycle` nor `tenantry-directory`;
 //! - `testing`: the in-memory fakes and conformance suites of the enabled mechanisms.
 #![cfg_attr(docsrs, feature(doc_cfg))]
+// A build with only some mechanisms documents links to modules it does not compile; the
+// default and all-features builds check every link (`cargo xtask ci`, step "doc").
+#![cfg_attr(
+    not(all(feature = "lifecycle", feature = "directory", feature = "fences")),
+    allow(rustdoc::broken_intra_doc_links)
+)]
 
 pub mod clock;
 #[cfg(feature = "directory")]

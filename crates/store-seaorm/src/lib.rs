@@ -9,13 +9,13 @@
 //! - [`lifecycle`]: the lifecycle outbox and control-space repositories;
 //! - [`host_storage`]: the host-storage port behind fences and connector state;
 //! - [`directory`]: the directory projection repositories;
-//! - [`testing`] (feature `testing`): a fresh migrated database per test;
+//! - `testing` (feature `testing`): a fresh migrated database per test;
 //! - `bench` (feature `bench`): bulk fixtures and SQL baselines for `cargo xtask bench`.
 //!
 //! # Features
 //! `lifecycle`, `directory` and `fences` (all default) each enable one mechanism's adapter and
 //! its domain crate: with `default-features = false, features = ["fences"]` only [`mod@connect`]
-//! and the host-storage adapter are compiled. `testing` adds [`testing`].
+//! and the host-storage adapter are compiled. Feature `testing` adds the module `testing`.
 //!
 //! # Example
 //! Open (and migrate) a database, then build the adapters the engine runs on. An in-memory
@@ -43,6 +43,12 @@
 //! # }
 //! ```
 #![cfg_attr(docsrs, feature(doc_cfg))]
+// A build with only some mechanisms documents links to modules it does not compile; the
+// default and all-features builds check every link (`cargo xtask ci`, step "doc").
+#![cfg_attr(
+    not(all(feature = "lifecycle", feature = "directory", feature = "fences")),
+    allow(rustdoc::broken_intra_doc_links)
+)]
 
 #[cfg(feature = "bench")]
 pub mod bench;
