@@ -42,6 +42,11 @@ fn create_space(id: &str) -> Result<CreateControlSpace, tenantry_kernel::IdError
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    run().await
+}
+
+/// The example; also run by `cargo test` (see the test at the end).
+async fn run() -> Result<(), Box<dyn std::error::Error>> {
     let dir = tempfile::tempdir()?;
     let url = format!("sqlite://{}?mode=rwc", dir.path().join("app.db").display());
     let db = tenantry_store_seaorm::connect(&url, 4).await?;
@@ -93,4 +98,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     assert_eq!((projects.len(), commands.len()), (1, 1));
     println!("a worker on this database (see saga_with_your_knowledge_fs) now dispatches it");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[tokio::test(flavor = "multi_thread")]
+    async fn the_example_runs() {
+        if let Err(error) = super::run().await {
+            panic!("the example failed: {error}");
+        }
+    }
 }

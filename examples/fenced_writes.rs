@@ -88,6 +88,11 @@ async fn push_config(
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    run().await
+}
+
+/// The example; also run by `cargo test` (see the test at the end).
+async fn run() -> Result<(), Box<dyn std::error::Error>> {
     let dir = tempfile::tempdir()?;
     let url = format!("sqlite://{}?mode=rwc", dir.path().join("host.db").display());
     let db = tenantry_store_seaorm::connect(&url, 4).await?;
@@ -139,4 +144,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     writes.settled().await;
     println!("done");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[tokio::test(flavor = "multi_thread")]
+    async fn the_example_runs() {
+        if let Err(error) = super::run().await {
+            panic!("the example failed: {error}");
+        }
+    }
 }

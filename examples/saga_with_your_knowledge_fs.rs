@@ -113,6 +113,11 @@ async fn wait_for(
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    run().await
+}
+
+/// The example; also run by `cargo test` (see the test at the end).
+async fn run() -> Result<(), Box<dyn std::error::Error>> {
     let dir = tempfile::tempdir()?;
     let url = format!("sqlite://{}?mode=rwc", dir.path().join("saga.db").display());
     let db = tenantry_store_seaorm::connect(&url, 4).await?;
@@ -170,4 +175,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         report.claimed, report.completed
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[tokio::test(flavor = "multi_thread")]
+    async fn the_example_runs() {
+        if let Err(error) = super::run().await {
+            panic!("the example failed: {error}");
+        }
+    }
 }

@@ -12,6 +12,20 @@
 //! 5. `cargo test --workspace --locked` again with `TENANTRY_TEST_PG_URL` set to that server
 //!    (each test creates its own fresh database there)
 //!
+//! Then the packaging steps ([`PackagingStep`], issue 17), each with a time budget:
+//! 6. each mechanism alone: `cargo check` of the crates with mechanism features
+//!    (`--no-default-features --features lifecycle`, then `directory`);
+//! 7. the fence runtime alone: `cargo test` of those crates with `--features fences` on SQLite
+//!    (a fences-only build compiles and works without the saga and the directory);
+//! 8. `cargo doc --workspace --all-features --no-deps` with `RUSTDOCFLAGS=-D warnings`;
+//! 9. `cargo test` of the outside fixture crate `fixtures/host-platform` (its own workspace and
+//!    lockfile, the shared target folder): a platform that embeds the crates through their
+//!    public API only (the runnable `examples/` already ran in steps 3 and 5);
+//! 10. `cargo package` of every published crate (verified: each `.crate` builds on its own).
+//!
+//! A step that passes but takes longer than its budget is reported as `over budget` (not a
+//! failure: the machine may be loaded), so a slow drift shows before CI hits its limit.
+//!
 //! Each step is announced by a banner; a summary with durations and test counts closes the run.
 //! The throwaway cluster is a guard value, so it is stopped and removed on every exit path.
 
@@ -56,6 +70,147 @@ enum StepKind {
     Sqlite,
     /// The PostgreSQL server and the test run on it.
     Postgres,
+    /// Each mechanism alone: the `cargo check` and fences-only test steps.
+    Features,
+    /// `cargo doc` with warnings denied.
+    Docs,
+    /// `cargo package` of the published crates.
+    Package,
+    /// The outside fixture crate (`fixtures/host-platform`), which embeds the crates through
+    /// their public API only (the examples run in the test steps).
+    Embedding,
+}
+
+/// Crates that have the mechanism features `lifecycle`, `directory` and `fences`.
+const MECHANISM_CRATES: &[&str] = &[
+    "tenantry-ports",
+    "tenantry-engine",
+    "tenantry-store-seaorm",
+    "tenantry-remote-http",
+];
+
+/// Workspace members that are not published (`publish = false`), left out of `cargo package`.
+const UNPUBLISHED: &[&str] = &[
+    "tenantry-app",
+    "tenantry-bench",
+    "tenantry-examples",
+    "xtask",
+];
+
+/// One of the packaging steps after the test runs, with its time budget.
+struct PackagingStep {
+    /// Name in the banner and summary.
+    name: &'static str,
+    /// What `--skip` names it by.
+    kind: StepKind,
+    /// Longest acceptable duration on 2 cores, from a cold target directory (docs/operations.md
+    /// has the measured cold and warm times).
+    budget: Duration,
+    /// The cargo arguments.
+    args: fn() -> Vec<String>,
+    /// Extra environment.
+    env: &'static [(&'static str, &'static str)],
+    /// Whether to count libtest results.
+    tests: bool,
+}
+
+/// The packaging steps, in order.
+const PACKAGING_STEPS: &[PackagingStep] = &[
+    PackagingStep {
+        name: "check (lifecycle alone)",
+        kind: StepKind::Features,
+        budget: Duration::from_secs(120),
+        args: || mechanism_args("check", "lifecycle"),
+        env: &[],
+        tests: false,
+    },
+    PackagingStep {
+        name: "check (directory alone)",
+        kind: StepKind::Features,
+        budget: Duration::from_secs(120),
+        args: || mechanism_args("check", "directory"),
+        env: &[],
+        tests: false,
+    },
+    PackagingStep {
+        name: "test (fences alone)",
+        kind: StepKind::Features,
+        budget: Duration::from_secs(360),
+        args: || mechanism_args("test", "fences"),
+        env: &[],
+        tests: true,
+    },
+    PackagingStep {
+        name: "doc",
+        kind: StepKind::Docs,
+        budget: Duration::from_secs(180),
+        args: || {
+            [
+                "doc",
+                "--workspace",
+                "--all-features",
+                "--no-deps",
+                "--locked",
+            ]
+            .map(str::to_owned)
+            .to_vec()
+        },
+        env: &[("RUSTDOCFLAGS", "-D warnings")],
+        tests: false,
+    },
+    PackagingStep {
+        name: "test (outside fixture crate)",
+        kind: StepKind::Embedding,
+        budget: Duration::from_secs(300),
+        args: || {
+            [
+                "test",
+                "--manifest-path",
+                "fixtures/host-platform/Cargo.toml",
+                "--target-dir",
+                "target",
+                "--locked",
+            ]
+            .map(str::to_owned)
+            .to_vec()
+        },
+        env: &[],
+        tests: true,
+    },
+    PackagingStep {
+        name: "package",
+        kind: StepKind::Package,
+        budget: Duration::from_secs(600),
+        args: package_args,
+        env: &[],
+        tests: false,
+    },
+];
+
+/// `cargo <command>` of the mechanism crates with only `feature`.
+fn mechanism_args(command: &str, feature: &str) -> Vec<String> {
+    let mut args = vec![command.to_owned(), "--locked".to_owned()];
+    for package in MECHANISM_CRATES {
+        args.extend(["--package".to_owned(), (*package).to_owned()]);
+    }
+    args.extend([
+        "--no-default-features".to_owned(),
+        "--features".to_owned(),
+        feature.to_owned(),
+    ]);
+    args
+}
+
+/// `cargo package` of every published crate. `--allow-dirty`: the step checks that the
+/// packages build, not that the work tree is committed.
+fn package_args() -> Vec<String> {
+    let mut args = ["package", "--workspace", "--locked", "--allow-dirty"]
+        .map(str::to_owned)
+        .to_vec();
+    for package in UNPUBLISHED {
+        args.extend(["--exclude".to_owned(), (*package).to_owned()]);
+    }
+    args
 }
 
 /// Runs the gate from the workspace root `root`; the exit code is non-zero on any failure.
@@ -82,7 +237,7 @@ pub fn run(root: &Path, args: &CiArgs) -> ExitCode {
 const DRIVER_CHECKS: [&str; 2] = ["sqlite", "postgres"];
 
 /// Total number of steps, for the `[i/N]` banners.
-const STEPS: usize = 5 + DRIVER_CHECKS.len();
+const STEPS: usize = 5 + DRIVER_CHECKS.len() + PACKAGING_STEPS.len();
 
 /// A failed step; its details are already in the report.
 #[derive(Debug)]
@@ -140,6 +295,12 @@ impl Gate<'_> {
             self.command_step("test (SQLite)", cmd, true)?;
         }
 
+        self.postgres_steps()?;
+        self.packaging_steps()
+    }
+
+    /// The PostgreSQL server and the test run on it.
+    fn postgres_steps(&mut self) -> Result<(), StepFailed> {
         if self.skipped(StepKind::Postgres, "PostgreSQL server") {
             self.skipped(StepKind::Postgres, "test (PostgreSQL)");
             return Ok(());
@@ -156,6 +317,26 @@ impl Gate<'_> {
             println!("xtask: stopped the throwaway cluster and removed {dir}");
         }
         result
+    }
+
+    /// Each mechanism alone, the documentation and the packages ([`PACKAGING_STEPS`]).
+    fn packaging_steps(&mut self) -> Result<(), StepFailed> {
+        for step in PACKAGING_STEPS {
+            if self.skipped(step.kind, step.name) {
+                continue;
+            }
+            let mut cmd = self.cargo();
+            cmd.args((step.args)());
+            for (key, value) in step.env {
+                cmd.env(key, value);
+            }
+            if step.tests {
+                cmd.env_remove(PG_URL_ENV);
+            }
+            self.command_step(step.name, cmd, step.tests)?;
+            self.report.check_budget(step.name, step.budget);
+        }
+        Ok(())
     }
 
     /// Records `step` as skipped when `--skip kind` was given.
@@ -395,6 +576,21 @@ impl Report {
         });
     }
 
+    /// Notes in the summary when the last run of `step` passed but took longer than `budget`.
+    fn check_budget(&mut self, step: &str, budget: Duration) {
+        if let Some(record) = self.records.iter_mut().rev().find(|r| r.step == step)
+            && let Some(elapsed) = record.elapsed
+            && elapsed > budget
+        {
+            let note = format!("over budget ({})", format_duration(budget));
+            record.detail = if record.detail.is_empty() {
+                note
+            } else {
+                format!("{}; {note}", record.detail)
+            };
+        }
+    }
+
     fn print(&self, passed: bool, elapsed: Duration) {
         println!("\n==> ci summary");
         for record in &self.records {
@@ -405,7 +601,7 @@ impl Report {
             };
             let elapsed = record.elapsed.map(format_duration).unwrap_or_default();
             println!(
-                "  {outcome:<8} {:<20} {elapsed:>8}  {}",
+                "  {outcome:<8} {:<24} {elapsed:>8}  {}",
                 record.step, record.detail
             );
         }
@@ -419,6 +615,7 @@ impl Report {
             "test (PostgreSQL)",
         ]
         .into_iter()
+        .chain(PACKAGING_STEPS.iter().map(|step| step.name))
         .filter(|step| !self.records.iter().any(|r| r.step == *step))
         .collect();
         if !passed && !ran.is_empty() {
@@ -523,5 +720,82 @@ mod tests {
     fn durations_read_naturally() {
         assert_eq!(format_duration(Duration::from_millis(1500)), "1.5s");
         assert_eq!(format_duration(Duration::from_secs(125)), "2m05s");
+    }
+
+    #[test]
+    fn package_step_leaves_out_exactly_the_unpublished_members() {
+        let output = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
+            .current_dir(crate::workspace_root())
+            .args([
+                "metadata",
+                "--format-version",
+                "1",
+                "--no-deps",
+                "--offline",
+            ])
+            .output()
+            .expect("run cargo metadata");
+        assert!(output.status.success(), "cargo metadata failed");
+        let metadata: serde_json::Value =
+            serde_json::from_slice(&output.stdout).expect("cargo metadata prints JSON");
+        let packages = metadata["packages"].as_array().expect("packages");
+        // `publish = false` is `"publish": []` in cargo metadata; `null` means crates.io.
+        let mut unpublished: Vec<&str> = packages
+            .iter()
+            .filter(|p| p["publish"].as_array().is_some_and(Vec::is_empty))
+            .filter_map(|p| p["name"].as_str())
+            .collect();
+        unpublished.sort_unstable();
+        let mut expected = UNPUBLISHED.to_vec();
+        expected.sort_unstable();
+        assert_eq!(unpublished, expected);
+
+        let args = package_args();
+        for package in UNPUBLISHED {
+            assert!(
+                args.windows(2)
+                    .any(|w| w[0] == "--exclude" && w[1] == *package),
+                "{args:?}"
+            );
+        }
+        assert!(args.contains(&"--workspace".to_owned()));
+    }
+
+    #[test]
+    fn mechanism_steps_name_every_mechanism_crate_and_one_feature() {
+        let args = mechanism_args("check", "lifecycle");
+        assert_eq!(args[0], "check");
+        for package in MECHANISM_CRATES {
+            assert!(args.iter().any(|a| a == package), "{args:?}");
+        }
+        assert!(
+            args.ends_with(&[
+                "--no-default-features".to_owned(),
+                "--features".to_owned(),
+                "lifecycle".to_owned()
+            ]),
+            "{args:?}"
+        );
+    }
+
+    #[test]
+    fn a_step_over_its_budget_is_noted_in_the_summary() {
+        let mut report = Report::default();
+        report.push(
+            "doc",
+            Outcome::Passed,
+            Some(Duration::from_secs(200)),
+            String::new(),
+        );
+        report.push(
+            "package",
+            Outcome::Passed,
+            Some(Duration::from_secs(10)),
+            "x".to_owned(),
+        );
+        report.check_budget("doc", Duration::from_secs(180));
+        report.check_budget("package", Duration::from_secs(600));
+        assert_eq!(report.records[0].detail, "over budget (3m00s)");
+        assert_eq!(report.records[1].detail, "x");
     }
 }

@@ -1,9 +1,9 @@
 //! `cargo xtask`: the project's automation, in Rust so it runs wherever cargo does.
 //!
-//! - `cargo xtask ci`: the single gate (fmt, clippy, tests on SQLite, tests on PostgreSQL);
-//!   see [`ci`].
+//! - `cargo xtask ci`: the single gate (fmt, clippy, tests on SQLite, tests on PostgreSQL, each
+//!   mechanism alone, docs, packages); see [`ci`].
 //! - `cargo xtask pg`: a throwaway PostgreSQL cluster for manual work; see [`pg`].
-//! - `cargo xtask bench`: the benchmarks; see [`bench`].
+//! - `cargo xtask bench`: the benchmarks; see [`mod@bench`].
 //! - `cargo xtask demo [ARGS]`: `cargo run --release -p tenantry-app -- demo [ARGS]`.
 //!
 //! Add a subcommand by adding a variant to [`Command`] and a match arm in [`main`].
@@ -30,7 +30,7 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// The gate: fmt, clippy, tests on SQLite, then tests on PostgreSQL (a throwaway cluster,
-    /// or the server in DATABASE_URL).
+    /// or the server in DATABASE_URL), then each mechanism alone, the docs and the packages.
     Ci(ci::CiArgs),
     /// Start a throwaway PostgreSQL cluster, print its URL, and keep it running until Ctrl-C
     /// (or end of standard input); then stop it and remove its folder.

@@ -19,7 +19,7 @@
 //! - [`readiness`]: fail-closed readiness evaluation;
 //! - [`error`]: the [`DirectoryError`] enum.
 //!
-//! Reference behaviour: `seeds/directory_projection.py.txt`.
+//! Specification: the repository's `docs/protocol.md`, section 4 "Directory projection".
 
 pub mod batch;
 pub mod config;

@@ -11,8 +11,8 @@
 //!    projected workspaces and calls [`crate::batch::check_committed_active`];
 //! 6. commits.
 //!
-//! Reference: `seeds/directory_projection.py.txt` (`apply_snapshot`, `apply_delta`,
-//! `apply_event_batch`, `_touch_freshness` and their helpers).
+//! Specification: `docs/protocol.md`, section 4, "Apply rules" (snapshot, delta, event batch
+//! and freshness touch, with the deviations from the reference behaviour).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::hash::Hash;

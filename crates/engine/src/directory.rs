@@ -10,7 +10,8 @@
 //! Cancellation: every apply is one store transaction and the consumer cursor moves only after
 //! it committed, so dropping a sync (shutdown) at any await point leaves nothing half-applied.
 //!
-//! Reference behaviour: `seeds/directory_projection.py.txt` (`DirectoryProjectionService`).
+//! Specification: the repository's `docs/protocol.md`, section 4 "Directory projection" (sync
+//! algorithm, apply rules, readiness, and the deviations from the reference behaviour).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
@@ -156,6 +157,39 @@ struct ReplicaState {
 pub type WallClock = Arc<dyn Fn() -> DateTime<Utc> + Send + Sync>;
 
 /// Projects a directory provider into the store; see the module documentation.
+///
+/// # Example
+/// A scripted provider and the in-memory store (`tenantry-ports`, feature `testing`; the
+/// snapshot builders come from `tenantry-directory`, feature `testing`). A service uses
+/// `HttpDirectoryProvider`, `SeaOrmDirectoryStore` and [`run`](Self::run):
+/// ```
+/// use std::time::Duration;
+///
+/// use tenantry_directory::testing::{INSTANCE, snapshot, workspace};
+/// use tenantry_directory::{ProjectionLimits, ProjectorConfig};
+/// use tenantry_engine::directory::DirectoryProjector;
+/// use tenantry_ports::directory::testing::{InMemoryProjectionStore, ScriptedProvider};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let config = ProjectorConfig::new(
+///     INSTANCE,
+///     Duration::from_secs(5),  // sync interval
+///     Duration::from_secs(60), // max staleness
+///     50,                      // events per page
+///     ProjectionLimits::default(),
+/// )?;
+/// let provider = ScriptedProvider::new();
+/// let projector = DirectoryProjector::new(config, provider.clone(), InMemoryProjectionStore::new());
+/// assert!(projector.require_ready().is_err()); // never synced: execution is refused
+///
+/// provider.push_snapshot(Ok(snapshot(10, vec![workspace("ws-1", 1, &[("alice", 1)])])));
+/// projector.sync_once().await?;
+/// assert_eq!(projector.consumer_cursor(), Some(10));
+/// assert!(projector.require_ready().is_ok());
+/// # Ok(())
+/// # }
+/// ```
 pub struct DirectoryProjector<P, S> {
     config: ProjectorConfig,
     provider: P,

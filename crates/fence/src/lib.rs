@@ -17,7 +17,10 @@
 //! - [`connector`]: knowledge-base configuration and document-mapping records kept in host
 //!   storage (hashed keys, 64 KiB limit, null tombstones, upstream-id resolution).
 //!
-//! Reference behaviour: `seeds/kb_scoped_fences.py.txt` and `seeds/memory_scope_writes.py.txt`.
+//! The runtime that applies these rules is `tenantry_engine::scoped_writes`; the protocol, and
+//! where it deviates from the reference behaviour Tenantry was specified from, is in the
+//! repository's `docs/architecture.md` ("Reconciliation fences") and `docs/protocol.md`
+//! ("Deviations of the fence runtime from the reference").
 
 pub mod cache;
 pub mod connector;

@@ -19,3 +19,8 @@ pub use id::{
     ProvisioningKey, TenantId,
 };
 pub use lease::{LeaseEpoch, LeaseOwner};
+
+/// The README's examples, compiled and run by `cargo test --doc`.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -3,8 +3,8 @@
 //! Contract: every function here is deterministic. The crate does no I/O, reads no clock and
 //! draws no random numbers: the current time (`now`), the jitter draw and the observed state
 //! (claimed command, control space, remote answer) are arguments, and each step returns a
-//! decision value that the engine persists. The saga is the reference dispatch loop of
-//! `seeds/lifecycle_saga.py` expressed as such steps.
+//! decision value that the engine persists. The saga is the dispatch loop specified in
+//! `docs/protocol.md` (section 1, "The saga") expressed as such steps.
 //!
 //! - [`control_space`]: the control-space state machine and compare-and-set updates;
 //! - [`command`]: outbox commands, payloads, leases and settlements;

@@ -5,7 +5,8 @@
 //! [`Settlement`] to persist in one transaction, a request to send, or a [`StepError`], which
 //! the engine settles with [`Step::step_error`] (an immediate retry, or a dead-letter for an
 //! identity conflict): every attempt ends with a settle.
-//! The order of steps and every branch follow `seeds/lifecycle_saga.py`:
+//! The order of steps and every branch follow the saga protocol (`docs/protocol.md`, section 1,
+//! "The saga"):
 //!
 //! - provision: [`Step::start_provision`] (settle without delivery when the control space is
 //!   no longer provisioning for this operation), then [`Step::complete_provision`];

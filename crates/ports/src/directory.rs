@@ -6,9 +6,8 @@
 //! [`LookupKeys`], calls the pure planner (`tenantry_directory::plan`) and upserts what it
 //! returns. A refused input ([`ProjectionStoreError::Rejected`]) changes nothing.
 //!
-//! Feature `testing` adds [`testing`]: a scripted provider, an in-memory store, recording hooks
-//! and the [`directory_projection_store_conformance!`](crate::directory_projection_store_conformance)
-//! suite.
+//! Feature `testing` adds the module `testing`: a scripted provider, an in-memory store,
+//! recording hooks and the `directory_projection_store_conformance!` suite.
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -5,8 +5,8 @@
 //! back as `Some(Value::Null)`, which is how deletions are made explicit without a delete
 //! call. Keys are 1 to [`MAX_KEY_LEN`] bytes.
 //!
-//! Contract every adapter meets (checked by [`host_storage_conformance!`](crate::host_storage_conformance)
-//! under feature `testing`):
+//! Contract every adapter meets (checked by `host_storage_conformance!` under feature
+//! `testing`):
 //! - `keys` lists every stored key of the binding, tombstones included, in ascending byte
 //!   order; a listing that returns `Ok` is authoritative (a key it does not contain is absent);
 //! - `get` of an absent key is `Ok(None)`; a stored value that is not valid JSON is

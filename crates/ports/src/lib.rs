@@ -13,22 +13,41 @@
 //! - [`directory`]: the directory provider, projection storage and post-commit hooks;
 //! - [`error`]: [`error::ErrorSource`], how port errors keep a driver's error as their source;
 //! - [`handles`]: every port is implemented for `Arc<T>`, `Box<T>` and `&T` of an implementor.
+//!
+//! # Features
+//! - `lifecycle`, `directory`, `fences` (all default): one per mechanism; each gates its module
+//!   and its domain crate, so a fences-only build (`default-features = false, features =
+//!   ["fences"]`) compiles neither `tenantry-lifecycle` nor `tenantry-directory`;
+//! - `testing`: the in-memory fakes and conformance suites of the enabled mechanisms.
+#![cfg_attr(docsrs, feature(doc_cfg))]
+// A build with only some mechanisms documents links to modules it does not compile; the
+// default and all-features builds check every link (`cargo xtask ci`, step "doc").
+#![cfg_attr(
+    not(all(feature = "lifecycle", feature = "directory", feature = "fences")),
+    allow(rustdoc::broken_intra_doc_links)
+)]
 
 pub mod clock;
+#[cfg(feature = "directory")]
 pub mod directory;
 pub mod error;
 pub mod handles;
+#[cfg(feature = "fences")]
 pub mod host_storage;
+#[cfg(feature = "lifecycle")]
 pub mod lifecycle;
 
 pub use clock::{Clock, ManualClock, SystemClock};
+#[cfg(feature = "directory")]
 pub use directory::{
     DeltaApplier, DirectoryProjectionStore, DirectoryProvider, EntitlementReconciler,
     EventBatchApplier, FreshnessToucher, HookError, NoHooks, ProjectionStateReader,
     ProjectionStoreError, ProviderError, RuntimeExecutionPublisher, SnapshotApplier,
 };
 pub use error::ErrorSource;
+#[cfg(feature = "fences")]
 pub use host_storage::{HostStorage, HostStorageBindings, HostStorageError};
+#[cfg(feature = "lifecycle")]
 pub use lifecycle::{
     ActionRecord, ClaimRequest, CommandAdmin, CommandCount, CommandFilter, CommandQueue,
     ControlSpaceReader, IntakeStore, IntakeStoreError, KnowledgeFs, LifecycleMetrics,

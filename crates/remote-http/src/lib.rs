@@ -9,14 +9,31 @@
 //! - [`client`]: the builder of mutation clients (no redirects, no retries, one deadline).
 //! - [`knowledge_fs`]: `HttpKnowledgeFs`, the KnowledgeFS lifecycle API v1 client.
 //! - [`directory`]: `HttpDirectoryProvider`, the signed Directory API v1 client.
+//!
+//! # Features
+//! `lifecycle` ([`knowledge_fs`]) and `directory` ([`directory`]) are default features;
+//! [`outcome`] and [`client`] are always built (feature `fences` names them), so a fences-only
+//! build compiles neither `tenantry-lifecycle` nor `tenantry-directory`.
+#![cfg_attr(docsrs, feature(doc_cfg))]
+// A build with only some mechanisms documents links to modules it does not compile; the
+// default and all-features builds check every link (`cargo xtask ci`, step "doc").
+#![cfg_attr(
+    not(all(feature = "lifecycle", feature = "directory", feature = "fences")),
+    allow(rustdoc::broken_intra_doc_links)
+)]
 
 pub mod client;
+#[cfg(feature = "directory")]
 pub mod directory;
+#[cfg(feature = "lifecycle")]
 pub mod knowledge_fs;
 pub mod outcome;
 
 pub use client::{ClientBuildError, mutation_client};
+#[cfg(feature = "directory")]
 pub use directory::signature::{SignatureError, TrustedKeys};
+#[cfg(feature = "directory")]
 pub use directory::{DirectoryClientConfig, DirectoryConfigError, HttpDirectoryProvider};
+#[cfg(feature = "lifecycle")]
 pub use knowledge_fs::{HttpKnowledgeFs, KnowledgeFsConfig, KnowledgeFsConfigError};
 pub use outcome::{Answer, DispatchError, classify, classify_error, read_answer};

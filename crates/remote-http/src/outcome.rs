@@ -128,6 +128,28 @@ impl DispatchError {
 /// # Errors
 /// A [`DispatchError`] when no complete answer came back: not dispatched for connect failures,
 /// outcome unknown for timeouts, lost connections and bodies that stall or break.
+///
+/// # Example
+/// A mutation to a port where nothing listens was never dispatched, so it must not fence
+/// (inside `ScopedWrites::run`, return the `DispatchError` from `ctx.dispatch`'s commit and the
+/// runtime fences exactly the outcome-unknown failures):
+/// ```
+/// use std::time::Duration;
+///
+/// use tenantry_fence::DispatchOutcome;
+/// use tenantry_remote_http::client::mutation_client;
+/// use tenantry_remote_http::outcome::read_answer;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port(); // then closed
+/// let client = mutation_client(Duration::from_secs(5))?;
+/// let sent = client.post(format!("http://127.0.0.1:{port}/v1/rename")).send().await;
+/// let failure = read_answer(sent).await.expect_err("nothing listens there");
+/// assert_eq!(failure.outcome, DispatchOutcome::NotDispatched);
+/// # Ok(())
+/// # }
+/// ```
 pub async fn read_answer(
     result: Result<Response, reqwest::Error>,
 ) -> Result<Answer, DispatchError> {

@@ -141,29 +141,32 @@ async fn transport_failures_keep_the_reqwest_error_as_source() {
     let source = failure.source().expect("the reqwest error is kept");
     assert!(source.is::<reqwest::Error>(), "{source:?}");
 
-    let fs = tenantry_remote_http::knowledge_fs::HttpKnowledgeFs::new(
-        &tenantry_remote_http::knowledge_fs::KnowledgeFsConfig::new(refusing_url().await, "t"),
-    )
-    .unwrap();
-    let error = tenantry_ports::lifecycle::KnowledgeFs::find_by_provisioning_key(
-        &fs,
-        &tenantry_kernel::TenantId::parse("t1").unwrap(),
-        &tenantry_kernel::ProvisioningKey::parse("pk").unwrap(),
-        &tenantry_kernel::ControlSpaceId::parse("cs").unwrap(),
-    )
-    .await
-    .unwrap_err();
-    assert_eq!(
-        error.failure,
-        tenantry_ports::lifecycle::RemoteFailure::NotDispatched
-    );
-    let source = error.source().expect("the reqwest error is kept");
-    let reqwest_error = source.downcast_ref::<reqwest::Error>().unwrap();
-    assert!(reqwest_error.is_connect(), "{reqwest_error:?}");
-    assert!(
-        error.message.contains(&reqwest_error.to_string()),
-        "{error}"
-    );
+    #[cfg(feature = "lifecycle")]
+    {
+        let fs = tenantry_remote_http::knowledge_fs::HttpKnowledgeFs::new(
+            &tenantry_remote_http::knowledge_fs::KnowledgeFsConfig::new(refusing_url().await, "t"),
+        )
+        .unwrap();
+        let error = tenantry_ports::lifecycle::KnowledgeFs::find_by_provisioning_key(
+            &fs,
+            &tenantry_kernel::TenantId::parse("t1").unwrap(),
+            &tenantry_kernel::ProvisioningKey::parse("pk").unwrap(),
+            &tenantry_kernel::ControlSpaceId::parse("cs").unwrap(),
+        )
+        .await
+        .unwrap_err();
+        assert_eq!(
+            error.failure,
+            tenantry_ports::lifecycle::RemoteFailure::NotDispatched
+        );
+        let source = error.source().expect("the reqwest error is kept");
+        let reqwest_error = source.downcast_ref::<reqwest::Error>().unwrap();
+        assert!(reqwest_error.is_connect(), "{reqwest_error:?}");
+        assert!(
+            error.message.contains(&reqwest_error.to_string()),
+            "{error}"
+        );
+    }
 }
 
 #[tokio::test]

@@ -1,5 +1,6 @@
 //! Test kit of Tenantry: reference remotes with fault injection, for contract tests of the
-//! HTTP adapters and end-to-end runs of the engine (not published).
+//! HTTP adapters and end-to-end runs of the engine, in this repository and in the tests of
+//! platforms built on Tenantry.
 //!
 //! - [`knowledge_fs`]: the reference KnowledgeFS lifecycle API v1 (axum, in memory):
 //!   provisioning idempotent on the provisioning key, draining deletions, revoke watermarks,

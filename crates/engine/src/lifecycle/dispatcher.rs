@@ -1,6 +1,6 @@
 //! The saga dispatcher: claim one due command, deliver it, settle it.
 //!
-//! The branches follow `seeds/lifecycle_saga.py`; each decision is a pure function of the
+//! The branches follow the saga protocol (`docs/protocol.md`, section 1); each decision is a pure function of the
 //! `tenantry-lifecycle` saga ([`Step`]). This module only sequences reads, remote calls and
 //! settles, and reports metrics.
 
@@ -159,6 +159,45 @@ impl From<SettleError> for DispatchError {
 /// timestamp it writes (`next_attempt_at`, `completed_at`) on the store's clock when the
 /// attempt ends, so a retry after a slow failure still waits its backoff and replicas with
 /// skewed clocks agree.
+///
+/// # Example
+/// Enqueue a provision, then dispatch it once against a fake KnowledgeFS (a service uses
+/// `SeaOrmLifecycleStore` and `HttpKnowledgeFs`, and runs a [`Worker`](super::Worker)):
+/// ```
+/// use std::sync::Arc;
+///
+/// use tenantry_engine::lifecycle::{CommandIntake, Dispatcher, DispatcherConfig, SystemClock};
+/// use tenantry_kernel::{ControlSpaceId, IdempotencyKey, LeaseOwner, TenantId};
+/// use tenantry_lifecycle::intake::CreateControlSpace;
+/// use tenantry_ports::lifecycle::fake::{FakeKnowledgeFs, InMemoryLifecycleStore};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let store = InMemoryLifecycleStore::new();
+/// let remote = FakeKnowledgeFs::new();
+/// CommandIntake::new(store.clone(), Arc::new(SystemClock))
+///     .create_control_space(&CreateControlSpace {
+///         tenant_id: TenantId::parse("acme")?,
+///         control_space_id: ControlSpaceId::parse("cs-1")?,
+///         idempotency_key: IdempotencyKey::parse("create-cs-1")?,
+///         name: "Docs".into(),
+///         slug: "docs".into(),
+///         icon: String::new(),
+///         description: String::new(),
+///         model_intent: None,
+///         profile_intent: None,
+///     })
+///     .await?;
+///
+/// let dispatcher = Dispatcher::new(store, remote.clone(), DispatcherConfig::default());
+/// let owner = LeaseOwner::parse("worker-1")?;
+/// let outcome = dispatcher.dispatch_one(&owner, true).await?;
+/// assert!(outcome.claimed && outcome.completed);
+/// // Nothing else is due.
+/// assert!(!dispatcher.dispatch_one(&owner, true).await?.claimed);
+/// # Ok(())
+/// # }
+/// ```
 pub struct Dispatcher<S, R> {
     store: S,
     remote: R,

@@ -19,6 +19,41 @@ use tenantry_ports::lifecycle::{
 use tenantry_ports::clock::Clock;
 
 /// Accepts lifecycle requests and enqueues their commands.
+///
+/// # Example
+/// Over the in-memory fake (`tenantry-ports`, feature `testing`); a service passes
+/// `SeaOrmLifecycleStore` instead:
+/// ```
+/// use std::sync::Arc;
+///
+/// use tenantry_engine::lifecycle::{CommandIntake, SystemClock};
+/// use tenantry_kernel::{ControlSpaceId, IdempotencyKey, TenantId};
+/// use tenantry_lifecycle::intake::CreateControlSpace;
+/// use tenantry_ports::lifecycle::fake::InMemoryLifecycleStore;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let intake = CommandIntake::new(InMemoryLifecycleStore::new(), Arc::new(SystemClock));
+/// let request = CreateControlSpace {
+///     tenant_id: TenantId::parse("acme")?,
+///     control_space_id: ControlSpaceId::parse("cs-1")?,
+///     idempotency_key: IdempotencyKey::parse("create-cs-1")?,
+///     name: "Docs".into(),
+///     slug: "docs".into(),
+///     icon: String::new(),
+///     description: String::new(),
+///     model_intent: None,
+///     profile_intent: None,
+/// };
+/// let receipt = intake.create_control_space(&request).await?;
+/// assert!(!receipt.replayed);
+///
+/// // The same key with the same request: the first receipt again, nothing new enqueued.
+/// let again = intake.create_control_space(&request).await?;
+/// assert_eq!((&again.command_id, again.replayed), (&receipt.command_id, true));
+/// # Ok(())
+/// # }
+/// ```
 pub struct CommandIntake<S> {
     store: S,
     clock: Arc<dyn Clock>,

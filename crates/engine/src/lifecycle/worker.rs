@@ -90,6 +90,50 @@ pub fn unique_lease_owner(prefix: &str) -> LeaseOwner {
 }
 
 /// Runs [`Dispatcher::dispatch_batch`] until shut down.
+///
+/// # Example
+/// A worker over the fakes that is told to stop as soon as the remote is called; the dispatch
+/// in flight still settles before [`run`](Self::run) returns:
+/// ```
+/// use std::sync::Arc;
+///
+/// use tenantry_engine::lifecycle::{
+///     CommandIntake, Dispatcher, DispatcherConfig, SystemClock, Worker, WorkerConfig,
+///     unique_lease_owner,
+/// };
+/// use tenantry_kernel::{ControlSpaceId, IdempotencyKey, TenantId};
+/// use tenantry_lifecycle::intake::CreateControlSpace;
+/// use tenantry_ports::lifecycle::fake::{FakeKnowledgeFs, InMemoryLifecycleStore};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let store = InMemoryLifecycleStore::new();
+/// # CommandIntake::new(store.clone(), Arc::new(SystemClock))
+/// #     .create_control_space(&CreateControlSpace {
+/// #         tenant_id: TenantId::parse("acme")?,
+/// #         control_space_id: ControlSpaceId::parse("cs-1")?,
+/// #         idempotency_key: IdempotencyKey::parse("create-cs-1")?,
+/// #         name: "Docs".into(),
+/// #         slug: "docs".into(),
+/// #         icon: String::new(),
+/// #         description: String::new(),
+/// #         model_intent: None,
+/// #         profile_intent: None,
+/// #     })
+/// #     .await?;
+/// // ... one provision enqueued with `CommandIntake` (see its example) ...
+/// let remote = FakeKnowledgeFs::new();
+/// let (shutdown, stop) = tokio::sync::watch::channel(false);
+/// remote.set_hook(move |_call| {
+///     let _ = shutdown.send(true);
+/// });
+/// let dispatcher = Arc::new(Dispatcher::new(store, remote, DispatcherConfig::default()));
+/// let worker = Worker::new(dispatcher, unique_lease_owner("worker"), WorkerConfig::default());
+/// let report = worker.run(stop).await; // usually spawned, stopped on SIGTERM
+/// assert_eq!((report.claimed, report.completed), (1, 1));
+/// # Ok(())
+/// # }
+/// ```
 pub struct Worker<S, R> {
     dispatcher: Arc<Dispatcher<S, R>>,
     owner: LeaseOwner,

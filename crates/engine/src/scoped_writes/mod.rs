@@ -32,7 +32,8 @@
 //! - [`ScopedWrites::revoke_installation`] releases a binding's locks, owners and fence cache;
 //! - operator administration (list, clear, idempotent clear) lives in [`admin`].
 //!
-//! Reference behaviour: `seeds/kb_scoped_fences.py.txt`, `seeds/memory_scope_writes.py.txt`.
+//! Specification: the repository's `docs/architecture.md` ("Reconciliation fences") and
+//! `docs/protocol.md` ("Deviations of the fence runtime from the reference").
 //! The rules (keys, records, claims, outcomes) are pure functions in `tenantry_fence`.
 
 pub mod admin;
@@ -254,6 +255,53 @@ fn duration_ms(d: Duration) -> i64 {
 }
 
 /// The scoped writes runtime over host storage `S`. Cheap to clone (shared state).
+///
+/// # Example
+/// A mutation whose outcome is unknown fences its scope; later writes to that scope fail
+/// closed, other scopes keep working. Host storage is the in-memory fake here
+/// (`tenantry-ports`, feature `testing`); a service uses `SeaOrmHostStorage` on the database
+/// every replica shares, and maps its HTTP failures with `tenantry_remote_http::outcome`.
+/// ```
+/// use std::sync::Arc;
+///
+/// use tenantry_engine::scoped_writes::{FenceMode, ScopedWriteError, ScopedWrites};
+/// use tenantry_fence::{Binding, DispatchOutcome, ScopeIdentity};
+/// use tenantry_ports::host_storage::testing::InMemoryHostStorage;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let writes = ScopedWrites::new(Arc::new(InMemoryHostStorage::new()));
+/// let binding = Binding::parse("installation-1")?;
+/// let kb = ScopeIdentity::object("kb-42");
+///
+/// // The connection dropped after the request was sent: did the rename happen?
+/// let lost = writes
+///     .run(&binding, &kb, FenceMode::Enforce, |ctx| async move {
+///         ctx.dispatch("rename kb-42", async { Err::<(), _>(DispatchOutcome::OutcomeUnknown) })
+///             .await
+///     })
+///     .await;
+/// assert!(matches!(lost, Err(ScopedWriteError::OutcomeUnknown { .. })));
+///
+/// // Until an operator reconciles and clears the fence, kb-42 refuses writes ...
+/// let refused = writes
+///     .run(&binding, &kb, FenceMode::Enforce, |ctx| async move {
+///         ctx.dispatch("rename kb-42", async { Ok::<_, DispatchOutcome>(()) }).await
+///     })
+///     .await;
+/// assert!(matches!(refused, Err(ScopedWriteError::Fenced { .. })));
+///
+/// // ... while every other scope of the installation is writable.
+/// let other = ScopeIdentity::object("kb-7");
+/// let renamed = writes
+///     .run(&binding, &other, FenceMode::Enforce, |ctx| async move {
+///         ctx.dispatch("rename kb-7", async { Ok::<_, DispatchOutcome>("renamed") }).await
+///     })
+///     .await?;
+/// assert_eq!(renamed, "renamed");
+/// # Ok(())
+/// # }
+/// ```
 pub struct ScopedWrites<S: ?Sized> {
     inner: Arc<Inner<S>>,
 }

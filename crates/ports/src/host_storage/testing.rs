@@ -53,6 +53,28 @@ pub struct Calls {
 }
 
 /// In-memory [`HostStorage`] with fault injection. Cheap to share behind an `Arc`.
+///
+/// # Example
+/// A write that fails after it was stored: what a lost answer from a database looks like.
+/// ```
+/// use serde_json::json;
+/// use tenantry_fence::Binding;
+/// use tenantry_ports::host_storage::HostStorage;
+/// use tenantry_ports::host_storage::testing::{InMemoryHostStorage, SetFault};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let storage = InMemoryHostStorage::new();
+/// let binding = Binding::parse("installation-1")?;
+/// storage.fail_sets([SetFault::AfterWrite]);
+/// assert!(storage.set(&binding, "k", &json!(1)).await.is_err());
+/// assert_eq!(storage.peek(&binding, "k"), Some(Ok(json!(1)))); // stored all the same
+/// storage.set(&binding, "k", &json!(2)).await?; // the next call goes through
+/// assert_eq!(storage.get(&binding, "k").await?, Some(json!(2)));
+/// assert_eq!(storage.calls().set, 2);
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug, Default)]
 pub struct InMemoryHostStorage {
     state: Mutex<FakeState>,
@@ -462,12 +484,24 @@ pub mod conformance {
 /// `storage` implements [`HostStorage`](crate::host_storage::HostStorage). It may use
 /// `.await` and names visible in the invoking module.
 ///
-/// ```ignore
-/// tenantry_ports::host_storage_conformance!({
-///     let db = fresh_database().await;
-///     let storage = SeaOrmHostStorage::new(&db.db);
-///     (db, storage)
-/// });
+/// Expands to one `#[tokio::test]` function per behaviour, so invoke it at module level of an
+/// integration test (e.g. `tests/host_storage.rs`).
+///
+/// # What the test crate needs
+/// - the storage implements [`HostStorage`](crate::host_storage::HostStorage) (`Send + Sync`);
+/// - dev-dependencies: `tenantry-ports` with features `fences` (default) and `testing`,
+///   `tokio` with features `macros` and `rt`.
+///
+/// # Example
+/// The suite against the in-memory fake; an adapter returns its own storage and keeps its
+/// database alive in the guard, e.g. `{ let db = fresh_database().await; let s =
+/// SeaOrmHostStorage::new(&db.db); (db, s) }` with `tenantry-store-seaorm`'s
+/// `testing` feature.
+/// ```
+/// use tenantry_ports::host_storage::testing::InMemoryHostStorage;
+///
+/// tenantry_ports::host_storage_conformance!(((), InMemoryHostStorage::new()));
+/// # fn main() {}
 /// ```
 #[macro_export]
 macro_rules! host_storage_conformance {

@@ -39,8 +39,34 @@ pub use failures::*;
 /// Runs every conformance case against the store built by `$make`, a closure that takes the
 /// test's [`ManualClock`] and returns a future resolving to `(store, guard)`; `guard` is kept
 /// alive for the test (e.g. a temp folder). The store must read "now" from that clock (the
-/// clock stands in for the database clock), e.g.
-/// `|clock: ManualClock| async move { (InMemoryLifecycleStore::with_clock(Arc::new(clock)), ()) }`.
+/// clock stands in for the database clock).
+///
+/// Expands to one `#[tokio::test(flavor = "multi_thread")]` function per case, so invoke it at
+/// module level of an integration test (e.g. `tests/lifecycle_store.rs`).
+///
+/// # What the store and the test crate need
+/// - the store implements [`LifecycleStore`](crate::lifecycle::LifecycleStore) (that is
+///   [`CommandQueue`](crate::lifecycle::CommandQueue),
+///   [`ControlSpaceReader`](crate::lifecycle::ControlSpaceReader) and
+///   [`IntakeStore`](crate::lifecycle::IntakeStore)) and
+///   [`CommandAdmin`](crate::lifecycle::CommandAdmin), and is `Clone + Send + Sync + 'static`
+///   (clones share the same data: one case claims from several tasks at once);
+/// - dev-dependencies: `tenantry-ports` with features `lifecycle` (default) and `testing`, and
+///   `tokio` with features `macros` and `rt-multi-thread`.
+///
+/// # Example
+/// The suite against the in-memory fake (an adapter passes its own constructor):
+/// ```
+/// use std::sync::Arc;
+///
+/// use tenantry_ports::clock::ManualClock;
+/// use tenantry_ports::lifecycle::fake::InMemoryLifecycleStore;
+///
+/// tenantry_ports::lifecycle_store_conformance!(|clock: ManualClock| async move {
+///     (InMemoryLifecycleStore::with_clock(Arc::new(clock)), ())
+/// });
+/// # fn main() {}
+/// ```
 #[macro_export]
 macro_rules! lifecycle_store_conformance {
     ($make:expr) => {

@@ -51,6 +51,29 @@ struct StoreState {
 /// Its clock plays the database clock of the SQL adapters: claims, lease expiries, renewals,
 /// supersede rules and the stamps of new commands read it ([`with_clock`](Self::with_clock);
 /// the system clock by default).
+///
+/// # Example
+/// A store on a manual clock, read through the ports (the engine's examples enqueue and
+/// dispatch over it, with [`FakeKnowledgeFs`] as the remote):
+/// ```
+/// use std::sync::Arc;
+///
+/// use chrono::{TimeZone, Utc};
+/// use tenantry_kernel::{ControlSpaceId, TenantId};
+/// use tenantry_ports::clock::ManualClock;
+/// use tenantry_ports::lifecycle::ControlSpaceReader;
+/// use tenantry_ports::lifecycle::fake::InMemoryLifecycleStore;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let clock = ManualClock::new(Utc.timestamp_opt(1_800_000_000, 0).unwrap());
+/// let store = InMemoryLifecycleStore::with_clock(Arc::new(clock.clone()));
+/// let (tenant, space) = (TenantId::parse("acme")?, ControlSpaceId::parse("cs-1")?);
+/// assert_eq!(store.control_space(&tenant, &space).await?, None);
+/// assert!(store.commands().is_empty());
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone)]
 pub struct InMemoryLifecycleStore {
     state: Arc<Mutex<StoreState>>,

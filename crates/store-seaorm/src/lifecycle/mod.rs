@@ -216,6 +216,7 @@ pub(crate) fn unavailable(error: DbErr) -> StoreError {
 }
 
 /// Whether `error` is PostgreSQL's deadlock (`40P01`) or serialization failure (`40001`).
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 fn is_contention(error: &DbErr) -> bool {
     let runtime = match error {
         DbErr::Exec(runtime) | DbErr::Query(runtime) | DbErr::Conn(runtime) => runtime,
@@ -230,6 +231,12 @@ fn is_contention(error: &DbErr) -> bool {
         }
         _ => false,
     }
+}
+
+/// Without a driver no statement runs, so nothing can lose a deadlock.
+#[cfg(not(any(feature = "sqlite", feature = "postgres")))]
+fn is_contention(_error: &DbErr) -> bool {
+    false
 }
 
 pub(crate) fn is_unique_violation(error: &DbErr) -> bool {

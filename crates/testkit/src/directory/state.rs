@@ -87,8 +87,8 @@ impl DirectoryModel {
 
     /// Changes only a workspace's status (suspend, archive, delete, reactivate): the
     /// workspace's revision rises by one, every member keeps its own revision and fields, as
-    /// a directory does when the workspace, not the membership, changed
-    /// (`shared/cases/001-workspace-status-change.md`). Emits `directory.changed`; `None`
+    /// a directory does when the workspace, not the membership, changed (the projection must
+    /// then re-derive the members' status without a membership revision). Emits `directory.changed`; `None`
     /// when the workspace does not exist.
     pub fn set_workspace_status(
         &mut self,

@@ -734,6 +734,24 @@ pub async fn large_snapshot_applies<S: SuiteStore>(store: &S) {
 /// Instantiates the projection-store conformance suite: one `#[tokio::test]` per behaviour.
 /// `$ctor` is an expression (evaluated inside an async test) yielding `(guard, store)`; the
 /// guard lives as long as the test (e.g. a temporary database).
+///
+/// Invoke it at module level of an integration test (e.g. `tests/directory_store.rs`).
+///
+/// # What the store and the test crate need
+/// - the store implements [`DirectoryProjectionStore`](crate::directory::DirectoryProjectionStore)
+///   and [`DirectoryFixtureStore`](crate::directory::testing::DirectoryFixtureStore) (dump
+///   every table, seed local rows: the suite compares whole tables with the reference);
+/// - dev-dependencies: `tenantry-ports` with features `directory` (default) and `testing`, and
+///   `tokio` with features `macros` and `rt-multi-thread` (the cases run on two workers).
+///
+/// # Example
+/// The suite against the in-memory fake:
+/// ```
+/// use tenantry_ports::directory::testing::InMemoryProjectionStore;
+///
+/// tenantry_ports::directory_projection_store_conformance!(((), InMemoryProjectionStore::new()));
+/// # fn main() {}
+/// ```
 #[macro_export]
 macro_rules! directory_projection_store_conformance {
     ($ctor:expr) => {

@@ -1,0 +1,45 @@
+//! `Arc<T>`, `Box<T>` and `&T` handles of the host-storage ports.
+
+use std::sync::Arc;
+
+use serde_json::Value;
+use tenantry_fence::Binding;
+
+use crate::host_storage::{HostStorage, HostStorageBindings, HostStorageError};
+
+async_handles!(HostStorage {
+    async fn keys(&self, binding: &Binding) -> Result<Vec<String>, HostStorageError> {
+        (**self).keys(binding).await
+    }
+    async fn get(&self, binding: &Binding, key: &str) -> Result<Option<Value>, HostStorageError> {
+        (**self).get(binding, key).await
+    }
+    async fn set(
+        &self,
+        binding: &Binding,
+        key: &str,
+        value: &Value,
+    ) -> Result<(), HostStorageError> {
+        (**self).set(binding, key, value).await
+    }
+    async fn compare_and_set(
+        &self,
+        binding: &Binding,
+        key: &str,
+        expected: Option<&Value>,
+        value: &Value,
+    ) -> Result<bool, HostStorageError> {
+        (**self)
+            .compare_and_set(binding, key, expected, value)
+            .await
+    }
+});
+
+async_handles!(HostStorageBindings {
+    async fn bindings_with_key_prefix(
+        &self,
+        key_prefix: &str,
+    ) -> Result<Vec<Binding>, HostStorageError> {
+        (**self).bindings_with_key_prefix(key_prefix).await
+    }
+});
