@@ -452,6 +452,20 @@ pub async fn adopt_legacy_history(db: &DatabaseConnection) -> Result<bool, DbErr
             continue;
         }
         let history = mechanism.history_table();
+        // A legacy database: every table of the mechanism is about to be renamed to its
+        // prefixed name, so a table that already has that name is someone else's. Refuse now,
+        // before anything moves (the rename would otherwise skip it and the stores would use
+        // the foreign table).
+        for table in mechanism.tables() {
+            let target = prefixed(table);
+            if naming::table_exists(&txn, table).await?
+                && naming::table_exists(&txn, &target).await?
+            {
+                return Err(DbErr::Custom(naming::foreign_table_message(
+                    &target, history,
+                )));
+            }
+        }
         let own = {
             mechanism.install(&txn).await?;
             read_versions(&txn, history).await?

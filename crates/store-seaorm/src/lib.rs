@@ -18,8 +18,9 @@
 //!
 //! # Features
 //! `lifecycle`, `directory` and `fences` (all default) each enable one mechanism's adapter and
-//! its domain crate: with `default-features = false, features = ["fences"]` only [`mod@connect`]
-//! and the host-storage adapter are compiled. Feature `testing` adds the module `testing`.
+//! its domain crate: with `default-features = false, features = ["fences", "sqlite"]` only
+//! [`mod@connect`] and the host-storage adapter are compiled (`sqlite` and `postgres`, both
+//! default, are the drivers: keep at least one). Feature `testing` adds the module `testing`.
 //!
 //! # Example
 //! Open (and migrate) a database, then build the adapters the engine runs on. An in-memory

@@ -602,3 +602,37 @@ async fn a_database_from_the_hosts_pool() {
     db.migrate(Mechanisms::ALL).await.unwrap();
     db.check_schema(Mechanisms::ALL).await.unwrap();
 }
+
+/// Upgrading a database migrated before the prefix while the host owns a table with one of the
+/// prefixed names (not the probe table of the mechanism): refused by name before anything is
+/// adopted or renamed, never a silent skip that would leave the stores on the host's table.
+#[tokio::test]
+async fn a_foreign_prefixed_table_stops_the_legacy_upgrade_before_anything_moves() {
+    let db = fresh_database().await;
+    let conn = &db.db.conn;
+    make_legacy(conn, None).await;
+    insert_rows(conn, "").await;
+    exec(
+        conn,
+        "CREATE TABLE tenantry_workspaces (id INTEGER PRIMARY KEY)",
+    )
+    .await;
+
+    let error = db.db.migrate(Mechanisms::ALL).await.unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .contains("table tenantry_workspaces already exists and is not Tenantry's"),
+        "{error}"
+    );
+    // Nothing was adopted or renamed: the legacy layout and its history are intact.
+    assert!(table_exists(conn, "workspaces").await);
+    assert!(table_exists(conn, "control_spaces").await);
+    assert!(!table_exists(conn, "tenantry_control_spaces").await);
+    assert!(table_exists(conn, "seaql_migrations").await);
+
+    exec(conn, "DROP TABLE tenantry_workspaces").await;
+    db.db.migrate(Mechanisms::ALL).await.unwrap();
+    assert_named(conn, "tenantry_", "", "after the upgrade").await;
+    db.db.check_schema(Mechanisms::ALL).await.unwrap();
+}

@@ -243,8 +243,13 @@ impl SeaOrmLifecycleStore {
     /// use READ COMMITTED (the default): a same-key race is resolved by reading the winner's
     /// committed command.
     ///
-    /// Unlike [`IntakeStore::submit`], the caller's future owns the transaction: dropping it
-    /// rolls the transaction back (SeaORM's drop), which writes nothing.
+    /// **Cancellation.** Unlike [`IntakeStore::submit`], this runs on the caller's transaction,
+    /// so it cannot be detached. Never cancel the `enqueue` future on its own (a `timeout`
+    /// around just this call) and then go on with the transaction: the savepoint may be left
+    /// half-open, and on PostgreSQL the driver can then end the whole transaction or split it,
+    /// so a later commit may keep only part of the caller's writes. Cancel the whole unit of
+    /// work instead: dropping the transaction together with the `enqueue` future rolls
+    /// everything back and writes nothing. A cancelled `enqueue` logs an error saying so.
     ///
     /// # Errors
     /// - [`IntakeFailure::Rejected`]: the request is invalid (see `IntakeRequest::plan`), names
@@ -265,6 +270,20 @@ impl SeaOrmLifecycleStore {
         C: ConnectionTrait + TransactionTrait<Transaction = DatabaseTransaction>,
     {
         let request = request.into();
+        let mut cancelled = CancelAlarm::armed(request.idempotency_key());
+        let result = self.enqueue_in(conn, &request).await;
+        cancelled.disarm();
+        result
+    }
+
+    async fn enqueue_in<C>(
+        &self,
+        conn: &C,
+        request: &IntakeRequest,
+    ) -> Result<IntakeReceipt, IntakeFailure>
+    where
+        C: ConnectionTrait + TransactionTrait<Transaction = DatabaseTransaction>,
+    {
         for _ in 0..MAX_INTAKE_CONFLICT_RETRIES {
             let savepoint = conn
                 .begin_with_options(TransactionOptions {
@@ -274,7 +293,7 @@ impl SeaOrmLifecycleStore {
                 })
                 .await
                 .map_err(unavailable)?;
-            let attempt = self.enqueue_attempt(&savepoint, &request).await;
+            let attempt = self.enqueue_attempt(&savepoint, request).await;
             match attempt {
                 Ok(Attempt::Done(receipt)) => {
                     savepoint.commit().await.map_err(unavailable)?;
@@ -334,6 +353,36 @@ impl SeaOrmLifecycleStore {
             }
             Err(IntakeStoreError::Store(error)) => Err(error.into()),
             Err(other) => Err(StoreError::unavailable(other.to_string()).into()),
+        }
+    }
+}
+
+/// Logs an error when an `enqueue` future is dropped before it finished: the caller's
+/// transaction must then be dropped too (see `enqueue`, "Cancellation").
+struct CancelAlarm {
+    key: Option<String>,
+}
+
+impl CancelAlarm {
+    fn armed(key: &IdempotencyKey) -> Self {
+        Self {
+            key: Some(key.as_str().to_owned()),
+        }
+    }
+
+    fn disarm(&mut self) {
+        self.key = None;
+    }
+}
+
+impl Drop for CancelAlarm {
+    fn drop(&mut self) {
+        if let Some(key) = self.key.take() {
+            tracing::error!(
+                idempotency_key = %key,
+                "enqueue was cancelled inside the caller's transaction: roll that transaction back \
+                 (drop it) instead of committing it; its savepoint may be half-open"
+            );
         }
     }
 }
