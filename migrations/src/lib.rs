@@ -334,6 +334,10 @@ pub enum MigrateError {
 /// migrated before the history tables existed ([`adopt_legacy_history`]), and checks that no
 /// table about to be created exists already.
 ///
+/// Several processes may call it at once on one database (replicas starting together): a
+/// mechanism whose run fails is run again after a short wait (up to 3 runs, 200 ms then 400 ms
+/// apart), and counts as done as soon as its history records every migration.
+///
 /// # Errors
 /// [`MigrateError::ForeignTable`] when a table to create exists (nothing of that mechanism is
 /// created), [`MigrateError::AdoptHistory`], [`MigrateError::Migration`] when a migration fails.
@@ -342,6 +346,43 @@ pub async fn migrate(db: &DatabaseConnection, mechanisms: Mechanisms) -> Result<
         .await
         .map_err(|source| MigrateError::AdoptHistory { source })?;
     for mechanism in mechanisms.iter() {
+        let mut attempt = 1;
+        loop {
+            match migrate_one(db, mechanism).await {
+                Ok(()) => break,
+                // Two processes migrating a fresh database at once: the loser's statements
+                // meet the winner's tables (a unique violation on PostgreSQL's catalog, or a
+                // table that looks foreign before the winner's history row is visible). Once
+                // the winner is done, the history records every migration: nothing is left.
+                Err(_) if attempt < CONCURRENT_MIGRATE_ATTEMPTS => {
+                    tokio::time::sleep(std::time::Duration::from_millis(200 * attempt)).await;
+                    let done = read_versions(db, mechanism.history_table())
+                        .await
+                        .is_ok_and(|applied| {
+                            mechanism
+                                .migrations()
+                                .iter()
+                                .all(|m| applied.contains(m.name()))
+                        });
+                    if done {
+                        break;
+                    }
+                    attempt += 1;
+                }
+                Err(error) => return Err(error),
+            }
+        }
+    }
+    Ok(())
+}
+
+/// How many times [`migrate`] runs one mechanism's migrations when a run fails, in case a
+/// concurrent migration of the same database caused the failure.
+const CONCURRENT_MIGRATE_ATTEMPTS: u64 = 3;
+
+/// One mechanism's pending migrations: the foreign-table check, then the migrator.
+async fn migrate_one(db: &DatabaseConnection, mechanism: Mechanism) -> Result<(), MigrateError> {
+    {
         let failed = |source| MigrateError::Migration { mechanism, source };
         let applied = read_versions(db, mechanism.history_table())
             .await

@@ -636,3 +636,21 @@ async fn a_foreign_prefixed_table_stops_the_legacy_upgrade_before_anything_moves
     assert_named(conn, "tenantry_", "", "after the upgrade").await;
     db.db.check_schema(Mechanisms::ALL).await.unwrap();
 }
+
+/// Two processes starting on a fresh database migrate at once (here two tasks on separate
+/// pooled connections): both succeed, and the schema is Tenantry's and current.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_concurrent_migrations_of_a_fresh_database_both_succeed() {
+    let test = empty_database().await;
+    let db = Database::from_connection(test.db.conn.clone()).unwrap();
+    let runs: Vec<_> = (0..2)
+        .map(|_| {
+            let db = db.clone();
+            tokio::spawn(async move { db.migrate(Mechanisms::ALL).await })
+        })
+        .collect();
+    for run in runs {
+        run.await.unwrap().unwrap();
+    }
+    db.check_schema(Mechanisms::ALL).await.unwrap();
+}
