@@ -271,3 +271,34 @@ async fn two_host_transactions_with_one_key_give_one_command() {
     assert_eq!(replay.command_id, original.command_id);
     assert_eq!(host_rows(&conn).await, ["project-1", "project-2"]);
 }
+
+/// A platform that migrated only the fences and then enqueues gets an error that says what to
+/// do (migrate the lifecycle mechanism), not a retryable "database unavailable".
+#[tokio::test]
+async fn enqueue_without_the_lifecycle_schema_says_to_migrate_it() {
+    let test = tenantry_store_seaorm::testing::empty_database().await;
+    let db = tenantry_store_seaorm::Database::from_connection(test.db.conn.clone()).unwrap();
+    db.migrate(tenantry_store_seaorm::Mechanisms::FENCES)
+        .await
+        .unwrap();
+    let store = SeaOrmLifecycleStore::new(&db);
+    let txn = begin(&db.conn).await;
+    let error = store
+        .enqueue(&txn, create("cs-1", "create-cs-1", "Docs"))
+        .await
+        .unwrap_err();
+    let IntakeFailure::Store(store_error) = &error else {
+        panic!("{error:?}");
+    };
+    assert!(
+        matches!(
+            store_error,
+            tenantry_ports::lifecycle::StoreError::SchemaMissing { .. }
+        ),
+        "{store_error:?}"
+    );
+    assert!(
+        error.to_string().contains("Mechanisms::LIFECYCLE"),
+        "{error}"
+    );
+}

@@ -69,6 +69,20 @@ pub enum StoreError {
         #[source]
         source: Option<ErrorSource>,
     },
+    /// A table of the lifecycle schema does not exist: the database was never migrated for the
+    /// lifecycle mechanism. Retrying does not help; migrate it (`Database::migrate` with
+    /// `Mechanisms::LIFECYCLE`, or `tenantry migrate`).
+    #[error(
+        "the lifecycle schema is not migrated on this database ({message}); migrate it with \
+         Mechanisms::LIFECYCLE (Database::migrate) or `tenantry migrate`"
+    )]
+    SchemaMissing {
+        /// The driver's message naming the missing table.
+        message: String,
+        /// The driver's error, if any.
+        #[source]
+        source: Option<ErrorSource>,
+    },
 }
 
 impl StoreError {
@@ -96,6 +110,14 @@ impl StoreError {
         }
     }
 
+    /// [`StoreError::SchemaMissing`] with `message` and no source yet.
+    pub fn schema_missing(message: impl Into<String>) -> Self {
+        Self::SchemaMissing {
+            message: message.into(),
+            source: None,
+        }
+    }
+
     /// The same error keeping `source` (a driver's or decoder's error) as its
     /// [`source`](std::error::Error::source).
     #[must_use]
@@ -114,6 +136,10 @@ impl StoreError {
                 message,
                 source: kept,
             },
+            Self::SchemaMissing { message, .. } => Self::SchemaMissing {
+                message,
+                source: kept,
+            },
         }
     }
 
@@ -122,7 +148,8 @@ impl StoreError {
         match self {
             Self::Unavailable { message, .. }
             | Self::Corrupt { message, .. }
-            | Self::Contention { message, .. } => message,
+            | Self::Contention { message, .. }
+            | Self::SchemaMissing { message, .. } => message,
         }
     }
 }

@@ -209,6 +209,8 @@ pub(crate) fn duration_millis(duration: std::time::Duration) -> i64 {
 pub(crate) fn unavailable(error: DbErr) -> StoreError {
     let mapped = if is_contention(&error) {
         StoreError::contention(error.to_string())
+    } else if is_missing_table(&error) {
+        StoreError::schema_missing(error.to_string())
     } else {
         StoreError::unavailable(error.to_string())
     };
@@ -231,6 +233,22 @@ fn is_contention(error: &DbErr) -> bool {
         }
         _ => false,
     }
+}
+
+/// Whether `error` says a table does not exist: PostgreSQL's `42P01` (undefined table), or
+/// SQLite's "no such table".
+fn is_missing_table(error: &DbErr) -> bool {
+    let runtime = match error {
+        DbErr::Exec(runtime) | DbErr::Query(runtime) => runtime,
+        _ => return false,
+    };
+    #[cfg(any(feature = "sqlite", feature = "postgres"))]
+    if let sea_orm::RuntimeErr::SqlxError(sqlx_error) = runtime
+        && let sea_orm::sqlx::Error::Database(db) = sqlx_error.as_ref()
+    {
+        return db.code().as_deref() == Some("42P01") || db.message().starts_with("no such table");
+    }
+    runtime.to_string().contains("no such table")
 }
 
 /// Without a driver no statement runs, so nothing can lose a deadlock.
