@@ -27,17 +27,13 @@ async fn insert_project(txn: &DatabaseTransaction, id: &str) -> Result<(), sea_o
 }
 
 fn create_space(id: &str) -> Result<CreateControlSpace, tenantry_kernel::IdError> {
-    Ok(CreateControlSpace {
-        tenant_id: TenantId::parse("acme")?,
-        control_space_id: ControlSpaceId::parse(id)?,
-        idempotency_key: IdempotencyKey::parse(format!("create-{id}"))?,
-        name: format!("Space of {id}"),
-        slug: id.to_owned(),
-        icon: String::new(),
-        description: String::new(),
-        model_intent: None,
-        profile_intent: None,
-    })
+    Ok(CreateControlSpace::new(
+        TenantId::parse("acme")?,
+        ControlSpaceId::parse(id)?,
+        IdempotencyKey::parse(format!("create-{id}"))?,
+        format!("Space of {id}"),
+        id.to_owned(),
+    ))
 }
 
 #[tokio::main]

@@ -143,28 +143,27 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
 
     println!("1. create a control space: its provision is enqueued in the same transaction");
     let receipt = intake
-        .create_control_space(&CreateControlSpace {
-            tenant_id: tenant.clone(),
-            control_space_id: space.clone(),
-            idempotency_key: IdempotencyKey::parse("create-handbook")?,
-            name: "Handbook".into(),
-            slug: "handbook".into(),
-            icon: String::new(),
-            description: "Company handbook".into(),
-            model_intent: None,
-            profile_intent: None,
-        })
+        .create_control_space(
+            &CreateControlSpace::new(
+                tenant.clone(),
+                space.clone(),
+                IdempotencyKey::parse("create-handbook")?,
+                "Handbook",
+                "handbook",
+            )
+            .with_description("Company handbook"),
+        )
         .await?;
     println!("  command {} ({})", receipt.command_id, receipt.operation);
     wait_for(&store, &tenant, &space, ControlSpaceState::Active).await?;
 
     println!("2. delete it");
     intake
-        .request_deletion(&RequestDeletion {
-            tenant_id: tenant.clone(),
-            control_space_id: space.clone(),
-            idempotency_key: IdempotencyKey::parse("delete-handbook")?,
-        })
+        .request_deletion(&RequestDeletion::new(
+            tenant.clone(),
+            space.clone(),
+            IdempotencyKey::parse("delete-handbook")?,
+        ))
         .await?;
     wait_for(&store, &tenant, &space, ControlSpaceState::Deleted).await?;
 

@@ -28,17 +28,13 @@ impl<S: LifecycleStore> Projects<S> {
 
     /// Opens project `id` of `tenant`; calling it again is harmless (same idempotency key).
     pub async fn open(&self, tenant: &str, id: &str) -> Result<bool, Box<dyn std::error::Error>> {
-        let request = CreateControlSpace {
-            tenant_id: TenantId::parse(tenant)?,
-            control_space_id: ControlSpaceId::parse(id)?,
-            idempotency_key: IdempotencyKey::parse(format!("open-project-{tenant}-{id}"))?,
-            name: format!("Project {id}"),
-            slug: id.to_owned(),
-            icon: String::new(),
-            description: String::new(),
-            model_intent: None,
-            profile_intent: None,
-        };
+        let request = CreateControlSpace::new(
+            TenantId::parse(tenant)?,
+            ControlSpaceId::parse(id)?,
+            IdempotencyKey::parse(format!("open-project-{tenant}-{id}"))?,
+            format!("Project {id}"),
+            id.to_owned(),
+        );
         match self.intake.create_control_space(&request).await {
             Ok(receipt) => Ok(!receipt.replayed),
             Err(IntakeFailure::Store(error)) => Err(format!("try again later: {error}").into()),

@@ -22,17 +22,13 @@ fn tenant() -> TenantId {
 }
 
 fn create(cs: &str, key: &str, name: &str) -> CreateControlSpace {
-    CreateControlSpace {
-        tenant_id: tenant(),
-        control_space_id: ControlSpaceId::parse(cs).unwrap(),
-        idempotency_key: IdempotencyKey::parse(key).unwrap(),
-        name: name.into(),
-        slug: "docs".into(),
-        icon: String::new(),
-        description: String::new(),
-        model_intent: None,
-        profile_intent: None,
-    }
+    CreateControlSpace::new(
+        tenant(),
+        ControlSpaceId::parse(cs).unwrap(),
+        IdempotencyKey::parse(key).unwrap(),
+        name,
+        "docs",
+    )
 }
 
 /// The host platform's own table.
@@ -171,11 +167,11 @@ async fn a_refused_request_leaves_the_host_transaction_usable() {
     let unknown = store
         .enqueue(
             &txn,
-            RequestDeletion {
-                tenant_id: tenant(),
-                control_space_id: ControlSpaceId::parse("missing").unwrap(),
-                idempotency_key: IdempotencyKey::parse("delete-missing").unwrap(),
-            },
+            RequestDeletion::new(
+                tenant(),
+                ControlSpaceId::parse("missing").unwrap(),
+                IdempotencyKey::parse("delete-missing").unwrap(),
+            ),
         )
         .await;
     assert!(
@@ -207,11 +203,11 @@ async fn a_refused_request_leaves_the_host_transaction_usable() {
     let deletion = store
         .enqueue(
             &txn,
-            RequestDeletion {
-                tenant_id: tenant(),
-                control_space_id: ControlSpaceId::parse("cs-1").unwrap(),
-                idempotency_key: IdempotencyKey::parse("delete-cs-1").unwrap(),
-            },
+            RequestDeletion::new(
+                tenant(),
+                ControlSpaceId::parse("cs-1").unwrap(),
+                IdempotencyKey::parse("delete-cs-1").unwrap(),
+            ),
         )
         .await
         .unwrap();

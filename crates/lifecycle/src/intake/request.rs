@@ -197,17 +197,13 @@ mod tests {
     use super::*;
 
     fn create(key: &str, name: &str) -> IntakeRequest {
-        CreateControlSpace {
-            tenant_id: TenantId::parse("acme").unwrap(),
-            control_space_id: ControlSpaceId::parse("cs-1").unwrap(),
-            idempotency_key: IdempotencyKey::parse(key).unwrap(),
-            name: name.into(),
-            slug: "docs".into(),
-            icon: String::new(),
-            description: String::new(),
-            model_intent: None,
-            profile_intent: None,
-        }
+        CreateControlSpace::new(
+            TenantId::parse("acme").unwrap(),
+            ControlSpaceId::parse("cs-1").unwrap(),
+            IdempotencyKey::parse(key).unwrap(),
+            name,
+            "docs",
+        )
         .into()
     }
 
@@ -250,11 +246,11 @@ mod tests {
     #[test]
     fn only_creation_plans_without_the_control_space() {
         assert!(!create("k", "Docs").reads_control_space());
-        let delete = IntakeRequest::from(RequestDeletion {
-            tenant_id: TenantId::parse("acme").unwrap(),
-            control_space_id: ControlSpaceId::parse("cs-1").unwrap(),
-            idempotency_key: IdempotencyKey::parse("k").unwrap(),
-        });
+        let delete = IntakeRequest::from(RequestDeletion::new(
+            TenantId::parse("acme").unwrap(),
+            ControlSpaceId::parse("cs-1").unwrap(),
+            IdempotencyKey::parse("k").unwrap(),
+        ));
         assert!(delete.reads_control_space());
         assert_eq!(delete.operation(), Operation::Delete);
         assert!(matches!(

@@ -237,18 +237,25 @@ fn is_contention(error: &DbErr) -> bool {
 
 /// Whether `error` says a table does not exist: PostgreSQL's `42P01` (undefined table), or
 /// SQLite's "no such table".
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 fn is_missing_table(error: &DbErr) -> bool {
-    let runtime = match error {
-        DbErr::Exec(runtime) | DbErr::Query(runtime) => runtime,
-        _ => return false,
+    let (DbErr::Exec(sea_orm::RuntimeErr::SqlxError(sqlx_error))
+    | DbErr::Query(sea_orm::RuntimeErr::SqlxError(sqlx_error))) = error
+    else {
+        return false;
     };
-    #[cfg(any(feature = "sqlite", feature = "postgres"))]
-    if let sea_orm::RuntimeErr::SqlxError(sqlx_error) = runtime
-        && let sea_orm::sqlx::Error::Database(db) = sqlx_error.as_ref()
-    {
-        return db.code().as_deref() == Some("42P01") || db.message().starts_with("no such table");
+    match sqlx_error.as_ref() {
+        sea_orm::sqlx::Error::Database(db) => {
+            db.code().as_deref() == Some("42P01") || db.message().starts_with("no such table")
+        }
+        _ => false,
     }
-    runtime.to_string().contains("no such table")
+}
+
+/// Without a driver no statement runs, so no table can be missing.
+#[cfg(not(any(feature = "sqlite", feature = "postgres")))]
+fn is_missing_table(_error: &DbErr) -> bool {
+    false
 }
 
 /// Without a driver no statement runs, so nothing can lose a deadlock.
