@@ -4,14 +4,17 @@
 //!
 //! Each method is atomic: on error the tables are left exactly as they were.
 
+use std::collections::BTreeSet;
+
 use crate::batch::{BatchCardinality, check_committed_active};
 use crate::error::DirectoryError;
+use crate::ids::{InstanceUuid, WorkspaceUuid};
 use crate::model::{DirectoryDelta, DirectoryEvent, DirectoryEventBatch, DirectorySnapshot};
 use crate::plan::{
-    ApplyContext, ProjectionWrite, batch_keys, delta_keys, plan_delta, plan_event_batch,
-    plan_snapshot, plan_touch, snapshot_keys,
+    ApplyContext, LookupKeys, ProjectionWrite, batch_keys, delta_keys, plan_delta,
+    plan_event_batch, plan_snapshot, plan_touch, snapshot_keys,
 };
-use crate::rows::{ProjectionState, ProjectionTables};
+use crate::rows::{ExistingRows, ProjectionState, ProjectionTables, needs_absent_fence};
 
 /// What one committed apply reports back to the projector.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,6 +42,83 @@ impl ApplyOutcome {
 }
 
 impl ProjectionTables {
+    /// Selects the rows a planner needs, exactly as the SQL adapter's queries do.
+    pub fn select(&self, keys: &LookupKeys, instance: &InstanceUuid) -> ExistingRows {
+        let account_uuids: BTreeSet<_> = keys.account_uuids.iter().collect();
+        let emails: BTreeSet<_> = keys.emails.iter().map(String::as_str).collect();
+        let accounts = self
+            .accounts
+            .values()
+            .filter(|a| {
+                account_uuids.contains(&a.uuid) || emails.contains(a.normalized_email.as_str())
+            })
+            .cloned()
+            .collect();
+        let mut workspace_uuids: BTreeSet<WorkspaceUuid> =
+            keys.workspace_uuids.iter().cloned().collect();
+        if keys.absent_candidates {
+            for workspace in self.workspaces.values() {
+                if needs_absent_fence(workspace, self.executions.get(&workspace.uuid), instance) {
+                    workspace_uuids.insert(workspace.uuid.clone());
+                }
+            }
+        }
+        let workspaces = workspace_uuids
+            .iter()
+            .filter_map(|u| self.workspaces.get(u).cloned())
+            .collect();
+        let membership_uuids: BTreeSet<_> = keys.membership_uuids.iter().collect();
+        let memberships = self
+            .memberships
+            .values()
+            .filter(|m| {
+                workspace_uuids.contains(&m.workspace_uuid) || membership_uuids.contains(&m.uuid)
+            })
+            .cloned()
+            .collect();
+        let executions = workspace_uuids
+            .iter()
+            .filter_map(|u| self.executions.get(u).cloned())
+            .collect();
+        let receipts = keys
+            .event_uuids
+            .iter()
+            .filter_map(|e| self.receipts.get(&(instance.clone(), e.clone())).cloned())
+            .collect();
+        ExistingRows {
+            accounts,
+            workspaces,
+            memberships,
+            executions,
+            receipts,
+        }
+    }
+
+    /// Writes a plan: every row is an upsert by primary key.
+    pub fn write(&mut self, plan: &ProjectionWrite) {
+        for row in &plan.accounts {
+            self.accounts.insert(row.uuid.clone(), row.clone());
+        }
+        for row in &plan.workspaces {
+            self.workspaces.insert(row.uuid.clone(), row.clone());
+        }
+        for row in &plan.memberships {
+            self.memberships.insert(row.uuid.clone(), row.clone());
+        }
+        for row in &plan.executions {
+            self.executions
+                .insert(row.workspace_uuid.clone(), row.clone());
+        }
+        for row in &plan.receipts {
+            self.receipts.insert(
+                (row.instance_uuid.clone(), row.event_uuid.clone()),
+                row.clone(),
+            );
+        }
+        self.states
+            .insert(plan.state.instance_uuid.clone(), plan.state.clone());
+    }
+
     fn commit(
         &mut self,
         ctx: &ApplyContext,

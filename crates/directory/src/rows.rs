@@ -1,13 +1,15 @@
-//! Rows of the projected tables as the platform persists them, and an in-memory table set
-//! that defines what "writing a plan" means (the fake store uses it; the SQL adapter does the
-//! same with upserts).
+//! Rows of the projected tables as the platform persists them, and an in-memory table set of
+//! them (selecting and writing planned rows into it is the reference store transaction in
+//! [`crate::memory`]; the SQL adapter does the same with queries and upserts).
+//!
+//! This module depends on no planner: [`crate::plan`] reads these rows, never the reverse.
 //!
 //! Ownership is explicit: [`RowSource::Local`] rows (accounts, workspaces, execution state)
 //! were created by the platform and the projection refuses to take them over; a membership at
 //! `projection_revision == 0` belongs to the platform and the projection never overwrites it.
 //! Timestamps have millisecond precision (both databases store Unix milliseconds).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -157,7 +159,7 @@ pub struct ProjectionTables {
     pub receipts: BTreeMap<(InstanceUuid, EventUuid), InboxReceipt>,
 }
 
-/// Rows a planner reads, selected by [`crate::plan::LookupKeys`].
+/// Rows a planner reads, selected by the lookup keys the planner asked for.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ExistingRows {
     /// Accounts whose uuid or email is among the keys.
@@ -197,83 +199,6 @@ pub fn is_active_projected(workspace: &WorkspaceRow, instance: &InstanceUuid) ->
 }
 
 impl ProjectionTables {
-    /// Selects the rows a planner needs, exactly as the SQL adapter's queries do.
-    pub fn select(&self, keys: &crate::plan::LookupKeys, instance: &InstanceUuid) -> ExistingRows {
-        let account_uuids: BTreeSet<_> = keys.account_uuids.iter().collect();
-        let emails: BTreeSet<_> = keys.emails.iter().map(String::as_str).collect();
-        let accounts = self
-            .accounts
-            .values()
-            .filter(|a| {
-                account_uuids.contains(&a.uuid) || emails.contains(a.normalized_email.as_str())
-            })
-            .cloned()
-            .collect();
-        let mut workspace_uuids: BTreeSet<WorkspaceUuid> =
-            keys.workspace_uuids.iter().cloned().collect();
-        if keys.absent_candidates {
-            for workspace in self.workspaces.values() {
-                if needs_absent_fence(workspace, self.executions.get(&workspace.uuid), instance) {
-                    workspace_uuids.insert(workspace.uuid.clone());
-                }
-            }
-        }
-        let workspaces = workspace_uuids
-            .iter()
-            .filter_map(|u| self.workspaces.get(u).cloned())
-            .collect();
-        let membership_uuids: BTreeSet<_> = keys.membership_uuids.iter().collect();
-        let memberships = self
-            .memberships
-            .values()
-            .filter(|m| {
-                workspace_uuids.contains(&m.workspace_uuid) || membership_uuids.contains(&m.uuid)
-            })
-            .cloned()
-            .collect();
-        let executions = workspace_uuids
-            .iter()
-            .filter_map(|u| self.executions.get(u).cloned())
-            .collect();
-        let receipts = keys
-            .event_uuids
-            .iter()
-            .filter_map(|e| self.receipts.get(&(instance.clone(), e.clone())).cloned())
-            .collect();
-        ExistingRows {
-            accounts,
-            workspaces,
-            memberships,
-            executions,
-            receipts,
-        }
-    }
-
-    /// Writes a plan: every row is an upsert by primary key.
-    pub fn write(&mut self, plan: &crate::plan::ProjectionWrite) {
-        for row in &plan.accounts {
-            self.accounts.insert(row.uuid.clone(), row.clone());
-        }
-        for row in &plan.workspaces {
-            self.workspaces.insert(row.uuid.clone(), row.clone());
-        }
-        for row in &plan.memberships {
-            self.memberships.insert(row.uuid.clone(), row.clone());
-        }
-        for row in &plan.executions {
-            self.executions
-                .insert(row.workspace_uuid.clone(), row.clone());
-        }
-        for row in &plan.receipts {
-            self.receipts.insert(
-                (row.instance_uuid.clone(), row.event_uuid.clone()),
-                row.clone(),
-            );
-        }
-        self.states
-            .insert(plan.state.instance_uuid.clone(), plan.state.clone());
-    }
-
     /// Active projected workspaces of `instance` (the committed capacity check).
     pub fn count_active(&self, instance: &InstanceUuid) -> u64 {
         self.workspaces

@@ -5,8 +5,10 @@ use std::time::Duration;
 use super::*;
 use crate::config::ProjectionLimits;
 use crate::maps::{
-    DirectoryAccountStatus, DirectoryMembershipStatus, DirectoryRole, MembershipRole,
+    AccountStatus, DirectoryAccountStatus, DirectoryMembershipStatus, DirectoryRole,
+    ExecutionStatus, MembershipRole, MembershipStatus, RowSource, WorkspaceStatus,
 };
+use crate::model::{DirectoryMember, DirectoryWorkspace};
 use crate::rows::ProjectionTables;
 use crate::testing::*;
 

@@ -1,0 +1,310 @@
+//! Apply planning: given the current rows and an incoming projection, the rows to write or the
+//! rule that refuses it.
+//!
+//! Each `plan_*` function is the whole decision of one store transaction. The store adapter:
+//! 1. takes the instance's `directory_projection_state` row lock (for a snapshot, after
+//!    inserting the row if it is missing);
+//! 2. loads the rows named by [`LookupKeys`] (see [`crate::rows::ExistingRows`]);
+//! 3. calls the planner; on `Err` rolls back, so a refused input changes nothing;
+//! 4. upserts every row of the returned [`ProjectionWrite`];
+//! 5. when [`ProjectionWrite::check_active_capacity`] is set, counts the committed active
+//!    projected workspaces and calls [`crate::batch::check_committed_active`];
+//! 6. commits.
+//!
+//! Specification: `docs/protocol.md`, section 4, "Apply rules" (snapshot, delta, event batch
+//! and freshness touch, with the deviations from the reference behaviour).
+
+use std::collections::{BTreeMap, HashSet};
+use std::time::Duration;
+
+use chrono::{DateTime, TimeDelta, Utc};
+
+use crate::batch::{
+    BatchCardinality, check_capacity, validate_batch, validate_delta, validate_workspaces,
+};
+use crate::config::ProjectionLimits;
+use crate::error::DirectoryError;
+use crate::fingerprint::{incremental_marker, snapshot_fingerprint};
+use crate::ids::{InstanceUuid, WorkspaceUuid};
+use crate::model::{
+    DirectoryDelta, DirectoryEvent, DirectoryEventBatch, DirectorySnapshot, EventKind,
+};
+use crate::rows::{
+    AccountRow, ExecutionRow, ExistingRows, InboxReceipt, MembershipRow, ProjectionState,
+    WorkspaceRow, to_millis,
+};
+
+/// The inputs every plan shares: who we are, the limits, and the time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApplyContext {
+    /// The instance projected into.
+    pub instance: InstanceUuid,
+    /// Capacity limits.
+    pub limits: ProjectionLimits,
+    /// Wall-clock time of the apply (truncated to milliseconds when stored).
+    pub now: DateTime<Utc>,
+    /// Lease written into the state row: `lease_expires_at = now + max_staleness`.
+    pub max_staleness: Duration,
+}
+
+impl ApplyContext {
+    fn now(&self) -> DateTime<Utc> {
+        to_millis(self.now)
+    }
+
+    fn lease_expires_at(&self) -> DateTime<Utc> {
+        let now = self.now();
+        TimeDelta::from_std(self.max_staleness)
+            .ok()
+            .and_then(|d| now.checked_add_signed(d))
+            .unwrap_or(now)
+    }
+}
+
+/// What one apply writes; every row is an upsert by primary key. Only rows whose contents
+/// change are listed, sorted by primary key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProjectionWrite {
+    /// `accounts` rows.
+    pub accounts: Vec<AccountRow>,
+    /// `workspaces` rows.
+    pub workspaces: Vec<WorkspaceRow>,
+    /// `workspace_memberships` rows.
+    pub memberships: Vec<MembershipRow>,
+    /// `workspace_execution_state` rows.
+    pub executions: Vec<ExecutionRow>,
+    /// `directory_projection_inbox` rows.
+    pub receipts: Vec<InboxReceipt>,
+    /// The new `directory_projection_state` row.
+    pub state: ProjectionState,
+    /// Count committed active workspaces before commit (snapshots and deltas).
+    pub check_active_capacity: bool,
+    /// Sizes of the input, for gauges (snapshots and deltas).
+    pub cardinality: Option<BatchCardinality>,
+    /// The projection now equals the provider's high-water mark: the replica may record
+    /// readiness.
+    pub caught_up: bool,
+}
+
+/// Plans one full snapshot (with optional event receipts).
+///
+/// Rules, in order: capacity; instance; workspace-list consistency; `cursor < state.cursor`
+/// is [`DirectoryError::SnapshotSuperseded`]; the same cursor with another fingerprint (unless
+/// the state holds the incremental marker) is [`DirectoryError::SnapshotConflict`]; receipts;
+/// accounts; workspaces with memberships and execution state; every projected workspace absent
+/// from the snapshot is archived, its memberships removed and its execution fenced. The state
+/// row gets `cursor = snapshot_coverage_cursor = snapshot.cursor` and the snapshot fingerprint.
+///
+/// `state` is `None` when no row exists yet (the store inserts it).
+///
+/// # Errors
+/// The first broken rule.
+pub fn plan_snapshot(
+    ctx: &ApplyContext,
+    state: Option<&ProjectionState>,
+    existing: &ExistingRows,
+    snapshot: &DirectorySnapshot,
+    events: &[DirectoryEvent],
+) -> Result<ProjectionWrite, DirectoryError> {
+    let cardinality = check_capacity(&snapshot.workspaces, true, &ctx.limits)?;
+    if snapshot.instance_uuid != ctx.instance {
+        return Err(DirectoryError::WrongInstance {
+            what: "snapshot",
+            expected: ctx.instance.clone(),
+            actual: snapshot.instance_uuid.clone(),
+        });
+    }
+    validate_workspaces(&snapshot.workspaces)?;
+    let fingerprint = snapshot_fingerprint(snapshot);
+    if let Some(state) = state {
+        if snapshot.cursor < state.cursor {
+            return Err(DirectoryError::SnapshotSuperseded {
+                snapshot_cursor: snapshot.cursor,
+                projected_cursor: state.cursor,
+            });
+        }
+        if snapshot.cursor == state.cursor
+            && state.snapshot_fingerprint != fingerprint
+            && state.snapshot_fingerprint != incremental_marker()
+        {
+            return Err(DirectoryError::SnapshotConflict {
+                cursor: snapshot.cursor,
+            });
+        }
+    }
+    let mut work = Working::new(ctx, existing);
+    work.record_events(events, -1, None)?;
+    let projected = work.apply_accounts(&snapshot.workspaces, snapshot.cursor)?;
+    work.apply_workspaces(&snapshot.workspaces, &projected)?;
+    work.fence_absent(&snapshot.workspaces);
+    work.mark_applied(events);
+    let state = ProjectionState {
+        instance_uuid: ctx.instance.clone(),
+        cursor: snapshot.cursor,
+        snapshot_coverage_cursor: snapshot.cursor,
+        snapshot_fingerprint: fingerprint,
+        last_applied_at: ctx.now(),
+        lease_expires_at: ctx.lease_expires_at(),
+    };
+    Ok(work.finish(state, true, Some(cardinality), true))
+}
+
+/// Plans a delta for the workspaces named by the batch's `directory.changed` events.
+///
+/// Rules, in order: capacity (no workspace-count limit); the batch's own validation; the delta
+/// matches the batch ([`validate_delta`]); workspace-list consistency; the state row exists and
+/// its cursor is not behind `after_cursor`; receipts (a new event at or below the shared cursor
+/// but above the snapshot coverage cursor is a [`DirectoryError::MissingReceipt`]). When the
+/// shared cursor is behind `batch.cursor`: accounts and workspaces at revision `batch.cursor`,
+/// requested-but-omitted workspaces tombstoned at their announced revision, and the state row
+/// moves to `batch.cursor` with the incremental fingerprint marker. Otherwise another replica
+/// already applied this page and only the receipts and freshness are written.
+///
+/// # Errors
+/// The first broken rule.
+pub fn plan_delta(
+    ctx: &ApplyContext,
+    state: Option<&ProjectionState>,
+    existing: &ExistingRows,
+    delta: &DirectoryDelta,
+    batch: &DirectoryEventBatch,
+) -> Result<ProjectionWrite, DirectoryError> {
+    let cardinality = check_capacity(&delta.workspaces, false, &ctx.limits)?;
+    validate_batch(batch, &ctx.instance, batch.after_cursor)?;
+    let required = validate_delta(delta, batch, &ctx.instance)?;
+    validate_workspaces(&delta.workspaces)?;
+    let state = state.ok_or_else(|| DirectoryError::StateMissing {
+        instance: ctx.instance.clone(),
+    })?;
+    if state.cursor < batch.after_cursor {
+        return Err(DirectoryError::StateCursorRolledBack {
+            state_cursor: state.cursor,
+            expected: batch.after_cursor,
+        });
+    }
+    let mut work = Working::new(ctx, existing);
+    work.record_events(
+        &batch.events,
+        state.snapshot_coverage_cursor,
+        Some(state.cursor),
+    )?;
+    let mut next = state.clone();
+    if state.cursor < batch.cursor {
+        let projected = work.apply_accounts(&delta.workspaces, batch.cursor)?;
+        work.apply_workspaces(&delta.workspaces, &projected)?;
+        let returned: HashSet<&WorkspaceUuid> = delta.workspaces.iter().map(|w| &w.uuid).collect();
+        let tombstones: BTreeMap<&WorkspaceUuid, i64> = required
+            .iter()
+            .filter(|(uuid, _)| !returned.contains(uuid))
+            .map(|(uuid, revision)| (uuid, *revision))
+            .collect();
+        for (uuid, revision) in tombstones {
+            work.tombstone(uuid, revision)?;
+        }
+        next.cursor = batch.cursor;
+        next.snapshot_fingerprint = incremental_marker();
+    }
+    next.last_applied_at = ctx.now();
+    next.lease_expires_at = ctx.lease_expires_at();
+    work.mark_applied(&batch.events);
+    let caught_up = batch.cursor == batch.high_water_cursor && next.cursor == batch.cursor;
+    Ok(work.finish(next, true, Some(cardinality), caught_up))
+}
+
+/// Plans a batch without `directory.changed` events: receipts, and the shared cursor moves to
+/// `max(state.cursor, batch.cursor)`.
+///
+/// # Errors
+/// The batch's own validation, [`DirectoryError::DirectoryChangesNeedDelta`],
+/// [`DirectoryError::StateMissing`], [`DirectoryError::StateCursorRolledBack`] or a receipt rule.
+pub fn plan_event_batch(
+    ctx: &ApplyContext,
+    state: Option<&ProjectionState>,
+    existing: &ExistingRows,
+    batch: &DirectoryEventBatch,
+) -> Result<ProjectionWrite, DirectoryError> {
+    validate_batch(batch, &ctx.instance, batch.after_cursor)?;
+    if batch
+        .events
+        .iter()
+        .any(|e| e.kind() == Some(EventKind::DirectoryChanged))
+    {
+        return Err(DirectoryError::DirectoryChangesNeedDelta);
+    }
+    let state = state.ok_or_else(|| DirectoryError::StateMissing {
+        instance: ctx.instance.clone(),
+    })?;
+    if state.cursor < batch.after_cursor {
+        return Err(DirectoryError::StateCursorRolledBack {
+            state_cursor: state.cursor,
+            expected: batch.after_cursor,
+        });
+    }
+    let mut work = Working::new(ctx, existing);
+    work.record_events(
+        &batch.events,
+        state.snapshot_coverage_cursor,
+        Some(state.cursor),
+    )?;
+    let mut next = state.clone();
+    next.cursor = state.cursor.max(batch.cursor);
+    next.last_applied_at = ctx.now();
+    next.lease_expires_at = ctx.lease_expires_at();
+    work.mark_applied(&batch.events);
+    let caught_up = batch.cursor == batch.high_water_cursor && next.cursor == batch.cursor;
+    Ok(work.finish(next, false, None, caught_up))
+}
+
+/// Plans a freshness touch after an empty batch: the replica at `replica_cursor` confirms the
+/// shared projection is current.
+///
+/// # Errors
+/// [`DirectoryError::StateMissing`]; [`DirectoryError::StateCursorRolledBack`] when the shared
+/// cursor is behind the replica; [`DirectoryError::ReplicaBehindHighWater`] when another replica
+/// advanced it past this replica's cursor.
+pub fn plan_touch(
+    ctx: &ApplyContext,
+    state: Option<&ProjectionState>,
+    replica_cursor: i64,
+) -> Result<ProjectionWrite, DirectoryError> {
+    let state = state.ok_or_else(|| DirectoryError::StateMissing {
+        instance: ctx.instance.clone(),
+    })?;
+    if state.cursor < replica_cursor {
+        return Err(DirectoryError::StateCursorRolledBack {
+            state_cursor: state.cursor,
+            expected: replica_cursor,
+        });
+    }
+    if state.cursor > replica_cursor {
+        return Err(DirectoryError::ReplicaBehindHighWater {
+            replica_cursor,
+            shared_cursor: state.cursor,
+        });
+    }
+    let mut next = state.clone();
+    next.last_applied_at = ctx.now();
+    next.lease_expires_at = ctx.lease_expires_at();
+    Ok(ProjectionWrite {
+        accounts: Vec::new(),
+        workspaces: Vec::new(),
+        memberships: Vec::new(),
+        executions: Vec::new(),
+        receipts: Vec::new(),
+        state: next,
+        check_active_capacity: false,
+        cardinality: None,
+        caught_up: true,
+    })
+}
+
+mod accounts;
+mod keys;
+mod working;
+mod workspaces;
+
+pub use keys::{LookupKeys, batch_keys, delta_keys, snapshot_keys};
+use working::Working;
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,196 @@
+//! The working copy a plan edits: the loaded rows, the rows as they will be, the touched keys;
+//! plus the receipt bookkeeping every plan shares.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::hash::Hash;
+
+use super::{ApplyContext, ProjectionWrite};
+use crate::batch::BatchCardinality;
+use crate::error::DirectoryError;
+use crate::fingerprint::event_fingerprint;
+use crate::ids::{AccountUuid, EventUuid, MembershipUuid, WorkspaceUuid};
+use crate::model::DirectoryEvent;
+use crate::rows::{
+    AccountRow, ExecutionRow, ExistingRows, InboxReceipt, MembershipRow, ProjectionState,
+    WorkspaceRow,
+};
+
+/// A table slice being edited: the rows as loaded, the rows as they will be, and which keys
+/// were touched.
+pub(super) struct Table<K, V> {
+    original: HashMap<K, V>,
+    pub(super) current: HashMap<K, V>,
+    touched: HashSet<K>,
+}
+
+impl<K: Eq + Hash + Clone + Ord, V: Clone + PartialEq> Table<K, V> {
+    pub(super) fn new(rows: impl IntoIterator<Item = (K, V)>) -> Self {
+        let original: HashMap<K, V> = rows.into_iter().collect();
+        Self {
+            current: original.clone(),
+            original,
+            touched: HashSet::new(),
+        }
+    }
+
+    pub(super) fn get(&self, key: &K) -> Option<&V> {
+        self.current.get(key)
+    }
+
+    pub(super) fn put(&mut self, key: K, value: V) {
+        self.touched.insert(key.clone());
+        self.current.insert(key, value);
+    }
+
+    pub(super) fn changed(self) -> Vec<V> {
+        let mut keys: Vec<K> = self.touched.into_iter().collect();
+        keys.sort();
+        keys.into_iter()
+            .filter_map(|k| {
+                let now = self.current.get(&k)?;
+                (self.original.get(&k) != Some(now)).then(|| now.clone())
+            })
+            .collect()
+    }
+}
+
+pub(super) struct Working<'a> {
+    pub(super) ctx: &'a ApplyContext,
+    pub(super) accounts: Table<AccountUuid, AccountRow>,
+    pub(super) accounts_by_email: HashMap<String, AccountUuid>,
+    pub(super) workspaces: Table<WorkspaceUuid, WorkspaceRow>,
+    pub(super) memberships: Table<MembershipUuid, MembershipRow>,
+    pub(super) by_workspace: HashMap<WorkspaceUuid, BTreeMap<AccountUuid, MembershipUuid>>,
+    pub(super) executions: Table<WorkspaceUuid, ExecutionRow>,
+    pub(super) receipts: Table<EventUuid, InboxReceipt>,
+}
+
+impl<'a> Working<'a> {
+    pub(super) fn new(ctx: &'a ApplyContext, existing: &ExistingRows) -> Self {
+        let accounts_by_email = existing
+            .accounts
+            .iter()
+            .map(|a| (a.normalized_email.clone(), a.uuid.clone()))
+            .collect();
+        let mut by_workspace: HashMap<WorkspaceUuid, BTreeMap<AccountUuid, MembershipUuid>> =
+            HashMap::new();
+        for m in &existing.memberships {
+            by_workspace
+                .entry(m.workspace_uuid.clone())
+                .or_default()
+                .insert(m.account_uuid.clone(), m.uuid.clone());
+        }
+        Self {
+            ctx,
+            accounts: Table::new(
+                existing
+                    .accounts
+                    .iter()
+                    .map(|a| (a.uuid.clone(), a.clone())),
+            ),
+            accounts_by_email,
+            workspaces: Table::new(
+                existing
+                    .workspaces
+                    .iter()
+                    .map(|w| (w.uuid.clone(), w.clone())),
+            ),
+            memberships: Table::new(
+                existing
+                    .memberships
+                    .iter()
+                    .map(|m| (m.uuid.clone(), m.clone())),
+            ),
+            by_workspace,
+            executions: Table::new(
+                existing
+                    .executions
+                    .iter()
+                    .map(|e| (e.workspace_uuid.clone(), e.clone())),
+            ),
+            receipts: Table::new(
+                existing
+                    .receipts
+                    .iter()
+                    .filter(|r| r.instance_uuid == ctx.instance)
+                    .map(|r| (r.event_uuid.clone(), r.clone())),
+            ),
+        }
+    }
+
+    pub(super) fn finish(
+        self,
+        state: ProjectionState,
+        check_active_capacity: bool,
+        cardinality: Option<BatchCardinality>,
+        caught_up: bool,
+    ) -> ProjectionWrite {
+        ProjectionWrite {
+            accounts: self.accounts.changed(),
+            workspaces: self.workspaces.changed(),
+            memberships: self.memberships.changed(),
+            executions: self.executions.changed(),
+            receipts: self.receipts.changed(),
+            state,
+            check_active_capacity,
+            cardinality,
+            caught_up,
+        }
+    }
+
+    /// Inbox receipts. A known event uuid must repeat its cursor and fingerprint and is then
+    /// skipped; a new event with `allow_missing_through < cursor <= reject_missing_through` means
+    /// the shared cursor passed it without a receipt.
+    pub(super) fn record_events(
+        &mut self,
+        events: &[DirectoryEvent],
+        allow_missing_through: i64,
+        reject_missing_through: Option<i64>,
+    ) -> Result<(), DirectoryError> {
+        for event in events {
+            let fingerprint = event_fingerprint(event);
+            if let Some(receipt) = self.receipts.get(&event.uuid) {
+                if receipt.cursor != event.cursor || receipt.fingerprint != fingerprint {
+                    return Err(DirectoryError::ReceiptConflict {
+                        event: event.uuid.clone(),
+                    });
+                }
+                continue;
+            }
+            if let Some(reject) = reject_missing_through
+                && allow_missing_through < event.cursor
+                && event.cursor <= reject
+            {
+                return Err(DirectoryError::MissingReceipt {
+                    event: event.uuid.clone(),
+                    cursor: event.cursor,
+                });
+            }
+            self.receipts.put(
+                event.uuid.clone(),
+                InboxReceipt {
+                    instance_uuid: self.ctx.instance.clone(),
+                    event_uuid: event.uuid.clone(),
+                    cursor: event.cursor,
+                    event_type: event.event_type.clone(),
+                    revision: event.revision,
+                    fingerprint,
+                    received_at: self.ctx.now(),
+                    applied_at: None,
+                },
+            );
+        }
+        Ok(())
+    }
+
+    pub(super) fn mark_applied(&mut self, events: &[DirectoryEvent]) {
+        let now = self.ctx.now();
+        for event in events {
+            if let Some(receipt) = self.receipts.get(&event.uuid) {
+                let mut receipt = receipt.clone();
+                receipt.applied_at = Some(now);
+                self.receipts.put(event.uuid.clone(), receipt);
+            }
+        }
+    }
+}
