@@ -11,7 +11,7 @@ use tenantry_kernel::{
 };
 use tenantry_lifecycle::intake::{CreateControlSpace, NewCommand, NewIds, RequestRevocation};
 use tenantry_lifecycle::{ControlSpace, ControlSpaceState};
-use tenantry_store_seaorm::{Database, bench as store_bench, connect};
+use tenantry_store_seaorm::{Database, bench as store_bench, connect, throwaway};
 
 use crate::BenchResult;
 
@@ -41,7 +41,7 @@ impl Target {
         match self {
             Self::Postgres { server_url } => {
                 let database = format!("tenantry_bench_{name}");
-                let url = store_bench::create_postgres_database(server_url, &database).await?;
+                let url = throwaway::create_postgres_database(server_url, &database).await?;
                 let db = connect(&url, pool).await?;
                 Ok(BenchDb {
                     db,
@@ -89,7 +89,7 @@ impl BenchDb {
             Cleanup::Postgres {
                 server_url,
                 database,
-            } => store_bench::drop_postgres_database(&server_url, &database).await?,
+            } => throwaway::drop_postgres_database(&server_url, &database).await?,
             Cleanup::Sqlite(dir) => dir.close()?,
         }
         Ok(())

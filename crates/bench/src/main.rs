@@ -24,6 +24,7 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use tenantry_engine::lifecycle::GroupCommitConfig;
+use tenantry_store_seaorm::throwaway;
 
 use crate::fixtures::{Target, Workload};
 use crate::lifecycle::DrainOptions;
@@ -130,6 +131,22 @@ enum Part {
         #[arg(long, default_value_t = 1_000)]
         ops_per_scope: u64,
     },
+    /// Creates (prints its URL) or drops a scratch database on the PostgreSQL server of
+    /// `--database-url`, for tools outside this binary (`cargo xtask bench` runs pgbench in
+    /// one). Not a measurement: prints no result line.
+    ScratchDatabase {
+        /// `create` (dropping an existing one first) or `drop`.
+        #[arg(value_enum)]
+        action: ScratchAction,
+        /// Database name (letters, digits, `_`).
+        name: String,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum ScratchAction {
+    Create,
+    Drop,
 }
 
 /// Worker settings of a drain.
@@ -272,5 +289,18 @@ async fn run(cli: Cli) -> BenchResult<()> {
             scopes,
             ops_per_scope,
         } => fence::run(*ops, *scopes, *ops_per_scope).await,
+        Part::ScratchDatabase { action, name } => {
+            let Target::Postgres { server_url } = target()? else {
+                return Err("scratch-database needs --backend postgres".into());
+            };
+            match action {
+                ScratchAction::Create => {
+                    let url = throwaway::create_postgres_database(&server_url, name).await?;
+                    println!("{url}");
+                }
+                ScratchAction::Drop => throwaway::drop_postgres_database(&server_url, name).await?,
+            }
+            Ok(())
+        }
     }
 }

@@ -1,5 +1,6 @@
-//! Support for `cargo xtask bench` (feature `bench`): databases per run, bulk loading of
-//! fixtures, and the plain-SQL baselines the benchmarks compare against.
+//! Support for `cargo xtask bench` (feature `bench`): bulk loading of fixtures and the
+//! plain-SQL baselines the benchmarks compare against. Databases per run are made with
+//! [`crate::throwaway`].
 //!
 //! Nothing here is used by the product. Bulk loading bypasses the intake rules (no idempotency
 //! check, no compare-and-set): it writes the rows the caller planned with the pure intake
@@ -7,7 +8,7 @@
 //! minutes. Row conversion is the adapter's own, so the loaded rows are exactly what intake
 //! would have written.
 
-use sea_orm::{ConnectionTrait, DbBackend, Statement, TransactionTrait};
+use sea_orm::{ConnectionTrait, DbBackend, Statement};
 use tenantry_directory::ProjectionWrite;
 use tenantry_lifecycle::ControlSpace;
 use tenantry_lifecycle::intake::NewCommand;
@@ -16,64 +17,11 @@ use tenantry_ports::lifecycle::StoreError;
 
 use crate::connect::{Backend, Database};
 use crate::directory::SeaOrmDirectoryStore;
+use crate::lifecycle::SeaOrmLifecycleStore;
 use crate::lifecycle::unavailable;
 
 /// Rows per multi-row `INSERT` statement when bulk loading.
 pub const BULK_ROWS_PER_STATEMENT: usize = 1_000;
-
-/// Creates (dropping it first if it exists) database `name` on the PostgreSQL server of
-/// `server_url` and returns the URL of the new database.
-///
-/// # Errors
-/// [`StoreError::Unavailable`] when the server cannot be reached or refuses the statements.
-pub async fn create_postgres_database(server_url: &str, name: &str) -> Result<String, StoreError> {
-    let admin = sea_orm::Database::connect(server_url)
-        .await
-        .map_err(unavailable)?;
-    admin
-        .execute_unprepared(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-        .await
-        .map_err(unavailable)?;
-    admin
-        .execute_unprepared(&format!("CREATE DATABASE {name}"))
-        .await
-        .map_err(unavailable)?;
-    admin.close().await.map_err(unavailable)?;
-    Ok(with_database(server_url, name))
-}
-
-/// Drops database `name` on the PostgreSQL server of `server_url` (closing its sessions).
-///
-/// # Errors
-/// [`StoreError::Unavailable`] when the server cannot be reached or refuses the statement.
-pub async fn drop_postgres_database(server_url: &str, name: &str) -> Result<(), StoreError> {
-    let admin = sea_orm::Database::connect(server_url)
-        .await
-        .map_err(unavailable)?;
-    admin
-        .execute_unprepared(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-        .await
-        .map_err(unavailable)?;
-    admin.close().await.map_err(unavailable)
-}
-
-/// `server_url` with its database (the path) replaced by `database`, query string kept.
-pub fn with_database(server_url: &str, database: &str) -> String {
-    let (base, query) = match server_url.split_once('?') {
-        Some((b, q)) => (b, Some(q)),
-        None => (server_url, None),
-    };
-    let scheme_end = base.find("://").map_or(0, |i| i + 3);
-    let authority_end = base[scheme_end..]
-        .find('/')
-        .map_or(base.len(), |i| scheme_end + i);
-    let mut out = format!("{}/{}", &base[..authority_end], database);
-    if let Some(q) = query {
-        out.push('?');
-        out.push_str(q);
-    }
-    out
-}
 
 /// Inserts `spaces` and pending `commands` as given, [`BULK_ROWS_PER_STATEMENT`] rows per
 /// statement, all in one transaction. No rule is checked: plan the rows with the intake
@@ -87,9 +35,9 @@ pub async fn bulk_load_lifecycle(
     spaces: &[ControlSpace],
     commands: &[NewCommand],
 ) -> Result<(), StoreError> {
-    let txn = db.conn.begin().await.map_err(unavailable)?;
-    crate::lifecycle::bulk::insert(&txn, spaces, commands).await?;
-    txn.commit().await.map_err(unavailable)
+    SeaOrmLifecycleStore::new(db)
+        .bulk_insert(spaces, commands, BULK_ROWS_PER_STATEMENT)
+        .await
 }
 
 /// Inserts the account, workspace, membership and execution rows of a planned directory write
@@ -104,7 +52,7 @@ pub async fn bulk_insert_directory_rows(
     db: &Database,
     write: &ProjectionWrite,
 ) -> Result<(), ProjectionStoreError> {
-    crate::directory::bulk::insert_plain(&SeaOrmDirectoryStore::new(db), write).await
+    SeaOrmDirectoryStore::new(db).bulk_insert_plain(write).await
 }
 
 /// Number of outbox commands per status, ordered by status name.
@@ -145,23 +93,5 @@ fn backend(db: &Database) -> DbBackend {
     match db.backend {
         Backend::Sqlite => DbBackend::Sqlite,
         Backend::Postgres => DbBackend::Postgres,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::with_database;
-
-    #[test]
-    fn with_database_keeps_authority_and_query() {
-        assert_eq!(
-            with_database("postgres://u@h:5/postgres", "x"),
-            "postgres://u@h:5/x"
-        );
-        assert_eq!(with_database("postgres://u@h:5", "x"), "postgres://u@h:5/x");
-        assert_eq!(
-            with_database("postgres://u@h:5/db?sslmode=disable", "x"),
-            "postgres://u@h:5/x?sslmode=disable"
-        );
     }
 }

@@ -25,7 +25,7 @@
 //! with the transaction (rolled back).
 
 #[cfg(feature = "bench")]
-pub(crate) mod bulk;
+mod bulk;
 mod convert;
 mod entity;
 

@@ -12,7 +12,9 @@
 //! - [`host_storage`]: the host-storage port behind fences and connector state;
 //! - [`directory`]: the directory projection repositories;
 //! - `testing` (feature `testing`): a fresh migrated database per test;
-//! - `bench` (feature `bench`): bulk fixtures and SQL baselines for `cargo xtask bench`.
+//! - `bench` (feature `bench`): bulk fixtures and SQL baselines for `cargo xtask bench`;
+//! - `throwaway` (features `testing` and `bench`): create and drop a scratch PostgreSQL
+//!   database on an existing server, the one helper both use.
 //!
 //! Cargo features `sqlite` and `postgres` (both default) select the database drivers.
 //!
@@ -66,6 +68,8 @@ pub mod host_storage;
 pub mod lifecycle;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
+#[cfg(any(test, feature = "testing", feature = "bench"))]
+pub mod throwaway;
 
 pub use connect::{Backend, ConnectError, Database, connect, connect_existing};
 #[cfg(feature = "directory")]

@@ -4,13 +4,14 @@
 //! - `TENANTRY_TEST_PG_URL` unset: a SQLite file in a new temporary folder (WAL mode, as in
 //!   production);
 //! - `TENANTRY_TEST_PG_URL=postgres://user@host:port/db`: a new database
-//!   `tenantry_test_<random>` is created on that server for the test. `cargo xtask ci` sets it
-//!   to a throwaway cluster.
+//!   `tenantry_test_<random>` is created on that server for the test (with
+//!   [`crate::throwaway`]). `cargo xtask ci` sets it to a throwaway cluster.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
 use sea_orm::ConnectionTrait;
 
 use crate::connect::{Backend, Database, open_pool};
+use crate::throwaway::create_postgres_database;
 use tenantry_migrations::Mechanisms;
 
 /// Environment variable naming the PostgreSQL server for the PostgreSQL run of the tests.
@@ -88,41 +89,18 @@ async fn fresh_sqlite(max_connections: u32) -> TestDatabase {
 
 async fn fresh_postgres(url: &str, max_connections: u32) -> TestDatabase {
     let name = format!("tenantry_test_{}", uuid::Uuid::new_v4().simple());
-    let admin = sea_orm::Database::connect(url)
-        .await
-        .expect("connect to the PostgreSQL test server");
-    admin
-        .execute_unprepared(&format!("CREATE DATABASE {name}"))
+    let url = create_postgres_database(url, &name)
         .await
         .expect("create test database");
-    admin.close().await.ok();
     let pool = if max_connections == 0 {
         8
     } else {
         max_connections
     };
-    let db = open_pool(&replace_database(url, &name), pool)
+    let db = open_pool(&url, pool)
         .await
         .expect("open PostgreSQL test database");
     TestDatabase { db, _dir: None }
-}
-
-/// Replaces the database name (the path) of a PostgreSQL URL, keeping its query string.
-fn replace_database(url: &str, database: &str) -> String {
-    let (base, query) = match url.split_once('?') {
-        Some((b, q)) => (b, Some(q)),
-        None => (url, None),
-    };
-    let scheme_end = base.find("://").map_or(0, |i| i + 3);
-    let authority_end = base[scheme_end..]
-        .find('/')
-        .map_or(base.len(), |i| scheme_end + i);
-    let mut out = format!("{}/{}", &base[..authority_end], database);
-    if let Some(q) = query {
-        out.push('?');
-        out.push_str(q);
-    }
-    out
 }
 
 /// How many other sessions of `db`'s database are idle inside a transaction (PostgreSQL;
@@ -145,24 +123,4 @@ pub async fn sessions_idle_in_transaction(db: &Database) -> usize {
         .await
         .expect("read pg_stat_activity")
         .len()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::replace_database;
-
-    #[test]
-    fn replace_database_keeps_authority_and_query() {
-        let cases = [
-            ("postgres://u@h:5/postgres", "postgres://u@h:5/x"),
-            ("postgres://u@h:5", "postgres://u@h:5/x"),
-            (
-                "postgres://u@h:5/db?sslmode=disable",
-                "postgres://u@h:5/x?sslmode=disable",
-            ),
-        ];
-        for (input, expected) in cases {
-            assert_eq!(replace_database(input, "x"), expected);
-        }
-    }
 }

@@ -197,7 +197,12 @@ impl<'a> Bench<'a> {
     fn lifecycle(&mut self, url: &str) -> Result<(), String> {
         let workers: Vec<String> = self.args.workers.iter().map(u32::to_string).collect();
         let workers = workers.join(",");
-        let before = pgbench::run_all(url, &self.args.workers, self.args.pgbench_seconds)?;
+        let before = pgbench::run_all(
+            &self.binary,
+            url,
+            &self.args.workers,
+            self.args.pgbench_seconds,
+        )?;
         let pg_commands = self.args.commands.to_string();
         let sqlite_commands = (self.args.commands / 4).max(1).to_string();
         let mut common: Vec<&str> = vec!["lifecycle", "--workers", &workers];
@@ -206,7 +211,12 @@ impl<'a> Bench<'a> {
         let mut pg_args = common.clone();
         pg_args.extend(["--commands", &pg_commands]);
         let pg_results = self.bench(url, "postgres", &pg_args)?;
-        let after = pgbench::run_all(url, &self.args.workers, self.args.pgbench_seconds)?;
+        let after = pgbench::run_all(
+            &self.binary,
+            url,
+            &self.args.workers,
+            self.args.pgbench_seconds,
+        )?;
         for (connections, (tps_before, tps_after)) in self
             .args
             .workers

@@ -1,29 +1,34 @@
 //! `pgbench -N` on the benchmark server: the database's own commit limit at a given number of
 //! connections, the reference of the lifecycle throughput ratio.
 //!
-//! Each series creates a fresh database `tenantry_bench_pgbench`, initializes it at scale 1
+//! Each series creates a fresh database `tenantry_bench_pgbench` (through the bench binary's
+//! `scratch-database` subcommand, so the one throwaway-database helper of
+//! `tenantry_store_seaorm::throwaway` makes it), initializes it at scale 1
 //! (`pgbench -i`), then runs the simple-update script (`-N`: no branch or teller updates, so
 //! no artificial row contention) for a fixed time at each connection count, with as many
 //! client threads as connections.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 /// Name of the scratch database.
 const DATABASE: &str = "tenantry_bench_pgbench";
 
-/// Transactions per second of `pgbench -N` at each of `connections`, `seconds` each.
-pub fn run_all(server_url: &str, connections: &[u32], seconds: u32) -> Result<Vec<f64>, String> {
-    let url = with_database(server_url, DATABASE);
-    psql(
-        server_url,
-        &[
-            &format!("DROP DATABASE IF EXISTS {DATABASE} WITH (FORCE)"),
-            &format!("CREATE DATABASE {DATABASE}"),
-        ],
-    )?;
+/// Transactions per second of `pgbench -N` at each of `connections`, `seconds` each;
+/// `bench_binary` (the built `tenantry-bench`) creates and drops the scratch database.
+pub fn run_all(
+    bench_binary: &Path,
+    server_url: &str,
+    connections: &[u32],
+    seconds: u32,
+) -> Result<Vec<f64>, String> {
+    let url = scratch_database(bench_binary, server_url, "create")?;
+    let url = url.trim();
+    if url.is_empty() {
+        return Err("tenantry-bench scratch-database create printed no URL".to_owned());
+    }
     run(
-        tool("pgbench").args(["-i", "-q", "-s", "1"]).arg(&url),
+        tool("pgbench").args(["-i", "-q", "-s", "1"]).arg(url),
         "pgbench -i",
     )?;
     let mut results = Vec::with_capacity(connections.len());
@@ -33,17 +38,14 @@ pub fn run_all(server_url: &str, connections: &[u32], seconds: u32) -> Result<Ve
             tool("pgbench")
                 .args(["-N", "-n", "-c", &c, "-j", &c, "-T"])
                 .arg(seconds.to_string())
-                .arg(&url),
+                .arg(url),
             "pgbench -N",
         )?;
         let tps = parse_tps(&out).ok_or_else(|| format!("no tps in pgbench output:\n{out}"))?;
         eprintln!("    pgbench -N -c {c}: {tps:.0} tps");
         results.push(tps);
     }
-    psql(
-        server_url,
-        &[&format!("DROP DATABASE IF EXISTS {DATABASE} WITH (FORCE)")],
-    )?;
+    scratch_database(bench_binary, server_url, "drop")?;
     Ok(results)
 }
 
@@ -67,13 +69,24 @@ pub fn parse_tps(output: &str) -> Option<f64> {
         .ok()
 }
 
-fn psql(url: &str, statements: &[&str]) -> Result<String, String> {
-    let mut cmd = tool("psql");
-    cmd.args(["-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", url]);
-    for statement in statements {
-        cmd.args(["-c", statement]);
+/// Runs `tenantry-bench scratch-database <action> tenantry_bench_pgbench` on `server_url`;
+/// returns its standard output (the URL, for `create`).
+fn scratch_database(bench_binary: &Path, server_url: &str, action: &str) -> Result<String, String> {
+    let out = Command::new(bench_binary)
+        .args(["--backend", "postgres", "--database-url", server_url])
+        .args(["scratch-database", action, DATABASE])
+        .stdin(Stdio::null())
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|e| format!("could not run {}: {e}", bench_binary.display()))?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(format!(
+            "tenantry-bench scratch-database {action} {DATABASE} failed ({})",
+            out.status
+        ))
     }
-    run(&mut cmd, "psql")
 }
 
 /// A client tool from the server's bindir when found, else from `PATH`.
@@ -99,24 +112,6 @@ fn run(cmd: &mut Command, what: &str) -> Result<String, String> {
     }
 }
 
-/// `url` with its database (the path) replaced by `database`, query string kept.
-pub fn with_database(url: &str, database: &str) -> String {
-    let (base, query) = match url.split_once('?') {
-        Some((b, q)) => (b, Some(q)),
-        None => (url, None),
-    };
-    let scheme_end = base.find("://").map_or(0, |i| i + 3);
-    let authority_end = base[scheme_end..]
-        .find('/')
-        .map_or(base.len(), |i| scheme_end + i);
-    let mut out = format!("{}/{}", &base[..authority_end], database);
-    if let Some(q) = query {
-        out.push('?');
-        out.push_str(q);
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -132,14 +127,5 @@ mod tests {
                    tps = 101.5 (excluding connections establishing)\n";
         assert_eq!(parse_tps(old), Some(101.5));
         assert_eq!(parse_tps("nothing"), None);
-    }
-
-    #[test]
-    fn database_is_replaced_in_the_url() {
-        assert_eq!(
-            with_database("postgres://p@127.0.0.1:5/postgres", "x"),
-            "postgres://p@127.0.0.1:5/x"
-        );
-        assert_eq!(with_database("postgres://h?a=b", "x"), "postgres://h/x?a=b");
     }
 }

@@ -1,32 +1,42 @@
 //! Bulk inserts of control spaces and commands for benchmark fixtures (feature `bench`).
 
-use sea_orm::{ConnectionTrait, EntityTrait};
+use sea_orm::{EntityTrait, TransactionTrait};
 use tenantry_lifecycle::ControlSpace;
 use tenantry_lifecycle::intake::NewCommand;
 use tenantry_ports::lifecycle::StoreError;
 
 use super::convert::{control_space_row, new_command_row};
 use super::entity::{control_space, outbox};
-use super::unavailable;
-use crate::bench::BULK_ROWS_PER_STATEMENT;
+use super::{SeaOrmLifecycleStore, unavailable};
 
-/// Inserts the rows with multi-row `INSERT` statements on `conn` (a transaction).
-pub async fn insert<C: ConnectionTrait>(
-    conn: &C,
-    spaces: &[ControlSpace],
-    commands: &[NewCommand],
-) -> Result<(), StoreError> {
-    for chunk in spaces.chunks(BULK_ROWS_PER_STATEMENT) {
-        control_space::Entity::insert_many(chunk.iter().map(control_space_row))
-            .exec(conn)
-            .await
-            .map_err(unavailable)?;
+impl SeaOrmLifecycleStore {
+    /// Inserts `spaces` and pending `commands` as given, `rows_per_statement` rows per
+    /// multi-row `INSERT` (at least 1), all in one transaction (feature `bench`). No rule is
+    /// checked: plan the rows with the intake functions of `tenantry_lifecycle` first.
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`] when a statement fails (for example a duplicate key);
+    /// nothing is written then.
+    pub async fn bulk_insert(
+        &self,
+        spaces: &[ControlSpace],
+        commands: &[NewCommand],
+        rows_per_statement: usize,
+    ) -> Result<(), StoreError> {
+        let rows_per_statement = rows_per_statement.max(1);
+        let txn = self.conn.begin().await.map_err(unavailable)?;
+        for chunk in spaces.chunks(rows_per_statement) {
+            control_space::Entity::insert_many(chunk.iter().map(control_space_row))
+                .exec(&txn)
+                .await
+                .map_err(unavailable)?;
+        }
+        for chunk in commands.chunks(rows_per_statement) {
+            outbox::Entity::insert_many(chunk.iter().map(|c| new_command_row(c, c.created_at)))
+                .exec(&txn)
+                .await
+                .map_err(unavailable)?;
+        }
+        txn.commit().await.map_err(unavailable)
     }
-    for chunk in commands.chunks(BULK_ROWS_PER_STATEMENT) {
-        outbox::Entity::insert_many(chunk.iter().map(|c| new_command_row(c, c.created_at)))
-            .exec(conn)
-            .await
-            .map_err(unavailable)?;
-    }
-    Ok(())
 }

@@ -10,7 +10,7 @@
 mod admin;
 mod batch;
 #[cfg(feature = "bench")]
-pub(crate) mod bulk;
+mod bulk;
 mod convert;
 mod entity;
 mod intake;
