@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 use chrono::{DateTime, Utc};
 
 /// Source of the current time (UTC).
+#[cfg_attr(feature = "mocks", mockall::automock)]
 pub trait Clock: Send + Sync {
     /// The current time.
     fn now(&self) -> DateTime<Utc>;

@@ -90,6 +90,7 @@ impl ProviderError {
 
 /// The authoritative directory (Directory API v1). Implementations verify signatures and
 /// return parsed models.
+#[cfg_attr(feature = "mocks", mockall::automock)]
 #[async_trait]
 pub trait DirectoryProvider: Send + Sync {
     /// `GET /v1/instances/{instance}/directory/snapshot`.
@@ -168,6 +169,7 @@ impl ProjectionStoreError {
 }
 
 /// Applies full snapshots.
+#[cfg_attr(feature = "mocks", mockall::automock)]
 #[async_trait]
 pub trait SnapshotApplier: Send + Sync {
     /// Applies `snapshot` (and receipts of `events`) in one transaction:
@@ -185,6 +187,7 @@ pub trait SnapshotApplier: Send + Sync {
 }
 
 /// Applies per-workspace deltas of an event batch.
+#[cfg_attr(feature = "mocks", mockall::automock)]
 #[async_trait]
 pub trait DeltaApplier: Send + Sync {
     /// Applies `delta` for `batch` in one transaction (`plan_delta`).
@@ -200,6 +203,7 @@ pub trait DeltaApplier: Send + Sync {
 }
 
 /// Applies batches without directory changes (receipts and cursor only).
+#[cfg_attr(feature = "mocks", mockall::automock)]
 #[async_trait]
 pub trait EventBatchApplier: Send + Sync {
     /// Applies `batch` in one transaction (`plan_event_batch`).
@@ -214,6 +218,7 @@ pub trait EventBatchApplier: Send + Sync {
 }
 
 /// Confirms freshness after an empty batch.
+#[cfg_attr(feature = "mocks", mockall::automock)]
 #[async_trait]
 pub trait FreshnessToucher: Send + Sync {
     /// Refreshes `last_applied_at` / `lease_expires_at` when the shared cursor equals
@@ -229,6 +234,7 @@ pub trait FreshnessToucher: Send + Sync {
 }
 
 /// Reads the shared projection state (directory status, health).
+#[cfg_attr(feature = "mocks", mockall::automock)]
 #[async_trait]
 pub trait ProjectionStateReader: Send + Sync {
     /// The state row of `instance`, `None` before the first snapshot.
@@ -288,6 +294,7 @@ impl HookError {
 }
 
 /// Keeps entitlement caches in step with the projected workspaces (runs after commit).
+#[cfg_attr(feature = "mocks", mockall::automock)]
 #[async_trait]
 pub trait EntitlementReconciler: Send + Sync {
     /// After a full snapshot: exactly `active` are the instance's active workspaces.

@@ -75,6 +75,7 @@ pub trait HostStorage: Send + Sync {
 
 /// Listing of installation bindings, for operator views across installations (the admin
 /// API's `GET /v1/fences`, `tenantry fences list`). A separate role trait: writers never need it.
+#[cfg_attr(feature = "mocks", mockall::automock)]
 #[async_trait]
 pub trait HostStorageBindings: Send + Sync {
     /// Every binding that holds at least one key starting with `key_prefix` (tombstones

@@ -18,7 +18,10 @@
 //! - `lifecycle`, `directory`, `fences` (all default): one per mechanism; each gates its module
 //!   and its domain crate, so a fences-only build (`default-features = false, features =
 //!   ["fences"]`) compiles neither `tenantry-lifecycle` nor `tenantry-directory`;
-//! - `testing`: the in-memory fakes and conformance suites of the enabled mechanisms.
+//! - `testing`: the in-memory fakes and conformance suites of the enabled mechanisms;
+//! - `mocks` (off by default): mockall mocks of every port trait of the enabled mechanisms
+//!   ([`mocks`]), for tests where the interaction is what is checked ("the remote is never
+//!   called while …"); keep the fakes for behaviour.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 // A build with only some mechanisms documents links to modules it does not compile; the
 // default and all-features builds check every link (`cargo xtask ci`, step "doc").
@@ -36,6 +39,8 @@ pub mod handles;
 pub mod host_storage;
 #[cfg(feature = "lifecycle")]
 pub mod lifecycle;
+#[cfg(feature = "mocks")]
+pub mod mocks;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 #[cfg(feature = "directory")]

@@ -254,6 +254,7 @@ pub struct CommandFilter {
 }
 
 /// Claim and settle of outbox commands.
+#[cfg_attr(feature = "mocks", mockall::automock)]
 #[async_trait]
 pub trait CommandQueue: Send + Sync {
     /// Claims up to `limit` due commands: pending with `next_attempt_at <= now`, or processing
@@ -337,6 +338,7 @@ pub trait CommandQueue: Send + Sync {
 }
 
 /// Reads of control spaces.
+#[cfg_attr(feature = "mocks", mockall::automock)]
 #[async_trait]
 pub trait ControlSpaceReader: Send + Sync {
     /// One control space, if it exists.
@@ -368,6 +370,7 @@ pub trait ControlSpaceReader: Send + Sync {
 }
 
 /// Writes of command intake.
+#[cfg_attr(feature = "mocks", mockall::automock)]
 #[async_trait]
 pub trait IntakeStore: Send + Sync {
     /// Applies `plan` in one transaction: if a command with the plan's idempotency key exists,
@@ -488,6 +491,7 @@ pub struct CommandCount {
 
 /// Operator actions on commands and counts for gauges. Not part of [`LifecycleStore`]: only
 /// the admin API, the CLI and metrics use it.
+#[cfg_attr(feature = "mocks", mockall::automock)]
 #[async_trait]
 pub trait CommandAdmin: Send + Sync {
     /// Applies `action` in one transaction, as a compare-and-set on the command's status
@@ -632,6 +636,7 @@ impl RemoteError {
 }
 
 /// KnowledgeFS lifecycle API v1 (see docs/protocol.md).
+#[cfg_attr(feature = "mocks", mockall::automock)]
 #[async_trait]
 pub trait KnowledgeFs: Send + Sync {
     /// Provisions a knowledge space; idempotent on the provisioning key.
@@ -766,6 +771,7 @@ impl MetricsError {
 }
 
 /// Where lifecycle task metrics go. A failure is logged by the engine and never breaks dispatch.
+#[cfg_attr(feature = "mocks", mockall::automock)]
 pub trait LifecycleMetrics: Send + Sync {
     /// Records one task state.
     ///
