@@ -35,9 +35,9 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use sea_orm::sea_query::{OnConflict, Query};
 use sea_orm::{
-    ColumnTrait, Condition, DatabaseConnection, DatabaseTransaction, DbErr, EntityTrait,
-    PaginatorTrait, QueryFilter, QuerySelect, SqliteTransactionMode, TransactionOptions,
-    TransactionTrait,
+    ActiveModelTrait, ColumnTrait, Condition, DatabaseConnection, DatabaseTransaction, DbErr,
+    EntityTrait, IdenStatic, Iterable, PaginatorTrait, PrimaryKeyToColumn, QueryFilter,
+    QuerySelect, SqliteTransactionMode, TransactionOptions, TransactionTrait,
 };
 use tenantry_directory::batch::check_committed_active;
 use tenantry_directory::maps::{RowSource, WorkspaceStatus};
@@ -64,6 +64,48 @@ pub const ACCOUNT_QUERY_CHUNK: usize = 500;
 const IN_CHUNK: usize = 500;
 /// Cursor of the placeholder state row a snapshot inserts before taking the row lock.
 const PLACEHOLDER_CURSOR: i64 = i64::MIN;
+
+/// What a multi-row insert does with a row whose primary key exists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum OnKey {
+    /// Overwrite every other column (upsert).
+    Overwrite,
+    /// Fail the statement (plain `INSERT`, the bench baseline).
+    #[cfg_attr(not(feature = "bench"), allow(dead_code))]
+    Fail,
+}
+
+/// A row type of one projected table: its active model and the table's name in errors.
+trait TableRow {
+    /// The active model of the table's entity.
+    type Model: ActiveModelTrait;
+    /// The table, as a storage error names it (`write accounts: …`).
+    const TABLE: &'static str;
+    /// The row as an active model with every column set.
+    fn model(&self) -> Self::Model;
+}
+
+/// The projected tables: row type, active model, conversion, name in errors.
+macro_rules! table_rows {
+    ($($row:ty => $model:ty, $convert:ident, $table:literal;)*) => {$(
+        impl TableRow for $row {
+            type Model = $model;
+            const TABLE: &'static str = $table;
+            fn model(&self) -> Self::Model {
+                $convert(self)
+            }
+        }
+    )*};
+}
+
+table_rows! {
+    AccountRow => account::ActiveModel, from_account, "accounts";
+    WorkspaceRow => workspace::ActiveModel, from_workspace, "workspaces";
+    MembershipRow => membership::ActiveModel, from_membership, "memberships";
+    ExecutionRow => execution::ActiveModel, from_execution, "execution state";
+    InboxReceipt => inbox::ActiveModel, from_receipt, "inbox receipts";
+    ProjectionState => state::ActiveModel, from_state, "projection state";
+}
 
 /// Rows to upsert, by table.
 struct Rows<'a> {
@@ -340,119 +382,67 @@ impl SeaOrmDirectoryStore {
             },
         )
         .await?;
-        state::Entity::insert(from_state(&plan.state))
-            .on_conflict(
-                OnConflict::column(state::Column::InstanceUuid)
-                    .update_columns([
-                        state::Column::Cursor,
-                        state::Column::SnapshotCoverageCursor,
-                        state::Column::SnapshotFingerprint,
-                        state::Column::LastAppliedAt,
-                        state::Column::LeaseExpiresAt,
-                    ])
-                    .to_owned(),
-            )
-            .exec_without_returning(conn)
+        self.write_table(conn, std::slice::from_ref(&plan.state), OnKey::Overwrite)
             .await
-            .map_err(storage("write projection state"))?;
-        Ok(())
     }
 
+    /// Upserts the rows of every table, one table after the other.
     async fn upsert_rows<C: sea_orm::ConnectionTrait>(
         &self,
         conn: &C,
         rows: Rows<'_>,
     ) -> Result<(), ProjectionStoreError> {
-        for chunk in rows.accounts.chunks(self.rows_per_statement(6)) {
-            account::Entity::insert_many(chunk.iter().map(from_account))
-                .on_conflict(
-                    OnConflict::column(account::Column::Uuid)
-                        .update_columns([
-                            account::Column::NormalizedEmail,
-                            account::Column::DisplayName,
-                            account::Column::Status,
-                            account::Column::Source,
-                            account::Column::ProjectionRevision,
-                        ])
+        let upsert = OnKey::Overwrite;
+        self.write_table(conn, rows.accounts, upsert).await?;
+        self.write_table(conn, rows.workspaces, upsert).await?;
+        self.write_table(conn, rows.memberships, upsert).await?;
+        self.write_table(conn, rows.executions, upsert).await?;
+        self.write_table(conn, rows.receipts, upsert).await
+    }
+
+    /// The one routine that writes a table: `rows` (each converted to an active model of its
+    /// table's entity, see [`TableRow`]) go in multi-row `INSERT` statements of at most
+    /// [`Self::rows_per_statement`] rows. With [`OnKey::Overwrite`] a row whose primary key
+    /// exists overwrites every other column (the upsert of a plan; the key and the update set
+    /// are read from the entity, so a new column is written without touching this routine);
+    /// with [`OnKey::Fail`] the statement fails instead.
+    async fn write_table<R, C>(
+        &self,
+        conn: &C,
+        rows: &[R],
+        on_key: OnKey,
+    ) -> Result<(), ProjectionStoreError>
+    where
+        R: TableRow,
+        C: sea_orm::ConnectionTrait,
+    {
+        type Entity<R> = <<R as TableRow>::Model as ActiveModelTrait>::Entity;
+        let key: Vec<<Entity<R> as EntityTrait>::Column> =
+            <Entity<R> as EntityTrait>::PrimaryKey::iter()
+                .map(PrimaryKeyToColumn::into_column)
+                .collect();
+        let others: Vec<<Entity<R> as EntityTrait>::Column> =
+            <Entity<R> as EntityTrait>::Column::iter()
+                .filter(|c| !key.iter().any(|k| k.as_str() == c.as_str()))
+                .collect();
+        let columns = key.len() + others.len();
+        for chunk in rows.chunks(self.rows_per_statement(columns)) {
+            let insert = Entity::<R>::insert_many(chunk.iter().map(TableRow::model));
+            let insert = match on_key {
+                OnKey::Overwrite => insert.on_conflict(
+                    OnConflict::columns(key.iter().copied())
+                        .update_columns(others.iter().copied())
                         .to_owned(),
-                )
-                .exec_without_returning(conn)
-                .await
-                .map_err(storage("write accounts"))?;
-        }
-        for chunk in rows.workspaces.chunks(self.rows_per_statement(9)) {
-            workspace::Entity::insert_many(chunk.iter().map(from_workspace))
-                .on_conflict(
-                    OnConflict::column(workspace::Column::Uuid)
-                        .update_columns([
-                            workspace::Column::Source,
-                            workspace::Column::InstanceUuid,
-                            workspace::Column::Name,
-                            workspace::Column::Slug,
-                            workspace::Column::WorkspaceType,
-                            workspace::Column::Status,
-                            workspace::Column::CreatedByAccountUuid,
-                            workspace::Column::ProjectionRevision,
-                        ])
-                        .to_owned(),
-                )
-                .exec_without_returning(conn)
-                .await
-                .map_err(storage("write workspaces"))?;
-        }
-        for chunk in rows.memberships.chunks(self.rows_per_statement(7)) {
-            membership::Entity::insert_many(chunk.iter().map(from_membership))
-                .on_conflict(
-                    OnConflict::column(membership::Column::Uuid)
-                        .update_columns([
-                            membership::Column::WorkspaceUuid,
-                            membership::Column::AccountUuid,
-                            membership::Column::Role,
-                            membership::Column::Status,
-                            membership::Column::JoinedAt,
-                            membership::Column::ProjectionRevision,
-                        ])
-                        .to_owned(),
-                )
-                .exec_without_returning(conn)
-                .await
-                .map_err(storage("write memberships"))?;
-        }
-        for chunk in rows.executions.chunks(self.rows_per_statement(7)) {
-            execution::Entity::insert_many(chunk.iter().map(from_execution))
-                .on_conflict(
-                    OnConflict::column(execution::Column::WorkspaceUuid)
-                        .update_columns([
-                            execution::Column::Source,
-                            execution::Column::InstanceUuid,
-                            execution::Column::ActiveGeneration,
-                            execution::Column::State,
-                            execution::Column::WriteFenced,
-                            execution::Column::DesiredStateRevision,
-                        ])
-                        .to_owned(),
-                )
-                .exec_without_returning(conn)
-                .await
-                .map_err(storage("write execution state"))?;
-        }
-        for chunk in rows.receipts.chunks(self.rows_per_statement(8)) {
-            inbox::Entity::insert_many(chunk.iter().map(from_receipt))
-                .on_conflict(
-                    OnConflict::columns([inbox::Column::InstanceUuid, inbox::Column::EventUuid])
-                        .update_columns([
-                            inbox::Column::Cursor,
-                            inbox::Column::EventType,
-                            inbox::Column::Revision,
-                            inbox::Column::Fingerprint,
-                            inbox::Column::ReceivedAt,
-                            inbox::Column::AppliedAt,
-                        ])
-                        .to_owned(),
-                )
-                .exec_without_returning(conn)
-                .await
-                .map_err(storage("write inbox receipts"))?;
+                ),
+                OnKey::Fail => insert,
+            };
+            insert.exec_without_returning(conn).await.map_err(|e| {
+                let verb = match on_key {
+                    OnKey::Overwrite => "write",
+                    OnKey::Fail => "insert",
+                };
+                storage(&format!("{verb} {}", R::TABLE))(e)
+            })?;
         }
         Ok(())
     }

@@ -2,13 +2,11 @@
 //! snapshot apply is measured against. No lookups, no planning, no `ON CONFLICT`: the rows go
 //! into empty tables as they are.
 
-use sea_orm::{EntityTrait, TransactionTrait};
+use sea_orm::TransactionTrait;
 use tenantry_directory::ProjectionWrite;
 use tenantry_ports::directory::ProjectionStoreError;
 
-use super::convert::{from_account, from_execution, from_membership, from_workspace};
-use super::entity::{account, execution, membership, workspace};
-use super::{SeaOrmDirectoryStore, storage};
+use super::{OnKey, SeaOrmDirectoryStore, storage};
 
 impl SeaOrmDirectoryStore {
     /// Inserts the account, workspace, membership and execution rows of `write` in one
@@ -23,32 +21,12 @@ impl SeaOrmDirectoryStore {
         &self,
         write: &ProjectionWrite,
     ) -> Result<(), ProjectionStoreError> {
-        let store = self;
-        let txn = store.conn.begin().await.map_err(storage("begin"))?;
-        for chunk in write.accounts.chunks(store.rows_per_statement(6)) {
-            account::Entity::insert_many(chunk.iter().map(from_account))
-                .exec_without_returning(&txn)
-                .await
-                .map_err(storage("insert accounts"))?;
-        }
-        for chunk in write.workspaces.chunks(store.rows_per_statement(9)) {
-            workspace::Entity::insert_many(chunk.iter().map(from_workspace))
-                .exec_without_returning(&txn)
-                .await
-                .map_err(storage("insert workspaces"))?;
-        }
-        for chunk in write.memberships.chunks(store.rows_per_statement(7)) {
-            membership::Entity::insert_many(chunk.iter().map(from_membership))
-                .exec_without_returning(&txn)
-                .await
-                .map_err(storage("insert memberships"))?;
-        }
-        for chunk in write.executions.chunks(store.rows_per_statement(7)) {
-            execution::Entity::insert_many(chunk.iter().map(from_execution))
-                .exec_without_returning(&txn)
-                .await
-                .map_err(storage("insert executions"))?;
-        }
+        let txn = self.conn.begin().await.map_err(storage("begin"))?;
+        let plain = OnKey::Fail;
+        self.write_table(&txn, &write.accounts, plain).await?;
+        self.write_table(&txn, &write.workspaces, plain).await?;
+        self.write_table(&txn, &write.memberships, plain).await?;
+        self.write_table(&txn, &write.executions, plain).await?;
         txn.commit().await.map_err(storage("commit"))
     }
 }
