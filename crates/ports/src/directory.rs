@@ -322,6 +322,7 @@ pub trait EntitlementReconciler: Send + Sync {
 
 /// Tells local runtimes which execution generations are current so they retire stale ones
 /// promptly (runs after commit; call-time database fences remain authoritative).
+#[cfg_attr(feature = "mocks", mockall::automock)]
 #[async_trait]
 pub trait RuntimeExecutionPublisher: Send + Sync {
     /// `active_generations`: active workspace → execution generation. `affected`: the
@@ -329,11 +330,14 @@ pub trait RuntimeExecutionPublisher: Send + Sync {
     ///
     /// # Errors
     /// [`HookError`]; logged, never undoes the projection.
-    async fn publish_execution_projection(
-        &self,
-        instance: &InstanceUuid,
-        active_generations: &BTreeMap<WorkspaceUuid, i64>,
-        affected: Option<&BTreeSet<WorkspaceUuid>>,
+    ///
+    /// The lifetimes are named only so that mockall can mock the `Option<&_>` argument
+    /// (feature `mocks`); implementations write the signature with elided lifetimes as usual.
+    async fn publish_execution_projection<'s, 'i, 'g, 'a>(
+        &'s self,
+        instance: &'i InstanceUuid,
+        active_generations: &'g BTreeMap<WorkspaceUuid, i64>,
+        affected: Option<&'a BTreeSet<WorkspaceUuid>>,
     ) -> Result<(), HookError>;
 }
 

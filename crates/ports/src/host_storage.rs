@@ -27,6 +27,7 @@ use crate::error::ErrorSource;
 pub const MAX_KEY_LEN: usize = 255;
 
 /// Installation-bound JSON key/value storage.
+#[cfg_attr(feature = "mocks", mockall::automock)]
 #[async_trait]
 pub trait HostStorage: Send + Sync {
     /// Every stored key of `binding`, tombstones included, in ascending byte order.
@@ -64,12 +65,15 @@ pub trait HostStorage: Send + Sync {
     /// # Errors
     /// [`HostStorageError::InvalidKey`] (nothing was stored) or
     /// [`HostStorageError::Unavailable`] (the write may or may not have been stored).
-    async fn compare_and_set(
-        &self,
-        binding: &Binding,
-        key: &str,
-        expected: Option<&Value>,
-        value: &Value,
+    ///
+    /// The lifetimes are named only so that mockall can mock the `Option<&Value>` argument
+    /// (feature `mocks`); implementations write the signature with elided lifetimes as usual.
+    async fn compare_and_set<'s, 'b, 'k, 'e, 'v>(
+        &'s self,
+        binding: &'b Binding,
+        key: &'k str,
+        expected: Option<&'e Value>,
+        value: &'v Value,
     ) -> Result<bool, HostStorageError>;
 }
 

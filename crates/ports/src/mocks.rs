@@ -12,13 +12,9 @@
 //!   re-exported here ([`MockCommandQueue`], [`MockKnowledgeFs`], [`MockSnapshotApplier`], …);
 //! - [`MockLifecycleStore`] and [`MockDirectoryProjectionStore`]: one value implementing every
 //!   role of the composite store traits (the engine takes one store for all of them);
-//! - [`MockHostStorage`] and [`MockRuntimeExecutionPublisher`]: two methods take an
-//!   `Option<&T>` argument, which mockall cannot store; their mocks take the argument owned
-//!   (`Option<T>`, cloned from the caller's) in `expect_compare_and_set` and
-//!   `expect_publish_execution_projection`. The mocked method is an inherent method of the
-//!   same name, so a direct call on the concrete mock (`mock.compare_and_set(…)`) reaches it;
-//!   code under test calls through the trait (generic or `dyn`) and gets the trait's
-//!   signature. Everything else is as in the trait.
+//! - `HostStorage::compare_and_set` and `RuntimeExecutionPublisher::publish_execution_projection`
+//!   take an `Option<&T>`, which mockall can mock only with named lifetimes: the traits name
+//!   every lifetime of those two methods (implementations still elide them).
 //!
 //! # Example
 //! A platform checks that its own code claims a key only while it is absent, and once:
@@ -51,9 +47,7 @@
 //! ```
 
 #[cfg(feature = "directory")]
-pub use directory::{MockDirectoryProjectionStore, MockRuntimeExecutionPublisher};
-#[cfg(feature = "fences")]
-pub use host_storage::MockHostStorage;
+pub use directory::MockDirectoryProjectionStore;
 #[cfg(feature = "lifecycle")]
 pub use lifecycle::MockLifecycleStore;
 
@@ -61,10 +55,11 @@ pub use crate::clock::MockClock;
 #[cfg(feature = "directory")]
 pub use crate::directory::{
     MockDeltaApplier, MockDirectoryProvider, MockEntitlementReconciler, MockEventBatchApplier,
-    MockFreshnessToucher, MockProjectionStateReader, MockSnapshotApplier,
+    MockFreshnessToucher, MockProjectionStateReader, MockRuntimeExecutionPublisher,
+    MockSnapshotApplier,
 };
 #[cfg(feature = "fences")]
-pub use crate::host_storage::MockHostStorageBindings;
+pub use crate::host_storage::{MockHostStorage, MockHostStorageBindings};
 #[cfg(feature = "lifecycle")]
 pub use crate::lifecycle::{
     MockCommandAdmin, MockCommandQueue, MockControlSpaceReader, MockIntakeStore, MockKnowledgeFs,
@@ -140,19 +135,17 @@ mod lifecycle {
 
 #[cfg(feature = "directory")]
 mod directory {
-    //! The composite projection store mock and the execution publisher mock.
-
-    use std::collections::{BTreeMap, BTreeSet};
+    //! The composite projection store mock.
 
     use async_trait::async_trait;
     use tenantry_directory::{
         ApplyContext, ApplyOutcome, DirectoryDelta, DirectoryEvent, DirectoryEventBatch,
-        DirectorySnapshot, InstanceUuid, ProjectionState, WorkspaceUuid,
+        DirectorySnapshot, InstanceUuid, ProjectionState,
     };
 
     use crate::directory::{
-        DeltaApplier, EventBatchApplier, FreshnessToucher, HookError, ProjectionStateReader,
-        ProjectionStoreError, RuntimeExecutionPublisher, SnapshotApplier,
+        DeltaApplier, EventBatchApplier, FreshnessToucher, ProjectionStateReader,
+        ProjectionStoreError, SnapshotApplier,
     };
 
     mockall::mock! {
@@ -204,105 +197,6 @@ mod directory {
                 &self,
                 instance: &InstanceUuid,
             ) -> Result<Option<ProjectionState>, ProjectionStoreError>;
-        }
-    }
-
-    mockall::mock! {
-        /// Mock of [`RuntimeExecutionPublisher`]. `expect_publish_execution_projection` sees
-        /// `affected` owned (`Option<BTreeSet<_>>`, cloned from the caller's `Option<&_>`).
-        pub RuntimeExecutionPublisher {
-            /// The mocked call, with `affected` owned.
-            pub fn publish_execution_projection(
-                &self,
-                instance: &InstanceUuid,
-                active_generations: &BTreeMap<WorkspaceUuid, i64>,
-                affected: Option<BTreeSet<WorkspaceUuid>>,
-            ) -> Result<(), HookError>;
-        }
-    }
-
-    #[async_trait]
-    impl RuntimeExecutionPublisher for MockRuntimeExecutionPublisher {
-        async fn publish_execution_projection(
-            &self,
-            instance: &InstanceUuid,
-            active_generations: &BTreeMap<WorkspaceUuid, i64>,
-            affected: Option<&BTreeSet<WorkspaceUuid>>,
-        ) -> Result<(), HookError> {
-            // The inherent (mocked) method, not this trait method.
-            MockRuntimeExecutionPublisher::publish_execution_projection(
-                self,
-                instance,
-                active_generations,
-                affected.cloned(),
-            )
-        }
-    }
-}
-
-#[cfg(feature = "fences")]
-mod host_storage {
-    //! The host-storage mock.
-
-    use async_trait::async_trait;
-    use serde_json::Value;
-    use tenantry_fence::Binding;
-
-    use crate::host_storage::{HostStorage, HostStorageError};
-
-    mockall::mock! {
-        /// Mock of [`HostStorage`]. `expect_compare_and_set` sees `expected` owned
-        /// (`Option<Value>`, cloned from the caller's `Option<&Value>`).
-        pub HostStorage {
-            /// The mocked [`HostStorage::keys`].
-            pub fn keys(&self, binding: &Binding) -> Result<Vec<String>, HostStorageError>;
-            /// The mocked [`HostStorage::get`].
-            pub fn get(&self, binding: &Binding, key: &str) -> Result<Option<Value>, HostStorageError>;
-            /// The mocked [`HostStorage::set`].
-            pub fn set(&self, binding: &Binding, key: &str, value: &Value) -> Result<(), HostStorageError>;
-            /// The mocked [`HostStorage::compare_and_set`], with `expected` owned.
-            pub fn compare_and_set(
-                &self,
-                binding: &Binding,
-                key: &str,
-                expected: Option<Value>,
-                value: &Value,
-            ) -> Result<bool, HostStorageError>;
-        }
-    }
-
-    // Each trait method calls the inherent (mocked) method of the same name.
-    #[async_trait]
-    impl HostStorage for MockHostStorage {
-        async fn keys(&self, binding: &Binding) -> Result<Vec<String>, HostStorageError> {
-            MockHostStorage::keys(self, binding)
-        }
-
-        async fn get(
-            &self,
-            binding: &Binding,
-            key: &str,
-        ) -> Result<Option<Value>, HostStorageError> {
-            MockHostStorage::get(self, binding, key)
-        }
-
-        async fn set(
-            &self,
-            binding: &Binding,
-            key: &str,
-            value: &Value,
-        ) -> Result<(), HostStorageError> {
-            MockHostStorage::set(self, binding, key, value)
-        }
-
-        async fn compare_and_set(
-            &self,
-            binding: &Binding,
-            key: &str,
-            expected: Option<&Value>,
-            value: &Value,
-        ) -> Result<bool, HostStorageError> {
-            MockHostStorage::compare_and_set(self, binding, key, expected.cloned(), value)
         }
     }
 }

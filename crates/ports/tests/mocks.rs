@@ -1,5 +1,5 @@
-//! The `mocks` feature: every port trait has a mockall mock, and the composite and bridged
-//! mocks behave as their traits.
+//! The `mocks` feature: every port trait has a mockall mock, the composite mocks play every
+//! role, and an `Option<&T>` argument can be matched.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -97,23 +97,21 @@ async fn the_lifecycle_store_mock_plays_every_role_of_the_composite_store() {
 }
 
 #[tokio::test]
-async fn the_execution_publisher_mock_sees_the_affected_set_owned() {
+async fn the_execution_publisher_mock_matches_the_optional_affected_set() {
     let affected = BTreeSet::from([WorkspaceUuid::parse("ws-1").unwrap()]);
     let expected = affected.clone();
     let mut publisher = MockRuntimeExecutionPublisher::new();
     publisher
         .expect_publish_execution_projection()
-        .withf(move |_, _, seen| seen.as_ref() == Some(&expected))
+        .withf(move |_, _, seen| *seen == Some(&expected))
         .times(1)
         .returning(|_, _, _| Ok(()));
-    // Through the trait, as the projector calls it (the mock's inherent method of the same
-    // name takes `affected` owned).
-    RuntimeExecutionPublisher::publish_execution_projection(
-        &publisher,
-        &InstanceUuid::parse("inst-1").unwrap(),
-        &BTreeMap::new(),
-        Some(&affected),
-    )
-    .await
-    .unwrap();
+    publisher
+        .publish_execution_projection(
+            &InstanceUuid::parse("inst-1").unwrap(),
+            &BTreeMap::new(),
+            Some(&affected),
+        )
+        .await
+        .unwrap();
 }
