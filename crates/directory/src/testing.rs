@@ -4,9 +4,12 @@
 //! membership uuid `m-a-w`, email `a@example.com`, display name `A a`; timestamps are fixed.
 #![allow(clippy::expect_used)]
 
+use std::time::Duration;
+
 use chrono::{DateTime, TimeZone, Utc};
 use serde_json::{Map, json};
 
+use crate::config::{ProjectionLimits, ProjectorConfig};
 use crate::ids::{AccountUuid, EventUuid, InstanceUuid, MembershipUuid, WorkspaceUuid};
 use crate::maps::{
     DirectoryAccountStatus, DirectoryMembershipStatus, DirectoryRole, WorkspaceStatus,
@@ -18,6 +21,19 @@ use crate::model::{
 
 /// The instance every builder uses.
 pub const INSTANCE: &str = "inst-1";
+
+/// A projector configuration for `inst-1`: sync every 5 s, 60 s maximum staleness, 50 events
+/// a page, default limits.
+pub fn projector_config() -> ProjectorConfig {
+    ProjectorConfig::new(
+        INSTANCE,
+        Duration::from_secs(5),
+        Duration::from_secs(60),
+        50,
+        ProjectionLimits::default(),
+    )
+    .expect("valid literal configuration")
+}
 
 /// `inst-1`.
 pub fn instance() -> InstanceUuid {

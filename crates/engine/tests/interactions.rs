@@ -7,10 +7,9 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
 
-use tenantry_directory::testing::{INSTANCE, archived, snapshot, workspace, ws_id};
-use tenantry_directory::{DirectoryError, ProjectionLimits, ProjectionTables, ProjectorConfig};
+use tenantry_directory::testing::{archived, projector_config, snapshot, workspace, ws_id};
+use tenantry_directory::{DirectoryError, ProjectionTables};
 use tenantry_engine::directory::{DirectoryProjector, ProjectorError};
 use tenantry_engine::lifecycle::{CommandIntake, Dispatcher, DispatcherConfig, SystemClock};
 use tenantry_engine::scoped_writes::{FenceMode, ScopedWriteError, ScopedWrites};
@@ -51,6 +50,19 @@ fn intake(store: &InMemoryLifecycleStore) -> CommandIntake<InMemoryLifecycleStor
     CommandIntake::new(store.clone(), Arc::new(SystemClock))
 }
 
+/// A dispatcher over `store` and `remote` with the default configuration.
+fn dispatcher(
+    store: &InMemoryLifecycleStore,
+    remote: MockKnowledgeFs,
+) -> Dispatcher<InMemoryLifecycleStore, MockKnowledgeFs> {
+    Dispatcher::new(store.clone(), remote, DispatcherConfig::default())
+}
+
+async fn cs1_state(store: &InMemoryLifecycleStore) -> ControlSpaceState {
+    let space = store.control_space(&tenant(), &cs1()).await.unwrap();
+    space.unwrap().state
+}
+
 async fn create_cs1(store: &InMemoryLifecycleStore) {
     intake(store)
         .create_control_space(&CreateControlSpace {
@@ -74,11 +86,7 @@ async fn dispatcher_never_calls_the_remote_while_the_product_is_disabled() {
     create_cs1(&store).await;
     let owner = LeaseOwner::parse("w1").unwrap();
 
-    let disabled = Dispatcher::new(
-        store.clone(),
-        remote_never_called(),
-        DispatcherConfig::default(),
-    );
+    let disabled = dispatcher(&store, remote_never_called());
     assert!(!disabled.dispatch_one(&owner, false).await.unwrap().claimed);
     assert!(
         disabled
@@ -104,14 +112,9 @@ async fn dispatcher_never_calls_the_remote_while_the_product_is_disabled() {
                 revision: 1,
             })
         });
-    let enabled = Dispatcher::new(store.clone(), remote, DispatcherConfig::default());
+    let enabled = dispatcher(&store, remote);
     assert!(enabled.dispatch_one(&owner, true).await.unwrap().completed);
-    let space = store
-        .control_space(&tenant(), &cs1())
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(space.state, ControlSpaceState::Active);
+    assert_eq!(cs1_state(&store).await, ControlSpaceState::Active);
 }
 
 #[tokio::test]
@@ -126,22 +129,12 @@ async fn deleting_a_never_provisioned_space_while_disabled_calls_no_remote() {
         })
         .await
         .unwrap();
-    let dispatcher = Dispatcher::new(
-        store.clone(),
-        remote_never_called(),
-        DispatcherConfig::default(),
-    );
-    let outcome = dispatcher
+    let outcome = dispatcher(&store, remote_never_called())
         .dispatch_one(&LeaseOwner::parse("w1").unwrap(), false)
         .await
         .unwrap();
     assert!(outcome.completed);
-    let space = store
-        .control_space(&tenant(), &cs1())
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(space.state, ControlSpaceState::Deleted);
+    assert_eq!(cs1_state(&store).await, ControlSpaceState::Deleted);
     let record = store.command(outcome.command_id.as_ref().unwrap()).unwrap();
     assert_eq!(record.status, CommandStatus::Succeeded);
 }
@@ -179,17 +172,6 @@ async fn unreadable_fence_state_refuses_the_run_without_writing_or_dispatching()
 }
 
 // ---- directory projector ----
-
-fn projector_config() -> ProjectorConfig {
-    ProjectorConfig::new(
-        INSTANCE,
-        Duration::from_secs(5),
-        Duration::from_secs(60),
-        50,
-        ProjectionLimits::default(),
-    )
-    .unwrap()
-}
 
 #[tokio::test]
 async fn projector_runs_the_hooks_once_after_a_committed_snapshot_and_never_after_a_refused_one() {

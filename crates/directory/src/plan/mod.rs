@@ -173,23 +173,8 @@ pub fn plan_delta(
     validate_batch(batch, &ctx.instance, batch.after_cursor)?;
     let required = validate_delta(delta, batch, &ctx.instance)?;
     validate_workspaces(&delta.workspaces)?;
-    let state = state.ok_or_else(|| DirectoryError::StateMissing {
-        instance: ctx.instance.clone(),
-    })?;
-    if state.cursor < batch.after_cursor {
-        return Err(DirectoryError::StateCursorRolledBack {
-            state_cursor: state.cursor,
-            expected: batch.after_cursor,
-        });
-    }
-    let mut work = Working::new(ctx, existing);
-    work.record_events(
-        &batch.events,
-        state.snapshot_coverage_cursor,
-        Some(state.cursor),
-    )?;
-    let mut next = state.clone();
-    if state.cursor < batch.cursor {
+    let (mut work, mut next) = begin_incremental(ctx, state, existing, batch)?;
+    if next.cursor < batch.cursor {
         let projected = work.apply_accounts(&delta.workspaces, batch.cursor)?;
         work.apply_workspaces(&delta.workspaces, &projected)?;
         let returned: HashSet<&WorkspaceUuid> = delta.workspaces.iter().map(|w| &w.uuid).collect();
@@ -204,11 +189,7 @@ pub fn plan_delta(
         next.cursor = batch.cursor;
         next.snapshot_fingerprint = incremental_marker();
     }
-    next.last_applied_at = ctx.now();
-    next.lease_expires_at = ctx.lease_expires_at();
-    work.mark_applied(&batch.events);
-    let caught_up = batch.cursor == batch.high_water_cursor && next.cursor == batch.cursor;
-    Ok(work.finish(next, true, Some(cardinality), caught_up))
+    Ok(end_incremental(work, next, batch, true, Some(cardinality)))
 }
 
 /// Plans a batch without `directory.changed` events: receipts, and the shared cursor moves to
@@ -231,6 +212,22 @@ pub fn plan_event_batch(
     {
         return Err(DirectoryError::DirectoryChangesNeedDelta);
     }
+    let (work, mut next) = begin_incremental(ctx, state, existing, batch)?;
+    next.cursor = next.cursor.max(batch.cursor);
+    Ok(end_incremental(work, next, batch, false, None))
+}
+
+/// Starts an incremental apply (a delta or an event batch) once the input's own checks
+/// passed: the state row must exist and its cursor must not be behind `batch.after_cursor`;
+/// then the batch's receipts are recorded (a new event at or below the shared cursor but above
+/// the snapshot coverage cursor was passed without one). Returns the working copy and the
+/// state row to update.
+fn begin_incremental<'a>(
+    ctx: &'a ApplyContext,
+    state: Option<&ProjectionState>,
+    existing: &ExistingRows,
+    batch: &DirectoryEventBatch,
+) -> Result<(Working<'a>, ProjectionState), DirectoryError> {
     let state = state.ok_or_else(|| DirectoryError::StateMissing {
         instance: ctx.instance.clone(),
     })?;
@@ -246,13 +243,24 @@ pub fn plan_event_batch(
         state.snapshot_coverage_cursor,
         Some(state.cursor),
     )?;
-    let mut next = state.clone();
-    next.cursor = state.cursor.max(batch.cursor);
-    next.last_applied_at = ctx.now();
-    next.lease_expires_at = ctx.lease_expires_at();
+    Ok((work, state.clone()))
+}
+
+/// Ends an incremental apply: the state row's freshness is renewed, the batch's receipts are
+/// marked applied, and the projection is caught up when the batch reached the provider's
+/// high-water mark and the shared cursor stands at the batch's cursor.
+fn end_incremental(
+    mut work: Working<'_>,
+    mut next: ProjectionState,
+    batch: &DirectoryEventBatch,
+    check_active_capacity: bool,
+    cardinality: Option<BatchCardinality>,
+) -> ProjectionWrite {
+    next.last_applied_at = work.ctx.now();
+    next.lease_expires_at = work.ctx.lease_expires_at();
     work.mark_applied(&batch.events);
     let caught_up = batch.cursor == batch.high_water_cursor && next.cursor == batch.cursor;
-    Ok(work.finish(next, false, None, caught_up))
+    work.finish(next, check_active_capacity, cardinality, caught_up)
 }
 
 /// Plans a freshness touch after an empty batch: the replica at `replica_cursor` confirms the

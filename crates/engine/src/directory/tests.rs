@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tenantry_directory::testing::*;
-use tenantry_directory::{DirectoryError, NotReady, ProjectionLimits, ProjectorConfig};
+use tenantry_directory::{DirectoryError, NotReady};
 use tenantry_ports::directory::ProviderError;
 use tenantry_ports::directory::testing::{
     HookCall, InMemoryProjectionStore, ProviderCall, RecordingHooks, ScriptedProvider,
@@ -13,17 +13,6 @@ use tenantry_ports::directory::testing::{
 use super::*;
 
 type Projector = DirectoryProjector<ScriptedProvider, InMemoryProjectionStore>;
-
-fn config() -> ProjectorConfig {
-    ProjectorConfig::new(
-        INSTANCE,
-        Duration::from_secs(5),
-        Duration::from_secs(60),
-        50,
-        ProjectionLimits::default(),
-    )
-    .unwrap()
-}
 
 struct Fixture {
     provider: ScriptedProvider,
@@ -42,7 +31,7 @@ impl Fixture {
 
     /// A replica over this fixture's shared store, with its own provider.
     fn replica(&self, provider: ScriptedProvider) -> Projector {
-        DirectoryProjector::new(config(), provider, self.store.clone())
+        DirectoryProjector::new(projector_config(), provider, self.store.clone())
             .with_entitlements(Arc::new(self.hooks.clone()))
             .with_runtime_publisher(Arc::new(self.hooks.clone()))
             .with_wall_clock(Arc::new(|| at(0)))
@@ -615,7 +604,7 @@ impl DirectoryProvider for HangingProvider {
 async fn run_loop_stops_on_shutdown_during_a_hung_sync() {
     let f = Fixture::new();
     let p = DirectoryProjector::new(
-        config(),
+        projector_config(),
         HangingProvider(f.provider.clone()),
         f.store.clone(),
     );
