@@ -35,9 +35,9 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use sea_orm::sea_query::{OnConflict, Query};
 use sea_orm::{
-    ActiveModelTrait, ColumnTrait, Condition, DatabaseConnection, DatabaseTransaction, DbErr,
-    EntityTrait, IdenStatic, Iterable, PaginatorTrait, PrimaryKeyToColumn, QueryFilter,
-    QuerySelect, SqliteTransactionMode, TransactionOptions, TransactionTrait,
+    ColumnTrait, Condition, DatabaseConnection, DatabaseTransaction, DbErr, EntityTrait,
+    IdenStatic, Iterable, PaginatorTrait, PrimaryKeyToColumn, QueryFilter, QuerySelect,
+    SqliteTransactionMode, TransactionOptions, TransactionTrait,
 };
 use tenantry_directory::batch::check_committed_active;
 use tenantry_directory::maps::{RowSource, WorkspaceStatus};
@@ -75,36 +75,46 @@ enum OnKey {
     Fail,
 }
 
-/// A row type of one projected table: its active model and the table's name in errors.
-trait TableRow {
-    /// The active model of the table's entity.
-    type Model: ActiveModelTrait;
+/// A row type of one projected table: its entity, the conversions both ways, and the table's
+/// name in errors.
+trait TableRow: Sized {
+    /// The table's entity.
+    type Entity: EntityTrait;
     /// The table, as a storage error names it (`write accounts: …`).
     const TABLE: &'static str;
     /// The row as an active model with every column set.
-    fn model(&self) -> Self::Model;
+    fn model(&self) -> <Self::Entity as EntityTrait>::ActiveModel;
+    /// The row read back.
+    ///
+    /// # Errors
+    /// The column that does not hold a valid value.
+    #[cfg_attr(not(feature = "testing"), allow(dead_code))]
+    fn from_model(model: <Self::Entity as EntityTrait>::Model) -> Result<Self, Corrupt>;
 }
 
-/// The projected tables: row type, active model, conversion, name in errors.
+/// The projected tables: row type, entity, conversions (to, from), name in errors.
 macro_rules! table_rows {
-    ($($row:ty => $model:ty, $convert:ident, $table:literal;)*) => {$(
+    ($($row:ty => $entity:ty, $to:ident, $from:ident, $table:literal;)*) => {$(
         impl TableRow for $row {
-            type Model = $model;
+            type Entity = $entity;
             const TABLE: &'static str = $table;
-            fn model(&self) -> Self::Model {
-                $convert(self)
+            fn model(&self) -> <Self::Entity as EntityTrait>::ActiveModel {
+                $to(self)
+            }
+            fn from_model(model: <Self::Entity as EntityTrait>::Model) -> Result<Self, Corrupt> {
+                $from(model)
             }
         }
     )*};
 }
 
 table_rows! {
-    AccountRow => account::ActiveModel, from_account, "accounts";
-    WorkspaceRow => workspace::ActiveModel, from_workspace, "workspaces";
-    MembershipRow => membership::ActiveModel, from_membership, "memberships";
-    ExecutionRow => execution::ActiveModel, from_execution, "execution state";
-    InboxReceipt => inbox::ActiveModel, from_receipt, "inbox receipts";
-    ProjectionState => state::ActiveModel, from_state, "projection state";
+    AccountRow => account::Entity, from_account, to_account, "accounts";
+    WorkspaceRow => workspace::Entity, from_workspace, to_workspace, "workspaces";
+    MembershipRow => membership::Entity, from_membership, to_membership, "memberships";
+    ExecutionRow => execution::Entity, from_execution, to_execution, "execution state";
+    InboxReceipt => inbox::Entity, from_receipt, to_receipt, "inbox receipts";
+    ProjectionState => state::Entity, from_state, to_state, "projection state";
 }
 
 /// Rows to upsert, by table.
@@ -416,18 +426,17 @@ impl SeaOrmDirectoryStore {
         R: TableRow,
         C: sea_orm::ConnectionTrait,
     {
-        type Entity<R> = <<R as TableRow>::Model as ActiveModelTrait>::Entity;
-        let key: Vec<<Entity<R> as EntityTrait>::Column> =
-            <Entity<R> as EntityTrait>::PrimaryKey::iter()
+        let key: Vec<<R::Entity as EntityTrait>::Column> =
+            <R::Entity as EntityTrait>::PrimaryKey::iter()
                 .map(PrimaryKeyToColumn::into_column)
                 .collect();
-        let others: Vec<<Entity<R> as EntityTrait>::Column> =
-            <Entity<R> as EntityTrait>::Column::iter()
+        let others: Vec<<R::Entity as EntityTrait>::Column> =
+            <R::Entity as EntityTrait>::Column::iter()
                 .filter(|c| !key.iter().any(|k| k.as_str() == c.as_str()))
                 .collect();
         let columns = key.len() + others.len();
         for chunk in rows.chunks(self.rows_per_statement(columns)) {
-            let insert = Entity::<R>::insert_many(chunk.iter().map(TableRow::model));
+            let insert = R::Entity::insert_many(chunk.iter().map(TableRow::model));
             let insert = match on_key {
                 OnKey::Overwrite => insert.on_conflict(
                     OnConflict::columns(key.iter().copied())
@@ -650,71 +659,55 @@ impl ProjectionStateReader for SeaOrmDirectoryStore {
 mod fixture {
     //! The conformance suite's fixture role: dump every table, seed rows as they are.
 
+    use std::collections::BTreeMap;
+
     use async_trait::async_trait;
     use sea_orm::{EntityTrait, TransactionTrait};
-    use tenantry_directory::ProjectionTables;
+    use tenantry_directory::{
+        AccountRow, ExecutionRow, InboxReceipt, MembershipRow, ProjectionState, ProjectionTables,
+        WorkspaceRow,
+    };
     use tenantry_ports::directory::ProjectionStoreError;
     use tenantry_ports::directory::testing::DirectoryFixtureStore;
 
-    use super::convert::*;
-    use super::entity::{account, execution, inbox, membership, state, workspace};
-    use super::{Rows, SeaOrmDirectoryStore, corrupt, storage};
+    use super::{OnKey, Rows, SeaOrmDirectoryStore, TableRow, corrupt, storage};
+
+    impl SeaOrmDirectoryStore {
+        /// Every row of one table, by `key`.
+        async fn dump_table<R: TableRow, K: Ord>(
+            &self,
+            key: fn(&R) -> K,
+        ) -> Result<BTreeMap<K, R>, ProjectionStoreError> {
+            let mut rows = BTreeMap::new();
+            let models = R::Entity::find()
+                .all(&self.conn)
+                .await
+                .map_err(storage("dump"))?;
+            for model in models {
+                let row = R::from_model(model).map_err(corrupt)?;
+                rows.insert(key(&row), row);
+            }
+            Ok(rows)
+        }
+    }
 
     #[async_trait]
     impl DirectoryFixtureStore for SeaOrmDirectoryStore {
         async fn dump_tables(&self) -> Result<ProjectionTables, ProjectionStoreError> {
-            let c = &self.conn;
-            let mut t = ProjectionTables::default();
-            for row in account::Entity::find()
-                .all(c)
-                .await
-                .map_err(storage("dump"))?
-            {
-                let row = to_account(row).map_err(corrupt)?;
-                t.accounts.insert(row.uuid.clone(), row);
-            }
-            for row in workspace::Entity::find()
-                .all(c)
-                .await
-                .map_err(storage("dump"))?
-            {
-                let row = to_workspace(row).map_err(corrupt)?;
-                t.workspaces.insert(row.uuid.clone(), row);
-            }
-            for row in membership::Entity::find()
-                .all(c)
-                .await
-                .map_err(storage("dump"))?
-            {
-                let row = to_membership(row).map_err(corrupt)?;
-                t.memberships.insert(row.uuid.clone(), row);
-            }
-            for row in execution::Entity::find()
-                .all(c)
-                .await
-                .map_err(storage("dump"))?
-            {
-                let row = to_execution(row).map_err(corrupt)?;
-                t.executions.insert(row.workspace_uuid.clone(), row);
-            }
-            for row in state::Entity::find()
-                .all(c)
-                .await
-                .map_err(storage("dump"))?
-            {
-                let row = to_state(row).map_err(corrupt)?;
-                t.states.insert(row.instance_uuid.clone(), row);
-            }
-            for row in inbox::Entity::find()
-                .all(c)
-                .await
-                .map_err(storage("dump"))?
-            {
-                let row = to_receipt(row).map_err(corrupt)?;
-                t.receipts
-                    .insert((row.instance_uuid.clone(), row.event_uuid.clone()), row);
-            }
-            Ok(t)
+            Ok(ProjectionTables {
+                accounts: self.dump_table(|r: &AccountRow| r.uuid.clone()).await?,
+                workspaces: self.dump_table(|r: &WorkspaceRow| r.uuid.clone()).await?,
+                memberships: self.dump_table(|r: &MembershipRow| r.uuid.clone()).await?,
+                executions: self
+                    .dump_table(|r: &ExecutionRow| r.workspace_uuid.clone())
+                    .await?,
+                states: self
+                    .dump_table(|r: &ProjectionState| r.instance_uuid.clone())
+                    .await?,
+                receipts: self
+                    .dump_table(|r: &InboxReceipt| (r.instance_uuid.clone(), r.event_uuid.clone()))
+                    .await?,
+            })
         }
 
         async fn seed_rows(&self, rows: &ProjectionTables) -> Result<(), ProjectionStoreError> {
@@ -735,12 +728,8 @@ mod fixture {
                 },
             )
             .await?;
-            for state in rows.states.values() {
-                state::Entity::insert(from_state(state))
-                    .exec_without_returning(&txn)
-                    .await
-                    .map_err(storage("seed state"))?;
-            }
+            let states: Vec<_> = rows.states.values().cloned().collect();
+            self.write_table(&txn, &states, OnKey::Fail).await?;
             txn.commit().await.map_err(storage("commit"))
         }
     }
