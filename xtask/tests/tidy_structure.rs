@@ -1,6 +1,9 @@
-//! Tidy check: no two top-level modules of one crate import each other (a file circle makes
-//! both files harder to read and to move; issue 15 broke `directory`'s `plan` ↔ `rows` and
-//! `store-seaorm`'s `bench` ↔ `lifecycle::bulk`).
+//! Tidy checks of the code's structure:
+//! - no two top-level modules of one crate import each other (a file circle makes both files
+//!   harder to read and to move; issue 15 broke `directory`'s `plan` ↔ `rows` and
+//!   `store-seaorm`'s `bench` ↔ `lifecycle::bulk`);
+//! - one helper makes throwaway PostgreSQL databases (`tenantry_store_seaorm::throwaway`): no
+//!   other Rust file says `CREATE DATABASE` or `DROP DATABASE`.
 //!
 //! An edge `a → b` is a `crate::b…` path (in a `use` or inline) in a file of top-level module
 //! `a` of `crates/<crate>/src`, outside comments and outside tests (files named `tests.rs`,
@@ -56,6 +59,44 @@ fn no_two_modules_of_a_crate_import_each_other() {
         gone.is_empty(),
         "these circles no longer exist: remove them from KNOWN_CIRCLES in {}: {gone:?}",
         file!()
+    );
+}
+
+/// The one file allowed to create and drop databases.
+const THROWAWAY_HELPER: &str = "crates/store-seaorm/src/throwaway.rs";
+
+#[test]
+fn only_the_throwaway_helper_creates_or_drops_databases() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask lies in the workspace root");
+    let mut files = Vec::new();
+    for dir in ["crates", "xtask", "examples", "fixtures", "migrations"] {
+        if root.join(dir).is_dir() {
+            collect(&root.join(dir), &mut files);
+        }
+    }
+    let this = Path::new(file!()).file_name().expect("this file's name");
+    let mut offenders = Vec::new();
+    for file in files {
+        let rel = file.strip_prefix(root).expect("file under the root");
+        if rel == Path::new(THROWAWAY_HELPER) || rel.file_name() == Some(this) {
+            continue;
+        }
+        let text = std::fs::read_to_string(&file).expect("read source file");
+        if text.contains("CREATE DATABASE") || text.contains("DROP DATABASE") {
+            offenders.push(rel.display().to_string());
+        }
+    }
+    assert!(
+        root.join(THROWAWAY_HELPER).is_file(),
+        "{THROWAWAY_HELPER} is missing"
+    );
+    assert!(
+        offenders.is_empty(),
+        "these files create or drop databases themselves: {offenders:?}. Use \
+         tenantry_store_seaorm::throwaway (create_postgres_database, drop_postgres_database, \
+         database_url), or from outside Rust `tenantry-bench scratch-database create|drop NAME`"
     );
 }
 
@@ -169,7 +210,9 @@ fn collect(dir: &Path, out: &mut Vec<PathBuf>) {
     for entry in std::fs::read_dir(dir).expect("read source folder") {
         let path = entry.expect("read source entry").path();
         if path.is_dir() {
-            collect(&path, out);
+            if path.file_name().is_some_and(|n| n != "target") {
+                collect(&path, out);
+            }
         } else if path.extension().is_some_and(|e| e == "rs") {
             out.push(path);
         }
