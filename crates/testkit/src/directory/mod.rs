@@ -39,7 +39,7 @@ use tenantry_directory::{InstanceUuid, WorkspaceUuid};
 pub use state::DirectoryModel;
 
 use crate::fault::{DEFAULT_STALL, Fault, FaultInjector, FaultProfile, Route, RoutePlan};
-use crate::knowledge_fs::ApiError;
+use crate::knowledge_fs::RemoteErrorBody;
 use crate::openapi;
 use crate::serve::{ConnectionControl, Server};
 
@@ -272,7 +272,7 @@ impl Shared {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn authorize(&self, headers: &HeaderMap) -> Result<(), ApiError> {
+    fn authorize(&self, headers: &HeaderMap) -> Result<(), RemoteErrorBody> {
         let Some(token) = &self.token else {
             return Ok(());
         };
@@ -283,7 +283,7 @@ impl Shared {
         if presented == Some(token.as_str()) {
             Ok(())
         } else {
-            Err(ApiError::new(
+            Err(RemoteErrorBody::new(
                 401,
                 "UNAUTHORIZED",
                 "missing or wrong bearer token; send Authorization: Bearer <token>",
@@ -291,11 +291,11 @@ impl Shared {
         }
     }
 
-    fn check_instance(&self, instance: &str) -> Result<(), ApiError> {
+    fn check_instance(&self, instance: &str) -> Result<(), RemoteErrorBody> {
         if self.lock().model.instance().as_str() == instance {
             Ok(())
         } else {
-            Err(ApiError::new(
+            Err(RemoteErrorBody::new(
                 404,
                 "INSTANCE_NOT_FOUND",
                 format!("this directory does not serve instance {instance}"),
@@ -328,7 +328,7 @@ async fn openapi_document() -> Response {
 }
 
 async fn not_found() -> Response {
-    error_response(&ApiError::new(
+    error_response(&RemoteErrorBody::new(
         404,
         "NOT_FOUND",
         "no such route in Directory API v1",
@@ -373,7 +373,7 @@ async fn events(
         .and_then(|()| shared.check_instance(&instance))
         .and_then(|()| {
             query.map_err(|e| {
-                ApiError::new(
+                RemoteErrorBody::new(
                     400,
                     "INVALID_REQUEST",
                     format!("query needs integer after and optional limit: {e}"),
@@ -409,7 +409,7 @@ async fn workspaces(
         .and_then(|()| shared.check_instance(&instance))
         .and_then(|()| {
             serde_json::from_slice::<WorkspacesBody>(&body).map_err(|e| {
-                ApiError::new(
+                RemoteErrorBody::new(
                     400,
                     "INVALID_REQUEST",
                     format!("body must be {{\"workspace_uuids\": [...]}}: {e}"),
@@ -446,11 +446,12 @@ async fn serve(
     };
     match fault {
         Some(Fault::Unavailable { retry_after_secs }) => {
-            let e = ApiError::new(503, "DIRECTORY_UNAVAILABLE", "the directory is unavailable");
+            let e =
+                RemoteErrorBody::new(503, "DIRECTORY_UNAVAILABLE", "the directory is unavailable");
             return with_retry_after(error_response(&e), retry_after_secs);
         }
         Some(Fault::RateLimited { retry_after_secs }) => {
-            let e = ApiError::new(429, "DIRECTORY_RATE_LIMITED", "too many requests");
+            let e = RemoteErrorBody::new(429, "DIRECTORY_RATE_LIMITED", "too many requests");
             return with_retry_after(error_response(&e), retry_after_secs);
         }
         Some(Fault::Stall { commit: false }) => tokio::time::sleep(shared.stall).await,
@@ -463,7 +464,7 @@ async fn serve(
             Ok(b) => b,
             Err(e) => {
                 drop(inner);
-                return error_response(&ApiError::new(500, "INTERNAL", e.to_string()));
+                return error_response(&RemoteErrorBody::new(500, "INTERNAL", e.to_string()));
             }
         };
         let stale = (fault == Some(Fault::StalePage))
@@ -574,7 +575,7 @@ pub fn signed_message(request: &SignedRequest<'_>, timestamp: i64, body: &[u8]) 
     message
 }
 
-fn error_response(error: &ApiError) -> Response {
+fn error_response(error: &RemoteErrorBody) -> Response {
     let status = StatusCode::from_u16(error.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     (
         status,

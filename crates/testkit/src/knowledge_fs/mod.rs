@@ -37,7 +37,7 @@ use axum::http::HeaderMap;
 use tenantry_kernel::{ControlSpaceId, GrantId, KnowledgeSpaceId, ProvisioningKey, TenantId};
 
 pub use routes::PATHS;
-pub use state::{ApiError, EffectCounters, ModelConfig, SpaceRecord};
+pub use state::{EffectCounters, ModelConfig, RemoteErrorBody, SpaceRecord};
 
 use crate::fault::{DEFAULT_STALL, Fault, FaultInjector, FaultProfile, Route, RoutePlan};
 use crate::serve::Server;
@@ -276,7 +276,7 @@ impl Shared {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn authorize(&self, headers: &HeaderMap) -> Result<(), ApiError> {
+    fn authorize(&self, headers: &HeaderMap) -> Result<(), RemoteErrorBody> {
         let presented = headers
             .get(axum::http::header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
@@ -284,7 +284,7 @@ impl Shared {
         if presented == Some(self.token.as_str()) {
             Ok(())
         } else {
-            Err(ApiError::new(
+            Err(RemoteErrorBody::new(
                 401,
                 "UNAUTHORIZED",
                 "missing or wrong bearer token; send Authorization: Bearer <token>",

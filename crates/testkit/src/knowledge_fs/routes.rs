@@ -22,7 +22,7 @@ use tenantry_kernel::{
 };
 
 use super::Shared;
-use super::state::{ApiError, DeletionBody, Model, ProvisionBody, RevocationBody};
+use super::state::{DeletionBody, Model, ProvisionBody, RemoteErrorBody, RevocationBody};
 use crate::fault::{Fault, Route};
 use crate::openapi;
 use crate::serve::ConnectionControl;
@@ -72,7 +72,7 @@ async fn openapi_document() -> Response {
 }
 
 async fn not_found() -> Response {
-    error_response(&ApiError::new(
+    error_response(&RemoteErrorBody::new(
         404,
         "NOT_FOUND",
         "no such route in KnowledgeFS API v1",
@@ -91,7 +91,7 @@ async fn provision(
         let ns = parse_id(TenantId::parse(namespace))?;
         let key = idempotency_key(&headers)?;
         let body: ProvisionBody = parse_body(&body)?;
-        Ok::<_, ApiError>((ns, key, body))
+        Ok::<_, RemoteErrorBody>((ns, key, body))
     })();
     let (ns, key, body) = match parsed {
         Ok(p) => p,
@@ -136,7 +136,7 @@ async fn lookup(
             .control_space_id
             .map(|c| parse_id(ControlSpaceId::parse(c)))
             .transpose()?;
-        Ok::<_, ApiError>((ns, key, cs))
+        Ok::<_, RemoteErrorBody>((ns, key, cs))
     })();
     let (ns, key, cs) = match parsed {
         Ok(p) => p,
@@ -162,7 +162,7 @@ async fn deletion(
         let space = parse_id(KnowledgeSpaceId::parse(space))?;
         let key = idempotency_key(&headers)?;
         let body: DeletionBody = parse_body(&body)?;
-        Ok::<_, ApiError>((ns, space, key, body))
+        Ok::<_, RemoteErrorBody>((ns, space, key, body))
     })();
     let (ns, space, key, body) = match parsed {
         Ok(p) => p,
@@ -198,7 +198,7 @@ async fn revocation(
         let grant = parse_id(GrantId::parse(grant))?;
         let key = idempotency_key(&headers)?;
         let body: RevocationBody = parse_body(&body)?;
-        Ok::<_, ApiError>((ns, space, grant, key, body))
+        Ok::<_, RemoteErrorBody>((ns, space, grant, key, body))
     })();
     let (ns, space, grant, key, body) = match parsed {
         Ok(p) => p,
@@ -227,14 +227,14 @@ async fn run(
         &mut Model,
         chrono::DateTime<chrono::Utc>,
         bool,
-    ) -> Result<(StatusCode, serde_json::Value), ApiError>
+    ) -> Result<(StatusCode, serde_json::Value), RemoteErrorBody>
     + Send
     + 'static,
 ) -> Response {
     let fault = shared.next_fault(route);
     match fault {
         Some(Fault::Unavailable { retry_after_secs }) => {
-            let e = ApiError::new(
+            let e = RemoteErrorBody::new(
                 503,
                 "KFS_UNAVAILABLE",
                 "KnowledgeFS is temporarily unavailable",
@@ -242,7 +242,7 @@ async fn run(
             return with_retry_after(error_response(&e), retry_after_secs);
         }
         Some(Fault::RateLimited { retry_after_secs }) => {
-            let e = ApiError::new(429, "KFS_RATE_LIMITED", "too many requests; retry later");
+            let e = RemoteErrorBody::new(429, "KFS_RATE_LIMITED", "too many requests; retry later");
             return with_retry_after(error_response(&e), retry_after_secs);
         }
         Some(Fault::InvalidRequest) => {
@@ -274,7 +274,7 @@ async fn run(
 }
 
 /// `{code, message}` with the error's status.
-pub(crate) fn error_response(error: &ApiError) -> Response {
+pub(crate) fn error_response(error: &RemoteErrorBody) -> Response {
     let status = StatusCode::from_u16(error.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     (
         status,
@@ -290,23 +290,23 @@ fn with_retry_after(mut response: Response, secs: u32) -> Response {
     response
 }
 
-fn invalid(message: impl Into<String>) -> ApiError {
-    ApiError::new(400, "INVALID_REQUEST", message)
+fn invalid(message: impl Into<String>) -> RemoteErrorBody {
+    RemoteErrorBody::new(400, "INVALID_REQUEST", message)
 }
 
-fn parse_id<T>(parsed: Result<T, tenantry_kernel::IdError>) -> Result<T, ApiError> {
+fn parse_id<T>(parsed: Result<T, tenantry_kernel::IdError>) -> Result<T, RemoteErrorBody> {
     parsed.map_err(|e| invalid(e.to_string()))
 }
 
-fn parse_body<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+fn parse_body<T: DeserializeOwned>(body: &[u8]) -> Result<T, RemoteErrorBody> {
     serde_json::from_slice(body).map_err(|e| invalid(format!("malformed JSON body: {e}")))
 }
 
-fn idempotency_key(headers: &HeaderMap) -> Result<IdempotencyKey, ApiError> {
+fn idempotency_key(headers: &HeaderMap) -> Result<IdempotencyKey, RemoteErrorBody> {
     let value = headers
         .get("idempotency-key")
         .ok_or_else(|| {
-            ApiError::new(
+            RemoteErrorBody::new(
                 400,
                 "IDEMPOTENCY_KEY_REQUIRED",
                 "every mutation needs an Idempotency-Key header",

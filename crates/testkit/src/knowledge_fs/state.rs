@@ -39,7 +39,7 @@ impl Default for ModelConfig {
 /// A refusal of the model, rendered as `{code, message}` with `status`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{status} {code}: {message}")]
-pub struct ApiError {
+pub struct RemoteErrorBody {
     /// HTTP status.
     pub status: u16,
     /// Machine-readable code.
@@ -48,7 +48,7 @@ pub struct ApiError {
     pub message: String,
 }
 
-impl ApiError {
+impl RemoteErrorBody {
     pub(crate) fn new(status: u16, code: &'static str, message: impl Into<String>) -> Self {
         Self {
             status,
@@ -219,11 +219,11 @@ impl Model {
         namespace: &TenantId,
         key: &IdempotencyKey,
         fingerprint: String,
-    ) -> Result<(), ApiError> {
+    ) -> Result<(), RemoteErrorBody> {
         match self.idempotency.get(&(namespace.clone(), key.clone())) {
             Some(existing) if *existing != fingerprint => {
                 self.counters.idempotency_conflicts += 1;
-                Err(ApiError::new(
+                Err(RemoteErrorBody::new(
                     422,
                     "IDEMPOTENCY_KEY_REUSED",
                     format!(
@@ -250,14 +250,14 @@ impl Model {
         &mut self,
         namespace: &TenantId,
         body: &ProvisionBody,
-    ) -> Result<Provisioned, ApiError> {
+    ) -> Result<Provisioned, RemoteErrorBody> {
         if let Some(existing) = self
             .spaces
             .values()
             .find(|s| s.namespace_id == *namespace && s.provisioning_key == body.provisioning_key)
         {
             if existing.control_space_id != body.control_space_id {
-                return Err(ApiError::new(
+                return Err(RemoteErrorBody::new(
                     409,
                     "PROVISIONING_KEY_CONFLICT",
                     format!(
@@ -267,7 +267,7 @@ impl Model {
                 ));
             }
             if existing.deletion_phase.is_some() {
-                return Err(ApiError::new(
+                return Err(RemoteErrorBody::new(
                     409,
                     "KNOWLEDGE_FS_SPACE_DELETED",
                     format!(
@@ -283,8 +283,9 @@ impl Model {
             });
         }
         self.next_space += 1;
-        let id = KnowledgeSpaceId::parse(format!("ks-{:06}", self.next_space))
-            .map_err(|e| ApiError::new(500, "INTERNAL", format!("cannot mint a space id: {e}")))?;
+        let id = KnowledgeSpaceId::parse(format!("ks-{:06}", self.next_space)).map_err(|e| {
+            RemoteErrorBody::new(500, "INTERNAL", format!("cannot mint a space id: {e}"))
+        })?;
         let record = SpaceRecord {
             namespace_id: namespace.clone(),
             knowledge_space_id: id.clone(),
@@ -344,7 +345,7 @@ impl Model {
         space_id: &KnowledgeSpaceId,
         body: &DeletionBody,
         now: DateTime<Utc>,
-    ) -> Result<DeletionProgress, ApiError> {
+    ) -> Result<DeletionProgress, RemoteErrorBody> {
         let cfg = self.config;
         let space = self.space_mut(namespace, space_id)?;
         if space.control_space_id != body.control_space_id
@@ -353,7 +354,7 @@ impl Model {
             return Err(scope_mismatch(space_id));
         }
         if body.expected_revision > space.revision {
-            return Err(ApiError::new(
+            return Err(RemoteErrorBody::new(
                 409,
                 "REVISION_AHEAD",
                 format!(
@@ -422,7 +423,7 @@ impl Model {
         grant_id: &GrantId,
         body: &RevocationBody,
         lag: bool,
-    ) -> Result<RevokeAck, ApiError> {
+    ) -> Result<RevokeAck, RemoteErrorBody> {
         let lag_polls = self.config.revoke_watermark_lag_polls;
         let space = self.space_mut(namespace, space_id)?;
         if space.control_space_id != body.control_space_id {
@@ -468,10 +469,10 @@ impl Model {
         &mut self,
         namespace: &TenantId,
         space_id: &KnowledgeSpaceId,
-    ) -> Result<&mut SpaceRecord, ApiError> {
+    ) -> Result<&mut SpaceRecord, RemoteErrorBody> {
         match self.spaces.get_mut(space_id) {
             Some(s) if s.namespace_id == *namespace => Ok(s),
-            _ => Err(ApiError::new(
+            _ => Err(RemoteErrorBody::new(
                 404,
                 "KNOWLEDGE_FS_SPACE_NOT_FOUND",
                 format!("no knowledge space {space_id} in namespace {namespace}"),
@@ -535,8 +536,8 @@ impl Model {
     }
 }
 
-fn scope_mismatch(space_id: &KnowledgeSpaceId) -> ApiError {
-    ApiError::new(
+fn scope_mismatch(space_id: &KnowledgeSpaceId) -> RemoteErrorBody {
+    RemoteErrorBody::new(
         409,
         "KNOWLEDGE_FS_SCOPE_MISMATCH",
         format!("knowledge space {space_id} belongs to another control space or provisioning key"),
