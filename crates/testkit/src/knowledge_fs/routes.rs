@@ -14,20 +14,28 @@ use axum::extract::rejection::QueryRejection;
 use axum::extract::{Extension, Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
-use serde::Deserialize;
 use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
 use tenantry_kernel::{
     ControlSpaceId, GrantId, IdempotencyKey, KnowledgeSpaceId, ProvisioningKey, TenantId,
 };
+use tenantry_lifecycle::{DeletionProgress, RemoteSpace, RevokeAck};
+use utoipa::OpenApi;
+use utoipa::openapi::path::{Parameter, ParameterBuilder, ParameterIn};
+use utoipa::openapi::{Header, Required};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use super::Shared;
-use super::state::{DeletionBody, Model, ProvisionBody, RemoteErrorBody, RevocationBody};
+use super::state::{DeletionBody, Model, ProvisionBody, RevocationBody};
 use crate::fault::{Fault, Route};
-use crate::openapi;
+use crate::http::{
+    ApiConventions, CommonResponse, ErrorJson, RemoteErrorBody, error_response, retry_after_header,
+    schema_ref, with_retry_after,
+};
 use crate::serve::ConnectionControl;
 
-/// Path templates of the API, in axum syntax; the OpenAPI file documents exactly these.
+/// Path templates of the API, in axum syntax; the OpenAPI document has exactly these.
 pub const PATHS: [(&str, &str, Route); 4] = [
     (
         "POST",
@@ -47,38 +55,136 @@ pub const PATHS: [(&str, &str, Route); 4] = [
     ),
 ];
 
+/// The head of the OpenAPI document; the paths come from the handlers below.
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "KnowledgeFS lifecycle API",
+        version = "1.0.0",
+        description = "Lifecycle of knowledge spaces as Tenantry drives it: provision (idempotent on `provisioning_key`), authoritative lookup by provisioning key, durable deletion, and capability-grant revocation.\n\nEvery request carries `Authorization: Bearer <token>`. Every mutation (POST) carries an `Idempotency-Key`: the key is bound to the first request that used it (route, path and body). The same key with the same request applies the effect at most once and answers with the current state of that effect; the same key with a different request is refused with 422. Errors are `{code, message}` JSON; 429 and 503 carry `Retry-After` (seconds or an HTTP date) and never apply an effect.\n\nA client that got no complete answer to a provision (timeout, reset, lost response) must resolve the outcome with the lookup by provisioning key, never by sending a new provisioning key."
+    ),
+    servers((url = "/")),
+    security(("bearer" = []))
+)]
+struct KnowledgeFsDoc;
+
+/// The routes of the API, documented.
+fn api() -> OpenApiRouter<Arc<Shared>> {
+    OpenApiRouter::with_openapi(KnowledgeFsDoc::openapi())
+        .routes(routes!(provision, lookup))
+        .routes(routes!(deletion))
+        .routes(routes!(revocation))
+}
+
+/// What every operation of KnowledgeFS API v1 has in common.
+const CONVENTIONS: ApiConventions = ApiConventions {
+    parameters: shared_parameters,
+    headers: shared_headers,
+    common_responses: &[
+        CommonResponse {
+            status: "400",
+            description: "Malformed path id, query, body, or missing `Idempotency-Key` (`INVALID_REQUEST`, `IDEMPOTENCY_KEY_REQUIRED`). Not retryable.",
+            retry_after: false,
+        },
+        CommonResponse {
+            status: "401",
+            description: "Missing or wrong bearer token (`UNAUTHORIZED`).",
+            retry_after: false,
+        },
+        CommonResponse {
+            status: "429",
+            description: "Rate limited (`KFS_RATE_LIMITED`); no effect was applied. Retry after `Retry-After`.",
+            retry_after: true,
+        },
+        CommonResponse {
+            status: "503",
+            description: "Temporarily unavailable (`KFS_UNAVAILABLE`); no effect was applied. Retry after `Retry-After`.",
+            retry_after: true,
+        },
+    ],
+    not_found: "no such route in KnowledgeFS API v1",
+};
+
+fn id_parameter(name: &str, location: ParameterIn, description: Option<&str>) -> Parameter {
+    ParameterBuilder::new()
+        .name(name)
+        .parameter_in(location)
+        .required(Required::True)
+        .description(description)
+        .schema(Some(schema_ref("Id")))
+        .build()
+}
+
+fn shared_parameters() -> Vec<(&'static str, Parameter)> {
+    vec![
+        (
+            "NamespaceId",
+            id_parameter(
+                "namespace_id",
+                ParameterIn::Path,
+                Some("The namespace (Tenantry tenant id)."),
+            ),
+        ),
+        (
+            "KnowledgeSpaceId",
+            id_parameter("knowledge_space_id", ParameterIn::Path, None),
+        ),
+        ("GrantId", id_parameter("grant_id", ParameterIn::Path, None)),
+        (
+            "IdempotencyKey",
+            id_parameter(
+                "Idempotency-Key",
+                ParameterIn::Header,
+                Some(
+                    "Stable across retries of one command; bound to the first request that used it.",
+                ),
+            ),
+        ),
+    ]
+}
+
+fn shared_headers() -> Vec<(&'static str, &'static str, Header)> {
+    vec![("RetryAfter", "Retry-After", retry_after_header())]
+}
+
+/// The OpenAPI document of KnowledgeFS API v1 as JSON (`docs/openapi/knowledgefs-v1.json`).
+pub(crate) fn document_json() -> String {
+    CONVENTIONS.document_json(api())
+}
+
 /// The router of the reference KnowledgeFS.
 pub(crate) fn router(shared: Arc<Shared>) -> Router {
-    Router::new()
-        .route(PATHS[0].1, post(provision).get(lookup))
-        .route(PATHS[2].1, post(deletion))
-        .route(PATHS[3].1, post(revocation))
-        .route("/openapi.json", get(openapi_document))
-        .fallback(not_found)
-        .with_state(shared)
+    CONVENTIONS.router(api()).with_state(shared)
 }
 
 type Ctl = Extension<Arc<ConnectionControl>>;
 
-async fn openapi_document() -> Response {
-    (
-        [(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        )],
-        openapi::KNOWLEDGE_FS_V1,
+/// The answer of a lookup.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+struct SpaceList {
+    /// Matching spaces whose deletion has not completed (zero or one).
+    items: Vec<RemoteSpace>,
+}
+
+/// Provision a knowledge space (idempotent on provisioning_key)
+///
+/// Creates the knowledge space of `provisioning_key` in the namespace, or answers with the existing one. A provisioning key belongs to one control space for ever: a second control space using it gets 409 `PROVISIONING_KEY_CONFLICT`; provisioning a key whose space is being or was deleted gets 409 `KNOWLEDGE_FS_SPACE_DELETED`.
+#[utoipa::path(
+    post,
+    path = "/v1/namespaces/{namespace_id}/spaces",
+    operation_id = "provisionSpace",
+    params(
+        ("namespace_id" = TenantId, Path),
+        ("Idempotency-Key" = IdempotencyKey, Header),
+    ),
+    request_body = ProvisionBody,
+    responses(
+        (status = 200, description = "The space of this provisioning key existed already.", body = RemoteSpace),
+        (status = 201, description = "The space was created by this request.", body = RemoteSpace),
+        (status = 409, description = "The provisioning key belongs to another control space (`PROVISIONING_KEY_CONFLICT`) or its space is deleted (`KNOWLEDGE_FS_SPACE_DELETED`).", body = ErrorJson),
+        (status = 422, description = "The `Idempotency-Key` was already used with a different request (`IDEMPOTENCY_KEY_REUSED`). Send a new key for a new request.", body = ErrorJson),
     )
-        .into_response()
-}
-
-async fn not_found() -> Response {
-    error_response(&RemoteErrorBody::new(
-        404,
-        "NOT_FOUND",
-        "no such route in KnowledgeFS API v1",
-    ))
-}
-
+)]
 async fn provision(
     State(shared): State<Arc<Shared>>,
     Extension(ctl): Ctl,
@@ -117,6 +223,22 @@ struct LookupQuery {
     control_space_id: Option<String>,
 }
 
+/// Authoritative lookup by provisioning key
+///
+/// Spaces of the namespace with this provisioning key (and control space, if given) whose deletion has not completed. An empty `items` proves absence. Read-only: no `Idempotency-Key`.
+#[utoipa::path(
+    get,
+    path = "/v1/namespaces/{namespace_id}/spaces",
+    operation_id = "lookupSpaces",
+    params(
+        ("namespace_id" = TenantId, Path),
+        ("provisioning_key" = ProvisioningKey, Query),
+        ("control_space_id" = Option<ControlSpaceId>, Query),
+    ),
+    responses(
+        (status = 200, description = "Matching spaces (zero or one).", body = SpaceList),
+    )
+)]
 async fn lookup(
     State(shared): State<Arc<Shared>>,
     Extension(ctl): Ctl,
@@ -144,11 +266,31 @@ async fn lookup(
     };
     run(&shared, &ctl, Route::Lookup, move |model, _, _| {
         let items = model.lookup(&ns, &key, cs.as_ref());
-        Ok((StatusCode::OK, serde_json::json!({ "items": items })))
+        Ok((StatusCode::OK, to_json(&SpaceList { items })))
     })
     .await
 }
 
+/// Request or poll the deletion of a knowledge space
+///
+/// Starts the deletion on the first request and reports its progress on every later one (resend the same request with the same `Idempotency-Key` to poll). Phases only move forward: `accepted` → `draining` → `irreversible` → `completed`; `irreversible_at` is set from the `irreversible` phase on. `revision` grows with each phase change.
+#[utoipa::path(
+    post,
+    path = "/v1/namespaces/{namespace_id}/spaces/{knowledge_space_id}/deletion",
+    operation_id = "requestDeletion",
+    params(
+        ("namespace_id" = TenantId, Path),
+        ("knowledge_space_id" = KnowledgeSpaceId, Path),
+        ("Idempotency-Key" = IdempotencyKey, Header),
+    ),
+    request_body = DeletionBody,
+    responses(
+        (status = 200, description = "Deletion progress.", body = DeletionProgress),
+        (status = 404, description = "No such knowledge space in this namespace (`KNOWLEDGE_FS_SPACE_NOT_FOUND`).", body = ErrorJson),
+        (status = 409, description = "The space belongs to another control space or provisioning key (`KNOWLEDGE_FS_SCOPE_MISMATCH`), or `expected_revision` is above the space's revision (`REVISION_AHEAD`).", body = ErrorJson),
+        (status = 422, description = "The `Idempotency-Key` was already used with a different request (`IDEMPOTENCY_KEY_REUSED`). Send a new key for a new request.", body = ErrorJson),
+    )
+)]
 async fn deletion(
     State(shared): State<Arc<Shared>>,
     Extension(ctl): Ctl,
@@ -184,6 +326,27 @@ async fn deletion(
     response
 }
 
+/// Revoke a capability grant up to a sequence
+///
+/// Raises the grant's revoke watermark to `revoke_sequence`. The answer is `revoked` once `highest_revoke_sequence >= revoke_sequence`, `pending` while the watermark lags (resend to poll).
+#[utoipa::path(
+    post,
+    path = "/v1/namespaces/{namespace_id}/spaces/{knowledge_space_id}/grants/{grant_id}/revocations",
+    operation_id = "revokeGrant",
+    params(
+        ("namespace_id" = TenantId, Path),
+        ("knowledge_space_id" = KnowledgeSpaceId, Path),
+        ("grant_id" = GrantId, Path),
+        ("Idempotency-Key" = IdempotencyKey, Header),
+    ),
+    request_body = RevocationBody,
+    responses(
+        (status = 200, description = "Revocation state and the grant's watermark.", body = RevokeAck),
+        (status = 404, description = "No such knowledge space in this namespace (`KNOWLEDGE_FS_SPACE_NOT_FOUND`).", body = ErrorJson),
+        (status = 409, description = "The space belongs to another control space (`KNOWLEDGE_FS_SCOPE_MISMATCH`).", body = ErrorJson),
+        (status = 422, description = "The `Idempotency-Key` was already used with a different request (`IDEMPOTENCY_KEY_REUSED`). Send a new key for a new request.", body = ErrorJson),
+    )
+)]
 async fn revocation(
     State(shared): State<Arc<Shared>>,
     Extension(ctl): Ctl,
@@ -271,23 +434,6 @@ async fn run(
         Ok((status, json)) => (status, axum::Json(json)).into_response(),
         Err(e) => error_response(&e),
     }
-}
-
-/// `{code, message}` with the error's status.
-pub(crate) fn error_response(error: &RemoteErrorBody) -> Response {
-    let status = StatusCode::from_u16(error.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    (
-        status,
-        axum::Json(serde_json::json!({ "code": error.code, "message": error.message })),
-    )
-        .into_response()
-}
-
-fn with_retry_after(mut response: Response, secs: u32) -> Response {
-    response
-        .headers_mut()
-        .insert(header::RETRY_AFTER, HeaderValue::from(secs));
-    response
 }
 
 fn invalid(message: impl Into<String>) -> RemoteErrorBody {

@@ -6,6 +6,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use crate::http::RemoteErrorBody;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use tenantry_kernel::{
@@ -36,30 +37,9 @@ impl Default for ModelConfig {
     }
 }
 
-/// A refusal of the model, rendered as `{code, message}` with `status`.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{status} {code}: {message}")]
-pub struct RemoteErrorBody {
-    /// HTTP status.
-    pub status: u16,
-    /// Machine-readable code.
-    pub code: &'static str,
-    /// Human-readable detail.
-    pub message: String,
-}
-
-impl RemoteErrorBody {
-    pub(crate) fn new(status: u16, code: &'static str, message: impl Into<String>) -> Self {
-        Self {
-            status,
-            code,
-            message: message.into(),
-        }
-    }
-}
-
 /// Provision body as the model sees it (wire fields other than path and header).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[schema(as = ProvisionRequest)]
 pub struct ProvisionBody {
     /// Local control space.
     pub control_space_id: ControlSpaceId,
@@ -84,7 +64,8 @@ pub struct ProvisionBody {
 }
 
 /// Deletion body.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[schema(as = DeletionRequest)]
 pub struct DeletionBody {
     /// Local control space.
     pub control_space_id: ControlSpaceId,
@@ -97,7 +78,8 @@ pub struct DeletionBody {
 }
 
 /// Revocation body.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[schema(as = RevocationRequest)]
 pub struct RevocationBody {
     /// Local control space.
     pub control_space_id: ControlSpaceId,
