@@ -49,6 +49,7 @@ pub struct DirectoryWorkspace {
     /// The account that created it; must be a projected member when the workspace is active.
     pub created_by_account_uuid: AccountUuid,
     /// Monotonic revision of this workspace in the directory.
+    #[cfg_attr(feature = "openapi", schema(minimum = 1))]
     pub projection_revision: i64,
     /// Execution generation (monotonic; a new generation retires older runtimes).
     pub execution_generation: i64,
@@ -78,6 +79,7 @@ pub struct DirectoryMember {
     #[serde(default)]
     pub joined_at: Option<DateTime<Utc>>,
     /// Monotonic revision of the membership; at least 1 (0 marks platform-owned rows).
+    #[cfg_attr(feature = "openapi", schema(minimum = 1))]
     pub projection_revision: i64,
 }
 

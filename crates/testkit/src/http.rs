@@ -17,7 +17,8 @@ use axum::routing::get;
 use serde::Serialize;
 use utoipa::ToSchema;
 use utoipa::openapi::path::{Operation, Parameter};
-use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityRequirement, SecurityScheme};
+use utoipa::openapi::server::Server;
 use utoipa::openapi::{
     ContentBuilder, Header, HeaderBuilder, ObjectBuilder, OpenApi, Ref, RefOr, ResponseBuilder,
     Schema, Type,
@@ -109,9 +110,12 @@ pub(crate) struct CommonResponse {
     pub description: &'static str,
     /// Whether it carries the `Retry-After` header (component `RetryAfter`).
     pub retry_after: bool,
+    /// Whether only mutations (POST) give it.
+    pub post_only: bool,
 }
 
-/// What every operation of one API has in common, and how its router is built.
+/// What every operation of one API has in common, and how its router is built. Every API is
+/// served at `/` and documents bearer auth (`bearer`) as its security scheme.
 pub(crate) struct ApiConventions {
     /// Shared parameters: (component name, parameter). An operation parameter with the same
     /// name and location becomes a `$ref` to the component.
@@ -172,6 +176,11 @@ impl ApiConventions {
     fn complete(&self, mut doc: OpenApi) -> OpenApi {
         let parameters = (self.parameters)();
         let headers = (self.headers)();
+        doc.servers = Some(vec![Server::new("/")]);
+        doc.security = Some(vec![SecurityRequirement::new(
+            "bearer",
+            Vec::<String>::new(),
+        )]);
         let components = doc.components.get_or_insert_with(Default::default);
         components.security_schemes.insert(
             "bearer".to_owned(),
@@ -194,26 +203,31 @@ impl ApiConventions {
                 .insert((*component).to_owned(), RefOr::T(header.clone()));
         }
         for item in doc.paths.paths.values_mut() {
-            for operation in [
-                &mut item.get,
-                &mut item.put,
-                &mut item.post,
-                &mut item.delete,
-                &mut item.patch,
-            ]
-            .into_iter()
-            .flatten()
-            {
-                self.add_common_responses(operation, retry_after);
+            for (operation, is_post) in [
+                (&mut item.get, false),
+                (&mut item.put, false),
+                (&mut item.post, true),
+                (&mut item.delete, false),
+                (&mut item.patch, false),
+            ] {
+                let Some(operation) = operation else { continue };
+                self.add_common_responses(operation, is_post, retry_after);
                 hoist(operation, &parameters, &headers);
             }
         }
         doc
     }
 
-    fn add_common_responses(&self, operation: &mut Operation, retry_after: Option<(&str, &str)>) {
+    fn add_common_responses(
+        &self,
+        operation: &mut Operation,
+        is_post: bool,
+        retry_after: Option<(&str, &str)>,
+    ) {
         for common in self.common_responses {
-            if operation.responses.responses.contains_key(common.status) {
+            if (common.post_only && !is_post)
+                || operation.responses.responses.contains_key(common.status)
+            {
                 continue;
             }
             let mut response = ResponseBuilder::new()

@@ -302,15 +302,11 @@ impl Shared {
 
 /// The head of the OpenAPI document; the paths come from the handlers below.
 #[derive(OpenApi)]
-#[openapi(
-    info(
-        title = "Directory API",
-        version = "1.0.0",
-        description = "The signed SaaS directory that Tenantry projects into local accounts, workspaces, memberships and execution state: a full snapshot, the event stream in pages, and per-workspace deltas.\n\nEvery 2xx response is signed with Ed25519. The signed bytes are `tenantry-directory-v2\\n{METHOD}\\n{path}\\n{query}\\n{timestamp}\\n{body}`: the ASCII context string (signature version 2), then, each followed by a newline, the request method in upper case, the request path from `/v1/` on as sent (percent-encoded), the raw query string without `?` (empty when none), the decimal Unix-seconds timestamp of `X-Directory-Timestamp`; then the response body exactly as sent. Binding the request stops a signed answer from being replayed for another request. `X-Directory-Key-Id` names the signing key; clients trust several keys at once so the provider can rotate. A client refuses (and applies nothing of) a response that is unsigned, has a malformed header, names an untrusted key id, carries a timestamp more than 300 s away from the client's clock, or whose signature does not verify (strict verification). Clients also refuse bodies above their size limit (default 128 MiB). Error responses (`{code, message}`) need no signature: nothing is applied from them.\n\nAuthentication by bearer token is optional and provider-specific."
-    ),
-    servers((url = "/")),
-    security(("bearer" = []))
-)]
+#[openapi(info(
+    title = "Directory API",
+    version = "1.0.0",
+    description = "The signed SaaS directory that Tenantry projects into local accounts, workspaces, memberships and execution state: a full snapshot, the event stream in pages, and per-workspace deltas.\n\nEvery 2xx response is signed with Ed25519. The signed bytes are `tenantry-directory-v2\\n{METHOD}\\n{path}\\n{query}\\n{timestamp}\\n{body}`: the ASCII context string (signature version 2), then, each followed by a newline, the request method in upper case, the request path from `/v1/` on as sent (percent-encoded), the raw query string without `?` (empty when none), the decimal Unix-seconds timestamp of `X-Directory-Timestamp`; then the response body exactly as sent. Binding the request stops a signed answer from being replayed for another request. `X-Directory-Key-Id` names the signing key; clients trust several keys at once so the provider can rotate. A client refuses (and applies nothing of) a response that is unsigned, has a malformed header, names an untrusted key id, carries a timestamp more than 300 s away from the client's clock, or whose signature does not verify (strict verification). Clients also refuse bodies above their size limit (default 128 MiB). Error responses (`{code, message}`) need no signature: nothing is applied from them.\n\nAuthentication by bearer token is optional and provider-specific."
+))]
 struct DirectoryDoc;
 
 /// The routes of Directory API v1, documented.
@@ -330,21 +326,25 @@ const CONVENTIONS: ApiConventions = ApiConventions {
             status: "401",
             description: "Missing or wrong bearer token, when the provider requires one (`UNAUTHORIZED`).",
             retry_after: false,
+            post_only: false,
         },
         CommonResponse {
             status: "404",
             description: "This provider does not serve the instance (`INSTANCE_NOT_FOUND`).",
             retry_after: false,
+            post_only: false,
         },
         CommonResponse {
             status: "429",
             description: "Rate limited (`DIRECTORY_RATE_LIMITED`); retry after `Retry-After`.",
             retry_after: true,
+            post_only: false,
         },
         CommonResponse {
             status: "503",
             description: "Temporarily unavailable (`DIRECTORY_UNAVAILABLE`); retry after `Retry-After`.",
             retry_after: true,
+            post_only: false,
         },
     ],
     not_found: "no such route in Directory API v1",

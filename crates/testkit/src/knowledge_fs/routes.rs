@@ -57,15 +57,11 @@ pub const PATHS: [(&str, &str, Route); 4] = [
 
 /// The head of the OpenAPI document; the paths come from the handlers below.
 #[derive(OpenApi)]
-#[openapi(
-    info(
-        title = "KnowledgeFS lifecycle API",
-        version = "1.0.0",
-        description = "Lifecycle of knowledge spaces as Tenantry drives it: provision (idempotent on `provisioning_key`), authoritative lookup by provisioning key, durable deletion, and capability-grant revocation.\n\nEvery request carries `Authorization: Bearer <token>`. Every mutation (POST) carries an `Idempotency-Key`: the key is bound to the first request that used it (route, path and body). The same key with the same request applies the effect at most once and answers with the current state of that effect; the same key with a different request is refused with 422. Errors are `{code, message}` JSON; 429 and 503 carry `Retry-After` (seconds or an HTTP date) and never apply an effect.\n\nA client that got no complete answer to a provision (timeout, reset, lost response) must resolve the outcome with the lookup by provisioning key, never by sending a new provisioning key."
-    ),
-    servers((url = "/")),
-    security(("bearer" = []))
-)]
+#[openapi(info(
+    title = "KnowledgeFS lifecycle API",
+    version = "1.0.0",
+    description = "Lifecycle of knowledge spaces as Tenantry drives it: provision (idempotent on `provisioning_key`), authoritative lookup by provisioning key, durable deletion, and capability-grant revocation.\n\nEvery request carries `Authorization: Bearer <token>`. Every mutation (POST) carries an `Idempotency-Key`: the key is bound to the first request that used it (route, path and body). The same key with the same request applies the effect at most once and answers with the current state of that effect; the same key with a different request is refused with 422. Errors are `{code, message}` JSON; 429 and 503 carry `Retry-After` (seconds or an HTTP date) and never apply an effect.\n\nA client that got no complete answer to a provision (timeout, reset, lost response) must resolve the outcome with the lookup by provisioning key, never by sending a new provisioning key."
+))]
 struct KnowledgeFsDoc;
 
 /// The routes of the API, documented.
@@ -85,21 +81,31 @@ const CONVENTIONS: ApiConventions = ApiConventions {
             status: "400",
             description: "Malformed path id, query, body, or missing `Idempotency-Key` (`INVALID_REQUEST`, `IDEMPOTENCY_KEY_REQUIRED`). Not retryable.",
             retry_after: false,
+            post_only: false,
         },
         CommonResponse {
             status: "401",
             description: "Missing or wrong bearer token (`UNAUTHORIZED`).",
             retry_after: false,
+            post_only: false,
         },
         CommonResponse {
             status: "429",
             description: "Rate limited (`KFS_RATE_LIMITED`); no effect was applied. Retry after `Retry-After`.",
             retry_after: true,
+            post_only: false,
         },
         CommonResponse {
             status: "503",
             description: "Temporarily unavailable (`KFS_UNAVAILABLE`); no effect was applied. Retry after `Retry-After`.",
             retry_after: true,
+            post_only: false,
+        },
+        CommonResponse {
+            status: "422",
+            description: "The `Idempotency-Key` was already used with a different request (`IDEMPOTENCY_KEY_REUSED`). Send a new key for a new request.",
+            retry_after: false,
+            post_only: true,
         },
     ],
     not_found: "no such route in KnowledgeFS API v1",
@@ -182,7 +188,6 @@ struct SpaceList {
         (status = 200, description = "The space of this provisioning key existed already.", body = RemoteSpace),
         (status = 201, description = "The space was created by this request.", body = RemoteSpace),
         (status = 409, description = "The provisioning key belongs to another control space (`PROVISIONING_KEY_CONFLICT`) or its space is deleted (`KNOWLEDGE_FS_SPACE_DELETED`).", body = ErrorJson),
-        (status = 422, description = "The `Idempotency-Key` was already used with a different request (`IDEMPOTENCY_KEY_REUSED`). Send a new key for a new request.", body = ErrorJson),
     )
 )]
 async fn provision(
@@ -288,7 +293,6 @@ async fn lookup(
         (status = 200, description = "Deletion progress.", body = DeletionProgress),
         (status = 404, description = "No such knowledge space in this namespace (`KNOWLEDGE_FS_SPACE_NOT_FOUND`).", body = ErrorJson),
         (status = 409, description = "The space belongs to another control space or provisioning key (`KNOWLEDGE_FS_SCOPE_MISMATCH`), or `expected_revision` is above the space's revision (`REVISION_AHEAD`).", body = ErrorJson),
-        (status = 422, description = "The `Idempotency-Key` was already used with a different request (`IDEMPOTENCY_KEY_REUSED`). Send a new key for a new request.", body = ErrorJson),
     )
 )]
 async fn deletion(
@@ -344,7 +348,6 @@ async fn deletion(
         (status = 200, description = "Revocation state and the grant's watermark.", body = RevokeAck),
         (status = 404, description = "No such knowledge space in this namespace (`KNOWLEDGE_FS_SPACE_NOT_FOUND`).", body = ErrorJson),
         (status = 409, description = "The space belongs to another control space (`KNOWLEDGE_FS_SCOPE_MISMATCH`).", body = ErrorJson),
-        (status = 422, description = "The `Idempotency-Key` was already used with a different request (`IDEMPOTENCY_KEY_REUSED`). Send a new key for a new request.", body = ErrorJson),
     )
 )]
 async fn revocation(

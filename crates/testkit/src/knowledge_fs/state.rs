@@ -37,7 +37,7 @@ impl Default for ModelConfig {
     }
 }
 
-/// Provision body as the model sees it (wire fields other than path and header).
+/// Provision body (the namespace is in the path, the idempotency key in a header).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[schema(as = ProvisionRequest)]
 pub struct ProvisionBody {
@@ -45,7 +45,7 @@ pub struct ProvisionBody {
     pub control_space_id: ControlSpaceId,
     /// Lifecycle operation.
     pub operation_id: OperationId,
-    /// Remote idempotency key of the space.
+    /// Remote idempotency key of the space: one space per key and namespace.
     pub provisioning_key: ProvisioningKey,
     /// Display name.
     pub name: String,
@@ -55,10 +55,10 @@ pub struct ProvisionBody {
     pub icon: String,
     /// Description.
     pub description: String,
-    /// Optional model intent.
+    /// Optional model intent: opaque JSON.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model_intent: Option<serde_json::Value>,
-    /// Optional profile intent.
+    /// Optional profile intent: opaque JSON.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub profile_intent: Option<serde_json::Value>,
 }
@@ -73,7 +73,7 @@ pub struct DeletionBody {
     pub operation_id: OperationId,
     /// Provisioning key of the space.
     pub provisioning_key: ProvisioningKey,
-    /// Revision the caller computed the deletion against.
+    /// Revision the caller last saw; may lag, must not be ahead.
     pub expected_revision: i64,
 }
 
