@@ -19,7 +19,7 @@
 
 pub mod directory;
 pub mod fault;
-pub mod http;
+mod http;
 pub mod knowledge_fs;
 pub mod openapi;
 mod serve;
