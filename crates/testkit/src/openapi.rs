@@ -1,7 +1,8 @@
 //! The OpenAPI 3.1 documents of the remote APIs, generated from the handlers and wire types
 //! with utoipa (the shared scaffolding is in `src/http.rs`), as the reference servers serve
-//! them at `/openapi.json`. The committed copies in `docs/openapi/` must equal them: `tests/openapi.rs` fails when they
-//! differ and rewrites them when run with `UPDATE_OPENAPI=1`.
+//! them at `/openapi.json`. The committed copies in `docs/openapi/` must equal them:
+//! `tests/openapi.rs` fails when they differ and rewrites them when run with
+//! `UPDATE_OPENAPI=1`.
 
 /// `docs/openapi/knowledgefs-v1.json`: KnowledgeFS lifecycle API v1, pretty JSON with a final
 /// newline.
