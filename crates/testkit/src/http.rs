@@ -125,6 +125,9 @@ pub(crate) struct ApiConventions {
     pub headers: fn() -> Vec<(&'static str, &'static str, Header)>,
     /// Error answers added to every operation that does not declare them itself.
     pub common_responses: &'static [CommonResponse],
+    /// Shared headers (by header name) every 2xx answer carries, e.g. the directory's
+    /// signature headers.
+    pub success_headers: &'static [&'static str],
     /// The message of the 404 for paths outside the API.
     pub not_found: &'static str,
 }
@@ -212,6 +215,7 @@ impl ApiConventions {
             ] {
                 let Some(operation) = operation else { continue };
                 self.add_common_responses(operation, is_post, retry_after);
+                self.add_success_headers(operation, &headers);
                 hoist(operation, &parameters, &headers);
             }
         }
@@ -248,6 +252,32 @@ impl ApiConventions {
                 .responses
                 .responses
                 .insert(common.status.to_owned(), RefOr::T(response));
+        }
+    }
+}
+
+impl ApiConventions {
+    fn add_success_headers(
+        &self,
+        operation: &mut Operation,
+        headers: &[(&'static str, &'static str, Header)],
+    ) {
+        for (status, response) in &mut operation.responses.responses {
+            let RefOr::T(response) = response else {
+                continue;
+            };
+            if !status.starts_with('2') {
+                continue;
+            }
+            for name in self.success_headers {
+                if let Some((component, shared, _)) =
+                    headers.iter().find(|(_, shared, _)| shared == name)
+                {
+                    response
+                        .headers
+                        .insert((*shared).to_owned(), header_ref(component));
+                }
+            }
         }
     }
 }

@@ -317,7 +317,13 @@ fn api() -> OpenApiRouter<Arc<Shared>> {
         .routes(routes!(workspaces))
 }
 
-/// What every operation of Directory API v1 has in common.
+/// The signature headers as the document spells them (HTTP names are case-insensitive; the
+/// constants above are the lower-case forms the server sends).
+const KEY_ID_HEADER_NAME: &str = "X-Directory-Key-Id";
+const TIMESTAMP_HEADER_NAME: &str = "X-Directory-Timestamp";
+const SIGNATURE_HEADER_NAME: &str = "X-Directory-Signature";
+
+/// What every operation of Directory API v1 has in common: every 2xx answer is signed.
 const CONVENTIONS: ApiConventions = ApiConventions {
     parameters: shared_parameters,
     headers: shared_headers,
@@ -346,6 +352,11 @@ const CONVENTIONS: ApiConventions = ApiConventions {
             retry_after: true,
             post_only: false,
         },
+    ],
+    success_headers: &[
+        KEY_ID_HEADER_NAME,
+        TIMESTAMP_HEADER_NAME,
+        SIGNATURE_HEADER_NAME,
     ],
     not_found: "no such route in Directory API v1",
 };
@@ -378,12 +389,12 @@ fn shared_headers() -> Vec<(&'static str, &'static str, Header)> {
         ("RetryAfter", "Retry-After", retry_after_header()),
         (
             "KeyId",
-            "X-Directory-Key-Id",
+            KEY_ID_HEADER_NAME,
             string_header("Id of the signing key.", None),
         ),
         (
             "Timestamp",
-            "X-Directory-Timestamp",
+            TIMESTAMP_HEADER_NAME,
             string_header(
                 "Signing time, Unix seconds (decimal). Must be within 300 s of the client's clock.",
                 Some("^-?[0-9]+$"),
@@ -391,7 +402,7 @@ fn shared_headers() -> Vec<(&'static str, &'static str, Header)> {
         ),
         (
             "Signature",
-            "X-Directory-Signature",
+            SIGNATURE_HEADER_NAME,
             string_header(
                 "Ed25519 signature (64 bytes, lowercase hex) over `tenantry-directory-v2\\n{METHOD}\\n{path}\\n{query}\\n{timestamp}\\n{body}`.",
                 Some("^[0-9a-f]{128}$"),
@@ -420,11 +431,7 @@ type Ctl = Extension<Arc<ConnectionControl>>;
     operation_id = "getSnapshot",
     params(("instance_uuid" = InstanceUuid, Path)),
     responses(
-        (status = 200, description = "The snapshot. Signed (see the signature headers); a client verifies the signature before parsing.", body = DirectorySnapshot, headers(
-            ("X-Directory-Key-Id" = String),
-            ("X-Directory-Timestamp" = String),
-            ("X-Directory-Signature" = String),
-        )),
+        (status = 200, description = "The snapshot. Signed (see the signature headers); a client verifies the signature before parsing.", body = DirectorySnapshot),
     )
 )]
 async fn snapshot(
@@ -465,11 +472,7 @@ struct EventsQuery {
         ("limit" = Option<u32>, Query, minimum = 1, maximum = 100, description = "Most events in the page, 1 to 100 (default 100; larger values are capped)."),
     ),
     responses(
-        (status = 200, description = "The page. Signed (see the signature headers); a client verifies the signature before parsing.", body = DirectoryEventBatch, headers(
-            ("X-Directory-Key-Id" = String),
-            ("X-Directory-Timestamp" = String),
-            ("X-Directory-Signature" = String),
-        )),
+        (status = 200, description = "The page. Signed (see the signature headers); a client verifies the signature before parsing.", body = DirectoryEventBatch),
         (status = 400, description = "`after` is missing or not an integer (`INVALID_REQUEST`).", body = ErrorJson),
     )
 )]
@@ -514,11 +517,7 @@ async fn events(
     params(("instance_uuid" = InstanceUuid, Path)),
     request_body = WorkspacesRequest,
     responses(
-        (status = 200, description = "The delta. Signed (see the signature headers); a client verifies the signature before parsing.", body = DirectoryDelta, headers(
-            ("X-Directory-Key-Id" = String),
-            ("X-Directory-Timestamp" = String),
-            ("X-Directory-Signature" = String),
-        )),
+        (status = 200, description = "The delta. Signed (see the signature headers); a client verifies the signature before parsing.", body = DirectoryDelta),
         (status = 400, description = "Malformed body (`INVALID_REQUEST`).", body = ErrorJson),
     )
 )]

@@ -108,6 +108,7 @@ const CONVENTIONS: ApiConventions = ApiConventions {
             post_only: true,
         },
     ],
+    success_headers: &[],
     not_found: "no such route in KnowledgeFS API v1",
 };
 
