@@ -21,6 +21,7 @@ pub struct UnknownValue {
 macro_rules! vocabulary {
     ($(#[$meta:meta])* $name:ident, $kind:literal, { $($(#[$vmeta:meta])* $variant:ident => $text:literal),+ $(,)? }) => {
         $(#[$meta])*
+        #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
         #[serde(rename_all = "snake_case")]
         pub enum $name {

@@ -18,6 +18,7 @@ use crate::maps::{
 };
 
 /// A full, authoritative copy of one instance's directory at `cursor`.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DirectorySnapshot {
     /// The instance this snapshot is for.
@@ -31,6 +32,7 @@ pub struct DirectorySnapshot {
 }
 
 /// One workspace with its members.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DirectoryWorkspace {
     /// Workspace identity.
@@ -47,6 +49,7 @@ pub struct DirectoryWorkspace {
     /// The account that created it; must be a projected member when the workspace is active.
     pub created_by_account_uuid: AccountUuid,
     /// Monotonic revision of this workspace in the directory.
+    #[cfg_attr(feature = "openapi", schema(minimum = 1))]
     pub projection_revision: i64,
     /// Execution generation (monotonic; a new generation retires older runtimes).
     pub execution_generation: i64,
@@ -55,6 +58,7 @@ pub struct DirectoryWorkspace {
 }
 
 /// One member of a workspace: the membership and the account it belongs to.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DirectoryMember {
     /// Membership identity (stable for one account in one workspace).
@@ -75,10 +79,12 @@ pub struct DirectoryMember {
     #[serde(default)]
     pub joined_at: Option<DateTime<Utc>>,
     /// Monotonic revision of the membership; at least 1 (0 marks platform-owned rows).
+    #[cfg_attr(feature = "openapi", schema(minimum = 1))]
     pub projection_revision: i64,
 }
 
 /// One page of the directory event stream: the events in `(after_cursor, cursor]`.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DirectoryEventBatch {
     /// The instance the page is for.
@@ -94,6 +100,7 @@ pub struct DirectoryEventBatch {
 }
 
 /// One event of the stream.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DirectoryEvent {
     /// Event identity (the inbox key).
@@ -112,6 +119,7 @@ pub struct DirectoryEvent {
 }
 
 /// The current state of the workspaces named by directory events.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DirectoryDelta {
     /// The instance the delta is for.
@@ -126,6 +134,7 @@ pub struct DirectoryDelta {
 }
 
 /// Request body of `POST .../directory/workspaces`.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WorkspacesRequest {
     /// The workspaces to fetch, sorted and without duplicates.

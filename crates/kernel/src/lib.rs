@@ -8,10 +8,14 @@
 //!   the edge ("parse, don't validate").
 //! - [`lease`]: the lease owner and the lease epoch (fencing token) of a claimed command.
 //! - [`fingerprint`]: the canonical SHA-256 fingerprint of a JSON value.
+//! - `openapi` (feature `openapi`): the OpenAPI schema of the identifiers, for the crates that
+//!   generate the API documents (schema values only: no I/O).
 
 pub mod fingerprint;
 pub mod id;
 pub mod lease;
+#[cfg(feature = "openapi")]
+pub mod openapi;
 
 pub use fingerprint::{Fingerprint, canonical_json, fingerprint_json};
 pub use id::{

@@ -13,6 +13,7 @@ use tenantry_kernel::{
 use crate::command::{ClaimedCommand, DeletePayload, ProvisionPayload, RevokePayload};
 
 /// A remote knowledge space as KnowledgeFS reports it.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RemoteSpace {
     /// Namespace that holds it; must equal the command's tenant.
@@ -111,6 +112,7 @@ impl DeletionRequest {
 }
 
 /// Phase of a remote deletion.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum DeletionPhase {
@@ -137,6 +139,7 @@ impl DeletionPhase {
 }
 
 /// Answer to a deletion request.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DeletionProgress {
     /// Current phase.
@@ -197,6 +200,7 @@ impl RevokeRequest {
 }
 
 /// State of a grant revocation.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RevokeState {
@@ -207,6 +211,7 @@ pub enum RevokeState {
 }
 
 /// Answer to a revoke request.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RevokeAck {
     /// Revocation state.

@@ -19,6 +19,7 @@
 
 pub mod directory;
 pub mod fault;
+mod http;
 pub mod knowledge_fs;
 pub mod openapi;
 mod serve;

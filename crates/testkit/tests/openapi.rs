@@ -1,4 +1,6 @@
-//! The OpenAPI documents match what the reference servers serve.
+//! The OpenAPI documents in `docs/openapi/` are what the types generate and what the reference
+//! servers serve. After changing a handler or a wire type, regenerate the files with
+//! `UPDATE_OPENAPI=1 cargo test -p tenantry-testkit --test openapi` and commit them.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeSet;
@@ -8,11 +10,54 @@ use tenantry_directory::InstanceUuid;
 use tenantry_testkit::directory::{DirectoryServerConfig, ReferenceDirectory};
 use tenantry_testkit::knowledge_fs::{PATHS, ReferenceRemote, RemoteConfig};
 
-fn doc_file(name: &str) -> String {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+fn doc_path(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../../docs/openapi")
-        .join(name);
+        .join(name)
+}
+
+fn doc_file(name: &str) -> String {
+    let path = doc_path(name);
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// Fails when the committed file differs from `generated`; with `UPDATE_OPENAPI=1` rewrites
+/// the file instead.
+fn check_committed(name: &str, generated: &str) {
+    if std::env::var_os("UPDATE_OPENAPI").is_some_and(|v| v == "1") {
+        std::fs::write(doc_path(name), generated).unwrap();
+        return;
+    }
+    let committed = std::fs::read_to_string(doc_path(name)).unwrap_or_default();
+    if committed != generated {
+        let line = committed
+            .lines()
+            .zip(generated.lines())
+            .position(|(a, b)| a != b)
+            .unwrap_or_else(|| committed.lines().count().min(generated.lines().count()));
+        panic!(
+            "docs/openapi/{name} differs from what the handlers and wire types generate \
+             (first difference at line {}). Regenerate it with \
+             `UPDATE_OPENAPI=1 cargo test -p tenantry-testkit --test openapi` and commit it.",
+            line + 1
+        );
+    }
+}
+
+#[test]
+fn committed_knowledgefs_document_is_generated_from_the_types() {
+    check_committed(
+        "knowledgefs-v1.json",
+        &tenantry_testkit::openapi::knowledge_fs_v1(),
+    );
+}
+
+#[test]
+fn committed_directory_document_is_generated_from_the_types() {
+    check_committed(
+        "directory-v1.json",
+        &tenantry_testkit::openapi::directory_v1(),
+    );
 }
 
 #[tokio::test]
@@ -112,16 +157,4 @@ fn every_documented_operation_declares_its_errors_and_auth() {
             }
         }
     }
-}
-
-#[test]
-fn openapi_constants_are_the_files() {
-    assert_eq!(
-        tenantry_testkit::openapi::KNOWLEDGE_FS_V1,
-        doc_file("knowledgefs-v1.json")
-    );
-    assert_eq!(
-        tenantry_testkit::openapi::DIRECTORY_V1,
-        doc_file("directory-v1.json")
-    );
 }

@@ -19,11 +19,11 @@ use tenantry_ports::lifecycle::{
 use tenantry_store_seaorm::lifecycle::SeaOrmLifecycleStore;
 
 use super::AdminState;
-use super::error::ApiError;
+use super::error::AdminApiError;
 use super::extract::{JsonBody, PathParams, parse_id};
 use super::lifecycle::{CommandView, control_space, parse_operation, parse_status, tenant};
 
-impl From<OperatorActionError> for ApiError {
+impl From<OperatorActionError> for AdminApiError {
     fn from(error: OperatorActionError) -> Self {
         let message = error.to_string();
         match error {
@@ -39,7 +39,7 @@ impl From<OperatorActionError> for ApiError {
     }
 }
 
-impl From<OperatorRequestError> for ApiError {
+impl From<OperatorRequestError> for AdminApiError {
     fn from(error: OperatorRequestError) -> Self {
         let message = error.to_string();
         match error {
@@ -125,7 +125,7 @@ fn operator(state: &AdminState) -> OperatorActions<SeaOrmLifecycleStore> {
     OperatorActions::new(state.store.clone(), Arc::new(SystemClock))
 }
 
-fn command_id(value: &str) -> Result<CommandId, ApiError> {
+fn command_id(value: &str) -> Result<CommandId, AdminApiError> {
     parse_id("command_id", value, CommandId::parse)
 }
 
@@ -134,7 +134,7 @@ async fn act_one(
     id: &str,
     kind: OperatorActionKind,
     body: ActBody,
-) -> Result<Json<CommandView>, ApiError> {
+) -> Result<Json<CommandView>, AdminApiError> {
     let id = command_id(id)?;
     let after = operator(state)
         .act(&id, kind, &body.actor, &body.reason)
@@ -154,7 +154,7 @@ pub async fn retry_command(
     State(state): State<AdminState>,
     PathParams(id): PathParams<String>,
     JsonBody(body): JsonBody<ActBody>,
-) -> Result<Json<CommandView>, ApiError> {
+) -> Result<Json<CommandView>, AdminApiError> {
     act_one(&state, &id, OperatorActionKind::Retry, body).await
 }
 
@@ -163,7 +163,7 @@ pub async fn abandon_command(
     State(state): State<AdminState>,
     PathParams(id): PathParams<String>,
     JsonBody(body): JsonBody<ActBody>,
-) -> Result<Json<CommandView>, ApiError> {
+) -> Result<Json<CommandView>, AdminApiError> {
     act_one(&state, &id, OperatorActionKind::Abandon, body).await
 }
 
@@ -171,7 +171,7 @@ async fn act_bulk(
     state: &AdminState,
     kind: OperatorActionKind,
     body: BulkBody,
-) -> Result<Json<BulkView>, ApiError> {
+) -> Result<Json<BulkView>, AdminApiError> {
     let tenant_id = body.tenant_id.as_deref().map(tenant).transpose()?;
     let control_space_id = body
         .control_space_id
@@ -179,7 +179,7 @@ async fn act_bulk(
         .map(control_space)
         .transpose()?;
     if control_space_id.is_some() && tenant_id.is_none() {
-        return Err(ApiError::invalid(
+        return Err(AdminApiError::invalid(
             "control_space_id",
             "filtering by control space requires tenant_id",
         ));
@@ -210,7 +210,7 @@ async fn act_bulk(
             .refused
             .into_iter()
             .map(|(id, why)| {
-                let error = ApiError::from(why);
+                let error = AdminApiError::from(why);
                 RefusedView {
                     command_id: id.to_string(),
                     code: error.code,
@@ -226,7 +226,7 @@ async fn act_bulk(
 pub async fn retry_matching(
     State(state): State<AdminState>,
     JsonBody(body): JsonBody<BulkBody>,
-) -> Result<Json<BulkView>, ApiError> {
+) -> Result<Json<BulkView>, AdminApiError> {
     act_bulk(&state, OperatorActionKind::Retry, body).await
 }
 
@@ -234,7 +234,7 @@ pub async fn retry_matching(
 pub async fn abandon_matching(
     State(state): State<AdminState>,
     JsonBody(body): JsonBody<BulkBody>,
-) -> Result<Json<BulkView>, ApiError> {
+) -> Result<Json<BulkView>, AdminApiError> {
     act_bulk(&state, OperatorActionKind::Abandon, body).await
 }
 
@@ -242,7 +242,7 @@ pub async fn abandon_matching(
 pub async fn list_actions(
     State(state): State<AdminState>,
     PathParams(id): PathParams<String>,
-) -> Result<Json<ActionList>, ApiError> {
+) -> Result<Json<ActionList>, AdminApiError> {
     let id = command_id(&id)?;
     if state.store.command_by_id(&id).await?.is_none() {
         return Err(OperatorActionError::UnknownCommand { command_id: id }.into());

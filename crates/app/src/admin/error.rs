@@ -18,7 +18,7 @@ use crate::fences::FenceAdminError;
 /// An error answer: HTTP status plus `{code, message}`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{status} {code}: {message}")]
-pub struct ApiError {
+pub struct AdminApiError {
     /// HTTP status.
     pub status: StatusCode,
     /// Stable machine-readable code.
@@ -40,7 +40,7 @@ struct Body<'a> {
     correlation_id: Option<&'a str>,
 }
 
-impl ApiError {
+impl AdminApiError {
     /// An error with `status`, `code` and `message`.
     /// `message` must be safe to show (no error text of a lower layer); a 5xx built this way
     /// still gets a correlation id when it is answered.
@@ -110,7 +110,7 @@ impl ApiError {
     }
 
     /// 503 `STORE_UNAVAILABLE` with a correlation id; `detail` is only logged (see
-    /// [`ApiError::internal`]).
+    /// [`AdminApiError::internal`]).
     pub fn unavailable(detail: impl std::fmt::Display) -> Self {
         Self::internal(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -121,7 +121,7 @@ impl ApiError {
     }
 }
 
-impl IntoResponse for ApiError {
+impl IntoResponse for AdminApiError {
     fn into_response(mut self) -> Response {
         if self.status.is_server_error() && self.correlation_id.is_none() {
             // Built with `new` (a safe message of our own): still give it an id to quote.
@@ -154,13 +154,13 @@ impl IntoResponse for ApiError {
     }
 }
 
-impl From<StoreError> for ApiError {
+impl From<StoreError> for AdminApiError {
     fn from(error: StoreError) -> Self {
         Self::unavailable(error)
     }
 }
 
-impl From<FenceAdminError> for ApiError {
+impl From<FenceAdminError> for AdminApiError {
     fn from(error: FenceAdminError) -> Self {
         let message = error.to_string();
         match error {
@@ -181,7 +181,7 @@ impl From<FenceAdminError> for ApiError {
     }
 }
 
-impl From<IntakeFailure> for ApiError {
+impl From<IntakeFailure> for AdminApiError {
     fn from(error: IntakeFailure) -> Self {
         let message = error.to_string();
         match error {
@@ -250,7 +250,7 @@ mod tests {
             .finish();
         let detail = "error returned from database: relation \"lifecycle_outbox\" does not exist";
         let error = tracing::subscriber::with_default(subscriber, || {
-            ApiError::from(StoreError::unavailable(detail))
+            AdminApiError::from(StoreError::unavailable(detail))
         });
         let id = error.correlation_id.clone().unwrap();
         assert!(
@@ -277,7 +277,7 @@ mod tests {
 
     #[test]
     fn client_errors_carry_no_correlation_id() {
-        let response = ApiError::invalid("limit", "0 is outside 1..=1000").into_response();
+        let response = AdminApiError::invalid("limit", "0 is outside 1..=1000").into_response();
         assert!(response.headers().get(CORRELATION_ID_HEADER).is_none());
     }
 }

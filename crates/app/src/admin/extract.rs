@@ -1,4 +1,4 @@
-//! Request extractors that turn every malformed input into an [`ApiError`]: JSON bodies
+//! Request extractors that turn every malformed input into an [`AdminApiError`]: JSON bodies
 //! (content type, size, syntax, unknown fields), the `Idempotency-Key` header, ids in paths.
 
 use axum::body::Bytes;
@@ -8,7 +8,7 @@ use axum::http::{StatusCode, header};
 use serde::de::DeserializeOwned;
 use tenantry_kernel::{IdError, IdempotencyKey};
 
-use super::error::ApiError;
+use super::error::AdminApiError;
 
 /// Name of the idempotency header of mutations.
 pub const IDEMPOTENCY_KEY_HEADER: &str = "idempotency-key";
@@ -18,7 +18,7 @@ pub const IDEMPOTENCY_KEY_HEADER: &str = "idempotency-key";
 pub struct JsonBody<T>(pub T);
 
 impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for JsonBody<T> {
-    type Rejection = ApiError;
+    type Rejection = AdminApiError;
 
     async fn from_request(request: Request, state: &S) -> Result<Self, Self::Rejection> {
         let json = request
@@ -28,7 +28,7 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for JsonBody<T> {
             .and_then(|v| v.split(';').next())
             .is_some_and(|v| v.trim().eq_ignore_ascii_case("application/json"));
         if !json {
-            return Err(ApiError::new(
+            return Err(AdminApiError::new(
                 StatusCode::UNSUPPORTED_MEDIA_TYPE,
                 "UNSUPPORTED_MEDIA_TYPE",
                 "send the body as JSON with Content-Type: application/json",
@@ -38,13 +38,13 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for JsonBody<T> {
             .await
             .map_err(|rejection| {
                 if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-                    ApiError::new(
+                    AdminApiError::new(
                         StatusCode::PAYLOAD_TOO_LARGE,
                         "PAYLOAD_TOO_LARGE",
                         format!("request body exceeds {} bytes", super::MAX_BODY_BYTES),
                     )
                 } else {
-                    ApiError::new(
+                    AdminApiError::new(
                         StatusCode::BAD_REQUEST,
                         "BODY_UNREADABLE",
                         format!("request body could not be read: {rejection}"),
@@ -52,7 +52,7 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for JsonBody<T> {
                 }
             })?;
         serde_json::from_slice(&bytes).map(JsonBody).map_err(|e| {
-            ApiError::new(
+            AdminApiError::new(
                 StatusCode::BAD_REQUEST,
                 "INVALID_JSON",
                 format!("request body is not the expected JSON: {e}"),
@@ -72,11 +72,11 @@ pub struct IdempotencyKeyHeader {
 }
 
 impl<S: Send + Sync> FromRequestParts<S> for IdempotencyKeyHeader {
-    type Rejection = ApiError;
+    type Rejection = AdminApiError;
 
     async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
         let invalid = |reason: String| {
-            ApiError::new(
+            AdminApiError::new(
                 StatusCode::BAD_REQUEST,
                 "INVALID_IDEMPOTENCY_KEY",
                 format!("Idempotency-Key header is invalid: {reason}"),
@@ -87,7 +87,7 @@ impl<S: Send + Sync> FromRequestParts<S> for IdempotencyKeyHeader {
         if values.next().is_some() {
             // Two keys in one request: picking either would make the replay semantics depend
             // on header order (and on proxies that reorder or merge headers).
-            return Err(ApiError::new(
+            return Err(AdminApiError::new(
                 StatusCode::BAD_REQUEST,
                 "DUPLICATE_IDEMPOTENCY_KEY",
                 "the request carries more than one Idempotency-Key header; send exactly one",
@@ -124,8 +124,8 @@ pub fn parse_id<T>(
     field: &str,
     value: &str,
     parse: impl FnOnce(String) -> Result<T, IdError>,
-) -> Result<T, ApiError> {
-    parse(value.to_owned()).map_err(|e| ApiError::invalid(field, e))
+) -> Result<T, AdminApiError> {
+    parse(value.to_owned()).map_err(|e| AdminApiError::invalid(field, e))
 }
 
 /// Path parameters of type `T`; a malformed path is 400 `INVALID_PATH`.
@@ -133,14 +133,14 @@ pub fn parse_id<T>(
 pub struct PathParams<T>(pub T);
 
 impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequestParts<S> for PathParams<T> {
-    type Rejection = ApiError;
+    type Rejection = AdminApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
         axum::extract::Path::<T>::from_request_parts(parts, state)
             .await
             .map(|p| PathParams(p.0))
             .map_err(|e| {
-                ApiError::new(
+                AdminApiError::new(
                     StatusCode::BAD_REQUEST,
                     "INVALID_PATH",
                     format!("path is invalid: {e}"),
@@ -154,14 +154,14 @@ impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequestParts<S> for PathPar
 pub struct QueryParams<T>(pub T);
 
 impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for QueryParams<T> {
-    type Rejection = ApiError;
+    type Rejection = AdminApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
         axum::extract::Query::<T>::from_request_parts(parts, state)
             .await
             .map(|q| QueryParams(q.0))
             .map_err(|e| {
-                ApiError::new(
+                AdminApiError::new(
                     StatusCode::BAD_REQUEST,
                     "INVALID_QUERY",
                     format!("query string is invalid: {}", e.body_text()),

@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use tenantry_fence::{Binding, FenceKey, ScopeIdentity};
 
 use super::AdminState;
-use super::error::ApiError;
+use super::error::AdminApiError;
 use super::extract::{IdempotencyKeyHeader, JsonBody, QueryParams};
 use crate::fences::{ClearOutcome, ClearTarget, FenceView};
 
@@ -49,14 +49,16 @@ pub struct ClearBody {
 }
 
 /// A binding from the API: a valid id (kernel rules), then a valid binding.
-fn binding(value: &str) -> Result<Binding, ApiError> {
-    tenantry_kernel::id::validate("binding", value).map_err(|e| ApiError::invalid("binding", e))?;
-    Binding::parse(value).map_err(|e| ApiError::invalid("binding", e))
+fn binding(value: &str) -> Result<Binding, AdminApiError> {
+    tenantry_kernel::id::validate("binding", value)
+        .map_err(|e| AdminApiError::invalid("binding", e))?;
+    Binding::parse(value).map_err(|e| AdminApiError::invalid("binding", e))
 }
 
 /// A scope identity from the API: a valid id (kernel rules).
-fn scope(value: &str) -> Result<ScopeIdentity, ApiError> {
-    tenantry_kernel::id::validate("scope", value).map_err(|e| ApiError::invalid("scope", e))?;
+fn scope(value: &str) -> Result<ScopeIdentity, AdminApiError> {
+    tenantry_kernel::id::validate("scope", value)
+        .map_err(|e| AdminApiError::invalid("scope", e))?;
     Ok(ScopeIdentity::object(value))
 }
 
@@ -64,7 +66,7 @@ fn scope(value: &str) -> Result<ScopeIdentity, ApiError> {
 pub async fn list_fences(
     State(state): State<AdminState>,
     QueryParams(query): QueryParams<FencesQuery>,
-) -> Result<Json<FenceList>, ApiError> {
+) -> Result<Json<FenceList>, AdminApiError> {
     let only = query.binding.as_deref().map(binding).transpose()?;
     let items = state.fences.list(only.as_ref()).await?;
     Ok(Json(FenceList { items }))
@@ -75,17 +77,17 @@ pub async fn clear_fence(
     State(state): State<AdminState>,
     key: IdempotencyKeyHeader,
     JsonBody(body): JsonBody<ClearBody>,
-) -> Result<(HeaderMap, Json<ClearOutcome>), ApiError> {
+) -> Result<(HeaderMap, Json<ClearOutcome>), AdminApiError> {
     let binding = binding(&body.binding)?;
     let target = match (body.scope.as_deref(), body.key.as_deref()) {
         (Some(value), None) => ClearTarget::Scope(scope(value)?),
         (None, Some(key)) => {
             ClearTarget::Key(FenceKey::from_storage_key(key).ok_or_else(|| {
-                ApiError::invalid("key", format!("{key:?} is not a fence key (ke.fence.v1.…)"))
+                AdminApiError::invalid("key", format!("{key:?} is not a fence key (ke.fence.v1.…)"))
             })?)
         }
         _ => {
-            return Err(ApiError::invalid(
+            return Err(AdminApiError::invalid(
                 "scope",
                 "give exactly one of scope (a non-empty scope identity) and key (a fence key from GET /v1/fences)",
             ));
@@ -93,7 +95,7 @@ pub async fn clear_fence(
     };
     let reason = body.reason.trim();
     if reason.is_empty() || reason.chars().count() > MAX_REASON_CHARS {
-        return Err(ApiError::invalid(
+        return Err(AdminApiError::invalid(
             "reason",
             format!("must say what was reconciled, in 1..={MAX_REASON_CHARS} characters"),
         ));

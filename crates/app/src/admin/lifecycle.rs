@@ -16,7 +16,7 @@ use tenantry_store_seaorm::lifecycle::SeaOrmLifecycleStore;
 use tracing::Instrument;
 
 use super::AdminState;
-use super::error::ApiError;
+use super::error::AdminApiError;
 use super::extract::{IdempotencyKeyHeader, JsonBody, PathParams, QueryParams, parse_id};
 
 /// Default page size of `GET /v1/commands`.
@@ -236,11 +236,11 @@ pub fn derived_control_space_id(tenant: &TenantId, key: &str) -> String {
 }
 
 /// Parses a `status` filter (empty = none).
-pub(super) fn parse_status(value: Option<&str>) -> Result<Option<CommandStatus>, ApiError> {
+pub(super) fn parse_status(value: Option<&str>) -> Result<Option<CommandStatus>, AdminApiError> {
     match value {
         None | Some("") => Ok(None),
         Some(s) => CommandStatus::parse(s).map(Some).ok_or_else(|| {
-            ApiError::invalid(
+            AdminApiError::invalid(
                 "status",
                 format!(
                     "{s:?} is not one of pending, processing, succeeded, superseded, failed, abandoned"
@@ -251,11 +251,11 @@ pub(super) fn parse_status(value: Option<&str>) -> Result<Option<CommandStatus>,
 }
 
 /// Parses an `operation` filter (empty = none).
-pub(super) fn parse_operation(value: Option<&str>) -> Result<Option<Operation>, ApiError> {
+pub(super) fn parse_operation(value: Option<&str>) -> Result<Option<Operation>, AdminApiError> {
     match value {
         None | Some("") => Ok(None),
         Some(o) => match Operation::parse(o) {
-            Operation::Unsupported(_) => Err(ApiError::invalid(
+            Operation::Unsupported(_) => Err(AdminApiError::invalid(
                 "operation",
                 format!("{o:?} is not one of provision, delete, revoke"),
             )),
@@ -264,11 +264,11 @@ pub(super) fn parse_operation(value: Option<&str>) -> Result<Option<Operation>, 
     }
 }
 
-pub(super) fn tenant(value: &str) -> Result<TenantId, ApiError> {
+pub(super) fn tenant(value: &str) -> Result<TenantId, AdminApiError> {
     parse_id("tenant_id", value, TenantId::parse)
 }
 
-pub(super) fn control_space(value: &str) -> Result<ControlSpaceId, ApiError> {
+pub(super) fn control_space(value: &str) -> Result<ControlSpaceId, AdminApiError> {
     parse_id("control_space_id", value, ControlSpaceId::parse)
 }
 
@@ -300,7 +300,7 @@ pub async fn create_control_space(
     PathParams(tenant_id): PathParams<String>,
     key: IdempotencyKeyHeader,
     JsonBody(body): JsonBody<CreateBody>,
-) -> Result<(StatusCode, Json<Accepted>), ApiError> {
+) -> Result<(StatusCode, Json<Accepted>), AdminApiError> {
     let span = request_span("create_control_space", &tenant_id);
     async move {
         let tenant_id = tenant(&tenant_id)?;
@@ -331,7 +331,7 @@ pub async fn delete_control_space(
     State(state): State<AdminState>,
     PathParams((tenant_id, control_space_id)): PathParams<(String, String)>,
     key: IdempotencyKeyHeader,
-) -> Result<(StatusCode, Json<Accepted>), ApiError> {
+) -> Result<(StatusCode, Json<Accepted>), AdminApiError> {
     let span = request_span("delete_control_space", &tenant_id);
     async move {
         let request = RequestDeletion {
@@ -352,7 +352,7 @@ pub async fn revoke_grant(
     PathParams((tenant_id, control_space_id, grant_id)): PathParams<(String, String, String)>,
     key: IdempotencyKeyHeader,
     JsonBody(body): JsonBody<RevokeBody>,
-) -> Result<(StatusCode, Json<Accepted>), ApiError> {
+) -> Result<(StatusCode, Json<Accepted>), AdminApiError> {
     let span = request_span("revoke_grant", &tenant_id);
     async move {
         let request = RequestRevocation {
@@ -373,7 +373,7 @@ pub async fn revoke_grant(
 pub async fn get_control_space(
     State(state): State<AdminState>,
     PathParams((tenant_id, control_space_id)): PathParams<(String, String)>,
-) -> Result<Json<ControlSpaceView>, ApiError> {
+) -> Result<Json<ControlSpaceView>, AdminApiError> {
     let tenant_id = tenant(&tenant_id)?;
     let control_space_id = control_space(&control_space_id)?;
     let cs = state
@@ -381,7 +381,7 @@ pub async fn get_control_space(
         .control_space(&tenant_id, &control_space_id)
         .await?
         .ok_or_else(|| {
-            ApiError::new(
+            AdminApiError::new(
                 StatusCode::NOT_FOUND,
                 "CONTROL_SPACE_NOT_FOUND",
                 format!("control space {control_space_id} of tenant {tenant_id} does not exist"),
@@ -433,12 +433,12 @@ pub struct CommandPage {
 ///
 /// # Errors
 /// 400 `INVALID_ARGUMENT` naming the first bad parameter.
-pub fn commands_filter(query: &CommandsQuery) -> Result<CommandFilter, ApiError> {
+pub fn commands_filter(query: &CommandsQuery) -> Result<CommandFilter, AdminApiError> {
     let status = parse_status(query.status.as_deref())?;
     let operation = parse_operation(query.operation.as_deref())?;
     let limit = query.limit.unwrap_or(DEFAULT_PAGE);
     if !(1..=MAX_PAGE).contains(&limit) {
-        return Err(ApiError::invalid(
+        return Err(AdminApiError::invalid(
             "limit",
             format!("{limit} is outside 1..={MAX_PAGE}"),
         ));
@@ -450,7 +450,7 @@ pub fn commands_filter(query: &CommandsQuery) -> Result<CommandFilter, ApiError>
         .map(control_space)
         .transpose()?;
     if control_space_id.is_some() && tenant_id.is_none() {
-        return Err(ApiError::invalid(
+        return Err(AdminApiError::invalid(
             "control_space_id",
             "filtering by control space requires tenant_id",
         ));
@@ -479,9 +479,9 @@ pub fn commands_filter(query: &CommandsQuery) -> Result<CommandFilter, ApiError>
 pub async fn known_cursor(
     store: &SeaOrmLifecycleStore,
     after: Option<&CommandId>,
-) -> Result<(), ApiError> {
+) -> Result<(), AdminApiError> {
     match after {
-        Some(id) if !store.command_exists(id).await? => Err(ApiError::new(
+        Some(id) if !store.command_exists(id).await? => Err(AdminApiError::new(
             StatusCode::BAD_REQUEST,
             "UNKNOWN_CURSOR",
             format!(
@@ -497,7 +497,7 @@ pub async fn known_cursor(
 pub async fn list_commands(
     State(state): State<AdminState>,
     QueryParams(query): QueryParams<CommandsQuery>,
-) -> Result<Json<CommandPage>, ApiError> {
+) -> Result<Json<CommandPage>, AdminApiError> {
     let filter = commands_filter(&query)?;
     known_cursor(&state.store, filter.after.as_ref()).await?;
     let limit = filter.limit;

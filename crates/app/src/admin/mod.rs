@@ -36,7 +36,7 @@ use tenantry_engine::lifecycle::CommandIntake;
 use tenantry_store_seaorm::host_storage::SeaOrmHostStorage;
 use tenantry_store_seaorm::lifecycle::SeaOrmLifecycleStore;
 
-pub use error::{ApiError, CORRELATION_ID_HEADER};
+pub use error::{AdminApiError, CORRELATION_ID_HEADER};
 pub use lifecycle::{
     CommandView, CommandsQuery, DEFAULT_PAGE, MAX_PAGE, commands_filter, known_cursor,
 };
@@ -140,7 +140,7 @@ async fn require_token(
     State(state): State<AdminState>,
     request: Request,
     next: Next,
-) -> Result<Response, ApiError> {
+) -> Result<Response, AdminApiError> {
     if let Some(expected) = &state.token {
         let presented = request
             .headers()
@@ -149,7 +149,7 @@ async fn require_token(
             .and_then(bearer_credentials)
             .unwrap_or("");
         if !constant_time_eq(presented.as_bytes(), expected.as_bytes()) {
-            return Err(ApiError::unauthorized());
+            return Err(AdminApiError::unauthorized());
         }
     }
     Ok(next.run(request).await)

@@ -10,7 +10,7 @@ use serde_json::json;
 use tenantry_lifecycle::{CommandStatus, Operation};
 use tenantry_ports::lifecycle::{CommandAdmin, CommandFilter, CommandQueue};
 
-use super::error::ApiError;
+use super::error::AdminApiError;
 use super::{AdminState, OPENAPI};
 use crate::metrics;
 
@@ -29,7 +29,7 @@ pub async fn healthz() -> Json<serde_json::Value> {
 /// `GET /readyz`: the database answers and the service is not shutting down.
 pub async fn readyz(State(state): State<AdminState>) -> Response {
     if !state.accepting.load(Ordering::SeqCst) {
-        return ApiError::new(
+        return AdminApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "SHUTTING_DOWN",
             "the service is shutting down",
@@ -41,7 +41,7 @@ pub async fn readyz(State(state): State<AdminState>) -> Response {
         ..CommandFilter::default()
     };
     if let Err(e) = state.store.list_commands(&probe).await {
-        return ApiError::internal(
+        return AdminApiError::internal(
             StatusCode::SERVICE_UNAVAILABLE,
             "DATABASE_UNREACHABLE",
             "database does not answer",
@@ -55,7 +55,7 @@ pub async fn readyz(State(state): State<AdminState>) -> Response {
         Some(directory) => match directory.projector.require_ready() {
             Ok(()) => Json(json!({"status": "ready", "database": "ok", "directory": "ready"}))
                 .into_response(),
-            Err(e) => ApiError::new(
+            Err(e) => AdminApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "DIRECTORY_NOT_READY",
                 format!("{e}; execution admission fails closed until the projection catches up"),
@@ -127,8 +127,8 @@ pub async fn directory_status(State(state): State<AdminState>) -> Json<serde_jso
 }
 
 /// Unknown route: 404 `NOT_FOUND`.
-pub async fn not_found() -> ApiError {
-    ApiError::new(
+pub async fn not_found() -> AdminApiError {
+    AdminApiError::new(
         StatusCode::NOT_FOUND,
         "NOT_FOUND",
         "no such route; see GET /openapi.json",
@@ -136,8 +136,8 @@ pub async fn not_found() -> ApiError {
 }
 
 /// Known route, wrong method: 405 `METHOD_NOT_ALLOWED`.
-pub async fn method_not_allowed() -> ApiError {
-    ApiError::new(
+pub async fn method_not_allowed() -> AdminApiError {
+    AdminApiError::new(
         StatusCode::METHOD_NOT_ALLOWED,
         "METHOD_NOT_ALLOWED",
         "this route does not take that method; see GET /openapi.json",

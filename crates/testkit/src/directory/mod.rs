@@ -29,18 +29,26 @@ use axum::extract::rejection::QueryRejection;
 use axum::extract::{Extension, Path, Query, State};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
 use ed25519_dalek::{Signer, SigningKey};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::Deserialize;
-use tenantry_directory::{InstanceUuid, WorkspaceUuid};
+use tenantry_directory::{
+    DirectoryDelta, DirectoryEventBatch, DirectorySnapshot, InstanceUuid, model::WorkspacesRequest,
+};
+use utoipa::OpenApi;
+use utoipa::openapi::path::{Parameter, ParameterBuilder, ParameterIn};
+use utoipa::openapi::{Header, HeaderBuilder, ObjectBuilder, Required, Type};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 pub use state::DirectoryModel;
 
 use crate::fault::{DEFAULT_STALL, Fault, FaultInjector, FaultProfile, Route, RoutePlan};
-use crate::knowledge_fs::ApiError;
-use crate::openapi;
+use crate::http::{
+    ApiConventions, CommonResponse, ErrorJson, RemoteErrorBody, error_response, retry_after_header,
+    schema_ref, with_retry_after,
+};
 use crate::serve::{ConnectionControl, Server};
 
 /// Header naming the signing key.
@@ -272,30 +280,18 @@ impl Shared {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn authorize(&self, headers: &HeaderMap) -> Result<(), ApiError> {
-        let Some(token) = &self.token else {
-            return Ok(());
-        };
-        let presented = headers
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "));
-        if presented == Some(token.as_str()) {
-            Ok(())
-        } else {
-            Err(ApiError::new(
-                401,
-                "UNAUTHORIZED",
-                "missing or wrong bearer token; send Authorization: Bearer <token>",
-            ))
+    fn authorize(&self, headers: &HeaderMap) -> Result<(), RemoteErrorBody> {
+        match &self.token {
+            Some(token) => crate::http::check_bearer(headers, token),
+            None => Ok(()),
         }
     }
 
-    fn check_instance(&self, instance: &str) -> Result<(), ApiError> {
+    fn check_instance(&self, instance: &str) -> Result<(), RemoteErrorBody> {
         if self.lock().model.instance().as_str() == instance {
             Ok(())
         } else {
-            Err(ApiError::new(
+            Err(RemoteErrorBody::new(
                 404,
                 "INSTANCE_NOT_FOUND",
                 format!("this directory does not serve instance {instance}"),
@@ -304,37 +300,140 @@ impl Shared {
     }
 }
 
+/// The head of the OpenAPI document; the paths come from the handlers below.
+#[derive(OpenApi)]
+#[openapi(info(
+    title = "Directory API",
+    version = "1.0.0",
+    description = "The signed SaaS directory that Tenantry projects into local accounts, workspaces, memberships and execution state: a full snapshot, the event stream in pages, and per-workspace deltas.\n\nEvery 2xx response is signed with Ed25519. The signed bytes are `tenantry-directory-v2\\n{METHOD}\\n{path}\\n{query}\\n{timestamp}\\n{body}`: the ASCII context string (signature version 2), then, each followed by a newline, the request method in upper case, the request path from `/v1/` on as sent (percent-encoded), the raw query string without `?` (empty when none), the decimal Unix-seconds timestamp of `X-Directory-Timestamp`; then the response body exactly as sent. Binding the request stops a signed answer from being replayed for another request. `X-Directory-Key-Id` names the signing key; clients trust several keys at once so the provider can rotate. A client refuses (and applies nothing of) a response that is unsigned, has a malformed header, names an untrusted key id, carries a timestamp more than 300 s away from the client's clock, or whose signature does not verify (strict verification). Clients also refuse bodies above their size limit (default 128 MiB). Error responses (`{code, message}`) need no signature: nothing is applied from them.\n\nAuthentication by bearer token is optional and provider-specific."
+))]
+struct DirectoryDoc;
+
+/// The routes of Directory API v1, documented.
+fn api() -> OpenApiRouter<Arc<Shared>> {
+    OpenApiRouter::with_openapi(DirectoryDoc::openapi())
+        .routes(routes!(snapshot))
+        .routes(routes!(events))
+        .routes(routes!(workspaces))
+}
+
+/// The signature headers as the document spells them (HTTP names are case-insensitive; the
+/// constants above are the lower-case forms the server sends).
+const KEY_ID_HEADER_NAME: &str = "X-Directory-Key-Id";
+const TIMESTAMP_HEADER_NAME: &str = "X-Directory-Timestamp";
+const SIGNATURE_HEADER_NAME: &str = "X-Directory-Signature";
+
+/// What every operation of Directory API v1 has in common: every 2xx answer is signed.
+const CONVENTIONS: ApiConventions = ApiConventions {
+    parameters: shared_parameters,
+    headers: shared_headers,
+    common_responses: &[
+        CommonResponse {
+            status: "401",
+            description: "Missing or wrong bearer token, when the provider requires one (`UNAUTHORIZED`).",
+            retry_after: false,
+            post_only: false,
+        },
+        CommonResponse {
+            status: "404",
+            description: "This provider does not serve the instance (`INSTANCE_NOT_FOUND`).",
+            retry_after: false,
+            post_only: false,
+        },
+        CommonResponse {
+            status: "429",
+            description: "Rate limited (`DIRECTORY_RATE_LIMITED`); retry after `Retry-After`.",
+            retry_after: true,
+            post_only: false,
+        },
+        CommonResponse {
+            status: "503",
+            description: "Temporarily unavailable (`DIRECTORY_UNAVAILABLE`); retry after `Retry-After`.",
+            retry_after: true,
+            post_only: false,
+        },
+    ],
+    success_headers: &[
+        KEY_ID_HEADER_NAME,
+        TIMESTAMP_HEADER_NAME,
+        SIGNATURE_HEADER_NAME,
+    ],
+    not_found: "no such route in Directory API v1",
+};
+
+fn shared_parameters() -> Vec<(&'static str, Parameter)> {
+    vec![(
+        "InstanceUuid",
+        ParameterBuilder::new()
+            .name("instance_uuid")
+            .parameter_in(ParameterIn::Path)
+            .required(Required::True)
+            .schema(Some(schema_ref("Id")))
+            .build(),
+    )]
+}
+
+fn string_header(description: &str, pattern: Option<&str>) -> Header {
+    HeaderBuilder::new()
+        .schema(Some(
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .pattern(pattern),
+        ))
+        .description(Some(description))
+        .build()
+}
+
+fn shared_headers() -> Vec<(&'static str, &'static str, Header)> {
+    vec![
+        ("RetryAfter", "Retry-After", retry_after_header()),
+        (
+            "KeyId",
+            KEY_ID_HEADER_NAME,
+            string_header("Id of the signing key.", None),
+        ),
+        (
+            "Timestamp",
+            TIMESTAMP_HEADER_NAME,
+            string_header(
+                "Signing time, Unix seconds (decimal). Must be within 300 s of the client's clock.",
+                Some("^-?[0-9]+$"),
+            ),
+        ),
+        (
+            "Signature",
+            SIGNATURE_HEADER_NAME,
+            string_header(
+                "Ed25519 signature (64 bytes, lowercase hex) over `tenantry-directory-v2\\n{METHOD}\\n{path}\\n{query}\\n{timestamp}\\n{body}`.",
+                Some("^[0-9a-f]{128}$"),
+            ),
+        ),
+    ]
+}
+
+/// The OpenAPI document of Directory API v1 as JSON (`docs/openapi/directory-v1.json`).
+pub(crate) fn document_json() -> String {
+    CONVENTIONS.document_json(api())
+}
+
 fn router(shared: Arc<Shared>) -> Router {
-    Router::new()
-        .route(PATHS[0].1, get(snapshot))
-        .route(PATHS[1].1, get(events))
-        .route(PATHS[2].1, post(workspaces))
-        .route("/openapi.json", get(openapi_document))
-        .fallback(not_found)
-        .with_state(shared)
+    CONVENTIONS.router(api()).with_state(shared)
 }
 
 type Ctl = Extension<Arc<ConnectionControl>>;
 
-async fn openapi_document() -> Response {
-    (
-        [(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        )],
-        openapi::DIRECTORY_V1,
+/// Full directory snapshot
+///
+/// Every workspace of the instance with its members, covering the event stream up to and including `cursor`.
+#[utoipa::path(
+    get,
+    path = "/v1/instances/{instance_uuid}/directory/snapshot",
+    operation_id = "getSnapshot",
+    params(("instance_uuid" = InstanceUuid, Path)),
+    responses(
+        (status = 200, description = "The snapshot. Signed (see the signature headers); a client verifies the signature before parsing.", body = DirectorySnapshot),
     )
-        .into_response()
-}
-
-async fn not_found() -> Response {
-    error_response(&ApiError::new(
-        404,
-        "NOT_FOUND",
-        "no such route in Directory API v1",
-    ))
-}
-
+)]
 async fn snapshot(
     State(shared): State<Arc<Shared>>,
     Extension(ctl): Ctl,
@@ -360,6 +459,23 @@ struct EventsQuery {
     limit: Option<u32>,
 }
 
+/// One page of the event stream
+///
+/// Events with `after < cursor`, in cursor order, at most `limit`. The page covers `(after_cursor, cursor]`; it is the last one when `cursor == high_water_cursor`. An empty page has `cursor == after_cursor`.
+#[utoipa::path(
+    get,
+    path = "/v1/instances/{instance_uuid}/directory/events",
+    operation_id = "getEvents",
+    params(
+        ("instance_uuid" = InstanceUuid, Path),
+        ("after" = i64, Query, description = "Cursor already applied; the page starts after it."),
+        ("limit" = Option<u32>, Query, minimum = 1, maximum = 100, description = "Most events in the page, 1 to 100 (default 100; larger values are capped)."),
+    ),
+    responses(
+        (status = 200, description = "The page. Signed (see the signature headers); a client verifies the signature before parsing.", body = DirectoryEventBatch),
+        (status = 400, description = "`after` is missing or not an integer (`INVALID_REQUEST`).", body = ErrorJson),
+    )
+)]
 async fn events(
     State(shared): State<Arc<Shared>>,
     Extension(ctl): Ctl,
@@ -373,7 +489,7 @@ async fn events(
         .and_then(|()| shared.check_instance(&instance))
         .and_then(|()| {
             query.map_err(|e| {
-                ApiError::new(
+                RemoteErrorBody::new(
                     400,
                     "INVALID_REQUEST",
                     format!("query needs integer after and optional limit: {e}"),
@@ -391,11 +507,20 @@ async fn events(
     .await
 }
 
-#[derive(Debug, Deserialize)]
-struct WorkspacesBody {
-    workspace_uuids: Vec<WorkspaceUuid>,
-}
-
+/// Current state of the named workspaces (delta)
+///
+/// A read with a body: the current state of the requested workspaces. `requested_workspace_uuids` echoes the request sorted and without duplicates; a requested workspace missing from `workspaces` no longer exists (tombstone). Safe to repeat; no `Idempotency-Key`.
+#[utoipa::path(
+    post,
+    path = "/v1/instances/{instance_uuid}/directory/workspaces",
+    operation_id = "getWorkspaces",
+    params(("instance_uuid" = InstanceUuid, Path)),
+    request_body = WorkspacesRequest,
+    responses(
+        (status = 200, description = "The delta. Signed (see the signature headers); a client verifies the signature before parsing.", body = DirectoryDelta),
+        (status = 400, description = "Malformed body (`INVALID_REQUEST`).", body = ErrorJson),
+    )
+)]
 async fn workspaces(
     State(shared): State<Arc<Shared>>,
     Extension(ctl): Ctl,
@@ -408,8 +533,8 @@ async fn workspaces(
         .authorize(&headers)
         .and_then(|()| shared.check_instance(&instance))
         .and_then(|()| {
-            serde_json::from_slice::<WorkspacesBody>(&body).map_err(|e| {
-                ApiError::new(
+            serde_json::from_slice::<WorkspacesRequest>(&body).map_err(|e| {
+                RemoteErrorBody::new(
                     400,
                     "INVALID_REQUEST",
                     format!("body must be {{\"workspace_uuids\": [...]}}: {e}"),
@@ -446,11 +571,12 @@ async fn serve(
     };
     match fault {
         Some(Fault::Unavailable { retry_after_secs }) => {
-            let e = ApiError::new(503, "DIRECTORY_UNAVAILABLE", "the directory is unavailable");
+            let e =
+                RemoteErrorBody::new(503, "DIRECTORY_UNAVAILABLE", "the directory is unavailable");
             return with_retry_after(error_response(&e), retry_after_secs);
         }
         Some(Fault::RateLimited { retry_after_secs }) => {
-            let e = ApiError::new(429, "DIRECTORY_RATE_LIMITED", "too many requests");
+            let e = RemoteErrorBody::new(429, "DIRECTORY_RATE_LIMITED", "too many requests");
             return with_retry_after(error_response(&e), retry_after_secs);
         }
         Some(Fault::Stall { commit: false }) => tokio::time::sleep(shared.stall).await,
@@ -463,7 +589,7 @@ async fn serve(
             Ok(b) => b,
             Err(e) => {
                 drop(inner);
-                return error_response(&ApiError::new(500, "INTERNAL", e.to_string()));
+                return error_response(&RemoteErrorBody::new(500, "INTERNAL", e.to_string()));
             }
         };
         let stale = (fault == Some(Fault::StalePage))
@@ -572,20 +698,4 @@ pub fn signed_message(request: &SignedRequest<'_>, timestamp: i64, body: &[u8]) 
     .into_bytes();
     message.extend_from_slice(body);
     message
-}
-
-fn error_response(error: &ApiError) -> Response {
-    let status = StatusCode::from_u16(error.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    (
-        status,
-        axum::Json(serde_json::json!({ "code": error.code, "message": error.message })),
-    )
-        .into_response()
-}
-
-fn with_retry_after(mut response: Response, secs: u32) -> Response {
-    response
-        .headers_mut()
-        .insert(header::RETRY_AFTER, HeaderValue::from(secs));
-    response
 }

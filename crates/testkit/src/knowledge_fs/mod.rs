@@ -36,8 +36,10 @@ use std::time::Duration;
 use axum::http::HeaderMap;
 use tenantry_kernel::{ControlSpaceId, GrantId, KnowledgeSpaceId, ProvisioningKey, TenantId};
 
+pub use crate::http::RemoteErrorBody;
 pub use routes::PATHS;
-pub use state::{ApiError, EffectCounters, ModelConfig, SpaceRecord};
+pub(crate) use routes::document_json;
+pub use state::{EffectCounters, ModelConfig, SpaceRecord};
 
 use crate::fault::{DEFAULT_STALL, Fault, FaultInjector, FaultProfile, Route, RoutePlan};
 use crate::serve::Server;
@@ -276,20 +278,8 @@ impl Shared {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn authorize(&self, headers: &HeaderMap) -> Result<(), ApiError> {
-        let presented = headers
-            .get(axum::http::header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "));
-        if presented == Some(self.token.as_str()) {
-            Ok(())
-        } else {
-            Err(ApiError::new(
-                401,
-                "UNAUTHORIZED",
-                "missing or wrong bearer token; send Authorization: Bearer <token>",
-            ))
-        }
+    fn authorize(&self, headers: &HeaderMap) -> Result<(), RemoteErrorBody> {
+        crate::http::check_bearer(headers, &self.token)
     }
 
     fn next_fault(&self, route: Route) -> Option<Fault> {

@@ -14,20 +14,28 @@ use axum::extract::rejection::QueryRejection;
 use axum::extract::{Extension, Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
-use serde::Deserialize;
 use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
 use tenantry_kernel::{
     ControlSpaceId, GrantId, IdempotencyKey, KnowledgeSpaceId, ProvisioningKey, TenantId,
 };
+use tenantry_lifecycle::{DeletionProgress, RemoteSpace, RevokeAck};
+use utoipa::OpenApi;
+use utoipa::openapi::path::{Parameter, ParameterBuilder, ParameterIn};
+use utoipa::openapi::{Header, Required};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use super::Shared;
-use super::state::{ApiError, DeletionBody, Model, ProvisionBody, RevocationBody};
+use super::state::{DeletionBody, Model, ProvisionBody, RevocationBody};
 use crate::fault::{Fault, Route};
-use crate::openapi;
+use crate::http::{
+    ApiConventions, CommonResponse, ErrorJson, RemoteErrorBody, error_response, retry_after_header,
+    schema_ref, with_retry_after,
+};
 use crate::serve::ConnectionControl;
 
-/// Path templates of the API, in axum syntax; the OpenAPI file documents exactly these.
+/// Path templates of the API, in axum syntax; the OpenAPI document has exactly these.
 pub const PATHS: [(&str, &str, Route); 4] = [
     (
         "POST",
@@ -47,38 +55,142 @@ pub const PATHS: [(&str, &str, Route); 4] = [
     ),
 ];
 
+/// The head of the OpenAPI document; the paths come from the handlers below.
+#[derive(OpenApi)]
+#[openapi(info(
+    title = "KnowledgeFS lifecycle API",
+    version = "1.0.0",
+    description = "Lifecycle of knowledge spaces as Tenantry drives it: provision (idempotent on `provisioning_key`), authoritative lookup by provisioning key, durable deletion, and capability-grant revocation.\n\nEvery request carries `Authorization: Bearer <token>`. Every mutation (POST) carries an `Idempotency-Key`: the key is bound to the first request that used it (route, path and body). The same key with the same request applies the effect at most once and answers with the current state of that effect; the same key with a different request is refused with 422. Errors are `{code, message}` JSON; 429 and 503 carry `Retry-After` (seconds or an HTTP date) and never apply an effect.\n\nA client that got no complete answer to a provision (timeout, reset, lost response) must resolve the outcome with the lookup by provisioning key, never by sending a new provisioning key."
+))]
+struct KnowledgeFsDoc;
+
+/// The routes of the API, documented.
+fn api() -> OpenApiRouter<Arc<Shared>> {
+    OpenApiRouter::with_openapi(KnowledgeFsDoc::openapi())
+        .routes(routes!(provision, lookup))
+        .routes(routes!(deletion))
+        .routes(routes!(revocation))
+}
+
+/// What every operation of KnowledgeFS API v1 has in common.
+const CONVENTIONS: ApiConventions = ApiConventions {
+    parameters: shared_parameters,
+    headers: shared_headers,
+    common_responses: &[
+        CommonResponse {
+            status: "400",
+            description: "Malformed path id, query, body, or missing `Idempotency-Key` (`INVALID_REQUEST`, `IDEMPOTENCY_KEY_REQUIRED`). Not retryable.",
+            retry_after: false,
+            post_only: false,
+        },
+        CommonResponse {
+            status: "401",
+            description: "Missing or wrong bearer token (`UNAUTHORIZED`).",
+            retry_after: false,
+            post_only: false,
+        },
+        CommonResponse {
+            status: "429",
+            description: "Rate limited (`KFS_RATE_LIMITED`); no effect was applied. Retry after `Retry-After`.",
+            retry_after: true,
+            post_only: false,
+        },
+        CommonResponse {
+            status: "503",
+            description: "Temporarily unavailable (`KFS_UNAVAILABLE`); no effect was applied. Retry after `Retry-After`.",
+            retry_after: true,
+            post_only: false,
+        },
+        CommonResponse {
+            status: "422",
+            description: "The `Idempotency-Key` was already used with a different request (`IDEMPOTENCY_KEY_REUSED`). Send a new key for a new request.",
+            retry_after: false,
+            post_only: true,
+        },
+    ],
+    success_headers: &[],
+    not_found: "no such route in KnowledgeFS API v1",
+};
+
+fn id_parameter(name: &str, location: ParameterIn, description: Option<&str>) -> Parameter {
+    ParameterBuilder::new()
+        .name(name)
+        .parameter_in(location)
+        .required(Required::True)
+        .description(description)
+        .schema(Some(schema_ref("Id")))
+        .build()
+}
+
+fn shared_parameters() -> Vec<(&'static str, Parameter)> {
+    vec![
+        (
+            "NamespaceId",
+            id_parameter(
+                "namespace_id",
+                ParameterIn::Path,
+                Some("The namespace (Tenantry tenant id)."),
+            ),
+        ),
+        (
+            "KnowledgeSpaceId",
+            id_parameter("knowledge_space_id", ParameterIn::Path, None),
+        ),
+        ("GrantId", id_parameter("grant_id", ParameterIn::Path, None)),
+        (
+            "IdempotencyKey",
+            id_parameter(
+                "Idempotency-Key",
+                ParameterIn::Header,
+                Some(
+                    "Stable across retries of one command; bound to the first request that used it.",
+                ),
+            ),
+        ),
+    ]
+}
+
+fn shared_headers() -> Vec<(&'static str, &'static str, Header)> {
+    vec![("RetryAfter", "Retry-After", retry_after_header())]
+}
+
+/// The OpenAPI document of KnowledgeFS API v1 as JSON (`docs/openapi/knowledgefs-v1.json`).
+pub(crate) fn document_json() -> String {
+    CONVENTIONS.document_json(api())
+}
+
 /// The router of the reference KnowledgeFS.
 pub(crate) fn router(shared: Arc<Shared>) -> Router {
-    Router::new()
-        .route(PATHS[0].1, post(provision).get(lookup))
-        .route(PATHS[2].1, post(deletion))
-        .route(PATHS[3].1, post(revocation))
-        .route("/openapi.json", get(openapi_document))
-        .fallback(not_found)
-        .with_state(shared)
+    CONVENTIONS.router(api()).with_state(shared)
 }
 
 type Ctl = Extension<Arc<ConnectionControl>>;
 
-async fn openapi_document() -> Response {
-    (
-        [(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        )],
-        openapi::KNOWLEDGE_FS_V1,
+/// The answer of a lookup.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+struct SpaceList {
+    /// Matching spaces whose deletion has not completed (zero or one).
+    items: Vec<RemoteSpace>,
+}
+
+/// Provision a knowledge space (idempotent on provisioning_key)
+///
+/// Creates the knowledge space of `provisioning_key` in the namespace, or answers with the existing one. A provisioning key belongs to one control space for ever: a second control space using it gets 409 `PROVISIONING_KEY_CONFLICT`; provisioning a key whose space is being or was deleted gets 409 `KNOWLEDGE_FS_SPACE_DELETED`.
+#[utoipa::path(
+    post,
+    path = "/v1/namespaces/{namespace_id}/spaces",
+    operation_id = "provisionSpace",
+    params(
+        ("namespace_id" = TenantId, Path),
+        ("Idempotency-Key" = IdempotencyKey, Header),
+    ),
+    request_body = ProvisionBody,
+    responses(
+        (status = 200, description = "The space of this provisioning key existed already.", body = RemoteSpace),
+        (status = 201, description = "The space was created by this request.", body = RemoteSpace),
+        (status = 409, description = "The provisioning key belongs to another control space (`PROVISIONING_KEY_CONFLICT`) or its space is deleted (`KNOWLEDGE_FS_SPACE_DELETED`).", body = ErrorJson),
     )
-        .into_response()
-}
-
-async fn not_found() -> Response {
-    error_response(&ApiError::new(
-        404,
-        "NOT_FOUND",
-        "no such route in KnowledgeFS API v1",
-    ))
-}
-
+)]
 async fn provision(
     State(shared): State<Arc<Shared>>,
     Extension(ctl): Ctl,
@@ -91,7 +203,7 @@ async fn provision(
         let ns = parse_id(TenantId::parse(namespace))?;
         let key = idempotency_key(&headers)?;
         let body: ProvisionBody = parse_body(&body)?;
-        Ok::<_, ApiError>((ns, key, body))
+        Ok::<_, RemoteErrorBody>((ns, key, body))
     })();
     let (ns, key, body) = match parsed {
         Ok(p) => p,
@@ -117,6 +229,22 @@ struct LookupQuery {
     control_space_id: Option<String>,
 }
 
+/// Authoritative lookup by provisioning key
+///
+/// Spaces of the namespace with this provisioning key (and control space, if given) whose deletion has not completed. An empty `items` proves absence. Read-only: no `Idempotency-Key`.
+#[utoipa::path(
+    get,
+    path = "/v1/namespaces/{namespace_id}/spaces",
+    operation_id = "lookupSpaces",
+    params(
+        ("namespace_id" = TenantId, Path),
+        ("provisioning_key" = ProvisioningKey, Query),
+        ("control_space_id" = Option<ControlSpaceId>, Query),
+    ),
+    responses(
+        (status = 200, description = "Matching spaces (zero or one).", body = SpaceList),
+    )
+)]
 async fn lookup(
     State(shared): State<Arc<Shared>>,
     Extension(ctl): Ctl,
@@ -136,7 +264,7 @@ async fn lookup(
             .control_space_id
             .map(|c| parse_id(ControlSpaceId::parse(c)))
             .transpose()?;
-        Ok::<_, ApiError>((ns, key, cs))
+        Ok::<_, RemoteErrorBody>((ns, key, cs))
     })();
     let (ns, key, cs) = match parsed {
         Ok(p) => p,
@@ -144,11 +272,30 @@ async fn lookup(
     };
     run(&shared, &ctl, Route::Lookup, move |model, _, _| {
         let items = model.lookup(&ns, &key, cs.as_ref());
-        Ok((StatusCode::OK, serde_json::json!({ "items": items })))
+        Ok((StatusCode::OK, to_json(&SpaceList { items })))
     })
     .await
 }
 
+/// Request or poll the deletion of a knowledge space
+///
+/// Starts the deletion on the first request and reports its progress on every later one (resend the same request with the same `Idempotency-Key` to poll). Phases only move forward: `accepted` → `draining` → `irreversible` → `completed`; `irreversible_at` is set from the `irreversible` phase on. `revision` grows with each phase change.
+#[utoipa::path(
+    post,
+    path = "/v1/namespaces/{namespace_id}/spaces/{knowledge_space_id}/deletion",
+    operation_id = "requestDeletion",
+    params(
+        ("namespace_id" = TenantId, Path),
+        ("knowledge_space_id" = KnowledgeSpaceId, Path),
+        ("Idempotency-Key" = IdempotencyKey, Header),
+    ),
+    request_body = DeletionBody,
+    responses(
+        (status = 200, description = "Deletion progress.", body = DeletionProgress),
+        (status = 404, description = "No such knowledge space in this namespace (`KNOWLEDGE_FS_SPACE_NOT_FOUND`).", body = ErrorJson),
+        (status = 409, description = "The space belongs to another control space or provisioning key (`KNOWLEDGE_FS_SCOPE_MISMATCH`), or `expected_revision` is above the space's revision (`REVISION_AHEAD`).", body = ErrorJson),
+    )
+)]
 async fn deletion(
     State(shared): State<Arc<Shared>>,
     Extension(ctl): Ctl,
@@ -162,7 +309,7 @@ async fn deletion(
         let space = parse_id(KnowledgeSpaceId::parse(space))?;
         let key = idempotency_key(&headers)?;
         let body: DeletionBody = parse_body(&body)?;
-        Ok::<_, ApiError>((ns, space, key, body))
+        Ok::<_, RemoteErrorBody>((ns, space, key, body))
     })();
     let (ns, space, key, body) = match parsed {
         Ok(p) => p,
@@ -184,6 +331,26 @@ async fn deletion(
     response
 }
 
+/// Revoke a capability grant up to a sequence
+///
+/// Raises the grant's revoke watermark to `revoke_sequence`. The answer is `revoked` once `highest_revoke_sequence >= revoke_sequence`, `pending` while the watermark lags (resend to poll).
+#[utoipa::path(
+    post,
+    path = "/v1/namespaces/{namespace_id}/spaces/{knowledge_space_id}/grants/{grant_id}/revocations",
+    operation_id = "revokeGrant",
+    params(
+        ("namespace_id" = TenantId, Path),
+        ("knowledge_space_id" = KnowledgeSpaceId, Path),
+        ("grant_id" = GrantId, Path),
+        ("Idempotency-Key" = IdempotencyKey, Header),
+    ),
+    request_body = RevocationBody,
+    responses(
+        (status = 200, description = "Revocation state and the grant's watermark.", body = RevokeAck),
+        (status = 404, description = "No such knowledge space in this namespace (`KNOWLEDGE_FS_SPACE_NOT_FOUND`).", body = ErrorJson),
+        (status = 409, description = "The space belongs to another control space (`KNOWLEDGE_FS_SCOPE_MISMATCH`).", body = ErrorJson),
+    )
+)]
 async fn revocation(
     State(shared): State<Arc<Shared>>,
     Extension(ctl): Ctl,
@@ -198,7 +365,7 @@ async fn revocation(
         let grant = parse_id(GrantId::parse(grant))?;
         let key = idempotency_key(&headers)?;
         let body: RevocationBody = parse_body(&body)?;
-        Ok::<_, ApiError>((ns, space, grant, key, body))
+        Ok::<_, RemoteErrorBody>((ns, space, grant, key, body))
     })();
     let (ns, space, grant, key, body) = match parsed {
         Ok(p) => p,
@@ -227,14 +394,14 @@ async fn run(
         &mut Model,
         chrono::DateTime<chrono::Utc>,
         bool,
-    ) -> Result<(StatusCode, serde_json::Value), ApiError>
+    ) -> Result<(StatusCode, serde_json::Value), RemoteErrorBody>
     + Send
     + 'static,
 ) -> Response {
     let fault = shared.next_fault(route);
     match fault {
         Some(Fault::Unavailable { retry_after_secs }) => {
-            let e = ApiError::new(
+            let e = RemoteErrorBody::new(
                 503,
                 "KFS_UNAVAILABLE",
                 "KnowledgeFS is temporarily unavailable",
@@ -242,7 +409,7 @@ async fn run(
             return with_retry_after(error_response(&e), retry_after_secs);
         }
         Some(Fault::RateLimited { retry_after_secs }) => {
-            let e = ApiError::new(429, "KFS_RATE_LIMITED", "too many requests; retry later");
+            let e = RemoteErrorBody::new(429, "KFS_RATE_LIMITED", "too many requests; retry later");
             return with_retry_after(error_response(&e), retry_after_secs);
         }
         Some(Fault::InvalidRequest) => {
@@ -273,40 +440,23 @@ async fn run(
     }
 }
 
-/// `{code, message}` with the error's status.
-pub(crate) fn error_response(error: &ApiError) -> Response {
-    let status = StatusCode::from_u16(error.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    (
-        status,
-        axum::Json(serde_json::json!({ "code": error.code, "message": error.message })),
-    )
-        .into_response()
+fn invalid(message: impl Into<String>) -> RemoteErrorBody {
+    RemoteErrorBody::new(400, "INVALID_REQUEST", message)
 }
 
-fn with_retry_after(mut response: Response, secs: u32) -> Response {
-    response
-        .headers_mut()
-        .insert(header::RETRY_AFTER, HeaderValue::from(secs));
-    response
-}
-
-fn invalid(message: impl Into<String>) -> ApiError {
-    ApiError::new(400, "INVALID_REQUEST", message)
-}
-
-fn parse_id<T>(parsed: Result<T, tenantry_kernel::IdError>) -> Result<T, ApiError> {
+fn parse_id<T>(parsed: Result<T, tenantry_kernel::IdError>) -> Result<T, RemoteErrorBody> {
     parsed.map_err(|e| invalid(e.to_string()))
 }
 
-fn parse_body<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+fn parse_body<T: DeserializeOwned>(body: &[u8]) -> Result<T, RemoteErrorBody> {
     serde_json::from_slice(body).map_err(|e| invalid(format!("malformed JSON body: {e}")))
 }
 
-fn idempotency_key(headers: &HeaderMap) -> Result<IdempotencyKey, ApiError> {
+fn idempotency_key(headers: &HeaderMap) -> Result<IdempotencyKey, RemoteErrorBody> {
     let value = headers
         .get("idempotency-key")
         .ok_or_else(|| {
-            ApiError::new(
+            RemoteErrorBody::new(
                 400,
                 "IDEMPOTENCY_KEY_REQUIRED",
                 "every mutation needs an Idempotency-Key header",

@@ -6,6 +6,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use crate::http::RemoteErrorBody;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use tenantry_kernel::{
@@ -36,36 +37,15 @@ impl Default for ModelConfig {
     }
 }
 
-/// A refusal of the model, rendered as `{code, message}` with `status`.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{status} {code}: {message}")]
-pub struct ApiError {
-    /// HTTP status.
-    pub status: u16,
-    /// Machine-readable code.
-    pub code: &'static str,
-    /// Human-readable detail.
-    pub message: String,
-}
-
-impl ApiError {
-    pub(crate) fn new(status: u16, code: &'static str, message: impl Into<String>) -> Self {
-        Self {
-            status,
-            code,
-            message: message.into(),
-        }
-    }
-}
-
-/// Provision body as the model sees it (wire fields other than path and header).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// Provision body (the namespace is in the path, the idempotency key in a header).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[schema(as = ProvisionRequest)]
 pub struct ProvisionBody {
     /// Local control space.
     pub control_space_id: ControlSpaceId,
     /// Lifecycle operation.
     pub operation_id: OperationId,
-    /// Remote idempotency key of the space.
+    /// Remote idempotency key of the space: one space per key and namespace.
     pub provisioning_key: ProvisioningKey,
     /// Display name.
     pub name: String,
@@ -75,16 +55,17 @@ pub struct ProvisionBody {
     pub icon: String,
     /// Description.
     pub description: String,
-    /// Optional model intent.
+    /// Optional model intent: opaque JSON.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model_intent: Option<serde_json::Value>,
-    /// Optional profile intent.
+    /// Optional profile intent: opaque JSON.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub profile_intent: Option<serde_json::Value>,
 }
 
 /// Deletion body.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[schema(as = DeletionRequest)]
 pub struct DeletionBody {
     /// Local control space.
     pub control_space_id: ControlSpaceId,
@@ -92,12 +73,13 @@ pub struct DeletionBody {
     pub operation_id: OperationId,
     /// Provisioning key of the space.
     pub provisioning_key: ProvisioningKey,
-    /// Revision the caller computed the deletion against.
+    /// Revision the caller last saw; may lag, must not be ahead.
     pub expected_revision: i64,
 }
 
 /// Revocation body.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[schema(as = RevocationRequest)]
 pub struct RevocationBody {
     /// Local control space.
     pub control_space_id: ControlSpaceId,
@@ -219,11 +201,11 @@ impl Model {
         namespace: &TenantId,
         key: &IdempotencyKey,
         fingerprint: String,
-    ) -> Result<(), ApiError> {
+    ) -> Result<(), RemoteErrorBody> {
         match self.idempotency.get(&(namespace.clone(), key.clone())) {
             Some(existing) if *existing != fingerprint => {
                 self.counters.idempotency_conflicts += 1;
-                Err(ApiError::new(
+                Err(RemoteErrorBody::new(
                     422,
                     "IDEMPOTENCY_KEY_REUSED",
                     format!(
@@ -250,14 +232,14 @@ impl Model {
         &mut self,
         namespace: &TenantId,
         body: &ProvisionBody,
-    ) -> Result<Provisioned, ApiError> {
+    ) -> Result<Provisioned, RemoteErrorBody> {
         if let Some(existing) = self
             .spaces
             .values()
             .find(|s| s.namespace_id == *namespace && s.provisioning_key == body.provisioning_key)
         {
             if existing.control_space_id != body.control_space_id {
-                return Err(ApiError::new(
+                return Err(RemoteErrorBody::new(
                     409,
                     "PROVISIONING_KEY_CONFLICT",
                     format!(
@@ -267,7 +249,7 @@ impl Model {
                 ));
             }
             if existing.deletion_phase.is_some() {
-                return Err(ApiError::new(
+                return Err(RemoteErrorBody::new(
                     409,
                     "KNOWLEDGE_FS_SPACE_DELETED",
                     format!(
@@ -283,8 +265,9 @@ impl Model {
             });
         }
         self.next_space += 1;
-        let id = KnowledgeSpaceId::parse(format!("ks-{:06}", self.next_space))
-            .map_err(|e| ApiError::new(500, "INTERNAL", format!("cannot mint a space id: {e}")))?;
+        let id = KnowledgeSpaceId::parse(format!("ks-{:06}", self.next_space)).map_err(|e| {
+            RemoteErrorBody::new(500, "INTERNAL", format!("cannot mint a space id: {e}"))
+        })?;
         let record = SpaceRecord {
             namespace_id: namespace.clone(),
             knowledge_space_id: id.clone(),
@@ -344,7 +327,7 @@ impl Model {
         space_id: &KnowledgeSpaceId,
         body: &DeletionBody,
         now: DateTime<Utc>,
-    ) -> Result<DeletionProgress, ApiError> {
+    ) -> Result<DeletionProgress, RemoteErrorBody> {
         let cfg = self.config;
         let space = self.space_mut(namespace, space_id)?;
         if space.control_space_id != body.control_space_id
@@ -353,7 +336,7 @@ impl Model {
             return Err(scope_mismatch(space_id));
         }
         if body.expected_revision > space.revision {
-            return Err(ApiError::new(
+            return Err(RemoteErrorBody::new(
                 409,
                 "REVISION_AHEAD",
                 format!(
@@ -422,7 +405,7 @@ impl Model {
         grant_id: &GrantId,
         body: &RevocationBody,
         lag: bool,
-    ) -> Result<RevokeAck, ApiError> {
+    ) -> Result<RevokeAck, RemoteErrorBody> {
         let lag_polls = self.config.revoke_watermark_lag_polls;
         let space = self.space_mut(namespace, space_id)?;
         if space.control_space_id != body.control_space_id {
@@ -468,10 +451,10 @@ impl Model {
         &mut self,
         namespace: &TenantId,
         space_id: &KnowledgeSpaceId,
-    ) -> Result<&mut SpaceRecord, ApiError> {
+    ) -> Result<&mut SpaceRecord, RemoteErrorBody> {
         match self.spaces.get_mut(space_id) {
             Some(s) if s.namespace_id == *namespace => Ok(s),
-            _ => Err(ApiError::new(
+            _ => Err(RemoteErrorBody::new(
                 404,
                 "KNOWLEDGE_FS_SPACE_NOT_FOUND",
                 format!("no knowledge space {space_id} in namespace {namespace}"),
@@ -535,8 +518,8 @@ impl Model {
     }
 }
 
-fn scope_mismatch(space_id: &KnowledgeSpaceId) -> ApiError {
-    ApiError::new(
+fn scope_mismatch(space_id: &KnowledgeSpaceId) -> RemoteErrorBody {
+    RemoteErrorBody::new(
         409,
         "KNOWLEDGE_FS_SCOPE_MISMATCH",
         format!("knowledge space {space_id} belongs to another control space or provisioning key"),
