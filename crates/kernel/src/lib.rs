@@ -8,10 +8,14 @@
 //!   the edge ("parse, don't validate").
 //! - [`lease`]: the lease owner and the lease epoch (fencing token) of a claimed command.
 //! - [`fingerprint`]: the canonical SHA-256 fingerprint of a JSON value.
+//! - [`outcome`]: the dispatch outcome of a remote call (not dispatched / answered / outcome
+//!   unknown), shared by the fences, the lifecycle remote port and the HTTP clients, and the
+//!   rule that maps a transport observation to it.
 
 pub mod fingerprint;
 pub mod id;
 pub mod lease;
+pub mod outcome;
 
 pub use fingerprint::{Fingerprint, canonical_json, fingerprint_json};
 pub use id::{
@@ -19,6 +23,7 @@ pub use id::{
     ProvisioningKey, TenantId,
 };
 pub use lease::{LeaseEpoch, LeaseOwner};
+pub use outcome::{BodyRead, DispatchFailure, DispatchOutcome, TransportObservation};
 
 /// The README's examples, compiled and run by `cargo test --doc`.
 #[cfg(doctest)]

@@ -142,7 +142,7 @@ impl Harness {
         self.store.command(id).unwrap()
     }
 
-    async fn dispatch(&self, now: DateTime<Utc>, enabled: bool) -> DispatchOutcome {
+    async fn dispatch(&self, now: DateTime<Utc>, enabled: bool) -> DispatchReport {
         self.dispatcher
             .dispatch_one(&owner("w1"), at(now, enabled))
             .await
@@ -177,7 +177,7 @@ async fn dispatch_with_nothing_due_claims_nothing() {
     let h = harness();
     assert_eq!(
         h.dispatch(t(0), true).await,
-        DispatchOutcome {
+        DispatchReport {
             claimed: false,
             completed: false,
             command_id: None
@@ -252,7 +252,7 @@ async fn provision_success_activates_the_control_space_by_cas() {
     let outcome = h.dispatch(t(5), true).await;
     assert_eq!(
         outcome,
-        DispatchOutcome {
+        DispatchReport {
             claimed: true,
             completed: true,
             command_id: Some(receipt.command_id.clone())
