@@ -38,8 +38,8 @@ use tenantry_lifecycle::{
     DeletionProgress, DeletionRequest, ProvisionRequest, RemoteSpace, RevokeAck, RevokeRequest,
 };
 use tenantry_ports::lifecycle::{
-    KnowledgeFs, LifecycleMetrics, MetricsError, RemoteError, RenewalOutcome,
-    TaskMetric, TaskStatus,
+    KnowledgeFs, LifecycleMetrics, MetricsError, RemoteError, RenewalOutcome, TaskMetric,
+    TaskStatus,
 };
 
 /// Histogram buckets, seconds: 5 ms to 5 minutes.

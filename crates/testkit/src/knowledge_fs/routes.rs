@@ -22,7 +22,7 @@ use tenantry_kernel::{
 };
 
 use super::Shared;
-use super::state::{ApiError, DeletionBody, Model, ProvisionBody, RevocationBody};
+use super::state::{ApiError, DeletionBody, KnowledgeFsModel, ProvisionBody, RevocationBody};
 use crate::fault::{Fault, Route};
 use crate::openapi;
 use crate::serve::ConnectionControl;
@@ -224,7 +224,7 @@ async fn run(
     ctl: &ConnectionControl,
     route: Route,
     effect: impl FnOnce(
-        &mut Model,
+        &mut KnowledgeFsModel,
         chrono::DateTime<chrono::Utc>,
         bool,
     ) -> Result<(StatusCode, serde_json::Value), ApiError>
