@@ -384,13 +384,13 @@ fn test_module_paths(files: &[PathBuf]) -> Vec<PathBuf> {
         for line in text.lines().map(str::trim) {
             if line == "#[cfg(test)]" {
                 cfg_test = true;
-            } else if !line.starts_with("#[") && !line.is_empty() {
-                if std::mem::take(&mut cfg_test)
-                    && let Some(name) = line.strip_suffix(';').and_then(|l| item_name(l, "mod"))
-                {
-                    paths.push(base.join(format!("{name}.rs")));
-                    paths.push(base.join(name));
-                }
+            } else if !line.starts_with("#[")
+                && !line.is_empty()
+                && std::mem::take(&mut cfg_test)
+                && let Some(name) = line.strip_suffix(';').and_then(|l| item_name(l, "mod"))
+            {
+                paths.push(base.join(format!("{name}.rs")));
+                paths.push(base.join(name));
             }
         }
     }
