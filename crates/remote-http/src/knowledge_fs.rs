@@ -47,8 +47,8 @@ use tenantry_ports::error::ErrorSource;
 use tenantry_ports::lifecycle::{KnowledgeFs, RemoteError};
 use tokio::sync::Semaphore;
 
-use crate::client::{ClientBuildError, mutation_client};
-use crate::outcome::{Answer, TransportError, error_chain};
+use crate::client::{ClientBuildError, mutation_client, parse_base_url};
+use crate::outcome::{Answer, TransportError, error_chain, retry_after_header};
 
 /// Default total deadline of one call (queueing, connect, send, whole body).
 pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(150);
@@ -195,23 +195,13 @@ impl HttpKnowledgeFs {
     /// # Errors
     /// [`KnowledgeFsConfigError`] naming the invalid setting.
     pub fn new(config: &KnowledgeFsConfig) -> Result<Self, KnowledgeFsConfigError> {
-        let invalid_url = |reason: String| KnowledgeFsConfigError::InvalidBaseUrl {
-            url: config.base_url.clone(),
-            reason,
-            source: None,
-        };
-        let base =
-            Url::parse(&config.base_url).map_err(|e| KnowledgeFsConfigError::InvalidBaseUrl {
+        let base = parse_base_url(&config.base_url).map_err(|refusal| {
+            KnowledgeFsConfigError::InvalidBaseUrl {
                 url: config.base_url.clone(),
-                reason: e.to_string(),
-                source: Some(ErrorSource::new(e)),
-            })?;
-        if !matches!(base.scheme(), "http" | "https") || base.cannot_be_a_base() {
-            return Err(invalid_url("the scheme must be http or https".into()));
-        }
-        if base.query().is_some() || base.fragment().is_some() {
-            return Err(invalid_url("a query or fragment is not allowed".into()));
-        }
+                reason: refusal.reason,
+                source: refusal.source,
+            }
+        })?;
         if config.bearer_token.is_empty() {
             return Err(KnowledgeFsConfigError::InvalidToken);
         }
@@ -517,11 +507,7 @@ async fn read_capped(
 ) -> Result<Answer, RemoteError> {
     let mut response = result.map_err(|e| transport_error(TransportError::from_reqwest(e)))?;
     let status = response.status();
-    let retry_after = response
-        .headers()
-        .get(reqwest::header::RETRY_AFTER)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned);
+    let retry_after = retry_after_header(&response);
     let too_large = |size: u64| {
         let message = format!(
             "KnowledgeFS answered {status} with a body of at least {size} bytes, over the \

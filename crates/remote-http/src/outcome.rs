@@ -173,11 +173,7 @@ pub async fn read_answer(
 ) -> Result<Answer, TransportError> {
     let response = result.map_err(TransportError::from_reqwest)?;
     let status = response.status();
-    let retry_after = response
-        .headers()
-        .get(reqwest::header::RETRY_AFTER)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned);
+    let retry_after = retry_after_header(&response);
     let body = response.bytes().await.map_err(|e| {
         let mut failure = TransportError::from_reqwest(e);
         // A response arrived: any failure reading its body leaves the outcome unknown.
@@ -193,6 +189,15 @@ pub async fn read_answer(
         retry_after,
         body: body.to_vec(),
     })
+}
+
+/// The raw `Retry-After` header of `response`, when present and readable.
+pub(crate) fn retry_after_header(response: &Response) -> Option<String> {
+    response
+        .headers()
+        .get(reqwest::header::RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
 }
 
 /// `error` and its sources, joined by `: ` (the one message format of every client here).

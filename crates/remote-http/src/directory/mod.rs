@@ -27,7 +27,7 @@ use tenantry_directory::{
 use tenantry_ports::directory::{DirectoryProvider, ProviderError};
 use tenantry_ports::error::ErrorSource;
 
-use crate::client::{ClientBuildError, mutation_client};
+use crate::client::{ClientBuildError, mutation_client, parse_base_url};
 use crate::outcome::TransportError;
 use signature::{SignatureHeaders, SignedRequest, TrustedKeys};
 
@@ -170,23 +170,13 @@ impl HttpDirectoryProvider {
     /// # Errors
     /// [`DirectoryConfigError`] naming the invalid setting.
     pub fn new(config: &DirectoryClientConfig) -> Result<Self, DirectoryConfigError> {
-        let invalid_url = |reason: String| DirectoryConfigError::InvalidBaseUrl {
-            url: config.base_url.clone(),
-            reason,
-            source: None,
-        };
-        let base =
-            Url::parse(&config.base_url).map_err(|e| DirectoryConfigError::InvalidBaseUrl {
+        let base = parse_base_url(&config.base_url).map_err(|refusal| {
+            DirectoryConfigError::InvalidBaseUrl {
                 url: config.base_url.clone(),
-                reason: e.to_string(),
-                source: Some(ErrorSource::new(e)),
-            })?;
-        if !matches!(base.scheme(), "http" | "https") || base.cannot_be_a_base() {
-            return Err(invalid_url("the scheme must be http or https".into()));
-        }
-        if base.query().is_some() || base.fragment().is_some() {
-            return Err(invalid_url("a query or fragment is not allowed".into()));
-        }
+                reason: refusal.reason,
+                source: refusal.source,
+            }
+        })?;
         if config.trusted_keys.is_empty() {
             return Err(DirectoryConfigError::NoTrustedKeys);
         }
