@@ -13,7 +13,7 @@
 //! - [`record`]: the stored record as a cross-process claim (free, held by another process,
 //!   own leftover, fenced) and when an operator may clear it;
 //! - [`outcome`]: what the three dispatch outcomes (the kernel's
-//!   [`DispatchOutcome`](tenantry_kernel::DispatchOutcome), re-exported) mean for a fenced
+//!   [`tenantry_kernel::DispatchOutcome`], re-exported) mean for a fenced
 //!   write: only [`outcome::DispatchOutcome::OutcomeUnknown`] fences;
 //! - [`connector`]: knowledge-base configuration and document-mapping records kept in host
 //!   storage (hashed keys, 64 KiB limit, null tombstones, upstream-id resolution).

@@ -4,7 +4,7 @@
 //! retries (not even HTTP/2 protocol NACKs): retrying is the engine's decision, made with the
 //! request's idempotency key, and a hidden retry would make dispatch outcomes unclassifiable.
 //! One deadline covers connecting, sending and reading the whole body. Both clients of this
-//! crate check their base URL with the same rule ([`parse_base_url`]).
+//! crate check their base URL with the same rule (`parse_base_url`).
 
 use std::time::Duration;
 
