@@ -31,7 +31,7 @@ impl DispatchFailure for PushError {
     fn dispatch_outcome(&self) -> DispatchOutcome {
         match self {
             Self::Refused => DispatchOutcome::NotDispatched,
-            Self::Status(_) => DispatchOutcome::Answered,
+            Self::Status(status) => DispatchOutcome::answered(*status),
             Self::TimedOut => DispatchOutcome::OutcomeUnknown,
         }
     }

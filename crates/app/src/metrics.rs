@@ -33,13 +33,13 @@ use std::time::Instant;
 
 use async_trait::async_trait;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
-use tenantry_kernel::{ControlSpaceId, ProvisioningKey, TenantId};
+use tenantry_kernel::{ControlSpaceId, DispatchOutcome, ProvisioningKey, TenantId};
 use tenantry_lifecycle::{
     DeletionProgress, DeletionRequest, ProvisionRequest, RemoteSpace, RevokeAck, RevokeRequest,
 };
 use tenantry_ports::lifecycle::{
-    KnowledgeFs, LifecycleMetrics, MetricsError, RemoteError, RemoteFailure, RenewalOutcome,
-    TaskMetric, TaskStatus,
+    KnowledgeFs, LifecycleMetrics, MetricsError, RemoteError, RenewalOutcome, TaskMetric,
+    TaskStatus,
 };
 
 /// Histogram buckets, seconds: 5 ms to 5 minutes.
@@ -230,9 +230,9 @@ impl<R> MeteredRemote<R> {
         let outcome = match result {
             Ok(_) => "ok",
             Err(e) => match e.failure {
-                RemoteFailure::NotDispatched => "not_dispatched",
-                RemoteFailure::Answered { .. } => "answered",
-                RemoteFailure::OutcomeUnknown => "outcome_unknown",
+                DispatchOutcome::NotDispatched => "not_dispatched",
+                DispatchOutcome::Answered { .. } => "answered",
+                DispatchOutcome::OutcomeUnknown => "outcome_unknown",
             },
         };
         self.metrics

@@ -53,7 +53,7 @@ pub struct ProjectorConfig {
 /// Why a projector configuration was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
-pub enum ConfigError {
+pub enum ProjectorConfigError {
     /// The instance id is empty or blank.
     #[error("directory projection requires a non-empty instance id")]
     MissingInstance,
@@ -82,7 +82,7 @@ impl ProjectorConfig {
     /// Validates and builds a configuration.
     ///
     /// # Errors
-    /// [`ConfigError`] when the instance is blank or invalid, the interval is zero,
+    /// [`ProjectorConfigError`] when the instance is blank or invalid, the interval is zero,
     /// `max_staleness <= sync_interval`, or `event_limit` is outside 1..=100.
     pub fn new(
         instance: &str,
@@ -90,23 +90,24 @@ impl ProjectorConfig {
         max_staleness: Duration,
         event_limit: u32,
         limits: ProjectionLimits,
-    ) -> Result<Self, ConfigError> {
+    ) -> Result<Self, ProjectorConfigError> {
         let trimmed = instance.trim();
         if trimmed.is_empty() {
-            return Err(ConfigError::MissingInstance);
+            return Err(ProjectorConfigError::MissingInstance);
         }
-        let instance = InstanceUuid::parse(trimmed).map_err(ConfigError::InvalidInstance)?;
+        let instance =
+            InstanceUuid::parse(trimmed).map_err(ProjectorConfigError::InvalidInstance)?;
         if sync_interval.is_zero() {
-            return Err(ConfigError::NonPositiveInterval);
+            return Err(ProjectorConfigError::NonPositiveInterval);
         }
         if max_staleness <= sync_interval {
-            return Err(ConfigError::StalenessNotAboveInterval {
+            return Err(ProjectorConfigError::StalenessNotAboveInterval {
                 sync_interval,
                 max_staleness,
             });
         }
         if event_limit == 0 || event_limit > MAX_EVENT_LIMIT {
-            return Err(ConfigError::EventLimitOutOfRange(event_limit));
+            return Err(ProjectorConfigError::EventLimitOutOfRange(event_limit));
         }
         Ok(Self {
             instance,
@@ -144,7 +145,7 @@ mod tests {
             Duration,
             Duration,
             u32,
-            Result<(), ConfigError>,
+            Result<(), ProjectorConfigError>,
         );
         let cases: Vec<Case> = vec![
             ("inst", secs(5), secs(60), 100, Ok(())),
@@ -154,28 +155,28 @@ mod tests {
                 secs(5),
                 secs(60),
                 100,
-                Err(ConfigError::MissingInstance),
+                Err(ProjectorConfigError::MissingInstance),
             ),
             (
                 "   ",
                 secs(5),
                 secs(60),
                 100,
-                Err(ConfigError::MissingInstance),
+                Err(ProjectorConfigError::MissingInstance),
             ),
             (
                 "inst",
                 Duration::ZERO,
                 secs(60),
                 100,
-                Err(ConfigError::NonPositiveInterval),
+                Err(ProjectorConfigError::NonPositiveInterval),
             ),
             (
                 "inst",
                 secs(5),
                 secs(5),
                 100,
-                Err(ConfigError::StalenessNotAboveInterval {
+                Err(ProjectorConfigError::StalenessNotAboveInterval {
                     sync_interval: secs(5),
                     max_staleness: secs(5),
                 }),
@@ -185,14 +186,14 @@ mod tests {
                 secs(5),
                 secs(60),
                 0,
-                Err(ConfigError::EventLimitOutOfRange(0)),
+                Err(ProjectorConfigError::EventLimitOutOfRange(0)),
             ),
             (
                 "inst",
                 secs(5),
                 secs(60),
                 101,
-                Err(ConfigError::EventLimitOutOfRange(101)),
+                Err(ProjectorConfigError::EventLimitOutOfRange(101)),
             ),
         ];
         for (instance, interval, staleness, limit, expected) in cases {
@@ -207,7 +208,7 @@ mod tests {
         assert_eq!(config.instance.as_str(), "inst");
         assert!(matches!(
             ProjectorConfig::new("a b", secs(5), secs(60), 10, limits),
-            Err(ConfigError::InvalidInstance(_))
+            Err(ProjectorConfigError::InvalidInstance(_))
         ));
     }
 

@@ -35,7 +35,7 @@ pub mod rows;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 
-pub use config::{ConfigError, ProjectionLimits, ProjectorConfig};
+pub use config::{ProjectionLimits, ProjectorConfig, ProjectorConfigError};
 pub use error::DirectoryError;
 pub use ids::{AccountUuid, EventUuid, InstanceUuid, MembershipUuid, WorkspaceUuid};
 pub use memory::ApplyOutcome;

@@ -37,7 +37,7 @@ pub use directory::{
 };
 #[cfg(feature = "lifecycle")]
 pub use lifecycle::{
-    BulkReport, CommandIntake, DispatchError, DispatchOutcome, Dispatcher, DispatcherConfig,
+    BulkReport, CommandIntake, DispatchError, DispatchReport, Dispatcher, DispatcherConfig,
     GroupCommitConfig, GroupCommitStore, IntakeFailure, IntakeReceipt, IntakeRequest,
     OperatorActions, OperatorRequestError, Worker, WorkerConfig, WorkerReport, unique_lease_owner,
 };

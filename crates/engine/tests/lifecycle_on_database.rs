@@ -13,7 +13,7 @@ use tenantry_lifecycle::{
     CommandStatus, ControlSpaceState, DeletionProgress, DeletionRequest, ProvisionRequest,
     RemoteSpace, RevokeAck, RevokeRequest, Settlement,
 };
-use tenantry_ports::lifecycle::fake::{FakeKnowledgeFs, Fault, RemoteCall};
+use tenantry_ports::lifecycle::fake::{FakeKnowledgeFs, RemoteCall, RemoteFault};
 use tenantry_ports::lifecycle::{
     CommandFilter, CommandQueue, ControlSpaceReader, KnowledgeFs, RemoteError,
 };
@@ -132,7 +132,7 @@ async fn no_transaction_is_open_while_the_remote_is_called() {
         .await
         .unwrap();
     // Provision answered but lost: the deletion later recovers the identity (lookup + delete).
-    fake.push_fault(RemoteCall::Provision, Fault::LoseAck);
+    fake.push_fault(RemoteCall::Provision, RemoteFault::LoseAck);
     let first = dispatcher.dispatch_one(&owner, true).await.unwrap();
     assert!(first.claimed && !first.completed);
     intake

@@ -12,7 +12,7 @@ use std::time::Duration;
 use chrono::{TimeZone, Utc};
 use tenantry_engine::{
     BindingFence, BulkReport, ClearOutcome, ClearReceipt, ClearTarget, CommandIntake,
-    ConnectorError, ConnectorState, DirectoryProjector, DispatchError, DispatchOutcome, Dispatcher,
+    ConnectorError, ConnectorState, DirectoryProjector, DispatchError, DispatchReport, Dispatcher,
     DispatcherConfig, FenceAdminError, FenceConfig, FenceEntry, FenceMode, GroupCommitConfig,
     GroupCommitStore, IntakeFailure, IntakeReceipt, IntakeRequest, OperatorActions,
     OperatorRequestError, ProjectorError, Refusal, RefusalReport, ResourceSnapshot, ScopeContext,
@@ -43,7 +43,7 @@ fn every_root_reexport_names_the_engine_type() {
         type_name::<ConnectorState<InMemoryHostStorage>>(),
         type_name::<DirectoryProjector<ScriptedProvider, InMemoryProjectionStore>>(),
         type_name::<DispatchError>(),
-        type_name::<DispatchOutcome>(),
+        type_name::<DispatchReport>(),
         type_name::<Dispatcher<Store, Remote>>(),
         type_name::<DispatcherConfig>(),
         type_name::<FenceAdminError>(),

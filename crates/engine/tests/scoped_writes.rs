@@ -353,7 +353,11 @@ async fn write_ahead_intent_is_persisted_before_dispatch() {
 
 #[tokio::test]
 async fn answered_or_not_dispatched_failure_clears_the_intent() {
-    for outcome in [DispatchOutcome::Answered, DispatchOutcome::NotDispatched] {
+    for outcome in [
+        DispatchOutcome::Answered { status: None },
+        DispatchOutcome::answered(409),
+        DispatchOutcome::NotDispatched,
+    ] {
         let (storage, writes) = fresh();
         let gate = Arc::new(Gate::default());
         let err = dispatch(&writes, &kb("a"), &Remote::new(), &gate, Some(outcome))
@@ -813,7 +817,7 @@ async fn cancel_dispatch_at(
 async fn cancellation_at_every_await_point_of_a_dispatched_mutation() {
     for outcome in [
         None,
-        Some(DispatchOutcome::Answered),
+        Some(DispatchOutcome::answered(409)),
         Some(DispatchOutcome::OutcomeUnknown),
     ] {
         let mut step = 0;

@@ -1,5 +1,5 @@
 //! Pure reconciliation-fence rules: scope identity, fence keys, fence cache state,
-//! dispatch-outcome classification and connector-state rules.
+//! what a dispatch outcome means for a fenced write, and connector-state rules.
 //!
 //! Contract: this crate is fully deterministic. It does no I/O, reads no clock and draws no
 //! random numbers. The async runtime (`tenantry_engine::scoped_writes`) feeds in what it read
@@ -12,8 +12,9 @@
 //!   fence marker record persisted in host storage;
 //! - [`record`]: the stored record as a cross-process claim (free, held by another process,
 //!   own leftover, fenced) and when an operator may clear it;
-//! - [`outcome`]: the three dispatch outcomes and the rule mapping transport observations to
-//!   them (only [`outcome::DispatchOutcome::OutcomeUnknown`] fences);
+//! - [`outcome`]: what the three dispatch outcomes (the kernel's
+//!   [`tenantry_kernel::DispatchOutcome`], re-exported) mean for a fenced
+//!   write: only [`outcome::DispatchOutcome::OutcomeUnknown`] fences;
 //! - [`connector`]: knowledge-base configuration and document-mapping records kept in host
 //!   storage (hashed keys, 64 KiB limit, null tombstones, upstream-id resolution).
 //!
@@ -32,7 +33,7 @@ pub use cache::{
     FailureRecord, FenceCache, FenceMarker, Reconciled, RecordKind, RecordRead, record_is_fence,
 };
 pub use connector::{ConnectorStateError, DocumentMapping, KbConfigState, MAX_CONFIG_BYTES};
-pub use outcome::{BodyRead, DispatchFailure, DispatchOutcome, IntentAction, TransportObservation};
+pub use outcome::{DispatchFailure, DispatchOutcome, IntentAction, fences};
 pub use record::{ClearRefused, Holder, classify, clear_refusal};
 pub use scope::{
     Binding, BindingError, CLEAR_RECEIPT_PREFIX, FENCE_KEY_PREFIX, FenceKey,

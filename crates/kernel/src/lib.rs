@@ -10,12 +10,16 @@
 //! - [`fingerprint`]: the canonical SHA-256 fingerprint of a JSON value.
 //! - `openapi` (feature `openapi`): the OpenAPI schema of the identifiers, for the crates that
 //!   generate the API documents (schema values only: no I/O).
+//! - [`outcome`]: the dispatch outcome of a remote call (not dispatched / answered / outcome
+//!   unknown), shared by the fences, the lifecycle remote port and the HTTP clients, and the
+//!   rule that maps a transport observation to it.
 
 pub mod fingerprint;
 pub mod id;
 pub mod lease;
 #[cfg(feature = "openapi")]
 pub mod openapi;
+pub mod outcome;
 
 pub use fingerprint::{Fingerprint, canonical_json, fingerprint_json};
 pub use id::{
@@ -23,6 +27,7 @@ pub use id::{
     ProvisioningKey, TenantId,
 };
 pub use lease::{LeaseEpoch, LeaseOwner};
+pub use outcome::{BodyRead, DispatchFailure, DispatchOutcome, TransportObservation};
 
 /// The README's examples, compiled and run by `cargo test --doc`.
 #[cfg(doctest)]

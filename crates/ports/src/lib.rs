@@ -57,6 +57,6 @@ pub use lifecycle::{
     ActionRecord, ClaimRequest, CommandAdmin, CommandCount, CommandFilter, CommandQueue,
     ControlSpaceReader, IntakeStore, IntakeStoreError, KnowledgeFs, LifecycleMetrics,
     LifecycleStore, MetricsError, NoMetrics, OperatorAction, OperatorActionError,
-    OperatorActionKind, RemoteError, RemoteFailure, RenewalOutcome, SettleError, StoreError,
-    Submitted, TaskMetric, TaskStatus,
+    OperatorActionKind, RemoteError, RenewalOutcome, SettleError, StoreError, Submitted,
+    TaskMetric, TaskStatus,
 };

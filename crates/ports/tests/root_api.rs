@@ -10,9 +10,8 @@ use tenantry_ports::{
     HostStorage, HostStorageBindings, HostStorageError, IntakeStore, IntakeStoreError, KnowledgeFs,
     LifecycleMetrics, LifecycleStore, ManualClock, MetricsError, NoHooks, NoMetrics,
     OperatorAction, OperatorActionError, OperatorActionKind, ProjectionStateReader,
-    ProjectionStoreError, ProviderError, RemoteError, RemoteFailure, RenewalOutcome,
-    RuntimeExecutionPublisher, SettleError, SnapshotApplier, StoreError, Submitted, SystemClock,
-    TaskMetric, TaskStatus,
+    ProjectionStoreError, ProviderError, RemoteError, RenewalOutcome, RuntimeExecutionPublisher,
+    SettleError, SnapshotApplier, StoreError, Submitted, SystemClock, TaskMetric, TaskStatus,
 };
 
 #[test]
@@ -53,7 +52,6 @@ fn every_root_reexport_names_the_ports_item() {
         type_name::<ProjectionStoreError>(),
         type_name::<ProviderError>(),
         type_name::<RemoteError>(),
-        type_name::<RemoteFailure>(),
         type_name::<RenewalOutcome>(),
         type_name::<dyn RuntimeExecutionPublisher>(),
         type_name::<SettleError>(),

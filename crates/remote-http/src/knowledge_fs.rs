@@ -7,14 +7,15 @@
 //! reading the whole body; at most [`DEFAULT_MAX_CONCURRENT_CALLS`] calls are in flight per
 //! client. The client follows no redirect and never retries: the saga decides retries.
 //!
-//! Failures are classified by [`crate::outcome`] and mapped to [`RemoteError`]:
+//! Failures are classified by [`crate::outcome`] into the kernel's [`DispatchOutcome`] and
+//! mapped to [`RemoteError`]:
 //! - waiting for a permit past the deadline, or a connection that was never made:
-//!   [`RemoteFailure::NotDispatched`] (`REMOTE_CLIENT_SATURATED` / `REMOTE_UNAVAILABLE`);
-//! - any status outside 2xx with a complete body: [`RemoteFailure::Answered`] with the
-//!   remote's `{code, message}` (or `KFS_HTTP_<status>` when the body is not that shape) and
-//!   its `Retry-After`;
+//!   [`DispatchOutcome::NotDispatched`] (`REMOTE_CLIENT_SATURATED` / `REMOTE_UNAVAILABLE`);
+//! - any status outside 2xx with a complete body: [`DispatchOutcome::Answered`] with the
+//!   status, the remote's `{code, message}` (or `KFS_HTTP_<status>` when the body is not that
+//!   shape) and its `Retry-After`;
 //! - a deadline after sending, a lost or reset connection, an unreadable body, or a 2xx
-//!   body that does not decode: [`RemoteFailure::OutcomeUnknown`]
+//!   body that does not decode: [`DispatchOutcome::OutcomeUnknown`]
 //!   (`REMOTE_OUTCOME_UNKNOWN`). The saga retries such a command with the same idempotency
 //!   key and provisioning key (the remote's idempotency answers a repeated provision with the
 //!   space it already created), never with new keys.
@@ -37,19 +38,17 @@ use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderValue};
 use reqwest::{Method, Url};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
-use tenantry_fence::outcome::DispatchOutcome;
+use tenantry_kernel::outcome::DispatchOutcome;
 use tenantry_kernel::{ControlSpaceId, IdempotencyKey, OperationId, ProvisioningKey, TenantId};
 use tenantry_lifecycle::{
     DeletionProgress, DeletionRequest, ProvisionRequest, RemoteSpace, RevokeAck, RevokeRequest,
 };
 use tenantry_ports::error::ErrorSource;
-#[cfg(doc)]
-use tenantry_ports::lifecycle::RemoteFailure;
 use tenantry_ports::lifecycle::{KnowledgeFs, RemoteError};
 use tokio::sync::Semaphore;
 
-use crate::client::{ClientBuildError, mutation_client};
-use crate::outcome::{Answer, DispatchError};
+use crate::client::{ClientBuildError, mutation_client, parse_base_url};
+use crate::outcome::{Answer, TransportError, error_chain, retry_after_header};
 
 /// Default total deadline of one call (queueing, connect, send, whole body).
 pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(150);
@@ -196,23 +195,13 @@ impl HttpKnowledgeFs {
     /// # Errors
     /// [`KnowledgeFsConfigError`] naming the invalid setting.
     pub fn new(config: &KnowledgeFsConfig) -> Result<Self, KnowledgeFsConfigError> {
-        let invalid_url = |reason: String| KnowledgeFsConfigError::InvalidBaseUrl {
-            url: config.base_url.clone(),
-            reason,
-            source: None,
-        };
-        let base =
-            Url::parse(&config.base_url).map_err(|e| KnowledgeFsConfigError::InvalidBaseUrl {
+        let base = parse_base_url(&config.base_url).map_err(|refusal| {
+            KnowledgeFsConfigError::InvalidBaseUrl {
                 url: config.base_url.clone(),
-                reason: e.to_string(),
-                source: Some(ErrorSource::new(e)),
-            })?;
-        if !matches!(base.scheme(), "http" | "https") || base.cannot_be_a_base() {
-            return Err(invalid_url("the scheme must be http or https".into()));
-        }
-        if base.query().is_some() || base.fragment().is_some() {
-            return Err(invalid_url("a query or fragment is not allowed".into()));
-        }
+                reason: refusal.reason,
+                source: refusal.source,
+            }
+        })?;
         if config.bearer_token.is_empty() {
             return Err(KnowledgeFsConfigError::InvalidToken);
         }
@@ -472,7 +461,7 @@ struct ErrorBody {
 /// status → an answered [`RemoteError`] with the remote's code, message and `Retry-After`.
 fn decode<T: DeserializeOwned>(answer: &Answer, now: DateTime<Utc>) -> Result<T, RemoteError> {
     if answer.status.is_success() {
-        return answer.json().map_err(dispatch_error);
+        return answer.json().map_err(transport_error);
     }
     let status = answer.status.as_u16();
     let (code, message) = match serde_json::from_slice::<ErrorBody>(&answer.body) {
@@ -516,13 +505,9 @@ async fn read_capped(
     max: usize,
     mutation: bool,
 ) -> Result<Answer, RemoteError> {
-    let mut response = result.map_err(|e| dispatch_error(DispatchError::from_reqwest(e)))?;
+    let mut response = result.map_err(|e| transport_error(TransportError::from_reqwest(e)))?;
     let status = response.status();
-    let retry_after = response
-        .headers()
-        .get(reqwest::header::RETRY_AFTER)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned);
+    let retry_after = retry_after_header(&response);
     let too_large = |size: u64| {
         let message = format!(
             "KnowledgeFS answered {status} with a body of at least {size} bytes, over the \
@@ -575,20 +560,8 @@ async fn read_capped(
     })
 }
 
-/// `error` and its sources, joined by `: `.
-fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
-}
-
 /// The port's error for a call without a complete answer; keeps the transport's error.
-fn dispatch_error(failure: DispatchError) -> RemoteError {
+fn transport_error(failure: TransportError) -> RemoteError {
     let error = match failure.outcome {
         DispatchOutcome::NotDispatched => RemoteError::not_dispatched(failure.message),
         // A failure always lacks a complete answer; treat a contradiction (or an outcome added
@@ -610,7 +583,7 @@ fn saturated(deadline: Duration) -> RemoteError {
 
 #[cfg(test)]
 mod tests {
-    use tenantry_ports::lifecycle::RemoteFailure;
+    use tenantry_kernel::outcome::DispatchOutcome;
 
     use super::*;
     use reqwest::StatusCode;
@@ -640,7 +613,7 @@ mod tests {
             now(),
         )
         .unwrap_err();
-        assert_eq!(err.failure, RemoteFailure::Answered { status: 503 });
+        assert_eq!(err.failure, DispatchOutcome::answered(503));
         assert_eq!(err.code, "KFS_UNAVAILABLE");
         assert_eq!(err.message, "busy");
         assert_eq!(err.retry_after, Some(Duration::from_secs(7)));
@@ -650,7 +623,7 @@ mod tests {
     fn error_without_code_body_gets_a_status_code() {
         let err = decode::<RemoteSpace>(&answer(502, None, "<html>bad gateway</html>"), now())
             .unwrap_err();
-        assert_eq!(err.failure, RemoteFailure::Answered { status: 502 });
+        assert_eq!(err.failure, DispatchOutcome::answered(502));
         assert_eq!(err.code, "KFS_HTTP_502");
         assert!(err.message.contains("bad gateway"));
     }
@@ -658,14 +631,14 @@ mod tests {
     #[test]
     fn redirect_is_an_answer_not_followed() {
         let err = decode::<RemoteSpace>(&answer(307, None, ""), now()).unwrap_err();
-        assert_eq!(err.failure, RemoteFailure::Answered { status: 307 });
+        assert_eq!(err.failure, DispatchOutcome::answered(307));
     }
 
     #[test]
     fn undecodable_success_body_is_outcome_unknown() {
         let err =
             decode::<RemoteSpace>(&answer(201, None, r#"{"unexpected":true}"#), now()).unwrap_err();
-        assert_eq!(err.failure, RemoteFailure::OutcomeUnknown);
+        assert_eq!(err.failure, DispatchOutcome::OutcomeUnknown);
         assert_eq!(err.code, "REMOTE_OUTCOME_UNKNOWN");
     }
 
@@ -830,7 +803,7 @@ mod tests {
             .provision(&provision_request())
             .await
             .unwrap_err();
-        assert_eq!(err.failure, RemoteFailure::OutcomeUnknown, "{err:?}");
+        assert_eq!(err.failure, DispatchOutcome::OutcomeUnknown, "{err:?}");
         assert!(err.message.contains("1024-byte limit"), "{}", err.message);
 
         // No length announced (chunked): the cap applies to the bytes read.
@@ -843,7 +816,7 @@ mod tests {
             .provision(&provision_request())
             .await
             .unwrap_err();
-        assert_eq!(err.failure, RemoteFailure::OutcomeUnknown, "{err:?}");
+        assert_eq!(err.failure, DispatchOutcome::OutcomeUnknown, "{err:?}");
 
         // Under the cap the same answer is a success.
         let small = padded_space(512);
@@ -871,7 +844,7 @@ mod tests {
             .provision(&provision_request())
             .await
             .unwrap_err();
-        assert_eq!(err.failure, RemoteFailure::Answered { status: 503 });
+        assert_eq!(err.failure, DispatchOutcome::answered(503));
         assert_eq!(err.code, CODE_RESPONSE_TOO_LARGE);
         assert_eq!(err.retry_after, Some(Duration::from_secs(9)));
 
@@ -889,7 +862,7 @@ mod tests {
             )
             .await
             .unwrap_err();
-        assert_eq!(err.failure, RemoteFailure::Answered { status: 200 });
+        assert_eq!(err.failure, DispatchOutcome::answered(200));
         assert_eq!(err.code, CODE_RESPONSE_TOO_LARGE);
     }
 

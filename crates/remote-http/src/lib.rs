@@ -1,8 +1,8 @@
 //! reqwest adapters of Tenantry.
 //!
 //! Architecture invariant: only this crate knows reqwest. Every transport failure is mapped to
-//! one of the three dispatch outcomes of `tenantry_fence::outcome` (not dispatched, answered,
-//! outcome unknown) before it leaves the crate; no `reqwest::Error` crosses a port.
+//! one of the three dispatch outcomes of [`tenantry_kernel::outcome`] (not dispatched,
+//! answered, outcome unknown) before it leaves the crate; no `reqwest::Error` crosses a port.
 //!
 //! - [`outcome`]: classifying a reqwest error or response into a dispatch outcome, and
 //!   reading a mutation's answer completely;
@@ -36,4 +36,4 @@ pub use directory::signature::{SignatureError, TrustedKeys};
 pub use directory::{DirectoryClientConfig, DirectoryConfigError, HttpDirectoryProvider};
 #[cfg(feature = "lifecycle")]
 pub use knowledge_fs::{HttpKnowledgeFs, KnowledgeFsConfig, KnowledgeFsConfigError};
-pub use outcome::{Answer, DispatchError, classify, classify_error, read_answer};
+pub use outcome::{Answer, TransportError, classify, classify_error, read_answer};

@@ -1,21 +1,21 @@
 //! Classifying a reqwest error or response into a dispatch outcome.
 //!
-//! The rule itself is pure and lives in `tenantry_fence::outcome`; this module only says what a
-//! reqwest failure observed ([`observe_error`]) and reads an answer completely
+//! The outcome type and its rule are pure and live in [`tenantry_kernel::outcome`] (one
+//! vocabulary for the fences, the lifecycle saga and both clients of this crate); this module
+//! only says what a reqwest failure observed ([`observe_error`]) and reads an answer completely
 //! ([`read_answer`]), because a response whose body cannot be read is not an answer:
 //! - connect failures (refused, DNS, connect timeout) and requests that could not be built:
 //!   not dispatched;
 //! - a status line plus a completely read body, whatever the status (including 3xx, since
-//!   mutation clients follow no redirects, and 4xx/5xx): answered;
+//!   mutation clients follow no redirects, and 4xx/5xx): answered, with the status;
 //! - a timeout after the connection was made, a connection lost after sending, a body that
 //!   stalls, breaks or does not decode, or any error not recognised here: outcome unknown.
 
-use std::fmt;
 use tenantry_ports::error::ErrorSource;
 
 use reqwest::{Response, StatusCode};
 use serde::de::DeserializeOwned;
-use tenantry_fence::outcome::{BodyRead, DispatchFailure, DispatchOutcome, TransportObservation};
+use tenantry_kernel::outcome::{BodyRead, DispatchFailure, DispatchOutcome, TransportObservation};
 
 /// What a reqwest error says about the request that produced it.
 pub fn observe_error(error: &reqwest::Error) -> TransportObservation {
@@ -26,14 +26,17 @@ pub fn observe_error(error: &reqwest::Error) -> TransportObservation {
     } else if error.is_status() || error.is_redirect() {
         // Produced after a response arrived (error_for_status, a refused redirect).
         TransportObservation::Response {
+            status: status_of(error),
             body: BodyRead::Complete,
         }
     } else if error.is_decode() {
         TransportObservation::Response {
+            status: status_of(error),
             body: BodyRead::Undecodable,
         }
     } else if error.is_body() {
         TransportObservation::Response {
+            status: status_of(error),
             body: BodyRead::Unreadable,
         }
     } else if error.is_timeout() {
@@ -45,18 +48,24 @@ pub fn observe_error(error: &reqwest::Error) -> TransportObservation {
     }
 }
 
+/// The HTTP status a reqwest error reports, if any.
+fn status_of(error: &reqwest::Error) -> Option<u16> {
+    error.status().map(|status| status.as_u16())
+}
+
 /// The dispatch outcome of a request that failed with `error`.
 pub fn classify_error(error: &reqwest::Error) -> DispatchOutcome {
     observe_error(error).outcome()
 }
 
 /// The dispatch outcome of a finished `send()`: for a response, whether its body could be read
-/// completely (consuming it). Returns the outcome and, when answered, the answer.
+/// completely (consuming it). Returns the outcome (answered with the HTTP status) and, when
+/// answered, the answer.
 pub async fn classify(
     result: Result<Response, reqwest::Error>,
 ) -> (DispatchOutcome, Option<Answer>) {
     match read_answer(result).await {
-        Ok(answer) => (DispatchOutcome::Answered, Some(answer)),
+        Ok(answer) => (answer.outcome(), Some(answer)),
         Err(failure) => (failure.outcome, None),
     }
 }
@@ -73,14 +82,20 @@ pub struct Answer {
 }
 
 impl Answer {
+    /// The dispatch outcome of this answer: [`DispatchOutcome::Answered`] with its status.
+    pub fn outcome(&self) -> DispatchOutcome {
+        DispatchOutcome::answered(self.status.as_u16())
+    }
+
     /// Decodes the body as JSON.
     ///
     /// # Errors
-    /// A [`DispatchError`] with outcome unknown when the body is not the expected JSON: an
+    /// A [`TransportError`] with outcome unknown when the body is not the expected JSON: an
     /// answer we cannot understand does not tell what the remote did.
-    pub fn json<T: DeserializeOwned>(&self) -> Result<T, DispatchError> {
-        serde_json::from_slice(&self.body).map_err(|e| DispatchError {
+    pub fn json<T: DeserializeOwned>(&self) -> Result<T, TransportError> {
+        serde_json::from_slice(&self.body).map_err(|e| TransportError {
             outcome: TransportObservation::Response {
+                status: Some(self.status.as_u16()),
                 body: BodyRead::Undecodable,
             }
             .outcome(),
@@ -90,14 +105,17 @@ impl Answer {
     }
 }
 
-/// A mutation that got no complete answer, with its dispatch outcome. Names no reqwest type;
-/// the transport's error (a `reqwest::Error`, or the JSON decoder's) is kept as its
-/// [`source`](std::error::Error::source).
+/// A transport failure: a call that got no complete (or no decodable) answer, with its
+/// dispatch outcome. Names no reqwest type; the transport's error (a `reqwest::Error`, or the
+/// JSON decoder's) is kept as its [`source`](std::error::Error::source). A fenced write returns
+/// it from its commit: it implements [`DispatchFailure`], so the runtime fences exactly the
+/// outcome-unknown ones.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{message} ({outcome:?})")]
 #[non_exhaustive]
-pub struct DispatchError {
-    /// What the failure means for the remote state.
+pub struct TransportError {
+    /// What the failure means for the remote state: not dispatched or outcome unknown (an
+    /// answer that arrived complete is an [`Answer`], not an error).
     pub outcome: DispatchOutcome,
     /// The transport's description of the failure (the error and its sources, joined by `: `).
     pub message: String,
@@ -106,13 +124,13 @@ pub struct DispatchError {
     pub source: Option<ErrorSource>,
 }
 
-impl DispatchFailure for DispatchError {
+impl DispatchFailure for TransportError {
     fn dispatch_outcome(&self) -> DispatchOutcome {
         self.outcome
     }
 }
 
-impl DispatchError {
+impl TransportError {
     /// Classifies `error` and keeps it as the source.
     pub(crate) fn from_reqwest(error: reqwest::Error) -> Self {
         Self {
@@ -126,17 +144,17 @@ impl DispatchError {
 /// Reads the answer of a finished `send()` completely.
 ///
 /// # Errors
-/// A [`DispatchError`] when no complete answer came back: not dispatched for connect failures,
+/// A [`TransportError`] when no complete answer came back: not dispatched for connect failures,
 /// outcome unknown for timeouts, lost connections and bodies that stall or break.
 ///
 /// # Example
 /// A mutation to a port where nothing listens was never dispatched, so it must not fence
-/// (inside `ScopedWrites::run`, return the `DispatchError` from `ctx.dispatch`'s commit and the
+/// (inside `ScopedWrites::run`, return the `TransportError` from `ctx.dispatch`'s commit and the
 /// runtime fences exactly the outcome-unknown failures):
 /// ```
 /// use std::time::Duration;
 ///
-/// use tenantry_fence::DispatchOutcome;
+/// use tenantry_kernel::DispatchOutcome;
 /// use tenantry_remote_http::client::mutation_client;
 /// use tenantry_remote_http::outcome::read_answer;
 ///
@@ -152,18 +170,15 @@ impl DispatchError {
 /// ```
 pub async fn read_answer(
     result: Result<Response, reqwest::Error>,
-) -> Result<Answer, DispatchError> {
-    let response = result.map_err(DispatchError::from_reqwest)?;
+) -> Result<Answer, TransportError> {
+    let response = result.map_err(TransportError::from_reqwest)?;
     let status = response.status();
-    let retry_after = response
-        .headers()
-        .get(reqwest::header::RETRY_AFTER)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned);
+    let retry_after = retry_after_header(&response);
     let body = response.bytes().await.map_err(|e| {
-        let mut failure = DispatchError::from_reqwest(e);
+        let mut failure = TransportError::from_reqwest(e);
         // A response arrived: any failure reading its body leaves the outcome unknown.
         failure.outcome = TransportObservation::Response {
+            status: Some(status.as_u16()),
             body: BodyRead::Unreadable,
         }
         .outcome();
@@ -176,18 +191,23 @@ pub async fn read_answer(
     })
 }
 
-fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
-    struct Chain<'a>(&'a (dyn std::error::Error + 'static));
-    impl fmt::Display for Chain<'_> {
-        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            write!(f, "{}", self.0)?;
-            let mut source = self.0.source();
-            while let Some(s) = source {
-                write!(f, ": {s}")?;
-                source = s.source();
-            }
-            Ok(())
-        }
+/// The raw `Retry-After` header of `response`, when present and readable.
+pub(crate) fn retry_after_header(response: &Response) -> Option<String> {
+    response
+        .headers()
+        .get(reqwest::header::RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+}
+
+/// `error` and its sources, joined by `: ` (the one message format of every client here).
+pub(crate) fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
     }
-    Chain(error).to_string()
+    text
 }

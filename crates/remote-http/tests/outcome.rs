@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use tenantry_fence::DispatchOutcome;
+use tenantry_kernel::DispatchOutcome;
 use tenantry_remote_http::client::mutation_client;
 use tenantry_remote_http::outcome::{classify, classify_error, read_answer};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -155,10 +155,7 @@ async fn transport_failures_keep_the_reqwest_error_as_source() {
         )
         .await
         .unwrap_err();
-        assert_eq!(
-            error.failure,
-            tenantry_ports::lifecycle::RemoteFailure::NotDispatched
-        );
+        assert_eq!(error.failure, DispatchOutcome::NotDispatched);
         let source = error.source().expect("the reqwest error is kept");
         let reqwest_error = source.downcast_ref::<reqwest::Error>().unwrap();
         assert!(reqwest_error.is_connect(), "{reqwest_error:?}");
@@ -197,7 +194,7 @@ async fn conflict_answer_is_answered() {
     ))
     .await;
     let (outcome, answer) = classify(post(&server.url, PROMPT_DEADLINE).await).await;
-    assert_eq!(outcome, DispatchOutcome::Answered);
+    assert_eq!(outcome, DispatchOutcome::answered(409));
     let answer = answer.unwrap();
     assert_eq!(answer.status, 409);
     let body: serde_json::Value = answer.json().unwrap();
@@ -223,7 +220,7 @@ async fn mutation_client_follows_no_redirect() {
     ))
     .await;
     let (outcome, answer) = classify(post(&server.url, PROMPT_DEADLINE).await).await;
-    assert_eq!(outcome, DispatchOutcome::Answered);
+    assert_eq!(outcome, DispatchOutcome::answered(307));
     assert_eq!(answer.unwrap().status, 307);
     assert_eq!(server.requests.load(Ordering::SeqCst), 1);
 }
@@ -235,7 +232,7 @@ async fn retry_after_is_kept_with_the_answer() {
     ))
     .await;
     let (outcome, answer) = classify(post(&server.url, PROMPT_DEADLINE).await).await;
-    assert_eq!(outcome, DispatchOutcome::Answered);
+    assert_eq!(outcome, DispatchOutcome::answered(503));
     assert_eq!(answer.unwrap().retry_after.as_deref(), Some("7"));
 }
 
@@ -248,7 +245,7 @@ async fn undecodable_success_body_is_outcome_unknown() {
     let (outcome, answer) = classify(post(&server.url, PROMPT_DEADLINE).await).await;
     assert_eq!(
         outcome,
-        DispatchOutcome::Answered,
+        DispatchOutcome::answered(200),
         "the body was read completely"
     );
     let failure = answer.unwrap().json::<serde_json::Value>().unwrap_err();

@@ -6,9 +6,9 @@
 use std::time::Duration;
 
 use tenantry_remote_http::{
-    Answer, ClientBuildError, DirectoryClientConfig, DirectoryConfigError, DispatchError,
-    HttpDirectoryProvider, HttpKnowledgeFs, KnowledgeFsConfig, KnowledgeFsConfigError,
-    SignatureError, TrustedKeys, mutation_client,
+    Answer, ClientBuildError, DirectoryClientConfig, DirectoryConfigError, HttpDirectoryProvider,
+    HttpKnowledgeFs, KnowledgeFsConfig, KnowledgeFsConfigError, SignatureError, TransportError,
+    TrustedKeys, mutation_client,
 };
 
 #[test]
@@ -35,7 +35,7 @@ fn every_client_is_built_from_its_config() {
     assert_eq!(directory.unwrap_err(), DirectoryConfigError::NoTrustedKeys);
     let client: Result<reqwest::Client, ClientBuildError> = mutation_client(Duration::from_secs(1));
     assert!(client.is_ok());
-    let _: Option<(Answer, DispatchError, SignatureError)> = None;
+    let _: Option<(Answer, TransportError, SignatureError)> = None;
 }
 
 #[test]

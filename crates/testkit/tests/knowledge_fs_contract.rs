@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use tenantry_kernel::outcome::DispatchOutcome;
 use tenantry_kernel::{
     ControlSpaceId, GrantId, IdempotencyKey, KnowledgeSpaceId, OperationId, ProvisioningKey,
     TenantId,
@@ -12,7 +13,7 @@ use tenantry_kernel::{
 use tenantry_lifecycle::{
     DeletionPhase, DeletionRequest, ProvisionRequest, RemoteSpace, RevokeRequest, RevokeState,
 };
-use tenantry_ports::lifecycle::{KnowledgeFs, RemoteError, RemoteFailure};
+use tenantry_ports::lifecycle::{KnowledgeFs, RemoteError};
 use tenantry_remote_http::knowledge_fs::{
     CODE_CLIENT_SATURATED, HttpKnowledgeFs, KnowledgeFsConfig,
 };
@@ -195,7 +196,7 @@ async fn deletion_of_unknown_space_is_answered_not_found() {
         .request_deletion(&deletion_request(1, &ghost))
         .await
         .unwrap_err();
-    assert_eq!(err.failure, RemoteFailure::Answered { status: 404 });
+    assert_eq!(err.failure, DispatchOutcome::answered(404));
     assert_eq!(err.code, "KNOWLEDGE_FS_SPACE_NOT_FOUND");
 }
 
@@ -248,7 +249,7 @@ async fn lost_ack_provision_then_lookup_finds_exactly_one_space() {
     let fs = client(&remote);
     let err = fs.provision(&provision_request(1)).await.unwrap_err();
     eprintln!("lost ACK observed as: {err}");
-    assert_eq!(err.failure, RemoteFailure::OutcomeUnknown, "{err}");
+    assert_eq!(err.failure, DispatchOutcome::OutcomeUnknown, "{err}");
     assert_eq!(err.code, "REMOTE_OUTCOME_UNKNOWN");
     // The saga resolves the unknown outcome by lookup, not by a new provisioning key.
     let found = lookup(&fs, 1)
@@ -279,7 +280,7 @@ async fn reset_after_commit_is_outcome_unknown() {
         .await
         .unwrap_err();
     eprintln!("reset observed as: {err}");
-    assert_eq!(err.failure, RemoteFailure::OutcomeUnknown, "{err}");
+    assert_eq!(err.failure, DispatchOutcome::OutcomeUnknown, "{err}");
     assert_eq!(
         remote.truth().effects().deletions_started,
         1,
@@ -304,7 +305,7 @@ async fn stall_past_the_deadline_is_outcome_unknown() {
     remote.script(Route::Provision, [Some(Fault::Stall { commit: true })]);
     let fs = client_with(&remote, Duration::from_millis(300), 4);
     let err = fs.provision(&provision_request(1)).await.unwrap_err();
-    assert_eq!(err.failure, RemoteFailure::OutcomeUnknown, "{err}");
+    assert_eq!(err.failure, DispatchOutcome::OutcomeUnknown, "{err}");
     assert_eq!(lookup(&fs, 1).await.unwrap().map(|s| s.revision), Some(1));
 }
 
@@ -326,11 +327,11 @@ async fn unavailable_is_answered_with_code_and_retry_after() {
     );
     let fs = client(&remote);
     let err = fs.provision(&provision_request(1)).await.unwrap_err();
-    assert_eq!(err.failure, RemoteFailure::Answered { status: 503 });
+    assert_eq!(err.failure, DispatchOutcome::answered(503));
     assert_eq!(err.code, "KFS_UNAVAILABLE");
     assert_eq!(err.retry_after, Some(Duration::from_secs(7)));
     let err = fs.provision(&provision_request(1)).await.unwrap_err();
-    assert_eq!(err.failure, RemoteFailure::Answered { status: 429 });
+    assert_eq!(err.failure, DispatchOutcome::answered(429));
     assert_eq!(err.code, "KFS_RATE_LIMITED");
     assert_eq!(err.retry_after, Some(Duration::from_secs(2)));
     assert!(
@@ -348,7 +349,7 @@ async fn connection_refused_is_not_dispatched() {
     let fs = client(&remote);
     remote.shutdown().await;
     let err = fs.provision(&provision_request(1)).await.unwrap_err();
-    assert_eq!(err.failure, RemoteFailure::NotDispatched, "{err}");
+    assert_eq!(err.failure, DispatchOutcome::NotDispatched, "{err}");
     assert_eq!(err.code, "REMOTE_UNAVAILABLE");
 }
 
@@ -359,7 +360,7 @@ async fn wrong_bearer_token_is_answered_unauthorized() {
         .unwrap();
     let fs = HttpKnowledgeFs::new(&KnowledgeFsConfig::new(url, "not-the-token")).unwrap();
     let err = fs.provision(&provision_request(1)).await.unwrap_err();
-    assert_eq!(err.failure, RemoteFailure::Answered { status: 401 });
+    assert_eq!(err.failure, DispatchOutcome::answered(401));
     assert_eq!(err.code, "UNAUTHORIZED");
     assert!(remote.truth().spaces().is_empty());
 }
@@ -374,7 +375,7 @@ async fn same_idempotency_key_with_different_body_is_refused_422() {
     let mut changed = provision_request(1);
     changed.name = "Another name".into();
     let err = fs.provision(&changed).await.unwrap_err();
-    assert_eq!(err.failure, RemoteFailure::Answered { status: 422 });
+    assert_eq!(err.failure, DispatchOutcome::answered(422));
     assert_eq!(err.code, "IDEMPOTENCY_KEY_REUSED");
     assert_eq!(remote.truth().effects().idempotency_conflicts, 1);
 }
@@ -396,8 +397,8 @@ async fn concurrency_is_bounded_and_queueing_counts_against_the_deadline() {
             lookup(&fs, 2).await
         });
         match (stalled, queued) {
-            (Err(stalled), Err(queued)) if stalled.failure == RemoteFailure::OutcomeUnknown => {
-                assert_eq!(queued.failure, RemoteFailure::NotDispatched, "{queued}");
+            (Err(stalled), Err(queued)) if stalled.failure == DispatchOutcome::OutcomeUnknown => {
+                assert_eq!(queued.failure, DispatchOutcome::NotDispatched, "{queued}");
                 assert_eq!(queued.code, CODE_CLIENT_SATURATED);
                 assert_eq!(remote.truth().requests().get(&Route::Lookup), Some(&1));
                 return;
@@ -418,7 +419,7 @@ async fn drive(fs: &HttpKnowledgeFs, n: u32) -> RemoteSpace {
                 space = Some(s);
                 break;
             }
-            Err(e) if e.failure == RemoteFailure::OutcomeUnknown => {
+            Err(e) if e.failure == DispatchOutcome::OutcomeUnknown => {
                 if let Ok(Some(s)) = lookup(fs, n).await {
                     space = Some(s);
                     break;

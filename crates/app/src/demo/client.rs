@@ -53,7 +53,7 @@ pub enum ClientError {
 
 /// An answer: status and JSON body (`Value::Null` when the body is not JSON).
 #[derive(Debug, Clone, PartialEq)]
-pub struct Answer {
+pub struct AdminAnswer {
     /// HTTP status.
     pub status: u16,
     /// Decoded body.
@@ -97,7 +97,7 @@ impl AdminClient {
         path: &str,
         body: Option<&Value>,
         idempotency_key: Option<&str>,
-    ) -> Result<Answer, ClientError> {
+    ) -> Result<AdminAnswer, ClientError> {
         let mut last = String::new();
         for attempt in 0..ATTEMPTS {
             if attempt > 0 {
@@ -150,7 +150,7 @@ impl AdminClient {
         path: &str,
         body: Option<&Value>,
         idempotency_key: Option<&str>,
-    ) -> Result<Answer, String> {
+    ) -> Result<AdminAnswer, String> {
         let mut builder = Request::builder()
             .method(method.clone())
             .uri(format!("{}{path}", self.base))
@@ -182,7 +182,7 @@ impl AdminClient {
                 .map_err(|e| e.to_string())?
                 .to_bytes();
             let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-            Ok::<_, String>(Answer { status, body })
+            Ok::<_, String>(AdminAnswer { status, body })
         };
         tokio::time::timeout(REQUEST_DEADLINE, exchange)
             .await

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use tenantry_kernel::{CommandId, LeaseOwner};
+use tenantry_kernel::{CommandId, DispatchOutcome, LeaseOwner};
 use tenantry_lifecycle::saga::{
     AbsentOutcome, DeleteStart, DeletionTarget, ProvisionStart, Recovery, RevokeStart, Step,
     StepError, codes,
@@ -22,7 +22,7 @@ use tenantry_lifecycle::{
 use tenantry_ports::clock::{Clock, SystemClock};
 use tenantry_ports::lifecycle::{
     ClaimRequest, CommandFilter, KnowledgeFs, LifecycleMetrics, LifecycleStore, NoMetrics,
-    RemoteError, RemoteFailure, RenewalOutcome, SettleError, StoreError, TaskMetric, TaskStatus,
+    RemoteError, RenewalOutcome, SettleError, StoreError, TaskMetric, TaskStatus,
 };
 use tokio::time::Instant;
 use tracing::{Instrument, debug, info_span, warn};
@@ -92,7 +92,7 @@ impl DispatcherConfig {
 
 /// What one dispatch did (reference: `(claimed, completed, outbox_id)`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DispatchOutcome {
+pub struct DispatchReport {
     /// Whether a command was claimed.
     pub claimed: bool,
     /// Whether it reached a terminal status (acked, dead-lettered as `failed`, or closed as
@@ -102,7 +102,7 @@ pub struct DispatchOutcome {
     pub command_id: Option<CommandId>,
 }
 
-impl DispatchOutcome {
+impl DispatchReport {
     fn idle() -> Self {
         Self {
             claimed: false,
@@ -273,10 +273,10 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
         &self,
         owner: &LeaseOwner,
         product_enabled: bool,
-    ) -> Result<DispatchOutcome, DispatchError> {
+    ) -> Result<DispatchReport, DispatchError> {
         let (mut claimed, claim_started) = self.claim(owner, product_enabled, 1).await?;
         match claimed.pop() {
-            None => Ok(DispatchOutcome::idle()),
+            None => Ok(DispatchReport::idle()),
             Some(command) => {
                 self.dispatch_claimed(command, claim_started, product_enabled)
                     .await
@@ -294,7 +294,7 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
         owner: &LeaseOwner,
         product_enabled: bool,
         limit: u32,
-    ) -> Result<Vec<Result<DispatchOutcome, DispatchError>>, StoreError> {
+    ) -> Result<Vec<Result<DispatchReport, DispatchError>>, StoreError> {
         let (claimed, claim_started) = self.claim(owner, product_enabled, limit).await?;
         let runs = claimed
             .into_iter()
@@ -333,7 +333,7 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
         command: ClaimedCommand,
         claim_started: Instant,
         product_enabled: bool,
-    ) -> Result<DispatchOutcome, DispatchError> {
+    ) -> Result<DispatchReport, DispatchError> {
         let span = info_span!(
             "lifecycle_dispatch",
             command_id = %command.id(),
@@ -367,7 +367,7 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
                 Ok(settlement) => {
                     let completed = settlement.completes();
                     self.record_settled(&command, &settlement, self.store_now());
-                    Ok(DispatchOutcome {
+                    Ok(DispatchReport {
                         claimed: true,
                         completed,
                         command_id: Some(command.id().clone()),
@@ -557,10 +557,7 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
         error: &RemoteError,
     ) -> Result<Settlement, DispatchError> {
         let step = &step.at(self.store_now());
-        let status = match error.failure {
-            RemoteFailure::Answered { status } => Some(status),
-            RemoteFailure::NotDispatched | RemoteFailure::OutcomeUnknown => None,
-        };
+        let status = error.failure.status();
         let mut settlement =
             step.remote_failure(status, &error.code, &error.message, error.retry_after);
         if step.command.operation == Operation::Provision && applied_nothing(error.failure) {
@@ -782,12 +779,15 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
 /// Whether a failed call provably applied nothing remotely: it never left, or KnowledgeFS
 /// answered with a refusal its protocol defines as effect-free (any 4xx, and 503; see
 /// docs/protocol.md, "Errors and `Retry-After`"). Other 5xx (500, 502, 504) may come from a
-/// gateway while the backend goes on, so they count as possibly applied.
-fn applied_nothing(failure: RemoteFailure) -> bool {
+/// gateway while the backend goes on, so they count as possibly applied; so does an answer
+/// without a status (a remote that does not speak HTTP: nothing proves it refused).
+fn applied_nothing(failure: DispatchOutcome) -> bool {
     match failure {
-        RemoteFailure::NotDispatched => true,
-        RemoteFailure::Answered { status } => (400..500).contains(&status) || status == 503,
-        RemoteFailure::OutcomeUnknown => false,
+        DispatchOutcome::NotDispatched => true,
+        DispatchOutcome::Answered {
+            status: Some(status),
+        } => (400..500).contains(&status) || status == 503,
+        DispatchOutcome::Answered { status: None } | DispatchOutcome::OutcomeUnknown => false,
     }
 }
 

@@ -14,7 +14,7 @@ mod lease;
 mod operator;
 mod worker;
 
-pub use dispatcher::{DispatchError, DispatchOutcome, Dispatcher, DispatcherConfig};
+pub use dispatcher::{DispatchError, DispatchReport, Dispatcher, DispatcherConfig};
 pub use group_commit::{GroupCommitConfig, GroupCommitStore};
 pub use intake::{CommandIntake, IntakeFailure, IntakeReceipt, IntakeRequest};
 pub use operator::{

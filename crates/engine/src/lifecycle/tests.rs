@@ -19,7 +19,9 @@ use tenantry_lifecycle::{
     CommandRecord, CommandStatus, ControlSpace, ControlSpaceState, DeletionProgress,
     DeletionRequest, Operation, ProvisionRequest, RemoteSpace, RevokeAck, RevokeRequest,
 };
-use tenantry_ports::lifecycle::fake::{FakeKnowledgeFs, Fault, InMemoryLifecycleStore, RemoteCall};
+use tenantry_ports::lifecycle::fake::{
+    FakeKnowledgeFs, InMemoryLifecycleStore, RemoteCall, RemoteFault,
+};
 use tenantry_ports::lifecycle::{
     ClaimRequest, CommandQueue, ControlSpaceReader, KnowledgeFs, LifecycleMetrics, MetricsError,
     RemoteError, TaskMetric, TaskStatus,
@@ -142,7 +144,7 @@ impl Harness {
         self.store.command(id).unwrap()
     }
 
-    async fn dispatch(&self, now: DateTime<Utc>, enabled: bool) -> DispatchOutcome {
+    async fn dispatch(&self, now: DateTime<Utc>, enabled: bool) -> DispatchReport {
         self.dispatcher
             .dispatch_one(&owner("w1"), at(now, enabled))
             .await
@@ -177,7 +179,7 @@ async fn dispatch_with_nothing_due_claims_nothing() {
     let h = harness();
     assert_eq!(
         h.dispatch(t(0), true).await,
-        DispatchOutcome {
+        DispatchReport {
             claimed: false,
             completed: false,
             command_id: None
@@ -205,7 +207,7 @@ async fn attempt_count_and_lease_epoch_rise_on_each_claim() {
     for _ in 0..2 {
         h.remote.push_fault(
             RemoteCall::Provision,
-            Fault::Fail(RemoteError::answered(503, "KFS_UNAVAILABLE", "busy")),
+            RemoteFault::Fail(RemoteError::answered(503, "KFS_UNAVAILABLE", "busy")),
         );
     }
     h.dispatch(t(0), true).await;
@@ -252,7 +254,7 @@ async fn provision_success_activates_the_control_space_by_cas() {
     let outcome = h.dispatch(t(5), true).await;
     assert_eq!(
         outcome,
-        DispatchOutcome {
+        DispatchReport {
             claimed: true,
             completed: true,
             command_id: Some(receipt.command_id.clone())
@@ -299,7 +301,8 @@ async fn provision_is_superseded_without_delivery_when_the_space_is_no_longer_pr
 async fn provision_with_unknown_outcome_retries_with_the_same_provisioning_key() {
     let h = harness();
     let receipt = h.create("cs1").await;
-    h.remote.push_fault(RemoteCall::Provision, Fault::LoseAck);
+    h.remote
+        .push_fault(RemoteCall::Provision, RemoteFault::LoseAck);
     let first = h.dispatch(t(0), true).await;
     assert!(first.claimed && !first.completed);
     assert_eq!(
@@ -360,7 +363,8 @@ async fn never_provisioned_space_is_deleted_without_remote_call_when_disabled() 
 async fn lost_ack_deletion_recovers_the_identity_by_provisioning_key() {
     let h = harness();
     let provision = h.create("cs1").await;
-    h.remote.push_fault(RemoteCall::Provision, Fault::LoseAck);
+    h.remote
+        .push_fault(RemoteCall::Provision, RemoteFault::LoseAck);
     h.dispatch(t(0), true).await; // remote space exists, local does not know it
     let delete = h.delete("cs1").await;
     let outcome = h.dispatch(t(1), true).await;
@@ -390,7 +394,7 @@ async fn recovered_identity_in_another_namespace_retries_with_scope_mismatch() {
     let provision = h.create("cs1").await;
     h.remote.push_fault(
         RemoteCall::Provision,
-        Fault::Fail(RemoteError::not_dispatched("refused")),
+        RemoteFault::Fail(RemoteError::not_dispatched("refused")),
     );
     h.dispatch(t(0), true).await; // attempted once: no never-provisioned shortcut
     h.remote.insert_space(
@@ -419,7 +423,7 @@ async fn conflicting_recovered_identity_dead_letters_the_delete() {
     let provision = h.create("cs1").await;
     h.remote.push_fault(
         RemoteCall::Provision,
-        Fault::Fail(RemoteError::not_dispatched("refused")),
+        RemoteFault::Fail(RemoteError::not_dispatched("refused")),
     );
     h.dispatch(t(0), true).await; // provision retry due at t(2)
     let delete = h.delete("cs1").await;
@@ -466,7 +470,7 @@ async fn remote_absence_completes_the_deletion_when_product_disabled() {
     let provision = h.create("cs1").await;
     h.remote.push_fault(
         RemoteCall::Provision,
-        Fault::Fail(RemoteError::outcome_unknown(
+        RemoteFault::Fail(RemoteError::outcome_unknown(
             "connection reset after sending",
         )),
     );
@@ -505,7 +509,7 @@ async fn remote_absence_completes_at_once_when_no_provision_request_can_land() {
         let h = harness();
         let provision = h.create("cs1").await;
         h.remote
-            .push_fault(RemoteCall::Provision, Fault::Fail(failure.clone()));
+            .push_fault(RemoteCall::Provision, RemoteFault::Fail(failure.clone()));
         h.dispatch(t(0), true).await; // claimed; nothing can land
         let delete = h.delete("cs1").await;
         let outcome = h.dispatch(t(1), false).await;
@@ -549,7 +553,7 @@ async fn remote_absence_retries_while_a_provision_may_still_deliver() {
     h.create("cs1").await;
     h.remote.push_fault(
         RemoteCall::Provision,
-        Fault::Fail(RemoteError::answered(502, "KFS_HTTP_502", "bad gateway")),
+        RemoteFault::Fail(RemoteError::answered(502, "KFS_HTTP_502", "bad gateway")),
     );
     h.dispatch(t(0), true).await; // provision sent, a gateway answered 502; retry at t(2)
     let delete = h.delete("cs1").await;
@@ -793,7 +797,7 @@ async fn remote_error_retries_with_its_code_and_honours_retry_after() {
     let receipt = h.create("cs1").await;
     h.remote.push_fault(
         RemoteCall::Provision,
-        Fault::Fail(
+        RemoteFault::Fail(
             RemoteError::answered(503, "KFS_MAINTENANCE", "down")
                 .with_retry_after(Duration::from_secs(120)),
         ),
@@ -817,7 +821,7 @@ async fn backoff_grows_with_attempts_up_to_the_cap() {
     for _ in 0..10 {
         h.remote.push_fault(
             RemoteCall::Provision,
-            Fault::Fail(RemoteError::answered(500, "E", "e")),
+            RemoteFault::Fail(RemoteError::answered(500, "E", "e")),
         );
         h.dispatch(now, true).await;
         let next = h.command(&receipt.command_id).next_attempt_at;
@@ -950,7 +954,7 @@ async fn metrics_record_each_task_state_with_duration_since_creation() {
     .with_metrics(metrics.clone());
     h.remote.push_fault(
         RemoteCall::Provision,
-        Fault::Fail(RemoteError::answered(503, "BUSY", "busy")),
+        RemoteFault::Fail(RemoteError::answered(503, "BUSY", "busy")),
     );
     dispatcher
         .dispatch_one(&owner("w"), at(t(0), true))

@@ -604,14 +604,14 @@ impl CommandAdmin for InMemoryLifecycleStore {
 
 /// A scripted reaction of [`FakeKnowledgeFs`] to the next call of one kind.
 #[derive(Debug, Clone)]
-pub enum Fault {
+pub enum RemoteFault {
     /// Answer with this error and do nothing.
     Fail(RemoteError),
     /// Apply the call, then report an unknown outcome (lost ACK).
     LoseAck,
 }
 
-/// Which remote call a [`Fault`] applies to.
+/// Which remote call a [`RemoteFault`] applies to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum RemoteCall {
     /// `provision`.
@@ -644,7 +644,7 @@ struct FakeSpace {
 #[derive(Default)]
 struct RemoteState {
     spaces: HashMap<ProvisioningKey, FakeSpace>,
-    faults: HashMap<RemoteCall, VecDeque<Fault>>,
+    faults: HashMap<RemoteCall, VecDeque<RemoteFault>>,
     drain_polls: u32,
     revoke_lag: i64,
     counters: RemoteCounters,
@@ -671,7 +671,7 @@ impl FakeKnowledgeFs {
     }
 
     /// Queues a fault for the next call of `call`.
-    pub fn push_fault(&self, call: RemoteCall, fault: Fault) {
+    pub fn push_fault(&self, call: RemoteCall, fault: RemoteFault) {
         lock(&self.state)
             .faults
             .entry(call)
@@ -724,7 +724,7 @@ impl FakeKnowledgeFs {
         lock(&self.state).counters.clone()
     }
 
-    fn begin(&self, call: RemoteCall, name: &'static str) -> Option<Fault> {
+    fn begin(&self, call: RemoteCall, name: &'static str) -> Option<RemoteFault> {
         let hook = {
             let mut state = lock(&self.state);
             *state.counters.calls.entry(name).or_default() += 1;
@@ -748,7 +748,7 @@ fn lost_ack() -> RemoteError {
 impl KnowledgeFs for FakeKnowledgeFs {
     async fn provision(&self, request: &ProvisionRequest) -> Result<RemoteSpace, RemoteError> {
         let fault = self.begin(RemoteCall::Provision, "provision");
-        if let Some(Fault::Fail(e)) = fault {
+        if let Some(RemoteFault::Fail(e)) = fault {
             return Err(e);
         }
         let mut state = lock(&self.state);
@@ -770,7 +770,7 @@ impl KnowledgeFs for FakeKnowledgeFs {
                 space
             }
         };
-        if let Some(Fault::LoseAck) = fault {
+        if let Some(RemoteFault::LoseAck) = fault {
             return Err(lost_ack());
         }
         Ok(RemoteSpace {
@@ -787,8 +787,8 @@ impl KnowledgeFs for FakeKnowledgeFs {
         _control_space_id: &ControlSpaceId,
     ) -> Result<Option<RemoteSpace>, RemoteError> {
         match self.begin(RemoteCall::Lookup, "lookup") {
-            Some(Fault::Fail(e)) => return Err(e),
-            Some(Fault::LoseAck) => return Err(lost_ack()),
+            Some(RemoteFault::Fail(e)) => return Err(e),
+            Some(RemoteFault::LoseAck) => return Err(lost_ack()),
             None => {}
         }
         let state = lock(&self.state);
@@ -806,7 +806,7 @@ impl KnowledgeFs for FakeKnowledgeFs {
         request: &DeletionRequest,
     ) -> Result<DeletionProgress, RemoteError> {
         let fault = self.begin(RemoteCall::Deletion, "deletion");
-        if let Some(Fault::Fail(e)) = fault {
+        if let Some(RemoteFault::Fail(e)) = fault {
             return Err(e);
         }
         let mut state = lock(&self.state);
@@ -846,7 +846,7 @@ impl KnowledgeFs for FakeKnowledgeFs {
         if phase == DeletionPhase::Completed {
             state.spaces.remove(&key);
         }
-        if let Some(Fault::LoseAck) = fault {
+        if let Some(RemoteFault::LoseAck) = fault {
             return Err(lost_ack());
         }
         Ok(DeletionProgress {
@@ -859,7 +859,7 @@ impl KnowledgeFs for FakeKnowledgeFs {
 
     async fn revoke_grant(&self, request: &RevokeRequest) -> Result<RevokeAck, RemoteError> {
         let fault = self.begin(RemoteCall::Revoke, "revoke");
-        if let Some(Fault::Fail(e)) = fault {
+        if let Some(RemoteFault::Fail(e)) = fault {
             return Err(e);
         }
         let lag = {
@@ -868,7 +868,7 @@ impl KnowledgeFs for FakeKnowledgeFs {
             state.revoke_lag = (lag - 1).max(0);
             lag
         };
-        if let Some(Fault::LoseAck) = fault {
+        if let Some(RemoteFault::LoseAck) = fault {
             return Err(lost_ack());
         }
         Ok(RevokeAck {

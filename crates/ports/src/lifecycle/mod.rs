@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
+use tenantry_kernel::outcome::{DispatchFailure, DispatchOutcome};
 use tenantry_kernel::{
     CommandId, ControlSpaceId, IdempotencyKey, LeaseOwner, ProvisioningKey, TenantId,
 };
@@ -543,28 +544,15 @@ pub trait CommandAdmin: Send + Sync {
 pub trait LifecycleStore: CommandQueue + ControlSpaceReader + IntakeStore {}
 impl<T: CommandQueue + ControlSpaceReader + IntakeStore> LifecycleStore for T {}
 
-/// How a remote call failed, per the dispatch-outcome rules.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RemoteFailure {
-    /// The request never left (connection refused, DNS): nothing happened remotely.
-    NotDispatched,
-    /// The remote answered with an error status: deterministic.
-    Answered {
-        /// HTTP status.
-        status: u16,
-    },
-    /// The request went out but the outcome is unknown (timeout, reset, unreadable answer).
-    OutcomeUnknown,
-}
-
 /// A failed KnowledgeFS call. The saga retries the command with `code`; a provision whose
 /// outcome is unknown is resolved later by lookup of the provisioning key, never by a new key.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{code}: {message}")]
 #[non_exhaustive]
 pub struct RemoteError {
-    /// How it failed.
-    pub failure: RemoteFailure,
+    /// How it failed: not dispatched, answered (with the HTTP status, when the remote speaks
+    /// HTTP) or outcome unknown.
+    pub failure: DispatchOutcome,
     /// Machine-readable code (the remote's `code`, or a transport code such as
     /// `REMOTE_UNAVAILABLE`, `REMOTE_OUTCOME_UNKNOWN`).
     pub code: String,
@@ -581,7 +569,7 @@ impl RemoteError {
     /// An error the remote answered with.
     pub fn answered(status: u16, code: impl Into<String>, message: impl Into<String>) -> Self {
         Self {
-            failure: RemoteFailure::Answered { status },
+            failure: DispatchOutcome::answered(status),
             code: code.into(),
             message: message.into(),
             retry_after: None,
@@ -592,7 +580,7 @@ impl RemoteError {
     /// A call whose outcome is unknown.
     pub fn outcome_unknown(message: impl Into<String>) -> Self {
         Self {
-            failure: RemoteFailure::OutcomeUnknown,
+            failure: DispatchOutcome::OutcomeUnknown,
             code: "REMOTE_OUTCOME_UNKNOWN".into(),
             message: message.into(),
             retry_after: None,
@@ -603,7 +591,7 @@ impl RemoteError {
     /// A call that never reached the remote.
     pub fn not_dispatched(message: impl Into<String>) -> Self {
         Self {
-            failure: RemoteFailure::NotDispatched,
+            failure: DispatchOutcome::NotDispatched,
             code: "REMOTE_UNAVAILABLE".into(),
             message: message.into(),
             retry_after: None,
@@ -632,6 +620,12 @@ impl RemoteError {
     pub fn with_retry_after(mut self, after: Duration) -> Self {
         self.retry_after = Some(after);
         self
+    }
+}
+
+impl DispatchFailure for RemoteError {
+    fn dispatch_outcome(&self) -> DispatchOutcome {
+        self.failure
     }
 }
 

@@ -3,9 +3,11 @@
 //! Every `2xx` answer is read completely (refused above [`DEFAULT_MAX_RESPONSE_BYTES`]), its
 //! signature is verified ([`signature`]) and only then is the body parsed; an answer that
 //! fails any step is refused as [`ProviderError::InvalidResponse`] and nothing of it reaches
-//! the projector. Transport failures and timeouts are [`ProviderError::Unavailable`]; error
-//! statuses are [`ProviderError::Refused`] (their bodies need no signature: nothing is applied
-//! from them). One deadline (default [`DEFAULT_DEADLINE`]) covers the whole call; no redirect
+//! the projector. In the dispatch-outcome vocabulary of [`crate::outcome`]: a call not
+//! dispatched or whose outcome is unknown (transport failures, timeouts) is
+//! [`ProviderError::Unavailable`] (a read changes nothing, so the two need no telling apart); an
+//! answered error status is [`ProviderError::Refused`] with that status (its body needs no
+//! signature: nothing is applied from it). One deadline (default [`DEFAULT_DEADLINE`]) covers the whole call; no redirect
 //! is followed and nothing is retried (the projector retries on its next sync).
 
 pub mod signature;
@@ -25,7 +27,8 @@ use tenantry_directory::{
 use tenantry_ports::directory::{DirectoryProvider, ProviderError};
 use tenantry_ports::error::ErrorSource;
 
-use crate::client::{ClientBuildError, mutation_client};
+use crate::client::{ClientBuildError, mutation_client, parse_base_url};
+use crate::outcome::TransportError;
 use signature::{SignatureHeaders, SignedRequest, TrustedKeys};
 
 /// Default largest accepted response body: 128 MiB.
@@ -167,23 +170,13 @@ impl HttpDirectoryProvider {
     /// # Errors
     /// [`DirectoryConfigError`] naming the invalid setting.
     pub fn new(config: &DirectoryClientConfig) -> Result<Self, DirectoryConfigError> {
-        let invalid_url = |reason: String| DirectoryConfigError::InvalidBaseUrl {
-            url: config.base_url.clone(),
-            reason,
-            source: None,
-        };
-        let base =
-            Url::parse(&config.base_url).map_err(|e| DirectoryConfigError::InvalidBaseUrl {
+        let base = parse_base_url(&config.base_url).map_err(|refusal| {
+            DirectoryConfigError::InvalidBaseUrl {
                 url: config.base_url.clone(),
-                reason: e.to_string(),
-                source: Some(ErrorSource::new(e)),
-            })?;
-        if !matches!(base.scheme(), "http" | "https") || base.cannot_be_a_base() {
-            return Err(invalid_url("the scheme must be http or https".into()));
-        }
-        if base.query().is_some() || base.fragment().is_some() {
-            return Err(invalid_url("a query or fragment is not allowed".into()));
-        }
+                reason: refusal.reason,
+                source: refusal.source,
+            }
+        })?;
         if config.trusted_keys.is_empty() {
             return Err(DirectoryConfigError::NoTrustedKeys);
         }
@@ -401,17 +394,15 @@ fn header<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
     headers.get(name).and_then(|v| v.to_str().ok())
 }
 
-/// The port's error for a transport failure: its text and its sources, joined by `: `; the
-/// `reqwest::Error` is kept as the source.
+/// The port's error for a transport failure, classified like every call of this crate
+/// ([`TransportError`]: not dispatched or outcome unknown, which a read does not need to tell
+/// apart): its text and its sources, joined by `: `; the `reqwest::Error` is kept as the source.
 fn unavailable(error: reqwest::Error) -> ProviderError {
-    let mut message = error.to_string();
-    let mut source = std::error::Error::source(&error);
-    while let Some(s) = source {
-        message.push_str(": ");
-        message.push_str(&s.to_string());
-        source = s.source();
+    let failure = TransportError::from_reqwest(error);
+    ProviderError::Unavailable {
+        message: failure.message,
+        source: failure.source,
     }
-    ProviderError::unavailable(message).with_source(error)
 }
 
 #[cfg(test)]

@@ -626,7 +626,7 @@ async fn serve(
     } else {
         Method::GET
     };
-    let request = SignedRequest {
+    let request = BoundRequest {
         method: method.as_str(),
         path: uri.path(),
         query: uri.query().unwrap_or(""),
@@ -679,7 +679,7 @@ async fn serve(
 
 /// The request a signed answer is bound to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SignedRequest<'a> {
+pub struct BoundRequest<'a> {
     /// HTTP method, upper case.
     pub method: &'a str,
     /// The request path as received (percent-encoded), starting at `/v1/`.
@@ -690,7 +690,7 @@ pub struct SignedRequest<'a> {
 
 /// The bytes signed for a response:
 /// `tenantry-directory-v2\n{METHOD}\n{path}\n{query}\n{timestamp}\n{body}`.
-pub fn signed_message(request: &SignedRequest<'_>, timestamp: i64, body: &[u8]) -> Vec<u8> {
+pub fn signed_message(request: &BoundRequest<'_>, timestamp: i64, body: &[u8]) -> Vec<u8> {
     let mut message = format!(
         "{SIGNATURE_CONTEXT}\n{}\n{}\n{}\n{timestamp}\n",
         request.method, request.path, request.query

@@ -43,7 +43,7 @@ pub use state::{EffectCounters, ModelConfig, SpaceRecord};
 
 use crate::fault::{DEFAULT_STALL, Fault, FaultInjector, FaultProfile, Route, RoutePlan};
 use crate::serve::Server;
-use state::Model;
+use state::KnowledgeFsModel;
 
 /// Bearer token the reference remote accepts unless configured otherwise.
 pub const DEFAULT_TOKEN: &str = "reference-remote-token";
@@ -113,7 +113,7 @@ impl ReferenceRemote {
             token: config.bearer_token,
             stall: config.stall,
             inner: Mutex::new(Inner {
-                model: Model::new(config.model),
+                model: KnowledgeFsModel::new(config.model),
                 faults: FaultInjector::new(config.profile, config.seed),
                 requests: BTreeMap::new(),
             }),
@@ -266,7 +266,7 @@ pub(crate) struct Shared {
 
 #[derive(Debug)]
 struct Inner {
-    model: Model,
+    model: KnowledgeFsModel,
     faults: FaultInjector,
     requests: BTreeMap<Route, u64>,
 }
@@ -288,7 +288,7 @@ impl Shared {
         inner.faults.next(route)
     }
 
-    fn apply<T>(&self, step: impl FnOnce(&mut Model) -> T) -> T {
+    fn apply<T>(&self, step: impl FnOnce(&mut KnowledgeFsModel) -> T) -> T {
         step(&mut self.lock().model)
     }
 }

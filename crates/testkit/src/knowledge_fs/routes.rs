@@ -27,7 +27,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::Shared;
-use super::state::{DeletionBody, Model, ProvisionBody, RevocationBody};
+use super::state::{DeletionBody, KnowledgeFsModel, ProvisionBody, RevocationBody};
 use crate::fault::{Fault, Route};
 use crate::http::{
     ApiConventions, CommonResponse, ErrorJson, RemoteErrorBody, error_response, retry_after_header,
@@ -391,7 +391,7 @@ async fn run(
     ctl: &ConnectionControl,
     route: Route,
     effect: impl FnOnce(
-        &mut Model,
+        &mut KnowledgeFsModel,
         chrono::DateTime<chrono::Utc>,
         bool,
     ) -> Result<(StatusCode, serde_json::Value), RemoteErrorBody>

@@ -162,7 +162,7 @@ struct Grant {
 
 /// The whole remote state.
 #[derive(Debug, Default)]
-pub struct Model {
+pub struct KnowledgeFsModel {
     config: ModelConfig,
     next_space: u64,
     spaces: BTreeMap<KnowledgeSpaceId, SpaceRecord>,
@@ -183,7 +183,7 @@ pub struct Provisioned {
     pub created: bool,
 }
 
-impl Model {
+impl KnowledgeFsModel {
     /// An empty remote.
     pub fn new(config: ModelConfig) -> Self {
         Self {
@@ -570,7 +570,7 @@ mod tests {
 
     #[test]
     fn provision_is_idempotent_on_provisioning_key() {
-        let mut m = Model::new(ModelConfig::default());
+        let mut m = KnowledgeFsModel::new(ModelConfig::default());
         let a = m.provision(&ns(), &provision_body("cs-1", "pk-1")).unwrap();
         let b = m.provision(&ns(), &provision_body("cs-1", "pk-1")).unwrap();
         assert!(a.created);
@@ -583,7 +583,7 @@ mod tests {
 
     #[test]
     fn provisioning_key_of_another_control_space_conflicts() {
-        let mut m = Model::new(ModelConfig::default());
+        let mut m = KnowledgeFsModel::new(ModelConfig::default());
         m.provision(&ns(), &provision_body("cs-1", "pk-1")).unwrap();
         let err = m
             .provision(&ns(), &provision_body("cs-2", "pk-1"))
@@ -593,7 +593,7 @@ mod tests {
 
     #[test]
     fn second_key_for_one_control_space_is_a_violation() {
-        let mut m = Model::new(ModelConfig::default());
+        let mut m = KnowledgeFsModel::new(ModelConfig::default());
         m.provision(&ns(), &provision_body("cs-1", "pk-1")).unwrap();
         m.provision(&ns(), &provision_body("cs-1", "pk-2")).unwrap();
         assert_eq!(m.violations().len(), 1);
@@ -601,7 +601,7 @@ mod tests {
 
     #[test]
     fn idempotency_key_with_different_body_is_refused() {
-        let mut m = Model::new(ModelConfig::default());
+        let mut m = KnowledgeFsModel::new(ModelConfig::default());
         let key = IdempotencyKey::parse("idem-1").unwrap();
         m.check_idempotency(&ns(), &key, "a".into()).unwrap();
         m.check_idempotency(&ns(), &key, "a".into()).unwrap();
@@ -612,7 +612,7 @@ mod tests {
 
     #[test]
     fn deletion_drains_then_becomes_irreversible_then_completed() {
-        let mut m = Model::new(ModelConfig {
+        let mut m = KnowledgeFsModel::new(ModelConfig {
             deletion_drain_polls: 3,
             deletion_irreversible_polls: 2,
             revoke_watermark_lag_polls: 0,
@@ -660,7 +660,7 @@ mod tests {
 
     #[test]
     fn deletion_of_unknown_or_foreign_space_is_not_found_or_mismatch() {
-        let mut m = Model::new(ModelConfig::default());
+        let mut m = KnowledgeFsModel::new(ModelConfig::default());
         let now = DateTime::from_timestamp(0, 0).unwrap();
         let unknown = KnowledgeSpaceId::parse("ks-x").unwrap();
         let err = m
@@ -694,7 +694,7 @@ mod tests {
 
     #[test]
     fn revocation_watermark_lags_then_covers() {
-        let mut m = Model::new(ModelConfig {
+        let mut m = KnowledgeFsModel::new(ModelConfig {
             revoke_watermark_lag_polls: 2,
             ..ModelConfig::default()
         });
@@ -704,7 +704,7 @@ mod tests {
             .space;
         let grant = GrantId::parse("g-1").unwrap();
         let ks = &space.knowledge_space_id;
-        let ack = |m: &mut Model, seq, lag| {
+        let ack = |m: &mut KnowledgeFsModel, seq, lag| {
             m.revoke(&ns(), ks, &grant, &revoke_body("cs-1", seq), lag)
                 .unwrap()
         };

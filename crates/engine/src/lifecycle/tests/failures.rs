@@ -16,8 +16,8 @@ fn with_max_attempts(h: Harness, max_attempts: u32) -> Harness {
     }
 }
 
-fn answered(status: u16, code: &str) -> Fault {
-    Fault::Fail(RemoteError::answered(status, code, "refused"))
+fn answered(status: u16, code: &str) -> RemoteFault {
+    RemoteFault::Fail(RemoteError::answered(status, code, "refused"))
 }
 
 fn operator(id: &CommandId, kind: OperatorActionKind, at: DateTime<Utc>) -> OperatorAction {
@@ -154,7 +154,7 @@ async fn the_attempt_budget_dead_letters_and_an_operator_retry_renews_it() {
     for _ in 0..3 {
         h.remote.push_fault(
             RemoteCall::Provision,
-            Fault::Fail(RemoteError::not_dispatched("connection refused")),
+            RemoteFault::Fail(RemoteError::not_dispatched("connection refused")),
         );
     }
     h.dispatch(t(0), true).await;

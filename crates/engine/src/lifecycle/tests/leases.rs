@@ -223,7 +223,7 @@ async fn case_005_delete_outlives_lease_with_one_dispatch_in_flight() {
     // The provision's answer is lost: the deletion must look the identity up.
     s.remote
         .inner
-        .push_fault(RemoteCall::Provision, Fault::LoseAck);
+        .push_fault(RemoteCall::Provision, RemoteFault::LoseAck);
     assert!(
         s.dispatcher
             .dispatch_one(&owner("w"), true)
