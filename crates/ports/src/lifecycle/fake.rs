@@ -547,7 +547,7 @@ impl CommandAdmin for InMemoryLifecycleStore {
                 r.status = CommandStatus::Abandoned;
                 r.completed_at = Some(action.at);
                 r.last_error_code =
-                    Some(tenantry_lifecycle::saga::codes::ABANDONED_BY_OPERATOR.to_owned());
+                    Some(tenantry_lifecycle::ErrorCode::AbandonedByOperator.to_owned());
                 r.last_error_message = Some(action.reason.clone());
             }
         }

@@ -16,7 +16,8 @@ use tenantry_kernel::{
 use tenantry_lifecycle::intake::IntakePlan;
 use tenantry_lifecycle::{
     ClaimedCommand, CommandRecord, CommandStatus, ControlSpace, DeletionProgress, DeletionRequest,
-    LeaseToken, Operation, ProvisionRequest, RemoteSpace, RevokeAck, RevokeRequest, Settlement,
+    ErrorCode, LeaseToken, Operation, ProvisionRequest, RemoteSpace, RevokeAck, RevokeRequest,
+    Settlement,
 };
 
 use crate::error::ErrorSource;
@@ -246,7 +247,7 @@ pub struct CommandFilter {
     /// Only this control space (with `tenant_id`).
     pub control_space_id: Option<ControlSpaceId>,
     /// Only commands whose last error code is exactly this.
-    pub error_code: Option<String>,
+    pub error_code: Option<ErrorCode>,
     /// Keyset cursor: only commands ordered after this id.
     pub after: Option<CommandId>,
     /// Most rows returned.
@@ -445,7 +446,7 @@ pub struct ActionRecord {
     /// The command's status before the action.
     pub previous_status: CommandStatus,
     /// The command's last error code before the action.
-    pub previous_error_code: Option<String>,
+    pub previous_error_code: Option<ErrorCode>,
     /// The command's attempt count at the time of the action.
     pub attempt_count: i32,
 }
@@ -561,9 +562,10 @@ pub enum RemoteFailure {
 pub struct RemoteError {
     /// How it failed.
     pub failure: RemoteFailure,
-    /// Machine-readable code (the remote's `code`, or a transport code such as
-    /// `REMOTE_UNAVAILABLE`, `REMOTE_OUTCOME_UNKNOWN`).
-    pub code: String,
+    /// Machine-readable code: the remote's `code` (a code Tenantry gives no rule to is
+    /// [`ErrorCode::Other`], kept verbatim), or a transport code such as
+    /// [`ErrorCode::RemoteUnavailable`] or [`ErrorCode::RemoteOutcomeUnknown`].
+    pub code: ErrorCode,
     /// Human-readable detail.
     pub message: String,
     /// The remote's `Retry-After`, if any.
@@ -575,7 +577,7 @@ pub struct RemoteError {
 
 impl RemoteError {
     /// An error the remote answered with.
-    pub fn answered(status: u16, code: impl Into<String>, message: impl Into<String>) -> Self {
+    pub fn answered(status: u16, code: impl Into<ErrorCode>, message: impl Into<String>) -> Self {
         Self {
             failure: RemoteFailure::Answered { status },
             code: code.into(),
@@ -589,7 +591,7 @@ impl RemoteError {
     pub fn outcome_unknown(message: impl Into<String>) -> Self {
         Self {
             failure: RemoteFailure::OutcomeUnknown,
-            code: "REMOTE_OUTCOME_UNKNOWN".into(),
+            code: ErrorCode::RemoteOutcomeUnknown,
             message: message.into(),
             retry_after: None,
             source: None,
@@ -600,7 +602,7 @@ impl RemoteError {
     pub fn not_dispatched(message: impl Into<String>) -> Self {
         Self {
             failure: RemoteFailure::NotDispatched,
-            code: "REMOTE_UNAVAILABLE".into(),
+            code: ErrorCode::RemoteUnavailable,
             message: message.into(),
             retry_after: None,
             source: None,

@@ -383,7 +383,7 @@ pub(crate) async fn settle_in<C: ConnectionTrait>(
                 update = update
                     .col_expr(
                         outbox::Column::LastErrorCode,
-                        Expr::value(error.code.clone()),
+                        Expr::value(error.code.as_str()),
                     )
                     .col_expr(
                         outbox::Column::LastErrorMessage,
@@ -443,7 +443,7 @@ pub(crate) async fn settle_in<C: ConnectionTrait>(
             )
             .col_expr(
                 outbox::Column::LastErrorCode,
-                Expr::value(supersede.error.code.clone()),
+                Expr::value(supersede.error.code.as_str()),
             )
             .col_expr(
                 outbox::Column::LastErrorMessage,
