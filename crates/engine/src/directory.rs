@@ -32,7 +32,7 @@ use tenantry_ports::directory::{
     DirectoryProjectionStore, DirectoryProvider, EntitlementReconciler, NoHooks,
     ProjectionStoreError, ProviderError, RuntimeExecutionPublisher,
 };
-use tenantry_ports::error::ErrorSource;
+use tenantry_ports::error::StoreError;
 use tokio::time::Instant;
 
 /// Why a projector step failed. Every variant is ordinary for the run loop: it logs, backs
@@ -47,15 +47,10 @@ pub enum ProjectorError {
     /// projection); nothing was written.
     #[error("directory projection refused the answer: {0}")]
     Rejected(#[from] DirectoryError),
-    /// The store failed; its transaction rolled back.
-    #[error("directory projection storage failed: {message}")]
-    Storage {
-        /// The store's message.
-        message: String,
-        /// The store's source error (e.g. the driver's), if it kept one.
-        #[source]
-        source: Option<ErrorSource>,
-    },
+    /// The store failed; its transaction rolled back. Its source is the store's error (whose
+    /// source is the driver's, if it kept one).
+    #[error("directory projection storage failed: {0}")]
+    Storage(#[source] StoreError),
     /// Every snapshot the provider served during initialization was older than the shared
     /// projection (a stale provider, or a race with other replicas lost every time).
     #[error(
@@ -75,7 +70,7 @@ impl ProjectorError {
     pub fn refusal(&self) -> Option<&DirectoryError> {
         match self {
             Self::Rejected(e) | Self::RepeatedlySuperseded { last: e, .. } => Some(e),
-            Self::Provider(_) | Self::Storage { .. } => None,
+            Self::Provider(_) | Self::Storage(_) => None,
         }
     }
 }
@@ -84,12 +79,9 @@ impl From<ProjectionStoreError> for ProjectorError {
     fn from(error: ProjectionStoreError) -> Self {
         match error {
             ProjectionStoreError::Rejected(e) => Self::Rejected(e),
-            ProjectionStoreError::Storage { message, source } => Self::Storage { message, source },
+            ProjectionStoreError::Storage(error) => Self::Storage(error),
             // A store failure this engine does not know yet: keep its message.
-            other => Self::Storage {
-                message: other.to_string(),
-                source: None,
-            },
+            other => Self::Storage(StoreError::unavailable(other.to_string())),
         }
     }
 }

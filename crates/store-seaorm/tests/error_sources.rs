@@ -71,9 +71,9 @@ async fn host_storage_errors_keep_the_db_err() {
     assert!(
         matches!(
             error,
-            HostStorageError::Unavailable {
+            HostStorageError::Storage {
                 operation: "get",
-                ..
+                error: tenantry_ports::StoreError::Unavailable { .. }
             }
         ),
         "{error:?}"
@@ -91,7 +91,10 @@ async fn directory_store_errors_keep_the_db_err() {
         .await
         .unwrap_err();
     assert!(
-        matches!(error, ProjectionStoreError::Storage { .. }),
+        matches!(
+            error,
+            ProjectionStoreError::Storage(StoreError::Unavailable { .. })
+        ),
         "{error:?}"
     );
     db_err(&error);

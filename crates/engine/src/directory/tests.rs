@@ -157,10 +157,9 @@ async fn initialize_stops_on_other_errors() {
     f.provider.push_snapshot(Ok(base()));
     assert_eq!(
         p.initialize().await,
-        Err(ProjectorError::Storage {
-            message: "disk full".into(),
-            source: None,
-        })
+        Err(ProjectorError::Storage(StoreError::unavailable(
+            "disk full"
+        )))
     );
     assert_eq!(f.provider.calls().len(), 3);
 }

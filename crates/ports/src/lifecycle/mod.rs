@@ -21,6 +21,7 @@ use tenantry_lifecycle::{
 };
 
 use crate::error::ErrorSource;
+pub use crate::error::StoreError;
 
 mod intake;
 
@@ -30,130 +31,6 @@ pub use intake::{IntakeFailure, MAX_INTAKE_CONFLICT_RETRIES};
 pub mod conformance;
 #[cfg(feature = "testing")]
 pub mod fake;
-
-/// A storage failure that is nobody's fault in the request: the database is unreachable, or
-/// a stored row cannot be read back. Retrying later may help; a corrupt row needs an operator.
-///
-/// Each variant keeps the driver's error (when there is one) as its
-/// [`source`](std::error::Error::source); its message includes that error's text too. Build
-/// one with [`unavailable`](Self::unavailable), [`corrupt`](Self::corrupt) or
-/// [`contention`](Self::contention), then [`with_source`](Self::with_source).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum StoreError {
-    /// The database could not be reached or the transaction failed.
-    #[error("database unavailable: {message}")]
-    Unavailable {
-        /// What failed (the driver's message).
-        message: String,
-        /// The driver's error, if any.
-        #[source]
-        source: Option<ErrorSource>,
-    },
-    /// A stored row does not decode into a domain value.
-    #[error("stored data is corrupt: {message}")]
-    Corrupt {
-        /// Which row or column, and what is wrong with it.
-        message: String,
-        /// The decoder's error, if any.
-        #[source]
-        source: Option<ErrorSource>,
-    },
-    /// The transaction lost a deadlock or a serialization conflict with a concurrent one
-    /// (PostgreSQL SQLSTATE `40P01` / `40001`); nothing was written and retrying helps. Adapters
-    /// retry such transactions a few times themselves before they report this.
-    #[error("database contention (deadlock or serialization failure): {message}")]
-    Contention {
-        /// The driver's message.
-        message: String,
-        /// The driver's error, if any.
-        #[source]
-        source: Option<ErrorSource>,
-    },
-    /// A table of the lifecycle schema does not exist: the database was never migrated for the
-    /// lifecycle mechanism. Retrying does not help; migrate it (`Database::migrate` with
-    /// `Mechanisms::LIFECYCLE`, or `tenantry migrate`).
-    #[error(
-        "the lifecycle schema is not migrated on this database ({message}); migrate it with \
-         Mechanisms::LIFECYCLE (Database::migrate) or `tenantry migrate`"
-    )]
-    SchemaMissing {
-        /// The driver's message naming the missing table.
-        message: String,
-        /// The driver's error, if any.
-        #[source]
-        source: Option<ErrorSource>,
-    },
-}
-
-impl StoreError {
-    /// [`StoreError::Unavailable`] with `message` and no source yet.
-    pub fn unavailable(message: impl Into<String>) -> Self {
-        Self::Unavailable {
-            message: message.into(),
-            source: None,
-        }
-    }
-
-    /// [`StoreError::Corrupt`] with `message` and no source yet.
-    pub fn corrupt(message: impl Into<String>) -> Self {
-        Self::Corrupt {
-            message: message.into(),
-            source: None,
-        }
-    }
-
-    /// [`StoreError::Contention`] with `message` and no source yet.
-    pub fn contention(message: impl Into<String>) -> Self {
-        Self::Contention {
-            message: message.into(),
-            source: None,
-        }
-    }
-
-    /// [`StoreError::SchemaMissing`] with `message` and no source yet.
-    pub fn schema_missing(message: impl Into<String>) -> Self {
-        Self::SchemaMissing {
-            message: message.into(),
-            source: None,
-        }
-    }
-
-    /// The same error keeping `source` (a driver's or decoder's error) as its
-    /// [`source`](std::error::Error::source).
-    #[must_use]
-    pub fn with_source(self, source: impl std::error::Error + Send + Sync + 'static) -> Self {
-        let kept = Some(ErrorSource::new(source));
-        match self {
-            Self::Unavailable { message, .. } => Self::Unavailable {
-                message,
-                source: kept,
-            },
-            Self::Corrupt { message, .. } => Self::Corrupt {
-                message,
-                source: kept,
-            },
-            Self::Contention { message, .. } => Self::Contention {
-                message,
-                source: kept,
-            },
-            Self::SchemaMissing { message, .. } => Self::SchemaMissing {
-                message,
-                source: kept,
-            },
-        }
-    }
-
-    /// The message without the variant's prefix.
-    pub fn message(&self) -> &str {
-        match self {
-            Self::Unavailable { message, .. }
-            | Self::Corrupt { message, .. }
-            | Self::Contention { message, .. }
-            | Self::SchemaMissing { message, .. } => message,
-        }
-    }
-}
 
 /// Why a settlement wrote nothing.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
