@@ -99,3 +99,77 @@ async fn directory_store_errors_keep_the_db_err() {
     );
     db_err(&error);
 }
+
+/// One mapping for all three stores: on a database that was never migrated, each store reports
+/// the same `StoreError::SchemaMissing` kind (not a retryable outage), naming its own mechanism
+/// and the migrator to run, with the `DbErr` kept as the source.
+#[tokio::test]
+async fn every_store_reports_a_missing_schema_the_same_way() {
+    let test = tenantry_store_seaorm::testing::empty_database().await;
+    let db = &test.db;
+
+    let lifecycle = SeaOrmLifecycleStore::new(db)
+        .claim(&ClaimRequest {
+            owner: LeaseOwner::parse("w1").unwrap(),
+            lease_duration: Duration::from_secs(30),
+            include_provision: true,
+            limit: 1,
+        })
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            lifecycle,
+            StoreError::SchemaMissing {
+                mechanism: "lifecycle",
+                ..
+            }
+        ),
+        "{lifecycle:?}"
+    );
+    assert!(
+        lifecycle.to_string().contains("Mechanisms::LIFECYCLE"),
+        "{lifecycle}"
+    );
+    db_err(&lifecycle);
+
+    let host = SeaOrmHostStorage::new(db)
+        .get(&Binding::parse("inst").unwrap(), "k")
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            &host,
+            HostStorageError::Storage {
+                operation: "get",
+                error: StoreError::SchemaMissing {
+                    mechanism: "fences",
+                    ..
+                },
+            }
+        ),
+        "{host:?}"
+    );
+    assert!(host.to_string().contains("Mechanisms::FENCES"), "{host}");
+    db_err(&host);
+
+    let directory = SeaOrmDirectoryStore::new(db)
+        .projection_state(&InstanceUuid::parse("inst").unwrap())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            &directory,
+            ProjectionStoreError::Storage(StoreError::SchemaMissing {
+                mechanism: "directory",
+                ..
+            })
+        ),
+        "{directory:?}"
+    );
+    assert!(
+        directory.to_string().contains("Mechanisms::DIRECTORY"),
+        "{directory}"
+    );
+    db_err(&directory);
+}

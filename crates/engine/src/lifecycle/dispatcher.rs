@@ -848,3 +848,56 @@ fn error_code(error: &DispatchError) -> &'static str {
         DispatchError::Store(_) => "STORE_UNAVAILABLE",
     }
 }
+
+#[cfg(test)]
+mod conflict_tests {
+    use super::*;
+
+    /// A refused settle keeps its kind and typed fields, and the message the command is retried
+    /// with stays the store's refusal.
+    #[test]
+    fn settle_refusals_become_typed_conflicts() {
+        let Ok(space) = ControlSpaceId::parse("cs-1") else {
+            panic!("valid id")
+        };
+        let Ok(command) = CommandId::parse("cmd-1") else {
+            panic!("valid id")
+        };
+        let conflict = DispatchError::from(SettleError::ControlSpaceConflict {
+            control_space_id: space.clone(),
+        });
+        assert_eq!(
+            conflict,
+            DispatchError::ControlSpaceConflict {
+                control_space_id: space
+            }
+        );
+        assert_eq!(
+            refusal_message(&conflict),
+            "control space cs-1 changed concurrently"
+        );
+        assert_eq!(
+            conflict.to_string(),
+            "control space changed concurrently: control space cs-1 changed concurrently"
+        );
+        let refused = DispatchError::from(SettleError::SupersedeRefused {
+            command_id: command.clone(),
+        });
+        assert_eq!(
+            refused,
+            DispatchError::SupersedeRefused {
+                command_id: command
+            }
+        );
+        assert_eq!(
+            refusal_message(&refused),
+            "command cmd-1 can no longer be superseded"
+        );
+        assert_eq!(error_code(&refused), "CONTROL_SPACE_CONFLICT");
+        // Lease loss and storage failures are not conflicts.
+        assert!(matches!(
+            DispatchError::from(SettleError::Store(StoreError::unavailable("down"))),
+            DispatchError::Store(_)
+        ));
+    }
+}

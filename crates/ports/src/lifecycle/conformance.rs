@@ -1023,7 +1023,9 @@ pub async fn submit_cas_and_revoke_sequence_are_compare_and_set<S: LifecycleStor
     let stale_plan = delete.plan(Some(&stale), ids("kd"), t(1)).unwrap();
     assert_eq!(
         store.submit(&stale_plan).await,
-        Err(IntakeStoreError::ControlSpaceConflict)
+        Err(IntakeStoreError::ControlSpaceConflict {
+            control_space_id: cs1.clone()
+        })
     );
     assert!(
         store
@@ -1042,7 +1044,9 @@ pub async fn submit_cas_and_revoke_sequence_are_compare_and_set<S: LifecycleStor
     };
     assert_eq!(
         store.submit(&bump(5)).await,
-        Err(IntakeStoreError::ControlSpaceConflict)
+        Err(IntakeStoreError::ControlSpaceConflict {
+            control_space_id: cs1.clone()
+        })
     );
     assert!(matches!(
         store.submit(&bump(0)).await,

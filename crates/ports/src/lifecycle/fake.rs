@@ -468,7 +468,9 @@ impl IntakeStore for InMemoryLifecycleStore {
                     return Err(IntakeStoreError::UnknownControlSpace);
                 }
                 if !cas_matches(&state, cas) {
-                    return Err(IntakeStoreError::ControlSpaceConflict);
+                    return Err(IntakeStoreError::ControlSpaceConflict {
+                        control_space_id: cas.next.control_space_id.clone(),
+                    });
                 }
                 state.spaces.insert(key, cas.next.clone());
             }
@@ -484,7 +486,9 @@ impl IntakeStore for InMemoryLifecycleStore {
                     return Err(IntakeStoreError::UnknownControlSpace);
                 };
                 if cs.last_revoke_sequence != *expected {
-                    return Err(IntakeStoreError::ControlSpaceConflict);
+                    return Err(IntakeStoreError::ControlSpaceConflict {
+                        control_space_id: control_space_id.clone(),
+                    });
                 }
                 cs.last_revoke_sequence = expected.saturating_add(1);
             }

@@ -67,9 +67,13 @@ pub enum IntakeStoreError {
     /// A control space with the planned id exists already.
     #[error("control space already exists")]
     ControlSpaceExists,
-    /// The control space changed since it was read (compare-and-set failed); re-plan.
-    #[error("control space changed concurrently")]
-    ControlSpaceConflict,
+    /// The control space changed since it was read (its compare-and-set, on the resource
+    /// version and state or on the revoke sequence, failed); re-plan.
+    #[error("control space {control_space_id} changed concurrently")]
+    ControlSpaceConflict {
+        /// The control space whose compare-and-set failed.
+        control_space_id: ControlSpaceId,
+    },
     /// The control space to update does not exist.
     #[error("control space does not exist")]
     UnknownControlSpace,
