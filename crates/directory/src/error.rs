@@ -445,58 +445,287 @@ pub enum DirectoryError {
     },
 }
 
-impl DirectoryError {
-    /// A stable snake_case name of the rule that refused the input (the variant name), for
-    /// metrics labels, logs and the status report.
-    pub fn rule(&self) -> &'static str {
+/// Which rule of the directory projection refused an input: one per [`DirectoryError`]
+/// variant, with a stable snake_case string (`as_str`, `Display`, serde) used as the metrics
+/// label `reason`, in logs and in `/v1/directory/status` (`rule`, `refusals_total`). A string
+/// never changes once released.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum RefusalRule {
+    /// See [`DirectoryError::SnapshotWorkspaceCapacity`].
+    SnapshotWorkspaceCapacity,
+    /// See [`DirectoryError::MembershipCapacity`].
+    MembershipCapacity,
+    /// See [`DirectoryError::ActiveWorkspaceCapacity`].
+    ActiveWorkspaceCapacity,
+    /// See [`DirectoryError::ProjectedActiveWorkspaceCapacity`].
+    ProjectedActiveWorkspaceCapacity,
+    /// See [`DirectoryError::WrongInstance`].
+    WrongInstance,
+    /// See [`DirectoryError::BatchCursorMismatch`].
+    BatchCursorMismatch,
+    /// See [`DirectoryError::MalformedBatch`].
+    MalformedBatch,
+    /// See [`DirectoryError::UnsupportedEventType`].
+    UnsupportedEventType,
+    /// See [`DirectoryError::EventScopeConflict`].
+    EventScopeConflict,
+    /// See [`DirectoryError::EventRevisionConflict`].
+    EventRevisionConflict,
+    /// See [`DirectoryError::DuplicateWorkspace`].
+    DuplicateWorkspace,
+    /// See [`DirectoryError::DuplicateMember`].
+    DuplicateMember,
+    /// See [`DirectoryError::DuplicateMembershipUuid`].
+    DuplicateMembershipUuid,
+    /// See [`DirectoryError::InvalidEmail`].
+    InvalidEmail,
+    /// See [`DirectoryError::InvalidRevision`].
+    InvalidRevision,
+    /// See [`DirectoryError::SnapshotSuperseded`].
+    SnapshotSuperseded,
+    /// See [`DirectoryError::SnapshotConflict`].
+    SnapshotConflict,
+    /// See [`DirectoryError::StateMissing`].
+    StateMissing,
+    /// See [`DirectoryError::StateCursorRolledBack`].
+    StateCursorRolledBack,
+    /// See [`DirectoryError::ReplicaBehindHighWater`].
+    ReplicaBehindHighWater,
+    /// See [`DirectoryError::EmptyPageNotCaughtUp`].
+    EmptyPageNotCaughtUp,
+    /// See [`DirectoryError::DirectoryChangesNeedDelta`].
+    DirectoryChangesNeedDelta,
+    /// See [`DirectoryError::DeltaMismatch`].
+    DeltaMismatch,
+    /// See [`DirectoryError::DeltaUnrequestedWorkspace`].
+    DeltaUnrequestedWorkspace,
+    /// See [`DirectoryError::DeltaOlderThanEvent`].
+    DeltaOlderThanEvent,
+    /// See [`DirectoryError::ReceiptConflict`].
+    ReceiptConflict,
+    /// See [`DirectoryError::MissingReceipt`].
+    MissingReceipt,
+    /// See [`DirectoryError::EmailMapsToSeveralAccounts`].
+    EmailMapsToSeveralAccounts,
+    /// See [`DirectoryError::ConflictingAccountProjections`].
+    ConflictingAccountProjections,
+    /// See [`DirectoryError::EmailCollision`].
+    EmailCollision,
+    /// See [`DirectoryError::LocalAccountCollision`].
+    LocalAccountCollision,
+    /// See [`DirectoryError::AccountRevisionRolledBack`].
+    AccountRevisionRolledBack,
+    /// See [`DirectoryError::AccountRevisionConflict`].
+    AccountRevisionConflict,
+    /// See [`DirectoryError::WorkspaceOtherInstance`].
+    WorkspaceOtherInstance,
+    /// See [`DirectoryError::LocalWorkspaceCollision`].
+    LocalWorkspaceCollision,
+    /// See [`DirectoryError::WorkspaceRevisionRolledBack`].
+    WorkspaceRevisionRolledBack,
+    /// See [`DirectoryError::WorkspaceRevisionConflict`].
+    WorkspaceRevisionConflict,
+    /// See [`DirectoryError::CreatorNotProjected`].
+    CreatorNotProjected,
+    /// See [`DirectoryError::MembershipUuidChanged`].
+    MembershipUuidChanged,
+    /// See [`DirectoryError::MembershipUuidCollision`].
+    MembershipUuidCollision,
+    /// See [`DirectoryError::MembershipRevisionRolledBack`].
+    MembershipRevisionRolledBack,
+    /// See [`DirectoryError::MembershipRevisionConflict`].
+    MembershipRevisionConflict,
+    /// See [`DirectoryError::ExecutionOwnerInvalid`].
+    ExecutionOwnerInvalid,
+    /// See [`DirectoryError::ExecutionGenerationRolledBack`].
+    ExecutionGenerationRolledBack,
+    /// See [`DirectoryError::DesiredStateRevisionRolledBack`].
+    DesiredStateRevisionRolledBack,
+    /// See [`DirectoryError::ExecutionRevisionConflict`].
+    ExecutionRevisionConflict,
+    /// See [`DirectoryError::TombstoneRolledBack`].
+    TombstoneRolledBack,
+}
+
+impl RefusalRule {
+    /// Every rule, in declaration order.
+    pub const ALL: &'static [RefusalRule] = &[
+        Self::SnapshotWorkspaceCapacity,
+        Self::MembershipCapacity,
+        Self::ActiveWorkspaceCapacity,
+        Self::ProjectedActiveWorkspaceCapacity,
+        Self::WrongInstance,
+        Self::BatchCursorMismatch,
+        Self::MalformedBatch,
+        Self::UnsupportedEventType,
+        Self::EventScopeConflict,
+        Self::EventRevisionConflict,
+        Self::DuplicateWorkspace,
+        Self::DuplicateMember,
+        Self::DuplicateMembershipUuid,
+        Self::InvalidEmail,
+        Self::InvalidRevision,
+        Self::SnapshotSuperseded,
+        Self::SnapshotConflict,
+        Self::StateMissing,
+        Self::StateCursorRolledBack,
+        Self::ReplicaBehindHighWater,
+        Self::EmptyPageNotCaughtUp,
+        Self::DirectoryChangesNeedDelta,
+        Self::DeltaMismatch,
+        Self::DeltaUnrequestedWorkspace,
+        Self::DeltaOlderThanEvent,
+        Self::ReceiptConflict,
+        Self::MissingReceipt,
+        Self::EmailMapsToSeveralAccounts,
+        Self::ConflictingAccountProjections,
+        Self::EmailCollision,
+        Self::LocalAccountCollision,
+        Self::AccountRevisionRolledBack,
+        Self::AccountRevisionConflict,
+        Self::WorkspaceOtherInstance,
+        Self::LocalWorkspaceCollision,
+        Self::WorkspaceRevisionRolledBack,
+        Self::WorkspaceRevisionConflict,
+        Self::CreatorNotProjected,
+        Self::MembershipUuidChanged,
+        Self::MembershipUuidCollision,
+        Self::MembershipRevisionRolledBack,
+        Self::MembershipRevisionConflict,
+        Self::ExecutionOwnerInvalid,
+        Self::ExecutionGenerationRolledBack,
+        Self::DesiredStateRevisionRolledBack,
+        Self::ExecutionRevisionConflict,
+        Self::TombstoneRolledBack,
+    ];
+
+    /// The stable snake_case string (e.g. `membership_revision_conflict`).
+    pub fn as_str(self) -> &'static str {
         match self {
-            Self::SnapshotWorkspaceCapacity { .. } => "snapshot_workspace_capacity",
-            Self::MembershipCapacity { .. } => "membership_capacity",
-            Self::ActiveWorkspaceCapacity { .. } => "active_workspace_capacity",
-            Self::ProjectedActiveWorkspaceCapacity { .. } => "projected_active_workspace_capacity",
-            Self::WrongInstance { .. } => "wrong_instance",
-            Self::BatchCursorMismatch { .. } => "batch_cursor_mismatch",
-            Self::MalformedBatch { .. } => "malformed_batch",
-            Self::UnsupportedEventType { .. } => "unsupported_event_type",
-            Self::EventScopeConflict { .. } => "event_scope_conflict",
-            Self::EventRevisionConflict { .. } => "event_revision_conflict",
-            Self::DuplicateWorkspace { .. } => "duplicate_workspace",
-            Self::DuplicateMember { .. } => "duplicate_member",
-            Self::DuplicateMembershipUuid { .. } => "duplicate_membership_uuid",
-            Self::InvalidEmail { .. } => "invalid_email",
-            Self::InvalidRevision { .. } => "invalid_revision",
-            Self::SnapshotSuperseded { .. } => "snapshot_superseded",
-            Self::SnapshotConflict { .. } => "snapshot_conflict",
-            Self::StateMissing { .. } => "state_missing",
-            Self::StateCursorRolledBack { .. } => "state_cursor_rolled_back",
-            Self::ReplicaBehindHighWater { .. } => "replica_behind_high_water",
-            Self::EmptyPageNotCaughtUp { .. } => "empty_page_not_caught_up",
+            Self::SnapshotWorkspaceCapacity => "snapshot_workspace_capacity",
+            Self::MembershipCapacity => "membership_capacity",
+            Self::ActiveWorkspaceCapacity => "active_workspace_capacity",
+            Self::ProjectedActiveWorkspaceCapacity => "projected_active_workspace_capacity",
+            Self::WrongInstance => "wrong_instance",
+            Self::BatchCursorMismatch => "batch_cursor_mismatch",
+            Self::MalformedBatch => "malformed_batch",
+            Self::UnsupportedEventType => "unsupported_event_type",
+            Self::EventScopeConflict => "event_scope_conflict",
+            Self::EventRevisionConflict => "event_revision_conflict",
+            Self::DuplicateWorkspace => "duplicate_workspace",
+            Self::DuplicateMember => "duplicate_member",
+            Self::DuplicateMembershipUuid => "duplicate_membership_uuid",
+            Self::InvalidEmail => "invalid_email",
+            Self::InvalidRevision => "invalid_revision",
+            Self::SnapshotSuperseded => "snapshot_superseded",
+            Self::SnapshotConflict => "snapshot_conflict",
+            Self::StateMissing => "state_missing",
+            Self::StateCursorRolledBack => "state_cursor_rolled_back",
+            Self::ReplicaBehindHighWater => "replica_behind_high_water",
+            Self::EmptyPageNotCaughtUp => "empty_page_not_caught_up",
             Self::DirectoryChangesNeedDelta => "directory_changes_need_delta",
             Self::DeltaMismatch => "delta_mismatch",
-            Self::DeltaUnrequestedWorkspace { .. } => "delta_unrequested_workspace",
-            Self::DeltaOlderThanEvent { .. } => "delta_older_than_event",
-            Self::ReceiptConflict { .. } => "receipt_conflict",
-            Self::MissingReceipt { .. } => "missing_receipt",
-            Self::EmailMapsToSeveralAccounts { .. } => "email_maps_to_several_accounts",
-            Self::ConflictingAccountProjections { .. } => "conflicting_account_projections",
-            Self::EmailCollision { .. } => "email_collision",
-            Self::LocalAccountCollision { .. } => "local_account_collision",
-            Self::AccountRevisionRolledBack { .. } => "account_revision_rolled_back",
-            Self::AccountRevisionConflict { .. } => "account_revision_conflict",
-            Self::WorkspaceOtherInstance { .. } => "workspace_other_instance",
-            Self::LocalWorkspaceCollision { .. } => "local_workspace_collision",
-            Self::WorkspaceRevisionRolledBack { .. } => "workspace_revision_rolled_back",
-            Self::WorkspaceRevisionConflict { .. } => "workspace_revision_conflict",
-            Self::CreatorNotProjected { .. } => "creator_not_projected",
-            Self::MembershipUuidChanged { .. } => "membership_uuid_changed",
-            Self::MembershipUuidCollision { .. } => "membership_uuid_collision",
-            Self::MembershipRevisionRolledBack { .. } => "membership_revision_rolled_back",
-            Self::MembershipRevisionConflict { .. } => "membership_revision_conflict",
-            Self::ExecutionOwnerInvalid { .. } => "execution_owner_invalid",
-            Self::ExecutionGenerationRolledBack { .. } => "execution_generation_rolled_back",
-            Self::DesiredStateRevisionRolledBack { .. } => "desired_state_revision_rolled_back",
-            Self::ExecutionRevisionConflict { .. } => "execution_revision_conflict",
-            Self::TombstoneRolledBack { .. } => "tombstone_rolled_back",
+            Self::DeltaUnrequestedWorkspace => "delta_unrequested_workspace",
+            Self::DeltaOlderThanEvent => "delta_older_than_event",
+            Self::ReceiptConflict => "receipt_conflict",
+            Self::MissingReceipt => "missing_receipt",
+            Self::EmailMapsToSeveralAccounts => "email_maps_to_several_accounts",
+            Self::ConflictingAccountProjections => "conflicting_account_projections",
+            Self::EmailCollision => "email_collision",
+            Self::LocalAccountCollision => "local_account_collision",
+            Self::AccountRevisionRolledBack => "account_revision_rolled_back",
+            Self::AccountRevisionConflict => "account_revision_conflict",
+            Self::WorkspaceOtherInstance => "workspace_other_instance",
+            Self::LocalWorkspaceCollision => "local_workspace_collision",
+            Self::WorkspaceRevisionRolledBack => "workspace_revision_rolled_back",
+            Self::WorkspaceRevisionConflict => "workspace_revision_conflict",
+            Self::CreatorNotProjected => "creator_not_projected",
+            Self::MembershipUuidChanged => "membership_uuid_changed",
+            Self::MembershipUuidCollision => "membership_uuid_collision",
+            Self::MembershipRevisionRolledBack => "membership_revision_rolled_back",
+            Self::MembershipRevisionConflict => "membership_revision_conflict",
+            Self::ExecutionOwnerInvalid => "execution_owner_invalid",
+            Self::ExecutionGenerationRolledBack => "execution_generation_rolled_back",
+            Self::DesiredStateRevisionRolledBack => "desired_state_revision_rolled_back",
+            Self::ExecutionRevisionConflict => "execution_revision_conflict",
+            Self::TombstoneRolledBack => "tombstone_rolled_back",
+        }
+    }
+}
+
+impl std::fmt::Display for RefusalRule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl serde::Serialize for RefusalRule {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+impl DirectoryError {
+    /// The rule that refused the input (one per variant); its stable snake_case string
+    /// ([`RefusalRule::as_str`]) labels metrics, logs and the status report.
+    pub fn rule(&self) -> RefusalRule {
+        match self {
+            Self::SnapshotWorkspaceCapacity { .. } => RefusalRule::SnapshotWorkspaceCapacity,
+            Self::MembershipCapacity { .. } => RefusalRule::MembershipCapacity,
+            Self::ActiveWorkspaceCapacity { .. } => RefusalRule::ActiveWorkspaceCapacity,
+            Self::ProjectedActiveWorkspaceCapacity { .. } => {
+                RefusalRule::ProjectedActiveWorkspaceCapacity
+            }
+            Self::WrongInstance { .. } => RefusalRule::WrongInstance,
+            Self::BatchCursorMismatch { .. } => RefusalRule::BatchCursorMismatch,
+            Self::MalformedBatch { .. } => RefusalRule::MalformedBatch,
+            Self::UnsupportedEventType { .. } => RefusalRule::UnsupportedEventType,
+            Self::EventScopeConflict { .. } => RefusalRule::EventScopeConflict,
+            Self::EventRevisionConflict { .. } => RefusalRule::EventRevisionConflict,
+            Self::DuplicateWorkspace { .. } => RefusalRule::DuplicateWorkspace,
+            Self::DuplicateMember { .. } => RefusalRule::DuplicateMember,
+            Self::DuplicateMembershipUuid { .. } => RefusalRule::DuplicateMembershipUuid,
+            Self::InvalidEmail { .. } => RefusalRule::InvalidEmail,
+            Self::InvalidRevision { .. } => RefusalRule::InvalidRevision,
+            Self::SnapshotSuperseded { .. } => RefusalRule::SnapshotSuperseded,
+            Self::SnapshotConflict { .. } => RefusalRule::SnapshotConflict,
+            Self::StateMissing { .. } => RefusalRule::StateMissing,
+            Self::StateCursorRolledBack { .. } => RefusalRule::StateCursorRolledBack,
+            Self::ReplicaBehindHighWater { .. } => RefusalRule::ReplicaBehindHighWater,
+            Self::EmptyPageNotCaughtUp { .. } => RefusalRule::EmptyPageNotCaughtUp,
+            Self::DirectoryChangesNeedDelta => RefusalRule::DirectoryChangesNeedDelta,
+            Self::DeltaMismatch => RefusalRule::DeltaMismatch,
+            Self::DeltaUnrequestedWorkspace { .. } => RefusalRule::DeltaUnrequestedWorkspace,
+            Self::DeltaOlderThanEvent { .. } => RefusalRule::DeltaOlderThanEvent,
+            Self::ReceiptConflict { .. } => RefusalRule::ReceiptConflict,
+            Self::MissingReceipt { .. } => RefusalRule::MissingReceipt,
+            Self::EmailMapsToSeveralAccounts { .. } => RefusalRule::EmailMapsToSeveralAccounts,
+            Self::ConflictingAccountProjections { .. } => {
+                RefusalRule::ConflictingAccountProjections
+            }
+            Self::EmailCollision { .. } => RefusalRule::EmailCollision,
+            Self::LocalAccountCollision { .. } => RefusalRule::LocalAccountCollision,
+            Self::AccountRevisionRolledBack { .. } => RefusalRule::AccountRevisionRolledBack,
+            Self::AccountRevisionConflict { .. } => RefusalRule::AccountRevisionConflict,
+            Self::WorkspaceOtherInstance { .. } => RefusalRule::WorkspaceOtherInstance,
+            Self::LocalWorkspaceCollision { .. } => RefusalRule::LocalWorkspaceCollision,
+            Self::WorkspaceRevisionRolledBack { .. } => RefusalRule::WorkspaceRevisionRolledBack,
+            Self::WorkspaceRevisionConflict { .. } => RefusalRule::WorkspaceRevisionConflict,
+            Self::CreatorNotProjected { .. } => RefusalRule::CreatorNotProjected,
+            Self::MembershipUuidChanged { .. } => RefusalRule::MembershipUuidChanged,
+            Self::MembershipUuidCollision { .. } => RefusalRule::MembershipUuidCollision,
+            Self::MembershipRevisionRolledBack { .. } => RefusalRule::MembershipRevisionRolledBack,
+            Self::MembershipRevisionConflict { .. } => RefusalRule::MembershipRevisionConflict,
+            Self::ExecutionOwnerInvalid { .. } => RefusalRule::ExecutionOwnerInvalid,
+            Self::ExecutionGenerationRolledBack { .. } => {
+                RefusalRule::ExecutionGenerationRolledBack
+            }
+            Self::DesiredStateRevisionRolledBack { .. } => {
+                RefusalRule::DesiredStateRevisionRolledBack
+            }
+            Self::ExecutionRevisionConflict { .. } => RefusalRule::ExecutionRevisionConflict,
+            Self::TombstoneRolledBack { .. } => RefusalRule::TombstoneRolledBack,
         }
     }
 
@@ -531,5 +760,34 @@ impl DirectoryError {
     /// True when another replica's newer projection won the race; initialization retries.
     pub fn is_superseded(&self) -> bool {
         matches!(self, Self::SnapshotSuperseded { .. })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each rule's string is its variant name in snake_case and no two rules share one (the
+    /// strings are metrics labels and appear in the status report: they must stay stable).
+    #[test]
+    fn refusal_rules_have_distinct_snake_case_strings() {
+        let mut seen = std::collections::BTreeSet::new();
+        for rule in RefusalRule::ALL {
+            let name = format!("{rule:?}");
+            let mut snake = String::new();
+            for (i, c) in name.chars().enumerate() {
+                if c.is_ascii_uppercase() && i > 0 {
+                    snake.push('_');
+                }
+                snake.push(c.to_ascii_lowercase());
+            }
+            assert_eq!(rule.as_str(), snake, "{name}");
+            assert_eq!(rule.to_string(), snake);
+            assert!(seen.insert(rule.as_str()), "{rule} twice");
+        }
+        assert_eq!(
+            serde_json::to_string(&RefusalRule::MembershipRevisionConflict).ok(),
+            Some("\"membership_revision_conflict\"".to_owned())
+        );
     }
 }

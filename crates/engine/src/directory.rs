@@ -26,7 +26,8 @@ use tenantry_directory::config::SNAPSHOT_ATTEMPTS;
 use tenantry_directory::maps::WorkspaceStatus;
 use tenantry_directory::{
     ApplyContext, ApplyOutcome, DirectoryDelta, DirectoryError, DirectoryEventBatch,
-    DirectorySnapshot, DirectoryWorkspace, NotReady, ProjectorConfig, Readiness, WorkspaceUuid,
+    DirectorySnapshot, DirectoryWorkspace, NotReady, ProjectorConfig, Readiness, RefusalRule,
+    WorkspaceUuid,
 };
 use tenantry_ports::directory::{
     DirectoryProjectionStore, DirectoryProvider, EntitlementReconciler, NoHooks,
@@ -110,8 +111,9 @@ pub struct ResourceSnapshot {
 /// answer; this record makes that visible (`/v1/directory/status`, logs).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Refusal {
-    /// The rule, [`DirectoryError::rule`] (e.g. `membership_revision_conflict`).
-    pub rule: &'static str,
+    /// The rule, [`DirectoryError::rule`] (serialized as its string, e.g.
+    /// `membership_revision_conflict`).
+    pub rule: RefusalRule,
     /// The workspace the rule names, if one.
     pub workspace: Option<WorkspaceUuid>,
     /// The full message of the latest occurrence.
@@ -133,7 +135,7 @@ pub struct RefusalReport {
     /// The latest refusal (kept after it is resolved, with `resolved_at`).
     pub last: Option<Refusal>,
     /// Refusals per rule since start (the `tenantry_directory_refusals_total{reason}` counter).
-    pub total_by_rule: BTreeMap<&'static str, u64>,
+    pub total_by_rule: BTreeMap<RefusalRule, u64>,
 }
 
 #[derive(Debug, Default)]
@@ -507,7 +509,7 @@ impl<P: DirectoryProvider, S: DirectoryProjectionStore> DirectoryProjector<P, S>
                 if let Some(last) = refusals.last.as_mut().filter(|r| r.resolved_at.is_none()) {
                     last.resolved_at = Some(now);
                     tracing::info!(
-                        rule = last.rule,
+                        rule = last.rule.as_str(),
                         workspace = last.workspace.as_ref().map(WorkspaceUuid::as_str),
                         refused = last.count,
                         since = %last.since,
@@ -544,7 +546,7 @@ impl<P: DirectoryProvider, S: DirectoryProjectionStore> DirectoryProjector<P, S>
                     }),
                 };
                 tracing::warn!(
-                    rule = entry.rule,
+                    rule = entry.rule.as_str(),
                     workspace = entry.workspace.as_ref().map(WorkspaceUuid::as_str),
                     count = entry.count,
                     since = %entry.since,
