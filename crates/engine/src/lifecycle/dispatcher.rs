@@ -134,9 +134,7 @@ pub enum DispatchError {
     #[error(transparent)]
     Step(#[from] StepError),
     /// The control space changed between read and settle (its compare-and-set failed).
-    #[error(
-        "control space changed concurrently: control space {control_space_id} changed concurrently"
-    )]
+    #[error("control space {control_space_id} changed concurrently")]
     ControlSpaceConflict {
         /// The control space whose compare-and-set failed.
         control_space_id: ControlSpaceId,
@@ -878,7 +876,7 @@ mod conflict_tests {
         );
         assert_eq!(
             conflict.to_string(),
-            "control space changed concurrently: control space cs-1 changed concurrently"
+            "control space cs-1 changed concurrently"
         );
         let refused = DispatchError::from(SettleError::SupersedeRefused {
             command_id: command.clone(),

@@ -167,10 +167,7 @@ impl Harness {
 fn retry_of(record: &CommandRecord) -> (CommandStatus, Option<&str>, DateTime<Utc>) {
     (
         record.status,
-        record
-            .last_error_code
-            .as_ref()
-            .map(tenantry_lifecycle::ErrorCode::as_str),
+        record.last_error_code.as_ref().map(ErrorCode::as_str),
         record.next_attempt_at,
     )
 }
@@ -349,10 +346,7 @@ async fn never_provisioned_space_is_deleted_without_remote_call_when_disabled() 
     let record = h.command(&provision.command_id);
     assert_eq!(record.status, CommandStatus::Superseded);
     assert_eq!(
-        record
-            .last_error_code
-            .as_ref()
-            .map(tenantry_lifecycle::ErrorCode::as_str),
+        record.last_error_code.as_ref().map(ErrorCode::as_str),
         Some(ErrorCode::SupersededByDelete.as_str())
     );
     assert_eq!(h.space("cs1").await.state, ControlSpaceState::Deleted);
@@ -409,10 +403,7 @@ async fn recovered_identity_in_another_namespace_retries_with_scope_mismatch() {
     h.dispatch(t(1), false).await;
     let record = h.command(&delete.command_id);
     assert_eq!(
-        record
-            .last_error_code
-            .as_ref()
-            .map(tenantry_lifecycle::ErrorCode::as_str),
+        record.last_error_code.as_ref().map(ErrorCode::as_str),
         Some(ErrorCode::KnowledgeFsScopeMismatch.as_str())
     );
     assert_eq!(
@@ -461,10 +452,7 @@ async fn conflicting_recovered_identity_dead_letters_the_delete() {
     let record = h.command(&delete.command_id);
     assert_eq!(record.status, CommandStatus::Failed);
     assert_eq!(
-        record
-            .last_error_code
-            .as_ref()
-            .map(tenantry_lifecycle::ErrorCode::as_str),
+        record.last_error_code.as_ref().map(ErrorCode::as_str),
         Some(ErrorCode::KnowledgeFsIdentityConflict.as_str())
     );
     assert_eq!(record.lease_owner, None);
@@ -494,7 +482,7 @@ async fn remote_absence_completes_the_deletion_when_product_disabled() {
         h.command(&delete.command_id)
             .last_error_code
             .as_ref()
-            .map(tenantry_lifecycle::ErrorCode::as_str),
+            .map(ErrorCode::as_str),
         Some(ErrorCode::RemoteAbsenceUnconfirmed.as_str())
     );
     // Grace (600 s) after the provision's last attempt ended: absence is proof now.
@@ -730,7 +718,7 @@ async fn deletion_progress_records_irreversibility_once_and_completes() {
             h.command(&delete.command_id)
                 .last_error_code
                 .as_ref()
-                .map(tenantry_lifecycle::ErrorCode::as_str),
+                .map(ErrorCode::as_str),
             Some(ErrorCode::RemoteDeletionPending.as_str())
         );
         at += 1000;
@@ -798,10 +786,7 @@ async fn malformed_payload_dead_letters_with_invalid_command_payload() {
     let record = h.command(&receipt.command_id);
     assert_eq!(record.status, CommandStatus::Failed);
     assert_eq!(
-        record
-            .last_error_code
-            .as_ref()
-            .map(tenantry_lifecycle::ErrorCode::as_str),
+        record.last_error_code.as_ref().map(ErrorCode::as_str),
         Some(ErrorCode::InvalidCommandPayload.as_str())
     );
     assert_eq!(record.completed_at, Some(t(0)));

@@ -55,10 +55,7 @@ async fn case_003_permanent_remote_error_dead_letters_visibly_and_never_succeeds
     let record = h.command(&receipt.command_id);
     assert_eq!(record.status, CommandStatus::Failed);
     assert_eq!(
-        record
-            .last_error_code
-            .as_ref()
-            .map(tenantry_lifecycle::ErrorCode::as_str),
+        record.last_error_code.as_ref().map(ErrorCode::as_str),
         Some("INVALID_REQUEST")
     );
     assert_eq!(record.completed_at, Some(t(0)));
@@ -89,10 +86,7 @@ async fn case_003_permanent_remote_error_dead_letters_visibly_and_never_succeeds
     let record = h.command(&receipt.command_id);
     assert_eq!(record.status, CommandStatus::Failed);
     assert_eq!(
-        record
-            .last_error_code
-            .as_ref()
-            .map(tenantry_lifecycle::ErrorCode::as_str),
+        record.last_error_code.as_ref().map(ErrorCode::as_str),
         Some("INVALID_REQUEST")
     );
 }
@@ -115,10 +109,7 @@ async fn every_permanent_remote_code_dead_letters_at_once() {
         assert_eq!(
             (
                 record.status,
-                record
-                    .last_error_code
-                    .as_ref()
-                    .map(tenantry_lifecycle::ErrorCode::as_str)
+                record.last_error_code.as_ref().map(ErrorCode::as_str)
             ),
             (CommandStatus::Failed, Some(code)),
             "{status} {code}"
@@ -141,10 +132,7 @@ async fn every_permanent_remote_code_dead_letters_at_once() {
         assert_eq!(
             (
                 record.status,
-                record
-                    .last_error_code
-                    .as_ref()
-                    .map(tenantry_lifecycle::ErrorCode::as_str)
+                record.last_error_code.as_ref().map(ErrorCode::as_str)
             ),
             (CommandStatus::Pending, Some(code)),
             "{status} {code}"
@@ -166,10 +154,7 @@ async fn a_permanent_deletion_answer_dead_letters_the_delete() {
     let record = h.command(&delete.command_id);
     assert_eq!(record.status, CommandStatus::Failed);
     assert_eq!(
-        record
-            .last_error_code
-            .as_ref()
-            .map(tenantry_lifecycle::ErrorCode::as_str),
+        record.last_error_code.as_ref().map(ErrorCode::as_str),
         Some("IDEMPOTENCY_KEY_REUSED")
     );
 }
@@ -194,10 +179,7 @@ async fn the_attempt_budget_dead_letters_and_an_operator_retry_renews_it() {
     let record = h.command(&receipt.command_id);
     assert_eq!(record.status, CommandStatus::Failed);
     assert_eq!(
-        record
-            .last_error_code
-            .as_ref()
-            .map(tenantry_lifecycle::ErrorCode::as_str),
+        record.last_error_code.as_ref().map(ErrorCode::as_str),
         Some("REMOTE_UNAVAILABLE")
     );
     let message = record.last_error_message.clone().unwrap_or_default();
@@ -272,10 +254,7 @@ async fn ownership_loss_settles_as_an_immediate_retry_not_a_lease_expiry() {
     let record = h.command(&receipt.command_id);
     assert_eq!(record.status, CommandStatus::Failed);
     assert_eq!(
-        record
-            .last_error_code
-            .as_ref()
-            .map(tenantry_lifecycle::ErrorCode::as_str),
+        record.last_error_code.as_ref().map(ErrorCode::as_str),
         Some(ErrorCode::OwnershipLost.as_str())
     );
 }
@@ -298,10 +277,7 @@ async fn a_provision_overtaken_by_a_deletion_is_superseded_not_succeeded() {
     assert_ne!(record.status, CommandStatus::Succeeded);
     assert_eq!(record.status, CommandStatus::Superseded);
     assert_eq!(
-        record
-            .last_error_code
-            .as_ref()
-            .map(tenantry_lifecycle::ErrorCode::as_str),
+        record.last_error_code.as_ref().map(ErrorCode::as_str),
         Some(ErrorCode::SupersededByDelete.as_str())
     );
 }
@@ -340,10 +316,7 @@ async fn revocations_end_cleanly_when_the_control_space_is_being_deleted() {
     let record = h.command(&queued.command_id);
     assert_eq!(record.status, CommandStatus::Superseded);
     assert_eq!(
-        record
-            .last_error_code
-            .as_ref()
-            .map(tenantry_lifecycle::ErrorCode::as_str),
+        record.last_error_code.as_ref().map(ErrorCode::as_str),
         Some(ErrorCode::ControlSpaceDeleting.as_str())
     );
     assert_eq!(h.calls("revoke"), 0);

@@ -56,9 +56,7 @@ pub async fn settle_fail_dead_letters_and_is_never_claimed<S: LifecycleStore>(
     assert_eq!(row.status, CommandStatus::Failed);
     assert_eq!(row.completed_at, Some(t(2)));
     assert_eq!(
-        row.last_error_code
-            .as_ref()
-            .map(tenantry_lifecycle::ErrorCode::as_str),
+        row.last_error_code.as_ref().map(ErrorCode::as_str),
         Some("INVALID_REQUEST")
     );
     assert_eq!(row.last_error_message.as_deref(), Some("bad"));
@@ -85,9 +83,7 @@ pub async fn settle_moot_closes_as_superseded<S: LifecycleStore>(store: S, clock
     assert_eq!(row.status, CommandStatus::Superseded);
     assert_eq!(row.completed_at, Some(t(2)));
     assert_eq!(
-        row.last_error_code
-            .as_ref()
-            .map(tenantry_lifecycle::ErrorCode::as_str),
+        row.last_error_code.as_ref().map(ErrorCode::as_str),
         Some(ErrorCode::ControlSpaceDeleting.as_str())
     );
     assert_eq!(row.lease_owner, None);
@@ -154,9 +150,7 @@ pub async fn settle_many_dead_letters_beside_acks_and_retries<S: LifecycleStore>
         let row = record(&store, c.id()).await;
         assert_eq!(row.status, status, "{}", c.id());
         assert_eq!(
-            row.last_error_code
-                .as_ref()
-                .map(tenantry_lifecycle::ErrorCode::as_str),
+            row.last_error_code.as_ref().map(ErrorCode::as_str),
             code,
             "{}",
             c.id()
@@ -221,10 +215,7 @@ pub async fn operator_retry_keeps_the_attempt_count_and_starts_a_fresh_budget<
     );
     assert_eq!(log[0].previous_status, CommandStatus::Failed);
     assert_eq!(
-        log[0]
-            .previous_error_code
-            .as_ref()
-            .map(tenantry_lifecycle::ErrorCode::as_str),
+        log[0].previous_error_code.as_ref().map(ErrorCode::as_str),
         Some("INVALID_REQUEST")
     );
     assert_eq!(log[0].attempt_count, 1);
@@ -247,10 +238,7 @@ pub async fn operator_abandon_closes_a_pending_or_failed_command<
         assert_eq!(after.status, CommandStatus::Abandoned);
         assert_eq!(after.completed_at, Some(t(60)));
         assert_eq!(
-            after
-                .last_error_code
-                .as_ref()
-                .map(tenantry_lifecycle::ErrorCode::as_str),
+            after.last_error_code.as_ref().map(ErrorCode::as_str),
             Some(ErrorCode::AbandonedByOperator.as_str())
         );
         assert_eq!(after.last_error_message, Some(format!("reason {n}")));
