@@ -605,7 +605,7 @@ fn saturated(deadline: Duration) -> RemoteError {
          max_concurrent_calls or the deadline",
         deadline.as_secs_f64()
     ));
-    error.code = CODE_CLIENT_SATURATED.into();
+    error.code = CODE_CLIENT_SATURATED;
     error
 }
 
