@@ -445,213 +445,84 @@ pub enum DirectoryError {
     },
 }
 
-/// Which rule of the directory projection refused an input: one per [`DirectoryError`]
-/// variant, with a stable snake_case string (`as_str`, `Display`, serde) used as the metrics
-/// label `reason`, in logs and in `/v1/directory/status` (`rule`, `refusals_total`). A string
-/// never changes once released.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-#[non_exhaustive]
-pub enum RefusalRule {
-    /// See [`DirectoryError::SnapshotWorkspaceCapacity`].
-    SnapshotWorkspaceCapacity,
-    /// See [`DirectoryError::MembershipCapacity`].
-    MembershipCapacity,
-    /// See [`DirectoryError::ActiveWorkspaceCapacity`].
-    ActiveWorkspaceCapacity,
-    /// See [`DirectoryError::ProjectedActiveWorkspaceCapacity`].
-    ProjectedActiveWorkspaceCapacity,
-    /// See [`DirectoryError::WrongInstance`].
-    WrongInstance,
-    /// See [`DirectoryError::BatchCursorMismatch`].
-    BatchCursorMismatch,
-    /// See [`DirectoryError::MalformedBatch`].
-    MalformedBatch,
-    /// See [`DirectoryError::UnsupportedEventType`].
-    UnsupportedEventType,
-    /// See [`DirectoryError::EventScopeConflict`].
-    EventScopeConflict,
-    /// See [`DirectoryError::EventRevisionConflict`].
-    EventRevisionConflict,
-    /// See [`DirectoryError::DuplicateWorkspace`].
-    DuplicateWorkspace,
-    /// See [`DirectoryError::DuplicateMember`].
-    DuplicateMember,
-    /// See [`DirectoryError::DuplicateMembershipUuid`].
-    DuplicateMembershipUuid,
-    /// See [`DirectoryError::InvalidEmail`].
-    InvalidEmail,
-    /// See [`DirectoryError::InvalidRevision`].
-    InvalidRevision,
-    /// See [`DirectoryError::SnapshotSuperseded`].
-    SnapshotSuperseded,
-    /// See [`DirectoryError::SnapshotConflict`].
-    SnapshotConflict,
-    /// See [`DirectoryError::StateMissing`].
-    StateMissing,
-    /// See [`DirectoryError::StateCursorRolledBack`].
-    StateCursorRolledBack,
-    /// See [`DirectoryError::ReplicaBehindHighWater`].
-    ReplicaBehindHighWater,
-    /// See [`DirectoryError::EmptyPageNotCaughtUp`].
-    EmptyPageNotCaughtUp,
-    /// See [`DirectoryError::DirectoryChangesNeedDelta`].
-    DirectoryChangesNeedDelta,
-    /// See [`DirectoryError::DeltaMismatch`].
-    DeltaMismatch,
-    /// See [`DirectoryError::DeltaUnrequestedWorkspace`].
-    DeltaUnrequestedWorkspace,
-    /// See [`DirectoryError::DeltaOlderThanEvent`].
-    DeltaOlderThanEvent,
-    /// See [`DirectoryError::ReceiptConflict`].
-    ReceiptConflict,
-    /// See [`DirectoryError::MissingReceipt`].
-    MissingReceipt,
-    /// See [`DirectoryError::EmailMapsToSeveralAccounts`].
-    EmailMapsToSeveralAccounts,
-    /// See [`DirectoryError::ConflictingAccountProjections`].
-    ConflictingAccountProjections,
-    /// See [`DirectoryError::EmailCollision`].
-    EmailCollision,
-    /// See [`DirectoryError::LocalAccountCollision`].
-    LocalAccountCollision,
-    /// See [`DirectoryError::AccountRevisionRolledBack`].
-    AccountRevisionRolledBack,
-    /// See [`DirectoryError::AccountRevisionConflict`].
-    AccountRevisionConflict,
-    /// See [`DirectoryError::WorkspaceOtherInstance`].
-    WorkspaceOtherInstance,
-    /// See [`DirectoryError::LocalWorkspaceCollision`].
-    LocalWorkspaceCollision,
-    /// See [`DirectoryError::WorkspaceRevisionRolledBack`].
-    WorkspaceRevisionRolledBack,
-    /// See [`DirectoryError::WorkspaceRevisionConflict`].
-    WorkspaceRevisionConflict,
-    /// See [`DirectoryError::CreatorNotProjected`].
-    CreatorNotProjected,
-    /// See [`DirectoryError::MembershipUuidChanged`].
-    MembershipUuidChanged,
-    /// See [`DirectoryError::MembershipUuidCollision`].
-    MembershipUuidCollision,
-    /// See [`DirectoryError::MembershipRevisionRolledBack`].
-    MembershipRevisionRolledBack,
-    /// See [`DirectoryError::MembershipRevisionConflict`].
-    MembershipRevisionConflict,
-    /// See [`DirectoryError::ExecutionOwnerInvalid`].
-    ExecutionOwnerInvalid,
-    /// See [`DirectoryError::ExecutionGenerationRolledBack`].
-    ExecutionGenerationRolledBack,
-    /// See [`DirectoryError::DesiredStateRevisionRolledBack`].
-    DesiredStateRevisionRolledBack,
-    /// See [`DirectoryError::ExecutionRevisionConflict`].
-    ExecutionRevisionConflict,
-    /// See [`DirectoryError::TombstoneRolledBack`].
-    TombstoneRolledBack,
+/// Declares [`RefusalRule`] with each rule's string, once.
+macro_rules! refusal_rules {
+    ($($variant:ident => $text:literal,)*) => {
+        /// Which rule of the directory projection refused an input: one per [`DirectoryError`]
+        /// variant, with a stable snake_case string (`as_str`, `Display`, serde) used as the
+        /// metrics label `reason`, in logs and in `/v1/directory/status` (`rule`,
+        /// `refusals_total`). A string never changes once released.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        #[non_exhaustive]
+        pub enum RefusalRule {
+            $(
+                #[doc = concat!("See [`DirectoryError::", stringify!($variant), "`].")]
+                $variant,
+            )*
+        }
+
+        impl RefusalRule {
+            /// Every rule, in declaration order.
+            pub const ALL: &'static [RefusalRule] = &[$(Self::$variant,)*];
+
+            /// The stable snake_case string (e.g. `membership_revision_conflict`).
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $(Self::$variant => $text,)*
+                }
+            }
+        }
+    };
 }
 
-impl RefusalRule {
-    /// Every rule, in declaration order.
-    pub const ALL: &'static [RefusalRule] = &[
-        Self::SnapshotWorkspaceCapacity,
-        Self::MembershipCapacity,
-        Self::ActiveWorkspaceCapacity,
-        Self::ProjectedActiveWorkspaceCapacity,
-        Self::WrongInstance,
-        Self::BatchCursorMismatch,
-        Self::MalformedBatch,
-        Self::UnsupportedEventType,
-        Self::EventScopeConflict,
-        Self::EventRevisionConflict,
-        Self::DuplicateWorkspace,
-        Self::DuplicateMember,
-        Self::DuplicateMembershipUuid,
-        Self::InvalidEmail,
-        Self::InvalidRevision,
-        Self::SnapshotSuperseded,
-        Self::SnapshotConflict,
-        Self::StateMissing,
-        Self::StateCursorRolledBack,
-        Self::ReplicaBehindHighWater,
-        Self::EmptyPageNotCaughtUp,
-        Self::DirectoryChangesNeedDelta,
-        Self::DeltaMismatch,
-        Self::DeltaUnrequestedWorkspace,
-        Self::DeltaOlderThanEvent,
-        Self::ReceiptConflict,
-        Self::MissingReceipt,
-        Self::EmailMapsToSeveralAccounts,
-        Self::ConflictingAccountProjections,
-        Self::EmailCollision,
-        Self::LocalAccountCollision,
-        Self::AccountRevisionRolledBack,
-        Self::AccountRevisionConflict,
-        Self::WorkspaceOtherInstance,
-        Self::LocalWorkspaceCollision,
-        Self::WorkspaceRevisionRolledBack,
-        Self::WorkspaceRevisionConflict,
-        Self::CreatorNotProjected,
-        Self::MembershipUuidChanged,
-        Self::MembershipUuidCollision,
-        Self::MembershipRevisionRolledBack,
-        Self::MembershipRevisionConflict,
-        Self::ExecutionOwnerInvalid,
-        Self::ExecutionGenerationRolledBack,
-        Self::DesiredStateRevisionRolledBack,
-        Self::ExecutionRevisionConflict,
-        Self::TombstoneRolledBack,
-    ];
-
-    /// The stable snake_case string (e.g. `membership_revision_conflict`).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::SnapshotWorkspaceCapacity => "snapshot_workspace_capacity",
-            Self::MembershipCapacity => "membership_capacity",
-            Self::ActiveWorkspaceCapacity => "active_workspace_capacity",
-            Self::ProjectedActiveWorkspaceCapacity => "projected_active_workspace_capacity",
-            Self::WrongInstance => "wrong_instance",
-            Self::BatchCursorMismatch => "batch_cursor_mismatch",
-            Self::MalformedBatch => "malformed_batch",
-            Self::UnsupportedEventType => "unsupported_event_type",
-            Self::EventScopeConflict => "event_scope_conflict",
-            Self::EventRevisionConflict => "event_revision_conflict",
-            Self::DuplicateWorkspace => "duplicate_workspace",
-            Self::DuplicateMember => "duplicate_member",
-            Self::DuplicateMembershipUuid => "duplicate_membership_uuid",
-            Self::InvalidEmail => "invalid_email",
-            Self::InvalidRevision => "invalid_revision",
-            Self::SnapshotSuperseded => "snapshot_superseded",
-            Self::SnapshotConflict => "snapshot_conflict",
-            Self::StateMissing => "state_missing",
-            Self::StateCursorRolledBack => "state_cursor_rolled_back",
-            Self::ReplicaBehindHighWater => "replica_behind_high_water",
-            Self::EmptyPageNotCaughtUp => "empty_page_not_caught_up",
-            Self::DirectoryChangesNeedDelta => "directory_changes_need_delta",
-            Self::DeltaMismatch => "delta_mismatch",
-            Self::DeltaUnrequestedWorkspace => "delta_unrequested_workspace",
-            Self::DeltaOlderThanEvent => "delta_older_than_event",
-            Self::ReceiptConflict => "receipt_conflict",
-            Self::MissingReceipt => "missing_receipt",
-            Self::EmailMapsToSeveralAccounts => "email_maps_to_several_accounts",
-            Self::ConflictingAccountProjections => "conflicting_account_projections",
-            Self::EmailCollision => "email_collision",
-            Self::LocalAccountCollision => "local_account_collision",
-            Self::AccountRevisionRolledBack => "account_revision_rolled_back",
-            Self::AccountRevisionConflict => "account_revision_conflict",
-            Self::WorkspaceOtherInstance => "workspace_other_instance",
-            Self::LocalWorkspaceCollision => "local_workspace_collision",
-            Self::WorkspaceRevisionRolledBack => "workspace_revision_rolled_back",
-            Self::WorkspaceRevisionConflict => "workspace_revision_conflict",
-            Self::CreatorNotProjected => "creator_not_projected",
-            Self::MembershipUuidChanged => "membership_uuid_changed",
-            Self::MembershipUuidCollision => "membership_uuid_collision",
-            Self::MembershipRevisionRolledBack => "membership_revision_rolled_back",
-            Self::MembershipRevisionConflict => "membership_revision_conflict",
-            Self::ExecutionOwnerInvalid => "execution_owner_invalid",
-            Self::ExecutionGenerationRolledBack => "execution_generation_rolled_back",
-            Self::DesiredStateRevisionRolledBack => "desired_state_revision_rolled_back",
-            Self::ExecutionRevisionConflict => "execution_revision_conflict",
-            Self::TombstoneRolledBack => "tombstone_rolled_back",
-        }
-    }
+refusal_rules! {
+    SnapshotWorkspaceCapacity => "snapshot_workspace_capacity",
+    MembershipCapacity => "membership_capacity",
+    ActiveWorkspaceCapacity => "active_workspace_capacity",
+    ProjectedActiveWorkspaceCapacity => "projected_active_workspace_capacity",
+    WrongInstance => "wrong_instance",
+    BatchCursorMismatch => "batch_cursor_mismatch",
+    MalformedBatch => "malformed_batch",
+    UnsupportedEventType => "unsupported_event_type",
+    EventScopeConflict => "event_scope_conflict",
+    EventRevisionConflict => "event_revision_conflict",
+    DuplicateWorkspace => "duplicate_workspace",
+    DuplicateMember => "duplicate_member",
+    DuplicateMembershipUuid => "duplicate_membership_uuid",
+    InvalidEmail => "invalid_email",
+    InvalidRevision => "invalid_revision",
+    SnapshotSuperseded => "snapshot_superseded",
+    SnapshotConflict => "snapshot_conflict",
+    StateMissing => "state_missing",
+    StateCursorRolledBack => "state_cursor_rolled_back",
+    ReplicaBehindHighWater => "replica_behind_high_water",
+    EmptyPageNotCaughtUp => "empty_page_not_caught_up",
+    DirectoryChangesNeedDelta => "directory_changes_need_delta",
+    DeltaMismatch => "delta_mismatch",
+    DeltaUnrequestedWorkspace => "delta_unrequested_workspace",
+    DeltaOlderThanEvent => "delta_older_than_event",
+    ReceiptConflict => "receipt_conflict",
+    MissingReceipt => "missing_receipt",
+    EmailMapsToSeveralAccounts => "email_maps_to_several_accounts",
+    ConflictingAccountProjections => "conflicting_account_projections",
+    EmailCollision => "email_collision",
+    LocalAccountCollision => "local_account_collision",
+    AccountRevisionRolledBack => "account_revision_rolled_back",
+    AccountRevisionConflict => "account_revision_conflict",
+    WorkspaceOtherInstance => "workspace_other_instance",
+    LocalWorkspaceCollision => "local_workspace_collision",
+    WorkspaceRevisionRolledBack => "workspace_revision_rolled_back",
+    WorkspaceRevisionConflict => "workspace_revision_conflict",
+    CreatorNotProjected => "creator_not_projected",
+    MembershipUuidChanged => "membership_uuid_changed",
+    MembershipUuidCollision => "membership_uuid_collision",
+    MembershipRevisionRolledBack => "membership_revision_rolled_back",
+    MembershipRevisionConflict => "membership_revision_conflict",
+    ExecutionOwnerInvalid => "execution_owner_invalid",
+    ExecutionGenerationRolledBack => "execution_generation_rolled_back",
+    DesiredStateRevisionRolledBack => "desired_state_revision_rolled_back",
+    ExecutionRevisionConflict => "execution_revision_conflict",
+    TombstoneRolledBack => "tombstone_rolled_back",
 }
 
 impl std::fmt::Display for RefusalRule {
