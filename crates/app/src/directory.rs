@@ -128,7 +128,7 @@ pub async fn status(handle: Option<&DirectoryHandle>) -> Value {
     }
     let refusals = handle.projector.refusals();
     for (rule, count) in &refusals.total_by_rule {
-        crate::metrics::set_directory_refusals(rule, *count);
+        crate::metrics::set_directory_refusals(rule.as_str(), *count);
     }
     json!({
         "configured": true,

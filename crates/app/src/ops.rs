@@ -131,7 +131,10 @@ pub async fn commands_list(config: &Config, args: &CommandsListArgs) -> ExitCode
                 } else {
                     c.next_attempt_at.to_rfc3339()
                 },
-                c.last_error_code.as_deref().unwrap_or("-"),
+                c.last_error_code
+                    .as_ref()
+                    .map(tenantry_lifecycle::ErrorCode::as_str)
+                    .unwrap_or("-"),
             );
         }
         if commands.len() == filter.limit as usize
@@ -226,7 +229,9 @@ fn filter_of(
         operation,
         tenant_id,
         control_space_id,
-        error_code: error_code.filter(|c| !c.is_empty()).map(str::to_owned),
+        error_code: error_code
+            .filter(|c| !c.is_empty())
+            .map(tenantry_lifecycle::ErrorCode::from),
         after: None,
         limit: 0,
     })

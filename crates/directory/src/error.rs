@@ -445,58 +445,158 @@ pub enum DirectoryError {
     },
 }
 
+/// Declares [`RefusalRule`] with each rule's string, once.
+macro_rules! refusal_rules {
+    ($($variant:ident => $text:literal,)*) => {
+        /// Which rule of the directory projection refused an input: one per [`DirectoryError`]
+        /// variant, with a stable snake_case string (`as_str`, `Display`, serde) used as the
+        /// metrics label `reason`, in logs and in `/v1/directory/status` (`rule`,
+        /// `refusals_total`). A string never changes once released.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        #[non_exhaustive]
+        pub enum RefusalRule {
+            $(
+                #[doc = concat!("See [`DirectoryError::", stringify!($variant), "`].")]
+                $variant,
+            )*
+        }
+
+        impl RefusalRule {
+            /// Every rule, in declaration order.
+            pub const ALL: &'static [RefusalRule] = &[$(Self::$variant,)*];
+
+            /// The stable snake_case string (e.g. `membership_revision_conflict`).
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $(Self::$variant => $text,)*
+                }
+            }
+        }
+    };
+}
+
+refusal_rules! {
+    SnapshotWorkspaceCapacity => "snapshot_workspace_capacity",
+    MembershipCapacity => "membership_capacity",
+    ActiveWorkspaceCapacity => "active_workspace_capacity",
+    ProjectedActiveWorkspaceCapacity => "projected_active_workspace_capacity",
+    WrongInstance => "wrong_instance",
+    BatchCursorMismatch => "batch_cursor_mismatch",
+    MalformedBatch => "malformed_batch",
+    UnsupportedEventType => "unsupported_event_type",
+    EventScopeConflict => "event_scope_conflict",
+    EventRevisionConflict => "event_revision_conflict",
+    DuplicateWorkspace => "duplicate_workspace",
+    DuplicateMember => "duplicate_member",
+    DuplicateMembershipUuid => "duplicate_membership_uuid",
+    InvalidEmail => "invalid_email",
+    InvalidRevision => "invalid_revision",
+    SnapshotSuperseded => "snapshot_superseded",
+    SnapshotConflict => "snapshot_conflict",
+    StateMissing => "state_missing",
+    StateCursorRolledBack => "state_cursor_rolled_back",
+    ReplicaBehindHighWater => "replica_behind_high_water",
+    EmptyPageNotCaughtUp => "empty_page_not_caught_up",
+    DirectoryChangesNeedDelta => "directory_changes_need_delta",
+    DeltaMismatch => "delta_mismatch",
+    DeltaUnrequestedWorkspace => "delta_unrequested_workspace",
+    DeltaOlderThanEvent => "delta_older_than_event",
+    ReceiptConflict => "receipt_conflict",
+    MissingReceipt => "missing_receipt",
+    EmailMapsToSeveralAccounts => "email_maps_to_several_accounts",
+    ConflictingAccountProjections => "conflicting_account_projections",
+    EmailCollision => "email_collision",
+    LocalAccountCollision => "local_account_collision",
+    AccountRevisionRolledBack => "account_revision_rolled_back",
+    AccountRevisionConflict => "account_revision_conflict",
+    WorkspaceOtherInstance => "workspace_other_instance",
+    LocalWorkspaceCollision => "local_workspace_collision",
+    WorkspaceRevisionRolledBack => "workspace_revision_rolled_back",
+    WorkspaceRevisionConflict => "workspace_revision_conflict",
+    CreatorNotProjected => "creator_not_projected",
+    MembershipUuidChanged => "membership_uuid_changed",
+    MembershipUuidCollision => "membership_uuid_collision",
+    MembershipRevisionRolledBack => "membership_revision_rolled_back",
+    MembershipRevisionConflict => "membership_revision_conflict",
+    ExecutionOwnerInvalid => "execution_owner_invalid",
+    ExecutionGenerationRolledBack => "execution_generation_rolled_back",
+    DesiredStateRevisionRolledBack => "desired_state_revision_rolled_back",
+    ExecutionRevisionConflict => "execution_revision_conflict",
+    TombstoneRolledBack => "tombstone_rolled_back",
+}
+
+impl std::fmt::Display for RefusalRule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl serde::Serialize for RefusalRule {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
 impl DirectoryError {
-    /// A stable snake_case name of the rule that refused the input (the variant name), for
-    /// metrics labels, logs and the status report.
-    pub fn rule(&self) -> &'static str {
+    /// The rule that refused the input (one per variant); its stable snake_case string
+    /// ([`RefusalRule::as_str`]) labels metrics, logs and the status report.
+    pub fn rule(&self) -> RefusalRule {
         match self {
-            Self::SnapshotWorkspaceCapacity { .. } => "snapshot_workspace_capacity",
-            Self::MembershipCapacity { .. } => "membership_capacity",
-            Self::ActiveWorkspaceCapacity { .. } => "active_workspace_capacity",
-            Self::ProjectedActiveWorkspaceCapacity { .. } => "projected_active_workspace_capacity",
-            Self::WrongInstance { .. } => "wrong_instance",
-            Self::BatchCursorMismatch { .. } => "batch_cursor_mismatch",
-            Self::MalformedBatch { .. } => "malformed_batch",
-            Self::UnsupportedEventType { .. } => "unsupported_event_type",
-            Self::EventScopeConflict { .. } => "event_scope_conflict",
-            Self::EventRevisionConflict { .. } => "event_revision_conflict",
-            Self::DuplicateWorkspace { .. } => "duplicate_workspace",
-            Self::DuplicateMember { .. } => "duplicate_member",
-            Self::DuplicateMembershipUuid { .. } => "duplicate_membership_uuid",
-            Self::InvalidEmail { .. } => "invalid_email",
-            Self::InvalidRevision { .. } => "invalid_revision",
-            Self::SnapshotSuperseded { .. } => "snapshot_superseded",
-            Self::SnapshotConflict { .. } => "snapshot_conflict",
-            Self::StateMissing { .. } => "state_missing",
-            Self::StateCursorRolledBack { .. } => "state_cursor_rolled_back",
-            Self::ReplicaBehindHighWater { .. } => "replica_behind_high_water",
-            Self::EmptyPageNotCaughtUp { .. } => "empty_page_not_caught_up",
-            Self::DirectoryChangesNeedDelta => "directory_changes_need_delta",
-            Self::DeltaMismatch => "delta_mismatch",
-            Self::DeltaUnrequestedWorkspace { .. } => "delta_unrequested_workspace",
-            Self::DeltaOlderThanEvent { .. } => "delta_older_than_event",
-            Self::ReceiptConflict { .. } => "receipt_conflict",
-            Self::MissingReceipt { .. } => "missing_receipt",
-            Self::EmailMapsToSeveralAccounts { .. } => "email_maps_to_several_accounts",
-            Self::ConflictingAccountProjections { .. } => "conflicting_account_projections",
-            Self::EmailCollision { .. } => "email_collision",
-            Self::LocalAccountCollision { .. } => "local_account_collision",
-            Self::AccountRevisionRolledBack { .. } => "account_revision_rolled_back",
-            Self::AccountRevisionConflict { .. } => "account_revision_conflict",
-            Self::WorkspaceOtherInstance { .. } => "workspace_other_instance",
-            Self::LocalWorkspaceCollision { .. } => "local_workspace_collision",
-            Self::WorkspaceRevisionRolledBack { .. } => "workspace_revision_rolled_back",
-            Self::WorkspaceRevisionConflict { .. } => "workspace_revision_conflict",
-            Self::CreatorNotProjected { .. } => "creator_not_projected",
-            Self::MembershipUuidChanged { .. } => "membership_uuid_changed",
-            Self::MembershipUuidCollision { .. } => "membership_uuid_collision",
-            Self::MembershipRevisionRolledBack { .. } => "membership_revision_rolled_back",
-            Self::MembershipRevisionConflict { .. } => "membership_revision_conflict",
-            Self::ExecutionOwnerInvalid { .. } => "execution_owner_invalid",
-            Self::ExecutionGenerationRolledBack { .. } => "execution_generation_rolled_back",
-            Self::DesiredStateRevisionRolledBack { .. } => "desired_state_revision_rolled_back",
-            Self::ExecutionRevisionConflict { .. } => "execution_revision_conflict",
-            Self::TombstoneRolledBack { .. } => "tombstone_rolled_back",
+            Self::SnapshotWorkspaceCapacity { .. } => RefusalRule::SnapshotWorkspaceCapacity,
+            Self::MembershipCapacity { .. } => RefusalRule::MembershipCapacity,
+            Self::ActiveWorkspaceCapacity { .. } => RefusalRule::ActiveWorkspaceCapacity,
+            Self::ProjectedActiveWorkspaceCapacity { .. } => {
+                RefusalRule::ProjectedActiveWorkspaceCapacity
+            }
+            Self::WrongInstance { .. } => RefusalRule::WrongInstance,
+            Self::BatchCursorMismatch { .. } => RefusalRule::BatchCursorMismatch,
+            Self::MalformedBatch { .. } => RefusalRule::MalformedBatch,
+            Self::UnsupportedEventType { .. } => RefusalRule::UnsupportedEventType,
+            Self::EventScopeConflict { .. } => RefusalRule::EventScopeConflict,
+            Self::EventRevisionConflict { .. } => RefusalRule::EventRevisionConflict,
+            Self::DuplicateWorkspace { .. } => RefusalRule::DuplicateWorkspace,
+            Self::DuplicateMember { .. } => RefusalRule::DuplicateMember,
+            Self::DuplicateMembershipUuid { .. } => RefusalRule::DuplicateMembershipUuid,
+            Self::InvalidEmail { .. } => RefusalRule::InvalidEmail,
+            Self::InvalidRevision { .. } => RefusalRule::InvalidRevision,
+            Self::SnapshotSuperseded { .. } => RefusalRule::SnapshotSuperseded,
+            Self::SnapshotConflict { .. } => RefusalRule::SnapshotConflict,
+            Self::StateMissing { .. } => RefusalRule::StateMissing,
+            Self::StateCursorRolledBack { .. } => RefusalRule::StateCursorRolledBack,
+            Self::ReplicaBehindHighWater { .. } => RefusalRule::ReplicaBehindHighWater,
+            Self::EmptyPageNotCaughtUp { .. } => RefusalRule::EmptyPageNotCaughtUp,
+            Self::DirectoryChangesNeedDelta => RefusalRule::DirectoryChangesNeedDelta,
+            Self::DeltaMismatch => RefusalRule::DeltaMismatch,
+            Self::DeltaUnrequestedWorkspace { .. } => RefusalRule::DeltaUnrequestedWorkspace,
+            Self::DeltaOlderThanEvent { .. } => RefusalRule::DeltaOlderThanEvent,
+            Self::ReceiptConflict { .. } => RefusalRule::ReceiptConflict,
+            Self::MissingReceipt { .. } => RefusalRule::MissingReceipt,
+            Self::EmailMapsToSeveralAccounts { .. } => RefusalRule::EmailMapsToSeveralAccounts,
+            Self::ConflictingAccountProjections { .. } => {
+                RefusalRule::ConflictingAccountProjections
+            }
+            Self::EmailCollision { .. } => RefusalRule::EmailCollision,
+            Self::LocalAccountCollision { .. } => RefusalRule::LocalAccountCollision,
+            Self::AccountRevisionRolledBack { .. } => RefusalRule::AccountRevisionRolledBack,
+            Self::AccountRevisionConflict { .. } => RefusalRule::AccountRevisionConflict,
+            Self::WorkspaceOtherInstance { .. } => RefusalRule::WorkspaceOtherInstance,
+            Self::LocalWorkspaceCollision { .. } => RefusalRule::LocalWorkspaceCollision,
+            Self::WorkspaceRevisionRolledBack { .. } => RefusalRule::WorkspaceRevisionRolledBack,
+            Self::WorkspaceRevisionConflict { .. } => RefusalRule::WorkspaceRevisionConflict,
+            Self::CreatorNotProjected { .. } => RefusalRule::CreatorNotProjected,
+            Self::MembershipUuidChanged { .. } => RefusalRule::MembershipUuidChanged,
+            Self::MembershipUuidCollision { .. } => RefusalRule::MembershipUuidCollision,
+            Self::MembershipRevisionRolledBack { .. } => RefusalRule::MembershipRevisionRolledBack,
+            Self::MembershipRevisionConflict { .. } => RefusalRule::MembershipRevisionConflict,
+            Self::ExecutionOwnerInvalid { .. } => RefusalRule::ExecutionOwnerInvalid,
+            Self::ExecutionGenerationRolledBack { .. } => {
+                RefusalRule::ExecutionGenerationRolledBack
+            }
+            Self::DesiredStateRevisionRolledBack { .. } => {
+                RefusalRule::DesiredStateRevisionRolledBack
+            }
+            Self::ExecutionRevisionConflict { .. } => RefusalRule::ExecutionRevisionConflict,
+            Self::TombstoneRolledBack { .. } => RefusalRule::TombstoneRolledBack,
         }
     }
 
@@ -531,5 +631,34 @@ impl DirectoryError {
     /// True when another replica's newer projection won the race; initialization retries.
     pub fn is_superseded(&self) -> bool {
         matches!(self, Self::SnapshotSuperseded { .. })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each rule's string is its variant name in snake_case and no two rules share one (the
+    /// strings are metrics labels and appear in the status report: they must stay stable).
+    #[test]
+    fn refusal_rules_have_distinct_snake_case_strings() {
+        let mut seen = std::collections::BTreeSet::new();
+        for rule in RefusalRule::ALL {
+            let name = format!("{rule:?}");
+            let mut snake = String::new();
+            for (i, c) in name.chars().enumerate() {
+                if c.is_ascii_uppercase() && i > 0 {
+                    snake.push('_');
+                }
+                snake.push(c.to_ascii_lowercase());
+            }
+            assert_eq!(rule.as_str(), snake, "{name}");
+            assert_eq!(rule.to_string(), snake);
+            assert!(seen.insert(rule.as_str()), "{rule} twice");
+        }
+        assert_eq!(
+            serde_json::to_string(&RefusalRule::MembershipRevisionConflict).ok(),
+            Some("\"membership_revision_conflict\"".to_owned())
+        );
     }
 }

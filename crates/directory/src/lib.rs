@@ -36,7 +36,7 @@ pub mod rows;
 pub mod testing;
 
 pub use config::{ProjectionLimits, ProjectorConfig, ProjectorConfigError};
-pub use error::DirectoryError;
+pub use error::{DirectoryError, RefusalRule};
 pub use ids::{AccountUuid, EventUuid, InstanceUuid, MembershipUuid, WorkspaceUuid};
 pub use memory::ApplyOutcome;
 pub use model::{

@@ -26,13 +26,14 @@ use tenantry_directory::config::SNAPSHOT_ATTEMPTS;
 use tenantry_directory::maps::WorkspaceStatus;
 use tenantry_directory::{
     ApplyContext, ApplyOutcome, DirectoryDelta, DirectoryError, DirectoryEventBatch,
-    DirectorySnapshot, DirectoryWorkspace, NotReady, ProjectorConfig, Readiness, WorkspaceUuid,
+    DirectorySnapshot, DirectoryWorkspace, NotReady, ProjectorConfig, Readiness, RefusalRule,
+    WorkspaceUuid,
 };
 use tenantry_ports::directory::{
     DirectoryProjectionStore, DirectoryProvider, EntitlementReconciler, NoHooks,
     ProjectionStoreError, ProviderError, RuntimeExecutionPublisher,
 };
-use tenantry_ports::error::ErrorSource;
+use tenantry_ports::error::StoreError;
 use tokio::time::Instant;
 
 /// Why a projector step failed. Every variant is ordinary for the run loop: it logs, backs
@@ -47,15 +48,10 @@ pub enum ProjectorError {
     /// projection); nothing was written.
     #[error("directory projection refused the answer: {0}")]
     Rejected(#[from] DirectoryError),
-    /// The store failed; its transaction rolled back.
-    #[error("directory projection storage failed: {message}")]
-    Storage {
-        /// The store's message.
-        message: String,
-        /// The store's source error (e.g. the driver's), if it kept one.
-        #[source]
-        source: Option<ErrorSource>,
-    },
+    /// The store failed; its transaction rolled back. Its source is the store's error (whose
+    /// source is the driver's, if it kept one).
+    #[error("directory projection storage failed: {0}")]
+    Storage(#[source] StoreError),
     /// Every snapshot the provider served during initialization was older than the shared
     /// projection (a stale provider, or a race with other replicas lost every time).
     #[error(
@@ -75,7 +71,7 @@ impl ProjectorError {
     pub fn refusal(&self) -> Option<&DirectoryError> {
         match self {
             Self::Rejected(e) | Self::RepeatedlySuperseded { last: e, .. } => Some(e),
-            Self::Provider(_) | Self::Storage { .. } => None,
+            Self::Provider(_) | Self::Storage(_) => None,
         }
     }
 }
@@ -84,12 +80,9 @@ impl From<ProjectionStoreError> for ProjectorError {
     fn from(error: ProjectionStoreError) -> Self {
         match error {
             ProjectionStoreError::Rejected(e) => Self::Rejected(e),
-            ProjectionStoreError::Storage { message, source } => Self::Storage { message, source },
+            ProjectionStoreError::Storage(error) => Self::Storage(error),
             // A store failure this engine does not know yet: keep its message.
-            other => Self::Storage {
-                message: other.to_string(),
-                source: None,
-            },
+            other => Self::Storage(StoreError::unavailable(other.to_string())),
         }
     }
 }
@@ -118,8 +111,9 @@ pub struct ResourceSnapshot {
 /// answer; this record makes that visible (`/v1/directory/status`, logs).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Refusal {
-    /// The rule, [`DirectoryError::rule`] (e.g. `membership_revision_conflict`).
-    pub rule: &'static str,
+    /// The rule, [`DirectoryError::rule`] (serialized as its string, e.g.
+    /// `membership_revision_conflict`).
+    pub rule: RefusalRule,
     /// The workspace the rule names, if one.
     pub workspace: Option<WorkspaceUuid>,
     /// The full message of the latest occurrence.
@@ -141,7 +135,7 @@ pub struct RefusalReport {
     /// The latest refusal (kept after it is resolved, with `resolved_at`).
     pub last: Option<Refusal>,
     /// Refusals per rule since start (the `tenantry_directory_refusals_total{reason}` counter).
-    pub total_by_rule: BTreeMap<&'static str, u64>,
+    pub total_by_rule: BTreeMap<RefusalRule, u64>,
 }
 
 #[derive(Debug, Default)]
@@ -515,7 +509,7 @@ impl<P: DirectoryProvider, S: DirectoryProjectionStore> DirectoryProjector<P, S>
                 if let Some(last) = refusals.last.as_mut().filter(|r| r.resolved_at.is_none()) {
                     last.resolved_at = Some(now);
                     tracing::info!(
-                        rule = last.rule,
+                        rule = last.rule.as_str(),
                         workspace = last.workspace.as_ref().map(WorkspaceUuid::as_str),
                         refused = last.count,
                         since = %last.since,
@@ -552,7 +546,7 @@ impl<P: DirectoryProvider, S: DirectoryProjectionStore> DirectoryProjector<P, S>
                     }),
                 };
                 tracing::warn!(
-                    rule = entry.rule,
+                    rule = entry.rule.as_str(),
                     workspace = entry.workspace.as_ref().map(WorkspaceUuid::as_str),
                     count = entry.count,
                     since = %entry.since,

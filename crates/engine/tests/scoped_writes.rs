@@ -474,7 +474,10 @@ async fn host_write_failure_fences_the_scope_and_returns_the_failure() {
         assert!(
             matches!(
                 err,
-                ScopedWriteError::HostWrite(HostStorageError::Unavailable { .. })
+                ScopedWriteError::HostWrite(HostStorageError::Storage {
+                    error: tenantry_ports::StoreError::Unavailable { .. },
+                    ..
+                })
             ),
             "{err:?}"
         );

@@ -319,7 +319,7 @@ pub struct CommandRecord {
     /// Earliest time of the next claim while pending.
     pub next_attempt_at: DateTime<Utc>,
     /// Code of the last retry, failure, supersede or operator abandon.
-    pub last_error_code: Option<String>,
+    pub last_error_code: Option<crate::ErrorCode>,
     /// Message of the last retry or supersede.
     pub last_error_message: Option<String>,
     /// Enqueue time.
@@ -365,15 +365,15 @@ impl CommandRecord {
 /// An error code and message recorded on a command.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ErrorRecord {
-    /// Stable machine-readable code, e.g. `REMOTE_DELETION_PENDING`.
-    pub code: String,
+    /// Stable machine-readable code, e.g. [`REMOTE_DELETION_PENDING`](crate::ErrorCode::RemoteDeletionPending).
+    pub code: crate::ErrorCode,
     /// Human-readable detail.
     pub message: String,
 }
 
 impl ErrorRecord {
     /// Builds a record.
-    pub fn new(code: impl Into<String>, message: impl Into<String>) -> Self {
+    pub fn new(code: impl Into<crate::ErrorCode>, message: impl Into<String>) -> Self {
         Self {
             code: code.into(),
             message: message.into(),

@@ -10,7 +10,7 @@
 //!   key reused with another request — resending the same request gets the same answer);
 //! - a remote answer `409` with one of [`PERMANENT_CONFLICT_CODES`] (the provisioning key
 //!   belongs to another control space; the space behind the key is being or was deleted);
-//! - the code [`IDEMPOTENCY_KEY_REUSED`](REMOTE_IDEMPOTENCY_KEY_REUSED) with any status;
+//! - the code [`IDEMPOTENCY_KEY_REUSED`](ErrorCode::IdempotencyKeyReused) with any status;
 //! - local: a stored payload that does not parse, a recovered deletion identity that
 //!   conflicts with the registered one.
 //!
@@ -21,28 +21,23 @@
 //! Progress polls ([`PROGRESS_CODES`]) do not spend the attempt budget: a deletion that drains
 //! for hours or a lagging revoke watermark is progress, not failure.
 
-use crate::saga::codes;
+use crate::ErrorCode;
 
 /// Default attempt budget of a command: 50 claims. With the default backoff (2 s doubling to
 /// a 300 s cap) that is about four hours of retrying before a command is dead-lettered.
 pub const DEFAULT_MAX_ATTEMPTS: u32 = 50;
 
-/// KnowledgeFS: the idempotency key was used with another request (422).
-pub const REMOTE_IDEMPOTENCY_KEY_REUSED: &str = "IDEMPOTENCY_KEY_REUSED";
-/// KnowledgeFS: the provisioning key belongs to another control space (409).
-pub const REMOTE_PROVISIONING_KEY_CONFLICT: &str = "PROVISIONING_KEY_CONFLICT";
-/// KnowledgeFS: provisioning a key whose space is being or was deleted (409).
-pub const REMOTE_SPACE_DELETED: &str = "KNOWLEDGE_FS_SPACE_DELETED";
-
 /// `409` codes of the KnowledgeFS protocol that no retry can change.
-pub const PERMANENT_CONFLICT_CODES: [&str; 2] =
-    [REMOTE_PROVISIONING_KEY_CONFLICT, REMOTE_SPACE_DELETED];
+pub const PERMANENT_CONFLICT_CODES: [ErrorCode; 2] = [
+    ErrorCode::ProvisioningKeyConflict,
+    ErrorCode::KnowledgeFsSpaceDeleted,
+];
 
 /// Retry codes that report progress of a long remote operation; they never fail a command.
-pub const PROGRESS_CODES: [&str; 3] = [
-    codes::REMOTE_DELETION_PENDING,
-    codes::REMOTE_REVOKE_WATERMARK_LAG,
-    codes::CONTROL_SPACE_CONFLICT,
+pub const PROGRESS_CODES: [ErrorCode; 3] = [
+    ErrorCode::RemoteDeletionPending,
+    ErrorCode::RemoteRevokeWatermarkLag,
+    ErrorCode::ControlSpaceConflict,
 ];
 
 /// What to do after a failed attempt.
@@ -56,20 +51,20 @@ pub enum Disposition {
 
 /// Disposition of a remote error: `status` is the HTTP status of an answer (`None` for a
 /// transport failure: not dispatched or outcome unknown), `code` the error code.
-pub fn remote_disposition(status: Option<u16>, code: &str) -> Disposition {
-    if code == REMOTE_IDEMPOTENCY_KEY_REUSED {
+pub fn remote_disposition(status: Option<u16>, code: &ErrorCode) -> Disposition {
+    if *code == ErrorCode::IdempotencyKeyReused {
         return Disposition::Permanent;
     }
     match status {
         Some(400 | 422) => Disposition::Permanent,
-        Some(409) if PERMANENT_CONFLICT_CODES.contains(&code) => Disposition::Permanent,
+        Some(409) if PERMANENT_CONFLICT_CODES.contains(code) => Disposition::Permanent,
         _ => Disposition::Retry,
     }
 }
 
 /// Whether a retry with `code` spends the attempt budget (progress polls do not).
-pub fn spends_budget(code: &str) -> bool {
-    !PROGRESS_CODES.contains(&code)
+pub fn spends_budget(code: &ErrorCode) -> bool {
+    !PROGRESS_CODES.contains(code)
 }
 
 #[cfg(test)]
@@ -100,7 +95,7 @@ mod tests {
         ];
         for (status, code, expected) in table {
             assert_eq!(
-                remote_disposition(status, code),
+                remote_disposition(status, &ErrorCode::from(code)),
                 expected,
                 "{status:?} {code}"
             );
@@ -109,9 +104,9 @@ mod tests {
 
     #[test]
     fn progress_polls_do_not_spend_the_budget() {
-        assert!(!spends_budget(codes::REMOTE_DELETION_PENDING));
-        assert!(!spends_budget(codes::REMOTE_REVOKE_WATERMARK_LAG));
-        assert!(spends_budget("KFS_UNAVAILABLE"));
-        assert!(spends_budget(codes::KNOWLEDGE_FS_SPACE_NOT_FOUND));
+        assert!(!spends_budget(&ErrorCode::RemoteDeletionPending));
+        assert!(!spends_budget(&ErrorCode::RemoteRevokeWatermarkLag));
+        assert!(spends_budget(&ErrorCode::from("KFS_UNAVAILABLE")));
+        assert!(spends_budget(&ErrorCode::KnowledgeFsSpaceNotFound));
     }
 }

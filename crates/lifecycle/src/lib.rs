@@ -7,6 +7,7 @@
 //! `docs/protocol.md` (section 1, "The saga") expressed as such steps.
 //!
 //! - [`control_space`]: the control-space state machine and compare-and-set updates;
+//! - [`code`]: the error codes recorded on commands ([`ErrorCode`], stable strings);
 //! - [`command`]: outbox commands, payloads, leases and settlements;
 //! - [`remote`]: the requests sent to and the answers read from KnowledgeFS;
 //! - [`saga`]: the decisions of each saga step;
@@ -14,6 +15,7 @@
 //! - [`failure`]: which outcomes dead-letter a command (status `failed`);
 //! - [`intake`]: validation and fingerprints of new requests.
 
+pub mod code;
 pub mod command;
 pub mod control_space;
 pub mod failure;
@@ -23,6 +25,7 @@ pub mod remote;
 pub mod retry;
 pub mod saga;
 
+pub use code::{ErrorCode, OtherCode};
 pub use command::{
     ClaimedCommand, CommandBody, CommandOutcome, CommandRecord, CommandStatus, DeletePayload,
     ErrorRecord, LeaseToken, Operation, PayloadError, ProvisionPayload, RevokePayload, Settlement,

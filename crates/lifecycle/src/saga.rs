@@ -24,6 +24,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
+use crate::ErrorCode;
 use crate::command::{
     ClaimedCommand, CommandRecord, CommandStatus, DeletePayload, ErrorRecord, ProvisionPayload,
     RevokePayload, Settlement, Supersede, SupersedeRule,
@@ -35,42 +36,6 @@ use crate::remote::{
     RevokeRequest, RevokeState,
 };
 use crate::retry::RetryPolicy;
-
-/// Error codes recorded on commands by the saga.
-pub mod codes {
-    /// The remote deletion is accepted, draining or irreversible but not completed.
-    pub const REMOTE_DELETION_PENDING: &str = "REMOTE_DELETION_PENDING";
-    /// The remote revoke watermark is below the command's revoke sequence.
-    pub const REMOTE_REVOKE_WATERMARK_LAG: &str = "REMOTE_REVOKE_WATERMARK_LAG";
-    /// The operation is not dispatched by this version.
-    pub const UNSUPPORTED_OPERATION: &str = "UNSUPPORTED_OPERATION";
-    /// The stored payload does not have its operation's shape.
-    pub const INVALID_COMMAND_PAYLOAD: &str = "INVALID_COMMAND_PAYLOAD";
-    /// The deletion identity could not be recovered and absence could not complete the deletion.
-    pub const KNOWLEDGE_FS_SPACE_NOT_FOUND: &str = "KNOWLEDGE_FS_SPACE_NOT_FOUND";
-    /// A recovered identity lives in another namespace.
-    pub const KNOWLEDGE_FS_SCOPE_MISMATCH: &str = "KNOWLEDGE_FS_SCOPE_MISMATCH";
-    /// The control space changed between the read and the settle; the next attempt re-reads it.
-    pub const CONTROL_SPACE_CONFLICT: &str = "CONTROL_SPACE_CONFLICT";
-    /// A lookup found no space, but a provision request may still land remotely; the deletion
-    /// looks up again until the grace period after the provision's last attempt has passed.
-    pub const REMOTE_ABSENCE_UNCONFIRMED: &str = "REMOTE_ABSENCE_UNCONFIRMED";
-    /// Recorded on a provision superseded by a deletion.
-    pub const SUPERSEDED_BY_DELETE: &str = "SUPERSEDED_BY_DELETE";
-    /// Recorded on a revocation found moot because its control space is being deleted or is
-    /// deleted (the grant goes away with the knowledge space).
-    pub const CONTROL_SPACE_DELETING: &str = "CONTROL_SPACE_DELETING";
-    /// The control space moved on under the command; retried at once (the next attempt
-    /// re-reads it).
-    pub const OWNERSHIP_LOST: &str = "OWNERSHIP_LOST";
-    /// The state machine refused the change; retried at once.
-    pub const FORBIDDEN_TRANSITION: &str = "FORBIDDEN_TRANSITION";
-    /// A recovered deletion identity conflicts with the registered one: dead-lettered, an
-    /// operator must reconcile.
-    pub const KNOWLEDGE_FS_IDENTITY_CONFLICT: &str = "KNOWLEDGE_FS_IDENTITY_CONFLICT";
-    /// Recorded on a command an operator abandoned.
-    pub const ABANDONED_BY_OPERATOR: &str = "ABANDONED_BY_OPERATOR";
-}
 
 /// Why a step could not reach its own settlement.
 ///
@@ -224,7 +189,7 @@ impl<'a> Step<'a> {
     /// dead-lettered instead: status `failed` with the same code and a message saying so.
     pub fn retry(
         &self,
-        code: &str,
+        code: impl Into<ErrorCode>,
         message: impl Into<String>,
         retry_after: Option<Duration>,
     ) -> Settlement {
@@ -236,18 +201,18 @@ impl<'a> Step<'a> {
             .now
             .checked_add_signed(delay)
             .unwrap_or(DateTime::<Utc>::MAX_UTC);
-        self.retry_at(next, code, message.into())
+        self.retry_at(next, code.into(), message.into())
     }
 
     /// Retry at once (`next_attempt_at = now`), within the attempt budget like [`Self::retry`].
-    pub fn retry_now(&self, code: &str, message: impl Into<String>) -> Settlement {
-        self.retry_at(self.now, code, message.into())
+    pub fn retry_now(&self, code: impl Into<ErrorCode>, message: impl Into<String>) -> Settlement {
+        self.retry_at(self.now, code.into(), message.into())
     }
 
-    fn retry_at(&self, next: DateTime<Utc>, code: &str, message: String) -> Settlement {
+    fn retry_at(&self, next: DateTime<Utc>, code: ErrorCode, message: String) -> Settlement {
         let budget = i32::try_from(self.policy.max_attempts.max(1)).unwrap_or(i32::MAX);
         let spent = self.command.attempts_in_budget();
-        if failure::spends_budget(code) && spent >= budget {
+        if failure::spends_budget(&code) && spent >= budget {
             return self.fail(
                 code,
                 format!(
@@ -259,7 +224,7 @@ impl<'a> Step<'a> {
     }
 
     /// Dead-letter the claimed command at `now` (status `failed`).
-    pub fn fail(&self, code: &str, message: impl Into<String>) -> Settlement {
+    pub fn fail(&self, code: impl Into<ErrorCode>, message: impl Into<String>) -> Settlement {
         Settlement::fail(self.now, ErrorRecord::new(code, message))
     }
 
@@ -269,10 +234,10 @@ impl<'a> Step<'a> {
     /// [`StepError::IdentityConflict`] dead-letters with `KNOWLEDGE_FS_IDENTITY_CONFLICT`.
     pub fn step_error(&self, error: &StepError) -> Settlement {
         match error {
-            StepError::OwnershipLost { reason } => self.retry_now(codes::OWNERSHIP_LOST, *reason),
-            StepError::Transition(e) => self.retry_now(codes::FORBIDDEN_TRANSITION, e.to_string()),
+            StepError::OwnershipLost { reason } => self.retry_now(ErrorCode::OwnershipLost, *reason),
+            StepError::Transition(e) => self.retry_now(ErrorCode::ForbiddenTransition, e.to_string()),
             StepError::IdentityConflict => self.fail(
-                codes::KNOWLEDGE_FS_IDENTITY_CONFLICT,
+                ErrorCode::KnowledgeFsIdentityConflict,
                 "recovered deletion identity conflicts with the registered one; reconcile the control space with KnowledgeFS, then retry or abandon the command",
             ),
         }
@@ -297,7 +262,7 @@ impl<'a> Step<'a> {
             _ => ProvisionStart::SettleWithoutDelivery(Settlement::moot(
                 self.now,
                 ErrorRecord::new(
-                    codes::SUPERSEDED_BY_DELETE,
+                    ErrorCode::SupersededByDelete,
                     "the control space no longer waits for this provision (being deleted, deleted or gone); closed without delivery",
                 ),
             )),
@@ -383,7 +348,7 @@ impl<'a> Step<'a> {
                 rule: SupersedeRule::Unattempted,
                 completed_at: self.now,
                 error: ErrorRecord::new(
-                    codes::SUPERSEDED_BY_DELETE,
+                    ErrorCode::SupersededByDelete,
                     "provision was cancelled before delivery by permanent cleanup",
                 ),
             })),
@@ -445,7 +410,7 @@ impl<'a> Step<'a> {
         };
         if recovered.namespace_id != self.command.tenant_id {
             return Ok(Recovery::Retry(self.retry(
-                codes::KNOWLEDGE_FS_SCOPE_MISMATCH,
+                ErrorCode::KnowledgeFsScopeMismatch,
                 "recovered deletion identity belongs to another namespace",
                 None,
             )));
@@ -552,7 +517,7 @@ impl<'a> Step<'a> {
             rule,
             completed_at: self.now,
             error: ErrorRecord::new(
-                codes::SUPERSEDED_BY_DELETE,
+                ErrorCode::SupersededByDelete,
                 "remote absence was confirmed by permanent cleanup",
             ),
         }))
@@ -578,7 +543,7 @@ impl<'a> Step<'a> {
         Settlement::retry(
             next,
             ErrorRecord::new(
-                codes::REMOTE_ABSENCE_UNCONFIRMED,
+                ErrorCode::RemoteAbsenceUnconfirmed,
                 format!(
                     "KnowledgeFS has no space for the provisioning key, but the provision may \
                      still land until {}; looking up again",
@@ -592,7 +557,7 @@ impl<'a> Step<'a> {
     /// and absence does not prove the deletion complete.
     pub fn not_found(&self) -> Settlement {
         self.retry(
-            codes::KNOWLEDGE_FS_SPACE_NOT_FOUND,
+            ErrorCode::KnowledgeFsSpaceNotFound,
             "KnowledgeFS deletion identity could not be recovered",
             None,
         )
@@ -648,7 +613,7 @@ impl<'a> Step<'a> {
                 .unwrap_or(DateTime::<Utc>::MAX_UTC);
             self.retry_at(
                 next,
-                codes::REMOTE_DELETION_PENDING,
+                ErrorCode::RemoteDeletionPending,
                 format!("KnowledgeFS deletion is {}", progress.phase.as_str()),
             )
         };
@@ -669,7 +634,7 @@ impl<'a> Step<'a> {
             state => RevokeStart::Moot(Settlement::moot(
                 self.now,
                 ErrorRecord::new(
-                    codes::CONTROL_SPACE_DELETING,
+                    ErrorCode::ControlSpaceDeleting,
                     match state {
                         Some(state) => format!(
                             "control space is {state}; the grant goes away with its knowledge space"
@@ -690,7 +655,7 @@ impl<'a> Step<'a> {
             self.ack()
         } else {
             self.retry(
-                codes::REMOTE_REVOKE_WATERMARK_LAG,
+                ErrorCode::RemoteRevokeWatermarkLag,
                 format!(
                     "grant revoke acknowledgment {} is below the command watermark {}",
                     ack.highest_revoke_sequence, payload.revoke_sequence
@@ -703,7 +668,7 @@ impl<'a> Step<'a> {
     /// Retry an operation this version does not dispatch.
     pub fn unsupported(&self, operation: &str) -> Settlement {
         self.retry(
-            codes::UNSUPPORTED_OPERATION,
+            ErrorCode::UnsupportedOperation,
             format!("lifecycle operation {operation} is not dispatched by this version"),
             None,
         )
@@ -712,7 +677,7 @@ impl<'a> Step<'a> {
 
     /// Dead-letter a command whose stored payload does not parse (no attempt can change it).
     pub fn invalid_payload(&self, reason: &str) -> Settlement {
-        self.fail(codes::INVALID_COMMAND_PAYLOAD, reason.to_owned())
+        self.fail(ErrorCode::InvalidCommandPayload, reason.to_owned())
             .nothing_sent()
     }
 
@@ -722,13 +687,13 @@ impl<'a> Step<'a> {
     pub fn remote_failure(
         &self,
         status: Option<u16>,
-        code: &str,
+        code: &ErrorCode,
         message: &str,
         retry_after: Option<Duration>,
     ) -> Settlement {
         match failure::remote_disposition(status, code) {
-            Disposition::Permanent => self.fail(code, message.to_owned()),
-            Disposition::Retry => self.retry(code, message.to_owned(), retry_after),
+            Disposition::Permanent => self.fail(code.clone(), message.to_owned()),
+            Disposition::Retry => self.retry(code.clone(), message.to_owned(), retry_after),
         }
     }
 }

@@ -19,7 +19,7 @@ use tenantry_directory::{
 
 pub use tenantry_directory::LookupKeys;
 
-use crate::error::ErrorSource;
+use crate::error::{ErrorSource, StoreError};
 
 /// Why the directory provider gave no usable answer. The signed HTTP client maps transport
 /// failures, refusals and signature failures to these; the projector retries all of them on
@@ -125,41 +125,75 @@ pub trait DirectoryProvider: Send + Sync {
 }
 
 /// Why a projection store call failed.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+///
+/// A rule's refusal ([`Rejected`](Self::Rejected)) or the storage failure every storage port
+/// shares ([`Storage`](Self::Storage), a [`StoreError`]). `source()` of a `Storage` error is
+/// the driver's error itself (as for a [`StoreError`]), not the wrapped `StoreError`.
+#[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ProjectionStoreError {
     /// A projection rule refused the input; the transaction rolled back and nothing changed.
-    #[error(transparent)]
-    Rejected(#[from] DirectoryError),
-    /// The database failed (connection, lock timeout, constraint); the transaction rolled back.
-    #[error("directory projection storage failed: {message}; the projector retries")]
-    Storage {
-        /// The driver's message.
-        message: String,
-        /// The driver's error, if any.
-        #[source]
-        source: Option<ErrorSource>,
-    },
+    Rejected(DirectoryError),
+    /// The database failed (connection, lock timeout, deadlock, schema not migrated, a row
+    /// that does not decode); the transaction rolled back.
+    Storage(StoreError),
+}
+
+impl std::fmt::Display for ProjectionStoreError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Rejected(refusal) => std::fmt::Display::fmt(refusal, f),
+            Self::Storage(StoreError::Unavailable { message, .. }) => write!(
+                f,
+                "directory projection storage failed: {message}; the projector retries"
+            ),
+            Self::Storage(error) if error.is_transient() => write!(
+                f,
+                "directory projection storage failed: {error}; the projector retries"
+            ),
+            Self::Storage(error) => write!(f, "directory projection storage failed: {error}"),
+        }
+    }
+}
+
+impl std::error::Error for ProjectionStoreError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            // As `#[error(transparent)]` did: the refusal's own source.
+            Self::Rejected(refusal) => std::error::Error::source(refusal),
+            Self::Storage(error) => std::error::Error::source(error),
+        }
+    }
+}
+
+impl From<DirectoryError> for ProjectionStoreError {
+    fn from(refusal: DirectoryError) -> Self {
+        Self::Rejected(refusal)
+    }
+}
+
+impl From<StoreError> for ProjectionStoreError {
+    fn from(error: StoreError) -> Self {
+        Self::Storage(error)
+    }
 }
 
 impl ProjectionStoreError {
-    /// [`ProjectionStoreError::Storage`] with `message` and no source yet.
+    /// [`ProjectionStoreError::Storage`] with a [`StoreError::Unavailable`] of `message` and no
+    /// source yet.
     pub fn storage(message: impl Into<String>) -> Self {
-        Self::Storage {
-            message: message.into(),
-            source: None,
-        }
+        Self::Storage(StoreError::unavailable(message))
     }
 
     /// The same error keeping `error` (the driver's) as its
     /// [`source`](std::error::Error::source); a [`Rejected`](Self::Rejected) is returned
     /// unchanged (its source is the rule's refusal).
     #[must_use]
-    pub fn with_source(mut self, error: impl std::error::Error + Send + Sync + 'static) -> Self {
-        if let Self::Storage { source, .. } = &mut self {
-            *source = Some(ErrorSource::new(error));
+    pub fn with_source(self, error: impl std::error::Error + Send + Sync + 'static) -> Self {
+        match self {
+            Self::Storage(store) => Self::Storage(store.with_source(error)),
+            rejected @ Self::Rejected(_) => rejected,
         }
-        self
     }
 
     /// True when another replica's newer projection superseded a snapshot.

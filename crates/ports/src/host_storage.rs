@@ -21,7 +21,7 @@ use async_trait::async_trait;
 use serde_json::Value;
 use tenantry_fence::{Binding, DispatchFailure, DispatchOutcome};
 
-use crate::error::ErrorSource;
+use crate::error::{ErrorSource, StoreError};
 
 /// Longest accepted key, in bytes.
 pub const MAX_KEY_LEN: usize = 255;
@@ -33,7 +33,7 @@ pub trait HostStorage: Send + Sync {
     /// Every stored key of `binding`, tombstones included, in ascending byte order.
     ///
     /// # Errors
-    /// [`HostStorageError::Unavailable`] when the backend cannot answer; the caller must not
+    /// [`HostStorageError::Storage`] when the backend cannot answer; the caller must not
     /// treat that as "no keys".
     async fn keys(&self, binding: &Binding) -> Result<Vec<String>, HostStorageError>;
 
@@ -42,14 +42,14 @@ pub trait HostStorage: Send + Sync {
     /// # Errors
     /// [`HostStorageError::InvalidKey`] for a key outside the limits,
     /// [`HostStorageError::CorruptValue`] when the stored text is not JSON,
-    /// [`HostStorageError::Unavailable`] when the backend cannot answer.
+    /// [`HostStorageError::Storage`] when the backend cannot answer.
     async fn get(&self, binding: &Binding, key: &str) -> Result<Option<Value>, HostStorageError>;
 
     /// Stores `value` under `key` (insert or replace). `Value::Null` writes a tombstone.
     ///
     /// # Errors
     /// [`HostStorageError::InvalidKey`] (nothing was stored) or
-    /// [`HostStorageError::Unavailable`] (the write may or may not have been stored).
+    /// [`HostStorageError::Storage`] (the write may or may not have been stored).
     async fn set(
         &self,
         binding: &Binding,
@@ -64,7 +64,7 @@ pub trait HostStorage: Send + Sync {
     ///
     /// # Errors
     /// [`HostStorageError::InvalidKey`] (nothing was stored) or
-    /// [`HostStorageError::Unavailable`] (the write may or may not have been stored).
+    /// [`HostStorageError::Storage`] (the write may or may not have been stored).
     ///
     /// The lifetimes are named only so that mockall can mock the `Option<&Value>` argument
     /// (feature `mocks`); implementations write the signature with elided lifetimes as usual.
@@ -86,7 +86,7 @@ pub trait HostStorageBindings: Send + Sync {
     /// included), in ascending order, each once. An empty prefix lists every binding.
     ///
     /// # Errors
-    /// [`HostStorageError::Unavailable`] when the backend cannot answer;
+    /// [`HostStorageError::Storage`] when the backend cannot answer;
     /// [`HostStorageError::CorruptValue`] when a stored binding is not a valid binding.
     async fn bindings_with_key_prefix(
         &self,
@@ -95,12 +95,16 @@ pub trait HostStorageBindings: Send + Sync {
 }
 
 /// Why a host-storage operation failed.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+///
+/// Port-specific refusals ([`InvalidKey`](Self::InvalidKey), [`CorruptValue`](Self::CorruptValue))
+/// beside the storage failure every storage port shares ([`Storage`](Self::Storage), a
+/// [`StoreError`]). `source()` of a `Storage` error is the driver's error itself (as for a
+/// [`StoreError`]), not the wrapped `StoreError`.
+#[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum HostStorageError {
     /// The caller passed a key that is empty or longer than [`MAX_KEY_LEN`] bytes; nothing
     /// was read or written. Fix the caller.
-    #[error("invalid host-storage key {key:?}: {problem}")]
     InvalidKey {
         /// The refused key.
         key: String,
@@ -109,40 +113,71 @@ pub enum HostStorageError {
     },
     /// The stored value under `key` is not valid JSON: the record is damaged. Reconcile it
     /// (overwrite or tombstone the key).
-    #[error("stored value under {key:?} is not valid JSON ({message}); reconcile the record")]
     CorruptValue {
         /// The key of the damaged record.
         key: String,
         /// The decoder's message.
         message: String,
         /// The decoder's error, if any.
-        #[source]
         source: Option<ErrorSource>,
     },
-    /// The backend failed (connection lost, timeout, constraint, driver error). For `set`, the
-    /// value may or may not have been stored. Retry after the storage recovers.
-    #[error(
-        "host storage unavailable during {operation}: {message}; retry after the storage recovers"
-    )]
-    Unavailable {
+    /// The backend failed (connection lost, timeout, deadlock, schema not migrated, driver
+    /// error). For `set` and `compare_and_set`, the value may or may not have been stored.
+    /// Retry after the storage recovers (or migrate, for [`StoreError::SchemaMissing`]).
+    Storage {
         /// `keys`, `get`, `set`, `compare_and_set` or `bindings`.
         operation: &'static str,
-        /// The backend's message.
-        message: String,
-        /// The backend's error (e.g. the driver's), if any.
-        #[source]
-        source: Option<ErrorSource>,
+        /// What failed, in the shape every storage port shares.
+        error: StoreError,
     },
 }
 
-impl HostStorageError {
-    /// [`HostStorageError::Unavailable`] during `operation`, with no source yet.
-    pub fn unavailable(operation: &'static str, message: impl Into<String>) -> Self {
-        Self::Unavailable {
-            operation,
-            message: message.into(),
-            source: None,
+impl std::fmt::Display for HostStorageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::InvalidKey { key, problem } => {
+                write!(f, "invalid host-storage key {key:?}: {problem}")
+            }
+            Self::CorruptValue { key, message, .. } => write!(
+                f,
+                "stored value under {key:?} is not valid JSON ({message}); reconcile the record"
+            ),
+            Self::Storage {
+                operation,
+                error: StoreError::Unavailable { message, .. },
+            } => write!(
+                f,
+                "host storage unavailable during {operation}: {message}; retry after the storage recovers"
+            ),
+            Self::Storage { operation, error } => {
+                write!(f, "host storage failed during {operation}: {error}")
+            }
         }
+    }
+}
+
+impl std::error::Error for HostStorageError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::InvalidKey { .. } => None,
+            Self::CorruptValue { source, .. } => source
+                .as_ref()
+                .map(|s| s.get() as &(dyn std::error::Error + 'static)),
+            Self::Storage { error, .. } => std::error::Error::source(error),
+        }
+    }
+}
+
+impl HostStorageError {
+    /// [`HostStorageError::Storage`] during `operation` holding `error`.
+    pub fn storage(operation: &'static str, error: StoreError) -> Self {
+        Self::Storage { operation, error }
+    }
+
+    /// [`HostStorageError::Storage`] during `operation` with a [`StoreError::Unavailable`] of
+    /// `message` and no source yet.
+    pub fn unavailable(operation: &'static str, message: impl Into<String>) -> Self {
+        Self::storage(operation, StoreError::unavailable(message))
     }
 
     /// [`HostStorageError::CorruptValue`] of `key`, with no source yet.
@@ -158,14 +193,22 @@ impl HostStorageError {
     /// [`source`](std::error::Error::source); an [`InvalidKey`](Self::InvalidKey) has none and
     /// is returned unchanged.
     #[must_use]
-    pub fn with_source(mut self, error: impl std::error::Error + Send + Sync + 'static) -> Self {
-        match &mut self {
-            Self::Unavailable { source, .. } | Self::CorruptValue { source, .. } => {
-                *source = Some(ErrorSource::new(error));
-            }
-            Self::InvalidKey { .. } => {}
+    pub fn with_source(self, error: impl std::error::Error + Send + Sync + 'static) -> Self {
+        match self {
+            Self::CorruptValue { key, message, .. } => Self::CorruptValue {
+                key,
+                message,
+                source: Some(ErrorSource::new(error)),
+            },
+            Self::Storage {
+                operation,
+                error: store,
+            } => Self::Storage {
+                operation,
+                error: store.with_source(error),
+            },
+            invalid @ Self::InvalidKey { .. } => invalid,
         }
-        self
     }
 }
 
@@ -174,7 +217,7 @@ impl DispatchFailure for HostStorageError {
     fn dispatch_outcome(&self) -> DispatchOutcome {
         match self {
             Self::InvalidKey { .. } => DispatchOutcome::NotDispatched,
-            Self::CorruptValue { .. } | Self::Unavailable { .. } => DispatchOutcome::OutcomeUnknown,
+            Self::CorruptValue { .. } | Self::Storage { .. } => DispatchOutcome::OutcomeUnknown,
         }
     }
 }

@@ -11,7 +11,9 @@
 //!   remote, lifecycle metrics;
 //! - [`host_storage`]: installation-bound key/value storage behind fences and connector state;
 //! - [`directory`]: the directory provider, projection storage and post-commit hooks;
-//! - [`error`]: [`error::ErrorSource`], how port errors keep a driver's error as their source;
+//! - [`error`]: [`StoreError`], the one storage failure shape of every storage port (lifecycle,
+//!   host storage, directory projection), and [`error::ErrorSource`], how port errors keep a
+//!   driver's error as their source;
 //! - [`handles`]: every port is implemented for `Arc<T>`, `Box<T>` and `&T` of an implementor.
 //!
 //! # Features
@@ -49,7 +51,7 @@ pub use directory::{
     EventBatchApplier, FreshnessToucher, HookError, NoHooks, ProjectionStateReader,
     ProjectionStoreError, ProviderError, RuntimeExecutionPublisher, SnapshotApplier,
 };
-pub use error::ErrorSource;
+pub use error::{ErrorSource, StoreError};
 #[cfg(feature = "fences")]
 pub use host_storage::{HostStorage, HostStorageBindings, HostStorageError};
 #[cfg(feature = "lifecycle")]
@@ -57,6 +59,6 @@ pub use lifecycle::{
     ActionRecord, ClaimRequest, CommandAdmin, CommandCount, CommandFilter, CommandQueue,
     ControlSpaceReader, IntakeStore, IntakeStoreError, KnowledgeFs, LifecycleMetrics,
     LifecycleStore, MetricsError, NoMetrics, OperatorAction, OperatorActionError,
-    OperatorActionKind, RemoteError, RenewalOutcome, SettleError, StoreError, Submitted,
+    OperatorActionKind, RemoteError, RenewalOutcome, SettleError, Submitted,
     TaskMetric, TaskStatus,
 };

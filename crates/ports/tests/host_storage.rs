@@ -19,9 +19,9 @@ async fn fake_fails_listing_on_demand_then_recovers() {
     for _ in 0..2 {
         assert!(matches!(
             s.keys(&binding()).await,
-            Err(HostStorageError::Unavailable {
+            Err(HostStorageError::Storage {
                 operation: "keys",
-                ..
+                error: tenantry_ports::StoreError::Unavailable { .. }
             })
         ));
     }

@@ -118,3 +118,57 @@ fn port_errors_stay_clone_and_comparable_with_a_source() {
     assert_eq!(metrics.to_string(), "metrics sink failed: exporter down");
     assert!(metrics.source().unwrap().is::<std::io::Error>());
 }
+
+/// The lifecycle, host-storage and directory ports share one storage error shape: the same
+/// `StoreError` kinds and constructors, wrapped by the host-storage and directory errors with
+/// the driver's error still the first `source()`.
+#[test]
+fn the_storage_ports_share_one_store_error() {
+    use std::error::Error as _;
+
+    // The lifecycle port's `StoreError` is the shared one.
+    assert_eq!(
+        type_name::<tenantry_ports::lifecycle::StoreError>(),
+        type_name::<tenantry_ports::error::StoreError>()
+    );
+
+    let missing = StoreError::schema_missing("fences", "no such table: tenantry_host_storage");
+    assert_eq!(
+        missing.to_string(),
+        "the fences schema is not migrated on this database (no such table: \
+         tenantry_host_storage); migrate it with Mechanisms::FENCES (Database::migrate) or \
+         `tenantry migrate`"
+    );
+    assert!(!missing.is_transient());
+    assert!(StoreError::contention("deadlock").is_transient());
+
+    let host = HostStorageError::storage("set", StoreError::contention("deadlock"))
+        .with_source(std::io::Error::other("deadlock"));
+    assert!(matches!(
+        &host,
+        HostStorageError::Storage {
+            operation: "set",
+            error: StoreError::Contention { .. }
+        }
+    ));
+    assert_eq!(
+        host.to_string(),
+        "host storage failed during set: database contention (deadlock or serialization \
+         failure): deadlock"
+    );
+    assert!(host.source().unwrap().is::<std::io::Error>());
+
+    let projection = ProjectionStoreError::from(
+        StoreError::unavailable("connection reset").with_context("apply_snapshot"),
+    );
+    assert_eq!(
+        projection.to_string(),
+        "directory projection storage failed: apply_snapshot: connection reset; the projector \
+         retries"
+    );
+    let corrupt = ProjectionStoreError::Storage(StoreError::corrupt("bad cursor"));
+    assert_eq!(
+        corrupt.to_string(),
+        "directory projection storage failed: stored data is corrupt: bad cursor"
+    );
+}

@@ -41,7 +41,8 @@ use serde::{Deserialize, Serialize};
 use tenantry_kernel::outcome::DispatchOutcome;
 use tenantry_kernel::{ControlSpaceId, IdempotencyKey, OperationId, ProvisioningKey, TenantId};
 use tenantry_lifecycle::{
-    DeletionProgress, DeletionRequest, ProvisionRequest, RemoteSpace, RevokeAck, RevokeRequest,
+    DeletionProgress, DeletionRequest, ErrorCode, ProvisionRequest, RemoteSpace, RevokeAck,
+    RevokeRequest,
 };
 use tenantry_ports::error::ErrorSource;
 use tenantry_ports::lifecycle::{KnowledgeFs, RemoteError};
@@ -57,17 +58,17 @@ pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(150);
 pub const DEFAULT_MAX_CONCURRENT_CALLS: usize = 4;
 
 /// Code of a call that waited for a concurrency permit until its deadline passed.
-pub const CODE_CLIENT_SATURATED: &str = "REMOTE_CLIENT_SATURATED";
+pub const CODE_CLIENT_SATURATED: ErrorCode = ErrorCode::RemoteClientSaturated;
 
 /// Code of a lookup that found more than one space for one provisioning key.
-pub const CODE_LOOKUP_AMBIGUOUS: &str = "KNOWLEDGE_FS_LOOKUP_AMBIGUOUS";
+pub const CODE_LOOKUP_AMBIGUOUS: ErrorCode = ErrorCode::KnowledgeFsLookupAmbiguous;
 
 /// Default largest response body read from KnowledgeFS: 1 MiB (its answers are a few hundred
 /// bytes; a lookup lists the spaces of one provisioning key).
 pub const DEFAULT_MAX_BODY_BYTES: usize = 1024 * 1024;
 
 /// Code of an answer whose body exceeded `max_body_bytes` (when it is not outcome unknown).
-pub const CODE_RESPONSE_TOO_LARGE: &str = "KFS_RESPONSE_TOO_LARGE";
+pub const CODE_RESPONSE_TOO_LARGE: ErrorCode = ErrorCode::KfsResponseTooLarge;
 
 /// Name of the idempotency header sent with every mutation.
 pub const IDEMPOTENCY_KEY_HEADER: &str = "Idempotency-Key";
@@ -577,7 +578,7 @@ fn saturated(deadline: Duration) -> RemoteError {
          max_concurrent_calls or the deadline",
         deadline.as_secs_f64()
     ));
-    error.code = CODE_CLIENT_SATURATED.into();
+    error.code = CODE_CLIENT_SATURATED;
     error
 }
 

@@ -49,6 +49,7 @@ use tenantry_directory::{
     DirectoryEventBatch, DirectorySnapshot, ExecutionRow, ExistingRows, InboxReceipt, InstanceUuid,
     LookupKeys, MembershipRow, ProjectionState, ProjectionWrite, WorkspaceRow,
 };
+use tenantry_ports::StoreError;
 use tenantry_ports::directory::{
     DeltaApplier, EventBatchApplier, FreshnessToucher, ProjectionStateReader, ProjectionStoreError,
     SnapshotApplier,
@@ -133,13 +134,19 @@ pub struct SeaOrmDirectoryStore {
     backend: Backend,
 }
 
-/// Maps a database error during `op` to the port's error, keeping it as the source.
+/// Maps a database error during `op` to the port's error ([`crate::error::store_error`]),
+/// keeping it as the source; the message starts with `op`.
 fn storage(op: &str) -> impl Fn(DbErr) -> ProjectionStoreError + '_ {
-    move |e| ProjectionStoreError::storage(format!("{op}: {e}")).with_source(e)
+    move |e| {
+        ProjectionStoreError::Storage(
+            crate::error::store_error(crate::Mechanism::Directory, e).with_context(op),
+        )
+    }
 }
 
+/// A stored row that does not decode.
 fn corrupt(message: String) -> ProjectionStoreError {
-    ProjectionStoreError::storage(message)
+    ProjectionStoreError::Storage(StoreError::corrupt(message))
 }
 
 impl SeaOrmDirectoryStore {

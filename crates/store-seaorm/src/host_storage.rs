@@ -183,7 +183,11 @@ impl HostStorageBindings for SeaOrmHostStorage {
     }
 }
 
-/// Maps a database error of `operation` to the port's error, keeping it as the source.
+/// Maps a database error of `operation` to the port's error ([`crate::error::store_error`]),
+/// keeping it as the source.
 fn unavailable(operation: &'static str, error: &DbErr) -> HostStorageError {
-    HostStorageError::unavailable(operation, error.to_string()).with_source(error.clone())
+    HostStorageError::storage(
+        operation,
+        crate::error::store_error(crate::Mechanism::Fences, error.clone()),
+    )
 }

@@ -8,6 +8,7 @@
 //!   run the migrations, or wrap the host's pool ([`Database::from_connection`]) and migrate or
 //!   check the mechanisms it uses ([`Database::migrate`], [`Database::check_schema`] with a
 //!   [`Mechanisms`] selection);
+//! - `error` (private): the one mapping of a `DbErr` to the ports' shared `StoreError`;
 //! - [`lifecycle`]: the lifecycle outbox and control-space repositories;
 //! - [`host_storage`]: the host-storage port behind fences and connector state;
 //! - [`directory`]: the directory projection repositories;
@@ -62,6 +63,7 @@ pub mod bench;
 pub mod connect;
 #[cfg(feature = "directory")]
 pub mod directory;
+mod error;
 #[cfg(feature = "fences")]
 pub mod host_storage;
 #[cfg(feature = "lifecycle")]

@@ -34,20 +34,22 @@ fn db_err(error: &(dyn Error + 'static)) -> DbErr {
     db_err
 }
 
+/// A claim of at most one command.
+fn claim_one() -> ClaimRequest {
+    ClaimRequest {
+        owner: LeaseOwner::parse("w1").unwrap(),
+        lease_duration: Duration::from_secs(30),
+        include_provision: true,
+        limit: 1,
+    }
+}
+
 #[tokio::test]
 async fn lifecycle_store_errors_keep_the_db_err() {
     let db = fresh_database().await;
     let store = SeaOrmLifecycleStore::new(&db.db);
     db.db.conn.close_by_ref().await.unwrap();
-    let error = store
-        .claim(&ClaimRequest {
-            owner: LeaseOwner::parse("w1").unwrap(),
-            lease_duration: Duration::from_secs(30),
-            include_provision: true,
-            limit: 1,
-        })
-        .await
-        .unwrap_err();
+    let error = store.claim(&claim_one()).await.unwrap_err();
     assert!(matches!(error, StoreError::Unavailable { .. }), "{error:?}");
     db_err(&error);
     // Wrapped in another port error, the chain still reaches the driver.
@@ -71,9 +73,9 @@ async fn host_storage_errors_keep_the_db_err() {
     assert!(
         matches!(
             error,
-            HostStorageError::Unavailable {
+            HostStorageError::Storage {
                 operation: "get",
-                ..
+                error: tenantry_ports::StoreError::Unavailable { .. }
             }
         ),
         "{error:?}"
@@ -91,8 +93,60 @@ async fn directory_store_errors_keep_the_db_err() {
         .await
         .unwrap_err();
     assert!(
-        matches!(error, ProjectionStoreError::Storage { .. }),
+        matches!(
+            error,
+            ProjectionStoreError::Storage(StoreError::Unavailable { .. })
+        ),
         "{error:?}"
     );
     db_err(&error);
+}
+
+/// `store` (the `StoreError` inside `port_error`) is a missing schema of `mechanism`, and the
+/// port error names the migrator to run and keeps the `DbErr` as its source.
+fn assert_schema_missing(store: &StoreError, port_error: &(dyn Error + 'static), mechanism: &str) {
+    assert!(
+        matches!(store, StoreError::SchemaMissing { mechanism: m, .. } if *m == mechanism),
+        "{store:?}"
+    );
+    let migrator = format!("Mechanisms::{}", mechanism.to_uppercase());
+    assert!(port_error.to_string().contains(&migrator), "{port_error}");
+    db_err(port_error);
+}
+
+/// One mapping for all three stores: on a database that was never migrated, each store reports
+/// the same `StoreError::SchemaMissing` kind (not a retryable outage), naming its own mechanism
+/// and the migrator to run, with the `DbErr` kept as the source.
+#[tokio::test]
+async fn every_store_reports_a_missing_schema_the_same_way() {
+    let test = tenantry_store_seaorm::testing::empty_database().await;
+    let db = &test.db;
+
+    let lifecycle = SeaOrmLifecycleStore::new(db)
+        .claim(&claim_one())
+        .await
+        .unwrap_err();
+    assert_schema_missing(&lifecycle, &lifecycle, "lifecycle");
+
+    let host = SeaOrmHostStorage::new(db)
+        .get(&Binding::parse("inst").unwrap(), "k")
+        .await
+        .unwrap_err();
+    let HostStorageError::Storage {
+        operation: "get",
+        error: store,
+    } = &host
+    else {
+        panic!("{host:?}");
+    };
+    assert_schema_missing(store, &host, "fences");
+
+    let directory = SeaOrmDirectoryStore::new(db)
+        .projection_state(&InstanceUuid::parse("inst").unwrap())
+        .await
+        .unwrap_err();
+    let ProjectionStoreError::Storage(store) = &directory else {
+        panic!("{directory:?}");
+    };
+    assert_schema_missing(store, &directory, "directory");
 }

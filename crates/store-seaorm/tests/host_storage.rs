@@ -52,16 +52,16 @@ async fn closed_pool_is_unavailable() {
     let b = Binding::parse("inst").unwrap();
     assert!(matches!(
         storage.keys(&b).await,
-        Err(HostStorageError::Unavailable {
+        Err(HostStorageError::Storage {
             operation: "keys",
-            ..
+            error: tenantry_ports::StoreError::Unavailable { .. }
         })
     ));
     assert!(matches!(
         storage.set(&b, "k", &serde_json::json!(1)).await,
-        Err(HostStorageError::Unavailable {
+        Err(HostStorageError::Storage {
             operation: "set",
-            ..
+            error: tenantry_ports::StoreError::Unavailable { .. }
         })
     ));
 }

@@ -90,7 +90,10 @@ async fn lost_ack_provision_ends_with_one_remote_space_and_an_active_control_spa
         .await
         .unwrap();
     assert_eq!(
-        record[0].last_error_code.as_deref(),
+        record[0]
+            .last_error_code
+            .as_ref()
+            .map(tenantry_lifecycle::ErrorCode::as_str),
         Some("REMOTE_OUTCOME_UNKNOWN")
     );
     s.clock.set(t(10));

@@ -189,7 +189,10 @@ async fn act_bulk(
         operation: parse_operation(body.operation.as_deref())?,
         tenant_id,
         control_space_id,
-        error_code: body.error_code.filter(|c| !c.is_empty()),
+        error_code: body
+            .error_code
+            .filter(|c| !c.is_empty())
+            .map(tenantry_lifecycle::ErrorCode::from),
         after: None,
         limit: 0,
     };
@@ -259,7 +262,7 @@ pub async fn list_actions(
             reason: r.action.reason,
             at: r.action.at,
             previous_status: r.previous_status,
-            previous_error_code: r.previous_error_code,
+            previous_error_code: r.previous_error_code.map(String::from),
             attempt_count: r.attempt_count,
         })
         .collect();

@@ -124,7 +124,7 @@ impl From<&CommandRecord> for CommandView {
             lease_epoch: r.lease_epoch.0,
             next_attempt_at: r.next_attempt_at,
             last_error: r.last_error_code.as_ref().map(|code| ErrorView {
-                code: code.clone(),
+                code: code.to_string(),
                 message: r.last_error_message.clone().unwrap_or_default(),
             }),
             created_at: r.created_at,
@@ -190,7 +190,7 @@ impl ControlSpaceView {
                 command_id: c.id.to_string(),
                 operation: c.operation.to_string(),
                 status: c.status,
-                code: c.last_error_code.clone(),
+                code: c.last_error_code.as_ref().map(ToString::to_string),
                 message: c.last_error_message.clone(),
                 failed_at: c.completed_at,
                 attempt_count: c.attempt_count,
@@ -465,7 +465,11 @@ pub fn commands_filter(query: &CommandsQuery) -> Result<CommandFilter, AdminApiE
         operation,
         tenant_id,
         control_space_id,
-        error_code: query.error_code.clone().filter(|c| !c.is_empty()),
+        error_code: query
+            .error_code
+            .as_deref()
+            .filter(|c| !c.is_empty())
+            .map(tenantry_lifecycle::ErrorCode::from),
         after,
         limit,
     })

@@ -146,10 +146,9 @@ async fn initialize_stops_on_other_errors() {
     f.provider.push_snapshot(Ok(base()));
     assert_eq!(
         p.initialize().await,
-        Err(ProjectorError::Storage {
-            message: "disk full".into(),
-            source: None,
-        })
+        Err(ProjectorError::Storage(StoreError::unavailable(
+            "disk full"
+        )))
     );
     assert_eq!(f.provider.calls().len(), 3);
 }
@@ -531,7 +530,7 @@ async fn a_refused_answer_is_recorded_with_rule_workspace_since_and_count() {
         let error = p.sync_once().await.unwrap_err();
         assert_eq!(
             error.refusal().map(DirectoryError::rule),
-            Some("delta_older_than_event")
+            Some(RefusalRule::DeltaOlderThanEvent)
         );
         let last = p.refusals().last.unwrap();
         assert_eq!(
@@ -543,7 +542,7 @@ async fn a_refused_answer_is_recorded_with_rule_workspace_since_and_count() {
                 last.count
             ),
             (
-                "delta_older_than_event",
+                RefusalRule::DeltaOlderThanEvent,
                 Some(ws_id("ws-1")),
                 at(1),
                 at(t),
@@ -566,7 +565,10 @@ async fn a_refused_answer_is_recorded_with_rule_workspace_since_and_count() {
     p.sync_once().await.unwrap();
     let report = p.refusals();
     assert_eq!(report.last.unwrap().resolved_at, Some(at(4)));
-    assert_eq!(report.total_by_rule.get("delta_older_than_event"), Some(&3));
+    assert_eq!(
+        report.total_by_rule.get(&RefusalRule::DeltaOlderThanEvent),
+        Some(&3)
+    );
 }
 
 /// A provider whose event fetch never answers (a hung connection).

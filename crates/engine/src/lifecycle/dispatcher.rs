@@ -10,13 +10,13 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use tenantry_kernel::{CommandId, DispatchOutcome, LeaseOwner};
+use tenantry_kernel::{CommandId, ControlSpaceId, DispatchOutcome, LeaseOwner};
 use tenantry_lifecycle::saga::{
     AbsentOutcome, DeleteStart, DeletionTarget, ProvisionStart, Recovery, RevokeStart, Step,
-    StepError, codes,
+    StepError,
 };
 use tenantry_lifecycle::{
-    ClaimedCommand, CommandBody, CommandStatus, ControlSpace, DeletePayload, Operation,
+    ClaimedCommand, CommandBody, CommandStatus, ControlSpace, DeletePayload, ErrorCode, Operation,
     ProvisionPayload, RetryPolicy, RevokePayload, Settlement,
 };
 use tenantry_ports::clock::{Clock, SystemClock};
@@ -117,8 +117,9 @@ impl DispatchReport {
 ///
 /// Only a lost lease (nothing may be written) and a storage failure (nothing could be written)
 /// reach the caller: the dispatcher settles step errors and refused compare-and-sets itself
-/// (see [`Step::step_error`]), so the `Step` and `Conflict` variants are reported only when
-/// that settle itself could not be written.
+/// (see [`Step::step_error`]; a refused compare-and-set retries with `CONTROL_SPACE_CONFLICT`),
+/// so the `Step`, `ControlSpaceConflict`, `SupersedeRefused` and `SettleRefused` variants are
+/// reported only when that settle itself could not be written.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum DispatchError {
@@ -132,9 +133,22 @@ pub enum DispatchError {
     /// The control space moved on under the command.
     #[error(transparent)]
     Step(#[from] StepError),
-    /// The control space changed between read and settle (compare-and-set failed).
+    /// The control space changed between read and settle (its compare-and-set failed).
+    #[error("control space {control_space_id} changed concurrently")]
+    ControlSpaceConflict {
+        /// The control space whose compare-and-set failed.
+        control_space_id: ControlSpaceId,
+    },
+    /// The command the settlement supersedes no longer meets its supersede rule.
+    #[error("control space changed concurrently: command {command_id} can no longer be superseded")]
+    SupersedeRefused {
+        /// The command that could not be superseded.
+        command_id: CommandId,
+    },
+    /// The store refused the settlement's compare-and-set for a reason this version does not
+    /// name (a refusal added to [`SettleError`] later); handled like a control-space conflict.
     #[error("control space changed concurrently: {0}")]
-    Conflict(String),
+    SettleRefused(SettleError),
     /// Storage failed.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -145,9 +159,12 @@ impl From<SettleError> for DispatchError {
         match error {
             SettleError::LeaseLost { command_id } => Self::LeaseLost { command_id },
             SettleError::Store(e) => Self::Store(e),
-            // ControlSpaceConflict, SupersedeRefused, and any refusal added later: a
-            // compare-and-set the store refused.
-            other => Self::Conflict(other.to_string()),
+            SettleError::ControlSpaceConflict { control_space_id } => {
+                Self::ControlSpaceConflict { control_space_id }
+            }
+            SettleError::SupersedeRefused { command_id } => Self::SupersedeRefused { command_id },
+            // Any refusal added later: a compare-and-set the store refused.
+            other => Self::SettleRefused(other),
         }
     }
 }
@@ -513,8 +530,13 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
                 warn!(%error, "saga step refused; settling the attempt");
                 self.settle(step, step.step_error(&error)).await
             }
-            Err(DispatchError::Conflict(message)) => {
-                let retry = step.retry(codes::CONTROL_SPACE_CONFLICT, message, None);
+            Err(
+                conflict @ (DispatchError::ControlSpaceConflict { .. }
+                | DispatchError::SupersedeRefused { .. }
+                | DispatchError::SettleRefused(_)),
+            ) => {
+                let message = refusal_message(&conflict);
+                let retry = step.retry(ErrorCode::ControlSpaceConflict, message, None);
                 self.settle(step, retry).await
             }
             other => other,
@@ -533,7 +555,7 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
             // as a retry so the next attempt re-reads, instead of idling until the lease expires.
             Err(SettleError::ControlSpaceConflict { control_space_id }) => {
                 let mut retry = step.at(self.store_now()).retry(
-                    codes::CONTROL_SPACE_CONFLICT,
+                    ErrorCode::ControlSpaceConflict,
                     format!("control space {control_space_id} changed concurrently; re-reading on the next attempt"),
                     None,
                 );
@@ -726,7 +748,7 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
             .outcome
             .as_ref()
             .and_then(|o| o.error())
-            .map(|e| e.code.clone());
+            .map(|e| e.code.to_string());
         match settlement.status() {
             Some(CommandStatus::Succeeded) => {
                 self.record(command, TaskStatus::Succeeded, Some(now), None);
@@ -791,6 +813,26 @@ fn applied_nothing(failure: DispatchOutcome) -> bool {
     }
 }
 
+/// The message a refused compare-and-set is retried with: the store's refusal, as before the
+/// refusal had typed variants (`control space X changed concurrently`, `command X can no longer
+/// be superseded`).
+fn refusal_message(error: &DispatchError) -> String {
+    match error {
+        DispatchError::ControlSpaceConflict { control_space_id } => {
+            SettleError::ControlSpaceConflict {
+                control_space_id: control_space_id.clone(),
+            }
+            .to_string()
+        }
+        DispatchError::SupersedeRefused { command_id } => SettleError::SupersedeRefused {
+            command_id: command_id.clone(),
+        }
+        .to_string(),
+        DispatchError::SettleRefused(refusal) => refusal.to_string(),
+        other => other.to_string(),
+    }
+}
+
 fn error_code(error: &DispatchError) -> &'static str {
     match error {
         DispatchError::LeaseLost { .. } => "LEASE_LOST",
@@ -798,7 +840,62 @@ fn error_code(error: &DispatchError) -> &'static str {
         DispatchError::Step(StepError::IdentityConflict) => "IDENTITY_CONFLICT",
         DispatchError::Step(StepError::Transition(_)) => "FORBIDDEN_TRANSITION",
         DispatchError::Step(_) => "STEP_REFUSED",
-        DispatchError::Conflict(_) => "CONTROL_SPACE_CONFLICT",
+        DispatchError::ControlSpaceConflict { .. }
+        | DispatchError::SupersedeRefused { .. }
+        | DispatchError::SettleRefused(_) => "CONTROL_SPACE_CONFLICT",
         DispatchError::Store(_) => "STORE_UNAVAILABLE",
+    }
+}
+
+#[cfg(test)]
+mod conflict_tests {
+    use super::*;
+
+    /// A refused settle keeps its kind and typed fields, and the message the command is retried
+    /// with stays the store's refusal.
+    #[test]
+    fn settle_refusals_become_typed_conflicts() {
+        let Ok(space) = ControlSpaceId::parse("cs-1") else {
+            panic!("valid id")
+        };
+        let Ok(command) = CommandId::parse("cmd-1") else {
+            panic!("valid id")
+        };
+        let conflict = DispatchError::from(SettleError::ControlSpaceConflict {
+            control_space_id: space.clone(),
+        });
+        assert_eq!(
+            conflict,
+            DispatchError::ControlSpaceConflict {
+                control_space_id: space
+            }
+        );
+        assert_eq!(
+            refusal_message(&conflict),
+            "control space cs-1 changed concurrently"
+        );
+        assert_eq!(
+            conflict.to_string(),
+            "control space cs-1 changed concurrently"
+        );
+        let refused = DispatchError::from(SettleError::SupersedeRefused {
+            command_id: command.clone(),
+        });
+        assert_eq!(
+            refused,
+            DispatchError::SupersedeRefused {
+                command_id: command
+            }
+        );
+        assert_eq!(
+            refusal_message(&refused),
+            "command cmd-1 can no longer be superseded"
+        );
+        assert_eq!(error_code(&refused), "CONTROL_SPACE_CONFLICT");
+        // Lease loss and storage failures are not conflicts.
+        assert!(matches!(
+            DispatchError::from(SettleError::Store(StoreError::unavailable("down"))),
+            DispatchError::Store(_)
+        ));
     }
 }

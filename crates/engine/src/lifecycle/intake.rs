@@ -156,7 +156,7 @@ impl<S: LifecycleStore> CommandIntake<S> {
             match self.store.submit(&plan).await {
                 Ok(Submitted::Created(record)) => return Ok(IntakeReceipt::of(&record, false)),
                 Ok(Submitted::Existing(record)) => return Ok(request.replay(&record)?),
-                Err(IntakeStoreError::ControlSpaceConflict) => continue,
+                Err(IntakeStoreError::ControlSpaceConflict { .. }) => continue,
                 Err(IntakeStoreError::ControlSpaceExists) => {
                     return Err(request.control_space_exists().into());
                 }

@@ -11,10 +11,10 @@ use tenantry_kernel::{
     CommandId, ControlSpaceId, GrantId, IdempotencyKey, KnowledgeSpaceId, LeaseEpoch, LeaseOwner,
     ProvisioningKey, TenantId,
 };
+use tenantry_lifecycle::ErrorCode;
 use tenantry_lifecycle::intake::{
     CreateControlSpace, IntakeError, RequestDeletion, RequestRevocation,
 };
-use tenantry_lifecycle::saga::codes;
 use tenantry_lifecycle::{
     CommandRecord, CommandStatus, ControlSpace, ControlSpaceState, DeletionProgress,
     DeletionRequest, Operation, ProvisionRequest, RemoteSpace, RevokeAck, RevokeRequest,
@@ -169,7 +169,7 @@ impl Harness {
 fn retry_of(record: &CommandRecord) -> (CommandStatus, Option<&str>, DateTime<Utc>) {
     (
         record.status,
-        record.last_error_code.as_deref(),
+        record.last_error_code.as_ref().map(ErrorCode::as_str),
         record.next_attempt_at,
     )
 }
@@ -349,8 +349,8 @@ async fn never_provisioned_space_is_deleted_without_remote_call_when_disabled() 
     let record = h.command(&provision.command_id);
     assert_eq!(record.status, CommandStatus::Superseded);
     assert_eq!(
-        record.last_error_code.as_deref(),
-        Some(codes::SUPERSEDED_BY_DELETE)
+        record.last_error_code.as_ref().map(ErrorCode::as_str),
+        Some(ErrorCode::SupersededByDelete.as_str())
     );
     assert_eq!(h.space("cs1").await.state, ControlSpaceState::Deleted);
     assert!(
@@ -407,8 +407,8 @@ async fn recovered_identity_in_another_namespace_retries_with_scope_mismatch() {
     h.dispatch(t(1), false).await;
     let record = h.command(&delete.command_id);
     assert_eq!(
-        record.last_error_code.as_deref(),
-        Some(codes::KNOWLEDGE_FS_SCOPE_MISMATCH)
+        record.last_error_code.as_ref().map(ErrorCode::as_str),
+        Some(ErrorCode::KnowledgeFsScopeMismatch.as_str())
     );
     assert_eq!(
         h.space("cs1").await.knowledge_space_id,
@@ -456,8 +456,8 @@ async fn conflicting_recovered_identity_dead_letters_the_delete() {
     let record = h.command(&delete.command_id);
     assert_eq!(record.status, CommandStatus::Failed);
     assert_eq!(
-        record.last_error_code.as_deref(),
-        Some(codes::KNOWLEDGE_FS_IDENTITY_CONFLICT)
+        record.last_error_code.as_ref().map(ErrorCode::as_str),
+        Some(ErrorCode::KnowledgeFsIdentityConflict.as_str())
     );
     assert_eq!(record.lease_owner, None);
     assert_eq!(record.completed_at, Some(t(1)));
@@ -483,8 +483,11 @@ async fn remote_absence_completes_the_deletion_when_product_disabled() {
         "a provision sent with an unknown outcome may still land until the grace period ends"
     );
     assert_eq!(
-        h.command(&delete.command_id).last_error_code.as_deref(),
-        Some(codes::REMOTE_ABSENCE_UNCONFIRMED)
+        h.command(&delete.command_id)
+            .last_error_code
+            .as_ref()
+            .map(ErrorCode::as_str),
+        Some(ErrorCode::RemoteAbsenceUnconfirmed.as_str())
     );
     // Grace (600 s) after the provision's last attempt ended: absence is proof now.
     let outcome = h.dispatch(t(600), false).await;
@@ -565,7 +568,7 @@ async fn remote_absence_retries_while_a_provision_may_still_deliver() {
         retry_of(&h.command(&delete.command_id)),
         (
             CommandStatus::Pending,
-            Some(codes::REMOTE_ABSENCE_UNCONFIRMED),
+            Some(ErrorCode::RemoteAbsenceUnconfirmed.as_str()),
             t(3)
         )
     );
@@ -716,8 +719,11 @@ async fn deletion_progress_records_irreversibility_once_and_completes() {
             break;
         }
         assert_eq!(
-            h.command(&delete.command_id).last_error_code.as_deref(),
-            Some(codes::REMOTE_DELETION_PENDING)
+            h.command(&delete.command_id)
+                .last_error_code
+                .as_ref()
+                .map(ErrorCode::as_str),
+            Some(ErrorCode::RemoteDeletionPending.as_str())
         );
         at += 1000;
     }
@@ -747,7 +753,7 @@ async fn revoke_acks_only_when_the_watermark_reaches_the_sequence() {
         retry_of(&h.command(&receipt.command_id)),
         (
             CommandStatus::Pending,
-            Some(codes::REMOTE_REVOKE_WATERMARK_LAG),
+            Some(ErrorCode::RemoteRevokeWatermarkLag.as_str()),
             t(3)
         )
     );
@@ -767,7 +773,7 @@ async fn unknown_operation_retries_with_unsupported_operation() {
         retry_of(&record),
         (
             CommandStatus::Pending,
-            Some(codes::UNSUPPORTED_OPERATION),
+            Some(ErrorCode::UnsupportedOperation.as_str()),
             t(2)
         )
     );
@@ -784,8 +790,8 @@ async fn malformed_payload_dead_letters_with_invalid_command_payload() {
     let record = h.command(&receipt.command_id);
     assert_eq!(record.status, CommandStatus::Failed);
     assert_eq!(
-        record.last_error_code.as_deref(),
-        Some(codes::INVALID_COMMAND_PAYLOAD)
+        record.last_error_code.as_ref().map(ErrorCode::as_str),
+        Some(ErrorCode::InvalidCommandPayload.as_str())
     );
     assert_eq!(record.completed_at, Some(t(0)));
     assert!(!h.dispatch(t(100_000), true).await.claimed, "never again");
@@ -1372,7 +1378,7 @@ async fn control_space_conflict_at_settle_hands_the_command_back_for_a_re_read()
         retry_of(&record),
         (
             CommandStatus::Pending,
-            Some(codes::CONTROL_SPACE_CONFLICT),
+            Some(ErrorCode::ControlSpaceConflict.as_str()),
             t(2)
         ),
         "retried at once instead of waiting for the lease to expire"

@@ -147,7 +147,7 @@ fn provision_settles_without_delivery_when_no_longer_owned_or_provisioning() {
                         .as_ref()
                         .and_then(|o| o.error())
                         .map(|e| e.code.as_str()),
-                    Some(codes::SUPERSEDED_BY_DELETE)
+                    Some(ErrorCode::SupersededByDelete.as_str())
                 );
                 assert!(!settlement.may_have_sent, "nothing was sent");
             }
@@ -249,7 +249,7 @@ fn never_provisioned_deletion_supersedes_unattempted_provision_when_disabled() {
     let supersede = settlement.supersede.unwrap();
     assert_eq!(supersede.command_id.as_str(), "prov");
     assert_eq!(supersede.rule, SupersedeRule::Unattempted);
-    assert_eq!(supersede.error.code, codes::SUPERSEDED_BY_DELETE);
+    assert_eq!(supersede.error.code, ErrorCode::SupersededByDelete);
 }
 
 #[test]
@@ -353,7 +353,7 @@ fn lost_ack_recovery_checks_namespace() {
     };
     assert_eq!(
         retry_code(&settlement),
-        Some((codes::KNOWLEDGE_FS_SCOPE_MISMATCH, at(14)))
+        Some((ErrorCode::KnowledgeFsScopeMismatch.as_str(), at(14)))
     );
 }
 
@@ -480,7 +480,7 @@ fn remote_absence_completes_only_when_no_provision_can_still_land() {
             (AbsentOutcome::Unconfirmed(settlement), Err(next)) => {
                 assert_eq!(
                     retry_code(&settlement),
-                    Some((codes::REMOTE_ABSENCE_UNCONFIRMED, next)),
+                    Some((ErrorCode::RemoteAbsenceUnconfirmed.as_str(), next)),
                     "{name}"
                 );
             }
@@ -507,7 +507,7 @@ fn remote_absence_retries_not_found_without_a_deleting_space_or_provision() {
         };
         assert_eq!(
             retry_code(&settlement),
-            Some((codes::KNOWLEDGE_FS_SPACE_NOT_FOUND, at(18)))
+            Some((ErrorCode::KnowledgeFsSpaceNotFound.as_str(), at(18)))
         );
     }
 }
@@ -542,7 +542,7 @@ fn deletion_progress_settles_by_phase() {
             .unwrap();
         assert_eq!(
             retry_code(&s),
-            Some((codes::REMOTE_DELETION_PENDING, at(12)))
+            Some((ErrorCode::RemoteDeletionPending.as_str(), at(12)))
         );
         assert_eq!(s.control_space, None);
     }
@@ -559,7 +559,7 @@ fn deletion_progress_settles_by_phase() {
         .unwrap();
     assert_eq!(
         retry_code(&s),
-        Some((codes::REMOTE_DELETION_PENDING, at(11))),
+        Some((ErrorCode::RemoteDeletionPending.as_str(), at(11))),
         "not the failure backoff (256 s at attempt 9)"
     );
     // irreversible: retry and record the remote time once
@@ -571,7 +571,7 @@ fn deletion_progress_settles_by_phase() {
         .unwrap();
     assert_eq!(
         retry_code(&s).map(|r| r.0),
-        Some(codes::REMOTE_DELETION_PENDING)
+        Some(ErrorCode::RemoteDeletionPending.as_str())
     );
     let cas = s.control_space.unwrap();
     assert_eq!(cas.next.deletion_irreversible_at, Some(at(7)));
@@ -636,7 +636,7 @@ fn revoke_acks_only_at_or_above_the_watermark() {
         } else {
             assert_eq!(
                 retry_code(&s).map(|r| r.0),
-                Some(codes::REMOTE_REVOKE_WATERMARK_LAG)
+                Some(ErrorCode::RemoteRevokeWatermarkLag.as_str())
             );
         }
     }
@@ -647,11 +647,11 @@ fn unsupported_and_remote_errors_retry_with_their_codes() {
     let cmd = command(Operation::Unsupported("rename".into()), 1);
     assert_eq!(
         retry_code(&step(&cmd).unsupported("rename")),
-        Some((codes::UNSUPPORTED_OPERATION, at(12)))
+        Some((ErrorCode::UnsupportedOperation.as_str(), at(12)))
     );
     let s = step(&cmd).remote_failure(
         Some(503),
-        "KFS_BUSY",
+        &"KFS_BUSY".into(),
         "busy",
         Some(std::time::Duration::from_secs(40)),
     );
@@ -680,7 +680,7 @@ fn permanent_remote_answers_dead_letter_at_once() {
         (Some(409), "PROVISIONING_KEY_CONFLICT"),
         (Some(409), "KNOWLEDGE_FS_SPACE_DELETED"),
     ] {
-        let s = step(&cmd).remote_failure(status, code, "no", None);
+        let s = step(&cmd).remote_failure(status, &code.into(), "no", None);
         assert_eq!(failed_code(&s), Some((code, at(10))), "{code}");
         assert_eq!(s.status(), Some(CommandStatus::Failed));
         assert!(s.completes());
@@ -691,7 +691,7 @@ fn permanent_remote_answers_dead_letter_at_once() {
         (Some(409), "REVISION_AHEAD"),
         (None, "REMOTE_OUTCOME_UNKNOWN"),
     ] {
-        let s = step(&cmd).remote_failure(status, code, "later", None);
+        let s = step(&cmd).remote_failure(status, &code.into(), "later", None);
         assert_eq!(retry_code(&s).map(|r| r.0), Some(code), "{code}");
     }
 }
@@ -701,15 +701,18 @@ fn invalid_payload_and_identity_conflict_dead_letter() {
     let cmd = command(Operation::Provision, 1);
     assert_eq!(
         failed_code(&step(&cmd).invalid_payload("bad")),
-        Some((codes::INVALID_COMMAND_PAYLOAD, at(10)))
+        Some((ErrorCode::InvalidCommandPayload.as_str(), at(10)))
     );
     assert_eq!(
         failed_code(&step(&cmd).step_error(&StepError::IdentityConflict)),
-        Some((codes::KNOWLEDGE_FS_IDENTITY_CONFLICT, at(10)))
+        Some((ErrorCode::KnowledgeFsIdentityConflict.as_str(), at(10)))
     );
     // Ownership loss and refused transitions hand the command back at once.
     let lost = step(&cmd).step_error(&StepError::OwnershipLost { reason: "moved" });
-    assert_eq!(retry_code(&lost), Some((codes::OWNERSHIP_LOST, at(10))));
+    assert_eq!(
+        retry_code(&lost),
+        Some((ErrorCode::OwnershipLost.as_str(), at(10)))
+    );
 }
 
 #[test]
@@ -730,10 +733,10 @@ fn the_attempt_budget_dead_letters_a_retry_but_not_a_progress_poll() {
         error.message
     );
     // A progress poll never fails the command.
-    let s = step(&fifth).retry(codes::REMOTE_DELETION_PENDING, "draining", None);
+    let s = step(&fifth).retry(ErrorCode::RemoteDeletionPending, "draining", None);
     assert_eq!(
         retry_code(&s).map(|r| r.0),
-        Some(codes::REMOTE_DELETION_PENDING)
+        Some(ErrorCode::RemoteDeletionPending.as_str())
     );
     // An operator retry starts a fresh budget without resetting attempt_count.
     let mut retried = command(Operation::Provision, 7);
@@ -773,7 +776,7 @@ fn revocation_of_a_deleting_or_deleted_space_is_moot() {
                 .as_ref()
                 .and_then(|o| o.error())
                 .map(|e| e.code.as_str()),
-            Some(codes::CONTROL_SPACE_DELETING)
+            Some(ErrorCode::ControlSpaceDeleting.as_str())
         );
     }
 }

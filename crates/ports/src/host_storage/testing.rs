@@ -93,12 +93,12 @@ impl InMemoryHostStorage {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// The next `times` calls to `keys` fail with [`HostStorageError::Unavailable`].
+    /// The next `times` calls to `keys` fail with [`HostStorageError::Storage`].
     pub fn fail_keys(&self, times: usize) {
         self.state().fail_keys = times;
     }
 
-    /// The next `times` calls to `get` fail with [`HostStorageError::Unavailable`].
+    /// The next `times` calls to `get` fail with [`HostStorageError::Storage`].
     pub fn fail_gets(&self, times: usize) {
         self.state().fail_gets = times;
     }

@@ -440,7 +440,12 @@ pub async fn settle_retry_schedules_the_next_attempt<S: LifecycleStore>(
     let row = record(&store, &id).await;
     assert_eq!(row.status, CommandStatus::Pending);
     assert_eq!(row.next_attempt_at, t(30));
-    assert_eq!(row.last_error_code.as_deref(), Some("REMOTE_BUSY"));
+    assert_eq!(
+        row.last_error_code
+            .as_ref()
+            .map(tenantry_lifecycle::ErrorCode::as_str),
+        Some("REMOTE_BUSY")
+    );
     assert_eq!(row.last_error_message.as_deref(), Some("busy"));
     assert_eq!(row.lease_owner, None);
     assert!(
@@ -668,7 +673,12 @@ pub async fn supersede_after_absence_refuses_a_live_lease<S: LifecycleStore>(
         .unwrap();
     let row = record(&store, &provision).await;
     assert_eq!(row.status, CommandStatus::Superseded);
-    assert_eq!(row.last_error_code.as_deref(), Some("SUPERSEDED_BY_DELETE"));
+    assert_eq!(
+        row.last_error_code
+            .as_ref()
+            .map(tenantry_lifecycle::ErrorCode::as_str),
+        Some("SUPERSEDED_BY_DELETE")
+    );
     assert_eq!(row.completed_at, Some(t(60)));
 }
 
@@ -1013,7 +1023,9 @@ pub async fn submit_cas_and_revoke_sequence_are_compare_and_set<S: LifecycleStor
     let stale_plan = delete.plan(Some(&stale), ids("kd"), t(1)).unwrap();
     assert_eq!(
         store.submit(&stale_plan).await,
-        Err(IntakeStoreError::ControlSpaceConflict)
+        Err(IntakeStoreError::ControlSpaceConflict {
+            control_space_id: cs1.clone()
+        })
     );
     assert!(
         store
@@ -1032,7 +1044,9 @@ pub async fn submit_cas_and_revoke_sequence_are_compare_and_set<S: LifecycleStor
     };
     assert_eq!(
         store.submit(&bump(5)).await,
-        Err(IntakeStoreError::ControlSpaceConflict)
+        Err(IntakeStoreError::ControlSpaceConflict {
+            control_space_id: cs1.clone()
+        })
     );
     assert!(matches!(
         store.submit(&bump(0)).await,

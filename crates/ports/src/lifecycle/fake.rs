@@ -468,7 +468,9 @@ impl IntakeStore for InMemoryLifecycleStore {
                     return Err(IntakeStoreError::UnknownControlSpace);
                 }
                 if !cas_matches(&state, cas) {
-                    return Err(IntakeStoreError::ControlSpaceConflict);
+                    return Err(IntakeStoreError::ControlSpaceConflict {
+                        control_space_id: cas.next.control_space_id.clone(),
+                    });
                 }
                 state.spaces.insert(key, cas.next.clone());
             }
@@ -484,7 +486,9 @@ impl IntakeStore for InMemoryLifecycleStore {
                     return Err(IntakeStoreError::UnknownControlSpace);
                 };
                 if cs.last_revoke_sequence != *expected {
-                    return Err(IntakeStoreError::ControlSpaceConflict);
+                    return Err(IntakeStoreError::ControlSpaceConflict {
+                        control_space_id: control_space_id.clone(),
+                    });
                 }
                 cs.last_revoke_sequence = expected.saturating_add(1);
             }
@@ -547,7 +551,7 @@ impl CommandAdmin for InMemoryLifecycleStore {
                 r.status = CommandStatus::Abandoned;
                 r.completed_at = Some(action.at);
                 r.last_error_code =
-                    Some(tenantry_lifecycle::saga::codes::ABANDONED_BY_OPERATOR.to_owned());
+                    Some(tenantry_lifecycle::ErrorCode::AbandonedByOperator.to_owned());
                 r.last_error_message = Some(action.reason.clone());
             }
         }

@@ -17,10 +17,12 @@ use tenantry_kernel::{
 use tenantry_lifecycle::intake::IntakePlan;
 use tenantry_lifecycle::{
     ClaimedCommand, CommandRecord, CommandStatus, ControlSpace, DeletionProgress, DeletionRequest,
-    LeaseToken, Operation, ProvisionRequest, RemoteSpace, RevokeAck, RevokeRequest, Settlement,
+    ErrorCode, LeaseToken, Operation, ProvisionRequest, RemoteSpace, RevokeAck, RevokeRequest,
+    Settlement,
 };
 
 use crate::error::ErrorSource;
+pub use crate::error::StoreError;
 
 mod intake;
 
@@ -30,130 +32,6 @@ pub use intake::{IntakeFailure, MAX_INTAKE_CONFLICT_RETRIES};
 pub mod conformance;
 #[cfg(feature = "testing")]
 pub mod fake;
-
-/// A storage failure that is nobody's fault in the request: the database is unreachable, or
-/// a stored row cannot be read back. Retrying later may help; a corrupt row needs an operator.
-///
-/// Each variant keeps the driver's error (when there is one) as its
-/// [`source`](std::error::Error::source); its message includes that error's text too. Build
-/// one with [`unavailable`](Self::unavailable), [`corrupt`](Self::corrupt) or
-/// [`contention`](Self::contention), then [`with_source`](Self::with_source).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum StoreError {
-    /// The database could not be reached or the transaction failed.
-    #[error("database unavailable: {message}")]
-    Unavailable {
-        /// What failed (the driver's message).
-        message: String,
-        /// The driver's error, if any.
-        #[source]
-        source: Option<ErrorSource>,
-    },
-    /// A stored row does not decode into a domain value.
-    #[error("stored data is corrupt: {message}")]
-    Corrupt {
-        /// Which row or column, and what is wrong with it.
-        message: String,
-        /// The decoder's error, if any.
-        #[source]
-        source: Option<ErrorSource>,
-    },
-    /// The transaction lost a deadlock or a serialization conflict with a concurrent one
-    /// (PostgreSQL SQLSTATE `40P01` / `40001`); nothing was written and retrying helps. Adapters
-    /// retry such transactions a few times themselves before they report this.
-    #[error("database contention (deadlock or serialization failure): {message}")]
-    Contention {
-        /// The driver's message.
-        message: String,
-        /// The driver's error, if any.
-        #[source]
-        source: Option<ErrorSource>,
-    },
-    /// A table of the lifecycle schema does not exist: the database was never migrated for the
-    /// lifecycle mechanism. Retrying does not help; migrate it (`Database::migrate` with
-    /// `Mechanisms::LIFECYCLE`, or `tenantry migrate`).
-    #[error(
-        "the lifecycle schema is not migrated on this database ({message}); migrate it with \
-         Mechanisms::LIFECYCLE (Database::migrate) or `tenantry migrate`"
-    )]
-    SchemaMissing {
-        /// The driver's message naming the missing table.
-        message: String,
-        /// The driver's error, if any.
-        #[source]
-        source: Option<ErrorSource>,
-    },
-}
-
-impl StoreError {
-    /// [`StoreError::Unavailable`] with `message` and no source yet.
-    pub fn unavailable(message: impl Into<String>) -> Self {
-        Self::Unavailable {
-            message: message.into(),
-            source: None,
-        }
-    }
-
-    /// [`StoreError::Corrupt`] with `message` and no source yet.
-    pub fn corrupt(message: impl Into<String>) -> Self {
-        Self::Corrupt {
-            message: message.into(),
-            source: None,
-        }
-    }
-
-    /// [`StoreError::Contention`] with `message` and no source yet.
-    pub fn contention(message: impl Into<String>) -> Self {
-        Self::Contention {
-            message: message.into(),
-            source: None,
-        }
-    }
-
-    /// [`StoreError::SchemaMissing`] with `message` and no source yet.
-    pub fn schema_missing(message: impl Into<String>) -> Self {
-        Self::SchemaMissing {
-            message: message.into(),
-            source: None,
-        }
-    }
-
-    /// The same error keeping `source` (a driver's or decoder's error) as its
-    /// [`source`](std::error::Error::source).
-    #[must_use]
-    pub fn with_source(self, source: impl std::error::Error + Send + Sync + 'static) -> Self {
-        let kept = Some(ErrorSource::new(source));
-        match self {
-            Self::Unavailable { message, .. } => Self::Unavailable {
-                message,
-                source: kept,
-            },
-            Self::Corrupt { message, .. } => Self::Corrupt {
-                message,
-                source: kept,
-            },
-            Self::Contention { message, .. } => Self::Contention {
-                message,
-                source: kept,
-            },
-            Self::SchemaMissing { message, .. } => Self::SchemaMissing {
-                message,
-                source: kept,
-            },
-        }
-    }
-
-    /// The message without the variant's prefix.
-    pub fn message(&self) -> &str {
-        match self {
-            Self::Unavailable { message, .. }
-            | Self::Corrupt { message, .. }
-            | Self::Contention { message, .. }
-            | Self::SchemaMissing { message, .. } => message,
-        }
-    }
-}
 
 /// Why a settlement wrote nothing.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -190,9 +68,13 @@ pub enum IntakeStoreError {
     /// A control space with the planned id exists already.
     #[error("control space already exists")]
     ControlSpaceExists,
-    /// The control space changed since it was read (compare-and-set failed); re-plan.
-    #[error("control space changed concurrently")]
-    ControlSpaceConflict,
+    /// The control space changed since it was read (its compare-and-set, on the resource
+    /// version and state or on the revoke sequence, failed); re-plan.
+    #[error("control space {control_space_id} changed concurrently")]
+    ControlSpaceConflict {
+        /// The control space whose compare-and-set failed.
+        control_space_id: ControlSpaceId,
+    },
     /// The control space to update does not exist.
     #[error("control space does not exist")]
     UnknownControlSpace,
@@ -247,7 +129,7 @@ pub struct CommandFilter {
     /// Only this control space (with `tenant_id`).
     pub control_space_id: Option<ControlSpaceId>,
     /// Only commands whose last error code is exactly this.
-    pub error_code: Option<String>,
+    pub error_code: Option<ErrorCode>,
     /// Keyset cursor: only commands ordered after this id.
     pub after: Option<CommandId>,
     /// Most rows returned.
@@ -449,7 +331,7 @@ pub struct ActionRecord {
     /// The command's status before the action.
     pub previous_status: CommandStatus,
     /// The command's last error code before the action.
-    pub previous_error_code: Option<String>,
+    pub previous_error_code: Option<ErrorCode>,
     /// The command's attempt count at the time of the action.
     pub attempt_count: i32,
 }
@@ -553,9 +435,10 @@ pub struct RemoteError {
     /// How it failed: not dispatched, answered (with the HTTP status, when the remote speaks
     /// HTTP) or outcome unknown.
     pub failure: DispatchOutcome,
-    /// Machine-readable code (the remote's `code`, or a transport code such as
-    /// `REMOTE_UNAVAILABLE`, `REMOTE_OUTCOME_UNKNOWN`).
-    pub code: String,
+    /// Machine-readable code: the remote's `code` (a code Tenantry gives no rule to is
+    /// [`ErrorCode::Other`], kept verbatim), or a transport code such as
+    /// [`ErrorCode::RemoteUnavailable`] or [`ErrorCode::RemoteOutcomeUnknown`].
+    pub code: ErrorCode,
     /// Human-readable detail.
     pub message: String,
     /// The remote's `Retry-After`, if any.
@@ -567,7 +450,7 @@ pub struct RemoteError {
 
 impl RemoteError {
     /// An error the remote answered with.
-    pub fn answered(status: u16, code: impl Into<String>, message: impl Into<String>) -> Self {
+    pub fn answered(status: u16, code: impl Into<ErrorCode>, message: impl Into<String>) -> Self {
         Self {
             failure: DispatchOutcome::answered(status),
             code: code.into(),
@@ -581,7 +464,7 @@ impl RemoteError {
     pub fn outcome_unknown(message: impl Into<String>) -> Self {
         Self {
             failure: DispatchOutcome::OutcomeUnknown,
-            code: "REMOTE_OUTCOME_UNKNOWN".into(),
+            code: ErrorCode::RemoteOutcomeUnknown,
             message: message.into(),
             retry_after: None,
             source: None,
@@ -592,7 +475,7 @@ impl RemoteError {
     pub fn not_dispatched(message: impl Into<String>) -> Self {
         Self {
             failure: DispatchOutcome::NotDispatched,
-            code: "REMOTE_UNAVAILABLE".into(),
+            code: ErrorCode::RemoteUnavailable,
             message: message.into(),
             retry_after: None,
             source: None,

@@ -10,7 +10,7 @@ use sea_orm::{
     QuerySelect,
 };
 use tenantry_kernel::CommandId;
-use tenantry_lifecycle::saga::codes;
+use tenantry_lifecycle::ErrorCode;
 use tenantry_lifecycle::{CommandRecord, CommandStatus, Operation};
 use tenantry_ports::lifecycle::{
     ActionRecord, CommandAdmin, CommandCount, OperatorAction, OperatorActionError,
@@ -42,7 +42,7 @@ fn to_action(row: action::Model) -> Result<ActionRecord, StoreError> {
         },
         previous_status: CommandStatus::parse(&row.previous_status)
             .ok_or_else(|| corrupt("previous_status", &row.previous_status))?,
-        previous_error_code: row.previous_error_code,
+        previous_error_code: row.previous_error_code.map(ErrorCode::from),
         attempt_count: row.attempt_count,
     })
 }
@@ -234,7 +234,7 @@ async fn act_once(
             .col_expr(outbox::Column::CompletedAt, Expr::value(millis(request.at)))
             .col_expr(
                 outbox::Column::LastErrorCode,
-                Expr::value(codes::ABANDONED_BY_OPERATOR),
+                Expr::value(ErrorCode::AbandonedByOperator.as_str()),
             )
             .col_expr(
                 outbox::Column::LastErrorMessage,
@@ -264,7 +264,7 @@ async fn act_once(
         actor: Set(request.actor.clone()),
         reason: Set(request.reason.clone()),
         previous_status: Set(before.status.as_str().to_owned()),
-        previous_error_code: Set(before.last_error_code.clone()),
+        previous_error_code: Set(before.last_error_code.as_ref().map(ToString::to_string)),
         attempt_count: Set(before.attempt_count),
         created_at: Set(millis(request.at)),
     })

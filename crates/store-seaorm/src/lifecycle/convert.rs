@@ -152,7 +152,8 @@ pub fn to_record(row: outbox::Model) -> Result<CommandRecord, StoreError> {
             .transpose()?,
         lease_epoch: LeaseEpoch(row.lease_epoch),
         next_attempt_at: time("next_attempt_at", row.next_attempt_at)?,
-        last_error_code: row.last_error_code,
+        // Any stored string decodes: one Tenantry names, or a remote's own code verbatim.
+        last_error_code: row.last_error_code.map(tenantry_lifecycle::ErrorCode::from),
         last_error_message: row.last_error_message,
         created_at: time("created_at", row.created_at)?,
         completed_at: row

@@ -111,7 +111,9 @@ async fn missed_write<C: ConnectionTrait>(
     control_space_id: &tenantry_kernel::ControlSpaceId,
 ) -> IntakeStoreError {
     match find_control_space(conn, tenant_id, control_space_id).await {
-        Ok(Some(_)) => IntakeStoreError::ControlSpaceConflict,
+        Ok(Some(_)) => IntakeStoreError::ControlSpaceConflict {
+            control_space_id: control_space_id.clone(),
+        },
         Ok(None) => IntakeStoreError::UnknownControlSpace,
         Err(error) => error.into(),
     }
@@ -188,7 +190,8 @@ impl IntakeStore for SeaOrmLifecycleStore {
                 // key lookup): the loser's insert met the winner's rows once the winner
                 // committed. The winner's command is the answer: a replay, never a conflict.
                 Err(
-                    IntakeStoreError::ControlSpaceExists | IntakeStoreError::ControlSpaceConflict,
+                    IntakeStoreError::ControlSpaceExists
+                    | IntakeStoreError::ControlSpaceConflict { .. },
                 ) if let Some(existing) =
                     find_by_key(&store.conn, &plan.command.idempotency_key).await? =>
                 {
@@ -347,7 +350,7 @@ impl SeaOrmLifecycleStore {
                 space_exists: false,
             }),
             Err(IntakeStoreError::ControlSpaceExists) => Ok(Attempt::Taken { space_exists: true }),
-            Err(IntakeStoreError::ControlSpaceConflict) => Ok(Attempt::Changed),
+            Err(IntakeStoreError::ControlSpaceConflict { .. }) => Ok(Attempt::Changed),
             Err(IntakeStoreError::UnknownControlSpace) => {
                 Err(request.unknown_control_space().into())
             }

@@ -203,65 +203,10 @@ pub(crate) fn duration_millis(duration: std::time::Duration) -> i64 {
     i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
 }
 
-/// Maps a database error to the port's error: a deadlock or serialization failure becomes
-/// [`StoreError::Contention`] (retryable), anything else [`StoreError::Unavailable`]; either
-/// keeps `error` as its source.
+/// Maps a database error of the lifecycle store to the port's error
+/// ([`crate::error::store_error`] for [`Mechanism::Lifecycle`](crate::Mechanism::Lifecycle)).
 pub(crate) fn unavailable(error: DbErr) -> StoreError {
-    let mapped = if is_contention(&error) {
-        StoreError::contention(error.to_string())
-    } else if is_missing_table(&error) {
-        StoreError::schema_missing(error.to_string())
-    } else {
-        StoreError::unavailable(error.to_string())
-    };
-    mapped.with_source(error)
-}
-
-/// Whether `error` is PostgreSQL's deadlock (`40P01`) or serialization failure (`40001`).
-#[cfg(any(feature = "sqlite", feature = "postgres"))]
-fn is_contention(error: &DbErr) -> bool {
-    let runtime = match error {
-        DbErr::Exec(runtime) | DbErr::Query(runtime) | DbErr::Conn(runtime) => runtime,
-        _ => return false,
-    };
-    let sea_orm::RuntimeErr::SqlxError(sqlx_error) = runtime else {
-        return false;
-    };
-    match sqlx_error.as_ref() {
-        sea_orm::sqlx::Error::Database(db) => {
-            matches!(db.code().as_deref(), Some("40P01" | "40001"))
-        }
-        _ => false,
-    }
-}
-
-/// Whether `error` says a table does not exist: PostgreSQL's `42P01` (undefined table), or
-/// SQLite's "no such table".
-#[cfg(any(feature = "sqlite", feature = "postgres"))]
-fn is_missing_table(error: &DbErr) -> bool {
-    let (DbErr::Exec(sea_orm::RuntimeErr::SqlxError(sqlx_error))
-    | DbErr::Query(sea_orm::RuntimeErr::SqlxError(sqlx_error))) = error
-    else {
-        return false;
-    };
-    match sqlx_error.as_ref() {
-        sea_orm::sqlx::Error::Database(db) => {
-            db.code().as_deref() == Some("42P01") || db.message().starts_with("no such table")
-        }
-        _ => false,
-    }
-}
-
-/// Without a driver no statement runs, so no table can be missing.
-#[cfg(not(any(feature = "sqlite", feature = "postgres")))]
-fn is_missing_table(_error: &DbErr) -> bool {
-    false
-}
-
-/// Without a driver no statement runs, so nothing can lose a deadlock.
-#[cfg(not(any(feature = "sqlite", feature = "postgres")))]
-fn is_contention(_error: &DbErr) -> bool {
-    false
+    crate::error::store_error(crate::Mechanism::Lifecycle, error)
 }
 
 pub(crate) fn is_unique_violation(error: &DbErr) -> bool {
@@ -383,7 +328,7 @@ pub(crate) async fn settle_in<C: ConnectionTrait>(
                 update = update
                     .col_expr(
                         outbox::Column::LastErrorCode,
-                        Expr::value(error.code.clone()),
+                        Expr::value(error.code.as_str()),
                     )
                     .col_expr(
                         outbox::Column::LastErrorMessage,
@@ -443,7 +388,7 @@ pub(crate) async fn settle_in<C: ConnectionTrait>(
             )
             .col_expr(
                 outbox::Column::LastErrorCode,
-                Expr::value(supersede.error.code.clone()),
+                Expr::value(supersede.error.code.as_str()),
             )
             .col_expr(
                 outbox::Column::LastErrorMessage,

@@ -54,7 +54,10 @@ async fn case_003_permanent_remote_error_dead_letters_visibly_and_never_succeeds
     assert!(outcome.completed, "one attempt settles it for good");
     let record = h.command(&receipt.command_id);
     assert_eq!(record.status, CommandStatus::Failed);
-    assert_eq!(record.last_error_code.as_deref(), Some("INVALID_REQUEST"));
+    assert_eq!(
+        record.last_error_code.as_ref().map(ErrorCode::as_str),
+        Some("INVALID_REQUEST")
+    );
     assert_eq!(record.completed_at, Some(t(0)));
     assert_eq!(record.attempt_count, 1);
     assert_eq!(record.lease_owner, None);
@@ -82,7 +85,10 @@ async fn case_003_permanent_remote_error_dead_letters_visibly_and_never_succeeds
     assert_eq!(h.space("cs-bad").await.state, ControlSpaceState::Deleted);
     let record = h.command(&receipt.command_id);
     assert_eq!(record.status, CommandStatus::Failed);
-    assert_eq!(record.last_error_code.as_deref(), Some("INVALID_REQUEST"));
+    assert_eq!(
+        record.last_error_code.as_ref().map(ErrorCode::as_str),
+        Some("INVALID_REQUEST")
+    );
 }
 
 #[tokio::test]
@@ -101,7 +107,10 @@ async fn every_permanent_remote_code_dead_letters_at_once() {
         h.dispatch(t(0), true).await;
         let record = h.command(&receipt.command_id);
         assert_eq!(
-            (record.status, record.last_error_code.as_deref()),
+            (
+                record.status,
+                record.last_error_code.as_ref().map(ErrorCode::as_str)
+            ),
             (CommandStatus::Failed, Some(code)),
             "{status} {code}"
         );
@@ -121,7 +130,10 @@ async fn every_permanent_remote_code_dead_letters_at_once() {
         h.dispatch(t(0), true).await;
         let record = h.command(&receipt.command_id);
         assert_eq!(
-            (record.status, record.last_error_code.as_deref()),
+            (
+                record.status,
+                record.last_error_code.as_ref().map(ErrorCode::as_str)
+            ),
             (CommandStatus::Pending, Some(code)),
             "{status} {code}"
         );
@@ -142,7 +154,7 @@ async fn a_permanent_deletion_answer_dead_letters_the_delete() {
     let record = h.command(&delete.command_id);
     assert_eq!(record.status, CommandStatus::Failed);
     assert_eq!(
-        record.last_error_code.as_deref(),
+        record.last_error_code.as_ref().map(ErrorCode::as_str),
         Some("IDEMPOTENCY_KEY_REUSED")
     );
 }
@@ -167,7 +179,7 @@ async fn the_attempt_budget_dead_letters_and_an_operator_retry_renews_it() {
     let record = h.command(&receipt.command_id);
     assert_eq!(record.status, CommandStatus::Failed);
     assert_eq!(
-        record.last_error_code.as_deref(),
+        record.last_error_code.as_ref().map(ErrorCode::as_str),
         Some("REMOTE_UNAVAILABLE")
     );
     let message = record.last_error_message.clone().unwrap_or_default();
@@ -227,7 +239,11 @@ async fn ownership_loss_settles_as_an_immediate_retry_not_a_lease_expiry() {
     let record = h.command(&receipt.command_id);
     assert_eq!(
         retry_of(&record),
-        (CommandStatus::Pending, Some(codes::OWNERSHIP_LOST), t(5))
+        (
+            CommandStatus::Pending,
+            Some(ErrorCode::OwnershipLost.as_str()),
+            t(5)
+        )
     );
     assert_eq!(
         record.lease_owner, None,
@@ -238,8 +254,8 @@ async fn ownership_loss_settles_as_an_immediate_retry_not_a_lease_expiry() {
     let record = h.command(&receipt.command_id);
     assert_eq!(record.status, CommandStatus::Failed);
     assert_eq!(
-        record.last_error_code.as_deref(),
-        Some(codes::OWNERSHIP_LOST)
+        record.last_error_code.as_ref().map(ErrorCode::as_str),
+        Some(ErrorCode::OwnershipLost.as_str())
     );
 }
 
@@ -261,8 +277,8 @@ async fn a_provision_overtaken_by_a_deletion_is_superseded_not_succeeded() {
     assert_ne!(record.status, CommandStatus::Succeeded);
     assert_eq!(record.status, CommandStatus::Superseded);
     assert_eq!(
-        record.last_error_code.as_deref(),
-        Some(codes::SUPERSEDED_BY_DELETE)
+        record.last_error_code.as_ref().map(ErrorCode::as_str),
+        Some(ErrorCode::SupersededByDelete.as_str())
     );
 }
 
@@ -300,8 +316,8 @@ async fn revocations_end_cleanly_when_the_control_space_is_being_deleted() {
     let record = h.command(&queued.command_id);
     assert_eq!(record.status, CommandStatus::Superseded);
     assert_eq!(
-        record.last_error_code.as_deref(),
-        Some(codes::CONTROL_SPACE_DELETING)
+        record.last_error_code.as_ref().map(ErrorCode::as_str),
+        Some(ErrorCode::ControlSpaceDeleting.as_str())
     );
     assert_eq!(h.calls("revoke"), 0);
     assert_eq!(h.space("cs1").await.state, ControlSpaceState::Deleted);

@@ -109,7 +109,13 @@ pub async fn settle_many_reports_exactly_which_leases_were_lost<S: LifecycleStor
     let retried = record(&store, mine[2].id()).await;
     assert_eq!(retried.status, CommandStatus::Pending);
     assert_eq!(retried.next_attempt_at, t(90));
-    assert_eq!(retried.last_error_code.as_deref(), Some("REMOTE_BUSY"));
+    assert_eq!(
+        retried
+            .last_error_code
+            .as_ref()
+            .map(tenantry_lifecycle::ErrorCode::as_str),
+        Some("REMOTE_BUSY")
+    );
     assert_eq!(retried.lease_owner, None);
     // The current lease holder still settles normally.
     store

@@ -9,7 +9,7 @@
 //! - counts per (status, operation) and the error-code filter of `list_commands`.
 
 use tenantry_lifecycle::ControlSpaceState;
-use tenantry_lifecycle::saga::codes;
+use tenantry_lifecycle::ErrorCode;
 
 use super::*;
 use crate::lifecycle::{
@@ -55,7 +55,10 @@ pub async fn settle_fail_dead_letters_and_is_never_claimed<S: LifecycleStore>(
     let row = record(&store, &id).await;
     assert_eq!(row.status, CommandStatus::Failed);
     assert_eq!(row.completed_at, Some(t(2)));
-    assert_eq!(row.last_error_code.as_deref(), Some("INVALID_REQUEST"));
+    assert_eq!(
+        row.last_error_code.as_ref().map(ErrorCode::as_str),
+        Some("INVALID_REQUEST")
+    );
     assert_eq!(row.last_error_message.as_deref(), Some("bad"));
     assert_eq!((row.lease_owner, row.lease_expires_at), (None, None));
     assert_eq!(row.attempt_count, 1);
@@ -73,15 +76,15 @@ pub async fn settle_moot_closes_as_superseded<S: LifecycleStore>(store: S, clock
     let claimed = claim_one(&store, &clock, "w1", t(1)).await;
     let moot = Settlement::moot(
         t(2),
-        ErrorRecord::new(codes::CONTROL_SPACE_DELETING, "deleted"),
+        ErrorRecord::new(ErrorCode::ControlSpaceDeleting, "deleted"),
     );
     store.settle(&claimed.lease, &moot).await.unwrap();
     let row = record(&store, &id).await;
     assert_eq!(row.status, CommandStatus::Superseded);
     assert_eq!(row.completed_at, Some(t(2)));
     assert_eq!(
-        row.last_error_code.as_deref(),
-        Some(codes::CONTROL_SPACE_DELETING)
+        row.last_error_code.as_ref().map(ErrorCode::as_str),
+        Some(ErrorCode::ControlSpaceDeleting.as_str())
     );
     assert_eq!(row.lease_owner, None);
 }
@@ -127,7 +130,7 @@ pub async fn settle_many_dead_letters_beside_acks_and_retries<S: LifecycleStore>
             claimed[3].lease.clone(),
             Settlement::moot(
                 t(2),
-                ErrorRecord::new(codes::CONTROL_SPACE_DELETING, "gone"),
+                ErrorRecord::new(ErrorCode::ControlSpaceDeleting, "gone"),
             ),
         ),
     ];
@@ -139,14 +142,19 @@ pub async fn settle_many_dead_letters_beside_acks_and_retries<S: LifecycleStore>
         (CommandStatus::Pending, Some("KFS_UNAVAILABLE"), None),
         (
             CommandStatus::Superseded,
-            Some(codes::CONTROL_SPACE_DELETING),
+            Some(ErrorCode::ControlSpaceDeleting.as_str()),
             Some(t(2)),
         ),
     ];
     for (c, (status, code, completed)) in claimed.iter().zip(expected) {
         let row = record(&store, c.id()).await;
         assert_eq!(row.status, status, "{}", c.id());
-        assert_eq!(row.last_error_code.as_deref(), code, "{}", c.id());
+        assert_eq!(
+            row.last_error_code.as_ref().map(ErrorCode::as_str),
+            code,
+            "{}",
+            c.id()
+        );
         assert_eq!(row.completed_at, completed, "{}", c.id());
         assert_eq!(row.lease_owner, None);
     }
@@ -207,7 +215,7 @@ pub async fn operator_retry_keeps_the_attempt_count_and_starts_a_fresh_budget<
     );
     assert_eq!(log[0].previous_status, CommandStatus::Failed);
     assert_eq!(
-        log[0].previous_error_code.as_deref(),
+        log[0].previous_error_code.as_ref().map(ErrorCode::as_str),
         Some("INVALID_REQUEST")
     );
     assert_eq!(log[0].attempt_count, 1);
@@ -230,8 +238,8 @@ pub async fn operator_abandon_closes_a_pending_or_failed_command<
         assert_eq!(after.status, CommandStatus::Abandoned);
         assert_eq!(after.completed_at, Some(t(60)));
         assert_eq!(
-            after.last_error_code.as_deref(),
-            Some(codes::ABANDONED_BY_OPERATOR)
+            after.last_error_code.as_ref().map(ErrorCode::as_str),
+            Some(ErrorCode::AbandonedByOperator.as_str())
         );
         assert_eq!(after.last_error_message, Some(format!("reason {n}")));
         let log = store.command_actions(id).await.unwrap();
@@ -433,7 +441,7 @@ pub async fn list_commands_filters_by_error_code<S: LifecycleStore>(store: S, cl
         .unwrap();
     enqueue(&store, &clock, "cs3", "k3", t(12)).await;
     let page = |code: &str| CommandFilter {
-        error_code: Some(code.to_owned()),
+        error_code: Some(code.into()),
         limit: 100,
         ..CommandFilter::default()
     };

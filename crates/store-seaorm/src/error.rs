@@ -1,0 +1,73 @@
+//! One mapping from a database error to the storage ports' shared [`StoreError`], used by the
+//! lifecycle, host-storage and directory stores alike.
+//!
+//! A deadlock or serialization failure (PostgreSQL `40P01` / `40001`) is
+//! [`StoreError::Contention`] (retryable), a missing table (PostgreSQL `42P01`, SQLite "no such
+//! table") is [`StoreError::SchemaMissing`] naming the mechanism to migrate, anything else is
+//! [`StoreError::Unavailable`]; each keeps the `DbErr` as its source and its text in the
+//! message.
+
+use sea_orm::DbErr;
+use tenantry_ports::StoreError;
+
+use crate::Mechanism;
+
+/// The port error for `error`, raised by a store of `mechanism` (see the module documentation).
+pub(crate) fn store_error(mechanism: Mechanism, error: DbErr) -> StoreError {
+    let message = error.to_string();
+    let mapped = if is_contention(&error) {
+        StoreError::contention(message)
+    } else if is_missing_table(&error) {
+        StoreError::schema_missing(mechanism.as_str(), message)
+    } else {
+        StoreError::unavailable(message)
+    };
+    mapped.with_source(error)
+}
+
+/// Whether `error` is PostgreSQL's deadlock (`40P01`) or serialization failure (`40001`).
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+fn is_contention(error: &DbErr) -> bool {
+    let runtime = match error {
+        DbErr::Exec(runtime) | DbErr::Query(runtime) | DbErr::Conn(runtime) => runtime,
+        _ => return false,
+    };
+    let sea_orm::RuntimeErr::SqlxError(sqlx_error) = runtime else {
+        return false;
+    };
+    match sqlx_error.as_ref() {
+        sea_orm::sqlx::Error::Database(db) => {
+            matches!(db.code().as_deref(), Some("40P01" | "40001"))
+        }
+        _ => false,
+    }
+}
+
+/// Whether `error` says a table does not exist: PostgreSQL's `42P01` (undefined table), or
+/// SQLite's "no such table".
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+fn is_missing_table(error: &DbErr) -> bool {
+    let (DbErr::Exec(sea_orm::RuntimeErr::SqlxError(sqlx_error))
+    | DbErr::Query(sea_orm::RuntimeErr::SqlxError(sqlx_error))) = error
+    else {
+        return false;
+    };
+    match sqlx_error.as_ref() {
+        sea_orm::sqlx::Error::Database(db) => {
+            db.code().as_deref() == Some("42P01") || db.message().starts_with("no such table")
+        }
+        _ => false,
+    }
+}
+
+/// Without a driver no statement runs, so no table can be missing.
+#[cfg(not(any(feature = "sqlite", feature = "postgres")))]
+fn is_missing_table(_error: &DbErr) -> bool {
+    false
+}
+
+/// Without a driver no statement runs, so nothing can lose a deadlock.
+#[cfg(not(any(feature = "sqlite", feature = "postgres")))]
+fn is_contention(_error: &DbErr) -> bool {
+    false
+}
