@@ -23,7 +23,6 @@ const KNOWN_CIRCLES: &[(&str, &str, &str)] = &[
     ("app", "cli", "ops"),
     ("app", "cli", "reference_remote"),
     ("lifecycle", "command", "intake"),
-    ("lifecycle", "failure", "saga"),
 ];
 
 #[test]

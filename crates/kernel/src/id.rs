@@ -180,30 +180,8 @@ macro_rules! define_id {
     };
 }
 
-/// With the `openapi` feature: every identifier is the OpenAPI schema `Id`
-/// ([`crate::openapi::id_schema`]). Chosen by the kernel's features, not the caller's.
-#[cfg(feature = "openapi")]
-#[doc(hidden)]
-#[macro_export]
-macro_rules! __id_openapi_schema {
-    ($name:ident) => {
-        impl $crate::openapi::utoipa::PartialSchema for $name {
-            fn schema() -> $crate::openapi::utoipa::openapi::RefOr<
-                $crate::openapi::utoipa::openapi::schema::Schema,
-            > {
-                $crate::openapi::id_schema()
-            }
-        }
-
-        impl $crate::openapi::utoipa::ToSchema for $name {
-            fn name() -> ::std::borrow::Cow<'static, str> {
-                ::std::borrow::Cow::Borrowed($crate::openapi::ID_SCHEMA)
-            }
-        }
-    };
-}
-
-/// Without the `openapi` feature: nothing.
+/// Without the `openapi` feature: nothing (with it, the macro of the same name in
+/// `openapi.rs` gives every identifier the schema `Id`).
 #[cfg(not(feature = "openapi"))]
 #[doc(hidden)]
 #[macro_export]

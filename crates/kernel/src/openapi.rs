@@ -26,3 +26,25 @@ pub fn id_schema() -> RefOr<Schema> {
         ))
         .into()
 }
+
+/// With the `openapi` feature: every identifier is the OpenAPI schema `Id`
+/// ([`id_schema`]). Chosen by the kernel's features, not the caller's.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __id_openapi_schema {
+    ($name:ident) => {
+        impl $crate::openapi::utoipa::PartialSchema for $name {
+            fn schema() -> $crate::openapi::utoipa::openapi::RefOr<
+                $crate::openapi::utoipa::openapi::schema::Schema,
+            > {
+                $crate::openapi::id_schema()
+            }
+        }
+
+        impl $crate::openapi::utoipa::ToSchema for $name {
+            fn name() -> ::std::borrow::Cow<'static, str> {
+                ::std::borrow::Cow::Borrowed($crate::openapi::ID_SCHEMA)
+            }
+        }
+    };
+}
