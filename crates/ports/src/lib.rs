@@ -59,6 +59,6 @@ pub use lifecycle::{
     ActionRecord, ClaimRequest, CommandAdmin, CommandCount, CommandFilter, CommandQueue,
     ControlSpaceReader, IntakeStore, IntakeStoreError, KnowledgeFs, LifecycleMetrics,
     LifecycleStore, MetricsError, NoMetrics, OperatorAction, OperatorActionError,
-    OperatorActionKind, RemoteError, RenewalOutcome, SettleError, Submitted,
-    TaskMetric, TaskStatus,
+    OperatorActionKind, RemoteError, RenewalOutcome, SettleError, Submitted, TaskMetric,
+    TaskStatus,
 };
