@@ -33,7 +33,7 @@ pub mod scoped_writes;
 
 #[cfg(feature = "directory")]
 pub use directory::{
-    DirectoryProjector, ProjectorError, Refusal, RefusalReport, ResourceSnapshot, WallClock,
+    DirectoryProjector, ProjectorError, Refusal, RefusalReport, ResourceSnapshot,
 };
 #[cfg(feature = "lifecycle")]
 pub use lifecycle::{

@@ -16,7 +16,7 @@ use tenantry_engine::{
     DispatcherConfig, FenceAdminError, FenceConfig, FenceEntry, FenceMode, GroupCommitConfig,
     GroupCommitStore, IntakeFailure, IntakeReceipt, IntakeRequest, OperatorActions,
     OperatorRequestError, ProjectorError, Refusal, RefusalReport, ResourceSnapshot, ScopeContext,
-    ScopedWriteError, ScopedWrites, WallClock, Worker, WorkerConfig, WorkerReport,
+    ScopedWriteError, ScopedWrites, Worker, WorkerConfig, WorkerReport,
     unique_lease_owner,
 };
 use tenantry_kernel::{ControlSpaceId, IdempotencyKey, TenantId};
@@ -81,7 +81,6 @@ fn every_root_reexport_names_the_engine_type() {
             "{name}"
         );
     }
-    let _: WallClock = Arc::new(Utc::now);
 }
 
 #[test]

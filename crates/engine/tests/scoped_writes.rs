@@ -14,6 +14,7 @@ use tenantry_fence::{
     Binding, ClearRefused, DispatchOutcome, FailureRecord, FenceKey, FenceMarker, RecordKind,
     ScopeIdentity,
 };
+use tenantry_ports::clock::ManualClock;
 use tenantry_ports::host_storage::testing::{InMemoryHostStorage, SetFault};
 use tenantry_ports::host_storage::{HostStorage, HostStorageBindings, HostStorageError};
 use tokio::sync::{Notify, Semaphore};
@@ -136,6 +137,12 @@ impl HostStorageBindings for Gated {
 
 const NOW: i64 = 1_700_000_000_000;
 
+/// A clock stopped at `now` (Unix ms); it moves only when a test advances it.
+fn clock_at(now: i64) -> Arc<ManualClock> {
+    let start = chrono::DateTime::from_timestamp_millis(now).expect("a valid test time");
+    Arc::new(ManualClock::new(start))
+}
+
 /// Claim settings for tests: a 150 s dispatch deadline, and short waits for claims of other
 /// runtimes (the clocks are fixed, so a live claim only ends when it is released).
 fn config() -> FenceConfig {
@@ -154,7 +161,7 @@ fn runtime_at(storage: &Arc<InMemoryHostStorage>, gate: &Arc<Gate>, now: i64) ->
             inner: storage.clone(),
             gate: gate.clone(),
         }),
-        Arc::new(move || now),
+        clock_at(now),
         config(),
     )
 }
@@ -1128,7 +1135,7 @@ async fn expired_intent_of_a_vanished_process_counts_as_a_fence() {
     // While it is live, a write waits at most `claim_wait`, then reports the holder.
     let impatient = ScopedWrites::with_config(
         storage.clone(),
-        Arc::new(|| NOW + 1),
+        clock_at(NOW + 1),
         FenceConfig {
             claim_wait: std::time::Duration::ZERO,
             ..config()
@@ -1153,8 +1160,9 @@ async fn runtimes_share_claims_fences_and_clears<S>(storage: Arc<S>)
 where
     S: HostStorage + HostStorageBindings + ?Sized + 'static,
 {
-    let a = ScopedWrites::with_config(storage.clone(), Arc::new(|| NOW), config());
-    let b = ScopedWrites::with_config(storage.clone(), Arc::new(|| NOW), config());
+    let a = ScopedWrites::with_config(storage.clone(), clock_at(NOW), config());
+    let b_clock = clock_at(NOW);
+    let b = ScopedWrites::with_config(storage.clone(), b_clock.clone(), config());
     async fn write<S: HostStorage + ?Sized + 'static>(
         w: &ScopedWrites<S>,
         scope: ScopeIdentity,
@@ -1188,6 +1196,8 @@ where
     started.notified().await;
     let b2 = b.clone();
     let mut waiting = tokio::spawn(async move { write(&b2, kb("a"), 2).await });
+    // Real time for b's reads (database I/O); then b polls on its own clock, which stands
+    // still until the test advances it, so only the claim can keep b from writing here.
     assert!(
         tokio::time::timeout(std::time::Duration::from_millis(200), &mut waiting)
             .await
@@ -1200,6 +1210,8 @@ where
         dispatching.await.unwrap(),
         Err(ScopedWriteError::OutcomeUnknown { .. })
     ));
+    // b's next poll is due within its longest pause (1 s).
+    b_clock.advance(std::time::Duration::from_secs(1));
     let err = waiting.await.unwrap().unwrap_err();
     assert!(
         matches!(&err, ScopedWriteError::Fenced { key, .. } if *key == kb("a").fence_key()),

@@ -1,10 +1,6 @@
 //! Timing and identity of a runtime's cross-process claims ([`FenceConfig`]) and its clock.
 
-use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
-
-/// Milliseconds since the Unix epoch, for fence records and claim expiry.
-pub type Clock = Arc<dyn Fn() -> i64 + Send + Sync>;
+use std::time::Duration;
 
 /// Timing and identity of a runtime's cross-process claims.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -87,10 +83,4 @@ impl FenceConfig {
 
 pub(super) fn duration_ms(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
-}
-
-pub(super) fn system_now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }

@@ -55,11 +55,12 @@ use tenantry_fence::{
     Binding, FailureRecord, FenceKey, FenceMarker, Holder, Reconciled, RecordKind, RecordRead,
     ScopeIdentity,
 };
+use tenantry_ports::clock::{Clock, SystemClock};
 use tenantry_ports::host_storage::{HostStorage, HostStorageError};
 
 use self::claim::{HELD, Held, InFlight, RunClaim, Slot};
-pub use self::config::{Clock, FenceConfig};
-use self::config::{duration_ms, system_now_ms};
+pub use self::config::FenceConfig;
+use self::config::duration_ms;
 pub use self::context::ScopeContext;
 use self::context::panic_message;
 pub use self::error::ScopedWriteError;
@@ -144,7 +145,7 @@ pub struct ScopedWrites<S: ?Sized> {
 struct Inner<S: ?Sized> {
     shared: Arc<Shared>,
     in_flight: InFlight,
-    clock: Clock,
+    clock: Arc<dyn Clock>,
     config: FenceConfig,
     storage: Arc<S>,
 }
@@ -166,19 +167,21 @@ impl<S: ?Sized> std::fmt::Debug for ScopedWrites<S> {
 }
 
 impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
-    /// A runtime over `storage` that stamps fence records with the system clock, with the
-    /// default [`FenceConfig`].
+    /// A runtime over `storage` on the system clock, with the default [`FenceConfig`].
     pub fn new(storage: Arc<S>) -> Self {
-        Self::with_clock(storage, Arc::new(system_now_ms))
+        Self::with_clock(storage, Arc::new(SystemClock))
     }
 
-    /// A runtime over `storage` with `clock` (Unix milliseconds) and the default config.
-    pub fn with_clock(storage: Arc<S>, clock: Clock) -> Self {
+    /// A runtime over `storage` on `clock` and the default config.
+    pub fn with_clock(storage: Arc<S>, clock: Arc<dyn Clock>) -> Self {
         Self::with_config(storage, clock, FenceConfig::default())
     }
 
-    /// A runtime over `storage` with `clock` (Unix milliseconds) and `config`.
-    pub fn with_config(storage: Arc<S>, clock: Clock, config: FenceConfig) -> Self {
+    /// A runtime over `storage` on `clock`, with `config`. The clock's wall time (Unix
+    /// milliseconds) stamps fence records and claim expiries; its monotonic time and timers
+    /// time the wait for another process's claim ([`FenceConfig::claim_poll`],
+    /// [`FenceConfig::claim_wait`]).
+    pub fn with_config(storage: Arc<S>, clock: Arc<dyn Clock>, config: FenceConfig) -> Self {
         Self {
             inner: Arc::new(Inner {
                 shared: Arc::new(Shared::new()),
@@ -201,7 +204,7 @@ impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
     }
 
     fn now_ms(&self) -> i64 {
-        (self.inner.clock)()
+        self.inner.clock.now().timestamp_millis()
     }
 
     /// Runs `operation` under the lock and claim of `(binding, scope)`.
@@ -281,7 +284,7 @@ impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
         let own_key = scope.fence_key();
         let installation = FenceKey::installation();
         let config = &self.inner.config;
-        let waited_until = tokio::time::Instant::now() + config.claim_wait;
+        let waited_until = self.inner.clock.monotonic() + config.claim_wait;
         let mut pause = config.claim_poll;
         loop {
             let own = self.read_record(binding, &own_key).await?;
@@ -310,7 +313,7 @@ impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
                     owner,
                     expires_at_ms,
                 } => {
-                    if tokio::time::Instant::now() >= waited_until {
+                    if self.inner.clock.monotonic() >= waited_until {
                         return Err(ScopedWriteError::ScopeBusy {
                             binding: binding.clone(),
                             scope: scope.clone(),
@@ -319,7 +322,7 @@ impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
                         });
                     }
                     tracing::debug!(%binding, %scope, %owner, "scope held by another process; waiting");
-                    tokio::time::sleep(pause).await;
+                    self.inner.clock.sleep(pause).await;
                     pause = (pause * 2).min(Duration::from_secs(1));
                     continue;
                 }

@@ -10,9 +10,18 @@ fn worker_config(idle: Duration) -> WorkerConfig {
     }
 }
 
-#[tokio::test(start_paused = true)]
+/// Lets the spawned tasks run until they wait (for the clock or a channel): the fakes never
+/// wait on I/O, so a few turns of the current-thread runtime are enough.
+async fn let_tasks_run() {
+    for _ in 0..16 {
+        tokio::task::yield_now().await;
+    }
+}
+
+#[tokio::test]
 async fn worker_sleeps_when_idle_and_picks_up_new_commands() {
     let h = harness();
+    let clock = clock_of_test();
     let dispatcher = Arc::new(
         Dispatcher::new(
             h.store.clone(),
@@ -28,15 +37,18 @@ async fn worker_sleeps_when_idle_and_picks_up_new_commands() {
         worker_config(Duration::from_secs(5)),
     );
     let handle = tokio::spawn(worker.run(stopped));
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    let_tasks_run().await; // the first poll finds nothing: the worker sleeps 5 s on the clock
+    clock.advance(Duration::from_secs(1));
     let receipt = h.create("cs1").await;
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    clock.advance(Duration::from_millis(100));
+    let_tasks_run().await;
     assert_eq!(
         h.command(&receipt.command_id).status,
         CommandStatus::Pending,
         "still asleep"
     );
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    clock.advance(Duration::from_millis(3900));
+    let_tasks_run().await;
     assert_eq!(
         h.command(&receipt.command_id).status,
         CommandStatus::Succeeded
