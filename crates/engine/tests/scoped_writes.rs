@@ -156,12 +156,21 @@ fn config() -> FenceConfig {
 /// A runtime (another process, as far as claims go: its own owner, locks and cache) over
 /// `storage`, with a clock fixed at `now` (Unix ms).
 fn runtime_at(storage: &Arc<InMemoryHostStorage>, gate: &Arc<Gate>, now: i64) -> Writes {
+    runtime_on(storage, gate, clock_at(now))
+}
+
+/// The same on `clock`.
+fn runtime_on(
+    storage: &Arc<InMemoryHostStorage>,
+    gate: &Arc<Gate>,
+    clock: Arc<ManualClock>,
+) -> Writes {
     ScopedWrites::with_config(
         Arc::new(Gated {
             inner: storage.clone(),
             gate: gate.clone(),
         }),
-        clock_at(now),
+        clock,
         config(),
     )
 }
@@ -1117,6 +1126,39 @@ async fn listing_tells_intents_from_fences_and_a_young_intent_is_not_cleared() {
         .await
         .unwrap();
     assert!(outcome.cleared);
+}
+
+/// The wait for another process's claim is timed on the runtime's clock port: on a paused
+/// runtime a minute of tokio's time changes nothing; the write gives up (`ScopeBusy`) once the
+/// runtime's clock advanced `claim_wait` (5 s).
+#[tokio::test(start_paused = true)]
+async fn the_claim_wait_is_timed_on_the_runtime_clock() {
+    let storage = Arc::new(InMemoryHostStorage::new());
+    let ghost = FenceMarker::intent(&kb("a"), "upload", "ghost", NOW, NOW + 180_000);
+    storage
+        .set(&binding(), kb("a").fence_key().as_str(), &ghost.to_value())
+        .await
+        .unwrap();
+    let clock = clock_at(NOW);
+    let writes = runtime_on(&storage, &Arc::new(Gate::default()), clock.clone());
+    let mut waiting = tokio::spawn(async move { write_value(&writes, &kb("a"), json!(1)).await });
+    tokio::time::sleep(std::time::Duration::from_secs(60)).await;
+    assert!(
+        !waiting.is_finished(),
+        "tokio's clock does not pace the wait"
+    );
+    clock.advance(std::time::Duration::from_millis(4_900));
+    for _ in 0..16 {
+        tokio::task::yield_now().await;
+    }
+    assert!(!waiting.is_finished(), "4.9 s of 5 s");
+    clock.advance(std::time::Duration::from_millis(1_100));
+    let r = (&mut waiting).await.unwrap();
+    assert!(
+        matches!(&r, Err(ScopedWriteError::ScopeBusy { owner, .. }) if owner == "ghost"),
+        "{r:?}"
+    );
+    assert_eq!(storage.peek(&binding(), "ke.data.v1.x"), None);
 }
 
 #[tokio::test]

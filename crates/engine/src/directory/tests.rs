@@ -617,13 +617,14 @@ async fn run_loop_stops_on_shutdown_during_a_hung_sync() {
         config(),
         HangingProvider(f.provider.clone()),
         f.store.clone(),
-    );
+    )
+    .with_clock(Arc::new(f.clock.clone()));
     f.provider.push_snapshot(Ok(base()));
     p.initialize().await.unwrap();
     let before = f.store.tables();
-    let start = Instant::now();
-    p.run(tokio::time::sleep(Duration::from_secs(30))).await;
-    assert_eq!(start.elapsed(), Duration::from_secs(30));
+    let start = f.clock.monotonic();
+    p.run(f.clock.sleep(Duration::from_secs(30))).await;
+    assert_eq!(f.clock.monotonic() - start, Duration::from_secs(30));
     assert_eq!(f.store.tables(), before);
     assert_eq!(p.consumer_cursor(), Some(10));
 }
