@@ -28,11 +28,11 @@ use tenantry_directory::{
     ApplyContext, ApplyOutcome, DirectoryDelta, DirectoryError, DirectoryEventBatch,
     DirectorySnapshot, DirectoryWorkspace, NotReady, ProjectorConfig, Readiness, WorkspaceUuid,
 };
+use tenantry_ports::clock::{Clock, SystemClock};
 use tenantry_ports::directory::{
     DirectoryProjectionStore, DirectoryProvider, EntitlementReconciler, NoHooks,
     ProjectionStoreError, ProviderError, RuntimeExecutionPublisher,
 };
-use tenantry_ports::clock::{Clock, SystemClock};
 use tenantry_ports::error::ErrorSource;
 use tokio::time::Instant;
 
@@ -494,7 +494,10 @@ impl<P: DirectoryProvider, S: DirectoryProjectionStore> DirectoryProjector<P, S>
     }
 
     fn record(&self, outcome: &ApplyOutcome, cursor: Option<i64>, success: bool) {
-        let now = self.clock.monotonic().saturating_duration_since(self.origin);
+        let now = self
+            .clock
+            .monotonic()
+            .saturating_duration_since(self.origin);
         let mut replica = self.replica();
         if let Some(active) = outcome.active_workspaces {
             replica.active_workspaces = active;

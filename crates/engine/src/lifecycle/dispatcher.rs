@@ -439,8 +439,10 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
     /// Refuses to start a remote call on a lease this worker cannot prove live (its local
     /// deadline, counted from before the claim, passed, or a renewal found it taken over).
     fn ensure_lease(&self, command: &ClaimedCommand) -> Result<(), DispatchError> {
-        if self.leases
-            .is_live(command.id(), command.lease.epoch, self.clock.monotonic()) {
+        if self
+            .leases
+            .is_live(command.id(), command.lease.epoch, self.clock.monotonic())
+        {
             Ok(())
         } else {
             Err(DispatchError::LeaseLost {

@@ -113,9 +113,17 @@ mod tests {
         let clock = clock();
         let book = LeaseBook::default();
         let id = CommandId::parse("c-1").unwrap_or_else(|_| unreachable!());
-        book.open(&id, LeaseEpoch(1), clock.monotonic() + Duration::from_secs(2));
+        book.open(
+            &id,
+            LeaseEpoch(1),
+            clock.monotonic() + Duration::from_secs(2),
+        );
         clock.advance(Duration::from_secs(3));
-        book.open(&id, LeaseEpoch(2), clock.monotonic() + Duration::from_secs(2));
+        book.open(
+            &id,
+            LeaseEpoch(2),
+            clock.monotonic() + Duration::from_secs(2),
+        );
         assert!(
             !book.is_live(&id, LeaseEpoch(1), clock.monotonic()),
             "the stalled lease expired"
@@ -135,11 +143,18 @@ mod tests {
         let clock = clock();
         let book = LeaseBook::default();
         let id = CommandId::parse("c-1").unwrap_or_else(|_| unreachable!());
-        let state = book.open(&id, LeaseEpoch(1), clock.monotonic() + Duration::from_secs(30));
+        let state = book.open(
+            &id,
+            LeaseEpoch(1),
+            clock.monotonic() + Duration::from_secs(30),
+        );
         assert!(book.is_live(&id, LeaseEpoch(1), clock.monotonic()));
         state.extend(clock.monotonic() + Duration::from_secs(60));
         clock.advance(Duration::from_secs(45));
-        assert!(book.is_live(&id, LeaseEpoch(1), clock.monotonic()), "extended to 60 s");
+        assert!(
+            book.is_live(&id, LeaseEpoch(1), clock.monotonic()),
+            "extended to 60 s"
+        );
         state.lose();
         assert!(!book.is_live(&id, LeaseEpoch(1), clock.monotonic()));
     }
