@@ -16,7 +16,7 @@ pub struct FenceConfig {
     /// doubles up to 1 s).
     pub claim_poll: Duration,
     /// Longest a run waits for another process's claim before failing with
-    /// [`ScopedWriteError::ScopeBusy`] (default: dispatch deadline + margin).
+    /// [`ScopedWriteError::ScopeBusy`](super::ScopedWriteError::ScopeBusy) (default: dispatch deadline + margin).
     pub claim_wait: Duration,
     /// This runtime's owner id in its claims; unique per runtime (default
     /// `scoped-writes-<pid>-<uuid>`).

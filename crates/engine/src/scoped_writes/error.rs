@@ -34,7 +34,7 @@ pub enum ScopedWriteError<E> {
         source: HostStorageError,
     },
     /// Another process held the scope's claim (a write in progress there) for longer than
-    /// [`FenceConfig::claim_wait`]. Nothing was written; retry later.
+    /// [`FenceConfig::claim_wait`](super::FenceConfig::claim_wait). Nothing was written; retry later.
     #[error(
         "scope {scope} of installation {binding} is held by {owner} until {expires_at_ms} (Unix ms); nothing written, retry later"
     )]
