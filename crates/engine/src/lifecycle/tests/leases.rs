@@ -20,7 +20,8 @@ use super::*;
 struct SlowRemote {
     inner: FakeKnowledgeFs,
     clock: ManualClock,
-    delay: Duration,
+    /// Time each call takes on `clock`, in milliseconds.
+    delay_ms: Arc<AtomicU64>,
     /// Answer the first `fail_first` provisions with an unknown outcome (after the delay).
     fail_first: Arc<AtomicUsize>,
     in_flight: Arc<AtomicUsize>,
@@ -32,7 +33,7 @@ impl SlowRemote {
         Self {
             inner,
             clock,
-            delay,
+            delay_ms: Arc::new(AtomicU64::new(delay.as_millis().try_into().unwrap())),
             fail_first: Arc::default(),
             in_flight: Arc::default(),
             max_in_flight: Arc::default(),
@@ -42,7 +43,8 @@ impl SlowRemote {
     async fn slow<T>(&self, call: impl Future<Output = T>) -> T {
         let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
         self.max_in_flight.fetch_max(now, Ordering::SeqCst);
-        self.clock.sleep(self.delay).await;
+        let delay = Duration::from_millis(self.delay_ms.load(Ordering::SeqCst));
+        self.clock.sleep(delay).await;
         let out = call.await;
         self.in_flight.fetch_sub(1, Ordering::SeqCst);
         out
@@ -325,5 +327,79 @@ async fn a_paused_dispatch_loses_its_lease_and_its_late_settle_is_refused() {
         s.store.command(&receipt.command_id).unwrap(),
         settled,
         "the new owner's result stands"
+    );
+}
+
+/// The local lease deadline is on the dispatcher's clock: a lookup that takes 31 s of the
+/// clock, under a 30 s lease without renewal, leaves the deletion request unsent although no
+/// time passed on tokio's clock.
+#[tokio::test]
+async fn the_local_lease_deadline_is_on_the_dispatcher_clock() {
+    let clock = ManualClock::new(t(0));
+    let store = InMemoryLifecycleStore::with_clock(Arc::new(clock.clone()));
+    let remote = SlowRemote::new(FakeKnowledgeFs::new(), clock.clone(), Duration::ZERO);
+    let intake = CommandIntake::new(store.clone(), Arc::new(clock.clone()));
+    let dispatcher = Arc::new(
+        Dispatcher::new(
+            store.clone(),
+            remote.clone(),
+            DispatcherConfig::default()
+                .with_lease_duration(Duration::from_secs(30))
+                .with_renew_leases(false),
+        )
+        .with_clock(Arc::new(clock.clone())),
+    );
+    intake
+        .create_control_space(&create_request("cs-d", "create-cs-d"))
+        .await
+        .unwrap();
+    // The provision's answer is lost: the deletion must look the identity up first.
+    remote
+        .inner
+        .push_fault(RemoteCall::Provision, Fault::LoseAck);
+    assert!(
+        dispatcher
+            .dispatch_one(&owner("w"), true)
+            .await
+            .unwrap()
+            .claimed
+    );
+    let delete = intake
+        .request_deletion(&delete_request("cs-d", "delete-cs-d"))
+        .await
+        .unwrap();
+    remote.delay_ms.store(31_000, Ordering::SeqCst);
+    let dispatching = {
+        let dispatcher = dispatcher.clone();
+        tokio::spawn(async move { dispatcher.dispatch_one(&owner("w"), true).await })
+    };
+    for _ in 0..16 {
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(
+        remote.in_flight.load(Ordering::SeqCst),
+        1,
+        "the lookup is in flight"
+    );
+    clock.advance(Duration::from_secs(31));
+    for _ in 0..16 {
+        tokio::task::yield_now().await;
+    }
+    assert!(
+        dispatching.is_finished(),
+        "the dispatch stops after the lookup instead of sending the deletion"
+    );
+    assert_eq!(
+        dispatching.await.unwrap(),
+        Err(DispatchError::LeaseLost {
+            command_id: delete.command_id.clone()
+        })
+    );
+    let calls = remote.inner.counters().calls;
+    assert_eq!(calls.get("lookup"), Some(&1), "{calls:?}");
+    assert_eq!(
+        calls.get("deletion"),
+        None,
+        "no request on a lease the dispatcher cannot prove live: {calls:?}"
     );
 }
