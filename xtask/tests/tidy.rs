@@ -5,7 +5,10 @@
 //!   only the storage adapter and the migrations know SeaORM, only the HTTP adapter knows reqwest;
 //! - `.ci/run` and the README run the gate, `cargo xtask ci`;
 //! - no two crates define a public type (`pub struct | enum | trait | type`) of the same name,
-//!   so one name means one thing across the workspace (re-exports of one type are fine).
+//!   so one name means one thing across the workspace (re-exports of one type are fine);
+//! - domain crates read no clock, make no ids and draw no random numbers: their source calls
+//!   none of [`DISALLOWED_IN_DOMAIN`], and each has a `clippy.toml` that disallows them and
+//!   keeps the workspace's clippy settings.
 //!
 //! Dependencies are read with `cargo metadata --no-deps`, so inherited (`dep.workspace = true`)
 //! and renamed dependencies are seen as cargo sees them. Crates that do not exist yet are
@@ -38,6 +41,21 @@ const FORBIDDEN_IN_DOMAIN: &[&str] = &[
     "hyper",
     "rand",
     "getrandom",
+];
+
+/// Methods a domain crate must not call: `(clippy path, text of a call)`. Time, ids and random
+/// draws are arguments (docs/architecture.md); the engine reads the `Clock` port.
+const DISALLOWED_IN_DOMAIN: &[(&str, &str)] = &[
+    ("chrono::Utc::now", "Utc::now"),
+    ("chrono::Local::now", "Local::now"),
+    ("std::time::SystemTime::now", "SystemTime::now"),
+    ("std::time::Instant::now", "Instant::now"),
+    ("tokio::time::Instant::now", "Instant::now"),
+    ("uuid::Uuid::new_v4", "new_v4"),
+    ("uuid::Uuid::now_v7", "now_v7"),
+    ("rand::random", "rand::random"),
+    ("rand::thread_rng", "thread_rng"),
+    ("rand::rng", "rand::rng"),
 ];
 
 #[test]
@@ -179,10 +197,7 @@ fn ci_workflow_runs_the_gate() {
 }
 
 /// Public type names two crates may both define for now.
-const SHARED_TYPE_NAMES: &[&str] = &[
-    // Renamed on i15-clock; remove when merged.
-    "Clock",
-];
+const SHARED_TYPE_NAMES: &[&str] = &[];
 
 #[test]
 fn no_two_crates_define_a_public_type_of_the_same_name() {
@@ -273,6 +288,66 @@ pub struct After;
         ["Same: crates/a/src/lib.rs:1, crates/b/src/lib.rs:1"]
     );
     assert!(shared_names(&defs, &["Same"]).is_empty());
+}
+
+#[test]
+fn domain_crates_call_no_clock_id_or_random_source() {
+    let root = workspace_root();
+    let mut violations = Vec::new();
+    for dir in DOMAIN_CRATES {
+        let mut files = Vec::new();
+        collect_rust_files(&root.join(dir), &mut files);
+        for path in files {
+            let text = fs::read_to_string(&path).unwrap_or_default();
+            for (line, call) in disallowed_calls(&text) {
+                violations.push(format!("{}:{line} calls {call}", relative(&root, &path)));
+            }
+        }
+    }
+    assert!(
+        violations.is_empty(),
+        "domain crates are deterministic: take time, ids and random draws as arguments (the \
+         engine reads the Clock port):\n  {}",
+        violations.join("\n  ")
+    );
+}
+
+#[test]
+fn domain_crates_have_a_clippy_config_that_disallows_them_and_keeps_the_workspace_one() {
+    let root = workspace_root();
+    let workspace: Vec<String> = fs::read_to_string(root.join("clippy.toml"))
+        .unwrap_or_default()
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(str::to_owned)
+        .collect();
+    let mut violations = Vec::new();
+    for dir in DOMAIN_CRATES {
+        if !root.join(dir).join("Cargo.toml").exists() {
+            continue;
+        }
+        let path = root.join(dir).join("clippy.toml");
+        let Ok(config) = fs::read_to_string(&path) else {
+            violations.push(format!("{dir}/clippy.toml is missing"));
+            continue;
+        };
+        let lines: Vec<&str> = config.lines().map(str::trim).collect();
+        for setting in &workspace {
+            if !lines.contains(&setting.as_str()) {
+                violations.push(format!(
+                    "{dir}/clippy.toml lacks the workspace setting `{setting}` (clippy reads \
+                     only the nearest clippy.toml)"
+                ));
+            }
+        }
+        for (method, _) in DISALLOWED_IN_DOMAIN {
+            if !config.contains(&format!("path = \"{method}\"")) {
+                violations.push(format!("{dir}/clippy.toml does not disallow {method}"));
+            }
+        }
+    }
+    assert!(violations.is_empty(), "{}", violations.join("\n"));
 }
 
 // ---- helpers ----
@@ -427,6 +502,21 @@ fn collect_rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
+/// The calls of [`DISALLOWED_IN_DOMAIN`] in Rust source `text`, as (line number, call); the
+/// text after `//` on a line (comments, doc comments) is ignored.
+fn disallowed_calls(text: &str) -> Vec<(usize, &'static str)> {
+    let mut found = Vec::new();
+    for (index, line) in text.lines().enumerate() {
+        let code = line.split("//").next().unwrap_or_default();
+        for (_, call) in DISALLOWED_IN_DOMAIN {
+            if code.contains(call) && !found.contains(&(index + 1, *call)) {
+                found.push((index + 1, *call));
+            }
+        }
+    }
+    found
+}
+
 /// `pattern` is a crate name, or a prefix followed by `*`.
 fn matches(pattern: &str, name: &str) -> bool {
     match pattern.strip_suffix('*') {
@@ -531,4 +621,24 @@ fn pattern_matching_of_crate_names() {
     assert!(matches("tokio", "tokio"));
     assert!(!matches("tokio", "tokio-util"));
     assert!(!matches("rand", "rand_core"));
+}
+
+#[test]
+fn disallowed_calls_are_found_in_code_not_in_comments() {
+    let source = "//! Reads `Utc::now()` nowhere.\n\
+                  fn f() -> DateTime<Utc> {\n\
+                  \x20   let id = Uuid::new_v4(); // or SystemTime::now()\n\
+                  \x20   chrono::Utc::now()\n\
+                  }\n\
+                  fn g() { let _ = std::time::Instant::now(); let _: f64 = rand::random(); }\n";
+    assert_eq!(
+        disallowed_calls(source),
+        vec![
+            (3, "new_v4"),
+            (4, "Utc::now"),
+            (6, "Instant::now"),
+            (6, "rand::random")
+        ]
+    );
+    assert!(disallowed_calls("fn pure(now: DateTime<Utc>) -> DateTime<Utc> { now }").is_empty());
 }

@@ -18,6 +18,7 @@ pub use tenantry_engine::scoped_writes::admin::{
 };
 use tenantry_engine::scoped_writes::{FenceConfig, ScopedWrites};
 use tenantry_fence::{Binding, RecordKind};
+use tenantry_ports::clock::SystemClock;
 use tenantry_ports::host_storage::{HostStorage, HostStorageBindings};
 
 /// One record as shown by `GET /v1/fences` and `tenantry fences list`.
@@ -88,7 +89,7 @@ impl<S: HostStorage + HostStorageBindings + ?Sized + 'static> FenceAdmin<S> {
     pub fn standalone(storage: Arc<S>, dispatch_deadline: Duration) -> Self {
         Self::new(ScopedWrites::with_config(
             storage,
-            Arc::new(system_now_ms),
+            Arc::new(SystemClock),
             FenceConfig::with_deadline(dispatch_deadline),
         ))
     }
@@ -170,10 +171,6 @@ impl<S: HostStorage + HostStorageBindings + ?Sized + 'static> FenceAdmin<S> {
         }
         Ok(counts)
     }
-}
-
-fn system_now_ms() -> i64 {
-    Utc::now().timestamp_millis()
 }
 
 #[cfg(test)]

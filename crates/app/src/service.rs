@@ -241,7 +241,7 @@ impl Service {
         // a clear takes the same scope locks as in-process writers (`Service::scoped_writes`).
         let scoped_writes = ScopedWrites::with_config(
             Arc::new(SeaOrmHostStorage::new(&db)),
-            Arc::new(|| chrono::Utc::now().timestamp_millis()),
+            clock.clone(),
             FenceConfig::with_deadline(config.knowledge_fs_deadline),
         );
         let state = AdminState {

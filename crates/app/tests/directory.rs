@@ -83,6 +83,7 @@ async fn directory_status_reports_a_ready_projection_at_the_provider_cursor() {
             tokio::time::Instant::now() < deadline,
             "never caught up: {status}"
         );
+        // Real time: the service under test runs on its own runtime and answers over HTTP.
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     assert_eq!(status["configured"], true);
@@ -145,6 +146,7 @@ async fn wait_status(h: &Harness, done: impl Fn(&serde_json::Value) -> bool) -> 
             tokio::time::Instant::now() < deadline,
             "gave up at {status}"
         );
+        // Real time: the service under test runs on its own runtime and answers over HTTP.
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }

@@ -25,6 +25,7 @@ async fn wait_for(h: &Harness, path: &str, ready: impl Fn(&Value) -> bool) -> Va
             tokio::time::Instant::now() < deadline,
             "{path} never got there: {status} {body}"
         );
+        // Real time: the service under test runs on its own runtime and answers over HTTP.
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }

@@ -28,6 +28,7 @@ async fn wait_provision_requests(h: &Harness, n: u64) {
             tokio::time::Instant::now() < deadline,
             "no provision request"
         );
+        // Real time: the service under test runs on its own runtime and answers over HTTP.
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }

@@ -29,6 +29,7 @@ use tenantry_directory::{
     DirectorySnapshot, DirectoryWorkspace, NotReady, ProjectorConfig, Readiness, RefusalRule,
     WorkspaceUuid,
 };
+use tenantry_ports::clock::{Clock, SystemClock};
 use tenantry_ports::directory::{
     DirectoryProjectionStore, DirectoryProvider, EntitlementReconciler, NoHooks,
     ProjectionStoreError, ProviderError, RuntimeExecutionPublisher,
@@ -147,9 +148,6 @@ struct ReplicaState {
     refusals: RefusalReport,
 }
 
-/// Wall-clock source for the timestamps written to the store.
-pub type WallClock = Arc<dyn Fn() -> DateTime<Utc> + Send + Sync>;
-
 /// Projects a directory provider into the store; see the module documentation.
 ///
 /// # Example
@@ -190,7 +188,8 @@ pub struct DirectoryProjector<P, S> {
     store: S,
     entitlements: Arc<dyn EntitlementReconciler>,
     runtime: Arc<dyn RuntimeExecutionPublisher>,
-    wall_clock: WallClock,
+    clock: Arc<dyn Clock>,
+    /// The clock's monotonic reading at construction; readiness counts from here.
     origin: Instant,
     replica: Mutex<ReplicaState>,
 }
@@ -205,16 +204,17 @@ impl<P, S> std::fmt::Debug for DirectoryProjector<P, S> {
 }
 
 impl<P: DirectoryProvider, S: DirectoryProjectionStore> DirectoryProjector<P, S> {
-    /// A projector without hooks, using the system wall clock.
+    /// A projector without hooks, on the system clock.
     pub fn new(config: ProjectorConfig, provider: P, store: S) -> Self {
+        let clock: Arc<dyn Clock> = Arc::new(SystemClock);
         Self {
             config,
             provider,
             store,
             entitlements: Arc::new(NoHooks),
             runtime: Arc::new(NoHooks),
-            wall_clock: Arc::new(Utc::now),
-            origin: Instant::now(),
+            origin: clock.monotonic(),
+            clock,
             replica: Mutex::new(ReplicaState::default()),
         }
     }
@@ -233,10 +233,15 @@ impl<P: DirectoryProvider, S: DirectoryProjectionStore> DirectoryProjector<P, S>
         self
     }
 
-    /// Sets the wall clock used for `last_applied_at`, leases and receipts.
+    /// Sets the clock (the system clock by default): its wall time stamps `last_applied_at`,
+    /// leases, receipts and refusals; its monotonic time measures staleness
+    /// ([`Self::require_ready`]); its timers pace [`Self::run`]. Set it before the first sync
+    /// (readiness recorded earlier was measured on the previous clock and is forgotten).
     #[must_use]
-    pub fn with_wall_clock(mut self, clock: WallClock) -> Self {
-        self.wall_clock = clock;
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.origin = clock.monotonic();
+        self.clock = clock;
+        *self.replica() = ReplicaState::default();
         self
     }
 
@@ -251,16 +256,16 @@ impl<P: DirectoryProvider, S: DirectoryProjectionStore> DirectoryProjector<P, S>
     }
 
     /// Fails execution admission closed: refuses when this replica never completed a
-    /// caught-up sync, or its last one is `max_staleness` old or older (tokio's monotonic
-    /// clock).
+    /// caught-up sync, or its last one is `max_staleness` old or older (the monotonic time of
+    /// the projector's clock, [`Self::with_clock`]).
     ///
     /// # Errors
     /// [`NotReady`].
     pub fn require_ready(&self) -> Result<(), NotReady> {
-        self.require_ready_at(Instant::now())
+        self.require_ready_at(self.clock.monotonic())
     }
 
-    /// [`Self::require_ready`] at monotonic time `now`.
+    /// [`Self::require_ready`] at monotonic time `now` (a reading of the projector's clock).
     ///
     /// # Errors
     /// [`NotReady`].
@@ -373,7 +378,7 @@ impl<P: DirectoryProvider, S: DirectoryProjectionStore> DirectoryProjector<P, S>
             if !first {
                 tokio::select! {
                     () = &mut shutdown => return,
-                    () = tokio::time::sleep(delay) => {}
+                    () = self.clock.sleep(delay) => {}
                 }
             }
             first = false;
@@ -483,7 +488,10 @@ impl<P: DirectoryProvider, S: DirectoryProjectionStore> DirectoryProjector<P, S>
     }
 
     fn record(&self, outcome: &ApplyOutcome, cursor: Option<i64>, success: bool) {
-        let now = Instant::now().saturating_duration_since(self.origin);
+        let now = self
+            .clock
+            .monotonic()
+            .saturating_duration_since(self.origin);
         let mut replica = self.replica();
         if let Some(active) = outcome.active_workspaces {
             replica.active_workspaces = active;
@@ -501,7 +509,7 @@ impl<P: DirectoryProvider, S: DirectoryProjectionStore> DirectoryProjector<P, S>
 
     /// Records a refusal (or the success that ends one) and logs it with rule and workspace.
     fn note_result(&self, result: &Result<(), ProjectorError>) {
-        let now = (self.wall_clock)();
+        let now = self.clock.now();
         let mut replica = self.replica();
         let refusals = &mut replica.refusals;
         match result {
@@ -562,7 +570,7 @@ impl<P: DirectoryProvider, S: DirectoryProjectionStore> DirectoryProjector<P, S>
         ApplyContext {
             instance: self.config.instance.clone(),
             limits: self.config.limits,
-            now: (self.wall_clock)(),
+            now: self.clock.now(),
             max_staleness: self.config.max_staleness,
         }
     }

@@ -32,9 +32,7 @@ pub mod lifecycle;
 pub mod scoped_writes;
 
 #[cfg(feature = "directory")]
-pub use directory::{
-    DirectoryProjector, ProjectorError, Refusal, RefusalReport, ResourceSnapshot, WallClock,
-};
+pub use directory::{DirectoryProjector, ProjectorError, Refusal, RefusalReport, ResourceSnapshot};
 #[cfg(feature = "lifecycle")]
 pub use lifecycle::{
     BulkReport, CommandIntake, DispatchError, DispatchReport, Dispatcher, DispatcherConfig,

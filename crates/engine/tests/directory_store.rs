@@ -9,6 +9,7 @@ use tenantry_directory::maps::{MembershipStatus, WorkspaceStatus};
 use tenantry_directory::testing::*;
 use tenantry_directory::{DirectoryError, ProjectionLimits, ProjectorConfig};
 use tenantry_engine::directory::{DirectoryProjector, ProjectorError};
+use tenantry_ports::clock::ManualClock;
 use tenantry_ports::directory::ProjectionStateReader;
 use tenantry_ports::directory::testing::{DirectoryFixtureStore, ScriptedProvider};
 use tenantry_store_seaorm::directory::SeaOrmDirectoryStore;
@@ -32,9 +33,9 @@ async fn two_replicas_project_snapshot_delta_and_entitlements_into_the_database(
     let provider_a = ScriptedProvider::new();
     let provider_b = ScriptedProvider::new();
     let a = DirectoryProjector::new(config(), provider_a.clone(), store.clone())
-        .with_wall_clock(Arc::new(|| at(0)));
+        .with_clock(Arc::new(ManualClock::new(at(0))));
     let b = DirectoryProjector::new(config(), provider_b.clone(), store.clone())
-        .with_wall_clock(Arc::new(|| at(1)));
+        .with_clock(Arc::new(ManualClock::new(at(1))));
 
     let base = snapshot(
         10,
@@ -130,7 +131,7 @@ async fn case_001_workspace_status_change_keeps_the_projection_moving() {
         let store = SeaOrmDirectoryStore::new(&db.db);
         let provider = ScriptedProvider::new();
         let p = DirectoryProjector::new(config(), provider.clone(), store.clone())
-            .with_wall_clock(Arc::new(|| at(0)));
+            .with_clock(Arc::new(ManualClock::new(at(0))));
         let mut ws = workspace("ws-a", 40, &[("acct-x", 40), ("acct-y", 40)]);
         ws.members[0].membership_uuid = m_id("mem-1");
         ws.members[1].membership_uuid = m_id("mem-2");
@@ -170,7 +171,7 @@ async fn case_001_workspace_status_change_keeps_the_projection_moving() {
         let store = SeaOrmDirectoryStore::new(&db.db);
         let provider = ScriptedProvider::new();
         let p = DirectoryProjector::new(config(), provider.clone(), store.clone())
-            .with_wall_clock(Arc::new(|| at(0)));
+            .with_clock(Arc::new(ManualClock::new(at(0))));
         provider.push_snapshot(Ok(snapshot(40, vec![ws.clone()])));
         p.initialize().await.unwrap();
         p.apply_snapshot(&snapshot(41, vec![changed]))

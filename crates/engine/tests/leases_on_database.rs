@@ -343,6 +343,7 @@ async fn case_006_cancelled_units_never_leave_a_transaction_open() {
         }
     }
     // Every detached unit finishes; the one connection is usable for both kinds of work.
+    // Real time: the detached units wait on database I/O, not on a lease or the clock.
     tokio::time::sleep(Duration::from_millis(200)).await;
     intake
         .create_control_space(&create("after", "after"))

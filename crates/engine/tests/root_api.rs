@@ -16,8 +16,7 @@ use tenantry_engine::{
     DispatcherConfig, FenceAdminError, FenceConfig, FenceEntry, FenceMode, GroupCommitConfig,
     GroupCommitStore, IntakeFailure, IntakeReceipt, IntakeRequest, OperatorActions,
     OperatorRequestError, ProjectorError, Refusal, RefusalReport, ResourceSnapshot, ScopeContext,
-    ScopedWriteError, ScopedWrites, WallClock, Worker, WorkerConfig, WorkerReport,
-    unique_lease_owner,
+    ScopedWriteError, ScopedWrites, Worker, WorkerConfig, WorkerReport, unique_lease_owner,
 };
 use tenantry_kernel::{ControlSpaceId, IdempotencyKey, TenantId};
 use tenantry_lifecycle::intake::CreateControlSpace;
@@ -81,7 +80,6 @@ fn every_root_reexport_names_the_engine_type() {
             "{name}"
         );
     }
-    let _: WallClock = Arc::new(Utc::now);
 }
 
 #[test]

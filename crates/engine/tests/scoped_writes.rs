@@ -14,6 +14,7 @@ use tenantry_fence::{
     Binding, ClearRefused, DispatchOutcome, FailureRecord, FenceKey, FenceMarker, RecordKind,
     ScopeIdentity,
 };
+use tenantry_ports::clock::ManualClock;
 use tenantry_ports::host_storage::testing::{InMemoryHostStorage, SetFault};
 use tenantry_ports::host_storage::{HostStorage, HostStorageBindings, HostStorageError};
 use tokio::sync::{Notify, Semaphore};
@@ -136,6 +137,12 @@ impl HostStorageBindings for Gated {
 
 const NOW: i64 = 1_700_000_000_000;
 
+/// A clock stopped at `now` (Unix ms); it moves only when a test advances it.
+fn clock_at(now: i64) -> Arc<ManualClock> {
+    let start = chrono::DateTime::from_timestamp_millis(now).expect("a valid test time");
+    Arc::new(ManualClock::new(start))
+}
+
 /// Claim settings for tests: a 150 s dispatch deadline, and short waits for claims of other
 /// runtimes (the clocks are fixed, so a live claim only ends when it is released).
 fn config() -> FenceConfig {
@@ -149,12 +156,21 @@ fn config() -> FenceConfig {
 /// A runtime (another process, as far as claims go: its own owner, locks and cache) over
 /// `storage`, with a clock fixed at `now` (Unix ms).
 fn runtime_at(storage: &Arc<InMemoryHostStorage>, gate: &Arc<Gate>, now: i64) -> Writes {
+    runtime_on(storage, gate, clock_at(now))
+}
+
+/// The same on `clock`.
+fn runtime_on(
+    storage: &Arc<InMemoryHostStorage>,
+    gate: &Arc<Gate>,
+    clock: Arc<ManualClock>,
+) -> Writes {
     ScopedWrites::with_config(
         Arc::new(Gated {
             inner: storage.clone(),
             gate: gate.clone(),
         }),
-        Arc::new(move || now),
+        clock,
         config(),
     )
 }
@@ -1119,6 +1135,39 @@ async fn listing_tells_intents_from_fences_and_a_young_intent_is_not_cleared() {
     assert!(outcome.cleared);
 }
 
+/// The wait for another process's claim is timed on the runtime's clock port: on a paused
+/// runtime a minute of tokio's time changes nothing; the write gives up (`ScopeBusy`) once the
+/// runtime's clock advanced `claim_wait` (5 s).
+#[tokio::test(start_paused = true)]
+async fn the_claim_wait_is_timed_on_the_runtime_clock() {
+    let storage = Arc::new(InMemoryHostStorage::new());
+    let ghost = FenceMarker::intent(&kb("a"), "upload", "ghost", NOW, NOW + 180_000);
+    storage
+        .set(&binding(), kb("a").fence_key().as_str(), &ghost.to_value())
+        .await
+        .unwrap();
+    let clock = clock_at(NOW);
+    let writes = runtime_on(&storage, &Arc::new(Gate::default()), clock.clone());
+    let mut waiting = tokio::spawn(async move { write_value(&writes, &kb("a"), json!(1)).await });
+    tokio::time::sleep(std::time::Duration::from_secs(60)).await;
+    assert!(
+        !waiting.is_finished(),
+        "tokio's clock does not pace the wait"
+    );
+    clock.advance(std::time::Duration::from_millis(4_900));
+    for _ in 0..16 {
+        tokio::task::yield_now().await;
+    }
+    assert!(!waiting.is_finished(), "4.9 s of 5 s");
+    clock.advance(std::time::Duration::from_millis(1_100));
+    let r = (&mut waiting).await.unwrap();
+    assert!(
+        matches!(&r, Err(ScopedWriteError::ScopeBusy { owner, .. }) if owner == "ghost"),
+        "{r:?}"
+    );
+    assert_eq!(storage.peek(&binding(), "ke.data.v1.x"), None);
+}
+
 #[tokio::test]
 async fn expired_intent_of_a_vanished_process_counts_as_a_fence() {
     let storage = Arc::new(InMemoryHostStorage::new());
@@ -1135,7 +1184,7 @@ async fn expired_intent_of_a_vanished_process_counts_as_a_fence() {
     // While it is live, a write waits at most `claim_wait`, then reports the holder.
     let impatient = ScopedWrites::with_config(
         storage.clone(),
-        Arc::new(|| NOW + 1),
+        clock_at(NOW + 1),
         FenceConfig {
             claim_wait: std::time::Duration::ZERO,
             ..config()
@@ -1160,8 +1209,9 @@ async fn runtimes_share_claims_fences_and_clears<S>(storage: Arc<S>)
 where
     S: HostStorage + HostStorageBindings + ?Sized + 'static,
 {
-    let a = ScopedWrites::with_config(storage.clone(), Arc::new(|| NOW), config());
-    let b = ScopedWrites::with_config(storage.clone(), Arc::new(|| NOW), config());
+    let a = ScopedWrites::with_config(storage.clone(), clock_at(NOW), config());
+    let b_clock = clock_at(NOW);
+    let b = ScopedWrites::with_config(storage.clone(), b_clock.clone(), config());
     async fn write<S: HostStorage + ?Sized + 'static>(
         w: &ScopedWrites<S>,
         scope: ScopeIdentity,
@@ -1195,6 +1245,8 @@ where
     started.notified().await;
     let b2 = b.clone();
     let mut waiting = tokio::spawn(async move { write(&b2, kb("a"), 2).await });
+    // Real time for b's reads (database I/O); then b polls on its own clock, which stands
+    // still until the test advances it, so only the claim can keep b from writing here.
     assert!(
         tokio::time::timeout(std::time::Duration::from_millis(200), &mut waiting)
             .await
@@ -1207,6 +1259,8 @@ where
         dispatching.await.unwrap(),
         Err(ScopedWriteError::OutcomeUnknown { .. })
     ));
+    // b's next poll is due within its longest pause (1 s).
+    b_clock.advance(std::time::Duration::from_secs(1));
     let err = waiting.await.unwrap().unwrap_err();
     assert!(
         matches!(&err, ScopedWriteError::Fenced { key, .. } if *key == kb("a").fence_key()),

@@ -10,10 +10,12 @@
 //!
 //! Composite traits (`LifecycleStore`, `DirectoryProjectionStore`) follow from their parts.
 use std::sync::Arc;
+use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use tokio::time::Instant;
 
-use crate::clock::Clock;
+use crate::clock::{Clock, Sleep};
 
 /// Implements an async port trait for `Arc<T>`, `Box<T>` and `&T`; the body forwards every
 /// method to `(**self)`.
@@ -53,6 +55,15 @@ macro_rules! sync_handles {
 sync_handles!(Clock {
     fn now(&self) -> DateTime<Utc> {
         (**self).now()
+    }
+    fn monotonic(&self) -> Instant {
+        (**self).monotonic()
+    }
+    fn sleep_until(&self, deadline: Instant) -> Sleep {
+        (**self).sleep_until(deadline)
+    }
+    fn sleep(&self, duration: Duration) -> Sleep {
+        (**self).sleep(duration)
     }
 });
 

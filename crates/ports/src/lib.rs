@@ -6,7 +6,8 @@
 //! Feature `testing` adds in-memory fakes and one conformance-suite macro per port; every
 //! adapter (fake, SQLite, PostgreSQL) instantiates the same suite.
 //!
-//! - [`clock`]: wall-clock time ([`clock::SystemClock`], [`clock::ManualClock`]);
+//! - [`clock`]: wall time, monotonic time and timers ([`clock::SystemClock`],
+//!   [`clock::ManualClock`]);
 //! - [`lifecycle`]: outbox and control-space storage, command intake storage, the KnowledgeFS
 //!   remote, lifecycle metrics;
 //! - [`host_storage`]: installation-bound key/value storage behind fences and connector state;

@@ -259,6 +259,7 @@ async fn two_host_transactions_with_one_key_give_one_command() {
             receipt
         }
     });
+    // Real time: lets the second transaction reach the database and block on the first.
     tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     first.commit().await.unwrap();
     let replay = second.await.unwrap().unwrap();

@@ -156,6 +156,7 @@ impl Harness {
                 tokio::time::Instant::now() < deadline,
                 "{tenant}/{cs} did not become {state}: {status} {body}"
             );
+            // Real time: the service under test runs on its own runtime and answers over HTTP.
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }

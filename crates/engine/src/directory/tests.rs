@@ -1,20 +1,26 @@
-//! Projector behaviour over the fake provider, store and hooks, on tokio's paused clock.
+//! Projector behaviour over the fake provider, store and hooks, on virtual time: a paused
+//! runtime and a [`ManualClock`] that follows it. Tests that step time advance the clock; the
+//! run-loop tests let tokio's paused clock run (the way the simulation drives the engine).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use tenantry_directory::testing::*;
 use tenantry_directory::{DirectoryError, NotReady};
+use tenantry_ports::clock::ManualClock;
 use tenantry_ports::directory::ProviderError;
 use tenantry_ports::directory::testing::{
     HookCall, InMemoryProjectionStore, ProviderCall, RecordingHooks, ScriptedProvider,
 };
+
+use tenantry_ports::clock::Clock;
 
 use super::*;
 
 type Projector = DirectoryProjector<ScriptedProvider, InMemoryProjectionStore>;
 
 struct Fixture {
+    clock: ManualClock,
     provider: ScriptedProvider,
     store: InMemoryProjectionStore,
     hooks: RecordingHooks,
@@ -23,6 +29,7 @@ struct Fixture {
 impl Fixture {
     fn new() -> Self {
         Self {
+            clock: ManualClock::following_tokio(at(0)),
             provider: ScriptedProvider::new(),
             store: InMemoryProjectionStore::new(),
             hooks: RecordingHooks::new(),
@@ -34,7 +41,7 @@ impl Fixture {
         DirectoryProjector::new(projector_config(), provider, self.store.clone())
             .with_entitlements(Arc::new(self.hooks.clone()))
             .with_runtime_publisher(Arc::new(self.hooks.clone()))
-            .with_wall_clock(Arc::new(|| at(0)))
+            .with_clock(Arc::new(self.clock.clone()))
     }
 
     fn projector(&self) -> Projector {
@@ -234,10 +241,10 @@ async fn sync_once_with_only_entitlement_events_advances_the_cursor() {
 async fn sync_once_with_an_empty_batch_touches_freshness() {
     let f = Fixture::new();
     let p = initialized(&f).await;
-    tokio::time::advance(Duration::from_secs(50)).await;
+    f.clock.advance(Duration::from_secs(50));
     f.provider.push_events(Ok(batch(10, 10, 10, vec![])));
     p.sync_once().await.unwrap();
-    tokio::time::advance(Duration::from_secs(50)).await;
+    f.clock.advance(Duration::from_secs(50));
     assert_eq!(p.require_ready(), Ok(()), "the touch refreshed readiness");
     assert_eq!(f.store.applies(), 2);
 }
@@ -275,9 +282,9 @@ async fn sync_once_refuses_an_invalid_batch_before_fetching_a_delta() {
 async fn require_ready_fails_closed_when_stale() {
     let f = Fixture::new();
     let p = initialized(&f).await;
-    tokio::time::advance(Duration::from_secs(59)).await;
+    f.clock.advance(Duration::from_secs(59));
     assert_eq!(p.require_ready(), Ok(()));
-    tokio::time::advance(Duration::from_secs(1)).await;
+    f.clock.advance(Duration::from_secs(1));
     assert_eq!(
         p.require_ready(),
         Err(NotReady::Stale {
@@ -291,7 +298,7 @@ async fn require_ready_fails_closed_when_stale() {
 async fn readiness_is_recorded_only_when_caught_up() {
     let f = Fixture::new();
     let p = initialized(&f).await;
-    tokio::time::advance(Duration::from_secs(55)).await;
+    f.clock.advance(Duration::from_secs(55));
     f.provider.push_events(Ok(batch(
         10,
         11,
@@ -304,7 +311,7 @@ async fn readiness_is_recorded_only_when_caught_up() {
     )));
     p.sync_once().await.unwrap();
     assert_eq!(p.consumer_cursor(), Some(11));
-    tokio::time::advance(Duration::from_secs(5)).await;
+    f.clock.advance(Duration::from_secs(5));
     assert!(matches!(p.require_ready(), Err(NotReady::Stale { .. })));
 }
 
@@ -405,7 +412,7 @@ async fn replicas_share_the_state_row_but_keep_their_own_cursor() {
 async fn run_loop_backs_off_doubling_up_to_half_the_staleness_and_never_exits() {
     let f = Fixture::new();
     let p = Arc::new(initialized(&f).await);
-    let start = Instant::now();
+    let start = f.clock.monotonic();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let runner = {
         let p = Arc::clone(&p);
@@ -435,16 +442,16 @@ async fn run_loop_backs_off_doubling_up_to_half_the_staleness_and_never_exits() 
         (60.1, 4),
         (90.1, 5),
     ] {
-        tokio::time::sleep_until(at_secs(t)).await;
+        f.clock.sleep_until(at_secs(t)).await;
         assert_eq!(events_calls(), expected, "at t={t}");
     }
     assert!(matches!(p.require_ready(), Err(NotReady::Stale { .. })));
     // The provider recovers: the sync at t=120 succeeds, the next comes one interval later.
     f.provider.push_events(Ok(batch(10, 10, 10, vec![])));
-    tokio::time::sleep_until(at_secs(120.1)).await;
+    f.clock.sleep_until(at_secs(120.1)).await;
     assert_eq!(events_calls(), 6);
     assert_eq!(p.require_ready(), Ok(()));
-    tokio::time::sleep_until(at_secs(125.1)).await;
+    f.clock.sleep_until(at_secs(125.1)).await;
     assert_eq!(events_calls(), 7);
     assert!(!runner.is_finished());
     stop.send(()).unwrap();
@@ -455,7 +462,7 @@ async fn run_loop_backs_off_doubling_up_to_half_the_staleness_and_never_exits() 
 async fn run_loop_stops_on_shutdown_while_sleeping() {
     let f = Fixture::new();
     let p = initialized(&f).await;
-    p.run(tokio::time::sleep(Duration::from_secs(2))).await;
+    p.run(f.clock.sleep(Duration::from_secs(2))).await;
     assert_eq!(
         f.provider.calls().len(),
         2,
@@ -468,12 +475,9 @@ async fn run_syncs_at_start_not_one_interval_later() {
     let f = Fixture::new();
     let p = f.projector();
     f.provider.push_snapshot(Ok(base()));
-    let start = Instant::now();
-    p.run(async {
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    })
-    .await;
-    assert_eq!(start.elapsed(), Duration::from_millis(1));
+    let start = f.clock.monotonic();
+    p.run(f.clock.sleep(Duration::from_millis(1))).await;
+    assert_eq!(f.clock.monotonic() - start, Duration::from_millis(1));
     assert_eq!(
         p.consumer_cursor(),
         Some(10),
@@ -486,7 +490,7 @@ async fn run_syncs_at_start_not_one_interval_later() {
 async fn empty_page_renews_readiness_only_when_all_cursors_are_equal() {
     let f = Fixture::new();
     let p = initialized(&f).await;
-    tokio::time::advance(Duration::from_secs(59)).await;
+    f.clock.advance(Duration::from_secs(59));
     // A page that reports newer events it does not hold (lagging or replayed) proves nothing.
     f.provider.push_events(Ok(batch(10, 10, 12, vec![])));
     assert_eq!(
@@ -499,7 +503,7 @@ async fn empty_page_renews_readiness_only_when_all_cursors_are_equal() {
             }
         ))
     );
-    tokio::time::advance(Duration::from_secs(1)).await;
+    f.clock.advance(Duration::from_secs(1));
     assert!(matches!(p.require_ready(), Err(NotReady::Stale { .. })));
     f.provider.push_events(Ok(batch(10, 10, 10, vec![])));
     p.sync_once().await.unwrap();
@@ -509,19 +513,14 @@ async fn empty_page_renews_readiness_only_when_all_cursors_are_equal() {
 #[tokio::test(start_paused = true)]
 async fn a_refused_answer_is_recorded_with_rule_workspace_since_and_count() {
     let f = Fixture::new();
-    let clock = Arc::new(std::sync::atomic::AtomicI64::new(0));
-    let p = {
-        let clock = Arc::clone(&clock);
-        f.projector().with_wall_clock(Arc::new(move || {
-            at(clock.load(std::sync::atomic::Ordering::SeqCst))
-        }))
-    };
+    let clock = ManualClock::new(at(0));
+    let p = f.projector().with_clock(Arc::new(clock.clone()));
     f.provider.push_snapshot(Ok(base()));
     p.initialize().await.unwrap();
     assert_eq!(p.refusals(), RefusalReport::default());
     let page = batch(10, 11, 11, vec![dir_event("e-11", 11, "ws-1", 5)]);
     for (t, count) in [(1, 1), (2, 2), (3, 3)] {
-        clock.store(t, std::sync::atomic::Ordering::SeqCst);
+        clock.set(at(t));
         f.provider.push_events(Ok(page.clone()));
         f.provider.push_delta(Ok(delta(
             &["ws-1"],
@@ -556,7 +555,7 @@ async fn a_refused_answer_is_recorded_with_rule_workspace_since_and_count() {
     assert!(p.sync_once().await.unwrap_err().refusal().is_none());
     assert_eq!(p.refusals().last.unwrap().count, 3);
     // The provider serves an acceptable answer: the refusal is resolved, the total stays.
-    clock.store(4, std::sync::atomic::Ordering::SeqCst);
+    clock.set(at(4));
     f.provider.push_events(Ok(page));
     f.provider.push_delta(Ok(delta(
         &["ws-1"],
@@ -609,13 +608,14 @@ async fn run_loop_stops_on_shutdown_during_a_hung_sync() {
         projector_config(),
         HangingProvider(f.provider.clone()),
         f.store.clone(),
-    );
+    )
+    .with_clock(Arc::new(f.clock.clone()));
     f.provider.push_snapshot(Ok(base()));
     p.initialize().await.unwrap();
     let before = f.store.tables();
-    let start = Instant::now();
-    p.run(tokio::time::sleep(Duration::from_secs(30))).await;
-    assert_eq!(start.elapsed(), Duration::from_secs(30));
+    let start = f.clock.monotonic();
+    p.run(f.clock.sleep(Duration::from_secs(30))).await;
+    assert_eq!(f.clock.monotonic() - start, Duration::from_secs(30));
     assert_eq!(f.store.tables(), before);
     assert_eq!(p.consumer_cursor(), Some(10));
 }

@@ -250,12 +250,19 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
         }
     }
 
-    /// Reads this process's time from `clock` (the system clock by default). Only the offset
-    /// to the store's clock is derived from it; claims never depend on it.
+    /// Reads this process's time from `clock` (the system clock by default): its wall time
+    /// only for the offset to the store's clock (claims never depend on it); its monotonic
+    /// time for the local lease deadlines; its timers for the renewal ticks (and, through
+    /// [`Dispatcher::clock`], the idle sleeps of the workers on this dispatcher).
     #[must_use]
     pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
         self.clock = clock;
         self
+    }
+
+    /// The clock this dispatcher reads and sleeps on (see [`Dispatcher::with_clock`]).
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
     }
 
     /// The store's clock as estimated here: this process's clock plus the offset measured at
@@ -327,7 +334,7 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
         product_enabled: bool,
         limit: u32,
     ) -> Result<(Vec<ClaimedCommand>, Instant), StoreError> {
-        let started = Instant::now();
+        let started = self.clock.monotonic();
         let claimed = self
             .store
             .claim(&ClaimRequest {
@@ -417,8 +424,8 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
             return std::future::pending().await;
         }
         loop {
-            tokio::time::sleep(period).await;
-            let started = Instant::now();
+            self.clock.sleep(period).await;
+            let started = self.clock.monotonic();
             match self
                 .store
                 .renew_lease(&command.lease, self.config.lease_duration)
@@ -449,7 +456,10 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
     /// Refuses to start a remote call on a lease this worker cannot prove live (its local
     /// deadline, counted from before the claim, passed, or a renewal found it taken over).
     fn ensure_lease(&self, command: &ClaimedCommand) -> Result<(), DispatchError> {
-        if self.leases.is_live(command.id(), command.lease.epoch) {
+        if self
+            .leases
+            .is_live(command.id(), command.lease.epoch, self.clock.monotonic())
+        {
             Ok(())
         } else {
             Err(DispatchError::LeaseLost {

@@ -41,6 +41,7 @@ use async_trait::async_trait;
 use tenantry_kernel::{ControlSpaceId, IdempotencyKey, TenantId};
 use tenantry_lifecycle::intake::IntakePlan;
 use tenantry_lifecycle::{ClaimedCommand, CommandRecord, ControlSpace, LeaseToken, Settlement};
+use tenantry_ports::clock::{Clock, SystemClock};
 use tenantry_ports::lifecycle::{
     ClaimRequest, CommandFilter, CommandQueue, ControlSpaceReader, IntakeStore, IntakeStoreError,
     LifecycleStore, SettleError, StoreError, Submitted,
@@ -144,11 +145,21 @@ impl<S> std::fmt::Debug for GroupCommitStore<S> {
 }
 
 impl<S: LifecycleStore + 'static> GroupCommitStore<S> {
-    /// Wraps `inner` and starts the flusher tasks on the current tokio runtime.
+    /// Wraps `inner` and starts the flusher tasks on the current tokio runtime; they time
+    /// [`GroupCommitConfig::max_wait`] on the system clock.
     ///
     /// # Panics
     /// When called outside a tokio runtime.
     pub fn start(inner: S, config: GroupCommitConfig) -> Self {
+        Self::start_with_clock(inner, config, Arc::new(SystemClock))
+    }
+
+    /// [`GroupCommitStore::start`] with the flushers timing
+    /// [`GroupCommitConfig::max_wait`] on `clock` (a test's or the simulation's clock).
+    ///
+    /// # Panics
+    /// When called outside a tokio runtime.
+    pub fn start_with_clock(inner: S, config: GroupCommitConfig, clock: Arc<dyn Clock>) -> Self {
         let inner = Arc::new(inner);
         let max_batch = config.max_batch.max(1);
         let (settles, settle_queue) = mpsc::unbounded_channel::<SettleRequest>();
@@ -159,6 +170,7 @@ impl<S: LifecycleStore + 'static> GroupCommitStore<S> {
                 settle_queue.clone(),
                 max_batch,
                 config.max_wait,
+                clock.clone(),
                 move |batch| {
                     let store = store.clone();
                     async move { settle_batch(store.as_ref(), batch).await }
@@ -174,6 +186,7 @@ impl<S: LifecycleStore + 'static> GroupCommitStore<S> {
                     read_queue.clone(),
                     max_batch,
                     config.max_wait,
+                    clock.clone(),
                     move |batch| {
                         let store = store.clone();
                         async move { read_batch(store.as_ref(), batch).await }
@@ -207,6 +220,7 @@ async fn flusher<R, F, Fut>(
     queue: Arc<Mutex<mpsc::UnboundedReceiver<R>>>,
     max_batch: usize,
     max_wait: Duration,
+    clock: Arc<dyn Clock>,
     mut execute: F,
 ) where
     F: FnMut(Vec<R>) -> Fut,
@@ -221,14 +235,16 @@ async fn flusher<R, F, Fut>(
                 return;
             }
             if batch.len() < max_batch && !max_wait.is_zero() {
-                let deadline = tokio::time::Instant::now() + max_wait;
+                let mut waited = clock.sleep(max_wait);
                 while batch.len() < max_batch {
                     let room = max_batch - batch.len();
-                    match tokio::time::timeout_at(deadline, receiver.recv_many(&mut batch, room))
-                        .await
-                    {
-                        Ok(0) | Err(_) => break,
-                        Ok(_) => {}
+                    let received = tokio::select! {
+                        biased;
+                        received = receiver.recv_many(&mut batch, room) => received,
+                        () = &mut waited => 0,
+                    };
+                    if received == 0 {
+                        break;
                     }
                 }
             }

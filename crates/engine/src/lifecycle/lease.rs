@@ -2,7 +2,7 @@
 //!
 //! A lease's expiry is decided by the store's clock, which this process cannot read without a
 //! round trip. The dispatcher therefore keeps a *local deadline* per dispatch on the monotonic
-//! clock, counted from before the statement that took or renewed the lease: the store's expiry
+//! time of its clock port ([`tenantry_ports::clock::Clock::monotonic`]), counted from before the statement that took or renewed the lease: the store's expiry
 //! can only be later. Before every remote call the dispatcher checks that the local deadline has
 //! not passed and that no renewal was refused; otherwise it does not send (a paused or slow
 //! worker never sends on a lease another worker may already hold).
@@ -42,9 +42,9 @@ impl LeaseState {
         self.lock().lost = true;
     }
 
-    fn is_live(&self) -> bool {
+    fn is_live(&self, now: Instant) -> bool {
         let local = *self.lock();
-        !local.lost && Instant::now() < local.deadline
+        !local.lost && now < local.deadline
     }
 }
 
@@ -84,11 +84,12 @@ impl LeaseBook {
         self.lock().remove(&(command.clone(), epoch));
     }
 
-    /// Whether the dispatch holding (`command`, `epoch`) may still start a remote call.
-    pub(super) fn is_live(&self, command: &CommandId, epoch: LeaseEpoch) -> bool {
+    /// Whether the dispatch holding (`command`, `epoch`) may still start a remote call at
+    /// monotonic time `now`.
+    pub(super) fn is_live(&self, command: &CommandId, epoch: LeaseEpoch, now: Instant) -> bool {
         self.lock()
             .get(&(command.clone(), epoch))
-            .is_some_and(|state| state.is_live())
+            .is_some_and(|state| state.is_live(now))
     }
 }
 
@@ -96,43 +97,65 @@ impl LeaseBook {
 mod tests {
     use std::time::Duration;
 
+    use tenantry_ports::clock::{Clock, ManualClock};
+
     use super::*;
+
+    fn clock() -> ManualClock {
+        ManualClock::new(chrono::DateTime::UNIX_EPOCH)
+    }
 
     /// Two workers of one process: the first stalls past its lease (epoch 1), the second takes
     /// the command over (epoch 2). The first must not read the second's lease as its own, and
     /// the first ending must not forget the second's.
-    #[tokio::test(start_paused = true)]
-    async fn a_takeover_in_the_same_process_keeps_both_leases_apart() {
+    #[test]
+    fn a_takeover_in_the_same_process_keeps_both_leases_apart() {
+        let clock = clock();
         let book = LeaseBook::default();
         let id = CommandId::parse("c-1").unwrap_or_else(|_| unreachable!());
-        let start = Instant::now();
-        book.open(&id, LeaseEpoch(1), start + Duration::from_secs(2));
-        tokio::time::sleep(Duration::from_secs(3)).await;
-        book.open(&id, LeaseEpoch(2), Instant::now() + Duration::from_secs(2));
+        book.open(
+            &id,
+            LeaseEpoch(1),
+            clock.monotonic() + Duration::from_secs(2),
+        );
+        clock.advance(Duration::from_secs(3));
+        book.open(
+            &id,
+            LeaseEpoch(2),
+            clock.monotonic() + Duration::from_secs(2),
+        );
         assert!(
-            !book.is_live(&id, LeaseEpoch(1)),
+            !book.is_live(&id, LeaseEpoch(1), clock.monotonic()),
             "the stalled lease expired"
         );
-        assert!(book.is_live(&id, LeaseEpoch(2)));
+        assert!(book.is_live(&id, LeaseEpoch(2), clock.monotonic()));
         book.close(&id, LeaseEpoch(1));
         assert!(
-            book.is_live(&id, LeaseEpoch(2)),
+            book.is_live(&id, LeaseEpoch(2), clock.monotonic()),
             "closing epoch 1 keeps epoch 2"
         );
         book.close(&id, LeaseEpoch(2));
-        assert!(!book.is_live(&id, LeaseEpoch(2)));
+        assert!(!book.is_live(&id, LeaseEpoch(2), clock.monotonic()));
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn a_refused_renewal_ends_the_lease_at_once() {
+    #[test]
+    fn a_refused_renewal_ends_the_lease_at_once() {
+        let clock = clock();
         let book = LeaseBook::default();
         let id = CommandId::parse("c-1").unwrap_or_else(|_| unreachable!());
-        let state = book.open(&id, LeaseEpoch(1), Instant::now() + Duration::from_secs(30));
-        assert!(book.is_live(&id, LeaseEpoch(1)));
-        state.extend(Instant::now() + Duration::from_secs(60));
-        tokio::time::sleep(Duration::from_secs(45)).await;
-        assert!(book.is_live(&id, LeaseEpoch(1)), "extended to 60 s");
+        let state = book.open(
+            &id,
+            LeaseEpoch(1),
+            clock.monotonic() + Duration::from_secs(30),
+        );
+        assert!(book.is_live(&id, LeaseEpoch(1), clock.monotonic()));
+        state.extend(clock.monotonic() + Duration::from_secs(60));
+        clock.advance(Duration::from_secs(45));
+        assert!(
+            book.is_live(&id, LeaseEpoch(1), clock.monotonic()),
+            "extended to 60 s"
+        );
         state.lose();
-        assert!(!book.is_live(&id, LeaseEpoch(1)));
+        assert!(!book.is_live(&id, LeaseEpoch(1), clock.monotonic()));
     }
 }

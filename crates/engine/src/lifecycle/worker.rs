@@ -142,7 +142,8 @@ pub struct Worker<S, R> {
 
 impl<S: LifecycleStore, R: KnowledgeFs> Worker<S, R> {
     /// A worker with its own lease owner. Claims are timed by the store's clock, so the
-    /// worker needs none of its own.
+    /// worker needs none of its own; it sleeps on its dispatcher's clock
+    /// ([`Dispatcher::with_clock`]) when idle.
     pub fn new(dispatcher: Arc<Dispatcher<S, R>>, owner: LeaseOwner, config: WorkerConfig) -> Self {
         Self {
             dispatcher,
@@ -190,7 +191,7 @@ impl<S: LifecycleStore, R: KnowledgeFs> Worker<S, R> {
             };
             if !busy {
                 tokio::select! {
-                    () = tokio::time::sleep(self.config.idle_poll) => {}
+                    () = self.dispatcher.clock().sleep(self.config.idle_poll) => {}
                     _ = shutdown.changed() => {}
                 }
             }

@@ -37,26 +37,34 @@
 //! The rules (keys, records, claims, outcomes) are pure functions in `tenantry_fence`.
 
 pub mod admin;
+mod claim;
+mod config;
 pub mod connector;
+mod context;
+mod error;
 mod locks;
 
-use std::any::Any;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use futures::FutureExt;
 use serde_json::Value;
 use tenantry_fence::{
-    Binding, DispatchFailure, FailureRecord, FenceKey, FenceMarker, Holder, IntentAction,
-    Reconciled, RecordKind, RecordRead, ScopeIdentity,
+    Binding, FailureRecord, FenceKey, FenceMarker, Holder, Reconciled, RecordKind, RecordRead,
+    ScopeIdentity,
 };
-use tenantry_ports::host_storage::{HostStorage, HostStorageError, validate_key};
-use tokio::sync::Notify;
+use tenantry_ports::clock::{Clock, SystemClock};
+use tenantry_ports::host_storage::{HostStorage, HostStorageError};
 
-use self::locks::{ScopeGuard, ScopeKey, Shared};
+use self::claim::{HELD, Held, InFlight, RunClaim, Slot};
+pub use self::config::FenceConfig;
+use self::config::duration_ms;
+pub use self::context::ScopeContext;
+use self::context::panic_message;
+pub use self::error::ScopedWriteError;
+use self::locks::{ScopeKey, Shared};
 
 /// Whether a run honours fences.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,92 +74,6 @@ pub enum FenceMode {
     /// Pass through a fence: only for operator actions that resolve it (deleting or
     /// rebuilding the fenced object, clearing the fence after reconciliation).
     AllowFenced,
-}
-
-/// Why a scoped write did not complete. `E` is the error type of the wrapped mutation.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum ScopedWriteError<E> {
-    /// The scope needs reconciliation: an earlier mutation's outcome is unknown. Nothing was
-    /// written. An operator must reconcile with the remote and clear the fence (or delete or
-    /// rebuild the object with an `AllowFenced` run).
-    #[error(
-        "scope {scope} of installation {binding} is fenced ({key}) after a mutation with unknown outcome; reconcile with the remote, then clear the fence"
-    )]
-    Fenced {
-        /// The installation binding.
-        binding: Binding,
-        /// The scope written to.
-        scope: ScopeIdentity,
-        /// The fence that blocks it (the scope's own or the installation's).
-        key: FenceKey,
-    },
-    /// The fence records of the scope could not be read (or its claim could not be taken), so
-    /// the write was refused (a failed read is no proof that no fence exists). Retry after host
-    /// storage recovers.
-    #[error(
-        "fence state of installation {binding} could not be read or claimed ({source}); write refused, retry after host storage recovers"
-    )]
-    FenceStateUnavailable {
-        /// The installation binding.
-        binding: Binding,
-        /// The storage failure.
-        source: HostStorageError,
-    },
-    /// Another process held the scope's claim (a write in progress there) for longer than
-    /// [`FenceConfig::claim_wait`]. Nothing was written; retry later.
-    #[error(
-        "scope {scope} of installation {binding} is held by {owner} until {expires_at_ms} (Unix ms); nothing written, retry later"
-    )]
-    ScopeBusy {
-        /// The installation binding.
-        binding: Binding,
-        /// The scope written to.
-        scope: ScopeIdentity,
-        /// The process holding the claim.
-        owner: String,
-        /// When its claim lapses, Unix milliseconds.
-        expires_at_ms: i64,
-    },
-    /// This run's claim on the scope was replaced (an operator cleared it after the dispatch
-    /// deadline), so the mutation was not dispatched. Retry the write.
-    #[error(
-        "the claim of scope {scope} of installation {binding} was replaced while the run held it; mutation not dispatched, retry"
-    )]
-    ClaimLost {
-        /// The installation binding.
-        binding: Binding,
-        /// The scope.
-        scope: ScopeIdentity,
-    },
-    /// A dispatched mutation's outcome is unknown; the scope is now fenced. Return this from
-    /// an operation to fence its scope for an ambiguity detected by the caller.
-    #[error(
-        "mutation on scope {scope} has an unknown outcome ({reason}); the scope is fenced until reconciled"
-    )]
-    OutcomeUnknown {
-        /// The scope now fenced.
-        scope: ScopeIdentity,
-        /// What was dispatched and what was observed.
-        reason: String,
-        /// The mutation's error, when it returned one (none after a panic).
-        error: Option<E>,
-    },
-    /// The mutation failed with a known outcome (answered, or never dispatched); the scope
-    /// stays writable.
-    #[error("mutation failed: {0}")]
-    Operation(E),
-    /// A host-storage write failed; unless the key was refused outright, the scope is fenced
-    /// because the write may or may not have been stored.
-    #[error("host-storage write failed: {0}")]
-    HostWrite(HostStorageError),
-    /// The write-ahead intent could not be persisted, so the remote mutation was not
-    /// dispatched. The scope is fenced in process (the intent may have been stored);
-    /// retry after host storage recovers and clear the fence.
-    #[error(
-        "write-ahead intent could not be persisted ({0}); mutation not dispatched, scope fenced"
-    )]
-    IntentNotPersisted(HostStorageError),
 }
 
 /// One stored (or in-process) record at a fence key, as an operator sees it.
@@ -166,92 +88,6 @@ pub struct FenceEntry {
     pub marker: Option<FenceMarker>,
     /// Whether a non-null record is persisted (false: set in process only, the persist failed).
     pub persisted: bool,
-}
-
-/// Milliseconds since the Unix epoch, for fence records and claim expiry.
-pub type Clock = Arc<dyn Fn() -> i64 + Send + Sync>;
-
-/// Timing and identity of a runtime's cross-process claims.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FenceConfig {
-    /// Longest a dispatched remote mutation can run (the remote call deadline; the app uses
-    /// `knowledge_fs_deadline`, default 150 s). An intent younger than this may still have a
-    /// dispatch in flight: an operator clear of it is refused.
-    pub dispatch_deadline: Duration,
-    /// How much longer than the dispatch deadline a claim lives (default 30 s), so a live
-    /// holder's dispatch always ends before its claim lapses.
-    pub claim_margin: Duration,
-    /// First pause between reads while another process holds the scope (default 50 ms;
-    /// doubles up to 1 s).
-    pub claim_poll: Duration,
-    /// Longest a run waits for another process's claim before failing with
-    /// [`ScopedWriteError::ScopeBusy`] (default: dispatch deadline + margin).
-    pub claim_wait: Duration,
-    /// This runtime's owner id in its claims; unique per runtime (default
-    /// `scoped-writes-<pid>-<uuid>`).
-    pub owner: String,
-}
-
-impl Default for FenceConfig {
-    fn default() -> Self {
-        Self::with_deadline(Duration::from_secs(150))
-    }
-}
-
-impl FenceConfig {
-    /// The defaults with `dispatch_deadline` (the wait limit follows it).
-    pub fn with_deadline(dispatch_deadline: Duration) -> Self {
-        let claim_margin = Duration::from_secs(30);
-        Self {
-            dispatch_deadline,
-            claim_margin,
-            claim_poll: Duration::from_millis(50),
-            claim_wait: dispatch_deadline + claim_margin,
-            owner: format!(
-                "scoped-writes-{}-{}",
-                std::process::id(),
-                uuid::Uuid::new_v4().simple()
-            ),
-        }
-    }
-
-    /// Sets [`claim_margin`](Self::claim_margin) and moves
-    /// [`claim_wait`](Self::claim_wait) to the new dispatch deadline + margin.
-    #[must_use]
-    pub fn with_claim_margin(mut self, claim_margin: Duration) -> Self {
-        self.claim_margin = claim_margin;
-        self.claim_wait = self.dispatch_deadline + claim_margin;
-        self
-    }
-
-    /// Sets [`claim_poll`](Self::claim_poll).
-    #[must_use]
-    pub fn with_claim_poll(mut self, claim_poll: Duration) -> Self {
-        self.claim_poll = claim_poll;
-        self
-    }
-
-    /// Sets [`claim_wait`](Self::claim_wait).
-    #[must_use]
-    pub fn with_claim_wait(mut self, claim_wait: Duration) -> Self {
-        self.claim_wait = claim_wait;
-        self
-    }
-
-    /// Sets [`owner`](Self::owner); it must be unique per runtime.
-    #[must_use]
-    pub fn with_owner(mut self, owner: impl Into<String>) -> Self {
-        self.owner = owner.into();
-        self
-    }
-
-    fn claim_ttl_ms(&self) -> i64 {
-        duration_ms(self.dispatch_deadline + self.claim_margin)
-    }
-}
-
-fn duration_ms(d: Duration) -> i64 {
-    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
 /// The scoped writes runtime over host storage `S`. Cheap to clone (shared state).
@@ -309,7 +145,7 @@ pub struct ScopedWrites<S: ?Sized> {
 struct Inner<S: ?Sized> {
     shared: Arc<Shared>,
     in_flight: InFlight,
-    clock: Clock,
+    clock: Arc<dyn Clock>,
     config: FenceConfig,
     storage: Arc<S>,
 }
@@ -330,106 +166,22 @@ impl<S: ?Sized> std::fmt::Debug for ScopedWrites<S> {
     }
 }
 
-tokio::task_local! {
-    /// The scopes whose locks the current task holds through an enclosing run.
-    static HELD: Vec<Held>;
-}
-
-#[derive(Clone)]
-struct Held {
-    runtime: usize,
-    key: ScopeKey,
-    guard: Arc<ScopeGuard>,
-    /// The run's `Arc<RunClaim<S>>`, type-erased (the task-local cannot be generic).
-    claim: Arc<dyn Any + Send + Sync>,
-}
-
-/// A run's claim on its scope, shared by the run, its nested runs and the commits it spawned.
-/// When the last holder lets go without having released it, the release is spawned (holding
-/// the scope lock until it landed).
-struct RunClaim<S: HostStorage + ?Sized + 'static> {
-    writes: ScopedWrites<S>,
-    binding: Binding,
-    key: FenceKey,
-    guard: Arc<ScopeGuard>,
-    slot: Mutex<Slot>,
-}
-
-#[derive(Debug, Default)]
-struct Slot {
-    /// Our claim as stored (to release by compare-and-set); `None`: nothing to release.
-    claim: Option<Value>,
-    /// Whether this run fenced its scope (the record is the fence now).
-    fenced: bool,
-}
-
-impl<S: HostStorage + ?Sized + 'static> RunClaim<S> {
-    fn slot(&self) -> std::sync::MutexGuard<'_, Slot> {
-        self.slot.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Releases the claim (JSON null by compare-and-set) unless the run fenced the scope.
-    async fn release(&self) {
-        let Some(claim) = self.slot().claim.clone() else {
-            return;
-        };
-        match self
-            .writes
-            .inner
-            .storage
-            .compare_and_set(&self.binding, self.key.as_str(), Some(&claim), &Value::Null)
-            .await
-        {
-            Ok(_) => self.slot().claim = None,
-            Err(error) => {
-                tracing::warn!(binding = %self.binding, key = %self.key, %error,
-                    "scope claim not released; retried when the run's last holder lets go, else taken over by this process's next run");
-            }
-        }
-    }
-}
-
-impl<S: HostStorage + ?Sized + 'static> Drop for RunClaim<S> {
-    fn drop(&mut self) {
-        let claim = self.slot().claim.take();
-        let Some(claim) = claim else {
-            return;
-        };
-        let Ok(handle) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let token = self.writes.inner.in_flight.enter();
-        let guard = self.guard.clone();
-        let storage = self.writes.inner.storage.clone();
-        let (binding, key) = (self.binding.clone(), self.key.clone());
-        handle.spawn(async move {
-            if let Err(error) = storage
-                .compare_and_set(&binding, key.as_str(), Some(&claim), &Value::Null)
-                .await
-            {
-                tracing::warn!(%binding, %key, %error,
-                    "scope claim not released; it lapses into a fence for other processes unless this process's next run takes it over");
-            }
-            drop(guard);
-            drop(token);
-        });
-    }
-}
-
 impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
-    /// A runtime over `storage` that stamps fence records with the system clock, with the
-    /// default [`FenceConfig`].
+    /// A runtime over `storage` on the system clock, with the default [`FenceConfig`].
     pub fn new(storage: Arc<S>) -> Self {
-        Self::with_clock(storage, Arc::new(system_now_ms))
+        Self::with_clock(storage, Arc::new(SystemClock))
     }
 
-    /// A runtime over `storage` with `clock` (Unix milliseconds) and the default config.
-    pub fn with_clock(storage: Arc<S>, clock: Clock) -> Self {
+    /// A runtime over `storage` on `clock` and the default config.
+    pub fn with_clock(storage: Arc<S>, clock: Arc<dyn Clock>) -> Self {
         Self::with_config(storage, clock, FenceConfig::default())
     }
 
-    /// A runtime over `storage` with `clock` (Unix milliseconds) and `config`.
-    pub fn with_config(storage: Arc<S>, clock: Clock, config: FenceConfig) -> Self {
+    /// A runtime over `storage` on `clock`, with `config`. The clock's wall time (Unix
+    /// milliseconds) stamps fence records and claim expiries; its monotonic time and timers
+    /// time the wait for another process's claim ([`FenceConfig::claim_poll`],
+    /// [`FenceConfig::claim_wait`]).
+    pub fn with_config(storage: Arc<S>, clock: Arc<dyn Clock>, config: FenceConfig) -> Self {
         Self {
             inner: Arc::new(Inner {
                 shared: Arc::new(Shared::new()),
@@ -452,7 +204,7 @@ impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
     }
 
     fn now_ms(&self) -> i64 {
-        (self.inner.clock)()
+        self.inner.clock.now().timestamp_millis()
     }
 
     /// Runs `operation` under the lock and claim of `(binding, scope)`.
@@ -532,7 +284,7 @@ impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
         let own_key = scope.fence_key();
         let installation = FenceKey::installation();
         let config = &self.inner.config;
-        let waited_until = tokio::time::Instant::now() + config.claim_wait;
+        let waited_until = self.inner.clock.monotonic() + config.claim_wait;
         let mut pause = config.claim_poll;
         loop {
             let own = self.read_record(binding, &own_key).await?;
@@ -561,7 +313,7 @@ impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
                     owner,
                     expires_at_ms,
                 } => {
-                    if tokio::time::Instant::now() >= waited_until {
+                    if self.inner.clock.monotonic() >= waited_until {
                         return Err(ScopedWriteError::ScopeBusy {
                             binding: binding.clone(),
                             scope: scope.clone(),
@@ -570,7 +322,7 @@ impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
                         });
                     }
                     tracing::debug!(%binding, %scope, %owner, "scope held by another process; waiting");
-                    tokio::time::sleep(pause).await;
+                    self.inner.clock.sleep(pause).await;
                     pause = (pause * 2).min(Duration::from_secs(1));
                     continue;
                 }
@@ -912,432 +664,4 @@ fn operator_fence(scope: &ScopeIdentity, reason: &str, now: i64) -> Value {
         detail: reason.to_owned(),
     };
     FenceMarker::fence(scope, reason, failure, now).to_value()
-}
-
-/// A run's handle on its scope: the mutations it dispatches keep the scope lock until they
-/// settle. Cheap to clone.
-pub struct ScopeContext<S: HostStorage + ?Sized + 'static> {
-    writes: ScopedWrites<S>,
-    binding: Binding,
-    scope: ScopeIdentity,
-    claim: Arc<RunClaim<S>>,
-}
-
-impl<S: HostStorage + ?Sized + 'static> Clone for ScopeContext<S> {
-    fn clone(&self) -> Self {
-        Self {
-            writes: self.writes.clone(),
-            binding: self.binding.clone(),
-            scope: self.scope.clone(),
-            claim: self.claim.clone(),
-        }
-    }
-}
-
-impl<S: HostStorage + ?Sized + 'static> std::fmt::Debug for ScopeContext<S> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ScopeContext")
-            .field("binding", &self.binding)
-            .field("scope", &self.scope)
-            .finish_non_exhaustive()
-    }
-}
-
-impl<S: HostStorage + ?Sized + 'static> ScopeContext<S> {
-    /// The installation binding of this run.
-    pub fn binding(&self) -> &Binding {
-        &self.binding
-    }
-
-    /// The scope of this run.
-    pub fn scope(&self) -> &ScopeIdentity {
-        &self.scope
-    }
-
-    /// The host storage, for reads inside the run.
-    pub fn storage(&self) -> &Arc<S> {
-        self.writes.storage()
-    }
-
-    /// Dispatches a remote mutation under a write-ahead intent: the scope's record is
-    /// rewritten (by compare-and-set on the run's claim) as an intent naming `reason`, with a
-    /// fresh expiry, before `commit` runs. When `commit` fails with an unknown outcome or
-    /// panics, the fence is written over it (always, recording the failure's kind and
-    /// detail); otherwise the intent stays the run's claim and is released when the run ends.
-    /// `commit` runs in its own task holding the scope lock, so dropping the caller's future
-    /// neither abandons it nor releases the lock early.
-    ///
-    /// # Errors
-    /// [`ScopedWriteError::Fenced`] when this run already fenced its scope (not dispatched),
-    /// [`ScopedWriteError::IntentNotPersisted`] (not dispatched, scope fenced),
-    /// [`ScopedWriteError::ClaimLost`] (not dispatched, the claim was replaced),
-    /// [`ScopedWriteError::Operation`] for a known-outcome failure (scope writable),
-    /// [`ScopedWriteError::OutcomeUnknown`] for an unknown outcome (scope fenced).
-    pub async fn dispatch<T, E, Fut>(
-        &self,
-        reason: &str,
-        commit: Fut,
-    ) -> Result<T, ScopedWriteError<E>>
-    where
-        Fut: Future<Output = Result<T, E>> + Send + 'static,
-        T: Send + 'static,
-        E: DispatchFailure + std::fmt::Display + Send + 'static,
-    {
-        if self.claim.slot().fenced {
-            // This run fenced its scope already: dispatching would overwrite the fence.
-            return Err(ScopedWriteError::Fenced {
-                binding: self.binding.clone(),
-                scope: self.scope.clone(),
-                key: self.scope.fence_key(),
-            });
-        }
-        let now = self.writes.now_ms();
-        let config = &self.writes.inner.config;
-        let intent = FenceMarker::intent(
-            &self.scope,
-            reason,
-            config.owner.clone(),
-            now,
-            now.saturating_add(config.claim_ttl_ms()),
-        )
-        .to_value();
-        let ctx = self.clone();
-        let reason = reason.to_owned();
-        let settled = self
-            .writes
-            .spawn_settled(async move {
-                let storage = ctx.writes.inner.storage.clone();
-                let key = ctx.scope.fence_key();
-                let previous = ctx.claim.slot().claim.clone();
-                let stored = match &previous {
-                    Some(previous) => {
-                        storage
-                            .compare_and_set(&ctx.binding, key.as_str(), Some(previous), &intent)
-                            .await
-                    }
-                    // Passing through a fence (AllowFenced): the intent replaces it.
-                    None => storage
-                        .set(&ctx.binding, key.as_str(), &intent)
-                        .await
-                        .map(|()| true),
-                };
-                match stored {
-                    Ok(true) => ctx.claim.slot().claim = Some(intent),
-                    Ok(false) => {
-                        ctx.claim.slot().claim = None;
-                        tracing::warn!(binding = %ctx.binding, scope = %ctx.scope,
-                            "scope claim replaced while held; mutation not dispatched");
-                        return Err(ScopedWriteError::ClaimLost {
-                            binding: ctx.binding.clone(),
-                            scope: ctx.scope.clone(),
-                        });
-                    }
-                    Err(error) => {
-                        tracing::warn!(binding = %ctx.binding, scope = %ctx.scope, %error,
-                            "write-ahead intent not persisted; mutation not dispatched, scope fenced");
-                        let failure = FailureRecord {
-                            kind: "intent_not_persisted".to_owned(),
-                            detail: error.to_string(),
-                        };
-                        ctx.mark_fenced(&reason, failure);
-                        return Err(ScopedWriteError::IntentNotPersisted(error));
-                    }
-                }
-                let result = AssertUnwindSafe(commit).catch_unwind().await;
-                match result {
-                    Ok(Ok(value)) => Ok(value),
-                    Ok(Err(error)) => match IntentAction::after(error.dispatch_outcome()) {
-                        IntentAction::Clear => Err(ScopedWriteError::Operation(error)),
-                        IntentAction::Keep => {
-                            tracing::warn!(binding = %ctx.binding, scope = %ctx.scope, %error,
-                                "dispatched mutation has an unknown outcome; scope fenced");
-                            let failure = FailureRecord {
-                                kind: "outcome_unknown".to_owned(),
-                                detail: error.to_string(),
-                            };
-                            ctx.fence_now(&reason, failure).await;
-                            Err(ScopedWriteError::OutcomeUnknown {
-                                scope: ctx.scope.clone(),
-                                reason: format!("{reason}: {error}"),
-                                error: Some(error),
-                            })
-                        }
-                    },
-                    Err(panic) => {
-                        let message = panic_message(&panic);
-                        let failure = FailureRecord {
-                            kind: "panicked".to_owned(),
-                            detail: message.clone(),
-                        };
-                        ctx.fence_now(&reason, failure).await;
-                        Err(ScopedWriteError::OutcomeUnknown {
-                            scope: ctx.scope.clone(),
-                            reason: format!("{reason}: commit panicked: {message}"),
-                            error: None,
-                        })
-                    }
-                }
-            })
-            .await;
-        settled.unwrap_or_else(|panic| {
-            Err(ScopedWriteError::OutcomeUnknown {
-                scope: self.scope.clone(),
-                reason: format!("{}: settling panicked: {panic}", self.scope),
-                error: None,
-            })
-        })
-    }
-
-    /// Runs a mutation already dispatched to the host (or a remote) in its own task holding
-    /// the scope lock; when it fails with an unknown outcome (or panics) the scope is fenced
-    /// with `reason` and the failure. Dropping the caller's future does not abandon it.
-    ///
-    /// # Errors
-    /// [`ScopedWriteError::Operation`] for a known-outcome failure,
-    /// [`ScopedWriteError::OutcomeUnknown`] (scope fenced) otherwise.
-    pub async fn mutate<T, E, Fut>(
-        &self,
-        reason: &str,
-        commit: Fut,
-    ) -> Result<T, ScopedWriteError<E>>
-    where
-        Fut: Future<Output = Result<T, E>> + Send + 'static,
-        T: Send + 'static,
-        E: DispatchFailure + std::fmt::Display + Send + 'static,
-    {
-        let ctx = self.clone();
-        let reason = reason.to_owned();
-        let settled = self
-            .writes
-            .spawn_settled(async move {
-                let result = AssertUnwindSafe(commit).catch_unwind().await;
-                match result {
-                    Ok(Ok(value)) => Ok(value),
-                    Ok(Err(error)) if !tenantry_fence::fences(error.dispatch_outcome()) => {
-                        Err(ScopedWriteError::Operation(error))
-                    }
-                    Ok(Err(error)) => {
-                        let failure = FailureRecord {
-                            kind: "outcome_unknown".to_owned(),
-                            detail: error.to_string(),
-                        };
-                        ctx.fence_now(&reason, failure).await;
-                        Err(ScopedWriteError::OutcomeUnknown {
-                            scope: ctx.scope.clone(),
-                            reason: format!("{reason}: {error}"),
-                            error: Some(error),
-                        })
-                    }
-                    Err(panic) => {
-                        let message = panic_message(&panic);
-                        let failure = FailureRecord {
-                            kind: "panicked".to_owned(),
-                            detail: message.clone(),
-                        };
-                        ctx.fence_now(&reason, failure).await;
-                        Err(ScopedWriteError::OutcomeUnknown {
-                            scope: ctx.scope.clone(),
-                            reason: format!("{reason}: panicked: {message}"),
-                            error: None,
-                        })
-                    }
-                }
-            })
-            .await;
-        settled.unwrap_or_else(|panic| {
-            Err(ScopedWriteError::OutcomeUnknown {
-                scope: self.scope.clone(),
-                reason: format!("settling panicked: {panic}"),
-                error: None,
-            })
-        })
-    }
-
-    /// Writes `value` under `key` of this run's binding (JSON null writes a tombstone). A
-    /// failed write fences the scope (the value may or may not be stored) and returns the
-    /// failure; a key refused by [`validate_key`] fails without fencing (nothing was sent).
-    ///
-    /// # Errors
-    /// [`ScopedWriteError::HostWrite`] with the storage failure.
-    pub async fn write<E>(&self, key: &str, value: Value) -> Result<(), ScopedWriteError<E>> {
-        validate_key(key).map_err(ScopedWriteError::HostWrite)?;
-        let storage = self.writes.inner.storage.clone();
-        let (binding, key) = (self.binding.clone(), key.to_owned());
-        let result: Result<(), ScopedWriteError<HostStorageError>> = self
-            .mutate("host write outcome unknown", async move {
-                storage.set(&binding, &key, &value).await
-            })
-            .await;
-        result.map_err(|error| match error {
-            ScopedWriteError::Operation(e)
-            | ScopedWriteError::OutcomeUnknown { error: Some(e), .. } => {
-                ScopedWriteError::HostWrite(e)
-            }
-            other => {
-                ScopedWriteError::HostWrite(HostStorageError::unavailable("set", other.to_string()))
-            }
-        })
-    }
-
-    /// Fences this scope on request (an operator hold): the in-process marker is set at once,
-    /// then persisted in a task that holds the scope lock (a persist failure is logged; the
-    /// in-process fence holds and is persisted again before the next write).
-    pub async fn fence(&self, reason: &str) {
-        let failure = FailureRecord {
-            kind: "operator".to_owned(),
-            detail: reason.to_owned(),
-        };
-        self.fence_with(reason, failure).await;
-    }
-
-    async fn fence_with(&self, reason: &str, failure: FailureRecord) {
-        let ctx = self.clone();
-        let reason = reason.to_owned();
-        // Set before anything can be cancelled.
-        ctx.mark_fenced(&reason, failure.clone());
-        let _ = self
-            .writes
-            .spawn_settled(async move { ctx.fence_now(&reason, failure).await })
-            .await;
-    }
-
-    /// Clears this scope's fence: the in-process marker at once, then a JSON null tombstone
-    /// (a failure is logged; the stored record then still fences). For operator actions in an
-    /// `AllowFenced` run; the run holds no claim afterwards.
-    pub async fn clear_fence(&self) {
-        let ctx = self.clone();
-        ctx.unmark();
-        let _ = self
-            .writes
-            .spawn_settled(async move { ctx.clear_now().await })
-            .await;
-    }
-
-    /// Marks the scope fenced in process (not yet persisted) and ends the run's claim.
-    fn mark_fenced(&self, reason: &str, failure: FailureRecord) -> Value {
-        let record =
-            FenceMarker::fence(&self.scope, reason, failure, self.writes.now_ms()).to_value();
-        self.writes.inner.shared.state().fences.mark(
-            &self.binding,
-            self.scope.fence_key(),
-            record.clone(),
-            false,
-        );
-        let mut slot = self.claim.slot();
-        slot.fenced = true;
-        slot.claim = None;
-        record
-    }
-
-    fn unmark(&self) {
-        self.writes
-            .inner
-            .shared
-            .state()
-            .fences
-            .clear(&self.binding, &self.scope.fence_key());
-    }
-
-    /// Writes the fence record (unconditionally: it replaces the run's intent) and marks it.
-    async fn fence_now(&self, reason: &str, failure: FailureRecord) {
-        let record = self.mark_fenced(reason, failure);
-        let key = self.scope.fence_key();
-        match self
-            .writes
-            .inner
-            .storage
-            .set(&self.binding, key.as_str(), &record)
-            .await
-        {
-            Ok(()) => {
-                self.writes
-                    .inner
-                    .shared
-                    .state()
-                    .fences
-                    .mark(&self.binding, key, record, true);
-                tracing::warn!(binding = %self.binding, scope = %self.scope, reason, "scope fenced");
-            }
-            Err(error) => {
-                tracing::error!(binding = %self.binding, scope = %self.scope, reason, %error,
-                "scope fenced in process, but the fence could not be persisted");
-            }
-        }
-    }
-
-    async fn clear_now(&self) {
-        self.unmark();
-        {
-            let mut slot = self.claim.slot();
-            slot.claim = None;
-            slot.fenced = false;
-        }
-        let key = self.scope.fence_key();
-        if let Err(error) = self
-            .writes
-            .inner
-            .storage
-            .set(&self.binding, key.as_str(), &Value::Null)
-            .await
-        {
-            tracing::warn!(binding = %self.binding, scope = %self.scope, %error,
-                "fence cleared in process, but its tombstone could not be written");
-        }
-    }
-}
-
-/// Counts spawned work that has not settled.
-#[derive(Debug, Default)]
-struct InFlight {
-    count: Arc<AtomicUsize>,
-    idle: Arc<Notify>,
-}
-
-struct InFlightToken {
-    count: Arc<AtomicUsize>,
-    idle: Arc<Notify>,
-}
-
-impl Drop for InFlightToken {
-    fn drop(&mut self) {
-        if self.count.fetch_sub(1, Ordering::AcqRel) == 1 {
-            self.idle.notify_waiters();
-        }
-    }
-}
-
-impl InFlight {
-    fn enter(&self) -> InFlightToken {
-        self.count.fetch_add(1, Ordering::AcqRel);
-        InFlightToken {
-            count: self.count.clone(),
-            idle: self.idle.clone(),
-        }
-    }
-
-    async fn idle(&self) {
-        loop {
-            let notified = self.idle.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            if self.count.load(Ordering::Acquire) == 0 {
-                return;
-            }
-            notified.await;
-        }
-    }
-}
-
-fn system_now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-}
-
-fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
-    panic
-        .downcast_ref::<&str>()
-        .map(|s| (*s).to_owned())
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "non-string panic".to_owned())
 }

@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use chrono::{DateTime, TimeZone, Utc};
 use tenantry_kernel::{LeaseEpoch, LeaseOwner};
 use tenantry_lifecycle::{CommandStatus, ControlSpaceState, Transition};
+use tenantry_ports::clock::ManualClock;
 use tenantry_ports::lifecycle::conformance::create_plan;
 use tenantry_ports::lifecycle::fake::{FakeKnowledgeFs, InMemoryLifecycleStore};
 use tokio::sync::Notify;
@@ -378,4 +379,43 @@ async fn dispatcher_over_group_commit_settles_every_command_once() {
         batches.len() < 20,
         "concurrent settles shared transactions: {batches:?}"
     );
+}
+
+/// `max_wait` is timed on the store's clock port, not on tokio's clock: a flusher holding
+/// fewer than `max_batch` requests executes when the clock has advanced `max_wait`, however
+/// much time passes on tokio's (paused) clock before.
+#[tokio::test(start_paused = true)]
+async fn group_commit_waits_max_wait_on_its_clock() {
+    let store = Gated::default();
+    let commands = claimed(&store, 3).await;
+    let clock = ManualClock::new(t(0));
+    let group = GroupCommitStore::start_with_clock(
+        store.clone(),
+        GroupCommitConfig {
+            max_batch: 3,
+            max_wait: Duration::from_secs(10),
+            ..one_at_a_time()
+        },
+        Arc::new(clock.clone()),
+    );
+    let mut tasks = Vec::new();
+    for command in &commands[..2] {
+        let group = group.clone();
+        let lease = command.lease.clone();
+        tasks.push(tokio::spawn(async move {
+            group.settle(&lease, &Settlement::ack(t(1))).await
+        }));
+    }
+    // A minute of tokio's virtual time: the flusher keeps gathering.
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    settle_down().await;
+    assert!(store.settle_batches.lock().unwrap().is_empty());
+    clock.advance(Duration::from_secs(9));
+    settle_down().await;
+    assert!(store.settle_batches.lock().unwrap().is_empty(), "9 s of 10");
+    clock.advance(Duration::from_secs(1));
+    for task in tasks {
+        assert_eq!(task.await.unwrap(), Ok(()));
+    }
+    assert_eq!(*store.settle_batches.lock().unwrap(), vec![2]);
 }

@@ -1,5 +1,7 @@
-//! Leases that hold, on virtual time (`tokio::time::pause`): the store's clock follows tokio's
-//! clock, so a remote that answers after 8 s and a lease of 2 s run in microseconds.
+//! Leases that hold, on virtual time: a paused runtime and a [`ManualClock`] that follows
+//! tokio's clock, shared by the store, the dispatcher and the slow remote, so a remote that
+//! answers after 8 s and a lease of 2 s run in microseconds. A test that lets time pass
+//! advances the clock.
 //!
 //! - renewal keeps the lease of a dispatch in flight (cases 004 and 005);
 //! - a dispatch that is not polled past its lease loses it, and its late settle is refused;
@@ -12,32 +14,14 @@ use tenantry_ports::lifecycle::RenewalOutcome;
 
 use super::*;
 
-/// The store's clock on tokio's (paused) clock: `t(0)` plus the virtual time elapsed.
-#[derive(Debug, Clone)]
-struct TokioClock {
-    start: tokio::time::Instant,
-}
-
-impl TokioClock {
-    fn new() -> Self {
-        Self {
-            start: tokio::time::Instant::now(),
-        }
-    }
-}
-
-impl Clock for TokioClock {
-    fn now(&self) -> DateTime<Utc> {
-        t(0) + chrono::Duration::from_std(self.start.elapsed()).unwrap()
-    }
-}
-
-/// A remote whose every call takes `delay` (virtual time) before the fake answers; counts the
+/// A remote whose every call takes `delay` on `clock` before the fake answers; counts the
 /// requests that reached it per call.
 #[derive(Clone)]
 struct SlowRemote {
     inner: FakeKnowledgeFs,
-    delay: Duration,
+    clock: ManualClock,
+    /// Time each call takes on `clock`, in milliseconds.
+    delay_ms: Arc<AtomicU64>,
     /// Answer the first `fail_first` provisions with an unknown outcome (after the delay).
     fail_first: Arc<AtomicUsize>,
     in_flight: Arc<AtomicUsize>,
@@ -45,10 +29,11 @@ struct SlowRemote {
 }
 
 impl SlowRemote {
-    fn new(inner: FakeKnowledgeFs, delay: Duration) -> Self {
+    fn new(inner: FakeKnowledgeFs, clock: ManualClock, delay: Duration) -> Self {
         Self {
             inner,
-            delay,
+            clock,
+            delay_ms: Arc::new(AtomicU64::new(delay.as_millis().try_into().unwrap())),
             fail_first: Arc::default(),
             in_flight: Arc::default(),
             max_in_flight: Arc::default(),
@@ -58,7 +43,8 @@ impl SlowRemote {
     async fn slow<T>(&self, call: impl Future<Output = T>) -> T {
         let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
         self.max_in_flight.fetch_max(now, Ordering::SeqCst);
-        tokio::time::sleep(self.delay).await;
+        let delay = Duration::from_millis(self.delay_ms.load(Ordering::SeqCst));
+        self.clock.sleep(delay).await;
         let out = call.await;
         self.in_flight.fetch_sub(1, Ordering::SeqCst);
         out
@@ -133,6 +119,7 @@ fn short_lease() -> DispatcherConfig {
 }
 
 struct VirtualSetup {
+    clock: ManualClock,
     store: InMemoryLifecycleStore,
     remote: SlowRemote,
     intake: CommandIntake<InMemoryLifecycleStore>,
@@ -141,19 +128,20 @@ struct VirtualSetup {
 }
 
 fn virtual_setup(delay: Duration, config: DispatcherConfig) -> VirtualSetup {
-    let clock = TokioClock::new();
+    let clock = ManualClock::following_tokio(t(0));
     let store = InMemoryLifecycleStore::with_clock(Arc::new(clock.clone()));
-    let remote = SlowRemote::new(FakeKnowledgeFs::new(), delay);
+    let remote = SlowRemote::new(FakeKnowledgeFs::new(), clock.clone(), delay);
     let metrics = Arc::new(RenewalCounter::default());
     let counter = Arc::new(AtomicUsize::new(0));
     let intake = CommandIntake::new(store.clone(), Arc::new(clock.clone()))
         .with_id_source(move || format!("id-{}", counter.fetch_add(1, Ordering::Relaxed)));
     let dispatcher = Arc::new(
         Dispatcher::new(store.clone(), remote.clone(), config)
-            .with_clock(Arc::new(clock))
+            .with_clock(Arc::new(clock.clone()))
             .with_metrics(metrics.clone()),
     );
     VirtualSetup {
+        clock,
         store,
         remote,
         intake,
@@ -162,19 +150,19 @@ fn virtual_setup(delay: Duration, config: DispatcherConfig) -> VirtualSetup {
     }
 }
 
-/// Four competing workers poll every 100 ms for `span` of virtual time; returns how many
-/// commands each claim round returned in total.
-async fn compete(dispatcher: Arc<Dispatcher<InMemoryLifecycleStore, SlowRemote>>, span: Duration) {
+/// Four competing workers poll every 100 ms for `span` of virtual time.
+async fn compete(s: &VirtualSetup, span: Duration) {
     let mut tasks = Vec::new();
     for w in 0..4 {
-        let dispatcher = dispatcher.clone();
+        let dispatcher = s.dispatcher.clone();
+        let clock = s.clock.clone();
         tasks.push(tokio::spawn(async move {
-            let until = tokio::time::Instant::now() + span;
-            while tokio::time::Instant::now() < until {
+            let until = clock.monotonic() + span;
+            while clock.monotonic() < until {
                 let _ = dispatcher
                     .dispatch_one(&owner(&format!("rival-{w}")), true)
                     .await;
-                tokio::time::sleep(Duration::from_millis(100)).await;
+                clock.sleep(Duration::from_millis(100)).await;
             }
         }));
     }
@@ -191,7 +179,7 @@ async fn a_lease_of_2_s_is_renewed_while_a_provision_takes_8_s() {
         .create_control_space(&create_request("cs1", "create-cs1"))
         .await
         .unwrap();
-    compete(s.dispatcher.clone(), Duration::from_secs(20)).await;
+    compete(&s, Duration::from_secs(20)).await;
     let record = s.store.command(&receipt.command_id).unwrap();
     assert_eq!(record.status, CommandStatus::Succeeded);
     assert_eq!(record.attempt_count, 1, "claimed once");
@@ -236,7 +224,7 @@ async fn case_005_delete_outlives_lease_with_one_dispatch_in_flight() {
         .request_deletion(&delete_request("cs-d", "delete-cs-d"))
         .await
         .unwrap();
-    compete(s.dispatcher.clone(), Duration::from_secs(40)).await;
+    compete(&s, Duration::from_secs(40)).await;
     let record = s.store.command(&delete.command_id).unwrap();
     assert_eq!(record.status, CommandStatus::Succeeded, "{record:?}");
     assert_eq!(
@@ -289,7 +277,7 @@ async fn case_004_retry_after_a_slow_failure_waits_its_backoff() {
         "the backoff (2 s) counts from the settle at t(8), not from the claim at t(0)"
     );
     // Nothing is due before then.
-    tokio::time::sleep(Duration::from_millis(1900)).await;
+    s.clock.advance(Duration::from_millis(1900));
     assert!(
         !s.dispatcher
             .dispatch_one(&owner("w"), true)
@@ -312,11 +300,13 @@ async fn a_paused_dispatch_loses_its_lease_and_its_late_settle_is_refused() {
     let dispatcher = s.dispatcher.clone();
     let mut paused = Box::pin(async move { dispatcher.dispatch_one(&owner("paused"), true).await });
     // Poll it until its provision is in flight, then stop polling it.
-    let started = tokio::time::timeout(Duration::from_millis(500), &mut paused).await;
-    assert!(started.is_err(), "still in flight");
+    tokio::select! {
+        result = &mut paused => panic!("finished before the pause: {result:?}"),
+        () = s.clock.sleep(Duration::from_millis(500)) => {}
+    }
     assert_eq!(s.remote.in_flight.load(Ordering::SeqCst), 1);
     // Paused for 10 s: the lease (2 s) expires; a rival takes over and completes.
-    tokio::time::sleep(Duration::from_secs(10)).await;
+    s.clock.advance(Duration::from_secs(10));
     let rival = s
         .dispatcher
         .dispatch_one(&owner("rival"), true)
@@ -337,5 +327,79 @@ async fn a_paused_dispatch_loses_its_lease_and_its_late_settle_is_refused() {
         s.store.command(&receipt.command_id).unwrap(),
         settled,
         "the new owner's result stands"
+    );
+}
+
+/// The local lease deadline is on the dispatcher's clock: a lookup that takes 31 s of the
+/// clock, under a 30 s lease without renewal, leaves the deletion request unsent although no
+/// time passed on tokio's clock.
+#[tokio::test]
+async fn the_local_lease_deadline_is_on_the_dispatcher_clock() {
+    let clock = ManualClock::new(t(0));
+    let store = InMemoryLifecycleStore::with_clock(Arc::new(clock.clone()));
+    let remote = SlowRemote::new(FakeKnowledgeFs::new(), clock.clone(), Duration::ZERO);
+    let intake = CommandIntake::new(store.clone(), Arc::new(clock.clone()));
+    let dispatcher = Arc::new(
+        Dispatcher::new(
+            store.clone(),
+            remote.clone(),
+            DispatcherConfig::default()
+                .with_lease_duration(Duration::from_secs(30))
+                .with_renew_leases(false),
+        )
+        .with_clock(Arc::new(clock.clone())),
+    );
+    intake
+        .create_control_space(&create_request("cs-d", "create-cs-d"))
+        .await
+        .unwrap();
+    // The provision's answer is lost: the deletion must look the identity up first.
+    remote
+        .inner
+        .push_fault(RemoteCall::Provision, Fault::LoseAck);
+    assert!(
+        dispatcher
+            .dispatch_one(&owner("w"), true)
+            .await
+            .unwrap()
+            .claimed
+    );
+    let delete = intake
+        .request_deletion(&delete_request("cs-d", "delete-cs-d"))
+        .await
+        .unwrap();
+    remote.delay_ms.store(31_000, Ordering::SeqCst);
+    let dispatching = {
+        let dispatcher = dispatcher.clone();
+        tokio::spawn(async move { dispatcher.dispatch_one(&owner("w"), true).await })
+    };
+    for _ in 0..16 {
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(
+        remote.in_flight.load(Ordering::SeqCst),
+        1,
+        "the lookup is in flight"
+    );
+    clock.advance(Duration::from_secs(31));
+    for _ in 0..16 {
+        tokio::task::yield_now().await;
+    }
+    assert!(
+        dispatching.is_finished(),
+        "the dispatch stops after the lookup instead of sending the deletion"
+    );
+    assert_eq!(
+        dispatching.await.unwrap(),
+        Err(DispatchError::LeaseLost {
+            command_id: delete.command_id.clone()
+        })
+    );
+    let calls = remote.inner.counters().calls;
+    assert_eq!(calls.get("lookup"), Some(&1), "{calls:?}");
+    assert_eq!(
+        calls.get("deletion"),
+        None,
+        "no request on a lease the dispatcher cannot prove live: {calls:?}"
     );
 }

@@ -1,0 +1,155 @@
+//! Command intake: replays, refusals of bad input and forbidden transitions, revoke
+//! sequences, store failures.
+
+use super::*;
+
+#[tokio::test]
+async fn intake_replays_the_same_request_and_refuses_a_different_one_with_the_same_key() {
+    let h = harness();
+    let first = h
+        .intake
+        .create_control_space(&create_request("cs1", "k1"))
+        .await
+        .unwrap();
+    assert!(!first.replayed);
+    h.drain(t(0)).await; // the space moved on; a replay must still be recognised
+    let again = h
+        .intake
+        .create_control_space(&create_request("cs1", "k1"))
+        .await
+        .unwrap();
+    assert_eq!(
+        again,
+        IntakeReceipt {
+            replayed: true,
+            ..first.clone()
+        }
+    );
+    let mut different = create_request("cs1", "k1");
+    different.name = "Renamed".into();
+    assert_eq!(
+        h.intake.create_control_space(&different).await,
+        Err(IntakeFailure::Rejected(IntakeError::IdempotencyConflict {
+            key: key("k1")
+        }))
+    );
+    assert_eq!(h.store.commands().len(), 1);
+}
+
+#[tokio::test]
+async fn intake_refuses_bad_input_and_writes_nothing() {
+    let h = harness();
+    h.create("cs1").await;
+    let commands = h.store.commands();
+    let space = h.space("cs1").await;
+    let mut oversized = create_request("cs2", "k2");
+    oversized.description = "x".repeat(70 * 1024);
+    let mut nameless = create_request("cs3", "k3");
+    nameless.name = String::new();
+    assert!(matches!(
+        h.intake.create_control_space(&oversized).await,
+        Err(IntakeFailure::Rejected(IntakeError::PayloadTooLarge { .. }))
+    ));
+    assert!(matches!(
+        h.intake.create_control_space(&nameless).await,
+        Err(IntakeFailure::Rejected(IntakeError::InvalidField {
+            field: "name",
+            ..
+        }))
+    ));
+    assert!(matches!(
+        h.intake
+            .create_control_space(&create_request("cs1", "k4"))
+            .await,
+        Err(IntakeFailure::Rejected(
+            IntakeError::ControlSpaceExists { .. }
+        ))
+    ));
+    assert!(matches!(
+        h.intake
+            .request_deletion(&delete_request("missing", "k5"))
+            .await,
+        Err(IntakeFailure::Rejected(
+            IntakeError::UnknownControlSpace { .. }
+        ))
+    ));
+    let revoke_early = RequestRevocation {
+        tenant_id: tenant(),
+        control_space_id: cs_id("cs1"),
+        grant_id: GrantId::parse("g").unwrap(),
+        reason_code: "r".into(),
+        idempotency_key: key("k6"),
+    };
+    assert!(matches!(
+        h.intake.request_revocation(&revoke_early).await,
+        Err(IntakeFailure::Rejected(IntakeError::NotProvisioned { .. }))
+    ));
+    assert_eq!(h.store.commands(), commands, "no command written");
+    assert_eq!(h.space("cs1").await, space, "control space untouched");
+    assert!(
+        h.store
+            .control_space(&tenant(), &cs_id("cs2"))
+            .await
+            .unwrap()
+            .is_none()
+    );
+}
+
+#[tokio::test]
+async fn intake_refuses_a_transition_the_state_machine_forbids() {
+    let h = harness();
+    h.create("cs1").await;
+    h.delete("cs1").await;
+    let result = h
+        .intake
+        .request_deletion(&delete_request("cs1", "another-key"))
+        .await;
+    assert!(
+        matches!(
+            result,
+            Err(IntakeFailure::Rejected(IntakeError::Transition(_)))
+        ),
+        "{result:?}"
+    );
+}
+
+#[tokio::test]
+async fn revocations_take_increasing_revoke_sequences() {
+    let h = harness();
+    h.create("cs1").await;
+    h.drain(t(0)).await;
+    let mut sequences = Vec::new();
+    for i in 0..3 {
+        let receipt = h
+            .intake
+            .request_revocation(&RequestRevocation {
+                tenant_id: tenant(),
+                control_space_id: cs_id("cs1"),
+                grant_id: GrantId::parse(format!("g{i}")).unwrap(),
+                reason_code: "r".into(),
+                idempotency_key: key(&format!("rk{i}")),
+            })
+            .await
+            .unwrap();
+        sequences.push(
+            h.command(&receipt.command_id).payload["revoke_sequence"]
+                .as_i64()
+                .unwrap(),
+        );
+    }
+    assert_eq!(sequences, [1, 2, 3]);
+}
+
+#[tokio::test]
+async fn intake_store_failure_is_reported_and_writes_nothing() {
+    let h = harness();
+    h.store
+        .fail_next_call(tenantry_ports::lifecycle::StoreError::unavailable("down"));
+    assert!(matches!(
+        h.intake
+            .create_control_space(&create_request("cs1", "k1"))
+            .await,
+        Err(IntakeFailure::Store(_))
+    ));
+    assert!(h.store.commands().is_empty());
+}

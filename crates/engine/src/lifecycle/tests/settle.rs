@@ -1,0 +1,252 @@
+//! Settles that race (a lease taken over, a control space changed by a concurrent writer),
+//! task metrics, and batch claims.
+
+use super::*;
+
+#[tokio::test]
+async fn late_settle_after_lease_takeover_changes_nothing() {
+    let h = harness();
+    let receipt = h.create("cs1").await;
+    let remote = GatedRemote::new(h.remote.clone());
+    let metrics = Arc::new(RecordingMetrics::default());
+    let slow = Arc::new(
+        Dispatcher::new(h.store.clone(), remote.clone(), DispatcherConfig::default())
+            .with_clock(Arc::new(clock_of_test()))
+            .with_metrics(metrics.clone()),
+    );
+    let task = {
+        let slow = slow.clone();
+        tokio::spawn(async move { slow.dispatch_one(&owner("slow"), at(t(0), true)).await })
+    };
+    remote.entered.notified().await;
+    // The lease expires; another worker takes over and completes the command.
+    assert!(h.dispatch(t(301), true).await.completed);
+    let settled = h.space("cs1").await;
+    let record = h.command(&receipt.command_id);
+    remote.release.notify_one();
+    let late = task.await.unwrap();
+    assert_eq!(
+        late,
+        Err(DispatchError::LeaseLost {
+            command_id: receipt.command_id.clone()
+        })
+    );
+    assert_eq!(h.space("cs1").await, settled, "late settle changed nothing");
+    assert_eq!(h.command(&receipt.command_id), record);
+    let statuses: Vec<TaskStatus> = metrics
+        .records
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|m| m.status)
+        .collect();
+    assert_eq!(statuses, [TaskStatus::Running, TaskStatus::DispatchError]);
+    assert_eq!(h.remote.counters().spaces_created, 1);
+}
+
+#[tokio::test]
+async fn metrics_record_each_task_state_with_duration_since_creation() {
+    let h = harness();
+    h.create("cs1").await;
+    let metrics = Arc::new(RecordingMetrics::default());
+    let dispatcher = Dispatcher::new(
+        h.store.clone(),
+        h.remote.clone(),
+        DispatcherConfig::default(),
+    )
+    .with_clock(Arc::new(clock_of_test()))
+    .with_metrics(metrics.clone());
+    h.remote.push_fault(
+        RemoteCall::Provision,
+        Fault::Fail(RemoteError::answered(503, "BUSY", "busy")),
+    );
+    dispatcher
+        .dispatch_one(&owner("w"), at(t(0), true))
+        .await
+        .unwrap();
+    dispatcher
+        .dispatch_one(&owner("w"), at(t(7), true))
+        .await
+        .unwrap();
+    let records = metrics.records.lock().unwrap().clone();
+    let expected = [
+        (TaskStatus::Running, None, None),
+        (TaskStatus::Retry, None, Some("BUSY")),
+        (TaskStatus::Running, None, None),
+        (TaskStatus::Succeeded, Some(7.0), None),
+    ];
+    assert_eq!(records.len(), expected.len());
+    for (record, (status, duration, code)) in records.iter().zip(expected) {
+        assert_eq!(record.operation, "provision");
+        assert_eq!(record.status, status);
+        assert_eq!(record.duration_seconds, duration);
+        assert_eq!(record.error_code.as_deref(), code);
+    }
+}
+
+#[tokio::test]
+async fn failing_metrics_sink_never_breaks_dispatch() {
+    let h = harness();
+    h.create("cs1").await;
+    let dispatcher = Dispatcher::new(
+        h.store.clone(),
+        h.remote.clone(),
+        DispatcherConfig::default(),
+    )
+    .with_clock(Arc::new(clock_of_test()))
+    .with_metrics(Arc::new(FailingMetrics));
+    assert!(
+        dispatcher
+            .dispatch_one(&owner("w"), at(t(0), true))
+            .await
+            .unwrap()
+            .completed
+    );
+}
+
+#[tokio::test]
+async fn batch_dispatch_claims_several_commands_in_one_call() {
+    let h = harness();
+    for i in 0..5 {
+        h.create(&format!("cs{i}")).await;
+    }
+    let results = h
+        .dispatcher
+        .dispatch_batch(&owner("w"), at(t(0), true), 3)
+        .await
+        .unwrap();
+    assert_eq!(results.len(), 3);
+    assert!(
+        results
+            .iter()
+            .all(|r| r.as_ref().is_ok_and(|o| o.completed))
+    );
+    assert_eq!(
+        h.dispatcher
+            .dispatch_batch(&owner("w"), at(t(0), true), 10)
+            .await
+            .unwrap()
+            .len(),
+        2
+    );
+    assert_eq!(h.remote.counters().spaces_created, 5);
+}
+
+/// A store whose first settle carrying a control-space CAS finds the control space changed
+/// by a concurrent writer (its resource version bumped just before).
+#[derive(Clone)]
+struct RacingStore {
+    inner: InMemoryLifecycleStore,
+    raced: Arc<AtomicBool>,
+}
+
+#[async_trait]
+impl CommandQueue for RacingStore {
+    async fn claim(
+        &self,
+        request: &ClaimRequest,
+    ) -> Result<Vec<tenantry_lifecycle::ClaimedCommand>, tenantry_ports::lifecycle::StoreError>
+    {
+        self.inner.claim(request).await
+    }
+    async fn renew_lease(
+        &self,
+        lease: &tenantry_lifecycle::LeaseToken,
+        lease_duration: Duration,
+    ) -> Result<tenantry_lifecycle::LeaseToken, tenantry_ports::lifecycle::SettleError> {
+        self.inner.renew_lease(lease, lease_duration).await
+    }
+    async fn settle(
+        &self,
+        lease: &tenantry_lifecycle::LeaseToken,
+        settlement: &tenantry_lifecycle::Settlement,
+    ) -> Result<(), tenantry_ports::lifecycle::SettleError> {
+        if let Some(cas) = &settlement.control_space
+            && !self.raced.swap(true, Ordering::SeqCst)
+        {
+            let mut current = cas.next.clone();
+            current.resource_version = cas.expected_resource_version + 1;
+            current.state = cas.expected_state;
+            self.inner.put_control_space(current);
+        }
+        self.inner.settle(lease, settlement).await
+    }
+    async fn latest_provision(
+        &self,
+        t: &TenantId,
+        c: &ControlSpaceId,
+    ) -> Result<Option<CommandRecord>, tenantry_ports::lifecycle::StoreError> {
+        self.inner.latest_provision(t, c).await
+    }
+    async fn list_commands(
+        &self,
+        f: &tenantry_ports::lifecycle::CommandFilter,
+    ) -> Result<Vec<CommandRecord>, tenantry_ports::lifecycle::StoreError> {
+        self.inner.list_commands(f).await
+    }
+}
+
+#[async_trait]
+impl ControlSpaceReader for RacingStore {
+    async fn control_space(
+        &self,
+        t: &TenantId,
+        c: &ControlSpaceId,
+    ) -> Result<Option<ControlSpace>, tenantry_ports::lifecycle::StoreError> {
+        self.inner.control_space(t, c).await
+    }
+}
+
+#[async_trait]
+impl tenantry_ports::lifecycle::IntakeStore for RacingStore {
+    async fn submit(
+        &self,
+        plan: &tenantry_lifecycle::intake::IntakePlan,
+    ) -> Result<tenantry_ports::lifecycle::Submitted, tenantry_ports::lifecycle::IntakeStoreError>
+    {
+        self.inner.submit(plan).await
+    }
+    async fn command_by_idempotency_key(
+        &self,
+        k: &IdempotencyKey,
+    ) -> Result<Option<CommandRecord>, tenantry_ports::lifecycle::StoreError> {
+        self.inner.command_by_idempotency_key(k).await
+    }
+}
+
+#[tokio::test]
+async fn control_space_conflict_at_settle_hands_the_command_back_for_a_re_read() {
+    let h = harness();
+    let receipt = h.create("cs1").await;
+    let racing = RacingStore {
+        inner: h.store.clone(),
+        raced: Arc::new(AtomicBool::new(false)),
+    };
+    let dispatcher = Dispatcher::new(racing, h.remote.clone(), DispatcherConfig::default())
+        .with_clock(Arc::new(clock_of_test()));
+    let first = dispatcher
+        .dispatch_one(&owner("w1"), at(t(0), true))
+        .await
+        .unwrap();
+    assert!(first.claimed && !first.completed);
+    let record = h.command(&receipt.command_id);
+    assert_eq!(
+        retry_of(&record),
+        (
+            CommandStatus::Pending,
+            Some(codes::CONTROL_SPACE_CONFLICT),
+            t(2)
+        ),
+        "retried at once instead of waiting for the lease to expire"
+    );
+    assert_eq!(record.lease_owner, None);
+    assert!(
+        dispatcher
+            .dispatch_one(&owner("w1"), at(t(2), true))
+            .await
+            .unwrap()
+            .completed
+    );
+    assert_eq!(h.space("cs1").await.state, ControlSpaceState::Active);
+    assert_eq!(h.remote.counters().spaces_created, 1);
+}

@@ -1,0 +1,142 @@
+//! A run's claim on its scope ([`RunClaim`]), the task-local record of the scopes a task
+//! holds, and the count of spawned work that has not settled ([`InFlight`]).
+
+use std::any::Any;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use serde_json::Value;
+use tenantry_fence::{Binding, FenceKey};
+use tenantry_ports::host_storage::HostStorage;
+use tokio::sync::Notify;
+
+use super::ScopedWrites;
+use super::locks::{ScopeGuard, ScopeKey};
+
+tokio::task_local! {
+    /// The scopes whose locks the current task holds through an enclosing run.
+    pub(super) static HELD: Vec<Held>;
+}
+
+#[derive(Clone)]
+pub(super) struct Held {
+    pub(super) runtime: usize,
+    pub(super) key: ScopeKey,
+    pub(super) guard: Arc<ScopeGuard>,
+    /// The run's `Arc<RunClaim<S>>`, type-erased (the task-local cannot be generic).
+    pub(super) claim: Arc<dyn Any + Send + Sync>,
+}
+
+/// A run's claim on its scope, shared by the run, its nested runs and the commits it spawned.
+/// When the last holder lets go without having released it, the release is spawned (holding
+/// the scope lock until it landed).
+pub(super) struct RunClaim<S: HostStorage + ?Sized + 'static> {
+    pub(super) writes: ScopedWrites<S>,
+    pub(super) binding: Binding,
+    pub(super) key: FenceKey,
+    pub(super) guard: Arc<ScopeGuard>,
+    pub(super) slot: Mutex<Slot>,
+}
+
+#[derive(Debug, Default)]
+pub(super) struct Slot {
+    /// Our claim as stored (to release by compare-and-set); `None`: nothing to release.
+    pub(super) claim: Option<Value>,
+    /// Whether this run fenced its scope (the record is the fence now).
+    pub(super) fenced: bool,
+}
+
+impl<S: HostStorage + ?Sized + 'static> RunClaim<S> {
+    pub(super) fn slot(&self) -> std::sync::MutexGuard<'_, Slot> {
+        self.slot.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Releases the claim (JSON null by compare-and-set) unless the run fenced the scope.
+    pub(super) async fn release(&self) {
+        let Some(claim) = self.slot().claim.clone() else {
+            return;
+        };
+        match self
+            .writes
+            .inner
+            .storage
+            .compare_and_set(&self.binding, self.key.as_str(), Some(&claim), &Value::Null)
+            .await
+        {
+            Ok(_) => self.slot().claim = None,
+            Err(error) => {
+                tracing::warn!(binding = %self.binding, key = %self.key, %error,
+                    "scope claim not released; retried when the run's last holder lets go, else taken over by this process's next run");
+            }
+        }
+    }
+}
+
+impl<S: HostStorage + ?Sized + 'static> Drop for RunClaim<S> {
+    fn drop(&mut self) {
+        let claim = self.slot().claim.take();
+        let Some(claim) = claim else {
+            return;
+        };
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let token = self.writes.inner.in_flight.enter();
+        let guard = self.guard.clone();
+        let storage = self.writes.inner.storage.clone();
+        let (binding, key) = (self.binding.clone(), self.key.clone());
+        handle.spawn(async move {
+            if let Err(error) = storage
+                .compare_and_set(&binding, key.as_str(), Some(&claim), &Value::Null)
+                .await
+            {
+                tracing::warn!(%binding, %key, %error,
+                    "scope claim not released; it lapses into a fence for other processes unless this process's next run takes it over");
+            }
+            drop(guard);
+            drop(token);
+        });
+    }
+}
+
+/// Counts spawned work that has not settled.
+#[derive(Debug, Default)]
+pub(super) struct InFlight {
+    count: Arc<AtomicUsize>,
+    idle: Arc<Notify>,
+}
+
+pub(super) struct InFlightToken {
+    count: Arc<AtomicUsize>,
+    idle: Arc<Notify>,
+}
+
+impl Drop for InFlightToken {
+    fn drop(&mut self) {
+        if self.count.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.idle.notify_waiters();
+        }
+    }
+}
+
+impl InFlight {
+    pub(super) fn enter(&self) -> InFlightToken {
+        self.count.fetch_add(1, Ordering::AcqRel);
+        InFlightToken {
+            count: self.count.clone(),
+            idle: self.idle.clone(),
+        }
+    }
+
+    pub(super) async fn idle(&self) {
+        loop {
+            let notified = self.idle.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.count.load(Ordering::Acquire) == 0 {
+                return;
+            }
+            notified.await;
+        }
+    }
+}

@@ -1,0 +1,396 @@
+//! [`ScopeContext`]: what a run's operation uses to dispatch remote mutations and write host
+//! storage under its scope's claim, fencing the scope after an unknown outcome.
+
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+
+use futures::FutureExt;
+use serde_json::Value;
+use tenantry_fence::{
+    Binding, DispatchFailure, FailureRecord, FenceMarker, IntentAction, ScopeIdentity,
+};
+use tenantry_ports::host_storage::{HostStorage, HostStorageError, validate_key};
+
+use super::claim::RunClaim;
+use super::{ScopedWriteError, ScopedWrites};
+
+/// A run's handle on its scope: the mutations it dispatches keep the scope lock until they
+/// settle. Cheap to clone.
+pub struct ScopeContext<S: HostStorage + ?Sized + 'static> {
+    pub(super) writes: ScopedWrites<S>,
+    pub(super) binding: Binding,
+    pub(super) scope: ScopeIdentity,
+    pub(super) claim: Arc<RunClaim<S>>,
+}
+
+impl<S: HostStorage + ?Sized + 'static> Clone for ScopeContext<S> {
+    fn clone(&self) -> Self {
+        Self {
+            writes: self.writes.clone(),
+            binding: self.binding.clone(),
+            scope: self.scope.clone(),
+            claim: self.claim.clone(),
+        }
+    }
+}
+
+impl<S: HostStorage + ?Sized + 'static> std::fmt::Debug for ScopeContext<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ScopeContext")
+            .field("binding", &self.binding)
+            .field("scope", &self.scope)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S: HostStorage + ?Sized + 'static> ScopeContext<S> {
+    /// The installation binding of this run.
+    pub fn binding(&self) -> &Binding {
+        &self.binding
+    }
+
+    /// The scope of this run.
+    pub fn scope(&self) -> &ScopeIdentity {
+        &self.scope
+    }
+
+    /// The host storage, for reads inside the run.
+    pub fn storage(&self) -> &Arc<S> {
+        self.writes.storage()
+    }
+
+    /// Dispatches a remote mutation under a write-ahead intent: the scope's record is
+    /// rewritten (by compare-and-set on the run's claim) as an intent naming `reason`, with a
+    /// fresh expiry, before `commit` runs. When `commit` fails with an unknown outcome or
+    /// panics, the fence is written over it (always, recording the failure's kind and
+    /// detail); otherwise the intent stays the run's claim and is released when the run ends.
+    /// `commit` runs in its own task holding the scope lock, so dropping the caller's future
+    /// neither abandons it nor releases the lock early.
+    ///
+    /// # Errors
+    /// [`ScopedWriteError::Fenced`] when this run already fenced its scope (not dispatched),
+    /// [`ScopedWriteError::IntentNotPersisted`] (not dispatched, scope fenced),
+    /// [`ScopedWriteError::ClaimLost`] (not dispatched, the claim was replaced),
+    /// [`ScopedWriteError::Operation`] for a known-outcome failure (scope writable),
+    /// [`ScopedWriteError::OutcomeUnknown`] for an unknown outcome (scope fenced).
+    pub async fn dispatch<T, E, Fut>(
+        &self,
+        reason: &str,
+        commit: Fut,
+    ) -> Result<T, ScopedWriteError<E>>
+    where
+        Fut: Future<Output = Result<T, E>> + Send + 'static,
+        T: Send + 'static,
+        E: DispatchFailure + std::fmt::Display + Send + 'static,
+    {
+        if self.claim.slot().fenced {
+            // This run fenced its scope already: dispatching would overwrite the fence.
+            return Err(ScopedWriteError::Fenced {
+                binding: self.binding.clone(),
+                scope: self.scope.clone(),
+                key: self.scope.fence_key(),
+            });
+        }
+        let now = self.writes.now_ms();
+        let config = &self.writes.inner.config;
+        let intent = FenceMarker::intent(
+            &self.scope,
+            reason,
+            config.owner.clone(),
+            now,
+            now.saturating_add(config.claim_ttl_ms()),
+        )
+        .to_value();
+        let ctx = self.clone();
+        let reason = reason.to_owned();
+        let settled = self
+            .writes
+            .spawn_settled(async move {
+                let storage = ctx.writes.inner.storage.clone();
+                let key = ctx.scope.fence_key();
+                let previous = ctx.claim.slot().claim.clone();
+                let stored = match &previous {
+                    Some(previous) => {
+                        storage
+                            .compare_and_set(&ctx.binding, key.as_str(), Some(previous), &intent)
+                            .await
+                    }
+                    // Passing through a fence (AllowFenced): the intent replaces it.
+                    None => storage
+                        .set(&ctx.binding, key.as_str(), &intent)
+                        .await
+                        .map(|()| true),
+                };
+                match stored {
+                    Ok(true) => ctx.claim.slot().claim = Some(intent),
+                    Ok(false) => {
+                        ctx.claim.slot().claim = None;
+                        tracing::warn!(binding = %ctx.binding, scope = %ctx.scope,
+                            "scope claim replaced while held; mutation not dispatched");
+                        return Err(ScopedWriteError::ClaimLost {
+                            binding: ctx.binding.clone(),
+                            scope: ctx.scope.clone(),
+                        });
+                    }
+                    Err(error) => {
+                        tracing::warn!(binding = %ctx.binding, scope = %ctx.scope, %error,
+                            "write-ahead intent not persisted; mutation not dispatched, scope fenced");
+                        let failure = FailureRecord {
+                            kind: "intent_not_persisted".to_owned(),
+                            detail: error.to_string(),
+                        };
+                        ctx.mark_fenced(&reason, failure);
+                        return Err(ScopedWriteError::IntentNotPersisted(error));
+                    }
+                }
+                let result = AssertUnwindSafe(commit).catch_unwind().await;
+                match result {
+                    Ok(Ok(value)) => Ok(value),
+                    Ok(Err(error)) => match error.dispatch_outcome().intent_action() {
+                        IntentAction::Clear => Err(ScopedWriteError::Operation(error)),
+                        IntentAction::Keep => {
+                            tracing::warn!(binding = %ctx.binding, scope = %ctx.scope, %error,
+                                "dispatched mutation has an unknown outcome; scope fenced");
+                            let failure = FailureRecord {
+                                kind: "outcome_unknown".to_owned(),
+                                detail: error.to_string(),
+                            };
+                            ctx.fence_now(&reason, failure).await;
+                            Err(ScopedWriteError::OutcomeUnknown {
+                                scope: ctx.scope.clone(),
+                                reason: format!("{reason}: {error}"),
+                                error: Some(error),
+                            })
+                        }
+                    },
+                    Err(panic) => {
+                        let message = panic_message(&panic);
+                        let failure = FailureRecord {
+                            kind: "panicked".to_owned(),
+                            detail: message.clone(),
+                        };
+                        ctx.fence_now(&reason, failure).await;
+                        Err(ScopedWriteError::OutcomeUnknown {
+                            scope: ctx.scope.clone(),
+                            reason: format!("{reason}: commit panicked: {message}"),
+                            error: None,
+                        })
+                    }
+                }
+            })
+            .await;
+        settled.unwrap_or_else(|panic| {
+            Err(ScopedWriteError::OutcomeUnknown {
+                scope: self.scope.clone(),
+                reason: format!("{}: settling panicked: {panic}", self.scope),
+                error: None,
+            })
+        })
+    }
+
+    /// Runs a mutation already dispatched to the host (or a remote) in its own task holding
+    /// the scope lock; when it fails with an unknown outcome (or panics) the scope is fenced
+    /// with `reason` and the failure. Dropping the caller's future does not abandon it.
+    ///
+    /// # Errors
+    /// [`ScopedWriteError::Operation`] for a known-outcome failure,
+    /// [`ScopedWriteError::OutcomeUnknown`] (scope fenced) otherwise.
+    pub async fn mutate<T, E, Fut>(
+        &self,
+        reason: &str,
+        commit: Fut,
+    ) -> Result<T, ScopedWriteError<E>>
+    where
+        Fut: Future<Output = Result<T, E>> + Send + 'static,
+        T: Send + 'static,
+        E: DispatchFailure + std::fmt::Display + Send + 'static,
+    {
+        let ctx = self.clone();
+        let reason = reason.to_owned();
+        let settled = self
+            .writes
+            .spawn_settled(async move {
+                let result = AssertUnwindSafe(commit).catch_unwind().await;
+                match result {
+                    Ok(Ok(value)) => Ok(value),
+                    Ok(Err(error)) if !error.dispatch_outcome().fences() => {
+                        Err(ScopedWriteError::Operation(error))
+                    }
+                    Ok(Err(error)) => {
+                        let failure = FailureRecord {
+                            kind: "outcome_unknown".to_owned(),
+                            detail: error.to_string(),
+                        };
+                        ctx.fence_now(&reason, failure).await;
+                        Err(ScopedWriteError::OutcomeUnknown {
+                            scope: ctx.scope.clone(),
+                            reason: format!("{reason}: {error}"),
+                            error: Some(error),
+                        })
+                    }
+                    Err(panic) => {
+                        let message = panic_message(&panic);
+                        let failure = FailureRecord {
+                            kind: "panicked".to_owned(),
+                            detail: message.clone(),
+                        };
+                        ctx.fence_now(&reason, failure).await;
+                        Err(ScopedWriteError::OutcomeUnknown {
+                            scope: ctx.scope.clone(),
+                            reason: format!("{reason}: panicked: {message}"),
+                            error: None,
+                        })
+                    }
+                }
+            })
+            .await;
+        settled.unwrap_or_else(|panic| {
+            Err(ScopedWriteError::OutcomeUnknown {
+                scope: self.scope.clone(),
+                reason: format!("settling panicked: {panic}"),
+                error: None,
+            })
+        })
+    }
+
+    /// Writes `value` under `key` of this run's binding (JSON null writes a tombstone). A
+    /// failed write fences the scope (the value may or may not be stored) and returns the
+    /// failure; a key refused by [`validate_key`] fails without fencing (nothing was sent).
+    ///
+    /// # Errors
+    /// [`ScopedWriteError::HostWrite`] with the storage failure.
+    pub async fn write<E>(&self, key: &str, value: Value) -> Result<(), ScopedWriteError<E>> {
+        validate_key(key).map_err(ScopedWriteError::HostWrite)?;
+        let storage = self.writes.inner.storage.clone();
+        let (binding, key) = (self.binding.clone(), key.to_owned());
+        let result: Result<(), ScopedWriteError<HostStorageError>> = self
+            .mutate("host write outcome unknown", async move {
+                storage.set(&binding, &key, &value).await
+            })
+            .await;
+        result.map_err(|error| match error {
+            ScopedWriteError::Operation(e)
+            | ScopedWriteError::OutcomeUnknown { error: Some(e), .. } => {
+                ScopedWriteError::HostWrite(e)
+            }
+            other => {
+                ScopedWriteError::HostWrite(HostStorageError::unavailable("set", other.to_string()))
+            }
+        })
+    }
+
+    /// Fences this scope on request (an operator hold): the in-process marker is set at once,
+    /// then persisted in a task that holds the scope lock (a persist failure is logged; the
+    /// in-process fence holds and is persisted again before the next write).
+    pub async fn fence(&self, reason: &str) {
+        let failure = FailureRecord {
+            kind: "operator".to_owned(),
+            detail: reason.to_owned(),
+        };
+        self.fence_with(reason, failure).await;
+    }
+
+    pub(super) async fn fence_with(&self, reason: &str, failure: FailureRecord) {
+        let ctx = self.clone();
+        let reason = reason.to_owned();
+        // Set before anything can be cancelled.
+        ctx.mark_fenced(&reason, failure.clone());
+        let _ = self
+            .writes
+            .spawn_settled(async move { ctx.fence_now(&reason, failure).await })
+            .await;
+    }
+
+    /// Clears this scope's fence: the in-process marker at once, then a JSON null tombstone
+    /// (a failure is logged; the stored record then still fences). For operator actions in an
+    /// `AllowFenced` run; the run holds no claim afterwards.
+    pub async fn clear_fence(&self) {
+        let ctx = self.clone();
+        ctx.unmark();
+        let _ = self
+            .writes
+            .spawn_settled(async move { ctx.clear_now().await })
+            .await;
+    }
+
+    /// Marks the scope fenced in process (not yet persisted) and ends the run's claim.
+    fn mark_fenced(&self, reason: &str, failure: FailureRecord) -> Value {
+        let record =
+            FenceMarker::fence(&self.scope, reason, failure, self.writes.now_ms()).to_value();
+        self.writes.inner.shared.state().fences.mark(
+            &self.binding,
+            self.scope.fence_key(),
+            record.clone(),
+            false,
+        );
+        let mut slot = self.claim.slot();
+        slot.fenced = true;
+        slot.claim = None;
+        record
+    }
+
+    fn unmark(&self) {
+        self.writes
+            .inner
+            .shared
+            .state()
+            .fences
+            .clear(&self.binding, &self.scope.fence_key());
+    }
+
+    /// Writes the fence record (unconditionally: it replaces the run's intent) and marks it.
+    async fn fence_now(&self, reason: &str, failure: FailureRecord) {
+        let record = self.mark_fenced(reason, failure);
+        let key = self.scope.fence_key();
+        match self
+            .writes
+            .inner
+            .storage
+            .set(&self.binding, key.as_str(), &record)
+            .await
+        {
+            Ok(()) => {
+                self.writes
+                    .inner
+                    .shared
+                    .state()
+                    .fences
+                    .mark(&self.binding, key, record, true);
+                tracing::warn!(binding = %self.binding, scope = %self.scope, reason, "scope fenced");
+            }
+            Err(error) => {
+                tracing::error!(binding = %self.binding, scope = %self.scope, reason, %error,
+                "scope fenced in process, but the fence could not be persisted");
+            }
+        }
+    }
+
+    async fn clear_now(&self) {
+        self.unmark();
+        {
+            let mut slot = self.claim.slot();
+            slot.claim = None;
+            slot.fenced = false;
+        }
+        let key = self.scope.fence_key();
+        if let Err(error) = self
+            .writes
+            .inner
+            .storage
+            .set(&self.binding, key.as_str(), &Value::Null)
+            .await
+        {
+            tracing::warn!(binding = %self.binding, scope = %self.scope, %error,
+                "fence cleared in process, but its tombstone could not be written");
+        }
+    }
+}
+
+pub(super) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "non-string panic".to_owned())
+}
