@@ -147,7 +147,7 @@ impl<S: HostStorage + ?Sized + 'static> ScopeContext<S> {
                 let result = AssertUnwindSafe(commit).catch_unwind().await;
                 match result {
                     Ok(Ok(value)) => Ok(value),
-                    Ok(Err(error)) => match error.dispatch_outcome().intent_action() {
+                    Ok(Err(error)) => match IntentAction::after(error.dispatch_outcome()) {
                         IntentAction::Clear => Err(ScopedWriteError::Operation(error)),
                         IntentAction::Keep => {
                             tracing::warn!(binding = %ctx.binding, scope = %ctx.scope, %error,
@@ -214,7 +214,7 @@ impl<S: HostStorage + ?Sized + 'static> ScopeContext<S> {
                 let result = AssertUnwindSafe(commit).catch_unwind().await;
                 match result {
                     Ok(Ok(value)) => Ok(value),
-                    Ok(Err(error)) if !error.dispatch_outcome().fences() => {
+                    Ok(Err(error)) if !tenantry_fence::fences(error.dispatch_outcome()) => {
                         Err(ScopedWriteError::Operation(error))
                     }
                     Ok(Err(error)) => {

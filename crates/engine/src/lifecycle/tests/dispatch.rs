@@ -8,7 +8,7 @@ async fn dispatch_with_nothing_due_claims_nothing() {
     let h = harness();
     assert_eq!(
         h.dispatch(t(0), true).await,
-        DispatchOutcome {
+        DispatchReport {
             claimed: false,
             completed: false,
             command_id: None
@@ -36,7 +36,7 @@ async fn attempt_count_and_lease_epoch_rise_on_each_claim() {
     for _ in 0..2 {
         h.remote.push_fault(
             RemoteCall::Provision,
-            Fault::Fail(RemoteError::answered(503, "KFS_UNAVAILABLE", "busy")),
+            RemoteFault::Fail(RemoteError::answered(503, "KFS_UNAVAILABLE", "busy")),
         );
     }
     h.dispatch(t(0), true).await;
@@ -83,7 +83,7 @@ async fn provision_success_activates_the_control_space_by_cas() {
     let outcome = h.dispatch(t(5), true).await;
     assert_eq!(
         outcome,
-        DispatchOutcome {
+        DispatchReport {
             claimed: true,
             completed: true,
             command_id: Some(receipt.command_id.clone())
@@ -130,7 +130,7 @@ async fn provision_is_superseded_without_delivery_when_the_space_is_no_longer_pr
 async fn provision_with_unknown_outcome_retries_with_the_same_provisioning_key() {
     let h = harness();
     let receipt = h.create("cs1").await;
-    h.remote.push_fault(RemoteCall::Provision, Fault::LoseAck);
+    h.remote.push_fault(RemoteCall::Provision, RemoteFault::LoseAck);
     let first = h.dispatch(t(0), true).await;
     assert!(first.claimed && !first.completed);
     assert_eq!(
@@ -177,8 +177,8 @@ async fn never_provisioned_space_is_deleted_without_remote_call_when_disabled() 
     let record = h.command(&provision.command_id);
     assert_eq!(record.status, CommandStatus::Superseded);
     assert_eq!(
-        record.last_error_code.as_deref(),
-        Some(codes::SUPERSEDED_BY_DELETE)
+        record.last_error_code.as_ref().map(ErrorCode::as_str),
+        Some(ErrorCode::SupersededByDelete.as_str())
     );
     assert_eq!(h.space("cs1").await.state, ControlSpaceState::Deleted);
     assert!(
@@ -191,7 +191,7 @@ async fn never_provisioned_space_is_deleted_without_remote_call_when_disabled() 
 async fn lost_ack_deletion_recovers_the_identity_by_provisioning_key() {
     let h = harness();
     let provision = h.create("cs1").await;
-    h.remote.push_fault(RemoteCall::Provision, Fault::LoseAck);
+    h.remote.push_fault(RemoteCall::Provision, RemoteFault::LoseAck);
     h.dispatch(t(0), true).await; // remote space exists, local does not know it
     let delete = h.delete("cs1").await;
     let outcome = h.dispatch(t(1), true).await;
@@ -221,7 +221,7 @@ async fn recovered_identity_in_another_namespace_retries_with_scope_mismatch() {
     let provision = h.create("cs1").await;
     h.remote.push_fault(
         RemoteCall::Provision,
-        Fault::Fail(RemoteError::not_dispatched("refused")),
+        RemoteFault::Fail(RemoteError::not_dispatched("refused")),
     );
     h.dispatch(t(0), true).await; // attempted once: no never-provisioned shortcut
     h.remote.insert_space(
@@ -234,8 +234,8 @@ async fn recovered_identity_in_another_namespace_retries_with_scope_mismatch() {
     h.dispatch(t(1), false).await;
     let record = h.command(&delete.command_id);
     assert_eq!(
-        record.last_error_code.as_deref(),
-        Some(codes::KNOWLEDGE_FS_SCOPE_MISMATCH)
+        record.last_error_code.as_ref().map(ErrorCode::as_str),
+        Some(ErrorCode::KnowledgeFsScopeMismatch.as_str())
     );
     assert_eq!(
         h.space("cs1").await.knowledge_space_id,
@@ -250,7 +250,7 @@ async fn conflicting_recovered_identity_dead_letters_the_delete() {
     let provision = h.create("cs1").await;
     h.remote.push_fault(
         RemoteCall::Provision,
-        Fault::Fail(RemoteError::not_dispatched("refused")),
+        RemoteFault::Fail(RemoteError::not_dispatched("refused")),
     );
     h.dispatch(t(0), true).await; // provision retry due at t(2)
     let delete = h.delete("cs1").await;
@@ -283,8 +283,8 @@ async fn conflicting_recovered_identity_dead_letters_the_delete() {
     let record = h.command(&delete.command_id);
     assert_eq!(record.status, CommandStatus::Failed);
     assert_eq!(
-        record.last_error_code.as_deref(),
-        Some(codes::KNOWLEDGE_FS_IDENTITY_CONFLICT)
+        record.last_error_code.as_ref().map(ErrorCode::as_str),
+        Some(ErrorCode::KnowledgeFsIdentityConflict.as_str())
     );
     assert_eq!(record.lease_owner, None);
     assert_eq!(record.completed_at, Some(t(1)));
@@ -297,7 +297,7 @@ async fn remote_absence_completes_the_deletion_when_product_disabled() {
     let provision = h.create("cs1").await;
     h.remote.push_fault(
         RemoteCall::Provision,
-        Fault::Fail(RemoteError::outcome_unknown(
+        RemoteFault::Fail(RemoteError::outcome_unknown(
             "connection reset after sending",
         )),
     );
@@ -310,8 +310,8 @@ async fn remote_absence_completes_the_deletion_when_product_disabled() {
         "a provision sent with an unknown outcome may still land until the grace period ends"
     );
     assert_eq!(
-        h.command(&delete.command_id).last_error_code.as_deref(),
-        Some(codes::REMOTE_ABSENCE_UNCONFIRMED)
+        h.command(&delete.command_id).last_error_code.as_ref().map(ErrorCode::as_str),
+        Some(ErrorCode::RemoteAbsenceUnconfirmed.as_str())
     );
     // Grace (600 s) after the provision's last attempt ended: absence is proof now.
     let outcome = h.dispatch(t(600), false).await;
@@ -336,7 +336,7 @@ async fn remote_absence_completes_at_once_when_no_provision_request_can_land() {
         let h = harness();
         let provision = h.create("cs1").await;
         h.remote
-            .push_fault(RemoteCall::Provision, Fault::Fail(failure.clone()));
+            .push_fault(RemoteCall::Provision, RemoteFault::Fail(failure.clone()));
         h.dispatch(t(0), true).await; // claimed; nothing can land
         let delete = h.delete("cs1").await;
         let outcome = h.dispatch(t(1), false).await;
@@ -380,7 +380,7 @@ async fn remote_absence_retries_while_a_provision_may_still_deliver() {
     h.create("cs1").await;
     h.remote.push_fault(
         RemoteCall::Provision,
-        Fault::Fail(RemoteError::answered(502, "KFS_HTTP_502", "bad gateway")),
+        RemoteFault::Fail(RemoteError::answered(502, "KFS_HTTP_502", "bad gateway")),
     );
     h.dispatch(t(0), true).await; // provision sent, a gateway answered 502; retry at t(2)
     let delete = h.delete("cs1").await;
@@ -392,7 +392,7 @@ async fn remote_absence_retries_while_a_provision_may_still_deliver() {
         retry_of(&h.command(&delete.command_id)),
         (
             CommandStatus::Pending,
-            Some(codes::REMOTE_ABSENCE_UNCONFIRMED),
+            Some(ErrorCode::RemoteAbsenceUnconfirmed.as_str()),
             t(3)
         )
     );
@@ -543,8 +543,8 @@ async fn deletion_progress_records_irreversibility_once_and_completes() {
             break;
         }
         assert_eq!(
-            h.command(&delete.command_id).last_error_code.as_deref(),
-            Some(codes::REMOTE_DELETION_PENDING)
+            h.command(&delete.command_id).last_error_code.as_ref().map(ErrorCode::as_str),
+            Some(ErrorCode::RemoteDeletionPending.as_str())
         );
         at += 1000;
     }
@@ -574,7 +574,7 @@ async fn revoke_acks_only_when_the_watermark_reaches_the_sequence() {
         retry_of(&h.command(&receipt.command_id)),
         (
             CommandStatus::Pending,
-            Some(codes::REMOTE_REVOKE_WATERMARK_LAG),
+            Some(ErrorCode::RemoteRevokeWatermarkLag.as_str()),
             t(3)
         )
     );
@@ -594,7 +594,7 @@ async fn unknown_operation_retries_with_unsupported_operation() {
         retry_of(&record),
         (
             CommandStatus::Pending,
-            Some(codes::UNSUPPORTED_OPERATION),
+            Some(ErrorCode::UnsupportedOperation.as_str()),
             t(2)
         )
     );
@@ -611,8 +611,8 @@ async fn malformed_payload_dead_letters_with_invalid_command_payload() {
     let record = h.command(&receipt.command_id);
     assert_eq!(record.status, CommandStatus::Failed);
     assert_eq!(
-        record.last_error_code.as_deref(),
-        Some(codes::INVALID_COMMAND_PAYLOAD)
+        record.last_error_code.as_ref().map(ErrorCode::as_str),
+        Some(ErrorCode::InvalidCommandPayload.as_str())
     );
     assert_eq!(record.completed_at, Some(t(0)));
     assert!(!h.dispatch(t(100_000), true).await.claimed, "never again");
@@ -624,7 +624,7 @@ async fn remote_error_retries_with_its_code_and_honours_retry_after() {
     let receipt = h.create("cs1").await;
     h.remote.push_fault(
         RemoteCall::Provision,
-        Fault::Fail(
+        RemoteFault::Fail(
             RemoteError::answered(503, "KFS_MAINTENANCE", "down")
                 .with_retry_after(Duration::from_secs(120)),
         ),
@@ -648,7 +648,7 @@ async fn backoff_grows_with_attempts_up_to_the_cap() {
     for _ in 0..10 {
         h.remote.push_fault(
             RemoteCall::Provision,
-            Fault::Fail(RemoteError::answered(500, "E", "e")),
+            RemoteFault::Fail(RemoteError::answered(500, "E", "e")),
         );
         h.dispatch(now, true).await;
         let next = h.command(&receipt.command_id).next_attempt_at;

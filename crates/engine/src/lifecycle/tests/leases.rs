@@ -356,7 +356,7 @@ async fn the_local_lease_deadline_is_on_the_dispatcher_clock() {
     // The provision's answer is lost: the deletion must look the identity up first.
     remote
         .inner
-        .push_fault(RemoteCall::Provision, Fault::LoseAck);
+        .push_fault(RemoteCall::Provision, RemoteFault::LoseAck);
     assert!(
         dispatcher
             .dispatch_one(&owner("w"), true)

@@ -58,7 +58,7 @@ async fn metrics_record_each_task_state_with_duration_since_creation() {
     .with_metrics(metrics.clone());
     h.remote.push_fault(
         RemoteCall::Provision,
-        Fault::Fail(RemoteError::answered(503, "BUSY", "busy")),
+        RemoteFault::Fail(RemoteError::answered(503, "BUSY", "busy")),
     );
     dispatcher
         .dispatch_one(&owner("w"), at(t(0), true))
@@ -234,7 +234,7 @@ async fn control_space_conflict_at_settle_hands_the_command_back_for_a_re_read()
         retry_of(&record),
         (
             CommandStatus::Pending,
-            Some(codes::CONTROL_SPACE_CONFLICT),
+            Some(ErrorCode::ControlSpaceConflict.as_str()),
             t(2)
         ),
         "retried at once instead of waiting for the lease to expire"
