@@ -7,19 +7,24 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand};
+#[cfg(feature = "demo")]
+use tenantry_demo::{DemoArgs, RemoteArgs};
 use tenantry_ports::lifecycle::OperatorActionKind;
 
 use crate::config::{self, Config};
-use crate::{demo, logging, ops, reference_remote, service};
+use crate::{logging, ops, service};
 
 /// Tenantry: keeps a multi-tenant platform's database and the remote services it drives in
 /// agreement.
 ///
-/// Start with `tenantry demo`: it runs the whole service against a local reference remote with
-/// injected faults and checks the result. Configuration of `serve` comes from a TOML file
-/// (`--config`, `$TENANTRY_CONFIG`, or `./tenantry.toml`) and `TENANTRY_*` variables (which
-/// win); see docs/operations.md.
+#[cfg_attr(
+    feature = "demo",
+    doc = "Start with `tenantry demo`: it runs the whole service against a local reference remote with"
+)]
+#[cfg_attr(feature = "demo", doc = "injected faults and checks the result.")]
+/// Configuration of `serve` comes from a TOML file (`--config`, `$TENANTRY_CONFIG`, or
+/// `./tenantry.toml`) and `TENANTRY_*` variables (which win); see docs/operations.md.
 #[derive(Debug, Parser)]
 #[command(name = "tenantry", version, propagate_version = true)]
 pub struct Cli {
@@ -44,9 +49,11 @@ pub enum Command {
     /// Run the end-to-end demo: a temporary database, a local reference KnowledgeFS with
     /// injected faults, the service, and a workload driven through the admin API over HTTP;
     /// then check every result against the remote's ground truth. Exits non-zero on failure.
+    #[cfg(feature = "demo")]
     Demo(DemoArgs),
     /// Run the reference KnowledgeFS and reference directory on loopback ports (for trying
     /// `serve` by hand) until Ctrl-C; prints the TENANTRY_* settings that point `serve` at them.
+    #[cfg(feature = "demo")]
     ReferenceRemote(RemoteArgs),
     /// Inspect lifecycle commands; retry or abandon failed (dead-lettered) or pending ones.
     #[command(subcommand)]
@@ -54,64 +61,6 @@ pub enum Command {
     /// Inspect and clear reconciliation fences.
     #[command(subcommand)]
     Fences(FencesCommand),
-}
-
-/// Fault profile of the reference remote.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Faults {
-    /// No faults.
-    None,
-    /// About one request in ten: 503/429 with Retry-After, lost ACKs, resets, lagging revokes.
-    Default,
-    /// About one request in three, including stalls past the client deadline.
-    Heavy,
-}
-
-/// Options of `tenantry demo`.
-#[derive(Debug, Clone, Args)]
-pub struct DemoArgs {
-    /// Run on this database instead of a temporary SQLite file (e.g. postgres://user@host/db;
-    /// the database should be empty).
-    #[arg(long, value_name = "URL")]
-    pub database_url: Option<String>,
-    /// Seed of the workload and of the fault draws (same seed, same workload).
-    #[arg(long, default_value_t = 1)]
-    pub seed: u64,
-    /// Size of the workload: 1.0 is 5 tenants and 300 control spaces; 0.1 is a quick run.
-    #[arg(long, default_value_t = 1.0)]
-    pub scale: f64,
-    /// Fault profile of the reference remote.
-    #[arg(long, value_enum, default_value_t = Faults::Default)]
-    pub faults: Faults,
-    /// Give up waiting for commands to settle after this many seconds.
-    #[arg(long, default_value_t = 300)]
-    pub timeout_seconds: u64,
-    /// Lifecycle workers.
-    #[arg(long, default_value_t = 4)]
-    pub workers: u32,
-    /// No progress bar (it is also hidden when standard error is not a terminal).
-    #[arg(long)]
-    pub no_progress: bool,
-}
-
-/// Options of `tenantry reference-remote`.
-#[derive(Debug, Clone, Args)]
-pub struct RemoteArgs {
-    /// Fault profile of both servers.
-    #[arg(long, value_enum, default_value_t = Faults::None)]
-    pub faults: Faults,
-    /// Seed of the fault draws and of the directory's signing keys.
-    #[arg(long, default_value_t = 1)]
-    pub seed: u64,
-    /// Address of the reference KnowledgeFS (use port 0 for any free port).
-    #[arg(long, default_value = "127.0.0.1:8701")]
-    pub knowledge_fs_addr: std::net::SocketAddr,
-    /// Address of the reference directory.
-    #[arg(long, default_value = "127.0.0.1:8702")]
-    pub directory_addr: std::net::SocketAddr,
-    /// Directory instance served.
-    #[arg(long, default_value = "instance-1")]
-    pub instance: String,
 }
 
 /// `tenantry commands ...`.
@@ -261,13 +210,15 @@ pub fn main() -> ExitCode {
 pub async fn run(cli: Cli) -> ExitCode {
     let env = |name: &str| std::env::var(name).ok();
     match cli.command {
+        #[cfg(feature = "demo")]
         Command::Demo(args) => {
             logging::init(config::LogFormat::Human, "error");
-            demo::main(&args).await
+            tenantry_demo::main(&crate::demo::AppHost, &args).await
         }
+        #[cfg(feature = "demo")]
         Command::ReferenceRemote(args) => {
             logging::init(config::LogFormat::Human, "info");
-            reference_remote::main(&args).await
+            tenantry_demo::reference_remote::main(&args, service::shutdown_signal()).await
         }
         command => {
             let config = match config::load(cli.config.as_deref(), env) {
@@ -300,6 +251,7 @@ pub async fn run(cli: Cli) -> ExitCode {
                 Command::Fences(FencesCommand::Clear(args)) => {
                     ops::fences_clear(&config, &args).await
                 }
+                #[cfg(feature = "demo")]
                 Command::Demo(_) | Command::ReferenceRemote(_) => ExitCode::FAILURE,
             }
         }

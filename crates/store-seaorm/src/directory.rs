@@ -656,23 +656,22 @@ impl ProjectionStateReader for SeaOrmDirectoryStore {
     }
 }
 
-#[cfg(feature = "testing")]
-mod fixture {
-    //! The conformance suite's fixture role: dump every table, seed rows as they are.
+mod read {
+    //! The read port of the projected tables ([`ProjectionTablesReader`]): every row at once,
+    //! for whole-projection checks (the demo's ground-truth check, the conformance suite).
 
     use async_trait::async_trait;
-    use sea_orm::{EntityTrait, TransactionTrait};
+    use sea_orm::EntityTrait;
     use tenantry_directory::ProjectionTables;
-    use tenantry_ports::directory::ProjectionStoreError;
-    use tenantry_ports::directory::testing::DirectoryFixtureStore;
+    use tenantry_ports::directory::{ProjectionStoreError, ProjectionTablesReader};
 
     use super::convert::*;
     use super::entity::{account, execution, inbox, membership, state, workspace};
-    use super::{Rows, SeaOrmDirectoryStore, corrupt, storage};
+    use super::{SeaOrmDirectoryStore, corrupt, storage};
 
     #[async_trait]
-    impl DirectoryFixtureStore for SeaOrmDirectoryStore {
-        async fn dump_tables(&self) -> Result<ProjectionTables, ProjectionStoreError> {
+    impl ProjectionTablesReader for SeaOrmDirectoryStore {
+        async fn read_tables(&self) -> Result<ProjectionTables, ProjectionStoreError> {
             let c = &self.conn;
             let mut t = ProjectionTables::default();
             for row in account::Entity::find()
@@ -726,7 +725,25 @@ mod fixture {
             }
             Ok(t)
         }
+    }
+}
 
+#[cfg(feature = "testing")]
+mod fixture {
+    //! The conformance suite's fixture role: seed rows as they are (the dump is the read port).
+
+    use async_trait::async_trait;
+    use sea_orm::{EntityTrait, TransactionTrait};
+    use tenantry_directory::ProjectionTables;
+    use tenantry_ports::directory::ProjectionStoreError;
+    use tenantry_ports::directory::testing::DirectoryFixtureStore;
+
+    use super::convert::*;
+    use super::entity::state;
+    use super::{Rows, SeaOrmDirectoryStore, storage};
+
+    #[async_trait]
+    impl DirectoryFixtureStore for SeaOrmDirectoryStore {
         async fn seed_rows(&self, rows: &ProjectionTables) -> Result<(), ProjectionStoreError> {
             let txn = self.conn.begin().await.map_err(storage("begin"))?;
             let accounts: Vec<_> = rows.accounts.values().cloned().collect();
