@@ -11,7 +11,6 @@
 //! - [`service`]: `tenantry serve` wiring and graceful shutdown;
 //! - [`admin`]: the admin API router;
 //! - [`directory`]: the directory projector's wiring and status;
-//! - [`fences`]: fence listing and clearing across installation bindings;
 //! - [`metrics`]: the lifecycle metrics port over the `metrics` crate, Prometheus export;
 //! - [`ops`]: operator commands on the database (`migrate`, `commands list`, `fences ...`);
 //! - `demo` (feature `demo`): the service host of `tenantry demo` (the demo itself, its
@@ -24,7 +23,6 @@ pub mod config;
 #[cfg(feature = "demo")]
 pub mod demo;
 pub mod directory;
-pub mod fences;
 pub mod logging;
 pub mod metrics;
 pub mod ops;

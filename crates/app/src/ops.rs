@@ -18,7 +18,8 @@ use tenantry_ports::lifecycle::OperatorActionKind;
 use crate::admin::{CommandView, CommandsQuery, commands_filter};
 use crate::cli::{CommandsActArgs, CommandsListArgs, FencesClearArgs, FencesListArgs};
 use crate::config::{Config, redact_url};
-use crate::fences::{ClearTarget, FenceAdmin};
+use tenantry_engine::scoped_writes::ScopedWrites;
+use tenantry_engine::scoped_writes::admin::ClearTarget;
 
 /// Opens (and migrates) the configured database; prints the error and returns the exit code
 /// on failure.
@@ -179,8 +180,8 @@ fn command_filter(args: &CommandsListArgs) -> Result<CommandFilter, String> {
 
 /// The CLI process's one scoped-writes runtime (it writes nothing else); intents may be
 /// cleared once older than `knowledge_fs_deadline`, the dispatch deadline of `serve`.
-fn fence_admin(config: &Config, db: &Database) -> FenceAdmin<SeaOrmHostStorage> {
-    FenceAdmin::standalone(
+fn fence_admin(config: &Config, db: &Database) -> ScopedWrites<SeaOrmHostStorage> {
+    ScopedWrites::for_fence_admin(
         Arc::new(SeaOrmHostStorage::new(db)),
         config.knowledge_fs_deadline,
     )
@@ -361,7 +362,7 @@ pub async fn fences_list(config: &Config, args: &FencesListArgs) -> ExitCode {
         Ok(db) => db,
         Err(code) => return code,
     };
-    let fences = match fence_admin(config, &db).list(binding.as_ref()).await {
+    let fences = match fence_admin(config, &db).fence_views(binding.as_ref()).await {
         Ok(f) => f,
         Err(e) => {
             eprintln!("tenantry: {e}");
