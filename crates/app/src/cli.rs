@@ -7,12 +7,13 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Parser, Subcommand};
 #[cfg(feature = "demo")]
 use tenantry_demo::{DemoArgs, RemoteArgs};
 use tenantry_ports::lifecycle::OperatorActionKind;
 
 use crate::config::{self, Config};
+use crate::ops::{CommandsActArgs, CommandsListArgs, FencesClearArgs, FencesListArgs};
 use crate::{logging, ops, service};
 
 /// Tenantry: keeps a multi-tenant platform's database and the remote services it drives in
@@ -85,70 +86,6 @@ pub enum CommandsCommand {
     Abandon(CommandsActArgs),
 }
 
-/// Options of `tenantry commands retry` and `tenantry commands abandon`.
-#[derive(Debug, Clone, Args)]
-pub struct CommandsActArgs {
-    /// The command to act on (omit it and give filter flags to act on every matching command).
-    pub id: Option<String>,
-    /// Filter: only this status (failed or pending).
-    #[arg(long)]
-    pub status: Option<String>,
-    /// Filter: only this operation: provision, delete, revoke.
-    #[arg(long)]
-    pub operation: Option<String>,
-    /// Filter: only this tenant.
-    #[arg(long)]
-    pub tenant: Option<String>,
-    /// Filter: only this control space (with --tenant).
-    #[arg(long)]
-    pub control_space: Option<String>,
-    /// Filter: only commands whose last error code is this.
-    #[arg(long)]
-    pub error_code: Option<String>,
-    /// Why (recorded; required for abandon).
-    #[arg(long)]
-    pub reason: Option<String>,
-    /// Who (recorded; default `cli:$USER`).
-    #[arg(long)]
-    pub actor: Option<String>,
-}
-
-/// Options of `tenantry commands list`.
-#[derive(Debug, Clone, Args)]
-pub struct CommandsListArgs {
-    /// Only this status: pending, processing, succeeded, superseded, failed, abandoned.
-    #[arg(long)]
-    pub status: Option<String>,
-    /// Only this operation: provision, delete, revoke.
-    #[arg(long)]
-    pub operation: Option<String>,
-    /// Only this tenant.
-    #[arg(long)]
-    pub tenant: Option<String>,
-    /// Only this control space (with --tenant).
-    #[arg(long)]
-    pub control_space: Option<String>,
-    /// Only commands whose last error code is this (e.g. INVALID_REQUEST).
-    #[arg(long)]
-    pub error_code: Option<String>,
-    /// Most commands shown: 1..=1000, default 100 (the admin API's page limits, same
-    /// constants).
-    #[arg(
-        long,
-        default_value_t = crate::admin::DEFAULT_PAGE,
-        value_parser = clap::value_parser!(u32).range(1..=i64::from(crate::admin::MAX_PAGE))
-    )]
-    pub limit: u32,
-    /// Start after this command id (the last id of the previous page); an id that names no
-    /// command is refused.
-    #[arg(long)]
-    pub after: Option<String>,
-    /// Print JSON lines instead of a table: one command per line, in the shape of an item of
-    /// the admin API's `GET /v1/commands`.
-    #[arg(long)]
-    pub json: bool,
-}
-
 /// `tenantry fences ...`.
 #[derive(Debug, Subcommand)]
 pub enum FencesCommand {
@@ -159,35 +96,6 @@ pub enum FencesCommand {
     ///
     /// Example: tenantry fences clear --binding inst-1 --scope kb-42 --reason "verified upload landed"
     Clear(FencesClearArgs),
-}
-
-/// Options of `tenantry fences list`.
-#[derive(Debug, Clone, Args)]
-pub struct FencesListArgs {
-    /// Only this installation binding.
-    #[arg(long)]
-    pub binding: Option<String>,
-    /// Print JSON lines instead of a table.
-    #[arg(long)]
-    pub json: bool,
-}
-
-/// Options of `tenantry fences clear`.
-#[derive(Debug, Clone, Args)]
-#[command(group(clap::ArgGroup::new("target").required(true).args(["scope", "key"])))]
-pub struct FencesClearArgs {
-    /// Installation binding of the fence.
-    #[arg(long)]
-    pub binding: String,
-    /// Scope identity whose fence to clear (e.g. a knowledge-base id).
-    #[arg(long)]
-    pub scope: Option<String>,
-    /// Fence key as shown by `fences list` (for the installation fence or an unreadable marker).
-    #[arg(long)]
-    pub key: Option<String>,
-    /// What you reconciled (kept in the log).
-    #[arg(long)]
-    pub reason: String,
 }
 
 /// Entry point of the binary.
