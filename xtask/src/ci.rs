@@ -93,6 +93,7 @@ const MECHANISM_CRATES: &[&str] = &[
 const UNPUBLISHED: &[&str] = &[
     "tenantry-app",
     "tenantry-bench",
+    "tenantry-demo",
     "tenantry-examples",
     "xtask",
 ];

@@ -8,7 +8,10 @@
 //!   so one name means one thing across the workspace (re-exports of one type are fine);
 //! - domain crates read no clock, make no ids and draw no random numbers: their source calls
 //!   none of [`DISALLOWED_IN_DOMAIN`], and each has a `clippy.toml` that disallows them and
-//!   keeps the workspace's clippy settings.
+//!   keeps the workspace's clippy settings;
+//! - the service binary ships no test code: the app's and the demo's normal dependencies enable
+//!   no `testing` feature, and `tenantry-app --no-default-features` (no `demo`) has neither the
+//!   test kit nor any crate's `testing` feature in its dependency tree (read with `cargo tree`).
 //!
 //! Dependencies are read with `cargo metadata --no-deps`, so inherited (`dep.workspace = true`)
 //! and renamed dependencies are seen as cargo sees them. Crates that do not exist yet are
@@ -167,6 +170,99 @@ fn only_the_http_adapter_knows_reqwest() {
         violations.is_empty(),
         "only crates/remote-http may depend on reqwest (crates/testkit too, crates/app as a \
          dev-dependency):\n  {}",
+        violations.join("\n  ")
+    );
+}
+
+/// The crates built into the `tenantry` binary: the app, and the demo behind its feature.
+const SHIPPED_CRATES: &[&str] = &["crates/app", "crates/demo"];
+
+#[test]
+fn shipped_crates_enable_no_testing_feature() {
+    let packages = workspace_packages();
+    let mut violations = Vec::new();
+    for package in packages
+        .iter()
+        .filter(|p| SHIPPED_CRATES.contains(&p.dir.as_str()))
+    {
+        for dep in package.deps.iter().filter(|d| d.kind != "dev") {
+            if dep.features.iter().any(|f| f == "testing") {
+                violations.push(format!(
+                    "{} enables {}/testing in [dependencies]",
+                    package.dir, dep.name
+                ));
+            }
+        }
+        for (feature, enables) in &package.features {
+            for enabled in enables.iter().filter(|e| e.ends_with("/testing")) {
+                violations.push(format!(
+                    "{}'s feature `{feature}` enables {enabled}",
+                    package.dir
+                ));
+            }
+        }
+    }
+    assert!(
+        packages.iter().any(|p| p.dir == "crates/app"),
+        "crates/app not found: is the test reading the right workspace?"
+    );
+    assert!(
+        violations.is_empty(),
+        "the tenantry binary ships no test code: read through the ports' read traits instead \
+         of `testing` helpers (move a test-only use to [dev-dependencies]):\n  {}",
+        violations.join("\n  ")
+    );
+}
+
+#[test]
+fn service_binary_without_the_demo_feature_has_no_test_kit() {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let output = Command::new(cargo)
+        .current_dir(workspace_root())
+        .args([
+            "tree",
+            "--locked",
+            "--offline",
+            "--package",
+            "tenantry-app",
+            "--no-default-features",
+            "--edges",
+            "normal,build",
+            "--prefix",
+            "none",
+            "--format",
+            "{p}|{f}",
+        ])
+        .output()
+        .expect("run cargo tree");
+    assert!(
+        output.status.success(),
+        "cargo tree failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let tree = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        tree.lines().any(|l| l.starts_with("tenantry-engine ")),
+        "tenantry-engine missing from the tree (is the test reading the right graph?):\n{tree}"
+    );
+    let mut violations = Vec::new();
+    for line in tree.lines() {
+        let (package, features) = line.split_once('|').unwrap_or((line, ""));
+        let name = package.split_whitespace().next().unwrap_or_default();
+        if name == "tenantry-testkit" || name == "tenantry-demo" {
+            violations.push(format!("{name} is in the tree"));
+        }
+        let features = features.trim_end_matches(" (*)");
+        if name.starts_with("tenantry-") && features.split(',').any(|f| f == "testing") {
+            violations.push(format!("{name} is built with its `testing` feature"));
+        }
+    }
+    violations.sort();
+    violations.dedup();
+    assert!(
+        violations.is_empty(),
+        "`cargo build -p tenantry-app --no-default-features` must build a binary without the \
+         demo, the test kit and any `testing` feature:\n  {}",
         violations.join("\n  ")
     );
 }
@@ -532,6 +628,8 @@ struct Package {
     /// Folder relative to the workspace root, e.g. `crates/kernel`.
     dir: String,
     deps: Vec<Dep>,
+    /// The `[features]` table: feature → what it enables (`dep:x`, `x/feature`, ...).
+    features: Vec<(String, Vec<String>)>,
 }
 
 /// One declared dependency.
@@ -541,6 +639,8 @@ struct Dep {
     name: String,
     /// `normal`, `dev` or `build`.
     kind: String,
+    /// Features the declaration enables.
+    features: Vec<String>,
 }
 
 /// Every workspace member with its declared dependencies.
@@ -579,12 +679,23 @@ fn workspace_packages() -> Vec<Package> {
                 .map(|d| Dep {
                     name: d["name"].as_str().expect("dependency name").to_owned(),
                     kind: d["kind"].as_str().unwrap_or("normal").to_owned(),
+                    features: strings(&d["features"]),
                 })
                 .collect();
+            let features = p["features"]
+                .as_object()
+                .map(|table| {
+                    table
+                        .iter()
+                        .map(|(name, enables)| (name.clone(), strings(enables)))
+                        .collect()
+                })
+                .unwrap_or_default();
             Package {
                 name: p["name"].as_str().expect("package name").to_owned(),
                 dir,
                 deps,
+                features,
             }
         })
         .collect();
@@ -593,6 +704,19 @@ fn workspace_packages() -> Vec<Package> {
         "cargo metadata did not list the workspace members"
     );
     packages
+}
+
+/// The strings of a JSON array (empty for anything else).
+fn strings(value: &Value) -> Vec<String> {
+    value
+        .as_array()
+        .map(|items| {
+            items
+                .iter()
+                .filter_map(|v| v.as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// Every `crate depends on dep (kind)` edge to one of `names` that `allowed` refuses.

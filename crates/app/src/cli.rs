@@ -7,19 +7,25 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Parser, Subcommand};
+#[cfg(feature = "demo")]
+use tenantry_demo::{DemoArgs, RemoteArgs};
 use tenantry_ports::lifecycle::OperatorActionKind;
 
 use crate::config::{self, Config};
-use crate::{demo, logging, ops, reference_remote, service};
+use crate::ops::{CommandsActArgs, CommandsListArgs, FencesClearArgs, FencesListArgs};
+use crate::{logging, ops, service};
 
 /// Tenantry: keeps a multi-tenant platform's database and the remote services it drives in
 /// agreement.
 ///
-/// Start with `tenantry demo`: it runs the whole service against a local reference remote with
-/// injected faults and checks the result. Configuration of `serve` comes from a TOML file
-/// (`--config`, `$TENANTRY_CONFIG`, or `./tenantry.toml`) and `TENANTRY_*` variables (which
-/// win); see docs/operations.md.
+#[cfg_attr(
+    feature = "demo",
+    doc = "Start with `tenantry demo`: it runs the whole service against a local reference remote with"
+)]
+#[cfg_attr(feature = "demo", doc = "injected faults and checks the result.")]
+/// Configuration of `serve` comes from a TOML file (`--config`, `$TENANTRY_CONFIG`, or
+/// `./tenantry.toml`) and `TENANTRY_*` variables (which win); see docs/operations.md.
 #[derive(Debug, Parser)]
 #[command(name = "tenantry", version, propagate_version = true)]
 pub struct Cli {
@@ -44,9 +50,11 @@ pub enum Command {
     /// Run the end-to-end demo: a temporary database, a local reference KnowledgeFS with
     /// injected faults, the service, and a workload driven through the admin API over HTTP;
     /// then check every result against the remote's ground truth. Exits non-zero on failure.
+    #[cfg(feature = "demo")]
     Demo(DemoArgs),
     /// Run the reference KnowledgeFS and reference directory on loopback ports (for trying
     /// `serve` by hand) until Ctrl-C; prints the TENANTRY_* settings that point `serve` at them.
+    #[cfg(feature = "demo")]
     ReferenceRemote(RemoteArgs),
     /// Inspect lifecycle commands; retry or abandon failed (dead-lettered) or pending ones.
     #[command(subcommand)]
@@ -54,64 +62,6 @@ pub enum Command {
     /// Inspect and clear reconciliation fences.
     #[command(subcommand)]
     Fences(FencesCommand),
-}
-
-/// Fault profile of the reference remote.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Faults {
-    /// No faults.
-    None,
-    /// About one request in ten: 503/429 with Retry-After, lost ACKs, resets, lagging revokes.
-    Default,
-    /// About one request in three, including stalls past the client deadline.
-    Heavy,
-}
-
-/// Options of `tenantry demo`.
-#[derive(Debug, Clone, Args)]
-pub struct DemoArgs {
-    /// Run on this database instead of a temporary SQLite file (e.g. postgres://user@host/db;
-    /// the database should be empty).
-    #[arg(long, value_name = "URL")]
-    pub database_url: Option<String>,
-    /// Seed of the workload and of the fault draws (same seed, same workload).
-    #[arg(long, default_value_t = 1)]
-    pub seed: u64,
-    /// Size of the workload: 1.0 is 5 tenants and 300 control spaces; 0.1 is a quick run.
-    #[arg(long, default_value_t = 1.0)]
-    pub scale: f64,
-    /// Fault profile of the reference remote.
-    #[arg(long, value_enum, default_value_t = Faults::Default)]
-    pub faults: Faults,
-    /// Give up waiting for commands to settle after this many seconds.
-    #[arg(long, default_value_t = 300)]
-    pub timeout_seconds: u64,
-    /// Lifecycle workers.
-    #[arg(long, default_value_t = 4)]
-    pub workers: u32,
-    /// No progress bar (it is also hidden when standard error is not a terminal).
-    #[arg(long)]
-    pub no_progress: bool,
-}
-
-/// Options of `tenantry reference-remote`.
-#[derive(Debug, Clone, Args)]
-pub struct RemoteArgs {
-    /// Fault profile of both servers.
-    #[arg(long, value_enum, default_value_t = Faults::None)]
-    pub faults: Faults,
-    /// Seed of the fault draws and of the directory's signing keys.
-    #[arg(long, default_value_t = 1)]
-    pub seed: u64,
-    /// Address of the reference KnowledgeFS (use port 0 for any free port).
-    #[arg(long, default_value = "127.0.0.1:8701")]
-    pub knowledge_fs_addr: std::net::SocketAddr,
-    /// Address of the reference directory.
-    #[arg(long, default_value = "127.0.0.1:8702")]
-    pub directory_addr: std::net::SocketAddr,
-    /// Directory instance served.
-    #[arg(long, default_value = "instance-1")]
-    pub instance: String,
 }
 
 /// `tenantry commands ...`.
@@ -136,70 +86,6 @@ pub enum CommandsCommand {
     Abandon(CommandsActArgs),
 }
 
-/// Options of `tenantry commands retry` and `tenantry commands abandon`.
-#[derive(Debug, Clone, Args)]
-pub struct CommandsActArgs {
-    /// The command to act on (omit it and give filter flags to act on every matching command).
-    pub id: Option<String>,
-    /// Filter: only this status (failed or pending).
-    #[arg(long)]
-    pub status: Option<String>,
-    /// Filter: only this operation: provision, delete, revoke.
-    #[arg(long)]
-    pub operation: Option<String>,
-    /// Filter: only this tenant.
-    #[arg(long)]
-    pub tenant: Option<String>,
-    /// Filter: only this control space (with --tenant).
-    #[arg(long)]
-    pub control_space: Option<String>,
-    /// Filter: only commands whose last error code is this.
-    #[arg(long)]
-    pub error_code: Option<String>,
-    /// Why (recorded; required for abandon).
-    #[arg(long)]
-    pub reason: Option<String>,
-    /// Who (recorded; default `cli:$USER`).
-    #[arg(long)]
-    pub actor: Option<String>,
-}
-
-/// Options of `tenantry commands list`.
-#[derive(Debug, Clone, Args)]
-pub struct CommandsListArgs {
-    /// Only this status: pending, processing, succeeded, superseded, failed, abandoned.
-    #[arg(long)]
-    pub status: Option<String>,
-    /// Only this operation: provision, delete, revoke.
-    #[arg(long)]
-    pub operation: Option<String>,
-    /// Only this tenant.
-    #[arg(long)]
-    pub tenant: Option<String>,
-    /// Only this control space (with --tenant).
-    #[arg(long)]
-    pub control_space: Option<String>,
-    /// Only commands whose last error code is this (e.g. INVALID_REQUEST).
-    #[arg(long)]
-    pub error_code: Option<String>,
-    /// Most commands shown: 1..=1000, default 100 (the admin API's page limits, same
-    /// constants).
-    #[arg(
-        long,
-        default_value_t = crate::admin::DEFAULT_PAGE,
-        value_parser = clap::value_parser!(u32).range(1..=i64::from(crate::admin::MAX_PAGE))
-    )]
-    pub limit: u32,
-    /// Start after this command id (the last id of the previous page); an id that names no
-    /// command is refused.
-    #[arg(long)]
-    pub after: Option<String>,
-    /// Print JSON lines instead of a table: one command per line, in the shape of an item of
-    /// the admin API's `GET /v1/commands`.
-    #[arg(long)]
-    pub json: bool,
-}
-
 /// `tenantry fences ...`.
 #[derive(Debug, Subcommand)]
 pub enum FencesCommand {
@@ -210,35 +96,6 @@ pub enum FencesCommand {
     ///
     /// Example: tenantry fences clear --binding inst-1 --scope kb-42 --reason "verified upload landed"
     Clear(FencesClearArgs),
-}
-
-/// Options of `tenantry fences list`.
-#[derive(Debug, Clone, Args)]
-pub struct FencesListArgs {
-    /// Only this installation binding.
-    #[arg(long)]
-    pub binding: Option<String>,
-    /// Print JSON lines instead of a table.
-    #[arg(long)]
-    pub json: bool,
-}
-
-/// Options of `tenantry fences clear`.
-#[derive(Debug, Clone, Args)]
-#[command(group(clap::ArgGroup::new("target").required(true).args(["scope", "key"])))]
-pub struct FencesClearArgs {
-    /// Installation binding of the fence.
-    #[arg(long)]
-    pub binding: String,
-    /// Scope identity whose fence to clear (e.g. a knowledge-base id).
-    #[arg(long)]
-    pub scope: Option<String>,
-    /// Fence key as shown by `fences list` (for the installation fence or an unreadable marker).
-    #[arg(long)]
-    pub key: Option<String>,
-    /// What you reconciled (kept in the log).
-    #[arg(long)]
-    pub reason: String,
 }
 
 /// Entry point of the binary.
@@ -261,13 +118,15 @@ pub fn main() -> ExitCode {
 pub async fn run(cli: Cli) -> ExitCode {
     let env = |name: &str| std::env::var(name).ok();
     match cli.command {
+        #[cfg(feature = "demo")]
         Command::Demo(args) => {
             logging::init(config::LogFormat::Human, "error");
-            demo::main(&args).await
+            tenantry_demo::main(&crate::demo::AppHost, &args).await
         }
+        #[cfg(feature = "demo")]
         Command::ReferenceRemote(args) => {
             logging::init(config::LogFormat::Human, "info");
-            reference_remote::main(&args).await
+            tenantry_demo::reference_remote::main(&args, service::shutdown_signal()).await
         }
         command => {
             let config = match config::load(cli.config.as_deref(), env) {
@@ -300,6 +159,7 @@ pub async fn run(cli: Cli) -> ExitCode {
                 Command::Fences(FencesCommand::Clear(args)) => {
                     ops::fences_clear(&config, &args).await
                 }
+                #[cfg(feature = "demo")]
                 Command::Demo(_) | Command::ReferenceRemote(_) => ExitCode::FAILURE,
             }
         }

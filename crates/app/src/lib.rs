@@ -1,5 +1,6 @@
 //! The `tenantry` service: configuration, wiring of adapters into the engine, the admin HTTP
-//! API, the operator CLI, metrics, and the end-to-end demo.
+//! API, the operator CLI and metrics; with the default feature `demo`, also `tenantry demo`
+//! and `tenantry reference-remote` (built from the `tenantry-demo` crate).
 //!
 //! Architecture invariant: this crate only reads configuration, wires adapters into the
 //! engine and translates HTTP / CLI input into engine calls. Lifecycle, fence and directory
@@ -10,20 +11,19 @@
 //! - [`service`]: `tenantry serve` wiring and graceful shutdown;
 //! - [`admin`]: the admin API router;
 //! - [`directory`]: the directory projector's wiring and status;
-//! - [`fences`]: fence listing and clearing across installation bindings;
 //! - [`metrics`]: the lifecycle metrics port over the `metrics` crate, Prometheus export;
 //! - [`ops`]: operator commands on the database (`migrate`, `commands list`, `fences ...`);
-//! - [`demo`]: `tenantry demo`, the end-to-end run against the reference remote;
+//! - `demo` (feature `demo`): the service host of `tenantry demo` (the demo itself, its
+//!   workload, checks and report, and `tenantry reference-remote` live in `tenantry-demo`);
 //! - [`cli`]: the command line.
 
 pub mod admin;
 pub mod cli;
 pub mod config;
+#[cfg(feature = "demo")]
 pub mod demo;
 pub mod directory;
-pub mod fences;
 pub mod logging;
 pub mod metrics;
 pub mod ops;
-pub mod reference_remote;
 pub mod service;

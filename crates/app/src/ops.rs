@@ -1,8 +1,11 @@
 //! Operator commands that work on the database directly: `migrate`, `commands list`,
-//! `commands retry`, `commands abandon`, `fences list`, `fences clear`.
+//! `commands retry`, `commands abandon`, `fences list`, `fences clear`, with their
+//! command-line options (the `cli` module embeds them in its `Command` enum).
 
 use std::process::ExitCode;
 use std::sync::Arc;
+
+use clap::Args;
 
 use tenantry_fence::{Binding, FenceKey, ScopeIdentity};
 use tenantry_kernel::{CommandId, ControlSpaceId, TenantId};
@@ -16,9 +19,102 @@ use tenantry_engine::lifecycle::{OperatorActions, OperatorRequestError, SystemCl
 use tenantry_ports::lifecycle::OperatorActionKind;
 
 use crate::admin::{CommandView, CommandsQuery, commands_filter};
-use crate::cli::{CommandsActArgs, CommandsListArgs, FencesClearArgs, FencesListArgs};
 use crate::config::{Config, redact_url};
-use crate::fences::{ClearTarget, FenceAdmin};
+use tenantry_engine::scoped_writes::ScopedWrites;
+use tenantry_engine::scoped_writes::admin::ClearTarget;
+
+/// Options of `tenantry commands retry` and `tenantry commands abandon`.
+#[derive(Debug, Clone, Args)]
+pub struct CommandsActArgs {
+    /// The command to act on (omit it and give filter flags to act on every matching command).
+    pub id: Option<String>,
+    /// Filter: only this status (failed or pending).
+    #[arg(long)]
+    pub status: Option<String>,
+    /// Filter: only this operation: provision, delete, revoke.
+    #[arg(long)]
+    pub operation: Option<String>,
+    /// Filter: only this tenant.
+    #[arg(long)]
+    pub tenant: Option<String>,
+    /// Filter: only this control space (with --tenant).
+    #[arg(long)]
+    pub control_space: Option<String>,
+    /// Filter: only commands whose last error code is this.
+    #[arg(long)]
+    pub error_code: Option<String>,
+    /// Why (recorded; required for abandon).
+    #[arg(long)]
+    pub reason: Option<String>,
+    /// Who (recorded; default `cli:$USER`).
+    #[arg(long)]
+    pub actor: Option<String>,
+}
+
+/// Options of `tenantry commands list`.
+#[derive(Debug, Clone, Args)]
+pub struct CommandsListArgs {
+    /// Only this status: pending, processing, succeeded, superseded, failed, abandoned.
+    #[arg(long)]
+    pub status: Option<String>,
+    /// Only this operation: provision, delete, revoke.
+    #[arg(long)]
+    pub operation: Option<String>,
+    /// Only this tenant.
+    #[arg(long)]
+    pub tenant: Option<String>,
+    /// Only this control space (with --tenant).
+    #[arg(long)]
+    pub control_space: Option<String>,
+    /// Only commands whose last error code is this (e.g. INVALID_REQUEST).
+    #[arg(long)]
+    pub error_code: Option<String>,
+    /// Most commands shown: 1..=1000, default 100 (the admin API's page limits, same
+    /// constants).
+    #[arg(
+        long,
+        default_value_t = crate::admin::DEFAULT_PAGE,
+        value_parser = clap::value_parser!(u32).range(1..=i64::from(crate::admin::MAX_PAGE))
+    )]
+    pub limit: u32,
+    /// Start after this command id (the last id of the previous page); an id that names no
+    /// command is refused.
+    #[arg(long)]
+    pub after: Option<String>,
+    /// Print JSON lines instead of a table: one command per line, in the shape of an item of
+    /// the admin API's `GET /v1/commands`.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Options of `tenantry fences list`.
+#[derive(Debug, Clone, Args)]
+pub struct FencesListArgs {
+    /// Only this installation binding.
+    #[arg(long)]
+    pub binding: Option<String>,
+    /// Print JSON lines instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Options of `tenantry fences clear`.
+#[derive(Debug, Clone, Args)]
+#[command(group(clap::ArgGroup::new("target").required(true).args(["scope", "key"])))]
+pub struct FencesClearArgs {
+    /// Installation binding of the fence.
+    #[arg(long)]
+    pub binding: String,
+    /// Scope identity whose fence to clear (e.g. a knowledge-base id).
+    #[arg(long)]
+    pub scope: Option<String>,
+    /// Fence key as shown by `fences list` (for the installation fence or an unreadable marker).
+    #[arg(long)]
+    pub key: Option<String>,
+    /// What you reconciled (kept in the log).
+    #[arg(long)]
+    pub reason: String,
+}
 
 /// Opens (and migrates) the configured database; prints the error and returns the exit code
 /// on failure.
@@ -182,8 +278,8 @@ fn command_filter(args: &CommandsListArgs) -> Result<CommandFilter, String> {
 
 /// The CLI process's one scoped-writes runtime (it writes nothing else); intents may be
 /// cleared once older than `knowledge_fs_deadline`, the dispatch deadline of `serve`.
-fn fence_admin(config: &Config, db: &Database) -> FenceAdmin<SeaOrmHostStorage> {
-    FenceAdmin::standalone(
+fn fence_admin(config: &Config, db: &Database) -> ScopedWrites<SeaOrmHostStorage> {
+    ScopedWrites::for_fence_admin(
         Arc::new(SeaOrmHostStorage::new(db)),
         config.knowledge_fs_deadline,
     )
@@ -366,7 +462,7 @@ pub async fn fences_list(config: &Config, args: &FencesListArgs) -> ExitCode {
         Ok(db) => db,
         Err(code) => return code,
     };
-    let fences = match fence_admin(config, &db).list(binding.as_ref()).await {
+    let fences = match fence_admin(config, &db).fence_views(binding.as_ref()).await {
         Ok(f) => f,
         Err(e) => {
             eprintln!("tenantry: {e}");

@@ -27,7 +27,6 @@ use tokio::task::JoinHandle;
 
 use crate::admin::{self, AdminState};
 use crate::config::Config;
-use crate::fences::FenceAdmin;
 use crate::metrics::{AppMetrics, MeteredRemote};
 
 /// Why the service could not start.
@@ -247,7 +246,7 @@ impl Service {
         let state = AdminState {
             store: store.clone(),
             intake: Arc::new(CommandIntake::new(store, clock)),
-            fences: FenceAdmin::new(scoped_writes.clone()),
+            fences: scoped_writes.clone(),
             token: config.admin_token.as_deref().map(Arc::from),
             accepting: accepting.clone(),
             directory: directory.clone(),

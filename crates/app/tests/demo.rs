@@ -5,8 +5,7 @@
 
 use std::time::Duration;
 
-use tenantry_app::cli::Faults;
-use tenantry_app::demo::{DemoOptions, run};
+use tenantry_app::demo::{DemoOptions, Faults, run};
 use tenantry_store_seaorm::testing::fresh_database;
 
 fn options(faults: Faults, seed: u64) -> DemoOptions {

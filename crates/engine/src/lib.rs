@@ -41,7 +41,7 @@ pub use lifecycle::{
 };
 #[cfg(feature = "fences")]
 pub use scoped_writes::admin::{
-    BindingFence, ClearOutcome, ClearReceipt, ClearTarget, FenceAdminError,
+    BindingFence, ClearOutcome, ClearReceipt, ClearTarget, FenceAdminError, FenceView,
 };
 #[cfg(feature = "fences")]
 pub use scoped_writes::connector::{ConnectorError, ConnectorState};

@@ -6,6 +6,7 @@
 //! same key is recognised as the same request or refused as a different one. Bad input is
 //! refused here, before anything is written.
 
+mod control_space_id;
 mod request;
 
 use chrono::{DateTime, Utc};
@@ -16,6 +17,7 @@ use tenantry_kernel::{
     TenantId, fingerprint_json,
 };
 
+pub use self::control_space_id::derived_control_space_id;
 pub use self::request::{IntakeReceipt, IntakeRequest};
 use crate::command::{DeletePayload, Operation, ProvisionPayload, RevokePayload};
 

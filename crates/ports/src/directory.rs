@@ -14,7 +14,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use async_trait::async_trait;
 use tenantry_directory::{
     ApplyContext, ApplyOutcome, DirectoryDelta, DirectoryError, DirectoryEvent,
-    DirectoryEventBatch, DirectorySnapshot, InstanceUuid, ProjectionState, WorkspaceUuid,
+    DirectoryEventBatch, DirectorySnapshot, InstanceUuid, ProjectionState, ProjectionTables,
+    WorkspaceUuid,
 };
 
 pub use tenantry_directory::LookupKeys;
@@ -279,6 +280,20 @@ pub trait ProjectionStateReader: Send + Sync {
         &self,
         instance: &InstanceUuid,
     ) -> Result<Option<ProjectionState>, ProjectionStoreError>;
+}
+
+/// Reads every projected table at once (accounts, workspaces, memberships, executions, state
+/// rows, inbox receipts): the read port for checks that compare a whole projection with the
+/// provider's snapshot (`tenantry demo`'s ground-truth check, the conformance suite). Not a
+/// role of [`DirectoryProjectionStore`]: the projector never needs it, and it reads every row.
+#[async_trait]
+pub trait ProjectionTablesReader: Send + Sync {
+    /// Every row of every projected table, keyed as in [`ProjectionTables`].
+    ///
+    /// # Errors
+    /// [`ProjectionStoreError::Storage`] when the store cannot be read;
+    /// [`ProjectionStoreError::Corrupt`] when a stored row does not decode.
+    async fn read_tables(&self) -> Result<ProjectionTables, ProjectionStoreError>;
 }
 
 /// Every role a directory projector needs from its store.

@@ -662,22 +662,21 @@ impl ProjectionStateReader for SeaOrmDirectoryStore {
     }
 }
 
-#[cfg(feature = "testing")]
-mod fixture {
-    //! The conformance suite's fixture role: dump every table, seed rows as they are.
+mod read {
+    //! The read port of the projected tables ([`ProjectionTablesReader`]): every row at once,
+    //! for whole-projection checks (the demo's ground-truth check, the conformance suite).
 
     use std::collections::BTreeMap;
 
     use async_trait::async_trait;
-    use sea_orm::{EntityTrait, TransactionTrait};
+    use sea_orm::EntityTrait;
     use tenantry_directory::{
         AccountRow, ExecutionRow, InboxReceipt, MembershipRow, ProjectionState, ProjectionTables,
         WorkspaceRow,
     };
-    use tenantry_ports::directory::ProjectionStoreError;
-    use tenantry_ports::directory::testing::DirectoryFixtureStore;
+    use tenantry_ports::directory::{ProjectionStoreError, ProjectionTablesReader};
 
-    use super::{OnKey, Rows, SeaOrmDirectoryStore, TableRow, corrupt, storage};
+    use super::{SeaOrmDirectoryStore, TableRow, corrupt, storage};
 
     impl SeaOrmDirectoryStore {
         /// Every row of one table, by `key`.
@@ -699,8 +698,8 @@ mod fixture {
     }
 
     #[async_trait]
-    impl DirectoryFixtureStore for SeaOrmDirectoryStore {
-        async fn dump_tables(&self) -> Result<ProjectionTables, ProjectionStoreError> {
+    impl ProjectionTablesReader for SeaOrmDirectoryStore {
+        async fn read_tables(&self) -> Result<ProjectionTables, ProjectionStoreError> {
             Ok(ProjectionTables {
                 accounts: self.dump_table(|r: &AccountRow| r.uuid.clone()).await?,
                 workspaces: self.dump_table(|r: &WorkspaceRow| r.uuid.clone()).await?,
@@ -716,7 +715,23 @@ mod fixture {
                     .await?,
             })
         }
+    }
+}
 
+#[cfg(feature = "testing")]
+mod fixture {
+    //! The conformance suite's fixture role: seed rows as they are (the dump is the read port).
+
+    use async_trait::async_trait;
+    use sea_orm::TransactionTrait;
+    use tenantry_directory::ProjectionTables;
+    use tenantry_ports::directory::ProjectionStoreError;
+    use tenantry_ports::directory::testing::DirectoryFixtureStore;
+
+    use super::{OnKey, Rows, SeaOrmDirectoryStore, storage};
+
+    #[async_trait]
+    impl DirectoryFixtureStore for SeaOrmDirectoryStore {
         async fn seed_rows(&self, rows: &ProjectionTables) -> Result<(), ProjectionStoreError> {
             let txn = self.conn.begin().await.map_err(storage("begin"))?;
             let accounts: Vec<_> = rows.accounts.values().cloned().collect();

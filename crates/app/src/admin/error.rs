@@ -13,7 +13,7 @@ use tenantry_engine::lifecycle::IntakeFailure;
 use tenantry_lifecycle::intake::IntakeError;
 use tenantry_ports::lifecycle::StoreError;
 
-use crate::fences::FenceAdminError;
+use tenantry_engine::scoped_writes::admin::FenceAdminError;
 
 /// An error answer: HTTP status plus `{code, message}`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

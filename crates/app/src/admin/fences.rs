@@ -15,7 +15,7 @@ use tenantry_fence::{Binding, FenceKey, ScopeIdentity};
 use super::AdminState;
 use super::error::AdminApiError;
 use super::extract::{IdempotencyKeyHeader, JsonBody, QueryParams};
-use crate::fences::{ClearOutcome, ClearTarget, FenceView};
+use tenantry_engine::scoped_writes::admin::{ClearOutcome, ClearTarget, FenceView};
 
 /// Longest accepted clearing reason, in characters.
 pub const MAX_REASON_CHARS: usize = 1000;
@@ -68,7 +68,7 @@ pub async fn list_fences(
     QueryParams(query): QueryParams<FencesQuery>,
 ) -> Result<Json<FenceList>, AdminApiError> {
     let only = query.binding.as_deref().map(binding).transpose()?;
-    let items = state.fences.list(only.as_ref()).await?;
+    let items = state.fences.fence_views(only.as_ref()).await?;
     Ok(Json(FenceList { items }))
 }
 

@@ -8,8 +8,10 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tenantry_engine::lifecycle::IntakeReceipt;
-use tenantry_kernel::{CommandId, ControlSpaceId, Fingerprint, GrantId, TenantId};
-use tenantry_lifecycle::intake::{CreateControlSpace, RequestDeletion, RequestRevocation};
+use tenantry_kernel::{CommandId, ControlSpaceId, GrantId, TenantId};
+use tenantry_lifecycle::intake::{
+    CreateControlSpace, RequestDeletion, RequestRevocation, derived_control_space_id,
+};
 use tenantry_lifecycle::{CommandRecord, CommandStatus, ControlSpace, Operation};
 use tenantry_ports::lifecycle::{CommandFilter, CommandQueue, ControlSpaceReader};
 use tenantry_store_seaorm::lifecycle::SeaOrmLifecycleStore;
@@ -226,13 +228,6 @@ impl ControlSpaceView {
 /// Reads an optional text field where JSON `null` means the same as an absent field.
 fn null_as_empty<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {
     Ok(Option::<String>::deserialize(deserializer)?.unwrap_or_default())
-}
-
-/// The id of a control space created without one: `cs-` plus 32 hex digits of
-/// SHA-256(tenant, idempotency key), so a replay with the same key names the same space.
-pub fn derived_control_space_id(tenant: &TenantId, key: &str) -> String {
-    let digest = Fingerprint::of_bytes(format!("{tenant}\n{key}").as_bytes());
-    format!("cs-{}", &digest.as_str()[..32])
 }
 
 /// Parses a `status` filter (empty = none).
@@ -513,20 +508,4 @@ pub async fn list_commands(
         items: items.iter().map(CommandView::from).collect(),
         next_after,
     }))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn derived_control_space_id_is_stable_per_tenant_and_key() {
-        let a = TenantId::parse("t-a").unwrap();
-        let b = TenantId::parse("t-b").unwrap();
-        let id = derived_control_space_id(&a, "key-1");
-        assert_eq!(id, derived_control_space_id(&a, "key-1"));
-        assert_ne!(id, derived_control_space_id(&a, "key-2"));
-        assert_ne!(id, derived_control_space_id(&b, "key-1"));
-        assert!(id.starts_with("cs-") && id.len() == 35, "{id}");
-    }
 }

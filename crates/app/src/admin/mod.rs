@@ -14,7 +14,7 @@
 //!   more are refused (400 `DUPLICATE_IDEMPOTENCY_KEY`).
 //!
 //! The handlers only translate HTTP to the engine's use cases (`CommandIntake`,
-//! `OperatorActions`, the stores, `FenceAdmin`) and back.
+//! `OperatorActions`, the stores, the fence administration of `ScopedWrites`) and back.
 
 mod commands;
 mod error;
@@ -33,6 +33,7 @@ use axum::middleware::{self, Next};
 use axum::response::Response;
 use axum::routing::{get, post};
 use tenantry_engine::lifecycle::CommandIntake;
+use tenantry_engine::scoped_writes::ScopedWrites;
 use tenantry_store_seaorm::host_storage::SeaOrmHostStorage;
 use tenantry_store_seaorm::lifecycle::SeaOrmLifecycleStore;
 
@@ -42,7 +43,6 @@ pub use lifecycle::{
 };
 
 use crate::directory::DirectoryHandle;
-use crate::fences::FenceAdmin;
 
 /// Largest accepted request body: 64 KiB.
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
@@ -86,8 +86,9 @@ pub struct AdminState {
     pub store: SeaOrmLifecycleStore,
     /// Command intake (writes).
     pub intake: Arc<CommandIntake<SeaOrmLifecycleStore>>,
-    /// Fence listing and clearing.
-    pub fences: FenceAdmin<SeaOrmHostStorage>,
+    /// Fence listing and clearing: the process's one scoped-writes runtime (so a clear takes
+    /// the same scope locks as its writers).
+    pub fences: ScopedWrites<SeaOrmHostStorage>,
     /// Bearer token required on `/v1/*`, if any.
     pub token: Option<Arc<str>>,
     /// False once shutdown began (`/readyz` answers 503 then).

@@ -95,7 +95,7 @@ async fn refresh_gauges(state: &AdminState) {
         }
         Err(e) => tracing::warn!(error = %e, "commands gauge not refreshed"),
     }
-    match state.fences.count().await {
+    match state.fences.count_fences().await {
         Ok(counts) => {
             for (kind, n) in counts {
                 metrics::set_fences_active(kind.as_str(), n);

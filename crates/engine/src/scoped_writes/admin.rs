@@ -1,5 +1,7 @@
 //! Fence administration as a use case of the scoped-writes runtime: list the records of every
-//! binding, clear one after reconciliation, and the idempotent clear of the admin API.
+//! binding (raw, or as the operator's [`FenceView`], or counted per kind for a gauge), clear
+//! one after reconciliation, and the idempotent clear of the admin API. The admin API and the
+//! CLI only parse, call these and render.
 //!
 //! A clear takes the same per-(binding, scope) lock as the writers of the runtime it runs on,
 //! so in one process it can never interleave with a dispatch in flight; it then reads the
@@ -13,16 +15,21 @@
 //! with the same request replays the receipt; with another request it is refused. Receipts are
 //! never fence records (their prefix differs) and double as the audit trail of clears.
 
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, TimeZone, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tenantry_fence::{
     Binding, CLEAR_RECEIPT_PREFIX, ClearRefused, FENCE_KEY_PREFIX, FenceKey, FenceMarker,
-    ScopeIdentity, clear_receipt_key,
+    RecordKind, ScopeIdentity, clear_receipt_key,
 };
 use tenantry_kernel::fingerprint::fingerprint_json;
 use tenantry_ports::host_storage::{HostStorage, HostStorageBindings, HostStorageError};
 
-use super::{FenceEntry, ScopedWrites, duration_ms, locks};
+use super::{FenceConfig, FenceEntry, ScopedWrites, duration_ms, locks};
 
 /// Which record to clear.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -105,7 +112,101 @@ pub struct BindingFence {
     pub entry: FenceEntry,
 }
 
+/// One record as operators see it: an item of `GET /v1/fences` and a line of
+/// `tenantry fences list`, flattened from a [`BindingFence`] and its marker.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FenceView {
+    /// Installation binding.
+    pub binding: String,
+    /// Fence key in host storage.
+    pub key: String,
+    /// `fence` (a mutation's outcome is unknown; reconcile, then clear) or `intent` (a write
+    /// holds the scope and a dispatch may be in flight; it goes away by itself, and may only
+    /// be cleared once older than the dispatch deadline).
+    pub kind: RecordKind,
+    /// Scope identity, when the marker names one (`null` for the installation scope or an
+    /// unreadable marker).
+    pub scope: Option<String>,
+    /// Whether this is the installation-wide fence (blocks every scope of the binding).
+    pub installation: bool,
+    /// Why the scope was fenced (the mutation's label), when the marker is readable.
+    pub reason: Option<String>,
+    /// The failure that fenced the scope (`outcome_unknown`, `panicked`, `reported`, ...),
+    /// when recorded.
+    pub failure_kind: Option<String>,
+    /// The failure's error text, when recorded.
+    pub failure_detail: Option<String>,
+    /// The process holding an intent.
+    pub owner: Option<String>,
+    /// When the record was written, when recorded.
+    pub fenced_at: Option<DateTime<Utc>>,
+    /// When an intent's claim lapses (it then counts as a fence).
+    pub expires_at: Option<DateTime<Utc>>,
+    /// Whether a record is persisted (false: set in this process only).
+    pub persisted: bool,
+}
+
+impl From<BindingFence> for FenceView {
+    fn from(listed: BindingFence) -> Self {
+        let at = |ms: Option<i64>| ms.and_then(|ms| Utc.timestamp_millis_opt(ms).single());
+        let marker = listed.entry.marker.as_ref();
+        let failure = marker.and_then(|m| m.failure.as_ref());
+        Self {
+            binding: listed.binding.to_string(),
+            installation: listed.entry.key.is_installation(),
+            key: listed.entry.key.to_string(),
+            kind: listed.entry.kind,
+            scope: marker.and_then(|m| m.scope.clone()),
+            reason: marker.map(|m| m.reason.clone()),
+            failure_kind: failure.map(|x| x.kind.clone()),
+            failure_detail: failure.map(|x| x.detail.clone()),
+            owner: marker.and_then(|m| m.owner.clone()),
+            fenced_at: at(marker.and_then(|m| m.fenced_at_ms)),
+            expires_at: at(marker.and_then(|m| m.expires_at_ms)),
+            persisted: listed.entry.persisted,
+        }
+    }
+}
+
 impl<S: HostStorage + HostStorageBindings + ?Sized + 'static> ScopedWrites<S> {
+    /// A runtime of its own over `storage`, for a process that administers fences and writes
+    /// nothing else (the CLI): the system clock, and intents clearable once older than
+    /// `dispatch_deadline` (the dispatch deadline of the service whose fences these are).
+    /// A service administers fences through its one runtime instead, so a clear takes the
+    /// same scope locks as its writers.
+    pub fn for_fence_admin(storage: Arc<S>, dispatch_deadline: Duration) -> Self {
+        Self::with_config(
+            storage,
+            Arc::new(super::system_now_ms),
+            FenceConfig::with_deadline(dispatch_deadline),
+        )
+    }
+
+    /// [`Self::list_all_fences`] as operators see it ([`FenceView`]), same order.
+    ///
+    /// # Errors
+    /// [`FenceAdminError::Storage`] when a listing fails (no partial answer is given).
+    pub async fn fence_views(
+        &self,
+        binding: Option<&Binding>,
+    ) -> Result<Vec<FenceView>, FenceAdminError> {
+        let listed = self.list_all_fences(binding).await?;
+        Ok(listed.into_iter().map(FenceView::from).collect())
+    }
+
+    /// How many records are active across all bindings, per kind (for the
+    /// `tenantry_fences_active{kind}` gauge); both kinds are always present.
+    ///
+    /// # Errors
+    /// [`FenceAdminError::Storage`] when a listing fails.
+    pub async fn count_fences(&self) -> Result<BTreeMap<RecordKind, u64>, FenceAdminError> {
+        let mut counts = BTreeMap::from([(RecordKind::Fence, 0), (RecordKind::Intent, 0)]);
+        for listed in self.list_all_fences(None).await? {
+            *counts.entry(listed.entry.kind).or_default() += 1;
+        }
+        Ok(counts)
+    }
+
     /// Every record (fence or intent) of `binding`, or of every binding that holds a fence
     /// key when `None`, ordered by binding then key, plus this process's unpersisted fences.
     ///

@@ -4,8 +4,9 @@
 //! - [`InMemoryProjectionStore`]: the reference semantics of `tenantry_directory::memory`
 //!   behind a mutex, with injectable storage failures;
 //! - [`RecordingHooks`]: records post-commit hook calls and fails on demand;
-//! - [`DirectoryFixtureStore`]: what the suite needs beyond the ports (dump every table, seed
-//!   local rows); every adapter implements it under its own `testing` feature;
+//! - [`DirectoryFixtureStore`]: what the suite needs beyond the ports (seed local rows; the
+//!   dump is the read port [`ProjectionTablesReader`]); every adapter implements it under its
+//!   own `testing` feature;
 //! - [`directory_projection_store_conformance!`](crate::directory_projection_store_conformance):
 //!   one `#[tokio::test]` per behaviour of [`conformance`].
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -21,7 +22,7 @@ use tenantry_directory::{
 
 use super::{
     DeltaApplier, DirectoryProvider, EntitlementReconciler, EventBatchApplier, FreshnessToucher,
-    HookError, ProjectionStateReader, ProjectionStoreError, ProviderError,
+    HookError, ProjectionStateReader, ProjectionStoreError, ProjectionTablesReader, ProviderError,
     RuntimeExecutionPublisher, SnapshotApplier,
 };
 
@@ -31,11 +32,14 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// What the conformance suite needs from a store beyond the ports.
+/// What the conformance suite needs from a store beyond the ports: the read port
+/// [`ProjectionTablesReader`] plus seeding.
 #[async_trait]
-pub trait DirectoryFixtureStore: Send + Sync {
-    /// Every row of every projected table.
-    async fn dump_tables(&self) -> Result<ProjectionTables, ProjectionStoreError>;
+pub trait DirectoryFixtureStore: ProjectionTablesReader {
+    /// Every row of every projected table ([`ProjectionTablesReader::read_tables`]).
+    async fn dump_tables(&self) -> Result<ProjectionTables, ProjectionStoreError> {
+        self.read_tables().await
+    }
 
     /// Upserts every row of `rows` as is (local accounts, platform-owned memberships, ...).
     async fn seed_rows(&self, rows: &ProjectionTables) -> Result<(), ProjectionStoreError>;
@@ -260,11 +264,14 @@ impl ProjectionStateReader for InMemoryProjectionStore {
 }
 
 #[async_trait]
-impl DirectoryFixtureStore for InMemoryProjectionStore {
-    async fn dump_tables(&self) -> Result<ProjectionTables, ProjectionStoreError> {
+impl ProjectionTablesReader for InMemoryProjectionStore {
+    async fn read_tables(&self) -> Result<ProjectionTables, ProjectionStoreError> {
         Ok(self.tables())
     }
+}
 
+#[async_trait]
+impl DirectoryFixtureStore for InMemoryProjectionStore {
     async fn seed_rows(&self, rows: &ProjectionTables) -> Result<(), ProjectionStoreError> {
         let mut state = lock(&self.state);
         let t = &mut state.tables;

@@ -17,8 +17,7 @@ use tenantry_directory::maps::{
 use tenantry_directory::{
     AccountUuid, DirectoryMember, DirectoryWorkspace, InstanceUuid, MembershipUuid, WorkspaceUuid,
 };
-use tenantry_ports::directory::testing::DirectoryFixtureStore;
-use tenantry_store_seaorm::directory::SeaOrmDirectoryStore;
+use tenantry_ports::directory::ProjectionTablesReader;
 use tenantry_testkit::directory::{DirectoryServerConfig, ReferenceDirectory};
 use tenantry_testkit::fault::FaultProfile;
 use tenantry_testkit::knowledge_fs::DEFAULT_TOKEN;
@@ -27,7 +26,7 @@ use tokio::time::Instant;
 
 use super::checks::CheckResult;
 use super::client::AdminClient;
-use crate::config::DirectorySettings;
+use super::host::DirectoryTarget;
 
 /// Workspaces at scale 1.0.
 const WORKSPACES_AT_SCALE_1: f64 = 200.0;
@@ -93,7 +92,7 @@ pub async fn start(
     scale: f64,
     profile: FaultProfile,
     run: &str,
-) -> Result<(DemoDirectory, DirectorySettings), String> {
+) -> Result<(DemoDirectory, DirectoryTarget), String> {
     let instance = InstanceUuid::parse(format!("inst-{run}")).map_err(|e| e.to_string())?;
     let mut config = DirectoryServerConfig::new(instance.clone());
     config.profile = profile;
@@ -124,7 +123,7 @@ pub async fn start(
         let workspace = demo.new_workspace(&mut rng, i)?;
         demo.server.change(|m| m.upsert_workspace(workspace));
     }
-    let settings = DirectorySettings {
+    let settings = DirectoryTarget {
         url,
         token: Some(DEFAULT_TOKEN.to_owned()),
         instance: instance.to_string(),
@@ -132,17 +131,13 @@ pub async fn start(
             .server
             .trusted_public_keys()
             .into_iter()
-            .map(|(id, key)| (id, hex_encode(&key)))
+            .map(|(id, key)| (id, hex::encode(key)))
             .collect(),
         sync_interval: Duration::from_millis(200),
         max_staleness: Duration::from_secs(10),
         event_limit: 100,
     };
     Ok((demo, settings))
-}
-
-fn hex_encode(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 impl DemoDirectory {
@@ -297,11 +292,15 @@ impl DemoDirectory {
         }
     }
 
-    /// Compares every projected table with the provider's final snapshot.
-    pub async fn check(&self, store: &SeaOrmDirectoryStore) -> (CheckResult, DirectoryCounts) {
+    /// Compares every projected table, read through the store's read port, with the
+    /// provider's final snapshot.
+    pub async fn check(
+        &self,
+        store: &dyn ProjectionTablesReader,
+    ) -> (CheckResult, DirectoryCounts) {
         let mut problems = Vec::new();
         let mut counts = DirectoryCounts::default();
-        let tables = match store.dump_tables().await {
+        let tables = match store.read_tables().await {
             Ok(t) => t,
             Err(e) => {
                 return (

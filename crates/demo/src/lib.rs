@@ -1,3 +1,7 @@
+//! `tenantry demo` and `tenantry reference-remote`, built into the `tenantry` binary behind
+//! its default cargo feature `demo` (a `--no-default-features` build ships neither, nor the
+//! test kit).
+//!
 //! `tenantry demo`: the whole service on real HTTP against the reference KnowledgeFS with
 //! injected faults, a seeded workload driven through the admin API, and checks of the end
 //! state against the remote's ground truth.
@@ -14,9 +18,12 @@
 //! workload runs; the service projects it, and at the end the projected tables must equal the
 //! provider's final snapshot.
 
+pub mod args;
 mod checks;
 pub mod client;
 pub mod directory;
+pub mod host;
+pub mod reference_remote;
 mod report;
 pub mod workload;
 
@@ -30,13 +37,11 @@ use tenantry_store_seaorm::Database;
 use tenantry_testkit::knowledge_fs::{ReferenceRemote, RemoteConfig};
 use tokio::time::Instant;
 
+pub use args::{DemoArgs, Faults, RemoteArgs};
 pub use checks::CheckResult;
+pub use host::{DirectoryTarget, RunningService, ServiceHost, ServiceSettings, ServiceTally};
 pub use report::DemoReport;
 
-use crate::cli::{DemoArgs, Faults};
-use crate::config::{Config, redact_url};
-use crate::metrics::Tally;
-use crate::service::Service;
 use client::AdminClient;
 
 /// Options of one demo run.
@@ -84,10 +89,11 @@ pub enum DemoError {
     Setup(String),
 }
 
-/// `tenantry demo`: runs, prints the summary, and maps the result to the exit code.
-pub async fn main(args: &DemoArgs) -> ExitCode {
+/// `tenantry demo`: runs with the service of `host`, prints the summary, and maps the result
+/// to the exit code (0 every check passed, 1 a check failed, 2 the run could not be set up).
+pub async fn main<H: ServiceHost>(host: &H, args: &DemoArgs) -> ExitCode {
     let options = DemoOptions::from_args(args);
-    match run(&options, None).await {
+    match run(host, &options, None).await {
         Ok(report) => {
             print!("{}", report.render());
             if report.passed() {
@@ -120,12 +126,13 @@ fn timing(faults: Faults) -> (Duration, Duration, Duration) {
     }
 }
 
-/// Runs the demo on `database` (already migrated) or, when `None`, on
-/// `options.database_url` or a temporary SQLite file.
+/// Runs the demo with the service of `host` on `database` (already migrated) or, when `None`,
+/// on `options.database_url` or a temporary SQLite file.
 ///
 /// # Errors
 /// [`DemoError`] when the run could not be set up; failed checks are in the report instead.
-pub async fn run(
+pub async fn run<H: ServiceHost>(
+    host: &H,
     options: &DemoOptions,
     database: Option<Database>,
 ) -> Result<DemoReport, DemoError> {
@@ -157,12 +164,12 @@ pub async fn run(
                 }
             };
             let label = if options.database_url.is_some() {
-                redact_url(&url)
+                host.redact_url(&url)
             } else {
                 "temporary SQLite file".to_owned()
             };
             // One connection per worker plus the service's others, and never fewer than 16.
-            let pool = (options.workers + crate::config::CONNECTIONS_BESIDES_WORKERS).max(16);
+            let pool = (options.workers + host.connections_besides_workers()).max(16);
             let db = tenantry_store_seaorm::connect(&url, pool)
                 .await
                 .map_err(|e| DemoError::Setup(e.to_string()))?;
@@ -174,7 +181,7 @@ pub async fn run(
     let remote_config = RemoteConfig {
         seed: options.seed,
         stall,
-        ..RemoteConfig::with_profile(crate::reference_remote::profile(options.faults))
+        ..RemoteConfig::with_profile(reference_remote::profile(options.faults))
     };
     let (remote_url, remote) = ReferenceRemote::start(remote_config)
         .await
@@ -182,7 +189,7 @@ pub async fn run(
     let truth = remote.truth();
 
     let run_id = uuid::Uuid::new_v4().simple().to_string()[..8].to_owned();
-    let profile = crate::reference_remote::profile(options.faults);
+    let profile = reference_remote::profile(options.faults);
     let (demo_directory, directory_settings) =
         directory::start(options.seed, options.scale, profile, &run_id)
             .await
@@ -190,27 +197,29 @@ pub async fn run(
     let demo_directory = Arc::new(demo_directory);
 
     let token = uuid::Uuid::new_v4().simple().to_string();
-    let mut config = Config::defaults();
-    config.listen = ([127, 0, 0, 1], 0).into();
-    config.admin_token = Some(token.clone());
-    config.workers = options.workers;
-    config.claim_batch = 4;
-    config.idle_poll = Duration::from_millis(50);
-    config.lease = lease;
-    config.retry_max_delay = Duration::from_secs(1);
-    config.shutdown_grace = Duration::from_secs(10);
-    config.knowledge_fs_url = Some(remote_url);
-    config.knowledge_fs_token = Some(remote.bearer_token().to_owned());
-    config.knowledge_fs_deadline = deadline;
-    // The reference remote applies a stalled request at most `stall` after it arrived, so a
-    // provision can land that late after its attempt ended; the deletion's absence grace
-    // covers exactly that (a real deployment keeps the 600 s default).
-    config.deletion_absence_grace = stall + Duration::from_secs(1);
-    config.knowledge_fs_max_concurrent_calls = 16;
-    config.directory = Some(directory_settings);
-    let service = Service::start(&config, db.clone())
+    let settings = ServiceSettings {
+        listen: ([127, 0, 0, 1], 0).into(),
+        admin_token: token.clone(),
+        workers: options.workers,
+        claim_batch: 4,
+        idle_poll: Duration::from_millis(50),
+        lease,
+        retry_max_delay: Duration::from_secs(1),
+        shutdown_grace: Duration::from_secs(10),
+        knowledge_fs_url: remote_url,
+        knowledge_fs_token: remote.bearer_token().to_owned(),
+        knowledge_fs_deadline: deadline,
+        // The reference remote applies a stalled request at most `stall` after it arrived, so
+        // a provision can land that late after its attempt ended; the deletion's absence grace
+        // covers exactly that (a real deployment keeps the 600 s default).
+        deletion_absence_grace: stall + Duration::from_secs(1),
+        knowledge_fs_max_concurrent_calls: 16,
+        directory: directory_settings,
+    };
+    let service = host
+        .start(settings, db.clone())
         .await
-        .map_err(|e| DemoError::Setup(e.to_string()))?;
+        .map_err(DemoError::Setup)?;
     let client = AdminClient::new(format!("http://{}", service.addr()), &token)
         .map_err(|e| DemoError::Setup(e.to_string()))?;
 
@@ -251,18 +260,18 @@ pub async fn run(
             Err(e) => e.clone(),
         },
     });
-    let store = tenantry_store_seaorm::directory::SeaOrmDirectoryStore::new(service.database());
-    let (directory_check, directory_counts) = demo_directory.check(&store).await;
+    let tables = service.directory_tables();
+    let (directory_check, directory_counts) = demo_directory.check(tables.as_ref()).await;
     outcome.checks.push(directory_check);
     let directory_faults = demo_directory.server.faults_injected();
-    let tally: Tally = service.metrics().tally();
+    let tally = service.tally();
     service.shutdown().await;
     remote.shutdown().await;
     if let Ok(dir) = Arc::try_unwrap(demo_directory) {
         dir.server.shutdown().await;
     }
     if owns_pool {
-        crate::service::close_pool(db).await;
+        host.close_pool(db).await;
     }
 
     Ok(DemoReport {

@@ -9,7 +9,7 @@ use tenantry_testkit::knowledge_fs::EffectCounters;
 
 use super::checks::CheckResult;
 use super::directory::{Churn, DirectoryCounts};
-use crate::cli::Faults;
+use crate::args::Faults;
 
 /// Everything a demo run measured and checked.
 #[derive(Debug, Clone)]

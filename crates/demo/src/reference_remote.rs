@@ -1,6 +1,7 @@
 //! `tenantry reference-remote`: the test kit's reference KnowledgeFS and reference directory on
 //! loopback ports, for trying `tenantry serve` by hand. Prints the `TENANTRY_*` settings that
-//! point a service at them.
+//! point a service at them. This is the one front door to the standalone reference remotes
+//! (the test kit has no binary of its own).
 
 use std::process::ExitCode;
 
@@ -9,7 +10,7 @@ use tenantry_testkit::directory::{DirectoryServerConfig, ReferenceDirectory};
 use tenantry_testkit::fault::FaultProfile;
 use tenantry_testkit::knowledge_fs::{ReferenceRemote, RemoteConfig};
 
-use crate::cli::{Faults, RemoteArgs};
+use crate::args::{Faults, RemoteArgs};
 
 /// The test kit's fault profile for a CLI choice.
 pub fn profile(faults: Faults) -> FaultProfile {
@@ -20,8 +21,9 @@ pub fn profile(faults: Faults) -> FaultProfile {
     }
 }
 
-/// Runs both reference servers until Ctrl-C / SIGTERM.
-pub async fn main(args: &RemoteArgs) -> ExitCode {
+/// Runs both reference servers until `stop` completes (the app passes its Ctrl-C / SIGTERM
+/// wait). Exit code 1 when a server cannot bind, 2 for a bad `--instance`.
+pub async fn main(args: &RemoteArgs, stop: impl Future<Output = ()>) -> ExitCode {
     let config = RemoteConfig {
         seed: args.seed,
         ..RemoteConfig::with_profile(profile(args.faults))
@@ -61,10 +63,7 @@ pub async fn main(args: &RemoteArgs) -> ExitCode {
     let keys: Vec<String> = directory
         .trusted_public_keys()
         .into_iter()
-        .map(|(id, key)| {
-            let hex: String = key.iter().map(|b| format!("{b:02x}")).collect();
-            format!("{id}={hex}")
-        })
+        .map(|(id, key)| format!("{id}={}", hex::encode(key)))
         .collect();
     println!(
         "reference KnowledgeFS on {url}, reference directory on {directory_url} (faults: {:?})",
@@ -83,7 +82,7 @@ pub async fn main(args: &RemoteArgs) -> ExitCode {
         keys.join(",")
     );
     println!("stop with Ctrl-C");
-    crate::service::shutdown_signal().await;
+    stop.await;
     println!("KnowledgeFS effects: {:?}", remote.truth().effects());
     remote.shutdown().await;
     directory.shutdown().await;

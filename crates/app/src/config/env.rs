@@ -1,0 +1,142 @@
+//! The `TENANTRY_*` environment: the setting names, the overlay over the file, and the check
+//! for variables that name no setting.
+
+use std::collections::BTreeMap;
+
+use super::validate::validate;
+use super::{CONFIG_ENV, Config, ConfigError, ENV_PREFIX, RawConfig};
+
+/// Where each setting came from, for error messages.
+pub(super) type Sources = BTreeMap<&'static str, String>;
+
+/// Every setting's name: the TOML key, and (upper-cased, prefixed with [`ENV_PREFIX`]) the
+/// environment variable. A unit test checks that it is exactly what the environment overlay
+/// reads.
+pub const SETTINGS: [&str; 28] = [
+    "database_url",
+    "database_max_connections",
+    "listen",
+    "admin_token",
+    "log_format",
+    "log_filter",
+    "workers",
+    "claim_batch",
+    "group_commit",
+    "lease_renewal",
+    "deletion_absence_grace_seconds",
+    "idle_poll_ms",
+    "lease_seconds",
+    "retry_max_delay_ms",
+    "max_attempts",
+    "shutdown_grace_seconds",
+    "product_enabled",
+    "knowledge_fs_url",
+    "knowledge_fs_token",
+    "knowledge_fs_deadline_ms",
+    "knowledge_fs_max_concurrent_calls",
+    "directory_url",
+    "directory_token",
+    "directory_instance",
+    "directory_trusted_keys",
+    "directory_sync_interval_ms",
+    "directory_max_staleness_seconds",
+    "directory_event_limit",
+];
+
+/// `TENANTRY_*` variables that are read but are not settings: the configuration file, and the
+/// PostgreSQL server of the test suites.
+pub const OTHER_VARIABLES: [&str; 2] = [CONFIG_ENV, "TENANTRY_TEST_PG_URL"];
+
+/// Connections the pool needs beyond one per lifecycle worker: the admin API, `/readyz`, the
+/// metrics gauges and the directory projector.
+pub const CONNECTIONS_BESIDES_WORKERS: u32 = 4;
+
+/// A `TENANTRY_*` environment variable that names no setting (a typo is otherwise silently
+/// ignored, and the default used instead).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnknownVariable {
+    /// The variable.
+    pub name: String,
+    /// The closest known variable, when one is close enough to be a likely typo.
+    pub suggestion: Option<String>,
+}
+
+impl std::fmt::Display for UnknownVariable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} is not a tenantry setting and is ignored", self.name)?;
+        match &self.suggestion {
+            Some(known) => write!(f, "; did you mean {known}?"),
+            None => write!(f, "; see docs/operations.md for the settings"),
+        }
+    }
+}
+
+/// The variables among `names` that start with [`ENV_PREFIX`] but name no setting (nor one of
+/// [`OTHER_VARIABLES`]), each with the closest known name when it is at most 3 edits away.
+pub fn unknown_variables(names: impl IntoIterator<Item = String>) -> Vec<UnknownVariable> {
+    let known: Vec<String> = SETTINGS
+        .iter()
+        .map(|s| format!("{ENV_PREFIX}{}", s.to_uppercase()))
+        .chain(OTHER_VARIABLES.iter().map(|s| (*s).to_owned()))
+        .collect();
+    let mut unknown: Vec<UnknownVariable> = names
+        .into_iter()
+        .filter(|name| name.starts_with(ENV_PREFIX) && !known.contains(name))
+        .map(|name| {
+            let suggestion = known
+                .iter()
+                .map(|k| (strsim::levenshtein(&name, k), k))
+                .filter(|(distance, _)| *distance <= 3)
+                .min()
+                .map(|(_, k)| k.clone());
+            UnknownVariable { name, suggestion }
+        })
+        .collect();
+    unknown.sort_by(|a, b| a.name.cmp(&b.name));
+    unknown
+}
+
+/// Applies `TENANTRY_<SETTING>` variables over `raw`, parsing each with its type's `FromStr`.
+macro_rules! overlay_env {
+    ($raw:ident, $sources:ident, $env:ident; $($field:ident),* $(,)?) => {
+        $(
+            let name = concat!("TENANTRY_", stringify!($field)).to_uppercase();
+            if let Some(value) = $env(&name) {
+                let parsed = value.trim().parse().map_err(|e| ConfigError::Invalid {
+                    setting: stringify!($field),
+                    origin: name.clone(),
+                    reason: format!("{value:?} does not parse: {e}"),
+                })?;
+                $raw.$field = Some(parsed);
+                $sources.insert(stringify!($field), name);
+            }
+        )*
+    };
+}
+
+/// Applies the environment over `raw` (whose values came from `file_label`) and validates.
+///
+/// # Errors
+/// [`ConfigError`] naming the first bad setting.
+pub fn merge_env_and_validate(
+    mut raw: RawConfig,
+    file_label: &str,
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<Config, ConfigError> {
+    let mut sources = Sources::new();
+    overlay_env!(raw, sources, env;
+        database_url, database_max_connections, listen, admin_token, log_format, log_filter,
+        workers, claim_batch, group_commit, lease_renewal, deletion_absence_grace_seconds,
+        idle_poll_ms, lease_seconds, retry_max_delay_ms, max_attempts,
+        shutdown_grace_seconds, product_enabled, knowledge_fs_url, knowledge_fs_token,
+        knowledge_fs_deadline_ms, knowledge_fs_max_concurrent_calls, directory_url,
+        directory_token, directory_instance, directory_trusted_keys, directory_sync_interval_ms,
+        directory_max_staleness_seconds, directory_event_limit,
+    );
+    validate(raw, &|setting| {
+        sources
+            .get(setting)
+            .cloned()
+            .unwrap_or_else(|| file_label.to_owned())
+    })
+}

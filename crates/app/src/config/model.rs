@@ -1,0 +1,222 @@
+//! The validated configuration ([`Config`], [`DirectorySettings`]), the log format and URL
+//! redaction for messages.
+
+use std::net::SocketAddr;
+use std::str::FromStr;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::{ConfigError, RawConfig, merge_env_and_validate};
+
+/// Log output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LogFormat {
+    /// Human-readable lines (default).
+    #[default]
+    Human,
+    /// One JSON object per line, for log collectors.
+    Json,
+}
+
+impl FromStr for LogFormat {
+    type Err = String;
+    fn from_str(value: &str) -> Result<Self, Self::Err> {
+        match value {
+            "human" => Ok(Self::Human),
+            "json" => Ok(Self::Json),
+            other => Err(format!("{other:?} is not a log format; use human or json")),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for LogFormat {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// Validated configuration of the service.
+#[derive(Clone, PartialEq)]
+pub struct Config {
+    /// `database_url`: `sqlite://PATH?mode=rwc` or `postgres://USER@HOST/DB`.
+    pub database_url: String,
+    /// `database_max_connections`: pool size (1..=512, default 8); at least `workers + 4`.
+    pub database_max_connections: u32,
+    /// `listen`: address of the admin API (default `127.0.0.1:8080`).
+    pub listen: SocketAddr,
+    /// `admin_token`: bearer token of the admin API; required unless `listen` is loopback.
+    pub admin_token: Option<String>,
+    /// `log_format`: `human` (default) or `json`.
+    pub log_format: LogFormat,
+    /// `log_filter`: tracing filter directives (default `info`; `RUST_LOG` wins when set).
+    pub log_filter: String,
+    /// `workers`: lifecycle workers in this process (1..=256, default 4).
+    pub workers: u32,
+    /// `claim_batch`: commands one worker claims in one statement and dispatches at once
+    /// (1..=64, default 16).
+    pub claim_batch: u32,
+    /// `group_commit`: settle the dispatches of all workers through shared transactions
+    /// (group commit, default true); see docs/operations.md.
+    pub group_commit: bool,
+    /// `idle_poll_ms`: how long an idle worker sleeps before claiming again (default 1000).
+    pub idle_poll: Duration,
+    /// `lease_seconds`: lease of a claimed command (3..=86400, default 30). With
+    /// `lease_renewal` it is renewed every third of its length while the dispatch is in flight;
+    /// without renewal it must exceed `knowledge_fs_deadline_ms`.
+    pub lease: Duration,
+    /// `lease_renewal`: renew the lease of a dispatch in flight (default true).
+    pub lease_renewal: bool,
+    /// `deletion_absence_grace_seconds`: how long after a provision's last attempt a lookup's
+    /// absence is not yet proof that the space will never appear (default 600).
+    pub deletion_absence_grace: Duration,
+    /// `retry_max_delay_ms`: upper bound of the retry backoff (default 300000).
+    pub retry_max_delay: Duration,
+    /// `max_attempts`: claims of one command (since its last operator retry) after which a
+    /// retry dead-letters it as `failed` (1..=100000, default 50, about four hours with the
+    /// default backoff). Progress polls of a draining deletion or a lagging revoke watermark
+    /// do not count.
+    pub max_attempts: u32,
+    /// `shutdown_grace_seconds`: how long shutdown waits for in-flight dispatches (default 30).
+    pub shutdown_grace: Duration,
+    /// `product_enabled`: whether provision commands are dispatched (default true).
+    pub product_enabled: bool,
+    /// `knowledge_fs_url`: base URL of the KnowledgeFS lifecycle API (required by `serve`).
+    pub knowledge_fs_url: Option<String>,
+    /// `knowledge_fs_token`: bearer token sent to KnowledgeFS.
+    pub knowledge_fs_token: Option<String>,
+    /// `knowledge_fs_deadline_ms`: total deadline of one KnowledgeFS call (default 150000).
+    pub knowledge_fs_deadline: Duration,
+    /// `knowledge_fs_max_concurrent_calls`: calls in flight at once (1..=1024, default 8).
+    pub knowledge_fs_max_concurrent_calls: usize,
+    /// The directory projection, when `directory_url` is set.
+    pub directory: Option<DirectorySettings>,
+}
+
+/// Settings of the directory projection (all `directory_*` settings).
+#[derive(Clone, PartialEq, Eq)]
+pub struct DirectorySettings {
+    /// `directory_url`: base URL of the Directory API v1 provider.
+    pub url: String,
+    /// `directory_token`: bearer token sent to the provider, if it requires one.
+    pub token: Option<String>,
+    /// `directory_instance`: the instance uuid projected into this database.
+    pub instance: String,
+    /// `directory_trusted_keys`: `key_id=64 hex digits` entries separated by commas; the
+    /// Ed25519 public keys whose signatures are accepted (several during a key rotation).
+    pub trusted_keys: Vec<(String, String)>,
+    /// `directory_sync_interval_ms`: time between syncs (default 5000).
+    pub sync_interval: Duration,
+    /// `directory_max_staleness_seconds`: age after which the projection is stale and
+    /// `/readyz` fails (default 300; must exceed the sync interval).
+    pub max_staleness: Duration,
+    /// `directory_event_limit`: events asked per page (1..=100, default 100).
+    pub event_limit: u32,
+}
+
+impl std::fmt::Debug for DirectorySettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DirectorySettings")
+            .field("url", &self.url)
+            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .field("instance", &self.instance)
+            .field(
+                "trusted_keys",
+                &self
+                    .trusted_keys
+                    .iter()
+                    .map(|(id, _)| id)
+                    .collect::<Vec<_>>(),
+            )
+            .field("sync_interval", &self.sync_interval)
+            .field("max_staleness", &self.max_staleness)
+            .field("event_limit", &self.event_limit)
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Config")
+            .field("database_url", &redact_url(&self.database_url))
+            .field("database_max_connections", &self.database_max_connections)
+            .field("listen", &self.listen)
+            .field(
+                "admin_token",
+                &self.admin_token.as_ref().map(|_| "<redacted>"),
+            )
+            .field("log_format", &self.log_format)
+            .field("log_filter", &self.log_filter)
+            .field("workers", &self.workers)
+            .field("claim_batch", &self.claim_batch)
+            .field("idle_poll", &self.idle_poll)
+            .field("lease", &self.lease)
+            .field("retry_max_delay", &self.retry_max_delay)
+            .field("max_attempts", &self.max_attempts)
+            .field("shutdown_grace", &self.shutdown_grace)
+            .field("product_enabled", &self.product_enabled)
+            .field("knowledge_fs_url", &self.knowledge_fs_url)
+            .field(
+                "knowledge_fs_token",
+                &self.knowledge_fs_token.as_ref().map(|_| "<redacted>"),
+            )
+            .field("knowledge_fs_deadline", &self.knowledge_fs_deadline)
+            .field(
+                "knowledge_fs_max_concurrent_calls",
+                &self.knowledge_fs_max_concurrent_calls,
+            )
+            .field("directory", &self.directory)
+            .finish()
+    }
+}
+
+impl Config {
+    /// The defaults, as if no file and no variable were given.
+    pub fn defaults() -> Self {
+        // The defaults are valid by construction (covered by a unit test).
+        merge_env_and_validate(RawConfig::default(), "defaults", |_| None)
+            .unwrap_or_else(|e| unreachable!("default configuration is invalid: {e}"))
+    }
+
+    /// The KnowledgeFS URL and token, as `serve` requires them.
+    ///
+    /// # Errors
+    /// [`ConfigError::Missing`] naming the missing setting.
+    pub fn knowledge_fs(&self) -> Result<(&str, &str), ConfigError> {
+        let url = self.knowledge_fs_url.as_deref().ok_or(ConfigError::Missing {
+            setting: "knowledge_fs_url",
+            hint: "set knowledge_fs_url in the file or TENANTRY_KNOWLEDGE_FS_URL (for a local try, run `tenantry reference-remote` and use the URL it prints)",
+        })?;
+        let token = self
+            .knowledge_fs_token
+            .as_deref()
+            .ok_or(ConfigError::Missing {
+                setting: "knowledge_fs_token",
+                hint: "set knowledge_fs_token in the file or TENANTRY_KNOWLEDGE_FS_TOKEN",
+            })?;
+        Ok((url, token))
+    }
+}
+
+/// `url` with any password replaced by `***`, for logs and messages.
+pub fn redact_url(url: &str) -> String {
+    let Some(scheme_end) = url.find("://").map(|i| i + 3) else {
+        return url.to_owned();
+    };
+    let rest = &url[scheme_end..];
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    let authority = &rest[..authority_end];
+    match authority.rfind('@') {
+        Some(at) => {
+            let user_info = &authority[..at];
+            let user = user_info.split(':').next().unwrap_or("");
+            if user_info.contains(':') {
+                format!("{}{}:***{}", &url[..scheme_end], user, &rest[at..])
+            } else {
+                url.to_owned()
+            }
+        }
+        None => url.to_owned(),
+    }
+}

@@ -1,0 +1,80 @@
+//! [`RawConfig`]: the settings as read from the TOML file and the environment.
+
+use serde::Deserialize;
+
+use super::{ConfigError, LogFormat};
+
+/// Settings as read from the file and the environment, before validation.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawConfig {
+    /// See [`Config::database_url`].
+    pub database_url: Option<String>,
+    /// See [`Config::database_max_connections`].
+    pub database_max_connections: Option<u32>,
+    /// See [`Config::listen`].
+    pub listen: Option<String>,
+    /// See [`Config::admin_token`].
+    pub admin_token: Option<String>,
+    /// See [`Config::log_format`].
+    pub log_format: Option<LogFormat>,
+    /// See [`Config::log_filter`].
+    pub log_filter: Option<String>,
+    /// See [`Config::workers`].
+    pub workers: Option<u32>,
+    /// See [`Config::claim_batch`].
+    pub claim_batch: Option<u32>,
+    /// See [`Config::group_commit`].
+    pub group_commit: Option<bool>,
+    /// See [`Config::lease_renewal`].
+    pub lease_renewal: Option<bool>,
+    /// See [`Config::deletion_absence_grace`].
+    pub deletion_absence_grace_seconds: Option<u64>,
+    /// See [`Config::idle_poll`].
+    pub idle_poll_ms: Option<u64>,
+    /// See [`Config::lease`].
+    pub lease_seconds: Option<u64>,
+    /// See [`Config::retry_max_delay`].
+    pub retry_max_delay_ms: Option<u64>,
+    /// See [`Config::max_attempts`].
+    pub max_attempts: Option<u32>,
+    /// See [`Config::shutdown_grace`].
+    pub shutdown_grace_seconds: Option<u64>,
+    /// See [`Config::product_enabled`].
+    pub product_enabled: Option<bool>,
+    /// See [`Config::knowledge_fs_url`].
+    pub knowledge_fs_url: Option<String>,
+    /// See [`Config::knowledge_fs_token`].
+    pub knowledge_fs_token: Option<String>,
+    /// See [`Config::knowledge_fs_deadline`].
+    pub knowledge_fs_deadline_ms: Option<u64>,
+    /// See [`Config::knowledge_fs_max_concurrent_calls`].
+    pub knowledge_fs_max_concurrent_calls: Option<usize>,
+    /// See [`DirectorySettings::url`].
+    pub directory_url: Option<String>,
+    /// See [`DirectorySettings::token`].
+    pub directory_token: Option<String>,
+    /// See [`DirectorySettings::instance`].
+    pub directory_instance: Option<String>,
+    /// See [`DirectorySettings::trusted_keys`].
+    pub directory_trusted_keys: Option<String>,
+    /// See [`DirectorySettings::sync_interval`].
+    pub directory_sync_interval_ms: Option<u64>,
+    /// See [`DirectorySettings::max_staleness`].
+    pub directory_max_staleness_seconds: Option<u64>,
+    /// See [`DirectorySettings::event_limit`].
+    pub directory_event_limit: Option<u32>,
+}
+
+impl RawConfig {
+    /// Parses TOML text (from `path`, for messages).
+    ///
+    /// # Errors
+    /// [`ConfigError::InvalidFile`] naming the bad key.
+    pub fn from_toml(text: &str, path: &str) -> Result<Self, ConfigError> {
+        toml::from_str(text).map_err(|e| ConfigError::InvalidFile {
+            path: path.to_owned(),
+            reason: e.to_string().trim().to_owned(),
+        })
+    }
+}

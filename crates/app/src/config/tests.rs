@@ -1,0 +1,293 @@
+//! Unit tests of the configuration: defaults, layering, validation messages.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use super::*;
+
+fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> + use<> {
+    let map: BTreeMap<String, String> = pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+    move |name| map.get(name).cloned()
+}
+
+#[test]
+fn defaults_are_valid_and_documented() {
+    let config = Config::defaults();
+    assert_eq!(config.database_url, DEFAULT_DATABASE_URL);
+    assert_eq!(config.listen, DEFAULT_LISTEN.parse().unwrap());
+    assert_eq!(config.workers, 4);
+    assert_eq!(config.admin_token, None);
+    assert_eq!(config.log_format, LogFormat::Human);
+    assert_eq!(config.lease, Duration::from_secs(30));
+    assert!(config.lease_renewal);
+    assert!(config.group_commit);
+    assert_eq!(config.claim_batch, 16);
+    assert_eq!(config.deletion_absence_grace, Duration::from_secs(600));
+    assert_eq!(config.max_attempts, 50);
+}
+
+#[test]
+fn environment_wins_over_the_file() {
+    let raw = RawConfig::from_toml("workers = 2\nlisten = \"127.0.0.1:9000\"\n", "t.toml").unwrap();
+    let config = merge_env_and_validate(
+        raw,
+        "t.toml",
+        env_of(&[
+            ("TENANTRY_WORKERS", "7"),
+            ("TENANTRY_DATABASE_MAX_CONNECTIONS", "11"),
+            ("TENANTRY_LOG_FORMAT", "json"),
+        ]),
+    )
+    .unwrap();
+    assert_eq!(config.workers, 7);
+    assert_eq!(config.listen, "127.0.0.1:9000".parse().unwrap());
+    assert_eq!(config.log_format, LogFormat::Json);
+}
+
+#[test]
+fn errors_name_the_setting_and_its_source() {
+    let raw = RawConfig::from_toml("workers = 0\n", "t.toml").unwrap();
+    let err = merge_env_and_validate(raw, "t.toml", |_| None).unwrap_err();
+    assert!(
+        matches!(&err, ConfigError::Invalid { setting: "workers", origin, .. } if origin == "t.toml"),
+        "{err}"
+    );
+    let err = merge_env_and_validate(
+        RawConfig::default(),
+        "defaults",
+        env_of(&[("TENANTRY_WORKERS", "many")]),
+    )
+    .unwrap_err();
+    assert!(
+        matches!(&err, ConfigError::Invalid { setting: "workers", origin, .. } if origin == "TENANTRY_WORKERS"),
+        "{err}"
+    );
+    assert!(err.to_string().contains("TENANTRY_WORKERS"), "{err}");
+}
+
+#[test]
+fn unknown_file_keys_are_refused() {
+    let err = RawConfig::from_toml("wrokers = 3\n", "t.toml").unwrap_err();
+    assert!(err.to_string().contains("wrokers"), "{err}");
+}
+
+#[test]
+fn non_loopback_listen_requires_a_token() {
+    let env = env_of(&[("TENANTRY_LISTEN", "0.0.0.0:8080")]);
+    let err = merge_env_and_validate(RawConfig::default(), "defaults", env).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ConfigError::Invalid {
+                setting: "listen",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    let env = env_of(&[
+        ("TENANTRY_LISTEN", "0.0.0.0:8080"),
+        ("TENANTRY_ADMIN_TOKEN", "0123456789abcdef0123"),
+    ]);
+    let config = merge_env_and_validate(RawConfig::default(), "defaults", env).unwrap();
+    assert!(config.admin_token.is_some());
+}
+
+#[test]
+fn short_admin_token_is_refused() {
+    let env = env_of(&[("TENANTRY_ADMIN_TOKEN", "short")]);
+    let err = merge_env_and_validate(RawConfig::default(), "defaults", env).unwrap_err();
+    assert!(matches!(
+        err,
+        ConfigError::Invalid {
+            setting: "admin_token",
+            ..
+        }
+    ));
+}
+
+#[test]
+fn lease_shorter_than_the_remote_deadline_needs_renewal() {
+    let env = env_of(&[
+        ("TENANTRY_LEASE_SECONDS", "10"),
+        ("TENANTRY_KNOWLEDGE_FS_DEADLINE_MS", "150000"),
+    ]);
+    let config = merge_env_and_validate(RawConfig::default(), "defaults", env).unwrap();
+    assert!(config.lease_renewal, "renewal is on by default");
+    assert_eq!(config.lease, Duration::from_secs(10));
+    let env = env_of(&[
+        ("TENANTRY_LEASE_SECONDS", "10"),
+        ("TENANTRY_KNOWLEDGE_FS_DEADLINE_MS", "10000"),
+        ("TENANTRY_LEASE_RENEWAL", "false"),
+    ]);
+    let err = merge_env_and_validate(RawConfig::default(), "defaults", env).unwrap_err();
+    assert!(matches!(
+        err,
+        ConfigError::Invalid {
+            setting: "lease_seconds",
+            ..
+        }
+    ));
+}
+
+#[test]
+fn database_url_scheme_is_checked() {
+    let env = env_of(&[("TENANTRY_DATABASE_URL", "mysql://x")]);
+    let err = merge_env_and_validate(RawConfig::default(), "defaults", env).unwrap_err();
+    assert!(matches!(
+        err,
+        ConfigError::Invalid {
+            setting: "database_url",
+            ..
+        }
+    ));
+}
+
+#[test]
+fn serve_requires_a_knowledge_fs() {
+    let err = Config::defaults().knowledge_fs().unwrap_err();
+    assert!(matches!(
+        err,
+        ConfigError::Missing {
+            setting: "knowledge_fs_url",
+            ..
+        }
+    ));
+}
+
+#[test]
+fn directory_settings_are_validated_together() {
+    let key = "ab".repeat(32);
+    let env = env_of(&[
+        ("TENANTRY_DIRECTORY_URL", "http://127.0.0.1:9"),
+        ("TENANTRY_DIRECTORY_INSTANCE", "inst-1"),
+    ]);
+    let err = merge_env_and_validate(RawConfig::default(), "defaults", env).unwrap_err();
+    assert!(matches!(
+        err,
+        ConfigError::Missing {
+            setting: "directory_trusted_keys",
+            ..
+        }
+    ));
+    let keys = format!("k1={key}, k2={key}");
+    let env = env_of(&[
+        ("TENANTRY_DIRECTORY_URL", "http://127.0.0.1:9"),
+        ("TENANTRY_DIRECTORY_INSTANCE", "inst-1"),
+        ("TENANTRY_DIRECTORY_TRUSTED_KEYS", keys.as_str()),
+    ]);
+    let config = merge_env_and_validate(RawConfig::default(), "defaults", env).unwrap();
+    let directory = config.directory.unwrap();
+    assert_eq!(directory.trusted_keys.len(), 2);
+    assert_eq!(directory.max_staleness, Duration::from_secs(300));
+    let env = env_of(&[
+        ("TENANTRY_DIRECTORY_URL", "http://127.0.0.1:9"),
+        ("TENANTRY_DIRECTORY_INSTANCE", "inst-1"),
+        ("TENANTRY_DIRECTORY_TRUSTED_KEYS", "k1=xyz"),
+    ]);
+    let err = merge_env_and_validate(RawConfig::default(), "defaults", env).unwrap_err();
+    assert!(matches!(
+        err,
+        ConfigError::Invalid {
+            setting: "directory_trusted_keys",
+            ..
+        }
+    ));
+    let env = env_of(&[("TENANTRY_DIRECTORY_INSTANCE", "inst-1")]);
+    let err = merge_env_and_validate(RawConfig::default(), "defaults", env).unwrap_err();
+    assert!(matches!(
+        err,
+        ConfigError::Invalid {
+            setting: "directory_instance",
+            ..
+        }
+    ));
+    assert_eq!(Config::defaults().directory, None);
+}
+
+#[test]
+fn settings_list_is_what_the_environment_overlay_reads() {
+    let asked = std::cell::RefCell::new(Vec::new());
+    merge_env_and_validate(RawConfig::default(), "defaults", |name| {
+        asked.borrow_mut().push(name.to_owned());
+        None
+    })
+    .unwrap();
+    let expected: Vec<String> = SETTINGS
+        .iter()
+        .map(|s| format!("TENANTRY_{}", s.to_uppercase()))
+        .collect();
+    assert_eq!(asked.into_inner(), expected);
+}
+
+#[test]
+fn unknown_tenantry_variables_are_named_with_a_suggestion() {
+    let names = [
+        "TENANTRY_WROKERS",
+        "TENANTRY_WORKERS",
+        "TENANTRY_CONFIG",
+        "TENANTRY_TEST_PG_URL",
+        "TENANTRY_SOMETHING_ELSE",
+        "PATH",
+        "TENANTRY_KNOWLEDGEFS_URL",
+    ]
+    .map(str::to_owned);
+    let unknown = unknown_variables(names);
+    assert_eq!(
+        unknown,
+        vec![
+            UnknownVariable {
+                name: "TENANTRY_KNOWLEDGEFS_URL".into(),
+                suggestion: Some("TENANTRY_KNOWLEDGE_FS_URL".into()),
+            },
+            UnknownVariable {
+                name: "TENANTRY_SOMETHING_ELSE".into(),
+                suggestion: None,
+            },
+            UnknownVariable {
+                name: "TENANTRY_WROKERS".into(),
+                suggestion: Some("TENANTRY_WORKERS".into()),
+            },
+        ]
+    );
+    let text = unknown[2].to_string();
+    assert!(
+        text.contains("TENANTRY_WROKERS") && text.contains("did you mean TENANTRY_WORKERS"),
+        "{text}"
+    );
+}
+
+#[test]
+fn pool_smaller_than_workers_plus_four_is_refused() {
+    let env = env_of(&[
+        ("TENANTRY_WORKERS", "8"),
+        ("TENANTRY_DATABASE_MAX_CONNECTIONS", "11"),
+    ]);
+    let err = merge_env_and_validate(RawConfig::default(), "defaults", env).unwrap_err();
+    assert!(
+        matches!(&err, ConfigError::Invalid { setting: "database_max_connections", origin, .. } if origin == "TENANTRY_DATABASE_MAX_CONNECTIONS"),
+        "{err}"
+    );
+    let text = err.to_string();
+    assert!(text.contains("at least 12"), "{text}");
+    let env = env_of(&[
+        ("TENANTRY_WORKERS", "8"),
+        ("TENANTRY_DATABASE_MAX_CONNECTIONS", "12"),
+    ]);
+    assert!(merge_env_and_validate(RawConfig::default(), "defaults", env).is_ok());
+}
+
+#[test]
+fn redact_url_hides_passwords_only() {
+    let cases = [
+        ("postgres://u:secret@h:5/db", "postgres://u:***@h:5/db"),
+        ("postgres://u@h/db", "postgres://u@h/db"),
+        ("sqlite://x.db?mode=rwc", "sqlite://x.db?mode=rwc"),
+    ];
+    for (input, expected) in cases {
+        assert_eq!(redact_url(input), expected);
+    }
+}

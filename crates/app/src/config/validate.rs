@@ -1,0 +1,285 @@
+//! Validation of the merged settings into a [`Config`], one setting at a time, each refusal
+//! naming the setting and its source.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use super::{
+    CONNECTIONS_BESIDES_WORKERS, Config, ConfigError, DEFAULT_DATABASE_URL, DEFAULT_LISTEN,
+    DirectorySettings, RawConfig, redact_url,
+};
+
+pub(super) fn validate(
+    raw: RawConfig,
+    source: &dyn Fn(&'static str) -> String,
+) -> Result<Config, ConfigError> {
+    let invalid = |setting: &'static str, reason: String| ConfigError::Invalid {
+        setting,
+        origin: source(setting),
+        reason,
+    };
+    let in_range = |setting: &'static str, value: u64, min: u64, max: u64| {
+        if (min..=max).contains(&value) {
+            Ok(value)
+        } else {
+            Err(invalid(
+                setting,
+                format!("{value} is outside {min}..={max}"),
+            ))
+        }
+    };
+
+    let directory = validate_directory(&raw, &invalid, &in_range)?;
+    let database_url = raw
+        .database_url
+        .unwrap_or_else(|| DEFAULT_DATABASE_URL.to_owned());
+    if !(database_url.starts_with("sqlite:")
+        || database_url.starts_with("postgres:")
+        || database_url.starts_with("postgresql:"))
+    {
+        return Err(invalid(
+            "database_url",
+            format!(
+                "{:?} is neither sqlite:// nor postgres://; use sqlite://PATH?mode=rwc or postgres://USER@HOST/DB",
+                redact_url(&database_url)
+            ),
+        ));
+    }
+    let database_max_connections = in_range(
+        "database_max_connections",
+        u64::from(raw.database_max_connections.unwrap_or(8)),
+        1,
+        512,
+    )?;
+    let listen_text = raw.listen.unwrap_or_else(|| DEFAULT_LISTEN.to_owned());
+    let listen: SocketAddr = listen_text.parse().map_err(|e| {
+        invalid(
+            "listen",
+            format!("{listen_text:?} is not an IP:PORT address ({e})"),
+        )
+    })?;
+    let admin_token = raw.admin_token.filter(|t| !t.is_empty());
+    if let Some(token) = &admin_token
+        && (token.len() < 16 || token.chars().any(|c| c.is_whitespace() || c.is_control()))
+    {
+        return Err(invalid(
+            "admin_token",
+            "must be at least 16 characters without whitespace; generate one with `openssl rand -hex 32`"
+                .to_owned(),
+        ));
+    }
+    if admin_token.is_none() && !listen.ip().is_loopback() {
+        return Err(invalid(
+            "listen",
+            format!(
+                "{listen} is not a loopback address and admin_token is not set; set admin_token (TENANTRY_ADMIN_TOKEN) or listen on 127.0.0.1"
+            ),
+        ));
+    }
+    let workers = in_range("workers", u64::from(raw.workers.unwrap_or(4)), 1, 256)?;
+    let needed = workers + u64::from(CONNECTIONS_BESIDES_WORKERS);
+    if database_max_connections < needed {
+        return Err(invalid(
+            "database_max_connections",
+            format!(
+                "{database_max_connections} connections are too few for {workers} workers: each worker needs a connection to claim and settle, and the admin API, /readyz, the metrics and the directory projector need {CONNECTIONS_BESIDES_WORKERS} more, or they wait on each other until the pool times out; set database_max_connections to at least {needed} (workers + {CONNECTIONS_BESIDES_WORKERS}) or lower workers"
+            ),
+        ));
+    }
+    let claim_batch = in_range(
+        "claim_batch",
+        u64::from(raw.claim_batch.unwrap_or(16)),
+        1,
+        64,
+    )?;
+    let idle_poll = in_range("idle_poll_ms", raw.idle_poll_ms.unwrap_or(1000), 10, 60_000)?;
+    let lease = in_range("lease_seconds", raw.lease_seconds.unwrap_or(30), 3, 86_400)?;
+    let lease_renewal = raw.lease_renewal.unwrap_or(true);
+    let deletion_absence_grace = in_range(
+        "deletion_absence_grace_seconds",
+        raw.deletion_absence_grace_seconds.unwrap_or(600),
+        0,
+        7 * 86_400,
+    )?;
+    let retry_max_delay = in_range(
+        "retry_max_delay_ms",
+        raw.retry_max_delay_ms.unwrap_or(300_000),
+        1,
+        86_400_000,
+    )?;
+    let max_attempts = in_range(
+        "max_attempts",
+        u64::from(
+            raw.max_attempts
+                .unwrap_or(tenantry_lifecycle::failure::DEFAULT_MAX_ATTEMPTS),
+        ),
+        1,
+        100_000,
+    )?;
+    let shutdown_grace = in_range(
+        "shutdown_grace_seconds",
+        raw.shutdown_grace_seconds.unwrap_or(30),
+        0,
+        3600,
+    )?;
+    let knowledge_fs_deadline = in_range(
+        "knowledge_fs_deadline_ms",
+        raw.knowledge_fs_deadline_ms.unwrap_or(150_000),
+        1,
+        3_600_000,
+    )?;
+    let lease_ms = lease * 1000;
+    if !lease_renewal && lease_ms <= knowledge_fs_deadline {
+        return Err(invalid(
+            "lease_seconds",
+            format!(
+                "a lease of {lease} s ({lease_ms} ms) does not exceed knowledge_fs_deadline_ms = {knowledge_fs_deadline} and lease_renewal is off; without renewal a lease must outlive the remote call it covers: turn lease_renewal on, raise lease_seconds or lower the deadline"
+            ),
+        ));
+    }
+    let knowledge_fs_max_concurrent_calls = in_range(
+        "knowledge_fs_max_concurrent_calls",
+        raw.knowledge_fs_max_concurrent_calls.unwrap_or(8) as u64,
+        1,
+        1024,
+    )?;
+    let knowledge_fs_url = raw.knowledge_fs_url.filter(|u| !u.is_empty());
+    if let Some(url) = &knowledge_fs_url
+        && !(url.starts_with("http://") || url.starts_with("https://"))
+    {
+        return Err(invalid(
+            "knowledge_fs_url",
+            format!("{url:?} is not an http(s) URL"),
+        ));
+    }
+    let log_filter = raw.log_filter.unwrap_or_else(|| "info".to_owned());
+    if let Err(e) = tracing_subscriber::EnvFilter::try_new(&log_filter) {
+        return Err(invalid("log_filter", format!("{log_filter:?}: {e}")));
+    }
+    // Values were range-checked above, so the narrowing conversions below are lossless.
+    Ok(Config {
+        database_url,
+        database_max_connections: database_max_connections as u32,
+        listen,
+        admin_token,
+        log_format: raw.log_format.unwrap_or_default(),
+        log_filter,
+        workers: workers as u32,
+        claim_batch: claim_batch as u32,
+        group_commit: raw.group_commit.unwrap_or(true),
+        idle_poll: Duration::from_millis(idle_poll),
+        lease: Duration::from_secs(lease),
+        lease_renewal,
+        deletion_absence_grace: Duration::from_secs(deletion_absence_grace),
+        retry_max_delay: Duration::from_millis(retry_max_delay),
+        max_attempts: max_attempts as u32,
+        shutdown_grace: Duration::from_secs(shutdown_grace),
+        product_enabled: raw.product_enabled.unwrap_or(true),
+        knowledge_fs_url,
+        knowledge_fs_token: raw.knowledge_fs_token.filter(|t| !t.is_empty()),
+        knowledge_fs_deadline: Duration::from_millis(knowledge_fs_deadline),
+        knowledge_fs_max_concurrent_calls: knowledge_fs_max_concurrent_calls as usize,
+        directory,
+    })
+}
+
+fn validate_directory(
+    raw: &RawConfig,
+    invalid: &dyn Fn(&'static str, String) -> ConfigError,
+    in_range: &dyn Fn(&'static str, u64, u64, u64) -> Result<u64, ConfigError>,
+) -> Result<Option<DirectorySettings>, ConfigError> {
+    let Some(url) = raw.directory_url.clone().filter(|u| !u.is_empty()) else {
+        let stray = [
+            ("directory_instance", raw.directory_instance.is_some()),
+            (
+                "directory_trusted_keys",
+                raw.directory_trusted_keys.is_some(),
+            ),
+            ("directory_token", raw.directory_token.is_some()),
+        ];
+        if let Some((setting, _)) = stray.iter().find(|(_, given)| *given) {
+            return Err(invalid(
+                setting,
+                "is set but directory_url is not; set directory_url to enable the directory projection"
+                    .to_owned(),
+            ));
+        }
+        return Ok(None);
+    };
+    if !(url.starts_with("http://") || url.starts_with("https://")) {
+        return Err(invalid(
+            "directory_url",
+            format!("{url:?} is not an http(s) URL"),
+        ));
+    }
+    let instance = raw
+        .directory_instance
+        .clone()
+        .map(|i| i.trim().to_owned())
+        .filter(|i| !i.is_empty())
+        .ok_or(ConfigError::Missing {
+            setting: "directory_instance",
+            hint: "set directory_instance (TENANTRY_DIRECTORY_INSTANCE) to the instance uuid the provider serves",
+        })?;
+    let keys_text = raw.directory_trusted_keys.clone().unwrap_or_default();
+    let mut trusted_keys = Vec::new();
+    for entry in keys_text
+        .split(',')
+        .map(str::trim)
+        .filter(|e| !e.is_empty())
+    {
+        let (id, key) = entry.split_once('=').ok_or_else(|| {
+            invalid(
+                "directory_trusted_keys",
+                format!("entry {entry:?} is not key_id=HEX"),
+            )
+        })?;
+        let key = key.trim();
+        if key.len() != 64 || !key.chars().all(|c| c.is_ascii_hexdigit()) {
+            return Err(invalid(
+                "directory_trusted_keys",
+                format!("key {id:?} is not 64 hex digits (an Ed25519 public key)"),
+            ));
+        }
+        trusted_keys.push((id.trim().to_owned(), key.to_ascii_lowercase()));
+    }
+    if trusted_keys.is_empty() {
+        return Err(ConfigError::Missing {
+            setting: "directory_trusted_keys",
+            hint: "set directory_trusted_keys to key_id=HEX[,key_id=HEX]: the provider's Ed25519 public keys",
+        });
+    }
+    let sync_ms = in_range(
+        "directory_sync_interval_ms",
+        raw.directory_sync_interval_ms.unwrap_or(5000),
+        10,
+        3_600_000,
+    )?;
+    let staleness = in_range(
+        "directory_max_staleness_seconds",
+        raw.directory_max_staleness_seconds.unwrap_or(300),
+        1,
+        86_400,
+    )?;
+    if staleness * 1000 <= sync_ms {
+        return Err(invalid(
+            "directory_max_staleness_seconds",
+            format!("{staleness} s must exceed directory_sync_interval_ms = {sync_ms}"),
+        ));
+    }
+    let event_limit = in_range(
+        "directory_event_limit",
+        u64::from(raw.directory_event_limit.unwrap_or(100)),
+        1,
+        100,
+    )?;
+    Ok(Some(DirectorySettings {
+        url,
+        token: raw.directory_token.clone().filter(|t| !t.is_empty()),
+        instance,
+        trusted_keys,
+        sync_interval: Duration::from_millis(sync_ms),
+        max_staleness: Duration::from_secs(staleness),
+        event_limit: event_limit as u32,
+    }))
+}

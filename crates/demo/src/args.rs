@@ -1,0 +1,62 @@
+//! The command-line arguments of `tenantry demo` and `tenantry reference-remote` (the app's
+//! `Command` enum embeds them).
+
+use clap::{Args, ValueEnum};
+
+/// Fault profile of the reference remote.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Faults {
+    /// No faults.
+    None,
+    /// About one request in ten: 503/429 with Retry-After, lost ACKs, resets, lagging revokes.
+    Default,
+    /// About one request in three, including stalls past the client deadline.
+    Heavy,
+}
+
+/// Options of `tenantry demo`.
+#[derive(Debug, Clone, Args)]
+pub struct DemoArgs {
+    /// Run on this database instead of a temporary SQLite file (e.g. postgres://user@host/db;
+    /// the database should be empty).
+    #[arg(long, value_name = "URL")]
+    pub database_url: Option<String>,
+    /// Seed of the workload and of the fault draws (same seed, same workload).
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Size of the workload: 1.0 is 5 tenants and 300 control spaces; 0.1 is a quick run.
+    #[arg(long, default_value_t = 1.0)]
+    pub scale: f64,
+    /// Fault profile of the reference remote.
+    #[arg(long, value_enum, default_value_t = Faults::Default)]
+    pub faults: Faults,
+    /// Give up waiting for commands to settle after this many seconds.
+    #[arg(long, default_value_t = 300)]
+    pub timeout_seconds: u64,
+    /// Lifecycle workers.
+    #[arg(long, default_value_t = 4)]
+    pub workers: u32,
+    /// No progress bar (it is also hidden when standard error is not a terminal).
+    #[arg(long)]
+    pub no_progress: bool,
+}
+
+/// Options of `tenantry reference-remote`.
+#[derive(Debug, Clone, Args)]
+pub struct RemoteArgs {
+    /// Fault profile of both servers.
+    #[arg(long, value_enum, default_value_t = Faults::None)]
+    pub faults: Faults,
+    /// Seed of the fault draws and of the directory's signing keys.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Address of the reference KnowledgeFS (use port 0 for any free port).
+    #[arg(long, default_value = "127.0.0.1:8701")]
+    pub knowledge_fs_addr: std::net::SocketAddr,
+    /// Address of the reference directory.
+    #[arg(long, default_value = "127.0.0.1:8702")]
+    pub directory_addr: std::net::SocketAddr,
+    /// Directory instance served.
+    #[arg(long, default_value = "instance-1")]
+    pub instance: String,
+}
