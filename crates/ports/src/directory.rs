@@ -286,6 +286,7 @@ pub trait ProjectionStateReader: Send + Sync {
 /// rows, inbox receipts): the read port for checks that compare a whole projection with the
 /// provider's snapshot (`tenantry demo`'s ground-truth check, the conformance suite). Not a
 /// role of [`DirectoryProjectionStore`]: the projector never needs it, and it reads every row.
+#[cfg_attr(feature = "mocks", mockall::automock)]
 #[async_trait]
 pub trait ProjectionTablesReader: Send + Sync {
     /// Every row of every projected table, keyed as in [`ProjectionTables`].

@@ -55,8 +55,8 @@ pub use crate::clock::MockClock;
 #[cfg(feature = "directory")]
 pub use crate::directory::{
     MockDeltaApplier, MockDirectoryProvider, MockEntitlementReconciler, MockEventBatchApplier,
-    MockFreshnessToucher, MockProjectionStateReader, MockRuntimeExecutionPublisher,
-    MockSnapshotApplier,
+    MockFreshnessToucher, MockProjectionStateReader, MockProjectionTablesReader,
+    MockRuntimeExecutionPublisher, MockSnapshotApplier,
 };
 #[cfg(feature = "fences")]
 pub use crate::host_storage::{MockHostStorage, MockHostStorageBindings};

@@ -177,7 +177,7 @@ impl<S: HostStorage + HostStorageBindings + ?Sized + 'static> ScopedWrites<S> {
     pub fn for_fence_admin(storage: Arc<S>, dispatch_deadline: Duration) -> Self {
         Self::with_config(
             storage,
-            Arc::new(super::system_now_ms),
+            Arc::new(tenantry_ports::clock::SystemClock),
             FenceConfig::with_deadline(dispatch_deadline),
         )
     }

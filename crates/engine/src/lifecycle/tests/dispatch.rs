@@ -130,7 +130,8 @@ async fn provision_is_superseded_without_delivery_when_the_space_is_no_longer_pr
 async fn provision_with_unknown_outcome_retries_with_the_same_provisioning_key() {
     let h = harness();
     let receipt = h.create("cs1").await;
-    h.remote.push_fault(RemoteCall::Provision, RemoteFault::LoseAck);
+    h.remote
+        .push_fault(RemoteCall::Provision, RemoteFault::LoseAck);
     let first = h.dispatch(t(0), true).await;
     assert!(first.claimed && !first.completed);
     assert_eq!(
@@ -191,7 +192,8 @@ async fn never_provisioned_space_is_deleted_without_remote_call_when_disabled() 
 async fn lost_ack_deletion_recovers_the_identity_by_provisioning_key() {
     let h = harness();
     let provision = h.create("cs1").await;
-    h.remote.push_fault(RemoteCall::Provision, RemoteFault::LoseAck);
+    h.remote
+        .push_fault(RemoteCall::Provision, RemoteFault::LoseAck);
     h.dispatch(t(0), true).await; // remote space exists, local does not know it
     let delete = h.delete("cs1").await;
     let outcome = h.dispatch(t(1), true).await;
@@ -310,7 +312,10 @@ async fn remote_absence_completes_the_deletion_when_product_disabled() {
         "a provision sent with an unknown outcome may still land until the grace period ends"
     );
     assert_eq!(
-        h.command(&delete.command_id).last_error_code.as_ref().map(ErrorCode::as_str),
+        h.command(&delete.command_id)
+            .last_error_code
+            .as_ref()
+            .map(ErrorCode::as_str),
         Some(ErrorCode::RemoteAbsenceUnconfirmed.as_str())
     );
     // Grace (600 s) after the provision's last attempt ended: absence is proof now.
@@ -543,7 +548,10 @@ async fn deletion_progress_records_irreversibility_once_and_completes() {
             break;
         }
         assert_eq!(
-            h.command(&delete.command_id).last_error_code.as_ref().map(ErrorCode::as_str),
+            h.command(&delete.command_id)
+                .last_error_code
+                .as_ref()
+                .map(ErrorCode::as_str),
             Some(ErrorCode::RemoteDeletionPending.as_str())
         );
         at += 1000;
