@@ -18,9 +18,7 @@ use std::path::{Path, PathBuf};
 
 /// `(crate folder, module, module)` circles that predate this check, to be broken later. The
 /// test fails when one of them is gone, so the entry is removed with the circle.
-const KNOWN_CIRCLES: &[(&str, &str, &str)] = &[
-    ("lifecycle", "command", "intake"),
-];
+const KNOWN_CIRCLES: &[(&str, &str, &str)] = &[("lifecycle", "command", "intake")];
 
 #[test]
 fn no_two_modules_of_a_crate_import_each_other() {
