@@ -292,8 +292,8 @@ pub trait ProjectionTablesReader: Send + Sync {
     /// Every row of every projected table, keyed as in [`ProjectionTables`].
     ///
     /// # Errors
-    /// [`ProjectionStoreError::Storage`] when the store cannot be read;
-    /// [`ProjectionStoreError::Corrupt`] when a stored row does not decode.
+    /// [`ProjectionStoreError::Storage`] when the store cannot be read (any kind);
+    /// [`ProjectionStoreError::Storage`] holding [`StoreError::Corrupt`] when a stored row does not decode.
     async fn read_tables(&self) -> Result<ProjectionTables, ProjectionStoreError>;
 }
 

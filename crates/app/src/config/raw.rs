@@ -8,61 +8,61 @@ use super::{ConfigError, LogFormat};
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawConfig {
-    /// See [`Config::database_url`].
+    /// See [`Config::database_url`](super::Config::database_url).
     pub database_url: Option<String>,
-    /// See [`Config::database_max_connections`].
+    /// See [`Config::database_max_connections`](super::Config::database_max_connections).
     pub database_max_connections: Option<u32>,
-    /// See [`Config::listen`].
+    /// See [`Config::listen`](super::Config::listen).
     pub listen: Option<String>,
-    /// See [`Config::admin_token`].
+    /// See [`Config::admin_token`](super::Config::admin_token).
     pub admin_token: Option<String>,
-    /// See [`Config::log_format`].
+    /// See [`Config::log_format`](super::Config::log_format).
     pub log_format: Option<LogFormat>,
-    /// See [`Config::log_filter`].
+    /// See [`Config::log_filter`](super::Config::log_filter).
     pub log_filter: Option<String>,
-    /// See [`Config::workers`].
+    /// See [`Config::workers`](super::Config::workers).
     pub workers: Option<u32>,
-    /// See [`Config::claim_batch`].
+    /// See [`Config::claim_batch`](super::Config::claim_batch).
     pub claim_batch: Option<u32>,
-    /// See [`Config::group_commit`].
+    /// See [`Config::group_commit`](super::Config::group_commit).
     pub group_commit: Option<bool>,
-    /// See [`Config::lease_renewal`].
+    /// See [`Config::lease_renewal`](super::Config::lease_renewal).
     pub lease_renewal: Option<bool>,
-    /// See [`Config::deletion_absence_grace`].
+    /// See [`Config::deletion_absence_grace`](super::Config::deletion_absence_grace).
     pub deletion_absence_grace_seconds: Option<u64>,
-    /// See [`Config::idle_poll`].
+    /// See [`Config::idle_poll`](super::Config::idle_poll).
     pub idle_poll_ms: Option<u64>,
-    /// See [`Config::lease`].
+    /// See [`Config::lease`](super::Config::lease).
     pub lease_seconds: Option<u64>,
-    /// See [`Config::retry_max_delay`].
+    /// See [`Config::retry_max_delay`](super::Config::retry_max_delay).
     pub retry_max_delay_ms: Option<u64>,
-    /// See [`Config::max_attempts`].
+    /// See [`Config::max_attempts`](super::Config::max_attempts).
     pub max_attempts: Option<u32>,
-    /// See [`Config::shutdown_grace`].
+    /// See [`Config::shutdown_grace`](super::Config::shutdown_grace).
     pub shutdown_grace_seconds: Option<u64>,
-    /// See [`Config::product_enabled`].
+    /// See [`Config::product_enabled`](super::Config::product_enabled).
     pub product_enabled: Option<bool>,
-    /// See [`Config::knowledge_fs_url`].
+    /// See [`Config::knowledge_fs_url`](super::Config::knowledge_fs_url).
     pub knowledge_fs_url: Option<String>,
-    /// See [`Config::knowledge_fs_token`].
+    /// See [`Config::knowledge_fs_token`](super::Config::knowledge_fs_token).
     pub knowledge_fs_token: Option<String>,
-    /// See [`Config::knowledge_fs_deadline`].
+    /// See [`Config::knowledge_fs_deadline`](super::Config::knowledge_fs_deadline).
     pub knowledge_fs_deadline_ms: Option<u64>,
-    /// See [`Config::knowledge_fs_max_concurrent_calls`].
+    /// See [`Config::knowledge_fs_max_concurrent_calls`](super::Config::knowledge_fs_max_concurrent_calls).
     pub knowledge_fs_max_concurrent_calls: Option<usize>,
-    /// See [`DirectorySettings::url`].
+    /// See [`DirectorySettings::url`](super::DirectorySettings::url).
     pub directory_url: Option<String>,
-    /// See [`DirectorySettings::token`].
+    /// See [`DirectorySettings::token`](super::DirectorySettings::token).
     pub directory_token: Option<String>,
-    /// See [`DirectorySettings::instance`].
+    /// See [`DirectorySettings::instance`](super::DirectorySettings::instance).
     pub directory_instance: Option<String>,
-    /// See [`DirectorySettings::trusted_keys`].
+    /// See [`DirectorySettings::trusted_keys`](super::DirectorySettings::trusted_keys).
     pub directory_trusted_keys: Option<String>,
-    /// See [`DirectorySettings::sync_interval`].
+    /// See [`DirectorySettings::sync_interval`](super::DirectorySettings::sync_interval).
     pub directory_sync_interval_ms: Option<u64>,
-    /// See [`DirectorySettings::max_staleness`].
+    /// See [`DirectorySettings::max_staleness`](super::DirectorySettings::max_staleness).
     pub directory_max_staleness_seconds: Option<u64>,
-    /// See [`DirectorySettings::event_limit`].
+    /// See [`DirectorySettings::event_limit`](super::DirectorySettings::event_limit).
     pub directory_event_limit: Option<u32>,
 }
 
