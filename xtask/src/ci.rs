@@ -188,6 +188,23 @@ const PACKAGING_STEPS: &[PackagingStep] = &[
     },
 ];
 
+/// Clears stale extracted sources of our crates before `cargo package` (see
+/// [`crate::package_sources`]); a failure is printed and the step runs anyway, since Cargo's
+/// own error then shows what is wrong.
+fn clear_stale_package_sources() {
+    let Some(home) = crate::package_sources::cargo_home() else {
+        return;
+    };
+    match crate::package_sources::clear_stale_extracted_sources(&home) {
+        Ok(0) => {}
+        Ok(removed) => println!(
+            "package: removed {removed} stale extracted source folder(s) of our crates from {}",
+            home.join("registry").join("src").display()
+        ),
+        Err(error) => eprintln!("package: could not clear stale extracted sources: {error}"),
+    }
+}
+
 /// `cargo <command>` of the mechanism crates with only `feature`.
 fn mechanism_args(command: &str, feature: &str) -> Vec<String> {
     let mut args = vec![command.to_owned(), "--locked".to_owned()];
@@ -325,6 +342,9 @@ impl Gate<'_> {
         for step in PACKAGING_STEPS {
             if self.skipped(step.kind, step.name) {
                 continue;
+            }
+            if step.kind == StepKind::Package {
+                clear_stale_package_sources();
             }
             let mut cmd = self.cargo();
             cmd.args((step.args)());

@@ -11,6 +11,7 @@
 mod bench;
 mod ci;
 mod interrupt;
+mod package_sources;
 mod pg;
 
 use std::path::{Path, PathBuf};
