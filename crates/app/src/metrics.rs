@@ -12,6 +12,8 @@
 //!   dispatches in flight (`renewed`, `lost`, `failed`);
 //! - `tenantry_lifecycle_settle_contention_retries_total`: settle transactions run again after
 //!   a deadlock or serialization failure (recorded by the store adapter);
+//! - `tenantry_wake_listener_reconnections_total` and `tenantry_wake_listener_connected`: the
+//!   PostgreSQL wake listener's reconnections and state (recorded by the store adapter);
 //! - `tenantry_lifecycle_dispatch_errors_total{code}`: other dispatches without a settlement;
 //! - `tenantry_lifecycle_settle_seconds{operation}`: histogram, enqueue to ack;
 //! - `tenantry_dispatch_duration_seconds{call, outcome}`: histogram, one KnowledgeFS call;

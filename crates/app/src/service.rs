@@ -1,6 +1,10 @@
 //! Wiring of `tenantry serve`: adapters into the engine, lifecycle workers, the admin API, and
 //! graceful shutdown.
 //!
+//! Wake-ups: one [`Wakeups`] signal per service wakes its idle workers when its admin API
+//! enqueues a command and, on PostgreSQL, when the process's listener connection
+//! ([`WakeListener`]) sees another process's `NOTIFY`; the idle poll stays the backstop.
+//!
 //! Shutdown order: `/readyz` turns 503, workers stop claiming, the HTTP server stops
 //! accepting and finishes open requests, in-flight dispatches get up to `shutdown_grace` to
 //! settle (a dispatch still running then is aborted: its claim stays durable and another worker
@@ -14,7 +18,7 @@ use std::time::Duration;
 
 use tenantry_engine::lifecycle::{
     CommandIntake, Dispatcher, DispatcherConfig, GroupCommitConfig, GroupCommitStore, SystemClock,
-    Worker, WorkerConfig, unique_lease_owner,
+    Wakeups, Worker, WorkerConfig, unique_lease_owner,
 };
 use tenantry_engine::scoped_writes::{FenceConfig, ScopedWrites};
 use tenantry_lifecycle::RetryPolicy;
@@ -22,6 +26,7 @@ use tenantry_remote_http::knowledge_fs::{HttpKnowledgeFs, KnowledgeFsConfig};
 use tenantry_store_seaorm::Database;
 use tenantry_store_seaorm::host_storage::SeaOrmHostStorage;
 use tenantry_store_seaorm::lifecycle::SeaOrmLifecycleStore;
+use tenantry_store_seaorm::wake::{ListenerConfig, WakeListener};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -73,6 +78,8 @@ pub struct Service {
     grace: Duration,
     metrics: Arc<AppMetrics>,
     scoped_writes: ScopedWrites<SeaOrmHostStorage>,
+    /// The PostgreSQL listener that wakes the workers (none on SQLite).
+    wake_listener: Option<WakeListener>,
 }
 
 impl std::fmt::Debug for Service {
@@ -207,6 +214,9 @@ impl Service {
         let directory = directory.map(|prepared| prepared.attach(&db));
         let (stop, stopped) = watch::channel(false);
         let product_enabled = Arc::new(AtomicBool::new(config.product_enabled));
+        let wakeups = Wakeups::new();
+        // PostgreSQL: one listener connection wakes the workers on other processes' commands.
+        let wake_listener = WakeListener::spawn(&db, wakeups.clone(), ListenerConfig::default());
         let workers = (0..config.workers)
             .map(|_| {
                 let worker = Worker::new(
@@ -217,7 +227,8 @@ impl Service {
                         claim_batch: config.claim_batch,
                         product_enabled: product_enabled.clone(),
                     },
-                );
+                )
+                .with_wakeups(&wakeups);
                 let stopped = stopped.clone();
                 tokio::spawn(async move {
                     worker.run(stopped).await;
@@ -245,7 +256,7 @@ impl Service {
         );
         let state = AdminState {
             store: store.clone(),
-            intake: Arc::new(CommandIntake::new(store, clock)),
+            intake: Arc::new(CommandIntake::new(store, clock).with_wakeups(wakeups)),
             fences: scoped_writes.clone(),
             token: config.admin_token.as_deref().map(Arc::from),
             accepting: accepting.clone(),
@@ -283,6 +294,7 @@ impl Service {
             grace: config.shutdown_grace,
             metrics,
             scoped_writes,
+            wake_listener,
         }
     }
 
@@ -330,6 +342,9 @@ impl Service {
                     report.workers_aborted += 1;
                 }
             }
+        }
+        if let Some(listener) = self.wake_listener {
+            listener.stop().await;
         }
         if let Some(mut projector) = self.projector {
             // The projector stops at once on shutdown (every apply is one transaction).

@@ -15,6 +15,8 @@
 //! - [`error`]: [`StoreError`], the one storage failure shape of every storage port (lifecycle,
 //!   host storage, directory projection), and [`error::ErrorSource`], how port errors keep a
 //!   driver's error as their source;
+//! - [`wake`]: the wake-up signal of idle workers ([`wake::Wakeups`]), sent by intake and by
+//!   database listeners;
 //! - [`handles`]: every port is implemented for `Arc<T>`, `Box<T>` and `&T` of an implementor.
 //!
 //! # Features
@@ -44,6 +46,7 @@ pub mod host_storage;
 pub mod lifecycle;
 #[cfg(feature = "mocks")]
 pub mod mocks;
+pub mod wake;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 #[cfg(feature = "directory")]

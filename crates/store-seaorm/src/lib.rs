@@ -12,6 +12,8 @@
 //! - [`lifecycle`]: the lifecycle outbox and control-space repositories;
 //! - [`host_storage`]: the host-storage port behind fences and connector state;
 //! - [`directory`]: the directory projection repositories;
+//! - [`wake`]: `NOTIFY` on intake and the health-checked PostgreSQL listener that wakes idle
+//!   workers ([`wake::WakeListener`]);
 //! - `testing` (feature `testing`): a fresh migrated database per test;
 //! - `bench` (feature `bench`): bulk fixtures and SQL baselines for `cargo xtask bench`;
 //! - `throwaway` (features `testing` and `bench`): create and drop a scratch PostgreSQL
@@ -72,6 +74,8 @@ pub mod lifecycle;
 pub mod testing;
 #[cfg(any(test, feature = "testing", feature = "bench"))]
 pub mod throwaway;
+#[cfg(feature = "lifecycle")]
+pub mod wake;
 
 pub use connect::{Backend, ConnectError, Database, connect, connect_existing};
 #[cfg(feature = "directory")]

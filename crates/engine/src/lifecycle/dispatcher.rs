@@ -326,6 +326,16 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
         Ok(futures::future::join_all(runs).await)
     }
 
+    /// How long until the next command becomes claimable, by the store's clock (see
+    /// [`CommandQueue::next_due_in`]): `None` when nothing is waiting or the store cannot tell.
+    /// An idle worker sleeps no longer than this.
+    ///
+    /// # Errors
+    /// [`StoreError`] when the store fails.
+    pub async fn next_due_in(&self, product_enabled: bool) -> Result<Option<Duration>, StoreError> {
+        self.store.next_due_in(product_enabled).await
+    }
+
     /// Claims, and returns the claimed commands with the instant the claim started (the lease
     /// cannot have started before it).
     async fn claim(

@@ -317,6 +317,13 @@ impl<S: LifecycleStore + 'static> CommandQueue for GroupCommitStore<S> {
         self.inner.claim(request).await
     }
 
+    async fn next_due_in(
+        &self,
+        include_provision: bool,
+    ) -> Result<Option<std::time::Duration>, StoreError> {
+        self.inner.next_due_in(include_provision).await
+    }
+
     async fn renew_lease(
         &self,
         lease: &LeaseToken,

@@ -21,6 +21,7 @@ pub use operator::{
     BulkReport, MAX_ACTOR_CHARS, MAX_BULK, MAX_REASON_CHARS, OperatorActions, OperatorRequestError,
 };
 pub use tenantry_ports::clock::{Clock, ManualClock, SystemClock};
+pub use tenantry_ports::wake::{WakeSubscription, Wakeups};
 pub use worker::{Worker, WorkerConfig, WorkerReport, unique_lease_owner};
 
 #[cfg(test)]

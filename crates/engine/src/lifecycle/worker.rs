@@ -1,4 +1,9 @@
 //! The worker loop: dispatch continuously, sleep when idle, stop on shutdown.
+//!
+//! An idle worker sleeps until the first of: a wake-up ([`Wakeups`]: a command enqueued in this
+//! process, or a `NOTIFY` seen by the database listener), the moment the store says the next
+//! waiting command becomes due (a retry after its backoff, an expired lease), its idle poll
+//! (the backstop), or shutdown.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -6,15 +11,19 @@ use std::time::Duration;
 
 use tenantry_kernel::LeaseOwner;
 use tenantry_ports::lifecycle::{KnowledgeFs, LifecycleStore};
+use tenantry_ports::wake::{WakeSubscription, Wakeups};
 use tokio::sync::watch;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use super::dispatcher::Dispatcher;
 
 /// Settings of one worker.
 #[derive(Debug, Clone)]
 pub struct WorkerConfig {
-    /// Sleep when nothing is due (default 1 s). A new command waits at most this long.
+    /// Longest sleep when nothing is due (default 1 s): the backstop when no wake-up comes
+    /// (a command of another process on SQLite, a lost notification). A worker with
+    /// [`Worker::with_wakeups`] is woken sooner by intake and the database listener, and
+    /// always wakes when the store's next waiting command becomes due.
     pub idle_poll: Duration,
     /// Most commands claimed per statement and dispatched concurrently (default 16).
     pub claim_batch: u32,
@@ -138,6 +147,7 @@ pub struct Worker<S, R> {
     dispatcher: Arc<Dispatcher<S, R>>,
     owner: LeaseOwner,
     config: WorkerConfig,
+    wake: Option<WakeSubscription>,
 }
 
 impl<S: LifecycleStore, R: KnowledgeFs> Worker<S, R> {
@@ -149,7 +159,17 @@ impl<S: LifecycleStore, R: KnowledgeFs> Worker<S, R> {
             dispatcher,
             owner,
             config,
+            wake: None,
         }
+    }
+
+    /// Wakes this worker from its idle sleep whenever `wakeups` is signalled (give the same
+    /// signal to the process's `CommandIntake::with_wakeups` and database listener). A wake
+    /// sent while the worker is claiming is not lost: it claims again at once.
+    #[must_use]
+    pub fn with_wakeups(mut self, wakeups: &Wakeups) -> Self {
+        self.wake = Some(wakeups.subscribe());
+        self
     }
 
     /// The lease owner of this worker.
@@ -160,15 +180,19 @@ impl<S: LifecycleStore, R: KnowledgeFs> Worker<S, R> {
     /// Dispatches until `shutdown` turns true. Shutdown stops claiming; a dispatch in flight is
     /// never cancelled and settles before this returns. Ordinary errors are logged and the loop
     /// goes on after the idle interval.
-    pub async fn run(self, mut shutdown: watch::Receiver<bool>) -> WorkerReport {
+    pub async fn run(mut self, mut shutdown: watch::Receiver<bool>) -> WorkerReport {
         let mut report = WorkerReport::default();
         info!(owner = %self.owner, "lifecycle worker started");
         loop {
             if *shutdown.borrow() {
                 break;
             }
+            // Before the claim: a wake sent while claiming makes the sleep below end at once.
+            if let Some(wake) = self.wake.as_mut() {
+                wake.mark_seen();
+            }
             let enabled = self.config.product_enabled.load(Ordering::Relaxed);
-            let busy = match self
+            let idle = match self
                 .dispatcher
                 .dispatch_batch(&self.owner, enabled, self.config.claim_batch.max(1))
                 .await
@@ -182,21 +206,50 @@ impl<S: LifecycleStore, R: KnowledgeFs> Worker<S, R> {
                             Err(_) => report.errors += 1,
                         }
                     }
-                    !results.is_empty()
+                    if results.is_empty() {
+                        Some(self.idle_sleep(enabled).await)
+                    } else {
+                        None
+                    }
                 }
                 Err(error) => {
                     warn!(%error, "claim failed; retrying after the idle interval");
-                    false
+                    // No wake-up shortens this pause: the store is failing.
+                    tokio::select! {
+                        () = self.dispatcher.clock().sleep(self.config.idle_poll) => {}
+                        _ = shutdown.changed() => {}
+                    }
+                    continue;
                 }
             };
-            if !busy {
+            if let Some(idle) = idle {
+                let wake = async {
+                    match self.wake.as_mut() {
+                        Some(wake) => wake.woken().await,
+                        None => std::future::pending().await,
+                    }
+                };
                 tokio::select! {
-                    () = self.dispatcher.clock().sleep(self.config.idle_poll) => {}
+                    () = self.dispatcher.clock().sleep(idle) => {}
+                    () = wake => {}
                     _ = shutdown.changed() => {}
                 }
             }
         }
         info!(owner = %self.owner, claimed = report.claimed, "lifecycle worker stopped");
         report
+    }
+
+    /// How long to sleep when idle: until the store's next waiting command is due, at most the
+    /// idle poll. A failed look-up falls back to the idle poll.
+    async fn idle_sleep(&self, product_enabled: bool) -> Duration {
+        match self.dispatcher.next_due_in(product_enabled).await {
+            Ok(Some(due)) => due.min(self.config.idle_poll),
+            Ok(None) => self.config.idle_poll,
+            Err(error) => {
+                debug!(%error, "next due time unknown; sleeping the idle poll");
+                self.config.idle_poll
+            }
+        }
     }
 }

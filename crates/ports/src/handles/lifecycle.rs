@@ -37,6 +37,9 @@ async_handles!(CommandQueue {
     ) -> Result<Vec<Result<(), SettleError>>, StoreError> {
         (**self).settle_many(items).await
     }
+    async fn next_due_in(&self, include_provision: bool) -> Result<Option<Duration>, StoreError> {
+        (**self).next_due_in(include_provision).await
+    }
     async fn latest_provision(
         &self,
         tenant_id: &TenantId,

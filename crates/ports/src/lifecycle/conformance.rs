@@ -81,6 +81,7 @@ macro_rules! lifecycle_store_conformance {
             claim_leaves_a_live_lease_alone,
             claim_skips_provision_when_product_disabled,
             claim_respects_the_limit_in_due_order,
+            next_due_in_names_the_earliest_waiting_command,
             concurrent_claimers_never_share_a_command,
             settle_ack_completes_and_releases_the_lease,
             settle_retry_schedules_the_next_attempt,
@@ -326,6 +327,38 @@ pub async fn claim_skips_provision_when_product_disabled<S: LifecycleStore>(
     let claimed = claim(&store, &clock, request).await.unwrap();
     assert_eq!(claimed.len(), 1);
     assert_eq!(claimed[0].operation, Operation::Delete);
+}
+
+/// `next_due_in`: nothing waiting is `None`; a due command is zero; otherwise the time to the
+/// earliest `next_attempt_at` of a pending command or lease expiry of a processing one, by the
+/// store's clock; provision commands count only when they may be claimed.
+pub async fn next_due_in_names_the_earliest_waiting_command<S: LifecycleStore>(
+    store: S,
+    clock: ManualClock,
+) {
+    clock.set(t(0));
+    assert_eq!(store.next_due_in(true).await.unwrap(), None);
+    enqueue(&store, &clock, "cs1", "k1", t(0)).await;
+    assert_eq!(store.next_due_in(true).await.unwrap(), Some(Duration::ZERO));
+    // Claimed with a 60 s lease: claimable again when the lease expires.
+    claim_one(&store, &clock, "w1", t(0)).await;
+    clock.set(t(10));
+    assert_eq!(
+        store.next_due_in(true).await.unwrap(),
+        Some(Duration::from_secs(50))
+    );
+    // A command due at t(20) comes first.
+    enqueue(&store, &clock, "cs2", "k2", t(20)).await;
+    clock.set(t(10));
+    assert_eq!(
+        store.next_due_in(true).await.unwrap(),
+        Some(Duration::from_secs(10))
+    );
+    // Both are provisions: none counts while provisions may not be claimed.
+    assert_eq!(store.next_due_in(false).await.unwrap(), None);
+    // Past its time it is due: zero.
+    clock.set(t(25));
+    assert_eq!(store.next_due_in(true).await.unwrap(), Some(Duration::ZERO));
 }
 
 pub async fn claim_respects_the_limit_in_due_order<S: LifecycleStore>(

@@ -7,6 +7,7 @@
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -258,6 +259,26 @@ impl CommandQueue for InMemoryLifecycleStore {
             });
         }
         Ok(claimed)
+    }
+
+    async fn next_due_in(&self, include_provision: bool) -> Result<Option<Duration>, StoreError> {
+        self.check_fault()?;
+        let now = self.clock.now();
+        let state = lock(&self.state);
+        let next = state
+            .commands
+            .values()
+            .filter(|r| include_provision || r.operation != Operation::Provision)
+            .filter_map(|r| match r.status {
+                CommandStatus::Pending => Some(r.next_attempt_at),
+                CommandStatus::Processing => Some(r.lease_expires_at.unwrap_or(now)),
+                CommandStatus::Succeeded
+                | CommandStatus::Superseded
+                | CommandStatus::Failed
+                | CommandStatus::Abandoned => None,
+            })
+            .min();
+        Ok(next.map(|at| (at - now).to_std().unwrap_or(Duration::ZERO)))
     }
 
     async fn renew_lease(

@@ -202,6 +202,21 @@ pub trait CommandQueue: Send + Sync {
         Ok(results)
     }
 
+    /// How long, on the store's clock, until the next command not yet claimable becomes
+    /// claimable: the earliest `next_attempt_at` of a pending command and `lease_expires_at` of
+    /// a processing one (provision commands only when `include_provision`), minus the store's
+    /// now; [`Duration::ZERO`] when one is due already, `None` when no command is waiting.
+    /// An idle worker sleeps until then (or its idle poll, whichever is sooner), so a command
+    /// retried after a backoff is claimed when it becomes due. The default answers `None`
+    /// (unknown: the worker relies on its idle poll); the SQL stores answer with one statement.
+    ///
+    /// # Errors
+    /// [`StoreError`] when the database fails.
+    async fn next_due_in(&self, include_provision: bool) -> Result<Option<Duration>, StoreError> {
+        let _ = include_provision;
+        Ok(None)
+    }
+
     /// The most recent provision command of a control space.
     ///
     /// # Errors

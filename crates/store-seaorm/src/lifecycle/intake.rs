@@ -97,7 +97,16 @@ async fn apply_plan<C: ConnectionTrait>(
         .exec(conn)
         .await
     {
-        Ok(_) => Ok(Applied::Created(now)),
+        Ok(_) => {
+            if store.backend == Backend::Postgres {
+                // Delivered to the listeners (`crate::wake`) when this transaction commits,
+                // dropped if it rolls back; several in one transaction are delivered once.
+                conn.execute_unprepared(crate::wake::NOTIFY_SQL)
+                    .await
+                    .map_err(unavailable)?;
+            }
+            Ok(Applied::Created(now))
+        }
         Err(error) if is_unique_violation(&error) => Ok(Applied::KeyTaken),
         Err(error) => Err(unavailable(error).into()),
     }

@@ -493,6 +493,42 @@ impl CommandQueue for SeaOrmLifecycleStore {
             .collect()
     }
 
+    async fn next_due_in(
+        &self,
+        include_provision: bool,
+    ) -> Result<Option<std::time::Duration>, StoreError> {
+        let backend = match self.backend {
+            Backend::Postgres => DbBackend::Postgres,
+            Backend::Sqlite => DbBackend::Sqlite,
+        };
+        let operation_filter = if include_provision {
+            String::new()
+        } else {
+            format!(" AND operation <> '{}'", Operation::Provision.as_str())
+        };
+        // Both halves read only live rows (`completed_at IS NULL`, the claim index's predicate).
+        let sql = format!(
+            "SELECT MIN(due) - {now} AS wait_ms FROM (\
+               SELECT MIN(next_attempt_at) AS due FROM tenantry_lifecycle_outbox \
+                 WHERE completed_at IS NULL AND status = 'pending'{operation_filter} \
+               UNION ALL \
+               SELECT MIN(lease_expires_at) AS due FROM tenantry_lifecycle_outbox \
+                 WHERE completed_at IS NULL AND status = 'processing'{operation_filter}\
+             ) AS waiting",
+            now = self.now_sql(),
+        );
+        let row = self
+            .conn
+            .query_one_raw(Statement::from_string(backend, sql))
+            .await
+            .map_err(unavailable)?;
+        let wait_ms: Option<i64> = match row {
+            Some(row) => row.try_get("", "wait_ms").map_err(unavailable)?,
+            None => None,
+        };
+        Ok(wait_ms.map(|ms| std::time::Duration::from_millis(u64::try_from(ms).unwrap_or(0))))
+    }
+
     async fn renew_lease(
         &self,
         lease: &LeaseToken,

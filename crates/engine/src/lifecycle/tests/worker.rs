@@ -1,4 +1,5 @@
-//! The worker loop: idle polling, shutdown with a dispatch in flight, lease owner ids.
+//! The worker loop: idle polling, wake-ups (intake, due times), shutdown with a dispatch in
+//! flight, lease owner ids.
 
 use super::*;
 
@@ -56,6 +57,154 @@ async fn worker_sleeps_when_idle_and_picks_up_new_commands() {
     stop.send(true).unwrap();
     let report = handle.await.unwrap();
     assert_eq!((report.claimed, report.completed, report.errors), (1, 1, 0));
+}
+
+/// A command enqueued through an intake of this process while the workers sleep is claimed at
+/// once: the clock never moves, the idle poll is an hour.
+#[tokio::test]
+async fn an_intake_wakes_idle_workers_without_waiting_for_the_poll() {
+    let h = harness();
+    let wakeups = Wakeups::new();
+    let intake = CommandIntake::new(h.store.clone(), Arc::new(clock_of_test()))
+        .with_wakeups(wakeups.clone());
+    let dispatcher = Arc::new(
+        Dispatcher::new(
+            h.store.clone(),
+            h.remote.clone(),
+            DispatcherConfig::default(),
+        )
+        .with_clock(Arc::new(clock_of_test())),
+    );
+    let (stop, stopped) = watch::channel(false);
+    let workers: Vec<_> = (0..2)
+        .map(|i| {
+            let worker = Worker::new(
+                dispatcher.clone(),
+                owner(&format!("w{i}")),
+                worker_config(Duration::from_secs(3600)),
+            )
+            .with_wakeups(&wakeups);
+            tokio::spawn(worker.run(stopped.clone()))
+        })
+        .collect();
+    let_tasks_run().await; // both found nothing and sleep
+    for cs in ["cs1", "cs2"] {
+        let receipt = intake
+            .create_control_space(&create_request(cs, &format!("create-{cs}")))
+            .await
+            .unwrap();
+        let_tasks_run().await;
+        assert_eq!(
+            h.command(&receipt.command_id).status,
+            CommandStatus::Succeeded,
+            "{cs} claimed and settled without the clock moving"
+        );
+    }
+    // A replay creates nothing and wakes nobody.
+    let sent = wakeups.sent();
+    intake
+        .create_control_space(&create_request("cs1", "create-cs1"))
+        .await
+        .unwrap();
+    assert_eq!(wakeups.sent(), sent);
+    stop.send(true).unwrap();
+    let mut claimed = 0;
+    for worker in workers {
+        claimed += worker.await.unwrap().claimed;
+    }
+    assert_eq!(claimed, 2);
+}
+
+/// Without a wake-up signal the same worker waits for its idle poll: the wake is what makes
+/// the difference above.
+#[tokio::test]
+async fn without_wakeups_a_new_command_waits_for_the_idle_poll() {
+    let h = harness();
+    let clock = clock_of_test();
+    let dispatcher = Arc::new(
+        Dispatcher::new(
+            h.store.clone(),
+            h.remote.clone(),
+            DispatcherConfig::default(),
+        )
+        .with_clock(Arc::new(clock.clone())),
+    );
+    let (stop, stopped) = watch::channel(false);
+    let worker = Worker::new(
+        dispatcher,
+        owner("w"),
+        worker_config(Duration::from_secs(3600)),
+    );
+    let handle = tokio::spawn(worker.run(stopped));
+    let_tasks_run().await;
+    let receipt = h.create("cs1").await;
+    let_tasks_run().await;
+    assert_eq!(
+        h.command(&receipt.command_id).status,
+        CommandStatus::Pending
+    );
+    clock.advance(Duration::from_secs(3600));
+    let_tasks_run().await;
+    assert_eq!(
+        h.command(&receipt.command_id).status,
+        CommandStatus::Succeeded
+    );
+    stop.send(true).unwrap();
+    handle.await.unwrap();
+}
+
+/// A command retried after a backoff is claimed when the backoff ends, not at the next idle
+/// poll: the worker sleeps until the store's next due time.
+#[tokio::test]
+async fn an_idle_worker_wakes_when_a_backoff_comes_due() {
+    let h = harness();
+    let clock = clock_of_test();
+    let receipt = h.create("cs1").await;
+    h.remote.push_fault(
+        RemoteCall::Provision,
+        RemoteFault::Fail(RemoteError::answered(503, "KFS_UNAVAILABLE", "busy")),
+    );
+    let dispatcher = Arc::new(
+        Dispatcher::new(
+            h.store.clone(),
+            h.remote.clone(),
+            DispatcherConfig::default(),
+        )
+        .with_clock(Arc::new(clock.clone())),
+    );
+    let (stop, stopped) = watch::channel(false);
+    let worker = Worker::new(
+        dispatcher,
+        owner("w"),
+        worker_config(Duration::from_secs(3600)),
+    );
+    let handle = tokio::spawn(worker.run(stopped));
+    let_tasks_run().await;
+    let record = h.command(&receipt.command_id);
+    assert_eq!(
+        record.status,
+        CommandStatus::Pending,
+        "first attempt failed"
+    );
+    let backoff = (record.next_attempt_at - clock.now()).to_std().unwrap();
+    assert!(backoff > Duration::ZERO && backoff < Duration::from_secs(3600));
+    clock.advance(backoff - Duration::from_millis(1));
+    let_tasks_run().await;
+    assert_eq!(
+        h.command(&receipt.command_id).status,
+        CommandStatus::Pending,
+        "not due yet"
+    );
+    clock.advance(Duration::from_millis(1));
+    let_tasks_run().await;
+    assert_eq!(
+        h.command(&receipt.command_id).status,
+        CommandStatus::Succeeded,
+        "claimed when the backoff ended"
+    );
+    stop.send(true).unwrap();
+    let report = handle.await.unwrap();
+    assert_eq!((report.claimed, report.completed), (2, 1));
 }
 
 #[tokio::test]

@@ -1,0 +1,210 @@
+//! Wake-ups across processes (`tenantry_store_seaorm::wake`), on PostgreSQL
+//! (`TENANTRY_TEST_PG_URL`; on SQLite only the absence of a listener is checked): an intake's
+//! `NOTIFY` reaches the listener at commit and nothing on rollback; a listener connection
+//! terminated by the server is back, `LISTEN`ing and counted, within a second, and workers
+//! woken by it wait no longer than one idle poll for any command meanwhile.
+//!
+//! These tests run on real time (a real server and its connections); they wait on the
+//! listener's state and wake signal with timeouts, never for a fixed time.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, Statement, TransactionTrait};
+use tenantry_engine::lifecycle::{
+    CommandIntake, Dispatcher, DispatcherConfig, SystemClock, Worker, WorkerConfig,
+};
+use tenantry_kernel::{ControlSpaceId, IdempotencyKey, LeaseOwner, TenantId};
+use tenantry_lifecycle::intake::CreateControlSpace;
+use tenantry_ports::lifecycle::fake::FakeKnowledgeFs;
+use tenantry_ports::wake::Wakeups;
+use tenantry_store_seaorm::Backend;
+use tenantry_store_seaorm::lifecycle::SeaOrmLifecycleStore;
+use tenantry_store_seaorm::testing::fresh_database;
+use tenantry_store_seaorm::wake::{ListenerConfig, ListenerState, WakeListener};
+use tokio::sync::watch;
+use tokio::time::{Instant, timeout};
+
+fn create(cs: &str) -> CreateControlSpace {
+    CreateControlSpace::new(
+        TenantId::parse("acme").unwrap(),
+        ControlSpaceId::parse(cs).unwrap(),
+        IdempotencyKey::parse(format!("create-{cs}")).unwrap(),
+        "Docs",
+        cs,
+    )
+}
+
+/// Waits (at most `within`) until the listener's state satisfies `ready`.
+async fn wait_state(
+    state: &mut watch::Receiver<ListenerState>,
+    within: Duration,
+    ready: impl FnMut(&ListenerState) -> bool,
+) -> ListenerState {
+    *timeout(within, state.wait_for(ready))
+        .await
+        .expect("listener state reached in time")
+        .expect("listener alive")
+}
+
+/// Terminates this database's listener connections from the server side; returns how many.
+async fn terminate_listener(conn: &DatabaseConnection) -> i64 {
+    let row = conn
+        .query_one_raw(Statement::from_string(
+            DbBackend::Postgres,
+            "SELECT COUNT(pg_terminate_backend(pid)) AS n FROM pg_stat_activity \
+             WHERE application_name = 'tenantry-wake-listener' AND datname = current_database()",
+        ))
+        .await
+        .unwrap()
+        .unwrap();
+    row.try_get("", "n").unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_notifies_a_rollback_does_not_and_a_terminated_listener_is_back_within_a_second() {
+    let test_db = fresh_database().await;
+    let db = &test_db.db;
+    let wakeups = Wakeups::new();
+    let listener = WakeListener::spawn(db, wakeups.clone(), ListenerConfig::default());
+    if test_db.backend() == Backend::Sqlite {
+        assert!(listener.is_none(), "SQLite has no notifications");
+        return;
+    }
+    let listener = listener.unwrap();
+    let mut state = listener.watch();
+    wait_state(&mut state, Duration::from_secs(5), |s| s.listening).await;
+    let mut woken = wakeups.subscribe();
+
+    // Another "process": an intake without this process's wake signal.
+    let store = SeaOrmLifecycleStore::new(db);
+    let intake = CommandIntake::new(store.clone(), Arc::new(SystemClock));
+    woken.mark_seen();
+    intake.create_control_space(&create("cs1")).await.unwrap();
+    timeout(Duration::from_secs(1), woken.woken())
+        .await
+        .expect("the commit's NOTIFY woke the listener's workers");
+    let notified = wait_state(&mut state, Duration::from_secs(1), |s| s.notifications == 1)
+        .await
+        .notifications;
+
+    // Enqueued in a transaction that rolls back: nothing is sent.
+    {
+        let txn = db.conn.begin().await.unwrap();
+        store.enqueue(&txn, create("cs-rolled-back")).await.unwrap();
+        txn.rollback().await.unwrap();
+    }
+    // A later commit's notification arrives; the rolled-back one never did.
+    intake.create_control_space(&create("cs2")).await.unwrap();
+    let after = wait_state(&mut state, Duration::from_secs(1), |s| {
+        s.notifications > notified
+    })
+    .await;
+    assert_eq!(after.notifications, notified + 1, "one notification: cs2's");
+
+    // Killed by the server: detected, reconnected, LISTEN again, counted, within a second.
+    woken.mark_seen();
+    let killed_at = Instant::now();
+    assert_eq!(terminate_listener(&db.conn).await, 1);
+    wait_state(&mut state, Duration::from_secs(1), |s| {
+        s.reconnections == 1 && s.listening
+    })
+    .await;
+    let back_after = killed_at.elapsed();
+    assert!(
+        back_after < Duration::from_secs(1),
+        "listener back after {back_after:?}"
+    );
+    assert!(
+        woken.pending(),
+        "the reconnection woke the workers (catch-up)"
+    );
+    assert_eq!(listener.reconnections(), 1);
+
+    // And it listens again.
+    woken.mark_seen();
+    intake.create_control_space(&create("cs3")).await.unwrap();
+    timeout(Duration::from_secs(1), woken.woken())
+        .await
+        .expect("notifications arrive on the new connection");
+    listener.stop().await;
+}
+
+/// Commands enqueued by another process every 40 ms while a worker idles with the default
+/// 1 s poll; the listener is terminated by the server halfway. Every command is claimed within
+/// one poll interval of its commit, and most within a few milliseconds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_listener_terminated_mid_run_no_command_waits_longer_than_one_poll() {
+    let test_db = fresh_database().await;
+    if test_db.backend() == Backend::Sqlite {
+        return; // no listener on SQLite: the in-process wake is tested in the engine
+    }
+    let db = &test_db.db;
+    let wakeups = Wakeups::new();
+    let listener = WakeListener::spawn(db, wakeups.clone(), ListenerConfig::default()).unwrap();
+    let mut state = listener.watch();
+    wait_state(&mut state, Duration::from_secs(5), |s| s.listening).await;
+
+    let store = SeaOrmLifecycleStore::new(db);
+    let remote = FakeKnowledgeFs::new();
+    let calls: Arc<Mutex<Vec<Instant>>> = Arc::default();
+    let seen = calls.clone();
+    remote.set_hook(move |_| seen.lock().unwrap().push(Instant::now()));
+    let idle_poll = WorkerConfig::default().idle_poll;
+    let dispatcher = Arc::new(Dispatcher::new(
+        store.clone(),
+        remote,
+        DispatcherConfig::default(),
+    ));
+    let worker = Worker::new(
+        dispatcher,
+        LeaseOwner::parse("w1").unwrap(),
+        WorkerConfig::default().with_claim_batch(1),
+    )
+    .with_wakeups(&wakeups);
+    let (stop, stopped) = watch::channel(false);
+    let running = tokio::spawn(worker.run(stopped));
+
+    let intake = CommandIntake::new(store.clone(), Arc::new(SystemClock));
+    let total = 24;
+    let mut committed = Vec::with_capacity(total);
+    for i in 0..total {
+        if i == total / 2 {
+            assert_eq!(terminate_listener(&db.conn).await, 1);
+        }
+        intake
+            .create_control_space(&create(&format!("cs{i}")))
+            .await
+            .unwrap();
+        committed.push(Instant::now());
+        tokio::time::sleep(Duration::from_millis(40)).await; // the producer's pace
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while calls.lock().unwrap().len() < total && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    stop.send(true).unwrap();
+    running.await.unwrap();
+    let calls = calls.lock().unwrap().clone();
+    assert_eq!(calls.len(), total, "every command was delivered");
+    let mut waits: Vec<Duration> = calls
+        .iter()
+        .zip(&committed)
+        .map(|(call, commit)| call.saturating_duration_since(*commit))
+        .collect();
+    waits.sort();
+    let worst = waits[total - 1];
+    assert!(
+        worst < idle_poll,
+        "worst enqueue-to-delivery {worst:?} exceeds one poll interval {idle_poll:?}"
+    );
+    assert!(
+        waits[total / 2] < Duration::from_millis(100),
+        "median {:?}: the listener, not the poll, woke the worker",
+        waits[total / 2]
+    );
+    assert_eq!(listener.reconnections(), 1);
+    assert!(listener.state().listening);
+    listener.stop().await;
+}
