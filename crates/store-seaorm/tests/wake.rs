@@ -1,8 +1,9 @@
 //! Wake-ups across processes (`tenantry_store_seaorm::wake`), on PostgreSQL
 //! (`TENANTRY_TEST_PG_URL`; on SQLite only the absence of a listener is checked): an intake's
 //! `NOTIFY` reaches the listener at commit and nothing on rollback; a listener connection
-//! terminated by the server is back, `LISTEN`ing and counted, within a second, and workers
-//! woken by it wait no longer than one idle poll for any command meanwhile.
+//! terminated by the server, or one that stops answering (a frozen proxy), is back,
+//! `LISTEN`ing and counted, within a second, and workers woken by it wait no longer than one
+//! idle poll for any command meanwhile.
 //!
 //! These tests run on real time (a real server and its connections); they wait on the
 //! listener's state and wake signal with timeouts, never for a fixed time.
@@ -206,5 +207,132 @@ async fn with_the_listener_terminated_mid_run_no_command_waits_longer_than_one_p
     );
     assert_eq!(listener.reconnections(), 1);
     assert!(listener.state().listening);
+    listener.stop().await;
+}
+
+/// A TCP proxy to the PostgreSQL server whose existing connections can be frozen: they stay
+/// open but nothing passes any more (a connection that "stops answering"). Connections made
+/// after the freeze pass.
+struct FreezingProxy {
+    addr: std::net::SocketAddr,
+    frozen_below: Arc<std::sync::atomic::AtomicUsize>,
+    opened: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl FreezingProxy {
+    async fn start(upstream: String) -> Self {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let frozen_below = Arc::new(AtomicUsize::new(0));
+        let opened = Arc::new(AtomicUsize::new(0));
+        let (frozen, count) = (frozen_below.clone(), opened.clone());
+        tokio::spawn(async move {
+            loop {
+                let (client, _) = listener.accept().await.unwrap();
+                let server = tokio::net::TcpStream::connect(&upstream).await.unwrap();
+                let id = count.fetch_add(1, Ordering::SeqCst);
+                let (client_read, client_write) = client.into_split();
+                let (server_read, server_write) = server.into_split();
+                for (mut from, mut to) in [(client_read, server_write), (server_read, client_write)]
+                {
+                    let frozen = frozen.clone();
+                    tokio::spawn(async move {
+                        let mut buf = vec![0u8; 16 * 1024];
+                        loop {
+                            let n = match from.read(&mut buf).await {
+                                Ok(0) | Err(_) => return,
+                                Ok(n) => n,
+                            };
+                            if id < frozen.load(Ordering::SeqCst) {
+                                std::future::pending::<()>().await;
+                            }
+                            if to.write_all(&buf[..n]).await.is_err() {
+                                return;
+                            }
+                        }
+                    });
+                }
+            }
+        });
+        Self {
+            addr,
+            frozen_below,
+            opened,
+        }
+    }
+
+    /// Freezes every connection opened so far.
+    fn freeze(&self) {
+        use std::sync::atomic::Ordering;
+        self.frozen_below
+            .store(self.opened.load(Ordering::SeqCst), Ordering::SeqCst);
+    }
+}
+
+/// The listener's connection goes silent (a frozen proxy: open, but no answer). The heartbeat
+/// notices, the listener reconnects, issues `LISTEN` again and is back within a second.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listener_connection_that_stops_answering_is_replaced_within_a_second() {
+    let test_db = fresh_database().await;
+    if test_db.backend() == Backend::Sqlite {
+        return;
+    }
+    let db = &test_db.db;
+    // The same database, reached through the proxy.
+    let server_url = std::env::var(tenantry_store_seaorm::testing::PG_URL_ENV).unwrap();
+    let rest = server_url.split_once("://").unwrap().1;
+    let (credentials, host_and_path) = rest.rsplit_once('@').unwrap_or(("", rest));
+    let upstream = host_and_path.split('/').next().unwrap().to_owned();
+    let name: String = db
+        .conn
+        .query_one_raw(Statement::from_string(
+            DbBackend::Postgres,
+            "SELECT current_database() AS name",
+        ))
+        .await
+        .unwrap()
+        .unwrap()
+        .try_get("", "name")
+        .unwrap();
+    let proxy = FreezingProxy::start(upstream).await;
+    let at = if credentials.is_empty() { "" } else { "@" };
+    let proxied_url = format!("postgres://{credentials}{at}{}/{name}", proxy.addr);
+    let proxied = tenantry_store_seaorm::connect_existing(&proxied_url, 2)
+        .await
+        .unwrap();
+
+    let wakeups = Wakeups::new();
+    let listener =
+        WakeListener::spawn(&proxied, wakeups.clone(), ListenerConfig::default()).unwrap();
+    let mut state = listener.watch();
+    wait_state(&mut state, Duration::from_secs(5), |s| s.listening).await;
+    let mut woken = wakeups.subscribe();
+
+    proxy.freeze();
+    let frozen_at = Instant::now();
+    woken.mark_seen();
+    wait_state(&mut state, Duration::from_secs(2), |s| {
+        s.reconnections == 1 && s.listening
+    })
+    .await;
+    let back_after = frozen_at.elapsed();
+    assert!(
+        back_after < Duration::from_secs(1),
+        "silent listener replaced after {back_after:?}"
+    );
+    assert!(
+        woken.pending(),
+        "the reconnection woke the workers (catch-up)"
+    );
+
+    // The new connection receives the notifications of a commit on the direct connection.
+    woken.mark_seen();
+    let intake = CommandIntake::new(SeaOrmLifecycleStore::new(db), Arc::new(SystemClock));
+    intake.create_control_space(&create("cs1")).await.unwrap();
+    timeout(Duration::from_secs(1), woken.woken())
+        .await
+        .expect("notifications arrive on the new connection");
     listener.stop().await;
 }
