@@ -16,7 +16,7 @@ use chrono::Utc;
 use serde_json::json;
 use tenantry_engine::lifecycle::{
     CommandIntake, Dispatcher, DispatcherConfig, GroupCommitConfig, GroupCommitStore, SystemClock,
-    Worker, WorkerConfig, unique_lease_owner,
+    Wakeups, Worker, WorkerConfig, unique_lease_owner,
 };
 use tenantry_kernel::{CommandId, ControlSpaceId, IdempotencyKey, TenantId};
 use tenantry_lifecycle::intake::{CreateControlSpace, IntakePlan};
@@ -29,6 +29,7 @@ use tenantry_ports::lifecycle::{
 use tenantry_store_seaorm::Database;
 use tenantry_store_seaorm::bench as store_bench;
 use tenantry_store_seaorm::lifecycle::SeaOrmLifecycleStore;
+use tenantry_store_seaorm::wake::{ListenerConfig, WakeListener};
 use tokio::sync::{Notify, watch};
 
 use crate::fixtures::{Target, Workload, load};
@@ -134,103 +135,181 @@ pub async fn throughput(
     Ok(())
 }
 
+/// Latency targets of issue 14 (enqueue commit to claim, low load, default idle poll).
+pub const LATENCY_TARGET_P50_MS: f64 = 5.0;
+/// See [`LATENCY_TARGET_P50_MS`].
+pub const LATENCY_TARGET_P99_MS: f64 = 50.0;
+
+/// How the worker of the latency part learns of a new command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WakeMode {
+    /// Only its idle poll.
+    None,
+    /// The intake is in the worker's process and wakes it (`CommandIntake::with_wakeups`).
+    InProcess,
+    /// The intake is another process's (no in-process signal); the PostgreSQL listener of
+    /// the worker's process wakes it on the intake's `NOTIFY`.
+    Listener,
+}
+
+impl WakeMode {
+    /// The name reported in the `wake_up` field.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::None => "none (polling only)",
+            Self::InProcess => "in-process (intake in the worker's process)",
+            Self::Listener => "LISTEN/NOTIFY (intake in another process)",
+        }
+    }
+}
+
 /// Part `latency`: enqueues `commands` provision requests one at a time through intake, at
-/// about `rate` per second, while one worker polls every `idle_poll`; reports the time from
-/// the enqueue commit to the claim.
+/// about `rate` per second, while one worker idles with `idle_poll` and is woken as `wake`
+/// says; reports the time from the enqueue commit to the claim, against the targets.
 pub async fn latency(
     target: &Target,
     commands: usize,
     rate: f64,
     idle_polls: &[Duration],
+    wakes: &[WakeMode],
 ) -> BenchResult<()> {
     for &idle_poll in idle_polls {
-        let bench = target
-            .fresh(&format!("latency_{}", idle_poll.as_millis()), 2)
-            .await?;
-        let store = SeaOrmLifecycleStore::new(&bench.db);
-        let timed = TimedStore {
-            inner: store.clone(),
-            claimed_at: Arc::new(Mutex::new(HashMap::new())),
-        };
-        let counter = Arc::new(AckCounter::new(commands as u64));
-        let dispatcher = Arc::new(
-            Dispatcher::new(
-                timed.clone(),
-                InstantRemote::default(),
-                DispatcherConfig::default(),
-            )
-            .with_metrics(counter.clone()),
-        );
-        let worker = Worker::new(
-            dispatcher,
-            unique_lease_owner("bench-latency"),
-            WorkerConfig {
-                idle_poll,
-                claim_batch: 1,
-                product_enabled: Arc::new(AtomicBool::new(true)),
-            },
-        );
-        let (stop, stopped) = watch::channel(false);
-        let handle = tokio::spawn(worker.run(stopped));
-        let intake = CommandIntake::new(store.clone(), Arc::new(SystemClock));
-        let mut enqueued_at = HashMap::with_capacity(commands);
-        let mut jitter = Lcg(0x2545_f491_4f6c_dd1d);
-        let spacing = 1.0 / rate;
-        for i in 0..commands {
-            let receipt = intake
-                .create_control_space(&CreateControlSpace {
-                    tenant_id: TenantId::parse("tenant-latency")?,
-                    control_space_id: ControlSpaceId::parse(format!("cs-{i}"))?,
-                    idempotency_key: IdempotencyKey::parse(format!("latency-{i}"))?,
-                    name: format!("Space {i}"),
-                    slug: format!("space-{i}"),
-                    icon: String::new(),
-                    description: String::new(),
-                    model_intent: None,
-                    profile_intent: None,
-                })
-                .await?;
-            enqueued_at.insert(receipt.command_id, Instant::now());
-            // Spacing uniform in [0.5, 1.5) × 1/rate, so enqueues do not lock onto the poll phase.
-            tokio::time::sleep(Duration::from_secs_f64(spacing * (0.5 + jitter.next()))).await;
+        for &wake in wakes {
+            if wake == WakeMode::Listener && matches!(target, Target::Sqlite) {
+                continue; // SQLite has no notifications
+            }
+            latency_run(target, commands, rate, idle_poll, wake).await?;
         }
-        let finished = tokio::time::timeout(
-            idle_poll * 2 + Duration::from_secs(30),
-            counter.done.notified(),
-        )
-        .await
-        .is_ok();
-        let _ = stop.send(true);
-        let _ = handle.await;
-        let claimed_at = timed
-            .claimed_at
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
-        let mut micros: Vec<f64> = enqueued_at
-            .iter()
-            .filter_map(|(id, at)| {
-                claimed_at
-                    .get(id)
-                    .map(|claimed| claimed.saturating_duration_since(*at).as_secs_f64() * 1e6)
-            })
-            .collect();
-        micros.sort_by(f64::total_cmp);
-        emit(&json!({
-            "part": "latency",
-            "backend": target.backend_name(),
-            "idle_poll_ms": idle_poll.as_millis(),
-            "wake_up": "none (polling only)",
-            "commands": commands,
-            "rate_per_second": rate,
-            "claimed": micros.len(),
-            "finished": finished,
-            "p50_ms": round3(percentile(&micros, 0.50) / 1e3),
-            "p99_ms": round3(percentile(&micros, 0.99) / 1e3),
-            "max_ms": round3(micros.last().copied().unwrap_or(f64::NAN) / 1e3),
-        }));
-        bench.drop_database().await?;
     }
+    Ok(())
+}
+
+async fn latency_run(
+    target: &Target,
+    commands: usize,
+    rate: f64,
+    idle_poll: Duration,
+    wake: WakeMode,
+) -> BenchResult<()> {
+    let bench = target
+        .fresh(&format!("latency_{}", idle_poll.as_millis()), 2)
+        .await?;
+    let wakeups = Wakeups::new();
+    let listener = match wake {
+        WakeMode::Listener => {
+            let listener =
+                WakeListener::spawn(&bench.db, wakeups.clone(), ListenerConfig::default())
+                    .ok_or("the listener needs PostgreSQL")?;
+            let mut state = listener.watch();
+            tokio::time::timeout(Duration::from_secs(10), state.wait_for(|s| s.listening))
+                .await
+                .map_err(|_| "the wake listener did not connect within 10 s")??;
+            Some(listener)
+        }
+        WakeMode::None | WakeMode::InProcess => None,
+    };
+    let store = SeaOrmLifecycleStore::new(&bench.db);
+    let timed = TimedStore {
+        inner: store.clone(),
+        claimed_at: Arc::new(Mutex::new(HashMap::new())),
+    };
+    let counter = Arc::new(AckCounter::new(commands as u64));
+    let dispatcher = Arc::new(
+        Dispatcher::new(
+            timed.clone(),
+            InstantRemote::default(),
+            DispatcherConfig::default(),
+        )
+        .with_metrics(counter.clone()),
+    );
+    let mut worker = Worker::new(
+        dispatcher,
+        unique_lease_owner("bench-latency"),
+        WorkerConfig {
+            idle_poll,
+            claim_batch: 1,
+            product_enabled: Arc::new(AtomicBool::new(true)),
+        },
+    );
+    if wake != WakeMode::None {
+        worker = worker.with_wakeups(&wakeups);
+    }
+    let (stop, stopped) = watch::channel(false);
+    let handle = tokio::spawn(worker.run(stopped));
+    let mut intake = CommandIntake::new(store.clone(), Arc::new(SystemClock));
+    if wake == WakeMode::InProcess {
+        intake = intake.with_wakeups(wakeups.clone());
+    }
+    let mut enqueued_at = HashMap::with_capacity(commands);
+    let mut jitter = Lcg(0x2545_f491_4f6c_dd1d);
+    let spacing = 1.0 / rate;
+    for i in 0..commands {
+        let receipt = intake
+            .create_control_space(&CreateControlSpace {
+                tenant_id: TenantId::parse("tenant-latency")?,
+                control_space_id: ControlSpaceId::parse(format!("cs-{i}"))?,
+                idempotency_key: IdempotencyKey::parse(format!("latency-{i}"))?,
+                name: format!("Space {i}"),
+                slug: format!("space-{i}"),
+                icon: String::new(),
+                description: String::new(),
+                model_intent: None,
+                profile_intent: None,
+            })
+            .await?;
+        enqueued_at.insert(receipt.command_id, Instant::now());
+        // Spacing uniform in [0.5, 1.5) × 1/rate, so enqueues do not lock onto the poll phase.
+        tokio::time::sleep(Duration::from_secs_f64(spacing * (0.5 + jitter.next()))).await;
+    }
+    let finished = tokio::time::timeout(
+        idle_poll * 2 + Duration::from_secs(30),
+        counter.done.notified(),
+    )
+    .await
+    .is_ok();
+    let _ = stop.send(true);
+    let _ = handle.await;
+    let claimed_at = timed
+        .claimed_at
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone();
+    let mut micros: Vec<f64> = enqueued_at
+        .iter()
+        .filter_map(|(id, at)| {
+            claimed_at
+                .get(id)
+                .map(|claimed| claimed.saturating_duration_since(*at).as_secs_f64() * 1e6)
+        })
+        .collect();
+    micros.sort_by(f64::total_cmp);
+    let reconnections = listener.as_ref().map(WakeListener::reconnections);
+    if let Some(listener) = listener {
+        listener.stop().await;
+    }
+    let p50_ms = round3(percentile(&micros, 0.50) / 1e3);
+    let p99_ms = round3(percentile(&micros, 0.99) / 1e3);
+    emit(&json!({
+        "part": "latency",
+        "backend": target.backend_name(),
+        "idle_poll_ms": idle_poll.as_millis(),
+        "default_idle_poll": idle_poll == WorkerConfig::default().idle_poll,
+        "wake_up": wake.name(),
+        "wake_mode": format!("{wake:?}"),
+        "commands": commands,
+        "rate_per_second": rate,
+        "claimed": micros.len(),
+        "finished": finished,
+        "p50_ms": p50_ms,
+        "p99_ms": p99_ms,
+        "max_ms": round3(micros.last().copied().unwrap_or(f64::NAN) / 1e3),
+        "target_p50_ms": LATENCY_TARGET_P50_MS,
+        "target_p99_ms": LATENCY_TARGET_P99_MS,
+        "met": finished && micros.len() == commands
+            && p50_ms <= LATENCY_TARGET_P50_MS && p99_ms <= LATENCY_TARGET_P99_MS,
+        "listener_reconnections": reconnections,
+    }));
+    bench.drop_database().await?;
     Ok(())
 }
 

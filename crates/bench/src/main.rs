@@ -23,11 +23,11 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
-use tenantry_engine::lifecycle::GroupCommitConfig;
+use tenantry_engine::lifecycle::{GroupCommitConfig, WorkerConfig};
 use tenantry_store_seaorm::throwaway;
 
 use crate::fixtures::{Target, Workload};
-use crate::lifecycle::DrainOptions;
+use crate::lifecycle::{DrainOptions, WakeMode};
 
 /// Errors of a benchmark run: reported and the run fails.
 pub type BenchResult<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
@@ -54,6 +54,16 @@ struct Cli {
 enum BackendArg {
     Postgres,
     Sqlite,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum WakeArg {
+    /// Polling only.
+    None,
+    /// The intake wakes the worker of its process.
+    InProcess,
+    /// The PostgreSQL listener wakes the worker on another process's `NOTIFY`.
+    Listener,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -84,7 +94,8 @@ enum Part {
         #[command(flatten)]
         drain: DrainArgs,
     },
-    /// Claim latency at low load: enqueue one command at a time, time enqueue to claim.
+    /// Claim latency at low load: enqueue one command at a time, time enqueue to claim, with
+    /// each way a worker can learn of it.
     Latency {
         /// Commands per idle-poll setting.
         #[arg(long, default_value_t = 200)]
@@ -92,9 +103,18 @@ enum Part {
         /// Enqueue rate (commands per second).
         #[arg(long, default_value_t = 20.0)]
         rate: f64,
-        /// Worker idle-poll intervals to measure, in milliseconds (comma separated).
-        #[arg(long, value_delimiter = ',', default_value = "1000,100")]
+        /// Worker idle-poll intervals to measure, in milliseconds (comma separated; default:
+        /// the service's default idle poll, `WorkerConfig::default()`).
+        #[arg(long, value_delimiter = ',')]
         idle_poll_ms: Vec<u64>,
+        /// Wake-ups to measure (comma separated; `listener` only on PostgreSQL).
+        #[arg(
+            long,
+            value_enum,
+            value_delimiter = ',',
+            default_value = "listener,in-process,none"
+        )]
+        wake: Vec<WakeArg>,
     },
     /// Peak RSS while one process drains a large backlog.
     Memory {
@@ -267,12 +287,25 @@ async fn run(cli: Cli) -> BenchResult<()> {
             commands,
             rate,
             idle_poll_ms,
+            wake,
         } => {
-            let polls: Vec<Duration> = idle_poll_ms
+            let polls: Vec<Duration> = if idle_poll_ms.is_empty() {
+                vec![WorkerConfig::default().idle_poll]
+            } else {
+                idle_poll_ms
+                    .iter()
+                    .map(|ms| Duration::from_millis(*ms))
+                    .collect()
+            };
+            let wakes: Vec<WakeMode> = wake
                 .iter()
-                .map(|ms| Duration::from_millis(*ms))
+                .map(|w| match w {
+                    WakeArg::None => WakeMode::None,
+                    WakeArg::InProcess => WakeMode::InProcess,
+                    WakeArg::Listener => WakeMode::Listener,
+                })
                 .collect();
-            lifecycle::latency(&target()?, *commands, *rate, &polls).await
+            lifecycle::latency(&target()?, *commands, *rate, &polls, &wakes).await
         }
         Part::Memory {
             commands,
