@@ -52,6 +52,27 @@ pub struct DrainOptions {
 }
 
 impl DrainOptions {
+    /// Whether these are the settings `tenantry serve` ships (the engine's defaults).
+    pub fn is_service_default(&self) -> bool {
+        let worker = WorkerConfig::default();
+        self.claim_batch == worker.claim_batch
+            && self.idle_poll == worker.idle_poll
+            && self.group_commit == Some(GroupCommitConfig::default())
+    }
+
+    /// `service defaults`, or the settings that differ from them.
+    pub fn label(&self) -> String {
+        if self.is_service_default() {
+            return "service defaults".into();
+        }
+        format!(
+            "claim_batch={}, idle_poll_ms={}, settle={}",
+            self.claim_batch,
+            self.idle_poll.as_millis(),
+            self.settle_mode()
+        )
+    }
+
     /// The settle mode as reported: `direct` or `group(batch=..,wait_us=..,in_flight=..)`.
     pub fn settle_mode(&self) -> String {
         match &self.group_commit {
@@ -118,7 +139,10 @@ pub async fn throughput(
                 "workers": w,
                 "pool_connections": pool,
                 "claim_batch": options.claim_batch,
+                "idle_poll_ms": options.idle_poll.as_millis(),
                 "settle": options.settle_mode(),
+                "settings": options.label(),
+                "service_defaults": options.is_service_default(),
                 "commands": commands,
                 "seconds": round3(drained.seconds),
                 "commands_per_second": round1(drained.acked as f64 / drained.seconds),

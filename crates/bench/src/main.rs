@@ -169,14 +169,16 @@ enum ScratchAction {
     Drop,
 }
 
-/// Worker settings of a drain.
+/// Worker settings of a drain. Every default is the service's (`tenantry serve`): the
+/// engine's `WorkerConfig::default()` and `GroupCommitConfig::default()`, which the app's
+/// configuration defaults are too.
 #[derive(Debug, Clone, clap::Args)]
 struct DrainArgs {
     /// Commands each worker claims per statement and dispatches concurrently.
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = WorkerConfig::default().claim_batch)]
     claim_batch: u32,
-    /// Worker sleep when nothing is due, in milliseconds.
-    #[arg(long, default_value_t = 20)]
+    /// Longest worker sleep when nothing is due, in milliseconds.
+    #[arg(long, default_value_t = default_idle_poll_ms())]
     idle_poll_ms: u64,
     /// Give up on a drain after this many seconds.
     #[arg(long, default_value_t = 300)]
@@ -186,16 +188,16 @@ struct DrainArgs {
     #[arg(long, value_enum, default_value_t = SettleArg::Group)]
     settle: SettleArg,
     /// Group commit: most settles per transaction.
-    #[arg(long, default_value_t = 128)]
+    #[arg(long, default_value_t = GroupCommitConfig::default().max_batch)]
     group_max_batch: usize,
     /// Group commit: wait for more settles, in microseconds (0: only what is queued).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = default_group_max_wait_us())]
     group_max_wait_us: u64,
     /// Group commit: batches settled concurrently.
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = GroupCommitConfig::default().max_in_flight)]
     group_in_flight: usize,
     /// Group commit: leave control-space reads uncoalesced.
-    #[arg(long)]
+    #[arg(long, default_value_t = !GroupCommitConfig::default().coalesce_reads)]
     no_coalesce_reads: bool,
     /// Pool connections beyond one per worker (default 0: as many connections as workers,
     /// the pgbench comparison).
@@ -207,6 +209,14 @@ struct DrainArgs {
 enum SettleArg {
     Direct,
     Group,
+}
+
+fn default_idle_poll_ms() -> u64 {
+    u64::try_from(WorkerConfig::default().idle_poll.as_millis()).unwrap_or(u64::MAX)
+}
+
+fn default_group_max_wait_us() -> u64 {
+    u64::try_from(GroupCommitConfig::default().max_wait.as_micros()).unwrap_or(u64::MAX)
 }
 
 impl DrainArgs {

@@ -210,7 +210,26 @@ impl<'a> Bench<'a> {
         common.extend(extra.iter().copied());
         let mut pg_args = common.clone();
         pg_args.extend(["--commands", &pg_commands]);
-        let pg_results = self.bench(url, "postgres", &pg_args)?;
+        let mut pg_results = self.bench(url, "postgres", &pg_args)?;
+        // Labelled extra rows: the bench's tuned settings (claims of 64, short idle poll) at
+        // the largest worker count, beside the service defaults measured above.
+        if self.args.drain_args.is_empty()
+            && let Some(top) = self.args.workers.iter().max()
+        {
+            let top = top.to_string();
+            let tuned = [
+                "lifecycle",
+                "--workers",
+                &top,
+                "--commands",
+                &pg_commands,
+                "--claim-batch",
+                "64",
+                "--idle-poll-ms",
+                "20",
+            ];
+            pg_results.extend(self.bench(url, "postgres", &tuned)?);
+        }
         let after = pgbench::run_all(
             &self.binary,
             url,
@@ -253,6 +272,8 @@ impl<'a> Bench<'a> {
             self.push(json!({
                 "part": "lifecycle_ratio",
                 "workload": result.get("workload"),
+                "settings": result.get("settings"),
+                "service_defaults": result.get("service_defaults"),
                 "workers": workers,
                 "commands_per_second": cps,
                 "pgbench_tps": round1(tps),

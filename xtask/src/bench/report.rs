@@ -115,13 +115,15 @@ pub fn render(results: &[Value]) -> String {
     if !lifecycle.is_empty() {
         md.push_str("### 1. Lifecycle throughput\n\n");
         md.push_str(
-            "| backend | workload | workers | commands | seconds | commands/s | pgbench -N tps \
-             (same connections) | ratio | exactly once |\n|---|---|---:|---:|---:|---:|---:|---:|---|\n",
+            "| backend | workload | settings | workers | commands | seconds | commands/s | pgbench -N tps \
+             (same connections) | ratio | exactly once |\n|---|---|---|---:|---:|---:|---:|---:|---:|---|\n",
         );
         for r in &lifecycle {
-            let ratio = ratios
-                .iter()
-                .find(|x| x["workload"] == r["workload"] && x["workers"] == r["workers"]);
+            let ratio = ratios.iter().find(|x| {
+                x["workload"] == r["workload"]
+                    && x["workers"] == r["workers"]
+                    && x["settings"] == r["settings"]
+            });
             let (tps, ratio) = match (r["backend"].as_str(), ratio) {
                 (Some("postgres"), Some(x)) => (
                     format!("{}", x["pgbench_tps"]),
@@ -129,9 +131,13 @@ pub fn render(results: &[Value]) -> String {
                 ),
                 _ => ("–".to_owned(), "–".to_owned()),
             };
+            let settings = match r["settings"].as_str() {
+                Some(label) => label.to_owned(),
+                None => "–".to_owned(),
+            };
             let _ = writeln!(
                 md,
-                "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                "| {} | {} | {settings} | {} | {} | {} | {} | {} | {} | {} |",
                 s(&r["backend"]),
                 s(&r["workload"]),
                 r["workers"],
@@ -159,9 +165,11 @@ pub fn render(results: &[Value]) -> String {
             }
         }
         let settings: Vec<String> = lifecycle
-            .first()
+            .iter()
+            .find(|r| r["service_defaults"] == Value::Bool(true))
+            .or_else(|| lifecycle.first())
             .map(|r| {
-                ["claim_batch", "settle"]
+                ["claim_batch", "idle_poll_ms", "settle"]
                     .iter()
                     .filter(|k| !r[**k].is_null())
                     .map(|k| format!("{k}={}", s(&r[*k])))
@@ -171,7 +179,7 @@ pub fn render(results: &[Value]) -> String {
         if !settings.is_empty() {
             let _ = writeln!(
                 md,
-                "\nWorker settings: {}; pool connections = workers (as pgbench's connections).",
+                "\nService defaults (what `tenantry serve` ships): {}; pool connections = workers (as pgbench's connections).",
                 settings.join(", ")
             );
         }
@@ -302,16 +310,20 @@ fn targets(results: &[Value]) -> String {
     }
     let part = |name: &'static str| part(results, name);
     let mut rows: Vec<(String, String, Option<bool>)> = Vec::new();
+    // Runs without the field predate labelled settings: they count as the defaults.
+    let shipped = |r: &&Value| r["service_defaults"] != Value::Bool(false);
     let top_workers = part("lifecycle_ratio")
+        .filter(shipped)
         .filter_map(|r| r["workers"].as_u64())
         .max();
     for (workload, goal) in [("revoke", 5.0), ("provision", 2.0)] {
         let ratio = part("lifecycle_ratio")
+            .filter(shipped)
             .find(|r| r["workload"] == workload && r["workers"].as_u64() == top_workers)
             .and_then(|r| r["ratio"].as_f64());
         rows.push((
             format!(
-                "{workload} at {} workers ≥ {goal} × pgbench -N tps",
+                "{workload} at {} workers ≥ {goal} × pgbench -N tps (service defaults)",
                 top_workers.unwrap_or(0)
             ),
             ratio.map_or("–".into(), |x| format!("{x}×")),
@@ -462,6 +474,41 @@ mod tests {
     }
 
     #[test]
+    fn labelled_extra_rows_keep_their_ratio_and_only_defaults_are_targets() {
+        let results = vec![
+            json!({"part": "lifecycle", "backend": "postgres", "workload": "revoke",
+                   "settings": "service defaults", "service_defaults": true, "workers": 8,
+                   "commands": 100, "seconds": 1.0, "commands_per_second": 100.0,
+                   "exactly_once": true}),
+            json!({"part": "lifecycle", "backend": "postgres", "workload": "revoke",
+                   "settings": "claim_batch=64", "service_defaults": false, "workers": 8,
+                   "commands": 100, "seconds": 0.5, "commands_per_second": 600.0,
+                   "exactly_once": true}),
+            json!({"part": "lifecycle_ratio", "workload": "revoke", "workers": 8,
+                   "settings": "service defaults", "service_defaults": true,
+                   "commands_per_second": 100.0, "pgbench_tps": 50.0, "ratio": 2.0}),
+            json!({"part": "lifecycle_ratio", "workload": "revoke", "workers": 8,
+                   "settings": "claim_batch=64", "service_defaults": false,
+                   "commands_per_second": 600.0, "pgbench_tps": 50.0, "ratio": 12.0}),
+        ];
+        let md = render(&results);
+        assert!(
+            md.contains("| service defaults | 8 | 100 | 1.0 | 100.0 | 50.0 | **2.0×** |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| claim_batch=64 | 8 | 100 | 0.5 | 600.0 | 50.0 | **12.0×** |"),
+            "{md}"
+        );
+        assert!(
+            md.contains(
+                "revoke at 8 workers ≥ 5 × pgbench -N tps (service defaults) | 2× | **no** |"
+            ),
+            "{md}"
+        );
+    }
+
+    #[test]
     fn ratio_appears_in_the_lifecycle_table() {
         let results = vec![
             json!({"part": "lifecycle", "backend": "postgres", "workload": "revoke",
@@ -472,7 +519,10 @@ mod tests {
         ];
         let md = render(&results);
         assert!(
-            md.contains("| postgres | revoke | 8 | 100 | 1.0 | 100.0 | 50.0 | **2.0×** | yes |")
+            md.contains(
+                "| postgres | revoke | – | 8 | 100 | 1.0 | 100.0 | 50.0 | **2.0×** | yes |"
+            ),
+            "{md}"
         );
     }
 }

@@ -29,6 +29,22 @@ fn defaults_are_valid_and_documented() {
     assert_eq!(config.max_attempts, 50);
 }
 
+/// One source of truth: the service's lifecycle defaults are the engine's `Default`s, which
+/// `cargo xtask bench` measures with.
+#[test]
+fn lifecycle_defaults_are_the_engines() {
+    let config = Config::defaults();
+    let worker = tenantry_engine::lifecycle::WorkerConfig::default();
+    let dispatcher = tenantry_engine::lifecycle::DispatcherConfig::default();
+    assert_eq!(config.claim_batch, worker.claim_batch);
+    assert_eq!(config.idle_poll, worker.idle_poll);
+    assert_eq!(config.lease, dispatcher.lease_duration);
+    assert!(
+        config.group_commit,
+        "settles through GroupCommitConfig::default()"
+    );
+}
+
 #[test]
 fn environment_wins_over_the_file() {
     let raw = RawConfig::from_toml("workers = 2\nlisten = \"127.0.0.1:9000\"\n", "t.toml").unwrap();

@@ -86,14 +86,32 @@ pub(super) fn validate(
             ),
         ));
     }
+    // The engine's defaults are the service's (one source of truth; `cargo xtask bench`
+    // measures with the same values).
+    let (worker_defaults, dispatcher_defaults) = (
+        tenantry_engine::lifecycle::WorkerConfig::default(),
+        tenantry_engine::lifecycle::DispatcherConfig::default(),
+    );
     let claim_batch = in_range(
         "claim_batch",
-        u64::from(raw.claim_batch.unwrap_or(16)),
+        u64::from(raw.claim_batch.unwrap_or(worker_defaults.claim_batch)),
         1,
         64,
     )?;
-    let idle_poll = in_range("idle_poll_ms", raw.idle_poll_ms.unwrap_or(1000), 10, 60_000)?;
-    let lease = in_range("lease_seconds", raw.lease_seconds.unwrap_or(30), 3, 86_400)?;
+    let idle_poll = in_range(
+        "idle_poll_ms",
+        raw.idle_poll_ms
+            .unwrap_or(duration_ms(worker_defaults.idle_poll)),
+        10,
+        60_000,
+    )?;
+    let lease = in_range(
+        "lease_seconds",
+        raw.lease_seconds
+            .unwrap_or(dispatcher_defaults.lease_duration.as_secs()),
+        3,
+        86_400,
+    )?;
     let lease_renewal = raw.lease_renewal.unwrap_or(true);
     let deletion_absence_grace = in_range(
         "deletion_absence_grace_seconds",
@@ -282,4 +300,9 @@ fn validate_directory(
         max_staleness: Duration::from_secs(staleness),
         event_limit: event_limit as u32,
     }))
+}
+
+/// Whole milliseconds of an engine default, saturating.
+fn duration_ms(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
