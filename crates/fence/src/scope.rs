@@ -10,6 +10,7 @@
 //! by it are recognised.
 
 use std::fmt;
+use std::sync::{Arc, LazyLock};
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -65,7 +66,7 @@ pub enum BindingError {
 /// its locks and its fences.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
-pub struct Binding(String);
+pub struct Binding(Arc<str>);
 
 impl Binding {
     /// The binding used when the host gives no installation binding (for example a revocation
@@ -91,12 +92,12 @@ impl Binding {
         if let Some(normalized) = tenantry_kernel::id::nfc_form(&value) {
             return Err(BindingError::NotNormalized { normalized });
         }
-        Ok(Self(value))
+        Ok(Self(value.into()))
     }
 
     /// The binding of a host that names none: [`Binding::DEDICATED`].
     pub fn dedicated() -> Self {
-        Self(Self::DEDICATED.to_owned())
+        Self(Self::DEDICATED.into())
     }
 
     /// The binding given by the host, or [`Binding::dedicated`] when it gives none.
@@ -125,7 +126,7 @@ impl TryFrom<String> for Binding {
 
 impl From<Binding> for String {
     fn from(value: Binding) -> Self {
-        value.0
+        value.0.as_ref().to_owned()
     }
 }
 
@@ -188,37 +189,55 @@ impl fmt::Display for ScopeIdentity {
 
 /// A host-storage key holding a fence record: [`FENCE_KEY_PREFIX`] plus either the SHA-256 hex
 /// of a scope identity or `installation`.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct FenceKey(String);
+///
+/// Shared text (`Arc<str>`): a clone is a reference count, so the runtime keys its locks and
+/// caches with it without copying.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct FenceKey(Arc<str>);
+
+impl Serialize for FenceKey {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for FenceKey {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        String::deserialize(deserializer).map(|key| Self(key.into()))
+    }
+}
 
 impl FenceKey {
     /// The fence key of `scope`.
     pub fn for_scope(scope: &ScopeIdentity) -> Self {
         match scope {
             ScopeIdentity::Installation => Self::installation(),
-            ScopeIdentity::Object(identity) => Self(format!(
-                "{FENCE_KEY_PREFIX}{}",
-                hex::encode(Sha256::digest(identity.as_bytes()))
-            )),
+            ScopeIdentity::Object(identity) => Self(
+                format!(
+                    "{FENCE_KEY_PREFIX}{}",
+                    hex::encode(Sha256::digest(identity.as_bytes()))
+                )
+                .into(),
+            ),
         }
     }
 
     /// The installation-wide fence key [`INSTALLATION_FENCE_KEY`].
     pub fn installation() -> Self {
-        Self(INSTALLATION_FENCE_KEY.to_owned())
+        static INSTALLATION: LazyLock<FenceKey> =
+            LazyLock::new(|| FenceKey(INSTALLATION_FENCE_KEY.into()));
+        INSTALLATION.clone()
     }
 
     /// Reads a stored key as a fence key: every key starting with [`FENCE_KEY_PREFIX`] is one
     /// (fail closed: an unexpected suffix still fences whatever wrote it); other keys are not.
     pub fn from_storage_key(key: &str) -> Option<Self> {
-        key.starts_with(FENCE_KEY_PREFIX)
-            .then(|| Self(key.to_owned()))
+        key.starts_with(FENCE_KEY_PREFIX).then(|| Self(key.into()))
     }
 
     /// Whether this is the installation-wide key, which blocks every scope of its binding.
     pub fn is_installation(&self) -> bool {
-        self.0 == INSTALLATION_FENCE_KEY
+        &*self.0 == INSTALLATION_FENCE_KEY
     }
 
     /// The key as stored.

@@ -53,18 +53,29 @@ impl<S: HostStorage + ?Sized + 'static> RunClaim<S> {
 
     /// Releases the claim (JSON null by compare-and-set) unless the run fenced the scope.
     pub(super) async fn release(&self) {
-        let Some(claim) = self.slot().claim.clone() else {
+        let Some(claim) = self.slot().claim.take() else {
             return;
         };
-        match self
-            .writes
-            .inner
-            .storage
-            .compare_and_set(&self.binding, self.key.as_str(), Some(&claim), &Value::Null)
-            .await
-        {
+        let released = {
+            let mut release = std::pin::pin!(self.writes.inner.storage.compare_and_set(
+                &self.binding,
+                self.key.as_str(),
+                Some(&claim),
+                &Value::Null
+            ));
+            match futures::poll!(release.as_mut()) {
+                std::task::Poll::Ready(released) => released,
+                std::task::Poll::Pending => {
+                    // In flight: if this run is dropped now, `Drop` must still release it.
+                    self.slot().claim = Some(claim.clone());
+                    release.await
+                }
+            }
+        };
+        match released {
             Ok(_) => self.slot().claim = None,
             Err(error) => {
+                self.slot().claim = Some(claim);
                 tracing::warn!(binding = %self.binding, key = %self.key, %error,
                     "scope claim not released; retried when the run's last holder lets go, else taken over by this process's next run");
             }

@@ -44,6 +44,7 @@ mod context;
 mod error;
 mod locks;
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex};
@@ -60,6 +61,10 @@ use tenantry_ports::host_storage::{HostStorage, HostStorageError};
 
 use self::claim::{HELD, Held, InFlight, RunClaim, Slot};
 pub use self::config::FenceConfig;
+
+/// Most fence keys the runtime keeps cached ([`ScopedWrites::fence_key_of`]); past it the cache
+/// starts over, so memory stays bounded however many scopes are written.
+const KEY_CACHE_LIMIT: usize = 4096;
 use self::config::duration_ms;
 pub use self::context::ScopeContext;
 use self::context::panic_message;
@@ -143,6 +148,8 @@ pub struct ScopedWrites<S: ?Sized> {
 }
 
 struct Inner<S: ?Sized> {
+    /// Fence keys of the object scopes written recently ([`ScopedWrites::fence_key_of`]).
+    keys: Mutex<HashMap<ScopeIdentity, FenceKey>>,
     shared: Arc<Shared>,
     in_flight: InFlight,
     clock: Arc<dyn Clock>,
@@ -184,6 +191,7 @@ impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
     pub fn with_config(storage: Arc<S>, clock: Arc<dyn Clock>, config: FenceConfig) -> Self {
         Self {
             inner: Arc::new(Inner {
+                keys: Mutex::new(HashMap::new()),
                 shared: Arc::new(Shared::new()),
                 in_flight: InFlight::default(),
                 clock,
@@ -201,6 +209,30 @@ impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
     /// This runtime's claim settings (owner id, dispatch deadline).
     pub fn config(&self) -> &FenceConfig {
         &self.inner.config
+    }
+
+    /// The fence key of `scope` (SHA-256 of its identity), computed once per scope and then
+    /// read from a small cache: the key is a pure function of the identity, so caching changes
+    /// nothing but the time a run spends. The cache is emptied when it reaches
+    /// [`KEY_CACHE_LIMIT`] entries.
+    fn fence_key_of(&self, scope: &ScopeIdentity) -> FenceKey {
+        let ScopeIdentity::Object(_) = scope else {
+            return FenceKey::installation();
+        };
+        let mut keys = self
+            .inner
+            .keys
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(key) = keys.get(scope) {
+            return key.clone();
+        }
+        if keys.len() >= KEY_CACHE_LIMIT {
+            keys.clear();
+        }
+        let key = scope.fence_key();
+        keys.insert(scope.clone(), key.clone());
+        key
     }
 
     fn now_ms(&self) -> i64 {
@@ -232,13 +264,13 @@ impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
         F: FnOnce(ScopeContext<S>) -> Fut,
         Fut: Future<Output = Result<T, ScopedWriteError<E>>>,
     {
-        let key: ScopeKey = (binding.clone(), scope.fence_key());
+        let key: ScopeKey = (binding.clone(), self.fence_key_of(scope));
         if let Some(claim) = self.held_by_current_task(&key) {
             let ctx = self.context(scope, claim);
             return operation(ctx).await;
         }
         let guard = Arc::new(locks::acquire(&self.inner.shared, &key).await);
-        let taken = self.admit(binding, scope, mode).await?;
+        let taken = self.admit(binding, scope, &key.1, mode).await?;
         let claim = Arc::new(RunClaim {
             writes: self.clone(),
             binding: binding.clone(),
@@ -279,9 +311,10 @@ impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
         &self,
         binding: &Binding,
         scope: &ScopeIdentity,
+        own_key: &FenceKey,
         mode: FenceMode,
     ) -> Result<Option<Value>, ScopedWriteError<E>> {
-        let own_key = scope.fence_key();
+        let own_key = own_key.clone();
         let installation = FenceKey::installation();
         let config = &self.inner.config;
         let waited_until = self.inner.clock.monotonic() + config.claim_wait;
@@ -347,9 +380,9 @@ impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
                     return Ok(None);
                 }
                 Holder::Free | Holder::Own => {
-                    let expected = match &own {
+                    let expected = match own {
                         None => None,
-                        Some(Ok(value)) => Some(value.clone()),
+                        Some(Ok(value)) => Some(value),
                         // Classified as fenced above.
                         Some(Err(())) => return Ok(None),
                     };
@@ -361,10 +394,8 @@ impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
                         now.saturating_add(config.claim_ttl_ms()),
                     )
                     .to_value();
-                    let taken = self
-                        .take_claim(binding, &own_key, expected, claim.clone())
-                        .await
-                        .map_err(|source| {
+                    let (taken, claim) = self.take_claim(binding, &own_key, expected, claim).await;
+                    let taken = taken.map_err(|source| {
                             tracing::warn!(%binding, %scope, error = %source, "scope claim not taken; failing closed");
                             ScopedWriteError::FenceStateUnavailable {
                                 binding: binding.clone(),
@@ -380,25 +411,36 @@ impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
         }
     }
 
-    /// Takes the claim by compare-and-set in its own task: if the caller is dropped while the
-    /// statement is in flight and the claim was taken, the task releases it again (otherwise
-    /// it would lapse into a fence for other processes).
+    /// Takes the claim by compare-and-set; returns whether it was taken, and the claim.
+    ///
+    /// A compare-and-set that completes at its first poll (an in-memory store) is simply
+    /// answered: nothing can cancel it half-way. One that must wait (a database statement in
+    /// flight) is moved to its own task, so if the caller is dropped meanwhile and the claim
+    /// was taken, the task releases it again (otherwise it would lapse into a fence for other
+    /// processes). The fast path thus spawns nothing and crosses no thread.
     async fn take_claim(
         &self,
         binding: &Binding,
         key: &FenceKey,
         expected: Option<Value>,
         claim: Value,
-    ) -> Result<bool, HostStorageError> {
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        let token = self.inner.in_flight.enter();
+    ) -> (Result<bool, HostStorageError>, Value) {
         let storage = self.inner.storage.clone();
         let (binding, key) = (binding.clone(), key.clone());
-        tokio::spawn(async move {
+        let mut attempt = Box::pin(async move {
             let taken = storage
                 .compare_and_set(&binding, key.as_str(), expected.as_ref(), &claim)
                 .await;
-            if let Err(Ok(true)) = tx.send(taken) {
+            (taken, storage, binding, key, claim)
+        });
+        if let std::task::Poll::Ready((taken, _, _, _, claim)) = futures::poll!(attempt.as_mut()) {
+            return (taken, claim);
+        }
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let token = self.inner.in_flight.enter();
+        tokio::spawn(async move {
+            let (taken, storage, binding, key, claim) = attempt.await;
+            if let Err((Ok(true), claim)) = tx.send((taken, claim)) {
                 // The run was dropped meanwhile: nobody will release the claim but us.
                 let _ = storage
                     .compare_and_set(&binding, key.as_str(), Some(&claim), &Value::Null)
@@ -407,10 +449,13 @@ impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
             drop(token);
         });
         rx.await.unwrap_or_else(|_| {
-            Err(HostStorageError::unavailable(
-                "compare_and_set",
-                "claim task ended without an answer",
-            ))
+            (
+                Err(HostStorageError::unavailable(
+                    "compare_and_set",
+                    "claim task ended without an answer",
+                )),
+                Value::Null,
+            )
         })
     }
 
