@@ -65,12 +65,18 @@ impl DrainOptions {
         if self.is_service_default() {
             return "service defaults".into();
         }
-        format!(
-            "claim_batch={}, idle_poll_ms={}, settle={}",
-            self.claim_batch,
-            self.idle_poll.as_millis(),
-            self.settle_mode()
-        )
+        let worker = WorkerConfig::default();
+        let mut differs = Vec::new();
+        if self.claim_batch != worker.claim_batch {
+            differs.push(format!("claim_batch={}", self.claim_batch));
+        }
+        if self.idle_poll != worker.idle_poll {
+            differs.push(format!("idle_poll_ms={}", self.idle_poll.as_millis()));
+        }
+        if self.group_commit != Some(GroupCommitConfig::default()) {
+            differs.push(format!("settle={}", self.settle_mode()));
+        }
+        differs.join(", ")
     }
 
     /// The settle mode as reported: `direct` or `group(batch=..,wait_us=..,in_flight=..)`.

@@ -19,6 +19,7 @@ use tenantry_engine::lifecycle::{
 use tenantry_kernel::{ControlSpaceId, IdempotencyKey, LeaseOwner, TenantId};
 use tenantry_lifecycle::intake::CreateControlSpace;
 use tenantry_ports::lifecycle::fake::FakeKnowledgeFs;
+use tenantry_ports::lifecycle::{CommandAdmin, IntakeStore, OperatorAction, OperatorActionKind};
 use tenantry_ports::wake::Wakeups;
 use tenantry_store_seaorm::Backend;
 use tenantry_store_seaorm::lifecycle::SeaOrmLifecycleStore;
@@ -103,6 +104,28 @@ async fn a_commit_notifies_a_rollback_does_not_and_a_terminated_listener_is_back
     })
     .await;
     assert_eq!(after.notifications, notified + 1, "one notification: cs2's");
+
+    // An operator's retry makes a command due now: it notifies too.
+    let retried = store
+        .act_on_command(&OperatorAction {
+            action_id: "retry-1".into(),
+            command_id: store
+                .command_by_idempotency_key(&IdempotencyKey::parse("create-cs1").unwrap())
+                .await
+                .unwrap()
+                .unwrap()
+                .id,
+            kind: OperatorActionKind::Retry,
+            actor: "cli:test".into(),
+            reason: "wake test".into(),
+            at: chrono::Utc::now(),
+        })
+        .await;
+    assert!(retried.is_ok(), "{retried:?}");
+    wait_state(&mut state, Duration::from_secs(1), |s| {
+        s.notifications == notified + 2
+    })
+    .await;
 
     // Killed by the server: detected, reconnected, LISTEN again, counted, within a second.
     woken.mark_seen();

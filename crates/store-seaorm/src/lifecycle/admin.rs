@@ -6,8 +6,8 @@
 use async_trait::async_trait;
 use sea_orm::sea_query::Expr;
 use sea_orm::{
-    ActiveValue::Set, ColumnTrait, EntityTrait, FromQueryResult, QueryFilter, QueryOrder,
-    QuerySelect,
+    ActiveValue::Set, ColumnTrait, ConnectionTrait, EntityTrait, FromQueryResult, QueryFilter,
+    QueryOrder, QuerySelect,
 };
 use tenantry_kernel::CommandId;
 use tenantry_lifecycle::ErrorCode;
@@ -20,6 +20,7 @@ use tenantry_ports::lifecycle::{
 use super::convert::{millis, to_record};
 use super::entity::{action, outbox};
 use super::{SeaOrmLifecycleStore, detached, unavailable};
+use crate::connect::Backend;
 
 fn corrupt(column: &str, value: &str) -> StoreError {
     StoreError::corrupt(format!(
@@ -271,6 +272,12 @@ async fn act_once(
     .exec(&txn)
     .await
     .map_err(unavailable)?;
+    if request.kind == OperatorActionKind::Retry && store.backend == Backend::Postgres {
+        // A retried command is due now: wake the listeners at commit (`crate::wake`).
+        txn.execute_unprepared(crate::wake::NOTIFY_SQL)
+            .await
+            .map_err(unavailable)?;
+    }
     let after = outbox::Entity::find_by_id(id.to_owned())
         .one(&txn)
         .await
