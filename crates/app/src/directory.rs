@@ -4,10 +4,10 @@
 
 use std::sync::Arc;
 
-use chrono::Utc;
 use serde_json::{Value, json};
 use tenantry_directory::{ProjectionLimits, ProjectorConfig};
 use tenantry_engine::directory::DirectoryProjector;
+use tenantry_ports::clock::Clock;
 use tenantry_ports::directory::ProjectionStateReader;
 use tenantry_remote_http::directory::signature::TrustedKeys;
 use tenantry_remote_http::directory::{DirectoryClientConfig, HttpDirectoryProvider};
@@ -26,6 +26,9 @@ pub struct DirectoryHandle {
     pub projector: Arc<Projector>,
     /// The store, for the shared state row.
     pub store: SeaOrmDirectoryStore,
+    /// The projector's clock (the process's one clock): the staleness of the status report
+    /// is measured on it.
+    pub clock: Arc<dyn Clock>,
 }
 
 impl std::fmt::Debug for DirectoryHandle {
@@ -74,15 +77,18 @@ pub fn prepare(settings: &DirectorySettings) -> Result<PreparedDirectory, String
 }
 
 impl PreparedDirectory {
-    /// The projector over the store of `db`.
-    pub fn attach(self, db: &Database) -> DirectoryHandle {
+    /// The projector over the store of `db`, reading and sleeping on `clock`.
+    pub fn attach(self, db: &Database, clock: Arc<dyn Clock>) -> DirectoryHandle {
         let store = SeaOrmDirectoryStore::new(db);
-        let projector = Arc::new(DirectoryProjector::new(
-            self.config,
-            self.provider,
-            store.clone(),
-        ));
-        DirectoryHandle { projector, store }
+        let projector = Arc::new(
+            DirectoryProjector::new(self.config, self.provider, store.clone())
+                .with_clock(clock.clone()),
+        );
+        DirectoryHandle {
+            projector,
+            store,
+            clock,
+        }
     }
 }
 
@@ -91,8 +97,12 @@ impl PreparedDirectory {
 /// # Errors
 /// A message naming the setting that cannot be used (`directory_trusted_keys`,
 /// `directory_url`, `directory_instance`).
-pub fn build(settings: &DirectorySettings, db: &Database) -> Result<DirectoryHandle, String> {
-    Ok(prepare(settings)?.attach(db))
+pub fn build(
+    settings: &DirectorySettings,
+    db: &Database,
+    clock: Arc<dyn Clock>,
+) -> Result<DirectoryHandle, String> {
+    Ok(prepare(settings)?.attach(db, clock))
 }
 
 /// The status document of `GET /v1/directory/status`; also sets the
@@ -117,7 +127,10 @@ pub async fn status(handle: Option<&DirectoryHandle>) -> Value {
     let state = handle.store.projection_state(&config.instance).await;
     let (shared_cursor, last_applied_at, staleness, state_error) = match &state {
         Ok(Some(s)) => {
-            let age = (Utc::now() - s.last_applied_at).num_milliseconds().max(0) as f64 / 1000.0;
+            let age = (handle.clock.now() - s.last_applied_at)
+                .num_milliseconds()
+                .max(0) as f64
+                / 1000.0;
             (Some(s.cursor), Some(s.last_applied_at), Some(age), None)
         }
         Ok(None) => (None, None, None, None),

@@ -3,14 +3,12 @@
 //! and why (`reason`); a command that is not `pending` or `failed` is refused with 409
 //! `COMMAND_NOT_ACTIONABLE` and left unchanged.
 
-use std::sync::Arc;
-
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use tenantry_engine::lifecycle::{OperatorActions, OperatorRequestError, SystemClock};
+use tenantry_engine::lifecycle::{OperatorActions, OperatorRequestError};
 use tenantry_kernel::CommandId;
 use tenantry_lifecycle::CommandStatus;
 use tenantry_ports::lifecycle::{
@@ -122,7 +120,7 @@ pub struct ActionList {
 }
 
 fn operator(state: &AdminState) -> OperatorActions<SeaOrmLifecycleStore> {
-    OperatorActions::new(state.store.clone(), Arc::new(SystemClock))
+    OperatorActions::new(state.store.clone(), state.clock.clone())
 }
 
 fn command_id(value: &str) -> Result<CommandId, AdminApiError> {

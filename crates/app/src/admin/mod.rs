@@ -34,6 +34,7 @@ use axum::response::Response;
 use axum::routing::{get, post};
 use tenantry_engine::lifecycle::CommandIntake;
 use tenantry_engine::scoped_writes::ScopedWrites;
+use tenantry_ports::clock::Clock;
 use tenantry_store_seaorm::host_storage::SeaOrmHostStorage;
 use tenantry_store_seaorm::lifecycle::SeaOrmLifecycleStore;
 
@@ -95,6 +96,8 @@ pub struct AdminState {
     pub accepting: Arc<AtomicBool>,
     /// The directory projection, when configured.
     pub directory: Option<DirectoryHandle>,
+    /// The process's one clock (operator actions record their time on it).
+    pub clock: Arc<dyn Clock>,
 }
 
 impl std::fmt::Debug for AdminState {
