@@ -4,9 +4,12 @@
 
 use std::sync::Arc;
 
-use serde_json::{Value, json};
-use tenantry_directory::{ProjectionLimits, ProjectorConfig};
-use tenantry_engine::directory::DirectoryProjector;
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use tenantry_directory::{ProjectionLimits, ProjectorConfig, RefusalRule};
+use tenantry_engine::directory::{DirectoryProjector, Refusal, ResourceSnapshot};
 use tenantry_ports::clock::Clock;
 use tenantry_ports::directory::ProjectionStateReader;
 use tenantry_remote_http::directory::signature::TrustedKeys;
@@ -105,6 +108,67 @@ pub fn build(
     Ok(prepare(settings)?.attach(db, clock))
 }
 
+/// The answer of `GET /v1/directory/status`: [`DirectoryStatus::NotConfigured`] or
+/// [`DirectoryStatus::Configured`] (told apart by `configured`). Fields are in alphabetical
+/// order, as the JSON keys are sent.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[serde(untagged)]
+pub enum DirectoryStatus {
+    /// No directory provider is configured.
+    NotConfigured(DirectoryNotConfigured),
+    /// The projection of this replica.
+    Configured(Box<DirectoryProjectionStatus>),
+}
+
+/// The status when no directory provider is configured.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct DirectoryNotConfigured {
+    /// Always `false`.
+    pub configured: bool,
+    /// Always `null`.
+    #[schema(value_type = Option<i64>)]
+    pub cursor: Option<i64>,
+    /// What to set to configure one.
+    pub message: &'static str,
+    /// Always `null`.
+    pub ready: Option<bool>,
+    /// Always `null`.
+    pub staleness_seconds: Option<f64>,
+}
+
+/// The status of the projection of this replica.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct DirectoryProjectionStatus {
+    /// Always `true`.
+    pub configured: bool,
+    /// This replica's consumer cursor (`null` before its first sync).
+    pub cursor: Option<i64>,
+    /// The directory instance projected.
+    pub instance_uuid: String,
+    /// The latest provider answer a projection rule refused on this replica (`null` when
+    /// none); while it is unresolved the whole projection waits.
+    pub last_refusal: Option<Refusal>,
+    /// When the shared projection last applied a change (`null`: never).
+    pub last_applied_at: Option<DateTime<Utc>>,
+    /// Configured `directory_max_staleness`, in seconds.
+    pub max_staleness_seconds: f64,
+    /// Why execution admission is closed, when it is.
+    pub not_ready_reason: Option<String>,
+    /// The shared projection's cursor (`null`: never applied).
+    pub projection_cursor: Option<i64>,
+    /// Whether execution admission is open (the projection is fresh enough).
+    pub ready: bool,
+    /// Refusals per rule since this replica started.
+    #[schema(value_type = BTreeMap<String, u64>)]
+    pub refusals_total: BTreeMap<RefusalRule, u64>,
+    /// Cardinality gauges.
+    pub resources: ResourceSnapshot,
+    /// Seconds since `last_applied_at` (`null`: never applied).
+    pub staleness_seconds: Option<f64>,
+    /// Why the shared state row could not be read, when it could not.
+    pub storage_error: Option<String>,
+}
+
 /// The status document of `GET /v1/directory/status`; also sets the
 /// `tenantry_directory_staleness_seconds` gauge and the `tenantry_directory_refusals_total`
 /// counters.
@@ -112,14 +176,14 @@ pub fn build(
 /// `last_refusal` is the latest provider answer a projection rule refused on this replica
 /// (`rule`, `workspace`, `message`, `since`, `last_at`, `count`, `resolved_at`; `null` when
 /// none): while it is unresolved the whole projection waits, not only the named workspace.
-pub async fn status(handle: Option<&DirectoryHandle>) -> Value {
+pub async fn status(handle: Option<&DirectoryHandle>) -> DirectoryStatus {
     let Some(handle) = handle else {
-        return json!({
-            "configured": false,
-            "ready": null,
-            "cursor": null,
-            "staleness_seconds": null,
-            "message": "no directory provider is configured (set directory_url)"
+        return DirectoryStatus::NotConfigured(DirectoryNotConfigured {
+            configured: false,
+            cursor: None,
+            message: "no directory provider is configured (set directory_url)",
+            ready: None,
+            staleness_seconds: None,
         });
     };
     let config = handle.projector.config();
@@ -143,19 +207,19 @@ pub async fn status(handle: Option<&DirectoryHandle>) -> Value {
     for (rule, count) in &refusals.total_by_rule {
         crate::metrics::set_directory_refusals(rule.as_str(), *count);
     }
-    json!({
-        "configured": true,
-        "instance_uuid": config.instance.as_str(),
-        "ready": readiness.is_ok(),
-        "not_ready_reason": readiness.err().map(|e| e.to_string()),
-        "cursor": handle.projector.consumer_cursor(),
-        "projection_cursor": shared_cursor,
-        "last_applied_at": last_applied_at,
-        "staleness_seconds": staleness,
-        "max_staleness_seconds": config.max_staleness.as_secs_f64(),
-        "resources": handle.projector.resource_snapshot(),
-        "last_refusal": refusals.last,
-        "refusals_total": refusals.total_by_rule,
-        "storage_error": state_error,
-    })
+    DirectoryStatus::Configured(Box::new(DirectoryProjectionStatus {
+        configured: true,
+        cursor: handle.projector.consumer_cursor(),
+        instance_uuid: config.instance.as_str().to_owned(),
+        last_refusal: refusals.last,
+        last_applied_at,
+        max_staleness_seconds: config.max_staleness.as_secs_f64(),
+        not_ready_reason: readiness.as_ref().err().map(ToString::to_string),
+        projection_cursor: shared_cursor,
+        ready: readiness.is_ok(),
+        refusals_total: refusals.total_by_rule,
+        resources: handle.projector.resource_snapshot(),
+        staleness_seconds: staleness,
+        storage_error: state_error,
+    }))
 }

@@ -21,6 +21,7 @@ mod error;
 mod extract;
 mod fences;
 mod lifecycle;
+mod openapi;
 mod probes;
 
 use std::sync::Arc;
@@ -42,13 +43,15 @@ pub use error::{AdminApiError, CORRELATION_ID_HEADER};
 pub use lifecycle::{
     CommandView, CommandsQuery, DEFAULT_PAGE, MAX_PAGE, commands_filter, known_cursor,
 };
+pub use openapi::document_json;
 
 use crate::directory::DirectoryHandle;
 
 /// Largest accepted request body: 64 KiB.
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
 
-/// `docs/openapi/admin-v1.json`, served at `/openapi.json`.
+/// `docs/openapi/admin-v1.json`, served at `/openapi.json`: what [`document_json`] generates
+/// from the handlers and types (`tests/openapi.rs` fails when the committed file differs).
 pub const OPENAPI: &str = include_str!("../../../../docs/openapi/admin-v1.json");
 
 /// Every route as (method, path template); the OpenAPI file documents exactly these.
