@@ -110,7 +110,8 @@ pub fn build(
 
 /// The answer of `GET /v1/directory/status`: [`DirectoryStatus::NotConfigured`] or
 /// [`DirectoryStatus::Configured`] (told apart by `configured`). Fields are in alphabetical
-/// order, as the JSON keys are sent.
+/// order and nested objects are sent with sorted keys, as this answer was sent before it was
+/// typed.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 #[serde(untagged)]
 pub enum DirectoryStatus {
@@ -145,11 +146,12 @@ pub struct DirectoryProjectionStatus {
     pub cursor: Option<i64>,
     /// The directory instance projected.
     pub instance_uuid: String,
-    /// The latest provider answer a projection rule refused on this replica (`null` when
-    /// none); while it is unresolved the whole projection waits.
-    pub last_refusal: Option<Refusal>,
     /// When the shared projection last applied a change (`null`: never).
     pub last_applied_at: Option<DateTime<Utc>>,
+    /// The latest provider answer a projection rule refused on this replica (`null` when
+    /// none); while it is unresolved the whole projection waits.
+    #[serde(serialize_with = "keys_sorted")]
+    pub last_refusal: Option<Refusal>,
     /// Configured `directory_max_staleness`, in seconds.
     pub max_staleness_seconds: f64,
     /// Why execution admission is closed, when it is.
@@ -162,11 +164,20 @@ pub struct DirectoryProjectionStatus {
     #[schema(value_type = BTreeMap<String, u64>)]
     pub refusals_total: BTreeMap<RefusalRule, u64>,
     /// Cardinality gauges.
+    #[serde(serialize_with = "keys_sorted")]
     pub resources: ResourceSnapshot,
     /// Seconds since `last_applied_at` (`null`: never applied).
     pub staleness_seconds: Option<f64>,
     /// Why the shared state row could not be read, when it could not.
     pub storage_error: Option<String>,
+}
+
+/// Serializes `value` with its keys in alphabetical order (through a JSON value), as the
+/// status document has always sent its nested objects.
+fn keys_sorted<T: Serialize, S: serde::Serializer>(value: &T, to: S) -> Result<S::Ok, S::Error> {
+    serde_json::to_value(value)
+        .map_err(serde::ser::Error::custom)?
+        .serialize(to)
 }
 
 /// The status document of `GET /v1/directory/status`; also sets the
@@ -211,8 +222,8 @@ pub async fn status(handle: Option<&DirectoryHandle>) -> DirectoryStatus {
         configured: true,
         cursor: handle.projector.consumer_cursor(),
         instance_uuid: config.instance.as_str().to_owned(),
-        last_refusal: refusals.last,
         last_applied_at,
+        last_refusal: refusals.last,
         max_staleness_seconds: config.max_staleness.as_secs_f64(),
         not_ready_reason: readiness.as_ref().err().map(ToString::to_string),
         projection_cursor: shared_cursor,
@@ -222,4 +233,83 @@ pub async fn status(handle: Option<&DirectoryHandle>) -> DirectoryStatus {
         staleness_seconds: staleness,
         storage_error: state_error,
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    /// The typed answer is sent byte for byte as the `json!` document it replaced (keys sorted
+    /// at every level).
+    #[test]
+    fn status_answers_keep_their_wire_format() {
+        let not_configured = DirectoryStatus::NotConfigured(DirectoryNotConfigured {
+            configured: false,
+            cursor: None,
+            message: "no directory provider is configured (set directory_url)",
+            ready: None,
+            staleness_seconds: None,
+        });
+        let before = json!({
+            "configured": false,
+            "ready": null,
+            "cursor": null,
+            "staleness_seconds": null,
+            "message": "no directory provider is configured (set directory_url)"
+        });
+        assert_eq!(
+            serde_json::to_string(&not_configured).unwrap(),
+            before.to_string()
+        );
+
+        let at = DateTime::<Utc>::from_timestamp(1_700_000_000, 0).unwrap();
+        let rule = RefusalRule::ALL[0];
+        let refusal = Refusal {
+            rule,
+            workspace: None,
+            message: "refused".to_owned(),
+            since: at,
+            last_at: at,
+            count: 2,
+            resolved_at: None,
+        };
+        let resources = ResourceSnapshot::default();
+        let totals = BTreeMap::from([(rule, 2u64)]);
+        let configured = DirectoryStatus::Configured(Box::new(DirectoryProjectionStatus {
+            configured: true,
+            cursor: Some(7),
+            instance_uuid: "inst-1".to_owned(),
+            last_applied_at: Some(at),
+            last_refusal: Some(refusal.clone()),
+            max_staleness_seconds: 30.0,
+            not_ready_reason: Some("stale".to_owned()),
+            projection_cursor: Some(6),
+            ready: false,
+            refusals_total: totals.clone(),
+            resources,
+            staleness_seconds: Some(1.5),
+            storage_error: None,
+        }));
+        let before = json!({
+            "configured": true,
+            "instance_uuid": "inst-1",
+            "ready": false,
+            "not_ready_reason": "stale",
+            "cursor": 7,
+            "projection_cursor": 6,
+            "last_applied_at": at,
+            "staleness_seconds": 1.5,
+            "max_staleness_seconds": 30.0,
+            "resources": resources,
+            "last_refusal": Some(refusal),
+            "refusals_total": totals,
+            "storage_error": Option::<String>::None,
+        });
+        assert_eq!(
+            serde_json::to_string(&configured).unwrap(),
+            before.to_string()
+        );
+    }
 }
