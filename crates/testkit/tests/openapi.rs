@@ -24,24 +24,11 @@ fn doc_file(name: &str) -> String {
 /// Fails when the committed file differs from `generated`; with `UPDATE_OPENAPI=1` rewrites
 /// the file instead.
 fn check_committed(name: &str, generated: &str) {
-    if std::env::var_os("UPDATE_OPENAPI").is_some_and(|v| v == "1") {
-        std::fs::write(doc_path(name), generated).unwrap();
-        return;
-    }
-    let committed = std::fs::read_to_string(doc_path(name)).unwrap_or_default();
-    if committed != generated {
-        let line = committed
-            .lines()
-            .zip(generated.lines())
-            .position(|(a, b)| a != b)
-            .unwrap_or_else(|| committed.lines().count().min(generated.lines().count()));
-        panic!(
-            "docs/openapi/{name} differs from what the handlers and wire types generate \
-             (first difference at line {}). Regenerate it with \
-             `UPDATE_OPENAPI=1 cargo test -p tenantry-testkit --test openapi` and commit it.",
-            line + 1
-        );
-    }
+    tenantry_testkit::openapi::check_committed(
+        name,
+        generated,
+        "UPDATE_OPENAPI=1 cargo test -p tenantry-testkit --test openapi",
+    );
 }
 
 #[test]

@@ -17,10 +17,7 @@ use tenantry_ports::lifecycle::{
 use tenantry_store_seaorm::lifecycle::SeaOrmLifecycleStore;
 
 use super::AdminState;
-use super::error::{
-    AdminApiError, BadRequest, Conflict, NotFound, PayloadTooLarge, Unauthorized, Unavailable,
-    UnsupportedMediaType,
-};
+use super::error::{AdminApiError, BodyRefusals, Conflict, NotFound, Refusals};
 use super::extract::{JsonBody, PathParams, parse_id};
 use super::lifecycle::{CommandView, control_space, parse_operation, parse_status, tenant};
 
@@ -167,13 +164,10 @@ async fn act_one(
     request_body = ActBody,
     responses(
         (status = 200, description = "The command after the retry (status pending).", body = CommandView),
-        (status = 400, response = BadRequest),
-        (status = 401, response = Unauthorized),
+        Refusals,
         (status = 404, response = NotFound),
         (status = 409, response = Conflict),
-        (status = 413, response = PayloadTooLarge),
-        (status = 415, response = UnsupportedMediaType),
-        (status = 503, response = Unavailable),
+        BodyRefusals,
     ),
     security(("bearer" = []))
 )]
@@ -195,13 +189,10 @@ pub async fn retry_command(
     request_body = ActBody,
     responses(
         (status = 200, description = "The command after the action (status abandoned).", body = CommandView),
-        (status = 400, response = BadRequest),
-        (status = 401, response = Unauthorized),
+        Refusals,
         (status = 404, response = NotFound),
         (status = 409, response = Conflict),
-        (status = 413, response = PayloadTooLarge),
-        (status = 415, response = UnsupportedMediaType),
-        (status = 503, response = Unavailable),
+        BodyRefusals,
     ),
     security(("bearer" = []))
 )]
@@ -280,11 +271,8 @@ async fn act_bulk(
     request_body = BulkBody,
     responses(
         (status = 200, description = "What was acted on and what was refused (each refusal with code and message).", body = BulkView),
-        (status = 400, response = BadRequest),
-        (status = 401, response = Unauthorized),
-        (status = 413, response = PayloadTooLarge),
-        (status = 415, response = UnsupportedMediaType),
-        (status = 503, response = Unavailable),
+        Refusals,
+        BodyRefusals,
     ),
     security(("bearer" = []))
 )]
@@ -304,11 +292,8 @@ pub async fn retry_matching(
     request_body = BulkBody,
     responses(
         (status = 200, description = "What was acted on and what was refused (each refusal with code and message).", body = BulkView),
-        (status = 400, response = BadRequest),
-        (status = 401, response = Unauthorized),
-        (status = 413, response = PayloadTooLarge),
-        (status = 415, response = UnsupportedMediaType),
-        (status = 503, response = Unavailable),
+        Refusals,
+        BodyRefusals,
     ),
     security(("bearer" = []))
 )]
@@ -328,10 +313,8 @@ pub async fn abandon_matching(
     params(("command_id" = CommandId, Path)),
     responses(
         (status = 200, description = "The action log.", body = ActionList),
-        (status = 400, response = BadRequest),
-        (status = 401, response = Unauthorized),
+        Refusals,
         (status = 404, response = NotFound),
-        (status = 503, response = Unavailable),
     ),
     security(("bearer" = []))
 )]

@@ -83,6 +83,40 @@ error_responses! {
     Unavailable;
 }
 
+/// Groups of the shared error answers, for the `responses(...)` of the admin operations:
+/// each lists (status, response component) and documents them as `$ref`s.
+macro_rules! error_groups {
+    ($($(#[doc = $doc:literal])* $name:ident = [$($status:literal => $response:ident),*];)*) => {$(
+        $(#[doc = $doc])*
+        pub(crate) struct $name;
+
+        impl utoipa::IntoResponses for $name {
+            fn responses() -> std::collections::BTreeMap<
+                String,
+                utoipa::openapi::RefOr<utoipa::openapi::response::Response>,
+            > {
+                [$(($status, stringify!($response))),*]
+                    .into_iter()
+                    .map(|(status, name)| {
+                        (
+                            status.to_owned(),
+                            utoipa::openapi::RefOr::Ref(utoipa::openapi::Ref::from_response_name(name)),
+                        )
+                    })
+                    .collect()
+            }
+        }
+    )*};
+}
+
+error_groups! {
+    /// What every `/v1/*` operation can answer besides its own outcomes: bad input, a missing
+    /// token, storage unavailable.
+    Refusals = ["400" => BadRequest, "401" => Unauthorized, "503" => Unavailable];
+    /// What an operation with a JSON body can answer about the body itself.
+    BodyRefusals = ["413" => PayloadTooLarge, "415" => UnsupportedMediaType];
+}
+
 impl AdminApiError {
     /// An error with `status`, `code` and `message`.
     /// `message` must be safe to show (no error text of a lower layer); a 5xx built this way

@@ -13,10 +13,7 @@ use serde::{Deserialize, Serialize};
 use tenantry_fence::{Binding, FenceKey, ScopeIdentity};
 
 use super::AdminState;
-use super::error::{
-    AdminApiError, BadRequest, Body, IdempotencyKeyReused, PayloadTooLarge, Unauthorized,
-    Unavailable, UnsupportedMediaType,
-};
+use super::error::{AdminApiError, Body, BodyRefusals, IdempotencyKeyReused, Refusals};
 use super::extract::{IdempotencyKeyHeader, JsonBody, QueryParams};
 use tenantry_engine::scoped_writes::admin::{ClearOutcome, ClearTarget, FenceView};
 
@@ -77,9 +74,7 @@ fn scope(value: &str) -> Result<ScopeIdentity, AdminApiError> {
     params(FencesQuery),
     responses(
         (status = 200, description = "Fences ordered by binding, then key.", body = FenceList),
-        (status = 400, response = BadRequest),
-        (status = 401, response = Unauthorized),
-        (status = 503, response = Unavailable),
+        Refusals,
     ),
     security(("bearer" = []))
 )]
@@ -103,13 +98,10 @@ pub async fn list_fences(
     responses(
         (status = 200, description = "Cleared, or nothing was fenced there (cleared = false, nothing written). A replay of the same Idempotency-Key and body answers the first result with header Idempotent-Replayed: true.", body = ClearOutcome,
             headers(("Idempotent-Replayed" = String, description = "`true` when the answer replays an earlier request with the same key."))),
-        (status = 400, response = BadRequest),
-        (status = 401, response = Unauthorized),
+        Refusals,
         (status = 409, description = "FENCE_INTENT_IN_FLIGHT: the record is a write-ahead intent younger than the dispatch deadline (its dispatch may be in flight); FENCE_CHANGED: another process rewrote the record meanwhile. Nothing was cleared.", body = Body<'static>),
-        (status = 413, response = PayloadTooLarge),
-        (status = 415, response = UnsupportedMediaType),
+        BodyRefusals,
         (status = 422, response = IdempotencyKeyReused),
-        (status = 503, response = Unavailable),
     ),
     security(("bearer" = []))
 )]

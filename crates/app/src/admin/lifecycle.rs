@@ -19,10 +19,7 @@ use tracing::Instrument;
 
 use super::AdminState;
 use super::error::AdminApiError;
-use super::error::{
-    BadRequest, Conflict, IdempotencyKeyReused, NotFound, PayloadTooLarge, Unauthorized,
-    Unavailable, UnsupportedMediaType,
-};
+use super::error::{BodyRefusals, Conflict, IdempotencyKeyReused, NotFound, Refusals};
 use super::extract::{IdempotencyKeyHeader, JsonBody, PathParams, QueryParams, parse_id};
 
 /// Default page size of `GET /v1/commands`.
@@ -321,13 +318,10 @@ fn request_span(route: &'static str, tenant: &str) -> tracing::Span {
     request_body = CreateBody,
     responses(
         (status = 202, description = "Accepted: the provision command is enqueued (or, for a replayed Idempotency-Key, the original receipt with replayed = true).", body = Accepted),
-        (status = 400, response = BadRequest),
-        (status = 401, response = Unauthorized),
+        Refusals,
         (status = 409, response = Conflict),
-        (status = 413, response = PayloadTooLarge),
-        (status = 415, response = UnsupportedMediaType),
+        BodyRefusals,
         (status = 422, response = IdempotencyKeyReused),
-        (status = 503, response = Unavailable),
     ),
     security(("bearer" = []))
 )]
@@ -375,12 +369,10 @@ pub async fn create_control_space(
     ),
     responses(
         (status = 202, description = "Accepted.", body = Accepted),
-        (status = 400, response = BadRequest),
-        (status = 401, response = Unauthorized),
+        Refusals,
         (status = 404, response = NotFound),
         (status = 409, response = Conflict),
         (status = 422, response = IdempotencyKeyReused),
-        (status = 503, response = Unavailable),
     ),
     security(("bearer" = []))
 )]
@@ -418,14 +410,11 @@ pub async fn delete_control_space(
     request_body = RevokeBody,
     responses(
         (status = 202, description = "Accepted.", body = Accepted),
-        (status = 400, response = BadRequest),
-        (status = 401, response = Unauthorized),
+        Refusals,
         (status = 404, response = NotFound),
         (status = 409, response = Conflict),
-        (status = 413, response = PayloadTooLarge),
-        (status = 415, response = UnsupportedMediaType),
+        BodyRefusals,
         (status = 422, response = IdempotencyKeyReused),
-        (status = 503, response = Unavailable),
     ),
     security(("bearer" = []))
 )]
@@ -460,10 +449,8 @@ pub async fn revoke_grant(
     params(("tenant_id" = TenantId, Path), ("control_space_id" = ControlSpaceId, Path)),
     responses(
         (status = 200, description = "The control space.", body = ControlSpaceView),
-        (status = 400, response = BadRequest),
-        (status = 401, response = Unauthorized),
+        Refusals,
         (status = 404, response = NotFound),
-        (status = 503, response = Unavailable),
     ),
     security(("bearer" = []))
 )]
@@ -607,9 +594,7 @@ pub async fn known_cursor(
     params(CommandsQuery),
     responses(
         (status = 200, description = "A page of commands.", body = CommandPage),
-        (status = 400, response = BadRequest),
-        (status = 401, response = Unauthorized),
-        (status = 503, response = Unavailable),
+        Refusals,
     ),
     security(("bearer" = []))
 )]
