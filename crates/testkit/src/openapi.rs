@@ -46,3 +46,33 @@ pub fn check_committed(name: &str, generated: &str, regenerate: &str) {
         );
     }
 }
+
+/// Test helper: the (upper-case method, path template) of every operation an OpenAPI 3.x
+/// `document` (JSON text) lists.
+///
+/// # Panics
+/// When `document` is not JSON, not OpenAPI 3.x, or its `paths` are not objects.
+pub fn documented_routes(document: &str) -> std::collections::BTreeSet<(String, String)> {
+    let doc: serde_json::Value = match serde_json::from_str(document) {
+        Ok(doc) => doc,
+        Err(e) => panic!("the OpenAPI document is not JSON: {e}"),
+    };
+    assert!(
+        doc["openapi"].as_str().is_some_and(|v| v.starts_with("3.")),
+        "not an OpenAPI 3 document"
+    );
+    let Some(paths) = doc["paths"].as_object() else {
+        panic!("the OpenAPI document has no paths object");
+    };
+    paths
+        .iter()
+        .flat_map(|(path, operations)| {
+            let Some(operations) = operations.as_object() else {
+                panic!("path {path} is not an object");
+            };
+            operations
+                .keys()
+                .map(move |method| (method.to_uppercase(), path.clone()))
+        })
+        .collect()
+}

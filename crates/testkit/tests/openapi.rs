@@ -78,19 +78,7 @@ async fn served_openapi_matches_the_directory_file() {
 }
 
 fn documented_routes(file: &str) -> BTreeSet<(String, String)> {
-    let doc: serde_json::Value = serde_json::from_str(&doc_file(file)).unwrap();
-    assert!(doc["openapi"].as_str().unwrap().starts_with("3."));
-    doc["paths"]
-        .as_object()
-        .unwrap()
-        .iter()
-        .flat_map(|(path, ops)| {
-            ops.as_object()
-                .unwrap()
-                .keys()
-                .map(move |method| (method.to_uppercase(), path.clone()))
-        })
-        .collect()
+    tenantry_testkit::openapi::documented_routes(&doc_file(file))
 }
 
 #[test]
