@@ -15,13 +15,13 @@ use tenantry_store_seaorm::Database;
 use tenantry_store_seaorm::host_storage::SeaOrmHostStorage;
 use tenantry_store_seaorm::lifecycle::SeaOrmLifecycleStore;
 
-use tenantry_engine::lifecycle::{OperatorActions, OperatorRequestError, SystemClock};
+use tenantry_engine::lifecycle::{OperatorActions, OperatorRequestError};
 use tenantry_ports::lifecycle::OperatorActionKind;
 
 use crate::admin::{CommandView, CommandsQuery, commands_filter};
 use crate::config::{Config, redact_url};
-use tenantry_engine::scoped_writes::ScopedWrites;
 use tenantry_engine::scoped_writes::admin::ClearTarget;
+use tenantry_engine::scoped_writes::{FenceConfig, ScopedWrites};
 
 /// Options of `tenantry commands retry` and `tenantry commands abandon`.
 #[derive(Debug, Clone, Args)]
@@ -279,9 +279,10 @@ fn command_filter(args: &CommandsListArgs) -> Result<CommandFilter, String> {
 /// The CLI process's one scoped-writes runtime (it writes nothing else); intents may be
 /// cleared once older than `knowledge_fs_deadline`, the dispatch deadline of `serve`.
 fn fence_admin(config: &Config, db: &Database) -> ScopedWrites<SeaOrmHostStorage> {
-    ScopedWrites::for_fence_admin(
+    ScopedWrites::with_config(
         Arc::new(SeaOrmHostStorage::new(db)),
-        config.knowledge_fs_deadline,
+        crate::service::system_clock(),
+        FenceConfig::with_deadline(config.knowledge_fs_deadline),
     )
 }
 
@@ -388,7 +389,10 @@ pub async fn commands_act(
         Ok(db) => db,
         Err(code) => return code,
     };
-    let actions = OperatorActions::new(SeaOrmLifecycleStore::new(&db), Arc::new(SystemClock));
+    let actions = OperatorActions::new(
+        SeaOrmLifecycleStore::new(&db),
+        crate::service::system_clock(),
+    );
     let code = match target {
         Ok(id) => match actions.act(&id, kind, &actor, &reason).await {
             Ok(after) => {

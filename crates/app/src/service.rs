@@ -17,11 +17,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tenantry_engine::lifecycle::{
-    CommandIntake, Dispatcher, DispatcherConfig, GroupCommitConfig, GroupCommitStore, SystemClock,
-    Wakeups, Worker, WorkerConfig, unique_lease_owner,
+    CommandIntake, Dispatcher, DispatcherConfig, GroupCommitConfig, GroupCommitStore, Wakeups,
+    Worker, WorkerConfig, unique_lease_owner,
 };
 use tenantry_engine::scoped_writes::{FenceConfig, ScopedWrites};
 use tenantry_lifecycle::RetryPolicy;
+use tenantry_ports::clock::{Clock, SystemClock};
 use tenantry_remote_http::knowledge_fs::{HttpKnowledgeFs, KnowledgeFsConfig};
 use tenantry_store_seaorm::Database;
 use tenantry_store_seaorm::host_storage::SeaOrmHostStorage;
@@ -54,6 +55,15 @@ pub enum StartError {
         /// The OS error.
         reason: String,
     },
+}
+
+/// The process's time source: the system clock as the one [`Clock`] every engine component of
+/// this process reads and sleeps on. The only place this crate constructs a [`SystemClock`]
+/// (a tidy test checks it); [`Service::launch`] calls it once and hands the same instance to
+/// the dispatcher, group commit, intake, operator actions, scoped writes and the directory
+/// projector, the operator CLI once per command.
+pub fn system_clock() -> Arc<dyn Clock> {
+    Arc::new(SystemClock)
 }
 
 /// What a shutdown did.
@@ -178,7 +188,7 @@ impl Service {
         } = prepared;
         let metrics = Arc::new(AppMetrics::new());
         let store = SeaOrmLifecycleStore::new(&db);
-        let clock = Arc::new(SystemClock);
+        let clock = system_clock();
 
         // Settles go through group commit: concurrent dispatches share one transaction. With
         // `group_commit = false` every settle is its own transaction (batches of one).
@@ -194,7 +204,7 @@ impl Service {
         };
         let dispatcher = Arc::new(
             Dispatcher::new(
-                GroupCommitStore::start(store.clone(), group_config),
+                GroupCommitStore::start_with_clock(store.clone(), group_config, clock.clone()),
                 MeteredRemote::new(remote, metrics.clone()),
                 DispatcherConfig {
                     lease_duration: config.lease,
@@ -208,10 +218,11 @@ impl Service {
                     },
                 },
             )
+            .with_clock(clock.clone())
             .with_metrics(metrics.clone())
             .with_jitter(rand::random::<f64>),
         );
-        let directory = directory.map(|prepared| prepared.attach(&db));
+        let directory = directory.map(|prepared| prepared.attach(&db, clock.clone()));
         let (stop, stopped) = watch::channel(false);
         let product_enabled = Arc::new(AtomicBool::new(config.product_enabled));
         let wakeups = Wakeups::new();
@@ -256,7 +267,8 @@ impl Service {
         );
         let state = AdminState {
             store: store.clone(),
-            intake: Arc::new(CommandIntake::new(store, clock).with_wakeups(wakeups)),
+            intake: Arc::new(CommandIntake::new(store, clock.clone()).with_wakeups(wakeups)),
+            clock,
             fences: scoped_writes.clone(),
             token: config.admin_token.as_deref().map(Arc::from),
             accepting: accepting.clone(),
@@ -403,5 +415,57 @@ pub async fn shutdown_signal() {
     tokio::select! {
         () = interrupt => tracing::info!("SIGINT received"),
         () = terminate => tracing::info!("SIGTERM received"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::{Path, PathBuf};
+
+    /// Every `.rs` file below `dir`.
+    fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                rust_files(&path, out);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                out.push(path);
+            }
+        }
+    }
+
+    /// One clock per process: outside comments, `use` lines and unit-test modules the crate
+    /// names `SystemClock` only in [`super::system_clock`], so every component gets the
+    /// instance the wiring hands it instead of defaulting to a clock of its own.
+    #[test]
+    fn system_clock_is_constructed_in_one_place_only() {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let mut files = Vec::new();
+        rust_files(&src, &mut files);
+        let mut places = Vec::new();
+        for file in files {
+            let text = std::fs::read_to_string(&file).unwrap();
+            let shipped = text
+                .split("#[cfg(test)]\nmod tests")
+                .next()
+                .unwrap_or_default();
+            for (n, line) in shipped.lines().enumerate() {
+                let code = line.split("//").next().unwrap_or_default().trim();
+                if code.contains("SystemClock") && !code.starts_with("use ") {
+                    let relative = file.strip_prefix(&src).unwrap().display().to_string();
+                    places.push(format!("src/{relative}:{}: {code}", n + 1));
+                }
+            }
+        }
+        assert_eq!(
+            places.len(),
+            1,
+            "construct the SystemClock only in service::system_clock and hand that clock \
+             down; found: {places:#?}"
+        );
+        assert!(
+            places[0].starts_with("src/service.rs") && places[0].contains("Arc::new(SystemClock)"),
+            "{places:#?}"
+        );
     }
 }

@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{Harness, TOKEN};
+use common::{Harness, TOKEN, assert_error};
 use serde_json::{Value, json};
 use tenantry_app::admin::{OPENAPI, PATHS};
 use tenantry_fence::{Binding, FenceMarker, ScopeIdentity};
@@ -16,15 +16,6 @@ use tenantry_ports::host_storage::HostStorage;
 use tenantry_store_seaorm::host_storage::SeaOrmHostStorage;
 
 const SETTLE: Duration = Duration::from_secs(20);
-
-fn assert_error(status: u16, body: &Value, expected_status: u16, code: &str) {
-    assert_eq!(status, expected_status, "{body}");
-    assert_eq!(body["code"], code, "{body}");
-    assert!(
-        body["message"].as_str().is_some_and(|m| !m.is_empty()),
-        "{body}"
-    );
-}
 
 #[tokio::test]
 async fn create_control_space_is_accepted_and_settles_active() {
@@ -496,15 +487,7 @@ async fn probes_metrics_and_fallbacks_answer_as_documented() {
     h.wait_state("t-1", "cs-1", "active", SETTLE).await;
     let (status, ready) = h.get("/readyz").await;
     assert_eq!((status, ready["status"].clone()), (200, json!("ready")));
-    let metrics = h
-        .http
-        .get(h.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = h.metrics().await;
     for name in [
         "tenantry_lifecycle_tasks_total",
         "tenantry_dispatch_duration_seconds",
@@ -542,19 +525,7 @@ async fn served_openapi_is_the_documented_file() {
 
 #[test]
 fn openapi_documents_exactly_the_served_routes() {
-    let doc: Value = serde_json::from_str(OPENAPI).unwrap();
-    assert!(doc["openapi"].as_str().unwrap().starts_with("3."));
-    let documented: BTreeSet<(String, String)> = doc["paths"]
-        .as_object()
-        .unwrap()
-        .iter()
-        .flat_map(|(path, ops)| {
-            ops.as_object()
-                .unwrap()
-                .keys()
-                .map(move |method| (method.to_uppercase(), path.clone()))
-        })
-        .collect();
+    let documented = tenantry_testkit::openapi::documented_routes(OPENAPI);
     let served: BTreeSet<(String, String)> = PATHS
         .iter()
         .map(|(m, p)| ((*m).to_owned(), (*p).to_owned()))
@@ -596,15 +567,7 @@ async fn fence_clear_through_the_api_waits_for_a_dispatch_in_flight_in_the_proce
     let (status, list) = h.get("/v1/fences").await;
     assert_eq!(status, 200, "{list}");
     assert_eq!(list["items"][0]["kind"], "intent", "{list}");
-    let metrics = h
-        .http
-        .get(h.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = h.metrics().await;
     // The gauge is process-wide (other tests refresh it too): check the labels only.
     for label in ["kind=\"intent\"", "kind=\"fence\""] {
         assert!(

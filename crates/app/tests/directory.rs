@@ -95,12 +95,7 @@ async fn directory_status_reports_a_ready_projection_at_the_provider_cursor() {
     );
     let (code, ready) = h.get("/readyz").await;
     assert_eq!((code, ready["directory"].clone()), (200, "ready".into()));
-    let metrics = reqwest::get(h.url("/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = h.metrics().await;
     assert!(
         metrics.contains("tenantry_directory_staleness_seconds"),
         "{metrics}"
@@ -222,12 +217,7 @@ async fn a_refused_answer_shows_in_status_and_metrics_with_rule_and_workspace() 
         status["refusals_total"]["membership_uuid_changed"].as_u64() >= Some(2),
         "{status}"
     );
-    let metrics = reqwest::get(h.url("/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = h.metrics().await;
     assert!(
         metrics.contains("tenantry_directory_refusals_total{reason=\"membership_uuid_changed\"}"),
         "{metrics}"

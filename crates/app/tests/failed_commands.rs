@@ -8,35 +8,14 @@ mod common;
 
 use std::time::Duration;
 
-use common::Harness;
+use common::{Harness, assert_error};
 use serde_json::{Value, json};
 use tenantry_testkit::fault::{Fault, Route};
 
 const SETTLE: Duration = Duration::from_secs(20);
 
 async fn wait_for(h: &Harness, path: &str, ready: impl Fn(&Value) -> bool) -> Value {
-    let deadline = tokio::time::Instant::now() + SETTLE;
-    loop {
-        let (status, body) = h.get(path).await;
-        if status == 200 && ready(&body) {
-            return body;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{path} never got there: {status} {body}"
-        );
-        // Real time: the service under test runs on its own runtime and answers over HTTP.
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-fn assert_error(status: u16, body: &Value, expected_status: u16, code: &str) {
-    assert_eq!(status, expected_status, "{body}");
-    assert_eq!(body["code"], code, "{body}");
-    assert!(
-        body["message"].as_str().is_some_and(|m| !m.is_empty()),
-        "{body}"
-    );
+    h.wait_for(path, ready, SETTLE).await
 }
 
 /// `shared/cases/003-permanent-remote-error.md` over the whole service: a remote that answers
@@ -62,15 +41,7 @@ async fn case_003_permanent_remote_error_is_visible_and_operators_act_on_it() {
     assert_eq!(status, 200);
     assert_eq!(page["items"][0]["id"], command_id.as_str(), "{page}");
     assert_eq!(page["items"][0]["attempt_count"], 1);
-    let metrics = h
-        .http
-        .get(h.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = h.metrics().await;
     assert!(
         metrics.contains(
             "tenantry_lifecycle_failed_total{operation=\"provision\",code=\"INVALID_REQUEST\"}"

@@ -192,19 +192,10 @@ async fn drive_steps(
     let path = format!("{base}/{cs}");
     match space.fate {
         Fate::Keep => {}
-        Fate::DeleteEarly => {
-            accepted(
-                client,
-                Method::DELETE,
-                &path,
-                None,
-                &format!("{prefix}-delete-{cs}"),
-            )
-            .await?;
-            count(driven);
-        }
-        Fate::DeleteLate => {
-            wait_active(client, &path, deadline).await?;
+        Fate::DeleteEarly | Fate::DeleteLate => {
+            if matches!(space.fate, Fate::DeleteLate) {
+                wait_active(client, &path, deadline).await?;
+            }
             accepted(
                 client,
                 Method::DELETE,

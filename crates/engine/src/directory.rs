@@ -90,6 +90,7 @@ impl From<ProjectionStoreError> for ProjectorError {
 
 /// Tenant-free cardinality gauges for health checks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ResourceSnapshot {
     /// Active projected workspaces after the last snapshot or delta.
     pub active_workspaces: u64,
@@ -111,11 +112,14 @@ pub struct ResourceSnapshot {
 /// projection (every workspace, not only the named one) until the provider serves another
 /// answer; this record makes that visible (`/v1/directory/status`, logs).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Refusal {
     /// The rule, [`DirectoryError::rule`] (serialized as its string, e.g.
     /// `membership_revision_conflict`).
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
     pub rule: RefusalRule,
     /// The workspace the rule names, if one.
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>))]
     pub workspace: Option<WorkspaceUuid>,
     /// The full message of the latest occurrence.
     pub message: String,

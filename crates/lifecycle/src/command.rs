@@ -59,6 +59,7 @@ impl std::fmt::Display for Operation {
 
 /// Status of an outbox command.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum CommandStatus {
     /// Waiting for `next_attempt_at`.

@@ -94,12 +94,7 @@ impl HostStorage for SeaOrmHostStorage {
         value: &Value,
     ) -> Result<(), HostStorageError> {
         validate_key(key)?;
-        let row = entity::ActiveModel {
-            binding: Set(binding.as_str().to_owned()),
-            key: Set(key.to_owned()),
-            value: Set(value.to_string()),
-        };
-        entity::Entity::insert(row)
+        entity::Entity::insert(row(binding, key, value))
             .on_conflict(
                 OnConflict::columns([entity::Column::Binding, entity::Column::Key])
                     .update_column(entity::Column::Value)
@@ -120,22 +115,15 @@ impl HostStorage for SeaOrmHostStorage {
     ) -> Result<bool, HostStorageError> {
         validate_key(key)?;
         let affected = match expected {
-            None => {
-                let row = entity::ActiveModel {
-                    binding: Set(binding.as_str().to_owned()),
-                    key: Set(key.to_owned()),
-                    value: Set(value.to_string()),
-                };
-                entity::Entity::insert(row)
-                    .on_conflict(
-                        OnConflict::columns([entity::Column::Binding, entity::Column::Key])
-                            .do_nothing()
-                            .to_owned(),
-                    )
-                    .exec_without_returning(&self.conn)
-                    .await
-                    .map_err(|e| unavailable("compare_and_set", &e))?
-            }
+            None => entity::Entity::insert(row(binding, key, value))
+                .on_conflict(
+                    OnConflict::columns([entity::Column::Binding, entity::Column::Key])
+                        .do_nothing()
+                        .to_owned(),
+                )
+                .exec_without_returning(&self.conn)
+                .await
+                .map_err(|e| unavailable("compare_and_set", &e))?,
             Some(expected) => {
                 entity::Entity::update_many()
                     .col_expr(entity::Column::Value, Expr::value(value.to_string()))
@@ -185,6 +173,15 @@ impl HostStorageBindings for SeaOrmHostStorage {
 
 /// Maps a database error of `operation` to the port's error ([`crate::error::store_error`]),
 /// keeping it as the source.
+/// The row of `key` in `binding` holding `value` (JSON text).
+fn row(binding: &Binding, key: &str, value: &Value) -> entity::ActiveModel {
+    entity::ActiveModel {
+        binding: Set(binding.as_str().to_owned()),
+        key: Set(key.to_owned()),
+        value: Set(value.to_string()),
+    }
+}
+
 fn unavailable(operation: &'static str, error: &DbErr) -> HostStorageError {
     HostStorageError::storage(
         operation,

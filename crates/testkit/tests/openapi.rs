@@ -24,24 +24,11 @@ fn doc_file(name: &str) -> String {
 /// Fails when the committed file differs from `generated`; with `UPDATE_OPENAPI=1` rewrites
 /// the file instead.
 fn check_committed(name: &str, generated: &str) {
-    if std::env::var_os("UPDATE_OPENAPI").is_some_and(|v| v == "1") {
-        std::fs::write(doc_path(name), generated).unwrap();
-        return;
-    }
-    let committed = std::fs::read_to_string(doc_path(name)).unwrap_or_default();
-    if committed != generated {
-        let line = committed
-            .lines()
-            .zip(generated.lines())
-            .position(|(a, b)| a != b)
-            .unwrap_or_else(|| committed.lines().count().min(generated.lines().count()));
-        panic!(
-            "docs/openapi/{name} differs from what the handlers and wire types generate \
-             (first difference at line {}). Regenerate it with \
-             `UPDATE_OPENAPI=1 cargo test -p tenantry-testkit --test openapi` and commit it.",
-            line + 1
-        );
-    }
+    tenantry_testkit::openapi::check_committed(
+        name,
+        generated,
+        "UPDATE_OPENAPI=1 cargo test -p tenantry-testkit --test openapi",
+    );
 }
 
 #[test]
@@ -91,19 +78,7 @@ async fn served_openapi_matches_the_directory_file() {
 }
 
 fn documented_routes(file: &str) -> BTreeSet<(String, String)> {
-    let doc: serde_json::Value = serde_json::from_str(&doc_file(file)).unwrap();
-    assert!(doc["openapi"].as_str().unwrap().starts_with("3."));
-    doc["paths"]
-        .as_object()
-        .unwrap()
-        .iter()
-        .flat_map(|(path, ops)| {
-            ops.as_object()
-                .unwrap()
-                .keys()
-                .map(move |method| (method.to_uppercase(), path.clone()))
-        })
-        .collect()
+    tenantry_testkit::openapi::documented_routes(&doc_file(file))
 }
 
 #[test]

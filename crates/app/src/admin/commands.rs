@@ -3,14 +3,12 @@
 //! and why (`reason`); a command that is not `pending` or `failed` is refused with 409
 //! `COMMAND_NOT_ACTIONABLE` and left unchanged.
 
-use std::sync::Arc;
-
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use tenantry_engine::lifecycle::{OperatorActions, OperatorRequestError, SystemClock};
+use tenantry_engine::lifecycle::{OperatorActions, OperatorRequestError};
 use tenantry_kernel::CommandId;
 use tenantry_lifecycle::CommandStatus;
 use tenantry_ports::lifecycle::{
@@ -19,7 +17,7 @@ use tenantry_ports::lifecycle::{
 use tenantry_store_seaorm::lifecycle::SeaOrmLifecycleStore;
 
 use super::AdminState;
-use super::error::AdminApiError;
+use super::error::{AdminApiError, BodyRefusals, Conflict, NotFound, Refusals};
 use super::extract::{JsonBody, PathParams, parse_id};
 use super::lifecycle::{CommandView, control_space, parse_operation, parse_status, tenant};
 
@@ -55,7 +53,8 @@ impl From<OperatorRequestError> for AdminApiError {
 }
 
 /// Body of `POST /v1/commands/{command_id}/retry` and `.../abandon`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[schema(as = OperatorAction)]
 #[serde(deny_unknown_fields)]
 pub struct ActBody {
     /// Who acts (1..=255 characters), e.g. `oncall:alice`.
@@ -66,7 +65,8 @@ pub struct ActBody {
 
 /// Body of `POST /v1/commands/retry` and `/v1/commands/abandon`: the filter (status `failed`
 /// or `pending` required) and who / why.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[schema(as = BulkOperatorAction)]
 #[serde(deny_unknown_fields)]
 pub struct BulkBody {
     /// Who acts.
@@ -74,6 +74,7 @@ pub struct BulkBody {
     /// Why.
     pub reason: String,
     /// `failed` or `pending` (required).
+    #[schema(value_type = Option<CommandStatus>)]
     pub status: Option<String>,
     /// `provision`, `delete` or `revoke`.
     pub operation: Option<String>,
@@ -86,7 +87,8 @@ pub struct BulkBody {
 }
 
 /// A command that matched a bulk action but was refused.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[schema(as = Refused)]
 pub struct RefusedView {
     command_id: String,
     code: &'static str,
@@ -94,7 +96,8 @@ pub struct RefusedView {
 }
 
 /// Answer of a bulk action.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[schema(as = BulkOutcome)]
 pub struct BulkView {
     acted: Vec<CommandView>,
     refused: Vec<RefusedView>,
@@ -103,9 +106,11 @@ pub struct BulkView {
 }
 
 /// One recorded action.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[schema(as = ActionRecord)]
 pub struct ActionView {
     id: String,
+    /// `retry` or `abandon`.
     action: &'static str,
     actor: String,
     reason: String,
@@ -116,13 +121,13 @@ pub struct ActionView {
 }
 
 /// The action log of a command.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct ActionList {
     items: Vec<ActionView>,
 }
 
 fn operator(state: &AdminState) -> OperatorActions<SeaOrmLifecycleStore> {
-    OperatorActions::new(state.store.clone(), Arc::new(SystemClock))
+    OperatorActions::new(state.store.clone(), state.clock.clone())
 }
 
 fn command_id(value: &str) -> Result<CommandId, AdminApiError> {
@@ -150,6 +155,22 @@ async fn act_one(
 }
 
 /// `POST /v1/commands/{command_id}/retry`.
+#[utoipa::path(
+    post,
+    path = "/v1/commands/{command_id}/retry",
+    operation_id = "retryCommand",
+    summary = "Retry a failed or pending command now with a fresh attempt budget (attempt_count is kept); recorded with actor and reason",
+    params(("command_id" = CommandId, Path)),
+    request_body = ActBody,
+    responses(
+        (status = 200, description = "The command after the retry (status pending).", body = CommandView),
+        Refusals,
+        (status = 404, response = NotFound),
+        (status = 409, response = Conflict),
+        BodyRefusals,
+    ),
+    security(("bearer" = []))
+)]
 pub async fn retry_command(
     State(state): State<AdminState>,
     PathParams(id): PathParams<String>,
@@ -159,6 +180,22 @@ pub async fn retry_command(
 }
 
 /// `POST /v1/commands/{command_id}/abandon`.
+#[utoipa::path(
+    post,
+    path = "/v1/commands/{command_id}/abandon",
+    operation_id = "abandonCommand",
+    summary = "Abandon a failed or pending command for good; recorded with actor and reason",
+    params(("command_id" = CommandId, Path)),
+    request_body = ActBody,
+    responses(
+        (status = 200, description = "The command after the action (status abandoned).", body = CommandView),
+        Refusals,
+        (status = 404, response = NotFound),
+        (status = 409, response = Conflict),
+        BodyRefusals,
+    ),
+    security(("bearer" = []))
+)]
 pub async fn abandon_command(
     State(state): State<AdminState>,
     PathParams(id): PathParams<String>,
@@ -226,6 +263,19 @@ async fn act_bulk(
 }
 
 /// `POST /v1/commands/retry`.
+#[utoipa::path(
+    post,
+    path = "/v1/commands/retry",
+    operation_id = "retryMatchingCommands",
+    summary = "Retry every command matching the filter (status failed or pending required), at most 10,000",
+    request_body = BulkBody,
+    responses(
+        (status = 200, description = "What was acted on and what was refused (each refusal with code and message).", body = BulkView),
+        Refusals,
+        BodyRefusals,
+    ),
+    security(("bearer" = []))
+)]
 pub async fn retry_matching(
     State(state): State<AdminState>,
     JsonBody(body): JsonBody<BulkBody>,
@@ -234,6 +284,19 @@ pub async fn retry_matching(
 }
 
 /// `POST /v1/commands/abandon`.
+#[utoipa::path(
+    post,
+    path = "/v1/commands/abandon",
+    operation_id = "abandonMatchingCommands",
+    summary = "Abandon every command matching the filter (status failed or pending required), at most 10,000",
+    request_body = BulkBody,
+    responses(
+        (status = 200, description = "What was acted on and what was refused (each refusal with code and message).", body = BulkView),
+        Refusals,
+        BodyRefusals,
+    ),
+    security(("bearer" = []))
+)]
 pub async fn abandon_matching(
     State(state): State<AdminState>,
     JsonBody(body): JsonBody<BulkBody>,
@@ -242,6 +305,19 @@ pub async fn abandon_matching(
 }
 
 /// `GET /v1/commands/{command_id}/actions`: the command's action log, oldest first.
+#[utoipa::path(
+    get,
+    path = "/v1/commands/{command_id}/actions",
+    operation_id = "listCommandActions",
+    summary = "The operator actions recorded on a command, oldest first",
+    params(("command_id" = CommandId, Path)),
+    responses(
+        (status = 200, description = "The action log.", body = ActionList),
+        Refusals,
+        (status = 404, response = NotFound),
+    ),
+    security(("bearer" = []))
+)]
 pub async fn list_actions(
     State(state): State<AdminState>,
     PathParams(id): PathParams<String>,

@@ -32,12 +32,89 @@ pub struct AdminApiError {
 /// Header carrying the correlation id of a 5xx answer.
 pub const CORRELATION_ID_HEADER: &str = "x-correlation-id";
 
-#[derive(Serialize)]
-struct Body<'a> {
+/// The body of every error answer (schema `Error`).
+#[derive(Serialize, utoipa::ToSchema)]
+#[schema(as = Error)]
+pub(crate) struct Body<'a> {
+    /// Stable machine-readable code, e.g. `INVALID_ARGUMENT`.
     code: &'a str,
+    /// What was wrong and what to do.
     message: &'a str,
+    /// On 5xx answers only: the id under which the service log has the detail (also the
+    /// `X-Correlation-Id` header).
     #[serde(skip_serializing_if = "Option::is_none")]
     correlation_id: Option<&'a str>,
+}
+
+/// The shared error answers of the admin API: each a response component of
+/// `docs/openapi/admin-v1.json` with the `Error` body, named by the type.
+macro_rules! error_responses {
+    ($($(#[doc = $doc:literal])* $name:ident;)*) => {$(
+        $(#[doc = $doc])*
+        #[derive(utoipa::ToResponse)]
+        #[allow(dead_code)] // Documents an answer; the answers are built as `AdminApiError`.
+        pub(crate) struct $name(Body<'static>);
+    )*};
+}
+
+error_responses! {
+    /// Invalid input (codes INVALID_ARGUMENT, INVALID_JSON, INVALID_PATH, INVALID_QUERY,
+    /// INVALID_IDEMPOTENCY_KEY, DUPLICATE_IDEMPOTENCY_KEY, UNKNOWN_CURSOR, BODY_UNREADABLE).
+    /// Nothing was written.
+    BadRequest;
+    /// Missing or wrong bearer token (UNAUTHORIZED).
+    Unauthorized;
+    /// No such control space (CONTROL_SPACE_NOT_FOUND), command (COMMAND_NOT_FOUND) or route
+    /// (NOT_FOUND).
+    NotFound;
+    /// Not allowed in the current state (CONTROL_SPACE_EXISTS, CONTROL_SPACE_NOT_PROVISIONED,
+    /// CONTROL_SPACE_DELETING, FORBIDDEN_TRANSITION, CONTENDED, COMMAND_NOT_ACTIONABLE).
+    /// Nothing was written.
+    Conflict;
+    /// The Idempotency-Key was used for a different request (IDEMPOTENCY_KEY_REUSED).
+    IdempotencyKeyReused;
+    /// Body or command payload over 64 KiB (PAYLOAD_TOO_LARGE).
+    PayloadTooLarge;
+    /// Body without Content-Type: application/json (UNSUPPORTED_MEDIA_TYPE).
+    UnsupportedMediaType;
+    /// Storage unavailable or shutting down (STORE_UNAVAILABLE, DATABASE_UNREACHABLE,
+    /// SHUTTING_DOWN, DIRECTORY_NOT_READY); retry later. The body has a correlation_id, also
+    /// sent as the X-Correlation-Id header; the detail is only in the service log.
+    Unavailable;
+}
+
+/// Groups of the shared error answers, for the `responses(...)` of the admin operations:
+/// each lists (status, response component) and documents them as `$ref`s.
+macro_rules! error_groups {
+    ($($(#[doc = $doc:literal])* $name:ident = [$($status:literal => $response:ident),*];)*) => {$(
+        $(#[doc = $doc])*
+        pub(crate) struct $name;
+
+        impl utoipa::IntoResponses for $name {
+            fn responses() -> std::collections::BTreeMap<
+                String,
+                utoipa::openapi::RefOr<utoipa::openapi::response::Response>,
+            > {
+                [$(($status, stringify!($response))),*]
+                    .into_iter()
+                    .map(|(status, name)| {
+                        (
+                            status.to_owned(),
+                            utoipa::openapi::RefOr::Ref(utoipa::openapi::Ref::from_response_name(name)),
+                        )
+                    })
+                    .collect()
+            }
+        }
+    )*};
+}
+
+error_groups! {
+    /// What every `/v1/*` operation can answer besides its own outcomes: bad input, a missing
+    /// token, storage unavailable.
+    Refusals = ["400" => BadRequest, "401" => Unauthorized, "503" => Unavailable];
+    /// What an operation with a JSON body can answer about the body itself.
+    BodyRefusals = ["413" => PayloadTooLarge, "415" => UnsupportedMediaType];
 }
 
 impl AdminApiError {

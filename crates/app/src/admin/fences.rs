@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use tenantry_fence::{Binding, FenceKey, ScopeIdentity};
 
 use super::AdminState;
-use super::error::AdminApiError;
+use super::error::{AdminApiError, Body, BodyRefusals, IdempotencyKeyReused, Refusals};
 use super::extract::{IdempotencyKeyHeader, JsonBody, QueryParams};
 use tenantry_engine::scoped_writes::admin::{ClearOutcome, ClearTarget, FenceView};
 
@@ -21,7 +21,8 @@ use tenantry_engine::scoped_writes::admin::{ClearOutcome, ClearTarget, FenceView
 pub const MAX_REASON_CHARS: usize = 1000;
 
 /// Query of `GET /v1/fences`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct FencesQuery {
     /// Only this installation binding.
@@ -29,13 +30,15 @@ pub struct FencesQuery {
 }
 
 /// Answer of `GET /v1/fences`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct FenceList {
+    /// Fences ordered by binding, then key.
     items: Vec<FenceView>,
 }
 
 /// Body of `POST /v1/fences/clear`: exactly one of `scope` and `key`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[schema(as = ClearFence)]
 #[serde(deny_unknown_fields)]
 pub struct ClearBody {
     /// Installation binding.
@@ -63,6 +66,18 @@ fn scope(value: &str) -> Result<ScopeIdentity, AdminApiError> {
 }
 
 /// `GET /v1/fences`.
+#[utoipa::path(
+    get,
+    path = "/v1/fences",
+    operation_id = "listFences",
+    summary = "List reconciliation fences across installation bindings",
+    params(FencesQuery),
+    responses(
+        (status = 200, description = "Fences ordered by binding, then key.", body = FenceList),
+        Refusals,
+    ),
+    security(("bearer" = []))
+)]
 pub async fn list_fences(
     State(state): State<AdminState>,
     QueryParams(query): QueryParams<FencesQuery>,
@@ -73,6 +88,23 @@ pub async fn list_fences(
 }
 
 /// `POST /v1/fences/clear`.
+#[utoipa::path(
+    post,
+    path = "/v1/fences/clear",
+    operation_id = "clearFence",
+    summary = "Clear one fence (or an intent older than the dispatch deadline) after reconciling its scope; writes a tombstone and logs the reason; idempotent under Idempotency-Key",
+    params(IdempotencyKeyHeader),
+    request_body = ClearBody,
+    responses(
+        (status = 200, description = "Cleared, or nothing was fenced there (cleared = false, nothing written). A replay of the same Idempotency-Key and body answers the first result with header Idempotent-Replayed: true.", body = ClearOutcome,
+            headers(("Idempotent-Replayed" = String, description = "`true` when the answer replays an earlier request with the same key."))),
+        Refusals,
+        (status = 409, description = "FENCE_INTENT_IN_FLIGHT: the record is a write-ahead intent younger than the dispatch deadline (its dispatch may be in flight); FENCE_CHANGED: another process rewrote the record meanwhile. Nothing was cleared.", body = Body<'static>),
+        BodyRefusals,
+        (status = 422, response = IdempotencyKeyReused),
+    ),
+    security(("bearer" = []))
+)]
 pub async fn clear_fence(
     State(state): State<AdminState>,
     key: IdempotencyKeyHeader,

@@ -19,6 +19,7 @@ use tracing::Instrument;
 
 use super::AdminState;
 use super::error::AdminApiError;
+use super::error::{BodyRefusals, Conflict, IdempotencyKeyReused, NotFound, Refusals};
 use super::extract::{IdempotencyKeyHeader, JsonBody, PathParams, QueryParams, parse_id};
 
 /// Default page size of `GET /v1/commands`.
@@ -27,10 +28,12 @@ pub const DEFAULT_PAGE: u32 = 100;
 pub const MAX_PAGE: u32 = 1000;
 
 /// Body of `POST /v1/tenants/{tenant_id}/control-spaces`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[schema(as = CreateControlSpace)]
 #[serde(deny_unknown_fields)]
 pub struct CreateBody {
     /// Id of the new control space; derived from the idempotency key when absent.
+    #[schema(value_type = Option<ControlSpaceId>)]
     pub control_space_id: Option<String>,
     /// Display name (1..=255 characters).
     pub name: String,
@@ -38,18 +41,23 @@ pub struct CreateBody {
     pub slug: String,
     /// Icon reference (absent or `null` = empty).
     #[serde(default, deserialize_with = "null_as_empty")]
+    #[schema(value_type = Option<String>)]
     pub icon: String,
     /// Description (absent or `null` = empty).
     #[serde(default, deserialize_with = "null_as_empty")]
+    #[schema(value_type = Option<String>)]
     pub description: String,
     /// Model intent passed through to KnowledgeFS.
+    #[schema(value_type = Option<Object>)]
     pub model_intent: Option<Value>,
     /// Profile intent passed through to KnowledgeFS.
+    #[schema(value_type = Option<Object>)]
     pub profile_intent: Option<Value>,
 }
 
 /// Body of a revocation.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[schema(as = Revocation)]
 #[serde(deny_unknown_fields)]
 pub struct RevokeBody {
     /// Why the grant is revoked (1..=255 characters).
@@ -57,14 +65,20 @@ pub struct RevokeBody {
 }
 
 /// Answer of an accepted (202) request.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct Accepted {
     tenant_id: String,
     control_space_id: String,
+    /// The lifecycle operation the command belongs to.
     operation_id: String,
+    /// The enqueued command.
     command_id: String,
+    /// `provision`, `delete` or `revoke`.
     operation: String,
+    /// The request's key (generated when the request carried none).
     idempotency_key: String,
+    /// True when an earlier request with the same key is answered again (nothing new was
+    /// enqueued).
     replayed: bool,
 }
 
@@ -83,7 +97,8 @@ impl Accepted {
 }
 
 /// A command as listed.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[schema(as = Command)]
 pub struct CommandView {
     id: String,
     tenant_id: String,
@@ -103,7 +118,9 @@ pub struct CommandView {
     completed_at: Option<DateTime<Utc>>,
 }
 
-#[derive(Debug, Serialize)]
+/// The last error of a command.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[schema(as = CommandError)]
 struct ErrorView {
     code: String,
     message: String,
@@ -136,7 +153,8 @@ impl From<&CommandRecord> for CommandView {
 }
 
 /// The newest dead-lettered (`failed`) or abandoned command of a control space.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[schema(as = Failure)]
 struct FailureView {
     command_id: String,
     operation: String,
@@ -148,7 +166,8 @@ struct FailureView {
 }
 
 /// A control space with its open commands and its failures.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[schema(as = ControlSpace)]
 pub struct ControlSpaceView {
     tenant_id: String,
     control_space_id: String,
@@ -290,6 +309,22 @@ fn request_span(route: &'static str, tenant: &str) -> tracing::Span {
 }
 
 /// `POST /v1/tenants/{tenant_id}/control-spaces`.
+#[utoipa::path(
+    post,
+    path = "/v1/tenants/{tenant_id}/control-spaces",
+    operation_id = "createControlSpace",
+    summary = "Create a control space and enqueue its provision",
+    params(("tenant_id" = TenantId, Path), IdempotencyKeyHeader),
+    request_body = CreateBody,
+    responses(
+        (status = 202, description = "Accepted: the provision command is enqueued (or, for a replayed Idempotency-Key, the original receipt with replayed = true).", body = Accepted),
+        Refusals,
+        (status = 409, response = Conflict),
+        BodyRefusals,
+        (status = 422, response = IdempotencyKeyReused),
+    ),
+    security(("bearer" = []))
+)]
 pub async fn create_control_space(
     State(state): State<AdminState>,
     PathParams(tenant_id): PathParams<String>,
@@ -322,6 +357,25 @@ pub async fn create_control_space(
 }
 
 /// `DELETE /v1/tenants/{tenant_id}/control-spaces/{control_space_id}`.
+#[utoipa::path(
+    delete,
+    path = "/v1/tenants/{tenant_id}/control-spaces/{control_space_id}",
+    operation_id = "deleteControlSpace",
+    summary = "Request deletion: the control space moves to deleting and a delete command is enqueued",
+    params(
+        ("tenant_id" = TenantId, Path),
+        ("control_space_id" = ControlSpaceId, Path),
+        IdempotencyKeyHeader,
+    ),
+    responses(
+        (status = 202, description = "Accepted.", body = Accepted),
+        Refusals,
+        (status = 404, response = NotFound),
+        (status = 409, response = Conflict),
+        (status = 422, response = IdempotencyKeyReused),
+    ),
+    security(("bearer" = []))
+)]
 pub async fn delete_control_space(
     State(state): State<AdminState>,
     PathParams((tenant_id, control_space_id)): PathParams<(String, String)>,
@@ -342,6 +396,28 @@ pub async fn delete_control_space(
 }
 
 /// `POST /v1/tenants/{tenant_id}/control-spaces/{control_space_id}/grants/{grant_id}/revocations`.
+#[utoipa::path(
+    post,
+    path = "/v1/tenants/{tenant_id}/control-spaces/{control_space_id}/grants/{grant_id}/revocations",
+    operation_id = "revokeGrant",
+    summary = "Enqueue the revocation of a capability grant (the control space must be provisioned)",
+    params(
+        ("tenant_id" = TenantId, Path),
+        ("control_space_id" = ControlSpaceId, Path),
+        ("grant_id" = GrantId, Path),
+        IdempotencyKeyHeader,
+    ),
+    request_body = RevokeBody,
+    responses(
+        (status = 202, description = "Accepted.", body = Accepted),
+        Refusals,
+        (status = 404, response = NotFound),
+        (status = 409, response = Conflict),
+        BodyRefusals,
+        (status = 422, response = IdempotencyKeyReused),
+    ),
+    security(("bearer" = []))
+)]
 pub async fn revoke_grant(
     State(state): State<AdminState>,
     PathParams((tenant_id, control_space_id, grant_id)): PathParams<(String, String, String)>,
@@ -365,6 +441,19 @@ pub async fn revoke_grant(
 }
 
 /// `GET /v1/tenants/{tenant_id}/control-spaces/{control_space_id}`.
+#[utoipa::path(
+    get,
+    path = "/v1/tenants/{tenant_id}/control-spaces/{control_space_id}",
+    operation_id = "getControlSpace",
+    summary = "Read a control space with its open commands",
+    params(("tenant_id" = TenantId, Path), ("control_space_id" = ControlSpaceId, Path)),
+    responses(
+        (status = 200, description = "The control space.", body = ControlSpaceView),
+        Refusals,
+        (status = 404, response = NotFound),
+    ),
+    security(("bearer" = []))
+)]
 pub async fn get_control_space(
     State(state): State<AdminState>,
     PathParams((tenant_id, control_space_id)): PathParams<(String, String)>,
@@ -395,10 +484,12 @@ pub async fn get_control_space(
 }
 
 /// Query of `GET /v1/commands`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct CommandsQuery {
     /// `pending`, `processing`, `succeeded`, `superseded`, `failed` or `abandoned`.
+    #[param(value_type = Option<CommandStatus>)]
     pub status: Option<String>,
     /// `provision`, `delete` or `revoke`.
     pub operation: Option<String>,
@@ -409,13 +500,15 @@ pub struct CommandsQuery {
     /// Only commands whose last error code is exactly this.
     pub error_code: Option<String>,
     /// Page size (1..=1000, default 100).
+    #[param(minimum = 1, maximum = 1000, default = 100)]
     pub limit: Option<u32>,
-    /// Cursor: the `next_after` of the previous page.
+    /// Cursor: the `next_after` of the previous page, the id of an existing command (an id
+    /// that names no command is 400 UNKNOWN_CURSOR, not an empty page).
     pub after: Option<String>,
 }
 
 /// A page of commands.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct CommandPage {
     items: Vec<CommandView>,
     /// Pass as `after` for the next page; `null` on the last page.
@@ -493,6 +586,18 @@ pub async fn known_cursor(
 }
 
 /// `GET /v1/commands`.
+#[utoipa::path(
+    get,
+    path = "/v1/commands",
+    operation_id = "listCommands",
+    summary = "List outbox commands, oldest first, keyset-paginated",
+    params(CommandsQuery),
+    responses(
+        (status = 200, description = "A page of commands.", body = CommandPage),
+        Refusals,
+    ),
+    security(("bearer" = []))
+)]
 pub async fn list_commands(
     State(state): State<AdminState>,
     QueryParams(query): QueryParams<CommandsQuery>,

@@ -21,6 +21,7 @@ mod error;
 mod extract;
 mod fences;
 mod lifecycle;
+mod openapi;
 mod probes;
 
 use std::sync::Arc;
@@ -34,6 +35,7 @@ use axum::response::Response;
 use axum::routing::{get, post};
 use tenantry_engine::lifecycle::CommandIntake;
 use tenantry_engine::scoped_writes::ScopedWrites;
+use tenantry_ports::clock::Clock;
 use tenantry_store_seaorm::host_storage::SeaOrmHostStorage;
 use tenantry_store_seaorm::lifecycle::SeaOrmLifecycleStore;
 
@@ -41,13 +43,15 @@ pub use error::{AdminApiError, CORRELATION_ID_HEADER};
 pub use lifecycle::{
     CommandView, CommandsQuery, DEFAULT_PAGE, MAX_PAGE, commands_filter, known_cursor,
 };
+pub use openapi::document_json;
 
 use crate::directory::DirectoryHandle;
 
 /// Largest accepted request body: 64 KiB.
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
 
-/// `docs/openapi/admin-v1.json`, served at `/openapi.json`.
+/// `docs/openapi/admin-v1.json`, served at `/openapi.json`: what [`document_json`] generates
+/// from the handlers and types (`tests/openapi.rs` fails when the committed file differs).
 pub const OPENAPI: &str = include_str!("../../../../docs/openapi/admin-v1.json");
 
 /// Every route as (method, path template); the OpenAPI file documents exactly these.
@@ -95,6 +99,8 @@ pub struct AdminState {
     pub accepting: Arc<AtomicBool>,
     /// The directory projection, when configured.
     pub directory: Option<DirectoryHandle>,
+    /// The process's one clock (operator actions record their time on it).
+    pub clock: Arc<dyn Clock>,
 }
 
 impl std::fmt::Debug for AdminState {

@@ -6,12 +6,13 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use serde_json::json;
+use serde::Serialize;
 use tenantry_lifecycle::{CommandStatus, Operation};
 use tenantry_ports::lifecycle::{CommandAdmin, CommandFilter, CommandQueue};
 
-use super::error::AdminApiError;
+use super::error::{AdminApiError, Unauthorized, Unavailable};
 use super::{AdminState, OPENAPI};
+use crate::directory::DirectoryStatus;
 use crate::metrics;
 
 /// Statuses reported by the `tenantry_commands` gauge.
@@ -21,12 +22,49 @@ const GAUGE_STATUSES: [CommandStatus; 3] = [
     CommandStatus::Failed,
 ];
 
+/// The answer of `GET /healthz`.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[schema(as = Health)]
+pub struct HealthAnswer {
+    /// Always `ok`.
+    status: &'static str,
+}
+
+/// The answer of `GET /readyz` when ready. Fields in alphabetical order, as sent.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[schema(as = Readiness)]
+pub struct ReadyAnswer {
+    /// Always `ok`.
+    database: &'static str,
+    /// `ready`, or `not_configured` when no directory provider is configured.
+    directory: &'static str,
+    /// Always `ready`.
+    status: &'static str,
+}
+
 /// `GET /healthz`: the process is alive.
-pub async fn healthz() -> Json<serde_json::Value> {
-    Json(json!({"status": "ok"}))
+#[utoipa::path(
+    get,
+    path = "/healthz",
+    operation_id = "healthz",
+    summary = "The process is alive",
+    responses((status = 200, description = "Alive.", body = HealthAnswer))
+)]
+pub async fn healthz() -> Json<HealthAnswer> {
+    Json(HealthAnswer { status: "ok" })
 }
 
 /// `GET /readyz`: the database answers and the service is not shutting down.
+#[utoipa::path(
+    get,
+    path = "/readyz",
+    operation_id = "readyz",
+    summary = "The database answers (and the directory is ready, when configured) and the service is not shutting down",
+    responses(
+        (status = 200, description = "Ready.", body = ReadyAnswer),
+        (status = 503, response = Unavailable),
+    )
+)]
 pub async fn readyz(State(state): State<AdminState>) -> Response {
     if !state.accepting.load(Ordering::SeqCst) {
         return AdminApiError::new(
@@ -49,12 +87,18 @@ pub async fn readyz(State(state): State<AdminState>) -> Response {
         )
         .into_response();
     }
+    let ready = |directory| {
+        Json(ReadyAnswer {
+            database: "ok",
+            directory,
+            status: "ready",
+        })
+        .into_response()
+    };
     match &state.directory {
-        None => Json(json!({"status": "ready", "database": "ok", "directory": "not_configured"}))
-            .into_response(),
+        None => ready("not_configured"),
         Some(directory) => match directory.projector.require_ready() {
-            Ok(()) => Json(json!({"status": "ready", "database": "ok", "directory": "ready"}))
-                .into_response(),
+            Ok(()) => ready("ready"),
             Err(e) => AdminApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "DIRECTORY_NOT_READY",
@@ -66,6 +110,13 @@ pub async fn readyz(State(state): State<AdminState>) -> Response {
 }
 
 /// `GET /metrics`: Prometheus text. Refreshes the gauges of commands and fences first.
+#[utoipa::path(
+    get,
+    path = "/metrics",
+    operation_id = "metrics",
+    summary = "Prometheus text exposition",
+    responses((status = 200, description = "Metrics.", body = String, content_type = "text/plain; version=0.0.4"))
+)]
 pub async fn metrics(State(state): State<AdminState>) -> Response {
     refresh_gauges(&state).await;
     (
@@ -122,7 +173,18 @@ pub async fn openapi() -> Response {
 }
 
 /// `GET /v1/directory/status`: cursor, staleness, readiness and resource gauges.
-pub async fn directory_status(State(state): State<AdminState>) -> Json<serde_json::Value> {
+#[utoipa::path(
+    get,
+    path = "/v1/directory/status",
+    operation_id = "directoryStatus",
+    summary = "Directory projection status: cursor, staleness, readiness, resource gauges",
+    responses(
+        (status = 200, description = "Status.", body = DirectoryStatus),
+        (status = 401, response = Unauthorized),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn directory_status(State(state): State<AdminState>) -> Json<DirectoryStatus> {
     Json(crate::directory::status(state.directory.as_ref()).await)
 }
 

@@ -144,20 +144,53 @@ impl Harness {
 
     /// Polls the control space until its state is `state` (panics after `within`).
     pub async fn wait_state(&self, tenant: &str, cs: &str, state: &str, within: Duration) -> Value {
+        let path = format!("/v1/tenants/{tenant}/control-spaces/{cs}");
+        self.wait_for(&path, |body| body["state"] == state, within)
+            .await
+    }
+
+    /// Polls `GET path` until it answers 200 with a body `ready` accepts (panics after
+    /// `within`, naming the last answer).
+    pub async fn wait_for(
+        &self,
+        path: &str,
+        ready: impl Fn(&Value) -> bool,
+        within: Duration,
+    ) -> Value {
         let deadline = tokio::time::Instant::now() + within;
         loop {
-            let (status, body) = self
-                .get(&format!("/v1/tenants/{tenant}/control-spaces/{cs}"))
-                .await;
-            if status == 200 && body["state"] == state {
+            let (status, body) = self.get(path).await;
+            if status == 200 && ready(&body) {
                 return body;
             }
             assert!(
                 tokio::time::Instant::now() < deadline,
-                "{tenant}/{cs} did not become {state}: {status} {body}"
+                "{path} never got there: {status} {body}"
             );
             // Real time: the service under test runs on its own runtime and answers over HTTP.
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
+
+    /// The Prometheus text of `GET /metrics`.
+    pub async fn metrics(&self) -> String {
+        self.http
+            .get(self.url("/metrics"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    }
+}
+
+/// Asserts an error answer: `expected_status`, `code`, and a non-empty `message`.
+pub fn assert_error(status: u16, body: &Value, expected_status: u16, code: &str) {
+    assert_eq!(status, expected_status, "{body}");
+    assert_eq!(body["code"], code, "{body}");
+    assert!(
+        body["message"].as_str().is_some_and(|m| !m.is_empty()),
+        "{body}"
+    );
 }

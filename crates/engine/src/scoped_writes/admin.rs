@@ -52,6 +52,7 @@ impl ClearTarget {
 
 /// What a clear did.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ClearOutcome {
     /// Installation binding.
     pub binding: String,
@@ -115,6 +116,7 @@ pub struct BindingFence {
 /// One record as operators see it: an item of `GET /v1/fences` and a line of
 /// `tenantry fences list`, flattened from a [`BindingFence`] and its marker.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema), schema(as = Fence))]
 pub struct FenceView {
     /// Installation binding.
     pub binding: String,
@@ -123,6 +125,7 @@ pub struct FenceView {
     /// `fence` (a mutation's outcome is unknown; reconcile, then clear) or `intent` (a write
     /// holds the scope and a dispatch may be in flight; it goes away by itself, and may only
     /// be cleared once older than the dispatch deadline).
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
     pub kind: RecordKind,
     /// Scope identity, when the marker names one (`null` for the installation scope or an
     /// unreadable marker).

@@ -198,14 +198,10 @@ async fn provision(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let parsed = (|| {
-        shared.authorize(&headers)?;
-        let ns = parse_id(TenantId::parse(namespace))?;
-        let key = idempotency_key(&headers)?;
-        let body: ProvisionBody = parse_body(&body)?;
-        Ok::<_, RemoteErrorBody>((ns, key, body))
-    })();
-    let (ns, key, body) = match parsed {
+    let parsed = parse_mutation(&shared, &headers, &body, || {
+        parse_id(TenantId::parse(namespace))
+    });
+    let (ns, key, body): (_, _, ProvisionBody) = match parsed {
         Ok(p) => p,
         Err(e) => return error_response(&e),
     };
@@ -303,15 +299,13 @@ async fn deletion(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let parsed = (|| {
-        shared.authorize(&headers)?;
-        let ns = parse_id(TenantId::parse(namespace))?;
-        let space = parse_id(KnowledgeSpaceId::parse(space))?;
-        let key = idempotency_key(&headers)?;
-        let body: DeletionBody = parse_body(&body)?;
-        Ok::<_, RemoteErrorBody>((ns, space, key, body))
-    })();
-    let (ns, space, key, body) = match parsed {
+    let parsed = parse_mutation(&shared, &headers, &body, || {
+        Ok((
+            parse_id(TenantId::parse(namespace))?,
+            parse_id(KnowledgeSpaceId::parse(space))?,
+        ))
+    });
+    let ((ns, space), key, body): (_, _, DeletionBody) = match parsed {
         Ok(p) => p,
         Err(e) => return error_response(&e),
     };
@@ -358,16 +352,14 @@ async fn revocation(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let parsed = (|| {
-        shared.authorize(&headers)?;
-        let ns = parse_id(TenantId::parse(namespace))?;
-        let space = parse_id(KnowledgeSpaceId::parse(space))?;
-        let grant = parse_id(GrantId::parse(grant))?;
-        let key = idempotency_key(&headers)?;
-        let body: RevocationBody = parse_body(&body)?;
-        Ok::<_, RemoteErrorBody>((ns, space, grant, key, body))
-    })();
-    let (ns, space, grant, key, body) = match parsed {
+    let parsed = parse_mutation(&shared, &headers, &body, || {
+        Ok((
+            parse_id(TenantId::parse(namespace))?,
+            parse_id(KnowledgeSpaceId::parse(space))?,
+            parse_id(GrantId::parse(grant))?,
+        ))
+    });
+    let ((ns, space, grant), key, body): (_, _, RevocationBody) = match parsed {
         Ok(p) => p,
         Err(e) => return error_response(&e),
     };
@@ -446,6 +438,21 @@ fn invalid(message: impl Into<String>) -> RemoteErrorBody {
 
 fn parse_id<T>(parsed: Result<T, tenantry_kernel::IdError>) -> Result<T, RemoteErrorBody> {
     parsed.map_err(|e| invalid(e.to_string()))
+}
+
+/// The parts of a mutation, checked in this order (the first failure is the answer): bearer
+/// token, the path ids (`ids`), the `Idempotency-Key`, the JSON body.
+fn parse_mutation<I, B: DeserializeOwned>(
+    shared: &Shared,
+    headers: &HeaderMap,
+    body: &[u8],
+    ids: impl FnOnce() -> Result<I, RemoteErrorBody>,
+) -> Result<(I, IdempotencyKey, B), RemoteErrorBody> {
+    shared.authorize(headers)?;
+    let ids = ids()?;
+    let key = idempotency_key(headers)?;
+    let body = parse_body(body)?;
+    Ok((ids, key, body))
 }
 
 fn parse_body<T: DeserializeOwned>(body: &[u8]) -> Result<T, RemoteErrorBody> {
