@@ -1,0 +1,1 @@
+//! Directory revisions model (see below).
