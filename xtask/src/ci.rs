@@ -95,6 +95,7 @@ const UNPUBLISHED: &[&str] = &[
     "tenantry-bench",
     "tenantry-demo",
     "tenantry-examples",
+    "tenantry-verification",
     "xtask",
 ];
 

@@ -18,8 +18,8 @@
 use serde_json::Value;
 use stateright::{Model, Property};
 use tenantry_fence::{
-    ClearRefused, DispatchOutcome, FailureRecord, FenceMarker, Holder, IntentAction,
-    ScopeIdentity, classify, clear_refusal,
+    ClearRefused, DispatchOutcome, FailureRecord, FenceMarker, Holder, IntentAction, ScopeIdentity,
+    classify, clear_refusal,
 };
 
 /// The dispatch deadline, ticks.
@@ -299,11 +299,7 @@ impl Model for FenceProtocol {
                 let process = PROCESS_OF[w];
                 let owner = self.owner(&s, process);
                 let value = Self::value(&s.stored);
-                let holder = classify(
-                    value.as_ref().map(Ok),
-                    &Self::owner_name(owner),
-                    ms(s.now),
-                );
+                let holder = classify(value.as_ref().map(Ok), &Self::owner_name(owner), ms(s.now));
                 let expired_intent =
                     matches!(s.stored, Stored::Intent { expires, .. } if expires <= s.now);
                 let holder = match holder {

@@ -63,8 +63,6 @@ pub enum LeaseBug {
     /// Workers judge their lease on their own wall clock against the lease's expiry instead of
     /// a monotonic deadline counted from before the claim.
     LeaseCheckOnWallClock,
-    /// The store writes a supersede without re-checking its rule at settle time.
-    SupersedeWithoutRecheck,
 }
 
 /// The lease-protocol model: [`LeaseBug`] variant and how many ticks time may advance.
@@ -316,7 +314,11 @@ fn control_space(cs: &Cs) -> ControlSpace {
         tenant_id: ids::tenant(),
         control_space_id: ids::space(),
         state: cs.state,
-        lifecycle_operation_id: ids::op(if cs.owned_by_delete { DELETE } else { PROVISION }),
+        lifecycle_operation_id: ids::op(if cs.owned_by_delete {
+            DELETE
+        } else {
+            PROVISION
+        }),
         resource_version: i64::from(cs.version),
         provisioning_key: ids::pk(),
         knowledge_space_id: cs.space.map(ids::ks),
@@ -474,9 +476,6 @@ impl LeaseProtocol {
 
     /// Store rule: whether a supersede of `row` may be written now.
     fn supersede_allowed(&self, state: &LeaseState, row: &Row, rule: SupersedeRule) -> bool {
-        if self.bug == LeaseBug::SupersedeWithoutRecheck {
-            return true;
-        }
         match rule {
             SupersedeRule::Unattempted => row.status == CommandStatus::Pending && row.claims == 0,
             SupersedeRule::AfterRemoteAbsence { grace } => {
@@ -573,7 +572,7 @@ impl LeaseProtocol {
 
     /// What `worker` does when it reads the control space (and the provision row) in
     /// `Phase::Claimed`: a call to make, or a settlement to write without calling.
-    fn read(&self, state: &LeaseState, worker: u8, held: &Held) -> Result<Call, Settlement> {
+    fn read(&self, state: &LeaseState, worker: u8, held: &Held) -> Result<Call, Box<Settlement>> {
         let command = claimed(worker, held);
         let policy = policy();
         let step = self.step(&command, &policy, state.now);
@@ -581,12 +580,14 @@ impl LeaseProtocol {
         if usize::from(held.cmd) == PROVISION {
             return match step.start_provision(&provision_payload(), Some(&cs)) {
                 ProvisionStart::Deliver(_) => Ok(Call::Provision),
-                ProvisionStart::SettleWithoutDelivery(s) => Err(s),
+                ProvisionStart::SettleWithoutDelivery(s) => Err(Box::new(s)),
             };
         }
         let provision = record(PROVISION, &state.rows[PROVISION]);
         match step.start_delete(Some(&cs), Some(&provision), true) {
-            DeleteStart::AlreadyDeleted(s) | DeleteStart::NeverProvisioned(s) => return Err(s),
+            DeleteStart::AlreadyDeleted(s) | DeleteStart::NeverProvisioned(s) => {
+                return Err(Box::new(s));
+            }
             DeleteStart::Continue => {}
         }
         match step.deletion_target(&delete_payload(), Some(&cs)) {
@@ -594,7 +595,7 @@ impl LeaseProtocol {
                 Ok(Call::Delete(ks_index(&request.knowledge_space_id)))
             }
             Ok(DeletionTarget::Lookup) => Ok(Call::Lookup),
-            Err(e) => Err(step.step_error(&e)),
+            Err(e) => Err(Box::new(step.step_error(&e))),
         }
     }
 
@@ -650,11 +651,13 @@ impl LeaseProtocol {
                     Ok(Recovery::Absent) => {
                         let provision = record(PROVISION, provision);
                         let grace = Duration::from_secs(u64::from(GRACE_TICKS));
-                        Conclusion::Settle(match step.complete_absent(Some(&cs), Some(&provision), grace) {
-                            AbsentOutcome::Complete(s)
-                            | AbsentOutcome::Unconfirmed(s)
-                            | AbsentOutcome::NotFound(s) => s,
-                        })
+                        Conclusion::Settle(
+                            match step.complete_absent(Some(&cs), Some(&provision), grace) {
+                                AbsentOutcome::Complete(s)
+                                | AbsentOutcome::Unconfirmed(s)
+                                | AbsentOutcome::NotFound(s) => s,
+                            },
+                        )
                     }
                 }
             }
@@ -914,25 +917,30 @@ impl Model for LeaseProtocol {
 
     fn properties(&self) -> Vec<Property<Self>> {
         vec![
-            Property::always("at most one live lease per command", |m: &Self, s: &LeaseState| {
-                (0..2u8).all(|c| {
-                    s.workers
-                        .iter()
-                        .enumerate()
-                        .filter(|(w, h)| {
-                            h.as_ref()
-                                .is_some_and(|h| h.cmd == c && m.believes_live(s, *w, h))
-                        })
-                        .count()
-                        <= 1
-                })
-            }),
-            Property::always("no settle accepted from a stale epoch", |_, s: &LeaseState| {
-                !s.stale_settle_accepted
-            }),
-            Property::always("at most one remote space per provisioning key", |_, s: &LeaseState| {
-                s.created <= 1
-            }),
+            Property::always(
+                "at most one live lease per command",
+                |m: &Self, s: &LeaseState| {
+                    (0..2u8).all(|c| {
+                        s.workers
+                            .iter()
+                            .enumerate()
+                            .filter(|(w, h)| {
+                                h.as_ref()
+                                    .is_some_and(|h| h.cmd == c && m.believes_live(s, *w, h))
+                            })
+                            .count()
+                            <= 1
+                    })
+                },
+            ),
+            Property::always(
+                "no settle accepted from a stale epoch",
+                |_, s: &LeaseState| !s.stale_settle_accepted,
+            ),
+            Property::always(
+                "at most one remote space per provisioning key",
+                |_, s: &LeaseState| s.created <= 1,
+            ),
             Property::always(
                 "a deleted control space has no remote space",
                 |_, s: &LeaseState| s.cs.state != ControlSpaceState::Deleted || s.alive.is_none(),
