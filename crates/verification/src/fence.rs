@@ -70,7 +70,7 @@ impl FenceProtocol {
 
 /// The record at the scope's fence key.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum Stored {
+pub enum ScopeRecord {
     /// Never written.
     Absent,
     /// JSON null tombstone.
@@ -90,7 +90,7 @@ pub enum Stored {
 
 /// A writer's run.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum Writer {
+pub enum WriterRun {
     /// Not started (or restarted after its process crashed).
     Idle,
     /// Holds the scope (lock and claim), request not sent.
@@ -107,9 +107,9 @@ pub struct FenceState {
     /// Tick.
     pub now: u8,
     /// The scope's record.
-    pub stored: Stored,
+    pub stored: ScopeRecord,
     /// Writers.
-    pub writers: [Writer; WRITERS],
+    pub writers: [WriterRun; WRITERS],
     /// Incarnation of each process (0, or 1 after its one crash).
     pub incarnation: [u8; 2],
     /// Start ticks of requests left in flight by crashed processes.
@@ -131,13 +131,13 @@ pub struct FenceState {
 pub enum FenceAction {
     /// Time advances one tick.
     Tick,
-    /// Writer takes the lock, reads the records and claims (or fails closed).
+    /// WriterRun takes the lock, reads the records and claims (or fails closed).
     Begin(u8),
-    /// Writer's caller is cancelled before the request: the claim is released.
+    /// WriterRun's caller is cancelled before the request: the claim is released.
     Cancel(u8),
-    /// Writer refreshes its intent and sends the request.
+    /// WriterRun refreshes its intent and sends the request.
     Dispatch(u8),
-    /// Writer's request ends: 0 not dispatched, 1 answered, 2 outcome unknown.
+    /// WriterRun's request ends: 0 not dispatched, 1 answered, 2 outcome unknown.
     Outcome(u8, u8),
     /// Process crashes and restarts.
     Crash(u8),
@@ -168,11 +168,11 @@ impl FenceProtocol {
     }
 
     /// The JSON the runtime stores for `stored`.
-    fn value(stored: &Stored) -> Option<Value> {
+    fn value(stored: &ScopeRecord) -> Option<Value> {
         match stored {
-            Stored::Absent => None,
-            Stored::Null => Some(Value::Null),
-            Stored::Intent { owner, at, expires } => Some(
+            ScopeRecord::Absent => None,
+            ScopeRecord::Null => Some(Value::Null),
+            ScopeRecord::Intent { owner, at, expires } => Some(
                 FenceMarker::intent(
                     &scope(),
                     "upload",
@@ -182,7 +182,7 @@ impl FenceProtocol {
                 )
                 .to_value(),
             ),
-            Stored::Fence(at) => Some(
+            ScopeRecord::Fence(at) => Some(
                 FenceMarker::fence(
                     &scope(),
                     "upload",
@@ -201,7 +201,7 @@ impl FenceProtocol {
         let live = state
             .writers
             .iter()
-            .filter(|w| matches!(w, Writer::InFlight(_)))
+            .filter(|w| matches!(w, WriterRun::InFlight(_)))
             .count();
         let orphans = state
             .orphans
@@ -216,12 +216,12 @@ impl FenceProtocol {
             || state.writers.iter().enumerate().all(|(i, w)| {
                 i == except
                     || PROCESS_OF[i] != process
-                    || !matches!(w, Writer::Holding | Writer::InFlight(_))
+                    || !matches!(w, WriterRun::Holding | WriterRun::InFlight(_))
             })
     }
 
     fn our_intent(&self, state: &FenceState, process: usize) -> bool {
-        matches!(state.stored, Stored::Intent { owner, .. } if owner == self.owner(state, process))
+        matches!(state.stored, ScopeRecord::Intent { owner, .. } if owner == self.owner(state, process))
     }
 }
 
@@ -232,8 +232,8 @@ impl Model for FenceProtocol {
     fn init_states(&self) -> Vec<FenceState> {
         vec![FenceState {
             now: 0,
-            stored: Stored::Absent,
-            writers: [Writer::Idle, Writer::Idle, Writer::Idle],
+            stored: ScopeRecord::Absent,
+            writers: [WriterRun::Idle, WriterRun::Idle, WriterRun::Idle],
             incarnation: [0, 0],
             orphans: Vec::new(),
             clears: 0,
@@ -247,7 +247,7 @@ impl Model for FenceProtocol {
     fn actions(&self, state: &FenceState, actions: &mut Vec<FenceAction>) {
         // A live request ends before its deadline (the runtime's request timeout).
         let deadline_ok = state.writers.iter().all(|w| match w {
-            Writer::InFlight(at) => state.now + 1 < at + DEADLINE_TICKS,
+            WriterRun::InFlight(at) => state.now + 1 < at + DEADLINE_TICKS,
             _ => true,
         });
         if state.now < self.max_time && deadline_ok {
@@ -256,21 +256,21 @@ impl Model for FenceProtocol {
         for (i, w) in state.writers.iter().enumerate() {
             let i8 = i as u8;
             match w {
-                Writer::Idle => {
+                WriterRun::Idle => {
                     if self.lock_free(state, PROCESS_OF[i], i) {
                         actions.push(FenceAction::Begin(i8));
                     }
                 }
-                Writer::Holding => {
+                WriterRun::Holding => {
                     actions.push(FenceAction::Cancel(i8));
                     actions.push(FenceAction::Dispatch(i8));
                 }
-                Writer::InFlight(_) => {
+                WriterRun::InFlight(_) => {
                     for outcome in 0..3 {
                         actions.push(FenceAction::Outcome(i8, outcome));
                     }
                 }
-                Writer::Done => {}
+                WriterRun::Done => {}
             }
         }
         for process in 0..2u8 {
@@ -279,7 +279,10 @@ impl Model for FenceProtocol {
             }
         }
         if state.clears < 2
-            && matches!(state.stored, Stored::Intent { .. } | Stored::Fence(_))
+            && matches!(
+                state.stored,
+                ScopeRecord::Intent { .. } | ScopeRecord::Fence(_)
+            )
             && self.lock_free(state, 0, usize::MAX)
         {
             actions.push(FenceAction::Clear);
@@ -301,7 +304,7 @@ impl Model for FenceProtocol {
                 let value = Self::value(&s.stored);
                 let holder = classify(value.as_ref().map(Ok), &Self::owner_name(owner), ms(s.now));
                 let expired_intent =
-                    matches!(s.stored, Stored::Intent { expires, .. } if expires <= s.now);
+                    matches!(s.stored, ScopeRecord::Intent { expires, .. } if expires <= s.now);
                 let holder = match holder {
                     Holder::Fenced
                         if self.bug == FenceBug::ExpiredIntentCountsAsFree && expired_intent =>
@@ -313,27 +316,27 @@ impl Model for FenceProtocol {
                 match holder {
                     Holder::Free | Holder::Own => {
                         if self.bug != FenceBug::DispatchWithoutIntent {
-                            s.stored = Stored::Intent {
+                            s.stored = ScopeRecord::Intent {
                                 owner,
                                 at: s.now,
                                 expires: s.now + DEADLINE_TICKS + 1,
                             };
                         }
-                        s.writers[w] = Writer::Holding;
+                        s.writers[w] = WriterRun::Holding;
                     }
                     // Waits for the other process (no state change: not a step).
                     Holder::Claimed { .. } => return None,
                     // Fails closed.
-                    Holder::Fenced => s.writers[w] = Writer::Done,
+                    Holder::Fenced => s.writers[w] = WriterRun::Done,
                 }
             }
             FenceAction::Cancel(i) => {
                 let w = usize::from(i);
                 // The spawned release: compare-and-set of our intent to null.
                 if self.our_intent(&s, PROCESS_OF[w]) {
-                    s.stored = Stored::Null;
+                    s.stored = ScopeRecord::Null;
                 }
-                s.writers[w] = Writer::Done;
+                s.writers[w] = WriterRun::Done;
             }
             FenceAction::Dispatch(i) => {
                 let w = usize::from(i);
@@ -341,10 +344,10 @@ impl Model for FenceProtocol {
                 if self.bug != FenceBug::DispatchWithoutIntent {
                     if !self.our_intent(&s, process) {
                         // The intent could not be refreshed: nothing is sent.
-                        s.writers[w] = Writer::Done;
+                        s.writers[w] = WriterRun::Done;
                         return Some(s);
                     }
-                    s.stored = Stored::Intent {
+                    s.stored = ScopeRecord::Intent {
                         owner: self.owner(&s, process),
                         at: s.now,
                         expires: s.now + DEADLINE_TICKS + 1,
@@ -356,7 +359,7 @@ impl Model for FenceProtocol {
                 if s.unresolved {
                     s.dispatched_unresolved = true;
                 }
-                s.writers[w] = Writer::InFlight(s.now);
+                s.writers[w] = WriterRun::InFlight(s.now);
             }
             FenceAction::Outcome(i, outcome) => {
                 let w = usize::from(i);
@@ -367,16 +370,16 @@ impl Model for FenceProtocol {
                 };
                 match IntentAction::after(outcome) {
                     IntentAction::Keep => {
-                        s.stored = Stored::Fence(s.now);
+                        s.stored = ScopeRecord::Fence(s.now);
                         s.unresolved = true;
                     }
                     IntentAction::Clear => {
                         if self.our_intent(&s, PROCESS_OF[w]) {
-                            s.stored = Stored::Null;
+                            s.stored = ScopeRecord::Null;
                         }
                     }
                 }
-                s.writers[w] = Writer::Done;
+                s.writers[w] = WriterRun::Done;
             }
             FenceAction::Crash(process) => {
                 let p = usize::from(process);
@@ -386,13 +389,13 @@ impl Model for FenceProtocol {
                         continue;
                     }
                     match w {
-                        Writer::InFlight(at) => {
+                        WriterRun::InFlight(at) => {
                             s.orphans.push(*at);
                             s.unresolved = true;
-                            *w = Writer::Idle;
+                            *w = WriterRun::Idle;
                         }
-                        Writer::Holding => *w = Writer::Idle,
-                        Writer::Idle | Writer::Done => {}
+                        WriterRun::Holding => *w = WriterRun::Idle,
+                        WriterRun::Idle | WriterRun::Done => {}
                     }
                 }
                 s.orphans.sort_unstable();
@@ -411,7 +414,7 @@ impl Model for FenceProtocol {
                     // The operator reconciled with the remote before clearing.
                     s.unresolved = false;
                 }
-                s.stored = Stored::Null;
+                s.stored = ScopeRecord::Null;
                 s.clears += 1;
             }
         }
@@ -431,7 +434,7 @@ impl Model for FenceProtocol {
                 "no dispatched mutation without a durable marker",
                 |_, s: &FenceState| {
                     let needs = Self::in_flight(s) > 0 || s.unresolved;
-                    !needs || matches!(s.stored, Stored::Intent { .. } | Stored::Fence(_))
+                    !needs || matches!(s.stored, ScopeRecord::Intent { .. } | ScopeRecord::Fence(_))
                 },
             ),
             Property::always(
@@ -439,10 +442,10 @@ impl Model for FenceProtocol {
                 |_, s: &FenceState| !s.erased_in_flight,
             ),
             Property::sometimes("a fence is set and cleared", |_, s: &FenceState| {
-                s.clears > 0 && s.stored == Stored::Null
+                s.clears > 0 && s.stored == ScopeRecord::Null
             }),
             Property::sometimes("both processes complete a write", |_, s: &FenceState| {
-                s.writers.iter().all(|w| *w == Writer::Done) && s.stored == Stored::Null
+                s.writers.iter().all(|w| *w == WriterRun::Done) && s.stored == ScopeRecord::Null
             }),
         ]
     }

@@ -98,7 +98,7 @@ impl LeaseProtocol {
 
 /// One outbox row, as the store keeps it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Row {
+pub struct OutboxRow {
     /// Whether intake created it (the delete row appears on request).
     pub enqueued: bool,
     /// Status.
@@ -119,7 +119,7 @@ pub struct Row {
     pub prior_window: Option<u8>,
 }
 
-impl Row {
+impl OutboxRow {
     fn new(enqueued: bool) -> Self {
         Self {
             enqueued,
@@ -137,7 +137,7 @@ impl Row {
 
 /// The control space, abstracted to what the rules read.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Cs {
+pub struct SpaceView {
     /// State.
     pub state: ControlSpaceState,
     /// Whether the delete operation owns it (else the provision).
@@ -154,7 +154,7 @@ pub struct Cs {
 
 /// A remote call a worker is about to make.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Call {
+pub enum KfsCall {
     /// Provision by provisioning key.
     Provision,
     /// Lookup by provisioning key (lost-ACK recovery).
@@ -165,7 +165,7 @@ pub enum Call {
 
 /// What a call answered.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum Answer {
+pub enum CallAnswer {
     /// The provision answered with the space of this index.
     Provisioned(u8),
     /// The lookup answered (a space or none); the provision row read right after it.
@@ -173,7 +173,7 @@ pub enum Answer {
         /// The space found.
         found: Option<u8>,
         /// The provision row read after the lookup.
-        provision: Row,
+        provision: OutboxRow,
     },
     /// The deletion completed.
     Deleted,
@@ -185,18 +185,18 @@ pub enum Answer {
 
 /// Where a worker is in its attempt.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum Phase {
+pub enum AttemptPhase {
     /// Claimed, nothing read yet.
     Claimed,
     /// Read the control space and decided to call.
-    ToCall(Call),
+    ToCall(KfsCall),
     /// The call ended.
-    Answered(Answer),
+    Answered(CallAnswer),
 }
 
 /// A worker holding a lease.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Held {
+pub struct HeldLease {
     /// Command index.
     pub cmd: u8,
     /// Epoch of the claim.
@@ -208,7 +208,7 @@ pub struct Held {
     /// Claims of the command including this one.
     pub claims: u8,
     /// Progress.
-    pub phase: Phase,
+    pub phase: AttemptPhase,
 }
 
 /// The whole system.
@@ -217,9 +217,9 @@ pub struct LeaseState {
     /// Store clock, tick.
     pub now: u8,
     /// Outbox rows: provision, delete.
-    pub rows: [Row; 2],
+    pub rows: [OutboxRow; 2],
     /// The control space.
-    pub cs: Cs,
+    pub cs: SpaceView,
     /// Remote spaces ever created for the provisioning key.
     pub created: u8,
     /// The remote space that exists now (index), if any.
@@ -228,7 +228,7 @@ pub struct LeaseState {
     /// `KNOWLEDGE_FS_SPACE_DELETED`, permanent).
     pub tombstone: bool,
     /// Workers: `None` idle (or crashed and restarted).
-    pub workers: [Option<Held>; WORKERS],
+    pub workers: [Option<HeldLease>; WORKERS],
     /// A settle was accepted from a lease epoch that was not the command's current one.
     pub stale_settle_accepted: bool,
 }
@@ -309,7 +309,7 @@ fn ks_index(id: &KnowledgeSpaceId) -> u8 {
         .unwrap_or(u8::MAX)
 }
 
-fn control_space(cs: &Cs) -> ControlSpace {
+fn control_space(cs: &SpaceView) -> ControlSpace {
     ControlSpace {
         tenant_id: ids::tenant(),
         control_space_id: ids::space(),
@@ -330,8 +330,8 @@ fn control_space(cs: &Cs) -> ControlSpace {
     }
 }
 
-fn abstract_cs(cs: &ControlSpace) -> Cs {
-    Cs {
+fn abstract_cs(cs: &ControlSpace) -> SpaceView {
+    SpaceView {
         state: cs.state,
         owned_by_delete: cs.lifecycle_operation_id == ids::op(DELETE),
         version: u8::try_from(cs.resource_version).unwrap_or(u8::MAX),
@@ -341,7 +341,7 @@ fn abstract_cs(cs: &ControlSpace) -> Cs {
     }
 }
 
-fn record(cmd: usize, row: &Row) -> CommandRecord {
+fn record(cmd: usize, row: &OutboxRow) -> CommandRecord {
     CommandRecord {
         id: ids::command(cmd),
         tenant_id: ids::tenant(),
@@ -400,7 +400,7 @@ fn delete_payload() -> DeletePayload {
     }
 }
 
-fn claimed(worker: u8, held: &Held) -> ClaimedCommand {
+fn claimed(worker: u8, held: &HeldLease) -> ClaimedCommand {
     let cmd = usize::from(held.cmd);
     ClaimedCommand {
         tenant_id: ids::tenant(),
@@ -445,7 +445,7 @@ enum Refused {
 
 impl LeaseProtocol {
     /// Whether `worker` believes the lease it holds is live (and so may call the remote).
-    fn believes_live(&self, state: &LeaseState, worker: usize, held: &Held) -> bool {
+    fn believes_live(&self, state: &LeaseState, worker: usize, held: &HeldLease) -> bool {
         match self.bug {
             LeaseBug::LeaseCheckOnWallClock => {
                 held.expires > state.now.saturating_sub(SKEW[worker])
@@ -456,7 +456,7 @@ impl LeaseProtocol {
 
     /// Store rule: a command is claimable when pending and due, or processing with an expired
     /// lease (`is_due` / the claim statement's `WHERE`).
-    fn claimable(&self, state: &LeaseState, row: &Row) -> bool {
+    fn claimable(&self, state: &LeaseState, row: &OutboxRow) -> bool {
         row.enqueued
             && row.claims < MAX_CLAIMS
             && match row.status {
@@ -470,12 +470,12 @@ impl LeaseProtocol {
 
     /// Store rule: a settle or renewal matches the row only with the same owner and epoch
     /// while processing (`holds_lease` / the settle statement's compare-and-set).
-    fn holds_lease(row: &Row, worker: u8, epoch: u8) -> bool {
+    fn holds_lease(row: &OutboxRow, worker: u8, epoch: u8) -> bool {
         row.status == CommandStatus::Processing && row.owner == Some(worker) && row.epoch == epoch
     }
 
     /// Store rule: whether a supersede of `row` may be written now.
-    fn supersede_allowed(&self, state: &LeaseState, row: &Row, rule: SupersedeRule) -> bool {
+    fn supersede_allowed(&self, state: &LeaseState, row: &OutboxRow, rule: SupersedeRule) -> bool {
         match rule {
             SupersedeRule::Unattempted => row.status == CommandStatus::Pending && row.claims == 0,
             SupersedeRule::AfterRemoteAbsence { grace } => {
@@ -496,7 +496,7 @@ impl LeaseProtocol {
         &self,
         state: &mut LeaseState,
         worker: u8,
-        held: &Held,
+        held: &HeldLease,
         settlement: &Settlement,
     ) -> Result<(), Refused> {
         let cmd = usize::from(held.cmd);
@@ -551,7 +551,13 @@ impl LeaseProtocol {
 
     /// Settles `settlement`; a refused compare-and-set settles a retry instead, as the
     /// dispatcher does (`CONTROL_SPACE_CONFLICT`).
-    fn settle(&self, state: &mut LeaseState, worker: u8, held: &Held, settlement: &Settlement) {
+    fn settle(
+        &self,
+        state: &mut LeaseState,
+        worker: u8,
+        held: &HeldLease,
+        settlement: &Settlement,
+    ) {
         if let Err(Refused::Conflict) = self.apply(state, worker, held, settlement) {
             let command = claimed(worker, held);
             let policy = policy();
@@ -571,15 +577,20 @@ impl LeaseProtocol {
     }
 
     /// What `worker` does when it reads the control space (and the provision row) in
-    /// `Phase::Claimed`: a call to make, or a settlement to write without calling.
-    fn read(&self, state: &LeaseState, worker: u8, held: &Held) -> Result<Call, Box<Settlement>> {
+    /// `AttemptPhase::Claimed`: a call to make, or a settlement to write without calling.
+    fn read(
+        &self,
+        state: &LeaseState,
+        worker: u8,
+        held: &HeldLease,
+    ) -> Result<KfsCall, Box<Settlement>> {
         let command = claimed(worker, held);
         let policy = policy();
         let step = self.step(&command, &policy, state.now);
         let cs = control_space(&state.cs);
         if usize::from(held.cmd) == PROVISION {
             return match step.start_provision(&provision_payload(), Some(&cs)) {
-                ProvisionStart::Deliver(_) => Ok(Call::Provision),
+                ProvisionStart::Deliver(_) => Ok(KfsCall::Provision),
                 ProvisionStart::SettleWithoutDelivery(s) => Err(Box::new(s)),
             };
         }
@@ -592,9 +603,9 @@ impl LeaseProtocol {
         }
         match step.deletion_target(&delete_payload(), Some(&cs)) {
             Ok(DeletionTarget::Known(request)) => {
-                Ok(Call::Delete(ks_index(&request.knowledge_space_id)))
+                Ok(KfsCall::Delete(ks_index(&request.knowledge_space_id)))
             }
-            Ok(DeletionTarget::Lookup) => Ok(Call::Lookup),
+            Ok(DeletionTarget::Lookup) => Ok(KfsCall::Lookup),
             Err(e) => Err(Box::new(step.step_error(&e))),
         }
     }
@@ -602,29 +613,35 @@ impl LeaseProtocol {
     /// The settlement of an answered attempt, computed on the control space as it is now.
     /// `Ok(Some(call))`: the attempt goes on with another call (a registered recovered
     /// identity); the registration is then returned as `Err(settlement)` first.
-    fn conclude(&self, state: &LeaseState, worker: u8, held: &Held, answer: &Answer) -> Conclusion {
+    fn conclude(
+        &self,
+        state: &LeaseState,
+        worker: u8,
+        held: &HeldLease,
+        answer: &CallAnswer,
+    ) -> Conclusion {
         let command = claimed(worker, held);
         let policy = policy();
         let step = self.step(&command, &policy, state.now);
         let cs = control_space(&state.cs);
         match answer {
-            Answer::Unknown => Conclusion::Settle(step.remote_failure(
+            CallAnswer::Unknown => Conclusion::Settle(step.remote_failure(
                 None,
                 &ErrorCode::RemoteOutcomeUnknown,
                 "answer lost",
                 None,
             )),
-            Answer::SpaceDeleted => Conclusion::Settle(step.remote_failure(
+            CallAnswer::SpaceDeleted => Conclusion::Settle(step.remote_failure(
                 Some(409),
                 &ErrorCode::KnowledgeFsSpaceDeleted,
                 "the space of this provisioning key was deleted",
                 None,
             )),
-            Answer::Provisioned(index) => Conclusion::Settle(
+            CallAnswer::Provisioned(index) => Conclusion::Settle(
                 step.complete_provision(Some(&cs), &remote_space(*index))
                     .unwrap_or_else(|e| step.step_error(&e)),
             ),
-            Answer::Deleted => Conclusion::Settle(
+            CallAnswer::Deleted => Conclusion::Settle(
                 step.settle_deletion(
                     Some(&cs),
                     &DeletionProgress {
@@ -636,7 +653,7 @@ impl LeaseProtocol {
                 )
                 .unwrap_or_else(|e| step.step_error(&e)),
             ),
-            Answer::Looked { found, provision } => {
+            CallAnswer::Looked { found, provision } => {
                 let found = found.map(remote_space);
                 match step.recover_identity(&delete_payload(), found.as_ref(), Some(&cs)) {
                     Ok(Recovery::Resolved {
@@ -644,7 +661,7 @@ impl LeaseProtocol {
                         registration,
                     }) => Conclusion::Continue(
                         registration,
-                        Call::Delete(ks_index(&request.knowledge_space_id)),
+                        KfsCall::Delete(ks_index(&request.knowledge_space_id)),
                     ),
                     Ok(Recovery::Retry(s)) => Conclusion::Settle(s),
                     Err(e) => Conclusion::Settle(step.step_error(&e)),
@@ -670,7 +687,7 @@ enum Conclusion {
     /// Settle this and end the attempt.
     Settle(Settlement),
     /// Write the registration (if any) keeping the lease, then make this call.
-    Continue(Option<Settlement>, Call),
+    Continue(Option<Settlement>, KfsCall),
 }
 
 impl Model for LeaseProtocol {
@@ -682,8 +699,8 @@ impl Model for LeaseProtocol {
         // provision command in one transaction.
         vec![LeaseState {
             now: 0,
-            rows: [Row::new(true), Row::new(false)],
-            cs: Cs {
+            rows: [OutboxRow::new(true), OutboxRow::new(false)],
+            cs: SpaceView {
                 state: ControlSpaceState::Provisioning,
                 owned_by_delete: false,
                 version: 1,
@@ -701,8 +718,9 @@ impl Model for LeaseProtocol {
 
     fn actions(&self, state: &LeaseState, actions: &mut Vec<LeaseAction>) {
         let deciding = state.workers.iter().any(|h| {
-            h.as_ref()
-                .is_some_and(|h| matches!(h.phase, Phase::Answered(Answer::Looked { .. })))
+            h.as_ref().is_some_and(|h| {
+                matches!(h.phase, AttemptPhase::Answered(CallAnswer::Looked { .. }))
+            })
         });
         if state.now < self.max_time && (self.slow_lookups || !deciding) {
             actions.push(LeaseAction::Tick);
@@ -734,10 +752,10 @@ impl Model for LeaseProtocol {
                         actions.push(LeaseAction::Renew(worker));
                     }
                     match &held.phase {
-                        Phase::Claimed => actions.push(LeaseAction::Read(worker)),
+                        AttemptPhase::Claimed => actions.push(LeaseAction::Read(worker)),
                         // The engine checks its lease before every remote call.
-                        Phase::ToCall(call) if live => {
-                            let outcomes: &[(bool, bool)] = if *call == Call::Lookup {
+                        AttemptPhase::ToCall(call) if live => {
+                            let outcomes: &[(bool, bool)] = if *call == KfsCall::Lookup {
                                 &[(true, true), (false, true)]
                             } else {
                                 &[(true, true), (false, true), (false, false)]
@@ -750,8 +768,8 @@ impl Model for LeaseProtocol {
                                 });
                             }
                         }
-                        Phase::ToCall(_) => {}
-                        Phase::Answered(_) => actions.push(LeaseAction::Settle(worker)),
+                        AttemptPhase::ToCall(_) => {}
+                        AttemptPhase::Answered(_) => actions.push(LeaseAction::Settle(worker)),
                     }
                 }
             }
@@ -773,9 +791,9 @@ impl Model for LeaseProtocol {
                     )
                     .ok()?;
                 s.cs = abstract_cs(&next);
-                s.rows[DELETE] = Row {
+                s.rows[DELETE] = OutboxRow {
                     next_at: s.now,
-                    ..Row::new(true)
+                    ..OutboxRow::new(true)
                 };
             }
             LeaseAction::Claim(worker, c) => {
@@ -788,13 +806,13 @@ impl Model for LeaseProtocol {
                 row.window_end = Some(row.expires);
                 row.epoch = u8::try_from(LeaseEpoch(i64::from(row.epoch)).next().0).ok()?;
                 row.claims += 1;
-                s.workers[usize::from(worker)] = Some(Held {
+                s.workers[usize::from(worker)] = Some(HeldLease {
                     cmd: c,
                     epoch: row.epoch,
                     expires: row.expires,
                     claimed_at: now,
                     claims: row.claims,
-                    phase: Phase::Claimed,
+                    phase: AttemptPhase::Claimed,
                 });
             }
             LeaseAction::Renew(worker) => {
@@ -817,7 +835,7 @@ impl Model for LeaseProtocol {
                 let mut held = s.workers[w].clone()?;
                 match self.read(&s, worker, &held) {
                     Ok(call) => {
-                        held.phase = Phase::ToCall(call);
+                        held.phase = AttemptPhase::ToCall(call);
                         s.workers[w] = Some(held);
                     }
                     Err(settlement) => {
@@ -833,56 +851,56 @@ impl Model for LeaseProtocol {
             } => {
                 let w = usize::from(worker);
                 let mut held = s.workers[w].clone()?;
-                let Phase::ToCall(call) = held.phase else {
+                let AttemptPhase::ToCall(call) = held.phase else {
                     return None;
                 };
                 let answer = match call {
-                    Call::Provision if s.tombstone => {
+                    KfsCall::Provision if s.tombstone => {
                         if answered {
-                            Answer::SpaceDeleted
+                            CallAnswer::SpaceDeleted
                         } else {
-                            Answer::Unknown
+                            CallAnswer::Unknown
                         }
                     }
-                    Call::Provision => {
+                    KfsCall::Provision => {
                         if landed && s.alive.is_none() {
                             s.created += 1;
                             s.alive = Some(s.created);
                         }
                         match (answered, s.alive) {
-                            (true, Some(index)) => Answer::Provisioned(index),
-                            _ => Answer::Unknown,
+                            (true, Some(index)) => CallAnswer::Provisioned(index),
+                            _ => CallAnswer::Unknown,
                         }
                     }
-                    Call::Lookup => {
+                    KfsCall::Lookup => {
                         if answered {
-                            Answer::Looked {
+                            CallAnswer::Looked {
                                 found: s.alive,
                                 provision: s.rows[PROVISION].clone(),
                             }
                         } else {
-                            Answer::Unknown
+                            CallAnswer::Unknown
                         }
                     }
-                    Call::Delete(index) => {
+                    KfsCall::Delete(index) => {
                         if landed && s.alive == Some(index) {
                             s.alive = None;
                             s.tombstone = true;
                         }
                         if answered {
-                            Answer::Deleted
+                            CallAnswer::Deleted
                         } else {
-                            Answer::Unknown
+                            CallAnswer::Unknown
                         }
                     }
                 };
-                held.phase = Phase::Answered(answer);
+                held.phase = AttemptPhase::Answered(answer);
                 s.workers[w] = Some(held);
             }
             LeaseAction::Settle(worker) => {
                 let w = usize::from(worker);
                 let mut held = s.workers[w].clone()?;
-                let Phase::Answered(answer) = &held.phase else {
+                let AttemptPhase::Answered(answer) = &held.phase else {
                     return None;
                 };
                 match self.conclude(&s, worker, &held, answer) {
@@ -905,7 +923,7 @@ impl Model for LeaseProtocol {
                                 }
                             }
                         }
-                        held.phase = Phase::ToCall(call);
+                        held.phase = AttemptPhase::ToCall(call);
                         s.workers[w] = Some(held);
                     }
                 }

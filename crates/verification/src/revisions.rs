@@ -43,9 +43,9 @@ pub struct RevisionProtocol {
 /// The projection tables, hashed through their canonical debug form (they hold no hash of their
 /// own).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Tables(pub ProjectionTables);
+pub struct TablesView(pub ProjectionTables);
 
-impl std::hash::Hash for Tables {
+impl std::hash::Hash for TablesView {
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
         format!("{:?}", self.0).hash(state);
     }
@@ -55,12 +55,12 @@ impl std::hash::Hash for Tables {
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct RevisionState {
     /// The shared tables.
-    pub tables: Tables,
+    pub tables: TablesView,
     /// Which answers each replica has applied (or had refused), bit per answer.
     pub done: [u8; REPLICAS],
     /// A plan read but not yet written (bug [`RevisionBug::ApplyWithoutLock`] only): the answer
     /// and the tables it was planned on.
-    pub pending: [Option<(u8, Tables)>; REPLICAS],
+    pub pending: [Option<(u8, TablesView)>; REPLICAS],
     /// Ghost: highest revision each workspace ever had, and the name it had at each revision.
     pub seen: BTreeMap<(String, i64), String>,
     /// Ghost: a workspace's revision went back.
@@ -79,30 +79,30 @@ pub enum RevisionAction {
 }
 
 /// The provider's answers the replicas receive.
-enum Answer {
+enum ProviderAnswer {
     Snapshot(DirectorySnapshot),
     Delta(DirectoryDelta, DirectoryEventBatch),
 }
 
-fn answers() -> Vec<Answer> {
+fn answers() -> Vec<ProviderAnswer> {
     let ws = |revision: i64, name: &str| {
         let mut w = workspace("ws-1", revision, &[("acc-1", revision)]);
         w.name = name.to_owned();
         w
     };
     vec![
-        Answer::Snapshot(snapshot(1, vec![ws(1, "one")])),
-        Answer::Snapshot(snapshot(2, vec![ws(2, "two")])),
-        Answer::Delta(
+        ProviderAnswer::Snapshot(snapshot(1, vec![ws(1, "one")])),
+        ProviderAnswer::Snapshot(snapshot(2, vec![ws(2, "two")])),
+        ProviderAnswer::Delta(
             delta(&["ws-1"], vec![ws(1, "one")]),
             batch(0, 1, 2, vec![dir_event("e-1", 1, "ws-1", 1)]),
         ),
-        Answer::Delta(
+        ProviderAnswer::Delta(
             delta(&["ws-1"], vec![ws(2, "two")]),
             batch(1, 2, 2, vec![dir_event("e-2", 2, "ws-1", 2)]),
         ),
         // A forged or corrupted answer: revision 2 with other contents.
-        Answer::Delta(
+        ProviderAnswer::Delta(
             delta(&["ws-1"], vec![ws(2, "forged")]),
             batch(1, 2, 2, vec![dir_event("e-2", 2, "ws-1", 2)]),
         ),
@@ -140,11 +140,11 @@ impl RevisionProtocol {
         let ctx = context();
         let state = tables.states.get(&ctx.instance).cloned();
         match &answers()[usize::from(index)] {
-            Answer::Snapshot(s) => {
+            ProviderAnswer::Snapshot(s) => {
                 let existing = tables.select(&snapshot_keys(s, &[]), &ctx.instance);
                 plan_snapshot(&ctx, state.as_ref(), &existing, s, &[])
             }
-            Answer::Delta(d, b) => {
+            ProviderAnswer::Delta(d, b) => {
                 let existing = tables.select(&delta_keys(d, b), &ctx.instance);
                 plan_delta(&ctx, state.as_ref(), &existing, d, b)
             }
@@ -182,7 +182,7 @@ impl Model for RevisionProtocol {
 
     fn init_states(&self) -> Vec<RevisionState> {
         vec![RevisionState {
-            tables: Tables(ProjectionTables::default()),
+            tables: TablesView(ProjectionTables::default()),
             done: [0; REPLICAS],
             pending: [None, None],
             seen: BTreeMap::new(),
