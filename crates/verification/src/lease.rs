@@ -610,9 +610,9 @@ impl LeaseProtocol {
         }
     }
 
-    /// The settlement of an answered attempt, computed on the control space as it is now.
-    /// `Ok(Some(call))`: the attempt goes on with another call (a registered recovered
-    /// identity); the registration is then returned as `Err(settlement)` first.
+    /// What an answered attempt leads to, computed on the control space as it is now: a
+    /// settlement, or (a recovered identity) a registration to write keeping the lease and the
+    /// deletion call to make next.
     fn conclude(
         &self,
         state: &LeaseState,
