@@ -10,6 +10,9 @@
 //! - [`revisions`]: directory revisions (two replicas applying snapshots, event batches and
 //!   deltas out of order).
 //!
+//! - [`sim`]: a seeded deterministic simulation of the lifecycle saga through the real engine
+//!   (`cargo xtask sim --seed S --steps N`).
+//!
 //! Each model has planted-bug variants; the tests in `tests/` assert that the checker finds a
 //! counterexample for each, so no property is vacuous. What is modelled, the bounds, the state
 //! counts and what is not checked: `docs/verification.md`.
@@ -19,6 +22,7 @@
 pub mod fence;
 pub mod lease;
 pub mod revisions;
+pub mod sim;
 
 use std::hash::Hash;
 use std::time::{Duration, Instant};
