@@ -328,8 +328,8 @@ impl System {
     pub async fn check_settled(&self) -> Result<(), String> {
         // A command whose whole attempt budget went to injected faults is dead-lettered
         // (`failed`), as designed; its control space then stays where it was.
-        let budget = i32::try_from(tenantry_lifecycle::failure::DEFAULT_MAX_ATTEMPTS)
-            .unwrap_or(i32::MAX);
+        let budget =
+            i32::try_from(tenantry_lifecycle::failure::DEFAULT_MAX_ATTEMPTS).unwrap_or(i32::MAX);
         let mut dead_lettered = Vec::new();
         for command in self.store.commands() {
             let spent = command.attempt_count - command.attempt_budget_base >= budget;
