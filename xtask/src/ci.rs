@@ -96,6 +96,7 @@ const UNPUBLISHED: &[&str] = &[
     "tenantry-bench",
     "tenantry-demo",
     "tenantry-examples",
+    "tenantry-verification",
     "xtask",
 ];
 

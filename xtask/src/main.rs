@@ -39,6 +39,14 @@ enum Command {
     /// Benchmarks: release build, throwaway PostgreSQL cluster, pgbench reference; results
     /// as JSON lines, in target/bench/ and in docs/benchmarks.md.
     Bench(bench::BenchArgs),
+    /// The deterministic lifecycle simulation: `cargo xtask sim --seed S --steps N [--seeds K]`
+    /// runs seeds S..S+K of N steps each and prints the failing seed, step and trace, if any
+    /// (docs/verification.md).
+    Sim {
+        /// Arguments passed to `tenantry-sim`.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
     /// The end-to-end demo: `cargo run --release -p tenantry-app -- demo [ARGS]` (see
     /// `tenantry demo --help` for ARGS, e.g. `--scale 0.1 --faults heavy`).
     Demo {
@@ -66,6 +74,7 @@ fn main() -> ExitCode {
         Command::Pg(args) => run_pg(&args),
         Command::Bench(args) => bench::run(&root, &args),
         Command::Demo { args } => run_demo(&root, &args),
+        Command::Sim { args } => run_sim(&root, &args),
     }
 }
 
@@ -111,6 +120,30 @@ fn run_pg(args: &PgArgs) -> ExitCode {
     drop(cluster);
     println!("stopped; removed {dir}");
     ExitCode::SUCCESS
+}
+
+fn run_sim(root: &Path, args: &[String]) -> ExitCode {
+    let status =
+        std::process::Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
+            .current_dir(root)
+            .args([
+                "run",
+                "-p",
+                "tenantry-verification",
+                "--bin",
+                "tenantry-sim",
+                "--",
+            ])
+            .args(args)
+            .status();
+    match status {
+        Ok(s) if s.success() => ExitCode::SUCCESS,
+        Ok(s) => ExitCode::from(u8::try_from(s.code().unwrap_or(1)).unwrap_or(1)),
+        Err(e) => {
+            eprintln!("xtask: cannot run cargo: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 fn run_demo(root: &Path, args: &[String]) -> ExitCode {

@@ -1,0 +1,70 @@
+//! insta snapshot of the outbox and control-space rows exactly as the SeaORM store writes them
+//! (column names, types, JSON text of the payload, millisecond timestamps), read back with a
+//! raw `SELECT`, on SQLite (default) or PostgreSQL (`TENANTRY_TEST_PG_URL`): both backends must
+//! produce the same snapshot. The `.snap` files are committed; CI compares without
+//! `cargo insta` (`INSTA_UPDATE=always` rewrites them after an intended change).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use chrono::{TimeZone, Utc};
+use sea_orm::{FromQueryResult, JsonValue, Statement};
+use tenantry_engine::lifecycle::CommandIntake;
+use tenantry_kernel::{ControlSpaceId, IdempotencyKey, TenantId};
+use tenantry_lifecycle::intake::{CreateControlSpace, RequestDeletion};
+use tenantry_ports::clock::ManualClock;
+use tenantry_store_seaorm::lifecycle::SeaOrmLifecycleStore;
+use tenantry_store_seaorm::testing::fresh_database;
+
+async fn rows(db: &sea_orm::DatabaseConnection, sql: &str) -> Vec<JsonValue> {
+    let backend = sea_orm::ConnectionTrait::get_database_backend(db);
+    JsonValue::find_by_statement(Statement::from_string(backend, sql))
+        .all(db)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn outbox_and_control_space_rows_have_a_stable_shape() {
+    let db = fresh_database().await;
+    let clock = ManualClock::new(Utc.timestamp_opt(1_900_000_000, 0).unwrap());
+    let store = SeaOrmLifecycleStore::new(&db.db).with_clock(Arc::new(clock.clone()));
+    let counter = Arc::new(AtomicUsize::new(0));
+    let intake = CommandIntake::new(store, Arc::new(clock.clone()))
+        .with_id_source(move || format!("id-{}", counter.fetch_add(1, Ordering::Relaxed)));
+    let (tenant, space) = (
+        TenantId::parse("acme").unwrap(),
+        ControlSpaceId::parse("cs-1").unwrap(),
+    );
+    intake
+        .create_control_space(
+            &CreateControlSpace::new(
+                tenant.clone(),
+                space.clone(),
+                IdempotencyKey::parse("create-1").unwrap(),
+                "Docs",
+                "docs",
+            )
+            .with_icon("book"),
+        )
+        .await
+        .unwrap();
+    clock.advance(std::time::Duration::from_millis(1_500));
+    intake
+        .request_deletion(&RequestDeletion::new(
+            tenant,
+            space,
+            IdempotencyKey::parse("delete-1").unwrap(),
+        ))
+        .await
+        .unwrap();
+    let outbox = rows(
+        &db.db.conn,
+        "SELECT * FROM tenantry_lifecycle_outbox ORDER BY created_at, id",
+    )
+    .await;
+    let spaces = rows(&db.db.conn, "SELECT * FROM tenantry_control_spaces").await;
+    insta::assert_json_snapshot!("outbox_rows", outbox);
+    insta::assert_json_snapshot!("control_space_rows", spaces);
+}
