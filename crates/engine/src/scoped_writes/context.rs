@@ -145,48 +145,10 @@ impl<S: HostStorage + ?Sized + 'static> ScopeContext<S> {
                     }
                 }
                 let result = AssertUnwindSafe(commit).catch_unwind().await;
-                match result {
-                    Ok(Ok(value)) => Ok(value),
-                    Ok(Err(error)) => match IntentAction::after(error.dispatch_outcome()) {
-                        IntentAction::Clear => Err(ScopedWriteError::Operation(error)),
-                        IntentAction::Keep => {
-                            tracing::warn!(binding = %ctx.binding, scope = %ctx.scope, %error,
-                                "dispatched mutation has an unknown outcome; scope fenced");
-                            let failure = FailureRecord {
-                                kind: "outcome_unknown".to_owned(),
-                                detail: error.to_string(),
-                            };
-                            ctx.fence_now(&reason, failure).await;
-                            Err(ScopedWriteError::OutcomeUnknown {
-                                scope: ctx.scope.clone(),
-                                reason: format!("{reason}: {error}"),
-                                error: Some(error),
-                            })
-                        }
-                    },
-                    Err(panic) => {
-                        let message = panic_message(&panic);
-                        let failure = FailureRecord {
-                            kind: "panicked".to_owned(),
-                            detail: message.clone(),
-                        };
-                        ctx.fence_now(&reason, failure).await;
-                        Err(ScopedWriteError::OutcomeUnknown {
-                            scope: ctx.scope.clone(),
-                            reason: format!("{reason}: commit panicked: {message}"),
-                            error: None,
-                        })
-                    }
-                }
+                ctx.settle_commit(&reason, "commit panicked", result).await
             })
             .await;
-        settled.unwrap_or_else(|panic| {
-            Err(ScopedWriteError::OutcomeUnknown {
-                scope: self.scope.clone(),
-                reason: format!("{}: settling panicked: {panic}", self.scope),
-                error: None,
-            })
-        })
+        settled.unwrap_or_else(|panic| self.settling_panicked(&format!("{}: ", self.scope), &panic))
     }
 
     /// Runs a mutation already dispatched to the host (or a remote) in its own task holding
@@ -212,45 +174,69 @@ impl<S: HostStorage + ?Sized + 'static> ScopeContext<S> {
             .writes
             .spawn_settled(async move {
                 let result = AssertUnwindSafe(commit).catch_unwind().await;
-                match result {
-                    Ok(Ok(value)) => Ok(value),
-                    Ok(Err(error)) if !tenantry_fence::fences(error.dispatch_outcome()) => {
-                        Err(ScopedWriteError::Operation(error))
-                    }
-                    Ok(Err(error)) => {
-                        let failure = FailureRecord {
-                            kind: "outcome_unknown".to_owned(),
-                            detail: error.to_string(),
-                        };
-                        ctx.fence_now(&reason, failure).await;
-                        Err(ScopedWriteError::OutcomeUnknown {
-                            scope: ctx.scope.clone(),
-                            reason: format!("{reason}: {error}"),
-                            error: Some(error),
-                        })
-                    }
-                    Err(panic) => {
-                        let message = panic_message(&panic);
-                        let failure = FailureRecord {
-                            kind: "panicked".to_owned(),
-                            detail: message.clone(),
-                        };
-                        ctx.fence_now(&reason, failure).await;
-                        Err(ScopedWriteError::OutcomeUnknown {
-                            scope: ctx.scope.clone(),
-                            reason: format!("{reason}: panicked: {message}"),
-                            error: None,
-                        })
-                    }
-                }
+                ctx.settle_commit(&reason, "panicked", result).await
             })
             .await;
-        settled.unwrap_or_else(|panic| {
-            Err(ScopedWriteError::OutcomeUnknown {
-                scope: self.scope.clone(),
-                reason: format!("settling panicked: {panic}"),
-                error: None,
-            })
+        settled.unwrap_or_else(|panic| self.settling_panicked("", &panic))
+    }
+
+    /// What a dispatched commit's `result` leaves behind (shared by [`Self::dispatch`] and
+    /// [`Self::mutate`]): its value; a known-outcome failure as it is
+    /// ([`IntentAction::after`] clears); an unknown outcome or a panic fences the scope with
+    /// `reason` and the failure. `panicked` labels a panic in the error's reason.
+    async fn settle_commit<T, E>(
+        &self,
+        reason: &str,
+        panicked: &str,
+        result: std::thread::Result<Result<T, E>>,
+    ) -> Result<T, ScopedWriteError<E>>
+    where
+        E: DispatchFailure + std::fmt::Display,
+    {
+        let error = match result {
+            Ok(Ok(value)) => return Ok(value),
+            Ok(Err(error)) => error,
+            Err(panic) => {
+                let message = panic_message(&panic);
+                let failure = FailureRecord {
+                    kind: "panicked".to_owned(),
+                    detail: message.clone(),
+                };
+                self.fence_now(reason, failure).await;
+                return Err(ScopedWriteError::OutcomeUnknown {
+                    scope: self.scope.clone(),
+                    reason: format!("{reason}: {panicked}: {message}"),
+                    error: None,
+                });
+            }
+        };
+        if IntentAction::after(error.dispatch_outcome()) == IntentAction::Clear {
+            return Err(ScopedWriteError::Operation(error));
+        }
+        tracing::warn!(binding = %self.binding, scope = %self.scope, %error,
+            "dispatched mutation has an unknown outcome; scope fenced");
+        let failure = FailureRecord {
+            kind: "outcome_unknown".to_owned(),
+            detail: error.to_string(),
+        };
+        self.fence_now(reason, failure).await;
+        Err(ScopedWriteError::OutcomeUnknown {
+            scope: self.scope.clone(),
+            reason: format!("{reason}: {error}"),
+            error: Some(error),
+        })
+    }
+
+    /// The error when the task settling a commit panicked itself; `prefix` starts its reason.
+    fn settling_panicked<T, E>(
+        &self,
+        prefix: &str,
+        panic: &dyn std::fmt::Display,
+    ) -> Result<T, ScopedWriteError<E>> {
+        Err(ScopedWriteError::OutcomeUnknown {
+            scope: self.scope.clone(),
+            reason: format!("{prefix}settling panicked: {panic}"),
+            error: None,
         })
     }
 
