@@ -15,6 +15,8 @@
 //! - [`error`]: [`StoreError`], the one storage failure shape of every storage port (lifecycle,
 //!   host storage, directory projection), and [`error::ErrorSource`], how port errors keep a
 //!   driver's error as their source;
+//! - [`retention`]: bounded removal of expired history, dry-run counts, the oldest record per
+//!   kind;
 //! - [`handles`]: every port is implemented for `Arc<T>`, `Box<T>` and `&T` of an implementor.
 //!
 //! # Features
@@ -44,6 +46,9 @@ pub mod host_storage;
 pub mod lifecycle;
 #[cfg(feature = "mocks")]
 pub mod mocks;
+pub mod retention;
+#[cfg(all(feature = "testing", feature = "lifecycle"))]
+pub mod retention_conformance;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 #[cfg(feature = "directory")]
@@ -63,3 +68,4 @@ pub use lifecycle::{
     OperatorActionKind, RemoteError, RenewalOutcome, SettleError, Submitted, TaskMetric,
     TaskStatus,
 };
+pub use retention::{RecordKind, RetentionPolicy, RetentionStore};
