@@ -12,6 +12,7 @@
 //! - [`lifecycle`]: the lifecycle outbox and control-space repositories;
 //! - [`host_storage`]: the host-storage port behind fences and connector state;
 //! - [`directory`]: the directory projection repositories;
+//! - [`retention`] (features `lifecycle` and `directory`): bounded deletes of expired history;
 //! - `testing` (feature `testing`): a fresh migrated database per test;
 //! - `bench` (feature `bench`): bulk fixtures and SQL baselines for `cargo xtask bench`;
 //! - `throwaway` (features `testing` and `bench`): create and drop a scratch PostgreSQL
@@ -68,6 +69,8 @@ mod error;
 pub mod host_storage;
 #[cfg(feature = "lifecycle")]
 pub mod lifecycle;
+#[cfg(all(feature = "lifecycle", feature = "directory"))]
+pub mod retention;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 #[cfg(any(test, feature = "testing", feature = "bench"))]
@@ -80,4 +83,6 @@ pub use directory::SeaOrmDirectoryStore;
 pub use host_storage::SeaOrmHostStorage;
 #[cfg(feature = "lifecycle")]
 pub use lifecycle::SeaOrmLifecycleStore;
+#[cfg(all(feature = "lifecycle", feature = "directory"))]
+pub use retention::SeaOrmRetentionStore;
 pub use tenantry_migrations::{Mechanism, Mechanisms, MigrateError};
