@@ -121,6 +121,28 @@ pub fn cutoff(now: DateTime<Utc>, window: Duration) -> DateTime<Utc> {
         .unwrap_or(DateTime::<Utc>::MIN_UTC)
 }
 
+/// What one [`RetentionStore::prune_batch`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum PruneBatch {
+    /// This many records were removed (fewer than the limit: none are left, or the rest are
+    /// locked right now).
+    Removed(u64),
+    /// Another pruner (another replica) holds the store's retention lock for its own batch:
+    /// nothing was removed; try again later.
+    Busy,
+}
+
+impl PruneBatch {
+    /// The records removed (0 when [`PruneBatch::Busy`]).
+    pub fn removed(self) -> u64 {
+        match self {
+            Self::Removed(n) => n,
+            Self::Busy => 0,
+        }
+    }
+}
+
 /// Storage of the history retention removes. A store that does not hold a kind (e.g. the
 /// in-memory lifecycle fake and inbox receipts) removes nothing of it and has no oldest record.
 #[cfg_attr(feature = "mocks", mockall::automock)]
@@ -140,7 +162,7 @@ pub trait RetentionStore: Send + Sync {
         now: DateTime<Utc>,
         window: Duration,
         limit: u32,
-    ) -> Result<u64, StoreError>;
+    ) -> Result<PruneBatch, StoreError>;
 
     /// How many records of `kind` are expired at `now` with `window` (what a prune would
     /// remove; nothing is written).

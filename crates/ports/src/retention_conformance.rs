@@ -29,7 +29,7 @@ use crate::lifecycle::{
     ClaimRequest, CommandAdmin, CommandFilter, LifecycleStore, OperatorAction, OperatorActionKind,
     Submitted,
 };
-use crate::retention::{RecordKind, RetentionStore};
+use crate::retention::{PruneBatch, RecordKind, RetentionStore};
 
 /// Runs every retention case. `$make` takes the test's [`ManualClock`] and returns a future
 /// resolving to `(lifecycle_store, retention_store, guard)`: both stores share one database
@@ -204,7 +204,8 @@ pub async fn prune_removes_finished_commands_past_the_window_and_keeps_the_rest<
         retention
             .prune_batch(kind, t(100), WINDOW, 10)
             .await
-            .unwrap(),
+            .unwrap()
+            .removed(),
         0
     );
     // At the window's end both commands of the deleted space go; the live and the pinned stay.
@@ -223,21 +224,24 @@ pub async fn prune_removes_finished_commands_past_the_window_and_keeps_the_rest<
         retention
             .prune_batch(kind, t(101), WINDOW, 1)
             .await
-            .unwrap(),
+            .unwrap()
+            .removed(),
         1
     );
     assert_eq!(
         retention
             .prune_batch(kind, t(101), WINDOW, 1)
             .await
-            .unwrap(),
+            .unwrap()
+            .removed(),
         1
     );
     assert_eq!(
         retention
             .prune_batch(kind, t(101), WINDOW, 1)
             .await
-            .unwrap(),
+            .unwrap()
+            .removed(),
         0
     );
     assert_eq!(
@@ -266,7 +270,8 @@ pub async fn idempotency_key_replays_inside_its_lifetime_and_is_new_after_it<
     retention
         .prune_batch(kind, t(100), WINDOW, 10)
         .await
-        .unwrap();
+        .unwrap()
+        .removed();
     clock.set(t(100));
     let replay = create_plan("cs9", "k1", t(100));
     match store.submit(&replay).await.unwrap() {
@@ -286,7 +291,8 @@ pub async fn idempotency_key_replays_inside_its_lifetime_and_is_new_after_it<
         retention
             .prune_batch(kind, t(101), WINDOW, 10)
             .await
-            .unwrap(),
+            .unwrap()
+            .removed(),
         2
     );
     assert!(
@@ -345,7 +351,8 @@ pub async fn prune_removes_operator_actions_past_their_window<
         retention
             .prune_batch(kind, t(110), WINDOW, 10)
             .await
-            .unwrap(),
+            .unwrap()
+            .removed(),
         1
     );
     assert!(store.command_actions(&early).await.unwrap().is_empty());
@@ -384,13 +391,15 @@ pub async fn concurrent_pruners_remove_each_record_once_beside_claims_and_settle
             tokio::spawn(async move {
                 let mut removed = 0;
                 loop {
-                    let n = retention
+                    match retention
                         .prune_batch(RecordKind::FinishedCommands, now, WINDOW, 3)
                         .await
-                        .expect("a prune never conflicts");
-                    removed += n;
-                    if n == 0 {
-                        return removed;
+                        .expect("a prune never conflicts")
+                    {
+                        // The other pruner holds the retention lock: try again.
+                        PruneBatch::Busy => tokio::task::yield_now().await,
+                        PruneBatch::Removed(0) => return removed,
+                        PruneBatch::Removed(n) => removed += n,
                     }
                 }
             })

@@ -1,11 +1,15 @@
 //! [`RetentionStore`] over SeaORM (SQLite and PostgreSQL): bounded deletes of expired history.
 //!
-//! Each batch is one autocommit statement
+//! Each batch is one statement
 //! `DELETE FROM t WHERE key IN (SELECT key FROM t WHERE <expired> ORDER BY <time> LIMIT n)`,
-//! so a transaction lasts one statement and holds at most `n` rows. On PostgreSQL the subselect
-//! ends with `FOR UPDATE OF t SKIP LOCKED`: a row another transaction holds (a settle, another
-//! pruner) is skipped, never waited for, and two pruners at once never delete the same row
-//! twice. On SQLite writers serialize on the database lock (busy timeout). The `<expired>`
+//! so it holds at most `n` rows for one statement. On PostgreSQL the subselect ends with
+//! `FOR UPDATE OF t SKIP LOCKED`: a row another transaction holds (a settle, another pruner) is
+//! skipped, never waited for, and two pruners at once never delete the same row twice; and the
+//! batch runs in a transaction of its own that first takes the transaction-scoped advisory lock
+//! [`RETENTION_LOCK_KEY`] with `pg_try_advisory_xact_lock` (never waiting): when another
+//! replica holds it the batch answers [`PruneBatch::Busy`], so one replica prunes at a time and
+//! no session lock outlives a transaction. On SQLite the batch is one autocommit statement;
+//! writers serialize on the database lock (busy timeout), one process per file. The `<expired>`
 //! predicates are the SQL form of `tenantry_lifecycle::retention` and
 //! `tenantry_directory::retention`; the conformance suite checks that they agree. The indexes
 //! of migrations `m0010_lifecycle_retention` and `m0011_directory_retention` keep each batch
@@ -17,14 +21,18 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, DbErr, Statement};
+use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, DbErr, Statement, TransactionTrait};
 use tenantry_lifecycle::ControlSpaceState;
 use tenantry_lifecycle::retention::PRUNABLE_STATUSES;
 use tenantry_ports::StoreError;
-use tenantry_ports::retention::{RecordKind, RetentionStore, cutoff};
+use tenantry_ports::retention::{PruneBatch, RecordKind, RetentionStore, cutoff};
 
 use crate::error::store_error;
 use crate::{Backend, Database, Mechanism};
+
+/// The PostgreSQL advisory lock key a prune batch holds for its transaction (ASCII "tnrypru1"),
+/// so one replica prunes at a time.
+pub const RETENTION_LOCK_KEY: i64 = 0x746e_7279_7072_7531;
 
 /// The retention port on a database migrated for the lifecycle and directory mechanisms.
 /// Clones share the pool.
@@ -148,9 +156,9 @@ impl RetentionStore for SeaOrmRetentionStore {
         now: DateTime<Utc>,
         window: Duration,
         limit: u32,
-    ) -> Result<u64, StoreError> {
+    ) -> Result<PruneBatch, StoreError> {
         let Some(k) = kind_sql(kind) else {
-            return Ok(0);
+            return Ok(PruneBatch::Removed(0));
         };
         let lock = match self.backend {
             Backend::Postgres => " FOR UPDATE OF t SKIP LOCKED",
@@ -176,16 +184,43 @@ impl RetentionStore for SeaOrmRetentionStore {
             ms(cutoff(now, window)).into(),
             i64::from(limit.max(1)).into(),
         ];
-        let result = self
-            .conn
-            .execute_raw(Statement::from_sql_and_values(
-                self.db_backend(),
-                sql,
-                values,
-            ))
-            .await
-            .map_err(|e| store_error(k.mechanism, e))?;
-        Ok(result.rows_affected())
+        let statement = Statement::from_sql_and_values(self.db_backend(), sql, values);
+        let mechanism = k.mechanism;
+        let error = move |e| store_error(mechanism, e);
+        match self.backend {
+            Backend::Sqlite => {
+                let result = self.conn.execute_raw(statement).await.map_err(error)?;
+                Ok(PruneBatch::Removed(result.rows_affected()))
+            }
+            Backend::Postgres => {
+                let conn = self.conn.clone();
+                // Its own task: a dropped caller cannot leave the transaction open.
+                crate::lifecycle::detached(async move {
+                    let txn = conn.begin().await.map_err(error)?;
+                    let locked = txn
+                        .query_one_raw(Statement::from_string(
+                            DbBackend::Postgres,
+                            format!(
+                                "SELECT pg_try_advisory_xact_lock({RETENTION_LOCK_KEY}) AS locked"
+                            ),
+                        ))
+                        .await
+                        .map_err(error)?
+                        .map(|row| row.try_get::<bool>("", "locked"))
+                        .transpose()
+                        .map_err(error)?
+                        .unwrap_or(false);
+                    if !locked {
+                        txn.rollback().await.map_err(error)?;
+                        return Ok(PruneBatch::Busy);
+                    }
+                    let result = txn.execute_raw(statement).await.map_err(error)?;
+                    txn.commit().await.map_err(error)?;
+                    Ok(PruneBatch::Removed(result.rows_affected()))
+                })
+                .await
+            }
+        }
     }
 
     async fn count_expired(

@@ -77,21 +77,24 @@ async fn inbox_receipts_go_only_below_the_snapshot_coverage_and_past_the_window(
         retention
             .prune_batch(kind, at(105), window, 1)
             .await
-            .unwrap(),
+            .unwrap()
+            .removed(),
         1
     );
     assert_eq!(
         retention
             .prune_batch(kind, at(105), window, 10)
             .await
-            .unwrap(),
+            .unwrap()
+            .removed(),
         1
     );
     assert_eq!(
         retention
             .prune_batch(kind, at(10_000), window, 10)
             .await
-            .unwrap(),
+            .unwrap()
+            .removed(),
         1,
         "the young one, once old"
     );
@@ -106,4 +109,54 @@ async fn inbox_receipts_go_only_below_the_snapshot_coverage_and_past_the_window(
         .map(|row| row.try_get::<String>("", "event_uuid").unwrap())
         .collect();
     assert_eq!(left, ["e-no-state", "e-old-uncovered"]);
+}
+
+/// PostgreSQL: while another session holds the retention lock (another replica's batch), a
+/// batch removes nothing and answers `Busy`; afterwards it prunes. SQLite has no such lock
+/// (one process per file): the batch just runs.
+#[tokio::test]
+async fn a_batch_is_busy_while_another_replica_holds_the_retention_lock() {
+    use sea_orm::TransactionTrait;
+    use tenantry_ports::retention::PruneBatch;
+    use tenantry_store_seaorm::Backend;
+    use tenantry_store_seaorm::retention::RETENTION_LOCK_KEY;
+
+    let test_db = fresh_database().await;
+    let conn = &test_db.db.conn;
+    conn.execute_raw(Statement::from_string(
+        conn.get_database_backend(),
+        "INSERT INTO tenantry_lifecycle_command_actions (id, command_id, action, actor, reason, \
+         previous_status, previous_error_code, attempt_count, created_at) \
+         VALUES ('a1', 'c1', 'abandon', 'ops', 'r', 'failed', NULL, 1, 0)",
+    ))
+    .await
+    .unwrap();
+    let retention = SeaOrmRetentionStore::new(&test_db.db);
+    let kind = RecordKind::OperatorActions;
+    let window = Duration::from_secs(1);
+    if test_db.backend() == Backend::Postgres {
+        let other = conn.begin().await.unwrap();
+        other
+            .execute_raw(Statement::from_string(
+                sea_orm::DbBackend::Postgres,
+                format!("SELECT pg_advisory_xact_lock({RETENTION_LOCK_KEY})"),
+            ))
+            .await
+            .unwrap();
+        assert_eq!(
+            retention
+                .prune_batch(kind, at(0), window, 10)
+                .await
+                .unwrap(),
+            PruneBatch::Busy
+        );
+        other.commit().await.unwrap();
+    }
+    assert_eq!(
+        retention
+            .prune_batch(kind, at(0), window, 10)
+            .await
+            .unwrap(),
+        PruneBatch::Removed(1)
+    );
 }

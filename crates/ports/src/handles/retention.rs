@@ -6,7 +6,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use crate::error::StoreError;
-use crate::retention::{RecordKind, RetentionStore};
+use crate::retention::{PruneBatch, RecordKind, RetentionStore};
 
 async_handles!(RetentionStore {
     async fn prune_batch(
@@ -15,7 +15,7 @@ async_handles!(RetentionStore {
         now: DateTime<Utc>,
         window: Duration,
         limit: u32,
-    ) -> Result<u64, StoreError> {
+    ) -> Result<PruneBatch, StoreError> {
         (**self).prune_batch(kind, now, window, limit).await
     }
     async fn count_expired(

@@ -892,7 +892,7 @@ impl crate::retention::RetentionStore for InMemoryLifecycleStore {
         now: DateTime<Utc>,
         window: std::time::Duration,
         limit: u32,
-    ) -> Result<u64, StoreError> {
+    ) -> Result<crate::retention::PruneBatch, StoreError> {
         self.check_fault()?;
         let mut state = lock(&self.state);
         let limit = usize::try_from(limit).unwrap_or(usize::MAX);
@@ -908,7 +908,7 @@ impl crate::retention::RetentionStore for InMemoryLifecycleStore {
                     state.commands.remove(id);
                     state.prior_windows.remove(id);
                 }
-                Ok(expired.len() as u64)
+                Ok(crate::retention::PruneBatch::Removed(expired.len() as u64))
             }
             crate::retention::RecordKind::OperatorActions => {
                 let mut indexes: Vec<(DateTime<Utc>, usize)> = state
@@ -927,9 +927,9 @@ impl crate::retention::RetentionStore for InMemoryLifecycleStore {
                 for i in &remove {
                     state.actions.remove(*i);
                 }
-                Ok(remove.len() as u64)
+                Ok(crate::retention::PruneBatch::Removed(remove.len() as u64))
             }
-            _ => Ok(0),
+            _ => Ok(crate::retention::PruneBatch::Removed(0)),
         }
     }
 
