@@ -125,13 +125,15 @@ mod tests {
         let young = Some(at(100 * 86_400 - 30 * 86_400 + 1));
         use CommandStatus::*;
         use ControlSpaceState as S;
-        let rows: &[(
+        /// status, operation, completed_at, the space's state, expired?
+        type Row = (
             CommandStatus,
             Operation,
             Option<DateTime<Utc>>,
             Option<S>,
             bool,
-        )] = &[
+        );
+        let rows: &[Row] = &[
             (Succeeded, Operation::Delete, old, Some(S::Deleted), true),
             (Superseded, Operation::Revoke, old, Some(S::Active), true),
             (Abandoned, Operation::Delete, old, None, true),
