@@ -103,6 +103,16 @@ pub async fn prune_once<S: RetentionStore + ?Sized>(
     policy: &RetentionPolicy,
     now: DateTime<Utc>,
 ) -> Result<PruneReport, RetentionError> {
+    prune_until(store, policy, now, &|| false).await
+}
+
+/// [`prune_once`] that also stops, between two batches, as soon as `stop()` is true.
+async fn prune_until<S: RetentionStore + ?Sized>(
+    store: &S,
+    policy: &RetentionPolicy,
+    now: DateTime<Utc>,
+    stop: &(dyn Fn() -> bool + Send + Sync),
+) -> Result<PruneReport, RetentionError> {
     check(policy)?;
     let mut kinds = Vec::with_capacity(RecordKind::ALL.len());
     for kind in RecordKind::ALL {
@@ -115,7 +125,7 @@ pub async fn prune_once<S: RetentionStore + ?Sized>(
             busy: false,
             oldest: None,
         };
-        loop {
+        while !stop() {
             let batch = store
                 .prune_batch(kind, now, window, policy.batch_size)
                 .await
@@ -204,8 +214,8 @@ impl<S: RetentionStore> Pruner<S> {
         }
     }
 
-    /// Runs until `shutdown` turns true; a run in progress finishes its current batch first
-    /// (runs are not cancelled mid-statement). Returns how many runs completed.
+    /// Runs until `shutdown` turns true; a run in progress stops after its current batch (a
+    /// statement is never cancelled halfway). Returns how many runs completed.
     pub async fn run(
         self,
         mut shutdown: watch::Receiver<bool>,
@@ -220,7 +230,9 @@ impl<S: RetentionStore> Pruner<S> {
             if *shutdown.borrow() {
                 break;
             }
-            match prune_once(&self.store, &self.policy, self.clock.now()).await {
+            let stop_flag = shutdown.clone();
+            let stop = move || *stop_flag.borrow();
+            match prune_until(&self.store, &self.policy, self.clock.now(), &stop).await {
                 Ok(report) => {
                     runs += 1;
                     if report.total_removed() > 0 {

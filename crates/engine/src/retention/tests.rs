@@ -171,3 +171,20 @@ async fn the_pruner_runs_on_the_clock_port_until_shut_down() {
     stop.send(true).unwrap();
     assert_eq!(task.await.unwrap(), 2);
 }
+
+#[tokio::test]
+async fn a_stop_request_ends_the_run_between_two_batches() {
+    let store = scripted(vec![PruneBatch::Removed(2); 100]);
+    let policy = RetentionPolicy::default().with_batch_size(2);
+    let calls = std::sync::atomic::AtomicU32::new(0);
+    // Stop once three batches ran.
+    let stop = || calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst) >= 3;
+    let report = prune_until(&store, &policy, t(0), &stop).await.unwrap();
+    let commands = report.kind(RecordKind::FinishedCommands).unwrap();
+    assert_eq!((commands.removed, commands.batches), (6, 3));
+    assert_eq!(
+        report.total_removed(),
+        6,
+        "no batch of the other kinds after the stop"
+    );
+}
