@@ -20,10 +20,9 @@ async fn serve_prunes_expired_history_and_exports_the_metrics() {
     })
     .await;
     let created = h.create("t-1", "cs-old").await;
-    let command_id = tenantry_kernel::CommandId::parse(
-        created["command_id"].as_str().expect("a command id"),
-    )
-    .unwrap();
+    let command_id =
+        tenantry_kernel::CommandId::parse(created["command_id"].as_str().expect("a command id"))
+            .unwrap();
     let store = SeaOrmLifecycleStore::new(&h.db.db);
     // An operator action 400 days old: past the default 180-day window.
     store
@@ -66,7 +65,10 @@ async fn serve_prunes_expired_history_and_exports_the_metrics() {
         "tenantry_retention_oldest_age_seconds{kind=\"finished_commands\"}",
         "tenantry_retention_oldest_age_seconds{kind=\"inbox_receipts\"}",
     ] {
-        assert!(metrics.contains(series), "{series} missing from:\n{metrics}");
+        assert!(
+            metrics.contains(series),
+            "{series} missing from:\n{metrics}"
+        );
     }
     h.stop().await;
 }

@@ -13,7 +13,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use tenantry_ports::StoreError;
 use tenantry_ports::clock::Clock;
-use tenantry_ports::retention::{PruneBatch, RecordKind, RetentionPolicy, RetentionStore};
+use tenantry_ports::retention::{PruneBatch, RetentionKind, RetentionPolicy, RetentionStore};
 use tokio::sync::watch;
 use tracing::{info, warn};
 
@@ -21,7 +21,7 @@ use tracing::{info, warn};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct KindReport {
     /// The kind.
-    pub kind: RecordKind,
+    pub kind: RetentionKind,
     /// Records removed by this run (a dry run: records that would be removed).
     pub removed: u64,
     /// Delete statements run (0 in a dry run).
@@ -32,7 +32,7 @@ pub struct KindReport {
     pub oldest: Option<DateTime<Utc>>,
 }
 
-/// What one run ([`prune_once`] or [`dry_run`]) did, per kind in [`RecordKind::ALL`] order.
+/// What one run ([`prune_once`] or [`dry_run`]) did, per kind in [`RetentionKind::ALL`] order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PruneReport {
     /// The `now` the windows were measured from.
@@ -45,7 +45,7 @@ pub struct PruneReport {
 
 impl PruneReport {
     /// The entry of `kind`, if the run visited it.
-    pub fn kind(&self, kind: RecordKind) -> Option<&KindReport> {
+    pub fn kind(&self, kind: RetentionKind) -> Option<&KindReport> {
         self.kinds.iter().find(|k| k.kind == kind)
     }
 
@@ -56,7 +56,7 @@ impl PruneReport {
 
     /// Age of the oldest record of `kind` at [`at`](Self::at) (zero if stamped later; `None`:
     /// no record).
-    pub fn oldest_age(&self, kind: RecordKind) -> Option<Duration> {
+    pub fn oldest_age(&self, kind: RetentionKind) -> Option<Duration> {
         let oldest = self.kind(kind)?.oldest?;
         Some((self.at - oldest).to_std().unwrap_or(Duration::ZERO))
     }
@@ -74,7 +74,7 @@ pub enum RetentionError {
     #[error("retention of {kind} failed: {error}")]
     Store {
         /// The kind being pruned or counted.
-        kind: RecordKind,
+        kind: RetentionKind,
         /// The store's error.
         #[source]
         error: StoreError,
@@ -114,8 +114,8 @@ async fn prune_until<S: RetentionStore + ?Sized>(
     stop: &(dyn Fn() -> bool + Send + Sync),
 ) -> Result<PruneReport, RetentionError> {
     check(policy)?;
-    let mut kinds = Vec::with_capacity(RecordKind::ALL.len());
-    for kind in RecordKind::ALL {
+    let mut kinds = Vec::with_capacity(RetentionKind::ALL.len());
+    for kind in RetentionKind::ALL {
         let window = policy.window(kind);
         let store_error = |error| RetentionError::Store { kind, error };
         let mut report = KindReport {
@@ -166,8 +166,8 @@ pub async fn dry_run<S: RetentionStore + ?Sized>(
     now: DateTime<Utc>,
 ) -> Result<PruneReport, RetentionError> {
     check(policy)?;
-    let mut kinds = Vec::with_capacity(RecordKind::ALL.len());
-    for kind in RecordKind::ALL {
+    let mut kinds = Vec::with_capacity(RetentionKind::ALL.len());
+    for kind in RetentionKind::ALL {
         let store_error = |error| RetentionError::Store { kind, error };
         kinds.push(KindReport {
             kind,

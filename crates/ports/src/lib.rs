@@ -68,4 +68,4 @@ pub use lifecycle::{
     OperatorActionKind, RemoteError, RenewalOutcome, SettleError, Submitted, TaskMetric,
     TaskStatus,
 };
-pub use retention::{PruneBatch, RecordKind, RetentionPolicy, RetentionStore};
+pub use retention::{PruneBatch, RetentionKind, RetentionPolicy, RetentionStore};

@@ -17,7 +17,7 @@ use crate::error::StoreError;
 /// A kind of record retention removes. Each has its own window ([`RetentionPolicy`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[non_exhaustive]
-pub enum RecordKind {
+pub enum RetentionKind {
     /// Outbox commands that are `succeeded`, `superseded` or `abandoned`, timed by
     /// `completed_at` (the idempotency key's lifetime). A provision of a control space that is
     /// not `deleted` is kept (a deletion may still need it as evidence).
@@ -29,9 +29,9 @@ pub enum RecordKind {
     InboxReceipts,
 }
 
-impl RecordKind {
+impl RetentionKind {
     /// Every kind, in the order a prune run visits them.
-    pub const ALL: [RecordKind; 3] = [
+    pub const ALL: [RetentionKind; 3] = [
         Self::FinishedCommands,
         Self::OperatorActions,
         Self::InboxReceipts,
@@ -47,7 +47,7 @@ impl RecordKind {
     }
 }
 
-impl std::fmt::Display for RecordKind {
+impl std::fmt::Display for RetentionKind {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
     }
@@ -58,12 +58,12 @@ impl std::fmt::Display for RecordKind {
 /// receipts 7 days, batches of 500 (docs/operations.md, "Retention").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RetentionPolicy {
-    /// Window of [`RecordKind::FinishedCommands`]: the documented lifetime of an idempotency
+    /// Window of [`RetentionKind::FinishedCommands`]: the documented lifetime of an idempotency
     /// key (a replay inside it answers with the original command).
     pub finished_commands: Duration,
-    /// Window of [`RecordKind::OperatorActions`].
+    /// Window of [`RetentionKind::OperatorActions`].
     pub operator_actions: Duration,
-    /// Window of [`RecordKind::InboxReceipts`].
+    /// Window of [`RetentionKind::InboxReceipts`].
     pub inbox_receipts: Duration,
     /// Rows removed by one statement (one short transaction), at least 1.
     pub batch_size: u32,
@@ -85,21 +85,21 @@ impl Default for RetentionPolicy {
 
 impl RetentionPolicy {
     /// The window of `kind`.
-    pub fn window(&self, kind: RecordKind) -> Duration {
+    pub fn window(&self, kind: RetentionKind) -> Duration {
         match kind {
-            RecordKind::FinishedCommands => self.finished_commands,
-            RecordKind::OperatorActions => self.operator_actions,
-            RecordKind::InboxReceipts => self.inbox_receipts,
+            RetentionKind::FinishedCommands => self.finished_commands,
+            RetentionKind::OperatorActions => self.operator_actions,
+            RetentionKind::InboxReceipts => self.inbox_receipts,
         }
     }
 
     /// Sets the window of `kind`.
     #[must_use]
-    pub fn with_window(mut self, kind: RecordKind, window: Duration) -> Self {
+    pub fn with_window(mut self, kind: RetentionKind, window: Duration) -> Self {
         match kind {
-            RecordKind::FinishedCommands => self.finished_commands = window,
-            RecordKind::OperatorActions => self.operator_actions = window,
-            RecordKind::InboxReceipts => self.inbox_receipts = window,
+            RetentionKind::FinishedCommands => self.finished_commands = window,
+            RetentionKind::OperatorActions => self.operator_actions = window,
+            RetentionKind::InboxReceipts => self.inbox_receipts = window,
         }
         self
     }
@@ -149,7 +149,7 @@ impl PruneBatch {
 #[async_trait]
 pub trait RetentionStore: Send + Sync {
     /// Removes at most `limit` records of `kind` that are expired at `now` with `window` (the
-    /// rules of [`RecordKind`]), oldest first, in one bounded statement and one short
+    /// rules of [`RetentionKind`]), oldest first, in one bounded statement and one short
     /// transaction that never waits for a row another transaction holds (PostgreSQL skips
     /// locked rows). Returns how many it removed; fewer than `limit` means none are left (or
     /// the rest are locked right now). Two callers at once remove each record once.
@@ -158,7 +158,7 @@ pub trait RetentionStore: Send + Sync {
     /// [`StoreError`] when the backend fails; nothing of this batch was removed then.
     async fn prune_batch(
         &self,
-        kind: RecordKind,
+        kind: RetentionKind,
         now: DateTime<Utc>,
         window: Duration,
         limit: u32,
@@ -171,7 +171,7 @@ pub trait RetentionStore: Send + Sync {
     /// [`StoreError`] when the backend fails.
     async fn count_expired(
         &self,
-        kind: RecordKind,
+        kind: RetentionKind,
         now: DateTime<Utc>,
         window: Duration,
     ) -> Result<u64, StoreError>;
@@ -182,7 +182,7 @@ pub trait RetentionStore: Send + Sync {
     ///
     /// # Errors
     /// [`StoreError`] when the backend fails.
-    async fn oldest(&self, kind: RecordKind) -> Result<Option<DateTime<Utc>>, StoreError>;
+    async fn oldest(&self, kind: RetentionKind) -> Result<Option<DateTime<Utc>>, StoreError>;
 }
 
 #[cfg(test)]
@@ -192,15 +192,15 @@ mod tests {
     #[test]
     fn defaults_and_setters() {
         let policy = RetentionPolicy::default();
-        assert_eq!(policy.window(RecordKind::FinishedCommands), 30 * DAY);
-        assert_eq!(policy.window(RecordKind::OperatorActions), 180 * DAY);
-        assert_eq!(policy.window(RecordKind::InboxReceipts), 7 * DAY);
+        assert_eq!(policy.window(RetentionKind::FinishedCommands), 30 * DAY);
+        assert_eq!(policy.window(RetentionKind::OperatorActions), 180 * DAY);
+        assert_eq!(policy.window(RetentionKind::InboxReceipts), 7 * DAY);
         let policy = policy
-            .with_window(RecordKind::InboxReceipts, DAY)
+            .with_window(RetentionKind::InboxReceipts, DAY)
             .with_batch_size(7);
         assert_eq!(policy.inbox_receipts, DAY);
         assert_eq!(policy.batch_size, 7);
-        let names: Vec<_> = RecordKind::ALL.iter().map(|k| k.as_str()).collect();
+        let names: Vec<_> = RetentionKind::ALL.iter().map(|k| k.as_str()).collect();
         assert_eq!(
             names,
             ["finished_commands", "operator_actions", "inbox_receipts"]

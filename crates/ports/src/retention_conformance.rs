@@ -29,7 +29,7 @@ use crate::lifecycle::{
     ClaimRequest, CommandAdmin, CommandFilter, LifecycleStore, OperatorAction, OperatorActionKind,
     Submitted,
 };
-use crate::retention::{PruneBatch, RecordKind, RetentionStore};
+use crate::retention::{PruneBatch, RetentionKind, RetentionStore};
 
 /// Runs every retention case. `$make` takes the test's [`ManualClock`] and returns a future
 /// resolving to `(lifecycle_store, retention_store, guard)`: both stores share one database
@@ -193,7 +193,7 @@ pub async fn prune_removes_finished_commands_past_the_window_and_keeps_the_rest<
                 .unwrap();
         }
     }
-    let kind = RecordKind::FinishedCommands;
+    let kind = RetentionKind::FinishedCommands;
     assert_eq!(retention.oldest(kind).await.unwrap(), Some(t(1)));
     // Inside the window (finished at t(1), window 100 s): nothing is expired.
     assert_eq!(
@@ -265,7 +265,7 @@ pub async fn idempotency_key_replays_inside_its_lifetime_and_is_new_after_it<
     clock: ManualClock,
 ) {
     let (_, deletion) = retired(&store, &clock, "cs1", "k1", 1).await;
-    let kind = RecordKind::FinishedCommands;
+    let kind = RetentionKind::FinishedCommands;
     // A pruner ran just inside the window: the key still answers with the original command.
     retention
         .prune_batch(kind, t(100), WINDOW, 10)
@@ -337,7 +337,7 @@ pub async fn prune_removes_operator_actions_past_their_window<
             .await
             .unwrap();
     }
-    let kind = RecordKind::OperatorActions;
+    let kind = RetentionKind::OperatorActions;
     assert_eq!(retention.oldest(kind).await.unwrap(), Some(t(10)));
     assert_eq!(
         retention.count_expired(kind, t(109), WINDOW).await.unwrap(),
@@ -361,7 +361,7 @@ pub async fn prune_removes_operator_actions_past_their_window<
     // The abandoned provisions pin their (not deleted) spaces: no command is expired.
     assert_eq!(
         retention
-            .count_expired(RecordKind::FinishedCommands, t(10_000), WINDOW)
+            .count_expired(RetentionKind::FinishedCommands, t(10_000), WINDOW)
             .await
             .unwrap(),
         0
@@ -392,7 +392,7 @@ pub async fn concurrent_pruners_remove_each_record_once_beside_claims_and_settle
                 let mut removed = 0;
                 loop {
                     match retention
-                        .prune_batch(RecordKind::FinishedCommands, now, WINDOW, 3)
+                        .prune_batch(RetentionKind::FinishedCommands, now, WINDOW, 3)
                         .await
                         .expect("a prune never conflicts")
                     {
@@ -438,7 +438,7 @@ pub async fn concurrent_pruners_remove_each_record_once_beside_claims_and_settle
     assert_eq!(ids(&store).await.len(), LIVE);
     assert_eq!(
         retention
-            .count_expired(RecordKind::FinishedCommands, now, WINDOW)
+            .count_expired(RetentionKind::FinishedCommands, now, WINDOW)
             .await
             .unwrap(),
         0

@@ -25,7 +25,7 @@ use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, DbErr, Statement, 
 use tenantry_lifecycle::ControlSpaceState;
 use tenantry_lifecycle::retention::PRUNABLE_STATUSES;
 use tenantry_ports::StoreError;
-use tenantry_ports::retention::{PruneBatch, RecordKind, RetentionStore, cutoff};
+use tenantry_ports::retention::{PruneBatch, RetentionKind, RetentionStore, cutoff};
 
 use crate::error::store_error;
 use crate::{Backend, Database, Mechanism};
@@ -56,14 +56,14 @@ struct KindSql {
     mechanism: Mechanism,
 }
 
-fn kind_sql(kind: RecordKind) -> Option<KindSql> {
+fn kind_sql(kind: RetentionKind) -> Option<KindSql> {
     let statuses = PRUNABLE_STATUSES
         .iter()
         .map(|s| format!("'{}'", s.as_str()))
         .collect::<Vec<_>>()
         .join(", ");
     match kind {
-        RecordKind::FinishedCommands => Some(KindSql {
+        RetentionKind::FinishedCommands => Some(KindSql {
             table: "tenantry_lifecycle_outbox",
             key: "id",
             time: "completed_at",
@@ -79,7 +79,7 @@ fn kind_sql(kind: RecordKind) -> Option<KindSql> {
             governed: format!("t.completed_at IS NOT NULL AND t.status IN ({statuses})"),
             mechanism: Mechanism::Lifecycle,
         }),
-        RecordKind::OperatorActions => Some(KindSql {
+        RetentionKind::OperatorActions => Some(KindSql {
             table: "tenantry_lifecycle_command_actions",
             key: "id",
             time: "created_at",
@@ -88,7 +88,7 @@ fn kind_sql(kind: RecordKind) -> Option<KindSql> {
             governed: "1 = 1".to_owned(),
             mechanism: Mechanism::Lifecycle,
         }),
-        RecordKind::InboxReceipts => Some(KindSql {
+        RetentionKind::InboxReceipts => Some(KindSql {
             table: "tenantry_directory_projection_inbox",
             key: "instance_uuid, event_uuid",
             time: "received_at",
@@ -152,7 +152,7 @@ fn ms(at: DateTime<Utc>) -> i64 {
 impl RetentionStore for SeaOrmRetentionStore {
     async fn prune_batch(
         &self,
-        kind: RecordKind,
+        kind: RetentionKind,
         now: DateTime<Utc>,
         window: Duration,
         limit: u32,
@@ -225,7 +225,7 @@ impl RetentionStore for SeaOrmRetentionStore {
 
     async fn count_expired(
         &self,
-        kind: RecordKind,
+        kind: RetentionKind,
         now: DateTime<Utc>,
         window: Duration,
     ) -> Result<u64, StoreError> {
@@ -245,7 +245,7 @@ impl RetentionStore for SeaOrmRetentionStore {
         Ok(u64::try_from(n).unwrap_or(0))
     }
 
-    async fn oldest(&self, kind: RecordKind) -> Result<Option<DateTime<Utc>>, StoreError> {
+    async fn oldest(&self, kind: RetentionKind) -> Result<Option<DateTime<Utc>>, StoreError> {
         let Some(k) = kind_sql(kind) else {
             return Ok(None);
         };

@@ -8,7 +8,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use sea_orm::{ConnectionTrait, Statement};
 use tenantry_ports::clock::ManualClock;
-use tenantry_ports::retention::{RecordKind, RetentionStore};
+use tenantry_ports::retention::{RetentionKind, RetentionStore};
 use tenantry_store_seaorm::lifecycle::SeaOrmLifecycleStore;
 use tenantry_store_seaorm::retention::SeaOrmRetentionStore;
 use tenantry_store_seaorm::testing::fresh_database;
@@ -59,7 +59,7 @@ async fn inbox_receipts_go_only_below_the_snapshot_coverage_and_past_the_window(
         .await;
     }
     let retention = SeaOrmRetentionStore::new(&test_db.db);
-    let kind = RecordKind::InboxReceipts;
+    let kind = RetentionKind::InboxReceipts;
     let window = Duration::from_secs(100);
     assert_eq!(retention.oldest(kind).await.unwrap(), Some(at(0)));
     assert_eq!(
@@ -132,7 +132,7 @@ async fn a_batch_is_busy_while_another_replica_holds_the_retention_lock() {
     .await
     .unwrap();
     let retention = SeaOrmRetentionStore::new(&test_db.db);
-    let kind = RecordKind::OperatorActions;
+    let kind = RetentionKind::OperatorActions;
     let window = Duration::from_secs(1);
     if test_db.backend() == Backend::Postgres {
         let other = conn.begin().await.unwrap();

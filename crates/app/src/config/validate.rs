@@ -189,7 +189,7 @@ fn validate_retention(
     raw: &RawConfig,
     in_range: &dyn Fn(&'static str, u64, u64, u64) -> Result<u64, ConfigError>,
 ) -> Result<RetentionSettings, ConfigError> {
-    use tenantry_ports::retention::{RecordKind, RetentionPolicy};
+    use tenantry_ports::retention::{RetentionKind, RetentionPolicy};
     let r = &raw.retention;
     let defaults = RetentionPolicy::default();
     let days = |d: Duration| d.as_secs() / 86_400;
@@ -205,7 +205,7 @@ fn validate_retention(
     )?;
     let policy = defaults
         .with_window(
-            RecordKind::FinishedCommands,
+            RetentionKind::FinishedCommands,
             window(
                 "retention_finished_commands_days",
                 r.finished_commands_days,
@@ -214,7 +214,7 @@ fn validate_retention(
             )?,
         )
         .with_window(
-            RecordKind::OperatorActions,
+            RetentionKind::OperatorActions,
             window(
                 "retention_operator_actions_days",
                 r.operator_actions_days,
@@ -223,7 +223,7 @@ fn validate_retention(
             )?,
         )
         .with_window(
-            RecordKind::InboxReceipts,
+            RetentionKind::InboxReceipts,
             window(
                 "retention_inbox_receipts_days",
                 r.inbox_receipts_days,

@@ -19,7 +19,7 @@ fn scripted(batches: Vec<PruneBatch>) -> MockRetentionStore {
     let batches = Mutex::new(batches.into_iter());
     store.expect_prune_batch().returning(move |kind, _, _, _| {
         Ok(match kind {
-            RecordKind::FinishedCommands => batches
+            RetentionKind::FinishedCommands => batches
                 .lock()
                 .unwrap()
                 .next()
@@ -40,15 +40,15 @@ async fn prune_once_runs_batches_until_one_is_short() {
     ]);
     let policy = RetentionPolicy::default().with_batch_size(2);
     let report = prune_once(&store, &policy, t(3600)).await.unwrap();
-    let commands = report.kind(RecordKind::FinishedCommands).unwrap();
+    let commands = report.kind(RetentionKind::FinishedCommands).unwrap();
     assert_eq!(
         (commands.removed, commands.batches, commands.busy),
         (5, 3, false)
     );
     assert_eq!(report.total_removed(), 5);
-    assert_eq!(report.kinds.len(), RecordKind::ALL.len());
+    assert_eq!(report.kinds.len(), RetentionKind::ALL.len());
     assert_eq!(
-        report.oldest_age(RecordKind::InboxReceipts),
+        report.oldest_age(RetentionKind::InboxReceipts),
         Some(Duration::from_secs(3600))
     );
     assert!(!report.dry_run);
@@ -59,7 +59,7 @@ async fn prune_once_stops_a_kind_when_another_replica_is_pruning() {
     let store = scripted(vec![PruneBatch::Removed(2), PruneBatch::Busy]);
     let policy = RetentionPolicy::default().with_batch_size(2);
     let report = prune_once(&store, &policy, t(0)).await.unwrap();
-    let commands = report.kind(RecordKind::FinishedCommands).unwrap();
+    let commands = report.kind(RetentionKind::FinishedCommands).unwrap();
     assert_eq!(
         (commands.removed, commands.batches, commands.busy),
         (2, 1, true)
@@ -72,7 +72,7 @@ async fn prune_once_passes_each_kinds_window_and_the_batch_size() {
     let mut store = MockRetentionStore::new();
     store
         .expect_prune_batch()
-        .times(RecordKind::ALL.len())
+        .times(RetentionKind::ALL.len())
         .returning(move |kind, now, window, limit| {
             assert_eq!(now, t(5));
             assert_eq!(window, RetentionPolicy::default().window(kind));
@@ -82,7 +82,7 @@ async fn prune_once_passes_each_kinds_window_and_the_batch_size() {
     store.expect_oldest().returning(|_| Ok(None));
     let report = prune_once(&store, &policy, t(5)).await.unwrap();
     assert_eq!(report.total_removed(), 0);
-    assert_eq!(report.oldest_age(RecordKind::FinishedCommands), None);
+    assert_eq!(report.oldest_age(RetentionKind::FinishedCommands), None);
 }
 
 #[tokio::test]
@@ -104,7 +104,7 @@ async fn dry_run_counts_and_removes_nothing() {
     let mut store = MockRetentionStore::new();
     store.expect_prune_batch().never();
     store.expect_count_expired().returning(|kind, _, _| {
-        Ok(if kind == RecordKind::OperatorActions {
+        Ok(if kind == RetentionKind::OperatorActions {
             4
         } else {
             0
@@ -115,7 +115,10 @@ async fn dry_run_counts_and_removes_nothing() {
         .await
         .unwrap();
     assert!(report.dry_run);
-    assert_eq!(report.kind(RecordKind::OperatorActions).unwrap().removed, 4);
+    assert_eq!(
+        report.kind(RetentionKind::OperatorActions).unwrap().removed,
+        4
+    );
     assert_eq!(report.total_removed(), 4);
 }
 
@@ -180,7 +183,7 @@ async fn a_stop_request_ends_the_run_between_two_batches() {
     // Stop once three batches ran.
     let stop = || calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst) >= 3;
     let report = prune_until(&store, &policy, t(0), &stop).await.unwrap();
-    let commands = report.kind(RecordKind::FinishedCommands).unwrap();
+    let commands = report.kind(RetentionKind::FinishedCommands).unwrap();
     assert_eq!((commands.removed, commands.batches), (6, 3));
     assert_eq!(
         report.total_removed(),

@@ -6,12 +6,12 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use crate::error::StoreError;
-use crate::retention::{PruneBatch, RecordKind, RetentionStore};
+use crate::retention::{PruneBatch, RetentionKind, RetentionStore};
 
 async_handles!(RetentionStore {
     async fn prune_batch(
         &self,
-        kind: RecordKind,
+        kind: RetentionKind,
         now: DateTime<Utc>,
         window: Duration,
         limit: u32,
@@ -20,13 +20,13 @@ async_handles!(RetentionStore {
     }
     async fn count_expired(
         &self,
-        kind: RecordKind,
+        kind: RetentionKind,
         now: DateTime<Utc>,
         window: Duration,
     ) -> Result<u64, StoreError> {
         (**self).count_expired(kind, now, window).await
     }
-    async fn oldest(&self, kind: RecordKind) -> Result<Option<DateTime<Utc>>, StoreError> {
+    async fn oldest(&self, kind: RetentionKind) -> Result<Option<DateTime<Utc>>, StoreError> {
         (**self).oldest(kind).await
     }
 });

@@ -888,7 +888,7 @@ impl KnowledgeFs for FakeKnowledgeFs {
 impl crate::retention::RetentionStore for InMemoryLifecycleStore {
     async fn prune_batch(
         &self,
-        kind: crate::retention::RecordKind,
+        kind: crate::retention::RetentionKind,
         now: DateTime<Utc>,
         window: std::time::Duration,
         limit: u32,
@@ -897,7 +897,7 @@ impl crate::retention::RetentionStore for InMemoryLifecycleStore {
         let mut state = lock(&self.state);
         let limit = usize::try_from(limit).unwrap_or(usize::MAX);
         match kind {
-            crate::retention::RecordKind::FinishedCommands => {
+            crate::retention::RetentionKind::FinishedCommands => {
                 let mut expired: Vec<(DateTime<Utc>, CommandId)> =
                     expired_commands(&state, now, window)
                         .map(|r| (r.completed_at.unwrap_or(now), r.id.clone()))
@@ -910,7 +910,7 @@ impl crate::retention::RetentionStore for InMemoryLifecycleStore {
                 }
                 Ok(crate::retention::PruneBatch::Removed(expired.len() as u64))
             }
-            crate::retention::RecordKind::OperatorActions => {
+            crate::retention::RetentionKind::OperatorActions => {
                 let mut indexes: Vec<(DateTime<Utc>, usize)> = state
                     .actions
                     .iter()
@@ -935,17 +935,17 @@ impl crate::retention::RetentionStore for InMemoryLifecycleStore {
 
     async fn count_expired(
         &self,
-        kind: crate::retention::RecordKind,
+        kind: crate::retention::RetentionKind,
         now: DateTime<Utc>,
         window: std::time::Duration,
     ) -> Result<u64, StoreError> {
         self.check_fault()?;
         let state = lock(&self.state);
         Ok(match kind {
-            crate::retention::RecordKind::FinishedCommands => {
+            crate::retention::RetentionKind::FinishedCommands => {
                 expired_commands(&state, now, window).count() as u64
             }
-            crate::retention::RecordKind::OperatorActions => state
+            crate::retention::RetentionKind::OperatorActions => state
                 .actions
                 .iter()
                 .filter(|a| tenantry_lifecycle::retention::action_expired(a.action.at, now, window))
@@ -956,18 +956,18 @@ impl crate::retention::RetentionStore for InMemoryLifecycleStore {
 
     async fn oldest(
         &self,
-        kind: crate::retention::RecordKind,
+        kind: crate::retention::RetentionKind,
     ) -> Result<Option<DateTime<Utc>>, StoreError> {
         self.check_fault()?;
         let state = lock(&self.state);
         Ok(match kind {
-            crate::retention::RecordKind::FinishedCommands => state
+            crate::retention::RetentionKind::FinishedCommands => state
                 .commands
                 .values()
                 .filter(|r| tenantry_lifecycle::retention::PRUNABLE_STATUSES.contains(&r.status))
                 .filter_map(|r| r.completed_at)
                 .min(),
-            crate::retention::RecordKind::OperatorActions => {
+            crate::retention::RetentionKind::OperatorActions => {
                 state.actions.iter().map(|a| a.action.at).min()
             }
             _ => None,
