@@ -98,6 +98,23 @@ pub async fn finish_all_commands(
         .map_err(unavailable)
 }
 
+/// `VACUUM ANALYZE` on PostgreSQL (what autovacuum does after a bulk change: the index
+/// entries of rows updated in bulk are removed), `ANALYZE` on SQLite.
+///
+/// # Errors
+/// [`StoreError::Unavailable`] when the statement fails.
+pub async fn vacuum_analyze(db: &Database) -> Result<(), StoreError> {
+    let sql = match db.backend {
+        Backend::Postgres => "VACUUM ANALYZE",
+        Backend::Sqlite => "ANALYZE",
+    };
+    db.conn
+        .execute_unprepared(sql)
+        .await
+        .map(drop)
+        .map_err(unavailable)
+}
+
 /// Runs `ANALYZE` (PostgreSQL) or `ANALYZE` (SQLite) so the planner sees the loaded rows.
 ///
 /// # Errors
