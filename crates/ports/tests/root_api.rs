@@ -11,7 +11,8 @@ use tenantry_ports::{
     LifecycleMetrics, LifecycleStore, ManualClock, MetricsError, NoHooks, NoMetrics,
     OperatorAction, OperatorActionError, OperatorActionKind, ProjectionStateReader,
     ProjectionStoreError, ProviderError, PruneBatch, RemoteError, RenewalOutcome, RetentionKind,
-    RetentionPolicy, RetentionStore, RuntimeExecutionPublisher, SettleError, SnapshotApplier, StoreError, Submitted, SystemClock, TaskMetric, TaskStatus,
+    RetentionPolicy, RetentionStore, RuntimeExecutionPublisher, SettleError, SnapshotApplier,
+    StoreError, Submitted, SystemClock, TaskMetric, TaskStatus,
 };
 
 #[test]

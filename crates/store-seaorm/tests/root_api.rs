@@ -19,9 +19,12 @@ async fn every_store_is_built_from_a_database_reference() {
     let directory = SeaOrmDirectoryStore::new(db);
     let retention = SeaOrmRetentionStore::new(db);
     assert_eq!(
-        tenantry_ports::RetentionStore::oldest(&retention, tenantry_ports::RetentionKind::OperatorActions)
-            .await
-            .unwrap(),
+        tenantry_ports::RetentionStore::oldest(
+            &retention,
+            tenantry_ports::RetentionKind::OperatorActions
+        )
+        .await
+        .unwrap(),
         None
     );
     assert_eq!(lifecycle.contention_retries(), 0);
