@@ -11,9 +11,9 @@
 //!
 //! | migrator | history table | migrations |
 //! |---|---|---|
-//! | [`LifecycleMigrator`] | `tenantry_lifecycle_migrations` | [`m0001_lifecycle`], [`m0004_lifecycle_claim_index`], [`m0005_lifecycle_failures`], [`m0006_lifecycle_attempt_window`], `m0007_lifecycle_table_prefix` |
+//! | [`LifecycleMigrator`] | `tenantry_lifecycle_migrations` | [`m0001_lifecycle`], [`m0004_lifecycle_claim_index`], [`m0005_lifecycle_failures`], [`m0006_lifecycle_attempt_window`], `m0007_lifecycle_table_prefix`, [`m0010_lifecycle_retention`] |
 //! | [`FencesMigrator`] | `tenantry_fences_migrations` | [`m0002_host_storage`], `m0008_host_storage_table_prefix` |
-//! | [`DirectoryMigrator`] | `tenantry_directory_migrations` | [`m0003_directory`], `m0009_directory_table_prefix` |
+//! | [`DirectoryMigrator`] | `tenantry_directory_migrations` | [`m0003_directory`], `m0009_directory_table_prefix`, [`m0011_directory_retention`] |
 //!
 //! - [`m0001_lifecycle`]: `control_spaces` and `lifecycle_outbox`;
 //! - [`m0002_host_storage`]: `host_storage` (fences and connector state);
@@ -22,6 +22,8 @@
 //! - [`m0005_lifecycle_failures`]: the attempt budget column, the status index of the commands
 //!   gauge, and the operator action log.
 //! - [`m0006_lifecycle_attempt_window`]: when the last attempt of a command could still send.
+//! - [`m0010_lifecycle_retention`], [`m0011_directory_retention`]: the indexes retention reads
+//!   (finished commands, the action log and inbox receipts in time order).
 //! - [`table_prefix`]: renames the tables of a database created before the prefix.
 //!
 //! Databases migrated before these history tables existed recorded everything in
@@ -42,6 +44,8 @@ pub mod m0003_directory;
 pub mod m0004_lifecycle_claim_index;
 pub mod m0005_lifecycle_failures;
 pub mod m0006_lifecycle_attempt_window;
+pub mod m0010_lifecycle_retention;
+pub mod m0011_directory_retention;
 pub mod naming;
 pub mod table_prefix;
 
@@ -70,6 +74,7 @@ impl MigratorTrait for LifecycleMigrator {
             Box::new(m0005_lifecycle_failures::Migration),
             Box::new(m0006_lifecycle_attempt_window::Migration),
             Box::new(table_prefix::LifecyclePrefix),
+            Box::new(m0010_lifecycle_retention::Migration),
         ]
     }
 
@@ -106,6 +111,7 @@ impl MigratorTrait for DirectoryMigrator {
         vec![
             Box::new(m0003_directory::Migration),
             Box::new(table_prefix::DirectoryPrefix),
+            Box::new(m0011_directory_retention::Migration),
         ]
     }
 

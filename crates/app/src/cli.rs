@@ -1,7 +1,7 @@
 //! The command line of `tenantry`: `serve`, `migrate`, `demo`, `reference-remote`,
-//! `commands list`, `commands retry`, `commands abandon`, `fences list`, `fences clear`.
+//! `commands list`, `commands retry`, `commands abandon`, `fences list`, `fences clear`, `prune`.
 //!
-//! Operator commands (`commands`, `fences`) open the configured database directly (the same
+//! Operator commands (`commands`, `fences`, `prune`) open the configured database directly (the same
 //! `database_url` as `serve`), so they work whether or not a service is running.
 
 use std::path::PathBuf;
@@ -13,7 +13,7 @@ use tenantry_demo::{DemoArgs, RemoteArgs};
 use tenantry_ports::lifecycle::OperatorActionKind;
 
 use crate::config::{self, Config};
-use crate::ops::{CommandsActArgs, CommandsListArgs, FencesClearArgs, FencesListArgs};
+use crate::ops::{CommandsActArgs, CommandsListArgs, FencesClearArgs, FencesListArgs, PruneArgs};
 use crate::{logging, ops, service};
 
 /// Tenantry: keeps a multi-tenant platform's database and the remote services it drives in
@@ -62,6 +62,12 @@ pub enum Command {
     /// Inspect and clear reconciliation fences.
     #[command(subcommand)]
     Fences(FencesCommand),
+    /// Remove expired history now with the `[retention]` policy (finished commands, operator
+    /// action records, directory inbox receipts), in small batches; `--dry-run` only counts.
+    /// `serve` does the same periodically.
+    ///
+    /// Example: tenantry prune --dry-run
+    Prune(PruneArgs),
 }
 
 /// `tenantry commands ...`.
@@ -159,6 +165,7 @@ pub async fn run(cli: Cli) -> ExitCode {
                 Command::Fences(FencesCommand::Clear(args)) => {
                     ops::fences_clear(&config, &args).await
                 }
+                Command::Prune(args) => ops::prune(&config, &args).await,
                 #[cfg(feature = "demo")]
                 Command::Demo(_) | Command::ReferenceRemote(_) => ExitCode::FAILURE,
             }

@@ -26,6 +26,10 @@
 //! - `tenantry_directory_refusals_total{reason}`: provider answers refused by a directory
 //!   projection rule on this replica, by rule (`DirectoryError::rule`); refreshed from the
 //!   projector's tally on every scrape and status read.
+//! - `tenantry_retention_removed_total{kind}`: records removed by the retention pruner of this
+//!   replica, by kind (`finished_commands`, `operator_actions`, `inbox_receipts`);
+//! - `tenantry_retention_oldest_age_seconds{kind}`: gauge, age of the oldest record of each kind
+//!   that retention governs (0 when there is none), after each pruner run.
 //!
 //! The recorder is process-global (the `metrics` crate has one), installed on first use.
 
@@ -201,6 +205,19 @@ pub fn set_open_commands(status: &'static str, operation: &str, count: u64) {
 /// Sets the active-fences gauge of one record kind (`fence` or `intent`).
 pub fn set_fences_active(kind: &'static str, count: u64) {
     metrics::gauge!("tenantry_fences_active", "kind" => kind).set(count as f64);
+}
+
+/// Records one retention run: the removed counter and the oldest-age gauge of every kind.
+pub fn record_prune(report: &tenantry_engine::retention::PruneReport) {
+    for kind in &report.kinds {
+        let label = kind.kind.as_str();
+        metrics::counter!("tenantry_retention_removed_total", "kind" => label)
+            .increment(kind.removed);
+        let age = report
+            .oldest_age(kind.kind)
+            .map_or(0.0, |age| age.as_secs_f64());
+        metrics::gauge!("tenantry_retention_oldest_age_seconds", "kind" => label).set(age);
+    }
 }
 
 /// Sets the directory staleness gauge (seconds since the projection was last applied).

@@ -1,5 +1,5 @@
 //! Operator commands that work on the database directly: `migrate`, `commands list`,
-//! `commands retry`, `commands abandon`, `fences list`, `fences clear`, with their
+//! `commands retry`, `commands abandon`, `fences list`, `fences clear`, `prune`, with their
 //! command-line options (the `cli` module embeds them in its `Command` enum).
 
 use std::process::ExitCode;
@@ -571,4 +571,108 @@ pub async fn fences_clear(config: &Config, args: &FencesClearArgs) -> ExitCode {
     };
     let _ = db.conn.close().await;
     code
+}
+
+/// Options of `tenantry prune`.
+#[derive(Debug, Clone, Args)]
+pub struct PruneArgs {
+    /// Only count what would be removed (per kind, with the oldest record); write nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Print the report as JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `tenantry prune`: one retention run with the configured `[retention]` policy (or, with
+/// `--dry-run`, the counts it would remove), then a table per kind.
+pub async fn prune(config: &Config, args: &PruneArgs) -> ExitCode {
+    use tenantry_engine::retention;
+    use tenantry_ports::clock::Clock;
+
+    let db = match open_existing(config).await {
+        Ok(db) => db,
+        Err(code) => return code,
+    };
+    let store = tenantry_store_seaorm::SeaOrmRetentionStore::new(&db);
+    let policy = config.retention.policy;
+    let now = crate::service::system_clock().now();
+    let result = if args.dry_run {
+        retention::dry_run(&store, &policy, now).await
+    } else {
+        retention::prune_once(&store, &policy, now).await
+    };
+    let _ = db.conn.close().await;
+    let report = match result {
+        Ok(report) => report,
+        Err(e) => {
+            eprintln!("tenantry: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let rows: Vec<serde_json::Value> = report
+        .kinds
+        .iter()
+        .map(|k| {
+            serde_json::json!({
+                "kind": k.kind.as_str(),
+                "window_days": policy.window(k.kind).as_secs() / 86_400,
+                if report.dry_run { "would_remove" } else { "removed" }: k.removed,
+                "busy": k.busy,
+                "oldest": k.oldest.map(|t| t.to_rfc3339()),
+                "oldest_age_seconds": report.oldest_age(k.kind).map(|a| a.as_secs()),
+            })
+        })
+        .collect();
+    if args.json {
+        let doc = serde_json::json!({
+            "dry_run": report.dry_run,
+            "at": report.at.to_rfc3339(),
+            "kinds": rows,
+        });
+        match serde_json::to_string_pretty(&doc) {
+            Ok(json) => println!("{json}"),
+            Err(e) => {
+                eprintln!("tenantry: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+        return ExitCode::SUCCESS;
+    }
+    println!(
+        "{:<18}  {:>6}  {:>12}  {:<26}  {:>10}",
+        "KIND",
+        "WINDOW",
+        if report.dry_run {
+            "WOULD REMOVE"
+        } else {
+            "REMOVED"
+        },
+        "OLDEST",
+        "AGE (DAYS)"
+    );
+    for k in &report.kinds {
+        println!(
+            "{:<18}  {:>5}d  {:>12}  {:<26}  {:>10}{}",
+            k.kind.as_str(),
+            policy.window(k.kind).as_secs() / 86_400,
+            k.removed,
+            k.oldest
+                .map(|t| t.to_rfc3339())
+                .unwrap_or_else(|| "-".into()),
+            report
+                .oldest_age(k.kind)
+                .map(|a| format!("{:.1}", a.as_secs_f64() / 86_400.0))
+                .unwrap_or_else(|| "-".into()),
+            if k.busy {
+                "  (another replica is pruning; run again later)"
+            } else {
+                ""
+            },
+        );
+    }
+    if report.dry_run {
+        println!("dry run: nothing was removed");
+    }
+    ExitCode::SUCCESS
 }

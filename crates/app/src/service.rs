@@ -83,6 +83,7 @@ pub struct Service {
     workers: Vec<JoinHandle<()>>,
     server: JoinHandle<()>,
     projector: Option<JoinHandle<()>>,
+    pruner: Option<JoinHandle<()>>,
     directory: Option<crate::directory::DirectoryHandle>,
     db: Database,
     grace: Duration,
@@ -257,6 +258,20 @@ impl Service {
                 projector.run(shutdown).await;
             })
         });
+        // The retention pruner (`[retention]`): its batches take the database's retention
+        // lock, so one replica prunes at a time.
+        let pruner = config.retention.enabled.then(|| {
+            let pruner = tenantry_engine::retention::Pruner::new(
+                tenantry_store_seaorm::SeaOrmRetentionStore::new(&db),
+                config.retention.policy,
+                config.retention.interval,
+                clock.clone(),
+            );
+            let stopped = stopped.clone();
+            tokio::spawn(async move {
+                pruner.run(stopped, crate::metrics::record_prune).await;
+            })
+        });
         let accepting = Arc::new(AtomicBool::new(true));
         // The process's one scoped-writes runtime: the admin API clears fences through it, so
         // a clear takes the same scope locks as in-process writers (`Service::scoped_writes`).
@@ -301,6 +316,7 @@ impl Service {
             workers,
             server,
             projector: projector_task,
+            pruner,
             directory,
             db,
             grace: config.shutdown_grace,
@@ -365,6 +381,15 @@ impl Service {
                 .is_err()
             {
                 projector.abort();
+            }
+        }
+        if let Some(mut pruner) = self.pruner {
+            // A run stops after its current batch (each batch is one short transaction).
+            if tokio::time::timeout_at(deadline, &mut pruner)
+                .await
+                .is_err()
+            {
+                pruner.abort();
             }
         }
         let mut server = self.server;

@@ -19,7 +19,7 @@ fn help_lists_every_command() {
     let out = tenantry().arg("--help").output().unwrap();
     assert!(out.status.success());
     let text = String::from_utf8(out.stdout).unwrap();
-    for command in ["serve", "migrate", "commands", "fences"] {
+    for command in ["serve", "migrate", "commands", "fences", "prune"] {
         assert!(text.contains(command), "{command} missing from:\n{text}");
     }
     // `demo` and `reference-remote` exist only with the default feature `demo`.
@@ -356,4 +356,116 @@ async fn commands_retry_and_abandon_act_on_failed_commands_and_refuse_others() {
     let (code, _, stderr) = run(&["commands", "retry", &pending]);
     assert_eq!(code, Some(1));
     assert!(stderr.contains("only pending or failed"), "{stderr}");
+}
+
+/// `tenantry prune --dry-run` counts and removes nothing; `tenantry prune` removes the expired
+/// records (an operator action 400 days old here) and keeps the young ones; a bad `[retention]`
+/// setting exits 2 naming it.
+#[tokio::test]
+async fn prune_dry_run_counts_and_prune_removes_expired_history() {
+    use std::sync::Arc;
+    use tenantry_engine::lifecycle::{CommandIntake, ManualClock};
+    use tenantry_kernel::{ControlSpaceId, IdempotencyKey, TenantId};
+    use tenantry_lifecycle::intake::CreateControlSpace;
+    use tenantry_ports::lifecycle::{CommandAdmin, OperatorAction, OperatorActionKind};
+    use tenantry_store_seaorm::lifecycle::SeaOrmLifecycleStore;
+
+    let dir = tempfile::tempdir().unwrap();
+    let out = tenantry()
+        .current_dir(dir.path())
+        .arg("migrate")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let url = format!(
+        "sqlite://{}?mode=rwc",
+        dir.path().join("tenantry.db").display()
+    );
+    let db = tenantry_store_seaorm::connect(&url, 1).await.unwrap();
+    let store = SeaOrmLifecycleStore::new(&db);
+    let now = chrono::Utc::now();
+    let intake = CommandIntake::new(store.clone(), Arc::new(ManualClock::new(now)));
+    // Two pending commands abandoned by an operator: one action 400 days ago (past the
+    // 180-day window of operator actions), one now.
+    for (cs, at) in [
+        ("cs-old", now - chrono::Duration::days(400)),
+        ("cs-new", now),
+    ] {
+        let receipt = intake
+            .create_control_space(&CreateControlSpace {
+                tenant_id: TenantId::parse("t-1").unwrap(),
+                control_space_id: ControlSpaceId::parse(cs).unwrap(),
+                idempotency_key: IdempotencyKey::parse(format!("k-{cs}")).unwrap(),
+                name: "N".into(),
+                slug: "n".into(),
+                icon: String::new(),
+                description: String::new(),
+                model_intent: None,
+                profile_intent: None,
+            })
+            .await
+            .unwrap();
+        store
+            .act_on_command(&OperatorAction {
+                action_id: format!("act-{cs}"),
+                command_id: receipt.command_id.clone(),
+                kind: OperatorActionKind::Abandon,
+                actor: "ops".into(),
+                reason: "retention test".into(),
+                at,
+            })
+            .await
+            .unwrap();
+    }
+    db.conn.close().await.unwrap();
+    let prune = |args: &[&str]| {
+        let out = tenantry()
+            .current_dir(dir.path())
+            .arg("prune")
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let kind = |json: &str, key: &str| -> u64 {
+        let doc: serde_json::Value = serde_json::from_str(json).unwrap();
+        doc["kinds"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|k| k["kind"] == "operator_actions")
+            .unwrap()[key]
+            .as_u64()
+            .unwrap()
+    };
+    let dry = prune(&["--dry-run", "--json"]);
+    assert_eq!(kind(&dry, "would_remove"), 1, "{dry}");
+    let table = prune(&["--dry-run"]);
+    assert!(
+        table.contains("WOULD REMOVE") && table.contains("nothing was removed"),
+        "{table}"
+    );
+    assert_eq!(
+        kind(&prune(&["--dry-run", "--json"]), "would_remove"),
+        1,
+        "dry runs remove nothing"
+    );
+    let done = prune(&["--json"]);
+    assert_eq!(kind(&done, "removed"), 1, "{done}");
+    assert_eq!(kind(&prune(&["--dry-run", "--json"]), "would_remove"), 0);
+
+    let out = tenantry()
+        .current_dir(dir.path())
+        .env("TENANTRY_RETENTION_FINISHED_COMMANDS_DAYS", "0")
+        .arg("prune")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let text = String::from_utf8(out.stderr).unwrap();
+    assert!(text.contains("retention_finished_commands_days"), "{text}");
 }

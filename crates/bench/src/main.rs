@@ -14,6 +14,7 @@
 mod directory;
 mod fence;
 mod fixtures;
+mod history;
 mod lifecycle;
 mod remote;
 mod rss;
@@ -150,6 +151,24 @@ enum Part {
         /// Operations per scope in the concurrent measurement.
         #[arg(long, default_value_t = 1_000)]
         ops_per_scope: u64,
+    },
+    /// History and retention: claim latency and drain throughput with N finished commands in
+    /// the outbox vs none, and the pruner's rows per second over them.
+    History {
+        /// Finished commands in the outbox (the second run; the first has none).
+        #[arg(long, default_value_t = 1_000_000)]
+        history: usize,
+        /// Pending commands claimed and drained on top of the history.
+        #[arg(long, default_value_t = 20_000)]
+        live: usize,
+        /// Single claim statements timed (the rest is drained by the workers).
+        #[arg(long, default_value_t = 500)]
+        claims: usize,
+        /// Workers of the drain (and pool connections).
+        #[arg(long, default_value_t = 4)]
+        workers: u32,
+        #[command(flatten)]
+        drain: DrainArgs,
     },
     /// Creates (prints its URL) or drops a scratch database on the PostgreSQL server of
     /// `--database-url`, for tools outside this binary (`cargo xtask bench` runs pgbench in
@@ -332,6 +351,23 @@ async fn run(cli: Cli) -> BenchResult<()> {
             scopes,
             ops_per_scope,
         } => fence::run(*ops, *scopes, *ops_per_scope).await,
+        Part::History {
+            history,
+            live,
+            claims,
+            workers,
+            drain,
+        } => {
+            history::run(
+                &target()?,
+                *history,
+                *live,
+                *claims,
+                *workers,
+                &drain.options(),
+            )
+            .await
+        }
         Part::ScratchDatabase { action, name } => {
             let Target::Postgres { server_url } = target()? else {
                 return Err("scratch-database needs --backend postgres".into());

@@ -17,6 +17,7 @@
 //! - [`plan`]: apply planning (current rows + incoming projection → rows to write, or error);
 //! - [`memory`]: the plans applied atomically to in-memory tables (reference semantics);
 //! - [`readiness`]: fail-closed readiness evaluation;
+//! - [`retention`]: when an inbox receipt may be removed;
 //! - [`error`]: the [`DirectoryError`] enum.
 //!
 //! Specification: the repository's `docs/protocol.md`, section 4 "Directory projection".
@@ -31,6 +32,7 @@ pub mod memory;
 pub mod model;
 pub mod plan;
 pub mod readiness;
+pub mod retention;
 pub mod rows;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;

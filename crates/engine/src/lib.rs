@@ -5,7 +5,8 @@
 //!
 //! - [`lifecycle`]: the saga dispatcher (`dispatch_one`), the worker loop and command intake;
 //! - [`scoped_writes`]: the `ScopedWrites` runtime (per-scope serialization and durable fences);
-//! - [`directory`]: the `DirectoryProjector`.
+//! - [`directory`]: the `DirectoryProjector`;
+//! - [`retention`]: `prune_once`, `dry_run` and the periodic `Pruner` over the retention port.
 //!
 //! The main types are re-exported here, so `tenantry_engine::Dispatcher`,
 //! `tenantry_engine::WorkerReport` or `tenantry_engine::ScopedWrites` name them without the
@@ -28,6 +29,7 @@
 pub mod directory;
 #[cfg(feature = "lifecycle")]
 pub mod lifecycle;
+pub mod retention;
 #[cfg(feature = "fences")]
 pub mod scoped_writes;
 
@@ -39,6 +41,7 @@ pub use lifecycle::{
     GroupCommitConfig, GroupCommitStore, IntakeFailure, IntakeReceipt, IntakeRequest,
     OperatorActions, OperatorRequestError, Worker, WorkerConfig, WorkerReport, unique_lease_owner,
 };
+pub use retention::{KindReport, PruneReport, Pruner, RetentionError, dry_run, prune_once};
 #[cfg(feature = "fences")]
 pub use scoped_writes::admin::{
     BindingFence, ClearOutcome, ClearReceipt, ClearTarget, FenceAdminError, FenceView,

@@ -13,7 +13,8 @@
 //! - [`saga`]: the decisions of each saga step;
 //! - [`retry`]: the backoff policy and the attempt budget;
 //! - [`failure`]: which outcomes dead-letter a command (status `failed`);
-//! - [`intake`]: validation and fingerprints of new requests.
+//! - [`intake`]: validation and fingerprints of new requests;
+//! - [`retention`]: which finished commands and operator action records may be removed.
 
 pub mod code;
 pub mod command;
@@ -22,6 +23,7 @@ pub mod failure;
 pub mod intake;
 mod intake_builders;
 pub mod remote;
+pub mod retention;
 pub mod retry;
 pub mod saga;
 

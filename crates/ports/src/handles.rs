@@ -73,3 +73,4 @@ mod directory;
 mod host_storage;
 #[cfg(feature = "lifecycle")]
 mod lifecycle;
+mod retention;

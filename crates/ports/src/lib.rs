@@ -17,6 +17,8 @@
 //!   driver's error as their source;
 //! - [`wake`]: the wake-up signal of idle workers ([`wake::Wakeups`]), sent by intake and by
 //!   database listeners;
+//! - [`retention`]: bounded removal of expired history, dry-run counts, the oldest record per
+//!   kind;
 //! - [`handles`]: every port is implemented for `Arc<T>`, `Box<T>` and `&T` of an implementor.
 //!
 //! # Features
@@ -46,6 +48,9 @@ pub mod host_storage;
 pub mod lifecycle;
 #[cfg(feature = "mocks")]
 pub mod mocks;
+pub mod retention;
+#[cfg(all(feature = "testing", feature = "lifecycle"))]
+pub mod retention_conformance;
 pub mod wake;
 
 pub use clock::{Clock, ManualClock, SystemClock};
@@ -66,3 +71,4 @@ pub use lifecycle::{
     OperatorActionKind, RemoteError, RenewalOutcome, SettleError, Submitted, TaskMetric,
     TaskStatus,
 };
+pub use retention::{PruneBatch, RetentionKind, RetentionPolicy, RetentionStore};

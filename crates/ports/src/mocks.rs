@@ -65,6 +65,7 @@ pub use crate::lifecycle::{
     MockCommandAdmin, MockCommandQueue, MockControlSpaceReader, MockIntakeStore, MockKnowledgeFs,
     MockLifecycleMetrics,
 };
+pub use crate::retention::MockRetentionStore;
 
 #[cfg(feature = "lifecycle")]
 mod lifecycle {

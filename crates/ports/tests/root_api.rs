@@ -10,14 +10,19 @@ use tenantry_ports::{
     HostStorage, HostStorageBindings, HostStorageError, IntakeStore, IntakeStoreError, KnowledgeFs,
     LifecycleMetrics, LifecycleStore, ManualClock, MetricsError, NoHooks, NoMetrics,
     OperatorAction, OperatorActionError, OperatorActionKind, ProjectionStateReader,
-    ProjectionStoreError, ProviderError, RemoteError, RenewalOutcome, RuntimeExecutionPublisher,
-    SettleError, SnapshotApplier, StoreError, Submitted, SystemClock, TaskMetric, TaskStatus,
+    ProjectionStoreError, ProviderError, PruneBatch, RemoteError, RenewalOutcome, RetentionKind,
+    RetentionPolicy, RetentionStore, RuntimeExecutionPublisher, SettleError, SnapshotApplier,
+    StoreError, Submitted, SystemClock, TaskMetric, TaskStatus,
 };
 
 #[test]
 fn every_root_reexport_names_the_ports_item() {
     let names = [
         type_name::<ActionRecord>(),
+        type_name::<PruneBatch>(),
+        type_name::<RetentionKind>(),
+        type_name::<RetentionPolicy>(),
+        type_name::<dyn RetentionStore>(),
         type_name::<ClaimRequest>(),
         type_name::<dyn Clock>(),
         type_name::<dyn CommandAdmin>(),

@@ -77,6 +77,44 @@ pub async fn outbox_status_counts(db: &Database) -> Result<Vec<(String, i64)>, S
         .collect()
 }
 
+/// Marks every unfinished command `succeeded`, finished at `completed_at` (lease cleared): the
+/// history fixture of the retention benchmark. One statement.
+///
+/// # Errors
+/// [`StoreError::Unavailable`] when the statement fails.
+pub async fn finish_all_commands(
+    db: &Database,
+    completed_at: chrono::DateTime<chrono::Utc>,
+) -> Result<u64, StoreError> {
+    let sql = format!(
+        "UPDATE tenantry_lifecycle_outbox SET status = 'succeeded', completed_at = {}, \
+         lease_owner = NULL, lease_expires_at = NULL WHERE completed_at IS NULL",
+        completed_at.timestamp_millis()
+    );
+    db.conn
+        .execute_raw(Statement::from_string(backend(db), sql))
+        .await
+        .map(|r| r.rows_affected())
+        .map_err(unavailable)
+}
+
+/// `VACUUM ANALYZE` on PostgreSQL (what autovacuum does after a bulk change: the index
+/// entries of rows updated in bulk are removed), `ANALYZE` on SQLite.
+///
+/// # Errors
+/// [`StoreError::Unavailable`] when the statement fails.
+pub async fn vacuum_analyze(db: &Database) -> Result<(), StoreError> {
+    let sql = match db.backend {
+        Backend::Postgres => "VACUUM ANALYZE",
+        Backend::Sqlite => "ANALYZE",
+    };
+    db.conn
+        .execute_unprepared(sql)
+        .await
+        .map(drop)
+        .map_err(unavailable)
+}
+
 /// Runs `ANALYZE` (PostgreSQL) or `ANALYZE` (SQLite) so the planner sees the loaded rows.
 ///
 /// # Errors

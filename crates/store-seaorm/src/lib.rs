@@ -14,6 +14,7 @@
 //! - [`directory`]: the directory projection repositories;
 //! - [`wake`]: `NOTIFY` on intake and the health-checked PostgreSQL listener that wakes idle
 //!   workers ([`wake::WakeListener`]);
+//! - [`retention`] (features `lifecycle` and `directory`): bounded deletes of expired history;
 //! - `testing` (feature `testing`): a fresh migrated database per test;
 //! - `bench` (feature `bench`): bulk fixtures and SQL baselines for `cargo xtask bench`;
 //! - `throwaway` (features `testing` and `bench`): create and drop a scratch PostgreSQL
@@ -70,6 +71,8 @@ mod error;
 pub mod host_storage;
 #[cfg(feature = "lifecycle")]
 pub mod lifecycle;
+#[cfg(all(feature = "lifecycle", feature = "directory"))]
+pub mod retention;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 #[cfg(any(test, feature = "testing", feature = "bench"))]
@@ -84,4 +87,6 @@ pub use directory::SeaOrmDirectoryStore;
 pub use host_storage::SeaOrmHostStorage;
 #[cfg(feature = "lifecycle")]
 pub use lifecycle::SeaOrmLifecycleStore;
+#[cfg(all(feature = "lifecycle", feature = "directory"))]
+pub use retention::SeaOrmRetentionStore;
 pub use tenantry_migrations::{Mechanism, Mechanisms, MigrateError};

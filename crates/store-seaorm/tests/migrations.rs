@@ -191,8 +191,8 @@ async fn insert_command(
 async fn m0006_runs_up_down_and_up_again_with_rows_present() {
     let db = fresh_database().await;
     let conn = &db.db.conn;
-    // The prefix migration and m0006: the outbox has its old name and no window columns.
-    LifecycleMigrator::down(conn, Some(2)).await.unwrap();
+    // m0010, the prefix migration and m0006: the outbox has its old name and no window columns.
+    LifecycleMigrator::down(conn, Some(3)).await.unwrap();
     let outbox = "lifecycle_outbox";
     assert!(!column_exists(conn, outbox, "attempt_window_ends_at").await);
     assert!(!column_exists(conn, outbox, "prior_window_ends_at").await);
@@ -218,7 +218,7 @@ async fn m0006_runs_up_down_and_up_again_with_rows_present() {
         Some(5000),
         "claimed before the migration: a conservative window"
     );
-    LifecycleMigrator::down(conn, Some(2)).await.unwrap();
+    LifecycleMigrator::down(conn, Some(3)).await.unwrap();
     assert!(!column_exists(conn, "lifecycle_outbox", "attempt_window_ends_at").await);
     LifecycleMigrator::up(conn, None).await.unwrap();
     assert!(column_exists(conn, outbox, "attempt_window_ends_at").await);
@@ -294,9 +294,10 @@ async fn assert_named(conn: &DatabaseConnection, prefix: &str, other: &str, when
 }
 
 async fn down_prefix_migrations(conn: &DatabaseConnection) {
-    LifecycleMigrator::down(conn, Some(1)).await.unwrap();
+    // The retention indexes (m0010, m0011) come after the prefix migrations: revert them first.
+    LifecycleMigrator::down(conn, Some(2)).await.unwrap();
     FencesMigrator::down(conn, Some(1)).await.unwrap();
-    DirectoryMigrator::down(conn, Some(1)).await.unwrap();
+    DirectoryMigrator::down(conn, Some(2)).await.unwrap();
 }
 
 /// The prefix migrations run down (tables and indexes renamed back) and up again with rows
@@ -312,7 +313,7 @@ async fn prefix_migrations_run_up_down_and_up_again_with_rows_present() {
     assert_named(conn, "", "tenantry_", "after down").await;
     assert!(matches!(
         db.db.check_schema(Mechanisms::ALL).await,
-        Err(ConnectError::SchemaNotCurrent { pending: 3, .. })
+        Err(ConnectError::SchemaNotCurrent { pending: 5, .. })
     ));
 
     db.db.migrate(Mechanisms::ALL).await.unwrap();
@@ -378,7 +379,7 @@ async fn a_database_migrated_before_the_prefix_is_adopted_and_renamed_keeping_ro
     insert_rows(conn, "").await;
     assert!(matches!(
         db.db.check_schema(Mechanisms::ALL).await,
-        Err(ConnectError::SchemaNotCurrent { pending: 3, .. })
+        Err(ConnectError::SchemaNotCurrent { pending: 5, .. })
     ));
     // Running a migrator directly, before the history is adopted, is refused, not a second
     // empty set of tables.
@@ -393,7 +394,7 @@ async fn a_database_migrated_before_the_prefix_is_adopted_and_renamed_keeping_ro
     db.db.migrate(Mechanisms::ALL).await.unwrap();
     assert_named(conn, "tenantry_", "", "after the upgrade").await;
     assert!(!table_exists(conn, "seaql_migrations").await);
-    assert_eq!(count(conn, "tenantry_lifecycle_migrations").await, 5);
+    assert_eq!(count(conn, "tenantry_lifecycle_migrations").await, 6);
     db.db.check_schema(Mechanisms::ALL).await.unwrap();
 
     // Down and up again after the upgrade.
@@ -514,7 +515,7 @@ async fn a_host_that_appended_tenantry_migrations_passes_the_schema_check() {
     assert!(table_exists(conn, "tenantry_lifecycle_outbox").await);
     assert!(matches!(
         db.db.check_schema(Mechanisms::ALL).await,
-        Err(ConnectError::SchemaNotCurrent { pending: 9, .. })
+        Err(ConnectError::SchemaNotCurrent { pending: 11, .. })
     ));
     db.db
         .check_schema_with_history(Mechanisms::ALL, "host_migrations")
@@ -597,7 +598,7 @@ async fn a_database_from_the_hosts_pool() {
     assert_eq!(db.backend, test.backend());
     assert!(matches!(
         db.check_schema(Mechanisms::ALL).await,
-        Err(ConnectError::SchemaNotCurrent { pending: 9, .. })
+        Err(ConnectError::SchemaNotCurrent { pending: 11, .. })
     ));
     db.migrate(Mechanisms::ALL).await.unwrap();
     db.check_schema(Mechanisms::ALL).await.unwrap();
@@ -653,4 +654,34 @@ async fn two_concurrent_migrations_of_a_fresh_database_both_succeed() {
         run.await.unwrap().unwrap();
     }
     db.check_schema(Mechanisms::ALL).await.unwrap();
+}
+
+/// m0010 and m0011 (the retention indexes) run up, down and up again.
+#[tokio::test]
+async fn retention_indexes_run_up_down_and_up_again() {
+    let db = fresh_database().await;
+    let conn = &db.db.conn;
+    let indexes = [
+        "ix_tenantry_lifecycle_outbox_finished",
+        "ix_tenantry_lifecycle_command_actions_created",
+        "ix_tenantry_directory_projection_inbox_received",
+    ];
+    for index in indexes {
+        assert!(index_exists(conn, index).await, "after up: {index}");
+    }
+    LifecycleMigrator::down(conn, Some(1)).await.unwrap();
+    DirectoryMigrator::down(conn, Some(1)).await.unwrap();
+    for index in indexes {
+        assert!(!index_exists(conn, index).await, "after down: {index}");
+    }
+    assert!(table_exists(conn, "tenantry_lifecycle_outbox").await);
+    LifecycleMigrator::up(conn, None).await.unwrap();
+    DirectoryMigrator::up(conn, None).await.unwrap();
+    for index in indexes {
+        assert!(
+            index_exists(conn, index).await,
+            "after the second up: {index}"
+        );
+    }
+    db.db.check_schema(Mechanisms::ALL).await.unwrap();
 }

@@ -7,6 +7,7 @@ use tenantry_ports::{HostStorage, ProjectionStateReader, StoreError};
 use tenantry_store_seaorm::testing::fresh_database;
 use tenantry_store_seaorm::{
     Backend, ConnectError, Database, SeaOrmDirectoryStore, SeaOrmHostStorage, SeaOrmLifecycleStore,
+    SeaOrmRetentionStore,
 };
 
 #[tokio::test]
@@ -16,6 +17,16 @@ async fn every_store_is_built_from_a_database_reference() {
     let lifecycle = SeaOrmLifecycleStore::new(db);
     let host = SeaOrmHostStorage::new(db);
     let directory = SeaOrmDirectoryStore::new(db);
+    let retention = SeaOrmRetentionStore::new(db);
+    assert_eq!(
+        tenantry_ports::RetentionStore::oldest(
+            &retention,
+            tenantry_ports::RetentionKind::OperatorActions
+        )
+        .await
+        .unwrap(),
+        None
+    );
     assert_eq!(lifecycle.contention_retries(), 0);
     let binding = Binding::parse("inst").unwrap();
     host.set(&binding, "k", &serde_json::json!(1))

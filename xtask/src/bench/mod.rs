@@ -73,14 +73,18 @@ pub enum PartName {
     Fence,
     /// Peak RSS while draining 200,000 commands.
     Memory,
+    /// Claim latency and drain throughput with 1,000,000 finished commands vs none; pruner
+    /// rows/s (issue 18).
+    History,
 }
 
-const ALL_PARTS: [PartName; 5] = [
+const ALL_PARTS: [PartName; 6] = [
     PartName::Lifecycle,
     PartName::Latency,
     PartName::Directory,
     PartName::Fence,
     PartName::Memory,
+    PartName::History,
 ];
 
 /// Runs the benchmark from the workspace root `root`.
@@ -171,6 +175,7 @@ impl<'a> Bench<'a> {
                 }
                 PartName::Fence => drop(self.bench(&url, "sqlite", &["fence"])?),
                 PartName::Memory => drop(self.bench(&url, "postgres", &["memory"])?),
+                PartName::History => drop(self.bench(&url, "postgres", &["history"])?),
             }
             eprintln!(
                 "    part {part:?} took {:.0} s",

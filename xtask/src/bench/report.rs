@@ -298,6 +298,69 @@ pub fn render(results: &[Value]) -> String {
         }
         md.push('\n');
     }
+    md.push_str(&history_section(results));
+    md
+}
+
+/// Section 6 (issue 18): claim latency and drain throughput with a long history of finished
+/// commands vs none (target: within 10 %), and the pruner's rows per second.
+fn history_section(results: &[Value]) -> String {
+    let of = |name: &str| -> Vec<&Value> {
+        results
+            .iter()
+            .filter(|r| r.get("part").and_then(Value::as_str) == Some(name))
+            .collect()
+    };
+    let history = of("history");
+    if history.is_empty() {
+        return String::new();
+    }
+    let mut md = String::from(
+        "### 6. History and retention
+
+| backend | finished commands | live | workers | \
+         claim p50 ms | claim p99 ms | drain commands/s |\n|---|---:|---:|---:|---:|---:|---:|\n",
+    );
+    for r in &history {
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {} | {} | {} | {} |",
+            s(&r["backend"]),
+            r["history"],
+            r["live"],
+            r["workers"],
+            r["claim_p50_ms"],
+            r["claim_p99_ms"],
+            r["commands_per_second"],
+        );
+    }
+    let empty = history.iter().find(|r| r["history"].as_u64() == Some(0));
+    let full = history
+        .iter()
+        .max_by_key(|r| r["history"].as_u64().unwrap_or(0));
+    if let (Some(empty), Some(full)) = (empty, full)
+        && let (Some(a), Some(b)) = (
+            empty["commands_per_second"].as_f64(),
+            full["commands_per_second"].as_f64(),
+        )
+    {
+        let within = (b - a).abs() <= 0.1 * a;
+        let _ = writeln!(
+            md,
+            "\nDrain throughput with {} finished commands vs none: {:.1} % ({}within the 10 % target).",
+            full["history"],
+            (b / a - 1.0) * 100.0,
+            if within { "" } else { "**not** " },
+        );
+    }
+    for r in of("history_prune") {
+        let _ = writeln!(
+            md,
+            "\nPruner: {} finished commands removed in {} s, {} rows/s (batches of {}).",
+            r["removed"], r["seconds"], r["rows_per_second"], r["batch_size"],
+        );
+    }
+    md.push('\n');
     md
 }
 

@@ -12,7 +12,7 @@ pub(super) type Sources = BTreeMap<&'static str, String>;
 /// Every setting's name: the TOML key, and (upper-cased, prefixed with [`ENV_PREFIX`]) the
 /// environment variable. A unit test checks that it is exactly what the environment overlay
 /// reads.
-pub const SETTINGS: [&str; 28] = [
+pub const SETTINGS: [&str; 34] = [
     "database_url",
     "database_max_connections",
     "listen",
@@ -41,6 +41,13 @@ pub const SETTINGS: [&str; 28] = [
     "directory_sync_interval_ms",
     "directory_max_staleness_seconds",
     "directory_event_limit",
+    // The `[retention]` table: TOML key `retention.<key>`, variable `TENANTRY_RETENTION_<KEY>`.
+    "retention_enabled",
+    "retention_interval_seconds",
+    "retention_finished_commands_days",
+    "retention_operator_actions_days",
+    "retention_inbox_receipts_days",
+    "retention_batch_size",
 ];
 
 /// `TENANTRY_*` variables that are read but are not settings: the configuration file, and the
@@ -114,6 +121,26 @@ macro_rules! overlay_env {
     };
 }
 
+/// Applies `TENANTRY_RETENTION_<KEY>` variables over `raw.retention` (setting names
+/// `retention_<key>`).
+macro_rules! overlay_retention {
+    ($raw:ident, $sources:ident, $env:ident; $($field:ident),* $(,)?) => {
+        $(
+            let setting = concat!("retention_", stringify!($field));
+            let name = format!("TENANTRY_{}", setting.to_uppercase());
+            if let Some(value) = $env(&name) {
+                let parsed = value.trim().parse().map_err(|e| ConfigError::Invalid {
+                    setting,
+                    origin: name.clone(),
+                    reason: format!("{value:?} does not parse: {e}"),
+                })?;
+                $raw.retention.$field = Some(parsed);
+                $sources.insert(setting, name);
+            }
+        )*
+    };
+}
+
 /// Applies the environment over `raw` (whose values came from `file_label`) and validates.
 ///
 /// # Errors
@@ -132,6 +159,10 @@ pub fn merge_env_and_validate(
         knowledge_fs_deadline_ms, knowledge_fs_max_concurrent_calls, directory_url,
         directory_token, directory_instance, directory_trusted_keys, directory_sync_interval_ms,
         directory_max_staleness_seconds, directory_event_limit,
+    );
+    overlay_retention!(raw, sources, env;
+        enabled, interval_seconds, finished_commands_days, operator_actions_days,
+        inbox_receipts_days, batch_size,
     );
     validate(raw, &|setting| {
         sources

@@ -9,8 +9,8 @@
 //! folder when it exists. Without any setting the service uses a SQLite file
 //! `tenantry.db` in the working folder and listens on `127.0.0.1:8080` without a token.
 //!
-//! Parts: the validated types ([`Config`], [`DirectorySettings`], [`LogFormat`]), the raw file
-//! shape ([`RawConfig`]), the environment overlay and unknown-variable check
+//! Parts: the validated types ([`Config`], [`DirectorySettings`], [`RetentionSettings`],
+//! [`LogFormat`]), the raw file shape ([`RawConfig`], its `[retention]` table [`RawRetention`]), the environment overlay and unknown-variable check
 //! ([`unknown_variables`]), validation, and [`ConfigError`].
 
 mod env;
@@ -29,8 +29,8 @@ pub use env::{
     merge_env_and_validate, unknown_variables,
 };
 pub use error::ConfigError;
-pub use model::{Config, DirectorySettings, LogFormat, redact_url};
-pub use raw::RawConfig;
+pub use model::{Config, DirectorySettings, LogFormat, RetentionSettings, redact_url};
+pub use raw::{RawConfig, RawRetention};
 
 /// Prefix of every environment variable read as a setting.
 pub const ENV_PREFIX: &str = "TENANTRY_";

@@ -92,6 +92,22 @@ pub struct Config {
     pub knowledge_fs_max_concurrent_calls: usize,
     /// The directory projection, when `directory_url` is set.
     pub directory: Option<DirectorySettings>,
+    /// The `[retention]` table: how long history is kept and how the pruner of `serve` runs.
+    pub retention: RetentionSettings,
+}
+
+/// The validated `[retention]` table (docs/operations.md, "Retention").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetentionSettings {
+    /// Whether `serve` runs the pruner (`retention.enabled`, default true). `tenantry prune`
+    /// works either way.
+    pub enabled: bool,
+    /// Time between two pruner runs (`retention.interval_seconds`, default 300, 10..=86400).
+    pub interval: Duration,
+    /// Windows and batch size (`retention.finished_commands_days` default 30 (1..=3650),
+    /// `operator_actions_days` default 180 (1..=36500), `inbox_receipts_days` default 7
+    /// (1..=3650), `batch_size` default 500 (1..=10000)).
+    pub policy: tenantry_ports::retention::RetentionPolicy,
 }
 
 /// Settings of the directory projection (all `directory_*` settings).
@@ -167,6 +183,7 @@ impl std::fmt::Debug for Config {
                 &self.knowledge_fs_max_concurrent_calls,
             )
             .field("directory", &self.directory)
+            .field("retention", &self.retention)
             .finish()
     }
 }

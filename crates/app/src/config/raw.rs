@@ -64,6 +64,29 @@ pub struct RawConfig {
     pub directory_max_staleness_seconds: Option<u64>,
     /// See [`DirectorySettings::event_limit`](super::DirectorySettings::event_limit).
     pub directory_event_limit: Option<u32>,
+    /// The `[retention]` table (environment: `TENANTRY_RETENTION_<KEY>`).
+    #[serde(default)]
+    pub retention: RawRetention,
+}
+
+/// The `[retention]` table as read, before validation; see
+/// [`RetentionSettings`](super::RetentionSettings). The environment variable of key `k` is
+/// `TENANTRY_RETENTION_<K>`.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRetention {
+    /// See [`RetentionSettings::enabled`](super::RetentionSettings::enabled).
+    pub enabled: Option<bool>,
+    /// See [`RetentionSettings::interval`](super::RetentionSettings::interval).
+    pub interval_seconds: Option<u64>,
+    /// Window of finished commands, days.
+    pub finished_commands_days: Option<u64>,
+    /// Window of operator action records, days.
+    pub operator_actions_days: Option<u64>,
+    /// Window of directory inbox receipts, days.
+    pub inbox_receipts_days: Option<u64>,
+    /// Rows per delete statement.
+    pub batch_size: Option<u32>,
 }
 
 impl RawConfig {

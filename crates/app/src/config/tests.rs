@@ -307,3 +307,68 @@ fn redact_url_hides_passwords_only() {
         assert_eq!(redact_url(input), expected);
     }
 }
+
+#[test]
+fn retention_table_defaults_file_and_environment() {
+    const DAY: Duration = Duration::from_secs(86_400);
+    let defaults = Config::defaults().retention;
+    assert!(defaults.enabled);
+    assert_eq!(defaults.interval, Duration::from_secs(300));
+    assert_eq!(defaults.policy.finished_commands, 30 * DAY);
+    assert_eq!(defaults.policy.operator_actions, 180 * DAY);
+    assert_eq!(defaults.policy.inbox_receipts, 7 * DAY);
+    assert_eq!(defaults.policy.batch_size, 500);
+
+    let raw = RawConfig::from_toml(
+        "[retention]\nfinished_commands_days = 2\ninterval_seconds = 60\nenabled = false\n",
+        "t.toml",
+    )
+    .unwrap();
+    let config = merge_env_and_validate(
+        raw,
+        "t.toml",
+        env_of(&[
+            ("TENANTRY_RETENTION_FINISHED_COMMANDS_DAYS", "3"),
+            ("TENANTRY_RETENTION_BATCH_SIZE", "50"),
+        ]),
+    )
+    .unwrap()
+    .retention;
+    assert!(!config.enabled);
+    assert_eq!(config.interval, Duration::from_secs(60));
+    assert_eq!(config.policy.finished_commands, 3 * DAY, "environment wins");
+    assert_eq!(config.policy.batch_size, 50);
+    assert_eq!(config.policy.inbox_receipts, 7 * DAY);
+}
+
+#[test]
+fn retention_errors_name_the_setting_and_its_source() {
+    let raw = RawConfig::from_toml("[retention]\ninbox_receipts_days = 0\n", "t.toml").unwrap();
+    let err = merge_env_and_validate(raw, "t.toml", |_| None).unwrap_err();
+    assert!(
+        matches!(&err, ConfigError::Invalid { setting: "retention_inbox_receipts_days", origin, .. } if origin == "t.toml"),
+        "{err}"
+    );
+    let err = merge_env_and_validate(
+        RawConfig::default(),
+        "defaults",
+        env_of(&[("TENANTRY_RETENTION_BATCH_SIZE", "0")]),
+    )
+    .unwrap_err();
+    assert!(
+        matches!(&err, ConfigError::Invalid { setting: "retention_batch_size", origin, .. } if origin == "TENANTRY_RETENTION_BATCH_SIZE"),
+        "{err}"
+    );
+    let err = merge_env_and_validate(
+        RawConfig::default(),
+        "defaults",
+        env_of(&[("TENANTRY_RETENTION_ENABLED", "sometimes")]),
+    )
+    .unwrap_err();
+    assert!(
+        err.to_string().contains("TENANTRY_RETENTION_ENABLED"),
+        "{err}"
+    );
+    let err = RawConfig::from_toml("[retention]\nwindow_days = 3\n", "t.toml").unwrap_err();
+    assert!(err.to_string().contains("window_days"), "{err}");
+}

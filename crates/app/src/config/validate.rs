@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::{
     CONNECTIONS_BESIDES_WORKERS, Config, ConfigError, DEFAULT_DATABASE_URL, DEFAULT_LISTEN,
-    DirectorySettings, RawConfig, redact_url,
+    DirectorySettings, RawConfig, RetentionSettings, redact_url,
 };
 
 pub(super) fn validate(
@@ -30,6 +30,7 @@ pub(super) fn validate(
     };
 
     let directory = validate_directory(&raw, &invalid, &in_range)?;
+    let retention = validate_retention(&raw, &in_range)?;
     let database_url = raw
         .database_url
         .unwrap_or_else(|| DEFAULT_DATABASE_URL.to_owned());
@@ -198,6 +199,66 @@ pub(super) fn validate(
         knowledge_fs_deadline: Duration::from_millis(knowledge_fs_deadline),
         knowledge_fs_max_concurrent_calls: knowledge_fs_max_concurrent_calls as usize,
         directory,
+        retention,
+    })
+}
+
+fn validate_retention(
+    raw: &RawConfig,
+    in_range: &dyn Fn(&'static str, u64, u64, u64) -> Result<u64, ConfigError>,
+) -> Result<RetentionSettings, ConfigError> {
+    use tenantry_ports::retention::{RetentionKind, RetentionPolicy};
+    let r = &raw.retention;
+    let defaults = RetentionPolicy::default();
+    let days = |d: Duration| d.as_secs() / 86_400;
+    let window = |setting: &'static str, value: Option<u64>, default: Duration, max: u64| {
+        in_range(setting, value.unwrap_or(days(default)), 1, max)
+            .map(|d| Duration::from_secs(d * 86_400))
+    };
+    let interval = in_range(
+        "retention_interval_seconds",
+        r.interval_seconds.unwrap_or(300),
+        10,
+        86_400,
+    )?;
+    let policy = defaults
+        .with_window(
+            RetentionKind::FinishedCommands,
+            window(
+                "retention_finished_commands_days",
+                r.finished_commands_days,
+                defaults.finished_commands,
+                3650,
+            )?,
+        )
+        .with_window(
+            RetentionKind::OperatorActions,
+            window(
+                "retention_operator_actions_days",
+                r.operator_actions_days,
+                defaults.operator_actions,
+                36_500,
+            )?,
+        )
+        .with_window(
+            RetentionKind::InboxReceipts,
+            window(
+                "retention_inbox_receipts_days",
+                r.inbox_receipts_days,
+                defaults.inbox_receipts,
+                3650,
+            )?,
+        )
+        .with_batch_size(in_range(
+            "retention_batch_size",
+            u64::from(r.batch_size.unwrap_or(defaults.batch_size)),
+            1,
+            10_000,
+        )? as u32);
+    Ok(RetentionSettings {
+        enabled: r.enabled.unwrap_or(true),
+        interval: Duration::from_secs(interval),
+        policy,
     })
 }
 
