@@ -6,8 +6,9 @@
 //! `recover_identity`, `complete_absent`, `settle_deletion`, `remote_failure`, `retry`), every
 //! control-space change the real `ControlSpace::plan` / `apply`, every epoch
 //! `LeaseEpoch::next`. The store's own rules (claim: due or lease expired; settle and renew:
-//! compare-and-set on owner and epoch; the supersede rules re-checked on the store's clock; the
-//! control-space compare-and-set) are SQL statements in `store-seaorm`; the model applies them
+//! compare-and-set on owner and epoch; the supersede rules re-checked on the store's clock and
+//! the lookup's send time; the control-space compare-and-set) are SQL statements in
+//! `store-seaorm`; the model applies them
 //! as the in-memory store of `tenantry-ports` does (`is_due`, `holds_lease`, the supersede
 //! check) — written out in [`LeaseProtocol`]'s store functions below, one line each.
 //!
