@@ -18,8 +18,12 @@ tenantry_ports::lifecycle_store_conformance!(|clock: ManualClock| async move {
     (InMemoryLifecycleStore::with_clock(Arc::new(clock)), ())
 });
 
-fn deletion(space: &str) -> DeletionRequest {
-    DeletionRequest {
+/// A deletion re-delivered after its `completed` answer was lost is answered `completed`
+/// again (the reference KnowledgeFS keeps the deleted space), not 404: a 404 is retryable and
+/// would keep the delete command retrying until its attempt budget is spent.
+#[tokio::test]
+async fn fake_remote_answers_a_replayed_deletion_completed_again() {
+    let deletion = |space: &str| DeletionRequest {
         namespace_id: TenantId::parse("t1").unwrap(),
         control_space_id: ControlSpaceId::parse("cs1").unwrap(),
         operation_id: OperationId::parse("op-d").unwrap(),
@@ -27,14 +31,7 @@ fn deletion(space: &str) -> DeletionRequest {
         knowledge_space_id: KnowledgeSpaceId::parse(space).unwrap(),
         provisioning_key: ProvisioningKey::parse("k1").unwrap(),
         expected_revision: 3,
-    }
-}
-
-/// A deletion re-delivered after its `completed` answer was lost is answered `completed`
-/// again (the reference KnowledgeFS keeps the deleted space), not 404: a 404 is retryable and
-/// would keep the delete command retrying until its attempt budget is spent.
-#[tokio::test]
-async fn fake_remote_answers_a_replayed_deletion_completed_again() {
+    };
     let remote = FakeKnowledgeFs::new();
     remote.insert_space(
         TenantId::parse("t1").unwrap(),
