@@ -115,6 +115,7 @@ async fn a_replica_with_a_clock_10_minutes_ahead_cannot_take_a_live_lease() {
         command_id: receipt.command_id.clone(),
         rule: SupersedeRule::AfterRemoteAbsence {
             grace: Duration::ZERO,
+            observed_at: Clock::now(&skewed),
         },
         completed_at: Clock::now(&skewed),
         error: ErrorRecord::new("SUPERSEDED_BY_DELETE", "absence"),

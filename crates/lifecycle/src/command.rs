@@ -453,14 +453,20 @@ pub enum SupersedeRule {
     /// Pending and never claimed (`attempt_count = 0`): it has certainly not reached the remote.
     Unattempted,
     /// Pending, or processing under a lease that expired by the store's clock, and provably
-    /// quiet: never claimed (`attempt_count = 0`), or its last attempt window
-    /// (`attempt_window_ends_at`) ended at least `grace` ago by the store's clock. Used when an
-    /// authoritative remote lookup proved the target absent: no request of the command can
-    /// still land (docs/protocol.md, "A deletion never orphans a remote space").
+    /// quiet when the lookup looked: never claimed (`attempt_count = 0`), or its last attempt
+    /// window (`attempt_window_ends_at`) ended at least `grace` before `observed_at` (and before
+    /// the store's clock). Used when an authoritative remote lookup proved the target absent:
+    /// no request of the command could still land after the lookup observed the absence
+    /// (docs/protocol.md, "A deletion never orphans a remote space" and "Absence is judged when
+    /// the lookup was sent").
     AfterRemoteAbsence {
         /// How long after its last attempt window a request may still land remotely (e.g. a
         /// gateway answered 504 while the backend went on).
         grace: std::time::Duration,
+        /// When the lookup that observed the absence was sent (the store's clock as the
+        /// dispatcher estimated it just before sending). Quietness is judged at this instant,
+        /// not when the answer arrived: a request landing between the two would be missed.
+        observed_at: DateTime<Utc>,
     },
 }
 

@@ -462,7 +462,13 @@ impl<'a> Step<'a> {
 
     /// The authoritative lookup proved the remote space absent. `provision` is the control
     /// space's provision command; `grace` is how long a request may still land remotely after
-    /// the attempt that sent it ended (e.g. a gateway answered 504 while the backend went on).
+    /// the attempt that sent it ended (e.g. a gateway answered 504 while the backend went on);
+    /// `observed_at` is when the lookup was sent (the store's clock read just before sending).
+    ///
+    /// Quietness is judged at `observed_at` (or the step's time if earlier), not at the step's
+    /// time: the lookup only proves absence as of its sending, and a provision request may
+    /// land while the lookup is under way (docs/protocol.md, "Absence is judged when the lookup
+    /// was sent"; a deviation from the reference, which judged at the answer).
     ///
     /// Absence completes the deletion locally (control space deleted, command acked) only when
     /// no provision request can still create the space (Tenantry rule, stricter than the
@@ -471,9 +477,10 @@ impl<'a> Step<'a> {
     ///   request (no attempt window, no live lease): it provably never reached the remote; if
     ///   still pending it is superseded ([`SupersedeRule::Unattempted`] or, when claimed
     ///   before, [`SupersedeRule::AfterRemoteAbsence`]);
-    /// - or its last attempt window ended at least `grace` ago and no live lease holds it; if
-    ///   still open it is superseded with [`SupersedeRule::AfterRemoteAbsence`], which the store
-    ///   re-checks against its own clock.
+    /// - or its last attempt window ended at least `grace` before `observed_at` and no live
+    ///   lease holds it; if still open it is superseded with
+    ///   [`SupersedeRule::AfterRemoteAbsence`] carrying `observed_at`, which the store re-checks
+    ///   (the lease against its own clock, quietness against `observed_at`).
     ///
     /// Otherwise the lookup is repeated later: [`AbsentOutcome::Unconfirmed`] retries with
     /// `REMOTE_ABSENCE_UNCONFIRMED` at the policy's backoff, but no later than the end of the
@@ -484,7 +491,9 @@ impl<'a> Step<'a> {
         cs: Option<&ControlSpace>,
         provision: Option<&CommandRecord>,
         grace: Duration,
+        observed_at: DateTime<Utc>,
     ) -> AbsentOutcome {
+        let observed_at = observed_at.min(self.now);
         let not_found = || AbsentOutcome::NotFound(self.not_found());
         let Some(cs) = cs.filter(|cs| {
             owns(cs, self.command, ControlSpaceState::Deleting) && cs.knowledge_space_id.is_none()
@@ -498,13 +507,16 @@ impl<'a> Step<'a> {
             SupersedeRule::Unattempted
         } else if provision.attempt_window_ends_at.is_none() && !live(provision, self.now) {
             // Claimed, but no attempt ever sent a request (each settled as sending nothing).
-            SupersedeRule::AfterRemoteAbsence { grace }
+            SupersedeRule::AfterRemoteAbsence { grace, observed_at }
         } else {
             let quiet_from = quiet_from(provision, grace);
-            if live(provision, self.now) || quiet_from > self.now {
+            // Quiet when the lookup was sent, not merely now: a request of an attempt window
+            // that ended (plus grace) between the lookup's send and its answer may have landed
+            // after the lookup looked.
+            if live(provision, self.now) || quiet_from > observed_at {
                 return AbsentOutcome::Unconfirmed(self.absence_unconfirmed(quiet_from));
             }
-            SupersedeRule::AfterRemoteAbsence { grace }
+            SupersedeRule::AfterRemoteAbsence { grace, observed_at }
         };
         let Ok(settlement) = self.delete_locally(cs) else {
             return not_found();

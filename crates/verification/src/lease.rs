@@ -6,8 +6,9 @@
 //! `recover_identity`, `complete_absent`, `settle_deletion`, `remote_failure`, `retry`), every
 //! control-space change the real `ControlSpace::plan` / `apply`, every epoch
 //! `LeaseEpoch::next`. The store's own rules (claim: due or lease expired; settle and renew:
-//! compare-and-set on owner and epoch; the supersede rules re-checked on the store's clock; the
-//! control-space compare-and-set) are SQL statements in `store-seaorm`; the model applies them
+//! compare-and-set on owner and epoch; the supersede rules re-checked on the store's clock and
+//! the lookup's send time; the control-space compare-and-set) are SQL statements in
+//! `store-seaorm`; the model applies them
 //! as the in-memory store of `tenantry-ports` does (`is_due`, `holds_lease`, the supersede
 //! check) — written out in [`LeaseProtocol`]'s store functions below, one line each.
 //!
@@ -63,6 +64,11 @@ pub enum LeaseBug {
     /// Workers judge their lease on their own wall clock against the lease's expiry instead of
     /// a monotonic deadline counted from before the claim.
     LeaseCheckOnWallClock,
+    /// The absence rule (`complete_absent` and the store's `AfterRemoteAbsence` re-check) is
+    /// judged when the lookup's answer is acted on instead of when the lookup was sent (the
+    /// reference's rule; docs/verification.md, "Finding: slow lookups"). Only a slow lookup
+    /// shows it, so [`LeaseProtocol::with_bug`] turns `slow_lookups` on for it.
+    AbsenceJudgedAtAnswer,
 }
 
 /// The lease-protocol model: [`LeaseBug`] variant and how many ticks time may advance.
@@ -73,10 +79,11 @@ pub struct LeaseProtocol {
     /// Last tick time may reach.
     pub max_time: u8,
     /// Whether time may pass between a lookup's answer and the decision taken on it (a slow
-    /// lookup). The engine decides on the store's clock *after* the answer, so a lookup that
-    /// took longer than the rest of the provision's attempt window plus the grace can complete
-    /// a deletion on an absence observed before a late provision landed (docs/verification.md,
-    /// "Finding: slow lookups"). Off in the default model.
+    /// lookup). The engine decides on the store's clock *after* the answer but judges the
+    /// absence rule at the time the lookup was sent, so a late provision landing meanwhile is
+    /// not missed (docs/verification.md, "Finding: slow lookups"; the planted bug
+    /// [`LeaseBug::AbsenceJudgedAtAnswer`] shows what judging at the answer misses). Off in
+    /// the default model (it multiplies the states); `tests/models.rs` checks it on.
     pub slow_lookups: bool,
 }
 
@@ -86,12 +93,13 @@ impl LeaseProtocol {
         Self::with_bug(LeaseBug::None)
     }
 
-    /// A planted-bug variant with the default bound.
+    /// A planted-bug variant with the default bound (slow lookups on for
+    /// [`LeaseBug::AbsenceJudgedAtAnswer`], which only they show).
     pub fn with_bug(bug: LeaseBug) -> Self {
         Self {
             bug,
             max_time: 3,
-            slow_lookups: false,
+            slow_lookups: bug == LeaseBug::AbsenceJudgedAtAnswer,
         }
     }
 }
@@ -170,6 +178,8 @@ pub enum CallAnswer {
     Provisioned(u8),
     /// The lookup answered (a space or none); the provision row read right after it.
     Looked {
+        /// The tick the lookup was sent (and, in the model, answered).
+        sent_at: u8,
         /// The space found.
         found: Option<u8>,
         /// The provision row read after the lookup.
@@ -478,14 +488,15 @@ impl LeaseProtocol {
     fn supersede_allowed(&self, state: &LeaseState, row: &OutboxRow, rule: SupersedeRule) -> bool {
         match rule {
             SupersedeRule::Unattempted => row.status == CommandStatus::Pending && row.claims == 0,
-            SupersedeRule::AfterRemoteAbsence { grace } => {
+            SupersedeRule::AfterRemoteAbsence { grace, observed_at } => {
                 let grace = u8::try_from(grace.as_secs()).unwrap_or(u8::MAX);
+                let observed = tick_of(observed_at).min(state.now);
                 let open = row.status == CommandStatus::Pending
                     || (row.status == CommandStatus::Processing && row.expires <= state.now);
                 let quiet = row.claims == 0
                     || row
                         .window_end
-                        .is_none_or(|end| end.saturating_add(grace) <= state.now);
+                        .is_none_or(|end| end.saturating_add(grace) <= observed);
                 open && quiet
             }
         }
@@ -653,7 +664,11 @@ impl LeaseProtocol {
                 )
                 .unwrap_or_else(|e| step.step_error(&e)),
             ),
-            CallAnswer::Looked { found, provision } => {
+            CallAnswer::Looked {
+                sent_at,
+                found,
+                provision,
+            } => {
                 let found = found.map(remote_space);
                 match step.recover_identity(&delete_payload(), found.as_ref(), Some(&cs)) {
                     Ok(Recovery::Resolved {
@@ -668,8 +683,17 @@ impl LeaseProtocol {
                     Ok(Recovery::Absent) => {
                         let provision = record(PROVISION, provision);
                         let grace = Duration::from_secs(u64::from(GRACE_TICKS));
+                        let observed_at = match self.bug {
+                            LeaseBug::AbsenceJudgedAtAnswer => step.now,
+                            _ => t(*sent_at),
+                        };
                         Conclusion::Settle(
-                            match step.complete_absent(Some(&cs), Some(&provision), grace) {
+                            match step.complete_absent(
+                                Some(&cs),
+                                Some(&provision),
+                                grace,
+                                observed_at,
+                            ) {
                                 AbsentOutcome::Complete(s)
                                 | AbsentOutcome::Unconfirmed(s)
                                 | AbsentOutcome::NotFound(s) => s,
@@ -875,6 +899,7 @@ impl Model for LeaseProtocol {
                     KfsCall::Lookup => {
                         if answered {
                             CallAnswer::Looked {
+                                sent_at: s.now,
                                 found: s.alive,
                                 provision: s.rows[PROVISION].clone(),
                             }

@@ -2,7 +2,7 @@
 //! sim`): the real engine (`CommandIntake`, `Dispatcher`) over the in-memory store and the fake
 //! KnowledgeFS, on one frozen `ManualClock` that only the simulation moves, driven by a seeded
 //! schedule of operations and faults: create and delete requests, dispatches, workers that claim
-//! and crash, lost provision and lookup answers, time passing. Invariants are checked after
+//! and crash, lost provision, lookup and deletion answers, time passing. Invariants are checked after
 //! every step, and once everything drained at the end. A run is a pure function of its seed: a
 //! failure names the seed, the step and the last operations, and re-running the seed repeats it.
 //!
@@ -47,10 +47,10 @@ pub enum Op {
     Dispatch,
     /// A worker claims the next due command and crashes (never settles it).
     ClaimAndCrash,
-    /// The next call of this kind (0 provision, 1 lookup) is applied but its answer is lost.
-    /// Lost deletion answers are left out: `FakeKnowledgeFs` answers a re-delivered deletion
-    /// with 404 where the reference KnowledgeFS answers `completed` again
-    /// (docs/verification.md, "Finding: the fake remote's deletion replay").
+    /// The next call of this kind (0 provision, 1 lookup, 2 deletion) is applied but its
+    /// answer is lost. A re-delivered deletion is answered `completed` again, as by the
+    /// reference KnowledgeFS (docs/verification.md, "Finding: the fake remote's deletion
+    /// replay", fixed).
     LoseAnswer(u8),
     /// Time passes, seconds.
     Advance(u64),
@@ -245,10 +245,10 @@ impl System {
                     .map_err(|e| format!("claim failed: {e}"))?;
             }
             Op::LoseAnswer(kind) => {
-                let call = if *kind == 0 {
-                    RemoteCall::Provision
-                } else {
-                    RemoteCall::Lookup
+                let call = match kind {
+                    0 => RemoteCall::Provision,
+                    1 => RemoteCall::Lookup,
+                    _ => RemoteCall::Deletion,
                 };
                 self.remote.inner.push_fault(call, RemoteFault::LoseAck);
             }
@@ -388,7 +388,7 @@ pub fn draw(rng: &mut StdRng) -> Op {
         1 => Op::Delete(rng.random_range(0..SPACES)),
         2..=4 => Op::Dispatch,
         5 => Op::ClaimAndCrash,
-        6 => Op::LoseAnswer(rng.random_range(0..2)),
+        6 => Op::LoseAnswer(rng.random_range(0..3)),
         _ => Op::Advance([1, 10, 31, 700][rng.random_range(0..4usize)]),
     }
 }

@@ -14,7 +14,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (0..SPACES).prop_map(Op::Delete),
         3 => Just(Op::Dispatch),
         1 => Just(Op::ClaimAndCrash),
-        1 => (0u8..2).prop_map(Op::LoseAnswer),
+        1 => (0u8..3).prop_map(Op::LoseAnswer),
         1 => prop::sample::select(vec![1u64, 10, 31, 700]).prop_map(Op::Advance),
     ]
 }

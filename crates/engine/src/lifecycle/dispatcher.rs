@@ -661,6 +661,9 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
             DeletionTarget::Known(request) => request,
             DeletionTarget::Lookup => {
                 self.ensure_lease(step.command)?;
+                // Absence is proven only as of the lookup's sending (docs/protocol.md, "Absence
+                // is judged when the lookup was sent").
+                let lookup_sent_at = self.store_now();
                 let found = match self
                     .remote
                     .find_by_provisioning_key(
@@ -678,7 +681,9 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
                 match step.recover_identity(payload, found.as_ref(), cs.as_ref())? {
                     Recovery::Retry(settlement) => return self.settle(step, settlement).await,
                     Recovery::Absent => {
-                        return self.complete_absent(step, cs.as_ref()).await;
+                        return self
+                            .complete_absent(step, cs.as_ref(), lookup_sent_at)
+                            .await;
                     }
                     Recovery::Resolved {
                         request,
@@ -718,9 +723,15 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
         &self,
         step: &Step<'_>,
         cs: Option<&ControlSpace>,
+        lookup_sent_at: DateTime<Utc>,
     ) -> Result<Settlement, DispatchError> {
         let provision = self.latest_provision(step).await?;
-        match step.complete_absent(cs, provision.as_ref(), self.config.absence_grace) {
+        match step.complete_absent(
+            cs,
+            provision.as_ref(),
+            self.config.absence_grace,
+            lookup_sent_at,
+        ) {
             AbsentOutcome::NotFound(settlement) | AbsentOutcome::Unconfirmed(settlement) => {
                 self.settle(step, settlement).await
             }

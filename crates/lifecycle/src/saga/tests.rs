@@ -438,7 +438,10 @@ fn remote_absence_completes_only_when_no_provision_can_still_land() {
             "attempted, pending, grace period over",
             provision_with_window(CommandStatus::Pending, 1, Some(5), None),
             secs(3),
-            Ok(Some(SupersedeRule::AfterRemoteAbsence { grace: secs(3) })),
+            Ok(Some(SupersedeRule::AfterRemoteAbsence {
+                grace: secs(3),
+                observed_at: at(10),
+            })),
         ),
         (
             "processing under a live lease",
@@ -450,7 +453,10 @@ fn remote_absence_completes_only_when_no_provision_can_still_land() {
             "processing under an expired lease, grace over",
             provision_with_window(CommandStatus::Processing, 1, Some(4), Some(4)),
             secs(5),
-            Ok(Some(SupersedeRule::AfterRemoteAbsence { grace: secs(5) })),
+            Ok(Some(SupersedeRule::AfterRemoteAbsence {
+                grace: secs(5),
+                observed_at: at(10),
+            })),
         ),
         (
             "succeeded long ago (acked without delivery)",
@@ -466,7 +472,7 @@ fn remote_absence_completes_only_when_no_provision_can_still_land() {
         ),
     ];
     for (name, provision, grace, expected) in cases {
-        let outcome = step(&cmd).complete_absent(Some(&cs), Some(&provision), grace);
+        let outcome = step(&cmd).complete_absent(Some(&cs), Some(&provision), grace, at(10));
         match (outcome, expected) {
             (AbsentOutcome::Complete(settlement), Ok(rule)) => {
                 assert!(settlement.completes(), "{name}");
@@ -489,6 +495,39 @@ fn remote_absence_completes_only_when_no_provision_can_still_land() {
     }
 }
 
+/// A lookup sent at t(6) and answered at t(10): a provision window that ended at t(5) with a
+/// grace of 3 s could still land until t(8), after the lookup looked. Judged at the answer (the
+/// reference) it would be quiet; judged at the send it is not (docs/protocol.md, "Absence is
+/// judged when the lookup was sent").
+#[test]
+fn remote_absence_is_judged_when_the_lookup_was_sent_not_answered() {
+    let cmd = command(Operation::Delete, 1);
+    let cs = space(ControlSpaceState::Deleting, "op");
+    let grace = std::time::Duration::from_secs(3);
+    let provision = provision_with_window(CommandStatus::Pending, 1, Some(5), None);
+    let AbsentOutcome::Unconfirmed(settlement) =
+        step(&cmd).complete_absent(Some(&cs), Some(&provision), grace, at(6))
+    else {
+        panic!("a provision that may land after the lookup was sent must not be superseded");
+    };
+    assert_eq!(
+        retry_code(&settlement),
+        Some((ErrorCode::RemoteAbsenceUnconfirmed.as_str(), at(11)))
+    );
+    let AbsentOutcome::Complete(settlement) =
+        step(&cmd).complete_absent(Some(&cs), Some(&provision), grace, at(8))
+    else {
+        panic!("quiet when the lookup was sent at t(8)");
+    };
+    assert_eq!(
+        settlement.supersede.map(|s| s.rule),
+        Some(SupersedeRule::AfterRemoteAbsence {
+            grace,
+            observed_at: at(8)
+        })
+    );
+}
+
 #[test]
 fn remote_absence_retries_not_found_without_a_deleting_space_or_provision() {
     let cmd = command(Operation::Delete, 3);
@@ -500,9 +539,12 @@ fn remote_absence_retries_not_found_without_a_deleting_space_or_provision() {
         (None, Some(&open)),
     ];
     for (cs, provision) in cases {
-        let AbsentOutcome::NotFound(settlement) =
-            step(&cmd).complete_absent(cs.as_ref(), provision, std::time::Duration::from_secs(600))
-        else {
+        let AbsentOutcome::NotFound(settlement) = step(&cmd).complete_absent(
+            cs.as_ref(),
+            provision,
+            std::time::Duration::from_secs(600),
+            at(10),
+        ) else {
             panic!("{cs:?} {provision:?}: expected not found");
         };
         assert_eq!(

@@ -74,6 +74,7 @@ macro_rules! lifecycle_store_conformance {
             claim_uses_the_store_clock_not_the_callers,
             renew_lease_extends_a_held_lease_only,
             supersede_after_absence_waits_out_the_grace_period,
+            supersede_after_absence_judges_quietness_when_the_lookup_was_sent,
             settle_that_sent_nothing_keeps_the_prior_attempt_window,
             claim_takes_a_due_command_with_a_lease,
             claim_skips_commands_not_yet_due,
@@ -680,6 +681,7 @@ pub async fn supersede_after_absence_refuses_a_live_lease<S: LifecycleStore>(
         command_id: provision.clone(),
         rule: SupersedeRule::AfterRemoteAbsence {
             grace: Duration::ZERO,
+            observed_at: at,
         },
         completed_at: at,
         error: ErrorRecord::new("SUPERSEDED_BY_DELETE", "remote absence"),
@@ -742,6 +744,7 @@ pub async fn supersede_after_absence_waits_out_the_grace_period<S: LifecycleStor
             command_id: provision.clone(),
             rule: SupersedeRule::AfterRemoteAbsence {
                 grace: Duration::from_secs(30),
+                observed_at: at,
             },
             completed_at: at,
             error: ErrorRecord::new("SUPERSEDED_BY_DELETE", "remote absence"),
@@ -756,6 +759,64 @@ pub async fn supersede_after_absence_waits_out_the_grace_period<S: LifecycleStor
         "a request sent until t(10) may still land until t(40)"
     );
     clock.set(t(40));
+    store
+        .settle(&delete.lease, &settlement(t(40)))
+        .await
+        .unwrap();
+    assert_eq!(
+        record(&store, &provision).await.status,
+        CommandStatus::Superseded
+    );
+}
+
+/// [`SupersedeRule::AfterRemoteAbsence`] judges quietness when the lookup was sent
+/// (`observed_at`), not when the supersede is written: a provision whose attempt window plus
+/// grace passes between the lookup's send (t(39)) and its answer (t(45)) may have landed after
+/// the lookup looked, and is not superseded (docs/protocol.md, "Absence is judged when the
+/// lookup was sent").
+pub async fn supersede_after_absence_judges_quietness_when_the_lookup_was_sent<
+    S: LifecycleStore,
+>(
+    store: S,
+    clock: ManualClock,
+) {
+    let provision = enqueue(&store, &clock, "cs1", "k1", t(0)).await;
+    let attempt = claim_one(&store, &clock, "w1", t(0)).await;
+    clock.set(t(10));
+    store
+        .settle(
+            &attempt.lease,
+            &Settlement::retry(t(500), ErrorRecord::new("KFS_HTTP_504", "gateway timeout")),
+        )
+        .await
+        .unwrap();
+    let delete = deletion_claim(&store, &clock, t(11)).await;
+    let settlement = |observed_at| {
+        Settlement::ack(t(45)).with_supersede(Supersede {
+            command_id: provision.clone(),
+            rule: SupersedeRule::AfterRemoteAbsence {
+                grace: Duration::from_secs(30),
+                observed_at,
+            },
+            completed_at: t(45),
+            error: ErrorRecord::new("SUPERSEDED_BY_DELETE", "remote absence"),
+        })
+    };
+    clock.set(t(45));
+    assert_eq!(
+        store.settle(&delete.lease, &settlement(t(39))).await,
+        Err(SettleError::SupersedeRefused {
+            command_id: provision.clone()
+        }),
+        "quiet from t(40) by the store's clock, but the lookup looked at t(39)"
+    );
+    let row = record(&store, &provision).await;
+    assert_eq!(row.status, CommandStatus::Pending, "not superseded");
+    assert_eq!(
+        record(&store, delete.id()).await.status,
+        CommandStatus::Processing,
+        "ack rolled back"
+    );
     store
         .settle(&delete.lease, &settlement(t(40)))
         .await

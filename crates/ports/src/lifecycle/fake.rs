@@ -337,13 +337,15 @@ impl CommandQueue for InMemoryLifecycleStore {
                         SupersedeRule::Unattempted => {
                             r.status == CommandStatus::Pending && r.attempt_count == 0
                         }
-                        SupersedeRule::AfterRemoteAbsence { grace } => {
+                        SupersedeRule::AfterRemoteAbsence { grace, observed_at } => {
                             let open = r.status == CommandStatus::Pending
                                 || (r.status == CommandStatus::Processing
                                     && r.lease_expires_at.is_none_or(|at| at <= now));
+                            // Quiet when the lookup was sent (and by the store's clock).
                             let quiet = r.attempt_count == 0
-                                || r.attempt_window_ends_at
-                                    .is_none_or(|end| add_duration(end, grace) <= now);
+                                || r.attempt_window_ends_at.is_none_or(|end| {
+                                    add_duration(end, grace) <= observed_at.min(now)
+                                });
                             open && quiet
                         }
                     });
@@ -669,6 +671,9 @@ struct FakeSpace {
 #[derive(Default)]
 struct RemoteState {
     spaces: HashMap<ProvisioningKey, FakeSpace>,
+    /// Spaces whose deletion completed (at the revision of the `completed` answer), kept to
+    /// answer a re-delivered deletion `completed` again, as the reference KnowledgeFS does.
+    deleted: HashMap<ProvisioningKey, FakeSpace>,
     faults: HashMap<RemoteCall, VecDeque<RemoteFault>>,
     drain_polls: u32,
     revoke_lag: i64,
@@ -837,20 +842,34 @@ impl KnowledgeFs for FakeKnowledgeFs {
         let mut state = lock(&self.state);
         let drain = state.drain_polls;
         let key = request.provisioning_key.clone();
-        let Some(space) = state.spaces.get_mut(&key) else {
-            return Err(RemoteError::answered(
-                404,
-                "KNOWLEDGE_FS_SPACE_NOT_FOUND",
-                "no such knowledge space",
-            ));
+        let Some(space) = state
+            .spaces
+            .get_mut(&key)
+            .filter(|s| s.knowledge_space_id == request.knowledge_space_id)
+        else {
+            // A re-delivered deletion of a space whose deletion completed (e.g. its answer was
+            // lost) is answered `completed` again, as by the reference KnowledgeFS
+            // (`tenantry_testkit::knowledge_fs`); only an unknown space is 404.
+            let replay = state
+                .deleted
+                .get(&key)
+                .filter(|s| s.knowledge_space_id == request.knowledge_space_id)
+                .map(|s| DeletionProgress {
+                    phase: DeletionPhase::Completed,
+                    irreversible_at: None,
+                    revision: s.revision,
+                    retry_after: None,
+                });
+            return match (replay, fault) {
+                (Some(_), Some(RemoteFault::LoseAck)) => Err(lost_ack()),
+                (Some(progress), _) => Ok(progress),
+                (None, _) => Err(RemoteError::answered(
+                    404,
+                    "KNOWLEDGE_FS_SPACE_NOT_FOUND",
+                    "no such knowledge space",
+                )),
+            };
         };
-        if space.knowledge_space_id != request.knowledge_space_id {
-            return Err(RemoteError::answered(
-                404,
-                "KNOWLEDGE_FS_SPACE_NOT_FOUND",
-                "no such knowledge space",
-            ));
-        }
         let polls = space.deletion_polls.map_or(1, |p| p + 1);
         space.deletion_polls = Some(polls);
         let revision = space.revision + 1;
@@ -868,8 +887,11 @@ impl KnowledgeFs for FakeKnowledgeFs {
         } else {
             phase
         };
-        if phase == DeletionPhase::Completed {
-            state.spaces.remove(&key);
+        if phase == DeletionPhase::Completed
+            && let Some(mut gone) = state.spaces.remove(&key)
+        {
+            gone.revision = revision;
+            state.deleted.insert(key, gone);
         }
         if let Some(RemoteFault::LoseAck) = fault {
             return Err(lost_ack());

@@ -361,7 +361,7 @@ pub(crate) async fn settle_in<C: ConnectionTrait>(
             SupersedeRule::Unattempted => sea_orm::Condition::all()
                 .add(outbox::Column::Status.eq(CommandStatus::Pending.as_str()))
                 .add(outbox::Column::AttemptCount.eq(0)),
-            SupersedeRule::AfterRemoteAbsence { grace } => sea_orm::Condition::all()
+            SupersedeRule::AfterRemoteAbsence { grace, observed_at } => sea_orm::Condition::all()
                 .add(
                     sea_orm::Condition::any()
                         .add(outbox::Column::Status.eq(CommandStatus::Pending.as_str()))
@@ -371,10 +371,13 @@ pub(crate) async fn settle_in<C: ConnectionTrait>(
                                 .add(Expr::cust(format!("lease_expires_at <= {now}"))),
                         ),
                 )
+                // Quiet when the lookup was sent (`observed_at`), and by the store's clock.
                 .add(Expr::cust(format!(
                     "(attempt_count = 0 OR attempt_window_ends_at IS NULL \
-                      OR attempt_window_ends_at + {} <= {now})",
-                    duration_millis(grace)
+                      OR (attempt_window_ends_at + {grace} <= {observed} \
+                          AND attempt_window_ends_at + {grace} <= {now}))",
+                    grace = duration_millis(grace),
+                    observed = millis(observed_at),
                 ))),
         };
         let changed = outbox::Entity::update_many()

@@ -329,6 +329,61 @@ async fn remote_absence_completes_the_deletion_when_product_disabled() {
     assert_eq!(h.calls("lookup"), 2);
 }
 
+/// A lookup sent at t(590) that answers at t(610) proves absence only as of t(590): the
+/// provision (window ended t(0), grace 600 s) could still land until t(600), after the lookup
+/// looked. The deletion must not complete on it (docs/protocol.md, "Absence is judged when the
+/// lookup was sent"); the next lookup, sent after t(600), proves it.
+#[tokio::test]
+async fn remote_absence_is_judged_when_the_slow_lookup_was_sent() {
+    let h = harness();
+    let provision = h.create("cs1").await;
+    h.remote.push_fault(
+        RemoteCall::Provision,
+        RemoteFault::Fail(RemoteError::outcome_unknown(
+            "connection reset after sending",
+        )),
+    );
+    h.dispatch(t(0), true).await; // attempted once (window ends at t(0)), outcome unknown
+    let delete = h.delete("cs1").await;
+    let slow = Arc::new(AtomicBool::new(true));
+    let clock = clock_of_test();
+    let first_lookup_is_slow = slow.clone();
+    h.remote.set_hook(move |call| {
+        if call == RemoteCall::Lookup && first_lookup_is_slow.swap(false, Ordering::Relaxed) {
+            clock.advance(Duration::from_secs(20)); // answered at t(610), inside the lease
+        }
+    });
+    let outcome = h.dispatch(t(590), false).await;
+    assert_eq!(outcome.command_id, Some(delete.command_id.clone()));
+    assert!(!slow.load(Ordering::Relaxed), "the lookup was slow");
+    assert!(
+        !outcome.completed,
+        "quiet only from t(600); the lookup looked at t(590)"
+    );
+    assert_eq!(
+        retry_of(&h.command(&delete.command_id)),
+        (
+            CommandStatus::Pending,
+            Some(ErrorCode::RemoteAbsenceUnconfirmed.as_str()),
+            t(611)
+        )
+    );
+    assert_eq!(
+        h.command(&provision.command_id).status,
+        CommandStatus::Pending
+    );
+    let outcome = h.dispatch(t(611), false).await;
+    assert!(
+        outcome.completed,
+        "a lookup sent after t(600) proves absence"
+    );
+    assert_eq!(
+        h.command(&provision.command_id).status,
+        CommandStatus::Superseded
+    );
+    assert_eq!(h.space("cs1").await.state, ControlSpaceState::Deleted);
+}
+
 #[tokio::test]
 async fn remote_absence_completes_at_once_when_no_provision_request_can_land() {
     // Never left (connection refused), or refused by KnowledgeFS with a status its protocol
