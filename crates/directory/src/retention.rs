@@ -1,11 +1,13 @@
 //! Retention rule of the directory inbox: when an event's receipt may be removed
 //! (docs/operations.md, "Retention").
 //!
-//! A receipt makes a re-delivered event idempotent, and an event above the shared
-//! projection's snapshot coverage cursor must have one (`DirectoryError::MissingReceipt`
-//! otherwise: a replica whose own consumer cursor lags re-reads such events). An event at or
-//! below the coverage cursor is covered by a snapshot and is accepted without a receipt, so
-//! only those receipts may go, and only once they are older than the window.
+//! A receipt makes a re-delivered event idempotent: an event above the shared projection's
+//! snapshot coverage cursor is accepted again only with its receipt
+//! (`DirectoryError::MissingReceipt` otherwise). A receipt older than the window, at or below
+//! the shared projection cursor, may go even when no snapshot covers it: a replica whose own
+//! consumer cursor lags that far meets `MissingReceipt` and re-initializes from a snapshot (the
+//! projector's rule), so nothing is applied twice and the inbox stays bounded without waiting
+//! for a new snapshot (the coverage cursor only moves when a replica starts).
 
 use chrono::{DateTime, Utc};
 
@@ -13,8 +15,8 @@ use crate::rows::{InboxReceipt, ProjectionState};
 
 /// Whether `receipt` may be removed at `now` with retention `window`, given its instance's
 /// projection state (`None`: no state row, nothing is removed). Removable when the receipt's
-/// cursor is at or below `state.snapshot_coverage_cursor` (no replica can need it to accept a
-/// re-delivery) and it was received at least `window` before `now`.
+/// cursor is at or below the projection cursor `state.cursor` (applied by the shared
+/// projection) and it was received at least `window` before `now`.
 pub fn receipt_expired(
     receipt: &InboxReceipt,
     state: Option<&ProjectionState>,
@@ -28,7 +30,7 @@ pub fn receipt_expired(
         .ok()
         .and_then(|w| now.checked_sub_signed(w))
         .unwrap_or(DateTime::<Utc>::MIN_UTC);
-    receipt.cursor <= state.snapshot_coverage_cursor && receipt.received_at <= cutoff
+    receipt.cursor <= state.cursor && receipt.received_at <= cutoff
 }
 
 #[cfg(test)]
@@ -57,8 +59,9 @@ mod tests {
         for (cursor, received, has_state, expected) in [
             (20, at(9 * 86_400), true, true),
             (1, at(0), true, true),
-            (21, at(0), true, false),
-            (50, at(0), true, false),
+            (21, at(0), true, true),
+            (50, at(0), true, true),
+            (51, at(0), true, false),
             (20, at(9 * 86_400 + 1), true, false),
             (1, at(0), false, false),
         ] {

@@ -338,7 +338,25 @@ impl<P: DirectoryProvider, S: DirectoryProjectionStore> DirectoryProjector<P, S>
     pub async fn sync_once(&self) -> Result<(), ProjectorError> {
         let result = self.sync_step().await;
         self.note_result(&result);
+        if let Err(error) = &result {
+            self.reinitialize_after(error);
+        }
         result
+    }
+
+    /// After [`DirectoryError::MissingReceipt`] this replica re-reads events whose receipts are
+    /// gone (retention removes receipts past their window at or below the shared projection
+    /// cursor: docs/operations.md, "Retention"): it lags more than the inbox window, so it
+    /// forgets its consumer cursor and its next step initializes from a snapshot, as a
+    /// starting replica does. Nothing was applied by the refused step.
+    fn reinitialize_after(&self, error: &ProjectorError) {
+        if let Some(DirectoryError::MissingReceipt { cursor, .. }) = error.refusal() {
+            tracing::warn!(
+                cursor,
+                "directory events re-read without their receipts (removed by retention); this replica starts again from a snapshot"
+            );
+            self.replica().consumer_cursor = None;
+        }
     }
 
     async fn sync_step(&self) -> Result<(), ProjectorError> {

@@ -25,7 +25,8 @@ pub enum RetentionKind {
     /// The operator action log (`lifecycle_command_actions`), timed by `created_at`.
     OperatorActions,
     /// Directory inbox receipts, timed by `received_at`, and only those at or below their
-    /// instance's snapshot coverage cursor.
+    /// instance's projection cursor (a replica lagging past a removed receipt re-initializes
+    /// from a snapshot).
     InboxReceipts,
 }
 

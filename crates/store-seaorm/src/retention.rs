@@ -93,10 +93,14 @@ fn kind_sql(kind: RetentionKind) -> Option<KindSql> {
             key: "instance_uuid, event_uuid",
             time: "received_at",
             expired: "t.received_at <= {cutoff} AND s.instance_uuid = t.instance_uuid \
-                      AND t.cursor <= s.snapshot_coverage_cursor"
+                      AND t.cursor <= s.cursor"
                 .to_owned(),
             join: ", tenantry_directory_projection_state s",
-            governed: "1 = 1".to_owned(),
+            // Only receipts the rule can ever remove: one of an instance without a state row,
+            // or above the projection cursor, would hold the oldest-age gauge up for good.
+            governed: "EXISTS (SELECT 1 FROM tenantry_directory_projection_state s \
+                       WHERE s.instance_uuid = t.instance_uuid AND t.cursor <= s.cursor)"
+                .to_owned(),
             mechanism: Mechanism::Directory,
         }),
         _ => None,

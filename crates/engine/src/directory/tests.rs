@@ -216,6 +216,50 @@ async fn sync_once_fetches_a_delta_for_directory_events() {
     assert_eq!(p.resource_snapshot().active_workspaces, 2);
 }
 
+/// Retention removed receipts of events this replica has not read yet (it lags more than the
+/// inbox window): the re-read is refused with `MissingReceipt`, nothing is applied, and the
+/// replica's next step initializes from a snapshot instead of being refused forever.
+#[tokio::test(start_paused = true)]
+async fn a_replica_lagging_past_pruned_receipts_starts_again_from_a_snapshot() {
+    let f = Fixture::new();
+    let ahead = initialized(&f).await;
+    let lagging_provider = ScriptedProvider::new();
+    let lagging = f.replica(lagging_provider.clone());
+    lagging_provider.push_snapshot(Ok(base()));
+    lagging.initialize().await.unwrap();
+    let page = || batch(10, 11, 11, vec![ent_event("e-11", 11, "ws-1", 4)]);
+    f.provider.push_events(Ok(page()));
+    ahead.sync_once().await.unwrap();
+    assert_eq!(f.store.tables().receipts.len(), 1);
+    f.store.retain_receipts(|_| false);
+
+    lagging_provider.push_events(Ok(page()));
+    let refused = lagging.sync_once().await.unwrap_err();
+    assert!(
+        matches!(
+            refused.refusal(),
+            Some(DirectoryError::MissingReceipt { cursor: 11, .. })
+        ),
+        "{refused:?}"
+    );
+    assert_eq!(lagging.consumer_cursor(), None, "the cursor is forgotten");
+
+    lagging_provider.push_snapshot(Ok(snapshot(
+        11,
+        vec![
+            workspace("ws-1", 1, &[("a", 1), ("b", 1)]),
+            archived("ws-2"),
+        ],
+    )));
+    lagging.sync_once().await.unwrap();
+    assert_eq!(lagging.consumer_cursor(), Some(11));
+    assert_eq!(
+        lagging_provider.calls().last(),
+        Some(&ProviderCall::Snapshot),
+        "re-initialized from a snapshot"
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn sync_once_with_only_entitlement_events_advances_the_cursor() {
     let f = Fixture::new();

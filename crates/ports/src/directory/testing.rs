@@ -187,6 +187,15 @@ impl InMemoryProjectionStore {
         lock(&self.state).tables.clone()
     }
 
+    /// Keeps only the inbox receipts for which `keep` answers true (what a retention run does
+    /// to the `directory_projection_inbox` table).
+    pub fn retain_receipts(&self, mut keep: impl FnMut(&tenantry_directory::InboxReceipt) -> bool) {
+        lock(&self.state)
+            .tables
+            .receipts
+            .retain(|_, receipt| keep(receipt));
+    }
+
     /// How many apply / touch calls reached the store (failed ones included).
     pub fn applies(&self) -> usize {
         lock(&self.state).applies
