@@ -73,7 +73,10 @@ pub struct RawConfig {
 /// [`RetentionSettings`](super::RetentionSettings). The environment variable of key `k` is
 /// `TENANTRY_RETENTION_<K>`.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a [retention] table of keys such as finished_commands_days (docs/operations.md, \"Retention\")"
+)]
 pub struct RawRetention {
     /// See [`RetentionSettings::enabled`](super::RetentionSettings::enabled).
     pub enabled: Option<bool>,

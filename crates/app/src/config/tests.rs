@@ -371,4 +371,11 @@ fn retention_errors_name_the_setting_and_its_source() {
     );
     let err = RawConfig::from_toml("[retention]\nwindow_days = 3\n", "t.toml").unwrap_err();
     assert!(err.to_string().contains("window_days"), "{err}");
+    // Found by a trial: `retention = 5` named the internal type `RawRetention`.
+    let err = RawConfig::from_toml("retention = 5\n", "t.toml").unwrap_err();
+    let message = err.to_string();
+    assert!(
+        message.contains("a [retention] table") && !message.contains("RawRetention"),
+        "{message}"
+    );
 }
