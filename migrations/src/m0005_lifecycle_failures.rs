@@ -62,26 +62,20 @@ impl MigrationTrait for Migration {
             crate::LIFECYCLE_HISTORY_TABLE,
         )
         .await?;
-        manager
-            .alter_table(
-                Table::alter()
-                    .table(names.iden(OUTBOX))
-                    .add_column(
-                        ColumnDef::new(LifecycleOutbox::AttemptBudgetBase)
-                            .integer()
-                            .not_null()
-                            .default(0),
-                    )
-                    .to_owned(),
-            )
+        names
+            .alter_table(manager, OUTBOX, |t| {
+                t.add_column(
+                    ColumnDef::new(LifecycleOutbox::AttemptBudgetBase)
+                        .integer()
+                        .not_null()
+                        .default(0),
+                )
+            })
             .await?;
-        manager
-            .alter_table(
-                Table::alter()
-                    .table(names.iden(OUTBOX))
-                    .add_column(ColumnDef::new(LifecycleOutbox::FailedAt).big_integer())
-                    .to_owned(),
-            )
+        names
+            .alter_table(manager, OUTBOX, |t| {
+                t.add_column(ColumnDef::new(LifecycleOutbox::FailedAt).big_integer())
+            })
             .await?;
         manager
             .create_index(
@@ -159,25 +153,13 @@ impl MigrationTrait for Migration {
         manager
             .drop_table(Table::drop().table(names.iden(ACTIONS)).to_owned())
             .await?;
-        manager
-            .drop_index(
-                Index::drop()
-                    .name(names.index(FAILED_INDEX))
-                    .table(names.iden(OUTBOX))
-                    .to_owned(),
-            )
-            .await?;
+        names.drop_index(manager, OUTBOX, FAILED_INDEX).await?;
         for column in [
             LifecycleOutbox::FailedAt,
             LifecycleOutbox::AttemptBudgetBase,
         ] {
-            manager
-                .alter_table(
-                    Table::alter()
-                        .table(names.iden(OUTBOX))
-                        .drop_column(column)
-                        .to_owned(),
-                )
+            names
+                .alter_table(manager, OUTBOX, |t| t.drop_column(column))
                 .await?;
         }
         Ok(())

@@ -60,6 +60,43 @@ impl Naming {
             },
         }
     }
+
+    /// Alters table `table` (given unprefixed) under this naming with `change` (add or drop a
+    /// column ...).
+    ///
+    /// # Errors
+    /// The database's error when the `ALTER TABLE` fails.
+    pub(crate) async fn alter_table(
+        self,
+        manager: &SchemaManager<'_>,
+        table: &str,
+        change: impl FnOnce(&mut TableAlterStatement) -> &mut TableAlterStatement,
+    ) -> Result<(), DbErr> {
+        let mut statement = Table::alter();
+        change(statement.table(self.iden(table)));
+        manager.alter_table(statement).await
+    }
+
+    /// Drops index `legacy` (its name before the prefix, see [`index`](Self::index)) of table
+    /// `table` (given unprefixed) under this naming.
+    ///
+    /// # Errors
+    /// The database's error when the `DROP INDEX` fails.
+    pub(crate) async fn drop_index(
+        self,
+        manager: &SchemaManager<'_>,
+        table: &str,
+        legacy: &str,
+    ) -> Result<(), DbErr> {
+        manager
+            .drop_index(
+                Index::drop()
+                    .name(self.index(legacy))
+                    .table(self.iden(table))
+                    .to_owned(),
+            )
+            .await
+    }
 }
 
 /// `tenantry_<name>`.
