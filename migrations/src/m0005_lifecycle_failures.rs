@@ -21,7 +21,7 @@
 
 use sea_orm_migration::prelude::*;
 
-use crate::naming::{Naming, ensure_absent};
+use crate::naming::{Naming, bigint, ensure_absent, int, string, text};
 
 /// Adds the attempt-budget and failed-at columns, the failed index and the action log.
 #[derive(DeriveMigrationName)]
@@ -64,12 +64,7 @@ impl MigrationTrait for Migration {
         .await?;
         names
             .alter_table(manager, OUTBOX, |t| {
-                t.add_column(
-                    ColumnDef::new(LifecycleOutbox::AttemptBudgetBase)
-                        .integer()
-                        .not_null()
-                        .default(0),
-                )
+                t.add_column(int(LifecycleOutbox::AttemptBudgetBase).default(0))
             })
             .await?;
         names
@@ -91,48 +86,15 @@ impl MigrationTrait for Migration {
             .create_table(
                 Table::create()
                     .table(names.iden(ACTIONS))
-                    .col(
-                        ColumnDef::new(LifecycleCommandActions::Id)
-                            .string()
-                            .not_null()
-                            .primary_key(),
-                    )
-                    .col(
-                        ColumnDef::new(LifecycleCommandActions::CommandId)
-                            .string()
-                            .not_null(),
-                    )
-                    .col(
-                        ColumnDef::new(LifecycleCommandActions::Action)
-                            .string()
-                            .not_null(),
-                    )
-                    .col(
-                        ColumnDef::new(LifecycleCommandActions::Actor)
-                            .string()
-                            .not_null(),
-                    )
-                    .col(
-                        ColumnDef::new(LifecycleCommandActions::Reason)
-                            .text()
-                            .not_null(),
-                    )
-                    .col(
-                        ColumnDef::new(LifecycleCommandActions::PreviousStatus)
-                            .string()
-                            .not_null(),
-                    )
+                    .col(string(LifecycleCommandActions::Id).primary_key())
+                    .col(string(LifecycleCommandActions::CommandId))
+                    .col(string(LifecycleCommandActions::Action))
+                    .col(string(LifecycleCommandActions::Actor))
+                    .col(text(LifecycleCommandActions::Reason))
+                    .col(string(LifecycleCommandActions::PreviousStatus))
                     .col(ColumnDef::new(LifecycleCommandActions::PreviousErrorCode).string())
-                    .col(
-                        ColumnDef::new(LifecycleCommandActions::AttemptCount)
-                            .integer()
-                            .not_null(),
-                    )
-                    .col(
-                        ColumnDef::new(LifecycleCommandActions::CreatedAt)
-                            .big_integer()
-                            .not_null(),
-                    )
+                    .col(int(LifecycleCommandActions::AttemptCount))
+                    .col(bigint(LifecycleCommandActions::CreatedAt))
                     .to_owned(),
             )
             .await?;

@@ -16,7 +16,7 @@
 
 use sea_orm_migration::prelude::*;
 
-use crate::naming::Naming;
+use crate::naming::{Naming, bigint_null};
 
 const OUTBOX: &str = "lifecycle_outbox";
 
@@ -37,20 +37,12 @@ impl MigrationTrait for Migration {
         let names = Naming::detect(manager, OUTBOX).await?;
         names
             .alter_table(manager, OUTBOX, |t| {
-                t.add_column(
-                    ColumnDef::new(LifecycleOutbox::AttemptWindowEndsAt)
-                        .big_integer()
-                        .null(),
-                )
+                t.add_column(bigint_null(LifecycleOutbox::AttemptWindowEndsAt))
             })
             .await?;
         names
             .alter_table(manager, OUTBOX, |t| {
-                t.add_column(
-                    ColumnDef::new(LifecycleOutbox::PriorWindowEndsAt)
-                        .big_integer()
-                        .null(),
-                )
+                t.add_column(bigint_null(LifecycleOutbox::PriorWindowEndsAt))
             })
             .await?;
         manager
