@@ -9,7 +9,10 @@
 
 use sea_orm_migration::prelude::*;
 
-use crate::naming::{Naming, ensure_absent, ensure_no_unadopted_history};
+use crate::naming::{
+    Naming, bigint, bigint_null, ensure_absent, ensure_no_unadopted_history, int, string,
+    string_null, text,
+};
 
 /// Creates `tenantry_control_spaces` and `tenantry_lifecycle_outbox` with their indexes.
 #[derive(DeriveMigrationName)]
@@ -68,59 +71,18 @@ impl MigrationTrait for Migration {
             .create_table(
                 Table::create()
                     .table(names.iden(CONTROL_SPACES))
-                    .col(ColumnDef::new(ControlSpaces::TenantId).string().not_null())
-                    .col(
-                        ColumnDef::new(ControlSpaces::ControlSpaceId)
-                            .string()
-                            .not_null(),
-                    )
-                    .col(ColumnDef::new(ControlSpaces::State).string().not_null())
-                    .col(
-                        ColumnDef::new(ControlSpaces::LifecycleOperationId)
-                            .string()
-                            .not_null(),
-                    )
-                    .col(
-                        ColumnDef::new(ControlSpaces::ResourceVersion)
-                            .big_integer()
-                            .not_null(),
-                    )
-                    .col(
-                        ColumnDef::new(ControlSpaces::ProvisioningKey)
-                            .string()
-                            .not_null(),
-                    )
-                    .col(
-                        ColumnDef::new(ControlSpaces::KnowledgeSpaceId)
-                            .string()
-                            .null(),
-                    )
-                    .col(
-                        ColumnDef::new(ControlSpaces::KnowledgeSpaceRevision)
-                            .big_integer()
-                            .not_null(),
-                    )
-                    .col(
-                        ColumnDef::new(ControlSpaces::DeletionIrreversibleAt)
-                            .big_integer()
-                            .null(),
-                    )
-                    .col(
-                        ColumnDef::new(ControlSpaces::LastRevokeSequence)
-                            .big_integer()
-                            .not_null()
-                            .default(0),
-                    )
-                    .col(
-                        ColumnDef::new(ControlSpaces::CreatedAt)
-                            .big_integer()
-                            .not_null(),
-                    )
-                    .col(
-                        ColumnDef::new(ControlSpaces::UpdatedAt)
-                            .big_integer()
-                            .not_null(),
-                    )
+                    .col(string(ControlSpaces::TenantId))
+                    .col(string(ControlSpaces::ControlSpaceId))
+                    .col(string(ControlSpaces::State))
+                    .col(string(ControlSpaces::LifecycleOperationId))
+                    .col(bigint(ControlSpaces::ResourceVersion))
+                    .col(string(ControlSpaces::ProvisioningKey))
+                    .col(string_null(ControlSpaces::KnowledgeSpaceId))
+                    .col(bigint(ControlSpaces::KnowledgeSpaceRevision))
+                    .col(bigint_null(ControlSpaces::DeletionIrreversibleAt))
+                    .col(bigint(ControlSpaces::LastRevokeSequence).default(0))
+                    .col(bigint(ControlSpaces::CreatedAt))
+                    .col(bigint(ControlSpaces::UpdatedAt))
                     .primary_key(
                         Index::create()
                             .col(ControlSpaces::TenantId)
@@ -133,86 +95,28 @@ impl MigrationTrait for Migration {
             .create_table(
                 Table::create()
                     .table(names.iden(OUTBOX))
-                    .col(
-                        ColumnDef::new(LifecycleOutbox::Id)
-                            .string()
-                            .not_null()
-                            .primary_key(),
-                    )
-                    .col(
-                        ColumnDef::new(LifecycleOutbox::TenantId)
-                            .string()
-                            .not_null(),
-                    )
-                    .col(
-                        ColumnDef::new(LifecycleOutbox::ControlSpaceId)
-                            .string()
-                            .not_null(),
-                    )
-                    .col(
-                        ColumnDef::new(LifecycleOutbox::OperationId)
-                            .string()
-                            .not_null(),
-                    )
-                    .col(
-                        ColumnDef::new(LifecycleOutbox::IdempotencyKey)
-                            .string()
-                            .not_null()
-                            .unique_key(),
-                    )
-                    .col(
-                        ColumnDef::new(LifecycleOutbox::RequestFingerprint)
-                            .string()
-                            .not_null(),
-                    )
-                    .col(
-                        ColumnDef::new(LifecycleOutbox::Operation)
-                            .string()
-                            .not_null(),
-                    )
-                    .col(ColumnDef::new(LifecycleOutbox::Payload).text().not_null())
-                    .col(ColumnDef::new(LifecycleOutbox::Status).string().not_null())
-                    .col(
-                        ColumnDef::new(LifecycleOutbox::AttemptCount)
-                            .integer()
-                            .not_null(),
-                    )
-                    .col(ColumnDef::new(LifecycleOutbox::LeaseOwner).string().null())
-                    .col(
-                        ColumnDef::new(LifecycleOutbox::LeaseExpiresAt)
-                            .big_integer()
-                            .null(),
-                    )
-                    .col(
-                        ColumnDef::new(LifecycleOutbox::LeaseEpoch)
-                            .big_integer()
-                            .not_null(),
-                    )
-                    .col(
-                        ColumnDef::new(LifecycleOutbox::NextAttemptAt)
-                            .big_integer()
-                            .not_null(),
-                    )
-                    .col(
-                        ColumnDef::new(LifecycleOutbox::LastErrorCode)
-                            .string()
-                            .null(),
-                    )
+                    .col(string(LifecycleOutbox::Id).primary_key())
+                    .col(string(LifecycleOutbox::TenantId))
+                    .col(string(LifecycleOutbox::ControlSpaceId))
+                    .col(string(LifecycleOutbox::OperationId))
+                    .col(string(LifecycleOutbox::IdempotencyKey).unique_key())
+                    .col(string(LifecycleOutbox::RequestFingerprint))
+                    .col(string(LifecycleOutbox::Operation))
+                    .col(text(LifecycleOutbox::Payload))
+                    .col(string(LifecycleOutbox::Status))
+                    .col(int(LifecycleOutbox::AttemptCount))
+                    .col(string_null(LifecycleOutbox::LeaseOwner))
+                    .col(bigint_null(LifecycleOutbox::LeaseExpiresAt))
+                    .col(bigint(LifecycleOutbox::LeaseEpoch))
+                    .col(bigint(LifecycleOutbox::NextAttemptAt))
+                    .col(string_null(LifecycleOutbox::LastErrorCode))
                     .col(
                         ColumnDef::new(LifecycleOutbox::LastErrorMessage)
                             .text()
                             .null(),
                     )
-                    .col(
-                        ColumnDef::new(LifecycleOutbox::CreatedAt)
-                            .big_integer()
-                            .not_null(),
-                    )
-                    .col(
-                        ColumnDef::new(LifecycleOutbox::CompletedAt)
-                            .big_integer()
-                            .null(),
-                    )
+                    .col(bigint(LifecycleOutbox::CreatedAt))
+                    .col(bigint_null(LifecycleOutbox::CompletedAt))
                     .to_owned(),
             )
             .await?;

@@ -5,7 +5,7 @@
 
 use sea_orm_migration::prelude::*;
 
-use crate::naming::{Naming, ensure_absent, ensure_no_unadopted_history};
+use crate::naming::{Naming, ensure_absent, ensure_no_unadopted_history, text, varchar};
 
 const HOST_STORAGE: &str = "host_storage";
 
@@ -35,13 +35,9 @@ impl MigrationTrait for Migration {
             .create_table(
                 Table::create()
                     .table(names.iden(HOST_STORAGE))
-                    .col(
-                        ColumnDef::new(HostStorage::Binding)
-                            .string_len(255)
-                            .not_null(),
-                    )
-                    .col(ColumnDef::new(HostStorage::Key).string_len(255).not_null())
-                    .col(ColumnDef::new(HostStorage::Value).text().not_null())
+                    .col(varchar(HostStorage::Binding, 255))
+                    .col(varchar(HostStorage::Key, 255))
+                    .col(text(HostStorage::Value))
                     .primary_key(
                         Index::create()
                             .col(HostStorage::Binding)

@@ -15,7 +15,10 @@
 
 use sea_orm_migration::prelude::*;
 
-use crate::naming::{Naming, ensure_absent, ensure_no_unadopted_history};
+use crate::naming::{
+    Naming, bigint, bigint_null, boolean, ensure_absent, ensure_no_unadopted_history, text,
+    varchar, varchar_null,
+};
 
 const ACCOUNTS: &str = "accounts";
 const WORKSPACES: &str = "workspaces";
@@ -105,7 +108,7 @@ enum DirectoryProjectionInbox {
 }
 
 fn id<T: IntoIden>(col: T) -> ColumnDef {
-    ColumnDef::new(col).string_len(255).not_null().to_owned()
+    varchar(col, 255).to_owned()
 }
 
 #[async_trait::async_trait]
@@ -122,14 +125,10 @@ impl MigrationTrait for Migration {
                     .table(names.iden(ACCOUNTS))
                     .col(id(Accounts::Uuid).primary_key())
                     .col(id(Accounts::NormalizedEmail).unique_key())
-                    .col(ColumnDef::new(Accounts::DisplayName).text().not_null())
-                    .col(ColumnDef::new(Accounts::Status).string_len(32).not_null())
-                    .col(ColumnDef::new(Accounts::Source).string_len(32).not_null())
-                    .col(
-                        ColumnDef::new(Accounts::ProjectionRevision)
-                            .big_integer()
-                            .not_null(),
-                    )
+                    .col(text(Accounts::DisplayName))
+                    .col(varchar(Accounts::Status, 32))
+                    .col(varchar(Accounts::Source, 32))
+                    .col(bigint(Accounts::ProjectionRevision))
                     .to_owned(),
             )
             .await?;
@@ -138,26 +137,14 @@ impl MigrationTrait for Migration {
                 Table::create()
                     .table(names.iden(WORKSPACES))
                     .col(id(Workspaces::Uuid).primary_key())
-                    .col(ColumnDef::new(Workspaces::Source).string_len(32).not_null())
-                    .col(
-                        ColumnDef::new(Workspaces::InstanceUuid)
-                            .string_len(255)
-                            .null(),
-                    )
-                    .col(ColumnDef::new(Workspaces::Name).text().not_null())
-                    .col(ColumnDef::new(Workspaces::Slug).text().not_null())
-                    .col(ColumnDef::new(Workspaces::WorkspaceType).text().not_null())
-                    .col(ColumnDef::new(Workspaces::Status).string_len(32).not_null())
-                    .col(
-                        ColumnDef::new(Workspaces::CreatedByAccountUuid)
-                            .string_len(255)
-                            .null(),
-                    )
-                    .col(
-                        ColumnDef::new(Workspaces::ProjectionRevision)
-                            .big_integer()
-                            .not_null(),
-                    )
+                    .col(varchar(Workspaces::Source, 32))
+                    .col(varchar_null(Workspaces::InstanceUuid, 255))
+                    .col(text(Workspaces::Name))
+                    .col(text(Workspaces::Slug))
+                    .col(text(Workspaces::WorkspaceType))
+                    .col(varchar(Workspaces::Status, 32))
+                    .col(varchar_null(Workspaces::CreatedByAccountUuid, 255))
+                    .col(bigint(Workspaces::ProjectionRevision))
                     .to_owned(),
             )
             .await?;
@@ -179,26 +166,10 @@ impl MigrationTrait for Migration {
                     .col(id(WorkspaceMemberships::Uuid).primary_key())
                     .col(id(WorkspaceMemberships::WorkspaceUuid))
                     .col(id(WorkspaceMemberships::AccountUuid))
-                    .col(
-                        ColumnDef::new(WorkspaceMemberships::Role)
-                            .string_len(32)
-                            .not_null(),
-                    )
-                    .col(
-                        ColumnDef::new(WorkspaceMemberships::Status)
-                            .string_len(32)
-                            .not_null(),
-                    )
-                    .col(
-                        ColumnDef::new(WorkspaceMemberships::JoinedAt)
-                            .big_integer()
-                            .null(),
-                    )
-                    .col(
-                        ColumnDef::new(WorkspaceMemberships::ProjectionRevision)
-                            .big_integer()
-                            .not_null(),
-                    )
+                    .col(varchar(WorkspaceMemberships::Role, 32))
+                    .col(varchar(WorkspaceMemberships::Status, 32))
+                    .col(bigint_null(WorkspaceMemberships::JoinedAt))
+                    .col(bigint(WorkspaceMemberships::ProjectionRevision))
                     .to_owned(),
             )
             .await?;
@@ -218,36 +189,12 @@ impl MigrationTrait for Migration {
                 Table::create()
                     .table(names.iden(EXECUTION_STATE))
                     .col(id(WorkspaceExecutionState::WorkspaceUuid).primary_key())
-                    .col(
-                        ColumnDef::new(WorkspaceExecutionState::Source)
-                            .string_len(32)
-                            .not_null(),
-                    )
-                    .col(
-                        ColumnDef::new(WorkspaceExecutionState::InstanceUuid)
-                            .string_len(255)
-                            .null(),
-                    )
-                    .col(
-                        ColumnDef::new(WorkspaceExecutionState::ActiveGeneration)
-                            .big_integer()
-                            .not_null(),
-                    )
-                    .col(
-                        ColumnDef::new(WorkspaceExecutionState::State)
-                            .string_len(32)
-                            .not_null(),
-                    )
-                    .col(
-                        ColumnDef::new(WorkspaceExecutionState::WriteFenced)
-                            .boolean()
-                            .not_null(),
-                    )
-                    .col(
-                        ColumnDef::new(WorkspaceExecutionState::DesiredStateRevision)
-                            .big_integer()
-                            .not_null(),
-                    )
+                    .col(varchar(WorkspaceExecutionState::Source, 32))
+                    .col(varchar_null(WorkspaceExecutionState::InstanceUuid, 255))
+                    .col(bigint(WorkspaceExecutionState::ActiveGeneration))
+                    .col(varchar(WorkspaceExecutionState::State, 32))
+                    .col(boolean(WorkspaceExecutionState::WriteFenced))
+                    .col(bigint(WorkspaceExecutionState::DesiredStateRevision))
                     .to_owned(),
             )
             .await?;
@@ -256,31 +203,11 @@ impl MigrationTrait for Migration {
                 Table::create()
                     .table(names.iden(PROJECTION_STATE))
                     .col(id(DirectoryProjectionState::InstanceUuid).primary_key())
-                    .col(
-                        ColumnDef::new(DirectoryProjectionState::Cursor)
-                            .big_integer()
-                            .not_null(),
-                    )
-                    .col(
-                        ColumnDef::new(DirectoryProjectionState::SnapshotCoverageCursor)
-                            .big_integer()
-                            .not_null(),
-                    )
-                    .col(
-                        ColumnDef::new(DirectoryProjectionState::SnapshotFingerprint)
-                            .string_len(64)
-                            .not_null(),
-                    )
-                    .col(
-                        ColumnDef::new(DirectoryProjectionState::LastAppliedAt)
-                            .big_integer()
-                            .not_null(),
-                    )
-                    .col(
-                        ColumnDef::new(DirectoryProjectionState::LeaseExpiresAt)
-                            .big_integer()
-                            .not_null(),
-                    )
+                    .col(bigint(DirectoryProjectionState::Cursor))
+                    .col(bigint(DirectoryProjectionState::SnapshotCoverageCursor))
+                    .col(varchar(DirectoryProjectionState::SnapshotFingerprint, 64))
+                    .col(bigint(DirectoryProjectionState::LastAppliedAt))
+                    .col(bigint(DirectoryProjectionState::LeaseExpiresAt))
                     .to_owned(),
             )
             .await?;
@@ -290,36 +217,12 @@ impl MigrationTrait for Migration {
                     .table(names.iden(INBOX))
                     .col(id(DirectoryProjectionInbox::InstanceUuid))
                     .col(id(DirectoryProjectionInbox::EventUuid))
-                    .col(
-                        ColumnDef::new(DirectoryProjectionInbox::Cursor)
-                            .big_integer()
-                            .not_null(),
-                    )
-                    .col(
-                        ColumnDef::new(DirectoryProjectionInbox::EventType)
-                            .string_len(255)
-                            .not_null(),
-                    )
-                    .col(
-                        ColumnDef::new(DirectoryProjectionInbox::Revision)
-                            .big_integer()
-                            .not_null(),
-                    )
-                    .col(
-                        ColumnDef::new(DirectoryProjectionInbox::Fingerprint)
-                            .string_len(64)
-                            .not_null(),
-                    )
-                    .col(
-                        ColumnDef::new(DirectoryProjectionInbox::ReceivedAt)
-                            .big_integer()
-                            .not_null(),
-                    )
-                    .col(
-                        ColumnDef::new(DirectoryProjectionInbox::AppliedAt)
-                            .big_integer()
-                            .null(),
-                    )
+                    .col(bigint(DirectoryProjectionInbox::Cursor))
+                    .col(varchar(DirectoryProjectionInbox::EventType, 255))
+                    .col(bigint(DirectoryProjectionInbox::Revision))
+                    .col(varchar(DirectoryProjectionInbox::Fingerprint, 64))
+                    .col(bigint(DirectoryProjectionInbox::ReceivedAt))
+                    .col(bigint_null(DirectoryProjectionInbox::AppliedAt))
                     .primary_key(
                         Index::create()
                             .col(DirectoryProjectionInbox::InstanceUuid)

@@ -51,14 +51,7 @@ impl MigrationTrait for Migration {
                     .to_owned(),
             )
             .await?;
-        manager
-            .drop_index(
-                Index::drop()
-                    .name(names.index(DUE_INDEX))
-                    .table(names.iden(OUTBOX))
-                    .to_owned(),
-            )
-            .await?;
+        names.drop_index(manager, OUTBOX, DUE_INDEX).await?;
         if manager.get_database_backend() == sea_orm::DatabaseBackend::Postgres {
             manager
                 .get_connection()
@@ -92,13 +85,6 @@ impl MigrationTrait for Migration {
                     .to_owned(),
             )
             .await?;
-        manager
-            .drop_index(
-                Index::drop()
-                    .name(names.index(CLAIM_INDEX))
-                    .table(names.iden(OUTBOX))
-                    .to_owned(),
-            )
-            .await
+        names.drop_index(manager, OUTBOX, CLAIM_INDEX).await
     }
 }

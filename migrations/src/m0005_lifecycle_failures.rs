@@ -21,7 +21,7 @@
 
 use sea_orm_migration::prelude::*;
 
-use crate::naming::{Naming, ensure_absent};
+use crate::naming::{Naming, bigint, ensure_absent, int, string, text};
 
 /// Adds the attempt-budget and failed-at columns, the failed index and the action log.
 #[derive(DeriveMigrationName)]
@@ -62,26 +62,15 @@ impl MigrationTrait for Migration {
             crate::LIFECYCLE_HISTORY_TABLE,
         )
         .await?;
-        manager
-            .alter_table(
-                Table::alter()
-                    .table(names.iden(OUTBOX))
-                    .add_column(
-                        ColumnDef::new(LifecycleOutbox::AttemptBudgetBase)
-                            .integer()
-                            .not_null()
-                            .default(0),
-                    )
-                    .to_owned(),
-            )
+        names
+            .alter_table(manager, OUTBOX, |t| {
+                t.add_column(int(LifecycleOutbox::AttemptBudgetBase).default(0))
+            })
             .await?;
-        manager
-            .alter_table(
-                Table::alter()
-                    .table(names.iden(OUTBOX))
-                    .add_column(ColumnDef::new(LifecycleOutbox::FailedAt).big_integer())
-                    .to_owned(),
-            )
+        names
+            .alter_table(manager, OUTBOX, |t| {
+                t.add_column(ColumnDef::new(LifecycleOutbox::FailedAt).big_integer())
+            })
             .await?;
         manager
             .create_index(
@@ -97,48 +86,15 @@ impl MigrationTrait for Migration {
             .create_table(
                 Table::create()
                     .table(names.iden(ACTIONS))
-                    .col(
-                        ColumnDef::new(LifecycleCommandActions::Id)
-                            .string()
-                            .not_null()
-                            .primary_key(),
-                    )
-                    .col(
-                        ColumnDef::new(LifecycleCommandActions::CommandId)
-                            .string()
-                            .not_null(),
-                    )
-                    .col(
-                        ColumnDef::new(LifecycleCommandActions::Action)
-                            .string()
-                            .not_null(),
-                    )
-                    .col(
-                        ColumnDef::new(LifecycleCommandActions::Actor)
-                            .string()
-                            .not_null(),
-                    )
-                    .col(
-                        ColumnDef::new(LifecycleCommandActions::Reason)
-                            .text()
-                            .not_null(),
-                    )
-                    .col(
-                        ColumnDef::new(LifecycleCommandActions::PreviousStatus)
-                            .string()
-                            .not_null(),
-                    )
+                    .col(string(LifecycleCommandActions::Id).primary_key())
+                    .col(string(LifecycleCommandActions::CommandId))
+                    .col(string(LifecycleCommandActions::Action))
+                    .col(string(LifecycleCommandActions::Actor))
+                    .col(text(LifecycleCommandActions::Reason))
+                    .col(string(LifecycleCommandActions::PreviousStatus))
                     .col(ColumnDef::new(LifecycleCommandActions::PreviousErrorCode).string())
-                    .col(
-                        ColumnDef::new(LifecycleCommandActions::AttemptCount)
-                            .integer()
-                            .not_null(),
-                    )
-                    .col(
-                        ColumnDef::new(LifecycleCommandActions::CreatedAt)
-                            .big_integer()
-                            .not_null(),
-                    )
+                    .col(int(LifecycleCommandActions::AttemptCount))
+                    .col(bigint(LifecycleCommandActions::CreatedAt))
                     .to_owned(),
             )
             .await?;
@@ -159,25 +115,13 @@ impl MigrationTrait for Migration {
         manager
             .drop_table(Table::drop().table(names.iden(ACTIONS)).to_owned())
             .await?;
-        manager
-            .drop_index(
-                Index::drop()
-                    .name(names.index(FAILED_INDEX))
-                    .table(names.iden(OUTBOX))
-                    .to_owned(),
-            )
-            .await?;
+        names.drop_index(manager, OUTBOX, FAILED_INDEX).await?;
         for column in [
             LifecycleOutbox::FailedAt,
             LifecycleOutbox::AttemptBudgetBase,
         ] {
-            manager
-                .alter_table(
-                    Table::alter()
-                        .table(names.iden(OUTBOX))
-                        .drop_column(column)
-                        .to_owned(),
-                )
+            names
+                .alter_table(manager, OUTBOX, |t| t.drop_column(column))
                 .await?;
         }
         Ok(())

@@ -16,7 +16,7 @@
 
 use sea_orm_migration::prelude::*;
 
-use crate::naming::Naming;
+use crate::naming::{Naming, bigint_null};
 
 const OUTBOX: &str = "lifecycle_outbox";
 
@@ -35,29 +35,15 @@ enum LifecycleOutbox {
 impl MigrationTrait for Migration {
     async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
         let names = Naming::detect(manager, OUTBOX).await?;
-        manager
-            .alter_table(
-                Table::alter()
-                    .table(names.iden(OUTBOX))
-                    .add_column(
-                        ColumnDef::new(LifecycleOutbox::AttemptWindowEndsAt)
-                            .big_integer()
-                            .null(),
-                    )
-                    .to_owned(),
-            )
+        names
+            .alter_table(manager, OUTBOX, |t| {
+                t.add_column(bigint_null(LifecycleOutbox::AttemptWindowEndsAt))
+            })
             .await?;
-        manager
-            .alter_table(
-                Table::alter()
-                    .table(names.iden(OUTBOX))
-                    .add_column(
-                        ColumnDef::new(LifecycleOutbox::PriorWindowEndsAt)
-                            .big_integer()
-                            .null(),
-                    )
-                    .to_owned(),
-            )
+        names
+            .alter_table(manager, OUTBOX, |t| {
+                t.add_column(bigint_null(LifecycleOutbox::PriorWindowEndsAt))
+            })
             .await?;
         manager
             .get_connection()
@@ -73,21 +59,15 @@ impl MigrationTrait for Migration {
 
     async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
         let names = Naming::detect(manager, OUTBOX).await?;
-        manager
-            .alter_table(
-                Table::alter()
-                    .table(names.iden(OUTBOX))
-                    .drop_column(LifecycleOutbox::PriorWindowEndsAt)
-                    .to_owned(),
-            )
+        names
+            .alter_table(manager, OUTBOX, |t| {
+                t.drop_column(LifecycleOutbox::PriorWindowEndsAt)
+            })
             .await?;
-        manager
-            .alter_table(
-                Table::alter()
-                    .table(names.iden(OUTBOX))
-                    .drop_column(LifecycleOutbox::AttemptWindowEndsAt)
-                    .to_owned(),
-            )
+        names
+            .alter_table(manager, OUTBOX, |t| {
+                t.drop_column(LifecycleOutbox::AttemptWindowEndsAt)
+            })
             .await
     }
 }

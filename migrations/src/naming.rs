@@ -1,5 +1,7 @@
-//! Table and index names, the guard against foreign tables, and renaming a table with its
-//! indexes (the upgrade from the unprefixed names of Tenantry 0.1).
+//! Table and index names, the guard against foreign tables, renaming a table with its
+//! indexes (the upgrade from the unprefixed names of Tenantry 0.1), and the column shapes the
+//! migrations repeat (`bigint`, `varchar`, ...: one column definition each, so a table reads
+//! one line a column).
 //!
 //! Every table Tenantry creates is named `tenantry_<name>`; an index named `ix_<table>_…` or
 //! `ux_<table>_…` becomes `ix_tenantry_<table>_…`. A database migrated before the prefix holds
@@ -59,6 +61,43 @@ impl Naming {
                 None => format!("{TABLE_PREFIX}{legacy}"),
             },
         }
+    }
+
+    /// Alters table `table` (given unprefixed) under this naming with `change` (add or drop a
+    /// column ...).
+    ///
+    /// # Errors
+    /// The database's error when the `ALTER TABLE` fails.
+    pub(crate) async fn alter_table(
+        self,
+        manager: &SchemaManager<'_>,
+        table: &str,
+        change: impl FnOnce(&mut TableAlterStatement) -> &mut TableAlterStatement,
+    ) -> Result<(), DbErr> {
+        let mut statement = Table::alter();
+        change(statement.table(self.iden(table)));
+        manager.alter_table(statement).await
+    }
+
+    /// Drops index `legacy` (its name before the prefix, see [`index`](Self::index)) of table
+    /// `table` (given unprefixed) under this naming.
+    ///
+    /// # Errors
+    /// The database's error when the `DROP INDEX` fails.
+    pub(crate) async fn drop_index(
+        self,
+        manager: &SchemaManager<'_>,
+        table: &str,
+        legacy: &str,
+    ) -> Result<(), DbErr> {
+        manager
+            .drop_index(
+                Index::drop()
+                    .name(self.index(legacy))
+                    .table(self.iden(table))
+                    .to_owned(),
+            )
+            .await
     }
 }
 
@@ -220,6 +259,51 @@ pub(crate) async fn rename_table_and_indexes(
         }
     }
     Ok(())
+}
+
+/// `BIGINT NOT NULL` column `column` (Unix milliseconds, counters, revisions).
+pub(crate) fn bigint(column: impl IntoIden) -> ColumnDef {
+    ColumnDef::new(column).big_integer().not_null().to_owned()
+}
+
+/// Nullable `BIGINT` column `column`.
+pub(crate) fn bigint_null(column: impl IntoIden) -> ColumnDef {
+    ColumnDef::new(column).big_integer().null().to_owned()
+}
+
+/// `INTEGER NOT NULL` column `column`.
+pub(crate) fn int(column: impl IntoIden) -> ColumnDef {
+    ColumnDef::new(column).integer().not_null().to_owned()
+}
+
+/// `VARCHAR NOT NULL` column `column` (the backend's default length).
+pub(crate) fn string(column: impl IntoIden) -> ColumnDef {
+    ColumnDef::new(column).string().not_null().to_owned()
+}
+
+/// Nullable `VARCHAR` column `column` (the backend's default length).
+pub(crate) fn string_null(column: impl IntoIden) -> ColumnDef {
+    ColumnDef::new(column).string().null().to_owned()
+}
+
+/// `VARCHAR(len) NOT NULL` column `column`.
+pub(crate) fn varchar(column: impl IntoIden, len: u32) -> ColumnDef {
+    ColumnDef::new(column).string_len(len).not_null().to_owned()
+}
+
+/// Nullable `VARCHAR(len)` column `column`.
+pub(crate) fn varchar_null(column: impl IntoIden, len: u32) -> ColumnDef {
+    ColumnDef::new(column).string_len(len).null().to_owned()
+}
+
+/// `TEXT NOT NULL` column `column`.
+pub(crate) fn text(column: impl IntoIden) -> ColumnDef {
+    ColumnDef::new(column).text().not_null().to_owned()
+}
+
+/// `BOOLEAN NOT NULL` column `column`.
+pub(crate) fn boolean(column: impl IntoIden) -> ColumnDef {
+    ColumnDef::new(column).boolean().not_null().to_owned()
 }
 
 #[cfg(test)]

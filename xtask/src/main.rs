@@ -123,34 +123,35 @@ fn run_pg(args: &PgArgs) -> ExitCode {
 }
 
 fn run_sim(root: &Path, args: &[String]) -> ExitCode {
-    let status =
-        std::process::Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
-            .current_dir(root)
-            .args([
-                "run",
-                "-p",
-                "tenantry-verification",
-                "--bin",
-                "tenantry-sim",
-                "--",
-            ])
-            .args(args)
-            .status();
-    match status {
-        Ok(s) if s.success() => ExitCode::SUCCESS,
-        Ok(s) => ExitCode::from(u8::try_from(s.code().unwrap_or(1)).unwrap_or(1)),
-        Err(e) => {
-            eprintln!("xtask: cannot run cargo: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    run_cargo(
+        root,
+        &[
+            "run",
+            "-p",
+            "tenantry-verification",
+            "--bin",
+            "tenantry-sim",
+            "--",
+        ],
+        args,
+    )
 }
 
 fn run_demo(root: &Path, args: &[String]) -> ExitCode {
+    run_cargo(
+        root,
+        &["run", "--release", "-p", "tenantry-app", "--", "demo"],
+        args,
+    )
+}
+
+/// Runs `cargo <command> <args>` in `root` and exits as it does (failure when cargo cannot be
+/// started).
+fn run_cargo(root: &Path, command: &[&str], args: &[String]) -> ExitCode {
     let status =
         std::process::Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
             .current_dir(root)
-            .args(["run", "--release", "-p", "tenantry-app", "--", "demo"])
+            .args(command)
             .args(args)
             .status();
     match status {

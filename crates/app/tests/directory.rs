@@ -57,21 +57,33 @@ fn workspace(uuid: &str) -> DirectoryWorkspace {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn directory_status_reports_a_ready_projection_at_the_provider_cursor() {
+/// The reference directory of instance `inst-1`, holding the workspaces `uuids`, and its URL.
+async fn provider(uuids: &[&str]) -> (String, ReferenceDirectory) {
     let (url, directory) = ReferenceDirectory::start(DirectoryServerConfig::new(
         InstanceUuid::parse("inst-1").unwrap(),
     ))
     .await
     .unwrap();
-    directory.change(|m| m.upsert_workspace(workspace("ws-1")));
-    directory.change(|m| m.upsert_workspace(workspace("ws-2")));
-    let target = directory.cursor();
-    let keys = directory.trusted_public_keys();
-    let h = Harness::start_with(Default::default(), |c| {
+    for uuid in uuids {
+        directory.change(|m| m.upsert_workspace(workspace(uuid)));
+    }
+    (url, directory)
+}
+
+/// The service with its directory projection reading the provider at `url`, trusting `keys`.
+async fn service(url: String, keys: Vec<(String, [u8; 32])>) -> Harness {
+    Harness::start_with(Default::default(), |c| {
         c.directory = Some(settings(url, keys))
     })
-    .await;
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn directory_status_reports_a_ready_projection_at_the_provider_cursor() {
+    let (url, directory) = provider(&["ws-1", "ws-2"]).await;
+    let target = directory.cursor();
+    let keys = directory.trusted_public_keys();
+    let h = service(url, keys).await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     let status = loop {
         let (code, status) = h.get("/v1/directory/status").await;
@@ -105,11 +117,7 @@ async fn directory_status_reports_a_ready_projection_at_the_provider_cursor() {
 #[tokio::test]
 async fn readyz_fails_closed_while_the_directory_was_never_synced() {
     // A provider that is gone: the projector never completes a sync.
-    let (url, directory) = ReferenceDirectory::start(DirectoryServerConfig::new(
-        InstanceUuid::parse("inst-1").unwrap(),
-    ))
-    .await
-    .unwrap();
+    let (url, directory) = provider(&[]).await;
     let keys = directory.trusted_public_keys();
     directory.shutdown().await;
     let start = Harness::start_with(Default::default(), |c| {
@@ -148,17 +156,9 @@ async fn wait_status(h: &Harness, done: impl Fn(&serde_json::Value) -> bool) -> 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn case_001_workspace_suspended_without_member_revisions_keeps_the_service_ready() {
-    let (url, directory) = ReferenceDirectory::start(DirectoryServerConfig::new(
-        InstanceUuid::parse("inst-1").unwrap(),
-    ))
-    .await
-    .unwrap();
-    directory.change(|m| m.upsert_workspace(workspace("ws-1")));
+    let (url, directory) = provider(&["ws-1"]).await;
     let keys = directory.trusted_public_keys();
-    let h = Harness::start_with(Default::default(), |c| {
-        c.directory = Some(settings(url, keys))
-    })
-    .await;
+    let h = service(url, keys).await;
     let ws = WorkspaceUuid::parse("ws-1").unwrap();
     let target = directory.cursor();
     wait_status(&h, |s| {
@@ -186,18 +186,9 @@ async fn case_001_workspace_suspended_without_member_revisions_keeps_the_service
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_answer_shows_in_status_and_metrics_with_rule_and_workspace() {
-    let (url, directory) = ReferenceDirectory::start(DirectoryServerConfig::new(
-        InstanceUuid::parse("inst-1").unwrap(),
-    ))
-    .await
-    .unwrap();
-    directory.change(|m| m.upsert_workspace(workspace("ws-1")));
-    directory.change(|m| m.upsert_workspace(workspace("ws-2")));
+    let (url, directory) = provider(&["ws-1", "ws-2"]).await;
     let keys = directory.trusted_public_keys();
-    let h = Harness::start_with(Default::default(), |c| {
-        c.directory = Some(settings(url, keys))
-    })
-    .await;
+    let h = service(url, keys).await;
     let target = directory.cursor();
     wait_status(&h, |s| {
         s["ready"] == true && s["cursor"].as_i64() == Some(target)

@@ -312,35 +312,13 @@ impl<T> DirectoryProjectionStore for T where
 {
 }
 
-/// A post-commit hook failed. The projection stays committed; the projector logs this.
-/// Build it with [`HookError::new`], and keep the hook's own error with
-/// [`with_source`](HookError::with_source).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("directory post-commit hook failed: {message}")]
-#[non_exhaustive]
-pub struct HookError {
-    /// What failed.
-    pub message: String,
-    /// The hook's own error (e.g. its client's), if any.
-    #[source]
-    pub source: Option<ErrorSource>,
-}
-
-impl HookError {
-    /// A failure described by `message`, with no source yet.
-    pub fn new(message: impl Into<String>) -> Self {
-        Self {
-            message: message.into(),
-            source: None,
-        }
-    }
-
-    /// The same error keeping `error` as its [`source`](std::error::Error::source).
-    #[must_use]
-    pub fn with_source(mut self, error: impl std::error::Error + Send + Sync + 'static) -> Self {
-        self.source = Some(ErrorSource::new(error));
-        self
-    }
+crate::error::message_error! {
+    /// A post-commit hook failed. The projection stays committed; the projector logs this.
+    /// Build it with [`HookError::new`], and keep the hook's own error with
+    /// [`with_source`](HookError::with_source).
+    pub struct HookError;
+    display: "directory post-commit hook failed";
+    source: " The hook's own error (e.g. its client's), if any."
 }
 
 /// Keeps entitlement caches in step with the projected workspaces (runs after commit).

@@ -253,3 +253,65 @@ impl StoreError {
         matches!(self, Self::Unavailable { .. } | Self::Contention { .. })
     }
 }
+
+/// Defines a port error that is one message plus an optional kept [`ErrorSource`]: the struct
+/// (`message`, `source`; `Debug`, `Clone`, `PartialEq`, `Eq`, `#[non_exhaustive]`), its
+/// `Display` (`"<prefix>: <message>"`), its `Error::source` (the kept foreign error itself),
+/// `new(message)` and `with_source(error)`. The caller gives the doc comments, the prefix and
+/// the doc line of the source field, so each error keeps its own text; the hooks' `HookError`
+/// and the metrics sinks' `MetricsError` are built with it. (`Display`/`Error` are written out
+/// rather than derived with thiserror: its `#[source]` does not expand inside `macro_rules!`.)
+macro_rules! message_error {
+    (
+        $(#[doc = $doc:literal])*
+        pub struct $name:ident;
+        display: $prefix:literal;
+        source: $source_doc:literal
+    ) => {
+        $(#[doc = $doc])*
+        #[derive(Debug, Clone, PartialEq, Eq)]
+        #[non_exhaustive]
+        pub struct $name {
+            /// What failed.
+            pub message: String,
+            #[doc = $source_doc]
+            pub source: Option<$crate::error::ErrorSource>,
+        }
+
+        impl $name {
+            /// A failure described by `message`, with no source yet.
+            pub fn new(message: impl Into<String>) -> Self {
+                Self {
+                    message: message.into(),
+                    source: None,
+                }
+            }
+
+            /// The same error keeping `error` as its [`source`](std::error::Error::source).
+            #[must_use]
+            pub fn with_source(
+                mut self,
+                error: impl std::error::Error + Send + Sync + 'static,
+            ) -> Self {
+                self.source = Some($crate::error::ErrorSource::new(error));
+                self
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                write!(f, "{}: {}", $prefix, self.message)
+            }
+        }
+
+        impl std::error::Error for $name {
+            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+                self.source
+                    .as_ref()
+                    .map(|kept| kept.get() as &(dyn std::error::Error + 'static))
+            }
+        }
+    };
+}
+
+pub(crate) use message_error;

@@ -23,6 +23,19 @@ pub enum Backend {
     Postgres,
 }
 
+impl Backend {
+    /// The options of a transaction that writes: on SQLite it takes the write lock when it
+    /// begins (`BEGIN IMMEDIATE`), so it never fails to upgrade a read lock after reading; on
+    /// PostgreSQL the defaults.
+    pub(crate) fn write_transaction(self) -> sea_orm::TransactionOptions {
+        sea_orm::TransactionOptions {
+            sqlite_transaction_mode: (self == Backend::Sqlite)
+                .then_some(sea_orm::SqliteTransactionMode::Immediate),
+            ..sea_orm::TransactionOptions::default()
+        }
+    }
+}
+
 /// A connection pool plus the backend it talks to. Build it with [`connect`] /
 /// [`connect_existing`] from a URL, or with [`Database::from_connection`] from the host's pool.
 #[derive(Debug, Clone)]

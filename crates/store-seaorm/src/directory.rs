@@ -37,7 +37,7 @@ use sea_orm::sea_query::{OnConflict, Query};
 use sea_orm::{
     ColumnTrait, Condition, DatabaseConnection, DatabaseTransaction, DbErr, EntityTrait,
     IdenStatic, Iterable, PaginatorTrait, PrimaryKeyToColumn, QueryFilter, QuerySelect,
-    SqliteTransactionMode, TransactionOptions, TransactionTrait,
+    TransactionTrait,
 };
 use tenantry_directory::batch::check_committed_active;
 use tenantry_directory::maps::{RowSource, WorkspaceStatus};
@@ -168,13 +168,8 @@ impl SeaOrmDirectoryStore {
     }
 
     async fn begin(&self) -> Result<DatabaseTransaction, ProjectionStoreError> {
-        let options = TransactionOptions {
-            sqlite_transaction_mode: (self.backend == Backend::Sqlite)
-                .then_some(SqliteTransactionMode::Immediate),
-            ..TransactionOptions::default()
-        };
         self.conn
-            .begin_with_options(options)
+            .begin_with_options(self.backend.write_transaction())
             .await
             .map_err(storage("begin"))
     }

@@ -143,6 +143,18 @@ impl Harness {
     fn command(&self, id: &CommandId) -> CommandRecord {
         self.store.command(id).unwrap()
     }
+    /// Another dispatcher of this store and remote (default configuration) reading `clock`.
+    fn dispatcher_on(
+        &self,
+        clock: ManualClock,
+    ) -> Dispatcher<InMemoryLifecycleStore, FakeKnowledgeFs> {
+        Dispatcher::new(
+            self.store.clone(),
+            self.remote.clone(),
+            DispatcherConfig::default(),
+        )
+        .with_clock(Arc::new(clock))
+    }
 
     async fn dispatch(&self, now: DateTime<Utc>, enabled: bool) -> DispatchReport {
         self.dispatcher

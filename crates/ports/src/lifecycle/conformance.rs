@@ -225,6 +225,11 @@ async fn record<S: LifecycleStore>(store: &S, id: &CommandId) -> tenantry_lifecy
         .expect("command exists")
 }
 
+/// The stored status of command `id`.
+async fn status_of<S: LifecycleStore>(store: &S, id: &CommandId) -> CommandStatus {
+    record(store, id).await.status
+}
+
 pub async fn claim_takes_a_due_command_with_a_lease<S: LifecycleStore>(
     store: S,
     clock: ManualClock,
@@ -584,7 +589,7 @@ pub async fn settle_with_a_stale_control_space_writes_nothing<S: LifecycleStore>
         Err(SettleError::ControlSpaceConflict { .. })
     ));
     assert_eq!(
-        record(&store, &id).await.status,
+        status_of(&store, &id).await,
         CommandStatus::Processing,
         "ack rolled back"
     );
@@ -659,12 +664,9 @@ pub async fn supersede_unattempted_refuses_an_attempted_command<S: LifecycleStor
             command_id: provision.clone()
         })
     );
+    assert_eq!(status_of(&store, &provision).await, CommandStatus::Pending);
     assert_eq!(
-        record(&store, &provision).await.status,
-        CommandStatus::Pending
-    );
-    assert_eq!(
-        record(&store, delete.id()).await.status,
+        status_of(&store, delete.id()).await,
         CommandStatus::Processing,
         "ack rolled back"
     );
@@ -764,7 +766,7 @@ pub async fn supersede_after_absence_waits_out_the_grace_period<S: LifecycleStor
         .await
         .unwrap();
     assert_eq!(
-        record(&store, &provision).await.status,
+        status_of(&store, &provision).await,
         CommandStatus::Superseded
     );
 }
@@ -1008,7 +1010,7 @@ pub async fn settle_without_outcome_keeps_the_lease<S: LifecycleStore>(
     assert_eq!(after.knowledge_space_revision, 4);
     assert_eq!(after.resource_version, cs.resource_version + 1);
     assert_eq!(
-        record(&store, delete.id()).await.status,
+        status_of(&store, delete.id()).await,
         CommandStatus::Processing
     );
     store

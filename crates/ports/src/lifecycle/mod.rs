@@ -632,34 +632,12 @@ impl RenewalOutcome {
     }
 }
 
-/// A metrics sink refused a record. Build it with [`MetricsError::new`], and keep the sink's
-/// own error with [`with_source`](MetricsError::with_source).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("metrics sink failed: {message}")]
-#[non_exhaustive]
-pub struct MetricsError {
-    /// What failed.
-    pub message: String,
-    /// The sink's own error (e.g. its exporter's), if any.
-    #[source]
-    pub source: Option<ErrorSource>,
-}
-
-impl MetricsError {
-    /// A failure described by `message`, with no source yet.
-    pub fn new(message: impl Into<String>) -> Self {
-        Self {
-            message: message.into(),
-            source: None,
-        }
-    }
-
-    /// The same error keeping `error` as its [`source`](std::error::Error::source).
-    #[must_use]
-    pub fn with_source(mut self, error: impl std::error::Error + Send + Sync + 'static) -> Self {
-        self.source = Some(ErrorSource::new(error));
-        self
-    }
+crate::error::message_error! {
+    /// A metrics sink refused a record. Build it with [`MetricsError::new`], and keep the sink's
+    /// own error with [`with_source`](MetricsError::with_source).
+    pub struct MetricsError;
+    display: "metrics sink failed";
+    source: " The sink's own error (e.g. its exporter's), if any."
 }
 
 /// Where lifecycle task metrics go. A failure is logged by the engine and never breaks dispatch.

@@ -10,8 +10,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use sea_orm::sea_query::Expr;
 use sea_orm::{
-    ColumnTrait, ConnectionTrait, DatabaseTransaction, EntityTrait, QueryFilter,
-    SqliteTransactionMode, TransactionOptions, TransactionTrait,
+    ColumnTrait, ConnectionTrait, DatabaseTransaction, EntityTrait, QueryFilter, TransactionTrait,
 };
 use tenantry_kernel::{CommandId, IdempotencyKey, OperationId};
 use tenantry_lifecycle::CommandRecord;
@@ -298,11 +297,7 @@ impl SeaOrmLifecycleStore {
     {
         for _ in 0..MAX_INTAKE_CONFLICT_RETRIES {
             let savepoint = conn
-                .begin_with_options(TransactionOptions {
-                    sqlite_transaction_mode: (self.backend == Backend::Sqlite)
-                        .then_some(SqliteTransactionMode::Immediate),
-                    ..TransactionOptions::default()
-                })
+                .begin_with_options(self.backend.write_transaction())
                 .await
                 .map_err(unavailable)?;
             let attempt = self.enqueue_attempt(&savepoint, request).await;

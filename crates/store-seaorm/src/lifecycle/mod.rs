@@ -25,8 +25,7 @@ use chrono::{DateTime, Utc};
 use sea_orm::sea_query::Expr;
 use sea_orm::{
     ColumnTrait, ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbBackend, DbErr,
-    EntityTrait, QueryFilter, QueryOrder, QuerySelect, SqlErr, SqliteTransactionMode, Statement,
-    TransactionOptions, TransactionTrait,
+    EntityTrait, QueryFilter, QueryOrder, QuerySelect, SqlErr, Statement, TransactionTrait,
 };
 use tenantry_kernel::{ControlSpaceId, TenantId};
 use tenantry_lifecycle::{
@@ -163,13 +162,8 @@ impl SeaOrmLifecycleStore {
     }
 
     pub(crate) async fn begin_write(&self) -> Result<DatabaseTransaction, StoreError> {
-        let options = TransactionOptions {
-            sqlite_transaction_mode: (self.backend == Backend::Sqlite)
-                .then_some(SqliteTransactionMode::Immediate),
-            ..TransactionOptions::default()
-        };
         self.conn
-            .begin_with_options(options)
+            .begin_with_options(self.backend.write_transaction())
             .await
             .map_err(unavailable)
     }

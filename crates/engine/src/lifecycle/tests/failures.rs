@@ -40,13 +40,9 @@ async fn case_003_permanent_remote_error_dead_letters_visibly_and_never_succeeds
     h.remote
         .push_fault(RemoteCall::Provision, answered(400, "INVALID_REQUEST"));
     let metrics = Arc::new(RecordingMetrics::default());
-    let dispatcher = Dispatcher::new(
-        h.store.clone(),
-        h.remote.clone(),
-        DispatcherConfig::default(),
-    )
-    .with_clock(Arc::new(clock_of_test()))
-    .with_metrics(metrics.clone());
+    let dispatcher = h
+        .dispatcher_on(clock_of_test())
+        .with_metrics(metrics.clone());
     let outcome = dispatcher
         .dispatch_one(&owner("w1"), at(t(0), true))
         .await

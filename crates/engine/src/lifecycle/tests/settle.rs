@@ -49,13 +49,9 @@ async fn metrics_record_each_task_state_with_duration_since_creation() {
     let h = harness();
     h.create("cs1").await;
     let metrics = Arc::new(RecordingMetrics::default());
-    let dispatcher = Dispatcher::new(
-        h.store.clone(),
-        h.remote.clone(),
-        DispatcherConfig::default(),
-    )
-    .with_clock(Arc::new(clock_of_test()))
-    .with_metrics(metrics.clone());
+    let dispatcher = h
+        .dispatcher_on(clock_of_test())
+        .with_metrics(metrics.clone());
     h.remote.push_fault(
         RemoteCall::Provision,
         RemoteFault::Fail(RemoteError::answered(503, "BUSY", "busy")),
@@ -88,13 +84,9 @@ async fn metrics_record_each_task_state_with_duration_since_creation() {
 async fn failing_metrics_sink_never_breaks_dispatch() {
     let h = harness();
     h.create("cs1").await;
-    let dispatcher = Dispatcher::new(
-        h.store.clone(),
-        h.remote.clone(),
-        DispatcherConfig::default(),
-    )
-    .with_clock(Arc::new(clock_of_test()))
-    .with_metrics(Arc::new(FailingMetrics));
+    let dispatcher = h
+        .dispatcher_on(clock_of_test())
+        .with_metrics(Arc::new(FailingMetrics));
     assert!(
         dispatcher
             .dispatch_one(&owner("w"), at(t(0), true))

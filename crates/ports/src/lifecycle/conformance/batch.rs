@@ -97,13 +97,13 @@ pub async fn settle_many_reports_exactly_which_leases_were_lost<S: LifecycleStor
     assert_eq!(space(&store, "cs2").await, cs2_before);
     // The others settled.
     assert_eq!(
-        record(&store, mine[0].id()).await.status,
+        status_of(&store, mine[0].id()).await,
         CommandStatus::Succeeded
     );
     let cs3 = space(&store, "cs3").await;
     assert_eq!(cs3.state, ControlSpaceState::Active);
     assert_eq!(
-        record(&store, mine[1].id()).await.status,
+        status_of(&store, mine[1].id()).await,
         CommandStatus::Succeeded
     );
     let retried = record(&store, mine[2].id()).await;
@@ -163,7 +163,7 @@ pub async fn settle_many_writes_nothing_for_a_failed_compare_and_set<S: Lifecycl
     assert_eq!(row.lease_owner, Some(owner("w1")));
     assert_eq!(space(&store, "cs1").await, cs1_before);
     assert_eq!(
-        record(&store, claimed[1].id()).await.status,
+        status_of(&store, claimed[1].id()).await,
         CommandStatus::Succeeded
     );
     assert_eq!(space(&store, "cs2").await.state, ControlSpaceState::Active);
@@ -213,17 +213,14 @@ pub async fn settle_many_refused_supersede_leaves_the_other_items_settled<S: Lif
             Ok(()),
         ]
     );
+    assert_eq!(status_of(&store, &provision).await, CommandStatus::Pending);
     assert_eq!(
-        record(&store, &provision).await.status,
-        CommandStatus::Pending
-    );
-    assert_eq!(
-        record(&store, delete.id()).await.status,
+        status_of(&store, delete.id()).await,
         CommandStatus::Processing,
         "ack rolled back with its supersede"
     );
     assert_eq!(
-        record(&store, other.id()).await.status,
+        status_of(&store, other.id()).await,
         CommandStatus::Succeeded
     );
 }
@@ -273,11 +270,11 @@ pub async fn settle_many_lets_one_compare_and_set_of_a_control_space_win<S: Life
     );
     assert_eq!(space(&store, "cs1").await, winner.next);
     assert_eq!(
-        record(&store, first.id()).await.status,
+        status_of(&store, first.id()).await,
         CommandStatus::Succeeded
     );
     assert_eq!(
-        record(&store, second.id()).await.status,
+        status_of(&store, second.id()).await,
         CommandStatus::Processing
     );
 }

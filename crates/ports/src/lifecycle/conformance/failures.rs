@@ -176,7 +176,7 @@ pub async fn settle_many_dead_letters_beside_acks_and_retries<S: LifecycleStore>
         .unwrap();
     assert_eq!(results[0], Ok(()));
     assert!(matches!(results[1], Err(SettleError::LeaseLost { .. })));
-    assert_eq!(record(&store, &id).await.status, CommandStatus::Failed);
+    assert_eq!(status_of(&store, &id).await, CommandStatus::Failed);
 }
 
 pub async fn operator_retry_keeps_the_attempt_count_and_starts_a_fresh_budget<
@@ -362,10 +362,11 @@ pub async fn count_commands_groups_by_status_and_operation<S: LifecycleStore + C
         .act_on_command(&action(&first, OperatorActionKind::Retry, 1, t(30)))
         .await
         .unwrap();
-    let failed = |counts: Vec<CommandCount>| {
+    // How many commands of `status` the counts hold (over all operations).
+    let total = |counts: &[CommandCount], status: CommandStatus| {
         counts
-            .into_iter()
-            .filter(|c| c.status == CommandStatus::Failed)
+            .iter()
+            .filter(|c| c.status == status)
             .map(|c| c.count)
             .sum::<u64>()
     };
@@ -373,14 +374,8 @@ pub async fn count_commands_groups_by_status_and_operation<S: LifecycleStore + C
         .count_commands(&[CommandStatus::Failed, CommandStatus::Pending])
         .await
         .unwrap();
-    assert_eq!(failed(now.clone()), 1);
-    assert_eq!(
-        now.iter()
-            .filter(|c| c.status == CommandStatus::Pending)
-            .map(|c| c.count)
-            .sum::<u64>(),
-        3
-    );
+    assert_eq!(total(&now, CommandStatus::Failed), 1);
+    assert_eq!(total(&now, CommandStatus::Pending), 3);
     let mut claimed = claim(&store, &clock, claim_at("w2", t(31), 10))
         .await
         .unwrap();
@@ -394,38 +389,21 @@ pub async fn count_commands_groups_by_status_and_operation<S: LifecycleStore + C
         Settlement::fail(t(32), ErrorRecord::new("INVALID_REQUEST", "still bad")),
     )];
     assert_eq!(store.settle_many(&batch).await.unwrap(), vec![Ok(())]);
-    assert_eq!(
-        failed(
-            store
-                .count_commands(&[CommandStatus::Failed])
-                .await
-                .unwrap()
-        ),
-        2
-    );
+    let now = store
+        .count_commands(&[CommandStatus::Failed])
+        .await
+        .unwrap();
+    assert_eq!(total(&now, CommandStatus::Failed), 2);
     store
         .act_on_command(&action(&first, OperatorActionKind::Abandon, 2, t(33)))
         .await
         .unwrap();
-    assert_eq!(
-        failed(
-            store
-                .count_commands(&[CommandStatus::Failed])
-                .await
-                .unwrap()
-        ),
-        1
-    );
-    assert_eq!(
-        store
-            .count_commands(&[CommandStatus::Abandoned])
-            .await
-            .unwrap()
-            .iter()
-            .map(|c| c.count)
-            .sum::<u64>(),
-        1
-    );
+    let now = store
+        .count_commands(&[CommandStatus::Failed, CommandStatus::Abandoned])
+        .await
+        .unwrap();
+    assert_eq!(total(&now, CommandStatus::Failed), 1);
+    assert_eq!(total(&now, CommandStatus::Abandoned), 1);
 }
 
 pub async fn list_commands_filters_by_error_code<S: LifecycleStore>(store: S, clock: ManualClock) {
