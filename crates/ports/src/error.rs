@@ -261,6 +261,7 @@ impl StoreError {
 /// the doc line of the source field, so each error keeps its own text; the hooks' `HookError`
 /// and the metrics sinks' `MetricsError` are built with it. (`Display`/`Error` are written out
 /// rather than derived with thiserror: its `#[source]` does not expand inside `macro_rules!`.)
+#[cfg(any(feature = "directory", feature = "lifecycle"))]
 macro_rules! message_error {
     (
         $(#[doc = $doc:literal])*
@@ -314,4 +315,5 @@ macro_rules! message_error {
     };
 }
 
+#[cfg(any(feature = "directory", feature = "lifecycle"))]
 pub(crate) use message_error;

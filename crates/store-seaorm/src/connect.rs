@@ -27,6 +27,13 @@ impl Backend {
     /// The options of a transaction that writes: on SQLite it takes the write lock when it
     /// begins (`BEGIN IMMEDIATE`), so it never fails to upgrade a read lock after reading; on
     /// PostgreSQL the defaults.
+    #[cfg_attr(
+        not(any(feature = "lifecycle", feature = "directory")),
+        allow(
+            dead_code,
+            reason = "only the lifecycle and directory writers begin write transactions"
+        )
+    )]
     pub(crate) fn write_transaction(self) -> sea_orm::TransactionOptions {
         sea_orm::TransactionOptions {
             sqlite_transaction_mode: (self == Backend::Sqlite)

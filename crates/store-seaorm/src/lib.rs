@@ -66,6 +66,13 @@ pub mod bench;
 pub mod connect;
 #[cfg(feature = "directory")]
 pub mod directory;
+#[cfg_attr(
+    not(any(feature = "lifecycle", feature = "directory", feature = "fences")),
+    allow(
+        dead_code,
+        reason = "a driver-only build has no store that maps driver errors"
+    )
+)]
 mod error;
 #[cfg(feature = "fences")]
 pub mod host_storage;

@@ -1,6 +1,7 @@
 //! Wake-ups across processes on PostgreSQL: every command intake sends `NOTIFY` on
 //! [`WAKE_CHANNEL`] in its own transaction, and each process holds one listener connection
-//! ([`WakeListener`]) that turns the notifications into [`Wakeups::wake`] for its idle workers.
+//! ([`WakeListener`]) that turns the notifications into
+//! [`Wakeups::wake`](tenantry_ports::wake::Wakeups::wake) for its idle workers.
 //!
 //! The listener is health-checked. A connection closed by the server (`pg_terminate_backend`,
 //! a restart) is seen at once (end of stream); one that stops answering is seen by the

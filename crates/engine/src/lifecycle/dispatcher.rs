@@ -327,7 +327,8 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
     }
 
     /// How long until the next command becomes claimable, by the store's clock (see
-    /// [`CommandQueue::next_due_in`]): `None` when nothing is waiting or the store cannot tell.
+    /// [`CommandQueue::next_due_in`](tenantry_ports::lifecycle::CommandQueue::next_due_in)):
+    /// `None` when nothing is waiting or the store cannot tell.
     /// An idle worker sleeps no longer than this.
     ///
     /// # Errors
