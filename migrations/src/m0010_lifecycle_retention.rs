@@ -13,55 +13,35 @@
 
 use sea_orm_migration::prelude::*;
 
+use crate::naming::Naming;
+
 /// Creates the two retention indexes of the lifecycle tables.
 #[derive(DeriveMigrationName)]
 pub struct Migration;
 
-const OUTBOX: &str = "tenantry_lifecycle_outbox";
-const ACTIONS: &str = "tenantry_lifecycle_command_actions";
-const FINISHED_INDEX: &str = "ix_tenantry_lifecycle_outbox_finished";
-const ACTIONS_INDEX: &str = "ix_tenantry_lifecycle_command_actions_created";
+/// The tables and the indexes, unprefixed (`Naming::Prefixed` adds `tenantry_`).
+const OUTBOX: &str = "lifecycle_outbox";
+const ACTIONS: &str = "lifecycle_command_actions";
+const FINISHED_INDEX: &str = "ix_lifecycle_outbox_finished";
+const ACTIONS_INDEX: &str = "ix_lifecycle_command_actions_created";
 
 #[async_trait::async_trait]
 impl MigrationTrait for Migration {
     async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-        manager
-            .create_index(
-                Index::create()
-                    .name(FINISHED_INDEX)
-                    .table(Alias::new(OUTBOX))
-                    .col(Alias::new("completed_at"))
-                    .and_where(Expr::col(Alias::new("completed_at")).is_not_null())
-                    .to_owned(),
-            )
+        let naming = Naming::Prefixed;
+        naming
+            .create_index(manager, OUTBOX, FINISHED_INDEX, "completed_at", |index| {
+                index.and_where(Expr::col(Alias::new("completed_at")).is_not_null())
+            })
             .await?;
-        manager
-            .create_index(
-                Index::create()
-                    .name(ACTIONS_INDEX)
-                    .table(Alias::new(ACTIONS))
-                    .col(Alias::new("created_at"))
-                    .to_owned(),
-            )
+        naming
+            .create_index(manager, ACTIONS, ACTIONS_INDEX, "created_at", |index| index)
             .await
     }
 
     async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-        manager
-            .drop_index(
-                Index::drop()
-                    .name(ACTIONS_INDEX)
-                    .table(Alias::new(ACTIONS))
-                    .to_owned(),
-            )
-            .await?;
-        manager
-            .drop_index(
-                Index::drop()
-                    .name(FINISHED_INDEX)
-                    .table(Alias::new(OUTBOX))
-                    .to_owned(),
-            )
-            .await
+        let naming = Naming::Prefixed;
+        naming.drop_index(manager, ACTIONS, ACTIONS_INDEX).await?;
+        naming.drop_index(manager, OUTBOX, FINISHED_INDEX).await
     }
 }

@@ -7,35 +7,27 @@
 
 use sea_orm_migration::prelude::*;
 
+use crate::naming::Naming;
+
 /// Creates the retention index of the directory inbox.
 #[derive(DeriveMigrationName)]
 pub struct Migration;
 
-const INBOX: &str = "tenantry_directory_projection_inbox";
-const RECEIVED_INDEX: &str = "ix_tenantry_directory_projection_inbox_received";
+/// The table and the index, unprefixed (`Naming::Prefixed` adds `tenantry_`).
+const INBOX: &str = "directory_projection_inbox";
+const RECEIVED_INDEX: &str = "ix_directory_projection_inbox_received";
 
 #[async_trait::async_trait]
 impl MigrationTrait for Migration {
     async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-        manager
-            .create_index(
-                Index::create()
-                    .name(RECEIVED_INDEX)
-                    .table(Alias::new(INBOX))
-                    .col(Alias::new("received_at"))
-                    .to_owned(),
-            )
+        Naming::Prefixed
+            .create_index(manager, INBOX, RECEIVED_INDEX, "received_at", |index| index)
             .await
     }
 
     async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-        manager
-            .drop_index(
-                Index::drop()
-                    .name(RECEIVED_INDEX)
-                    .table(Alias::new(INBOX))
-                    .to_owned(),
-            )
+        Naming::Prefixed
+            .drop_index(manager, INBOX, RECEIVED_INDEX)
             .await
     }
 }

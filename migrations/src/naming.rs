@@ -79,6 +79,29 @@ impl Naming {
         manager.alter_table(statement).await
     }
 
+    /// Creates index `legacy` (its name before the prefix, see [`index`](Self::index)) on
+    /// `column` of table `table` (given unprefixed) under this naming; `shape` adds the rest
+    /// (a partial index's `WHERE`, ...).
+    ///
+    /// # Errors
+    /// The database's error when the `CREATE INDEX` fails.
+    pub(crate) async fn create_index(
+        self,
+        manager: &SchemaManager<'_>,
+        table: &str,
+        legacy: &str,
+        column: &str,
+        shape: impl FnOnce(&mut IndexCreateStatement) -> &mut IndexCreateStatement,
+    ) -> Result<(), DbErr> {
+        let mut statement = Index::create();
+        statement
+            .name(self.index(legacy))
+            .table(self.iden(table))
+            .col(Alias::new(column));
+        shape(&mut statement);
+        manager.create_index(statement).await
+    }
+
     /// Drops index `legacy` (its name before the prefix, see [`index`](Self::index)) of table
     /// `table` (given unprefixed) under this naming.
     ///
