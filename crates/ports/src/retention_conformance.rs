@@ -149,6 +149,20 @@ async fn retired<S: LifecycleStore>(
     (provision, claimed.id().clone())
 }
 
+/// Rows one `prune_batch` of `kind` removes at `now` (window [`WINDOW`], at most `limit`).
+async fn removed<R: RetentionStore>(
+    retention: &R,
+    kind: RetentionKind,
+    now: chrono::DateTime<chrono::Utc>,
+    limit: u32,
+) -> u64 {
+    retention
+        .prune_batch(kind, now, WINDOW, limit)
+        .await
+        .unwrap()
+        .removed()
+}
+
 async fn ids<S: LifecycleStore>(store: &S) -> Vec<String> {
     let mut ids: Vec<String> = store
         .list_commands(&CommandFilter {
@@ -200,14 +214,7 @@ pub async fn prune_removes_finished_commands_past_the_window_and_keeps_the_rest<
         retention.count_expired(kind, t(100), WINDOW).await.unwrap(),
         0
     );
-    assert_eq!(
-        retention
-            .prune_batch(kind, t(100), WINDOW, 10)
-            .await
-            .unwrap()
-            .removed(),
-        0
-    );
+    assert_eq!(removed(&retention, kind, t(100), 10).await, 0);
     // At the window's end both commands of the deleted space go; the live and the pinned stay.
     assert_eq!(
         retention.count_expired(kind, t(101), WINDOW).await.unwrap(),
@@ -220,30 +227,9 @@ pub async fn prune_removes_finished_commands_past_the_window_and_keeps_the_rest<
             .unwrap(),
         2
     );
-    assert_eq!(
-        retention
-            .prune_batch(kind, t(101), WINDOW, 1)
-            .await
-            .unwrap()
-            .removed(),
-        1
-    );
-    assert_eq!(
-        retention
-            .prune_batch(kind, t(101), WINDOW, 1)
-            .await
-            .unwrap()
-            .removed(),
-        1
-    );
-    assert_eq!(
-        retention
-            .prune_batch(kind, t(101), WINDOW, 1)
-            .await
-            .unwrap()
-            .removed(),
-        0
-    );
+    assert_eq!(removed(&retention, kind, t(101), 1).await, 1);
+    assert_eq!(removed(&retention, kind, t(101), 1).await, 1);
+    assert_eq!(removed(&retention, kind, t(101), 1).await, 0);
     assert_eq!(
         retention.count_expired(kind, t(101), WINDOW).await.unwrap(),
         0
@@ -267,11 +253,7 @@ pub async fn idempotency_key_replays_inside_its_lifetime_and_is_new_after_it<
     let (_, deletion) = retired(&store, &clock, "cs1", "k1", 1).await;
     let kind = RetentionKind::FinishedCommands;
     // A pruner ran just inside the window: the key still answers with the original command.
-    retention
-        .prune_batch(kind, t(100), WINDOW, 10)
-        .await
-        .unwrap()
-        .removed();
+    removed(&retention, kind, t(100), 10).await;
     clock.set(t(100));
     let replay = create_plan("cs9", "k1", t(100));
     match store.submit(&replay).await.unwrap() {
@@ -287,14 +269,7 @@ pub async fn idempotency_key_replays_inside_its_lifetime_and_is_new_after_it<
         .unwrap();
     assert_eq!(by_key.map(|r| r.id), Some(deletion));
     // After the window the records are gone and the same key is a new request.
-    assert_eq!(
-        retention
-            .prune_batch(kind, t(101), WINDOW, 10)
-            .await
-            .unwrap()
-            .removed(),
-        2
-    );
+    assert_eq!(removed(&retention, kind, t(101), 10).await, 2);
     assert!(
         store
             .command_by_idempotency_key(&IdempotencyKey::parse("k1-d").unwrap())
@@ -347,14 +322,7 @@ pub async fn prune_removes_operator_actions_past_their_window<
         retention.count_expired(kind, t(110), WINDOW).await.unwrap(),
         1
     );
-    assert_eq!(
-        retention
-            .prune_batch(kind, t(110), WINDOW, 10)
-            .await
-            .unwrap()
-            .removed(),
-        1
-    );
+    assert_eq!(removed(&retention, kind, t(110), 10).await, 1);
     assert!(store.command_actions(&early).await.unwrap().is_empty());
     assert_eq!(store.command_actions(&late).await.unwrap().len(), 1);
     assert_eq!(retention.oldest(kind).await.unwrap(), Some(t(20)));
