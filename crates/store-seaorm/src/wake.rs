@@ -194,12 +194,9 @@ mod listener {
                     continue;
                 }
             };
-            if connected_before {
-                metrics::counter!("tenantry_wake_listener_reconnections_total").increment(1);
-            } else {
-                // Exported at 0 from the first connection on, so a rate or an alert has a series.
-                metrics::counter!("tenantry_wake_listener_reconnections_total").increment(0);
-            }
+            // Exported at 0 from the first connection on, so a rate or an alert has a series.
+            metrics::counter!("tenantry_wake_listener_reconnections_total")
+                .increment(u64::from(connected_before));
             if connected_before {
                 state.send_modify(|s| s.reconnections += 1);
                 tracing::info!("wake listener reconnected; LISTEN issued again");
