@@ -295,6 +295,33 @@ pub trait ProjectionTablesReader: Send + Sync {
     /// [`ProjectionStoreError::Storage`] when the store cannot be read (any kind);
     /// [`ProjectionStoreError::Storage`] holding [`StoreError::Corrupt`] when a stored row does not decode.
     async fn read_tables(&self) -> Result<ProjectionTables, ProjectionStoreError>;
+
+    /// How many rows the projected tables hold (accounts, workspaces, memberships, across
+    /// instances, local rows included): the console's directory counts. SQL adapters answer
+    /// with one `COUNT` per table; the default counts a [`read_tables`](Self::read_tables)
+    /// dump (fine for in-memory stores, too slow for a database).
+    ///
+    /// # Errors
+    /// [`ProjectionStoreError::Storage`] when the store cannot be read.
+    async fn count_rows(&self) -> Result<ProjectionCounts, ProjectionStoreError> {
+        let tables = self.read_tables().await?;
+        Ok(ProjectionCounts {
+            accounts: tables.accounts.len() as u64,
+            workspaces: tables.workspaces.len() as u64,
+            memberships: tables.memberships.len() as u64,
+        })
+    }
+}
+
+/// Row counts of the projected tables ([`ProjectionTablesReader::count_rows`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ProjectionCounts {
+    /// Rows of `tenantry_accounts`.
+    pub accounts: u64,
+    /// Rows of `tenantry_workspaces`.
+    pub workspaces: u64,
+    /// Rows of `tenantry_workspace_memberships`.
+    pub memberships: u64,
 }
 
 /// Every role a directory projector needs from its store.

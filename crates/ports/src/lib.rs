@@ -66,7 +66,7 @@ pub use host_storage::{HostStorage, HostStorageBindings, HostStorageError};
 #[cfg(feature = "lifecycle")]
 pub use lifecycle::{
     ActionRecord, ClaimRequest, CommandAdmin, CommandCount, CommandFilter, CommandQueue,
-    ControlSpaceReader, IntakeStore, IntakeStoreError, KnowledgeFs, LifecycleMetrics,
+    ControlSpaceReader, ErrorCodeCount, IntakeStore, IntakeStoreError, KnowledgeFs, LifecycleMetrics,
     LifecycleStore, MetricsError, NoMetrics, OperatorAction, OperatorActionError,
     OperatorActionKind, RemoteError, RenewalOutcome, SettleError, Submitted, TaskMetric,
     TaskStatus,

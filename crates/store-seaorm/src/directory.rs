@@ -664,13 +664,16 @@ mod read {
     use std::collections::BTreeMap;
 
     use async_trait::async_trait;
-    use sea_orm::EntityTrait;
+    use sea_orm::{EntityTrait, PaginatorTrait};
     use tenantry_directory::{
         AccountRow, ExecutionRow, InboxReceipt, MembershipRow, ProjectionState, ProjectionTables,
         WorkspaceRow,
     };
-    use tenantry_ports::directory::{ProjectionStoreError, ProjectionTablesReader};
+    use tenantry_ports::directory::{
+        ProjectionCounts, ProjectionStoreError, ProjectionTablesReader,
+    };
 
+    use super::entity::{account, membership, workspace};
     use super::{SeaOrmDirectoryStore, TableRow, corrupt, storage};
 
     impl SeaOrmDirectoryStore {
@@ -708,6 +711,24 @@ mod read {
                 receipts: self
                     .dump_table(|r: &InboxReceipt| (r.instance_uuid.clone(), r.event_uuid.clone()))
                     .await?,
+            })
+        }
+
+        async fn count_rows(&self) -> Result<ProjectionCounts, ProjectionStoreError> {
+            // One `COUNT(*)` per table; no row is read.
+            Ok(ProjectionCounts {
+                accounts: account::Entity::find()
+                    .count(&self.conn)
+                    .await
+                    .map_err(storage("count accounts"))?,
+                workspaces: workspace::Entity::find()
+                    .count(&self.conn)
+                    .await
+                    .map_err(storage("count workspaces"))?,
+                memberships: membership::Entity::find()
+                    .count(&self.conn)
+                    .await
+                    .map_err(storage("count memberships"))?,
             })
         }
     }

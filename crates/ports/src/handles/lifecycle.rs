@@ -12,7 +12,7 @@ use tenantry_lifecycle::{
 
 use crate::lifecycle::{
     ActionRecord, ClaimRequest, CommandAdmin, CommandCount, CommandFilter, CommandQueue,
-    ControlSpaceReader, IntakeStore, IntakeStoreError, KnowledgeFs, LifecycleMetrics, MetricsError,
+    ControlSpaceReader, ErrorCodeCount, IntakeStore, IntakeStoreError, KnowledgeFs, LifecycleMetrics, MetricsError,
     OperatorAction, OperatorActionError, RemoteError, RenewalOutcome, SettleError, StoreError,
     Submitted, TaskMetric,
 };
@@ -107,6 +107,16 @@ async_handles!(CommandAdmin {
         statuses: &[CommandStatus],
     ) -> Result<Vec<CommandCount>, StoreError> {
         (**self).count_commands(statuses).await
+    }
+    async fn count_matching(&self, filter: &CommandFilter) -> Result<u64, StoreError> {
+        (**self).count_matching(filter).await
+    }
+    async fn count_by_error_code(
+        &self,
+        status: CommandStatus,
+        limit: u32,
+    ) -> Result<Vec<ErrorCodeCount>, StoreError> {
+        (**self).count_by_error_code(status, limit).await
     }
 });
 

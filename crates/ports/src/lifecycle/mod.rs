@@ -387,6 +387,16 @@ pub struct CommandCount {
     pub count: u64,
 }
 
+/// Number of commands of one status with one last error code (the overview's "failed by
+/// error code").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ErrorCodeCount {
+    /// The last error code (`None`: commands without one).
+    pub code: Option<ErrorCode>,
+    /// How many.
+    pub count: u64,
+}
+
 /// Operator actions on commands and counts for gauges. Not part of [`LifecycleStore`]: only
 /// the admin API, the CLI and metrics use it.
 #[cfg_attr(feature = "mocks", mockall::automock)]
@@ -435,6 +445,26 @@ pub trait CommandAdmin: Send + Sync {
         &self,
         statuses: &[CommandStatus],
     ) -> Result<Vec<CommandCount>, StoreError>;
+
+    /// How many commands match `filter` (every field but `after` and `limit`, which are
+    /// ignored): one `COUNT` query, for the console's "N commands match" and the count a bulk
+    /// action's confirmation states.
+    ///
+    /// # Errors
+    /// [`StoreError`] when the database fails.
+    async fn count_matching(&self, filter: &CommandFilter) -> Result<u64, StoreError>;
+
+    /// Commands of `status` grouped by their last error code, largest group first (ties by
+    /// code), at most `limit` groups: one aggregate query (the `failed_at` index serves
+    /// `failed`).
+    ///
+    /// # Errors
+    /// [`StoreError`] when the database fails.
+    async fn count_by_error_code(
+        &self,
+        status: CommandStatus,
+        limit: u32,
+    ) -> Result<Vec<ErrorCodeCount>, StoreError>;
 }
 
 /// Everything the lifecycle engine needs from storage.

@@ -6,15 +6,15 @@
 use async_trait::async_trait;
 use sea_orm::sea_query::Expr;
 use sea_orm::{
-    ActiveValue::Set, ColumnTrait, ConnectionTrait, EntityTrait, FromQueryResult, QueryFilter,
-    QueryOrder, QuerySelect,
+    ActiveValue::Set, ColumnTrait, ConnectionTrait, EntityTrait, FromQueryResult, PaginatorTrait,
+    QueryFilter, QueryOrder, QuerySelect,
 };
 use tenantry_kernel::CommandId;
 use tenantry_lifecycle::ErrorCode;
 use tenantry_lifecycle::{CommandRecord, CommandStatus, Operation};
 use tenantry_ports::lifecycle::{
-    ActionRecord, CommandAdmin, CommandCount, OperatorAction, OperatorActionError,
-    OperatorActionKind, StoreError,
+    ActionRecord, CommandAdmin, CommandCount, CommandFilter, ErrorCodeCount, OperatorAction,
+    OperatorActionError, OperatorActionKind, StoreError,
 };
 
 use super::convert::{millis, to_record};
@@ -172,6 +172,46 @@ impl CommandAdmin for SeaOrmLifecycleStore {
                 })
             })
             .collect()
+    }
+
+    async fn count_matching(&self, filter: &CommandFilter) -> Result<u64, StoreError> {
+        let count = super::filtered(outbox::Entity::find(), filter)
+            .count(&self.conn)
+            .await
+            .map_err(unavailable)?;
+        Ok(count)
+    }
+
+    async fn count_by_error_code(
+        &self,
+        status: CommandStatus,
+        limit: u32,
+    ) -> Result<Vec<ErrorCodeCount>, StoreError> {
+        let mut query = outbox::Entity::find()
+            .select_only()
+            .column(outbox::Column::LastErrorCode)
+            .column_as(outbox::Column::Id.count(), "count")
+            .filter(outbox::Column::Status.eq(status.as_str()));
+        if status == CommandStatus::Failed {
+            // Served by the `failed_at` partial index (m0005), like the gauge.
+            query = query.filter(outbox::Column::FailedAt.is_not_null());
+        }
+        let rows: Vec<(Option<String>, i64)> = query
+            .group_by(outbox::Column::LastErrorCode)
+            .order_by_desc(Expr::col(sea_orm::sea_query::Alias::new("count")))
+            .order_by_asc(outbox::Column::LastErrorCode)
+            .limit(u64::from(limit))
+            .into_tuple()
+            .all(&self.conn)
+            .await
+            .map_err(unavailable)?;
+        Ok(rows
+            .into_iter()
+            .map(|(code, count)| ErrorCodeCount {
+                code: code.map(ErrorCode::from),
+                count: u64::try_from(count).unwrap_or(0),
+            })
+            .collect())
     }
 }
 

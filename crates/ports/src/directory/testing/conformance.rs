@@ -223,6 +223,25 @@ pub async fn snapshot_apply_matches_reference<S: SuiteStore>(store: &S) {
     assert_eq!(state.lease_expires_at, at(70));
 }
 
+/// `count_rows` answers the sizes of the projected tables, as a dump of them shows.
+pub async fn projection_counts_match_the_tables<S: SuiteStore>(store: &S) {
+    let empty = store.count_rows().await.unwrap();
+    assert_eq!(empty, crate::directory::ProjectionCounts::default());
+    let mut r = Replay::new(store);
+    r.snapshot(&ctx(0), &base()).await.unwrap();
+    let dump = store.dump_tables().await.unwrap();
+    let counts = store.count_rows().await.unwrap();
+    assert_eq!(
+        (counts.accounts, counts.workspaces, counts.memberships),
+        (
+            dump.accounts.len() as u64,
+            dump.workspaces.len() as u64,
+            dump.memberships.len() as u64
+        )
+    );
+    assert!(counts.accounts > 0 && counts.workspaces > 0 && counts.memberships > 0);
+}
+
 /// An older snapshot is superseded; the same cursor with other contents conflicts.
 pub async fn snapshot_superseded_and_conflict_are_rejected<S: SuiteStore>(store: &S) {
     let mut r = Replay::new(store);
@@ -770,6 +789,7 @@ macro_rules! directory_projection_store_conformance {
             committed_active_capacity_rolls_back,
             concurrent_replicas_serialize_on_the_state_row,
             large_snapshot_applies,
+            projection_counts_match_the_tables,
         );
     };
     (@tests $ctor:expr; $($name:ident),* $(,)?) => {

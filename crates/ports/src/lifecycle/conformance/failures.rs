@@ -444,3 +444,99 @@ pub async fn list_commands_filters_by_error_code<S: LifecycleStore>(store: S, cl
     );
     assert!(store.list_commands(&page("NOPE")).await.unwrap().is_empty());
 }
+
+/// `count_matching` counts exactly what `list_commands` lists for the same filter (cursor and
+/// limit ignored); `count_by_error_code` groups one status by last error code, largest first.
+pub async fn count_matching_and_by_error_code<S: LifecycleStore + CommandAdmin>(
+    store: S,
+    clock: ManualClock,
+) {
+    fail_it(&store, &clock, "cs1", "k1", 0).await;
+    fail_it(&store, &clock, "cs2", "k2", 10).await;
+    let busy = enqueue(&store, &clock, "cs3", "k3", t(20)).await;
+    let c = claim_one(&store, &clock, "w1", t(21)).await;
+    assert_eq!(c.id(), &busy);
+    store
+        .settle(
+            &c.lease,
+            &Settlement::fail(t(22), ErrorRecord::new("KFS_UNAVAILABLE", "down")),
+        )
+        .await
+        .unwrap();
+    enqueue(&store, &clock, "cs4", "k4", t(30)).await;
+    let filters = [
+        CommandFilter::default(),
+        CommandFilter {
+            status: Some(CommandStatus::Failed),
+            ..CommandFilter::default()
+        },
+        CommandFilter {
+            status: Some(CommandStatus::Failed),
+            error_code: Some("INVALID_REQUEST".into()),
+            ..CommandFilter::default()
+        },
+        CommandFilter {
+            tenant_id: Some(tenant()),
+            control_space_id: Some(ControlSpaceId::parse("cs4").unwrap()),
+            ..CommandFilter::default()
+        },
+        CommandFilter {
+            status: Some(CommandStatus::Succeeded),
+            ..CommandFilter::default()
+        },
+    ];
+    let expected = [4, 3, 2, 1, 0];
+    for (filter, expected) in filters.iter().zip(expected) {
+        let listed = store
+            .list_commands(&CommandFilter {
+                limit: 1000,
+                ..filter.clone()
+            })
+            .await
+            .unwrap()
+            .len() as u64;
+        // A cursor and a small limit change nothing in the count.
+        let counted = store
+            .count_matching(&CommandFilter {
+                limit: 1,
+                after: Some(busy.clone()),
+                ..filter.clone()
+            })
+            .await
+            .unwrap();
+        assert_eq!((listed, counted), (expected, expected), "{filter:?}");
+    }
+    let by_code = store
+        .count_by_error_code(CommandStatus::Failed, 10)
+        .await
+        .unwrap();
+    let code = |c: &str| Some(ErrorCode::from(c));
+    assert_eq!(
+        by_code,
+        vec![
+            crate::lifecycle::ErrorCodeCount {
+                code: code("INVALID_REQUEST"),
+                count: 2
+            },
+            crate::lifecycle::ErrorCodeCount {
+                code: code("KFS_UNAVAILABLE"),
+                count: 1
+            },
+        ]
+    );
+    assert_eq!(
+        store
+            .count_by_error_code(CommandStatus::Failed, 1)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    assert!(
+        store
+            .count_by_error_code(CommandStatus::Abandoned, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
