@@ -31,7 +31,7 @@ use tenantry_store_seaorm::wake::{ListenerConfig, WakeListener};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::admin::{self, AdminState};
+use crate::admin::AdminState;
 use crate::config::Config;
 use crate::metrics::{AppMetrics, MeteredRemote};
 
@@ -280,18 +280,30 @@ impl Service {
             clock.clone(),
             FenceConfig::with_deadline(config.knowledge_fs_deadline),
         );
+        // The counts `/metrics` and the console share: at most one refresh a second.
+        let counts = Arc::new(crate::counts::CountsCache::new(
+            store.clone(),
+            scoped_writes.clone(),
+            directory.as_ref().map(|d| d.store.clone()),
+            clock.clone(),
+        ));
         let state = AdminState {
             store: store.clone(),
             intake: Arc::new(CommandIntake::new(store, clock.clone()).with_wakeups(wakeups)),
             clock,
+            counts,
             fences: scoped_writes.clone(),
             token: config.admin_token.as_deref().map(Arc::from),
             accepting: accepting.clone(),
             directory: directory.clone(),
         };
+        let ui = config.ui.then_some(crate::ui::UiSettings {
+            read_only: config.ui_read_only,
+        });
         let mut server_stop = stopped;
         let server = tokio::spawn(async move {
-            let app = admin::router(state);
+            // The operator console at `/ui` beside the admin API, unless `ui = false`.
+            let app = crate::ui::app(state, ui);
             let shutdown = async move {
                 let _ = server_stop.wait_for(|s| *s).await;
             };

@@ -66,8 +66,8 @@ pub use host_storage::{HostStorage, HostStorageBindings, HostStorageError};
 #[cfg(feature = "lifecycle")]
 pub use lifecycle::{
     ActionRecord, ClaimRequest, CommandAdmin, CommandCount, CommandFilter, CommandQueue,
-    ControlSpaceReader, ErrorCodeCount, IntakeStore, IntakeStoreError, KnowledgeFs, LifecycleMetrics,
-    LifecycleStore, MetricsError, NoMetrics, OperatorAction, OperatorActionError,
+    ControlSpaceReader, ErrorCodeCount, IntakeStore, IntakeStoreError, KnowledgeFs,
+    LifecycleMetrics, LifecycleStore, MetricsError, NoMetrics, OperatorAction, OperatorActionError,
     OperatorActionKind, RemoteError, RenewalOutcome, SettleError, Submitted, TaskMetric,
     TaskStatus,
 };

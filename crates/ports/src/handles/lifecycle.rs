@@ -12,9 +12,9 @@ use tenantry_lifecycle::{
 
 use crate::lifecycle::{
     ActionRecord, ClaimRequest, CommandAdmin, CommandCount, CommandFilter, CommandQueue,
-    ControlSpaceReader, ErrorCodeCount, IntakeStore, IntakeStoreError, KnowledgeFs, LifecycleMetrics, MetricsError,
-    OperatorAction, OperatorActionError, RemoteError, RenewalOutcome, SettleError, StoreError,
-    Submitted, TaskMetric,
+    ControlSpaceReader, ErrorCodeCount, IntakeStore, IntakeStoreError, KnowledgeFs,
+    LifecycleMetrics, MetricsError, OperatorAction, OperatorActionError, RemoteError,
+    RenewalOutcome, SettleError, StoreError, Submitted, TaskMetric,
 };
 
 async_handles!(CommandQueue {

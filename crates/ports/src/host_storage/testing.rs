@@ -472,7 +472,11 @@ pub mod conformance {
         assert_eq!(
             ours,
             vec![
-                (a.as_str().to_owned(), "ke.fence.v1.z".to_owned(), Some(json!("fence"))),
+                (
+                    a.as_str().to_owned(),
+                    "ke.fence.v1.z".to_owned(),
+                    Some(json!("fence"))
+                ),
                 (
                     b.as_str().to_owned(),
                     "ke.fence.v1.x".to_owned(),

@@ -1,0 +1,151 @@
+//! The overview: commands by status and operation, failed commands by error code, active
+//! fences by kind, the directory's readiness, staleness and row counts. Every number comes
+//! from the shared counts ([`CountsCache`](crate::counts::CountsCache)), at most a second old.
+
+use axum::Extension;
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Response};
+use maud::{Markup, html};
+use tenantry_fence::RecordKind;
+use tenantry_lifecycle::{CommandStatus, Operation};
+
+use super::super::UiState;
+use super::super::auth::Session;
+use super::super::layout;
+use crate::counts::{COUNTED_STATUSES, Counts};
+use crate::directory::DirectoryStatus;
+
+const OPERATIONS: [Operation; 3] = [Operation::Provision, Operation::Delete, Operation::Revoke];
+
+/// `GET /ui`.
+pub async fn page(
+    State(state): State<UiState>,
+    Extension(session): Extension<Session>,
+    headers: HeaderMap,
+) -> Response {
+    let live = live(&state).await;
+    if layout::is_htmx(&headers) {
+        return live.into_response();
+    }
+    layout::page("Overview", "/ui", &session, html! {}, Some("/ui"), live).into_response()
+}
+
+async fn live(state: &UiState) -> Markup {
+    let counts = state.admin.counts.get().await;
+    let directory = crate::directory::status(state.admin.directory.as_ref()).await;
+    html! {
+        p.muted { "Counts as of " (layout::time(&counts.at)) " (refreshed at most once a second)." }
+        h2 { "Commands" }
+        (commands(&counts))
+        h2 { "Failed commands by error code" }
+        (failed_by_code(&counts))
+        h2 { "Fences" }
+        (fences(&counts))
+        h2 { "Directory" }
+        (directory_summary(&directory, &counts))
+    }
+}
+
+fn commands(counts: &Counts) -> Markup {
+    html! {
+        @match &counts.commands {
+            Err(e) => p.error { "Commands could not be counted: " (e) },
+            Ok(rows) => {
+                div.cards {
+                    @for status in COUNTED_STATUSES {
+                        div.card #{"count-" (status.as_str())} {
+                            div.muted { (status.as_str()) }
+                            div.n { a href={"/ui/commands?status=" (status.as_str())} { (counts.total(status)) } }
+                        }
+                    }
+                }
+                table #commands-by-operation {
+                    tr { th { "operation" } @for status in COUNTED_STATUSES { th { (status.as_str()) } } }
+                    @for operation in OPERATIONS {
+                        tr {
+                            td { (operation.as_str()) }
+                            @for status in COUNTED_STATUSES {
+                                td { (rows.iter().filter(|c| c.status == status && c.operation == operation).map(|c| c.count).sum::<u64>()) }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn failed_by_code(counts: &Counts) -> Markup {
+    html! {
+        @match &counts.failed_by_code {
+            Err(e) => p.error { "Failed commands could not be counted: " (e) },
+            Ok(rows) if rows.is_empty() => p.muted { "No failed command." },
+            Ok(rows) => table #failed-by-code {
+                tr { th { "error code" } th { "failed commands" } }
+                @for row in rows {
+                    @let code = row.code.as_ref().map_or("", |c| c.as_str());
+                    tr {
+                        td { a href={"/ui/commands?status=failed&error_code=" (code)} { @if code.is_empty() { "(none)" } @else { (code) } } }
+                        td { (row.count) }
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn fences(counts: &Counts) -> Markup {
+    html! {
+        @match &counts.fences {
+            Err(e) => p.error { "Fences could not be counted: " (e) },
+            Ok(kinds) => div.cards {
+                div.card #count-fences {
+                    div.muted { "fences (need an operator)" }
+                    div.n { a href="/ui/fences" { (kinds.get(&RecordKind::Fence).copied().unwrap_or(0)) } }
+                }
+                div.card #count-intents {
+                    div.muted { "intents (writes in flight)" }
+                    div.n { (kinds.get(&RecordKind::Intent).copied().unwrap_or(0)) }
+                }
+            }
+        }
+    }
+}
+
+/// The directory's readiness line, shared with the directory page.
+pub(crate) fn readiness(status: &DirectoryStatus) -> Markup {
+    html! {
+        @match status {
+            DirectoryStatus::NotConfigured(_) => span #readiness.muted { "not configured" },
+            DirectoryStatus::Configured(s) => {
+                @if s.ready { span #readiness.ok { "ready" } }
+                @else { span #readiness.bad { "not ready" } }
+            }
+        }
+    }
+}
+
+fn directory_summary(status: &DirectoryStatus, counts: &Counts) -> Markup {
+    html! {
+        div.cards {
+            div.card { div.muted { "readiness" } div.n { (readiness(status)) } }
+            @if let DirectoryStatus::Configured(s) = status {
+                div.card {
+                    div.muted { "staleness / max" }
+                    div.n { (s.staleness_seconds.map_or_else(|| "never synced".to_owned(), |a| format!("{a:.0} s"))) " / " (format!("{:.0} s", s.max_staleness_seconds)) }
+                }
+            }
+            @if let Some(Ok(rows)) = &counts.directory {
+                div.card { div.muted { "accounts" } div.n { (rows.accounts) } }
+                div.card { div.muted { "workspaces" } div.n { (rows.workspaces) } }
+                div.card { div.muted { "memberships" } div.n { (rows.memberships) } }
+            }
+        }
+        @if let Some(Err(e)) = &counts.directory { p.error { "Directory rows could not be counted: " (e) } }
+        p { a href="/ui/directory" { "Directory details" } }
+    }
+}
+
+/// Statuses an operator acts on (bulk actions need one of them).
+pub(crate) const ACTIONABLE: [CommandStatus; 2] = [CommandStatus::Failed, CommandStatus::Pending];
