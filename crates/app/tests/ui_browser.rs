@@ -22,7 +22,12 @@ use common::{Harness, TOKEN};
 use fantoccini::{Client, ClientBuilder, Locator};
 use serde_json::json;
 use tenantry_app::config::DirectorySettings;
-use tenantry_directory::InstanceUuid;
+use tenantry_directory::maps::{
+    DirectoryAccountStatus, DirectoryMembershipStatus, DirectoryRole, WorkspaceStatus,
+};
+use tenantry_directory::{
+    AccountUuid, DirectoryMember, DirectoryWorkspace, InstanceUuid, MembershipUuid, WorkspaceUuid,
+};
 use tenantry_fence::ScopeIdentity;
 use tenantry_ports::host_storage::HostStorage;
 use tenantry_store_seaorm::host_storage::SeaOrmHostStorage;
@@ -209,6 +214,38 @@ fn directory_settings(url: String, keys: Vec<(String, [u8; 32])>) -> DirectorySe
     }
 }
 
+/// A workspace of the reference directory with `members` members.
+fn workspace(uuid: &str, members: usize) -> DirectoryWorkspace {
+    let owner = AccountUuid::parse(format!("acc-{uuid}-0")).unwrap();
+    DirectoryWorkspace {
+        uuid: WorkspaceUuid::parse(uuid).unwrap(),
+        name: format!("Workspace {uuid}"),
+        slug: uuid.into(),
+        workspace_type: "team".into(),
+        status: WorkspaceStatus::Active,
+        created_by_account_uuid: owner,
+        projection_revision: 1,
+        execution_generation: 1,
+        members: (0..members)
+            .map(|i| DirectoryMember {
+                membership_uuid: MembershipUuid::parse(format!("m-{uuid}-{i}")).unwrap(),
+                account_uuid: AccountUuid::parse(format!("acc-{uuid}-{i}")).unwrap(),
+                normalized_email: format!("user{i}@{uuid}.example.com"),
+                display_name: format!("User {i}"),
+                account_status: DirectoryAccountStatus::Active,
+                role: if i == 0 {
+                    DirectoryRole::Owner
+                } else {
+                    DirectoryRole::Member
+                },
+                membership_status: DirectoryMembershipStatus::Active,
+                joined_at: None,
+                projection_revision: 1,
+            })
+            .collect(),
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "drives Chromium: runs once in the `test (browser)` step of `cargo xtask ci` (cargo test -p tenantry-app --test ui_browser -- --ignored)"]
 async fn console_in_a_real_browser() {
@@ -221,6 +258,9 @@ async fn console_in_a_real_browser() {
     ))
     .await
     .unwrap();
+    for (uuid, members) in [("ws-a", 3), ("ws-b", 2)] {
+        directory.change(|m| m.upsert_workspace(workspace(uuid, members)));
+    }
     let keys = directory.trusted_public_keys();
     let h = Harness::start_with(Default::default(), |c| {
         c.directory = Some(directory_settings(directory_url, keys));
@@ -276,6 +316,7 @@ async fn console_in_a_real_browser() {
         .unwrap();
     wait_text(&client, "#count-failed", "1", false).await;
     wait_text(&client, "#readiness.ok", "ready", false).await;
+    wait_text(&client, "#count-memberships", "5", false).await;
     shot(&client, "02-overview").await;
 
     // Filter the commands: failed only.

@@ -137,9 +137,9 @@ fn directory_summary(status: &DirectoryStatus, counts: &Counts) -> Markup {
                 }
             }
             @if let Some(Ok(rows)) = &counts.directory {
-                div.card { div.muted { "accounts" } div.n { (rows.accounts) } }
-                div.card { div.muted { "workspaces" } div.n { (rows.workspaces) } }
-                div.card { div.muted { "memberships" } div.n { (rows.memberships) } }
+                div.card #count-accounts { div.muted { "accounts" } div.n { (rows.accounts) } }
+                div.card #count-workspaces { div.muted { "workspaces" } div.n { (rows.workspaces) } }
+                div.card #count-memberships { div.muted { "memberships" } div.n { (rows.memberships) } }
             }
         }
         @if let Some(Err(e)) = &counts.directory { p.error { "Directory rows could not be counted: " (e) } }
