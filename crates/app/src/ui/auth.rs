@@ -285,7 +285,7 @@ mod tests {
         let sessions = Sessions::new(Arc::new(clock.clone()));
         let id = sessions.create();
         let session = sessions.get(&id).unwrap();
-        assert!(csrf_ok(&session, &session.csrf.to_string()));
+        assert!(csrf_ok(&session, session.csrf.as_ref()));
         assert!(!csrf_ok(&session, "nope"));
         clock.advance(SESSION_LIFETIME);
         assert!(sessions.get(&id).is_none());
