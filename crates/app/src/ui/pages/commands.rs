@@ -3,7 +3,7 @@
 //! state, the action log), retry / abandon of one command, and the bulk action on everything
 //! matching a filter after a confirmation that states how many commands match.
 //!
-//! Filters are parsed by the admin API's [`commands_filter`](crate::admin::commands_filter)
+//! Filters are parsed by the admin API's [`commands_filter`](crate::admin::commands_filter())
 //! (same rules, same messages); actions go through the engine's `OperatorActions`, as the admin
 //! API's do, with actor `console` and the operator's reason, and are recorded in the action log.
 
