@@ -1,5 +1,7 @@
 //! Cheap counts shared by every viewer: commands per (status, operation), failed commands by
-//! error code, active fences by kind and the projected directory's row counts, read through
+//! error code, active fences by kind, the projected directory's row counts, the oldest pending
+//! command and the lease owners at work, and the commands settled per minute with their
+//! enqueue-to-settle percentiles over the last minutes (at most [`THROUGHPUT_SAMPLE`] rows), read through
 //! the stores' read ports (aggregate `COUNT` queries, one statement for the fences) and kept
 //! for at most [`MAX_AGE`] (one second).
 //!
@@ -20,7 +22,9 @@ use tenantry_fence::RecordKind;
 use tenantry_lifecycle::CommandStatus;
 use tenantry_ports::clock::Clock;
 use tenantry_ports::directory::{ProjectionCounts, ProjectionTablesReader};
-use tenantry_ports::lifecycle::{CommandAdmin, CommandCount, ErrorCodeCount};
+use tenantry_ports::lifecycle::{
+    CommandAdmin, CommandCount, ErrorCodeCount, LiveSummary, SettledCommand,
+};
 use tenantry_store_seaorm::directory::SeaOrmDirectoryStore;
 use tenantry_store_seaorm::host_storage::SeaOrmHostStorage;
 use tenantry_store_seaorm::lifecycle::SeaOrmLifecycleStore;
@@ -40,6 +44,60 @@ pub const COUNTED_STATUSES: [CommandStatus; 3] = [
 /// Most error-code groups of failed commands kept (largest first).
 pub const MAX_ERROR_CODES: u32 = 20;
 
+/// Minutes of history behind the throughput chart and the latency percentiles.
+pub const THROUGHPUT_MINUTES: u32 = 10;
+
+/// Most settled commands read for the throughput and latency (the newest); beyond it the
+/// older minutes are left out and [`Throughput::truncated`] says so.
+pub const THROUGHPUT_SAMPLE: u32 = 2_000;
+
+/// Commands that succeeded over the last [`THROUGHPUT_MINUTES`] minutes.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Throughput {
+    /// Commands settled in each minute, oldest minute first; the last is the current one.
+    pub per_minute: Vec<u64>,
+    /// Median enqueue-to-settle time of those commands (`None`: none settled).
+    pub p50: Option<Duration>,
+    /// 99th percentile of the same.
+    pub p99: Option<Duration>,
+    /// Whether [`THROUGHPUT_SAMPLE`] cut the read short (older minutes then show too few).
+    pub truncated: bool,
+}
+
+/// Buckets `settled` into the `minutes` minutes that end at `now` and takes the latency
+/// percentiles (nearest rank).
+pub fn throughput(
+    settled: &[SettledCommand],
+    now: DateTime<Utc>,
+    minutes: u32,
+    truncated: bool,
+) -> Throughput {
+    let mut per_minute = vec![0u64; minutes as usize];
+    let mut latencies: Vec<Duration> = Vec::with_capacity(settled.len());
+    for s in settled {
+        let age = (now - s.completed_at).num_seconds().max(0);
+        let bucket = usize::try_from(age / 60).unwrap_or(usize::MAX);
+        if bucket < per_minute.len() {
+            let index = per_minute.len() - 1 - bucket;
+            per_minute[index] += 1;
+            latencies.push((s.completed_at - s.created_at).to_std().unwrap_or_default());
+        }
+    }
+    latencies.sort();
+    let rank = |q: f64| {
+        (!latencies.is_empty()).then(|| {
+            let i = ((q * latencies.len() as f64).ceil() as usize).clamp(1, latencies.len());
+            latencies[i - 1]
+        })
+    };
+    Throughput {
+        per_minute,
+        p50: rank(0.50),
+        p99: rank(0.99),
+        truncated,
+    }
+}
+
 /// One refresh of the counts. Each part is `Err(message)` when its read failed (the others
 /// still count).
 #[derive(Debug, Clone)]
@@ -55,6 +113,10 @@ pub struct Counts {
     pub fences: Result<BTreeMap<RecordKind, u64>, String>,
     /// Rows of the projected directory tables; `None` without a directory provider.
     pub directory: Option<Result<ProjectionCounts, String>>,
+    /// The oldest pending command and the lease owners holding commands now.
+    pub live: Result<LiveSummary, String>,
+    /// Settled per minute and enqueue-to-settle percentiles, last [`THROUGHPUT_MINUTES`].
+    pub throughput: Result<Throughput, String>,
 }
 
 impl Counts {
@@ -144,12 +206,26 @@ impl CountsCache {
             Some(store) => Some(store.count_rows().await.map_err(|e| text(&e))),
             None => None,
         };
+        let live = self.store.live_summary().await.map_err(|e| text(&e));
+        let now = self.clock.now();
+        let since = now - chrono::Duration::minutes(i64::from(THROUGHPUT_MINUTES));
+        let throughput = self
+            .store
+            .settled_since(since, THROUGHPUT_SAMPLE)
+            .await
+            .map(|settled| {
+                let truncated = settled.len() >= THROUGHPUT_SAMPLE as usize;
+                throughput(&settled, now, THROUGHPUT_MINUTES, truncated)
+            })
+            .map_err(|e| text(&e));
         Counts {
-            at: self.clock.now(),
+            at: now,
             commands,
             failed_by_code,
             fences,
             directory,
+            live,
+            throughput,
         }
     }
 }
@@ -206,5 +282,38 @@ mod tests {
         let third = cache.get().await;
         assert_eq!(cache.refreshes(), 2);
         assert_eq!(third.fences.as_ref().unwrap()[&RecordKind::Fence], 1);
+        assert_eq!(third.live, Ok(LiveSummary::default()));
+        assert_eq!(
+            third.throughput.as_ref().unwrap().per_minute,
+            vec![0; THROUGHPUT_MINUTES as usize]
+        );
+    }
+
+    /// Settled commands fall into the minute of their completion (the last bucket is the
+    /// current minute, older than the window: left out); percentiles are nearest-rank.
+    #[test]
+    fn throughput_buckets_by_minute_and_takes_percentiles() {
+        let now = Utc.timestamp_opt(1_800_000_600, 0).single().unwrap();
+        let settled = |ago_s: i64, took_s: i64| SettledCommand {
+            created_at: now - chrono::Duration::seconds(ago_s + took_s),
+            completed_at: now - chrono::Duration::seconds(ago_s),
+        };
+        let rows: Vec<SettledCommand> = (1..=100)
+            .map(|i| settled(if i <= 60 { 10 } else { 70 }, i))
+            .chain([settled(601, 1_000)])
+            .collect();
+        let t = throughput(&rows, now, 10, false);
+        assert_eq!(t.per_minute.len(), 10);
+        assert_eq!(t.per_minute[9], 60, "the current minute");
+        assert_eq!(t.per_minute[8], 40, "the minute before");
+        assert_eq!(
+            t.per_minute.iter().sum::<u64>(),
+            100,
+            "older than 10 min: left out"
+        );
+        assert_eq!(t.p50, Some(Duration::from_secs(50)));
+        assert_eq!(t.p99, Some(Duration::from_secs(99)));
+        let empty = throughput(&[], now, 10, false);
+        assert_eq!((empty.p50, empty.p99), (None, None));
     }
 }

@@ -317,6 +317,7 @@ async fn console_in_a_real_browser() {
     wait_text(&client, "#count-failed", "1", false).await;
     wait_text(&client, "#readiness.ok", "ready", false).await;
     wait_text(&client, "#count-memberships", "5", false).await;
+    wait_text(&client, "#latency", "over 1 commands", false).await;
     shot(&client, "02-overview").await;
 
     // Filter the commands: failed only.

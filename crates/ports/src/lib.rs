@@ -68,7 +68,7 @@ pub use lifecycle::{
     ActionRecord, ClaimRequest, CommandAdmin, CommandCount, CommandFilter, CommandQueue,
     ControlSpaceReader, ErrorCodeCount, IntakeStore, IntakeStoreError, KnowledgeFs,
     LifecycleMetrics, LifecycleStore, MetricsError, NoMetrics, OperatorAction, OperatorActionError,
-    OperatorActionKind, RemoteError, RenewalOutcome, SettleError, Submitted, TaskMetric,
-    TaskStatus,
+    OperatorActionKind, RemoteError, RenewalOutcome, SettleError, SettledCommand, Submitted,
+    TaskMetric, TaskStatus,
 };
 pub use retention::{PruneBatch, RetentionKind, RetentionPolicy, RetentionStore};

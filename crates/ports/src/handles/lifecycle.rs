@@ -3,6 +3,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
+
 use tenantry_kernel::{CommandId, ControlSpaceId, IdempotencyKey, ProvisioningKey, TenantId};
 use tenantry_lifecycle::intake::IntakePlan;
 use tenantry_lifecycle::{
@@ -13,8 +15,8 @@ use tenantry_lifecycle::{
 use crate::lifecycle::{
     ActionRecord, ClaimRequest, CommandAdmin, CommandCount, CommandFilter, CommandQueue,
     ControlSpaceReader, ErrorCodeCount, IntakeStore, IntakeStoreError, KnowledgeFs,
-    LifecycleMetrics, MetricsError, OperatorAction, OperatorActionError, RemoteError,
-    RenewalOutcome, SettleError, StoreError, Submitted, TaskMetric,
+    LifecycleMetrics, LiveSummary, MetricsError, OperatorAction, OperatorActionError, RemoteError,
+    RenewalOutcome, SettleError, SettledCommand, StoreError, Submitted, TaskMetric,
 };
 
 async_handles!(CommandQueue {
@@ -117,6 +119,16 @@ async_handles!(CommandAdmin {
         limit: u32,
     ) -> Result<Vec<ErrorCodeCount>, StoreError> {
         (**self).count_by_error_code(status, limit).await
+    }
+    async fn settled_since(
+        &self,
+        since: DateTime<Utc>,
+        limit: u32,
+    ) -> Result<Vec<SettledCommand>, StoreError> {
+        (**self).settled_since(since, limit).await
+    }
+    async fn live_summary(&self) -> Result<LiveSummary, StoreError> {
+        (**self).live_summary().await
     }
 });
 

@@ -113,6 +113,7 @@ macro_rules! lifecycle_store_conformance {
             count_commands_groups_by_status_and_operation,
             list_commands_filters_by_error_code,
             count_matching_and_by_error_code,
+            settled_since_and_live_summary,
         );
     };
     (@cases $make:expr; $($case:ident),* $(,)?) => {

@@ -25,9 +25,9 @@ use crate::clock::{Clock, SystemClock};
 
 use super::{
     ActionRecord, ClaimRequest, CommandAdmin, CommandCount, CommandFilter, CommandQueue,
-    ControlSpaceReader, ErrorCodeCount, IntakeStore, IntakeStoreError, KnowledgeFs, OperatorAction,
-    OperatorActionError, OperatorActionKind, RemoteError, SettleError, StoreError, Submitted,
-    add_duration,
+    ControlSpaceReader, ErrorCodeCount, IntakeStore, IntakeStoreError, KnowledgeFs, LiveSummary,
+    OperatorAction, OperatorActionError, OperatorActionKind, RemoteError, SettleError,
+    SettledCommand, StoreError, Submitted, add_duration,
 };
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -652,6 +652,54 @@ impl CommandAdmin for InMemoryLifecycleStore {
         });
         counts.truncate(limit as usize);
         Ok(counts)
+    }
+
+    async fn settled_since(
+        &self,
+        since: DateTime<Utc>,
+        limit: u32,
+    ) -> Result<Vec<SettledCommand>, StoreError> {
+        self.check_fault()?;
+        let state = lock(&self.state);
+        let mut settled: Vec<SettledCommand> = state
+            .commands
+            .values()
+            .filter(|r| r.status == CommandStatus::Succeeded)
+            .filter_map(|r| {
+                r.completed_at
+                    .filter(|at| *at >= since)
+                    .map(|completed_at| SettledCommand {
+                        created_at: r.created_at,
+                        completed_at,
+                    })
+            })
+            .collect();
+        settled.sort_by(|a, b| b.completed_at.cmp(&a.completed_at));
+        settled.truncate(limit as usize);
+        Ok(settled)
+    }
+
+    async fn live_summary(&self) -> Result<LiveSummary, StoreError> {
+        self.check_fault()?;
+        let state = lock(&self.state);
+        let oldest_pending_created_at = state
+            .commands
+            .values()
+            .filter(|r| r.status == CommandStatus::Pending)
+            .map(|r| r.created_at)
+            .min();
+        let mut owners: BTreeMap<String, u64> = BTreeMap::new();
+        for r in state.commands.values() {
+            if r.status == CommandStatus::Processing
+                && let Some(owner) = &r.lease_owner
+            {
+                *owners.entry(owner.as_str().to_owned()).or_default() += 1;
+            }
+        }
+        Ok(LiveSummary {
+            oldest_pending_created_at,
+            lease_owners: owners.into_iter().collect(),
+        })
     }
 }
 

@@ -4,6 +4,7 @@
 //! claim index for live commands and the `failed_at` index of migration m0005 for failed ones).
 
 use async_trait::async_trait;
+use chrono::{DateTime, Utc};
 use sea_orm::sea_query::Expr;
 use sea_orm::{
     ActiveValue::Set, ColumnTrait, ConnectionTrait, EntityTrait, FromQueryResult, PaginatorTrait,
@@ -13,8 +14,8 @@ use tenantry_kernel::CommandId;
 use tenantry_lifecycle::ErrorCode;
 use tenantry_lifecycle::{CommandRecord, CommandStatus, Operation};
 use tenantry_ports::lifecycle::{
-    ActionRecord, CommandAdmin, CommandCount, CommandFilter, ErrorCodeCount, OperatorAction,
-    OperatorActionError, OperatorActionKind, StoreError,
+    ActionRecord, CommandAdmin, CommandCount, CommandFilter, ErrorCodeCount, LiveSummary,
+    OperatorAction, OperatorActionError, OperatorActionKind, SettledCommand, StoreError,
 };
 
 use super::convert::{millis, to_record};
@@ -212,6 +213,81 @@ impl CommandAdmin for SeaOrmLifecycleStore {
                 count: u64::try_from(count).unwrap_or(0),
             })
             .collect())
+    }
+
+    async fn settled_since(
+        &self,
+        since: DateTime<Utc>,
+        limit: u32,
+    ) -> Result<Vec<SettledCommand>, StoreError> {
+        // The `completed_at` index of m0010 (finished commands) serves the range and order.
+        let rows: Vec<(i64, Option<i64>)> = outbox::Entity::find()
+            .select_only()
+            .column(outbox::Column::CreatedAt)
+            .column(outbox::Column::CompletedAt)
+            .filter(outbox::Column::CompletedAt.gte(millis(since)))
+            .filter(outbox::Column::Status.eq(CommandStatus::Succeeded.as_str()))
+            .order_by_desc(outbox::Column::CompletedAt)
+            .limit(u64::from(limit))
+            .into_tuple()
+            .all(&self.conn)
+            .await
+            .map_err(unavailable)?;
+        let time = |ms: i64| {
+            DateTime::from_timestamp_millis(ms).ok_or_else(|| {
+                StoreError::corrupt(format!("lifecycle_outbox holds an invalid time {ms}"))
+            })
+        };
+        rows.into_iter()
+            .filter_map(|(created, completed)| completed.map(|c| (created, c)))
+            .map(|(created, completed)| {
+                Ok(SettledCommand {
+                    created_at: time(created)?,
+                    completed_at: time(completed)?,
+                })
+            })
+            .collect()
+    }
+
+    async fn live_summary(&self) -> Result<LiveSummary, StoreError> {
+        // Both read live commands only (`completed_at IS NULL`: the claim index).
+        let oldest: Option<Option<i64>> = outbox::Entity::find()
+            .select_only()
+            .column_as(outbox::Column::CreatedAt.min(), "oldest")
+            .filter(outbox::Column::CompletedAt.is_null())
+            .filter(outbox::Column::Status.eq(CommandStatus::Pending.as_str()))
+            .into_tuple()
+            .one(&self.conn)
+            .await
+            .map_err(unavailable)?;
+        let owners: Vec<(Option<String>, i64)> = outbox::Entity::find()
+            .select_only()
+            .column(outbox::Column::LeaseOwner)
+            .column_as(outbox::Column::Id.count(), "count")
+            .filter(outbox::Column::CompletedAt.is_null())
+            .filter(outbox::Column::Status.eq(CommandStatus::Processing.as_str()))
+            .filter(outbox::Column::LeaseOwner.is_not_null())
+            .group_by(outbox::Column::LeaseOwner)
+            .order_by_asc(outbox::Column::LeaseOwner)
+            .into_tuple()
+            .all(&self.conn)
+            .await
+            .map_err(unavailable)?;
+        let oldest_pending_created_at = match oldest.flatten() {
+            Some(ms) => Some(DateTime::from_timestamp_millis(ms).ok_or_else(|| {
+                StoreError::corrupt(format!(
+                    "lifecycle_outbox.created_at holds an invalid time {ms}"
+                ))
+            })?),
+            None => None,
+        };
+        Ok(LiveSummary {
+            oldest_pending_created_at,
+            lease_owners: owners
+                .into_iter()
+                .filter_map(|(owner, n)| owner.map(|o| (o, u64::try_from(n).unwrap_or(0))))
+                .collect(),
+        })
     }
 }
 

@@ -1,5 +1,7 @@
-//! The overview: commands by status and operation, failed commands by error code, active
-//! fences by kind, the directory's readiness, staleness and row counts. Every number comes
+//! The overview: commands by status and operation, the oldest pending command, the lease
+//! owners at work, commands settled per minute (a small chart) with enqueue-to-settle p50 /
+//! p99, failed commands by error code, active fences by kind, the directory's readiness,
+//! staleness and row counts. Every number comes
 //! from the shared counts ([`CountsCache`](crate::counts::CountsCache)), at most a second old.
 
 use axum::Extension;
@@ -13,7 +15,7 @@ use tenantry_lifecycle::{CommandStatus, Operation};
 use super::super::UiState;
 use super::super::auth::Session;
 use super::super::layout;
-use crate::counts::{COUNTED_STATUSES, Counts};
+use crate::counts::{COUNTED_STATUSES, Counts, THROUGHPUT_MINUTES, THROUGHPUT_SAMPLE};
 use crate::directory::DirectoryStatus;
 
 const OPERATIONS: [Operation; 3] = [Operation::Provision, Operation::Delete, Operation::Revoke];
@@ -38,6 +40,9 @@ async fn live(state: &UiState) -> Markup {
         p.muted { "Counts as of " (layout::time(&counts.at)) " (refreshed at most once a second)." }
         h2 { "Commands" }
         (commands(&counts))
+        (live_commands(&counts))
+        h2 { "Settled, last " (THROUGHPUT_MINUTES) " minutes" }
+        (throughput_chart(&counts))
         h2 { "Failed commands by error code" }
         (failed_by_code(&counts))
         h2 { "Fences" }
@@ -70,6 +75,79 @@ fn commands(counts: &Counts) -> Markup {
                             }
                         }
                     }
+                }
+            }
+        }
+    }
+}
+
+/// A duration for people: `850 ms`, `12.3 s`, `4 min 05 s`.
+fn human(d: std::time::Duration) -> String {
+    let ms = d.as_millis();
+    if ms < 1_000 {
+        format!("{ms} ms")
+    } else if ms < 60_000 {
+        format!("{:.1} s", d.as_secs_f64())
+    } else {
+        format!("{} min {:02} s", d.as_secs() / 60, d.as_secs() % 60)
+    }
+}
+
+fn live_commands(counts: &Counts) -> Markup {
+    html! {
+        @match &counts.live {
+            Err(e) => p.error { "Live commands could not be read: " (e) },
+            Ok(live) => {
+                p #oldest-pending {
+                    "Oldest pending command: "
+                    @match live.oldest_pending_created_at {
+                        None => span.muted { "none pending" },
+                        Some(at) => {
+                            (human((counts.at - at).to_std().unwrap_or_default())) " old"
+                            span.muted { " (since " (layout::time(&at)) ")" }
+                        }
+                    }
+                }
+                p #lease-owners {
+                    "Lease owners at work now: "
+                    @if live.lease_owners.is_empty() { span.muted { "none" } }
+                    @for (i, (owner, n)) in live.lease_owners.iter().enumerate() {
+                        @if i > 0 { ", " }
+                        code { (owner) } " (" (n) ")"
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Bars of the commands settled per minute (inline SVG), with the latency percentiles.
+fn throughput_chart(counts: &Counts) -> Markup {
+    const BAR: u64 = 28;
+    const HEIGHT: u64 = 80;
+    html! {
+        @match &counts.throughput {
+            Err(e) => p.error { "Throughput could not be read: " (e) },
+            Ok(t) => {
+                @let max = t.per_minute.iter().copied().max().unwrap_or(0).max(1);
+                @let width = BAR * t.per_minute.len() as u64;
+                svg #throughput width=(width) height=(HEIGHT + 16) role="img" aria-label="commands settled per minute" {
+                    @for (i, n) in t.per_minute.iter().enumerate() {
+                        @let h = n * HEIGHT / max;
+                        rect x=(i as u64 * BAR + 2) y=(HEIGHT - h) width=(BAR - 4) height=(h) fill="#1d5fbf" {
+                            title { (n) " settled, " (t.per_minute.len() - 1 - i) " min ago" }
+                        }
+                        text x=(i as u64 * BAR + BAR / 2) y=(HEIGHT + 12) font-size="10" text-anchor="middle" { (n) }
+                    }
+                }
+                p #latency {
+                    "Enqueue to settle: p50 "
+                    (t.p50.map_or_else(|| "—".to_owned(), human))
+                    ", p99 "
+                    (t.p99.map_or_else(|| "—".to_owned(), human))
+                    " over " (t.per_minute.iter().sum::<u64>()) " commands"
+                    @if t.truncated { span.muted { " (the newest " (THROUGHPUT_SAMPLE) " only)" } }
+                    "."
                 }
             }
         }

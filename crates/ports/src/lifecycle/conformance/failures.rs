@@ -540,3 +540,48 @@ pub async fn count_matching_and_by_error_code<S: LifecycleStore + CommandAdmin>(
             .is_empty()
     );
 }
+
+/// `settled_since` lists succeeded commands completed at or after the bound, newest first, up
+/// to the limit; `live_summary` names the oldest pending command and the lease owners of
+/// processing ones.
+pub async fn settled_since_and_live_summary<S: LifecycleStore + CommandAdmin>(
+    store: S,
+    clock: ManualClock,
+) {
+    assert_eq!(
+        store.live_summary().await.unwrap(),
+        crate::lifecycle::LiveSummary::default()
+    );
+    for (i, cs) in ["cs1", "cs2", "cs3"].into_iter().enumerate() {
+        let at = 10 * i as i64;
+        enqueue(&store, &clock, cs, &format!("k{i}"), t(at)).await;
+        let c = claim_one(&store, &clock, "w1", t(at + 1)).await;
+        store
+            .settle(&c.lease, &Settlement::ack(t(at + 5)))
+            .await
+            .unwrap();
+    }
+    fail_it(&store, &clock, "cs4", "k4", 40).await;
+    let settled = store.settled_since(t(15), 10).await.unwrap();
+    let completed: Vec<_> = settled.iter().map(|s| s.completed_at).collect();
+    assert_eq!(
+        completed,
+        vec![t(25), t(15)],
+        "newest first, failed left out"
+    );
+    assert_eq!(settled[0].created_at, t(20));
+    assert_eq!(store.settled_since(t(0), 1).await.unwrap().len(), 1);
+    assert!(store.settled_since(t(26), 10).await.unwrap().is_empty());
+
+    enqueue(&store, &clock, "cs5", "k5", t(50)).await;
+    enqueue(&store, &clock, "cs6", "k6", t(51)).await;
+    enqueue(&store, &clock, "cs7", "k7", t(52)).await;
+    claim_one(&store, &clock, "w-b", t(53)).await;
+    claim_one(&store, &clock, "w-a", t(54)).await;
+    let live = store.live_summary().await.unwrap();
+    assert_eq!(live.oldest_pending_created_at, Some(t(52)));
+    assert_eq!(
+        live.lease_owners,
+        vec![("w-a".to_owned(), 1), ("w-b".to_owned(), 1)]
+    );
+}
