@@ -91,6 +91,8 @@ pub struct Service {
     scoped_writes: ScopedWrites<SeaOrmHostStorage>,
     /// The PostgreSQL listener that wakes the workers (none on SQLite).
     wake_listener: Option<WakeListener>,
+    /// The counts `/metrics` and the console share.
+    counts: Arc<crate::counts::CountsCache>,
 }
 
 impl std::fmt::Debug for Service {
@@ -291,7 +293,7 @@ impl Service {
             store: store.clone(),
             intake: Arc::new(CommandIntake::new(store, clock.clone()).with_wakeups(wakeups)),
             clock,
-            counts,
+            counts: counts.clone(),
             fences: scoped_writes.clone(),
             token: config.admin_token.as_deref().map(Arc::from),
             accepting: accepting.clone(),
@@ -335,7 +337,13 @@ impl Service {
             metrics,
             scoped_writes,
             wake_listener,
+            counts,
         }
+    }
+
+    /// The counts `/metrics` and the operator console share (read at most once a second).
+    pub fn counts(&self) -> &Arc<crate::counts::CountsCache> {
+        &self.counts
     }
 
     /// The bound admin API address.

@@ -426,3 +426,21 @@ async fn ui_false_serves_no_console() {
     // The admin API is unchanged.
     assert_eq!(h.get("/v1/commands").await.0, 200);
 }
+
+/// `/metrics` and the console read one shared snapshot: a burst of scrapes and page loads
+/// costs at most two reads of the counts (one, plus one if the burst crosses a second).
+#[tokio::test]
+async fn metrics_and_console_share_one_read_of_the_counts_a_second() {
+    let h = Harness::start().await;
+    let counts = h.service.as_ref().unwrap().counts().clone();
+    let before = counts.refreshes();
+    let mut console = Console::new(&h);
+    console.login(TOKEN).await;
+    for _ in 0..5 {
+        assert!(h.metrics().await.contains("tenantry_fences_active"));
+        assert_eq!(console.get("/ui").await.status, 200);
+        assert_eq!(console.get("/ui/directory").await.status, 200);
+    }
+    let reads = counts.refreshes() - before;
+    assert!((1..=2).contains(&reads), "{reads} reads for 16 viewers");
+}
