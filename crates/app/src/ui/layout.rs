@@ -114,3 +114,16 @@ pub fn time(at: &chrono::DateTime<chrono::Utc>) -> String {
 pub fn time_opt(at: Option<&chrono::DateTime<chrono::Utc>>) -> String {
     at.map_or_else(|| "—".to_owned(), time)
 }
+
+/// Percent-encodes a query or path value (everything but RFC 3986's unreserved characters).
+pub fn encode(value: &str) -> String {
+    value
+        .bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}

@@ -674,7 +674,7 @@ impl CommandAdmin for InMemoryLifecycleStore {
                     })
             })
             .collect();
-        settled.sort_by(|a, b| b.completed_at.cmp(&a.completed_at));
+        settled.sort_by_key(|s| std::cmp::Reverse(s.completed_at));
         settled.truncate(limit as usize);
         Ok(settled)
     }

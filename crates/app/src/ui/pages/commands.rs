@@ -21,7 +21,7 @@ use tenantry_ports::lifecycle::{
 
 use super::super::UiState;
 use super::super::auth::{Session, csrf_ok, csrf_refused};
-use super::super::layout;
+use super::super::layout::{self, encode};
 use super::overview::ACTIONABLE;
 use super::{error_page, read_only_refused};
 use crate::admin::{AdminApiError, CommandsQuery, commands_filter, known_cursor};
@@ -90,19 +90,6 @@ impl FilterQuery {
             .collect::<Vec<_>>()
             .join("&")
     }
-}
-
-/// Percent-encodes a query value (everything but unreserved characters).
-fn encode(value: &str) -> String {
-    value
-        .bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
 }
 
 fn filter_form(query: &FilterQuery) -> Markup {

@@ -15,23 +15,10 @@ use tenantry_fence::{FenceKey, RecordKind};
 
 use super::super::UiState;
 use super::super::auth::{Session, csrf_ok, csrf_refused};
-use super::super::layout;
+use super::super::layout::{self, encode};
 use super::{error_page, read_only_refused};
 use crate::admin::AdminApiError;
 use crate::admin::fences::{MAX_REASON_CHARS, binding};
-
-/// Percent-encodes a query value.
-fn encode(value: &str) -> String {
-    value
-        .bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
 
 /// `GET /ui/fences`.
 pub async fn list(
