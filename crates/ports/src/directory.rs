@@ -14,8 +14,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use async_trait::async_trait;
 use tenantry_directory::{
     ApplyContext, ApplyOutcome, DirectoryDelta, DirectoryError, DirectoryEvent,
-    DirectoryEventBatch, DirectorySnapshot, InstanceUuid, ProjectionState, ProjectionTables,
-    WorkspaceUuid,
+    DirectoryEventBatch, DirectorySnapshot, InboxReceipt, InstanceUuid, ProjectionState,
+    ProjectionTables, WorkspaceUuid,
 };
 
 pub use tenantry_directory::LookupKeys;
@@ -310,6 +310,21 @@ pub trait ProjectionTablesReader: Send + Sync {
             workspaces: tables.workspaces.len() as u64,
             memberships: tables.memberships.len() as u64,
         })
+    }
+
+    /// The `limit` inbox receipts received last (every instance), newest first: the
+    /// console's "recent applies". SQL adapters read the `received_at` index (m0011); the
+    /// default sorts a [`read_tables`](Self::read_tables) dump.
+    ///
+    /// # Errors
+    /// [`ProjectionStoreError::Storage`] when the store cannot be read or a row does not decode.
+    async fn recent_receipts(&self, limit: u32) -> Result<Vec<InboxReceipt>, ProjectionStoreError> {
+        let mut receipts: Vec<InboxReceipt> =
+            self.read_tables().await?.receipts.into_values().collect();
+        receipts
+            .sort_by(|a, b| (b.received_at, &b.event_uuid).cmp(&(a.received_at, &a.event_uuid)));
+        receipts.truncate(limit as usize);
+        Ok(receipts)
     }
 }
 

@@ -664,7 +664,7 @@ mod read {
     use std::collections::BTreeMap;
 
     use async_trait::async_trait;
-    use sea_orm::{EntityTrait, PaginatorTrait};
+    use sea_orm::{EntityTrait, PaginatorTrait, QueryOrder, QuerySelect};
     use tenantry_directory::{
         AccountRow, ExecutionRow, InboxReceipt, MembershipRow, ProjectionState, ProjectionTables,
         WorkspaceRow,
@@ -673,7 +673,7 @@ mod read {
         ProjectionCounts, ProjectionStoreError, ProjectionTablesReader,
     };
 
-    use super::entity::{account, membership, workspace};
+    use super::entity::{account, inbox, membership, workspace};
     use super::{SeaOrmDirectoryStore, TableRow, corrupt, storage};
 
     impl SeaOrmDirectoryStore {
@@ -730,6 +730,23 @@ mod read {
                     .await
                     .map_err(storage("count memberships"))?,
             })
+        }
+
+        async fn recent_receipts(
+            &self,
+            limit: u32,
+        ) -> Result<Vec<InboxReceipt>, ProjectionStoreError> {
+            // The `received_at` index of m0011 serves the order; `limit` rows are read.
+            inbox::Entity::find()
+                .order_by_desc(inbox::Column::ReceivedAt)
+                .order_by_desc(inbox::Column::EventUuid)
+                .limit(u64::from(limit))
+                .all(&self.conn)
+                .await
+                .map_err(storage("read recent receipts"))?
+                .into_iter()
+                .map(|m| InboxReceipt::from_model(m).map_err(corrupt))
+                .collect()
         }
     }
 }

@@ -1,18 +1,24 @@
 //! Directory: this replica's consumer cursor, the shared high-water mark, staleness against
-//! the maximum, readiness (execution admission), the last refusal or storage error, and the
-//! projected tables' row counts (from the shared counts).
+//! the maximum, readiness (execution admission), the last refusal or storage error, the
+//! projected tables' row counts (from the shared counts) and the events applied last (the
+//! newest inbox receipts).
 
 use axum::Extension;
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use maud::{Markup, html};
+use tenantry_ports::directory::ProjectionTablesReader;
 
 use super::super::UiState;
 use super::super::auth::Session;
 use super::super::layout;
 use super::overview::readiness;
+
 use crate::directory::DirectoryStatus;
+
+/// Receipts shown under "Recent events applied".
+pub const RECENT: u32 = 10;
 
 /// `GET /ui/directory`.
 pub async fn page(
@@ -38,6 +44,11 @@ pub async fn page(
 async fn live(state: &UiState) -> Markup {
     let status = crate::directory::status(state.admin.directory.as_ref()).await;
     let counts = state.admin.counts.get().await;
+    // Ten rows through the `received_at` index.
+    let recent = match &state.admin.directory {
+        Some(handle) => Some(handle.store.recent_receipts(RECENT).await),
+        None => None,
+    };
     let or_dash = |v: Option<i64>| v.map_or_else(|| "—".to_owned(), |v| v.to_string());
     html! {
         @match &status {
@@ -64,6 +75,25 @@ async fn live(state: &UiState) -> Markup {
             Some(Ok(rows)) => table #directory-counts {
                 tr { th { "accounts" } th { "workspaces" } th { "memberships" } }
                 tr { td { (rows.accounts) } td { (rows.workspaces) } td { (rows.memberships) } }
+            },
+        }
+        h2 { "Recent events applied" }
+        @match &recent {
+            None => p.muted { "No directory provider is configured." },
+            Some(Err(e)) => p.error { "Could not read the inbox: " (e) },
+            Some(Ok(receipts)) if receipts.is_empty() => p.muted { "No event received yet (snapshots leave no receipt)." },
+            Some(Ok(receipts)) => table #recent-applies {
+                tr { th { "cursor" } th { "event" } th { "type" } th { "revision" } th { "received" } th { "applied" } }
+                @for r in receipts {
+                    tr {
+                        td { (r.cursor) }
+                        td { (r.event_uuid.as_str()) }
+                        td { (r.event_type) }
+                        td { (r.revision) }
+                        td { (layout::time(&r.received_at)) }
+                        td { (layout::time_opt(r.applied_at.as_ref())) }
+                    }
+                }
             },
         }
     }

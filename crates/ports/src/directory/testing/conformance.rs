@@ -242,6 +242,32 @@ pub async fn projection_counts_match_the_tables<S: SuiteStore>(store: &S) {
     assert!(counts.accounts > 0 && counts.workspaces > 0 && counts.memberships > 0);
 }
 
+/// `recent_receipts` answers the receipts received last, newest first, up to the limit.
+pub async fn recent_receipts_are_the_newest_first<S: SuiteStore>(store: &S) {
+    assert!(store.recent_receipts(5).await.unwrap().is_empty());
+    let receipt = |n: i64| tenantry_directory::InboxReceipt {
+        instance_uuid: instance(),
+        event_uuid: tenantry_directory::EventUuid::parse(format!("ev-{n}")).unwrap(),
+        cursor: n,
+        event_type: "workspace.updated".to_owned(),
+        revision: 1,
+        fingerprint: tenantry_kernel::Fingerprint::of_bytes(format!("ev-{n}").as_bytes()),
+        received_at: at(n),
+        applied_at: Some(at(n)),
+    };
+    let mut rows = ProjectionTables::default();
+    for n in [3, 1, 2] {
+        let r = receipt(n);
+        rows.receipts
+            .insert((r.instance_uuid.clone(), r.event_uuid.clone()), r);
+    }
+    store.seed_rows(&rows).await.unwrap();
+    let recent = store.recent_receipts(2).await.unwrap();
+    let cursors: Vec<i64> = recent.iter().map(|r| r.cursor).collect();
+    assert_eq!(cursors, vec![3, 2]);
+    assert_eq!(recent[0], receipt(3));
+}
+
 /// An older snapshot is superseded; the same cursor with other contents conflicts.
 pub async fn snapshot_superseded_and_conflict_are_rejected<S: SuiteStore>(store: &S) {
     let mut r = Replay::new(store);
@@ -790,6 +816,7 @@ macro_rules! directory_projection_store_conformance {
             concurrent_replicas_serialize_on_the_state_row,
             large_snapshot_applies,
             projection_counts_match_the_tables,
+            recent_receipts_are_the_newest_first,
         );
     };
     (@tests $ctor:expr; $($name:ident),* $(,)?) => {
