@@ -18,7 +18,9 @@
 //!    without its `demo` feature (`cargo check -p tenantry-app --no-default-features`);
 //! 7. the fence runtime alone: `cargo test` of those crates with `--features fences` on SQLite
 //!    (a fences-only build compiles and works without the saga and the directory);
-//! 8. `cargo doc --workspace --all-features --no-deps` with `RUSTDOCFLAGS=-D warnings`;
+//! 8. the operator console in headless Chromium: `cargo test -p tenantry-app --test
+//!    ui_browser -- --ignored` with `TENANTRY_REQUIRE_BROWSER=1` (a missing browser fails);
+//!    then `cargo doc --workspace --all-features --no-deps` with `RUSTDOCFLAGS=-D warnings`;
 //! 9. `cargo test` of the outside fixture crate `fixtures/host-platform` (its own workspace and
 //!    lockfile, the shared target folder): a platform that embeds the crates through their
 //!    public API only (the runnable `examples/` already ran in steps 3 and 5);
@@ -80,6 +82,8 @@ enum StepKind {
     /// The outside fixture crate (`fixtures/host-platform`), which embeds the crates through
     /// their public API only (the examples run in the test steps).
     Embedding,
+    /// The operator console's browser tests (headless Chromium over chromedriver).
+    Browser,
 }
 
 /// Crates that have the mechanism features `lifecycle`, `directory` and `fences`.
@@ -149,6 +153,29 @@ const PACKAGING_STEPS: &[PackagingStep] = &[
         budget: Duration::from_secs(360),
         args: || mechanism_args("test", "fences"),
         env: &[],
+        tests: true,
+    },
+    // The console in headless Chromium (`crates/app/tests/ui_browser.rs`): `#[ignore]`d in
+    // the two test runs, run here once; a missing browser fails this step.
+    PackagingStep {
+        name: "test (browser)",
+        kind: StepKind::Browser,
+        budget: Duration::from_secs(240),
+        args: || {
+            [
+                "test",
+                "-p",
+                "tenantry-app",
+                "--test",
+                "ui_browser",
+                "--locked",
+                "--",
+                "--ignored",
+            ]
+            .map(str::to_owned)
+            .to_vec()
+        },
+        env: &[("TENANTRY_REQUIRE_BROWSER", "1")],
         tests: true,
     },
     PackagingStep {

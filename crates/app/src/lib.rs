@@ -20,6 +20,7 @@
 pub mod admin;
 pub mod cli;
 pub mod config;
+pub mod counts;
 #[cfg(feature = "demo")]
 pub mod demo;
 pub mod directory;
@@ -27,3 +28,4 @@ pub mod logging;
 pub mod metrics;
 pub mod ops;
 pub mod service;
+pub mod ui;

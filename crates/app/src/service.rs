@@ -31,7 +31,7 @@ use tenantry_store_seaorm::wake::{ListenerConfig, WakeListener};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::admin::{self, AdminState};
+use crate::admin::AdminState;
 use crate::config::Config;
 use crate::metrics::{AppMetrics, MeteredRemote};
 
@@ -91,6 +91,8 @@ pub struct Service {
     scoped_writes: ScopedWrites<SeaOrmHostStorage>,
     /// The PostgreSQL listener that wakes the workers (none on SQLite).
     wake_listener: Option<WakeListener>,
+    /// The counts `/metrics` and the console share.
+    counts: Arc<crate::counts::CountsCache>,
 }
 
 impl std::fmt::Debug for Service {
@@ -280,18 +282,30 @@ impl Service {
             clock.clone(),
             FenceConfig::with_deadline(config.knowledge_fs_deadline),
         );
+        // The counts `/metrics` and the console share: at most one refresh a second.
+        let counts = Arc::new(crate::counts::CountsCache::new(
+            store.clone(),
+            scoped_writes.clone(),
+            directory.as_ref().map(|d| d.store.clone()),
+            clock.clone(),
+        ));
         let state = AdminState {
             store: store.clone(),
             intake: Arc::new(CommandIntake::new(store, clock.clone()).with_wakeups(wakeups)),
             clock,
+            counts: counts.clone(),
             fences: scoped_writes.clone(),
             token: config.admin_token.as_deref().map(Arc::from),
             accepting: accepting.clone(),
             directory: directory.clone(),
         };
+        let ui = config.ui.then_some(crate::ui::UiSettings {
+            read_only: config.ui_read_only,
+        });
         let mut server_stop = stopped;
         let server = tokio::spawn(async move {
-            let app = admin::router(state);
+            // The operator console at `/ui` beside the admin API, unless `ui = false`.
+            let app = crate::ui::app(state, ui);
             let shutdown = async move {
                 let _ = server_stop.wait_for(|s| *s).await;
             };
@@ -323,7 +337,13 @@ impl Service {
             metrics,
             scoped_writes,
             wake_listener,
+            counts,
         }
+    }
+
+    /// The counts `/metrics` and the operator console share (read at most once a second).
+    pub fn counts(&self) -> &Arc<crate::counts::CountsCache> {
+        &self.counts
     }
 
     /// The bound admin API address.

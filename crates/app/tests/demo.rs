@@ -17,6 +17,7 @@ fn options(faults: Faults, seed: u64) -> DemoOptions {
         timeout: Duration::from_secs(90),
         workers: 4,
         progress: false,
+        keep_open: false,
     }
 }
 

@@ -39,6 +39,10 @@ pub struct DemoArgs {
     /// No progress bar (it is also hidden when standard error is not a terminal).
     #[arg(long)]
     pub no_progress: bool,
+    /// After the checks, keep the service and its operator console (`/ui`) running until
+    /// Ctrl-C, then print the summary.
+    #[arg(long)]
+    pub keep_open: bool,
 }
 
 /// Options of `tenantry reference-remote`.

@@ -61,6 +61,8 @@ pub struct DemoOptions {
     pub workers: u32,
     /// Whether to draw a progress bar (only on a terminal).
     pub progress: bool,
+    /// After the checks, keep the service (and its console at `/ui`) running until Ctrl-C.
+    pub keep_open: bool,
 }
 
 impl DemoOptions {
@@ -74,6 +76,7 @@ impl DemoOptions {
             timeout: Duration::from_secs(args.timeout_seconds),
             workers: args.workers,
             progress: !args.no_progress,
+            keep_open: args.keep_open,
         }
     }
 }
@@ -222,6 +225,12 @@ pub async fn run<H: ServiceHost>(
         .map_err(DemoError::Setup)?;
     let client = AdminClient::new(format!("http://{}", service.addr()), &token)
         .map_err(|e| DemoError::Setup(e.to_string()))?;
+    // The operator console of the running service (until the run ends, or Ctrl-C with
+    // --keep-open); the token is this run's own.
+    eprintln!(
+        "tenantry demo: operator console at http://{}/ui (sign in with the admin token {token})",
+        service.addr()
+    );
 
     let plan = workload::plan(options.seed, options.scale, &run_id);
     let deadline_at = Instant::now() + options.timeout;
@@ -265,6 +274,13 @@ pub async fn run<H: ServiceHost>(
     outcome.checks.push(directory_check);
     let directory_faults = demo_directory.server.faults_injected();
     let tally = service.tally();
+    if options.keep_open {
+        eprintln!(
+            "tenantry demo: checks done; the service and its console stay open at http://{}/ui until Ctrl-C (the summary follows)",
+            service.addr()
+        );
+        let _ = tokio::signal::ctrl_c().await;
+    }
     service.shutdown().await;
     remote.shutdown().await;
     if let Ok(dir) = Arc::try_unwrap(demo_directory) {

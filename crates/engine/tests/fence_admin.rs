@@ -93,3 +93,101 @@ async fn clearing_an_unfenced_scope_writes_nothing() {
     assert_eq!(storage.calls().set, 0);
     assert_eq!(storage.calls().cas, 0);
 }
+
+/// Host storage that hides `records_with_key_prefix` (the default `None`): fences are then
+/// counted binding by binding.
+struct OneByOne(Arc<InMemoryHostStorage>);
+
+#[async_trait::async_trait]
+impl HostStorage for OneByOne {
+    async fn keys(
+        &self,
+        binding: &Binding,
+    ) -> Result<Vec<String>, tenantry_ports::host_storage::HostStorageError> {
+        self.0.keys(binding).await
+    }
+    async fn get(
+        &self,
+        binding: &Binding,
+        key: &str,
+    ) -> Result<Option<serde_json::Value>, tenantry_ports::host_storage::HostStorageError> {
+        self.0.get(binding, key).await
+    }
+    async fn set(
+        &self,
+        binding: &Binding,
+        key: &str,
+        value: &serde_json::Value,
+    ) -> Result<(), tenantry_ports::host_storage::HostStorageError> {
+        self.0.set(binding, key, value).await
+    }
+    async fn compare_and_set(
+        &self,
+        binding: &Binding,
+        key: &str,
+        expected: Option<&serde_json::Value>,
+        value: &serde_json::Value,
+    ) -> Result<bool, tenantry_ports::host_storage::HostStorageError> {
+        self.0.compare_and_set(binding, key, expected, value).await
+    }
+}
+
+#[async_trait::async_trait]
+impl tenantry_ports::host_storage::HostStorageBindings for OneByOne {
+    async fn bindings_with_key_prefix(
+        &self,
+        key_prefix: &str,
+    ) -> Result<Vec<Binding>, tenantry_ports::host_storage::HostStorageError> {
+        self.0.bindings_with_key_prefix(key_prefix).await
+    }
+}
+
+/// The gauge's count reads every record at once when the storage can, and counts exactly
+/// what the binding-by-binding listing counts: fences, intents, undecodable records as
+/// fences, tombstones and other keys not at all.
+#[tokio::test]
+async fn fence_counts_read_all_records_at_once_and_match_the_listing() {
+    let storage = Arc::new(InMemoryHostStorage::new());
+    let deadline = std::time::Duration::from_secs(30);
+    let fence = FenceMarker::new(
+        &ScopeIdentity::object("kb-1"),
+        "lost ACK",
+        1_700_000_000_000,
+    );
+    let mut intent = FenceMarker::new(&ScopeIdentity::object("kb-2"), "upload", 1_700_000_000_000);
+    intent.kind = RecordKind::Intent;
+    intent.owner = Some("other-process".into());
+    intent.expires_at_ms = Some(i64::MAX / 2);
+    for (b, scope, value) in [
+        ("inst-1", "kb-1", fence.to_value()),
+        ("inst-1", "kb-2", intent.to_value()),
+        ("inst-2", "kb-3", json!({"not": "a marker"})),
+        ("inst-3", "kb-4", serde_json::Value::Null),
+    ] {
+        storage
+            .set(
+                &binding(b),
+                ScopeIdentity::object(scope).fence_key().as_str(),
+                &value,
+            )
+            .await
+            .unwrap();
+    }
+    storage
+        .set(&binding("inst-4"), "ke.config.v1.x", &json!(1))
+        .await
+        .unwrap();
+    let at_once = ScopedWrites::for_fence_admin(storage.clone(), deadline);
+    let keys_before = storage.calls().keys;
+    let fast = at_once.count_fences().await.unwrap();
+    assert_eq!(
+        storage.calls().keys - keys_before,
+        1,
+        "one read for every binding"
+    );
+    let one_by_one = ScopedWrites::for_fence_admin(Arc::new(OneByOne(storage.clone())), deadline);
+    let slow = one_by_one.count_fences().await.unwrap();
+    assert_eq!(fast, slow);
+    assert_eq!(fast[&RecordKind::Fence], 2, "{fast:?}");
+    assert_eq!(fast[&RecordKind::Intent], 1, "{fast:?}");
+}

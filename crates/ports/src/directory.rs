@@ -14,8 +14,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use async_trait::async_trait;
 use tenantry_directory::{
     ApplyContext, ApplyOutcome, DirectoryDelta, DirectoryError, DirectoryEvent,
-    DirectoryEventBatch, DirectorySnapshot, InstanceUuid, ProjectionState, ProjectionTables,
-    WorkspaceUuid,
+    DirectoryEventBatch, DirectorySnapshot, InboxReceipt, InstanceUuid, ProjectionState,
+    ProjectionTables, WorkspaceUuid,
 };
 
 pub use tenantry_directory::LookupKeys;
@@ -295,6 +295,48 @@ pub trait ProjectionTablesReader: Send + Sync {
     /// [`ProjectionStoreError::Storage`] when the store cannot be read (any kind);
     /// [`ProjectionStoreError::Storage`] holding [`StoreError::Corrupt`] when a stored row does not decode.
     async fn read_tables(&self) -> Result<ProjectionTables, ProjectionStoreError>;
+
+    /// How many rows the projected tables hold (accounts, workspaces, memberships, across
+    /// instances, local rows included): the console's directory counts. SQL adapters answer
+    /// with one `COUNT` per table; the default counts a [`read_tables`](Self::read_tables)
+    /// dump (fine for in-memory stores, too slow for a database).
+    ///
+    /// # Errors
+    /// [`ProjectionStoreError::Storage`] when the store cannot be read.
+    async fn count_rows(&self) -> Result<ProjectionCounts, ProjectionStoreError> {
+        let tables = self.read_tables().await?;
+        Ok(ProjectionCounts {
+            accounts: tables.accounts.len() as u64,
+            workspaces: tables.workspaces.len() as u64,
+            memberships: tables.memberships.len() as u64,
+        })
+    }
+
+    /// The `limit` inbox receipts received last (every instance), newest first: the
+    /// console's "recent applies". SQL adapters read the `received_at` index (m0011); the
+    /// default sorts a [`read_tables`](Self::read_tables) dump.
+    ///
+    /// # Errors
+    /// [`ProjectionStoreError::Storage`] when the store cannot be read or a row does not decode.
+    async fn recent_receipts(&self, limit: u32) -> Result<Vec<InboxReceipt>, ProjectionStoreError> {
+        let mut receipts: Vec<InboxReceipt> =
+            self.read_tables().await?.receipts.into_values().collect();
+        receipts
+            .sort_by(|a, b| (b.received_at, &b.event_uuid).cmp(&(a.received_at, &a.event_uuid)));
+        receipts.truncate(limit as usize);
+        Ok(receipts)
+    }
+}
+
+/// Row counts of the projected tables ([`ProjectionTablesReader::count_rows`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ProjectionCounts {
+    /// Rows of `tenantry_accounts`.
+    pub accounts: u64,
+    /// Rows of `tenantry_workspaces`.
+    pub workspaces: u64,
+    /// Rows of `tenantry_workspace_memberships`.
+    pub memberships: u64,
 }
 
 /// Every role a directory projector needs from its store.

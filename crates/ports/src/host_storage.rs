@@ -92,6 +92,37 @@ pub trait HostStorageBindings: Send + Sync {
         &self,
         key_prefix: &str,
     ) -> Result<Vec<Binding>, HostStorageError>;
+
+    /// Every live record (tombstones left out) whose key starts with `key_prefix`, across all
+    /// bindings, ordered by binding then key, read at once: one statement for the SQL
+    /// adapters, where listing the bindings, then each binding's keys, then each value would
+    /// take one round trip per record. `value` is `None` for a stored text that is not JSON.
+    /// The operators' counts (`tenantry_fences_active`, the console) read fences through it.
+    ///
+    /// `Ok(None)` (the default) means the adapter does not offer it; the caller then lists
+    /// bindings, keys and values one by one.
+    ///
+    /// # Errors
+    /// [`HostStorageError::Storage`] when the backend cannot answer;
+    /// [`HostStorageError::CorruptValue`] when a stored binding is not a valid binding.
+    async fn records_with_key_prefix(
+        &self,
+        key_prefix: &str,
+    ) -> Result<Option<Vec<PrefixedRecord>>, HostStorageError> {
+        let _ = key_prefix;
+        Ok(None)
+    }
+}
+
+/// One live record read by [`HostStorageBindings::records_with_key_prefix`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct PrefixedRecord {
+    /// The installation binding that holds it.
+    pub binding: Binding,
+    /// Its key.
+    pub key: String,
+    /// Its value; `None` when the stored text is not JSON (a damaged record).
+    pub value: Option<Value>,
 }
 
 /// Why a host-storage operation failed.

@@ -66,9 +66,9 @@ pub use host_storage::{HostStorage, HostStorageBindings, HostStorageError};
 #[cfg(feature = "lifecycle")]
 pub use lifecycle::{
     ActionRecord, ClaimRequest, CommandAdmin, CommandCount, CommandFilter, CommandQueue,
-    ControlSpaceReader, IntakeStore, IntakeStoreError, KnowledgeFs, LifecycleMetrics,
-    LifecycleStore, MetricsError, NoMetrics, OperatorAction, OperatorActionError,
-    OperatorActionKind, RemoteError, RenewalOutcome, SettleError, Submitted, TaskMetric,
-    TaskStatus,
+    ControlSpaceReader, ErrorCodeCount, IntakeStore, IntakeStoreError, KnowledgeFs,
+    LifecycleMetrics, LifecycleStore, MetricsError, NoMetrics, OperatorAction, OperatorActionError,
+    OperatorActionKind, RemoteError, RenewalOutcome, SettleError, SettledCommand, Submitted,
+    TaskMetric, TaskStatus,
 };
 pub use retention::{PruneBatch, RetentionKind, RetentionPolicy, RetentionStore};

@@ -664,13 +664,16 @@ mod read {
     use std::collections::BTreeMap;
 
     use async_trait::async_trait;
-    use sea_orm::EntityTrait;
+    use sea_orm::{EntityTrait, PaginatorTrait, QueryOrder, QuerySelect};
     use tenantry_directory::{
         AccountRow, ExecutionRow, InboxReceipt, MembershipRow, ProjectionState, ProjectionTables,
         WorkspaceRow,
     };
-    use tenantry_ports::directory::{ProjectionStoreError, ProjectionTablesReader};
+    use tenantry_ports::directory::{
+        ProjectionCounts, ProjectionStoreError, ProjectionTablesReader,
+    };
 
+    use super::entity::{account, inbox, membership, workspace};
     use super::{SeaOrmDirectoryStore, TableRow, corrupt, storage};
 
     impl SeaOrmDirectoryStore {
@@ -709,6 +712,41 @@ mod read {
                     .dump_table(|r: &InboxReceipt| (r.instance_uuid.clone(), r.event_uuid.clone()))
                     .await?,
             })
+        }
+
+        async fn count_rows(&self) -> Result<ProjectionCounts, ProjectionStoreError> {
+            // One `COUNT(*)` per table; no row is read.
+            Ok(ProjectionCounts {
+                accounts: account::Entity::find()
+                    .count(&self.conn)
+                    .await
+                    .map_err(storage("count accounts"))?,
+                workspaces: workspace::Entity::find()
+                    .count(&self.conn)
+                    .await
+                    .map_err(storage("count workspaces"))?,
+                memberships: membership::Entity::find()
+                    .count(&self.conn)
+                    .await
+                    .map_err(storage("count memberships"))?,
+            })
+        }
+
+        async fn recent_receipts(
+            &self,
+            limit: u32,
+        ) -> Result<Vec<InboxReceipt>, ProjectionStoreError> {
+            // The `received_at` index of m0011 serves the order; `limit` rows are read.
+            inbox::Entity::find()
+                .order_by_desc(inbox::Column::ReceivedAt)
+                .order_by_desc(inbox::Column::EventUuid)
+                .limit(u64::from(limit))
+                .all(&self.conn)
+                .await
+                .map_err(storage("read recent receipts"))?
+                .into_iter()
+                .map(|m| InboxReceipt::from_model(m).map_err(corrupt))
+                .collect()
         }
     }
 }

@@ -14,11 +14,13 @@ use crate::connect::Database;
 use async_trait::async_trait;
 use sea_orm::sea_query::Expr;
 use sea_orm::sea_query::OnConflict;
-use sea_orm::{ColumnTrait, DatabaseConnection, DbErr, EntityTrait, QueryFilter, QuerySelect, Set};
+use sea_orm::{
+    ColumnTrait, DatabaseConnection, DbErr, EntityTrait, QueryFilter, QueryOrder, QuerySelect, Set,
+};
 use serde_json::Value;
 use tenantry_fence::Binding;
 use tenantry_ports::host_storage::{
-    HostStorage, HostStorageBindings, HostStorageError, validate_key,
+    HostStorage, HostStorageBindings, HostStorageError, PrefixedRecord, validate_key,
 };
 
 mod entity {
@@ -168,6 +170,38 @@ impl HostStorageBindings for SeaOrmHostStorage {
             }
         }
         Ok(bindings.into_iter().collect())
+    }
+
+    async fn records_with_key_prefix(
+        &self,
+        key_prefix: &str,
+    ) -> Result<Option<Vec<PrefixedRecord>>, HostStorageError> {
+        // One statement across bindings (the primary key orders it); tombstones are the
+        // stored text `null`. LIKE may widen the match, the exact prefix test decides.
+        let rows = entity::Entity::find()
+            .filter(entity::Column::Key.starts_with(key_prefix))
+            .filter(entity::Column::Value.ne("null"))
+            .order_by_asc(entity::Column::Binding)
+            .order_by_asc(entity::Column::Key)
+            .all(&self.conn)
+            .await
+            .map_err(|e| unavailable("keys", &e))?;
+        let mut records = Vec::with_capacity(rows.len());
+        for row in rows {
+            if !row.key.starts_with(key_prefix) {
+                continue;
+            }
+            let binding = Binding::parse(row.binding.clone()).map_err(|e| {
+                HostStorageError::corrupt_value(format!("binding {:?}", row.binding), e.to_string())
+                    .with_source(e)
+            })?;
+            records.push(PrefixedRecord {
+                binding,
+                value: serde_json::from_str(&row.value).ok(),
+                key: row.key,
+            });
+        }
+        Ok(Some(records))
     }
 }
 

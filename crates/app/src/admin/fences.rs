@@ -52,7 +52,7 @@ pub struct ClearBody {
 }
 
 /// A binding from the API: a valid id (kernel rules), then a valid binding.
-fn binding(value: &str) -> Result<Binding, AdminApiError> {
+pub(crate) fn binding(value: &str) -> Result<Binding, AdminApiError> {
     tenantry_kernel::id::validate("binding", value)
         .map_err(|e| AdminApiError::invalid("binding", e))?;
     Binding::parse(value).map_err(|e| AdminApiError::invalid("binding", e))

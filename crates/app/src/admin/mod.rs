@@ -19,7 +19,7 @@
 mod commands;
 mod error;
 mod extract;
-mod fences;
+pub(crate) mod fences;
 mod lifecycle;
 mod openapi;
 mod probes;
@@ -101,6 +101,8 @@ pub struct AdminState {
     pub directory: Option<DirectoryHandle>,
     /// The process's one clock (operator actions record their time on it).
     pub clock: Arc<dyn Clock>,
+    /// The counts `/metrics` and the console share (refreshed at most once a second).
+    pub counts: Arc<crate::counts::CountsCache>,
 }
 
 impl std::fmt::Debug for AdminState {
@@ -172,7 +174,7 @@ fn bearer_credentials(value: &str) -> Option<&str> {
 }
 
 /// Compares without an early exit on the first differing byte.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+pub(crate) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     if a.len() != b.len() {
         return false;
     }

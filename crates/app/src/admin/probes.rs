@@ -7,20 +7,13 @@ use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
-use tenantry_lifecycle::{CommandStatus, Operation};
-use tenantry_ports::lifecycle::{CommandAdmin, CommandFilter, CommandQueue};
+use tenantry_lifecycle::Operation;
+use tenantry_ports::lifecycle::{CommandFilter, CommandQueue};
 
 use super::error::{AdminApiError, Unauthorized, Unavailable};
 use super::{AdminState, OPENAPI};
 use crate::directory::DirectoryStatus;
 use crate::metrics;
-
-/// Statuses reported by the `tenantry_commands` gauge.
-const GAUGE_STATUSES: [CommandStatus; 3] = [
-    CommandStatus::Pending,
-    CommandStatus::Processing,
-    CommandStatus::Failed,
-];
 
 /// The answer of `GET /healthz`.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
@@ -130,12 +123,14 @@ pub async fn metrics(State(state): State<AdminState>) -> Response {
 }
 
 async fn refresh_gauges(state: &AdminState) {
-    // One aggregate query; every (status, operation) pair is set, 0 when absent.
-    match state.store.count_commands(&GAUGE_STATUSES).await {
-        Ok(counts) => {
-            for status in GAUGE_STATUSES {
+    // The shared counts (at most one read a second, whoever asks): every (status, operation)
+    // pair is set, 0 when absent.
+    let counts = state.counts.get().await;
+    match &counts.commands {
+        Ok(rows) => {
+            for status in crate::counts::COUNTED_STATUSES {
                 for operation in [Operation::Provision, Operation::Delete, Operation::Revoke] {
-                    let n = counts
+                    let n = rows
                         .iter()
                         .filter(|c| c.status == status && c.operation == operation)
                         .map(|c| c.count)
@@ -146,10 +141,10 @@ async fn refresh_gauges(state: &AdminState) {
         }
         Err(e) => tracing::warn!(error = %e, "commands gauge not refreshed"),
     }
-    match state.fences.count_fences().await {
-        Ok(counts) => {
-            for (kind, n) in counts {
-                metrics::set_fences_active(kind.as_str(), n);
+    match &counts.fences {
+        Ok(kinds) => {
+            for (kind, n) in kinds {
+                metrics::set_fences_active(kind.as_str(), *n);
             }
         }
         Err(e) => tracing::warn!(error = %e, "fences gauge not refreshed"),

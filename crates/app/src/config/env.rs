@@ -12,7 +12,7 @@ pub(super) type Sources = BTreeMap<&'static str, String>;
 /// Every setting's name: the TOML key, and (upper-cased, prefixed with [`ENV_PREFIX`]) the
 /// environment variable. A unit test checks that it is exactly what the environment overlay
 /// reads.
-pub const SETTINGS: [&str; 34] = [
+pub const SETTINGS: [&str; 36] = [
     "database_url",
     "database_max_connections",
     "listen",
@@ -48,6 +48,9 @@ pub const SETTINGS: [&str; 34] = [
     "retention_operator_actions_days",
     "retention_inbox_receipts_days",
     "retention_batch_size",
+    // The operator console (`/ui` on the admin listener).
+    "ui",
+    "ui_read_only",
 ];
 
 /// `TENANTRY_*` variables that are read but are not settings: the configuration file, and the
@@ -164,6 +167,7 @@ pub fn merge_env_and_validate(
         enabled, interval_seconds, finished_commands_days, operator_actions_days,
         inbox_receipts_days, batch_size,
     );
+    overlay_env!(raw, sources, env; ui, ui_read_only,);
     validate(raw, &|setting| {
         sources
             .get(setting)

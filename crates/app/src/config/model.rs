@@ -94,6 +94,11 @@ pub struct Config {
     pub directory: Option<DirectorySettings>,
     /// The `[retention]` table: how long history is kept and how the pruner of `serve` runs.
     pub retention: RetentionSettings,
+    /// `ui`: serve the operator console at `/ui` on the admin listener (default true).
+    pub ui: bool,
+    /// `ui_read_only`: the console shows but never acts (no retry, abandon or fence clear;
+    /// such requests are refused with 403). Default false.
+    pub ui_read_only: bool,
 }
 
 /// The validated `[retention]` table (docs/operations.md, "Retention").
@@ -184,6 +189,8 @@ impl std::fmt::Debug for Config {
             )
             .field("directory", &self.directory)
             .field("retention", &self.retention)
+            .field("ui", &self.ui)
+            .field("ui_read_only", &self.ui_read_only)
             .finish()
     }
 }

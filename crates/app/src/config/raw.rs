@@ -67,6 +67,10 @@ pub struct RawConfig {
     /// The `[retention]` table (environment: `TENANTRY_RETENTION_<KEY>`).
     #[serde(default)]
     pub retention: RawRetention,
+    /// See [`Config::ui`](super::Config::ui).
+    pub ui: Option<bool>,
+    /// See [`Config::ui_read_only`](super::Config::ui_read_only).
+    pub ui_read_only: Option<bool>,
 }
 
 /// The `[retention]` table as read, before validation; see

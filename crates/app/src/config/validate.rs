@@ -200,6 +200,8 @@ pub(super) fn validate(
         knowledge_fs_max_concurrent_calls: knowledge_fs_max_concurrent_calls as usize,
         directory,
         retention,
+        ui: raw.ui.unwrap_or(true),
+        ui_read_only: raw.ui_read_only.unwrap_or(false),
     })
 }
 

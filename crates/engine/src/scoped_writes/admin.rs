@@ -24,7 +24,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tenantry_fence::{
     Binding, CLEAR_RECEIPT_PREFIX, ClearRefused, FENCE_KEY_PREFIX, FenceKey, FenceMarker,
-    RecordKind, ScopeIdentity, clear_receipt_key,
+    RecordKind, RecordRead, ScopeIdentity, clear_receipt_key,
 };
 use tenantry_kernel::fingerprint::fingerprint_json;
 use tenantry_ports::host_storage::{HostStorage, HostStorageBindings, HostStorageError};
@@ -202,10 +202,55 @@ impl<S: HostStorage + HostStorageBindings + ?Sized + 'static> ScopedWrites<S> {
     ///
     /// # Errors
     /// [`FenceAdminError::Storage`] when a listing fails.
+    ///
+    /// Storage that reads records across bindings at once
+    /// ([`HostStorageBindings::records_with_key_prefix`]) is read with that one call; other
+    /// storage is listed binding by binding as [`Self::list_all_fences`] does. Both count the
+    /// same records: stored non-null fence-key records by their kind (undecodable ones as
+    /// fences), and this process's fences as fences.
     pub async fn count_fences(&self) -> Result<BTreeMap<RecordKind, u64>, FenceAdminError> {
         let mut counts = BTreeMap::from([(RecordKind::Fence, 0), (RecordKind::Intent, 0)]);
-        for listed in self.list_all_fences(None).await? {
-            *counts.entry(listed.entry.kind).or_default() += 1;
+        let Some(records) = self
+            .storage()
+            .records_with_key_prefix(FENCE_KEY_PREFIX)
+            .await?
+        else {
+            for listed in self.list_all_fences(None).await? {
+                *counts.entry(listed.entry.kind).or_default() += 1;
+            }
+            return Ok(counts);
+        };
+        let mut kinds: BTreeMap<(Binding, FenceKey), RecordKind> = BTreeMap::new();
+        for record in records {
+            let Some(key) = FenceKey::from_storage_key(&record.key) else {
+                continue;
+            };
+            let read = match record.value {
+                Some(value) => RecordRead::Value(value),
+                None => RecordRead::Unreadable,
+            };
+            if !tenantry_fence::record_is_fence(&read) {
+                continue;
+            }
+            let kind = match &read {
+                RecordRead::Value(value) => {
+                    FenceMarker::from_value(value).map_or(RecordKind::Fence, |m| m.kind)
+                }
+                RecordRead::Unreadable => RecordKind::Fence,
+            };
+            kinds.insert((record.binding, key), kind);
+        }
+        {
+            let state = self.inner.shared.state();
+            for binding in state.fences.bindings() {
+                for (key, _persisted) in state.fences.fenced_keys(&binding) {
+                    // Fenced here even if the stored record is still this process's intent.
+                    kinds.insert((binding.clone(), key), RecordKind::Fence);
+                }
+            }
+        }
+        for kind in kinds.into_values() {
+            *counts.entry(kind).or_default() += 1;
         }
         Ok(counts)
     }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use serde_json::Value;
 use tenantry_fence::Binding;
 
-use crate::host_storage::{HostStorage, HostStorageBindings, HostStorageError};
+use crate::host_storage::{HostStorage, HostStorageBindings, HostStorageError, PrefixedRecord};
 
 async_handles!(HostStorage {
     async fn keys(&self, binding: &Binding) -> Result<Vec<String>, HostStorageError> {
@@ -41,5 +41,11 @@ async_handles!(HostStorageBindings {
         key_prefix: &str,
     ) -> Result<Vec<Binding>, HostStorageError> {
         (**self).bindings_with_key_prefix(key_prefix).await
+    }
+    async fn records_with_key_prefix(
+        &self,
+        key_prefix: &str,
+    ) -> Result<Option<Vec<PrefixedRecord>>, HostStorageError> {
+        (**self).records_with_key_prefix(key_prefix).await
     }
 });

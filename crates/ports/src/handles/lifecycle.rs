@@ -3,6 +3,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
+
 use tenantry_kernel::{CommandId, ControlSpaceId, IdempotencyKey, ProvisioningKey, TenantId};
 use tenantry_lifecycle::intake::IntakePlan;
 use tenantry_lifecycle::{
@@ -12,9 +14,9 @@ use tenantry_lifecycle::{
 
 use crate::lifecycle::{
     ActionRecord, ClaimRequest, CommandAdmin, CommandCount, CommandFilter, CommandQueue,
-    ControlSpaceReader, IntakeStore, IntakeStoreError, KnowledgeFs, LifecycleMetrics, MetricsError,
-    OperatorAction, OperatorActionError, RemoteError, RenewalOutcome, SettleError, StoreError,
-    Submitted, TaskMetric,
+    ControlSpaceReader, ErrorCodeCount, IntakeStore, IntakeStoreError, KnowledgeFs,
+    LifecycleMetrics, LiveSummary, MetricsError, OperatorAction, OperatorActionError, RemoteError,
+    RenewalOutcome, SettleError, SettledCommand, StoreError, Submitted, TaskMetric,
 };
 
 async_handles!(CommandQueue {
@@ -107,6 +109,26 @@ async_handles!(CommandAdmin {
         statuses: &[CommandStatus],
     ) -> Result<Vec<CommandCount>, StoreError> {
         (**self).count_commands(statuses).await
+    }
+    async fn count_matching(&self, filter: &CommandFilter) -> Result<u64, StoreError> {
+        (**self).count_matching(filter).await
+    }
+    async fn count_by_error_code(
+        &self,
+        status: CommandStatus,
+        limit: u32,
+    ) -> Result<Vec<ErrorCodeCount>, StoreError> {
+        (**self).count_by_error_code(status, limit).await
+    }
+    async fn settled_since(
+        &self,
+        since: DateTime<Utc>,
+        limit: u32,
+    ) -> Result<Vec<SettledCommand>, StoreError> {
+        (**self).settled_since(since, limit).await
+    }
+    async fn live_summary(&self) -> Result<LiveSummary, StoreError> {
+        (**self).live_summary().await
     }
 });
 

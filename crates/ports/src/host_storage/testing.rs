@@ -16,7 +16,7 @@ use async_trait::async_trait;
 use serde_json::Value;
 use tenantry_fence::Binding;
 
-use super::{HostStorage, HostStorageBindings, HostStorageError, validate_key};
+use super::{HostStorage, HostStorageBindings, HostStorageError, PrefixedRecord, validate_key};
 
 /// When an injected `set` failure happens.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -242,6 +242,30 @@ impl HostStorageBindings for InMemoryHostStorage {
         bindings.dedup();
         Ok(bindings)
     }
+
+    async fn records_with_key_prefix(
+        &self,
+        key_prefix: &str,
+    ) -> Result<Option<Vec<PrefixedRecord>>, HostStorageError> {
+        let mut state = self.state();
+        state.calls.keys += 1;
+        if state.fail_keys > 0 {
+            state.fail_keys -= 1;
+            return Err(unavailable("keys"));
+        }
+        Ok(Some(
+            state
+                .data
+                .iter()
+                .filter(|((_, k), text)| k.starts_with(key_prefix) && text.as_str() != "null")
+                .map(|((binding, key), text)| PrefixedRecord {
+                    binding: binding.clone(),
+                    key: key.clone(),
+                    value: serde_json::from_str(text).ok(),
+                })
+                .collect(),
+        ))
+    }
 }
 
 fn unavailable(operation: &'static str) -> HostStorageError {
@@ -416,6 +440,57 @@ pub mod conformance {
         assert_eq!(all, vec![a, b, c]);
     }
 
+    /// Live records are read across bindings by key prefix, ordered by binding then key,
+    /// tombstones left out (adapters that offer the read at all).
+    pub async fn records_with_key_prefix_reads_live_records_at_once<
+        S: HostStorage + HostStorageBindings + ?Sized,
+    >(
+        s: &S,
+    ) {
+        let a = binding("inst-records-a");
+        let b = binding("inst-records-b");
+        s.set(&b, "ke.fence.v1.y", &json!({"kind": "intent"}))
+            .await
+            .unwrap();
+        s.set(&b, "ke.fence.v1.x", &json!({"kind": "fence"}))
+            .await
+            .unwrap();
+        s.set(&a, "ke.fence.v1.installation", &Value::Null)
+            .await
+            .unwrap();
+        s.set(&a, "ke.fence.v1.z", &json!("fence")).await.unwrap();
+        s.set(&a, "ke.config.v1.x", &json!(1)).await.unwrap();
+        s.set(&a, "KE.FENCE.V1.upper", &json!(1)).await.unwrap();
+        let Some(records) = s.records_with_key_prefix("ke.fence.v1.").await.unwrap() else {
+            return;
+        };
+        let ours: Vec<_> = records
+            .into_iter()
+            .filter(|r| r.binding.as_str().starts_with("inst-records-"))
+            .map(|r| (r.binding.as_str().to_owned(), r.key, r.value))
+            .collect();
+        assert_eq!(
+            ours,
+            vec![
+                (
+                    a.as_str().to_owned(),
+                    "ke.fence.v1.z".to_owned(),
+                    Some(json!("fence"))
+                ),
+                (
+                    b.as_str().to_owned(),
+                    "ke.fence.v1.x".to_owned(),
+                    Some(json!({"kind": "fence"}))
+                ),
+                (
+                    b.as_str().to_owned(),
+                    "ke.fence.v1.y".to_owned(),
+                    Some(json!({"kind": "intent"}))
+                ),
+            ]
+        );
+    }
+
     /// `compare_and_set` stores only over the expected value (absent, tombstone, or value),
     /// and of two racing swaps from the same value exactly one wins.
     pub async fn compare_and_set_swaps_only_the_expected_value<S: HostStorage + ?Sized>(s: &S) {
@@ -518,6 +593,7 @@ macro_rules! host_storage_conformance {
             concurrent_sets_leave_one_value,
             compare_and_set_swaps_only_the_expected_value,
             bindings_with_key_prefix_lists_each_holder_once,
+            records_with_key_prefix_reads_live_records_at_once,
         );
     };
     (@tests $ctor:expr; $($name:ident),* $(,)?) => {

@@ -112,6 +112,8 @@ macro_rules! lifecycle_store_conformance {
             operator_actions_refuse_other_statuses_and_write_nothing,
             count_commands_groups_by_status_and_operation,
             list_commands_filters_by_error_code,
+            count_matching_and_by_error_code,
+            settled_since_and_live_summary,
         );
     };
     (@cases $make:expr; $($case:ident),* $(,)?) => {

@@ -25,9 +25,9 @@ use crate::clock::{Clock, SystemClock};
 
 use super::{
     ActionRecord, ClaimRequest, CommandAdmin, CommandCount, CommandFilter, CommandQueue,
-    ControlSpaceReader, IntakeStore, IntakeStoreError, KnowledgeFs, OperatorAction,
-    OperatorActionError, OperatorActionKind, RemoteError, SettleError, StoreError, Submitted,
-    add_duration,
+    ControlSpaceReader, ErrorCodeCount, IntakeStore, IntakeStoreError, KnowledgeFs, LiveSummary,
+    OperatorAction, OperatorActionError, OperatorActionKind, RemoteError, SettleError,
+    SettledCommand, StoreError, Submitted, add_duration,
 };
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -418,21 +418,7 @@ impl CommandQueue for InMemoryLifecycleStore {
         let mut rows: Vec<CommandRecord> = state
             .commands
             .values()
-            .filter(|r| filter.status.is_none_or(|s| r.status == s))
-            .filter(|r| filter.operation.as_ref().is_none_or(|o| &r.operation == o))
-            .filter(|r| filter.tenant_id.as_ref().is_none_or(|t| &r.tenant_id == t))
-            .filter(|r| {
-                filter
-                    .control_space_id
-                    .as_ref()
-                    .is_none_or(|c| &r.control_space_id == c)
-            })
-            .filter(|r| {
-                filter
-                    .error_code
-                    .as_ref()
-                    .is_none_or(|c| r.last_error_code.as_ref() == Some(c))
-            })
+            .filter(|r| matches_filter(r, filter))
             .cloned()
             .collect();
         rows.sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
@@ -627,6 +613,109 @@ impl CommandAdmin for InMemoryLifecycleStore {
         }
         Ok(counts.into_values().collect())
     }
+
+    async fn count_matching(&self, filter: &CommandFilter) -> Result<u64, StoreError> {
+        self.check_fault()?;
+        let state = lock(&self.state);
+        Ok(state
+            .commands
+            .values()
+            .filter(|r| matches_filter(r, filter))
+            .count() as u64)
+    }
+
+    async fn count_by_error_code(
+        &self,
+        status: CommandStatus,
+        limit: u32,
+    ) -> Result<Vec<ErrorCodeCount>, StoreError> {
+        self.check_fault()?;
+        let state = lock(&self.state);
+        let mut groups: BTreeMap<Option<String>, u64> = BTreeMap::new();
+        for r in state.commands.values().filter(|r| r.status == status) {
+            *groups
+                .entry(r.last_error_code.as_ref().map(|c| c.as_str().to_owned()))
+                .or_default() += 1;
+        }
+        let mut counts: Vec<ErrorCodeCount> = groups
+            .into_iter()
+            .map(|(code, count)| ErrorCodeCount {
+                code: code.map(tenantry_lifecycle::ErrorCode::from),
+                count,
+            })
+            .collect();
+        counts.sort_by(|a, b| {
+            b.count.cmp(&a.count).then_with(|| {
+                let key = |c: &ErrorCodeCount| c.code.as_ref().map(|c| c.as_str().to_owned());
+                key(a).cmp(&key(b))
+            })
+        });
+        counts.truncate(limit as usize);
+        Ok(counts)
+    }
+
+    async fn settled_since(
+        &self,
+        since: DateTime<Utc>,
+        limit: u32,
+    ) -> Result<Vec<SettledCommand>, StoreError> {
+        self.check_fault()?;
+        let state = lock(&self.state);
+        let mut settled: Vec<SettledCommand> = state
+            .commands
+            .values()
+            .filter(|r| r.status == CommandStatus::Succeeded)
+            .filter_map(|r| {
+                r.completed_at
+                    .filter(|at| *at >= since)
+                    .map(|completed_at| SettledCommand {
+                        created_at: r.created_at,
+                        completed_at,
+                    })
+            })
+            .collect();
+        settled.sort_by_key(|s| std::cmp::Reverse(s.completed_at));
+        settled.truncate(limit as usize);
+        Ok(settled)
+    }
+
+    async fn live_summary(&self) -> Result<LiveSummary, StoreError> {
+        self.check_fault()?;
+        let state = lock(&self.state);
+        let oldest_pending_created_at = state
+            .commands
+            .values()
+            .filter(|r| r.status == CommandStatus::Pending)
+            .map(|r| r.created_at)
+            .min();
+        let mut owners: BTreeMap<String, u64> = BTreeMap::new();
+        for r in state.commands.values() {
+            if r.status == CommandStatus::Processing
+                && let Some(owner) = &r.lease_owner
+            {
+                *owners.entry(owner.as_str().to_owned()).or_default() += 1;
+            }
+        }
+        Ok(LiveSummary {
+            oldest_pending_created_at,
+            lease_owners: owners.into_iter().collect(),
+        })
+    }
+}
+
+/// Whether `r` matches every field of `filter` but the cursor and the limit.
+fn matches_filter(r: &CommandRecord, filter: &CommandFilter) -> bool {
+    filter.status.is_none_or(|s| r.status == s)
+        && filter.operation.as_ref().is_none_or(|o| &r.operation == o)
+        && filter.tenant_id.as_ref().is_none_or(|t| &r.tenant_id == t)
+        && filter
+            .control_space_id
+            .as_ref()
+            .is_none_or(|c| &r.control_space_id == c)
+        && filter
+            .error_code
+            .as_ref()
+            .is_none_or(|c| r.last_error_code.as_ref() == Some(c))
 }
 
 /// A scripted reaction of [`FakeKnowledgeFs`] to the next call of one kind.

@@ -387,6 +387,36 @@ pub struct CommandCount {
     pub count: u64,
 }
 
+/// Number of commands of one status with one last error code (the overview's "failed by
+/// error code").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ErrorCodeCount {
+    /// The last error code (`None`: commands without one).
+    pub code: Option<ErrorCode>,
+    /// How many.
+    pub count: u64,
+}
+
+/// One command that succeeded, for throughput and latency views
+/// ([`CommandAdmin::settled_since`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SettledCommand {
+    /// When it was enqueued.
+    pub created_at: DateTime<Utc>,
+    /// When it succeeded.
+    pub completed_at: DateTime<Utc>,
+}
+
+/// What the live commands look like right now ([`CommandAdmin::live_summary`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LiveSummary {
+    /// `created_at` of the oldest pending command (`None`: nothing pending).
+    pub oldest_pending_created_at: Option<DateTime<Utc>>,
+    /// Lease owners of processing commands with how many each holds, ordered by owner: the
+    /// workers (and so the replicas) seen claiming right now.
+    pub lease_owners: Vec<(String, u64)>,
+}
+
 /// Operator actions on commands and counts for gauges. Not part of [`LifecycleStore`]: only
 /// the admin API, the CLI and metrics use it.
 #[cfg_attr(feature = "mocks", mockall::automock)]
@@ -435,6 +465,45 @@ pub trait CommandAdmin: Send + Sync {
         &self,
         statuses: &[CommandStatus],
     ) -> Result<Vec<CommandCount>, StoreError>;
+
+    /// How many commands match `filter` (every field but `after` and `limit`, which are
+    /// ignored): one `COUNT` query, for the console's "N commands match" and the count a bulk
+    /// action's confirmation states.
+    ///
+    /// # Errors
+    /// [`StoreError`] when the database fails.
+    async fn count_matching(&self, filter: &CommandFilter) -> Result<u64, StoreError>;
+
+    /// Commands of `status` grouped by their last error code, largest group first (ties by
+    /// code), at most `limit` groups: one aggregate query (the `failed_at` index serves
+    /// `failed`).
+    ///
+    /// # Errors
+    /// [`StoreError`] when the database fails.
+    async fn count_by_error_code(
+        &self,
+        status: CommandStatus,
+        limit: u32,
+    ) -> Result<Vec<ErrorCodeCount>, StoreError>;
+
+    /// Commands that succeeded at or after `since` (their `completed_at`), newest first, at
+    /// most `limit`: throughput per minute and enqueue-to-settle latency for the console. SQL
+    /// stores read the `completed_at` index of the retention migration (m0010).
+    ///
+    /// # Errors
+    /// [`StoreError`] when the database fails.
+    async fn settled_since(
+        &self,
+        since: DateTime<Utc>,
+        limit: u32,
+    ) -> Result<Vec<SettledCommand>, StoreError>;
+
+    /// The oldest pending command's age and the lease owners of processing commands: two
+    /// aggregate queries over the live commands (the claim index).
+    ///
+    /// # Errors
+    /// [`StoreError`] when the database fails.
+    async fn live_summary(&self) -> Result<LiveSummary, StoreError>;
 }
 
 /// Everything the lifecycle engine needs from storage.

@@ -4,17 +4,18 @@
 //! claim index for live commands and the `failed_at` index of migration m0005 for failed ones).
 
 use async_trait::async_trait;
+use chrono::{DateTime, Utc};
 use sea_orm::sea_query::Expr;
 use sea_orm::{
-    ActiveValue::Set, ColumnTrait, ConnectionTrait, EntityTrait, FromQueryResult, QueryFilter,
-    QueryOrder, QuerySelect,
+    ActiveValue::Set, ColumnTrait, ConnectionTrait, EntityTrait, FromQueryResult, PaginatorTrait,
+    QueryFilter, QueryOrder, QuerySelect,
 };
 use tenantry_kernel::CommandId;
 use tenantry_lifecycle::ErrorCode;
 use tenantry_lifecycle::{CommandRecord, CommandStatus, Operation};
 use tenantry_ports::lifecycle::{
-    ActionRecord, CommandAdmin, CommandCount, OperatorAction, OperatorActionError,
-    OperatorActionKind, StoreError,
+    ActionRecord, CommandAdmin, CommandCount, CommandFilter, ErrorCodeCount, LiveSummary,
+    OperatorAction, OperatorActionError, OperatorActionKind, SettledCommand, StoreError,
 };
 
 use super::convert::{millis, to_record};
@@ -172,6 +173,121 @@ impl CommandAdmin for SeaOrmLifecycleStore {
                 })
             })
             .collect()
+    }
+
+    async fn count_matching(&self, filter: &CommandFilter) -> Result<u64, StoreError> {
+        let count = super::filtered(outbox::Entity::find(), filter)
+            .count(&self.conn)
+            .await
+            .map_err(unavailable)?;
+        Ok(count)
+    }
+
+    async fn count_by_error_code(
+        &self,
+        status: CommandStatus,
+        limit: u32,
+    ) -> Result<Vec<ErrorCodeCount>, StoreError> {
+        let mut query = outbox::Entity::find()
+            .select_only()
+            .column(outbox::Column::LastErrorCode)
+            .column_as(outbox::Column::Id.count(), "count")
+            .filter(outbox::Column::Status.eq(status.as_str()));
+        if status == CommandStatus::Failed {
+            // Served by the `failed_at` partial index (m0005), like the gauge.
+            query = query.filter(outbox::Column::FailedAt.is_not_null());
+        }
+        let rows: Vec<(Option<String>, i64)> = query
+            .group_by(outbox::Column::LastErrorCode)
+            .order_by_desc(Expr::col(sea_orm::sea_query::Alias::new("count")))
+            .order_by_asc(outbox::Column::LastErrorCode)
+            .limit(u64::from(limit))
+            .into_tuple()
+            .all(&self.conn)
+            .await
+            .map_err(unavailable)?;
+        Ok(rows
+            .into_iter()
+            .map(|(code, count)| ErrorCodeCount {
+                code: code.map(ErrorCode::from),
+                count: u64::try_from(count).unwrap_or(0),
+            })
+            .collect())
+    }
+
+    async fn settled_since(
+        &self,
+        since: DateTime<Utc>,
+        limit: u32,
+    ) -> Result<Vec<SettledCommand>, StoreError> {
+        // The `completed_at` index of m0010 (finished commands) serves the range and order.
+        let rows: Vec<(i64, Option<i64>)> = outbox::Entity::find()
+            .select_only()
+            .column(outbox::Column::CreatedAt)
+            .column(outbox::Column::CompletedAt)
+            .filter(outbox::Column::CompletedAt.gte(millis(since)))
+            .filter(outbox::Column::Status.eq(CommandStatus::Succeeded.as_str()))
+            .order_by_desc(outbox::Column::CompletedAt)
+            .limit(u64::from(limit))
+            .into_tuple()
+            .all(&self.conn)
+            .await
+            .map_err(unavailable)?;
+        let time = |ms: i64| {
+            DateTime::from_timestamp_millis(ms).ok_or_else(|| {
+                StoreError::corrupt(format!("lifecycle_outbox holds an invalid time {ms}"))
+            })
+        };
+        rows.into_iter()
+            .filter_map(|(created, completed)| completed.map(|c| (created, c)))
+            .map(|(created, completed)| {
+                Ok(SettledCommand {
+                    created_at: time(created)?,
+                    completed_at: time(completed)?,
+                })
+            })
+            .collect()
+    }
+
+    async fn live_summary(&self) -> Result<LiveSummary, StoreError> {
+        // Both read live commands only (`completed_at IS NULL`: the claim index).
+        let oldest: Option<Option<i64>> = outbox::Entity::find()
+            .select_only()
+            .column_as(outbox::Column::CreatedAt.min(), "oldest")
+            .filter(outbox::Column::CompletedAt.is_null())
+            .filter(outbox::Column::Status.eq(CommandStatus::Pending.as_str()))
+            .into_tuple()
+            .one(&self.conn)
+            .await
+            .map_err(unavailable)?;
+        let owners: Vec<(Option<String>, i64)> = outbox::Entity::find()
+            .select_only()
+            .column(outbox::Column::LeaseOwner)
+            .column_as(outbox::Column::Id.count(), "count")
+            .filter(outbox::Column::CompletedAt.is_null())
+            .filter(outbox::Column::Status.eq(CommandStatus::Processing.as_str()))
+            .filter(outbox::Column::LeaseOwner.is_not_null())
+            .group_by(outbox::Column::LeaseOwner)
+            .order_by_asc(outbox::Column::LeaseOwner)
+            .into_tuple()
+            .all(&self.conn)
+            .await
+            .map_err(unavailable)?;
+        let oldest_pending_created_at = match oldest.flatten() {
+            Some(ms) => Some(DateTime::from_timestamp_millis(ms).ok_or_else(|| {
+                StoreError::corrupt(format!(
+                    "lifecycle_outbox.created_at holds an invalid time {ms}"
+                ))
+            })?),
+            None => None,
+        };
+        Ok(LiveSummary {
+            oldest_pending_created_at,
+            lease_owners: owners
+                .into_iter()
+                .filter_map(|(owner, n)| owner.map(|o| (o, u64::try_from(n).unwrap_or(0))))
+                .collect(),
+        })
     }
 }
 

@@ -603,22 +603,7 @@ impl CommandQueue for SeaOrmLifecycleStore {
         &self,
         filter: &CommandFilter,
     ) -> Result<Vec<CommandRecord>, StoreError> {
-        let mut query = outbox::Entity::find();
-        if let Some(status) = filter.status {
-            query = query.filter(outbox::Column::Status.eq(status.as_str()));
-        }
-        if let Some(operation) = &filter.operation {
-            query = query.filter(outbox::Column::Operation.eq(operation.as_str()));
-        }
-        if let Some(tenant) = &filter.tenant_id {
-            query = query.filter(outbox::Column::TenantId.eq(tenant.as_str()));
-        }
-        if let Some(cs) = &filter.control_space_id {
-            query = query.filter(outbox::Column::ControlSpaceId.eq(cs.as_str()));
-        }
-        if let Some(code) = &filter.error_code {
-            query = query.filter(outbox::Column::LastErrorCode.eq(code.as_str()));
-        }
+        let mut query = filtered(outbox::Entity::find(), filter);
         if let Some(after) = &filter.after {
             // Keyset pagination on (created_at, id) of the cursor row; an unknown cursor
             // yields an empty page.
@@ -676,4 +661,28 @@ impl ControlSpaceReader for SeaOrmLifecycleStore {
     ) -> Result<Vec<Option<ControlSpace>>, StoreError> {
         batch::control_spaces(self, keys).await
     }
+}
+
+/// `query` narrowed to the commands matching `filter` (every field but the cursor and the
+/// limit): shared by the listing and [`CommandAdmin::count_matching`](tenantry_ports::lifecycle::CommandAdmin::count_matching).
+pub(crate) fn filtered(
+    mut query: sea_orm::Select<outbox::Entity>,
+    filter: &CommandFilter,
+) -> sea_orm::Select<outbox::Entity> {
+    if let Some(status) = filter.status {
+        query = query.filter(outbox::Column::Status.eq(status.as_str()));
+    }
+    if let Some(operation) = &filter.operation {
+        query = query.filter(outbox::Column::Operation.eq(operation.as_str()));
+    }
+    if let Some(tenant) = &filter.tenant_id {
+        query = query.filter(outbox::Column::TenantId.eq(tenant.as_str()));
+    }
+    if let Some(cs) = &filter.control_space_id {
+        query = query.filter(outbox::Column::ControlSpaceId.eq(cs.as_str()));
+    }
+    if let Some(code) = &filter.error_code {
+        query = query.filter(outbox::Column::LastErrorCode.eq(code.as_str()));
+    }
+    query
 }

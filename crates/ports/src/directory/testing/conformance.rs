@@ -223,6 +223,51 @@ pub async fn snapshot_apply_matches_reference<S: SuiteStore>(store: &S) {
     assert_eq!(state.lease_expires_at, at(70));
 }
 
+/// `count_rows` answers the sizes of the projected tables, as a dump of them shows.
+pub async fn projection_counts_match_the_tables<S: SuiteStore>(store: &S) {
+    let empty = store.count_rows().await.unwrap();
+    assert_eq!(empty, crate::directory::ProjectionCounts::default());
+    let mut r = Replay::new(store);
+    r.snapshot(&ctx(0), &base()).await.unwrap();
+    let dump = store.dump_tables().await.unwrap();
+    let counts = store.count_rows().await.unwrap();
+    assert_eq!(
+        (counts.accounts, counts.workspaces, counts.memberships),
+        (
+            dump.accounts.len() as u64,
+            dump.workspaces.len() as u64,
+            dump.memberships.len() as u64
+        )
+    );
+    assert!(counts.accounts > 0 && counts.workspaces > 0 && counts.memberships > 0);
+}
+
+/// `recent_receipts` answers the receipts received last, newest first, up to the limit.
+pub async fn recent_receipts_are_the_newest_first<S: SuiteStore>(store: &S) {
+    assert!(store.recent_receipts(5).await.unwrap().is_empty());
+    let receipt = |n: i64| tenantry_directory::InboxReceipt {
+        instance_uuid: instance(),
+        event_uuid: tenantry_directory::EventUuid::parse(format!("ev-{n}")).unwrap(),
+        cursor: n,
+        event_type: "workspace.updated".to_owned(),
+        revision: 1,
+        fingerprint: tenantry_kernel::Fingerprint::of_bytes(format!("ev-{n}").as_bytes()),
+        received_at: at(n),
+        applied_at: Some(at(n)),
+    };
+    let mut rows = ProjectionTables::default();
+    for n in [3, 1, 2] {
+        let r = receipt(n);
+        rows.receipts
+            .insert((r.instance_uuid.clone(), r.event_uuid.clone()), r);
+    }
+    store.seed_rows(&rows).await.unwrap();
+    let recent = store.recent_receipts(2).await.unwrap();
+    let cursors: Vec<i64> = recent.iter().map(|r| r.cursor).collect();
+    assert_eq!(cursors, vec![3, 2]);
+    assert_eq!(recent[0], receipt(3));
+}
+
 /// An older snapshot is superseded; the same cursor with other contents conflicts.
 pub async fn snapshot_superseded_and_conflict_are_rejected<S: SuiteStore>(store: &S) {
     let mut r = Replay::new(store);
@@ -770,6 +815,8 @@ macro_rules! directory_projection_store_conformance {
             committed_active_capacity_rolls_back,
             concurrent_replicas_serialize_on_the_state_row,
             large_snapshot_applies,
+            projection_counts_match_the_tables,
+            recent_receipts_are_the_newest_first,
         );
     };
     (@tests $ctor:expr; $($name:ident),* $(,)?) => {

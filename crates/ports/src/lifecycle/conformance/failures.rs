@@ -444,3 +444,144 @@ pub async fn list_commands_filters_by_error_code<S: LifecycleStore>(store: S, cl
     );
     assert!(store.list_commands(&page("NOPE")).await.unwrap().is_empty());
 }
+
+/// `count_matching` counts exactly what `list_commands` lists for the same filter (cursor and
+/// limit ignored); `count_by_error_code` groups one status by last error code, largest first.
+pub async fn count_matching_and_by_error_code<S: LifecycleStore + CommandAdmin>(
+    store: S,
+    clock: ManualClock,
+) {
+    fail_it(&store, &clock, "cs1", "k1", 0).await;
+    fail_it(&store, &clock, "cs2", "k2", 10).await;
+    let busy = enqueue(&store, &clock, "cs3", "k3", t(20)).await;
+    let c = claim_one(&store, &clock, "w1", t(21)).await;
+    assert_eq!(c.id(), &busy);
+    store
+        .settle(
+            &c.lease,
+            &Settlement::fail(t(22), ErrorRecord::new("KFS_UNAVAILABLE", "down")),
+        )
+        .await
+        .unwrap();
+    enqueue(&store, &clock, "cs4", "k4", t(30)).await;
+    let filters = [
+        CommandFilter::default(),
+        CommandFilter {
+            status: Some(CommandStatus::Failed),
+            ..CommandFilter::default()
+        },
+        CommandFilter {
+            status: Some(CommandStatus::Failed),
+            error_code: Some("INVALID_REQUEST".into()),
+            ..CommandFilter::default()
+        },
+        CommandFilter {
+            tenant_id: Some(tenant()),
+            control_space_id: Some(ControlSpaceId::parse("cs4").unwrap()),
+            ..CommandFilter::default()
+        },
+        CommandFilter {
+            status: Some(CommandStatus::Succeeded),
+            ..CommandFilter::default()
+        },
+    ];
+    let expected = [4, 3, 2, 1, 0];
+    for (filter, expected) in filters.iter().zip(expected) {
+        let listed = store
+            .list_commands(&CommandFilter {
+                limit: 1000,
+                ..filter.clone()
+            })
+            .await
+            .unwrap()
+            .len() as u64;
+        // A cursor and a small limit change nothing in the count.
+        let counted = store
+            .count_matching(&CommandFilter {
+                limit: 1,
+                after: Some(busy.clone()),
+                ..filter.clone()
+            })
+            .await
+            .unwrap();
+        assert_eq!((listed, counted), (expected, expected), "{filter:?}");
+    }
+    let by_code = store
+        .count_by_error_code(CommandStatus::Failed, 10)
+        .await
+        .unwrap();
+    let code = |c: &str| Some(ErrorCode::from(c));
+    assert_eq!(
+        by_code,
+        vec![
+            crate::lifecycle::ErrorCodeCount {
+                code: code("INVALID_REQUEST"),
+                count: 2
+            },
+            crate::lifecycle::ErrorCodeCount {
+                code: code("KFS_UNAVAILABLE"),
+                count: 1
+            },
+        ]
+    );
+    assert_eq!(
+        store
+            .count_by_error_code(CommandStatus::Failed, 1)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    assert!(
+        store
+            .count_by_error_code(CommandStatus::Abandoned, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+/// `settled_since` lists succeeded commands completed at or after the bound, newest first, up
+/// to the limit; `live_summary` names the oldest pending command and the lease owners of
+/// processing ones.
+pub async fn settled_since_and_live_summary<S: LifecycleStore + CommandAdmin>(
+    store: S,
+    clock: ManualClock,
+) {
+    assert_eq!(
+        store.live_summary().await.unwrap(),
+        crate::lifecycle::LiveSummary::default()
+    );
+    for (i, cs) in ["cs1", "cs2", "cs3"].into_iter().enumerate() {
+        let at = 10 * i as i64;
+        enqueue(&store, &clock, cs, &format!("k{i}"), t(at)).await;
+        let c = claim_one(&store, &clock, "w1", t(at + 1)).await;
+        store
+            .settle(&c.lease, &Settlement::ack(t(at + 5)))
+            .await
+            .unwrap();
+    }
+    fail_it(&store, &clock, "cs4", "k4", 40).await;
+    let settled = store.settled_since(t(15), 10).await.unwrap();
+    let completed: Vec<_> = settled.iter().map(|s| s.completed_at).collect();
+    assert_eq!(
+        completed,
+        vec![t(25), t(15)],
+        "newest first, failed left out"
+    );
+    assert_eq!(settled[0].created_at, t(20));
+    assert_eq!(store.settled_since(t(0), 1).await.unwrap().len(), 1);
+    assert!(store.settled_since(t(26), 10).await.unwrap().is_empty());
+
+    enqueue(&store, &clock, "cs5", "k5", t(50)).await;
+    enqueue(&store, &clock, "cs6", "k6", t(51)).await;
+    enqueue(&store, &clock, "cs7", "k7", t(52)).await;
+    claim_one(&store, &clock, "w-b", t(53)).await;
+    claim_one(&store, &clock, "w-a", t(54)).await;
+    let live = store.live_summary().await.unwrap();
+    assert_eq!(live.oldest_pending_created_at, Some(t(52)));
+    assert_eq!(
+        live.lease_owners,
+        vec![("w-a".to_owned(), 1), ("w-b".to_owned(), 1)]
+    );
+}

@@ -1,0 +1,129 @@
+//! The page shell of the console: navigation, the logout form, and the live region that htmx
+//! refreshes every [`REFRESH`] while the tab is visible (the trigger's condition reads
+//! `document.visibilityState`, so a hidden tab sends nothing).
+
+use axum::http::HeaderMap;
+use maud::{DOCTYPE, Markup, PreEscaped, html};
+
+use super::auth::Session;
+
+/// The live refresh period of pages and tables.
+pub const REFRESH: &str = "3s";
+
+/// The navigation entries: (path, label).
+const NAV: [(&str, &str); 4] = [
+    ("/ui", "Overview"),
+    ("/ui/commands", "Commands"),
+    ("/ui/fences", "Fences"),
+    ("/ui/directory", "Directory"),
+];
+
+/// Whether the request came from htmx (a live refresh wants the fragment only).
+pub fn is_htmx(headers: &HeaderMap) -> bool {
+    headers.contains_key("hx-request")
+}
+
+fn head(title: &str) -> Markup {
+    html! {
+        head {
+            meta charset="utf-8";
+            meta name="viewport" content="width=device-width, initial-scale=1";
+            title { (title) " · Tenantry" }
+            link rel="stylesheet" href="/ui/static/console.css";
+            script src="/ui/static/htmx.min.js" {}
+        }
+    }
+}
+
+/// A page without navigation (login, refusals).
+pub fn bare(title: &str, body: Markup) -> Markup {
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            (head(title))
+            body { main { (body) } }
+        }
+    }
+}
+
+/// A short message page (a refusal or an error), with a link back to the overview.
+pub fn message_page(title: &str, message: &str) -> Markup {
+    bare(
+        title,
+        html! {
+            h1 { (title) }
+            p #message { (message) }
+            p { a href="/ui" { "Back to the console" } }
+        },
+    )
+}
+
+/// A console page: navigation, then `before` (not refreshed: filter forms, action forms),
+/// then `live`, refreshed from `live_url` (when given) every [`REFRESH`] while the tab is
+/// visible.
+pub fn page(
+    title: &str,
+    active: &str,
+    session: &Session,
+    before: Markup,
+    live_url: Option<&str>,
+    live: Markup,
+) -> Markup {
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            (head(title))
+            body {
+                header {
+                    strong { "Tenantry" }
+                    @for (path, label) in NAV {
+                        a href=(path) class=[(path == active).then_some("active")] { (label) }
+                    }
+                    form.inline method="post" action="/ui/logout" {
+                        input type="hidden" name="csrf" value=(session.csrf.as_ref());
+                        button type="submit" { "Sign out" }
+                    }
+                }
+                main {
+                    h1 { (title) }
+                    (before)
+                    @if let Some(url) = live_url {
+                        div #live
+                            hx-get=(url)
+                            hx-trigger={"every " (REFRESH) " [document.visibilityState === 'visible']"}
+                            hx-swap="innerHTML" {
+                            (live)
+                        }
+                    } @else {
+                        (live)
+                    }
+                }
+                // Without JavaScript the page still works; htmx only adds the refresh.
+                (PreEscaped("<noscript><p class=\"muted\">Live refresh needs JavaScript; reload to update.</p></noscript>"))
+            }
+        }
+    }
+}
+
+/// A time for tables: RFC 3339 to the second, UTC.
+pub fn time(at: &chrono::DateTime<chrono::Utc>) -> String {
+    at.format("%Y-%m-%d %H:%M:%S UTC").to_string()
+}
+
+/// An optional time (`—` when absent).
+pub fn time_opt(at: Option<&chrono::DateTime<chrono::Utc>>) -> String {
+    at.map_or_else(|| "—".to_owned(), time)
+}
+
+/// Percent-encodes a query or path value (everything but RFC 3986's unreserved characters).
+pub fn encode(value: &str) -> String {
+    value
+        .bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}

@@ -1,0 +1,113 @@
+//! The operator console at `/ui` on the admin listener: server-rendered HTML (maud) with htmx
+//! for live refresh, both embedded in the binary (nothing is fetched at run time).
+//!
+//! - [`auth`]: the login form (the admin token), the session cookie (HttpOnly,
+//!   SameSite=Strict, path `/ui`), the CSRF token of every state-changing request, and the
+//!   redirect of every page to the login without a valid session;
+//! - [`pages`]: overview, commands (filter, keyset paging, detail, retry / abandon one, bulk
+//!   after a confirmation stating the count), fences (fence vs in-flight intent, clear with a
+//!   reason), directory (cursor, staleness, readiness, counts);
+//! - [`assets`]: the vendored htmx and the stylesheet;
+//! - [`layout`]: the page shell.
+//!
+//! Reads go through the stores' read ports and the shared [`CountsCache`](crate::counts::CountsCache)
+//! (at most one refresh a second for every viewer); actions call the same use cases as the
+//! admin API (`OperatorActions` of the engine, the fence administration of the process's
+//! `ScopedWrites`), so they are validated and recorded the same way. With
+//! `ui_read_only = true` no action is shown and every action request is refused with 403.
+
+pub mod assets;
+pub mod auth;
+pub mod layout;
+pub mod pages;
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::middleware;
+use axum::routing::{get, post};
+
+use crate::admin::{self, AdminState};
+
+/// Settings of the console (`ui`, `ui_read_only`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct UiSettings {
+    /// Hide and refuse every action (retry, abandon, fence clear).
+    pub read_only: bool,
+}
+
+/// What the console's handlers share: the admin API's state (stores, use cases, clock,
+/// counts), the sessions and the settings.
+#[derive(Clone)]
+pub struct UiState {
+    /// The admin API's state.
+    pub admin: AdminState,
+    /// Logged-in sessions.
+    pub sessions: Arc<auth::Sessions>,
+    /// `ui_read_only` and friends.
+    pub settings: UiSettings,
+}
+
+impl std::fmt::Debug for UiState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UiState")
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+impl UiState {
+    /// The console over `admin` with fresh sessions.
+    pub fn new(admin: AdminState, settings: UiSettings) -> Self {
+        let sessions = Arc::new(auth::Sessions::new(admin.clock.clone()));
+        Self {
+            admin,
+            sessions,
+            settings,
+        }
+    }
+}
+
+/// The console's routes (all under `/ui`).
+pub fn router(state: UiState) -> Router {
+    let pages = Router::new()
+        .route("/ui", get(pages::overview::page))
+        .route("/ui/", get(pages::overview::page))
+        .route("/ui/commands", get(pages::commands::list))
+        .route("/ui/commands/bulk", get(pages::commands::confirm_bulk))
+        .route("/ui/commands/bulk", post(pages::commands::bulk))
+        .route("/ui/commands/{command_id}", get(pages::commands::detail))
+        .route(
+            "/ui/commands/{command_id}/retry",
+            post(pages::commands::retry),
+        )
+        .route(
+            "/ui/commands/{command_id}/abandon",
+            post(pages::commands::abandon),
+        )
+        .route("/ui/fences", get(pages::fences::list))
+        .route("/ui/fences/clear", get(pages::fences::confirm_clear))
+        .route("/ui/fences/clear", post(pages::fences::clear))
+        .route("/ui/directory", get(pages::directory::page))
+        .route("/ui/logout", post(auth::logout))
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            auth::require_session,
+        ));
+    Router::new()
+        .merge(pages)
+        .route("/ui/login", get(auth::login_form).post(auth::login))
+        .route("/ui/static/htmx.min.js", get(assets::htmx))
+        .route("/ui/static/console.css", get(assets::css))
+        .with_state(state)
+}
+
+/// The admin API with the console beside it when `ui` is set (`ui = false`: `/ui` is 404
+/// like any unknown route).
+pub fn app(admin_state: AdminState, ui: Option<UiSettings>) -> Router {
+    let api = admin::router(admin_state.clone());
+    match ui {
+        Some(settings) => router(UiState::new(admin_state, settings)).merge(api),
+        None => api,
+    }
+}

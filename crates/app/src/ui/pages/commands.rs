@@ -1,0 +1,497 @@
+//! Commands: the filtered table (status, operation, tenant, control space, error code) with
+//! keyset paging, a command's detail (payload, attempts, last error, lease, control-space
+//! state, the action log), retry / abandon of one command, and the bulk action on everything
+//! matching a filter after a confirmation that states how many commands match.
+//!
+//! Filters are parsed by the admin API's [`commands_filter`](crate::admin::commands_filter())
+//! (same rules, same messages); actions go through the engine's `OperatorActions`, as the admin
+//! API's do, with actor `console` and the operator's reason, and are recorded in the action log.
+
+use axum::extract::{Path, Query, State};
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::{Extension, Form};
+use maud::{Markup, html};
+use serde::Deserialize;
+use tenantry_engine::lifecycle::OperatorActions;
+use tenantry_kernel::CommandId;
+use tenantry_ports::lifecycle::{
+    CommandAdmin, CommandFilter, CommandQueue, ControlSpaceReader, OperatorActionKind,
+};
+
+use super::super::UiState;
+use super::super::auth::{Session, csrf_ok, csrf_refused};
+use super::super::layout::{self, encode};
+use super::overview::ACTIONABLE;
+use super::{error_page, read_only_refused};
+use crate::admin::{AdminApiError, CommandsQuery, commands_filter, known_cursor};
+
+/// Rows per page of the table.
+pub const PAGE: u32 = 50;
+
+/// The actor recorded for actions taken in the console.
+pub const ACTOR: &str = "console";
+
+/// The table's filter, as the filter form sends it (empty fields mean "any").
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct FilterQuery {
+    /// Status.
+    #[serde(default)]
+    pub status: String,
+    /// Operation.
+    #[serde(default)]
+    pub operation: String,
+    /// Tenant.
+    #[serde(default)]
+    pub tenant_id: String,
+    /// Control space (needs the tenant).
+    #[serde(default)]
+    pub control_space_id: String,
+    /// Last error code.
+    #[serde(default)]
+    pub error_code: String,
+    /// Keyset cursor: the last id of the previous page.
+    #[serde(default)]
+    pub after: String,
+}
+
+fn some(value: &str) -> Option<String> {
+    let value = value.trim();
+    (!value.is_empty()).then(|| value.to_owned())
+}
+
+impl FilterQuery {
+    /// The store's filter (the admin API's parsing rules).
+    fn filter(&self, limit: u32) -> Result<CommandFilter, AdminApiError> {
+        commands_filter(&CommandsQuery {
+            status: some(&self.status),
+            operation: some(&self.operation),
+            tenant_id: some(&self.tenant_id),
+            control_space_id: some(&self.control_space_id),
+            error_code: some(&self.error_code),
+            limit: Some(limit),
+            after: some(&self.after),
+        })
+    }
+
+    /// The query string of this filter (without the cursor).
+    fn query_string(&self) -> String {
+        let pairs = [
+            ("status", &self.status),
+            ("operation", &self.operation),
+            ("tenant_id", &self.tenant_id),
+            ("control_space_id", &self.control_space_id),
+            ("error_code", &self.error_code),
+        ];
+        pairs
+            .iter()
+            .filter(|(_, v)| !v.trim().is_empty())
+            .map(|(k, v)| format!("{k}={}", encode(v.trim())))
+            .collect::<Vec<_>>()
+            .join("&")
+    }
+}
+
+fn filter_form(query: &FilterQuery) -> Markup {
+    let statuses = [
+        "pending",
+        "processing",
+        "failed",
+        "succeeded",
+        "superseded",
+        "abandoned",
+    ];
+    html! {
+        form.filters #filters method="get" action="/ui/commands" {
+            label { "status"
+                select name="status" {
+                    option value="" { "any" }
+                    @for s in statuses { option value=(s) selected[query.status == s] { (s) } }
+                }
+            }
+            label { "operation"
+                select name="operation" {
+                    option value="" { "any" }
+                    @for o in ["provision", "delete", "revoke"] { option value=(o) selected[query.operation == o] { (o) } }
+                }
+            }
+            label { "tenant" input name="tenant_id" value=(query.tenant_id); }
+            label { "control space" input name="control_space_id" value=(query.control_space_id); }
+            label { "error code" input name="error_code" value=(query.error_code); }
+            button #apply-filter type="submit" { "Filter" }
+            a href="/ui/commands" { "Clear" }
+        }
+    }
+}
+
+/// `GET /ui/commands`.
+pub async fn list(
+    State(state): State<UiState>,
+    Extension(session): Extension<Session>,
+    headers: HeaderMap,
+    Query(query): Query<FilterQuery>,
+) -> Response {
+    let live = match table(&state, &query).await {
+        Ok(live) => live,
+        Err(e) => return error_page(&e),
+    };
+    if layout::is_htmx(&headers) {
+        return live.into_response();
+    }
+    let mut live_url = format!("/ui/commands?{}", query.query_string());
+    if let Some(after) = some(&query.after) {
+        live_url.push_str(&format!("&after={}", encode(&after)));
+    }
+    let before = html! {
+        (filter_form(&query))
+        @if !state.settings.read_only {
+            @if let Ok(CommandFilter { status: Some(status), .. }) = query.filter(1) {
+                @if ACTIONABLE.contains(&status) {
+                    p {
+                        a #bulk-retry href={"/ui/commands/bulk?action=retry&" (query.query_string())} { "Retry all matching…" }
+                        " · "
+                        a #bulk-abandon href={"/ui/commands/bulk?action=abandon&" (query.query_string())} { "Abandon all matching…" }
+                    }
+                }
+            } @else {
+                p.muted { "Filter by status failed or pending to act on every matching command." }
+            }
+        }
+    };
+    layout::page(
+        "Commands",
+        "/ui/commands",
+        &session,
+        before,
+        Some(&live_url),
+        live,
+    )
+    .into_response()
+}
+
+async fn table(state: &UiState, query: &FilterQuery) -> Result<Markup, AdminApiError> {
+    let filter = query.filter(PAGE)?;
+    known_cursor(&state.admin.store, filter.after.as_ref()).await?;
+    let matching = state.admin.store.count_matching(&filter).await?;
+    let rows = state.admin.store.list_commands(&filter).await?;
+    let next = (rows.len() == PAGE as usize)
+        .then(|| rows.last().map(|r| r.id.to_string()))
+        .flatten();
+    Ok(html! {
+        p #matching { (matching) " commands match." }
+        table #commands {
+            tr {
+                th { "command" } th { "operation" } th { "tenant" } th { "control space" }
+                th { "status" } th { "attempts" } th { "last error" } th { "created" } th { "next attempt" }
+            }
+            @for r in &rows {
+                tr.command data-status=(r.status.as_str()) {
+                    td { a href={"/ui/commands/" (encode(r.id.as_str()))} { (r.id.as_str()) } }
+                    td { (r.operation.as_str()) }
+                    td { (r.tenant_id.as_str()) }
+                    td { (r.control_space_id.as_str()) }
+                    td.status { (r.status.as_str()) }
+                    td { (r.attempt_count) }
+                    td { (r.last_error_code.as_ref().map_or("", |c| c.as_str())) }
+                    td { (layout::time(&r.created_at)) }
+                    td { (layout::time(&r.next_attempt_at)) }
+                }
+            }
+        }
+        @if let Some(next) = next {
+            p { a #next-page href={"/ui/commands?" (query.query_string()) "&after=" (encode(&next))} { "Next page →" } }
+        }
+    })
+}
+
+fn parse_command_id(value: &str) -> Result<CommandId, AdminApiError> {
+    CommandId::parse(value).map_err(|e| AdminApiError::invalid("command_id", e))
+}
+
+/// `GET /ui/commands/{command_id}`.
+pub async fn detail(
+    State(state): State<UiState>,
+    Extension(session): Extension<Session>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Response {
+    let id = match parse_command_id(&id) {
+        Ok(id) => id,
+        Err(e) => return error_page(&e),
+    };
+    let live = match detail_live(&state, &id).await {
+        Ok(Some(live)) => live,
+        Ok(None) => {
+            return error_page(&AdminApiError::new(
+                axum::http::StatusCode::NOT_FOUND,
+                "COMMAND_NOT_FOUND",
+                format!("command {id} does not exist"),
+            ));
+        }
+        Err(e) => return error_page(&e),
+    };
+    if layout::is_htmx(&headers) {
+        return live.into_response();
+    }
+    let path = format!("/ui/commands/{}", encode(id.as_str()));
+    let before = html! {
+        @if !state.settings.read_only {
+            div #actions {
+                @for (kind, label, class) in [("retry", "Retry now", "primary"), ("abandon", "Abandon", "danger")] {
+                    form.inline method="post" action={(path) "/" (kind)} {
+                        input type="hidden" name="csrf" value=(session.csrf.as_ref());
+                        input #{(kind) "-reason"} name="reason" placeholder="reason (required)" required;
+                        button #{(kind) "-button"} class=(class) type="submit" { (label) }
+                    }
+                    " "
+                }
+                p.muted { "Only pending or failed commands can be retried or abandoned; each action is recorded with its reason." }
+            }
+        }
+    };
+    layout::page(
+        &format!("Command {id}"),
+        "/ui/commands",
+        &session,
+        before,
+        Some(&path),
+        live,
+    )
+    .into_response()
+}
+
+async fn detail_live(state: &UiState, id: &CommandId) -> Result<Option<Markup>, AdminApiError> {
+    let Some(r) = state.admin.store.command_by_id(id).await? else {
+        return Ok(None);
+    };
+    let space = state
+        .admin
+        .store
+        .control_space(&r.tenant_id, &r.control_space_id)
+        .await?;
+    let actions = state.admin.store.command_actions(id).await?;
+    let payload = serde_json::to_string_pretty(&r.payload).unwrap_or_default();
+    Ok(Some(html! {
+        table #detail {
+            tr { th { "status" } td #status { (r.status.as_str()) } }
+            tr { th { "operation" } td { (r.operation.as_str()) " (" (r.operation_id.as_str()) ")" } }
+            tr { th { "tenant / control space" } td { (r.tenant_id.as_str()) " / " (r.control_space_id.as_str()) } }
+            tr { th { "control-space state" } td { (space.as_ref().map_or_else(|| "missing".to_owned(), |s| format!("{:?} (version {})", s.state, s.resource_version))) } }
+            tr { th { "attempts" } td { (r.attempt_count) " (budget counted from " (r.attempt_budget_base) ")" } }
+            tr { th { "last error" } td { (r.last_error_code.as_ref().map_or("", |c| c.as_str())) " " span.muted { (r.last_error_message.as_deref().unwrap_or("")) } } }
+            tr { th { "lease" } td { (r.lease_owner.as_ref().map_or("—", |o| o.as_str())) " until " (layout::time_opt(r.lease_expires_at.as_ref())) " (epoch " (r.lease_epoch.0) ")" } }
+            tr { th { "created" } td { (layout::time(&r.created_at)) } }
+            tr { th { "next attempt" } td { (layout::time(&r.next_attempt_at)) } }
+            tr { th { "completed" } td { (layout::time_opt(r.completed_at.as_ref())) } }
+            tr { th { "idempotency key" } td { (r.idempotency_key.as_str()) } }
+        }
+        h2 { "Payload" }
+        pre { (payload) }
+        h2 { "Operator actions" }
+        @if actions.is_empty() { p.muted { "None." } }
+        @else {
+            table #actions-log {
+                tr { th { "when" } th { "action" } th { "actor" } th { "reason" } th { "status before" } th { "error before" } }
+                @for a in &actions {
+                    tr {
+                        td { (layout::time(&a.action.at)) }
+                        td { (a.action.kind.as_str()) }
+                        td { (a.action.actor) }
+                        td { (a.action.reason) }
+                        td { (a.previous_status.as_str()) }
+                        td { (a.previous_error_code.as_ref().map_or("", |c| c.as_str())) }
+                    }
+                }
+            }
+        }
+    }))
+}
+
+/// The fields of an action on one command.
+#[derive(Debug, Deserialize)]
+pub struct ActForm {
+    /// The session's CSRF token.
+    #[serde(default)]
+    pub csrf: String,
+    /// Why (required).
+    #[serde(default)]
+    pub reason: String,
+}
+
+async fn act_one(
+    state: &UiState,
+    session: &Session,
+    id: &str,
+    kind: OperatorActionKind,
+    form: &ActForm,
+) -> Response {
+    if !csrf_ok(session, &form.csrf) {
+        return csrf_refused();
+    }
+    if state.settings.read_only {
+        return read_only_refused();
+    }
+    let id = match parse_command_id(id) {
+        Ok(id) => id,
+        Err(e) => return error_page(&e),
+    };
+    let actions = OperatorActions::new(state.admin.store.clone(), state.admin.clock.clone());
+    match actions.act(&id, kind, ACTOR, &form.reason).await {
+        Ok(_) => {
+            tracing::info!(command_id = %id, action = kind.as_str(), actor = ACTOR, reason = %form.reason.trim(), "operator action on a command (console)");
+            Redirect::to(&format!("/ui/commands/{}", encode(id.as_str()))).into_response()
+        }
+        Err(e) => error_page(&AdminApiError::from(e)),
+    }
+}
+
+/// `POST /ui/commands/{command_id}/retry`.
+pub async fn retry(
+    State(state): State<UiState>,
+    Extension(session): Extension<Session>,
+    Path(id): Path<String>,
+    Form(form): Form<ActForm>,
+) -> Response {
+    act_one(&state, &session, &id, OperatorActionKind::Retry, &form).await
+}
+
+/// `POST /ui/commands/{command_id}/abandon`.
+pub async fn abandon(
+    State(state): State<UiState>,
+    Extension(session): Extension<Session>,
+    Path(id): Path<String>,
+    Form(form): Form<ActForm>,
+) -> Response {
+    act_one(&state, &session, &id, OperatorActionKind::Abandon, &form).await
+}
+
+/// The query of the bulk confirmation and the fields of the bulk action.
+#[derive(Debug, Deserialize)]
+pub struct BulkForm {
+    /// `retry` or `abandon`.
+    #[serde(default)]
+    pub action: String,
+    /// The filter.
+    #[serde(flatten)]
+    pub filter: FilterQuery,
+    /// The session's CSRF token (the action only).
+    #[serde(default)]
+    pub csrf: String,
+    /// Why (the action only; required).
+    #[serde(default)]
+    pub reason: String,
+}
+
+fn bulk_kind(action: &str) -> Result<OperatorActionKind, AdminApiError> {
+    OperatorActionKind::parse(action)
+        .ok_or_else(|| AdminApiError::invalid("action", "must be retry or abandon"))
+}
+
+fn bulk_filter(filter: &FilterQuery) -> Result<CommandFilter, AdminApiError> {
+    let mut parsed = FilterQuery {
+        after: String::new(),
+        ..filter.clone()
+    }
+    .filter(1)?;
+    if !parsed.status.is_some_and(|s| ACTIONABLE.contains(&s)) {
+        return Err(AdminApiError::invalid(
+            "status",
+            "a bulk action needs the filter status failed or pending",
+        ));
+    }
+    parsed.limit = 0;
+    Ok(parsed)
+}
+
+/// `GET /ui/commands/bulk`: the confirmation, stating how many commands match.
+pub async fn confirm_bulk(
+    State(state): State<UiState>,
+    Extension(session): Extension<Session>,
+    Query(form): Query<BulkForm>,
+) -> Response {
+    if state.settings.read_only {
+        return read_only_refused();
+    }
+    let (kind, filter) =
+        match bulk_kind(&form.action).and_then(|k| Ok((k, bulk_filter(&form.filter)?))) {
+            Ok(parsed) => parsed,
+            Err(e) => return error_page(&e),
+        };
+    let matching = match state.admin.store.count_matching(&filter).await {
+        Ok(n) => n,
+        Err(e) => return error_page(&AdminApiError::from(e)),
+    };
+    let verb = kind.as_str();
+    let body = html! {
+        p #confirm-count { "This will " strong { (verb) } " " strong #bulk-count { (matching) } " commands matching " code { (form.filter.query_string()) } "." }
+        p.muted { "Commands that change status meanwhile are refused one by one and listed afterwards; at most 10,000 are acted on per run." }
+        form method="post" action="/ui/commands/bulk" {
+            input type="hidden" name="csrf" value=(session.csrf.as_ref());
+            input type="hidden" name="action" value=(verb);
+            @for (name, value) in [("status", &form.filter.status), ("operation", &form.filter.operation), ("tenant_id", &form.filter.tenant_id), ("control_space_id", &form.filter.control_space_id), ("error_code", &form.filter.error_code)] {
+                input type="hidden" name=(name) value=(value);
+            }
+            input #bulk-reason name="reason" placeholder="reason (required)" required;
+            button #bulk-confirm.danger type="submit" { "Yes, " (verb) " " (matching) " commands" }
+            " "
+            a href={"/ui/commands?" (form.filter.query_string())} { "Cancel" }
+        }
+    };
+    layout::page(
+        &format!("Confirm: {verb} matching commands"),
+        "/ui/commands",
+        &session,
+        body,
+        None,
+        html! {},
+    )
+    .into_response()
+}
+
+/// `POST /ui/commands/bulk`: acts on every command matching the filter (the engine's bulk
+/// operator action: each recorded, at most 10,000 per run).
+pub async fn bulk(
+    State(state): State<UiState>,
+    Extension(session): Extension<Session>,
+    Form(form): Form<BulkForm>,
+) -> Response {
+    if !csrf_ok(&session, &form.csrf) {
+        return csrf_refused();
+    }
+    if state.settings.read_only {
+        return read_only_refused();
+    }
+    let (kind, filter) =
+        match bulk_kind(&form.action).and_then(|k| Ok((k, bulk_filter(&form.filter)?))) {
+            Ok(parsed) => parsed,
+            Err(e) => return error_page(&e),
+        };
+    let actions = OperatorActions::new(state.admin.store.clone(), state.admin.clock.clone());
+    let report = match actions
+        .act_on_matching(&filter, kind, ACTOR, &form.reason)
+        .await
+    {
+        Ok(report) => report,
+        Err(e) => return error_page(&AdminApiError::from(e)),
+    };
+    tracing::info!(action = kind.as_str(), actor = ACTOR, reason = %form.reason.trim(), acted = report.acted.len(), refused = report.refused.len(), "operator bulk action on commands (console)");
+    let body = html! {
+        p #bulk-result { (kind.as_str()) ": " strong { (report.acted.len()) } " commands acted on, " (report.refused.len()) " refused" @if report.truncated { " (stopped at the 10,000 bound: run it again for the rest)" } "." }
+        @if !report.refused.is_empty() {
+            table {
+                tr { th { "command" } th { "why" } }
+                @for (id, why) in &report.refused { tr { td { (id.as_str()) } td { (why.to_string()) } } }
+            }
+        }
+        p { a href={"/ui/commands?" (form.filter.query_string())} { "Back to the commands" } }
+    };
+    layout::page(
+        "Bulk action done",
+        "/ui/commands",
+        &session,
+        body,
+        None,
+        html! {},
+    )
+    .into_response()
+}

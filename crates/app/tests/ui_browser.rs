@@ -1,0 +1,418 @@
+//! The operator console in a real browser: headless Chromium driven over WebDriver
+//! (chromedriver, through fantoccini) against a running service with real data. One journey:
+//! log in, filter the commands, retry a failed command and see it settle, clear a fence with
+//! a reason, and watch the directory page turn not-ready by itself (the live refresh) when the
+//! provider stops answering. Screenshots of each step go to `target/ui/`.
+//!
+//! Browser: `/usr/bin/chromium` and `/usr/bin/chromedriver` (Debian's `chromium` and
+//! `chromium-driver`; `.ci/run` installs them), or `TENANTRY_CHROMIUM` /
+//! `TENANTRY_CHROMEDRIVER`. Without one the test is skipped with a message, except when `CI`
+//! or `TENANTRY_REQUIRE_BROWSER` is set: then it fails. The journey is `#[ignore]`d in the
+//! workspace test runs; `cargo xtask ci` runs it once, in its own step "test (browser)"
+//! (`cargo test -p tenantry-app --test ui_browser -- --ignored`).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use common::{Harness, TOKEN};
+use fantoccini::{Client, ClientBuilder, Locator};
+use serde_json::json;
+use tenantry_app::config::DirectorySettings;
+use tenantry_directory::maps::{
+    DirectoryAccountStatus, DirectoryMembershipStatus, DirectoryRole, WorkspaceStatus,
+};
+use tenantry_directory::{
+    AccountUuid, DirectoryMember, DirectoryWorkspace, InstanceUuid, MembershipUuid, WorkspaceUuid,
+};
+use tenantry_fence::ScopeIdentity;
+use tenantry_ports::host_storage::HostStorage;
+use tenantry_store_seaorm::host_storage::SeaOrmHostStorage;
+use tenantry_testkit::directory::{DirectoryServerConfig, ReferenceDirectory};
+use tenantry_testkit::fault::{Fault, Route};
+
+const SETTLE: Duration = Duration::from_secs(30);
+
+/// The browser's binaries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Browser {
+    chromium: PathBuf,
+    chromedriver: PathBuf,
+}
+
+/// Finds the browser: `Ok(None)` to skip (missing, and neither `CI` nor
+/// `TENANTRY_REQUIRE_BROWSER` set), `Err` when it is missing but required.
+fn locate(
+    env: impl Fn(&str) -> Option<String>,
+    exists: impl Fn(&Path) -> bool,
+) -> Result<Option<Browser>, String> {
+    let path =
+        |var: &str, default: &str| PathBuf::from(env(var).unwrap_or_else(|| default.to_owned()));
+    let browser = Browser {
+        chromium: path("TENANTRY_CHROMIUM", "/usr/bin/chromium"),
+        chromedriver: path("TENANTRY_CHROMEDRIVER", "/usr/bin/chromedriver"),
+    };
+    let missing: Vec<String> = [&browser.chromium, &browser.chromedriver]
+        .into_iter()
+        .filter(|p| !exists(p))
+        .map(|p| p.display().to_string())
+        .collect();
+    if missing.is_empty() {
+        return Ok(Some(browser));
+    }
+    let required = ["CI", "TENANTRY_REQUIRE_BROWSER"]
+        .iter()
+        .any(|v| env(v).is_some_and(|x| !x.is_empty() && x != "0" && x != "false"));
+    let message = format!(
+        "browser tests need {} (Debian: apt-get install chromium chromium-driver; or set TENANTRY_CHROMIUM / TENANTRY_CHROMEDRIVER)",
+        missing.join(" and ")
+    );
+    if required {
+        Err(message)
+    } else {
+        eprintln!("skipped: {message}");
+        Ok(None)
+    }
+}
+
+#[test]
+fn a_missing_browser_fails_in_ci_and_is_skipped_elsewhere() {
+    let none = |_: &Path| false;
+    let all = |_: &Path| true;
+    let env_with = |pairs: &'static [(&'static str, &'static str)]| {
+        move |name: &str| {
+            pairs
+                .iter()
+                .find(|(k, _)| *k == name)
+                .map(|(_, v)| (*v).to_owned())
+        }
+    };
+    assert_eq!(locate(env_with(&[]), none), Ok(None));
+    assert!(locate(env_with(&[("CI", "true")]), none).is_err());
+    let err = locate(env_with(&[("TENANTRY_REQUIRE_BROWSER", "1")]), none).unwrap_err();
+    assert!(err.contains("chromium-driver"), "{err}");
+    let found = locate(
+        env_with(&[("CI", "true"), ("TENANTRY_CHROMIUM", "/opt/c")]),
+        all,
+    )
+    .unwrap()
+    .unwrap();
+    assert_eq!(found.chromium, PathBuf::from("/opt/c"));
+}
+
+/// chromedriver on a free loopback port, killed on drop.
+struct Driver {
+    child: Child,
+    url: String,
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+async fn start_driver(browser: &Browser) -> Driver {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let child = Command::new(&browser.chromedriver)
+        .arg(format!("--port={port}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("chromedriver starts");
+    let url = format!("http://127.0.0.1:{port}");
+    let driver = Driver { child, url };
+    let http = reqwest::Client::new();
+    for _ in 0..200 {
+        if http
+            .get(format!("{}/status", driver.url))
+            .send()
+            .await
+            .is_ok_and(|r| r.status().is_success())
+        {
+            return driver;
+        }
+        // Real time: chromedriver is another process starting up.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("chromedriver did not answer on {}", driver.url);
+}
+
+async fn start_browser(browser: &Browser, driver: &Driver, profile: &Path) -> Client {
+    let mut caps = serde_json::Map::new();
+    caps.insert(
+        "goog:chromeOptions".to_owned(),
+        json!({
+            "binary": browser.chromium,
+            "args": [
+                "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                "--disable-dev-shm-usage", "--window-size=1280,900",
+                format!("--user-data-dir={}", profile.display()),
+            ],
+        }),
+    );
+    let connector = hyper_util::client::legacy::connect::HttpConnector::new();
+    ClientBuilder::new(connector)
+        .capabilities(caps)
+        .connect(&driver.url)
+        .await
+        .expect("a Chromium session")
+}
+
+/// Saves a screenshot as `target/ui/<name>.png`.
+async fn shot(client: &Client, name: &str) {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/ui");
+    std::fs::create_dir_all(&dir).unwrap();
+    let png = client.screenshot().await.unwrap();
+    std::fs::write(dir.join(format!("{name}.png")), png).unwrap();
+}
+
+/// Waits until the text of the element at `css` contains `text` (the page refreshes itself,
+/// or `reload` reloads it between looks).
+async fn wait_text(client: &Client, css: &str, text: &str, reload: bool) {
+    let deadline = tokio::time::Instant::now() + SETTLE;
+    loop {
+        if let Ok(element) = client.find(Locator::Css(css)).await
+            && element.text().await.is_ok_and(|t| t.contains(text))
+        {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{css} never showed {text:?}: {}",
+            client.source().await.unwrap_or_default()
+        );
+        if reload {
+            client.refresh().await.unwrap();
+        }
+        // Real time: the service and the browser run on their own.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn directory_settings(url: String, keys: Vec<(String, [u8; 32])>) -> DirectorySettings {
+    DirectorySettings {
+        url,
+        token: None,
+        instance: "inst-1".to_owned(),
+        trusted_keys: keys
+            .into_iter()
+            .map(|(id, k)| (id, k.iter().map(|b| format!("{b:02x}")).collect()))
+            .collect(),
+        sync_interval: Duration::from_millis(100),
+        max_staleness: Duration::from_secs(3),
+        event_limit: 100,
+    }
+}
+
+/// A workspace of the reference directory with `members` members.
+fn workspace(uuid: &str, members: usize) -> DirectoryWorkspace {
+    let owner = AccountUuid::parse(format!("acc-{uuid}-0")).unwrap();
+    DirectoryWorkspace {
+        uuid: WorkspaceUuid::parse(uuid).unwrap(),
+        name: format!("Workspace {uuid}"),
+        slug: uuid.into(),
+        workspace_type: "team".into(),
+        status: WorkspaceStatus::Active,
+        created_by_account_uuid: owner,
+        projection_revision: 1,
+        execution_generation: 1,
+        members: (0..members)
+            .map(|i| DirectoryMember {
+                membership_uuid: MembershipUuid::parse(format!("m-{uuid}-{i}")).unwrap(),
+                account_uuid: AccountUuid::parse(format!("acc-{uuid}-{i}")).unwrap(),
+                normalized_email: format!("user{i}@{uuid}.example.com"),
+                display_name: format!("User {i}"),
+                account_status: DirectoryAccountStatus::Active,
+                role: if i == 0 {
+                    DirectoryRole::Owner
+                } else {
+                    DirectoryRole::Member
+                },
+                membership_status: DirectoryMembershipStatus::Active,
+                joined_at: None,
+                projection_revision: 1,
+            })
+            .collect(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "drives Chromium: runs once in the `test (browser)` step of `cargo xtask ci` (cargo test -p tenantry-app --test ui_browser -- --ignored)"]
+async fn console_in_a_real_browser() {
+    let Some(browser) = locate(|v| std::env::var(v).ok(), Path::exists).unwrap() else {
+        return;
+    };
+    // Real data: a provider, a service with a failed command, a fence.
+    let (directory_url, directory) = ReferenceDirectory::start(DirectoryServerConfig::new(
+        InstanceUuid::parse("inst-1").unwrap(),
+    ))
+    .await
+    .unwrap();
+    for (uuid, members) in [("ws-a", 3), ("ws-b", 2)] {
+        directory.change(|m| m.upsert_workspace(workspace(uuid, members)));
+    }
+    let keys = directory.trusted_public_keys();
+    let h = Harness::start_with(Default::default(), |c| {
+        c.directory = Some(directory_settings(directory_url, keys));
+    })
+    .await;
+    h.remote
+        .script(Route::Provision, [Some(Fault::InvalidRequest)]);
+    let created = h.create("t-1", "cs-bad").await;
+    let failed_id = created["command_id"].as_str().unwrap().to_owned();
+    h.create("t-1", "cs-good").await;
+    h.wait_for(
+        "/v1/tenants/t-1/control-spaces/cs-bad",
+        |b| b["lifecycle_status"] == "failed",
+        SETTLE,
+    )
+    .await;
+    h.wait_state("t-1", "cs-good", "active", SETTLE).await;
+    let binding = tenantry_fence::Binding::parse("inst-1").unwrap();
+    let scope = ScopeIdentity::object("kb-1");
+    let storage = SeaOrmHostStorage::new(&h.db.db);
+    storage
+        .set(
+            &binding,
+            scope.fence_key().as_str(),
+            &json!({"scope": "kb-1", "reason": "upload document", "fenced_at_ms": 1_700_000_000_000i64, "kind": "fence",
+                    "failure": {"kind": "outcome_unknown", "detail": "connection reset after send"}}),
+        )
+        .await
+        .unwrap();
+
+    let driver = start_driver(&browser).await;
+    let profile = tempfile::tempdir().unwrap();
+    let client = start_browser(&browser, &driver, profile.path()).await;
+
+    // Log in.
+    client.goto(&h.url("/ui")).await.unwrap();
+    client
+        .wait()
+        .at_most(SETTLE)
+        .for_element(Locator::Css("#token"))
+        .await
+        .unwrap()
+        .send_keys(TOKEN)
+        .await
+        .unwrap();
+    shot(&client, "01-login").await;
+    client
+        .find(Locator::Css("#login"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    wait_text(&client, "#count-failed", "1", false).await;
+    wait_text(&client, "#readiness.ok", "ready", false).await;
+    wait_text(&client, "#count-memberships", "5", false).await;
+    wait_text(&client, "#latency", "over 1 commands", false).await;
+    shot(&client, "02-overview").await;
+
+    // Filter the commands: failed only.
+    client.goto(&h.url("/ui/commands")).await.unwrap();
+    client
+        .find(Locator::Css("select[name=status]"))
+        .await
+        .unwrap()
+        .select_by_value("failed")
+        .await
+        .unwrap();
+    client
+        .find(Locator::Css("#apply-filter"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    wait_text(&client, "#matching", "1 commands match", false).await;
+    let rows = client.find_all(Locator::Css("tr.command")).await.unwrap();
+    assert_eq!(rows.len(), 1);
+    assert!(rows[0].text().await.unwrap().contains(&failed_id));
+    shot(&client, "03-commands-filtered").await;
+
+    // Retry the failed command and see it settle.
+    client
+        .find(Locator::LinkText(&failed_id))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    wait_text(&client, "#status", "failed", false).await;
+    client
+        .find(Locator::Css("#retry-reason"))
+        .await
+        .unwrap()
+        .send_keys("remote fixed")
+        .await
+        .unwrap();
+    client
+        .find(Locator::Css("#retry-button"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    wait_text(&client, "#status", "succeeded", false).await;
+    wait_text(&client, "#actions-log", "remote fixed", false).await;
+    shot(&client, "04-command-retried").await;
+
+    // Clear the fence with a reason.
+    client.goto(&h.url("/ui/fences")).await.unwrap();
+    wait_text(&client, "#fences", "kb-1", false).await;
+    shot(&client, "05-fences").await;
+    client
+        .find(Locator::Css("a.clear"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    client
+        .wait()
+        .at_most(SETTLE)
+        .for_element(Locator::Css("#clear-reason"))
+        .await
+        .unwrap()
+        .send_keys("reconciled kb-1 with the remote")
+        .await
+        .unwrap();
+    client
+        .find(Locator::Css("#clear-confirm"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    wait_text(&client, "#no-fences", "No fence", false).await;
+    assert_eq!(
+        storage
+            .get(&binding, scope.fence_key().as_str())
+            .await
+            .unwrap(),
+        Some(serde_json::Value::Null)
+    );
+    shot(&client, "06-fence-cleared").await;
+
+    // The directory page turns not ready by itself once the provider stops answering.
+    client.goto(&h.url("/ui/directory")).await.unwrap();
+    wait_text(&client, "#readiness.ok", "ready", false).await;
+    shot(&client, "07-directory-ready").await;
+    directory.shutdown().await;
+    wait_text(&client, "#readiness.bad", "not ready", false).await;
+    shot(&client, "08-directory-not-ready").await;
+
+    client.close().await.unwrap();
+}
