@@ -192,6 +192,7 @@ async fn submit_batch(
         .await
         .map_err(unavailable)?;
         if inserted != chunk.len() as u64 {
+            txn.rollback().await.map_err(unavailable)?;
             return Ok(None);
         }
     }
@@ -209,6 +210,7 @@ async fn submit_batch(
         .await
         .map_err(unavailable)?;
         if inserted != chunk.len() as u64 {
+            txn.rollback().await.map_err(unavailable)?;
             return Ok(None);
         }
     }
