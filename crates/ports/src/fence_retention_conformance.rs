@@ -2,7 +2,7 @@
 //! `fences`).
 //!
 //! Every adapter instantiates
-//! [`fence_retention_conformance!`](crate::fence_retention_conformance); the same cases run
+//! [`fence_retention_conformance!`](macro@crate::fence_retention_conformance); the same cases run
 //! against the in-memory fake, SQLite and PostgreSQL and check that each agrees with the pure
 //! rule `tenantry_fence::retention`: tombstones at fence keys past the window removed, inside
 //! kept; fences, intents, records of other keys kept whatever their age; a compare-and-set
