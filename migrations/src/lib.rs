@@ -12,7 +12,7 @@
 //! | migrator | history table | migrations |
 //! |---|---|---|
 //! | [`LifecycleMigrator`] | `tenantry_lifecycle_migrations` | [`m0001_lifecycle`], [`m0004_lifecycle_claim_index`], [`m0005_lifecycle_failures`], [`m0006_lifecycle_attempt_window`], `m0007_lifecycle_table_prefix`, [`m0010_lifecycle_retention`] |
-//! | [`FencesMigrator`] | `tenantry_fences_migrations` | [`m0002_host_storage`], `m0008_host_storage_table_prefix` |
+//! | [`FencesMigrator`] | `tenantry_fences_migrations` | [`m0002_host_storage`], `m0008_host_storage_table_prefix`, [`m0012_host_storage_retention`] |
 //! | [`DirectoryMigrator`] | `tenantry_directory_migrations` | [`m0003_directory`], `m0009_directory_table_prefix`, [`m0011_directory_retention`] |
 //!
 //! - [`m0001_lifecycle`]: `control_spaces` and `lifecycle_outbox`;
@@ -24,6 +24,8 @@
 //! - [`m0006_lifecycle_attempt_window`]: when the last attempt of a command could still send.
 //! - [`m0010_lifecycle_retention`], [`m0011_directory_retention`]: the indexes retention reads
 //!   (finished commands, the action log and inbox receipts in time order).
+//! - [`m0012_host_storage_retention`]: when each host-storage record was last written, and the
+//!   index of tombstones in that order (retention of cleared fence records).
 //! - [`table_prefix`]: renames the tables of a database created before the prefix.
 //!
 //! Databases migrated before these history tables existed recorded everything in
@@ -46,6 +48,7 @@ pub mod m0005_lifecycle_failures;
 pub mod m0006_lifecycle_attempt_window;
 pub mod m0010_lifecycle_retention;
 pub mod m0011_directory_retention;
+pub mod m0012_host_storage_retention;
 pub mod naming;
 pub mod table_prefix;
 
@@ -93,6 +96,7 @@ impl MigratorTrait for FencesMigrator {
         vec![
             Box::new(m0002_host_storage::Migration),
             Box::new(table_prefix::HostStoragePrefix),
+            Box::new(m0012_host_storage_retention::Migration),
         ]
     }
 

@@ -63,7 +63,8 @@ pub enum Command {
     #[command(subcommand)]
     Fences(FencesCommand),
     /// Remove expired history now with the `[retention]` policy (finished commands, operator
-    /// action records, directory inbox receipts), in small batches; `--dry-run` only counts.
+    /// action records, directory inbox receipts, cleared fence records), in small batches;
+    /// `--dry-run` only counts.
     /// `serve` does the same periodically.
     ///
     /// Example: tenantry prune --dry-run

@@ -27,7 +27,8 @@
 //!   projection rule on this replica, by rule (`DirectoryError::rule`); refreshed from the
 //!   projector's tally on every scrape and status read.
 //! - `tenantry_retention_removed_total{kind}`: records removed by the retention pruner of this
-//!   replica, by kind (`finished_commands`, `operator_actions`, `inbox_receipts`);
+//!   replica, by kind (`finished_commands`, `operator_actions`, `inbox_receipts`,
+//!   `cleared_fences`);
 //! - `tenantry_retention_oldest_age_seconds{kind}`: gauge, age of the oldest record of each kind
 //!   that retention governs (0 when there is none), after each pruner run.
 //!

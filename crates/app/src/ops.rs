@@ -1,6 +1,10 @@
 //! Operator commands that work on the database directly: `migrate`, `commands list`,
 //! `commands retry`, `commands abandon`, `fences list`, `fences clear`, `prune`, with their
 //! command-line options (the `cli` module embeds them in its `Command` enum).
+//!
+//! Their output goes through [`write_line`]: when standard output is a pipe whose reader has
+//! gone (`tenantry prune | head -1`), the command ends quietly with exit code 0, as other
+//! command-line tools do, instead of panicking on the broken pipe.
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -22,6 +26,37 @@ use crate::admin::{CommandView, CommandsQuery, commands_filter};
 use crate::config::{Config, redact_url};
 use tenantry_engine::scoped_writes::admin::ClearTarget;
 use tenantry_engine::scoped_writes::{FenceConfig, ScopedWrites};
+
+/// `println!` through [`write_line`].
+macro_rules! out {
+    ($($arg:tt)*) => {
+        $crate::ops::write_line(format_args!($($arg)*))
+    };
+}
+
+/// Writes one line of command output to standard output. A reader that went away (broken
+/// pipe) ends the process quietly with exit code 0: everything the command did is done, and
+/// nobody reads the rest. Any other write failure ends it with exit code 1 and a message on
+/// standard error.
+pub fn write_line(line: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    let written = stdout
+        .write_fmt(line)
+        .and_then(|()| stdout.write_all(b"\n"))
+        .and_then(|()| stdout.flush());
+    match written {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(0),
+        Err(e) => {
+            let _ = writeln!(
+                std::io::stderr(),
+                "tenantry: cannot write to standard output: {e}"
+            );
+            std::process::exit(1);
+        }
+    }
+}
 
 /// Options of `tenantry commands retry` and `tenantry commands abandon`.
 #[derive(Debug, Clone, Args)]
@@ -155,7 +190,7 @@ pub async fn migrate(config: &Config) -> ExitCode {
     match open(config).await {
         Ok(db) => {
             let _ = db.conn.close().await;
-            println!(
+            out!(
                 "database {} is migrated to the latest schema",
                 redact_url(&config.database_url)
             );
@@ -200,7 +235,7 @@ pub async fn commands_list(config: &Config, args: &CommandsListArgs) -> ExitCode
     if args.json {
         for c in &commands {
             match serde_json::to_string(&CommandView::from(c)) {
-                Ok(line) => println!("{line}"),
+                Ok(line) => out!("{line}"),
                 Err(e) => {
                     eprintln!("tenantry: cannot encode command {}: {e}", c.id);
                     return ExitCode::FAILURE;
@@ -208,12 +243,18 @@ pub async fn commands_list(config: &Config, args: &CommandsListArgs) -> ExitCode
             }
         }
     } else {
-        println!(
+        out!(
             "{:<36}  {:<10}  {:<9}  {:<12}  {:<24}  {:>8}  {:<26}  LAST ERROR",
-            "ID", "TENANT", "OPERATION", "STATUS", "CONTROL SPACE", "ATTEMPTS", "NEXT ATTEMPT"
+            "ID",
+            "TENANT",
+            "OPERATION",
+            "STATUS",
+            "CONTROL SPACE",
+            "ATTEMPTS",
+            "NEXT ATTEMPT"
         );
         for c in &commands {
-            println!(
+            out!(
                 "{:<36}  {:<10}  {:<9}  {:<12}  {:<24}  {:>8}  {:<26}  {}",
                 c.id.as_str(),
                 c.tenant_id.as_str(),
@@ -396,7 +437,7 @@ pub async fn commands_act(
     let code = match target {
         Ok(id) => match actions.act(&id, kind, &actor, &reason).await {
             Ok(after) => {
-                println!(
+                out!(
                     "{verb}: command {} is now {} (attempts so far: {})",
                     after.id.as_str(),
                     after.status,
@@ -417,7 +458,7 @@ pub async fn commands_act(
         {
             Ok(report) => {
                 for after in &report.acted {
-                    println!(
+                    out!(
                         "{verb}: command {} is now {}",
                         after.id.as_str(),
                         after.status
@@ -430,7 +471,7 @@ pub async fn commands_act(
                     OperatorActionKind::Retry => "retried",
                     OperatorActionKind::Abandon => "abandoned",
                 };
-                println!(
+                out!(
                     "{} command(s) {past}, {} refused{}",
                     report.acted.len(),
                     report.refused.len(),
@@ -476,18 +517,22 @@ pub async fn fences_list(config: &Config, args: &FencesListArgs) -> ExitCode {
     if args.json {
         // One JSON array, `[]` when there are none.
         match serde_json::to_string_pretty(&fences) {
-            Ok(json) => println!("{json}"),
+            Ok(json) => out!("{json}"),
             Err(e) => {
                 eprintln!("tenantry: {e}");
                 return ExitCode::FAILURE;
             }
         }
     } else if fences.is_empty() {
-        println!("no fences");
+        out!("no fences");
     } else {
-        println!(
+        out!(
             "{:<20}  {:<24}  {:<7}  {:<26}  {:<10}  REASON / FAILURE / KEY",
-            "BINDING", "SCOPE", "KIND", "FENCED AT", "PERSISTED"
+            "BINDING",
+            "SCOPE",
+            "KIND",
+            "FENCED AT",
+            "PERSISTED"
         );
         for f in &fences {
             let scope = if f.installation {
@@ -500,7 +545,7 @@ pub async fn fences_list(config: &Config, args: &FencesListArgs) -> ExitCode {
                 (Some(kind), None) => format!(" ({kind})"),
                 _ => String::new(),
             };
-            println!(
+            out!(
                 "{:<20}  {:<24}  {:<7}  {:<26}  {:<10}  {}{} [{}]",
                 f.binding,
                 scope,
@@ -554,13 +599,14 @@ pub async fn fences_clear(config: &Config, args: &FencesClearArgs) -> ExitCode {
         .await
     {
         Ok(outcome) if outcome.cleared => {
-            println!("cleared fence {} of {}", outcome.key, outcome.binding);
+            out!("cleared fence {} of {}", outcome.key, outcome.binding);
             ExitCode::SUCCESS
         }
         Ok(outcome) => {
-            println!(
+            out!(
                 "no fence {} in {}; nothing written",
-                outcome.key, outcome.binding
+                outcome.key,
+                outcome.binding
             );
             ExitCode::SUCCESS
         }
@@ -584,8 +630,14 @@ pub struct PruneArgs {
     pub json: bool,
 }
 
+/// Exit code of `tenantry prune` when another replica held the retention lock for at least one
+/// kind, so that kind was not pruned (EX_TEMPFAIL of sysexits: run it again later). The other
+/// kinds were pruned; the report says which were busy.
+pub const PRUNE_BUSY_EXIT: u8 = 75;
+
 /// `tenantry prune`: one retention run with the configured `[retention]` policy (or, with
-/// `--dry-run`, the counts it would remove), then a table per kind.
+/// `--dry-run`, the counts it would remove), then a table per kind. Exits
+/// [`PRUNE_BUSY_EXIT`] when another replica was pruning a kind meanwhile.
 pub async fn prune(config: &Config, args: &PruneArgs) -> ExitCode {
     use tenantry_engine::retention;
     use tenantry_ports::clock::Clock;
@@ -624,6 +676,21 @@ pub async fn prune(config: &Config, args: &PruneArgs) -> ExitCode {
             })
         })
         .collect();
+    let busy: Vec<&str> = report
+        .kinds
+        .iter()
+        .filter(|k| k.busy)
+        .map(|k| k.kind.as_str())
+        .collect();
+    let exit = if busy.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        eprintln!(
+            "tenantry: another replica was pruning ({}): not pruned by this run; run `tenantry prune` again later (exit code {PRUNE_BUSY_EXIT})",
+            busy.join(", ")
+        );
+        ExitCode::from(PRUNE_BUSY_EXIT)
+    };
     if args.json {
         let doc = serde_json::json!({
             "dry_run": report.dry_run,
@@ -631,15 +698,15 @@ pub async fn prune(config: &Config, args: &PruneArgs) -> ExitCode {
             "kinds": rows,
         });
         match serde_json::to_string_pretty(&doc) {
-            Ok(json) => println!("{json}"),
+            Ok(json) => out!("{json}"),
             Err(e) => {
                 eprintln!("tenantry: {e}");
                 return ExitCode::FAILURE;
             }
         }
-        return ExitCode::SUCCESS;
+        return exit;
     }
-    println!(
+    out!(
         "{:<18}  {:>6}  {:>12}  {:<26}  {:>10}",
         "KIND",
         "WINDOW",
@@ -652,7 +719,7 @@ pub async fn prune(config: &Config, args: &PruneArgs) -> ExitCode {
         "AGE (DAYS)"
     );
     for k in &report.kinds {
-        println!(
+        out!(
             "{:<18}  {:>5}d  {:>12}  {:<26}  {:>10}{}",
             k.kind.as_str(),
             policy.window(k.kind).as_secs() / 86_400,
@@ -672,7 +739,7 @@ pub async fn prune(config: &Config, args: &PruneArgs) -> ExitCode {
         );
     }
     if report.dry_run {
-        println!("dry run: nothing was removed");
+        out!("dry run: nothing was removed");
     }
-    ExitCode::SUCCESS
+    exit
 }

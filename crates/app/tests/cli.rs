@@ -469,3 +469,66 @@ async fn prune_dry_run_counts_and_prune_removes_expired_history() {
     let text = String::from_utf8(out.stderr).unwrap();
     assert!(text.contains("retention_finished_commands_days"), "{text}");
 }
+
+/// `tenantry prune | head -0`: a reader that goes away before the report is written ends the
+/// command quietly (exit 0, nothing on standard error), not with a panic on the broken pipe.
+#[test]
+fn prune_into_a_closed_pipe_exits_quietly() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = tenantry()
+        .current_dir(dir.path())
+        .arg("migrate")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    for args in [
+        &["prune", "--dry-run"][..],
+        &["prune", "--json"],
+        &["fences", "list"],
+    ] {
+        let mut child = tenantry()
+            .current_dir(dir.path())
+            .args(args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // The reader goes away before the command opened its database, let alone wrote.
+        drop(child.stdout.take());
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+    }
+}
+
+/// A prune that finds another replica pruning (the retention lock held: PostgreSQL only) exits
+/// with its own code, 75, and says so; the JSON report marks the busy kinds.
+#[tokio::test]
+async fn prune_refused_as_busy_exits_75() {
+    use tenantry_store_seaorm::testing::{fresh_database_with_pool, hold_retention_lock};
+
+    // One pooled connection: it holds the session lock below for the whole test.
+    let test_db = fresh_database_with_pool(1).await;
+    if test_db.backend() != tenantry_store_seaorm::Backend::Postgres {
+        return; // SQLite has one writer per file and no retention lock.
+    }
+    hold_retention_lock(&test_db.db).await;
+    let out = tenantry()
+        .env("TENANTRY_DATABASE_URL", test_db.url())
+        .args(["prune", "--json"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(75), "{stderr}");
+    assert!(stderr.contains("another replica was pruning"), "{stderr}");
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(
+        doc["kinds"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|k| k["busy"] == true),
+        "{doc}"
+    );
+}

@@ -7,7 +7,9 @@ mod common;
 use std::time::Duration;
 
 use common::Harness;
+use tenantry_ports::host_storage::HostStorage;
 use tenantry_ports::lifecycle::{CommandAdmin, OperatorAction, OperatorActionKind};
+use tenantry_store_seaorm::SeaOrmHostStorage;
 use tenantry_store_seaorm::lifecycle::SeaOrmLifecycleStore;
 
 #[tokio::test]
@@ -37,6 +39,18 @@ async fn serve_prunes_expired_history_and_exports_the_metrics() {
         .await
         .unwrap();
     assert_eq!(store.command_actions(&command_id).await.unwrap().len(), 1);
+    // A fence record cleared 30 days ago (past the default 7-day window), and a fence.
+    let binding = tenantry_fence::Binding::parse("inst-retention").unwrap();
+    let month_ago =
+        tenantry_ports::clock::ManualClock::new(chrono::Utc::now() - chrono::Duration::days(30));
+    let storage = SeaOrmHostStorage::new(&h.db.db).with_clock(std::sync::Arc::new(month_ago));
+    let (cleared, fenced) = ("ke.fence.v1.cleared", "ke.fence.v1.fenced");
+    storage
+        .set(&binding, cleared, &serde_json::Value::Null)
+        .await
+        .unwrap();
+    let fence = serde_json::json!({"reason": "lost", "kind": "fence"});
+    storage.set(&binding, fenced, &fence).await.unwrap();
     h.stop().await;
 
     h.config.retention.enabled = true;
@@ -50,6 +64,14 @@ async fn serve_prunes_expired_history_and_exports_the_metrics() {
         // Real time: the service under test prunes on its own tasks.
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    while storage.get(&binding, cleared).await.unwrap().is_some() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the pruner did not remove the cleared fence record"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(storage.get(&binding, fenced).await.unwrap(), Some(fence));
     let metrics = h
         .http
         .get(h.url("/metrics"))
@@ -64,6 +86,7 @@ async fn serve_prunes_expired_history_and_exports_the_metrics() {
         "tenantry_retention_removed_total{kind=\"operator_actions\"}",
         "tenantry_retention_oldest_age_seconds{kind=\"finished_commands\"}",
         "tenantry_retention_oldest_age_seconds{kind=\"inbox_receipts\"}",
+        "tenantry_retention_removed_total{kind=\"cleared_fences\"}",
     ] {
         assert!(
             metrics.contains(series),

@@ -15,6 +15,7 @@ mod directory;
 mod fence;
 mod fixtures;
 mod history;
+mod intake;
 mod lifecycle;
 mod remote;
 mod rss;
@@ -169,6 +170,19 @@ enum Part {
         workers: u32,
         #[command(flatten)]
         drain: DrainArgs,
+    },
+    /// Bulk intake: N provision requests through `CommandIntake::submit_many` (batches) and
+    /// some through `submit` one at a time; commands per second of each.
+    Intake {
+        /// Requests through `submit_many`.
+        #[arg(long, default_value_t = 20_000)]
+        commands: usize,
+        /// Requests per `submit_many` call (the peers' bulk enqueue uses 1,000 per call).
+        #[arg(long, default_value_t = 1_000)]
+        batch: usize,
+        /// Requests through `submit`, one per call (0: skip).
+        #[arg(long, default_value_t = 2_000)]
+        single: usize,
     },
     /// Creates (prints its URL) or drops a scratch database on the PostgreSQL server of
     /// `--database-url`, for tools outside this binary (`cargo xtask bench` runs pgbench in
@@ -368,6 +382,11 @@ async fn run(cli: Cli) -> BenchResult<()> {
             )
             .await
         }
+        Part::Intake {
+            commands,
+            batch,
+            single,
+        } => intake::run(&target()?, *commands, *batch, *single).await,
         Part::ScratchDatabase { action, name } => {
             let Target::Postgres { server_url } = target()? else {
                 return Err("scratch-database needs --backend postgres".into());

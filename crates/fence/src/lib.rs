@@ -12,6 +12,8 @@
 //!   fence marker record persisted in host storage;
 //! - [`record`]: the stored record as a cross-process claim (free, held by another process,
 //!   own leftover, fenced) and when an operator may clear it;
+//! - [`retention`]: which stored fence records retention may remove (only tombstones past
+//!   the window; never a fence or an intent);
 //! - [`outcome`]: what the three dispatch outcomes (the kernel's
 //!   [`tenantry_kernel::DispatchOutcome`], re-exported) mean for a fenced
 //!   write: only [`outcome::DispatchOutcome::OutcomeUnknown`] fences;
@@ -27,6 +29,7 @@ pub mod cache;
 pub mod connector;
 pub mod outcome;
 pub mod record;
+pub mod retention;
 pub mod scope;
 
 pub use cache::{

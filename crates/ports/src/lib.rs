@@ -18,7 +18,8 @@
 //! - [`wake`]: the wake-up signal of idle workers ([`wake::Wakeups`]), sent by intake and by
 //!   database listeners;
 //! - [`retention`]: bounded removal of expired history, dry-run counts, the oldest record per
-//!   kind;
+//!   kind (suites: `retention_conformance` for the lifecycle kinds,
+//!   `fence_retention_conformance` for cleared fence records);
 //! - [`handles`]: every port is implemented for `Arc<T>`, `Box<T>` and `&T` of an implementor.
 //!
 //! # Features
@@ -41,6 +42,8 @@ pub mod clock;
 #[cfg(feature = "directory")]
 pub mod directory;
 pub mod error;
+#[cfg(all(feature = "testing", feature = "fences"))]
+pub mod fence_retention_conformance;
 pub mod handles;
 #[cfg(feature = "fences")]
 pub mod host_storage;

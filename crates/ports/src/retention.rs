@@ -1,8 +1,9 @@
 //! The retention port: bounded removal of expired history (finished commands, operator action
-//! records, directory inbox receipts), a dry-run count and the oldest record per kind.
+//! records, directory inbox receipts, cleared fence records), a dry-run count and the oldest
+//! record per kind.
 //!
 //! The rules of what is expired are the domain crates' (`tenantry_lifecycle::retention`,
-//! `tenantry_directory::retention`); an adapter expresses them in its own query language and
+//! `tenantry_directory::retention`, `tenantry_fence::retention`); an adapter expresses them in its own query language and
 //! the conformance suite ([`retention_store_conformance!`](crate::retention_store_conformance),
 //! feature `testing`) checks that it agrees with them. The use case that drives the port is
 //! `tenantry_engine::retention` (docs/operations.md, "Retention").
@@ -28,14 +29,20 @@ pub enum RetentionKind {
     /// instance's projection cursor (a replica lagging past a removed receipt re-initializes
     /// from a snapshot).
     InboxReceipts,
+    /// Cleared fence records: JSON null tombstones at fence keys (`ke.fence.v1.…`) in host
+    /// storage, timed by their last write (`updated_at`, migration `m0012`). Fences and
+    /// intents (live or lapsed), undecodable records, records of unknown age and other keys
+    /// are kept (`tenantry_fence::retention`).
+    ClearedFences,
 }
 
 impl RetentionKind {
     /// Every kind, in the order a prune run visits them.
-    pub const ALL: [RetentionKind; 3] = [
+    pub const ALL: [RetentionKind; 4] = [
         Self::FinishedCommands,
         Self::OperatorActions,
         Self::InboxReceipts,
+        Self::ClearedFences,
     ];
 
     /// The stable snake_case name: the metrics label and the CLI's row name.
@@ -44,6 +51,7 @@ impl RetentionKind {
             Self::FinishedCommands => "finished_commands",
             Self::OperatorActions => "operator_actions",
             Self::InboxReceipts => "inbox_receipts",
+            Self::ClearedFences => "cleared_fences",
         }
     }
 }
@@ -56,7 +64,8 @@ impl std::fmt::Display for RetentionKind {
 
 /// How long each kind of record is kept after it finished, and how many rows one delete
 /// statement removes. Defaults: finished commands 30 days, operator actions 180 days, inbox
-/// receipts 7 days, batches of 500 (docs/operations.md, "Retention").
+/// receipts 7 days, cleared fence records 7 days, batches of 500 (docs/operations.md,
+/// "Retention").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RetentionPolicy {
     /// Window of [`RetentionKind::FinishedCommands`]: the documented lifetime of an idempotency
@@ -66,6 +75,10 @@ pub struct RetentionPolicy {
     pub operator_actions: Duration,
     /// Window of [`RetentionKind::InboxReceipts`].
     pub inbox_receipts: Duration,
+    /// Window of [`RetentionKind::ClearedFences`]: how long a cleared fence record stays
+    /// listed (for operators) before it goes; it decides nothing (a tombstone and an absent
+    /// record are the same free scope).
+    pub cleared_fences: Duration,
     /// Rows removed by one statement (one short transaction), at least 1.
     pub batch_size: u32,
 }
@@ -79,6 +92,7 @@ impl Default for RetentionPolicy {
             finished_commands: 30 * DAY,
             operator_actions: 180 * DAY,
             inbox_receipts: 7 * DAY,
+            cleared_fences: 7 * DAY,
             batch_size: 500,
         }
     }
@@ -91,6 +105,7 @@ impl RetentionPolicy {
             RetentionKind::FinishedCommands => self.finished_commands,
             RetentionKind::OperatorActions => self.operator_actions,
             RetentionKind::InboxReceipts => self.inbox_receipts,
+            RetentionKind::ClearedFences => self.cleared_fences,
         }
     }
 
@@ -101,6 +116,7 @@ impl RetentionPolicy {
             RetentionKind::FinishedCommands => self.finished_commands = window,
             RetentionKind::OperatorActions => self.operator_actions = window,
             RetentionKind::InboxReceipts => self.inbox_receipts = window,
+            RetentionKind::ClearedFences => self.cleared_fences = window,
         }
         self
     }
@@ -179,7 +195,8 @@ pub trait RetentionStore: Send + Sync {
 
     /// The time stamp of the oldest record of `kind` that retention governs (finished
     /// commands: `completed_at` of the oldest finished one; actions: `created_at`; receipts:
-    /// `received_at`), or `None` when there is none. The gauge of age is `now` minus this.
+    /// `received_at`; cleared fences: the last write of the oldest aged tombstone at a fence
+    /// key), or `None` when there is none. The gauge of age is `now` minus this.
     ///
     /// # Errors
     /// [`StoreError`] when the backend fails.
@@ -196,6 +213,7 @@ mod tests {
         assert_eq!(policy.window(RetentionKind::FinishedCommands), 30 * DAY);
         assert_eq!(policy.window(RetentionKind::OperatorActions), 180 * DAY);
         assert_eq!(policy.window(RetentionKind::InboxReceipts), 7 * DAY);
+        assert_eq!(policy.window(RetentionKind::ClearedFences), 7 * DAY);
         let policy = policy
             .with_window(RetentionKind::InboxReceipts, DAY)
             .with_batch_size(7);
@@ -204,7 +222,12 @@ mod tests {
         let names: Vec<_> = RetentionKind::ALL.iter().map(|k| k.as_str()).collect();
         assert_eq!(
             names,
-            ["finished_commands", "operator_actions", "inbox_receipts"]
+            [
+                "finished_commands",
+                "operator_actions",
+                "inbox_receipts",
+                "cleared_fences"
+            ]
         );
     }
 }

@@ -1,4 +1,5 @@
-//! The host-storage conformance suite on the in-memory fake, plus the fake's fault injection.
+//! The host-storage conformance suite and the cleared-fence retention suite on the in-memory
+//! fake, plus the fake's fault injection.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use serde_json::json;
@@ -7,6 +8,19 @@ use tenantry_ports::host_storage::testing::{InMemoryHostStorage, SetFault};
 use tenantry_ports::host_storage::{HostStorage, HostStorageError};
 
 tenantry_ports::host_storage_conformance!(((), InMemoryHostStorage::new()));
+
+mod fence_retention {
+    use std::sync::Arc;
+
+    use tenantry_ports::clock::ManualClock;
+    use tenantry_ports::host_storage::testing::InMemoryHostStorage;
+
+    // One fake is both the host storage and the retention store (shared through the `Arc`).
+    tenantry_ports::fence_retention_conformance!(|clock: ManualClock| async move {
+        let storage = Arc::new(InMemoryHostStorage::new().with_clock(Arc::new(clock)));
+        (storage.clone(), storage, ())
+    });
+}
 
 fn binding() -> Binding {
     Binding::parse("inst").unwrap()

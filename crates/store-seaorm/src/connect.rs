@@ -90,6 +90,21 @@ pub enum ConnectError {
         #[source]
         source: DbErr,
     },
+    /// The PostgreSQL server could not be reached before the connect timeout (the pool's own
+    /// error only says "pool timed out"): `cause` is what a direct TCP connection to `server`
+    /// answered (refused, unreachable, no answer, or connected but no PostgreSQL handshake).
+    #[error(
+        "cannot reach the PostgreSQL server at {server}: {cause}; check that PostgreSQL runs there and listens on that port, that the host and port of the database URL are right, and that no firewall blocks it"
+    )]
+    Unreachable {
+        /// `host:port` from the URL.
+        server: String,
+        /// What a direct TCP connection answered.
+        cause: String,
+        /// The driver's error.
+        #[source]
+        source: DbErr,
+    },
     /// The database opened but migrating its schema failed (e.g. a table Tenantry would create
     /// already exists and is not Tenantry's); the source says which and what to do.
     #[error("cannot migrate the database schema: {source}")]
@@ -289,9 +304,10 @@ pub(crate) async fn open_pool(url: &str, max_connections: u32) -> Result<Databas
                 .foreign_keys(true)
         });
     }
-    let conn = sea_orm::Database::connect(options)
-        .await
-        .map_err(|source| ConnectError::Open { source })?;
+    let conn = match sea_orm::Database::connect(options).await {
+        Ok(conn) => conn,
+        Err(source) => return Err(open_error(url, backend, source).await),
+    };
     debug_assert_eq!(
         conn.get_database_backend(),
         match backend {
@@ -302,10 +318,101 @@ pub(crate) async fn open_pool(url: &str, max_connections: u32) -> Result<Databas
     Ok(Database { conn, backend })
 }
 
+/// How long [`open_error`] waits for a TCP connection to the server.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// The error of a pool that could not open on `url`: [`ConnectError::Unreachable`] with the
+/// server's `host:port` and what a direct TCP connection to it answers when the pool only timed
+/// out on PostgreSQL, [`ConnectError::Open`] otherwise.
+async fn open_error(url: &str, backend: Backend, source: DbErr) -> ConnectError {
+    let timed_out = source.to_string().contains("pool timed out");
+    let Some((host, port)) =
+        postgres_server(url).filter(|_| timed_out && backend == Backend::Postgres)
+    else {
+        return ConnectError::Open { source };
+    };
+    let server = format!("{host}:{port}");
+    let cause = if host.starts_with('/') {
+        "no answer on the Unix socket before the connect timeout".to_owned()
+    } else {
+        let target = (host, port);
+        tokio::task::spawn_blocking(move || probe(&target))
+            .await
+            .unwrap_or_else(|e| format!("the connection probe failed: {e}"))
+    };
+    ConnectError::Unreachable {
+        server,
+        cause,
+        source,
+    }
+}
+
+/// `host` and `port` of a PostgreSQL URL (the driver's own parsing: defaults, `host=` query).
+fn postgres_server(url: &str) -> Option<(String, u16)> {
+    #[cfg(feature = "postgres")]
+    {
+        let options: sea_orm::sqlx::postgres::PgConnectOptions = url.parse().ok()?;
+        Some((options.get_host().to_owned(), options.get_port()))
+    }
+    #[cfg(not(feature = "postgres"))]
+    {
+        let _ = url;
+        None
+    }
+}
+
+/// What a TCP connection to `target` answers, in words.
+fn probe(target: &(String, u16)) -> String {
+    use std::net::{TcpStream, ToSocketAddrs};
+    let addrs = match (target.0.as_str(), target.1).to_socket_addrs() {
+        Ok(addrs) => addrs.collect::<Vec<_>>(),
+        Err(e) => return format!("the host name does not resolve ({e})"),
+    };
+    let mut last = "the host name resolves to no address".to_owned();
+    for addr in addrs {
+        match TcpStream::connect_timeout(&addr, PROBE_TIMEOUT) {
+            Ok(_) => {
+                return format!(
+                    "{addr} accepts TCP connections but no PostgreSQL session opened before the connect timeout (is it PostgreSQL, and below its max_connections?)"
+                );
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
+                last = format!("{addr} did not answer within {} s", PROBE_TIMEOUT.as_secs());
+            }
+            Err(e) => last = format!("{addr}: {e}"),
+        }
+    }
+    last
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    /// A PostgreSQL server that refuses connections is named with its host and port and what
+    /// the connection answered, not only "pool timed out".
+    #[cfg(feature = "postgres")]
+    #[tokio::test]
+    async fn an_unreachable_server_is_named_with_what_to_check() {
+        // A port nobody listens on: bound, then released.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let error = connect_existing(&format!("postgres://u@127.0.0.1:{port}/db"), 1)
+            .await
+            .unwrap_err();
+        let message = error.to_string();
+        assert!(
+            matches!(error, ConnectError::Unreachable { .. }),
+            "{message}"
+        );
+        assert!(message.contains(&format!("127.0.0.1:{port}")), "{message}");
+        assert!(message.contains("refused"), "{message}");
+        assert!(message.contains("firewall"), "{message}");
+    }
 
     /// A URL whose driver is not compiled is refused with an error naming the feature.
     #[test]

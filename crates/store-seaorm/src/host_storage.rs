@@ -1,5 +1,5 @@
-//! Host-storage adapter: the `tenantry_host_storage` table (`binding`, `key`, `value` JSON text;
-//! primary key `(binding, key)`) on SQLite and PostgreSQL.
+//! Host-storage adapter: the `tenantry_host_storage` table (`binding`, `key`, `value` JSON text,
+//! `updated_at` Unix milliseconds; primary key `(binding, key)`) on SQLite and PostgreSQL.
 //!
 //! `set` is one `INSERT .. ON CONFLICT (binding, key) DO UPDATE` statement on both backends, so
 //! concurrent writers of one key never fail on the primary key; the last write wins. Stored text
@@ -9,16 +9,22 @@
 //! must be absent, otherwise `UPDATE .. WHERE binding = ? AND key = ? AND value = ?` against
 //! the expected value's JSON text (the text `set` stores for it); the affected row count says
 //! whether it swapped. Atomic across every process on the database.
+//!
+//! Every write stamps `updated_at` with the store's clock (the database's, or an override for
+//! tests), inside the same statement: retention ages cleared fence records by it
+//! ([`crate::retention`], migration `m0012_host_storage_retention`).
 
-use crate::connect::Database;
+use std::sync::Arc;
+
+use crate::connect::{Backend, Database};
 use async_trait::async_trait;
-use sea_orm::sea_query::Expr;
-use sea_orm::sea_query::OnConflict;
 use sea_orm::{
-    ColumnTrait, DatabaseConnection, DbErr, EntityTrait, QueryFilter, QueryOrder, QuerySelect, Set,
+    ColumnTrait, ConnectionTrait, DatabaseConnection, DbBackend, DbErr, EntityTrait, QueryFilter,
+    QueryOrder, QuerySelect, Statement,
 };
 use serde_json::Value;
 use tenantry_fence::Binding;
+use tenantry_ports::clock::Clock;
 use tenantry_ports::host_storage::{
     HostStorage, HostStorageBindings, HostStorageError, PrefixedRecord, validate_key,
 };
@@ -35,6 +41,7 @@ mod entity {
         pub key: String,
         #[sea_orm(column_type = "Text")]
         pub value: String,
+        pub updated_at: Option<i64>,
     }
 
     #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
@@ -45,18 +52,81 @@ mod entity {
 
 /// [`HostStorage`] over a SeaORM connection (SQLite or PostgreSQL). Cheap to clone (shares
 /// the pool).
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct SeaOrmHostStorage {
     conn: DatabaseConnection,
+    backend: Backend,
+    clock: Option<Arc<dyn Clock>>,
 }
+
+impl std::fmt::Debug for SeaOrmHostStorage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SeaOrmHostStorage")
+            .field("backend", &self.backend)
+            .field(
+                "clock",
+                &self.clock.as_ref().map_or("database", |_| "override"),
+            )
+            .finish_non_exhaustive()
+    }
+}
+
+/// The table, as the raw write statements name it.
+const TABLE: &str = "tenantry_host_storage";
 
 impl SeaOrmHostStorage {
     /// An adapter over a migrated database (see [`connect`](crate::connect())), built like
-    /// every store of this crate.
+    /// every store of this crate; writes are stamped with the database's clock.
     pub fn new(db: &Database) -> Self {
         Self {
             conn: db.conn.clone(),
+            backend: db.backend,
+            clock: None,
         }
+    }
+
+    /// The same adapter stamping writes (`updated_at`) with `clock` instead of the database's
+    /// clock: for tests and simulations on virtual time only.
+    #[must_use]
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = Some(clock);
+        self
+    }
+
+    /// SQL of "now" in Unix milliseconds: the database clock, or the override's reading.
+    fn now_sql(&self) -> String {
+        match (&self.clock, self.backend) {
+            (Some(clock), _) => clock.now().timestamp_millis().to_string(),
+            (None, Backend::Postgres) => {
+                "(extract(epoch from statement_timestamp()) * 1000)::bigint".to_owned()
+            }
+            (None, Backend::Sqlite) => {
+                "CAST(ROUND(unixepoch('subsec') * 1000) AS INTEGER)".to_owned()
+            }
+        }
+    }
+
+    /// Runs the write statement `sql` (placeholders `{1}`..`{4}`) with `values`; the rows it
+    /// changed.
+    async fn write(
+        &self,
+        operation: &'static str,
+        sql: &str,
+        values: Vec<sea_orm::Value>,
+    ) -> Result<u64, HostStorageError> {
+        let (backend, mark) = match self.backend {
+            Backend::Postgres => (DbBackend::Postgres, '$'),
+            Backend::Sqlite => (DbBackend::Sqlite, '?'),
+        };
+        let mut sql = sql.replace("{now}", &self.now_sql());
+        for n in 1..=values.len() {
+            sql = sql.replace(&format!("{{{n}}}"), &format!("{mark}{n}"));
+        }
+        self.conn
+            .execute_raw(Statement::from_sql_and_values(backend, sql, values))
+            .await
+            .map(|result| result.rows_affected())
+            .map_err(|e| unavailable(operation, &e))
     }
 }
 
@@ -96,15 +166,16 @@ impl HostStorage for SeaOrmHostStorage {
         value: &Value,
     ) -> Result<(), HostStorageError> {
         validate_key(key)?;
-        entity::Entity::insert(row(binding, key, value))
-            .on_conflict(
-                OnConflict::columns([entity::Column::Binding, entity::Column::Key])
-                    .update_column(entity::Column::Value)
-                    .to_owned(),
-            )
-            .exec_without_returning(&self.conn)
-            .await
-            .map_err(|e| unavailable("set", &e))?;
+        self.write(
+            "set",
+            &format!(
+                "INSERT INTO {TABLE} (binding, key, value, updated_at) \
+                 VALUES ({{1}}, {{2}}, {{3}}, {{now}}) ON CONFLICT (binding, key) \
+                 DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at"
+            ),
+            row(binding, key, value),
+        )
+        .await?;
         Ok(())
     }
 
@@ -117,25 +188,30 @@ impl HostStorage for SeaOrmHostStorage {
     ) -> Result<bool, HostStorageError> {
         validate_key(key)?;
         let affected = match expected {
-            None => entity::Entity::insert(row(binding, key, value))
-                .on_conflict(
-                    OnConflict::columns([entity::Column::Binding, entity::Column::Key])
-                        .do_nothing()
-                        .to_owned(),
+            None => {
+                self.write(
+                    "compare_and_set",
+                    &format!(
+                        "INSERT INTO {TABLE} (binding, key, value, updated_at) \
+                         VALUES ({{1}}, {{2}}, {{3}}, {{now}}) \
+                         ON CONFLICT (binding, key) DO NOTHING"
+                    ),
+                    row(binding, key, value),
                 )
-                .exec_without_returning(&self.conn)
-                .await
-                .map_err(|e| unavailable("compare_and_set", &e))?,
+                .await?
+            }
             Some(expected) => {
-                entity::Entity::update_many()
-                    .col_expr(entity::Column::Value, Expr::value(value.to_string()))
-                    .filter(entity::Column::Binding.eq(binding.as_str()))
-                    .filter(entity::Column::Key.eq(key))
-                    .filter(entity::Column::Value.eq(expected.to_string()))
-                    .exec(&self.conn)
-                    .await
-                    .map_err(|e| unavailable("compare_and_set", &e))?
-                    .rows_affected
+                let mut values = row(binding, key, value);
+                values.push(expected.to_string().into());
+                self.write(
+                    "compare_and_set",
+                    &format!(
+                        "UPDATE {TABLE} SET value = {{3}}, updated_at = {{now}} \
+                         WHERE binding = {{1}} AND key = {{2}} AND value = {{4}}"
+                    ),
+                    values,
+                )
+                .await?
             }
         };
         Ok(affected == 1)
@@ -207,13 +283,13 @@ impl HostStorageBindings for SeaOrmHostStorage {
 
 /// Maps a database error of `operation` to the port's error ([`crate::error::store_error`]),
 /// keeping it as the source.
-/// The row of `key` in `binding` holding `value` (JSON text).
-fn row(binding: &Binding, key: &str, value: &Value) -> entity::ActiveModel {
-    entity::ActiveModel {
-        binding: Set(binding.as_str().to_owned()),
-        key: Set(key.to_owned()),
-        value: Set(value.to_string()),
-    }
+/// The parameters `binding`, `key` and `value` (JSON text) of a write, in that order.
+fn row(binding: &Binding, key: &str, value: &Value) -> Vec<sea_orm::Value> {
+    vec![
+        binding.as_str().into(),
+        key.into(),
+        value.to_string().into(),
+    ]
 }
 
 fn unavailable(operation: &'static str, error: &DbErr) -> HostStorageError {

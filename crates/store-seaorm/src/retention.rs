@@ -10,12 +10,15 @@
 //! replica holds it the batch answers [`PruneBatch::Busy`], so one replica prunes at a time and
 //! no session lock outlives a transaction. On SQLite the batch is one autocommit statement;
 //! writers serialize on the database lock (busy timeout), one process per file. The `<expired>`
-//! predicates are the SQL form of `tenantry_lifecycle::retention` and
-//! `tenantry_directory::retention`; the conformance suite checks that they agree. The indexes
-//! of migrations `m0010_lifecycle_retention` and `m0011_directory_retention` keep each batch
-//! a range read however long the history is.
+//! predicates are the SQL form of `tenantry_lifecycle::retention`,
+//! `tenantry_directory::retention` and `tenantry_fence::retention`; the conformance suites
+//! check that they agree. The indexes of migrations `m0010_lifecycle_retention`,
+//! `m0011_directory_retention` and `m0012_host_storage_retention` keep each batch a range read
+//! however long the history is.
 //!
-//! Needs the `lifecycle` and `directory` features (the tables of both mechanisms).
+//! Needs the `lifecycle` and `directory` features (the tables of both mechanisms); with
+//! `fences` it also removes cleared fence records from `tenantry_host_storage` (without it,
+//! none).
 
 use std::time::Duration;
 
@@ -103,13 +106,35 @@ fn kind_sql(kind: RetentionKind) -> Option<KindSql> {
                 .to_owned(),
             mechanism: Mechanism::Directory,
         }),
+        #[cfg(feature = "fences")]
+        RetentionKind::ClearedFences => {
+            use tenantry_fence::FENCE_KEY_PREFIX;
+            use tenantry_fence::retention::TOMBSTONE_TEXT;
+            // A tombstone at a fence key with a known write time; the prefix is compared
+            // exactly (LIKE would fold case on SQLite).
+            let governed = format!(
+                "t.value = '{TOMBSTONE_TEXT}' AND t.updated_at IS NOT NULL \
+                 AND substr(t.key, 1, {len}) = '{FENCE_KEY_PREFIX}'",
+                len = FENCE_KEY_PREFIX.len(),
+            );
+            Some(KindSql {
+                table: "tenantry_host_storage",
+                key: "binding, key",
+                time: "updated_at",
+                expired: format!("{governed} AND t.updated_at <= {{cutoff}}"),
+                join: "",
+                governed,
+                mechanism: Mechanism::Fences,
+            })
+        }
         _ => None,
     }
 }
 
 impl SeaOrmRetentionStore {
     /// The retention store on `db` (its tables must be migrated:
-    /// `Mechanisms::LIFECYCLE` and `Mechanisms::DIRECTORY`).
+    /// `Mechanisms::LIFECYCLE`, `Mechanisms::DIRECTORY` and, with feature `fences`,
+    /// `Mechanisms::FENCES`).
     pub fn new(db: &Database) -> Self {
         Self {
             conn: db.conn.clone(),

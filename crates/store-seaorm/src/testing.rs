@@ -22,10 +22,16 @@ pub const PG_URL_ENV: &str = "TENANTRY_TEST_PG_URL";
 pub struct TestDatabase {
     /// The migrated database.
     pub db: Database,
+    url: String,
     _dir: Option<tempfile::TempDir>,
 }
 
 impl TestDatabase {
+    /// The database's URL, for a process under test (the `tenantry` binary) to open it too.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
     /// The backend under test.
     pub fn backend(&self) -> Backend {
         self.db.backend
@@ -83,6 +89,7 @@ async fn fresh_sqlite(max_connections: u32) -> TestDatabase {
         .expect("open sqlite test database");
     TestDatabase {
         db,
+        url,
         _dir: Some(dir),
     }
 }
@@ -100,7 +107,11 @@ async fn fresh_postgres(url: &str, max_connections: u32) -> TestDatabase {
     let db = open_pool(&url, pool)
         .await
         .expect("open PostgreSQL test database");
-    TestDatabase { db, _dir: None }
+    TestDatabase {
+        db,
+        url,
+        _dir: None,
+    }
 }
 
 /// How many other sessions of `db`'s database are idle inside a transaction (PostgreSQL;
@@ -123,4 +134,29 @@ pub async fn sessions_idle_in_transaction(db: &Database) -> usize {
         .await
         .expect("read pg_stat_activity")
         .len()
+}
+
+/// Takes the retention lock ([`crate::retention::RETENTION_LOCK_KEY`]) as a session lock on one
+/// of `db`'s pooled connections, as another replica's prune batch would hold it (PostgreSQL;
+/// nothing on SQLite, which has no retention lock). With a pool of one connection
+/// ([`fresh_database_with_pool`]`(1)`) it stays held until the pool closes, so every prune
+/// batch of another pool answers `Busy` meanwhile.
+///
+/// # Panics
+/// When the statement fails.
+#[cfg(all(feature = "lifecycle", feature = "directory"))]
+pub async fn hold_retention_lock(db: &Database) {
+    if db.backend != Backend::Postgres {
+        return;
+    }
+    db.conn
+        .execute_raw(sea_orm::Statement::from_string(
+            sea_orm::DbBackend::Postgres,
+            format!(
+                "SELECT pg_advisory_lock({})",
+                crate::retention::RETENTION_LOCK_KEY
+            ),
+        ))
+        .await
+        .expect("take the retention lock");
 }

@@ -294,9 +294,10 @@ async fn assert_named(conn: &DatabaseConnection, prefix: &str, other: &str, when
 }
 
 async fn down_prefix_migrations(conn: &DatabaseConnection) {
-    // The retention indexes (m0010, m0011) come after the prefix migrations: revert them first.
+    // The retention migrations (m0010, m0011, m0012) come after the prefix migrations: revert
+    // them first.
     LifecycleMigrator::down(conn, Some(2)).await.unwrap();
-    FencesMigrator::down(conn, Some(1)).await.unwrap();
+    FencesMigrator::down(conn, Some(2)).await.unwrap();
     DirectoryMigrator::down(conn, Some(2)).await.unwrap();
 }
 
@@ -313,7 +314,7 @@ async fn prefix_migrations_run_up_down_and_up_again_with_rows_present() {
     assert_named(conn, "", "tenantry_", "after down").await;
     assert!(matches!(
         db.db.check_schema(Mechanisms::ALL).await,
-        Err(ConnectError::SchemaNotCurrent { pending: 5, .. })
+        Err(ConnectError::SchemaNotCurrent { pending: 6, .. })
     ));
 
     db.db.migrate(Mechanisms::ALL).await.unwrap();
@@ -379,7 +380,7 @@ async fn a_database_migrated_before_the_prefix_is_adopted_and_renamed_keeping_ro
     insert_rows(conn, "").await;
     assert!(matches!(
         db.db.check_schema(Mechanisms::ALL).await,
-        Err(ConnectError::SchemaNotCurrent { pending: 5, .. })
+        Err(ConnectError::SchemaNotCurrent { pending: 6, .. })
     ));
     // Running a migrator directly, before the history is adopted, is refused, not a second
     // empty set of tables.
@@ -515,7 +516,7 @@ async fn a_host_that_appended_tenantry_migrations_passes_the_schema_check() {
     assert!(table_exists(conn, "tenantry_lifecycle_outbox").await);
     assert!(matches!(
         db.db.check_schema(Mechanisms::ALL).await,
-        Err(ConnectError::SchemaNotCurrent { pending: 11, .. })
+        Err(ConnectError::SchemaNotCurrent { pending: 12, .. })
     ));
     db.db
         .check_schema_with_history(Mechanisms::ALL, "host_migrations")
@@ -598,7 +599,7 @@ async fn a_database_from_the_hosts_pool() {
     assert_eq!(db.backend, test.backend());
     assert!(matches!(
         db.check_schema(Mechanisms::ALL).await,
-        Err(ConnectError::SchemaNotCurrent { pending: 11, .. })
+        Err(ConnectError::SchemaNotCurrent { pending: 12, .. })
     ));
     db.migrate(Mechanisms::ALL).await.unwrap();
     db.check_schema(Mechanisms::ALL).await.unwrap();
@@ -656,7 +657,8 @@ async fn two_concurrent_migrations_of_a_fresh_database_both_succeed() {
     db.check_schema(Mechanisms::ALL).await.unwrap();
 }
 
-/// m0010 and m0011 (the retention indexes) run up, down and up again.
+/// m0010, m0011 and m0012 (the retention indexes and the host-storage write time) run up,
+/// down and up again; m0012 stamps the rows present when it runs.
 #[tokio::test]
 async fn retention_indexes_run_up_down_and_up_again() {
     let db = fresh_database().await;
@@ -665,23 +667,46 @@ async fn retention_indexes_run_up_down_and_up_again() {
         "ix_tenantry_lifecycle_outbox_finished",
         "ix_tenantry_lifecycle_command_actions_created",
         "ix_tenantry_directory_projection_inbox_received",
+        "ix_tenantry_host_storage_cleared",
     ];
     for index in indexes {
         assert!(index_exists(conn, index).await, "after up: {index}");
     }
+    assert!(column_exists(conn, "tenantry_host_storage", "updated_at").await);
     LifecycleMigrator::down(conn, Some(1)).await.unwrap();
     DirectoryMigrator::down(conn, Some(1)).await.unwrap();
+    FencesMigrator::down(conn, Some(1)).await.unwrap();
     for index in indexes {
         assert!(!index_exists(conn, index).await, "after down: {index}");
     }
+    assert!(!column_exists(conn, "tenantry_host_storage", "updated_at").await);
     assert!(table_exists(conn, "tenantry_lifecycle_outbox").await);
+    // A tombstone written before m0012 (no write time) is stamped by it.
+    conn.execute_unprepared(
+        "INSERT INTO tenantry_host_storage (binding, key, value) \
+         VALUES ('inst', 'ke.fence.v1.installation', 'null')",
+    )
+    .await
+    .unwrap();
     LifecycleMigrator::up(conn, None).await.unwrap();
     DirectoryMigrator::up(conn, None).await.unwrap();
+    FencesMigrator::up(conn, None).await.unwrap();
     for index in indexes {
         assert!(
             index_exists(conn, index).await,
             "after the second up: {index}"
         );
     }
+    let stamped = conn
+        .query_one_raw(Statement::from_string(
+            conn.get_database_backend(),
+            "SELECT COUNT(*) AS n FROM tenantry_host_storage WHERE updated_at > 0",
+        ))
+        .await
+        .unwrap()
+        .unwrap()
+        .try_get::<i64>("", "n")
+        .unwrap();
+    assert_eq!(stamped, 1);
     db.db.check_schema(Mechanisms::ALL).await.unwrap();
 }

@@ -1,5 +1,6 @@
 //! The retention store on SQLite and PostgreSQL (`TENANTRY_TEST_PG_URL`): the shared
-//! conformance suite over the lifecycle tables, and the inbox-receipt rule.
+//! conformance suites over the lifecycle tables and the cleared fence records, and the
+//! inbox-receipt rule.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::Arc;
@@ -19,6 +20,22 @@ tenantry_ports::retention_store_conformance!(|clock: ManualClock| async move {
     let retention = SeaOrmRetentionStore::new(&test_db.db);
     (store, retention, test_db)
 });
+
+mod cleared_fences {
+    use std::sync::Arc;
+
+    use tenantry_ports::clock::ManualClock;
+    use tenantry_store_seaorm::SeaOrmHostStorage;
+    use tenantry_store_seaorm::retention::SeaOrmRetentionStore;
+    use tenantry_store_seaorm::testing::fresh_database;
+
+    tenantry_ports::fence_retention_conformance!(|clock: ManualClock| async move {
+        let test_db = fresh_database().await;
+        let storage = SeaOrmHostStorage::new(&test_db.db).with_clock(Arc::new(clock));
+        let retention = SeaOrmRetentionStore::new(&test_db.db);
+        (storage, retention, test_db)
+    });
+}
 
 fn at(seconds: i64) -> DateTime<Utc> {
     DateTime::from_timestamp(1_800_000_000 + seconds, 0).unwrap()

@@ -76,15 +76,19 @@ pub enum PartName {
     /// Claim latency and drain throughput with 1,000,000 finished commands vs none; pruner
     /// rows/s (issue 18).
     History,
+    /// Bulk intake: 20,000 provision requests through `CommandIntake::submit_many` (batches of
+    /// 1,000) and 2,000 through `submit` (issue 14).
+    Intake,
 }
 
-const ALL_PARTS: [PartName; 6] = [
+const ALL_PARTS: [PartName; 7] = [
     PartName::Lifecycle,
     PartName::Latency,
     PartName::Directory,
     PartName::Fence,
     PartName::Memory,
     PartName::History,
+    PartName::Intake,
 ];
 
 /// Runs the benchmark from the workspace root `root`.
@@ -176,6 +180,7 @@ impl<'a> Bench<'a> {
                 PartName::Fence => drop(self.bench(&url, "sqlite", &["fence"])?),
                 PartName::Memory => drop(self.bench(&url, "postgres", &["memory"])?),
                 PartName::History => drop(self.bench(&url, "postgres", &["history"])?),
+                PartName::Intake => drop(self.bench(&url, "postgres", &["intake"])?),
             }
             eprintln!(
                 "    part {part:?} took {:.0} s",

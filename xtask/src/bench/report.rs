@@ -299,6 +299,34 @@ pub fn render(results: &[Value]) -> String {
         md.push('\n');
     }
     md.push_str(&history_section(results));
+    md.push_str(&intake_section(results));
+    md
+}
+
+/// Section 7 (issue 14): bulk intake through `CommandIntake`, commands per second.
+fn intake_section(results: &[Value]) -> String {
+    let rows: Vec<&Value> = results
+        .iter()
+        .filter(|r| r.get("part").and_then(Value::as_str) == Some("intake"))
+        .collect();
+    if rows.is_empty() {
+        return String::new();
+    }
+    let mut md = String::from(
+        "### 7. Bulk intake (`CommandIntake`)\n\n| backend | how | commands | seconds | commands/s |\n|---|---|---:|---:|---:|\n",
+    );
+    for r in rows {
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {} | {} |",
+            s(&r["backend"]),
+            s(&r["mode"]),
+            r["commands"],
+            r["seconds"],
+            r["commands_per_second"],
+        );
+    }
+    md.push('\n');
     md
 }
 
@@ -432,6 +460,27 @@ fn targets(results: &[Value]) -> String {
             "1,000 scopes concurrently ≥ 1,000,000 ops/s".into(),
             format!("{ops:.0} ops/s"),
             Some(ops >= 1_000_000.0),
+        ));
+    }
+    // Issue 18: the drain does not slow down with a long history of finished commands.
+    let history: Vec<&Value> = part("history").collect();
+    if let (Some(empty), Some(full)) = (
+        history.iter().find(|r| r["history"].as_u64() == Some(0)),
+        history
+            .iter()
+            .filter(|r| r["history"].as_u64() > Some(0))
+            .max_by_key(|r| r["history"].as_u64()),
+    ) && let (Some(a), Some(b)) = (
+        empty["commands_per_second"].as_f64(),
+        full["commands_per_second"].as_f64(),
+    ) {
+        rows.push((
+            format!(
+                "drain with {} finished commands within 10 % of an empty outbox",
+                full["history"]
+            ),
+            format!("{:+.1} %", (b / a - 1.0) * 100.0),
+            Some((b - a).abs() <= 0.1 * a),
         ));
     }
     for r in part("memory") {

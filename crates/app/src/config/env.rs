@@ -12,7 +12,7 @@ pub(super) type Sources = BTreeMap<&'static str, String>;
 /// Every setting's name: the TOML key, and (upper-cased, prefixed with [`ENV_PREFIX`]) the
 /// environment variable. A unit test checks that it is exactly what the environment overlay
 /// reads.
-pub const SETTINGS: [&str; 36] = [
+pub const SETTINGS: [&str; 37] = [
     "database_url",
     "database_max_connections",
     "listen",
@@ -48,6 +48,7 @@ pub const SETTINGS: [&str; 36] = [
     "retention_operator_actions_days",
     "retention_inbox_receipts_days",
     "retention_batch_size",
+    "retention_cleared_fences_days",
     // The operator console (`/ui` on the admin listener).
     "ui",
     "ui_read_only",
@@ -165,7 +166,7 @@ pub fn merge_env_and_validate(
     );
     overlay_retention!(raw, sources, env;
         enabled, interval_seconds, finished_commands_days, operator_actions_days,
-        inbox_receipts_days, batch_size,
+        inbox_receipts_days, batch_size, cleared_fences_days,
     );
     overlay_env!(raw, sources, env; ui, ui_read_only,);
     validate(raw, &|setting| {

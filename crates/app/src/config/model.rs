@@ -111,7 +111,8 @@ pub struct RetentionSettings {
     pub interval: Duration,
     /// Windows and batch size (`retention.finished_commands_days` default 30 (1..=3650),
     /// `operator_actions_days` default 180 (1..=36500), `inbox_receipts_days` default 7
-    /// (1..=3650), `batch_size` default 500 (1..=10000)).
+    /// (1..=3650), `batch_size` default 500 (1..=10000), `cleared_fences_days` default 7
+    /// (1..=3650)).
     pub policy: tenantry_ports::retention::RetentionPolicy,
 }
 

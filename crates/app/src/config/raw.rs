@@ -94,6 +94,8 @@ pub struct RawRetention {
     pub inbox_receipts_days: Option<u64>,
     /// Rows per delete statement.
     pub batch_size: Option<u32>,
+    /// Window of cleared fence records, days.
+    pub cleared_fences_days: Option<u64>,
 }
 
 impl RawConfig {

@@ -339,6 +339,21 @@ fn retention_table_defaults_file_and_environment() {
     assert_eq!(config.policy.finished_commands, 3 * DAY, "environment wins");
     assert_eq!(config.policy.batch_size, 50);
     assert_eq!(config.policy.inbox_receipts, 7 * DAY);
+    assert_eq!(defaults.policy.cleared_fences, 7 * DAY);
+    let raw = RawConfig::from_toml("[retention]\ncleared_fences_days = 2\n", "t.toml").unwrap();
+    let config = merge_env_and_validate(
+        raw,
+        "t.toml",
+        env_of(&[("TENANTRY_RETENTION_CLEARED_FENCES_DAYS", "0")]),
+    )
+    .unwrap_err();
+    assert!(
+        matches!(&config, ConfigError::Invalid { setting: "retention_cleared_fences_days", origin, .. } if origin == "TENANTRY_RETENTION_CLEARED_FENCES_DAYS"),
+        "{config}"
+    );
+    let raw = RawConfig::from_toml("[retention]\ncleared_fences_days = 2\n", "t.toml").unwrap();
+    let config = merge_env_and_validate(raw, "t.toml", |_| None).unwrap();
+    assert_eq!(config.retention.policy.cleared_fences, 2 * DAY);
 }
 
 #[test]

@@ -251,6 +251,15 @@ fn validate_retention(
                 3650,
             )?,
         )
+        .with_window(
+            RetentionKind::ClearedFences,
+            window(
+                "retention_cleared_fences_days",
+                r.cleared_fences_days,
+                defaults.cleared_fences,
+                3650,
+            )?,
+        )
         .with_batch_size(in_range(
             "retention_batch_size",
             u64::from(r.batch_size.unwrap_or(defaults.batch_size)),

@@ -407,6 +407,10 @@ impl<S: LifecycleStore + 'static> IntakeStore for GroupCommitStore<S> {
         self.inner.submit(plan).await
     }
 
+    async fn submit_many(&self, plans: &[IntakePlan]) -> Vec<Result<Submitted, IntakeStoreError>> {
+        self.inner.submit_many(plans).await
+    }
+
     async fn command_by_idempotency_key(
         &self,
         key: &IdempotencyKey,

@@ -189,6 +189,80 @@ impl<S: LifecycleStore> CommandIntake<S> {
         }
         Err(IntakeFailure::Contended)
     }
+
+    /// Applies many requests (a bulk import), one answer per request, in order; each answer is
+    /// what [`submit`](Self::submit) gives for that request alone (created, replayed or
+    /// refused, nothing written for a refused one). The cost differs: the requests that create
+    /// a control space are planned at once and handed to the store together
+    /// (`IntakeStore::submit_many`; the SeaORM store writes them with multi-row inserts in one
+    /// transaction, about a thousand commands per call is a good batch); the others
+    /// (deletions, revocations read their control space first) and any request the batch
+    /// could not settle go through [`submit`](Self::submit) one by one. Idle workers are woken
+    /// once for the batch.
+    pub async fn submit_many(
+        &self,
+        requests: Vec<IntakeRequest>,
+    ) -> Vec<Result<IntakeReceipt, IntakeFailure>> {
+        let mut answers: Vec<Option<Result<IntakeReceipt, IntakeFailure>>> =
+            requests.iter().map(|_| None).collect();
+        let now = self.clock.now();
+        let mut batch = Vec::new();
+        for (index, request) in requests.iter().enumerate() {
+            if request.reads_control_space() {
+                continue;
+            }
+            let ids = (
+                CommandId::parse((self.new_id)()),
+                OperationId::parse((self.new_id)()),
+            );
+            // A request that does not plan is left to `submit`, which answers a replay of
+            // its key before validating it.
+            if let (Ok(command_id), Ok(operation_id)) = ids
+                && let Ok(plan) = request.plan(
+                    None,
+                    NewIds {
+                        command_id,
+                        operation_id,
+                    },
+                    now,
+                )
+            {
+                batch.push((index, plan));
+            }
+        }
+        let plans: Vec<_> = batch.iter().map(|(_, plan)| plan.clone()).collect();
+        let results = self.store.submit_many(&plans).await;
+        let mut created = false;
+        for ((index, _), result) in batch.iter().zip(results) {
+            let request = &requests[*index];
+            answers[*index] = match result {
+                Ok(Submitted::Created(record)) => {
+                    created = true;
+                    Some(Ok(IntakeReceipt::of(&record, false)))
+                }
+                Ok(Submitted::Existing(record)) => {
+                    Some(request.replay(&record).map_err(Into::into))
+                }
+                Err(IntakeStoreError::ControlSpaceExists) => {
+                    Some(Err(request.control_space_exists().into()))
+                }
+                Err(IntakeStoreError::Store(error)) => Some(Err(error.into())),
+                // Anything else: the request alone decides.
+                Err(_) => None,
+            };
+        }
+        if created && let Some(wakeups) = &self.wakeups {
+            wakeups.wake();
+        }
+        let mut out = Vec::with_capacity(requests.len());
+        for (request, answer) in requests.into_iter().zip(answers) {
+            out.push(match answer {
+                Some(answer) => answer,
+                None => self.submit(request).await,
+            });
+        }
+        out
+    }
 }
 
 fn parse_generated<T>(parsed: Result<T, tenantry_kernel::IdError>) -> Result<T, IntakeFailure> {

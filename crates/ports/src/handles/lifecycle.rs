@@ -77,6 +77,9 @@ async_handles!(IntakeStore {
     async fn submit(&self, plan: &IntakePlan) -> Result<Submitted, IntakeStoreError> {
         (**self).submit(plan).await
     }
+    async fn submit_many(&self, plans: &[IntakePlan]) -> Vec<Result<Submitted, IntakeStoreError>> {
+        (**self).submit_many(plans).await
+    }
     async fn command_by_idempotency_key(
         &self,
         key: &IdempotencyKey,

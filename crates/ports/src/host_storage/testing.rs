@@ -2,7 +2,9 @@
 //!
 //! [`InMemoryHostStorage`] keeps JSON text per `(binding, key)` so tests can plant damaged
 //! records, and fails `keys` / `get` / `set` on demand (a failed `set` can fail before or after
-//! storing, which is exactly the ambiguity fences exist for).
+//! storing, which is exactly the ambiguity fences exist for). It stamps each write with its
+//! clock (the system clock unless [`InMemoryHostStorage::with_clock`]) and is the fake of the
+//! retention port for cleared fence records (`tenantry_fence::retention`).
 //!
 //! [`host_storage_conformance!`](crate::host_storage_conformance) expands to one
 //! `#[tokio::test]` per behaviour in [`conformance`]; every adapter invokes it with its own
@@ -10,13 +12,17 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
+use chrono::{DateTime, Utc};
 use serde_json::Value;
 use tenantry_fence::Binding;
 
 use super::{HostStorage, HostStorageBindings, HostStorageError, PrefixedRecord, validate_key};
+use crate::clock::{Clock, SystemClock};
+use crate::error::StoreError;
+use crate::retention::{PruneBatch, RetentionKind, RetentionStore, cutoff};
 
 /// When an injected `set` failure happens.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,6 +38,9 @@ pub enum SetFault {
 #[derive(Debug, Default)]
 struct FakeState {
     data: BTreeMap<(Binding, String), String>,
+    /// When each record was last written (Unix ms); absent: unknown (planted with
+    /// [`InMemoryHostStorage::put_raw_unaged`]).
+    written_at: BTreeMap<(Binding, String), i64>,
     fail_keys: usize,
     fail_gets: usize,
     fail_sets: Vec<SetFault>,
@@ -75,15 +84,79 @@ pub struct Calls {
 /// # Ok(())
 /// # }
 /// ```
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct InMemoryHostStorage {
     state: Mutex<FakeState>,
+    clock: Option<Arc<dyn Clock>>,
+}
+
+impl std::fmt::Debug for InMemoryHostStorage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InMemoryHostStorage")
+            .field("state", &self.state)
+            .field(
+                "clock",
+                &self.clock.as_ref().map_or("system", |_| "override"),
+            )
+            .finish()
+    }
 }
 
 impl InMemoryHostStorage {
-    /// An empty store without faults.
+    /// An empty store without faults, stamping writes with the system clock.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// The same store stamping each write with `clock` (what a database's clock does for the
+    /// SQL adapter), so retention of cleared fence records can be tested on manual time.
+    #[must_use]
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = Some(clock);
+        self
+    }
+
+    fn now_ms(&self) -> i64 {
+        match &self.clock {
+            Some(clock) => clock.now().timestamp_millis(),
+            None => SystemClock.now().timestamp_millis(),
+        }
+    }
+
+    /// Stores `text` under `key` and stamps it with the clock.
+    fn write(&self, state: &mut FakeState, slot: (Binding, String), text: String) {
+        state.written_at.insert(slot.clone(), self.now_ms());
+        state.data.insert(slot, text);
+    }
+
+    /// Plants `text` under `key` with no time stamp: a record written before the store kept
+    /// write times (retention never ages it).
+    pub fn put_raw_unaged(&self, binding: &Binding, key: &str, text: &str) {
+        let slot = (binding.clone(), key.to_owned());
+        let mut state = self.state();
+        state.written_at.remove(&slot);
+        state.data.insert(slot, text.to_owned());
+    }
+
+    /// The tombstones at fence keys expired at `cutoff_ms`, oldest first, with their time.
+    fn expired_fences(state: &FakeState, cutoff_ms: i64) -> Vec<(i64, (Binding, String))> {
+        let mut expired: Vec<(i64, (Binding, String))> = state
+            .data
+            .iter()
+            .filter_map(|(slot, text)| {
+                let at = state.written_at.get(slot).copied();
+                let value = serde_json::from_str::<Value>(text).map_err(|_| ());
+                tenantry_fence::retention::prunable(
+                    &slot.1,
+                    Some(value.as_ref().map_err(|_| ())),
+                    at,
+                    cutoff_ms,
+                )
+                .then(|| (at.unwrap_or(i64::MIN), slot.clone()))
+            })
+            .collect();
+        expired.sort();
+        expired
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, FakeState> {
@@ -116,9 +189,12 @@ impl InMemoryHostStorage {
 
     /// Stores raw `text` (not necessarily JSON) under `key`, to plant a damaged record.
     pub fn put_raw(&self, binding: &Binding, key: &str, text: &str) {
-        self.state()
-            .data
-            .insert((binding.clone(), key.to_owned()), text.to_owned());
+        let mut state = self.state();
+        self.write(
+            &mut state,
+            (binding.clone(), key.to_owned()),
+            text.to_owned(),
+        );
     }
 
     /// The stored value under `key`, bypassing faults: `None` when absent, `Some(Err(text))`
@@ -184,9 +260,11 @@ impl HostStorage for InMemoryHostStorage {
         if fault == Some(SetFault::BeforeWrite) {
             return Err(unavailable("set"));
         }
-        state
-            .data
-            .insert((binding.clone(), key.to_owned()), value.to_string());
+        self.write(
+            &mut state,
+            (binding.clone(), key.to_owned()),
+            value.to_string(),
+        );
         if fault == Some(SetFault::AfterWrite) {
             return Err(unavailable("set"));
         }
@@ -212,7 +290,7 @@ impl HostStorage for InMemoryHostStorage {
         let expected_text = expected.map(Value::to_string);
         let matches = state.data.get(&slot) == expected_text.as_ref();
         if matches {
-            state.data.insert(slot, value.to_string());
+            self.write(&mut state, slot, value.to_string());
         }
         if fault == Some(SetFault::AfterWrite) {
             return Err(unavailable("compare_and_set"));
@@ -265,6 +343,55 @@ impl HostStorageBindings for InMemoryHostStorage {
                 })
                 .collect(),
         ))
+    }
+}
+
+/// Cleared fence records by the pure rule `tenantry_fence::retention::prunable`; the fake
+/// holds no other kind (none removed, no oldest). Never busy: one process.
+#[async_trait]
+impl RetentionStore for InMemoryHostStorage {
+    async fn prune_batch(
+        &self,
+        kind: RetentionKind,
+        now: DateTime<Utc>,
+        window: std::time::Duration,
+        limit: u32,
+    ) -> Result<PruneBatch, StoreError> {
+        if kind != RetentionKind::ClearedFences {
+            return Ok(PruneBatch::Removed(0));
+        }
+        let mut state = self.state();
+        let mut expired = Self::expired_fences(&state, cutoff(now, window).timestamp_millis());
+        expired.truncate(usize::try_from(limit.max(1)).unwrap_or(usize::MAX));
+        for (_, slot) in &expired {
+            state.data.remove(slot);
+            state.written_at.remove(slot);
+        }
+        Ok(PruneBatch::Removed(expired.len() as u64))
+    }
+
+    async fn count_expired(
+        &self,
+        kind: RetentionKind,
+        now: DateTime<Utc>,
+        window: std::time::Duration,
+    ) -> Result<u64, StoreError> {
+        if kind != RetentionKind::ClearedFences {
+            return Ok(0);
+        }
+        let state = self.state();
+        Ok(Self::expired_fences(&state, cutoff(now, window).timestamp_millis()).len() as u64)
+    }
+
+    async fn oldest(&self, kind: RetentionKind) -> Result<Option<DateTime<Utc>>, StoreError> {
+        if kind != RetentionKind::ClearedFences {
+            return Ok(None);
+        }
+        let state = self.state();
+        // Every aged tombstone at a fence key is governed: expired at the latest cutoff.
+        Ok(Self::expired_fences(&state, i64::MAX)
+            .first()
+            .and_then(|(at, _)| DateTime::from_timestamp_millis(*at)))
     }
 }
 

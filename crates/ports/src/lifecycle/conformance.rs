@@ -93,6 +93,7 @@ macro_rules! lifecycle_store_conformance {
             settle_without_outcome_keeps_the_lease,
             latest_provision_finds_the_newest,
             submit_is_idempotent_on_the_key,
+            submit_many_answers_each_plan_as_submit_would,
             submit_refuses_a_duplicate_control_space_and_writes_nothing,
             submit_cas_and_revoke_sequence_are_compare_and_set,
             list_commands_filters_and_pages,
@@ -1040,6 +1041,62 @@ pub async fn latest_provision_finds_the_newest<S: LifecycleStore>(store: S, cloc
             .unwrap()
             .is_none()
     );
+}
+
+pub async fn submit_many_answers_each_plan_as_submit_would<S: LifecycleStore>(
+    store: S,
+    clock: ManualClock,
+) {
+    assert!(store.submit_many(&[]).await.is_empty());
+    // A batch of new control spaces: every one created, claimable, stamped with the store's now.
+    let first: Vec<_> = ["a", "b", "c"]
+        .iter()
+        .map(|n| create_plan(&format!("cs-{n}"), &format!("k-{n}"), t(0)))
+        .collect();
+    clock.set(t(5));
+    let answers = store.submit_many(&first).await;
+    assert_eq!(answers.len(), 3);
+    for (plan, answer) in first.iter().zip(&answers) {
+        match answer {
+            Ok(Submitted::Created(record)) => {
+                assert_eq!(record.id, plan.command.id);
+                assert_eq!(record.created_at, t(5));
+            }
+            other => panic!("expected created, got {other:?}"),
+        }
+    }
+    // A mixed batch: a replayed key, a new space, and a new key for an existing space.
+    let mixed = vec![
+        create_plan("cs-a", "k-a", t(6)),
+        create_plan("cs-d", "k-d", t(6)),
+        create_plan("cs-b", "k-other", t(6)),
+    ];
+    let answers = store.submit_many(&mixed).await;
+    assert!(
+        matches!(&answers[0], Ok(Submitted::Existing(r)) if r.id == first[0].command.id),
+        "{:?}",
+        answers[0]
+    );
+    assert!(matches!(&answers[1], Ok(Submitted::Created(r)) if r.id == mixed[1].command.id));
+    assert_eq!(answers[2], Err(IntakeStoreError::ControlSpaceExists));
+    assert!(
+        store
+            .command_by_idempotency_key(&IdempotencyKey::parse("k-other").unwrap())
+            .await
+            .unwrap()
+            .is_none(),
+        "a refused plan writes nothing"
+    );
+    let claimed = store
+        .claim(&ClaimRequest {
+            owner: LeaseOwner::parse("w").unwrap(),
+            lease_duration: Duration::from_secs(60),
+            include_provision: true,
+            limit: 10,
+        })
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), 4, "a, b, c and d are due");
 }
 
 pub async fn submit_is_idempotent_on_the_key<S: LifecycleStore>(store: S, _clock: ManualClock) {

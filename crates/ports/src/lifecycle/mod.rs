@@ -282,6 +282,20 @@ pub trait IntakeStore: Send + Sync {
     /// [`IntakeStoreError`] naming the failed check; nothing is written then.
     async fn submit(&self, plan: &IntakePlan) -> Result<Submitted, IntakeStoreError>;
 
+    /// Applies `plans` as [`submit`](Self::submit) applies each of them, and answers each in
+    /// order: every plan succeeds, replays or is refused on its own, exactly as if it had been
+    /// submitted alone. What may differ is the cost: an adapter writes a batch together (the
+    /// SeaORM store writes a batch of new control spaces and their commands with multi-row
+    /// inserts in one transaction, and falls back to one transaction per plan when any of
+    /// them replays or conflicts). The default submits them one by one.
+    async fn submit_many(&self, plans: &[IntakePlan]) -> Vec<Result<Submitted, IntakeStoreError>> {
+        let mut answers = Vec::with_capacity(plans.len());
+        for plan in plans {
+            answers.push(self.submit(plan).await);
+        }
+        answers
+    }
+
     /// The command created with `key`, if any.
     ///
     /// # Errors

@@ -5,6 +5,13 @@
 //! Both apply an [`IntakePlan`] with the same routine ([`apply_plan`]): look up the idempotency
 //! key, write the control space (insert or compare-and-set), stamp the command with the store's
 //! clock and insert it.
+//!
+//! [`IntakeStore::submit_many`] writes a batch of plans that each create a new control space
+//! (provision requests) with multi-row inserts, [`BATCH_ROWS_PER_STATEMENT`] rows a statement,
+//! in one transaction ([`submit_batch`]): `INSERT .. ON CONFLICT DO NOTHING` into both tables,
+//! and if any row was not inserted (a replayed key, an existing control space, a concurrent
+//! request) the transaction is rolled back and every plan is submitted on its own, so each
+//! gets exactly the answer [`IntakeStore::submit`] gives.
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -156,6 +163,81 @@ async fn find_control_space<C: ConnectionTrait>(
     .transpose()
 }
 
+/// Rows per multi-row `INSERT` of a batched intake: an outbox row binds about 20 parameters,
+/// so a statement stays below SQLite's 32,766 and PostgreSQL's 65,535 bound parameters.
+pub const BATCH_ROWS_PER_STATEMENT: usize = 500;
+
+/// Writes `plans` (each inserting a new control space, keys and control spaces distinct) in one
+/// transaction with multi-row inserts; `Ok(None)` when a row was not inserted (the plans must
+/// then be submitted one by one: nothing was written).
+async fn submit_batch(
+    store: &SeaOrmLifecycleStore,
+    plans: &[IntakePlan],
+) -> Result<Option<DateTime<Utc>>, StoreError> {
+    use sea_orm::sea_query::OnConflict;
+    let spaces: Vec<&tenantry_lifecycle::ControlSpace> = plans
+        .iter()
+        .filter_map(|plan| match &plan.control_space {
+            ControlSpaceWrite::Insert(space) => Some(space),
+            _ => None,
+        })
+        .collect();
+    let txn = store.begin_write().await?;
+    for chunk in spaces.chunks(BATCH_ROWS_PER_STATEMENT) {
+        let inserted = control_space::Entity::insert_many(
+            chunk.iter().map(|space| convert::control_space_row(space)),
+        )
+        .on_conflict(OnConflict::new().do_nothing().to_owned())
+        .exec_without_returning(&txn)
+        .await
+        .map_err(unavailable)?;
+        if inserted != chunk.len() as u64 {
+            txn.rollback().await.map_err(unavailable)?;
+            return Ok(None);
+        }
+    }
+    // Whole milliseconds, as stored, so the returned records equal a later read.
+    let now = store.now_on(&txn).await?;
+    let now = DateTime::from_timestamp_millis(millis(now)).unwrap_or(now);
+    for chunk in plans.chunks(BATCH_ROWS_PER_STATEMENT) {
+        let inserted = outbox::Entity::insert_many(
+            chunk
+                .iter()
+                .map(|plan| convert::new_command_row(&plan.command, now)),
+        )
+        .on_conflict(OnConflict::new().do_nothing().to_owned())
+        .exec_without_returning(&txn)
+        .await
+        .map_err(unavailable)?;
+        if inserted != chunk.len() as u64 {
+            txn.rollback().await.map_err(unavailable)?;
+            return Ok(None);
+        }
+    }
+    if store.backend == Backend::Postgres {
+        txn.execute_unprepared(crate::wake::NOTIFY_SQL)
+            .await
+            .map_err(unavailable)?;
+    }
+    txn.commit().await.map_err(unavailable)?;
+    Ok(Some(now))
+}
+
+/// Whether `plans` can be written by [`submit_batch`]: every plan inserts a new control space,
+/// and no two share an idempotency key or a control space.
+fn batchable(plans: &[IntakePlan]) -> bool {
+    let mut keys = std::collections::HashSet::with_capacity(plans.len());
+    let mut spaces = std::collections::HashSet::with_capacity(plans.len());
+    plans.len() > 1
+        && plans.iter().all(|plan| match &plan.control_space {
+            ControlSpaceWrite::Insert(space) => {
+                keys.insert(plan.command.idempotency_key.as_str())
+                    && spaces.insert((space.tenant_id.as_str(), space.control_space_id.as_str()))
+            }
+            _ => false,
+        })
+}
+
 /// One intake transaction of the store's own.
 async fn submit_once(
     store: &SeaOrmLifecycleStore,
@@ -209,6 +291,35 @@ impl IntakeStore for SeaOrmLifecycleStore {
             }
         })
         .await
+    }
+
+    async fn submit_many(&self, plans: &[IntakePlan]) -> Vec<Result<Submitted, IntakeStoreError>> {
+        if batchable(plans) {
+            let store = self.clone();
+            let batch = plans.to_vec();
+            // Its own task: a dropped caller cannot leave the transaction open.
+            match detached(async move { submit_batch(&store, &batch).await }).await {
+                Ok(Some(now)) => {
+                    return plans
+                        .iter()
+                        .map(|plan| {
+                            Ok(Submitted::Created(CommandRecord::enqueued(
+                                &plan.command,
+                                now,
+                            )))
+                        })
+                        .collect();
+                }
+                // A replay, an existing control space or a concurrent request: one by one.
+                Ok(None) => {}
+                Err(error) => return plans.iter().map(|_| Err(error.clone().into())).collect(),
+            }
+        }
+        let mut answers = Vec::with_capacity(plans.len());
+        for plan in plans {
+            answers.push(self.submit(plan).await);
+        }
+        answers
     }
 
     async fn command_by_idempotency_key(

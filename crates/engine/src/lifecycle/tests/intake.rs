@@ -153,3 +153,66 @@ async fn intake_store_failure_is_reported_and_writes_nothing() {
     ));
     assert!(h.store.commands().is_empty());
 }
+
+/// A bulk intake answers each request as `submit` does alone: new spaces created, a replay
+/// replayed, a reused key and bad input refused (nothing written for them), a revocation
+/// (which reads its control space) applied one by one.
+#[tokio::test]
+async fn submit_many_answers_each_request_as_submit_would() {
+    let h = harness();
+    let first = h.create("cs1").await;
+    h.drain(t(0)).await;
+    let mut renamed = create_request("cs1", "create-cs1");
+    renamed.name = "Renamed".into();
+    let mut nameless = create_request("cs9", "k9");
+    nameless.name = String::new();
+    let requests: Vec<IntakeRequest> = vec![
+        create_request("cs2", "k2").into(),
+        create_request("cs1", "create-cs1").into(),
+        renamed.into(),
+        nameless.into(),
+        create_request("cs1", "k-new").into(),
+        RequestRevocation {
+            tenant_id: tenant(),
+            control_space_id: cs_id("cs1"),
+            grant_id: GrantId::parse("g").unwrap(),
+            reason_code: "bulk".into(),
+            idempotency_key: key("k-revoke"),
+        }
+        .into(),
+        create_request("cs3", "k3").into(),
+    ];
+    let answers = h.intake.submit_many(requests).await;
+    assert_eq!(answers.len(), 7);
+    assert!(matches!(&answers[0], Ok(r) if !r.replayed));
+    assert_eq!(
+        answers[1],
+        Ok(IntakeReceipt {
+            replayed: true,
+            ..first.clone()
+        })
+    );
+    assert_eq!(
+        answers[2],
+        Err(IntakeFailure::Rejected(IntakeError::IdempotencyConflict {
+            key: key("create-cs1")
+        }))
+    );
+    assert!(matches!(
+        answers[3],
+        Err(IntakeFailure::Rejected(IntakeError::InvalidField {
+            field: "name",
+            ..
+        }))
+    ));
+    assert!(matches!(
+        answers[4],
+        Err(IntakeFailure::Rejected(
+            IntakeError::ControlSpaceExists { .. }
+        ))
+    ));
+    assert!(matches!(&answers[5], Ok(r) if !r.replayed));
+    assert!(matches!(&answers[6], Ok(r) if !r.replayed));
+    // cs1's provision, cs2, the revocation and cs3.
+    assert_eq!(h.store.commands().len(), 4);
+}
