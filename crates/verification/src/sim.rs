@@ -9,6 +9,8 @@
 //! Not covered yet: the worker loop and lease renewals on a paused runtime, scoped writes, the
 //! projector, several dispatchers at once (docs/verification.md).
 
+pub mod workers;
+
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -396,6 +398,8 @@ pub fn draw(rng: &mut StdRng) -> Op {
 /// A failed run: enough to reproduce and read it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SimFailure {
+    /// Which simulation failed (`lifecycle`, `workers`, ...), the value of `--sim`.
+    pub sim: &'static str,
     /// The seed; `cargo xtask sim --seed SEED --steps STEPS` repeats the run.
     pub seed: u64,
     /// The step at which an invariant broke (`steps` for the final, drained check).
@@ -419,8 +423,8 @@ impl std::fmt::Display for SimFailure {
         }
         write!(
             f,
-            "reproduce: cargo xtask sim --seed {} --steps {}",
-            self.seed, self.step
+            "reproduce: cargo xtask sim --sim {} --seed {} --steps {}",
+            self.sim, self.seed, self.step
         )
     }
 }
@@ -434,6 +438,7 @@ pub fn run(seed: u64, steps: u64, bug: Option<SimBug>) -> Result<(), SimFailure>
         .enable_time()
         .build()
         .map_err(|e| SimFailure {
+            sim: "lifecycle",
             seed,
             step: 0,
             message: format!("cannot start the runtime: {e}"),
@@ -444,6 +449,7 @@ pub fn run(seed: u64, steps: u64, bug: Option<SimBug>) -> Result<(), SimFailure>
         let mut system = System::new(bug);
         let mut trace: VecDeque<String> = VecDeque::new();
         let fail = |step, message, trace: &VecDeque<String>| SimFailure {
+            sim: "lifecycle",
             seed,
             step,
             message,

@@ -29,3 +29,68 @@ fn a_planted_non_idempotent_remote_is_found_and_reproduces_by_seed() {
     let again = run(failure.seed, 500, Some(SimBug::NonIdempotentProvision)).unwrap_err();
     assert_eq!(again, failure, "the same seed must fail the same way");
 }
+
+mod workers {
+    use tenantry_verification::model_checks_run_here;
+    use tenantry_verification::sim::workers::{WorkerBug, run};
+
+    /// Seeds × steps of the worker simulation in CI (docs/verification.md, "In CI").
+    const SEEDS: u64 = 20;
+    const STEPS: u64 = 2_000;
+
+    #[test]
+    fn worker_loops_on_virtual_time_hold_every_invariant() {
+        if !model_checks_run_here() {
+            return;
+        }
+        let started = std::time::Instant::now();
+        let mut calls = 0;
+        for seed in 0..SEEDS {
+            match run(seed, STEPS, None) {
+                Ok(summary) => calls += summary.remote_calls,
+                Err(failure) => panic!("{failure}"),
+            }
+        }
+        println!(
+            "{} worker-simulation steps ({calls} remote calls) in {:?}",
+            SEEDS * STEPS,
+            started.elapsed()
+        );
+    }
+
+    #[test]
+    fn a_worker_run_is_a_pure_function_of_its_seed() {
+        let first = run(7, 1_000, None).unwrap_or_else(|f| panic!("{f}"));
+        let again = run(7, 1_000, None).unwrap_or_else(|f| panic!("{f}"));
+        assert_eq!(first, again, "the same seed must give the same run");
+        let other = run(8, 1_000, None).unwrap_or_else(|f| panic!("{f}"));
+        assert_ne!(first.digest, other.digest, "another seed gives another run");
+        assert!(first.remote_calls > 100, "{first:?}");
+    }
+
+    /// Each planted bug is found within the CI budget, and its seed reproduces the failure.
+    #[test]
+    fn every_planted_worker_bug_is_found_and_reproduces_by_seed() {
+        let cases = [
+            (
+                WorkerBug::SettleWithoutEpochCheck,
+                "stale lease was accepted",
+            ),
+            (WorkerBug::ClaimWithoutExpiryCheck, "live leases on command"),
+            (
+                WorkerBug::NoAbsenceGrace,
+                "deleted but its remote space exists",
+            ),
+        ];
+        for (bug, expected) in cases {
+            let failure = (0..SEEDS)
+                .find_map(|seed| run(seed, STEPS, Some(bug)).err())
+                .unwrap_or_else(|| panic!("{bug:?} went unnoticed in {SEEDS} seeds"));
+            println!("{bug:?}:\n{failure}\n");
+            assert!(failure.message.contains(expected), "{bug:?}: {failure}");
+            let again = run(failure.seed, failure.step, Some(bug))
+                .expect_err("re-running the seed up to the failing step fails again");
+            assert_eq!(again, failure, "the same seed must fail the same way");
+        }
+    }
+}
