@@ -9,6 +9,7 @@
 //! Not covered yet: the worker loop and lease renewals on a paused runtime, scoped writes, the
 //! projector, several dispatchers at once (docs/verification.md).
 
+pub mod fences;
 pub mod workers;
 
 use std::collections::VecDeque;
