@@ -10,6 +10,7 @@
 //! projector, several dispatchers at once (docs/verification.md).
 
 pub mod fences;
+pub mod projector;
 pub mod workers;
 
 use std::collections::VecDeque;

@@ -2,7 +2,8 @@
 //! (`tenantry_verification::sim`) for seeds S..S+K, N steps each; prints the steps per second,
 //! or the first failure (seed, step, trace) and exits 1. `--sim` is `lifecycle` (the saga
 //! through one dispatcher, the default), `workers` (worker loops of several processes on
-//! virtual time), `fences` (scoped writes of two processes and an operator), or `all`. `cargo xtask sim` runs it.
+//! virtual time), `fences` (scoped writes of two processes and an operator), `projector` (two directory
+//! projector replicas against a reordering directory), or `all`. `cargo xtask sim` runs it.
 
 use std::process::ExitCode;
 use std::time::Instant;
@@ -27,17 +28,20 @@ fn simulations(name: &str) -> Result<Vec<(&'static str, RunSeed)>, String> {
     let lifecycle: RunSeed = |seed, steps| sim::run(seed, steps, None);
     let workers: RunSeed = |seed, steps| sim::workers::run(seed, steps, None).map(|_| ());
     let fences: RunSeed = |seed, steps| sim::fences::run(seed, steps, None).map(|_| ());
+    let projector: RunSeed = |seed, steps| sim::projector::run(seed, steps, None).map(|_| ());
     match name {
         "lifecycle" => Ok(vec![("lifecycle", lifecycle)]),
+        "projector" => Ok(vec![("projector", projector)]),
         "workers" => Ok(vec![("workers", workers)]),
         "fences" => Ok(vec![("fences", fences)]),
         "all" => Ok(vec![
             ("lifecycle", lifecycle),
             ("workers", workers),
             ("fences", fences),
+            ("projector", projector),
         ]),
         other => Err(format!(
-            "--sim {other} is not a simulation; use lifecycle, workers, fences or all"
+            "--sim {other} is not a simulation; use lifecycle, workers, fences, projector or all"
         )),
     }
 }
@@ -61,7 +65,7 @@ fn main() -> ExitCode {
         Ok(v) => v,
         Err(message) => {
             eprintln!(
-                "tenantry-sim: {message}\nusage: tenantry-sim [--sim lifecycle|workers|fences|all] [--seed S] [--steps N] [--seeds K]"
+                "tenantry-sim: {message}\nusage: tenantry-sim [--sim lifecycle|workers|fences|projector|all] [--seed S] [--steps N] [--seeds K]"
             );
             return ExitCode::from(2);
         }
