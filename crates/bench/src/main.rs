@@ -18,6 +18,7 @@ mod history;
 mod lifecycle;
 mod remote;
 mod rss;
+mod sim;
 
 use std::io::Write as _;
 use std::process::ExitCode;
@@ -169,6 +170,15 @@ enum Part {
         workers: u32,
         #[command(flatten)]
         drain: DrainArgs,
+    },
+    /// Simulated steps per second of the deterministic simulations (no database).
+    Sim {
+        /// Seeds per simulation.
+        #[arg(long, default_value_t = 10)]
+        seeds: u64,
+        /// Steps per seed.
+        #[arg(long, default_value_t = 2_000)]
+        steps: u64,
     },
     /// Creates (prints its URL) or drops a scratch database on the PostgreSQL server of
     /// `--database-url`, for tools outside this binary (`cargo xtask bench` runs pgbench in
@@ -368,6 +378,7 @@ async fn run(cli: Cli) -> BenchResult<()> {
             )
             .await
         }
+        Part::Sim { seeds, steps } => sim::run(*seeds, *steps),
         Part::ScratchDatabase { action, name } => {
             let Target::Postgres { server_url } = target()? else {
                 return Err("scratch-database needs --backend postgres".into());

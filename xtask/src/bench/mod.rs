@@ -76,15 +76,18 @@ pub enum PartName {
     /// Claim latency and drain throughput with 1,000,000 finished commands vs none; pruner
     /// rows/s (issue 18).
     History,
+    /// Simulated steps per second of the deterministic simulations (issue 12).
+    Sim,
 }
 
-const ALL_PARTS: [PartName; 6] = [
+const ALL_PARTS: [PartName; 7] = [
     PartName::Lifecycle,
     PartName::Latency,
     PartName::Directory,
     PartName::Fence,
     PartName::Memory,
     PartName::History,
+    PartName::Sim,
 ];
 
 /// Runs the benchmark from the workspace root `root`.
@@ -176,6 +179,7 @@ impl<'a> Bench<'a> {
                 PartName::Fence => drop(self.bench(&url, "sqlite", &["fence"])?),
                 PartName::Memory => drop(self.bench(&url, "postgres", &["memory"])?),
                 PartName::History => drop(self.bench(&url, "postgres", &["history"])?),
+                PartName::Sim => drop(self.bench(&url, "sqlite", &["sim"])?),
             }
             eprintln!(
                 "    part {part:?} took {:.0} s",
