@@ -49,7 +49,7 @@ const TRACE: usize = 40;
 
 /// A deliberately broken component, to show the run finds what it must (test-only switch).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FenceBug {
+pub enum ScopedWriteBug {
     /// Reads of host storage show an expired intent as free (a tombstone): the claim of a
     /// process that crashed mid-request lapses into "free" instead of a fence.
     ExpiredIntentCountsAsFree,
@@ -144,7 +144,7 @@ const START: i64 = 1_900_000_000;
 struct ProcStorage {
     inner: Arc<InMemoryHostStorage>,
     dead: Arc<AtomicBool>,
-    bug: Option<FenceBug>,
+    bug: Option<ScopedWriteBug>,
     clock: ManualClock,
 }
 
@@ -171,7 +171,7 @@ impl HostStorage for ProcStorage {
     async fn get(&self, binding: &Binding, key: &str) -> Result<Option<Value>, HostStorageError> {
         self.alive("get")?;
         let value = self.inner.get(binding, key).await?;
-        if self.bug == Some(FenceBug::ExpiredIntentCountsAsFree)
+        if self.bug == Some(ScopedWriteBug::ExpiredIntentCountsAsFree)
             && let Some(marker) = value.as_ref().and_then(FenceMarker::from_value)
             && marker.kind == RecordKind::Intent
             && marker
@@ -201,7 +201,7 @@ impl HostStorage for ProcStorage {
         value: &Value,
     ) -> Result<bool, HostStorageError> {
         self.alive("compare_and_set")?;
-        if self.bug == Some(FenceBug::ExpiredIntentCountsAsFree)
+        if self.bug == Some(ScopedWriteBug::ExpiredIntentCountsAsFree)
             && expected.is_some_and(Value::is_null)
         {
             // The record read as free was an expired intent: take it over.
@@ -253,7 +253,7 @@ struct FenceSim {
     operator: ScopedWrites<ProcStorage>,
     processes: Vec<Process>,
     binding: Binding,
-    bug: Option<FenceBug>,
+    bug: Option<ScopedWriteBug>,
 }
 
 fn scope(s: usize) -> ScopeIdentity {
@@ -261,7 +261,7 @@ fn scope(s: usize) -> ScopeIdentity {
 }
 
 impl FenceSim {
-    fn new(seed: u64, bug: Option<FenceBug>) -> Result<Self, String> {
+    fn new(seed: u64, bug: Option<ScopedWriteBug>) -> Result<Self, String> {
         let start = Utc
             .timestamp_opt(START, 0)
             .single()
@@ -382,7 +382,7 @@ impl FenceSim {
 
     async fn clear(&mut self, s: usize) {
         let key = scope(s).fence_key();
-        if self.bug == Some(FenceBug::ClearWithoutAgeCheck) {
+        if self.bug == Some(ScopedWriteBug::ClearWithoutAgeCheck) {
             let stored = self.storage.get(&self.binding, key.as_str()).await;
             if matches!(stored, Ok(Some(ref v)) if !v.is_null()) {
                 let _ = self
@@ -561,7 +561,11 @@ async fn remote_mutation(
 ///
 /// # Errors
 /// The first broken invariant, with the seed, the step and the last events.
-pub fn run(seed: u64, steps: u64, bug: Option<FenceBug>) -> Result<FenceRunSummary, SimFailure> {
+pub fn run(
+    seed: u64,
+    steps: u64,
+    bug: Option<ScopedWriteBug>,
+) -> Result<FenceRunSummary, SimFailure> {
     let fail = |step, message: String, trace: Vec<String>| SimFailure {
         sim: "fences",
         seed,

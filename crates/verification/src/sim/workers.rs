@@ -138,6 +138,12 @@ pub struct WorkerRunSummary {
     pub commands: usize,
     /// Remote calls made.
     pub remote_calls: u64,
+    /// Lease renewals the store accepted.
+    pub renewals: u64,
+    /// Renewals and settles refused because another worker had taken the lease over.
+    pub leases_lost: u64,
+    /// Requests that landed after their caller stopped waiting (lost answer, timeout, crash).
+    pub late_landings: u64,
     /// Virtual time the run covered, seconds.
     pub virtual_seconds: u64,
     /// Hash of the final state (commands, control spaces, remote spaces, trace): equal seeds
@@ -166,6 +172,9 @@ struct World {
     violations: Vec<String>,
     leases: BTreeMap<(CommandId, i64), LeaseView>,
     remote_calls: u64,
+    renewals: u64,
+    leases_lost: u64,
+    late_landings: u64,
     db_clock: ManualClock,
 }
 
@@ -262,11 +271,13 @@ impl CommandQueue for SimStore {
         let key = (lease.command_id.clone(), lease.epoch.0);
         match &result {
             Ok(_) => {
+                w.renewals += 1;
                 if let Some(view) = w.leases.get_mut(&key) {
                     view.deadline = view.deadline.max(started + lease_duration);
                 }
             }
             Err(SettleError::LeaseLost { .. }) => {
+                w.leases_lost += 1;
                 if let Some(view) = w.leases.get_mut(&key) {
                     view.lost = true;
                 }
@@ -322,6 +333,7 @@ impl CommandQueue for SimStore {
                 ));
             }
             Err(SettleError::LeaseLost { .. }) => {
+                w.leases_lost += 1;
                 if let Some(view) = w.leases.get_mut(&key) {
                     view.closed = true;
                 }
@@ -506,7 +518,10 @@ impl SimRemote {
                 w.event(format!("{name} {key} lands: {outcome}"));
                 w.pending_deliveries -= 1;
                 drop(w);
-                let _ = tx.send(result);
+                if tx.send(result).is_err() {
+                    // The caller stopped waiting (answer lost, timeout, crash): a late landing.
+                    world(&shared).late_landings += 1;
+                }
             });
         }
         let answer = async {
@@ -692,6 +707,9 @@ impl WorkerSim {
             violations: Vec::new(),
             leases: BTreeMap::new(),
             remote_calls: 0,
+            renewals: 0,
+            leases_lost: 0,
+            late_landings: 0,
             db_clock: db_clock.clone(),
         }));
         let counter = Arc::new(AtomicUsize::new(0));
@@ -1090,11 +1108,17 @@ pub fn run(seed: u64, steps: u64, bug: Option<WorkerBug>) -> Result<WorkerRunSum
         if let Err(message) = settled {
             return Err(fail(steps, message, sim.trace()));
         }
-        let remote_calls = world(&sim.world).remote_calls;
+        let (remote_calls, renewals, leases_lost, late_landings) = {
+            let w = world(&sim.world);
+            (w.remote_calls, w.renewals, w.leases_lost, w.late_landings)
+        };
         let summary = WorkerRunSummary {
             steps,
             commands: sim.store.commands().len(),
             remote_calls,
+            renewals,
+            leases_lost,
+            late_landings,
             virtual_seconds: (tokio::time::Instant::now() - started + sim.jumped).as_secs(),
             digest: sim.digest(),
         };
