@@ -1,13 +1,18 @@
-//! Deterministic simulation of the lifecycle saga (first version of issue 12's `cargo xtask
-//! sim`): the real engine (`CommandIntake`, `Dispatcher`) over the in-memory store and the fake
-//! KnowledgeFS, on one frozen `ManualClock` that only the simulation moves, driven by a seeded
-//! schedule of operations and faults: create and delete requests, dispatches, workers that claim
-//! and crash, lost provision, lookup and deletion answers, time passing. Invariants are checked after
-//! every step, and once everything drained at the end. A run is a pure function of its seed: a
-//! failure names the seed, the step and the last operations, and re-running the seed repeats it.
+//! Deterministic simulations (issue 12's `cargo xtask sim`): seeded schedules of operations
+//! and faults run through the real engine, with invariants checked after every step. A run is
+//! a pure function of its seed: a failure names the simulation, the seed, the step and the last
+//! events, and re-running the seed repeats it (docs/verification.md, section 6).
 //!
-//! Not covered yet: the worker loop and lease renewals on a paused runtime, scoped writes, the
-//! projector, several dispatchers at once (docs/verification.md).
+//! - this module ([`run`], [`System`]): the lifecycle saga through one `Dispatcher` and
+//!   `CommandIntake` over the in-memory store and the fake KnowledgeFS, on one frozen
+//!   `ManualClock` that only the simulation moves: create and delete requests, dispatches,
+//!   workers that claim and crash, lost provision, lookup and deletion answers, time passing;
+//!   checked once more after everything drained. The proptest of lifecycle sequences drives
+//!   the same [`System`];
+//! - [`workers`]: the worker loops of several processes, lease renewals and a faulty network
+//!   on virtual time (a paused runtime);
+//! - [`fences`]: scoped writes of two processes and an operator;
+//! - [`projector`]: two directory projector replicas against a reordering directory.
 
 pub mod fences;
 pub mod projector;

@@ -676,7 +676,7 @@ struct Asked {
 }
 
 /// The simulated system of one run.
-pub struct WorkerSim {
+struct WorkerSim {
     world: Shared,
     store: InMemoryLifecycleStore,
     db_clock: ManualClock,
