@@ -1,22 +1,39 @@
-//! The deterministic simulation (`tenantry_verification::sim`): many seeds hold every
-//! invariant, a run is a pure function of its seed, and a planted bug is found.
+//! The deterministic simulations (`tenantry_verification::sim`): many seeds hold every
+//! invariant, a run is a pure function of its seed, and every planted bug is found within the
+//! CI budget and reproduced by its seed.
+//!
+//! The CI budget (docs/verification.md, "Bounds and rates"): 1,000,000 simulated steps in all,
+//! checked below at compile time.
 
 use tenantry_verification::model_checks_run_here;
 use tenantry_verification::sim::{SimBug, run};
 
-/// One million simulated steps: 200 seeds of 5,000 steps (about 15 s in a debug build).
+/// Seeds × steps of each simulation in CI.
+const SAGA: (u64, u64) = (120, 5_000);
+const WORKERS: (u64, u64) = (40, 2_500);
+const FENCES: (u64, u64) = (100, 2_000);
+const PROJECTOR: (u64, u64) = (40, 2_500);
+
+const _: () = assert!(
+    SAGA.0 * SAGA.1 + WORKERS.0 * WORKERS.1 + FENCES.0 * FENCES.1 + PROJECTOR.0 * PROJECTOR.1
+        >= 1_000_000,
+    "CI runs at least 1,000,000 simulated steps (issue 12)"
+);
+
+/// The saga through one dispatcher: 600,000 steps (about 15 s in a debug build).
 #[test]
-fn a_million_seeded_steps_hold_every_invariant() {
+fn seeded_saga_steps_hold_every_invariant() {
     if !model_checks_run_here() {
         return;
     }
     let started = std::time::Instant::now();
-    for seed in 0..200 {
-        if let Err(failure) = run(seed, 5_000, None) {
+    let (seeds, steps) = SAGA;
+    for seed in 0..seeds {
+        if let Err(failure) = run(seed, steps, None) {
             panic!("{failure}");
         }
     }
-    println!("1,000,000 simulated steps in {:?}", started.elapsed());
+    println!("{} saga steps in {:?}", seeds * steps, started.elapsed());
 }
 
 #[test]
@@ -34,9 +51,8 @@ mod workers {
     use tenantry_verification::model_checks_run_here;
     use tenantry_verification::sim::workers::{WorkerBug, run};
 
-    /// Seeds × steps of the worker simulation in CI (docs/verification.md, "In CI").
-    const SEEDS: u64 = 20;
-    const STEPS: u64 = 2_000;
+    const SEEDS: u64 = super::WORKERS.0;
+    const STEPS: u64 = super::WORKERS.1;
 
     #[test]
     fn worker_loops_on_virtual_time_hold_every_invariant() {
@@ -116,9 +132,8 @@ mod fences {
     use tenantry_verification::model_checks_run_here;
     use tenantry_verification::sim::fences::{ScopedWriteBug, run};
 
-    /// Cheap steps (about 15,000 a second): more of them.
-    const SEEDS: u64 = 100;
-    const STEPS: u64 = 2_000;
+    const SEEDS: u64 = super::FENCES.0;
+    const STEPS: u64 = super::FENCES.1;
 
     #[test]
     fn scoped_writes_of_two_processes_hold_every_invariant() {
@@ -185,8 +200,8 @@ mod projector {
     use tenantry_verification::model_checks_run_here;
     use tenantry_verification::sim::projector::{ProjectorBug, run};
 
-    const SEEDS: u64 = 20;
-    const STEPS: u64 = 2_000;
+    const SEEDS: u64 = super::PROJECTOR.0;
+    const STEPS: u64 = super::PROJECTOR.1;
 
     #[test]
     fn projector_replicas_against_a_reordering_directory_hold_every_invariant() {
