@@ -39,9 +39,9 @@ enum Command {
     /// Benchmarks: release build, throwaway PostgreSQL cluster, pgbench reference; results
     /// as JSON lines, in target/bench/ and in docs/benchmarks.md.
     Bench(bench::BenchArgs),
-    /// The deterministic lifecycle simulation: `cargo xtask sim --seed S --steps N [--seeds K]`
-    /// runs seeds S..S+K of N steps each and prints the failing seed, step and trace, if any
-    /// (docs/verification.md).
+    /// The deterministic simulations: `cargo xtask sim [--sim lifecycle|workers|fences|projector|all]
+    /// --seed S --steps N [--seeds K]` runs seeds S..S+K of N steps each and prints the failing
+    /// seed, step and trace, if any (docs/verification.md).
     Sim {
         /// Arguments passed to `tenantry-sim`.
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]

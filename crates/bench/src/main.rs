@@ -19,6 +19,7 @@ mod intake;
 mod lifecycle;
 mod remote;
 mod rss;
+mod sim;
 
 use std::io::Write as _;
 use std::process::ExitCode;
@@ -183,6 +184,15 @@ enum Part {
         /// Requests through `submit`, one per call (0: skip).
         #[arg(long, default_value_t = 2_000)]
         single: usize,
+    },
+    /// Simulated steps per second of the deterministic simulations (no database).
+    Sim {
+        /// Seeds per simulation.
+        #[arg(long, default_value_t = 10)]
+        seeds: u64,
+        /// Steps per seed.
+        #[arg(long, default_value_t = 2_000)]
+        steps: u64,
     },
     /// Creates (prints its URL) or drops a scratch database on the PostgreSQL server of
     /// `--database-url`, for tools outside this binary (`cargo xtask bench` runs pgbench in
@@ -387,6 +397,7 @@ async fn run(cli: Cli) -> BenchResult<()> {
             batch,
             single,
         } => intake::run(&target()?, *commands, *batch, *single).await,
+        Part::Sim { seeds, steps } => sim::run(*seeds, *steps),
         Part::ScratchDatabase { action, name } => {
             let Target::Postgres { server_url } = target()? else {
                 return Err("scratch-database needs --backend postgres".into());

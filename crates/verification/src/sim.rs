@@ -1,13 +1,22 @@
-//! Deterministic simulation of the lifecycle saga (first version of issue 12's `cargo xtask
-//! sim`): the real engine (`CommandIntake`, `Dispatcher`) over the in-memory store and the fake
-//! KnowledgeFS, on one frozen `ManualClock` that only the simulation moves, driven by a seeded
-//! schedule of operations and faults: create and delete requests, dispatches, workers that claim
-//! and crash, lost provision, lookup and deletion answers, time passing. Invariants are checked after
-//! every step, and once everything drained at the end. A run is a pure function of its seed: a
-//! failure names the seed, the step and the last operations, and re-running the seed repeats it.
+//! Deterministic simulations (issue 12's `cargo xtask sim`): seeded schedules of operations
+//! and faults run through the real engine, with invariants checked after every step. A run is
+//! a pure function of its seed: a failure names the simulation, the seed, the step and the last
+//! events, and re-running the seed repeats it (docs/verification.md, section 6).
 //!
-//! Not covered yet: the worker loop and lease renewals on a paused runtime, scoped writes, the
-//! projector, several dispatchers at once (docs/verification.md).
+//! - this module ([`run`], [`System`]): the lifecycle saga through one `Dispatcher` and
+//!   `CommandIntake` over the in-memory store and the fake KnowledgeFS, on one frozen
+//!   `ManualClock` that only the simulation moves: create and delete requests, dispatches,
+//!   workers that claim and crash, lost provision, lookup and deletion answers, time passing;
+//!   checked once more after everything drained. The proptest of lifecycle sequences drives
+//!   the same [`System`];
+//! - [`workers`]: the worker loops of several processes, lease renewals and a faulty network
+//!   on virtual time (a paused runtime);
+//! - [`fences`]: scoped writes of two processes and an operator;
+//! - [`projector`]: two directory projector replicas against a reordering directory.
+
+pub mod fences;
+pub mod projector;
+pub mod workers;
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -396,6 +405,8 @@ pub fn draw(rng: &mut StdRng) -> Op {
 /// A failed run: enough to reproduce and read it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SimFailure {
+    /// Which simulation failed (`lifecycle`, `workers`, ...), the value of `--sim`.
+    pub sim: &'static str,
     /// The seed; `cargo xtask sim --seed SEED --steps STEPS` repeats the run.
     pub seed: u64,
     /// The step at which an invariant broke (`steps` for the final, drained check).
@@ -419,8 +430,8 @@ impl std::fmt::Display for SimFailure {
         }
         write!(
             f,
-            "reproduce: cargo xtask sim --seed {} --steps {}",
-            self.seed, self.step
+            "reproduce: cargo xtask sim --sim {} --seed {} --steps {}",
+            self.sim, self.seed, self.step
         )
     }
 }
@@ -434,6 +445,7 @@ pub fn run(seed: u64, steps: u64, bug: Option<SimBug>) -> Result<(), SimFailure>
         .enable_time()
         .build()
         .map_err(|e| SimFailure {
+            sim: "lifecycle",
             seed,
             step: 0,
             message: format!("cannot start the runtime: {e}"),
@@ -444,6 +456,7 @@ pub fn run(seed: u64, steps: u64, bug: Option<SimBug>) -> Result<(), SimFailure>
         let mut system = System::new(bug);
         let mut trace: VecDeque<String> = VecDeque::new();
         let fail = |step, message, trace: &VecDeque<String>| SimFailure {
+            sim: "lifecycle",
             seed,
             step,
             message,

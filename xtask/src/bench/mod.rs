@@ -79,9 +79,11 @@ pub enum PartName {
     /// Bulk intake: 20,000 provision requests through `CommandIntake::submit_many` (batches of
     /// 1,000) and 2,000 through `submit` (issue 14).
     Intake,
+    /// Simulated steps per second of the deterministic simulations (issue 12).
+    Sim,
 }
 
-const ALL_PARTS: [PartName; 7] = [
+const ALL_PARTS: [PartName; 8] = [
     PartName::Lifecycle,
     PartName::Latency,
     PartName::Directory,
@@ -89,6 +91,7 @@ const ALL_PARTS: [PartName; 7] = [
     PartName::Memory,
     PartName::History,
     PartName::Intake,
+    PartName::Sim,
 ];
 
 /// Runs the benchmark from the workspace root `root`.
@@ -181,6 +184,7 @@ impl<'a> Bench<'a> {
                 PartName::Memory => drop(self.bench(&url, "postgres", &["memory"])?),
                 PartName::History => drop(self.bench(&url, "postgres", &["history"])?),
                 PartName::Intake => drop(self.bench(&url, "postgres", &["intake"])?),
+                PartName::Sim => drop(self.bench(&url, "sqlite", &["sim"])?),
             }
             eprintln!(
                 "    part {part:?} took {:.0} s",

@@ -300,6 +300,7 @@ pub fn render(results: &[Value]) -> String {
     }
     md.push_str(&history_section(results));
     md.push_str(&intake_section(results));
+    md.push_str(&sim_section(results));
     md
 }
 
@@ -324,6 +325,35 @@ fn intake_section(results: &[Value]) -> String {
             r["commands"],
             r["seconds"],
             r["commands_per_second"],
+        );
+    }
+    md.push('\n');
+    md
+}
+
+/// Section 8 (issue 12): simulated steps per second of the deterministic simulations.
+fn sim_section(results: &[Value]) -> String {
+    let sims: Vec<&Value> = results
+        .iter()
+        .filter(|r| r.get("part").and_then(Value::as_str) == Some("sim"))
+        .collect();
+    if sims.is_empty() {
+        return String::new();
+    }
+    let mut md = String::from(
+        "### 8. Deterministic simulation
+
+| simulation | seeds | steps | seconds | simulated steps/s |\n|---|---:|---:|---:|---:|\n",
+    );
+    for r in &sims {
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {} | {} |",
+            s(&r["sim"]),
+            r["seeds"],
+            r["steps"],
+            r["seconds"],
+            r["steps_per_second"],
         );
     }
     md.push('\n');
@@ -498,6 +528,21 @@ fn targets(results: &[Value]) -> String {
             Some(flat),
         ));
     }
+    // Issue 12: CI runs 1,000,000 simulated steps within 5 minutes (here in release).
+    let (steps, seconds) = part("sim").fold((0.0, 0.0), |(n, t), r| {
+        (
+            n + r["steps"].as_f64().unwrap_or(0.0),
+            t + r["seconds"].as_f64().unwrap_or(0.0),
+        )
+    });
+    if seconds > 0.0 {
+        let rate = steps / seconds;
+        rows.push((
+            "simulations ≥ 3,334 steps/s over all (1,000,000 steps in 5 minutes)".into(),
+            format!("{rate:.0} steps/s"),
+            Some(rate >= 1_000_000.0 / 300.0),
+        ));
+    }
     if rows.is_empty() {
         return String::new();
     }
@@ -633,6 +678,27 @@ mod tests {
         assert!(
             md.contains(
                 "| postgres | revoke | – | 8 | 100 | 1.0 | 100.0 | 50.0 | **2.0×** | yes |"
+            ),
+            "{md}"
+        );
+    }
+
+    #[test]
+    fn simulated_steps_per_second_have_a_table_and_a_target() {
+        let results = vec![
+            json!({"part": "sim", "sim": "lifecycle", "seeds": 10, "steps": 20000,
+                   "seconds": 1.0, "steps_per_second": 20000.0}),
+            json!({"part": "sim", "sim": "workers", "seeds": 10, "steps": 20000,
+                   "seconds": 9.0, "steps_per_second": 2222.0}),
+        ];
+        let md = render(&results);
+        assert!(
+            md.contains("| workers | 10 | 20000 | 9.0 | 2222.0 |"),
+            "{md}"
+        );
+        assert!(
+            md.contains(
+                "simulations ≥ 3,334 steps/s over all (1,000,000 steps in 5 minutes) | 4000 steps/s | yes |"
             ),
             "{md}"
         );
