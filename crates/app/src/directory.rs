@@ -170,6 +170,12 @@ pub struct DirectoryProjectionStatus {
     pub staleness_seconds: Option<f64>,
     /// Why the shared state row could not be read, when it could not.
     pub storage_error: Option<String>,
+    /// This replica's latest synchronization steps, when they failed for a reason other than
+    /// a refusal (provider unreachable or answering an error, storage failing): `message`,
+    /// `since`, `last_at`, `count` (failed steps in a row); `null` once a step succeeded.
+    /// Shows a provider outage long before staleness closes readiness.
+    #[serde(serialize_with = "keys_sorted")]
+    pub sync_failure: Option<tenantry_engine::SyncFailure>,
 }
 
 /// Serializes `value` with its keys in alphabetical order (through a JSON value), as the
@@ -232,6 +238,7 @@ pub async fn status(handle: Option<&DirectoryHandle>) -> DirectoryStatus {
         resources: handle.projector.resource_snapshot(),
         staleness_seconds: staleness,
         storage_error: state_error,
+        sync_failure: handle.projector.sync_failure(),
     }))
 }
 
@@ -291,6 +298,7 @@ mod tests {
             resources,
             staleness_seconds: Some(1.5),
             storage_error: None,
+            sync_failure: None,
         }));
         let before = json!({
             "configured": true,
@@ -306,6 +314,7 @@ mod tests {
             "last_refusal": Some(refusal),
             "refusals_total": totals,
             "storage_error": Option::<String>::None,
+            "sync_failure": Option::<String>::None,
         });
         assert_eq!(
             serde_json::to_string(&configured).unwrap(),

@@ -220,6 +220,17 @@ async fn login_takes_the_admin_token_and_sets_a_strict_http_only_cookie() {
             page.body.contains("document.visibilityState"),
             "{path} pauses while hidden"
         );
+        for (name, value) in [
+            ("cache-control", "no-store"),
+            ("x-frame-options", "DENY"),
+            ("content-security-policy", "frame-ancestors 'none'"),
+        ] {
+            assert_eq!(
+                page.headers.get(name).and_then(|v| v.to_str().ok()),
+                Some(value),
+                "{path}: {name}"
+            );
+        }
     }
     // Logging out needs the CSRF token and ends the session.
     let refused = console.post("/ui/logout", &[("csrf", "wrong")]).await;
@@ -364,18 +375,43 @@ async fn bulk_confirmation_states_the_count_then_acts_on_every_match() {
     let refused = console.get("/ui/commands/bulk?action=abandon").await;
     assert_eq!(refused.status, 400, "{}", refused.body);
     let csrf = console.csrf().to_owned();
-    let done = console
-        .post(
-            "/ui/commands/bulk",
-            &[
-                ("csrf", &csrf),
-                ("action", "abandon"),
-                ("status", "failed"),
-                ("error_code", "INVALID_REQUEST"),
-                ("reason", "tenant gone"),
-            ],
-        )
-        .await;
+    let bulk = |expected: &'static str| {
+        [
+            ("csrf", csrf.clone()),
+            ("action", "abandon".to_owned()),
+            ("status", "failed".to_owned()),
+            ("error_code", "INVALID_REQUEST".to_owned()),
+            ("reason", "tenant gone".to_owned()),
+            ("expected", expected.to_owned()),
+        ]
+    };
+    // A confirmation that stated another count than what matches now does nothing: the page
+    // comes back with the new count (a third command failing meanwhile, or a re-sent POST).
+    let stale = bulk("1");
+    let stale: Vec<(&str, &str)> = stale.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let again = console.post("/ui/commands/bulk", &stale).await;
+    assert_eq!(again.status, 200, "{}", again.body);
+    assert!(again.body.contains("id=\"bulk-changed\""), "{}", again.body);
+    assert!(
+        again.body.contains("<strong id=\"bulk-count\">2</strong>"),
+        "{}",
+        again.body
+    );
+    let (_, page) = h.get("/v1/commands?status=abandoned").await;
+    assert_eq!(page["items"], json!([]), "nothing done: {page}");
+    // Without the stated count the action is refused.
+    let missing: Vec<(&str, &str)> = stale
+        .iter()
+        .copied()
+        .filter(|(k, _)| *k != "expected")
+        .collect();
+    assert_eq!(
+        console.post("/ui/commands/bulk", &missing).await.status,
+        400
+    );
+    let fields = bulk("2");
+    let fields: Vec<(&str, &str)> = fields.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let done = console.post("/ui/commands/bulk", &fields).await;
     assert_eq!(done.status, 200, "{}", done.body);
     assert!(
         done.body.contains("<strong>2</strong> commands acted on"),

@@ -412,6 +412,8 @@ async fn console_in_a_real_browser() {
     shot(&client, "07-directory-ready").await;
     directory.shutdown().await;
     wait_text(&client, "#readiness.bad", "not ready", false).await;
+    // The failed synchronization shows too, not only the staleness it causes.
+    wait_text(&client, "#sync-failure", "failed steps in a row", false).await;
     shot(&client, "08-directory-not-ready").await;
 
     client.close().await.unwrap();

@@ -143,6 +143,23 @@ pub struct RefusalReport {
     pub total_by_rule: BTreeMap<RefusalRule, u64>,
 }
 
+/// The latest synchronization step of this replica that failed for a reason other than a
+/// projection rule's refusal (the provider unreachable or answering an error, the store
+/// failing), kept until a step succeeds. Operators see it in the directory status long before
+/// staleness closes readiness.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct SyncFailure {
+    /// The error, as logged.
+    pub message: String,
+    /// When the first failure of this run of failures happened.
+    pub since: DateTime<Utc>,
+    /// When the latest one happened.
+    pub last_at: DateTime<Utc>,
+    /// Failed steps in a row.
+    pub count: u64,
+}
+
 #[derive(Debug, Default)]
 struct ReplicaState {
     consumer_cursor: Option<i64>,
@@ -150,6 +167,7 @@ struct ReplicaState {
     active_workspaces: u64,
     last_batch: BatchCardinality,
     refusals: RefusalReport,
+    sync_failure: Option<SyncFailure>,
 }
 
 /// Projects a directory provider into the store; see the module documentation.
@@ -297,6 +315,13 @@ impl<P: DirectoryProvider, S: DirectoryProjectionStore> DirectoryProjector<P, S>
     /// Refusals of provider answers seen by this replica (latest one, counts per rule).
     pub fn refusals(&self) -> RefusalReport {
         self.replica().refusals.clone()
+    }
+
+    /// The failure of this replica's latest synchronization steps when they failed for a
+    /// reason other than a refusal (see [`Self::refusals`] for those); `None` once a step
+    /// succeeds.
+    pub fn sync_failure(&self) -> Option<SyncFailure> {
+        self.replica().sync_failure.clone()
     }
 
     /// Fetches and applies a full snapshot; when another replica's newer projection
@@ -533,6 +558,22 @@ impl<P: DirectoryProvider, S: DirectoryProjectionStore> DirectoryProjector<P, S>
     fn note_result(&self, result: &Result<(), ProjectorError>) {
         let now = self.clock.now();
         let mut replica = self.replica();
+        match result {
+            Ok(()) => replica.sync_failure = None,
+            Err(error) if error.refusal().is_none() => {
+                let message = error.to_string();
+                let failure = replica.sync_failure.get_or_insert_with(|| SyncFailure {
+                    message: message.clone(),
+                    since: now,
+                    last_at: now,
+                    count: 0,
+                });
+                failure.message = message;
+                failure.last_at = now;
+                failure.count += 1;
+            }
+            Err(_) => {}
+        }
         let refusals = &mut replica.refusals;
         match result {
             Ok(()) => {

@@ -34,7 +34,9 @@ pub mod retention;
 pub mod scoped_writes;
 
 #[cfg(feature = "directory")]
-pub use directory::{DirectoryProjector, ProjectorError, Refusal, RefusalReport, ResourceSnapshot};
+pub use directory::{
+    DirectoryProjector, ProjectorError, Refusal, RefusalReport, ResourceSnapshot, SyncFailure,
+};
 #[cfg(feature = "lifecycle")]
 pub use lifecycle::{
     BulkReport, CommandIntake, DispatchError, DispatchReport, Dispatcher, DispatcherConfig,

@@ -147,8 +147,8 @@ async fn act_one(
     tracing::info!(
         command_id = %id,
         action = kind.as_str(),
-        actor = %body.actor.trim(),
-        reason = %body.reason.trim(),
+        actor = ?body.actor.trim(),
+        reason = ?body.reason.trim(),
         "operator action on a command"
     );
     Ok(Json(CommandView::from(&after)))
@@ -238,8 +238,8 @@ async fn act_bulk(
         .await?;
     tracing::info!(
         action = kind.as_str(),
-        actor = %body.actor.trim(),
-        reason = %body.reason.trim(),
+        actor = ?body.actor.trim(),
+        reason = ?body.reason.trim(),
         acted = report.acted.len(),
         refused = report.refused.len(),
         "operator bulk action on commands"

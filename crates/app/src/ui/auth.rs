@@ -1,8 +1,8 @@
 //! Console sessions: the login form takes the admin token and sets a session cookie
 //! (`tenantry_console`, HttpOnly, SameSite=Strict, path `/ui`); every page and action needs a
 //! live session (otherwise: a redirect to `/ui/login`, or `HX-Redirect` for htmx requests);
-//! every state-changing request carries the session's CSRF token (form field `csrf` or header
-//! `X-CSRF-Token`), otherwise 403 and nothing happens.
+//! every state-changing request carries the session's CSRF token (form field `csrf`; no header
+//! is read), otherwise 403 and nothing happens.
 //!
 //! Sessions live in this process only (a restart logs everyone out) for
 //! [`SESSION_LIFETIME`] on the clock port's monotonic time. Without a configured
@@ -152,8 +152,8 @@ pub fn csrf_refused() -> Response {
 
 /// Every console route but the login and the static files: a live session, or a redirect to
 /// the login (htmx requests get `HX-Redirect`). State-changing requests (`POST`) must also
-/// carry the CSRF token in `X-CSRF-Token` or in their form (checked by each handler, which
-/// reads the form).
+/// carry the CSRF token in their form field `csrf` (checked by each handler, which reads the
+/// form).
 pub async fn require_session(
     State(state): State<UiState>,
     mut request: Request,

@@ -99,7 +99,37 @@ pub fn router(state: UiState) -> Router {
         .route("/ui/login", get(auth::login_form).post(auth::login))
         .route("/ui/static/htmx.min.js", get(assets::htmx))
         .route("/ui/static/console.css", get(assets::css))
+        .layer(middleware::from_fn(protective_headers))
         .with_state(state)
+}
+
+/// Headers on every console answer: `Cache-Control: no-store` (pages show live operational
+/// data and carry the CSRF token; a shared or back-button cache must not keep them),
+/// `X-Frame-Options: DENY` and `Content-Security-Policy: frame-ancestors 'none'` (no other
+/// site may frame the console to trick a click on an action), `X-Content-Type-Options:
+/// nosniff`, `Referrer-Policy: same-origin`.
+async fn protective_headers(
+    request: axum::extract::Request,
+    next: middleware::Next,
+) -> axum::response::Response {
+    use axum::http::{HeaderValue, header};
+    let mut response = next.run(request).await;
+    let headers = response.headers_mut();
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    headers.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static("frame-ancestors 'none'"),
+    );
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    headers.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("same-origin"),
+    );
+    response
 }
 
 /// The admin API with the console beside it when `ui` is set (`ui = false`: `/ui` is 404

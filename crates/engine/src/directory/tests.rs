@@ -594,10 +594,28 @@ async fn a_refused_answer_is_recorded_with_rule_workspace_since_and_count() {
         );
         assert_eq!(last.resolved_at, None);
     }
-    // Provider outages are not refusals.
+    // Refusals are not sync failures.
+    assert_eq!(p.sync_failure(), None);
+    // Provider outages are not refusals: they are the replica's sync failure, counted in a
+    // row until a step succeeds.
     f.provider.push_events(Err(unavailable()));
     assert!(p.sync_once().await.unwrap_err().refusal().is_none());
     assert_eq!(p.refusals().last.unwrap().count, 3);
+    let failure = p.sync_failure().expect("an outage is recorded");
+    assert_eq!((failure.count, failure.since), (1, failure.last_at));
+    assert!(
+        failure.message.contains("unavailable"),
+        "{}",
+        failure.message
+    );
+    clock.set(at(3));
+    f.provider.push_events(Err(unavailable()));
+    assert!(p.sync_once().await.is_err());
+    let again = p.sync_failure().unwrap();
+    assert_eq!(
+        (again.count, again.since, again.last_at),
+        (2, failure.since, at(3))
+    );
     // The provider serves an acceptable answer: the refusal is resolved, the total stays.
     clock.set(at(4));
     f.provider.push_events(Ok(page));
@@ -606,6 +624,11 @@ async fn a_refused_answer_is_recorded_with_rule_workspace_since_and_count() {
         vec![workspace("ws-1", 5, &[("a", 1)])],
     )));
     p.sync_once().await.unwrap();
+    assert_eq!(
+        p.sync_failure(),
+        None,
+        "a successful step clears the failure"
+    );
     let report = p.refusals();
     assert_eq!(report.last.unwrap().resolved_at, Some(at(4)));
     assert_eq!(

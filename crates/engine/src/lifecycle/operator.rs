@@ -160,6 +160,26 @@ impl<S: CommandQueue + CommandAdmin> OperatorActions<S> {
         actor: &str,
         reason: &str,
     ) -> Result<BulkReport, OperatorRequestError> {
+        self.act_on_matching_up_to(filter, kind, actor, reason, MAX_BULK)
+            .await
+    }
+
+    /// [`Self::act_on_matching`], acting on at most `bound` commands (itself at most
+    /// [`MAX_BULK`]); `truncated` is set when more matched. The console passes the count its
+    /// confirmation stated, so a confirmed bulk action never touches more commands than the
+    /// operator was shown.
+    ///
+    /// # Errors
+    /// As [`Self::act_on_matching`].
+    pub async fn act_on_matching_up_to(
+        &self,
+        filter: &CommandFilter,
+        kind: OperatorActionKind,
+        actor: &str,
+        reason: &str,
+        bound: usize,
+    ) -> Result<BulkReport, OperatorRequestError> {
+        let bound = bound.min(MAX_BULK);
         check_text("actor", actor, MAX_ACTOR_CHARS)?;
         check_text("reason", reason, MAX_REASON_CHARS)?;
         if !filter
@@ -185,7 +205,7 @@ impl<S: CommandQueue + CommandAdmin> OperatorActions<S> {
             let full = rows.len() == PAGE as usize;
             page.after = rows.last().map(|r| r.id.clone());
             for row in rows {
-                if seen == MAX_BULK {
+                if seen == bound {
                     report.truncated = true;
                     return Ok(report);
                 }

@@ -338,7 +338,7 @@ async fn act_one(
     let actions = OperatorActions::new(state.admin.store.clone(), state.admin.clock.clone());
     match actions.act(&id, kind, ACTOR, &form.reason).await {
         Ok(_) => {
-            tracing::info!(command_id = %id, action = kind.as_str(), actor = ACTOR, reason = %form.reason.trim(), "operator action on a command (console)");
+            tracing::info!(command_id = %id, action = kind.as_str(), actor = ACTOR, reason = ?form.reason.trim(), "operator action on a command (console)");
             Redirect::to(&format!("/ui/commands/{}", encode(id.as_str()))).into_response()
         }
         Err(e) => error_page(&AdminApiError::from(e)),
@@ -380,6 +380,11 @@ pub struct BulkForm {
     /// Why (the action only; required).
     #[serde(default)]
     pub reason: String,
+    /// The number of matching commands the confirmation stated (the action only; required).
+    /// The action is refused, nothing done, when the filter no longer matches that many, and
+    /// it never acts on more.
+    #[serde(default)]
+    pub expected: Option<u64>,
 }
 
 fn bulk_kind(action: &str) -> Result<OperatorActionKind, AdminApiError> {
@@ -421,13 +426,27 @@ pub async fn confirm_bulk(
         Ok(n) => n,
         Err(e) => return error_page(&AdminApiError::from(e)),
     };
+    confirmation(&session, &form, kind, matching, None)
+}
+
+/// The bulk confirmation page: states `matching` and carries it as `expected` in the form;
+/// `notice` explains why the operator sees it again.
+fn confirmation(
+    session: &Session,
+    form: &BulkForm,
+    kind: OperatorActionKind,
+    matching: u64,
+    notice: Option<Markup>,
+) -> Response {
     let verb = kind.as_str();
     let body = html! {
+        @if let Some(notice) = notice { p #bulk-changed.error { (notice) } }
         p #confirm-count { "This will " strong { (verb) } " " strong #bulk-count { (matching) } " commands matching " code { (form.filter.query_string()) } "." }
-        p.muted { "Commands that change status meanwhile are refused one by one and listed afterwards; at most 10,000 are acted on per run." }
+        p.muted { "If the number of matching commands changes before you confirm, nothing is done and this page is shown again with the new number. At most the number stated is acted on (and at most 10,000 per run); commands that change status meanwhile are refused one by one and listed afterwards." }
         form method="post" action="/ui/commands/bulk" {
             input type="hidden" name="csrf" value=(session.csrf.as_ref());
             input type="hidden" name="action" value=(verb);
+            input type="hidden" name="expected" value=(matching);
             @for (name, value) in [("status", &form.filter.status), ("operation", &form.filter.operation), ("tenant_id", &form.filter.tenant_id), ("control_space_id", &form.filter.control_space_id), ("error_code", &form.filter.error_code)] {
                 input type="hidden" name=(name) value=(value);
             }
@@ -440,7 +459,7 @@ pub async fn confirm_bulk(
     layout::page(
         &format!("Confirm: {verb} matching commands"),
         "/ui/commands",
-        &session,
+        session,
         body,
         None,
         html! {},
@@ -466,15 +485,32 @@ pub async fn bulk(
             Ok(parsed) => parsed,
             Err(e) => return error_page(&e),
         };
+    let Some(expected) = form.expected else {
+        return error_page(&AdminApiError::invalid(
+            "expected",
+            "a bulk action needs the count its confirmation stated; open the confirmation again",
+        ));
+    };
+    let matching = match state.admin.store.count_matching(&filter).await {
+        Ok(n) => n,
+        Err(e) => return error_page(&AdminApiError::from(e)),
+    };
+    if matching != expected {
+        let notice = html! {
+            "When you confirmed, " (expected) " commands matched; now " (matching) " match. Nothing was done: check the number and confirm again."
+        };
+        return confirmation(&session, &form, kind, matching, Some(notice));
+    }
     let actions = OperatorActions::new(state.admin.store.clone(), state.admin.clock.clone());
+    let bound = usize::try_from(expected).unwrap_or(usize::MAX);
     let report = match actions
-        .act_on_matching(&filter, kind, ACTOR, &form.reason)
+        .act_on_matching_up_to(&filter, kind, ACTOR, &form.reason, bound)
         .await
     {
         Ok(report) => report,
         Err(e) => return error_page(&AdminApiError::from(e)),
     };
-    tracing::info!(action = kind.as_str(), actor = ACTOR, reason = %form.reason.trim(), acted = report.acted.len(), refused = report.refused.len(), "operator bulk action on commands (console)");
+    tracing::info!(action = kind.as_str(), actor = ACTOR, reason = ?form.reason.trim(), acted = report.acted.len(), refused = report.refused.len(), "operator bulk action on commands (console)");
     let body = html! {
         p #bulk-result { (kind.as_str()) ": " strong { (report.acted.len()) } " commands acted on, " (report.refused.len()) " refused" @if report.truncated { " (stopped at the 10,000 bound: run it again for the rest)" } "." }
         @if !report.refused.is_empty() {

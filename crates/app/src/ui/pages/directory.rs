@@ -64,6 +64,7 @@ async fn live(state: &UiState) -> Markup {
                     tr { th { "staleness / maximum" } td #staleness { (s.staleness_seconds.map_or_else(|| "never synced".to_owned(), |a| format!("{a:.1} s"))) " / " (format!("{:.0} s", s.max_staleness_seconds)) } }
                     tr { th { "last refusal" } td { @if let Some(r) = &s.last_refusal { (r.rule.as_str()) ": " (r.message) " (×" (r.count) ")" } @else { "none" } } }
                     tr { th { "storage error" } td { (s.storage_error.as_deref().unwrap_or("none")) } }
+                    tr #sync-failure { th { "last sync error" } td { @if let Some(f) = &s.sync_failure { (f.message) " (" (f.count) " failed steps in a row since " (f.since.format("%Y-%m-%d %H:%M:%S UTC")) ")" } @else { "none" } } }
                     tr { th { "active workspaces" } td { (s.resources.active_workspaces) " of at most " (s.resources.max_active_workspaces) } }
                 }
             }

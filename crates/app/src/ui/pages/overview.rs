@@ -41,7 +41,7 @@ async fn live(state: &UiState) -> Markup {
         h2 { "Commands" }
         (commands(&counts))
         (live_commands(&counts))
-        h2 { "Settled, last " (THROUGHPUT_MINUTES) " minutes" }
+        h2 { "Succeeded, last " (THROUGHPUT_MINUTES) " minutes" }
         (throughput_chart(&counts))
         h2 { "Failed commands by error code" }
         (failed_by_code(&counts))
@@ -131,11 +131,11 @@ fn throughput_chart(counts: &Counts) -> Markup {
             Ok(t) => {
                 @let max = t.per_minute.iter().copied().max().unwrap_or(0).max(1);
                 @let width = BAR * t.per_minute.len() as u64;
-                svg #throughput width=(width) height=(HEIGHT + 16) role="img" aria-label="commands settled per minute" {
+                svg #throughput width=(width) height=(HEIGHT + 16) role="img" aria-label="commands succeeded per minute" {
                     @for (i, n) in t.per_minute.iter().enumerate() {
                         @let h = n * HEIGHT / max;
                         rect x=(i as u64 * BAR + 2) y=(HEIGHT - h) width=(BAR - 4) height=(h) fill="#1d5fbf" {
-                            title { (n) " settled, " (t.per_minute.len() - 1 - i) " min ago" }
+                            title { (n) " succeeded, " (t.per_minute.len() - 1 - i) " min ago" }
                         }
                         text x=(i as u64 * BAR + BAR / 2) y=(HEIGHT + 12) font-size="10" text-anchor="middle" { (n) }
                     }

@@ -410,3 +410,29 @@ async fn bulk_retry_acts_on_every_matching_failed_command_and_reports_refusals()
         "{refused}"
     );
 }
+
+#[tokio::test]
+async fn a_bounded_bulk_action_acts_on_at_most_its_bound_oldest_first() {
+    let h = harness();
+    let mut failed = Vec::new();
+    for cs in ["cs1", "cs2", "cs3"] {
+        let receipt = h.create(cs).await;
+        h.remote
+            .push_fault(RemoteCall::Provision, answered(400, "INVALID_REQUEST"));
+        h.dispatch(t(0), true).await;
+        failed.push(receipt.command_id);
+    }
+    let ops = OperatorActions::new(h.store.clone(), Arc::new(clock_of_test()));
+    let filter = CommandFilter {
+        status: Some(CommandStatus::Failed),
+        ..CommandFilter::default()
+    };
+    let report = ops
+        .act_on_matching_up_to(&filter, OperatorActionKind::Abandon, "ops", "r", 2)
+        .await
+        .unwrap();
+    let acted: Vec<_> = report.acted.iter().map(|r| r.id.clone()).collect();
+    assert_eq!(acted, failed[..2]);
+    assert!(report.truncated, "a third command matched beyond the bound");
+    assert_eq!(h.command(&failed[2]).status, CommandStatus::Failed);
+}
