@@ -8,7 +8,10 @@
 //! `compare_and_set` is one statement too: `INSERT .. ON CONFLICT DO NOTHING` when the key
 //! must be absent, otherwise `UPDATE .. WHERE binding = ? AND key = ? AND value = ?` against
 //! the expected value's JSON text (the text `set` stores for it); the affected row count says
-//! whether it swapped. Atomic across every process on the database.
+//! whether it swapped. When that text does not match, the stored text is read and, if it is
+//! the expected value spelled otherwise (keys in another order: a record written by another
+//! program or by hand), the swap is made against that exact text. Atomic across every process
+//! on the database.
 //!
 //! Every write stamps `updated_at` with the store's clock (the database's, or an override for
 //! tests), inside the same statement: retention ages cleared fence records by it
@@ -130,6 +133,42 @@ impl SeaOrmHostStorage {
     }
 }
 
+impl SeaOrmHostStorage {
+    /// `UPDATE .. SET value = value WHERE .. AND value = expected_text`; rows affected.
+    async fn swap_text(
+        &self,
+        binding: &Binding,
+        key: &str,
+        expected_text: &str,
+        value: &Value,
+    ) -> Result<u64, HostStorageError> {
+        let mut values = row(binding, key, value);
+        values.push(expected_text.to_owned().into());
+        self.write(
+            "compare_and_set",
+            &format!(
+                "UPDATE {TABLE} SET value = {{3}}, updated_at = {{now}} \
+                 WHERE binding = {{1}} AND key = {{2}} AND value = {{4}}"
+            ),
+            values,
+        )
+        .await
+    }
+
+    /// The record's stored text, as written.
+    async fn stored_text(
+        &self,
+        binding: &Binding,
+        key: &str,
+    ) -> Result<Option<String>, HostStorageError> {
+        entity::Entity::find_by_id((binding.as_str().to_owned(), key.to_owned()))
+            .one(&self.conn)
+            .await
+            .map(|row| row.map(|row| row.value))
+            .map_err(|e| unavailable("compare_and_set", &e))
+    }
+}
+
 #[async_trait]
 impl HostStorage for SeaOrmHostStorage {
     async fn keys(&self, binding: &Binding) -> Result<Vec<String>, HostStorageError> {
@@ -201,17 +240,26 @@ impl HostStorage for SeaOrmHostStorage {
                 .await?
             }
             Some(expected) => {
-                let mut values = row(binding, key, value);
-                values.push(expected.to_string().into());
-                self.write(
-                    "compare_and_set",
-                    &format!(
-                        "UPDATE {TABLE} SET value = {{3}}, updated_at = {{now}} \
-                         WHERE binding = {{1}} AND key = {{2}} AND value = {{4}}"
-                    ),
-                    values,
-                )
-                .await?
+                let swapped = self
+                    .swap_text(binding, key, &expected.to_string(), value)
+                    .await?;
+                if swapped == 0 {
+                    // The stored text may hold the expected value in another spelling (keys in
+                    // another order, other whitespace: a record written by another program or
+                    // by hand). Compare as JSON values and, when equal, swap against the exact
+                    // text read: still atomic, as that UPDATE matches only that text.
+                    match self.stored_text(binding, key).await? {
+                        Some(text)
+                            if serde_json::from_str::<Value>(&text).ok().as_ref()
+                                == Some(expected) =>
+                        {
+                            self.swap_text(binding, key, &text, value).await?
+                        }
+                        _ => 0,
+                    }
+                } else {
+                    swapped
+                }
             }
         };
         Ok(affected == 1)

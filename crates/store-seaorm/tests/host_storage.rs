@@ -44,6 +44,53 @@ async fn non_json_text_in_the_table_reads_as_corrupt_value() {
     assert_eq!(storage.keys(&b).await.unwrap(), vec!["ke.fence.v1.x"]);
 }
 
+/// A record written by another program or by hand keeps its own key order; a compare-and-set
+/// whose expected value equals it as JSON still swaps (the operator's fence clear compares
+/// against the value it read), and one whose value differs still does not.
+#[tokio::test]
+async fn compare_and_set_matches_a_record_spelled_in_another_key_order() {
+    let db = fresh_database().await;
+    let storage = SeaOrmHostStorage::new(&db.db);
+    let sql = match db.backend() {
+        Backend::Sqlite => {
+            "INSERT INTO tenantry_host_storage (binding, key, value) VALUES (?, ?, ?)"
+        }
+        Backend::Postgres => {
+            "INSERT INTO tenantry_host_storage (binding, key, value) VALUES ($1, $2, $3)"
+        }
+    };
+    let written = r#"{"scope": "kb-1", "reason": "upload", "kind": "fence"}"#;
+    db.db
+        .conn
+        .execute_raw(Statement::from_sql_and_values(
+            db.db.conn.get_database_backend(),
+            sql,
+            ["inst".into(), "ke.fence.v1.x".into(), written.into()],
+        ))
+        .await
+        .unwrap();
+    let b = Binding::parse("inst").unwrap();
+    let read = storage.get(&b, "ke.fence.v1.x").await.unwrap().unwrap();
+    assert_ne!(read.to_string(), written, "the stored spelling differs");
+    let other = serde_json::json!({"scope": "kb-1", "reason": "other", "kind": "fence"});
+    assert!(
+        !storage
+            .compare_and_set(&b, "ke.fence.v1.x", Some(&other), &serde_json::Value::Null)
+            .await
+            .unwrap()
+    );
+    assert!(
+        storage
+            .compare_and_set(&b, "ke.fence.v1.x", Some(&read), &serde_json::Value::Null)
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        storage.get(&b, "ke.fence.v1.x").await.unwrap(),
+        Some(serde_json::Value::Null)
+    );
+}
+
 #[tokio::test]
 async fn closed_pool_is_unavailable() {
     let db = fresh_database().await;
