@@ -47,6 +47,25 @@ fn a_planted_non_idempotent_remote_is_found_and_reproduces_by_seed() {
     assert_eq!(again, failure, "the same seed must fail the same way");
 }
 
+/// Runs `bug` over `seeds` seeds of `steps` steps until one fails; asserts the failure names
+/// `expected`, and that re-running its seed up to the failing step fails the same way.
+fn found_and_reproduced<B: std::fmt::Debug + Copy, S>(
+    run: impl Fn(u64, u64, Option<B>) -> Result<S, tenantry_verification::sim::SimFailure>,
+    bug: B,
+    (seeds, steps): (u64, u64),
+    expected: &str,
+) {
+    let failure = (0..seeds)
+        .find_map(|seed| run(seed, steps, Some(bug)).err())
+        .unwrap_or_else(|| panic!("{bug:?} went unnoticed in {seeds} seeds"));
+    println!("{bug:?}:\n{failure}\n");
+    assert!(failure.message.contains(expected), "{bug:?}: {failure}");
+    let Err(again) = run(failure.seed, failure.step, Some(bug)) else {
+        panic!("re-running the seed of {bug:?} up to the failing step must fail again");
+    };
+    assert_eq!(again, failure, "the same seed must fail the same way");
+}
+
 mod workers {
     use tenantry_verification::model_checks_run_here;
     use tenantry_verification::sim::workers::{WorkerBug, run};
@@ -116,14 +135,7 @@ mod workers {
             ),
         ];
         for (bug, expected) in cases {
-            let failure = (0..SEEDS)
-                .find_map(|seed| run(seed, STEPS, Some(bug)).err())
-                .unwrap_or_else(|| panic!("{bug:?} went unnoticed in {SEEDS} seeds"));
-            println!("{bug:?}:\n{failure}\n");
-            assert!(failure.message.contains(expected), "{bug:?}: {failure}");
-            let again = run(failure.seed, failure.step, Some(bug))
-                .expect_err("re-running the seed up to the failing step fails again");
-            assert_eq!(again, failure, "the same seed must fail the same way");
+            super::found_and_reproduced(run, bug, (SEEDS, STEPS), expected);
         }
     }
 }
@@ -184,14 +196,7 @@ mod fences {
             (ScopedWriteBug::ClearWithoutAgeCheck, "was in flight"),
         ];
         for (bug, expected) in cases {
-            let failure = (0..SEEDS)
-                .find_map(|seed| run(seed, STEPS, Some(bug)).err())
-                .unwrap_or_else(|| panic!("{bug:?} went unnoticed in {SEEDS} seeds"));
-            println!("{bug:?}:\n{failure}\n");
-            assert!(failure.message.contains(expected), "{bug:?}: {failure}");
-            let again = run(failure.seed, failure.step, Some(bug))
-                .expect_err("re-running the seed up to the failing step fails again");
-            assert_eq!(again, failure, "the same seed must fail the same way");
+            super::found_and_reproduced(run, bug, (SEEDS, STEPS), expected);
         }
     }
 }
@@ -241,13 +246,11 @@ mod projector {
         if !model_checks_run_here() {
             return;
         }
-        let bug = ProjectorBug::DeltaPlannedOnStaleRead;
-        let failure = (0..SEEDS)
-            .find_map(|seed| run(seed, STEPS, Some(bug)).err())
-            .unwrap_or_else(|| panic!("{bug:?} went unnoticed in {SEEDS} seeds"));
-        println!("{bug:?}:\n{failure}\n");
-        let again = run(failure.seed, failure.step, Some(bug))
-            .expect_err("re-running the seed up to the failing step fails again");
-        assert_eq!(again, failure, "the same seed must fail the same way");
+        super::found_and_reproduced(
+            run,
+            ProjectorBug::DeltaPlannedOnStaleRead,
+            (SEEDS, STEPS),
+            "",
+        );
     }
 }
