@@ -94,6 +94,7 @@ const MECHANISM_CRATES: &[&str] = &[
 const UNPUBLISHED: &[&str] = &[
     "tenantry-app",
     "tenantry-bench",
+    "tenantry-chaos",
     "tenantry-demo",
     "tenantry-examples",
     "tenantry-verification",

@@ -208,6 +208,18 @@ pub(crate) fn is_unique_violation(error: &DbErr) -> bool {
 }
 
 /// Condition "processing under this lease".
+/// The condition a settle writes under: [`lease_filter`], except in the deliberately broken
+/// build of the chaos harness (cargo feature `chaos-planted-bug`, docs/reliability.md), whose
+/// settle matches the command by id alone, so a late settle of a worker whose lease was taken
+/// over is written instead of refused. Never enabled by any normal build.
+fn settle_filter(lease: &LeaseToken) -> sea_orm::Condition {
+    if cfg!(feature = "chaos-planted-bug") {
+        sea_orm::Condition::all().add(outbox::Column::Id.eq(lease.command_id.as_str()))
+    } else {
+        lease_filter(lease)
+    }
+}
+
 fn lease_filter(lease: &LeaseToken) -> sea_orm::Condition {
     sea_orm::Condition::all()
         .add(outbox::Column::Id.eq(lease.command_id.as_str()))
@@ -274,7 +286,7 @@ pub(crate) async fn settle_in<C: ConnectionTrait>(
     lease: &LeaseToken,
     settlement: &Settlement,
 ) -> Result<(), SettleError> {
-    let mut update = outbox::Entity::update_many().filter(lease_filter(lease));
+    let mut update = outbox::Entity::update_many().filter(settle_filter(lease));
     if settlement.outcome.is_some() {
         // The attempt ends: its window ends now, or (nothing sent) stays what it was before.
         let window_end = if settlement.may_have_sent {
