@@ -42,7 +42,8 @@ impl Replica {
         Self {
             index,
             port,
-            bin: bin.to_path_buf(),
+            // The process runs in the run folder: a relative path must not change meaning.
+            bin: std::path::absolute(bin).unwrap_or_else(|_| bin.to_path_buf()),
             env,
             dir: dir.to_path_buf(),
             child: None,
