@@ -107,7 +107,10 @@ pub fn no_orphan_leases(commands: &[Value], live_pids: &BTreeSet<u32>) -> CheckR
     check(
         "no leased outbox row without a live owner",
         &problems,
-        format!("{} commands, {leased} leased by a running replica", commands.len()),
+        format!(
+            "{} commands, {leased} leased by a running replica",
+            commands.len()
+        ),
     )
 }
 

@@ -31,10 +31,7 @@ impl LeaseLog {
             if entry["fields"]["code"] != "LEASE_LOST" {
                 continue;
             }
-            match (
-                entry["fields"]["our_epoch"].as_i64(),
-                command_id(&entry),
-            ) {
+            match (entry["fields"]["our_epoch"].as_i64(), command_id(&entry)) {
                 (Some(epoch), Some(id)) => {
                     self.dropped.insert((id, epoch));
                 }

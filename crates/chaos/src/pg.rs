@@ -45,7 +45,18 @@ impl Postgres {
     /// Runs `sql` with `psql` on `url`; returns the unaligned, tuples-only output.
     pub async fn psql_on(&self, url: &str, sql: &str) -> Result<String, String> {
         let out = Command::new(self.bindir.join("psql"))
-            .args(["-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-d", url, "-c", sql])
+            .args([
+                "-X",
+                "-q",
+                "-A",
+                "-t",
+                "-v",
+                "ON_ERROR_STOP=1",
+                "-d",
+                url,
+                "-c",
+                sql,
+            ])
             .env("PGAPPNAME", "tenantry-chaos")
             .env("PGCONNECT_TIMEOUT", "10")
             .stdin(Stdio::null())
@@ -126,14 +137,16 @@ impl Postgres {
         }
     }
 
-    /// Sessions of the run's database left `idle in transaction` (pid, application, for how
-    /// long), the harness's own excluded.
+    /// Sessions of the run's database `idle in transaction` for more than 5 s (pid,
+    /// application, for how long), the harness's own excluded: a transaction between two of
+    /// its statements is idle for a moment; one left open stays so.
     pub async fn idle_in_transaction(&self) -> Result<Vec<String>, String> {
         let out = self
             .psql(
                 "SELECT pid || ' ' || application_name || ' for ' || (now() - state_change) \
                  FROM pg_stat_activity WHERE datname = current_database() \
-                 AND state LIKE 'idle in transaction%' AND application_name <> 'tenantry-chaos'",
+                 AND state LIKE 'idle in transaction%' AND application_name <> 'tenantry-chaos' \
+                 AND now() - state_change > interval '5 seconds'",
             )
             .await?;
         Ok(out

@@ -72,9 +72,10 @@ impl Replica {
     /// harness's settings apply; the working folder is the run folder (no `tenantry.toml`).
     pub fn spawn(&mut self) -> Result<(), String> {
         self.generation += 1;
-        let log = self
-            .dir
-            .join(format!("replica-{}-gen-{}.log", self.index, self.generation));
+        let log = self.dir.join(format!(
+            "replica-{}-gen-{}.log",
+            self.index, self.generation
+        ));
         let file = std::fs::File::create(&log)
             .map_err(|e| format!("cannot create {}: {e}", log.display()))?;
         let err = file
@@ -166,7 +167,10 @@ impl Replica {
                 return Err(format!(
                     "replica {} exited ({status}); see {}",
                     self.index,
-                    self.logs.last().map(|l| l.display().to_string()).unwrap_or_default()
+                    self.logs
+                        .last()
+                        .map(|l| l.display().to_string())
+                        .unwrap_or_default()
                 ));
             }
             let last = match probe(self.port, path).await {
@@ -207,7 +211,8 @@ pub async fn probe(port: u16, path: &str) -> Result<u16, String> {
         let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
             .await
             .map_err(|e| e.to_string())?;
-        let request = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+        let request =
+            format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
         stream
             .write_all(request.as_bytes())
             .await

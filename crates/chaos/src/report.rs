@@ -106,8 +106,14 @@ impl ChaosReport {
                 "drain after the last fault",
                 format!("{:.1} s", self.drain_after_last_fault.as_secs_f64()),
             ),
-            ("enqueue to settle p50", format!("{} ms", self.settle_p50_ms)),
-            ("enqueue to settle p99", format!("{} ms", self.settle_p99_ms)),
+            (
+                "enqueue to settle p50",
+                format!("{} ms", self.settle_p50_ms),
+            ),
+            (
+                "enqueue to settle p99",
+                format!("{} ms", self.settle_p99_ms),
+            ),
             (
                 "workload submitted in",
                 format!("{:.1} s", self.submitted_in.as_secs_f64()),
@@ -134,7 +140,9 @@ impl ChaosReport {
         let events: Vec<Value> = self
             .events
             .iter()
-            .map(|e| json!({"at_s": e.at, "kind": e.kind, "replica": e.replica, "detail": e.detail}))
+            .map(
+                |e| json!({"at_s": e.at, "kind": e.kind, "replica": e.replica, "detail": e.detail}),
+            )
             .collect();
         let checks: Vec<Value> = self
             .checks

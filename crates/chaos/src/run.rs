@@ -84,8 +84,14 @@ fn write_json(out: &Path, report: &ChaosReport) -> std::io::Result<PathBuf> {
 
 /// The database of a run.
 enum Db {
-    Postgres { admin_url: String, name: String, pg: Postgres },
-    Sqlite { url: String },
+    Postgres {
+        admin_url: String,
+        name: String,
+        pg: Postgres,
+    },
+    Sqlite {
+        url: String,
+    },
 }
 
 impl Db {
@@ -194,10 +200,7 @@ async fn run(args: &ChaosArgs) -> Result<(ChaosReport, PathBuf), String> {
         .collect();
     let mut env: Vec<(String, String)> = vec![
         ("DATABASE_URL", db.url().to_owned()),
-        (
-            "DATABASE_MAX_CONNECTIONS",
-            (args.workers + 6).to_string(),
-        ),
+        ("DATABASE_MAX_CONNECTIONS", (args.workers + 6).to_string()),
         ("ADMIN_TOKEN", token.clone()),
         ("LOG_FORMAT", "json".to_owned()),
         ("WORKERS", args.workers.to_string()),
@@ -206,7 +209,10 @@ async fn run(args: &ChaosArgs) -> Result<(ChaosReport, PathBuf), String> {
         ("IDLE_POLL_MS", "50".to_owned()),
         ("LEASE_SECONDS", LEASE.as_secs().to_string()),
         ("RETRY_MAX_DELAY_MS", "1000".to_owned()),
-        ("SHUTDOWN_GRACE_SECONDS", SHUTDOWN_GRACE.as_secs().to_string()),
+        (
+            "SHUTDOWN_GRACE_SECONDS",
+            SHUTDOWN_GRACE.as_secs().to_string(),
+        ),
         ("KNOWLEDGE_FS_URL", remote_url),
         ("KNOWLEDGE_FS_TOKEN", remote.bearer_token().to_owned()),
         (
@@ -383,9 +389,17 @@ async fn run(args: &ChaosArgs) -> Result<(ChaosReport, PathBuf), String> {
     }
     let keep = args.keep || !report.passed();
     if !keep {
-        if let Db::Postgres { admin_url, name, pg } = &harness.db {
+        if let Db::Postgres {
+            admin_url,
+            name,
+            pg,
+        } = &harness.db
+        {
             let _ = pg
-                .psql_on(admin_url, &format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                .psql_on(
+                    admin_url,
+                    &format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"),
+                )
                 .await;
         }
         let _ = std::fs::remove_dir_all(&folder);
@@ -502,7 +516,12 @@ impl Harness {
 
     /// SIGSTOP replica `i` for `hold`; lists the commands it held (through another replica)
     /// and which of them were claimed again before SIGCONT.
-    async fn pause(&mut self, i: usize, hold: Duration, plan: &Plan) -> Result<PauseRecord, String> {
+    async fn pause(
+        &mut self,
+        i: usize,
+        hold: Duration,
+        plan: &Plan,
+    ) -> Result<PauseRecord, String> {
         let client = self
             .other_client(i)
             .ok_or("no other replica running to observe the pause")?;
@@ -517,12 +536,7 @@ impl Harness {
         let held: Vec<Value> = match listed {
             Ok(all) => all
                 .into_iter()
-                .filter(|c| {
-                    c["lease_owner"]
-                        .as_str()
-                        .and_then(checks::owner_pid)
-                        == Some(pid)
-                })
+                .filter(|c| c["lease_owner"].as_str().and_then(checks::owner_pid) == Some(pid))
                 .collect(),
             Err(e) => {
                 tokio::time::sleep(hold.saturating_sub(started.elapsed())).await;
@@ -601,7 +615,11 @@ impl Harness {
         checks.push(check(
             "every replica's directory projection caught up with the provider",
             &problems,
-            format!("{} replicas at cursor {}", self.replicas.len(), directory.server.cursor()),
+            format!(
+                "{} replicas at cursor {}",
+                self.replicas.len(),
+                directory.server.cursor()
+            ),
         ));
         match tenantry_store_seaorm::connect_existing(self.db.url(), 2).await {
             Ok(db) => {
@@ -649,14 +667,22 @@ impl Harness {
         checks.push(check(
             "no replica exited by itself",
             &self.unexpected_exits,
-            format!("{} process starts, all ended by the schedule", self.replicas.iter().map(|r| u64::from(r.generation)).sum::<u64>()),
+            format!(
+                "{} process starts, all ended by the schedule",
+                self.replicas
+                    .iter()
+                    .map(|r| u64::from(r.generation))
+                    .sum::<u64>()
+            ),
         ));
 
         let mut latencies: Vec<i64> = commands
             .iter()
             .filter_map(|c| {
-                let created = chrono::DateTime::parse_from_rfc3339(c["created_at"].as_str()?).ok()?;
-                let done = chrono::DateTime::parse_from_rfc3339(c["completed_at"].as_str()?).ok()?;
+                let created =
+                    chrono::DateTime::parse_from_rfc3339(c["created_at"].as_str()?).ok()?;
+                let done =
+                    chrono::DateTime::parse_from_rfc3339(c["completed_at"].as_str()?).ok()?;
                 Some((done - created).num_milliseconds())
             })
             .collect();
@@ -697,7 +723,10 @@ async fn track_progress(
     loop {
         tokio::time::sleep(Duration::from_millis(1000)).await;
         let total = enqueued.load(Ordering::Relaxed);
-        bar.set_message(format!("{} faults injected", faults.load(Ordering::Relaxed)));
+        bar.set_message(format!(
+            "{} faults injected",
+            faults.load(Ordering::Relaxed)
+        ));
         if let Ok(open) = workload::open_commands(&client, &tenants).await {
             bar.set_length(total);
             bar.set_position(total.saturating_sub(open));

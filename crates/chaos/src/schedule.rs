@@ -136,7 +136,8 @@ impl Schedule {
     /// A process or connection fault, by weight; pauses need a second replica to take over,
     /// connection faults need PostgreSQL.
     fn draw_kind(&mut self) -> FaultKind {
-        let mut weighted: Vec<(FaultKind, u32)> = vec![(FaultKind::Kill, 30), (FaultKind::Term, 20)];
+        let mut weighted: Vec<(FaultKind, u32)> =
+            vec![(FaultKind::Kill, 30), (FaultKind::Term, 20)];
         if self.caps.replicas > 1 {
             weighted.push((FaultKind::Pause, 25));
         }
@@ -192,7 +193,10 @@ mod tests {
             .count();
         assert_eq!(restarts, 1);
         for f in faults.iter().filter(|f| f.kind == FaultKind::Pause) {
-            assert!(f.hold > Duration::from_secs(4), "a pause outlasts the lease");
+            assert!(
+                f.hold > Duration::from_secs(4),
+                "a pause outlasts the lease"
+            );
         }
         assert!(faults.iter().all(|f| f.replica < 3));
     }

@@ -208,16 +208,34 @@ pub(crate) fn is_unique_violation(error: &DbErr) -> bool {
 }
 
 /// Condition "processing under this lease".
-/// The condition a settle writes under: [`lease_filter`], except in the deliberately broken
-/// build of the chaos harness (cargo feature `chaos-planted-bug`, docs/reliability.md), whose
-/// settle matches the command by id alone, so a late settle of a worker whose lease was taken
-/// over is written instead of refused. Never enabled by any normal build.
-fn settle_filter(lease: &LeaseToken) -> sea_orm::Condition {
-    if cfg!(feature = "chaos-planted-bug") {
-        sea_orm::Condition::all().add(outbox::Column::Id.eq(lease.command_id.as_str()))
-    } else {
-        lease_filter(lease)
+/// DELIBERATELY BROKEN, only in the chaos harness's planted-bug build (cargo feature
+/// `chaos-planted-bug`, docs/reliability.md; no normal build has it): before a settle, the
+/// command is handed back to the settling lease (owner, epoch, `processing`) whoever holds it,
+/// which is a settle without the lease check: a late settle of a worker whose lease was taken
+/// over is written instead of refused. `cargo xtask chaos --planted-bug` shows the harness
+/// catches it.
+#[cfg(feature = "chaos-planted-bug")]
+async fn planted_bug_skip_lease_check(
+    store: &SeaOrmLifecycleStore,
+    leases: &[&LeaseToken],
+) -> Result<(), StoreError> {
+    for lease in leases {
+        outbox::Entity::update_many()
+            .col_expr(
+                outbox::Column::LeaseOwner,
+                Expr::value(lease.owner.as_str()),
+            )
+            .col_expr(outbox::Column::LeaseEpoch, Expr::value(lease.epoch.0))
+            .col_expr(
+                outbox::Column::Status,
+                Expr::value(CommandStatus::Processing.as_str()),
+            )
+            .filter(outbox::Column::Id.eq(lease.command_id.as_str()))
+            .exec(&store.conn)
+            .await
+            .map_err(unavailable)?;
     }
+    Ok(())
 }
 
 fn lease_filter(lease: &LeaseToken) -> sea_orm::Condition {
@@ -286,7 +304,7 @@ pub(crate) async fn settle_in<C: ConnectionTrait>(
     lease: &LeaseToken,
     settlement: &Settlement,
 ) -> Result<(), SettleError> {
-    let mut update = outbox::Entity::update_many().filter(settle_filter(lease));
+    let mut update = outbox::Entity::update_many().filter(lease_filter(lease));
     if settlement.outcome.is_some() {
         // The attempt ends: its window ends now, or (nothing sent) stays what it was before.
         let window_end = if settlement.may_have_sent {
@@ -572,6 +590,8 @@ impl CommandQueue for SeaOrmLifecycleStore {
         let store = self.clone();
         let (lease, settlement) = (lease.clone(), settlement.clone());
         detached(async move {
+            #[cfg(feature = "chaos-planted-bug")]
+            planted_bug_skip_lease_check(&store, &[&lease]).await?;
             store
                 .with_contention_retry(|| settle_once(&store, &lease, &settlement))
                 .await?
@@ -586,6 +606,9 @@ impl CommandQueue for SeaOrmLifecycleStore {
         let store = self.clone();
         let items = items.to_vec();
         detached(async move {
+            #[cfg(feature = "chaos-planted-bug")]
+            planted_bug_skip_lease_check(&store, &items.iter().map(|(l, _)| l).collect::<Vec<_>>())
+                .await?;
             store
                 .with_contention_retry(|| batch::settle_many(&store, &items))
                 .await
