@@ -24,7 +24,7 @@ use crate::logs::LeaseLog;
 use crate::pg::{self, Postgres};
 use crate::replica::{self, Replica};
 use crate::report::{ChaosReport, FaultEvent, quantile};
-use crate::schedule::{Capabilities, Fault, FaultKind, Schedule};
+use crate::schedule::{Capabilities, FaultKind, Schedule, ScheduledFault};
 
 /// Lease of the replicas: short, so takeovers happen within seconds.
 const LEASE: Duration = Duration::from_secs(4);
@@ -446,7 +446,7 @@ impl Harness {
         AdminClient::replicas(vec![other.base()], &self.token, 20, Duration::from_secs(10)).ok()
     }
 
-    async fn apply(&mut self, fault: Fault, plan: &Plan) {
+    async fn apply(&mut self, fault: ScheduledFault, plan: &Plan) {
         let i = fault.replica;
         match fault.kind {
             FaultKind::Kill | FaultKind::Term => {

@@ -49,7 +49,7 @@ impl FaultKind {
 
 /// One scheduled fault.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Fault {
+pub struct ScheduledFault {
     /// What it does.
     pub kind: FaultKind,
     /// Wait before it.
@@ -101,7 +101,7 @@ impl Schedule {
     }
 
     /// The next fault, or `None` at level `none`.
-    pub fn next_fault(&mut self) -> Option<Fault> {
+    pub fn next_fault(&mut self) -> Option<ScheduledFault> {
         let (min_gap, max_gap) = match self.level {
             FaultLevel::None => return None,
             FaultLevel::Default => (2_000, 6_000),
@@ -124,7 +124,7 @@ impl Schedule {
             FaultKind::TerminateConnections | FaultKind::RestartDatabase => 0,
         });
         let count = self.rng.random_range(1..=6);
-        Some(Fault {
+        Some(ScheduledFault {
             kind,
             gap,
             replica,
@@ -169,7 +169,7 @@ mod tests {
         }
     }
 
-    fn draw(seed: u64, level: FaultLevel, caps: Capabilities, n: usize) -> Vec<Fault> {
+    fn draw(seed: u64, level: FaultLevel, caps: Capabilities, n: usize) -> Vec<ScheduledFault> {
         let mut schedule = Schedule::new(seed, level, caps);
         (0..n).filter_map(|_| schedule.next_fault()).collect()
     }
