@@ -40,26 +40,31 @@ pub struct PauseRecord {
     /// Commands it held (processing under its lease) when it was stopped.
     pub held: usize,
     /// Of those, the ones another worker claimed while it was stopped: (command id, the paused
-    /// replica's epoch).
-    pub taken_over: Vec<(String, i64)>,
+    /// replica's epoch, its attempt count).
+    pub taken_over: Vec<(String, i64, i64)>,
 }
 
 /// Every takeover of a paused replica's command must show in that replica's log as a dropped
-/// attempt of the same command and epoch (`LEASE_LOST`): its late settle was refused. `logs`
-/// holds the log of each (replica, generation).
+/// attempt of the same command and epoch (`LEASE_LOST`): its late settle was refused. An attempt
+/// that had already ended on a storage error before the pause (logged as such, same attempt
+/// count) had nothing left to settle and is excused. `logs` holds the log of each (replica,
+/// generation).
 pub fn late_settles_refused(
     pauses: &[PauseRecord],
     logs: &BTreeMap<(usize, u32), LeaseLog>,
 ) -> CheckResult {
     let mut problems = Vec::new();
     let mut takeovers = 0usize;
+    let mut excused = 0usize;
     for pause in pauses {
-        let dropped = logs
-            .get(&(pause.replica, pause.generation))
-            .map(|log| &log.dropped);
-        for (id, epoch) in &pause.taken_over {
+        let log = logs.get(&(pause.replica, pause.generation));
+        for (id, epoch, attempt) in &pause.taken_over {
             takeovers += 1;
-            if !dropped.is_some_and(|d| d.contains(&(id.clone(), *epoch))) {
+            if log.is_some_and(|l| l.unsettled.contains(&(id.clone(), *attempt))) {
+                excused += 1;
+                continue;
+            }
+            if !log.is_some_and(|l| l.dropped.contains(&(id.clone(), *epoch))) {
                 problems.push(format!(
                     "replica {} (generation {}) was paused holding {id} at epoch {epoch}, another worker took it over, and its log shows no LEASE_LOST for that attempt: its late settle was not refused",
                     pause.replica, pause.generation
@@ -73,7 +78,7 @@ pub fn late_settles_refused(
         "every late settle of a paused owner was refused (LEASE_LOST)",
         &problems,
         format!(
-            "{takeovers} takeovers of paused replicas, each refused; {dropped} attempts dropped with LEASE_LOST in all logs, {renewals} renewals refused"
+            "{takeovers} takeovers of paused replicas, each refused ({excused} of attempts that had already ended on a storage error); {dropped} attempts dropped with LEASE_LOST in all logs, {renewals} renewals refused"
         ),
     )
 }
@@ -132,7 +137,7 @@ mod tests {
             replica: 1,
             generation: 2,
             held: 2,
-            taken_over: vec![("c1".to_owned(), 3), ("c2".to_owned(), 5)],
+            taken_over: vec![("c1".to_owned(), 3, 1), ("c2".to_owned(), 5, 4)],
         };
         let mut log = LeaseLog::default();
         log.dropped.insert(("c1".to_owned(), 3));
@@ -147,6 +152,11 @@ mod tests {
             other
         });
         assert!(!late_settles_refused(std::slice::from_ref(&pause), &logs).passed);
+        // An attempt that ended on a storage error before the pause is excused.
+        let mut ended = log.clone();
+        ended.unsettled.insert(("c2".to_owned(), 4));
+        logs.insert((1, 2), ended);
+        assert!(late_settles_refused(std::slice::from_ref(&pause), &logs).passed);
         log.dropped.insert(("c2".to_owned(), 5));
         logs.insert((1, 2), log);
         assert!(late_settles_refused(&[pause], &logs).passed);

@@ -1,7 +1,9 @@
 //! Reading the replicas' JSON logs (`TENANTRY_LOG_FORMAT=json`): the lifecycle dispatcher's
 //! `LEASE_LOST` warnings. A dropped attempt ("lease was taken over …", fields `our_epoch`,
 //! `new_owner`; span `lifecycle_dispatch` with `command_id`) is a refused late settle; a refused
-//! renewal carries no epoch and is counted apart.
+//! renewal carries no epoch and is counted apart. An attempt that ended on a storage error
+//! ("dispatch ended without a settlement", span field `attempt`) is noted too: it left its
+//! command to expire, so a later takeover of it needs no refusal.
 
 use std::collections::BTreeSet;
 
@@ -12,6 +14,9 @@ use serde_json::Value;
 pub struct LeaseLog {
     /// Attempts dropped because their lease was taken over: (command id, the attempt's epoch).
     pub dropped: BTreeSet<(String, i64)>,
+    /// Attempts that ended without a settlement for another reason (a storage error): (command
+    /// id, attempt count).
+    pub unsettled: BTreeSet<(String, i64)>,
     /// Renewals refused because the command was taken over.
     pub renewals_refused: u64,
     /// Lines at level ERROR.
@@ -29,6 +34,14 @@ impl LeaseLog {
                 self.errors += 1;
             }
             if entry["fields"]["code"] != "LEASE_LOST" {
+                let unsettled = entry["fields"]["message"]
+                    .as_str()
+                    .is_some_and(|m| m.starts_with("dispatch ended without a settlement"));
+                if unsettled
+                    && let (Some(id), Some(attempt)) = (command_id(&entry), attempt(&entry))
+                {
+                    self.unsettled.insert((id, attempt));
+                }
                 continue;
             }
             match (entry["fields"]["our_epoch"].as_i64(), command_id(&entry)) {
@@ -43,13 +56,25 @@ impl LeaseLog {
 
 /// The `command_id` of the line's `lifecycle_dispatch` span (current span, else the list).
 fn command_id(entry: &Value) -> Option<String> {
-    if let Some(id) = entry["span"]["command_id"].as_str() {
-        return Some(id.to_owned());
+    span_field(entry, "command_id", |v| v.as_str().map(str::to_owned))
+}
+
+/// The `attempt` of the line's `lifecycle_dispatch` span.
+fn attempt(entry: &Value) -> Option<i64> {
+    span_field(entry, "attempt", |v| {
+        v.as_i64()
+            .or_else(|| v.as_str().and_then(|s| s.parse().ok()))
+    })
+}
+
+fn span_field<T>(entry: &Value, name: &str, read: impl Fn(&Value) -> Option<T>) -> Option<T> {
+    if let Some(value) = read(&entry["span"][name]) {
+        return Some(value);
     }
     entry["spans"]
         .as_array()?
         .iter()
-        .find_map(|span| span["command_id"].as_str().map(str::to_owned))
+        .find_map(|span| read(&span[name]))
 }
 
 #[cfg(test)]
@@ -65,6 +90,8 @@ mod tests {
             "\n",
             r#"{"timestamp":"t","level":"ERROR","fields":{"message":"boom"},"target":"x"}"#,
             "\n",
+            r#"{"timestamp":"t","level":"WARN","fields":{"message":"dispatch ended without a settlement; the command is retried once its lease expires","code":"STORE_UNAVAILABLE"},"span":{"command_id":"c3","attempt":2,"name":"lifecycle_dispatch"}}"#,
+            "\n",
             "not json\n",
             r#"{"timestamp":"t","level":"WARN","fields":{"message":"m","code":"LEASE_LOST","our_epoch":7},"spans":[{"name":"outer"},{"command_id":"c2","name":"lifecycle_dispatch"}]}"#,
         );
@@ -75,6 +102,7 @@ mod tests {
             BTreeSet::from([("c1".to_owned(), 3), ("c2".to_owned(), 7)])
         );
         assert_eq!(log.renewals_refused, 1);
+        assert_eq!(log.unsettled, BTreeSet::from([("c3".to_owned(), 2)]));
         assert_eq!(log.errors, 1);
     }
 }

@@ -163,6 +163,8 @@ struct Harness {
     restarts: u64,
     unexpected_exits: Vec<String>,
     faults_done: Arc<AtomicU64>,
+    /// When the last database fault ended.
+    last_database_fault: Option<Instant>,
 }
 
 async fn run(args: &ChaosArgs) -> Result<(ChaosReport, PathBuf), String> {
@@ -273,6 +275,7 @@ async fn run(args: &ChaosArgs) -> Result<(ChaosReport, PathBuf), String> {
         restarts: 0,
         unexpected_exits: Vec::new(),
         faults_done: Arc::new(AtomicU64::new(0)),
+        last_database_fault: None,
     };
     let enqueued = Arc::new(AtomicU64::new(0));
     let bar = progress_bar(!args.no_progress);
@@ -475,6 +478,12 @@ impl Harness {
                 self.event(fault.kind, Some(i), detail);
             }
             FaultKind::Pause => {
+                // A database fault can strand a claim whose answer was lost (the replica never
+                // learns it holds the command): let such leases expire and be taken over
+                // before a pause, so every command the paused replica holds is one it works on.
+                if let Some(at) = self.last_database_fault {
+                    tokio::time::sleep_until(at + LEASE * 2).await;
+                }
                 let detail = match self.pause(i, fault.hold, plan).await {
                     Ok(record) => {
                         let d = format!(
@@ -498,6 +507,7 @@ impl Harness {
                     },
                     None => "no PostgreSQL".to_owned(),
                 };
+                self.last_database_fault = Some(Instant::now());
                 self.event(fault.kind, None, detail);
             }
             FaultKind::RestartDatabase => {
@@ -509,6 +519,7 @@ impl Harness {
                     },
                     None => "no PostgreSQL".to_owned(),
                 };
+                self.last_database_fault = Some(Instant::now());
                 self.event(fault.kind, None, detail);
             }
         }
@@ -547,7 +558,11 @@ impl Harness {
         tokio::time::sleep(hold.saturating_sub(started.elapsed())).await;
         let mut taken_over = Vec::new();
         for c in &held {
-            let (Some(id), Some(epoch)) = (c["id"].as_str(), c["lease_epoch"].as_i64()) else {
+            let (Some(id), Some(epoch), Some(attempt)) = (
+                c["id"].as_str(),
+                c["lease_epoch"].as_i64(),
+                c["attempt_count"].as_i64(),
+            ) else {
                 continue;
             };
             let path = format!(
@@ -561,7 +576,7 @@ impl Harness {
                     .and_then(|items| items.iter().find(|x| x["id"] == id))
                 && now["lease_epoch"].as_i64().is_some_and(|e| e > epoch)
             {
-                taken_over.push((id.to_owned(), epoch));
+                taken_over.push((id.to_owned(), epoch, attempt));
             }
         }
         self.replicas[i].resume().await?;
