@@ -216,7 +216,17 @@ const CHAOS_STEPS: &[PackagingStep] = &[
         name: "chaos (PostgreSQL, 3 replicas)",
         kind: StepKind::Chaos,
         budget: Duration::from_secs(300),
-        args: || chaos_args(&["--", "--replicas", "3", "--commands", "1000"]),
+        args: || {
+            chaos_args(&[
+                "--",
+                "--replicas",
+                "3",
+                "--commands",
+                "1000",
+                "--duration",
+                "60",
+            ])
+        },
         env: &[],
         tests: false,
     },

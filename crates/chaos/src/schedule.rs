@@ -1,10 +1,15 @@
 //! The seeded fault schedule: which fault comes next, on which replica, after which gap and for
 //! how long. Pure: the same seed and options give the same schedule (the run is reproducible by
 //! seed up to the timing of the processes).
+//!
+//! The schedule opens with every applicable kind once, in a seeded order (the database restart
+//! among them), so even a short run meets each; after that, kinds are drawn by weight.
 
+use std::collections::VecDeque;
 use std::time::Duration;
 
 use rand::rngs::StdRng;
+use rand::seq::SliceRandom as _;
 use rand::{Rng, SeedableRng};
 
 use crate::args::FaultLevel;
@@ -26,7 +31,6 @@ pub enum FaultKind {
 
 impl FaultKind {
     /// Every kind, in report order.
-    #[cfg(test)]
     pub const ALL: [FaultKind; 5] = [
         FaultKind::Kill,
         FaultKind::Pause,
@@ -81,8 +85,7 @@ pub struct Schedule {
     rng: StdRng,
     level: FaultLevel,
     caps: Capabilities,
-    drawn: u32,
-    restart_database_at: u32,
+    opening: VecDeque<FaultKind>,
 }
 
 impl Schedule {
@@ -90,13 +93,21 @@ impl Schedule {
     /// stream).
     pub fn new(seed: u64, level: FaultLevel, caps: Capabilities) -> Self {
         let mut rng = StdRng::seed_from_u64(seed ^ 0xC4A0_5EED);
-        let restart_database_at = rng.random_range(2..5);
+        let mut opening: Vec<FaultKind> = FaultKind::ALL
+            .into_iter()
+            .filter(|kind| match kind {
+                FaultKind::Kill | FaultKind::Term => true,
+                FaultKind::Pause => caps.replicas > 1,
+                FaultKind::TerminateConnections => caps.postgres,
+                FaultKind::RestartDatabase => caps.restartable,
+            })
+            .collect();
+        opening.shuffle(&mut rng);
         Self {
             rng,
             level,
             caps,
-            drawn: 0,
-            restart_database_at,
+            opening: opening.into(),
         }
     }
 
@@ -107,13 +118,10 @@ impl Schedule {
             FaultLevel::Default => (2_000, 6_000),
             FaultLevel::Heavy => (500, 2_000),
         };
-        let index = self.drawn;
-        self.drawn += 1;
         let gap = Duration::from_millis(self.rng.random_range(min_gap..=max_gap));
-        let kind = if index == self.restart_database_at && self.caps.restartable {
-            FaultKind::RestartDatabase
-        } else {
-            self.draw_kind()
+        let kind = match self.opening.pop_front() {
+            Some(kind) => kind,
+            None => self.draw_kind(),
         };
         let replica = self.rng.random_range(0..self.caps.replicas.max(1));
         let lease_ms = u64::try_from(self.caps.lease.as_millis()).unwrap_or(u64::MAX);
@@ -133,8 +141,8 @@ impl Schedule {
         })
     }
 
-    /// A process or connection fault, by weight; pauses need a second replica to take over,
-    /// connection faults need PostgreSQL.
+    /// A process or connection fault, by weight (the database restart only opens); pauses need
+    /// a second replica to take over, connection faults need PostgreSQL.
     fn draw_kind(&mut self) -> FaultKind {
         let mut weighted: Vec<(FaultKind, u32)> =
             vec![(FaultKind::Kill, 30), (FaultKind::Term, 20)];
@@ -182,11 +190,20 @@ mod tests {
     }
 
     #[test]
-    fn postgres_schedule_has_every_kind_and_one_database_restart() {
+    fn postgres_schedule_opens_with_every_kind_and_restarts_the_database_once() {
         let faults = draw(1, FaultLevel::Default, caps(3, true), 60);
         for kind in FaultKind::ALL {
-            assert!(faults.iter().any(|f| f.kind == kind), "{kind:?} missing");
+            assert!(
+                faults[..5].iter().any(|f| f.kind == kind),
+                "{kind:?} missing"
+            );
         }
+        let other_seed = draw(2, FaultLevel::Default, caps(3, true), 5);
+        assert_ne!(
+            faults[..5].iter().map(|f| f.kind).collect::<Vec<_>>(),
+            other_seed.iter().map(|f| f.kind).collect::<Vec<_>>(),
+            "the opening order is seeded"
+        );
         let restarts = faults
             .iter()
             .filter(|f| f.kind == FaultKind::RestartDatabase)
