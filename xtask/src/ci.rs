@@ -249,7 +249,11 @@ const CHAOS_STEPS: &[PackagingStep] = &[
                 "--replicas",
                 "3",
                 "--commands",
-                "600",
+                "1000",
+                "--faults",
+                "pauses",
+                "--duration",
+                "45",
                 "--timeout",
                 "60",
             ])

@@ -14,6 +14,9 @@ pub enum FaultLevel {
     Default,
     /// Every fault kind, one every 0.5 to 2 s; the remotes' heavy profile.
     Heavy,
+    /// Only SIGSTOP past the lease, one every 1 to 3 s (the remotes' default profile): the
+    /// profile of the planted-bug run, which needs many takeovers of paused replicas.
+    Pauses,
 }
 
 impl FaultLevel {
@@ -21,7 +24,7 @@ impl FaultLevel {
     pub fn remote(self) -> tenantry_demo::Faults {
         match self {
             FaultLevel::None => tenantry_demo::Faults::None,
-            FaultLevel::Default => tenantry_demo::Faults::Default,
+            FaultLevel::Default | FaultLevel::Pauses => tenantry_demo::Faults::Default,
             FaultLevel::Heavy => tenantry_demo::Faults::Heavy,
         }
     }
@@ -32,6 +35,7 @@ impl FaultLevel {
             FaultLevel::None => "none",
             FaultLevel::Default => "default",
             FaultLevel::Heavy => "heavy",
+            FaultLevel::Pauses => "pauses",
         }
     }
 }

@@ -93,8 +93,10 @@ impl Schedule {
     /// stream).
     pub fn new(seed: u64, level: FaultLevel, caps: Capabilities) -> Self {
         let mut rng = StdRng::seed_from_u64(seed ^ 0xC4A0_5EED);
+        let only_pauses = level == FaultLevel::Pauses;
         let mut opening: Vec<FaultKind> = FaultKind::ALL
             .into_iter()
+            .filter(|_| !only_pauses)
             .filter(|kind| match kind {
                 FaultKind::Kill | FaultKind::Term => true,
                 FaultKind::Pause => caps.replicas > 1,
@@ -117,6 +119,7 @@ impl Schedule {
             FaultLevel::None => return None,
             FaultLevel::Default => (2_000, 6_000),
             FaultLevel::Heavy => (500, 2_000),
+            FaultLevel::Pauses => (1_000, 3_000),
         };
         let gap = Duration::from_millis(self.rng.random_range(min_gap..=max_gap));
         let kind = match self.opening.pop_front() {
@@ -144,6 +147,9 @@ impl Schedule {
     /// A process or connection fault, by weight (the database restart only opens); pauses need
     /// a second replica to take over, connection faults need PostgreSQL.
     fn draw_kind(&mut self) -> FaultKind {
+        if self.level == FaultLevel::Pauses && self.caps.replicas > 1 {
+            return FaultKind::Pause;
+        }
         let mut weighted: Vec<(FaultKind, u32)> =
             vec![(FaultKind::Kill, 30), (FaultKind::Term, 20)];
         if self.caps.replicas > 1 {
@@ -227,6 +233,13 @@ mod tests {
                 .iter()
                 .all(|f| matches!(f.kind, FaultKind::Kill | FaultKind::Term) && f.replica == 0)
         );
+    }
+
+    #[test]
+    fn level_pauses_only_pauses() {
+        let faults = draw(5, FaultLevel::Pauses, caps(3, true), 20);
+        assert_eq!(faults.len(), 20);
+        assert!(faults.iter().all(|f| f.kind == FaultKind::Pause));
     }
 
     #[test]
