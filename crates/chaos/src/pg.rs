@@ -1,6 +1,7 @@
-//! The PostgreSQL side of the harness, through the server's own tools (`psql`, `pg_ctl`): the
-//! run's database, terminating service connections, restarting the server, and the end checks
-//! on `pg_stat_activity`. The harness holds no pool of its own during the run, so every
+//! The PostgreSQL side of the harness, through the server's own tools (`psql`, `pg_ctl`):
+//! terminating service connections, restarting the server, and the end checks on
+//! `pg_stat_activity` (the run's database is created and dropped by
+//! `tenantry_store_seaorm::throwaway`). The harness holds no pool of its own during the run, so every
 //! connection it terminates belongs to a replica.
 
 use std::path::PathBuf;
@@ -21,24 +22,6 @@ pub struct Postgres {
     pub as_postgres: bool,
     /// URL of the run's database.
     pub url: String,
-}
-
-/// Replaces the database name (the path) of a PostgreSQL URL.
-pub fn with_database(url: &str, database: &str) -> String {
-    let (base, query) = match url.split_once('?') {
-        Some((base, query)) => (base, Some(query)),
-        None => (url, None),
-    };
-    let scheme_end = base.find("://").map_or(0, |i| i + 3);
-    let host_end = base[scheme_end..]
-        .find('/')
-        .map_or(base.len(), |i| scheme_end + i);
-    let mut out = format!("{}/{database}", &base[..host_end]);
-    if let Some(query) = query {
-        out.push('?');
-        out.push_str(query);
-    }
-    out
 }
 
 impl Postgres {
@@ -154,23 +137,5 @@ impl Postgres {
             .filter(|l| !l.trim().is_empty())
             .map(str::to_owned)
             .collect())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn database_name_is_replaced() {
-        assert_eq!(
-            with_database("postgres://postgres@127.0.0.1:5432/postgres", "chaos_1"),
-            "postgres://postgres@127.0.0.1:5432/chaos_1"
-        );
-        assert_eq!(
-            with_database("postgres://u:p@h:1/db?sslmode=disable", "x"),
-            "postgres://u:p@h:1/x?sslmode=disable"
-        );
-        assert_eq!(with_database("postgres://h:1", "x"), "postgres://h:1/x");
     }
 }

@@ -14,14 +14,14 @@ use serde_json::Value;
 use tenantry_demo::client::AdminClient;
 use tenantry_demo::workload::{self, CONTROL_SPACES_AT_SCALE_1, Plan};
 use tenantry_demo::{CheckResult, reference_remote};
-use tenantry_store_seaorm::SeaOrmDirectoryStore;
+use tenantry_store_seaorm::{SeaOrmDirectoryStore, throwaway};
 use tenantry_testkit::knowledge_fs::{ReferenceRemote, RemoteConfig};
 use tokio::time::Instant;
 
 use crate::args::ChaosArgs;
 use crate::checks::{self, PauseRecord, check};
 use crate::logs::LeaseLog;
-use crate::pg::{self, Postgres};
+use crate::pg::Postgres;
 use crate::replica::{self, Replica};
 use crate::report::{ChaosReport, FaultEvent, quantile};
 use crate::schedule::{Capabilities, FaultKind, Schedule, ScheduledFault};
@@ -129,15 +129,16 @@ async fn setup_database(args: &ChaosArgs, run_id: &str, folder: &Path) -> Result
         .clone()
         .ok_or("--pg-bindir is needed with PostgreSQL (psql, pg_ctl)")?;
     let name = format!("chaos_{run_id}");
+    let url = throwaway::create_postgres_database(&args.database, &name)
+        .await
+        .map_err(|e| e.to_string())?;
     let pg = Postgres {
         bindir,
         data: args.pg_data.clone(),
         log: args.pg_log.clone(),
         as_postgres: args.pg_as_postgres,
-        url: pg::with_database(&args.database, &name),
+        url,
     };
-    pg.psql_on(&args.database, &format!("CREATE DATABASE {name}"))
-        .await?;
     Ok(Db::Postgres {
         admin_url: args.database.clone(),
         name,
@@ -393,17 +394,10 @@ async fn run(args: &ChaosArgs) -> Result<(ChaosReport, PathBuf), String> {
     let keep = args.keep || !report.passed();
     if !keep {
         if let Db::Postgres {
-            admin_url,
-            name,
-            pg,
+            admin_url, name, ..
         } = &harness.db
         {
-            let _ = pg
-                .psql_on(
-                    admin_url,
-                    &format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"),
-                )
-                .await;
+            let _ = throwaway::drop_postgres_database(admin_url, name).await;
         }
         let _ = std::fs::remove_dir_all(&folder);
     }
