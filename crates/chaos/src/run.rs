@@ -74,8 +74,8 @@ fn write_json(out: &Path, report: &ChaosReport) -> std::io::Result<PathBuf> {
     std::fs::create_dir_all(out)?;
     let text = serde_json::to_string_pretty(&report.to_json()).unwrap_or_default();
     let path = out.join(format!(
-        "chaos-{}-seed{}-{}r-{}.json",
-        report.database, report.seed, report.replicas, report.faults
+        "chaos-{}-seed{}-{}r-{}c-{}.json",
+        report.database, report.seed, report.replicas, report.commands, report.faults
     ));
     std::fs::write(&path, &text)?;
     std::fs::write(out.join("latest.json"), &text)?;
