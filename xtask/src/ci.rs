@@ -26,6 +26,12 @@
 //!    public API only (the runnable `examples/` already ran in steps 3 and 5);
 //! 10. `cargo package` of every published crate (verified: each `.crate` builds on its own).
 //!
+//! Then the chaos steps ([`CHAOS_STEPS`], issue 11), each with a time budget:
+//! 11. `cargo xtask chaos --debug`: 3 replicas on a throwaway PostgreSQL cluster, about 1,000
+//!     commands, every fault kind;
+//! 12. the SQLite profile: one replica, killed and restarted;
+//! 13. the planted bug (a settle without the lease check), which the harness must catch.
+//!
 //! A step that passes but takes longer than its budget is reported as `over budget` (not a
 //! failure: the machine may be loaded), so a slow drift shows before CI hits its limit.
 //!
@@ -84,6 +90,8 @@ enum StepKind {
     Embedding,
     /// The operator console's browser tests (headless Chromium over chromedriver).
     Browser,
+    /// The chaos harness's short profiles (`cargo xtask chaos`, docs/reliability.md).
+    Chaos,
 }
 
 /// Crates that have the mechanism features `lifecycle`, `directory` and `fences`.
@@ -98,6 +106,7 @@ const MECHANISM_CRATES: &[&str] = &[
 const UNPUBLISHED: &[&str] = &[
     "tenantry-app",
     "tenantry-bench",
+    "tenantry-chaos",
     "tenantry-demo",
     "tenantry-examples",
     "tenantry-verification",
@@ -225,6 +234,73 @@ const PACKAGING_STEPS: &[PackagingStep] = &[
     },
 ];
 
+/// The chaos steps after the packaging steps (issue 11, docs/reliability.md): the short
+/// profile on a throwaway PostgreSQL cluster (3 replicas, about 1,000 commands), the SQLite
+/// profile (one replica, killed and restarted), and the planted bug, which the harness must
+/// catch. Debug binaries: the test steps already built the app (docs/reliability.md, "In CI").
+const CHAOS_STEPS: &[PackagingStep] = &[
+    PackagingStep {
+        name: "chaos (PostgreSQL, 3 replicas)",
+        kind: StepKind::Chaos,
+        budget: Duration::from_secs(300),
+        args: || {
+            chaos_args(&[
+                "--",
+                "--replicas",
+                "3",
+                "--commands",
+                "1000",
+                "--duration",
+                "60",
+            ])
+        },
+        env: &[],
+        tests: false,
+    },
+    PackagingStep {
+        name: "chaos (SQLite, 1 replica)",
+        kind: StepKind::Chaos,
+        budget: Duration::from_secs(180),
+        args: || chaos_args(&["--sqlite", "--", "--commands", "400"]),
+        env: &[],
+        tests: false,
+    },
+    PackagingStep {
+        name: "chaos (planted bug caught)",
+        kind: StepKind::Chaos,
+        budget: Duration::from_secs(420),
+        args: || {
+            chaos_args(&[
+                "--planted-bug",
+                "--",
+                "--replicas",
+                "3",
+                "--commands",
+                "1000",
+                "--faults",
+                "pauses",
+                "--duration",
+                "45",
+                "--timeout",
+                "60",
+            ])
+        },
+        env: &[],
+        tests: false,
+    },
+];
+
+/// `cargo xtask chaos --debug <extra> --no-progress` (the seed is the harness's default, 1).
+fn chaos_args(extra: &[&str]) -> Vec<String> {
+    let mut args: Vec<String> = ["xtask", "chaos", "--debug"].map(str::to_owned).to_vec();
+    args.extend(extra.iter().map(|a| (*a).to_owned()));
+    if !extra.contains(&"--") {
+        args.push("--".to_owned());
+    }
+    args.push("--no-progress".to_owned());
+    args
+}
+
 /// Clears stale extracted sources of our crates before `cargo package` (see
 /// [`crate::package_sources`]); a failure is printed and the step runs anyway, since Cargo's
 /// own error then shows what is wrong.
@@ -306,7 +382,7 @@ pub fn run(root: &Path, args: &CiArgs) -> ExitCode {
 const DRIVER_CHECKS: [&str; 2] = ["sqlite", "postgres"];
 
 /// Total number of steps, for the `[i/N]` banners.
-const STEPS: usize = 5 + DRIVER_CHECKS.len() + PACKAGING_STEPS.len();
+const STEPS: usize = 5 + DRIVER_CHECKS.len() + PACKAGING_STEPS.len() + CHAOS_STEPS.len();
 
 /// A failed step; its details are already in the report.
 #[derive(Debug)]
@@ -365,7 +441,8 @@ impl Gate<'_> {
         }
 
         self.postgres_steps()?;
-        self.packaging_steps()
+        self.packaging_steps()?;
+        self.budgeted_steps(CHAOS_STEPS)
     }
 
     /// The PostgreSQL server and the test run on it.
@@ -390,7 +467,12 @@ impl Gate<'_> {
 
     /// Each mechanism alone, the documentation and the packages ([`PACKAGING_STEPS`]).
     fn packaging_steps(&mut self) -> Result<(), StepFailed> {
-        for step in PACKAGING_STEPS {
+        self.budgeted_steps(PACKAGING_STEPS)
+    }
+
+    /// Runs `steps` in order, each checked against its budget.
+    fn budgeted_steps(&mut self, steps: &[PackagingStep]) -> Result<(), StepFailed> {
+        for step in steps {
             if self.skipped(step.kind, step.name) {
                 continue;
             }

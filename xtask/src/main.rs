@@ -5,10 +5,13 @@
 //! - `cargo xtask pg`: a throwaway PostgreSQL cluster for manual work; see [`pg`].
 //! - `cargo xtask bench`: the benchmarks; see [`mod@bench`].
 //! - `cargo xtask demo [ARGS]`: `cargo run --release -p tenantry-app -- demo [ARGS]`.
+//! - `cargo xtask chaos [ARGS]`: replicas killed at random on a throwaway PostgreSQL; see
+//!   [`chaos`].
 //!
 //! Add a subcommand by adding a variant to [`Command`] and a match arm in [`main`].
 
 mod bench;
+mod chaos;
 mod ci;
 mod interrupt;
 mod package_sources;
@@ -54,6 +57,10 @@ enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// Chaos: N `tenantry serve` replicas on a throwaway PostgreSQL cluster, killed, paused and
+    /// cut off at random while a seeded workload runs; exactly-once checked at the end
+    /// (docs/reliability.md). E.g. `cargo xtask chaos -- --replicas 3 --commands 10000`.
+    Chaos(chaos::ChaosArgs),
 }
 
 /// Options of `cargo xtask pg`.
@@ -75,6 +82,7 @@ fn main() -> ExitCode {
         Command::Bench(args) => bench::run(&root, &args),
         Command::Demo { args } => run_demo(&root, &args),
         Command::Sim { args } => run_sim(&root, &args),
+        Command::Chaos(args) => chaos::run(&root, &args),
     }
 }
 

@@ -79,6 +79,8 @@ pub struct Cluster {
     dir: PathBuf,
     port: u16,
     version: String,
+    bin: PathBuf,
+    as_postgres: bool,
 }
 
 impl Cluster {
@@ -107,6 +109,8 @@ impl Cluster {
             dir,
             port: 0,
             version,
+            bin: bin.clone(),
+            as_postgres,
         };
         let instance = Instance {
             dir: cluster.dir.clone(),
@@ -133,6 +137,16 @@ impl Cluster {
     /// The temporary folder holding the data directory, the socket and `server.log`.
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// The folder of the server binaries (`pg_ctl`, `psql`).
+    pub fn bindir(&self) -> &Path {
+        &self.bin
+    }
+
+    /// Whether the server runs as the `postgres` user (through `runuser`, because we are root).
+    pub fn runs_as_postgres(&self) -> bool {
+        self.as_postgres
     }
 
     /// The server's version line, e.g. `postgres (PostgreSQL) 15.8`.

@@ -3,7 +3,13 @@
 //! The demo talks to the service exactly as an operator's tooling would: real TCP, bearer
 //! token, `Idempotency-Key` on every mutation. Transient answers (503, connection errors) are
 //! retried with the same key, which is safe because every mutation is idempotent on it.
+//!
+//! A client of several replicas of one service ([`AdminClient::replicas`], used by the chaos
+//! harness) sends each request to the next replica in turn and each retry to the one after, so a
+//! killed or paused replica costs a retry, not a failed request.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use axum::body::Bytes;
@@ -28,8 +34,10 @@ pub enum ClientError {
     #[error("request could not be built: {0}")]
     Build(String),
     /// No answer after every attempt.
-    #[error("{method} {path}: no answer after {ATTEMPTS} attempts: {reason}")]
+    #[error("{method} {path}: no answer after {attempts} attempts: {reason}")]
     Transport {
+        /// Attempts made.
+        attempts: u32,
         /// Method.
         method: String,
         /// Path.
@@ -60,10 +68,13 @@ pub struct AdminAnswer {
     pub body: Value,
 }
 
-/// Client of one admin API.
+/// Client of one admin API, or of the same admin API served by several replicas.
 #[derive(Debug, Clone)]
 pub struct AdminClient {
-    base: String,
+    bases: Arc<[String]>,
+    next: Arc<AtomicUsize>,
+    attempts: u32,
+    request_deadline: Duration,
     authorization: HeaderValue,
     client: Client<HttpConnector, Full<Bytes>>,
 }
@@ -74,13 +85,34 @@ impl AdminClient {
     /// # Errors
     /// [`ClientError::Build`] when the token is not a valid header value.
     pub fn new(base: impl Into<String>, token: &str) -> Result<Self, ClientError> {
+        Self::replicas(vec![base.into()], token, ATTEMPTS, REQUEST_DEADLINE)
+    }
+
+    /// A client of the replicas at `bases` (each `http://127.0.0.1:PORT`) sending `token`:
+    /// request *n* goes to replica *n* mod len, each retry to the next replica; a request is
+    /// tried `attempts` times (at least once), each attempt bounded by `request_deadline`.
+    ///
+    /// # Errors
+    /// [`ClientError::Build`] when the token is not a valid header value or `bases` is empty.
+    pub fn replicas(
+        bases: Vec<String>,
+        token: &str,
+        attempts: u32,
+        request_deadline: Duration,
+    ) -> Result<Self, ClientError> {
+        if bases.is_empty() {
+            return Err(ClientError::Build("no admin API address given".to_owned()));
+        }
         let authorization = HeaderValue::from_str(&format!("Bearer {token}"))
             .map_err(|e| ClientError::Build(e.to_string()))?;
         let client = Client::builder(TokioExecutor::new())
             .pool_max_idle_per_host(32)
             .build_http();
         Ok(Self {
-            base: base.into(),
+            bases: bases.into(),
+            next: Arc::new(AtomicUsize::new(0)),
+            attempts: attempts.max(1),
+            request_deadline,
             authorization,
             client,
         })
@@ -99,17 +131,21 @@ impl AdminClient {
         idempotency_key: Option<&str>,
     ) -> Result<AdminAnswer, ClientError> {
         let mut last = String::new();
-        for attempt in 0..ATTEMPTS {
+        let first = self.next.fetch_add(1, Ordering::Relaxed);
+        for attempt in 0..self.attempts {
             if attempt > 0 {
-                tokio::time::sleep(Duration::from_millis(100 * u64::from(attempt))).await;
+                let backoff = 100 * u64::from(attempt.min(10));
+                tokio::time::sleep(Duration::from_millis(backoff)).await;
             }
-            match self.once(&method, path, body, idempotency_key).await {
+            let base = &self.bases[(first + attempt as usize) % self.bases.len()];
+            match self.once(base, &method, path, body, idempotency_key).await {
                 Ok(answer) if answer.status == 503 => last = answer.body.to_string(),
                 Ok(answer) => return Ok(answer),
                 Err(reason) => last = reason,
             }
         }
         Err(ClientError::Transport {
+            attempts: self.attempts,
             method: method.to_string(),
             path: path.to_owned(),
             reason: last,
@@ -146,6 +182,7 @@ impl AdminClient {
 
     async fn once(
         &self,
+        base: &str,
         method: &Method,
         path: &str,
         body: Option<&Value>,
@@ -153,7 +190,7 @@ impl AdminClient {
     ) -> Result<AdminAnswer, String> {
         let mut builder = Request::builder()
             .method(method.clone())
-            .uri(format!("{}{path}", self.base))
+            .uri(format!("{base}{path}"))
             .header(AUTHORIZATION, self.authorization.clone());
         if let Some(key) = idempotency_key {
             builder = builder.header("Idempotency-Key", key);
@@ -184,8 +221,8 @@ impl AdminClient {
             let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
             Ok::<_, String>(AdminAnswer { status, body })
         };
-        tokio::time::timeout(REQUEST_DEADLINE, exchange)
+        tokio::time::timeout(self.request_deadline, exchange)
             .await
-            .map_err(|_| format!("no answer within {REQUEST_DEADLINE:?}"))?
+            .map_err(|_| format!("no answer within {:?}", self.request_deadline))?
     }
 }

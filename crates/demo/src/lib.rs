@@ -19,7 +19,7 @@
 //! provider's final snapshot.
 
 pub mod args;
-mod checks;
+pub mod checks;
 pub mod client;
 pub mod directory;
 pub mod host;

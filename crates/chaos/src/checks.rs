@@ -1,0 +1,176 @@
+//! The harness's own end checks, beside the demo's (terminal states, remote ground truth,
+//! replays, directory): late settles of paused owners refused, no leased row without a live
+//! owner, no `idle in transaction` session, `/readyz` of every replica, no replica that exited
+//! by itself.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde_json::Value;
+use tenantry_demo::CheckResult;
+
+use crate::logs::LeaseLog;
+
+/// Most problems quoted per failed check.
+const QUOTED: usize = 5;
+
+/// A check from its problems: passed when there are none.
+pub fn check(name: &'static str, problems: &[String], ok_detail: String) -> CheckResult {
+    if problems.is_empty() {
+        return CheckResult {
+            name,
+            passed: true,
+            detail: ok_detail,
+        };
+    }
+    let quoted: Vec<String> = problems.iter().take(QUOTED).cloned().collect();
+    CheckResult {
+        name,
+        passed: false,
+        detail: format!("{} problem(s): {}", problems.len(), quoted.join("; ")),
+    }
+}
+
+/// A pause of one replica and what the other replicas took over meanwhile.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PauseRecord {
+    /// Replica index.
+    pub replica: usize,
+    /// Its log file during the pause (index into the replica's generations).
+    pub generation: u32,
+    /// Commands it held (processing under its lease) when it was stopped.
+    pub held: usize,
+    /// Of those, the ones another worker claimed while it was stopped: (command id, the paused
+    /// replica's epoch, its attempt count).
+    pub taken_over: Vec<(String, i64, i64)>,
+}
+
+/// Every takeover of a paused replica's command must show in that replica's log as a dropped
+/// attempt of the same command and epoch (`LEASE_LOST`): its late settle was refused. An attempt
+/// that had already ended on a storage error before the pause (logged as such, same attempt
+/// count) had nothing left to settle and is excused. `logs` holds the log of each (replica,
+/// generation).
+pub fn late_settles_refused(
+    pauses: &[PauseRecord],
+    logs: &BTreeMap<(usize, u32), LeaseLog>,
+) -> CheckResult {
+    let mut problems = Vec::new();
+    let mut takeovers = 0usize;
+    let mut excused = 0usize;
+    for pause in pauses {
+        let log = logs.get(&(pause.replica, pause.generation));
+        for (id, epoch, attempt) in &pause.taken_over {
+            takeovers += 1;
+            if log.is_some_and(|l| l.unsettled.contains(&(id.clone(), *attempt))) {
+                excused += 1;
+                continue;
+            }
+            if !log.is_some_and(|l| l.dropped.contains(&(id.clone(), *epoch))) {
+                problems.push(format!(
+                    "replica {} (generation {}) was paused holding {id} at epoch {epoch}, another worker took it over, and its log shows no LEASE_LOST for that attempt: its late settle was not refused",
+                    pause.replica, pause.generation
+                ));
+            }
+        }
+    }
+    let dropped: usize = logs.values().map(|l| l.dropped.len()).sum();
+    let renewals: u64 = logs.values().map(|l| l.renewals_refused).sum();
+    check(
+        "every late settle of a paused owner was refused (LEASE_LOST)",
+        &problems,
+        format!(
+            "{takeovers} takeovers of paused replicas, each refused ({excused} of attempts that had already ended on a storage error); {dropped} attempts dropped with LEASE_LOST in all logs, {renewals} renewals refused"
+        ),
+    )
+}
+
+/// The process id inside a lease owner `<prefix>-<pid>-<uuid>`.
+pub fn owner_pid(owner: &str) -> Option<u32> {
+    let mut parts = owner.rsplitn(3, '-');
+    parts.next()?;
+    parts.next()?.parse().ok()
+}
+
+/// Commands still leased (an owner set) whose owner is not a running replica, and commands
+/// still processing.
+pub fn no_orphan_leases(commands: &[Value], live_pids: &BTreeSet<u32>) -> CheckResult {
+    let mut problems = Vec::new();
+    let mut leased = 0usize;
+    for c in commands {
+        let status = c["status"].as_str().unwrap_or("?");
+        if let Some(owner) = c["lease_owner"].as_str() {
+            leased += 1;
+            if !owner_pid(owner).is_some_and(|pid| live_pids.contains(&pid)) {
+                problems.push(format!(
+                    "{} ({status}) is leased by {owner}, which is no running replica",
+                    c["id"]
+                ));
+            }
+        } else if status == "processing" {
+            problems.push(format!("{} is processing without an owner", c["id"]));
+        }
+    }
+    check(
+        "no leased outbox row without a live owner",
+        &problems,
+        format!(
+            "{} commands, {leased} leased by a running replica",
+            commands.len()
+        ),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn owner_pid_is_the_second_last_part() {
+        assert_eq!(owner_pid("tenantry-worker-3-4242-0123abcd"), Some(4242));
+        assert_eq!(owner_pid("w-17-x"), Some(17));
+        assert_eq!(owner_pid("nopid"), None);
+    }
+
+    #[test]
+    fn a_takeover_without_lease_lost_in_the_paused_log_fails() {
+        let pause = PauseRecord {
+            replica: 1,
+            generation: 2,
+            held: 2,
+            taken_over: vec![("c1".to_owned(), 3, 1), ("c2".to_owned(), 5, 4)],
+        };
+        let mut log = LeaseLog::default();
+        log.dropped.insert(("c1".to_owned(), 3));
+        let mut logs = BTreeMap::from([((1, 2), log.clone())]);
+        let result = late_settles_refused(std::slice::from_ref(&pause), &logs);
+        assert!(!result.passed);
+        assert!(result.detail.contains("c2"), "{}", result.detail);
+        // The same refusal in another generation's log does not count.
+        logs.insert((1, 1), {
+            let mut other = LeaseLog::default();
+            other.dropped.insert(("c2".to_owned(), 5));
+            other
+        });
+        assert!(!late_settles_refused(std::slice::from_ref(&pause), &logs).passed);
+        // An attempt that ended on a storage error before the pause is excused.
+        let mut ended = log.clone();
+        ended.unsettled.insert(("c2".to_owned(), 4));
+        logs.insert((1, 2), ended);
+        assert!(late_settles_refused(std::slice::from_ref(&pause), &logs).passed);
+        log.dropped.insert(("c2".to_owned(), 5));
+        logs.insert((1, 2), log);
+        assert!(late_settles_refused(&[pause], &logs).passed);
+    }
+
+    #[test]
+    fn leases_of_dead_owners_fail() {
+        let commands = vec![
+            json!({"id": "a", "status": "succeeded", "lease_owner": null}),
+            json!({"id": "b", "status": "processing", "lease_owner": "w-10-u"}),
+        ];
+        assert!(no_orphan_leases(&commands, &BTreeSet::from([10])).passed);
+        assert!(!no_orphan_leases(&commands, &BTreeSet::from([11])).passed);
+        let ownerless = vec![json!({"id": "c", "status": "processing", "lease_owner": null})];
+        assert!(!no_orphan_leases(&ownerless, &BTreeSet::new()).passed);
+    }
+}

@@ -1,0 +1,141 @@
+//! The PostgreSQL side of the harness, through the server's own tools (`psql`, `pg_ctl`):
+//! terminating service connections, restarting the server, and the end checks on
+//! `pg_stat_activity` (the run's database is created and dropped by
+//! `tenantry_store_seaorm::throwaway`). The harness holds no pool of its own during the run, so every
+//! connection it terminates belongs to a replica.
+
+use std::path::PathBuf;
+use std::process::Stdio;
+
+use tokio::process::Command;
+
+/// The server the replicas use.
+#[derive(Debug, Clone)]
+pub struct Postgres {
+    /// Folder of `psql` and `pg_ctl`.
+    pub bindir: PathBuf,
+    /// Data folder (restart only).
+    pub data: Option<PathBuf>,
+    /// Server log (restart only).
+    pub log: Option<PathBuf>,
+    /// Run `pg_ctl` through `runuser -u postgres`.
+    pub as_postgres: bool,
+    /// URL of the run's database.
+    pub url: String,
+}
+
+impl Postgres {
+    /// Runs `sql` with `psql` on `url`; returns the unaligned, tuples-only output.
+    pub async fn psql_on(&self, url: &str, sql: &str) -> Result<String, String> {
+        let out = Command::new(self.bindir.join("psql"))
+            .args([
+                "-X",
+                "-q",
+                "-A",
+                "-t",
+                "-v",
+                "ON_ERROR_STOP=1",
+                "-d",
+                url,
+                "-c",
+                sql,
+            ])
+            .env("PGAPPNAME", "tenantry-chaos")
+            .env("PGCONNECT_TIMEOUT", "10")
+            .stdin(Stdio::null())
+            .output()
+            .await
+            .map_err(|e| format!("cannot run psql: {e}"))?;
+        if out.status.success() {
+            Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+        } else {
+            Err(format!(
+                "psql failed ({}): {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            ))
+        }
+    }
+
+    /// [`Postgres::psql_on`] on the run's database.
+    pub async fn psql(&self, sql: &str) -> Result<String, String> {
+        self.psql_on(&self.url, sql).await
+    }
+
+    /// Terminates up to `count` randomly chosen connections of the replicas to the run's
+    /// database; returns how many were terminated.
+    pub async fn terminate_connections(&self, count: u32) -> Result<u32, String> {
+        let out = self
+            .psql(&format!(
+                "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM \
+                 (SELECT pid FROM pg_stat_activity WHERE datname = current_database() \
+                  AND pid <> pg_backend_pid() AND backend_type = 'client backend' \
+                  AND application_name <> 'tenantry-chaos' ORDER BY random() LIMIT {count}) s"
+            ))
+            .await?;
+        Ok(out.parse().unwrap_or(0))
+    }
+
+    /// `pg_ctl restart -m fast`, waiting until the server is back.
+    pub async fn restart(&self) -> Result<(), String> {
+        let (Some(data), Some(log)) = (&self.data, &self.log) else {
+            return Err("the data folder and log of the server are not known".to_owned());
+        };
+        let pg_ctl = self.bindir.join("pg_ctl");
+        let mut cmd = if self.as_postgres {
+            let runuser = ["/usr/sbin/runuser", "/sbin/runuser", "/usr/bin/runuser"]
+                .iter()
+                .map(PathBuf::from)
+                .find(|p| p.is_file())
+                .unwrap_or_else(|| PathBuf::from("runuser"));
+            let mut cmd = Command::new(runuser);
+            cmd.args(["-u", "postgres", "--"]).arg(pg_ctl);
+            cmd
+        } else {
+            Command::new(pg_ctl)
+        };
+        if let Some(parent) = data.parent() {
+            // The postgres user may not enter the harness's working folder.
+            cmd.current_dir(parent);
+        }
+        let out = cmd
+            .arg("-D")
+            .arg(data)
+            .arg("-l")
+            .arg(log)
+            .args(["-m", "fast", "-w", "-t", "60", "restart"])
+            .stdin(Stdio::null())
+            .output()
+            .await
+            .map_err(|e| format!("cannot run pg_ctl: {e}"))?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(format!(
+                "pg_ctl restart failed ({}): {}{}",
+                out.status,
+                String::from_utf8_lossy(&out.stdout).trim(),
+                String::from_utf8_lossy(&out.stderr).trim()
+            ))
+        }
+    }
+
+    /// Sessions of the run's database `idle in transaction` for more than 5 s (pid,
+    /// application, for how long), the harness's own excluded: a transaction between two of
+    /// its statements is idle for a moment; one left open stays so.
+    pub async fn idle_in_transaction(&self) -> Result<Vec<String>, String> {
+        let out = self
+            .psql(
+                "SELECT pid || ' ' || application_name || ' for ' || (now() - state_change) \
+                 FROM pg_stat_activity WHERE datname = current_database() \
+                 AND state LIKE 'idle in transaction%' AND application_name <> 'tenantry-chaos' \
+                 AND now() - state_change > interval '5 seconds'",
+            )
+            .await?;
+        Ok(out
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(str::to_owned)
+            .collect())
+    }
+}

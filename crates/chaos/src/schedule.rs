@@ -1,0 +1,249 @@
+//! The seeded fault schedule: which fault comes next, on which replica, after which gap and for
+//! how long. Pure: the same seed and options give the same schedule (the run is reproducible by
+//! seed up to the timing of the processes).
+//!
+//! The schedule opens with every applicable kind once, in a seeded order (the database restart
+//! among them), so even a short run meets each; after that, kinds are drawn by weight.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use rand::rngs::StdRng;
+use rand::seq::SliceRandom as _;
+use rand::{Rng, SeedableRng};
+
+use crate::args::FaultLevel;
+
+/// What a fault does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum FaultKind {
+    /// SIGKILL a replica, restart it after `hold`.
+    Kill,
+    /// SIGSTOP a replica for `hold` (longer than the lease), then SIGCONT.
+    Pause,
+    /// `pg_terminate_backend` of `count` service connections.
+    TerminateConnections,
+    /// `pg_ctl restart -m fast` of the server (once per run).
+    RestartDatabase,
+    /// SIGTERM a replica (graceful shutdown), restart it after `hold`.
+    Term,
+}
+
+impl FaultKind {
+    /// Every kind, in report order.
+    pub const ALL: [FaultKind; 5] = [
+        FaultKind::Kill,
+        FaultKind::Pause,
+        FaultKind::TerminateConnections,
+        FaultKind::RestartDatabase,
+        FaultKind::Term,
+    ];
+
+    /// Stable name (report, JSON).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FaultKind::Kill => "sigkill_restart",
+            FaultKind::Pause => "sigstop_past_lease",
+            FaultKind::TerminateConnections => "pg_terminate_backend",
+            FaultKind::RestartDatabase => "pg_ctl_restart",
+            FaultKind::Term => "sigterm_restart",
+        }
+    }
+}
+
+/// One scheduled fault.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ScheduledFault {
+    /// What it does.
+    pub kind: FaultKind,
+    /// Wait before it.
+    pub gap: Duration,
+    /// Target replica (index), for process faults.
+    pub replica: usize,
+    /// Restart delay (kill, term) or pause length.
+    pub hold: Duration,
+    /// Connections to terminate.
+    pub count: u32,
+}
+
+/// What the schedule may do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Capabilities {
+    /// Replicas running.
+    pub replicas: usize,
+    /// The database is PostgreSQL (connections can be terminated).
+    pub postgres: bool,
+    /// The server can be restarted (`pg_ctl` and the data folder are known).
+    pub restartable: bool,
+    /// The replicas' lease; a pause lasts longer.
+    pub lease: Duration,
+}
+
+/// Draws faults from a seed.
+#[derive(Debug)]
+pub struct Schedule {
+    rng: StdRng,
+    level: FaultLevel,
+    caps: Capabilities,
+    opening: VecDeque<FaultKind>,
+}
+
+impl Schedule {
+    /// The schedule of `seed` (the workload uses the seed itself; this draws from a derived
+    /// stream).
+    pub fn new(seed: u64, level: FaultLevel, caps: Capabilities) -> Self {
+        let mut rng = StdRng::seed_from_u64(seed ^ 0xC4A0_5EED);
+        let only_pauses = level == FaultLevel::Pauses;
+        let mut opening: Vec<FaultKind> = FaultKind::ALL
+            .into_iter()
+            .filter(|_| !only_pauses)
+            .filter(|kind| match kind {
+                FaultKind::Kill | FaultKind::Term => true,
+                FaultKind::Pause => caps.replicas > 1,
+                FaultKind::TerminateConnections => caps.postgres,
+                FaultKind::RestartDatabase => caps.restartable,
+            })
+            .collect();
+        opening.shuffle(&mut rng);
+        Self {
+            rng,
+            level,
+            caps,
+            opening: opening.into(),
+        }
+    }
+
+    /// The next fault, or `None` at level `none`.
+    pub fn next_fault(&mut self) -> Option<ScheduledFault> {
+        let (min_gap, max_gap) = match self.level {
+            FaultLevel::None => return None,
+            FaultLevel::Default => (2_000, 6_000),
+            FaultLevel::Heavy => (500, 2_000),
+            FaultLevel::Pauses => (1_000, 3_000),
+        };
+        let gap = Duration::from_millis(self.rng.random_range(min_gap..=max_gap));
+        let kind = match self.opening.pop_front() {
+            Some(kind) => kind,
+            None => self.draw_kind(),
+        };
+        let replica = self.rng.random_range(0..self.caps.replicas.max(1));
+        let lease_ms = u64::try_from(self.caps.lease.as_millis()).unwrap_or(u64::MAX);
+        let hold = Duration::from_millis(match kind {
+            FaultKind::Kill => self.rng.random_range(200..=4_000),
+            FaultKind::Pause => lease_ms.saturating_add(self.rng.random_range(1_000..=3_000)),
+            FaultKind::Term => self.rng.random_range(200..=2_000),
+            FaultKind::TerminateConnections | FaultKind::RestartDatabase => 0,
+        });
+        let count = self.rng.random_range(1..=6);
+        Some(ScheduledFault {
+            kind,
+            gap,
+            replica,
+            hold,
+            count,
+        })
+    }
+
+    /// A process or connection fault, by weight (the database restart only opens); pauses need
+    /// a second replica to take over, connection faults need PostgreSQL.
+    fn draw_kind(&mut self) -> FaultKind {
+        if self.level == FaultLevel::Pauses && self.caps.replicas > 1 {
+            return FaultKind::Pause;
+        }
+        let mut weighted: Vec<(FaultKind, u32)> =
+            vec![(FaultKind::Kill, 30), (FaultKind::Term, 20)];
+        if self.caps.replicas > 1 {
+            weighted.push((FaultKind::Pause, 25));
+        }
+        if self.caps.postgres {
+            weighted.push((FaultKind::TerminateConnections, 25));
+        }
+        let total: u32 = weighted.iter().map(|(_, w)| w).sum();
+        let mut roll = self.rng.random_range(0..total);
+        for (kind, weight) in &weighted {
+            if roll < *weight {
+                return *kind;
+            }
+            roll -= weight;
+        }
+        FaultKind::Kill
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn caps(replicas: usize, postgres: bool) -> Capabilities {
+        Capabilities {
+            replicas,
+            postgres,
+            restartable: postgres,
+            lease: Duration::from_secs(4),
+        }
+    }
+
+    fn draw(seed: u64, level: FaultLevel, caps: Capabilities, n: usize) -> Vec<ScheduledFault> {
+        let mut schedule = Schedule::new(seed, level, caps);
+        (0..n).filter_map(|_| schedule.next_fault()).collect()
+    }
+
+    #[test]
+    fn same_seed_same_schedule() {
+        let a = draw(7, FaultLevel::Default, caps(3, true), 50);
+        assert_eq!(a, draw(7, FaultLevel::Default, caps(3, true), 50));
+        assert_ne!(a, draw(8, FaultLevel::Default, caps(3, true), 50));
+    }
+
+    #[test]
+    fn postgres_schedule_opens_with_every_kind_and_restarts_the_database_once() {
+        let faults = draw(1, FaultLevel::Default, caps(3, true), 60);
+        for kind in FaultKind::ALL {
+            assert!(
+                faults[..5].iter().any(|f| f.kind == kind),
+                "{kind:?} missing"
+            );
+        }
+        let other_seed = draw(2, FaultLevel::Default, caps(3, true), 5);
+        assert_ne!(
+            faults[..5].iter().map(|f| f.kind).collect::<Vec<_>>(),
+            other_seed.iter().map(|f| f.kind).collect::<Vec<_>>(),
+            "the opening order is seeded"
+        );
+        let restarts = faults
+            .iter()
+            .filter(|f| f.kind == FaultKind::RestartDatabase)
+            .count();
+        assert_eq!(restarts, 1);
+        for f in faults.iter().filter(|f| f.kind == FaultKind::Pause) {
+            assert!(
+                f.hold > Duration::from_secs(4),
+                "a pause outlasts the lease"
+            );
+        }
+        assert!(faults.iter().all(|f| f.replica < 3));
+    }
+
+    #[test]
+    fn single_sqlite_replica_is_only_killed_and_terminated() {
+        let faults = draw(3, FaultLevel::Heavy, caps(1, false), 60);
+        assert!(!faults.is_empty());
+        assert!(
+            faults
+                .iter()
+                .all(|f| matches!(f.kind, FaultKind::Kill | FaultKind::Term) && f.replica == 0)
+        );
+    }
+
+    #[test]
+    fn level_pauses_only_pauses() {
+        let faults = draw(5, FaultLevel::Pauses, caps(3, true), 20);
+        assert_eq!(faults.len(), 20);
+        assert!(faults.iter().all(|f| f.kind == FaultKind::Pause));
+    }
+
+    #[test]
+    fn level_none_injects_nothing() {
+        assert!(draw(1, FaultLevel::None, caps(3, true), 10).is_empty());
+    }
+}
