@@ -47,6 +47,32 @@ pub const MAX_ERROR_CODES: u32 = 20;
 /// Minutes of history behind the throughput chart and the latency percentiles.
 pub const THROUGHPUT_MINUTES: u32 = 10;
 
+/// How long a lease owner stays in [`Counts::recent_owners`] after it was last seen holding a
+/// command: the replicas' workers at work over the last minutes, not only at this instant.
+pub const OWNERS_WINDOW: Duration = Duration::from_secs(10 * 60);
+
+/// Records `live` owners as seen at `now` in `seen`, forgets those not seen for `window`, and
+/// returns the rest with when each was last seen, most recent first (then by owner).
+///
+/// Owners are sampled when the counts are read (by the console or `/metrics`), so an owner
+/// that held commands only between two reads is not seen.
+pub fn remember_owners(
+    seen: &mut BTreeMap<String, DateTime<Utc>>,
+    live: &[(String, u64)],
+    now: DateTime<Utc>,
+    window: Duration,
+) -> Vec<(String, DateTime<Utc>)> {
+    for (owner, _) in live {
+        seen.insert(owner.clone(), now);
+    }
+    let window = chrono::Duration::from_std(window).unwrap_or(chrono::Duration::MAX);
+    seen.retain(|_, at| now - *at <= window);
+    let mut recent: Vec<(String, DateTime<Utc>)> =
+        seen.iter().map(|(o, at)| (o.clone(), *at)).collect();
+    recent.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    recent
+}
+
 /// Most settled commands read for the throughput and latency (the newest); beyond it the
 /// older minutes are left out and [`Throughput::truncated`] says so.
 pub const THROUGHPUT_SAMPLE: u32 = 2_000;
@@ -117,6 +143,9 @@ pub struct Counts {
     pub live: Result<LiveSummary, String>,
     /// Settled per minute and enqueue-to-settle percentiles, last [`THROUGHPUT_MINUTES`].
     pub throughput: Result<Throughput, String>,
+    /// Lease owners seen holding commands within [`OWNERS_WINDOW`] by this process's reads,
+    /// with when each was last seen, most recent first ([`remember_owners`]).
+    pub recent_owners: Vec<(String, DateTime<Utc>)>,
 }
 
 impl Counts {
@@ -140,6 +169,7 @@ pub struct CountsCache {
     clock: Arc<dyn Clock>,
     slot: Mutex<Option<(Instant, Arc<Counts>)>>,
     refreshes: AtomicU64,
+    seen_owners: std::sync::Mutex<BTreeMap<String, DateTime<Utc>>>,
 }
 
 impl std::fmt::Debug for CountsCache {
@@ -166,6 +196,7 @@ impl CountsCache {
             clock,
             slot: Mutex::new(None),
             refreshes: AtomicU64::new(0),
+            seen_owners: std::sync::Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -218,8 +249,17 @@ impl CountsCache {
                 throughput(&settled, now, THROUGHPUT_MINUTES, truncated)
             })
             .map_err(|e| text(&e));
+        let recent_owners = {
+            let owners = live.as_ref().map_or(&[][..], |l| l.lease_owners.as_slice());
+            let mut seen = self
+                .seen_owners
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            remember_owners(&mut seen, owners, now, OWNERS_WINDOW)
+        };
         Counts {
             at: now,
+            recent_owners,
             commands,
             failed_by_code,
             fences,
@@ -287,6 +327,28 @@ mod tests {
             third.throughput.as_ref().unwrap().per_minute,
             vec![0; THROUGHPUT_MINUTES as usize]
         );
+    }
+
+    /// Owners stay for the window after they were last seen, most recent first.
+    #[test]
+    fn lease_owners_are_remembered_for_the_window() {
+        let t0 = Utc.timestamp_opt(1_800_000_000, 0).single().unwrap();
+        let at = |s: i64| t0 + chrono::Duration::seconds(s);
+        let window = Duration::from_secs(600);
+        let mut seen = BTreeMap::new();
+        let live = |owners: &[&str]| -> Vec<(String, u64)> {
+            owners.iter().map(|o| ((*o).to_owned(), 1)).collect()
+        };
+        remember_owners(&mut seen, &live(&["a", "b"]), at(0), window);
+        let recent = remember_owners(&mut seen, &live(&["b"]), at(300), window);
+        assert_eq!(
+            recent,
+            vec![("b".to_owned(), at(300)), ("a".to_owned(), at(0))]
+        );
+        let recent = remember_owners(&mut seen, &[], at(600), window);
+        assert_eq!(recent.len(), 2, "a was seen exactly one window ago");
+        let recent = remember_owners(&mut seen, &[], at(601), window);
+        assert_eq!(recent, vec![("b".to_owned(), at(300))]);
     }
 
     /// Settled commands fall into the minute of their completion (the last bucket is the

@@ -232,6 +232,12 @@ async fn login_takes_the_admin_token_and_sets_a_strict_http_only_cookie() {
             );
         }
     }
+    let overview = console.get("/ui").await;
+    assert!(
+        overview.body.contains("id=\"recent-owners\""),
+        "the overview lists the lease owners seen recently: {}",
+        overview.body
+    );
     // Logging out needs the CSRF token and ends the session.
     let refused = console.post("/ui/logout", &[("csrf", "wrong")]).await;
     assert_eq!(refused.status, 403);

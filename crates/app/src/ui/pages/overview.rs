@@ -15,7 +15,9 @@ use tenantry_lifecycle::{CommandStatus, Operation};
 use super::super::UiState;
 use super::super::auth::Session;
 use super::super::layout;
-use crate::counts::{COUNTED_STATUSES, Counts, THROUGHPUT_MINUTES, THROUGHPUT_SAMPLE};
+use crate::counts::{
+    COUNTED_STATUSES, Counts, OWNERS_WINDOW, THROUGHPUT_MINUTES, THROUGHPUT_SAMPLE,
+};
 use crate::directory::DirectoryStatus;
 
 const OPERATIONS: [Operation; 3] = [Operation::Provision, Operation::Delete, Operation::Revoke];
@@ -114,6 +116,14 @@ fn live_commands(counts: &Counts) -> Markup {
                     @for (i, (owner, n)) in live.lease_owners.iter().enumerate() {
                         @if i > 0 { ", " }
                         code { (owner) } " (" (n) ")"
+                    }
+                }
+                p #recent-owners {
+                    "Lease owners seen in the last " (OWNERS_WINDOW.as_secs() / 60) " minutes: "
+                    @if counts.recent_owners.is_empty() { span.muted { "none" } }
+                    @for (i, (owner, at)) in counts.recent_owners.iter().enumerate() {
+                        @if i > 0 { ", " }
+                        code { (owner) } span.muted { " (last " (layout::time(at)) ")" }
                     }
                 }
             }
