@@ -50,10 +50,11 @@ pub fn run(root: &Path, args: &ChaosArgs) -> ExitCode {
 }
 
 fn run_inner(root: &Path, args: &ChaosArgs) -> Result<ExitCode, String> {
-    let profile_dir = root
-        .join("target")
-        .join(if args.debug { "debug" } else { "release" });
-    let out = root.join("target").join("chaos");
+    // The binaries are where cargo builds them (`CARGO_TARGET_DIR` honoured), never a stale
+    // copy under `./target`.
+    let target = crate::target_dir(root);
+    let profile_dir = target.join(if args.debug { "debug" } else { "release" });
+    let out = target.join("chaos");
     std::fs::create_dir_all(&out).map_err(|e| format!("create {}: {e}", out.display()))?;
     let mut tenantry = profile_dir.join("tenantry");
     if args.planted_bug {
@@ -85,7 +86,8 @@ fn run_inner(root: &Path, args: &ChaosArgs) -> Result<ExitCode, String> {
         &["-p", "tenantry-chaos", "--bin", "tenantry-chaos"],
     )?;
 
-    let mut harness = Command::new(profile_dir.join("tenantry-chaos"));
+    let harness_bin = profile_dir.join("tenantry-chaos");
+    let mut harness = Command::new(&harness_bin);
     harness
         .current_dir(root)
         .arg("--tenantry-bin")
@@ -125,7 +127,7 @@ fn run_inner(root: &Path, args: &ChaosArgs) -> Result<ExitCode, String> {
     let status = harness
         .stdin(Stdio::null())
         .status()
-        .map_err(|e| format!("cannot run tenantry-chaos: {e}"))?;
+        .map_err(|e| format!("cannot run {}: {e}", harness_bin.display()))?;
     if let Some(cluster) = cluster {
         if keep {
             println!(

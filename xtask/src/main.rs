@@ -42,7 +42,7 @@ enum Command {
     /// Benchmarks: release build, throwaway PostgreSQL cluster, pgbench reference; results
     /// as JSON lines, in target/bench/ and in docs/benchmarks.md.
     Bench(bench::BenchArgs),
-    /// The deterministic simulations: `cargo xtask sim [--sim lifecycle|workers|fences|projector|all]
+    /// The deterministic simulations: `cargo xtask sim [--sim all|lifecycle|workers|fences|projector]
     /// --seed S --steps N [--seeds K]` runs seeds S..S+K of N steps each and prints the failing
     /// seed, step and trace, if any (docs/verification.md).
     Sim {
@@ -84,6 +84,14 @@ fn main() -> ExitCode {
         Command::Sim { args } => run_sim(&root, &args),
         Command::Chaos(args) => chaos::run(&root, &args),
     }
+}
+
+/// Cargo's target folder for builds run from `root`: `CARGO_TARGET_DIR` when set (relative to
+/// `root`, where the xtask runs cargo), otherwise `root/target`.
+fn target_dir(root: &Path) -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(|dir| root.join(dir))
+        .unwrap_or_else(|| root.join("target"))
 }
 
 /// The workspace root: the parent of this crate's folder.

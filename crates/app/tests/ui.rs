@@ -313,6 +313,19 @@ async fn actions_need_the_csrf_token_and_are_recorded() {
     assert_eq!(page["items"][0]["actor"], "console", "{page}");
     assert_eq!(page["items"][0]["reason"], "remote fixed", "{page}");
     h.wait_state("t-1", "cs-csrf", "active", SETTLE).await;
+    // Settled: the detail page offers no action and names the earlier attempt's error as such.
+    let detail = console.get(&format!("/ui/commands/{id}")).await;
+    assert!(!detail.body.contains("retry-button"), "{}", detail.body);
+    assert!(
+        detail.body.contains("id=\"not-actionable\""),
+        "{}",
+        detail.body
+    );
+    assert!(
+        detail.body.contains("error of an earlier attempt"),
+        "{}",
+        detail.body
+    );
     // A reason is required to clear a fence; with one, the fence is cleared.
     let empty = console
         .post(
@@ -380,6 +393,16 @@ async fn bulk_confirmation_states_the_count_then_acts_on_every_match() {
     );
     let refused = console.get("/ui/commands/bulk?action=abandon").await;
     assert_eq!(refused.status, 400, "{}", refused.body);
+    // Nothing matching: no button to act on 0 commands.
+    let nothing = console
+        .get("/ui/commands/bulk?action=retry&status=failed&tenant_id=nobody")
+        .await;
+    assert!(
+        nothing.body.contains("id=\"bulk-nothing\""),
+        "{}",
+        nothing.body
+    );
+    assert!(!nothing.body.contains("bulk-confirm"), "{}", nothing.body);
     let csrf = console.csrf().to_owned();
     let bulk = |expected: &'static str| {
         [

@@ -133,9 +133,7 @@ struct Bench<'a> {
 
 impl<'a> Bench<'a> {
     fn new(root: &'a Path, args: &'a BenchArgs) -> Result<Self, String> {
-        let target_dir = std::env::var_os("CARGO_TARGET_DIR")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| root.join("target"));
+        let target_dir = crate::target_dir(root);
         let parts = if args.only.is_empty() {
             ALL_PARTS.to_vec()
         } else {

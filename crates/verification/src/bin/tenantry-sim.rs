@@ -1,9 +1,9 @@
 //! `tenantry-sim [--sim NAME] --seed S --steps N [--seeds K]`: runs a deterministic simulation
 //! (`tenantry_verification::sim`) for seeds S..S+K, N steps each; prints the steps per second,
-//! or the first failure (seed, step, trace) and exits 1. `--sim` is `lifecycle` (the saga
-//! through one dispatcher, the default), `workers` (worker loops of several processes on
+//! or the first failure (seed, step, trace) and exits 1. `--sim` is `all` (the default: each
+//! simulation in turn), `lifecycle` (the saga through one dispatcher), `workers` (worker loops of several processes on
 //! virtual time), `fences` (scoped writes of two processes and an operator), `projector` (two directory
-//! projector replicas against a reordering directory), or `all`. `cargo xtask sim` runs it.
+//! projector replicas against a reordering directory). `cargo xtask sim` runs it.
 
 use std::process::ExitCode;
 use std::time::Instant;
@@ -52,7 +52,7 @@ fn main() -> ExitCode {
         .iter()
         .position(|a| a == "--sim")
         .and_then(|i| args.get(i + 1))
-        .map_or("lifecycle", String::as_str);
+        .map_or("all", String::as_str);
     let parsed = (|| {
         Ok::<_, String>((
             value(&args, "--seed", 0)?,
@@ -65,7 +65,7 @@ fn main() -> ExitCode {
         Ok(v) => v,
         Err(message) => {
             eprintln!(
-                "tenantry-sim: {message}\nusage: tenantry-sim [--sim lifecycle|workers|fences|projector|all] [--seed S] [--steps N] [--seeds K]"
+                "tenantry-sim: {message}\nusage: tenantry-sim [--sim all|lifecycle|workers|fences|projector] [--seed S] [--steps N] [--seeds K]"
             );
             return ExitCode::from(2);
         }

@@ -15,6 +15,7 @@ use maud::{Markup, html};
 use serde::Deserialize;
 use tenantry_engine::lifecycle::OperatorActions;
 use tenantry_kernel::CommandId;
+use tenantry_lifecycle::CommandStatus;
 use tenantry_ports::lifecycle::{
     CommandAdmin, CommandFilter, CommandQueue, ControlSpaceReader, OperatorActionKind,
 };
@@ -219,8 +220,8 @@ pub async fn detail(
         Ok(id) => id,
         Err(e) => return error_page(&e),
     };
-    let live = match detail_live(&state, &id).await {
-        Ok(Some(live)) => live,
+    let (live, status) = match detail_live(&state, &id).await {
+        Ok(Some(read)) => read,
         Ok(None) => {
             return error_page(&AdminApiError::new(
                 axum::http::StatusCode::NOT_FOUND,
@@ -235,7 +236,9 @@ pub async fn detail(
     }
     let path = format!("/ui/commands/{}", encode(id.as_str()));
     let before = html! {
-        @if !state.settings.read_only {
+        @if !ACTIONABLE.contains(&status) {
+            p.muted #not-actionable { "This command is " (status.as_str()) ": only pending or failed commands can be retried or abandoned." }
+        } @else if !state.settings.read_only {
             div #actions {
                 @for (kind, label, class) in [("retry", "Retry now", "primary"), ("abandon", "Abandon", "danger")] {
                     form.inline method="post" action={(path) "/" (kind)} {
@@ -260,7 +263,11 @@ pub async fn detail(
     .into_response()
 }
 
-async fn detail_live(state: &UiState, id: &CommandId) -> Result<Option<Markup>, AdminApiError> {
+/// The live part of the detail page, and the command's status when it was read.
+async fn detail_live(
+    state: &UiState,
+    id: &CommandId,
+) -> Result<Option<(Markup, CommandStatus)>, AdminApiError> {
     let Some(r) = state.admin.store.command_by_id(id).await? else {
         return Ok(None);
     };
@@ -271,14 +278,20 @@ async fn detail_live(state: &UiState, id: &CommandId) -> Result<Option<Markup>, 
         .await?;
     let actions = state.admin.store.command_actions(id).await?;
     let payload = serde_json::to_string_pretty(&r.payload).unwrap_or_default();
-    Ok(Some(html! {
+    // A command that went on after a failed attempt keeps that attempt's error: say so.
+    let error_label = if ACTIONABLE.contains(&r.status) {
+        "last error"
+    } else {
+        "error of an earlier attempt"
+    };
+    let markup = html! {
         table #detail {
             tr { th { "status" } td #status { (r.status.as_str()) } }
             tr { th { "operation" } td { (r.operation.as_str()) " (" (r.operation_id.as_str()) ")" } }
             tr { th { "tenant / control space" } td { (r.tenant_id.as_str()) " / " (r.control_space_id.as_str()) } }
             tr { th { "control-space state" } td { (space.as_ref().map_or_else(|| "missing".to_owned(), |s| format!("{:?} (version {})", s.state, s.resource_version))) } }
             tr { th { "attempts" } td { (r.attempt_count) " (budget counted from " (r.attempt_budget_base) ")" } }
-            tr { th { "last error" } td { (r.last_error_code.as_ref().map_or("", |c| c.as_str())) " " span.muted { (r.last_error_message.as_deref().unwrap_or("")) } } }
+            tr { th { (error_label) } td { (r.last_error_code.as_ref().map_or("", |c| c.as_str())) " " span.muted { (r.last_error_message.as_deref().unwrap_or("")) } } }
             tr { th { "lease" } td { (r.lease_owner.as_ref().map_or("—", |o| o.as_str())) " until " (layout::time_opt(r.lease_expires_at.as_ref())) " (epoch " (r.lease_epoch.0) ")" } }
             tr { th { "created" } td { (layout::time(&r.created_at)) } }
             tr { th { "next attempt" } td { (layout::time(&r.next_attempt_at)) } }
@@ -304,7 +317,8 @@ async fn detail_live(state: &UiState, id: &CommandId) -> Result<Option<Markup>, 
                 }
             }
         }
-    }))
+    };
+    Ok(Some((markup, r.status)))
 }
 
 /// The fields of an action on one command.
@@ -450,8 +464,12 @@ fn confirmation(
             @for (name, value) in [("status", &form.filter.status), ("operation", &form.filter.operation), ("tenant_id", &form.filter.tenant_id), ("control_space_id", &form.filter.control_space_id), ("error_code", &form.filter.error_code)] {
                 input type="hidden" name=(name) value=(value);
             }
-            input #bulk-reason name="reason" placeholder="reason (required)" required;
-            button #bulk-confirm.danger type="submit" { "Yes, " (verb) " " (matching) " commands" }
+            @if matching == 0 {
+                p.muted #bulk-nothing { "No command matches: there is nothing to " (verb) "." }
+            } @else {
+                input #bulk-reason name="reason" placeholder="reason (required)" required;
+                button #bulk-confirm.danger type="submit" { "Yes, " (verb) " " (matching) " commands" }
+            }
             " "
             a href={"/ui/commands?" (form.filter.query_string())} { "Cancel" }
         }
