@@ -9,7 +9,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use hyper::Method;
-use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::Value;
 use tenantry_demo::client::AdminClient;
 use tenantry_demo::workload::{self, CONTROL_SPACES_AT_SCALE_1, Plan};
@@ -279,13 +278,14 @@ async fn run(args: &ChaosArgs) -> Result<(ChaosReport, PathBuf), String> {
         last_database_fault: None,
     };
     let enqueued = Arc::new(AtomicU64::new(0));
-    let bar = progress_bar(!args.no_progress);
-    let progress = tokio::spawn(track_progress(
+    let bar = tenantry_demo::progress::bar(!args.no_progress);
+    let progress = tokio::spawn(tenantry_demo::progress::track(
         client.clone(),
         plan.tenants.clone(),
         enqueued.clone(),
-        harness.faults_done.clone(),
+        Some(harness.faults_done.clone()),
         bar.clone(),
+        Duration::from_secs(1),
     ));
     let (stop_churn, churn_stopped) = tokio::sync::watch::channel(false);
     let churn = {
@@ -704,41 +704,6 @@ impl Harness {
             settle_p99_ms: quantile(&latencies, 0.99),
             checks,
             ..ChaosReport::default()
-        }
-    }
-}
-
-fn progress_bar(enabled: bool) -> ProgressBar {
-    if !enabled {
-        return ProgressBar::hidden();
-    }
-    let bar = ProgressBar::new(0);
-    if let Ok(style) = ProgressStyle::with_template(
-        "{spinner} [{elapsed_precise}] {bar:40} {pos}/{len} commands settled, {msg}",
-    ) {
-        bar.set_style(style.progress_chars("=> "));
-    }
-    bar.enable_steady_tick(Duration::from_millis(200));
-    bar
-}
-
-async fn track_progress(
-    client: AdminClient,
-    tenants: Vec<String>,
-    enqueued: Arc<AtomicU64>,
-    faults: Arc<AtomicU64>,
-    bar: ProgressBar,
-) {
-    loop {
-        tokio::time::sleep(Duration::from_millis(1000)).await;
-        let total = enqueued.load(Ordering::Relaxed);
-        bar.set_message(format!(
-            "{} faults injected",
-            faults.load(Ordering::Relaxed)
-        ));
-        if let Ok(open) = workload::open_commands(&client, &tenants).await {
-            bar.set_length(total);
-            bar.set_position(total.saturating_sub(open));
         }
     }
 }

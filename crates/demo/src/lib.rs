@@ -23,16 +23,16 @@ pub mod checks;
 pub mod client;
 pub mod directory;
 pub mod host;
+pub mod progress;
 pub mod reference_remote;
 mod report;
 pub mod workload;
 
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
-use indicatif::{ProgressBar, ProgressStyle};
 use tenantry_store_seaorm::Database;
 use tenantry_testkit::knowledge_fs::{ReferenceRemote, RemoteConfig};
 use tokio::time::Instant;
@@ -235,12 +235,14 @@ pub async fn run<H: ServiceHost>(
     let plan = workload::plan(options.seed, options.scale, &run_id);
     let deadline_at = Instant::now() + options.timeout;
     let enqueued = Arc::new(AtomicU64::new(0));
-    let bar = progress_bar(options.progress);
-    let progress = tokio::spawn(track_progress(
+    let bar = progress::bar(options.progress);
+    let progress = tokio::spawn(progress::track(
         client.clone(),
         plan.tenants.clone(),
         enqueued.clone(),
+        None,
         bar.clone(),
+        Duration::from_millis(300),
     ));
     let (stop_churn, churn_stopped) = tokio::sync::watch::channel(false);
     let churn = {
@@ -312,36 +314,6 @@ pub async fn run<H: ServiceHost>(
         settled_in,
         total: started.elapsed(),
     })
-}
-
-fn progress_bar(enabled: bool) -> ProgressBar {
-    if !enabled {
-        return ProgressBar::hidden();
-    }
-    let bar = ProgressBar::new(0);
-    if let Ok(style) = ProgressStyle::with_template(
-        "{spinner} [{elapsed_precise}] {bar:40} {pos}/{len} commands settled {msg}",
-    ) {
-        bar.set_style(style.progress_chars("=> "));
-    }
-    bar.enable_steady_tick(Duration::from_millis(200));
-    bar
-}
-
-async fn track_progress(
-    client: AdminClient,
-    tenants: Vec<String>,
-    enqueued: Arc<AtomicU64>,
-    bar: ProgressBar,
-) {
-    loop {
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        let total = enqueued.load(Ordering::Relaxed);
-        if let Ok(open) = workload::open_commands(&client, &tenants).await {
-            bar.set_length(total);
-            bar.set_position(total.saturating_sub(open));
-        }
-    }
 }
 
 /// Polls until no command of `tenants` is open or `deadline`; returns how many stayed open
