@@ -89,9 +89,12 @@ fn main() -> ExitCode {
 /// Cargo's target folder for builds run from `root`: `CARGO_TARGET_DIR` when set (relative to
 /// `root`, where the xtask runs cargo), otherwise `root/target`.
 fn target_dir(root: &Path) -> PathBuf {
-    std::env::var_os("CARGO_TARGET_DIR")
-        .map(|dir| root.join(dir))
-        .unwrap_or_else(|| root.join("target"))
+    target_dir_of(root, std::env::var_os("CARGO_TARGET_DIR"))
+}
+
+/// [`target_dir`] with the variable's value given.
+fn target_dir_of(root: &Path, variable: Option<std::ffi::OsString>) -> PathBuf {
+    variable.map_or_else(|| root.join("target"), |dir| root.join(dir))
 }
 
 /// The workspace root: the parent of this crate's folder.
@@ -177,5 +180,23 @@ fn run_cargo(root: &Path, command: &[&str], args: &[String]) -> ExitCode {
             eprintln!("xtask: cannot run cargo: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::{Path, PathBuf};
+
+    use super::target_dir_of;
+
+    #[test]
+    fn the_target_folder_follows_cargo_target_dir() {
+        let root = Path::new("/w");
+        assert_eq!(target_dir_of(root, None), PathBuf::from("/w/target"));
+        assert_eq!(
+            target_dir_of(root, Some("out".into())),
+            PathBuf::from("/w/out")
+        );
+        assert_eq!(target_dir_of(root, Some("/t".into())), PathBuf::from("/t"));
     }
 }
