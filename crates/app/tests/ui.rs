@@ -249,6 +249,49 @@ async fn login_takes_the_admin_token_and_sets_a_strict_http_only_cookie() {
 }
 
 #[tokio::test]
+async fn malformed_forms_and_queries_get_a_console_page_and_change_nothing() {
+    let h = Harness::start().await;
+    let mut console = Console::new(&h);
+    console.login(TOKEN).await;
+    // A logout without a body (no content type): a 400 page, and the session stays.
+    let bare = console
+        .send(console.http.post(format!("{}/ui/logout", console.base)))
+        .await;
+    assert_eq!(bare.status, 400, "{}", bare.body);
+    assert!(bare.body.contains("<html"), "an HTML page: {}", bare.body);
+    assert!(bare.body.contains("Reload the page"), "{}", bare.body);
+    assert_eq!(console.get("/ui").await.status, 200, "still logged in");
+    // A form missing its fields, a query of the wrong shape: the same page, nothing done.
+    let id = failed_command(&h, "cs-malformed").await;
+    let csrf = console.csrf().to_owned();
+    let json = console
+        .send(
+            console
+                .http
+                .post(format!("{}/ui/commands/{id}/retry", console.base))
+                .header("content-type", "application/json")
+                .body(format!("{{\"csrf\":\"{csrf}\",\"reason\":\"r\"}}")),
+        )
+        .await;
+    assert_eq!(json.status, 400, "{}", json.body);
+    assert!(json.body.contains("nothing was done"), "{}", json.body);
+    let twice = console
+        .get("/ui/commands?status=failed&status=pending")
+        .await;
+    assert_eq!(twice.status, 400, "{}", twice.body);
+    assert!(twice.body.contains("<html"), "{}", twice.body);
+    let bulk = console.get("/ui/commands/bulk?expected=many").await;
+    assert_eq!(bulk.status, 400, "{}", bulk.body);
+    assert!(bulk.body.contains("<html"), "{}", bulk.body);
+    let detail = console.get(&format!("/ui/commands/{id}")).await;
+    assert!(
+        detail.body.contains("failed"),
+        "still failed: {}",
+        detail.body
+    );
+}
+
+#[tokio::test]
 async fn actions_need_the_csrf_token_and_are_recorded() {
     let h = Harness::start().await;
     let mut console = Console::new(&h);

@@ -90,6 +90,15 @@ pub enum ConnectError {
         #[source]
         source: DbErr,
     },
+    /// An operator tool was pointed at a SQLite file that does not exist (it opens databases
+    /// without creating them, so a mistyped path does not leave an empty database behind).
+    #[error(
+        "the SQLite database file {path} does not exist: check the path of the database URL (it must be the file `tenantry serve` uses), or start `tenantry serve` once to create it"
+    )]
+    SqliteFileMissing {
+        /// The path the URL names.
+        path: String,
+    },
     /// The PostgreSQL server could not be reached before the connect timeout (the pool's own
     /// error only says "pool timed out"): `cause` is what a direct TCP connection to `server`
     /// answered (refused, unreachable, no answer, or connected but no PostgreSQL handshake).
@@ -215,11 +224,18 @@ impl Database {
 ///
 /// # Errors
 /// [`ConnectError::UnsupportedUrl`], [`ConnectError::DriverNotCompiled`],
-/// [`ConnectError::Open`] when the database cannot be opened (for SQLite: the file does not
-/// exist), [`ConnectError::SchemaNotCurrent`] when migrations are pending,
-/// [`ConnectError::SchemaCheck`].
+/// [`ConnectError::SqliteFileMissing`] when a SQLite URL names a file that does not exist,
+/// [`ConnectError::Open`] when the database cannot be opened otherwise,
+/// [`ConnectError::SchemaNotCurrent`] when migrations are pending, [`ConnectError::SchemaCheck`].
 pub async fn connect_existing(url: &str, max_connections: u32) -> Result<Database, ConnectError> {
     let url = if url.starts_with("sqlite:") {
+        if let Some(path) = sqlite_file(url)
+            && !std::path::Path::new(path).exists()
+        {
+            return Err(ConnectError::SqliteFileMissing {
+                path: path.to_owned(),
+            });
+        }
         url.replace("mode=rwc", "mode=rw")
     } else {
         url.to_owned()
@@ -230,6 +246,17 @@ pub async fn connect_existing(url: &str, max_connections: u32) -> Result<Databas
         return Err(error);
     }
     Ok(db)
+}
+
+/// The file a SQLite URL names (`sqlite://PATH?..`, `sqlite:PATH`), or `None` for an in-memory
+/// database.
+fn sqlite_file(url: &str) -> Option<&str> {
+    let rest = url.strip_prefix("sqlite:")?;
+    let rest = rest.strip_prefix("//").unwrap_or(rest);
+    let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
+    let in_memory =
+        path.is_empty() || path == ":memory:" || query.split('&').any(|pair| pair == "mode=memory");
+    (!in_memory).then_some(path)
 }
 
 /// Opens `url`, applies the pending migrations of every mechanism and returns the pool.
@@ -412,6 +439,39 @@ mod tests {
         assert!(message.contains(&format!("127.0.0.1:{port}")), "{message}");
         assert!(message.contains("refused"), "{message}");
         assert!(message.contains("firewall"), "{message}");
+    }
+
+    /// An operator tool pointed at a SQLite file that does not exist is told so, with the path
+    /// and what to do, and no file is created.
+    #[cfg(feature = "sqlite")]
+    #[tokio::test]
+    async fn a_missing_sqlite_file_is_named_and_not_created() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("typo.db");
+        let url = format!("sqlite://{}?mode=rwc", path.display());
+        let error = connect_existing(&url, 1).await.unwrap_err();
+        let message = error.to_string();
+        assert!(
+            matches!(error, ConnectError::SqliteFileMissing { .. }),
+            "{message}"
+        );
+        assert!(message.contains(&path.display().to_string()), "{message}");
+        assert!(message.contains("tenantry serve"), "{message}");
+        assert!(!path.exists(), "nothing was created");
+    }
+
+    #[test]
+    fn sqlite_urls_name_their_file() {
+        for (url, file) in [
+            ("sqlite:///var/lib/t.db?mode=rwc", Some("/var/lib/t.db")),
+            ("sqlite://t.db", Some("t.db")),
+            ("sqlite:t.db?mode=rw", Some("t.db")),
+            ("sqlite::memory:", None),
+            ("sqlite://shared?mode=memory&cache=shared", None),
+            ("postgres://u@h/db", None),
+        ] {
+            assert_eq!(sqlite_file(url), file, "{url}");
+        }
     }
 
     /// A URL whose driver is not compiled is refused with an error naming the feature.

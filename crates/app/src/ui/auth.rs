@@ -12,7 +12,6 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use axum::Form;
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::Next;
@@ -23,6 +22,7 @@ use tenantry_ports::clock::Clock;
 use tokio::time::Instant;
 
 use super::UiState;
+use super::extract::Form;
 use super::layout;
 
 /// Name of the session cookie.

@@ -8,7 +8,9 @@
 //!   after a confirmation stating the count), fences (fence vs in-flight intent, clear with a
 //!   reason), directory (cursor, staleness, readiness, counts);
 //! - [`assets`]: the vendored htmx and the stylesheet;
-//! - [`layout`]: the page shell.
+//! - [`layout`]: the page shell;
+//! - [`extract`]: form and query extractors whose rejection is a console page (400), not
+//!   axum's plain text.
 //!
 //! Reads go through the stores' read ports and the shared [`CountsCache`](crate::counts::CountsCache)
 //! (at most one refresh a second for every viewer); actions call the same use cases as the
@@ -18,6 +20,7 @@
 
 pub mod assets;
 pub mod auth;
+pub mod extract;
 pub mod layout;
 pub mod pages;
 

@@ -7,10 +7,10 @@
 //! (same rules, same messages); actions go through the engine's `OperatorActions`, as the admin
 //! API's do, with actor `console` and the operator's reason, and are recorded in the action log.
 
-use axum::extract::{Path, Query, State};
+use axum::Extension;
+use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Redirect, Response};
-use axum::{Extension, Form};
 use maud::{Markup, html};
 use serde::Deserialize;
 use tenantry_engine::lifecycle::OperatorActions;
@@ -22,6 +22,7 @@ use tenantry_ports::lifecycle::{
 
 use super::super::UiState;
 use super::super::auth::{Session, csrf_ok, csrf_refused};
+use super::super::extract::{Form, Query};
 use super::super::layout::{self, encode};
 use super::overview::ACTIONABLE;
 use super::{error_page, read_only_refused};

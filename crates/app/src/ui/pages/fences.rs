@@ -4,10 +4,10 @@
 //! runs the fence administration of the process's scoped-writes runtime (the admin API's
 //! path: same scope lock, same refusal of a young intent), which logs the reason.
 
-use axum::extract::{Query, State};
+use axum::Extension;
+use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Redirect, Response};
-use axum::{Extension, Form};
 use maud::{Markup, html};
 use serde::Deserialize;
 use tenantry_engine::scoped_writes::admin::ClearTarget;
@@ -15,6 +15,7 @@ use tenantry_fence::{FenceKey, RecordKind};
 
 use super::super::UiState;
 use super::super::auth::{Session, csrf_ok, csrf_refused};
+use super::super::extract::{Form, Query};
 use super::super::layout::{self, encode};
 use super::{error_page, read_only_refused};
 use crate::admin::AdminApiError;
