@@ -16,6 +16,7 @@
 //! pgbench runs twice per connection count, before and after the lifecycle part, and the
 //! mean is the reference, since absolute rates drift on shared machines.
 
+mod peers;
 mod pgbench;
 mod report;
 
@@ -58,6 +59,10 @@ pub struct BenchArgs {
     /// (`target/bench/latest.json` or `bench-<unix seconds>.json`).
     #[arg(long, value_name = "FILE")]
     from_json: Option<PathBuf>,
+    /// The peer bench of part `peers` (its `run.sh`). Default: `../shared/peer-bench` beside
+    /// the workspace; the part is skipped with a note when it is not there.
+    #[arg(long, value_name = "DIR")]
+    peer_bench: Option<PathBuf>,
 }
 
 /// The parts `--only` can name.
@@ -81,9 +86,12 @@ pub enum PartName {
     Intake,
     /// Simulated steps per second of the deterministic simulations (issue 12).
     Sim,
+    /// Tenantry's service defaults beside graphile_worker's local queue and pgbench on the
+    /// peer bench's own fsync-on cluster (issue 14; needs `../shared/peer-bench`).
+    Peers,
 }
 
-const ALL_PARTS: [PartName; 8] = [
+const ALL_PARTS: [PartName; 9] = [
     PartName::Lifecycle,
     PartName::Latency,
     PartName::Directory,
@@ -92,6 +100,7 @@ const ALL_PARTS: [PartName; 8] = [
     PartName::History,
     PartName::Intake,
     PartName::Sim,
+    PartName::Peers,
 ];
 
 /// Runs the benchmark from the workspace root `root`.
@@ -183,6 +192,21 @@ impl<'a> Bench<'a> {
                 PartName::History => drop(self.bench(&url, "postgres", &["history"])?),
                 PartName::Intake => drop(self.bench(&url, "postgres", &["intake"])?),
                 PartName::Sim => drop(self.bench(&url, "sqlite", &["sim"])?),
+                PartName::Peers => {
+                    let dir =
+                        self.args.peer_bench.clone().unwrap_or_else(|| {
+                            self.root.join("..").join("shared").join("peer-bench")
+                        });
+                    let line = peers::run(
+                        &dir,
+                        &self.binary,
+                        &std::env::var_os("PEER_BENCH_OUT")
+                            .map_or_else(|| self.out_dir.join("peer-bench"), PathBuf::from),
+                        self.args.commands,
+                        self.args.workers.iter().copied().max().unwrap_or(8),
+                    )?;
+                    self.push(line);
+                }
             }
             eprintln!(
                 "    part {part:?} took {:.0} s",

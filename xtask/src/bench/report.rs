@@ -301,6 +301,9 @@ pub fn render(results: &[Value]) -> String {
     md.push_str(&history_section(results));
     md.push_str(&intake_section(results));
     md.push_str(&sim_section(results));
+    for r in of("peers") {
+        md.push_str(&super::peers::table(r));
+    }
     md
 }
 
@@ -535,6 +538,10 @@ fn targets(results: &[Value]) -> String {
             t + r["seconds"].as_f64().unwrap_or(0.0),
         )
     });
+    // Issue 14: the shipped service beside the fastest peer, on the peer bench's cluster.
+    for r in part("peers") {
+        rows.extend(super::peers::targets(r));
+    }
     if seconds > 0.0 {
         let rate = steps / seconds;
         rows.push((

@@ -1,0 +1,301 @@
+//! Part `peers`: Tenantry beside the fastest peer job queue, through `../shared/peer-bench`
+//! (issue 14).
+//!
+//! The peer bench starts its own PostgreSQL cluster with the **default** configuration (fsync
+//! and synchronous commit on, unlike the throwaway cluster of the other parts), measures
+//! `pgbench -N -c 8 -j 2 -T 20`, then drains N no-op jobs with graphile_worker's local queue and
+//! N revoke and N provision commands with the release `tenantry-bench` (service defaults), each
+//! on a fresh database. This part runs its `run.sh` with only those rows, reads the report it
+//! writes, and turns it into one `peers` result line. The targets (docs/benchmarks.md):
+//! revoke ≥ 1.2 × graphile_worker local-queue's jobs/s, provision ≥ 3 × pgbench TPS.
+//!
+//! A machine without the peer bench (its folder is not part of this repository) skips the part
+//! with a note; the part never fails the run for that.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use serde_json::{Value, json};
+
+/// The rows this part asks the peer bench for.
+pub const ROWS: &str = "graphile-lq tenantry-revoke tenantry-provision";
+
+/// One row of the peer bench's report.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PeerRow {
+    /// `graphile_worker`, `tenantry-revoke`, ...
+    pub system: String,
+    /// `local-queue`, `default`, ...
+    pub variant: String,
+    /// Jobs (commands) drained per second; `None` when the row failed.
+    pub jobs_per_second: Option<f64>,
+}
+
+/// What one run of the peer bench reported.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PeerRun {
+    /// `pgbench -N` transactions per second on the peer bench's cluster.
+    pub pgbench_tps: f64,
+    /// The server's version and durability settings, as the report prints them.
+    pub server: String,
+    /// Every row, in the report's order.
+    pub rows: Vec<PeerRow>,
+}
+
+/// Parses the report `run.sh` writes (`results/last-run.txt`): the `pgbench ...: X TPS` line,
+/// the `PostgreSQL ...` line and the `details` lines (`key=value` pairs).
+///
+/// # Errors
+/// A report without the pgbench line or without any row.
+pub fn parse_report(text: &str) -> Result<PeerRun, String> {
+    let pgbench_tps = text
+        .lines()
+        .find(|l| l.starts_with("pgbench -N"))
+        .and_then(|l| l.rsplit(": ").next())
+        .and_then(|tail| tail.trim().strip_suffix(" TPS"))
+        .and_then(|tps| tps.parse::<f64>().ok())
+        .ok_or("the peer bench's report has no `pgbench -N ...: X TPS` line")?;
+    let server = text
+        .lines()
+        .find(|l| l.starts_with("PostgreSQL "))
+        .unwrap_or("PostgreSQL (version not reported)")
+        .to_owned();
+    let rows: Vec<PeerRow> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("  version="))
+        .map(|details| {
+            let field = |key: &str| {
+                details
+                    .split(' ')
+                    .find_map(|pair| pair.strip_prefix(key)?.strip_prefix('='))
+                    .unwrap_or("-")
+                    .to_owned()
+            };
+            PeerRow {
+                system: field("system"),
+                variant: field("variant"),
+                jobs_per_second: field("jobs_per_s").parse().ok(),
+            }
+        })
+        .collect();
+    if rows.is_empty() {
+        return Err("the peer bench's report lists no row".into());
+    }
+    Ok(PeerRun {
+        pgbench_tps,
+        server,
+        rows,
+    })
+}
+
+/// The `peers` result line of `run`.
+pub fn result_line(run: &PeerRun, commands: usize, concurrency: u32) -> Value {
+    let rows: Vec<Value> = run
+        .rows
+        .iter()
+        .map(|r| {
+            json!({
+                "system": r.system,
+                "variant": r.variant,
+                "jobs_per_second": r.jobs_per_second,
+                "ratio_to_pgbench": r.jobs_per_second.map(|x| (x / run.pgbench_tps * 100.0).round() / 100.0),
+            })
+        })
+        .collect();
+    json!({
+        "part": "peers",
+        "commands": commands,
+        "concurrency": concurrency,
+        "pgbench_tps": run.pgbench_tps,
+        "server": run.server,
+        "rows": rows,
+    })
+}
+
+/// Runs `peer_bench/run.sh commands concurrency` with [`ROWS`] and `tenantry_bench` as the
+/// Tenantry binary, its output (the peers' release build, the reports) under `out`; returns the `peers` result line, or a `skipped`
+/// line when `peer_bench` has no `run.sh`.
+///
+/// # Errors
+/// `run.sh` could not start or exited with an error, or its report could not be read.
+pub fn run(
+    peer_bench: &Path,
+    tenantry_bench: &Path,
+    out: &Path,
+    commands: usize,
+    concurrency: u32,
+) -> Result<Value, String> {
+    let script = peer_bench.join("run.sh");
+    if !script.is_file() {
+        eprintln!(
+            "    no peer bench at {} (pass --peer-bench DIR): part skipped",
+            peer_bench.display()
+        );
+        return Ok(json!({
+            "part": "peers",
+            "skipped": format!("no peer bench at {}", peer_bench.display()),
+        }));
+    }
+    let mut child = Command::new("bash")
+        .arg(&script)
+        .args([commands.to_string(), concurrency.to_string()])
+        .env("PEERS", ROWS)
+        .env("TENANTRY_BENCH", tenantry_bench)
+        .env("PEER_BENCH_OUT", out)
+        // The report goes to standard error: this process's standard output is JSON lines.
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .stdin(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("could not run {}: {e}", script.display()))?;
+    let _tracked = crate::interrupt::track_child(child.id());
+    if let Some(mut stdout) = child.stdout.take() {
+        let _ = std::io::copy(&mut stdout, &mut std::io::stderr());
+    }
+    let status = child
+        .wait()
+        .map_err(|e| format!("waiting for {}: {e}", script.display()))?;
+    if !status.success() {
+        return Err(format!("{} failed ({status})", script.display()));
+    }
+    let report = out.join("results").join("last-run.txt");
+    let text =
+        std::fs::read_to_string(&report).map_err(|e| format!("read {}: {e}", report.display()))?;
+    Ok(result_line(&parse_report(&text)?, commands, concurrency))
+}
+
+/// The targets of issue 14 measured by the peer bench, as (target, figure, met) rows.
+pub fn targets(peers: &Value) -> Vec<(String, String, Option<bool>)> {
+    let rows = peers["rows"].as_array().map(Vec::as_slice).unwrap_or(&[]);
+    let rate = |system: &str, variant: &str| {
+        rows.iter()
+            .find(|r| r["system"] == system && r["variant"] == variant)
+            .and_then(|r| r["jobs_per_second"].as_f64())
+    };
+    let tps = peers["pgbench_tps"].as_f64();
+    let revoke = rate("tenantry-revoke", "default");
+    let graphile = rate("graphile_worker", "local-queue");
+    let provision = rate("tenantry-provision", "default");
+    let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
+        (Some(a), Some(b)) if b > 0.0 => Some((a / b * 100.0).round() / 100.0),
+        _ => None,
+    };
+    let revoke_ratio = ratio(revoke, graphile);
+    let provision_ratio = ratio(provision, tps);
+    vec![
+        (
+            "revoke (service defaults) ≥ 1.2 × graphile_worker local-queue jobs/s (peer bench, fsync on)"
+                .into(),
+            revoke_ratio.map_or("–".into(), |x| format!("{x}×")),
+            revoke_ratio.map(|x| x >= 1.2),
+        ),
+        (
+            "provision (service defaults) ≥ 3 × pgbench -N tps (peer bench, fsync on)".into(),
+            provision_ratio.map_or("–".into(), |x| format!("{x}×")),
+            provision_ratio.map(|x| x >= 3.0),
+        ),
+    ]
+}
+
+/// The side-by-side table of a `peers` line (empty when the part was skipped).
+pub fn table(peers: &Value) -> String {
+    use std::fmt::Write as _;
+    let Some(rows) = peers["rows"].as_array() else {
+        return String::new();
+    };
+    let mut md = format!(
+        "\n### Side by side with the peers (`../shared/peer-bench`)\n\n{}; pgbench -N -c 8 -j 2 -T 20: {} TPS; {} jobs, concurrency {}.\n\n| system | variant | jobs/s | ÷ pgbench TPS |\n|---|---|---:|---:|\n",
+        peers["server"].as_str().unwrap_or("PostgreSQL"),
+        peers["pgbench_tps"],
+        peers["commands"],
+        peers["concurrency"],
+    );
+    for r in rows {
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {} |",
+            r["system"].as_str().unwrap_or("-"),
+            r["variant"].as_str().unwrap_or("-"),
+            r["jobs_per_second"]
+                .as_f64()
+                .map_or("failed".into(), |x| format!("{x:.1}")),
+            r["ratio_to_pgbench"]
+                .as_f64()
+                .map_or("–".into(), |x| format!("{x}×")),
+        );
+    }
+    md
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const REPORT: &str = "
+peer-bench 2026-12-01T08:19Z  host: 2 cores, 24 GiB, before start: CPU busy 100% over 2 s
+rustc 1.95.0, release profile
+PostgreSQL 15.18 (Debian 15.18-0+deb12u1)  (fsync=on synchronous_commit=on)
+pgbench -N -c 8 -j 2 -T 20 (scale 10): 2056.02 TPS
+N=20000 concurrency=8 poll_ms=100 enqueue_batch=1000 drain_cap_s=180
+
+| system | ... |
+
+details (completed = ...):
+  version=0.14.1 system=graphile_worker variant=local-queue jobs=20000 concurrency=8 pool=20 enqueue_s=1.160 drain_s=1.713 capped=no elapsed_s=1.713 jobs_per_s=11677.8 completed=20000 handler_calls=20000 first_job_ms=41.5 note=local_queue size=100
+  version=tenantry_main system=tenantry-revoke variant=default jobs=20000 concurrency=8 pool=8 enqueue_s=- drain_s=4.272 capped=no elapsed_s=4.272 jobs_per_s=4682.0 completed=20000 handler_calls=- first_job_ms=- note=-
+  version=tenantry_main system=tenantry-provision variant=default jobs=20000 concurrency=8 pool=8 enqueue_s=- drain_s=FAILED capped=- elapsed_s=- jobs_per_s=- completed=- handler_calls=- first_job_ms=- note=failed
+
+total wall time: 215 s
+";
+
+    #[test]
+    fn the_report_gives_tps_server_and_rows() {
+        let run = parse_report(REPORT).unwrap();
+        assert!((run.pgbench_tps - 2056.02).abs() < 1e-9);
+        assert!(run.server.contains("fsync=on"), "{}", run.server);
+        assert_eq!(run.rows.len(), 3);
+        assert_eq!(run.rows[0].system, "graphile_worker");
+        assert_eq!(run.rows[0].variant, "local-queue");
+        assert_eq!(run.rows[0].jobs_per_second, Some(11677.8));
+        assert_eq!(
+            run.rows[2].jobs_per_second, None,
+            "a failed row has no rate"
+        );
+    }
+
+    #[test]
+    fn a_report_without_pgbench_or_rows_is_refused() {
+        assert!(parse_report("nothing here").is_err());
+        let no_rows: String = REPORT
+            .lines()
+            .filter(|l| !l.starts_with("  version="))
+            .collect::<Vec<_>>()
+            .join("\n");
+        assert!(parse_report(&no_rows).unwrap_err().contains("no row"));
+    }
+
+    #[test]
+    fn targets_compare_revoke_with_graphile_and_provision_with_pgbench() {
+        let line = result_line(&parse_report(REPORT).unwrap(), 20_000, 8);
+        let rows = targets(&line);
+        assert_eq!(rows[0].1, "0.4×");
+        assert_eq!(rows[0].2, Some(false));
+        assert_eq!(rows[1].1, "–", "the provision row failed");
+        assert_eq!(rows[1].2, None);
+        let fast = json!({"pgbench_tps": 1000.0, "rows": [
+            {"system": "graphile_worker", "variant": "local-queue", "jobs_per_second": 10000.0},
+            {"system": "tenantry-revoke", "variant": "default", "jobs_per_second": 12500.0},
+            {"system": "tenantry-provision", "variant": "default", "jobs_per_second": 3000.0},
+        ]});
+        let rows = targets(&fast);
+        assert_eq!((rows[0].1.as_str(), rows[0].2), ("1.25×", Some(true)));
+        assert_eq!((rows[1].1.as_str(), rows[1].2), ("3×", Some(true)));
+        assert!(
+            targets(&json!({"part": "peers", "skipped": "x"}))[0]
+                .2
+                .is_none()
+        );
+        assert!(table(&json!({"part": "peers", "skipped": "x"})).is_empty());
+        assert!(table(&line).contains("| tenantry-revoke | default | 4682.0 | 2.28× |"));
+    }
+}
