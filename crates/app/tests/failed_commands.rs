@@ -204,12 +204,20 @@ async fn command_detail_lists_each_failed_attempt_with_its_time() {
     let errors = detail["errors"].as_array().unwrap();
     assert_eq!(errors.len(), 2, "{detail}");
     assert_eq!(
-        (&errors[0]["outcome"], &errors[0]["code"], &errors[0]["attempt"]),
+        (
+            &errors[0]["outcome"],
+            &errors[0]["code"],
+            &errors[0]["attempt"]
+        ),
         (&json!("failed"), &json!("INVALID_REQUEST"), &json!(2)),
         "{detail}"
     );
     assert_eq!(
-        (&errors[1]["outcome"], &errors[1]["code"], &errors[1]["attempt"]),
+        (
+            &errors[1]["outcome"],
+            &errors[1]["code"],
+            &errors[1]["attempt"]
+        ),
         (&json!("retry"), &json!("KFS_UNAVAILABLE"), &json!(1)),
         "{detail}"
     );

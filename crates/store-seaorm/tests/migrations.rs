@@ -746,7 +746,11 @@ async fn attempt_error_log_runs_up_down_and_up_and_goes_with_its_command() {
             .await;
         }
     }
-    exec(conn, "DELETE FROM tenantry_lifecycle_outbox WHERE id = 'c-1'").await;
+    exec(
+        conn,
+        "DELETE FROM tenantry_lifecycle_outbox WHERE id = 'c-1'",
+    )
+    .await;
     assert_eq!(count(conn, errors).await, 2, "c-1's entries went with it");
     // An entry needs its command.
     let orphan = conn

@@ -24,10 +24,11 @@ use tenantry_lifecycle::{
 use crate::clock::{Clock, SystemClock};
 
 use super::{
-    ActionRecord, AttemptEnd, AttemptError, ClaimRequest, CommandAdmin, CommandCount, CommandFilter, CommandQueue,
-    ControlSpaceReader, ErrorCodeCount, ErrorHistory, IntakeStore, IntakeStoreError, KnowledgeFs, LiveSummary,
-    OperatorAction, OperatorActionError, OperatorActionKind, RemoteError, SettleError,
-    SettledCommand, StoreError, Submitted, add_duration,
+    ActionRecord, AttemptEnd, AttemptError, ClaimRequest, CommandAdmin, CommandCount,
+    CommandFilter, CommandQueue, ControlSpaceReader, ErrorCodeCount, ErrorHistory, IntakeStore,
+    IntakeStoreError, KnowledgeFs, LiveSummary, OperatorAction, OperatorActionError,
+    OperatorActionKind, RemoteError, SettleError, SettledCommand, StoreError, Submitted,
+    add_duration,
 };
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -633,7 +634,7 @@ impl CommandAdmin for InMemoryLifecycleStore {
         let total = entries.len() as u64;
         // Newest first; entries written in the same instant keep their write order, reversed.
         entries.reverse();
-        entries.sort_by(|a, b| (b.recorded_at, b.attempt).cmp(&(a.recorded_at, a.attempt)));
+        entries.sort_by_key(|e| std::cmp::Reverse((e.recorded_at, e.attempt)));
         entries.truncate(limit as usize);
         Ok(ErrorHistory { entries, total })
     }

@@ -16,8 +16,8 @@ use tenantry_lifecycle::ErrorCode;
 use tenantry_lifecycle::{CommandRecord, CommandStatus, Operation};
 use tenantry_ports::lifecycle::{
     ActionRecord, AttemptEnd, AttemptError, CommandAdmin, CommandCount, CommandFilter,
-    ErrorCodeCount, ErrorHistory, LiveSummary,
-    OperatorAction, OperatorActionError, OperatorActionKind, SettledCommand, StoreError,
+    ErrorCodeCount, ErrorHistory, LiveSummary, OperatorAction, OperatorActionError,
+    OperatorActionKind, SettledCommand, StoreError,
 };
 
 use super::convert::{millis, to_record};

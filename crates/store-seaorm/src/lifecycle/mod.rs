@@ -34,7 +34,8 @@ use tenantry_lifecycle::{
 };
 use tenantry_ports::clock::Clock;
 use tenantry_ports::lifecycle::{
-    AttemptEnd, ClaimRequest, CommandFilter, CommandQueue, ControlSpaceReader, SettleError, StoreError,
+    AttemptEnd, ClaimRequest, CommandFilter, CommandQueue, ControlSpaceReader, SettleError,
+    StoreError,
 };
 
 use self::convert::{millis, to_claimed, to_control_space, to_record};

@@ -17,8 +17,7 @@ use tenantry_engine::lifecycle::OperatorActions;
 use tenantry_kernel::CommandId;
 use tenantry_lifecycle::CommandStatus;
 use tenantry_ports::lifecycle::{
-    CommandAdmin, CommandFilter, CommandQueue, ControlSpaceReader, ErrorHistory,
-    OperatorActionKind,
+    CommandAdmin, CommandFilter, CommandQueue, ControlSpaceReader, ErrorHistory, OperatorActionKind,
 };
 
 use super::super::UiState;
@@ -328,9 +327,7 @@ async fn detail_live(
 /// The attempt-error log of a command: one row per attempt that ended in an error (or an
 /// operator's abandon), newest first, with its time; says how many earlier ones are left out.
 fn errors_table(history: &ErrorHistory) -> Markup {
-    let hidden = history
-        .total
-        .saturating_sub(history.entries.len() as u64);
+    let hidden = history.total.saturating_sub(history.entries.len() as u64);
     html! {
         @if history.entries.is_empty() {
             p.muted #no-errors { "No attempt ended in an error." }

@@ -159,9 +159,7 @@ pub async fn error_log_keeps_a_retry_then_a_fail_newest_first<S: LifecycleStore 
     assert_eq!(errors_of(&store, &acked).await, ErrorHistory::default());
 }
 
-pub async fn error_log_skips_a_settle_refused_for_a_lost_lease<
-    S: LifecycleStore + CommandAdmin,
->(
+pub async fn error_log_skips_a_settle_refused_for_a_lost_lease<S: LifecycleStore + CommandAdmin>(
     store: S,
     clock: ManualClock,
 ) {
