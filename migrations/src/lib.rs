@@ -11,7 +11,7 @@
 //!
 //! | migrator | history table | migrations |
 //! |---|---|---|
-//! | [`LifecycleMigrator`] | `tenantry_lifecycle_migrations` | [`m0001_lifecycle`], [`m0004_lifecycle_claim_index`], [`m0005_lifecycle_failures`], [`m0006_lifecycle_attempt_window`], `m0007_lifecycle_table_prefix`, [`m0010_lifecycle_retention`] |
+//! | [`LifecycleMigrator`] | `tenantry_lifecycle_migrations` | [`m0001_lifecycle`], [`m0004_lifecycle_claim_index`], [`m0005_lifecycle_failures`], [`m0006_lifecycle_attempt_window`], `m0007_lifecycle_table_prefix`, [`m0010_lifecycle_retention`], [`m0013_lifecycle_attempt_errors`] |
 //! | [`FencesMigrator`] | `tenantry_fences_migrations` | [`m0002_host_storage`], `m0008_host_storage_table_prefix`, [`m0012_host_storage_retention`] |
 //! | [`DirectoryMigrator`] | `tenantry_directory_migrations` | [`m0003_directory`], `m0009_directory_table_prefix`, [`m0011_directory_retention`] |
 //!
@@ -26,6 +26,8 @@
 //!   (finished commands, the action log and inbox receipts in time order).
 //! - [`m0012_host_storage_retention`]: when each host-storage record was last written, and the
 //!   index of tombstones in that order (retention of cleared fence records).
+//! - [`m0013_lifecycle_attempt_errors`]: the attempt-error log (one row per failed attempt or
+//!   operator abandon of a command, removed with its command).
 //! - [`table_prefix`]: renames the tables of a database created before the prefix.
 //!
 //! Databases migrated before these history tables existed recorded everything in
@@ -49,6 +51,7 @@ pub mod m0006_lifecycle_attempt_window;
 pub mod m0010_lifecycle_retention;
 pub mod m0011_directory_retention;
 pub mod m0012_host_storage_retention;
+pub mod m0013_lifecycle_attempt_errors;
 pub mod naming;
 pub mod table_prefix;
 
@@ -65,7 +68,8 @@ pub const DIRECTORY_HISTORY_TABLE: &str = "tenantry_directory_migrations";
 pub const LEGACY_HISTORY_TABLE: &str = "seaql_migrations";
 
 /// The lifecycle saga's tables (`tenantry_control_spaces`, `tenantry_lifecycle_outbox`,
-/// `tenantry_lifecycle_command_actions`), recorded in [`LIFECYCLE_HISTORY_TABLE`].
+/// `tenantry_lifecycle_command_actions`, `tenantry_lifecycle_attempt_errors`), recorded in
+/// [`LIFECYCLE_HISTORY_TABLE`].
 pub struct LifecycleMigrator;
 
 #[async_trait::async_trait]
@@ -78,6 +82,7 @@ impl MigratorTrait for LifecycleMigrator {
             Box::new(m0006_lifecycle_attempt_window::Migration),
             Box::new(table_prefix::LifecyclePrefix),
             Box::new(m0010_lifecycle_retention::Migration),
+            Box::new(m0013_lifecycle_attempt_errors::Migration),
         ]
     }
 
@@ -199,6 +204,7 @@ impl Mechanism {
         let tables: &[&str] = match name {
             "m0001_lifecycle" => &["control_spaces", "lifecycle_outbox"],
             "m0005_lifecycle_failures" => &["lifecycle_command_actions"],
+            "m0013_lifecycle_attempt_errors" => &[m0013_lifecycle_attempt_errors::ERRORS],
             "m0002_host_storage" | "m0003_directory" => self.tables(),
             _ => &[],
         };

@@ -173,3 +173,79 @@ async fn revocation_is_refused_while_the_control_space_is_deleting() {
     );
     assert_eq!(h.commands().await.len(), before, "nothing written");
 }
+
+/// The command detail of the admin API lists every attempt's error with its time, newest
+/// first: a provision answered 503 (retried), then 400 (dead-lettered), then abandoned by an
+/// operator.
+#[tokio::test]
+async fn command_detail_lists_each_failed_attempt_with_its_time() {
+    let h = Harness::start().await;
+    h.remote.script(
+        Route::Provision,
+        [
+            Some(Fault::Unavailable {
+                retry_after_secs: 1,
+            }),
+            Some(Fault::InvalidRequest),
+        ],
+    );
+    let created = h.create("t-1", "cs-flaky").await;
+    let command_id = created["command_id"].as_str().unwrap().to_owned();
+    wait_for(&h, "/v1/tenants/t-1/control-spaces/cs-flaky", |b| {
+        b["lifecycle_status"] == "failed"
+    })
+    .await;
+    let path = format!("/v1/commands/{command_id}");
+    let (status, detail) = h.get(&path).await;
+    assert_eq!(status, 200, "{detail}");
+    assert_eq!(detail["id"], command_id.as_str(), "{detail}");
+    assert_eq!(detail["status"], "failed", "{detail}");
+    assert_eq!(detail["errors_total"], 2, "{detail}");
+    let errors = detail["errors"].as_array().unwrap();
+    assert_eq!(errors.len(), 2, "{detail}");
+    assert_eq!(
+        (
+            &errors[0]["outcome"],
+            &errors[0]["code"],
+            &errors[0]["attempt"]
+        ),
+        (&json!("failed"), &json!("INVALID_REQUEST"), &json!(2)),
+        "{detail}"
+    );
+    assert_eq!(
+        (
+            &errors[1]["outcome"],
+            &errors[1]["code"],
+            &errors[1]["attempt"]
+        ),
+        (&json!("retry"), &json!("KFS_UNAVAILABLE"), &json!(1)),
+        "{detail}"
+    );
+    let at = |e: &Value| {
+        chrono::DateTime::parse_from_rfc3339(e["at"].as_str().unwrap())
+            .unwrap()
+            .timestamp_millis()
+    };
+    assert!(at(&errors[0]) >= at(&errors[1]), "{detail}");
+    assert!(errors[0]["lease_owner"].is_string(), "{detail}");
+    assert_eq!(errors[0]["actor"], Value::Null);
+    // The operator's abandon is in the log too, with who and why.
+    let (status, body) = h
+        .post(
+            &format!("{path}/abandon"),
+            &json!({"actor": "oncall", "reason": "bad slug, customer told"}),
+            None,
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let (_, detail) = h.get(&path).await;
+    assert_eq!(detail["errors_total"], 3, "{detail}");
+    assert_eq!(detail["errors"][0]["outcome"], "abandoned", "{detail}");
+    assert_eq!(detail["errors"][0]["actor"], "oncall", "{detail}");
+    assert_eq!(
+        detail["errors"][0]["message"], "bad slug, customer told",
+        "{detail}"
+    );
+    let (status, body) = h.get("/v1/commands/no-such-command").await;
+    assert_error(status, &body, 404, "COMMAND_NOT_FOUND");
+}

@@ -369,6 +369,15 @@ async fn actions_need_the_csrf_token_and_are_recorded() {
         "{}",
         detail.body
     );
+    // The dead-lettered attempt stays in the detail's error table, with its time.
+    let log = &detail.body[detail
+        .body
+        .find("id=\"errors-log\"")
+        .expect("the errors table")..];
+    assert!(
+        log.contains("data-outcome=\"failed\"") && log.contains("INVALID_REQUEST"),
+        "{log}"
+    );
     // A reason is required to clear a fence; with one, the fence is cleared.
     let empty = console
         .post(

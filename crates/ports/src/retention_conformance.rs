@@ -44,6 +44,7 @@ macro_rules! retention_store_conformance {
             idempotency_key_replays_inside_its_lifetime_and_is_new_after_it,
             prune_removes_operator_actions_past_their_window,
             concurrent_pruners_remove_each_record_once_beside_claims_and_settles,
+            prune_removes_the_attempt_errors_with_their_command,
         );
     };
     (@cases $make:expr; $($case:ident),* $(,)?) => {
@@ -97,6 +98,18 @@ async fn retired<S: LifecycleStore>(
     key: &str,
     at: i64,
 ) -> (CommandId, CommandId) {
+    retired_after_retries(store, clock, cs, key, at, 0).await
+}
+
+/// [`retired`], the deletion first settled as a retry `retries` times (each with an error).
+async fn retired_after_retries<S: LifecycleStore>(
+    store: &S,
+    clock: &ManualClock,
+    cs: &str,
+    key: &str,
+    at: i64,
+    retries: u32,
+) -> (CommandId, CommandId) {
     let provision = enqueue(store, clock, cs, key, at).await;
     let space_id = ControlSpaceId::parse(cs).unwrap();
     let space = store.control_space(&tenant(), &space_id).await.unwrap();
@@ -116,6 +129,19 @@ async fn retired<S: LifecycleStore>(
     )
     .unwrap();
     store.submit(&plan).await.unwrap();
+    for n in 0..retries {
+        let claimed = store
+            .claim(&claim_request("wd", false, 1))
+            .await
+            .unwrap()
+            .pop()
+            .expect("the deletion is claimable");
+        let error = ErrorRecord::new("REMOTE_UNAVAILABLE", format!("try {n}"));
+        store
+            .settle(&claimed.lease, &Settlement::retry(t(at), error))
+            .await
+            .unwrap();
+    }
     // Provisions are left out of the claim: only the deletion is claimable.
     let claimed = store
         .claim(&claim_request("wd", false, 1))
@@ -411,4 +437,44 @@ pub async fn concurrent_pruners_remove_each_record_once_beside_claims_and_settle
             .unwrap(),
         0
     );
+}
+
+/// Pruning a command removes its attempt-error log with it (no entry is left behind), and
+/// leaves the log of a command that stays.
+pub async fn prune_removes_the_attempt_errors_with_their_command<
+    S: LifecycleStore + CommandAdmin,
+    R: RetentionStore,
+>(
+    store: S,
+    retention: R,
+    clock: ManualClock,
+) {
+    let (_, deletion) = retired_after_retries(&store, &clock, "cs1", "k1", 1, 2).await;
+    let live = enqueue(&store, &clock, "cs2", "k2", 2).await;
+    let claimed = store
+        .claim(&claim_request("w", true, 1))
+        .await
+        .unwrap()
+        .pop()
+        .expect("the provision is claimable");
+    assert_eq!(claimed.id(), &live);
+    store
+        .settle(
+            &claimed.lease,
+            &Settlement::retry(t(500), ErrorRecord::new("REMOTE_UNAVAILABLE", "live")),
+        )
+        .await
+        .unwrap();
+    assert_eq!(store.command_errors(&deletion, 50).await.unwrap().total, 2);
+    let kind = RetentionKind::FinishedCommands;
+    assert_eq!(removed(&retention, kind, t(101), 10).await, 2);
+    let gone = store.command_errors(&deletion, 50).await.unwrap();
+    assert_eq!(
+        (gone.total, gone.entries.len()),
+        (0, 0),
+        "no error entry outlives its command"
+    );
+    let kept = store.command_errors(&live, 50).await.unwrap();
+    assert_eq!(kept.total, 1);
+    assert_eq!(kept.entries[0].message, "live");
 }

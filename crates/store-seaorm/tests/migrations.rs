@@ -191,8 +191,9 @@ async fn insert_command(
 async fn m0006_runs_up_down_and_up_again_with_rows_present() {
     let db = fresh_database().await;
     let conn = &db.db.conn;
-    // m0010, the prefix migration and m0006: the outbox has its old name and no window columns.
-    LifecycleMigrator::down(conn, Some(3)).await.unwrap();
+    // m0013, m0010, the prefix migration and m0006: the outbox has its old name and no window
+    // columns.
+    LifecycleMigrator::down(conn, Some(4)).await.unwrap();
     let outbox = "lifecycle_outbox";
     assert!(!column_exists(conn, outbox, "attempt_window_ends_at").await);
     assert!(!column_exists(conn, outbox, "prior_window_ends_at").await);
@@ -218,7 +219,7 @@ async fn m0006_runs_up_down_and_up_again_with_rows_present() {
         Some(5000),
         "claimed before the migration: a conservative window"
     );
-    LifecycleMigrator::down(conn, Some(3)).await.unwrap();
+    LifecycleMigrator::down(conn, Some(4)).await.unwrap();
     assert!(!column_exists(conn, "lifecycle_outbox", "attempt_window_ends_at").await);
     LifecycleMigrator::up(conn, None).await.unwrap();
     assert!(column_exists(conn, outbox, "attempt_window_ends_at").await);
@@ -294,9 +295,9 @@ async fn assert_named(conn: &DatabaseConnection, prefix: &str, other: &str, when
 }
 
 async fn down_prefix_migrations(conn: &DatabaseConnection) {
-    // The retention migrations (m0010, m0011, m0012) come after the prefix migrations: revert
-    // them first.
-    LifecycleMigrator::down(conn, Some(2)).await.unwrap();
+    // The retention migrations (m0010, m0011, m0012) and the attempt-error log (m0013) come
+    // after the prefix migrations: revert them first.
+    LifecycleMigrator::down(conn, Some(3)).await.unwrap();
     FencesMigrator::down(conn, Some(2)).await.unwrap();
     DirectoryMigrator::down(conn, Some(2)).await.unwrap();
 }
@@ -314,7 +315,7 @@ async fn prefix_migrations_run_up_down_and_up_again_with_rows_present() {
     assert_named(conn, "", "tenantry_", "after down").await;
     assert!(matches!(
         db.db.check_schema(Mechanisms::ALL).await,
-        Err(ConnectError::SchemaNotCurrent { pending: 6, .. })
+        Err(ConnectError::SchemaNotCurrent { pending: 7, .. })
     ));
 
     db.db.migrate(Mechanisms::ALL).await.unwrap();
@@ -380,7 +381,7 @@ async fn a_database_migrated_before_the_prefix_is_adopted_and_renamed_keeping_ro
     insert_rows(conn, "").await;
     assert!(matches!(
         db.db.check_schema(Mechanisms::ALL).await,
-        Err(ConnectError::SchemaNotCurrent { pending: 6, .. })
+        Err(ConnectError::SchemaNotCurrent { pending: 7, .. })
     ));
     // Running a migrator directly, before the history is adopted, is refused, not a second
     // empty set of tables.
@@ -395,7 +396,7 @@ async fn a_database_migrated_before_the_prefix_is_adopted_and_renamed_keeping_ro
     db.db.migrate(Mechanisms::ALL).await.unwrap();
     assert_named(conn, "tenantry_", "", "after the upgrade").await;
     assert!(!table_exists(conn, "seaql_migrations").await);
-    assert_eq!(count(conn, "tenantry_lifecycle_migrations").await, 6);
+    assert_eq!(count(conn, "tenantry_lifecycle_migrations").await, 7);
     db.db.check_schema(Mechanisms::ALL).await.unwrap();
 
     // Down and up again after the upgrade.
@@ -516,7 +517,7 @@ async fn a_host_that_appended_tenantry_migrations_passes_the_schema_check() {
     assert!(table_exists(conn, "tenantry_lifecycle_outbox").await);
     assert!(matches!(
         db.db.check_schema(Mechanisms::ALL).await,
-        Err(ConnectError::SchemaNotCurrent { pending: 12, .. })
+        Err(ConnectError::SchemaNotCurrent { pending: 13, .. })
     ));
     db.db
         .check_schema_with_history(Mechanisms::ALL, "host_migrations")
@@ -599,7 +600,7 @@ async fn a_database_from_the_hosts_pool() {
     assert_eq!(db.backend, test.backend());
     assert!(matches!(
         db.check_schema(Mechanisms::ALL).await,
-        Err(ConnectError::SchemaNotCurrent { pending: 12, .. })
+        Err(ConnectError::SchemaNotCurrent { pending: 13, .. })
     ));
     db.migrate(Mechanisms::ALL).await.unwrap();
     db.check_schema(Mechanisms::ALL).await.unwrap();
@@ -673,7 +674,8 @@ async fn retention_indexes_run_up_down_and_up_again() {
         assert!(index_exists(conn, index).await, "after up: {index}");
     }
     assert!(column_exists(conn, "tenantry_host_storage", "updated_at").await);
-    LifecycleMigrator::down(conn, Some(1)).await.unwrap();
+    // m0013 and m0010.
+    LifecycleMigrator::down(conn, Some(2)).await.unwrap();
     DirectoryMigrator::down(conn, Some(1)).await.unwrap();
     FencesMigrator::down(conn, Some(1)).await.unwrap();
     for index in indexes {
@@ -709,4 +711,53 @@ async fn retention_indexes_run_up_down_and_up_again() {
         .unwrap();
     assert_eq!(stamped, 1);
     db.db.check_schema(Mechanisms::ALL).await.unwrap();
+}
+
+/// m0013 (the attempt-error log) runs up, down and up again; its rows follow their command: a
+/// deleted command (retention's delete) takes its entries with it, in the same statement.
+#[tokio::test]
+async fn attempt_error_log_runs_up_down_and_up_and_goes_with_its_command() {
+    let db = fresh_database().await;
+    let conn = &db.db.conn;
+    let errors = "tenantry_lifecycle_attempt_errors";
+    let index = "ix_tenantry_lifecycle_attempt_errors_command";
+    assert!(table_exists(conn, errors).await);
+    assert!(index_exists(conn, index).await);
+    LifecycleMigrator::down(conn, Some(1)).await.unwrap();
+    assert!(!table_exists(conn, errors).await);
+    assert!(!index_exists(conn, index).await);
+    assert!(table_exists(conn, "tenantry_lifecycle_outbox").await);
+    LifecycleMigrator::up(conn, None).await.unwrap();
+    assert!(table_exists(conn, errors).await);
+    assert!(index_exists(conn, index).await);
+    db.db.check_schema(Mechanisms::ALL).await.unwrap();
+
+    for id in ["c-1", "c-2"] {
+        insert_command(conn, "tenantry_lifecycle_outbox", id, 1, "NULL").await;
+        for n in 1..=2 {
+            exec(
+                conn,
+                &format!(
+                    "INSERT INTO {errors} (id, command_id, attempt, outcome, error_code, \
+                     error_message, recorded_at, lease_owner, actor) \
+                     VALUES ('{id}-{n}', '{id}', {n}, 'retry', 'X', 'x', {n}, 'w', NULL)"
+                ),
+            )
+            .await;
+        }
+    }
+    exec(
+        conn,
+        "DELETE FROM tenantry_lifecycle_outbox WHERE id = 'c-1'",
+    )
+    .await;
+    assert_eq!(count(conn, errors).await, 2, "c-1's entries went with it");
+    // An entry needs its command.
+    let orphan = conn
+        .execute_unprepared(&format!(
+            "INSERT INTO {errors} (id, command_id, attempt, outcome, error_code, error_message, \
+             recorded_at) VALUES ('o', 'no-such-command', 1, 'retry', 'X', 'x', 1)"
+        ))
+        .await;
+    assert!(orphan.is_err(), "an entry without its command is refused");
 }

@@ -1,5 +1,5 @@
-//! Operator routes on commands: retry or abandon one command or every command matching a
-//! filter, and read a command's action log. Every action is recorded with who (`actor`), when
+//! Operator routes on commands: read one command with its attempt-error log, retry or abandon
+//! one command or every command matching a filter, and read a command's action log. Every action is recorded with who (`actor`), when
 //! and why (`reason`); a command that is not `pending` or `failed` is refused with 409
 //! `COMMAND_NOT_ACTIONABLE` and left unchanged.
 
@@ -12,7 +12,7 @@ use tenantry_engine::lifecycle::{OperatorActions, OperatorRequestError};
 use tenantry_kernel::CommandId;
 use tenantry_lifecycle::CommandStatus;
 use tenantry_ports::lifecycle::{
-    CommandAdmin, CommandFilter, OperatorActionError, OperatorActionKind,
+    AttemptError, CommandAdmin, CommandFilter, OperatorActionError, OperatorActionKind,
 };
 use tenantry_store_seaorm::lifecycle::SeaOrmLifecycleStore;
 
@@ -124,6 +124,56 @@ pub struct ActionView {
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct ActionList {
     items: Vec<ActionView>,
+}
+
+/// Most entries of the attempt-error log a command's detail shows (the newest); the total says
+/// how many more there are.
+pub const DETAIL_ERRORS: u32 = 50;
+
+/// One entry of a command's attempt-error log: an attempt that ended in an error, or an
+/// operator's abandon.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[schema(as = AttemptError)]
+pub struct AttemptErrorView {
+    /// The command's attempt count when recorded (1 for the first attempt).
+    attempt: i32,
+    /// `retry` (the command was scheduled again), `failed` (dead-lettered) or `abandoned` (by
+    /// an operator; `actor` says who).
+    outcome: &'static str,
+    code: String,
+    message: String,
+    /// When it was recorded (the database clock).
+    at: DateTime<Utc>,
+    /// The worker that settled the attempt (none for an abandon).
+    lease_owner: Option<String>,
+    /// The operator who abandoned the command (none for a settled attempt).
+    actor: Option<String>,
+}
+
+impl From<AttemptError> for AttemptErrorView {
+    fn from(e: AttemptError) -> Self {
+        Self {
+            attempt: e.attempt,
+            outcome: e.end.as_str(),
+            code: e.code.to_string(),
+            message: e.message,
+            at: e.recorded_at,
+            lease_owner: e.lease_owner,
+            actor: e.actor,
+        }
+    }
+}
+
+/// A command with the errors of its attempts.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[schema(as = CommandDetail)]
+pub struct CommandDetail {
+    #[serde(flatten)]
+    command: CommandView,
+    /// The newest entries of the attempt-error log (at most 50), newest first.
+    errors: Vec<AttemptErrorView>,
+    /// How many entries the log has in all (more than `errors` holds when it was bounded).
+    errors_total: u64,
 }
 
 fn operator(state: &AdminState) -> OperatorActions<SeaOrmLifecycleStore> {
@@ -302,6 +352,36 @@ pub async fn abandon_matching(
     JsonBody(body): JsonBody<BulkBody>,
 ) -> Result<Json<BulkView>, AdminApiError> {
     act_bulk(&state, OperatorActionKind::Abandon, body).await
+}
+
+/// `GET /v1/commands/{command_id}`: one command with its attempt-error log.
+#[utoipa::path(
+    get,
+    path = "/v1/commands/{command_id}",
+    operation_id = "getCommand",
+    summary = "One command, with the errors of its failed attempts (newest first, at most 50) and their times",
+    params(("command_id" = CommandId, Path)),
+    responses(
+        (status = 200, description = "The command and its attempt-error log.", body = CommandDetail),
+        Refusals,
+        (status = 404, response = NotFound),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn get_command(
+    State(state): State<AdminState>,
+    PathParams(id): PathParams<String>,
+) -> Result<Json<CommandDetail>, AdminApiError> {
+    let id = command_id(&id)?;
+    let Some(command) = state.store.command_by_id(&id).await? else {
+        return Err(OperatorActionError::UnknownCommand { command_id: id }.into());
+    };
+    let history = state.store.command_errors(&id, DETAIL_ERRORS).await?;
+    Ok(Json(CommandDetail {
+        command: CommandView::from(&command),
+        errors: history.entries.into_iter().map(Into::into).collect(),
+        errors_total: history.total,
+    }))
 }
 
 /// `GET /v1/commands/{command_id}/actions`: the command's action log, oldest first.

@@ -39,6 +39,7 @@ use tenantry_ports::clock::Clock;
 use tenantry_store_seaorm::host_storage::SeaOrmHostStorage;
 use tenantry_store_seaorm::lifecycle::SeaOrmLifecycleStore;
 
+pub use commands::DETAIL_ERRORS;
 pub use error::{AdminApiError, CORRELATION_ID_HEADER};
 pub use lifecycle::{
     CommandView, CommandsQuery, DEFAULT_PAGE, MAX_PAGE, commands_filter, known_cursor,
@@ -55,7 +56,7 @@ pub const MAX_BODY_BYTES: usize = 64 * 1024;
 pub const OPENAPI: &str = include_str!("../../../../docs/openapi/admin-v1.json");
 
 /// Every route as (method, path template); the OpenAPI file documents exactly these.
-pub const PATHS: [(&str, &str); 16] = [
+pub const PATHS: [(&str, &str); 17] = [
     ("POST", "/v1/tenants/{tenant_id}/control-spaces"),
     (
         "GET",
@@ -81,6 +82,7 @@ pub const PATHS: [(&str, &str); 16] = [
     ("POST", "/v1/commands/retry"),
     ("POST", "/v1/commands/abandon"),
     ("GET", "/v1/commands/{command_id}/actions"),
+    ("GET", "/v1/commands/{command_id}"),
 ];
 
 /// What the handlers share.
@@ -131,6 +133,7 @@ pub fn router(state: AdminState) -> Router {
         .route(PATHS[13].1, post(commands::retry_matching))
         .route(PATHS[14].1, post(commands::abandon_matching))
         .route(PATHS[15].1, get(commands::list_actions))
+        .route(PATHS[16].1, get(commands::get_command))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
     Router::new()
         .merge(v1)

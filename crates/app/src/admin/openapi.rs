@@ -47,6 +47,7 @@ use super::{commands, fences, lifecycle, probes};
         commands::retry_matching,
         commands::abandon_matching,
         commands::list_actions,
+        commands::get_command,
     ),
     components(responses(
         BadRequest,

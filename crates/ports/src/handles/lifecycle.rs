@@ -14,7 +14,7 @@ use tenantry_lifecycle::{
 
 use crate::lifecycle::{
     ActionRecord, ClaimRequest, CommandAdmin, CommandCount, CommandFilter, CommandQueue,
-    ControlSpaceReader, ErrorCodeCount, IntakeStore, IntakeStoreError, KnowledgeFs,
+    ControlSpaceReader, ErrorCodeCount, ErrorHistory, IntakeStore, IntakeStoreError, KnowledgeFs,
     LifecycleMetrics, LiveSummary, MetricsError, OperatorAction, OperatorActionError, RemoteError,
     RenewalOutcome, SettleError, SettledCommand, StoreError, Submitted, TaskMetric,
 };
@@ -100,6 +100,13 @@ async_handles!(CommandAdmin {
         command_id: &CommandId,
     ) -> Result<Vec<ActionRecord>, StoreError> {
         (**self).command_actions(command_id).await
+    }
+    async fn command_errors(
+        &self,
+        command_id: &CommandId,
+        limit: u32,
+    ) -> Result<ErrorHistory, StoreError> {
+        (**self).command_errors(command_id, limit).await
     }
     async fn command_by_id(
         &self,

@@ -32,8 +32,10 @@ use super::{
 };
 
 mod batch;
+mod errors;
 mod failures;
 pub use batch::*;
+pub use errors::*;
 pub use failures::*;
 
 /// Runs every conformance case against the store built by `$make`, a closure that takes the
@@ -115,6 +117,9 @@ macro_rules! lifecycle_store_conformance {
             list_commands_filters_by_error_code,
             count_matching_and_by_error_code,
             settled_since_and_live_summary,
+            error_log_keeps_a_retry_then_a_fail_newest_first,
+            error_log_skips_a_settle_refused_for_a_lost_lease,
+            settle_many_logs_errors_only_for_its_retries_and_fails,
         );
     };
     (@cases $make:expr; $($case:ident),* $(,)?) => {

@@ -24,10 +24,11 @@ use tenantry_lifecycle::{
 use crate::clock::{Clock, SystemClock};
 
 use super::{
-    ActionRecord, ClaimRequest, CommandAdmin, CommandCount, CommandFilter, CommandQueue,
-    ControlSpaceReader, ErrorCodeCount, IntakeStore, IntakeStoreError, KnowledgeFs, LiveSummary,
-    OperatorAction, OperatorActionError, OperatorActionKind, RemoteError, SettleError,
-    SettledCommand, StoreError, Submitted, add_duration,
+    ActionRecord, AttemptEnd, AttemptError, ClaimRequest, CommandAdmin, CommandCount,
+    CommandFilter, CommandQueue, ControlSpaceReader, ErrorCodeCount, ErrorHistory, IntakeStore,
+    IntakeStoreError, KnowledgeFs, LiveSummary, OperatorAction, OperatorActionError,
+    OperatorActionKind, RemoteError, SettleError, SettledCommand, StoreError, Submitted,
+    add_duration,
 };
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -45,6 +46,8 @@ struct StoreState {
     /// `prior_window_ends_at`), restored by a settle that sent nothing.
     prior_windows: HashMap<CommandId, Option<DateTime<Utc>>>,
     actions: Vec<ActionRecord>,
+    /// The attempt-error log, in the order written.
+    errors: Vec<AttemptError>,
 }
 
 /// In-memory implementation of the lifecycle storage ports. Clones share state.
@@ -376,6 +379,7 @@ impl CommandQueue for InMemoryLifecycleStore {
             .get(&lease.command_id)
             .copied()
             .flatten();
+        let mut logged = None;
         if let (Some(outcome), Some(r)) = (
             &settlement.outcome,
             state.commands.get_mut(&lease.command_id),
@@ -386,7 +390,26 @@ impl CommandQueue for InMemoryLifecycleStore {
                 prior
             };
             apply_outcome(r, outcome);
+            let end = match outcome {
+                CommandOutcome::Retry { .. } => Some(AttemptEnd::Retry),
+                CommandOutcome::Fail { .. } => Some(AttemptEnd::Failed),
+                CommandOutcome::Ack { .. } | CommandOutcome::Moot { .. } => None,
+            };
+            if let (Some(end), Some(error)) = (end, outcome.error()) {
+                let entry = AttemptError {
+                    command_id: r.id.clone(),
+                    attempt: r.attempt_count,
+                    end,
+                    code: error.code.clone(),
+                    message: error.message.clone(),
+                    recorded_at: now,
+                    lease_owner: Some(lease.owner.as_str().to_owned()),
+                    actor: None,
+                };
+                logged = Some(entry);
+            }
         }
+        state.errors.extend(logged);
         Ok(())
     }
 
@@ -567,6 +590,18 @@ impl CommandAdmin for InMemoryLifecycleStore {
         release(r);
         let after = r.clone();
         state.actions.push(record);
+        if action.kind == OperatorActionKind::Abandon {
+            state.errors.push(AttemptError {
+                command_id: after.id.clone(),
+                attempt: after.attempt_count,
+                end: AttemptEnd::Abandoned,
+                code: tenantry_lifecycle::ErrorCode::AbandonedByOperator.to_owned(),
+                message: action.reason.clone(),
+                recorded_at: now,
+                lease_owner: None,
+                actor: Some(action.actor.clone()),
+            });
+        }
         Ok(after)
     }
 
@@ -581,6 +616,27 @@ impl CommandAdmin for InMemoryLifecycleStore {
             .filter(|a| &a.action.command_id == command_id)
             .cloned()
             .collect())
+    }
+
+    async fn command_errors(
+        &self,
+        command_id: &CommandId,
+        limit: u32,
+    ) -> Result<ErrorHistory, StoreError> {
+        self.check_fault()?;
+        let state = lock(&self.state);
+        let mut entries: Vec<AttemptError> = state
+            .errors
+            .iter()
+            .filter(|e| &e.command_id == command_id)
+            .cloned()
+            .collect();
+        let total = entries.len() as u64;
+        // Newest first; entries written in the same instant keep their write order, reversed.
+        entries.reverse();
+        entries.sort_by_key(|e| std::cmp::Reverse((e.recorded_at, e.attempt)));
+        entries.truncate(limit as usize);
+        Ok(ErrorHistory { entries, total })
     }
 
     async fn command_by_id(
@@ -1039,6 +1095,8 @@ impl crate::retention::RetentionStore for InMemoryLifecycleStore {
                 for (_, id) in &expired {
                     state.commands.remove(id);
                     state.prior_windows.remove(id);
+                    // The command's attempt-error log goes with it (the SQL stores' cascade).
+                    state.errors.retain(|e| &e.command_id != id);
                 }
                 Ok(crate::retention::PruneBatch::Removed(expired.len() as u64))
             }

@@ -168,6 +168,8 @@ pub trait CommandQueue: Send + Sync {
     /// Applies `settlement` in one transaction, as compare-and-sets: the command must still be
     /// processing under `lease` (owner and epoch), the control space must still have the
     /// expected resource version and state, and a superseded command must still meet its rule.
+    /// A retry or fail outcome also appends an entry to the command's attempt-error log
+    /// ([`CommandAdmin::command_errors`]) in the same transaction, stamped with the store's now.
     ///
     /// # Errors
     /// [`SettleError`] naming the first check that failed; nothing is written then.
@@ -431,6 +433,73 @@ pub struct LiveSummary {
     pub lease_owners: Vec<(String, u64)>,
 }
 
+/// How an attempt recorded in the attempt-error log ended ([`AttemptError::end`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AttemptEnd {
+    /// Settled as a retry: the command went back to `pending` with this error.
+    Retry,
+    /// Settled as a dead letter: the command became `failed` with this error.
+    Failed,
+    /// An operator abandoned the command (code `ABANDONED_BY_OPERATOR`, the reason as message,
+    /// the operator as [`AttemptError::actor`]); the attempt number is the command's attempt
+    /// count at the time, not a new attempt.
+    Abandoned,
+}
+
+impl AttemptEnd {
+    /// Stored name: `retry`, `failed` or `abandoned`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Retry => "retry",
+            Self::Failed => "failed",
+            Self::Abandoned => "abandoned",
+        }
+    }
+
+    /// Parses a stored name.
+    pub fn parse(value: &str) -> Option<Self> {
+        match value {
+            "retry" => Some(Self::Retry),
+            "failed" => Some(Self::Failed),
+            "abandoned" => Some(Self::Abandoned),
+            _ => None,
+        }
+    }
+}
+
+/// One entry of a command's attempt-error log: an attempt that ended in an error (a retry or
+/// a dead letter), or an operator's abandon. Written by the settle (or the abandon) in its own
+/// transaction, so an entry exists exactly when that settle was written; a settle refused for a
+/// lost lease writes none. Acks and moot closes write none.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttemptError {
+    /// The command.
+    pub command_id: CommandId,
+    /// The command's `attempt_count` when it was recorded (1 for the first claim).
+    pub attempt: i32,
+    /// How the attempt ended.
+    pub end: AttemptEnd,
+    /// The error code of the settlement.
+    pub code: ErrorCode,
+    /// The error message of the settlement.
+    pub message: String,
+    /// When it was recorded, on the store's clock (the database clock of the SQL stores).
+    pub recorded_at: DateTime<Utc>,
+    /// The lease owner (worker) that settled the attempt; `None` for an operator's abandon.
+    pub lease_owner: Option<String>,
+    /// The operator who abandoned the command; `None` for a settle.
+    pub actor: Option<String>,
+}
+
+/// The newest entries of a command's attempt-error log ([`CommandAdmin::command_errors`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ErrorHistory {
+    /// The newest entries first (by `recorded_at`, then `attempt`), at most the limit asked.
+    pub entries: Vec<AttemptError>,
+    /// How many entries the command has in all (`total - entries.len()` were left out).
+    pub total: u64,
+}
+
 /// Operator actions on commands and counts for gauges. Not part of [`LifecycleStore`]: only
 /// the admin API, the CLI and metrics use it.
 #[cfg_attr(feature = "mocks", mockall::automock)]
@@ -441,7 +510,8 @@ pub trait CommandAdmin: Send + Sync {
     /// `next_attempt_at = at`, `attempt_budget_base = attempt_count` (a fresh budget;
     /// `attempt_count` is never reset, so a retried provision still shows it may have been
     /// dispatched), `completed_at` cleared. Abandon: status `abandoned`, `completed_at = at`,
-    /// `last_error_code = ABANDONED_BY_OPERATOR`, `last_error_message = reason`. The lease
+    /// `last_error_code = ABANDONED_BY_OPERATOR`, `last_error_message = reason`, and an
+    /// [`AttemptEnd::Abandoned`] entry (with the actor) in the attempt-error log. The lease
     /// is cleared either way. Returns the command after the action.
     ///
     /// # Errors
@@ -460,6 +530,19 @@ pub trait CommandAdmin: Send + Sync {
         &self,
         command_id: &CommandId,
     ) -> Result<Vec<ActionRecord>, StoreError>;
+
+    /// The attempt-error log of one command: its newest `limit` entries, newest first (by
+    /// `recorded_at`, then `attempt`, descending), and how many it has in all. An unknown
+    /// command has none. SQL stores read the index on `(command_id, recorded_at)` of migration
+    /// m0013; the log is removed with its command by retention.
+    ///
+    /// # Errors
+    /// [`StoreError`] when the database fails or a row is corrupt.
+    async fn command_errors(
+        &self,
+        command_id: &CommandId,
+        limit: u32,
+    ) -> Result<ErrorHistory, StoreError>;
 
     /// One command by id.
     ///

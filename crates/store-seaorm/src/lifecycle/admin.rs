@@ -1,5 +1,6 @@
 //! [`CommandAdmin`] over SeaORM: operator retry / abandon (a compare-and-set on the status plus
-//! one row in `tenantry_lifecycle_command_actions`, in one write transaction), the action log,
+//! one row in `tenantry_lifecycle_command_actions`, and for an abandon one in the attempt-error
+//! log, in one write transaction), the action log, the attempt-error log,
 //! and the counts per (status, operation) of the commands gauge (`GROUP BY` queries served by the
 //! claim index for live commands and the `failed_at` index of migration m0005 for failed ones).
 
@@ -14,13 +15,14 @@ use tenantry_kernel::CommandId;
 use tenantry_lifecycle::ErrorCode;
 use tenantry_lifecycle::{CommandRecord, CommandStatus, Operation};
 use tenantry_ports::lifecycle::{
-    ActionRecord, CommandAdmin, CommandCount, CommandFilter, ErrorCodeCount, LiveSummary,
-    OperatorAction, OperatorActionError, OperatorActionKind, SettledCommand, StoreError,
+    ActionRecord, AttemptEnd, AttemptError, CommandAdmin, CommandCount, CommandFilter,
+    ErrorCodeCount, ErrorHistory, LiveSummary, OperatorAction, OperatorActionError,
+    OperatorActionKind, SettledCommand, StoreError,
 };
 
 use super::convert::{millis, to_record};
-use super::entity::{action, outbox};
-use super::{SeaOrmLifecycleStore, detached, unavailable};
+use super::entity::{action, attempt_error, outbox};
+use super::{AttemptLog, SeaOrmLifecycleStore, detached, log_attempt_error, unavailable};
 use crate::connect::Backend;
 
 fn corrupt(column: &str, value: &str) -> StoreError {
@@ -46,6 +48,26 @@ fn to_action(row: action::Model) -> Result<ActionRecord, StoreError> {
             .ok_or_else(|| corrupt("previous_status", &row.previous_status))?,
         previous_error_code: row.previous_error_code.map(ErrorCode::from),
         attempt_count: row.attempt_count,
+    })
+}
+
+fn to_attempt_error(row: attempt_error::Model) -> Result<AttemptError, StoreError> {
+    let corrupt = |column: &str, value: &str| {
+        StoreError::corrupt(format!(
+            "lifecycle_attempt_errors.{column} holds an invalid value {value:?}"
+        ))
+    };
+    Ok(AttemptError {
+        command_id: CommandId::parse(row.command_id.clone())
+            .map_err(|_| corrupt("command_id", &row.command_id))?,
+        attempt: row.attempt,
+        end: AttemptEnd::parse(&row.outcome).ok_or_else(|| corrupt("outcome", &row.outcome))?,
+        code: ErrorCode::from(row.error_code),
+        message: row.error_message,
+        recorded_at: DateTime::from_timestamp_millis(row.recorded_at)
+            .ok_or_else(|| corrupt("recorded_at", &row.recorded_at.to_string()))?,
+        lease_owner: row.lease_owner,
+        actor: row.actor,
     })
 }
 
@@ -81,6 +103,36 @@ impl CommandAdmin for SeaOrmLifecycleStore {
             .into_iter()
             .map(to_action)
             .collect()
+    }
+
+    async fn command_errors(
+        &self,
+        command_id: &CommandId,
+        limit: u32,
+    ) -> Result<ErrorHistory, StoreError> {
+        // Both are range reads of the `(command_id, recorded_at)` index of m0013.
+        let of_command = || {
+            attempt_error::Entity::find()
+                .filter(attempt_error::Column::CommandId.eq(command_id.as_str()))
+        };
+        let entries = of_command()
+            .order_by_desc(attempt_error::Column::RecordedAt)
+            .order_by_desc(attempt_error::Column::Attempt)
+            .order_by_desc(attempt_error::Column::Id)
+            .limit(u64::from(limit))
+            .all(&self.conn)
+            .await
+            .map_err(unavailable)?
+            .into_iter()
+            .map(to_attempt_error)
+            .collect::<Result<Vec<_>, _>>()?;
+        let total = if (entries.len() as u64) < u64::from(limit) {
+            // Fewer than asked: that is all of them (no second query).
+            entries.len() as u64
+        } else {
+            of_command().count(&self.conn).await.map_err(unavailable)?
+        };
+        Ok(ErrorHistory { entries, total })
     }
 
     async fn command_by_id(
@@ -388,6 +440,22 @@ async fn act_once(
     .exec(&txn)
     .await
     .map_err(unavailable)?;
+    if request.kind == OperatorActionKind::Abandon {
+        log_attempt_error(
+            &txn,
+            &store.now_sql(),
+            &AttemptLog {
+                command_id: id,
+                end: AttemptEnd::Abandoned,
+                code: ErrorCode::AbandonedByOperator.as_str(),
+                message: &request.reason,
+                lease_owner: None,
+                actor: Some(&request.actor),
+            },
+        )
+        .await
+        .map_err(unavailable)?;
+    }
     if request.kind == OperatorActionKind::Retry && store.backend == Backend::Postgres {
         // A retried command is due now: wake the listeners at commit (`crate::wake`).
         txn.execute_unprepared(crate::wake::NOTIFY_SQL)

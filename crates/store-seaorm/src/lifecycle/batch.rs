@@ -22,12 +22,15 @@
 //!    longer matches is reported as [`SettleError::ControlSpaceConflict`] and gets no ack;
 //! 3. one `UPDATE tenantry_lifecycle_outbox .. FROM json_to_recordset(..) .. RETURNING` writing the
 //!    outcome (ack, retry, fail or moot) of every remaining item under its lease; an item it
-//!    does not return lost its lease.
+//!    does not return lost its lease. When the batch holds retries or dead letters, the same
+//!    statement is wrapped in a data-modifying CTE that inserts their attempt-error log entries
+//!    from the rows it updated; a batch of acks runs the bare statement.
 //!
 //! A batch of outcomes without compare-and-sets is the last statement alone, in
 //! autocommit (one round trip for the whole batch). On SQLite (one writer at a time, no round
 //! trips) every item is slow: one `IMMEDIATE` transaction, a savepoint per item that writes
-//! more than its outbox row.
+//! more than its outbox row. A slow item logs its error with the single-settlement code
+//! (`settle_in`), after its checks passed.
 //!
 //! [`CommandQueue::settle_many`]: tenantry_ports::lifecycle::CommandQueue::settle_many
 //! [`ControlSpaceReader::control_spaces`]: tenantry_ports::lifecycle::ControlSpaceReader::control_spaces
@@ -43,7 +46,7 @@ use tenantry_ports::lifecycle::{SettleError, StoreError};
 
 use super::convert::{millis, to_control_space};
 use super::entity::control_space;
-use super::{SeaOrmLifecycleStore, settle_in, unavailable};
+use super::{SeaOrmLifecycleStore, logged_error, settle_in, unavailable};
 use crate::connect::Backend;
 
 type Item = (LeaseToken, Settlement);
@@ -446,9 +449,28 @@ async fn ack_postgres<C: ConnectionTrait>(
                 row["error_code"] = error.code.as_str().into();
                 row["error_message"] = error.message.as_str().into();
             }
+            if let Some((end, _)) = logged_error(outcome) {
+                row["log_id"] = uuid::Uuid::new_v4().to_string().into();
+                row["log_outcome"] = end.as_str().into();
+            }
             Some(row)
         })
         .collect();
+    // Only a batch with retries or dead letters writes the attempt-error log: the same
+    // statement then also inserts their entries (a data-modifying CTE over the updated rows,
+    // so a lost lease, which updates nothing, logs nothing). A batch of acks keeps the
+    // statement it always had.
+    let logs = rows.iter().any(|row| row.get("log_id").is_some());
+    let (log_columns, returning) = if logs {
+        (
+            ", log_id text, log_outcome text",
+            " RETURNING o.id AS id, o.attempt_count AS attempt, v.owner AS owner, \
+               v.log_id AS log_id, v.log_outcome AS log_outcome, \
+               v.error_code AS error_code, v.error_message AS error_message",
+        )
+    } else {
+        ("", " RETURNING o.id")
+    };
     // A field the outcome does not set is JSON-absent, hence NULL: the column keeps its value.
     let sql = format!(
         "UPDATE tenantry_lifecycle_outbox AS o SET status = v.status, \
@@ -463,13 +485,26 @@ async fn ack_postgres<C: ConnectionTrait>(
            attempt_window_ends_at = CASE WHEN v.sent THEN {now} ELSE o.prior_window_ends_at END \
          FROM json_to_recordset($1::json) AS v(id text, owner text, epoch bigint, sent boolean, \
            status text, \
-           completed_at bigint, next_attempt_at bigint, error_code text, error_message text) \
+           completed_at bigint, next_attempt_at bigint, error_code text, error_message text\
+           {log_columns}) \
          WHERE o.id = v.id AND o.status = '{processing}' AND o.lease_owner = v.owner \
-           AND o.lease_epoch = v.epoch \
-         RETURNING o.id",
+           AND o.lease_epoch = v.epoch\
+         {returning}",
         processing = CommandStatus::Processing.as_str(),
         failed = CommandStatus::Failed.as_str(),
     );
+    let sql = if logs {
+        format!(
+            "WITH settled AS ({sql}), logged AS (\
+               INSERT INTO tenantry_lifecycle_attempt_errors (id, command_id, attempt, outcome, \
+                 error_code, error_message, recorded_at, lease_owner) \
+               SELECT log_id, id, attempt, log_outcome, error_code, error_message, {now}, owner \
+               FROM settled WHERE log_id IS NOT NULL) \
+             SELECT id FROM settled"
+        )
+    } else {
+        sql
+    };
     let rows = conn
         .query_all_raw(json_statement(sql, &rows))
         .await

@@ -1,5 +1,6 @@
-//! Private SeaORM entities of `tenantry_control_spaces`, `tenantry_lifecycle_outbox` and
-//! `tenantry_lifecycle_command_actions` (schema: migrations m0001, m0004..m0007).
+//! Private SeaORM entities of `tenantry_control_spaces`, `tenantry_lifecycle_outbox`,
+//! `tenantry_lifecycle_command_actions` (schema: migrations m0001, m0004..m0007), and
+//! `tenantry_lifecycle_attempt_errors` (m0013).
 
 pub mod control_space {
     //! `tenantry_control_spaces`.
@@ -94,6 +95,33 @@ pub mod action {
     }
 
     /// No relations.
+    #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
+    pub enum Relation {}
+
+    impl ActiveModelBehavior for ActiveModel {}
+}
+
+pub mod attempt_error {
+    //! `tenantry_lifecycle_attempt_errors` (migration m0013).
+    use sea_orm::entity::prelude::*;
+
+    /// One row.
+    #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
+    #[sea_orm(table_name = "tenantry_lifecycle_attempt_errors")]
+    pub struct Model {
+        #[sea_orm(primary_key, auto_increment = false)]
+        pub id: String,
+        pub command_id: String,
+        pub attempt: i32,
+        pub outcome: String,
+        pub error_code: String,
+        pub error_message: String,
+        pub recorded_at: i64,
+        pub lease_owner: Option<String>,
+        pub actor: Option<String>,
+    }
+
+    /// No relations (the foreign key to the outbox is the schema's, for the cascade).
     #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
     pub enum Relation {}
 

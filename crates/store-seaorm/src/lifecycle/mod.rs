@@ -30,11 +30,12 @@ use sea_orm::{
 use tenantry_kernel::{ControlSpaceId, TenantId};
 use tenantry_lifecycle::{
     CasUpdate, ClaimedCommand, CommandOutcome, CommandRecord, CommandStatus, ControlSpace,
-    LeaseToken, Operation, Settlement, SupersedeRule,
+    ErrorRecord, LeaseToken, Operation, Settlement, SupersedeRule,
 };
 use tenantry_ports::clock::Clock;
 use tenantry_ports::lifecycle::{
-    ClaimRequest, CommandFilter, CommandQueue, ControlSpaceReader, SettleError, StoreError,
+    AttemptEnd, ClaimRequest, CommandFilter, CommandQueue, ControlSpaceReader, SettleError,
+    StoreError,
 };
 
 use self::convert::{millis, to_claimed, to_control_space, to_record};
@@ -441,6 +442,83 @@ pub(crate) async fn settle_in<C: ConnectionTrait>(
             });
         }
     }
+    // Every check passed: a retry or a dead letter enters the attempt-error log.
+    if let Some((end, error)) = settlement.outcome.as_ref().and_then(logged_error) {
+        log_attempt_error(
+            conn,
+            now,
+            &AttemptLog {
+                command_id: lease.command_id.as_str(),
+                end,
+                code: error.code.as_str(),
+                message: &error.message,
+                lease_owner: Some(lease.owner.as_str()),
+                actor: None,
+            },
+        )
+        .await
+        .map_err(unavailable)?;
+    }
+    Ok(())
+}
+
+/// The attempt-error log entry an outcome writes: retries and dead letters (acks and moot
+/// closes write none).
+pub(crate) fn logged_error(outcome: &CommandOutcome) -> Option<(AttemptEnd, &ErrorRecord)> {
+    match outcome {
+        CommandOutcome::Retry { error, .. } => Some((AttemptEnd::Retry, error)),
+        CommandOutcome::Fail { error, .. } => Some((AttemptEnd::Failed, error)),
+        CommandOutcome::Ack { .. } | CommandOutcome::Moot { .. } => None,
+    }
+}
+
+/// One entry of the attempt-error log to write ([`log_attempt_error`]).
+pub(crate) struct AttemptLog<'a> {
+    pub(crate) command_id: &'a str,
+    pub(crate) end: AttemptEnd,
+    pub(crate) code: &'a str,
+    pub(crate) message: &'a str,
+    pub(crate) lease_owner: Option<&'a str>,
+    pub(crate) actor: Option<&'a str>,
+}
+
+/// Appends `entry` to the attempt-error log on `conn` (inside the caller's transaction, after
+/// its outbox update): one `INSERT .. SELECT` that takes the attempt number from the outbox
+/// row and the time from `now` (the SQL of the store's clock).
+pub(crate) async fn log_attempt_error<C: ConnectionTrait>(
+    conn: &C,
+    now: &str,
+    entry: &AttemptLog<'_>,
+) -> Result<(), DbErr> {
+    let backend = conn.get_database_backend();
+    let p = |n: u8| match backend {
+        DbBackend::Postgres => format!("${n}"),
+        _ => format!("?{n}"),
+    };
+    let sql = format!(
+        "INSERT INTO tenantry_lifecycle_attempt_errors (id, command_id, attempt, outcome, \
+           error_code, error_message, recorded_at, lease_owner, actor) \
+         SELECT {id}, o.id, o.attempt_count, {outcome}, {code}, {message}, {now}, {owner}, \
+           {actor} FROM tenantry_lifecycle_outbox AS o WHERE o.id = {command}",
+        id = p(1),
+        outcome = p(2),
+        code = p(3),
+        message = p(4),
+        owner = p(5),
+        actor = p(6),
+        command = p(7),
+    );
+    let values: Vec<sea_orm::Value> = vec![
+        uuid::Uuid::new_v4().to_string().into(),
+        entry.end.as_str().into(),
+        entry.code.into(),
+        entry.message.into(),
+        entry.lease_owner.map(str::to_owned).into(),
+        entry.actor.map(str::to_owned).into(),
+        entry.command_id.into(),
+    ];
+    conn.execute_raw(Statement::from_sql_and_values(backend, sql, values))
+        .await?;
     Ok(())
 }
 

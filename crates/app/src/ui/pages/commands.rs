@@ -1,6 +1,6 @@
 //! Commands: the filtered table (status, operation, tenant, control space, error code) with
-//! keyset paging, a command's detail (payload, attempts, last error, lease, control-space
-//! state, the action log), retry / abandon of one command, and the bulk action on everything
+//! keyset paging, a command's detail (payload, attempts, last error, the errors of its
+//! attempts with their times, lease, control-space state, the action log), retry / abandon of one command, and the bulk action on everything
 //! matching a filter after a confirmation that states how many commands match.
 //!
 //! Filters are parsed by the admin API's [`commands_filter`](crate::admin::commands_filter())
@@ -17,7 +17,7 @@ use tenantry_engine::lifecycle::OperatorActions;
 use tenantry_kernel::CommandId;
 use tenantry_lifecycle::CommandStatus;
 use tenantry_ports::lifecycle::{
-    CommandAdmin, CommandFilter, CommandQueue, ControlSpaceReader, OperatorActionKind,
+    CommandAdmin, CommandFilter, CommandQueue, ControlSpaceReader, ErrorHistory, OperatorActionKind,
 };
 
 use super::super::UiState;
@@ -26,7 +26,7 @@ use super::super::extract::{Form, Query};
 use super::super::layout::{self, encode};
 use super::overview::ACTIONABLE;
 use super::{error_page, read_only_refused};
-use crate::admin::{AdminApiError, CommandsQuery, commands_filter, known_cursor};
+use crate::admin::{AdminApiError, CommandsQuery, DETAIL_ERRORS, commands_filter, known_cursor};
 
 /// Rows per page of the table.
 pub const PAGE: u32 = 50;
@@ -278,6 +278,7 @@ async fn detail_live(
         .control_space(&r.tenant_id, &r.control_space_id)
         .await?;
     let actions = state.admin.store.command_actions(id).await?;
+    let errors = state.admin.store.command_errors(id, DETAIL_ERRORS).await?;
     let payload = serde_json::to_string_pretty(&r.payload).unwrap_or_default();
     // A command that went on after a failed attempt keeps that attempt's error: say so.
     let error_label = if ACTIONABLE.contains(&r.status) {
@@ -299,6 +300,8 @@ async fn detail_live(
             tr { th { "completed" } td { (layout::time_opt(r.completed_at.as_ref())) } }
             tr { th { "idempotency key" } td { (r.idempotency_key.as_str()) } }
         }
+        h2 { "Errors of attempts" }
+        (errors_table(&errors))
         h2 { "Payload" }
         pre { (payload) }
         h2 { "Operator actions" }
@@ -320,6 +323,34 @@ async fn detail_live(
         }
     };
     Ok(Some((markup, r.status)))
+}
+
+/// The attempt-error log of a command: one row per attempt that ended in an error (or an
+/// operator's abandon), newest first, with its time; says how many earlier ones are left out.
+fn errors_table(history: &ErrorHistory) -> Markup {
+    let hidden = history.total.saturating_sub(history.entries.len() as u64);
+    html! {
+        @if history.entries.is_empty() {
+            p.muted #no-errors { "No attempt ended in an error." }
+        } @else {
+            table #errors-log {
+                tr { th { "when" } th { "attempt" } th { "outcome" } th { "code" } th { "message" } th { "by" } }
+                @for e in &history.entries {
+                    tr.attempt-error data-outcome=(e.end.as_str()) {
+                        td { (layout::time(&e.recorded_at)) }
+                        td { (e.attempt) }
+                        td { (e.end.as_str()) }
+                        td { (e.code.as_str()) }
+                        td { (e.message) }
+                        td { (e.actor.as_deref().or(e.lease_owner.as_deref()).unwrap_or("—")) }
+                    }
+                }
+            }
+            @if hidden > 0 {
+                p.muted #errors-hidden { (hidden) " earlier errors not shown." }
+            }
+        }
+    }
 }
 
 /// The fields of an action on one command.
@@ -549,4 +580,64 @@ pub async fn bulk(
         html! {},
     )
     .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use chrono::{TimeZone, Utc};
+    use tenantry_kernel::CommandId;
+    use tenantry_lifecycle::ErrorCode;
+    use tenantry_ports::lifecycle::{AttemptEnd, AttemptError, ErrorHistory};
+
+    use super::errors_table;
+
+    fn entry(attempt: i32, end: AttemptEnd, code: &str, second: u32) -> AttemptError {
+        AttemptError {
+            command_id: CommandId::parse("cmd-1").unwrap(),
+            attempt,
+            end,
+            code: ErrorCode::from(code),
+            message: format!("message {attempt}"),
+            recorded_at: Utc.with_ymd_and_hms(2026, 12, 1, 11, 0, second).unwrap(),
+            lease_owner: Some("worker-a".into()),
+            actor: None,
+        }
+    }
+
+    /// Two errors with their times, newest first, and the count of those left out.
+    #[test]
+    fn detail_lists_each_attempts_error_with_its_time() {
+        let history = ErrorHistory {
+            entries: vec![
+                entry(2, AttemptEnd::Failed, "INVALID_REQUEST", 42),
+                entry(1, AttemptEnd::Retry, "KFS_UNAVAILABLE", 7),
+            ],
+            total: 5,
+        };
+        let html = errors_table(&history).into_string();
+        let newest = html.find("2026-12-01 11:00:42 UTC").unwrap();
+        let older = html.find("2026-12-01 11:00:07 UTC").unwrap();
+        assert!(newest < older, "newest first: {html}");
+        for text in [
+            "INVALID_REQUEST",
+            "KFS_UNAVAILABLE",
+            "message 1",
+            "message 2",
+            "data-outcome=\"failed\"",
+            "data-outcome=\"retry\"",
+            "worker-a",
+        ] {
+            assert!(html.contains(text), "{text}: {html}");
+        }
+        assert!(html.contains("3 earlier errors not shown."), "{html}");
+        let all = ErrorHistory {
+            total: 2,
+            ..history
+        };
+        assert!(!errors_table(&all).into_string().contains("not shown"));
+        let none = errors_table(&ErrorHistory::default()).into_string();
+        assert!(none.contains("No attempt ended in an error."), "{none}");
+    }
 }
