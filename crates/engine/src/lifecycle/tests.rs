@@ -259,4 +259,5 @@ mod failures;
 mod intake;
 mod leases;
 mod settle;
+mod pool;
 mod worker;
