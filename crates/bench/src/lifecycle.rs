@@ -103,11 +103,7 @@ impl DrainOptions {
                 "group(max_batch={},max_wait_us={}{},in_flight={},coalesce_reads={})",
                 g.max_batch,
                 g.max_wait.as_micros(),
-                if g.wait_only_when_busy {
-                    ""
-                } else {
-                    ",always"
-                },
+                if g.wait_only_when_busy { "" } else { ",always" },
                 g.max_in_flight,
                 g.coalesce_reads
             ),

@@ -258,6 +258,6 @@ mod dispatch;
 mod failures;
 mod intake;
 mod leases;
-mod settle;
 mod pool;
+mod settle;
 mod worker;

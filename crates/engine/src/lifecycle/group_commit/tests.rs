@@ -465,7 +465,11 @@ async fn group_commit_waits_only_while_another_batch_executes() {
     for task in rest {
         assert_eq!(task.await.unwrap(), Ok(()));
     }
-    assert_eq!(*store.settle_batches.lock().unwrap(), vec![2], "gathered while busy");
+    assert_eq!(
+        *store.settle_batches.lock().unwrap(),
+        vec![2],
+        "gathered while busy"
+    );
     store.release.notify_one();
     assert_eq!(first.await.unwrap(), Ok(()));
     assert_eq!(*store.settle_batches.lock().unwrap(), vec![2, 1]);

@@ -122,7 +122,10 @@ async fn pool_bounds_remote_calls_by_its_slots_and_claims_its_free_places() {
     assert_eq!(remote.most_inside.load(Ordering::SeqCst), 2);
     stop.send(true).unwrap();
     let report = handle.await.unwrap();
-    assert_eq!((report.claimed, report.completed, report.errors), (10, 10, 0));
+    assert_eq!(
+        (report.claimed, report.completed, report.errors),
+        (10, 10, 0)
+    );
 }
 
 /// Shutdown stops claiming; the dispatches in flight settle before `run` returns.
@@ -158,7 +161,11 @@ async fn pool_shutdown_settles_what_is_in_flight() {
     remote.gate.add_permits(100);
     let report = handle.await.unwrap();
     assert_eq!((report.claimed, report.completed), (4, 4));
-    assert_eq!(statuses(&h, &ids), (2, 0, 4), "nothing claimed after shutdown");
+    assert_eq!(
+        statuses(&h, &ids),
+        (2, 0, 4),
+        "nothing claimed after shutdown"
+    );
 }
 
 /// An idle pool is woken by an intake of this process without waiting for its idle poll.
@@ -169,8 +176,12 @@ async fn an_intake_wakes_an_idle_pool() {
     let intake = CommandIntake::new(h.store.clone(), Arc::new(clock_of_test()))
         .with_wakeups(wakeups.clone());
     let dispatcher = Arc::new(
-        Dispatcher::new(h.store.clone(), h.remote.clone(), DispatcherConfig::default())
-            .with_clock(Arc::new(clock_of_test())),
+        Dispatcher::new(
+            h.store.clone(),
+            h.remote.clone(),
+            DispatcherConfig::default(),
+        )
+        .with_clock(Arc::new(clock_of_test())),
     );
     let pool = WorkerPool::new(
         dispatcher,
