@@ -1,7 +1,8 @@
 //! Lifecycle benchmarks: drain throughput (part `lifecycle`), claim latency at low load
 //! (part `latency`) and memory while draining a large backlog (part `memory`).
 //!
-//! Every drain runs the production code path: [`Worker`] loops over one shared [`Dispatcher`]
+//! Every drain runs the production code path: a [`WorkerPool`] (or, labelled, one [`Worker`] per
+//! worker) over one shared [`Dispatcher`]
 //! on the SeaORM store, against an in-process remote that answers at once. A run ends when
 //! the metrics sink has seen every command acked; the database is then checked (every command
 //! succeeded, the remote saw each exactly once).
@@ -269,9 +270,11 @@ async fn latency_run(
         )
         .with_metrics(counter.clone()),
     );
-    let mut worker = Worker::new(
+    // The service's claimer (one pool per process), with one remote call at a time.
+    let mut worker = WorkerPool::new(
         dispatcher,
         unique_lease_owner("bench-latency"),
+        1,
         WorkerConfig {
             idle_poll,
             claim_batch: 1,
