@@ -18,6 +18,9 @@
 //! Under a backlog this takes commands in claims of `max_in_flight / 2` or more instead of
 //! `claim_batch`, and the statements no longer race each other; under low load a command is
 //! claimed as soon as a wake-up arrives, as by an idle worker.
+//! A dispatch that finishes while the pool is idle ends the idle sleep, as a worker claims
+//! again after its batch: the claim and the next due time are read again, so a retry is
+//! claimed when its backoff ends, not at the next idle poll.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -170,7 +173,12 @@ where
                             () = &mut sleep => break,
                             () = wake => break,
                             _ = shutdown.changed() => break,
-                            Some(done) = running.join_next() => tally(&mut report, done),
+                            Some(done) = running.join_next() => {
+                                // A settle may have made a command due (a retry): look
+                                // again, and sleep until the store's next due time.
+                                tally(&mut report, done);
+                                break;
+                            }
                         }
                     }
                 }

@@ -208,3 +208,63 @@ async fn an_intake_wakes_an_idle_pool() {
     stop.send(true).unwrap();
     assert_eq!(handle.await.unwrap().claimed, 1);
 }
+
+/// A command retried after a backoff is claimed when the backoff ends, not at the next idle
+/// poll: a dispatch finishing while the pool is idle makes it look again, so it sleeps until
+/// the store's next due time (the retry's).
+#[tokio::test]
+async fn an_idle_pool_wakes_when_a_backoff_comes_due() {
+    let h = harness();
+    let clock = clock_of_test();
+    let receipt = h.create("cs1").await;
+    h.remote.push_fault(
+        RemoteCall::Provision,
+        RemoteFault::Fail(RemoteError::answered(503, "KFS_UNAVAILABLE", "busy")),
+    );
+    let remote = HeldRemote::new(h.remote.clone());
+    let dispatcher = Arc::new(
+        Dispatcher::new(h.store.clone(), remote.clone(), DispatcherConfig::default())
+            .with_clock(Arc::new(clock.clone())),
+    );
+    let pool = WorkerPool::new(
+        dispatcher,
+        owner("pool"),
+        1,
+        WorkerConfig {
+            idle_poll: Duration::from_secs(3600),
+            claim_batch: 1,
+            ..WorkerConfig::default()
+        },
+    );
+    let (stop, stopped) = watch::channel(false);
+    let handle = tokio::spawn(pool.run(stopped));
+    // The first attempt is held in the remote while the pool finds nothing more and goes idle.
+    let_tasks_run().await;
+    remote.gate.add_permits(100);
+    let_tasks_run().await;
+    let record = h.command(&receipt.command_id);
+    assert_eq!(
+        record.status,
+        CommandStatus::Pending,
+        "first attempt failed"
+    );
+    let backoff = (record.next_attempt_at - clock.now()).to_std().unwrap();
+    assert!(backoff > Duration::ZERO && backoff < Duration::from_secs(3600));
+    clock.advance(backoff - Duration::from_millis(1));
+    let_tasks_run().await;
+    assert_eq!(
+        h.command(&receipt.command_id).status,
+        CommandStatus::Pending,
+        "not due yet"
+    );
+    clock.advance(Duration::from_millis(1));
+    let_tasks_run().await;
+    assert_eq!(
+        h.command(&receipt.command_id).status,
+        CommandStatus::Succeeded,
+        "claimed when the backoff ended"
+    );
+    stop.send(true).unwrap();
+    let report = handle.await.unwrap();
+    assert_eq!((report.claimed, report.completed), (2, 1));
+}
