@@ -161,24 +161,20 @@ where
                 Ok(_) => {
                     let idle = self.idle_sleep(enabled).await;
                     let sleep = self.dispatcher.clock().sleep(idle);
-                    tokio::pin!(sleep);
-                    loop {
-                        let wake = async {
-                            match self.wake.as_mut() {
-                                Some(wake) => wake.woken().await,
-                                None => std::future::pending().await,
-                            }
-                        };
-                        tokio::select! {
-                            () = &mut sleep => break,
-                            () = wake => break,
-                            _ = shutdown.changed() => break,
-                            Some(done) = running.join_next() => {
-                                // A settle may have made a command due (a retry): look
-                                // again, and sleep until the store's next due time.
-                                tally(&mut report, done);
-                                break;
-                            }
+                    let wake = async {
+                        match self.wake.as_mut() {
+                            Some(wake) => wake.woken().await,
+                            None => std::future::pending().await,
+                        }
+                    };
+                    tokio::select! {
+                        () = sleep => {}
+                        () = wake => {}
+                        _ = shutdown.changed() => {}
+                        Some(done) = running.join_next() => {
+                            // A settle may have made a command due (a retry): look again,
+                            // and sleep until the store's next due time.
+                            tally(&mut report, done);
                         }
                     }
                 }
