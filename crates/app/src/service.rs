@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use tenantry_engine::lifecycle::{
     CommandIntake, Dispatcher, DispatcherConfig, GroupCommitConfig, GroupCommitStore, Wakeups,
-    Worker, WorkerConfig, unique_lease_owner,
+    WorkerConfig, WorkerPool, unique_lease_owner,
 };
 use tenantry_engine::scoped_writes::{FenceConfig, ScopedWrites};
 use tenantry_lifecycle::RetryPolicy;
@@ -231,24 +231,25 @@ impl Service {
         let wakeups = Wakeups::new();
         // PostgreSQL: one listener connection wakes the workers on other processes' commands.
         let wake_listener = WakeListener::spawn(&db, wakeups.clone(), ListenerConfig::default());
-        let workers = (0..config.workers)
-            .map(|_| {
-                let worker = Worker::new(
-                    dispatcher.clone(),
-                    unique_lease_owner("tenantry"),
-                    WorkerConfig {
-                        idle_poll: config.idle_poll,
-                        claim_batch: config.claim_batch,
-                        product_enabled: product_enabled.clone(),
-                    },
-                )
-                .with_wakeups(&wakeups);
-                let stopped = stopped.clone();
-                tokio::spawn(async move {
-                    worker.run(stopped).await;
-                })
+        // One claimer for the process (issue 14): `workers × claim_batch` remote calls at once,
+        // as many workers each claiming their own batch would make, in fewer, larger claims.
+        let pool = WorkerPool::new(
+            dispatcher.clone(),
+            unique_lease_owner("tenantry"),
+            config.workers,
+            WorkerConfig {
+                idle_poll: config.idle_poll,
+                claim_batch: config.claim_batch,
+                product_enabled: product_enabled.clone(),
+            },
+        )
+        .with_wakeups(&wakeups);
+        let workers = vec![{
+            let stopped = stopped.clone();
+            tokio::spawn(async move {
+                pool.run(stopped).await;
             })
-            .collect();
+        }];
 
         let projector_task = directory.as_ref().map(|handle| {
             let projector = handle.projector.clone();

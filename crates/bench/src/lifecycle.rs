@@ -1,7 +1,8 @@
 //! Lifecycle benchmarks: drain throughput (part `lifecycle`), claim latency at low load
 //! (part `latency`) and memory while draining a large backlog (part `memory`).
 //!
-//! Every drain runs the production code path: [`Worker`] loops over one shared [`Dispatcher`]
+//! Every drain runs the production code path: a [`WorkerPool`] (or, labelled, one [`Worker`] per
+//! worker) over one shared [`Dispatcher`]
 //! on the SeaORM store, against an in-process remote that answers at once. A run ends when
 //! the metrics sink has seen every command acked; the database is then checked (every command
 //! succeeded, the remote saw each exactly once).
@@ -16,7 +17,7 @@ use chrono::Utc;
 use serde_json::json;
 use tenantry_engine::lifecycle::{
     CommandIntake, Dispatcher, DispatcherConfig, GroupCommitConfig, GroupCommitStore, SystemClock,
-    Wakeups, Worker, WorkerConfig, unique_lease_owner,
+    Wakeups, Worker, WorkerConfig, WorkerPool, unique_lease_owner,
 };
 use tenantry_kernel::{CommandId, ControlSpaceId, IdempotencyKey, TenantId};
 use tenantry_lifecycle::intake::{CreateControlSpace, IntakePlan};
@@ -36,9 +37,21 @@ use crate::fixtures::{Target, Workload, load};
 use crate::remote::InstantRemote;
 use crate::{BenchResult, emit, rss};
 
+/// Who claims in a drain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Claimer {
+    /// One [`WorkerPool`] for the process (what `tenantry serve` runs): one claim statement
+    /// fills the free slots of all workers.
+    Pool,
+    /// One [`Worker`] per worker, each claiming its own batch (the service before issue 14).
+    PerWorker,
+}
+
 /// How the workers of a drain are configured.
 #[derive(Debug, Clone)]
 pub struct DrainOptions {
+    /// Who claims: one pool per process (the service) or each worker for itself.
+    pub claimer: Claimer,
     /// Commands claimed per statement by each worker (and dispatched concurrently).
     pub claim_batch: u32,
     /// Worker sleep when nothing is due.
@@ -55,7 +68,8 @@ impl DrainOptions {
     /// Whether these are the settings `tenantry serve` ships (the engine's defaults).
     pub fn is_service_default(&self) -> bool {
         let worker = WorkerConfig::default();
-        self.claim_batch == worker.claim_batch
+        self.claimer == Claimer::Pool
+            && self.claim_batch == worker.claim_batch
             && self.idle_poll == worker.idle_poll
             && self.group_commit == Some(GroupCommitConfig::default())
     }
@@ -67,6 +81,9 @@ impl DrainOptions {
         }
         let worker = WorkerConfig::default();
         let mut differs = Vec::new();
+        if self.claimer == Claimer::PerWorker {
+            differs.push("claimer=per-worker".to_owned());
+        }
         if self.claim_batch != worker.claim_batch {
             differs.push(format!("claim_batch={}", self.claim_batch));
         }
@@ -84,9 +101,10 @@ impl DrainOptions {
         match &self.group_commit {
             None => "direct".into(),
             Some(g) => format!(
-                "group(max_batch={},max_wait_us={},in_flight={},coalesce_reads={})",
+                "group(max_batch={},max_wait_us={}{},in_flight={},coalesce_reads={})",
                 g.max_batch,
                 g.max_wait.as_micros(),
+                if g.wait_only_when_busy { "" } else { ",always" },
                 g.max_in_flight,
                 g.coalesce_reads
             ),
@@ -252,9 +270,11 @@ async fn latency_run(
         )
         .with_metrics(counter.clone()),
     );
-    let mut worker = Worker::new(
+    // The service's claimer (one pool per process), with one remote call at a time.
+    let mut worker = WorkerPool::new(
         dispatcher,
         unique_lease_owner("bench-latency"),
+        1,
         WorkerConfig {
             idle_poll,
             claim_batch: 1,
@@ -482,6 +502,22 @@ fn spawn_workers<S: LifecycleStore + 'static>(
 ) -> Vec<tokio::task::JoinHandle<()>> {
     let dispatcher =
         Arc::new(Dispatcher::new(store, remote, DispatcherConfig::default()).with_metrics(counter));
+    if options.claimer == Claimer::Pool {
+        let pool = WorkerPool::new(
+            dispatcher,
+            unique_lease_owner("bench-pool"),
+            workers,
+            WorkerConfig {
+                idle_poll: options.idle_poll,
+                claim_batch: options.claim_batch,
+                product_enabled: Arc::new(AtomicBool::new(true)),
+            },
+        );
+        let stopped = stopped.clone();
+        return vec![tokio::spawn(async move {
+            pool.run(stopped).await;
+        })];
+    }
     (0..workers)
         .map(|i| {
             let worker = Worker::new(

@@ -217,6 +217,9 @@ enum ScratchAction {
 /// configuration defaults are too.
 #[derive(Debug, Clone, clap::Args)]
 struct DrainArgs {
+    /// Who claims: `pool` (one claimer per process, the service's) or `per-worker`.
+    #[arg(long, value_enum, default_value_t = lifecycle::Claimer::Pool)]
+    claimer: lifecycle::Claimer,
     /// Commands each worker claims per statement and dispatches concurrently.
     #[arg(long, default_value_t = WorkerConfig::default().claim_batch)]
     claim_batch: u32,
@@ -242,6 +245,9 @@ struct DrainArgs {
     /// Group commit: leave control-space reads uncoalesced.
     #[arg(long, default_value_t = !GroupCommitConfig::default().coalesce_reads)]
     no_coalesce_reads: bool,
+    /// Group commit: wait `group_max_wait_us` even when no other batch is executing.
+    #[arg(long, default_value_t = !GroupCommitConfig::default().wait_only_when_busy)]
+    group_wait_always: bool,
     /// Pool connections beyond one per worker (default 0: as many connections as workers,
     /// the pgbench comparison).
     #[arg(long, default_value_t = 0)]
@@ -265,6 +271,7 @@ fn default_group_max_wait_us() -> u64 {
 impl DrainArgs {
     fn options(&self) -> DrainOptions {
         DrainOptions {
+            claimer: self.claimer,
             claim_batch: self.claim_batch.max(1),
             idle_poll: Duration::from_millis(self.idle_poll_ms),
             timeout: Duration::from_secs(self.timeout_s),
@@ -274,6 +281,7 @@ impl DrainArgs {
                 max_wait: Duration::from_micros(self.group_max_wait_us),
                 max_in_flight: self.group_in_flight.max(1),
                 coalesce_reads: !self.no_coalesce_reads,
+                wait_only_when_busy: !self.group_wait_always,
             }),
         }
     }

@@ -126,6 +126,7 @@ fn config_setters_change_only_their_field() {
             max_wait: Duration::from_millis(2),
             max_in_flight: 1,
             coalesce_reads: false,
+            wait_only_when_busy: true,
         }
     );
 

@@ -24,6 +24,7 @@ use tenantry_ports::lifecycle::{
     ClaimRequest, CommandFilter, KnowledgeFs, LifecycleMetrics, LifecycleStore, NoMetrics,
     RemoteError, RenewalOutcome, SettleError, StoreError, TaskMetric, TaskStatus,
 };
+use tokio::sync::{Semaphore, SemaphorePermit};
 use tokio::time::Instant;
 use tracing::{Instrument, debug, info_span, warn};
 
@@ -169,6 +170,15 @@ impl From<SettleError> for DispatchError {
     }
 }
 
+/// A permit of `slots` for one remote call (none without a bound). The semaphore is never
+/// closed, so acquiring only waits.
+async fn remote_slot(slots: Option<&Semaphore>) -> Option<SemaphorePermit<'_>> {
+    match slots {
+        Some(slots) => slots.acquire().await.ok(),
+        None => None,
+    }
+}
+
 /// Claims, delivers and settles lifecycle commands.
 ///
 /// Time: claims are decided by the store's clock (the database clock). The dispatcher keeps the
@@ -302,7 +312,7 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
         match claimed.pop() {
             None => Ok(DispatchReport::idle()),
             Some(command) => {
-                self.dispatch_claimed(command, claim_started, product_enabled)
+                self.dispatch_claimed(command, claim_started, product_enabled, None)
                     .await
             }
         }
@@ -322,7 +332,7 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
         let (claimed, claim_started) = self.claim(owner, product_enabled, limit).await?;
         let runs = claimed
             .into_iter()
-            .map(|command| self.dispatch_claimed(command, claim_started, product_enabled));
+            .map(|command| self.dispatch_claimed(command, claim_started, product_enabled, None));
         Ok(futures::future::join_all(runs).await)
     }
 
@@ -339,7 +349,7 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
 
     /// Claims, and returns the claimed commands with the instant the claim started (the lease
     /// cannot have started before it).
-    async fn claim(
+    pub(super) async fn claim(
         &self,
         owner: &LeaseOwner,
         product_enabled: bool,
@@ -363,11 +373,14 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
     }
 
     /// Delivers and settles one claimed command, renewing its lease while the saga runs.
-    async fn dispatch_claimed(
+    /// With `remote_slots`, the remote call waits for a permit of it (the lease is renewed
+    /// meanwhile and checked again once the permit is held).
+    pub(super) async fn dispatch_claimed(
         &self,
         command: ClaimedCommand,
         claim_started: Instant,
         product_enabled: bool,
+        remote_slots: Option<&Semaphore>,
     ) -> Result<DispatchReport, DispatchError> {
         let span = info_span!(
             "lifecycle_dispatch",
@@ -395,7 +408,7 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
             // paused process) does not renew, and its lease expires as it should.
             let outcome = tokio::select! {
                 biased;
-                outcome = self.run_saga(&step, product_enabled) => outcome,
+                outcome = self.run_saga(&step, product_enabled, remote_slots) => outcome,
                 never = self.keep_renewed(&command, &lease) => match never {},
             };
             match outcome {
@@ -531,6 +544,7 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
         &self,
         step: &Step<'_>,
         product_enabled: bool,
+        slots: Option<&Semaphore>,
     ) -> Result<Settlement, DispatchError> {
         let body = match step.command.body() {
             Ok(body) => body,
@@ -541,9 +555,11 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
             }
         };
         let result = match body {
-            CommandBody::Provision(payload) => self.provision(step, &payload).await,
-            CommandBody::Delete(payload) => self.delete(step, &payload, product_enabled).await,
-            CommandBody::Revoke(payload) => self.revoke(step, &payload).await,
+            CommandBody::Provision(payload) => self.provision(step, &payload, slots).await,
+            CommandBody::Delete(payload) => {
+                self.delete(step, &payload, product_enabled, slots).await
+            }
+            CommandBody::Revoke(payload) => self.revoke(step, &payload, slots).await,
             CommandBody::Unsupported(name) => self.settle(step, step.unsupported(&name)).await,
         };
         match result {
@@ -614,6 +630,7 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
         &self,
         step: &Step<'_>,
         payload: &ProvisionPayload,
+        slots: Option<&Semaphore>,
     ) -> Result<Settlement, DispatchError> {
         let cs = self.control_space(step).await?;
         let request = match step.start_provision(payload, cs.as_ref()) {
@@ -622,8 +639,11 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
             }
             ProvisionStart::Deliver(request) => request,
         };
+        let slot = remote_slot(slots).await;
         self.ensure_lease(step.command)?;
-        let space = match self.remote.provision(&request).await {
+        let called = self.remote.provision(&request).await;
+        drop(slot);
+        let space = match called {
             Ok(space) => space,
             Err(error) => return self.remote_failure(step, &error).await,
         };
@@ -638,6 +658,7 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
         step: &Step<'_>,
         payload: &DeletePayload,
         product_enabled: bool,
+        slots: Option<&Semaphore>,
     ) -> Result<Settlement, DispatchError> {
         let cs = self.control_space(step).await?;
         let provision = if product_enabled {
@@ -700,8 +721,11 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
                 }
             }
         };
+        let slot = remote_slot(slots).await;
         self.ensure_lease(step.command)?;
-        let progress = match self.remote.request_deletion(&request).await {
+        let called = self.remote.request_deletion(&request).await;
+        drop(slot);
+        let progress = match called {
             Ok(progress) => progress,
             Err(error) => return self.remote_failure(step, &error).await,
         };
@@ -753,14 +777,18 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
         &self,
         step: &Step<'_>,
         payload: &RevokePayload,
+        slots: Option<&Semaphore>,
     ) -> Result<Settlement, DispatchError> {
         let cs = self.control_space(step).await?;
         let request = match step.start_revoke(payload, cs.as_ref()) {
             RevokeStart::Moot(settlement) => return self.settle(step, settlement).await,
             RevokeStart::Deliver(request) => request,
         };
+        let slot = remote_slot(slots).await;
         self.ensure_lease(step.command)?;
-        match self.remote.revoke_grant(&request).await {
+        let called = self.remote.revoke_grant(&request).await;
+        drop(slot);
+        match called {
             Ok(ack) => {
                 let step = &step.at(self.store_now());
                 self.settle(step, step.settle_revoke(payload, &ack)).await

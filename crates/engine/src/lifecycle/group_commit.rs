@@ -35,6 +35,7 @@
 
 use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -55,13 +56,20 @@ pub struct GroupCommitConfig {
     /// Most requests per batch (at least 1). Default 128.
     pub max_batch: usize,
     /// How long a flusher that took a request waits for more before executing, when fewer
-    /// than `max_batch` are queued. Zero (the default) executes what is queued at once:
-    /// batches then form only from requests that arrived while the flushers were busy.
+    /// than `max_batch` are queued (see [`wait_only_when_busy`](Self::wait_only_when_busy)).
+    /// Zero executes what is queued at once: batches then form only from requests that
+    /// arrived while the flushers were busy. Default 0.
     pub max_wait: Duration,
     /// Batches of each kind executed concurrently (flusher tasks; at least 1). Default 2.
     pub max_in_flight: usize,
     /// Whether control-space reads are coalesced too. Default true.
     pub coalesce_reads: bool,
+    /// Adaptive wait (default true): a flusher waits [`max_wait`](Self::max_wait) only while
+    /// another batch of its kind is being executed. Under load the requests that arrive
+    /// during that wait would have queued behind the executing batch anyway, so fewer,
+    /// larger transactions form; an idle store executes a lone request at once, adding no
+    /// latency. False: always wait `max_wait`.
+    pub wait_only_when_busy: bool,
 }
 
 impl Default for GroupCommitConfig {
@@ -71,6 +79,7 @@ impl Default for GroupCommitConfig {
             max_wait: Duration::ZERO,
             max_in_flight: 2,
             coalesce_reads: true,
+            wait_only_when_busy: true,
         }
     }
 }
@@ -102,6 +111,13 @@ impl GroupCommitConfig {
     #[must_use]
     pub fn with_coalesce_reads(mut self, coalesce_reads: bool) -> Self {
         self.coalesce_reads = coalesce_reads;
+        self
+    }
+
+    /// Sets [`wait_only_when_busy`](Self::wait_only_when_busy).
+    #[must_use]
+    pub fn with_wait_only_when_busy(mut self, wait_only_when_busy: bool) -> Self {
+        self.wait_only_when_busy = wait_only_when_busy;
         self
     }
 }
@@ -164,12 +180,13 @@ impl<S: LifecycleStore + 'static> GroupCommitStore<S> {
         let max_batch = config.max_batch.max(1);
         let (settles, settle_queue) = mpsc::unbounded_channel::<SettleRequest>();
         let settle_queue = Arc::new(Mutex::new(settle_queue));
+        let settle_wait = Wait::new(&config);
         for _ in 0..config.max_in_flight.max(1) {
             let store = inner.clone();
             tokio::spawn(flusher(
                 settle_queue.clone(),
                 max_batch,
-                config.max_wait,
+                settle_wait.clone(),
                 clock.clone(),
                 move |batch| {
                     let store = store.clone();
@@ -180,12 +197,13 @@ impl<S: LifecycleStore + 'static> GroupCommitStore<S> {
         let reads = config.coalesce_reads.then(|| {
             let (reads, read_queue) = mpsc::unbounded_channel::<ReadRequest>();
             let read_queue = Arc::new(Mutex::new(read_queue));
+            let read_wait = Wait::new(&config);
             for _ in 0..config.max_in_flight.max(1) {
                 let store = inner.clone();
                 tokio::spawn(flusher(
                     read_queue.clone(),
                     max_batch,
-                    config.max_wait,
+                    read_wait.clone(),
                     clock.clone(),
                     move |batch| {
                         let store = store.clone();
@@ -215,11 +233,36 @@ fn stopped() -> StoreError {
     StoreError::unavailable("the group-commit flushers have stopped; nothing was written")
 }
 
+/// When the flushers of one kind wait for more requests: the configured wait, and the count
+/// of batches of that kind being executed (shared by its flushers).
+#[derive(Clone)]
+struct Wait {
+    max_wait: Duration,
+    only_when_busy: bool,
+    executing: Arc<AtomicUsize>,
+}
+
+impl Wait {
+    fn new(config: &GroupCommitConfig) -> Self {
+        Self {
+            max_wait: config.max_wait,
+            only_when_busy: config.wait_only_when_busy,
+            executing: Arc::new(AtomicUsize::new(0)),
+        }
+    }
+
+    /// Whether a flusher holding a partial batch waits for more now.
+    fn waits(&self) -> bool {
+        !self.max_wait.is_zero()
+            && (!self.only_when_busy || self.executing.load(Ordering::Acquire) > 0)
+    }
+}
+
 /// Takes batches off the shared queue and runs `execute` on each until the queue closes.
 async fn flusher<R, F, Fut>(
     queue: Arc<Mutex<mpsc::UnboundedReceiver<R>>>,
     max_batch: usize,
-    max_wait: Duration,
+    wait: Wait,
     clock: Arc<dyn Clock>,
     mut execute: F,
 ) where
@@ -234,8 +277,8 @@ async fn flusher<R, F, Fut>(
             if receiver.recv_many(&mut batch, max_batch).await == 0 {
                 return;
             }
-            if batch.len() < max_batch && !max_wait.is_zero() {
-                let mut waited = clock.sleep(max_wait);
+            if batch.len() < max_batch && wait.waits() {
+                let mut waited = clock.sleep(wait.max_wait);
                 while batch.len() < max_batch {
                     let room = max_batch - batch.len();
                     let received = tokio::select! {
@@ -249,7 +292,9 @@ async fn flusher<R, F, Fut>(
                 }
             }
         }
+        wait.executing.fetch_add(1, Ordering::AcqRel);
         execute(batch).await;
+        wait.executing.fetch_sub(1, Ordering::AcqRel);
     }
 }
 

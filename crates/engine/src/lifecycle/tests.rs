@@ -258,5 +258,6 @@ mod dispatch;
 mod failures;
 mod intake;
 mod leases;
+mod pool;
 mod settle;
 mod worker;

@@ -394,6 +394,7 @@ async fn group_commit_waits_max_wait_on_its_clock() {
         GroupCommitConfig {
             max_batch: 3,
             max_wait: Duration::from_secs(10),
+            wait_only_when_busy: false,
             ..one_at_a_time()
         },
         Arc::new(clock.clone()),
@@ -418,4 +419,58 @@ async fn group_commit_waits_max_wait_on_its_clock() {
         assert_eq!(task.await.unwrap(), Ok(()));
     }
     assert_eq!(*store.settle_batches.lock().unwrap(), vec![2]);
+}
+
+/// The adaptive wait (`wait_only_when_busy`, the default): with no batch executing, a lone
+/// settle is executed at once however long `max_wait` is; while a batch is executing, the
+/// other flusher gathers for `max_wait` (on its clock) before executing what it holds.
+#[tokio::test(start_paused = true)]
+async fn group_commit_waits_only_while_another_batch_executes() {
+    let store = Gated::default();
+    let commands = claimed(&store, 3).await;
+    let clock = ManualClock::new(t(0));
+    let group = GroupCommitStore::start_with_clock(
+        store.clone(),
+        GroupCommitConfig {
+            max_batch: 8,
+            max_wait: Duration::from_secs(10),
+            max_in_flight: 2,
+            ..GroupCommitConfig::default()
+        },
+        Arc::new(clock.clone()),
+    );
+    // Idle: the first settle does not wait for the clock.
+    store.armed.store(true, Ordering::SeqCst);
+    let first = {
+        let group = group.clone();
+        let lease = commands[0].lease.clone();
+        tokio::spawn(async move { group.settle(&lease, &Settlement::ack(t(1))).await })
+    };
+    // Executing (held by the gate) without the store's clock moving.
+    tokio::time::timeout(Duration::from_secs(60), store.entered.notified())
+        .await
+        .expect("an idle flusher executes a lone settle at once");
+    // Busy: the next settles are gathered for `max_wait`.
+    let mut rest = Vec::new();
+    for command in &commands[1..] {
+        let group = group.clone();
+        let lease = command.lease.clone();
+        rest.push(tokio::spawn(async move {
+            group.settle(&lease, &Settlement::ack(t(1))).await
+        }));
+        settle_down().await;
+    }
+    assert!(store.settle_batches.lock().unwrap().is_empty());
+    clock.advance(Duration::from_secs(10));
+    for task in rest {
+        assert_eq!(task.await.unwrap(), Ok(()));
+    }
+    assert_eq!(
+        *store.settle_batches.lock().unwrap(),
+        vec![2],
+        "gathered while busy"
+    );
+    store.release.notify_one();
+    assert_eq!(first.await.unwrap(), Ok(()));
+    assert_eq!(*store.settle_batches.lock().unwrap(), vec![2, 1]);
 }

@@ -1,0 +1,232 @@
+//! The worker pool: one claimer per process feeding a bounded set of dispatch slots.
+//!
+//! Where [`Worker`](super::Worker)s each claim their own batch (W racing `FOR UPDATE SKIP
+//! LOCKED` statements, and a worker claims again only when the slowest command of its batch
+//! has settled), a [`WorkerPool`] runs one claim loop for the whole process:
+//! - **remote calls** are bounded by [`WorkerPool::slots`] (`workers × claim_batch`, the same
+//!   bound as W workers that each dispatch their whole claim at once);
+//! - **dispatches** in flight (claimed, not yet settled) are bounded by
+//!   [`WorkerPool::max_in_flight`] (`IN_FLIGHT_PER_SLOT` = 4 per slot). A dispatch beyond the
+//!   slots is the local queue: it holds its lease (per command, as with workers) and waits for
+//!   a slot before its remote call. Its lease is renewed meanwhile like that of any dispatch
+//!   in flight, and checked again once it holds the slot, so a wait can never let a call start
+//!   on an expired lease. The rest of a dispatch (reads, the settle waiting for its group
+//!   commit) does not occupy a slot, which is what lets settles share larger transactions;
+//! - whenever at least half of `max_in_flight` is free, it claims exactly as many commands as
+//!   are free, in one statement, and starts a task for each at once.
+//!
+//! Under a backlog this takes commands in claims of `max_in_flight / 2` or more instead of
+//! `claim_batch`, and the statements no longer race each other; under low load a command is
+//! claimed as soon as a wake-up arrives, as by an idle worker.
+//! A dispatch that finishes while the pool is idle ends the idle sleep, as a worker claims
+//! again after its batch: the claim and the next due time are read again, so a retry is
+//! claimed when its backoff ends, not at the next idle poll.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use tenantry_kernel::LeaseOwner;
+use tenantry_ports::lifecycle::{KnowledgeFs, LifecycleStore};
+use tenantry_ports::wake::{WakeSubscription, Wakeups};
+use tokio::sync::{Semaphore, watch};
+use tokio::task::{JoinError, JoinSet};
+use tracing::{debug, info, warn};
+
+use super::dispatcher::{DispatchError, DispatchReport, Dispatcher};
+use super::worker::{WorkerConfig, WorkerReport};
+
+/// Dispatches in flight per remote-call slot: one calling, three waiting with their leases.
+pub const IN_FLIGHT_PER_SLOT: u32 = 4;
+
+/// One claimer, `workers × claim_batch` remote-call slots and [`IN_FLIGHT_PER_SLOT`] times as
+/// many dispatches in flight, for a process (see the module documentation). Settings are the
+/// workers' ([`WorkerConfig`]): `claim_batch` sizes the slots, `idle_poll` and the wake-ups
+/// time the claims when nothing is due.
+pub struct WorkerPool<S, R> {
+    dispatcher: Arc<Dispatcher<S, R>>,
+    owner: LeaseOwner,
+    config: WorkerConfig,
+    slots: u32,
+    wake: Option<WakeSubscription>,
+}
+
+impl<S, R> std::fmt::Debug for WorkerPool<S, R> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WorkerPool")
+            .field("owner", &self.owner)
+            .field("slots", &self.slots)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S, R> WorkerPool<S, R>
+where
+    S: LifecycleStore + 'static,
+    R: KnowledgeFs + 'static,
+{
+    /// A pool with the concurrency of `workers` workers of `config`: at most
+    /// `workers × claim_batch` dispatches in flight (both at least 1). Every command it claims
+    /// is leased to `owner`.
+    pub fn new(
+        dispatcher: Arc<Dispatcher<S, R>>,
+        owner: LeaseOwner,
+        workers: u32,
+        config: WorkerConfig,
+    ) -> Self {
+        let slots = workers.max(1).saturating_mul(config.claim_batch.max(1));
+        Self {
+            dispatcher,
+            owner,
+            config,
+            slots,
+            wake: None,
+        }
+    }
+
+    /// Most dispatches in flight (claimed and not yet settled): `slots × IN_FLIGHT_PER_SLOT`.
+    pub fn max_in_flight(&self) -> u32 {
+        self.slots.saturating_mul(IN_FLIGHT_PER_SLOT)
+    }
+
+    /// Wakes the claimer from its idle sleep whenever `wakeups` is signalled (as
+    /// [`Worker::with_wakeups`](super::Worker::with_wakeups)).
+    #[must_use]
+    pub fn with_wakeups(mut self, wakeups: &Wakeups) -> Self {
+        self.wake = Some(wakeups.subscribe());
+        self
+    }
+
+    /// Most remote calls at once.
+    pub fn slots(&self) -> u32 {
+        self.slots
+    }
+
+    /// Free places (of [`max_in_flight`](Self::max_in_flight)) at which the claimer claims
+    /// again while dispatches are in flight: half, rounded up.
+    pub fn refill_at(&self) -> u32 {
+        self.max_in_flight().div_ceil(2)
+    }
+
+    /// The lease owner of this pool's claims.
+    pub fn owner(&self) -> &LeaseOwner {
+        &self.owner
+    }
+
+    /// Claims and dispatches until `shutdown` turns true. Shutdown stops claiming; dispatches
+    /// in flight are never cancelled and settle before this returns. A failed claim is logged
+    /// and retried after the idle interval.
+    pub async fn run(mut self, mut shutdown: watch::Receiver<bool>) -> WorkerReport {
+        let mut report = WorkerReport::default();
+        let mut running: JoinSet<Result<DispatchReport, DispatchError>> = JoinSet::new();
+        let refill_at = self.refill_at() as usize;
+        let max_in_flight = self.max_in_flight() as usize;
+        let remote_slots = Arc::new(Semaphore::new(self.slots as usize));
+        info!(owner = %self.owner, slots = self.slots, max_in_flight, "lifecycle worker pool started");
+        loop {
+            while let Some(done) = running.try_join_next() {
+                tally(&mut report, done);
+            }
+            if *shutdown.borrow() {
+                break;
+            }
+            let free = max_in_flight.saturating_sub(running.len());
+            if free < refill_at {
+                // Busy: wait for dispatches to finish (or shutdown).
+                tokio::select! {
+                    Some(done) = running.join_next() => tally(&mut report, done),
+                    _ = shutdown.changed() => {}
+                }
+                continue;
+            }
+            // Before the claim: a wake sent while claiming makes the sleep below end at once.
+            if let Some(wake) = self.wake.as_mut() {
+                wake.mark_seen();
+            }
+            let enabled = self.config.product_enabled.load(Ordering::Relaxed);
+            // `free` ≤ `max_in_flight`, a u32.
+            let limit = u32::try_from(free).unwrap_or(u32::MAX);
+            match self.dispatcher.claim(&self.owner, enabled, limit).await {
+                Ok((claimed, started)) if !claimed.is_empty() => {
+                    report.claimed += claimed.len() as u64;
+                    for command in claimed {
+                        let dispatcher = self.dispatcher.clone();
+                        let slots = remote_slots.clone();
+                        running.spawn(async move {
+                            dispatcher
+                                .dispatch_claimed(command, started, enabled, Some(&slots))
+                                .await
+                        });
+                    }
+                }
+                Ok(_) => {
+                    let idle = self.idle_sleep(enabled).await;
+                    let sleep = self.dispatcher.clock().sleep(idle);
+                    let wake = async {
+                        match self.wake.as_mut() {
+                            Some(wake) => wake.woken().await,
+                            None => std::future::pending().await,
+                        }
+                    };
+                    tokio::select! {
+                        () = sleep => {}
+                        () = wake => {}
+                        _ = shutdown.changed() => {}
+                        Some(done) = running.join_next() => {
+                            // A settle may have made a command due (a retry): look again,
+                            // and sleep until the store's next due time.
+                            tally(&mut report, done);
+                        }
+                    }
+                }
+                Err(error) => {
+                    warn!(%error, "claim failed; retrying after the idle interval");
+                    // No wake-up shortens this pause: the store is failing.
+                    let sleep = self.dispatcher.clock().sleep(self.config.idle_poll);
+                    tokio::pin!(sleep);
+                    loop {
+                        tokio::select! {
+                            () = &mut sleep => break,
+                            _ = shutdown.changed() => break,
+                            Some(done) = running.join_next() => tally(&mut report, done),
+                        }
+                    }
+                }
+            }
+        }
+        while let Some(done) = running.join_next().await {
+            tally(&mut report, done);
+        }
+        info!(owner = %self.owner, claimed = report.claimed, "lifecycle worker pool stopped");
+        report
+    }
+
+    /// How long to sleep when idle: until the store's next waiting command is due, at most the
+    /// idle poll. A failed look-up falls back to the idle poll.
+    async fn idle_sleep(&self, product_enabled: bool) -> std::time::Duration {
+        match self.dispatcher.next_due_in(product_enabled).await {
+            Ok(Some(due)) => due.min(self.config.idle_poll),
+            Ok(None) => self.config.idle_poll,
+            Err(error) => {
+                debug!(%error, "next due time unknown; sleeping the idle poll");
+                self.config.idle_poll
+            }
+        }
+    }
+}
+
+/// Counts one finished dispatch (`claimed` is counted at the claim).
+fn tally(
+    report: &mut WorkerReport,
+    done: Result<Result<DispatchReport, DispatchError>, JoinError>,
+) {
+    match done {
+        Ok(Ok(outcome)) if outcome.completed => report.completed += 1,
+        Ok(Ok(_)) => {}
+        Ok(Err(_)) => report.errors += 1,
+        Err(error) => {
+            // A dispatch task panicked (a bug): its command stays leased until expiry.
+            warn!(%error, "a dispatch task ended abnormally; its command is retried after its lease expires");
+            report.errors += 1;
+        }
+    }
+}

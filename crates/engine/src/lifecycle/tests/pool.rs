@@ -1,0 +1,270 @@
+//! The worker pool: one claimer filling bounded dispatch places, remote calls bounded by its
+//! slots, shutdown with dispatches in flight.
+
+use super::*;
+
+/// A remote whose calls wait for a gate, counting how many are inside at once.
+#[derive(Clone)]
+struct HeldRemote {
+    inner: FakeKnowledgeFs,
+    gate: Arc<tokio::sync::Semaphore>,
+    inside: Arc<AtomicUsize>,
+    most_inside: Arc<AtomicUsize>,
+}
+
+impl HeldRemote {
+    fn new(inner: FakeKnowledgeFs) -> Self {
+        Self {
+            inner,
+            gate: Arc::new(tokio::sync::Semaphore::new(0)),
+            inside: Arc::new(AtomicUsize::new(0)),
+            most_inside: Arc::new(AtomicUsize::new(0)),
+        }
+    }
+
+    async fn held<T>(&self, call: impl std::future::Future<Output = T>) -> T {
+        let now = self.inside.fetch_add(1, Ordering::SeqCst) + 1;
+        self.most_inside.fetch_max(now, Ordering::SeqCst);
+        self.gate.acquire().await.unwrap().forget();
+        let result = call.await;
+        self.inside.fetch_sub(1, Ordering::SeqCst);
+        result
+    }
+}
+
+#[async_trait]
+impl KnowledgeFs for HeldRemote {
+    async fn provision(&self, request: &ProvisionRequest) -> Result<RemoteSpace, RemoteError> {
+        self.held(self.inner.provision(request)).await
+    }
+    async fn find_by_provisioning_key(
+        &self,
+        n: &TenantId,
+        k: &ProvisioningKey,
+        c: &ControlSpaceId,
+    ) -> Result<Option<RemoteSpace>, RemoteError> {
+        self.inner.find_by_provisioning_key(n, k, c).await
+    }
+    async fn request_deletion(
+        &self,
+        request: &DeletionRequest,
+    ) -> Result<DeletionProgress, RemoteError> {
+        self.held(self.inner.request_deletion(request)).await
+    }
+    async fn revoke_grant(&self, request: &RevokeRequest) -> Result<RevokeAck, RemoteError> {
+        self.held(self.inner.revoke_grant(request)).await
+    }
+}
+
+async fn let_tasks_run() {
+    for _ in 0..64 {
+        tokio::task::yield_now().await;
+    }
+}
+
+fn statuses(h: &Harness, ids: &[CommandId]) -> (usize, usize, usize) {
+    let mut counts = (0, 0, 0);
+    for id in ids {
+        match h.command(id).status {
+            CommandStatus::Pending => counts.0 += 1,
+            CommandStatus::Processing => counts.1 += 1,
+            CommandStatus::Succeeded => counts.2 += 1,
+            other => panic!("unexpected status {other:?}"),
+        }
+    }
+    counts
+}
+
+/// One worker with a claim batch of 2: 2 remote calls at once (the bound W workers had), up
+/// to 8 dispatches in flight, claimed in one statement; the rest waits pending. Releasing the
+/// remote drains everything, never more than 2 calls inside.
+#[tokio::test]
+async fn pool_bounds_remote_calls_by_its_slots_and_claims_its_free_places() {
+    let h = harness();
+    let remote = HeldRemote::new(h.remote.clone());
+    let mut ids = Vec::new();
+    for i in 0..10 {
+        ids.push(h.create(&format!("cs{i}")).await.command_id);
+    }
+    let dispatcher = Arc::new(
+        Dispatcher::new(h.store.clone(), remote.clone(), DispatcherConfig::default())
+            .with_clock(Arc::new(clock_of_test())),
+    );
+    let pool = WorkerPool::new(
+        dispatcher,
+        owner("pool"),
+        1,
+        WorkerConfig {
+            idle_poll: Duration::from_secs(3600),
+            claim_batch: 2,
+            ..WorkerConfig::default()
+        },
+    );
+    assert_eq!(
+        (pool.slots(), pool.max_in_flight(), pool.refill_at()),
+        (2, 8, 4)
+    );
+    let (stop, stopped) = watch::channel(false);
+    let handle = tokio::spawn(pool.run(stopped));
+    let_tasks_run().await;
+    assert_eq!(remote.inside.load(Ordering::SeqCst), 2, "calls held");
+    assert_eq!(statuses(&h, &ids), (2, 8, 0), "8 claimed, 2 left pending");
+
+    // Two calls finish: 6 in flight, 2 free places (< 4): no claim yet.
+    remote.gate.add_permits(2);
+    let_tasks_run().await;
+    assert_eq!(statuses(&h, &ids), (2, 6, 2));
+    assert_eq!(remote.inside.load(Ordering::SeqCst), 2);
+
+    remote.gate.add_permits(100);
+    let_tasks_run().await;
+    assert_eq!(statuses(&h, &ids), (0, 0, 10));
+    assert_eq!(remote.most_inside.load(Ordering::SeqCst), 2);
+    stop.send(true).unwrap();
+    let report = handle.await.unwrap();
+    assert_eq!(
+        (report.claimed, report.completed, report.errors),
+        (10, 10, 0)
+    );
+}
+
+/// Shutdown stops claiming; the dispatches in flight settle before `run` returns.
+#[tokio::test]
+async fn pool_shutdown_settles_what_is_in_flight() {
+    let h = harness();
+    let remote = HeldRemote::new(h.remote.clone());
+    let mut ids = Vec::new();
+    for i in 0..6 {
+        ids.push(h.create(&format!("cs{i}")).await.command_id);
+    }
+    let dispatcher = Arc::new(
+        Dispatcher::new(h.store.clone(), remote.clone(), DispatcherConfig::default())
+            .with_clock(Arc::new(clock_of_test())),
+    );
+    let pool = WorkerPool::new(
+        dispatcher,
+        owner("pool"),
+        1,
+        WorkerConfig {
+            idle_poll: Duration::from_secs(3600),
+            claim_batch: 1,
+            ..WorkerConfig::default()
+        },
+    );
+    let (stop, stopped) = watch::channel(false);
+    let handle = tokio::spawn(pool.run(stopped));
+    let_tasks_run().await;
+    assert_eq!(statuses(&h, &ids), (2, 4, 0));
+    stop.send(true).unwrap();
+    let_tasks_run().await;
+    assert!(!handle.is_finished(), "waits for the dispatches in flight");
+    remote.gate.add_permits(100);
+    let report = handle.await.unwrap();
+    assert_eq!((report.claimed, report.completed), (4, 4));
+    assert_eq!(
+        statuses(&h, &ids),
+        (2, 0, 4),
+        "nothing claimed after shutdown"
+    );
+}
+
+/// An idle pool is woken by an intake of this process without waiting for its idle poll.
+#[tokio::test]
+async fn an_intake_wakes_an_idle_pool() {
+    let h = harness();
+    let wakeups = Wakeups::new();
+    let intake = CommandIntake::new(h.store.clone(), Arc::new(clock_of_test()))
+        .with_wakeups(wakeups.clone());
+    let dispatcher = Arc::new(
+        Dispatcher::new(
+            h.store.clone(),
+            h.remote.clone(),
+            DispatcherConfig::default(),
+        )
+        .with_clock(Arc::new(clock_of_test())),
+    );
+    let pool = WorkerPool::new(
+        dispatcher,
+        owner("pool"),
+        2,
+        WorkerConfig {
+            idle_poll: Duration::from_secs(3600),
+            ..WorkerConfig::default()
+        },
+    )
+    .with_wakeups(&wakeups);
+    let (stop, stopped) = watch::channel(false);
+    let handle = tokio::spawn(pool.run(stopped));
+    let_tasks_run().await;
+    let receipt = intake
+        .create_control_space(&create_request("cs1", "create-cs1"))
+        .await
+        .unwrap();
+    let_tasks_run().await;
+    assert_eq!(
+        h.command(&receipt.command_id).status,
+        CommandStatus::Succeeded
+    );
+    stop.send(true).unwrap();
+    assert_eq!(handle.await.unwrap().claimed, 1);
+}
+
+/// A command retried after a backoff is claimed when the backoff ends, not at the next idle
+/// poll: a dispatch finishing while the pool is idle makes it look again, so it sleeps until
+/// the store's next due time (the retry's).
+#[tokio::test]
+async fn an_idle_pool_wakes_when_a_backoff_comes_due() {
+    let h = harness();
+    let clock = clock_of_test();
+    let receipt = h.create("cs1").await;
+    h.remote.push_fault(
+        RemoteCall::Provision,
+        RemoteFault::Fail(RemoteError::answered(503, "KFS_UNAVAILABLE", "busy")),
+    );
+    let remote = HeldRemote::new(h.remote.clone());
+    let dispatcher = Arc::new(
+        Dispatcher::new(h.store.clone(), remote.clone(), DispatcherConfig::default())
+            .with_clock(Arc::new(clock.clone())),
+    );
+    let pool = WorkerPool::new(
+        dispatcher,
+        owner("pool"),
+        1,
+        WorkerConfig {
+            idle_poll: Duration::from_secs(3600),
+            claim_batch: 1,
+            ..WorkerConfig::default()
+        },
+    );
+    let (stop, stopped) = watch::channel(false);
+    let handle = tokio::spawn(pool.run(stopped));
+    // The first attempt is held in the remote while the pool finds nothing more and goes idle.
+    let_tasks_run().await;
+    remote.gate.add_permits(100);
+    let_tasks_run().await;
+    let record = h.command(&receipt.command_id);
+    assert_eq!(
+        record.status,
+        CommandStatus::Pending,
+        "first attempt failed"
+    );
+    let backoff = (record.next_attempt_at - clock.now()).to_std().unwrap();
+    assert!(backoff > Duration::ZERO && backoff < Duration::from_secs(3600));
+    clock.advance(backoff - Duration::from_millis(1));
+    let_tasks_run().await;
+    assert_eq!(
+        h.command(&receipt.command_id).status,
+        CommandStatus::Pending,
+        "not due yet"
+    );
+    clock.advance(Duration::from_millis(1));
+    let_tasks_run().await;
+    assert_eq!(
+        h.command(&receipt.command_id).status,
+        CommandStatus::Succeeded,
+        "claimed when the backoff ended"
+    );
+    stop.send(true).unwrap();
+    let report = handle.await.unwrap();
+    assert_eq!((report.claimed, report.completed), (2, 1));
+}
