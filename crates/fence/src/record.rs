@@ -17,6 +17,7 @@
 use serde_json::Value;
 
 use crate::cache::{FenceMarker, RecordKind};
+use crate::scope::ScopeIdentity;
 
 /// How a stored record at a fence key bears on a write.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -65,6 +66,34 @@ pub fn classify(stored: StoredRecord<'_>, owner: &str, now_ms: i64) -> Holder {
             }
         }
         _ => Holder::Fenced,
+    }
+}
+
+/// The stored value of a scope's claim (a write-ahead intent of one owner, with one reason),
+/// built once and stamped per run: [`IntentTemplate::at`] equals
+/// `FenceMarker::intent(scope, reason, owner, now_ms, expires_at_ms).to_value()` without
+/// serializing the marker again, so a runtime keeps one per scope and a claim costs a clone of
+/// a small JSON object.
+#[derive(Debug, Clone, PartialEq)]
+pub struct IntentTemplate(Value);
+
+impl IntentTemplate {
+    /// The template of `owner`'s intent on `scope`, labelled `reason`.
+    pub fn new(scope: &ScopeIdentity, reason: &str, owner: &str) -> Self {
+        Self(FenceMarker::intent(scope, reason, owner, 0, 0).to_value())
+    }
+
+    /// The intent written at `now_ms`, expiring at `expires_at_ms` (Unix milliseconds).
+    pub fn at(&self, now_ms: i64, expires_at_ms: i64) -> Value {
+        let mut value = self.0.clone();
+        if let Value::Object(fields) = &mut value {
+            for (field, stamp) in [("fenced_at_ms", now_ms), ("expires_at_ms", expires_at_ms)] {
+                if let Some(slot) = fields.get_mut(field) {
+                    *slot = Value::from(stamp);
+                }
+            }
+        }
+        value
     }
 }
 
@@ -120,7 +149,6 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::scope::ScopeIdentity;
 
     #[test]
     fn classify_stored_records() {
@@ -153,6 +181,21 @@ mod tests {
         ];
         for (stored, now, expected) in cases {
             assert_eq!(classify(stored, "me", now), expected, "{stored:?} at {now}");
+        }
+    }
+
+    #[test]
+    fn intent_template_stamps_the_same_value_as_the_marker() {
+        for scope in [ScopeIdentity::object("kb-1"), ScopeIdentity::Installation] {
+            let template = IntentTemplate::new(&scope, "write in progress", "host-a");
+            for (now, expires) in [(0, 0), (1_700_000_000_123, 1_700_000_150_123), (-5, 7)] {
+                assert_eq!(
+                    template.at(now, expires),
+                    FenceMarker::intent(&scope, "write in progress", "host-a", now, expires)
+                        .to_value(),
+                    "{scope} at {now}"
+                );
+            }
         }
     }
 

@@ -2,7 +2,7 @@
 //! holds, and the count of spawned work that has not settled ([`InFlight`]).
 
 use std::any::Any;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use serde_json::Value;
@@ -34,6 +34,9 @@ pub(super) struct RunClaim<S: HostStorage + ?Sized + 'static> {
     pub(super) writes: ScopedWrites<S>,
     pub(super) binding: Binding,
     pub(super) key: FenceKey,
+    /// The scope's hint that its record is the tombstone this runtime wrote: set when the
+    /// release lands, so the next run may claim without reading the record first.
+    pub(super) released: Arc<AtomicBool>,
     pub(super) guard: Arc<ScopeGuard>,
     pub(super) slot: Mutex<Slot>,
 }
@@ -73,7 +76,10 @@ impl<S: HostStorage + ?Sized + 'static> RunClaim<S> {
             }
         };
         match released {
-            Ok(_) => self.slot().claim = None,
+            Ok(swapped) => {
+                self.slot().claim = None;
+                self.released.store(swapped, Ordering::Relaxed);
+            }
             Err(error) => {
                 self.slot().claim = Some(claim);
                 tracing::warn!(binding = %self.binding, key = %self.key, %error,
