@@ -10,7 +10,11 @@
 //!   the held lock (and claim) instead of deadlocking;
 //! - fences are shared by every process on the database: before each run the scope's record
 //!   and the installation record are read from host storage (a failed read fails closed with
-//!   [`ScopedWriteError::FenceStateUnavailable`]; an undecodable record counts as a fence);
+//!   [`ScopedWriteError::FenceStateUnavailable`]; an undecodable record counts as a fence).
+//!   When this runtime's last run of the scope released its claim, the scope's record is not
+//!   read first: the claim swaps from the tombstone, and the record is read only if that
+//!   fails (the same decision; `docs/protocol.md`, "Claiming a released scope without reading
+//!   it");
 //! - cross-process claim: a run takes the scope's record by compare-and-set, writing a
 //!   write-ahead intent with this runtime's owner and an expiry past the dispatch deadline,
 //!   and releases it (JSON null, compare-and-set again) when it ends; a live intent of another
