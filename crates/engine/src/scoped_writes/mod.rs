@@ -79,6 +79,7 @@ const CLAIM_REASON: &str = "write in progress";
 /// that the next run may claim without reading the record first.
 #[derive(Clone)]
 struct ScopeKeys {
+    scope: Arc<ScopeIdentity>,
     key: FenceKey,
     intent: Arc<IntentTemplate>,
     /// Only a hint (shared by every binding's scope of this identity): the claim's
@@ -255,6 +256,7 @@ impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
             keys.clear();
         }
         let cached = ScopeKeys {
+            scope: Arc::new(scope.clone()),
             key: scope.fence_key(),
             intent: Arc::new(IntentTemplate::new(
                 scope,
@@ -297,13 +299,14 @@ impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
         Fut: Future<Output = Result<T, ScopedWriteError<E>>>,
     {
         let ScopeKeys {
+            scope: shared_scope,
             key,
             intent,
             released,
         } = self.scope_keys(scope);
         let key: ScopeKey = (binding.clone(), key);
         if let Some(claim) = self.held_by_current_task(&key) {
-            let ctx = self.context(scope, claim);
+            let ctx = self.context(shared_scope, claim);
             return operation(ctx).await;
         }
         let guard = Arc::new(locks::acquire(&self.inner.shared, &key).await);
@@ -328,7 +331,7 @@ impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
             guard,
             claim: claim.clone(),
         });
-        let ctx = self.context(scope, claim.clone());
+        let ctx = self.context(shared_scope, claim.clone());
         let fence_ctx = ctx.clone();
         let result = HELD.scope(held, operation(ctx)).await;
         if let Err(ScopedWriteError::OutcomeUnknown { reason, .. }) = &result
@@ -760,11 +763,11 @@ impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
         held.claim.downcast::<RunClaim<S>>().ok()
     }
 
-    fn context(&self, scope: &ScopeIdentity, claim: Arc<RunClaim<S>>) -> ScopeContext<S> {
+    fn context(&self, scope: Arc<ScopeIdentity>, claim: Arc<RunClaim<S>>) -> ScopeContext<S> {
         ScopeContext {
             writes: self.clone(),
             binding: claim.binding.clone(),
-            scope: scope.clone(),
+            scope,
             claim,
         }
     }
