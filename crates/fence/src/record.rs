@@ -85,9 +85,19 @@ impl IntentTemplate {
 
     /// The intent written at `now_ms`, expiring at `expires_at_ms` (Unix milliseconds).
     pub fn at(&self, now_ms: i64, expires_at_ms: i64) -> Value {
-        let mut value = self.0.clone();
+        self.at_reusing(None, now_ms, expires_at_ms)
+    }
+
+    /// [`at`](Self::at), stamping `spare` in place when it is an intent of this template (a
+    /// value an earlier call returned, whatever its stamps), so a runtime that keeps its
+    /// released claim allocates nothing; any other `spare` is dropped and the template cloned.
+    pub fn at_reusing(&self, spare: Option<Value>, now_ms: i64, expires_at_ms: i64) -> Value {
+        let mut value = match spare {
+            Some(spare) if self.shapes(&spare) => spare,
+            _ => self.0.clone(),
+        };
         if let Value::Object(fields) = &mut value {
-            for (field, stamp) in [("fenced_at_ms", now_ms), ("expires_at_ms", expires_at_ms)] {
+            for (field, stamp) in STAMPS.into_iter().zip([now_ms, expires_at_ms]) {
                 if let Some(slot) = fields.get_mut(field) {
                     *slot = Value::from(stamp);
                 }
@@ -95,7 +105,25 @@ impl IntentTemplate {
         }
         value
     }
+
+    /// Whether `value` equals the template apart from its stamps.
+    fn shapes(&self, value: &Value) -> bool {
+        match (&self.0, value) {
+            (Value::Object(template), Value::Object(fields)) => {
+                template.len() == fields.len()
+                    && template.iter().all(|(name, expected)| {
+                        fields.get(name).is_some_and(|found| {
+                            STAMPS.contains(&name.as_str()) || found == expected
+                        })
+                    })
+            }
+            _ => false,
+        }
+    }
 }
+
+/// The fields of an intent that change on every claim (Unix milliseconds).
+const STAMPS: [&str; 2] = ["fenced_at_ms", "expires_at_ms"];
 
 /// Why an operator may not clear a record yet.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -196,6 +224,29 @@ mod tests {
                     "{scope} at {now}"
                 );
             }
+        }
+    }
+
+    #[test]
+    fn intent_template_reuses_only_its_own_intents() {
+        let scope = ScopeIdentity::object("kb-1");
+        let template = IntentTemplate::new(&scope, "write in progress", "host-a");
+        let marker = |reason: &str, now, expires| {
+            FenceMarker::intent(&scope, reason, "host-a", now, expires).to_value()
+        };
+        let spares = [
+            Some(template.at(1, 2)),
+            Some(marker("upload kb-1", 1, 2)),
+            Some(FenceMarker::new(&scope, "lost", 1).to_value()),
+            Some(Value::Null),
+            None,
+        ];
+        for spare in spares {
+            assert_eq!(
+                template.at_reusing(spare.clone(), 10, 20),
+                marker("write in progress", 10, 20),
+                "{spare:?}"
+            );
         }
     }
 

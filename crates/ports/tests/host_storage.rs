@@ -105,3 +105,31 @@ async fn fake_compare_and_set_matches_a_record_spelled_in_another_key_order() {
         Some(Err("{torn".to_owned()))
     );
 }
+
+/// The fake reuses a replaced value's allocations for the next write of the same key; what it
+/// stores is still exactly the value written, whatever its shape.
+#[tokio::test]
+async fn fake_rewrites_of_one_key_store_exactly_the_value_written() {
+    let s = InMemoryHostStorage::new();
+    let values = [
+        json!({"kind": "intent", "owner": "a-long-owner-name", "expires_at_ms": 5}),
+        json!(null),
+        json!({"kind": "fence", "owner": "b", "expires_at_ms": 7}),
+        json!({"kind": "fence", "reason": "other keys", "nested": {"x": [1, "two"]}}),
+        json!(null),
+        json!("text"),
+        json!({"kind": "intent", "owner": "a", "expires_at_ms": 9}),
+        json!({"kind": "intent", "owner": "a", "expires_at_ms": 9, "extra": true}),
+    ];
+    let mut current: Option<serde_json::Value> = None;
+    for value in values {
+        assert!(
+            s.compare_and_set(&binding(), "k", current.as_ref(), &value)
+                .await
+                .unwrap()
+        );
+        assert_eq!(s.peek(&binding(), "k"), Some(Ok(value.clone())));
+        assert_eq!(s.get(&binding(), "k").await.unwrap(), Some(value.clone()));
+        current = Some(value);
+    }
+}

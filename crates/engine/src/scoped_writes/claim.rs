@@ -2,7 +2,7 @@
 //! holds, and the count of spawned work that has not settled ([`InFlight`]).
 
 use std::any::Any;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use serde_json::Value;
@@ -10,8 +10,8 @@ use tenantry_fence::{Binding, FenceKey};
 use tenantry_ports::host_storage::HostStorage;
 use tokio::sync::Notify;
 
-use super::ScopedWrites;
 use super::locks::{ScopeGuard, ScopeKey};
+use super::{ClaimCache, ScopedWrites};
 
 tokio::task_local! {
     /// The scopes whose locks the current task holds through an enclosing run.
@@ -34,9 +34,10 @@ pub(super) struct RunClaim<S: HostStorage + ?Sized + 'static> {
     pub(super) writes: ScopedWrites<S>,
     pub(super) binding: Binding,
     pub(super) key: FenceKey,
-    /// The scope's hint that its record is the tombstone this runtime wrote: set when the
-    /// release lands, so the next run may claim without reading the record first.
-    pub(super) released: Arc<AtomicBool>,
+    /// The scope's cached claim: told when the release lands (the record is the tombstone
+    /// this runtime wrote, so the next run may claim without reading it first), and given the
+    /// released value to stamp again.
+    pub(super) cache: Arc<ClaimCache>,
     pub(super) guard: Arc<ScopeGuard>,
     pub(super) slot: Mutex<Slot>,
 }
@@ -78,7 +79,10 @@ impl<S: HostStorage + ?Sized + 'static> RunClaim<S> {
         match released {
             Ok(swapped) => {
                 self.slot().claim = None;
-                self.released.store(swapped, Ordering::Relaxed);
+                self.cache.released.store(swapped, Ordering::Relaxed);
+                if swapped {
+                    self.cache.keep(claim);
+                }
             }
             Err(error) => {
                 self.slot().claim = Some(claim);

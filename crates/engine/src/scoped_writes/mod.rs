@@ -74,17 +74,47 @@ const KEY_CACHE_LIMIT: usize = 4096;
 /// The reason written into every claim a run takes.
 const CLAIM_REASON: &str = "write in progress";
 
-/// What is the same on every run of one scope: its fence key and its claim's template; and
-/// whether this runtime's last run of it released its claim (wrote the tombstone), the hint
-/// that the next run may claim without reading the record first.
+/// What is the same on every run of one scope: its identity (shared) and fence key, and its
+/// claim ([`ClaimCache`]).
 #[derive(Clone)]
 struct ScopeKeys {
     scope: Arc<ScopeIdentity>,
     key: FenceKey,
-    intent: Arc<IntentTemplate>,
-    /// Only a hint (shared by every binding's scope of this identity): the claim's
+    claim: Arc<ClaimCache>,
+}
+
+/// This runtime's claim on one scope identity, kept between runs (shared by the scope of
+/// that identity in every binding).
+pub(super) struct ClaimCache {
+    /// The claim's value apart from its stamps.
+    template: IntentTemplate,
+    /// The last claim released, stamped again by the next run instead of allocating a new
+    /// value ([`IntentTemplate::at_reusing`]).
+    spare: Mutex<Option<Value>>,
+    /// Whether the last run released its claim (wrote the tombstone): the hint that the next
+    /// run may claim without reading the record first. Only a hint: the claim's
     /// compare-and-set checks it, and a stale hint costs one failed swap.
-    released: Arc<AtomicBool>,
+    pub(super) released: AtomicBool,
+}
+
+impl ClaimCache {
+    /// The claim to write at `now_ms`, lapsing at `expires_at_ms`.
+    fn at(&self, now_ms: i64, expires_at_ms: i64) -> Value {
+        let spare = self
+            .spare
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        self.template.at_reusing(spare, now_ms, expires_at_ms)
+    }
+
+    /// Keeps `claim`, released, for the next run.
+    pub(super) fn keep(&self, claim: Value) {
+        *self
+            .spare
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(claim);
+    }
 }
 
 /// Hash maps keyed by scopes and bindings: keys are the runtime's own (no attacker chooses
@@ -258,12 +288,11 @@ impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
         let cached = ScopeKeys {
             scope: Arc::new(scope.clone()),
             key: scope.fence_key(),
-            intent: Arc::new(IntentTemplate::new(
-                scope,
-                CLAIM_REASON,
-                &self.inner.config.owner,
-            )),
-            released: Arc::new(AtomicBool::new(false)),
+            claim: Arc::new(ClaimCache {
+                template: IntentTemplate::new(scope, CLAIM_REASON, &self.inner.config.owner),
+                spare: Mutex::new(None),
+                released: AtomicBool::new(false),
+            }),
         };
         keys.insert(scope.clone(), cached.clone());
         cached
@@ -301,8 +330,7 @@ impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
         let ScopeKeys {
             scope: shared_scope,
             key,
-            intent,
-            released,
+            claim: cache,
         } = self.scope_keys(scope);
         let key: ScopeKey = (binding.clone(), key);
         if let Some(claim) = self.held_by_current_task(&key) {
@@ -310,14 +338,12 @@ impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
             return operation(ctx).await;
         }
         let guard = Arc::new(locks::acquire(&self.inner.shared, &key).await);
-        let taken = self
-            .admit(binding, scope, &key.1, &intent, &released, mode)
-            .await?;
+        let taken = self.admit(binding, scope, &key.1, &cache, mode).await?;
         let claim = Arc::new(RunClaim {
             writes: self.clone(),
             binding: binding.clone(),
             key: key.1.clone(),
-            released,
+            cache,
             guard: guard.clone(),
             slot: Mutex::new(Slot {
                 claim: taken,
@@ -352,7 +378,7 @@ impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
     /// stored, or `None` when an `AllowFenced` run passes through a fence without claiming.
     ///
     /// Fast path (docs/protocol.md, "Claiming a released scope without reading it"): when
-    /// this runtime's last run of the scope released its claim (`released`) and this process
+    /// this runtime's last run of the scope released its claim (`cache.released`) and this process
     /// caches no fence for it, the installation record is read and the claim is taken by one
     /// compare-and-set expecting the tombstone, without reading the scope's record first; only
     /// if that swap fails (the record is absent, held, fenced or damaged) is the record read
@@ -362,13 +388,12 @@ impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
         binding: &Binding,
         scope: &ScopeIdentity,
         own_key: &FenceKey,
-        intent: &IntentTemplate,
-        released: &AtomicBool,
+        cache: &ClaimCache,
         mode: FenceMode,
     ) -> Result<Option<Value>, ScopedWriteError<E>> {
         let config = &self.inner.config;
         let mut installation_read = false;
-        if released.swap(false, Ordering::Relaxed)
+        if cache.released.swap(false, Ordering::Relaxed)
             && !self.inner.shared.state().fences.contains(binding, own_key)
         {
             if !matches!(scope, ScopeIdentity::Installation) {
@@ -376,7 +401,7 @@ impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
                 installation_read = true;
             }
             let now = self.now_ms();
-            let claim = intent.at(now, now.saturating_add(config.claim_ttl_ms()));
+            let claim = cache.at(now, now.saturating_add(config.claim_ttl_ms()));
             let (taken, claim) = self
                 .take_claim(binding, own_key, Some(Value::Null), claim)
                 .await;
@@ -447,7 +472,7 @@ impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
                         // Classified as fenced above.
                         Some(Err(())) => return Ok(None),
                     };
-                    let claim = intent.at(now, now.saturating_add(config.claim_ttl_ms()));
+                    let claim = cache.at(now, now.saturating_add(config.claim_ttl_ms()));
                     let (taken, claim) = self.take_claim(binding, own_key, expected, claim).await;
                     if self.claim_taken(binding, scope, taken)? {
                         return Ok(Some(claim));

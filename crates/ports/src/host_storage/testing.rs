@@ -61,6 +61,9 @@ impl Stored {
 #[derive(Debug)]
 struct Record {
     stored: Stored,
+    /// The last non-null value replaced by a tombstone, whose allocations the next write
+    /// reuses ([`assign`]): a claim taken and released again and again allocates nothing.
+    spare: Option<Value>,
     /// When the record was last written (Unix ms); `None`: unknown (planted with
     /// [`InMemoryHostStorage::put_raw_unaged`]).
     written_at: Option<i64>,
@@ -171,9 +174,50 @@ impl InMemoryHostStorage {
                 record.written_at = written_at;
             }
             None => {
-                keys.insert(key.to_owned(), Record { stored, written_at });
+                keys.insert(
+                    key.to_owned(),
+                    Record {
+                        stored,
+                        spare: None,
+                        written_at,
+                    },
+                );
             }
         }
+    }
+
+    /// Stores JSON `value` under `key` stamped with `written_at`, reusing the record's
+    /// allocations where it can (the previous value, or the spare one a tombstone replaced).
+    fn put_json(
+        state: &mut FakeState,
+        binding: &Binding,
+        key: &str,
+        value: &Value,
+        written_at: Option<i64>,
+    ) {
+        let Some(record) = state
+            .data
+            .get_mut(binding)
+            .and_then(|keys| keys.get_mut(key))
+        else {
+            return Self::put(state, binding, key, Stored::Json(value.clone()), written_at);
+        };
+        let previous = std::mem::replace(&mut record.stored, Stored::Json(Value::Null));
+        let mut old = match previous {
+            Stored::Json(old) if !old.is_null() => Some(old),
+            _ => record.spare.take(),
+        };
+        let new = if value.is_null() {
+            record.spare = old;
+            Value::Null
+        } else if let Some(mut old) = old.take() {
+            assign(&mut old, value);
+            old
+        } else {
+            value.clone()
+        };
+        record.stored = Stored::Json(new);
+        record.written_at = written_at;
     }
 
     fn record<'s>(state: &'s FakeState, binding: &Binding, key: &str) -> Option<&'s Record> {
@@ -321,13 +365,7 @@ impl HostStorage for InMemoryHostStorage {
             return Err(unavailable("set"));
         }
         let now = self.now_ms();
-        Self::put(
-            &mut state,
-            binding,
-            key,
-            Stored::Json(value.clone()),
-            Some(now),
-        );
+        Self::put_json(&mut state, binding, key, value, Some(now));
         if fault == Some(SetFault::AfterWrite) {
             return Err(unavailable("set"));
         }
@@ -357,13 +395,7 @@ impl HostStorage for InMemoryHostStorage {
         };
         if matches {
             let now = self.now_ms();
-            Self::put(
-                &mut state,
-                binding,
-                key,
-                Stored::Json(value.clone()),
-                Some(now),
-            );
+            Self::put_json(&mut state, binding, key, value, Some(now));
         }
         if fault == Some(SetFault::AfterWrite) {
             return Err(unavailable("compare_and_set"));
@@ -470,6 +502,22 @@ impl RetentionStore for InMemoryHostStorage {
         Ok(Self::expired_fences(&state, i64::MAX)
             .first()
             .and_then(|(at, _)| DateTime::from_timestamp_millis(*at)))
+    }
+}
+
+/// Makes `dst` equal to `src`, keeping `dst`'s allocations where the shapes agree (strings,
+/// objects with the same keys); the rest is cloned.
+fn assign(dst: &mut Value, src: &Value) {
+    match (dst, src) {
+        (Value::String(dst), Value::String(src)) => dst.clone_from(src),
+        (Value::Object(dst), Value::Object(src))
+            if dst.len() == src.len() && dst.keys().eq(src.keys()) =>
+        {
+            for ((_, dst), (_, src)) in dst.iter_mut().zip(src) {
+                assign(dst, src);
+            }
+        }
+        (dst, src) => *dst = src.clone(),
     }
 }
 
