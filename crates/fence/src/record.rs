@@ -109,13 +109,15 @@ impl IntentTemplate {
     /// Whether `value` equals the template apart from its stamps.
     fn shapes(&self, value: &Value) -> bool {
         match (&self.0, value) {
+            // Both maps iterate in the same (key) order: one pass, no lookups.
             (Value::Object(template), Value::Object(fields)) => {
                 template.len() == fields.len()
-                    && template.iter().all(|(name, expected)| {
-                        fields.get(name).is_some_and(|found| {
-                            STAMPS.contains(&name.as_str()) || found == expected
+                    && template
+                        .iter()
+                        .zip(fields)
+                        .all(|((name, expected), (key, found))| {
+                            name == key && (found == expected || STAMPS.contains(&name.as_str()))
                         })
-                    })
             }
             _ => false,
         }

@@ -396,11 +396,11 @@ impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
         if cache.released.swap(false, Ordering::Relaxed)
             && !self.inner.shared.state().fences.contains(binding, own_key)
         {
+            let now = self.now_ms();
             if !matches!(scope, ScopeIdentity::Installation) {
-                self.check_installation(binding, scope, mode).await?;
+                self.check_installation(binding, scope, mode, now).await?;
                 installation_read = true;
             }
-            let now = self.now_ms();
             let claim = cache.at(now, now.saturating_add(config.claim_ttl_ms()));
             let (taken, claim) = self
                 .take_claim(binding, own_key, Some(Value::Null), claim)
@@ -416,11 +416,11 @@ impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
         loop {
             let own = self.read_record(binding, own_key).await?;
             let own = self.reconcile(binding, own_key, own).await;
+            let now = self.now_ms();
             if !matches!(scope, ScopeIdentity::Installation) && !installation_read {
-                self.check_installation(binding, scope, mode).await?;
+                self.check_installation(binding, scope, mode, now).await?;
             }
             installation_read = false;
-            let now = self.now_ms();
             let holder = tenantry_fence::classify(
                 own.as_ref().map(|r| r.as_ref().map_err(|_| ())),
                 &config.owner,
@@ -485,17 +485,17 @@ impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
 
     /// Reads (and reconciles) the installation record of `binding`; an `Enforce` run of
     /// `scope` fails with [`ScopedWriteError::Fenced`] when it (or this process's cache)
-    /// fences the binding.
+    /// fences the binding at `now` (Unix milliseconds).
     async fn check_installation<E>(
         &self,
         binding: &Binding,
         scope: &ScopeIdentity,
         mode: FenceMode,
+        now: i64,
     ) -> Result<(), ScopedWriteError<E>> {
         let installation = FenceKey::installation();
         let inst = self.read_record(binding, &installation).await?;
         let inst = self.reconcile(binding, &installation, inst).await;
-        let now = self.now_ms();
         if mode == FenceMode::Enforce
             && self.fenced_here(binding, &installation, inst.as_ref(), now)
         {
