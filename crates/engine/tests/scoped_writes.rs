@@ -606,13 +606,30 @@ async fn fence_read_failure_fails_closed_and_is_retried() {
         );
     }
     write_value(&writes, &kb("a"), json!(1)).await.unwrap();
-    let before = storage.calls().get;
+    let before = storage.calls();
     write_value(&writes, &kb("a"), json!(2)).await.unwrap();
+    let after = storage.calls();
     assert_eq!(
-        storage.calls().get - before,
-        2,
-        "every write reads the scope's and the installation's record"
+        (after.get - before.get, after.cas - before.cas),
+        (1, 2),
+        "a write to a released scope reads the installation's record, and takes and \
+         releases the claim by compare-and-set without reading the scope's record first"
     );
+    // A record another process left (here a fence) is not the tombstone: the claim's swap
+    // fails, the record is read and decides (fail closed).
+    storage
+        .set(
+            &binding(),
+            kb("a").fence_key().as_str(),
+            &FenceMarker::new(&kb("a"), "elsewhere", 1).to_value(),
+        )
+        .await
+        .unwrap();
+    let before = storage.calls();
+    let err = write_value(&writes, &kb("a"), json!(3)).await.unwrap_err();
+    assert!(matches!(err, ScopedWriteError::Fenced { .. }), "{err:?}");
+    let after = storage.calls();
+    assert_eq!((after.get - before.get, after.cas - before.cas), (2, 1));
 }
 
 #[tokio::test]

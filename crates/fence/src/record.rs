@@ -17,6 +17,7 @@
 use serde_json::Value;
 
 use crate::cache::{FenceMarker, RecordKind};
+use crate::scope::ScopeIdentity;
 
 /// How a stored record at a fence key bears on a write.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -67,6 +68,64 @@ pub fn classify(stored: StoredRecord<'_>, owner: &str, now_ms: i64) -> Holder {
         _ => Holder::Fenced,
     }
 }
+
+/// The stored value of a scope's claim (a write-ahead intent of one owner, with one reason),
+/// built once and stamped per run: [`IntentTemplate::at`] equals
+/// `FenceMarker::intent(scope, reason, owner, now_ms, expires_at_ms).to_value()` without
+/// serializing the marker again, so a runtime keeps one per scope and a claim costs a clone of
+/// a small JSON object.
+#[derive(Debug, Clone, PartialEq)]
+pub struct IntentTemplate(Value);
+
+impl IntentTemplate {
+    /// The template of `owner`'s intent on `scope`, labelled `reason`.
+    pub fn new(scope: &ScopeIdentity, reason: &str, owner: &str) -> Self {
+        Self(FenceMarker::intent(scope, reason, owner, 0, 0).to_value())
+    }
+
+    /// The intent written at `now_ms`, expiring at `expires_at_ms` (Unix milliseconds).
+    pub fn at(&self, now_ms: i64, expires_at_ms: i64) -> Value {
+        self.at_reusing(None, now_ms, expires_at_ms)
+    }
+
+    /// [`at`](Self::at), stamping `spare` in place when it is an intent of this template (a
+    /// value an earlier call returned, whatever its stamps), so a runtime that keeps its
+    /// released claim allocates nothing; any other `spare` is dropped and the template cloned.
+    pub fn at_reusing(&self, spare: Option<Value>, now_ms: i64, expires_at_ms: i64) -> Value {
+        let mut value = match spare {
+            Some(spare) if self.shapes(&spare) => spare,
+            _ => self.0.clone(),
+        };
+        if let Value::Object(fields) = &mut value {
+            for (field, stamp) in STAMPS.into_iter().zip([now_ms, expires_at_ms]) {
+                if let Some(slot) = fields.get_mut(field) {
+                    *slot = Value::from(stamp);
+                }
+            }
+        }
+        value
+    }
+
+    /// Whether `value` equals the template apart from its stamps.
+    fn shapes(&self, value: &Value) -> bool {
+        match (&self.0, value) {
+            // Both maps iterate in the same (key) order: one pass, no lookups.
+            (Value::Object(template), Value::Object(fields)) => {
+                template.len() == fields.len()
+                    && template
+                        .iter()
+                        .zip(fields)
+                        .all(|((name, expected), (key, found))| {
+                            name == key && (found == expected || STAMPS.contains(&name.as_str()))
+                        })
+            }
+            _ => false,
+        }
+    }
+}
+
+/// The fields of an intent that change on every claim (Unix milliseconds).
+const STAMPS: [&str; 2] = ["fenced_at_ms", "expires_at_ms"];
 
 /// Why an operator may not clear a record yet.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -120,7 +179,6 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::scope::ScopeIdentity;
 
     #[test]
     fn classify_stored_records() {
@@ -153,6 +211,44 @@ mod tests {
         ];
         for (stored, now, expected) in cases {
             assert_eq!(classify(stored, "me", now), expected, "{stored:?} at {now}");
+        }
+    }
+
+    #[test]
+    fn intent_template_stamps_the_same_value_as_the_marker() {
+        for scope in [ScopeIdentity::object("kb-1"), ScopeIdentity::Installation] {
+            let template = IntentTemplate::new(&scope, "write in progress", "host-a");
+            for (now, expires) in [(0, 0), (1_700_000_000_123, 1_700_000_150_123), (-5, 7)] {
+                assert_eq!(
+                    template.at(now, expires),
+                    FenceMarker::intent(&scope, "write in progress", "host-a", now, expires)
+                        .to_value(),
+                    "{scope} at {now}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn intent_template_reuses_only_its_own_intents() {
+        let scope = ScopeIdentity::object("kb-1");
+        let template = IntentTemplate::new(&scope, "write in progress", "host-a");
+        let marker = |reason: &str, now, expires| {
+            FenceMarker::intent(&scope, reason, "host-a", now, expires).to_value()
+        };
+        let spares = [
+            Some(template.at(1, 2)),
+            Some(marker("upload kb-1", 1, 2)),
+            Some(FenceMarker::new(&scope, "lost", 1).to_value()),
+            Some(Value::Null),
+            None,
+        ];
+        for spare in spares {
+            assert_eq!(
+                template.at_reusing(spare.clone(), 10, 20),
+                marker("write in progress", 10, 20),
+                "{spare:?}"
+            );
         }
     }
 

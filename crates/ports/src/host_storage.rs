@@ -14,8 +14,9 @@
 //! - `set` is an upsert; the last write wins; bindings never see each other's keys;
 //! - a failed `set` may or may not have been stored (the outcome is unknown);
 //! - `compare_and_set` stores only when the current value equals the expected one (absent,
-//!   a tombstone, or a value compared as the JSON text `set` stored), atomically against
-//!   every other writer on the same database; it is how processes take a scope's claim.
+//!   a tombstone, or a value compared as a JSON value: the same value spelled otherwise, with
+//!   its keys in another order or other whitespace, is equal), atomically against every other
+//!   writer on the same database; it is how processes take a scope's claim.
 
 use async_trait::async_trait;
 use serde_json::Value;

@@ -67,3 +67,69 @@ async fn fake_corrupt_record_reads_as_error() {
     assert!(s.get(&binding(), "ok").await.is_err());
     assert_eq!(s.get(&binding(), "ok").await.unwrap(), Some(json!(1)));
 }
+
+/// The fake compares records as JSON values, like the SQL adapter: a record planted with its
+/// keys in another order and other whitespace is swapped by a compare-and-set that expects the
+/// same value, one expecting another value does not swap, and a damaged record never matches.
+#[tokio::test]
+async fn fake_compare_and_set_matches_a_record_spelled_in_another_key_order() {
+    let s = InMemoryHostStorage::new();
+    let written = r#"{"scope": "kb-1",  "reason": "upload", "kind": "fence"}"#;
+    s.put_raw(&binding(), "ke.fence.v1.x", written);
+    let expected = json!({"kind": "fence", "reason": "upload", "scope": "kb-1"});
+    let other = json!({"kind": "fence", "reason": "other", "scope": "kb-1"});
+    assert!(
+        !s.compare_and_set(&binding(), "ke.fence.v1.x", Some(&other), &json!(null))
+            .await
+            .unwrap()
+    );
+    assert!(
+        s.compare_and_set(&binding(), "ke.fence.v1.x", Some(&expected), &json!(null))
+            .await
+            .unwrap()
+    );
+    assert_eq!(s.peek(&binding(), "ke.fence.v1.x"), Some(Ok(json!(null))));
+    s.put_raw(&binding(), "ke.fence.v1.y", "{torn");
+    assert!(
+        !s.compare_and_set(
+            &binding(),
+            "ke.fence.v1.y",
+            Some(&json!("{torn")),
+            &json!(1)
+        )
+        .await
+        .unwrap()
+    );
+    assert_eq!(
+        s.peek(&binding(), "ke.fence.v1.y"),
+        Some(Err("{torn".to_owned()))
+    );
+}
+
+/// The fake reuses a replaced value's allocations for the next write of the same key; what it
+/// stores is still exactly the value written, whatever its shape.
+#[tokio::test]
+async fn fake_rewrites_of_one_key_store_exactly_the_value_written() {
+    let s = InMemoryHostStorage::new();
+    let values = [
+        json!({"kind": "intent", "owner": "a-long-owner-name", "expires_at_ms": 5}),
+        json!(null),
+        json!({"kind": "fence", "owner": "b", "expires_at_ms": 7}),
+        json!({"kind": "fence", "reason": "other keys", "nested": {"x": [1, "two"]}}),
+        json!(null),
+        json!("text"),
+        json!({"kind": "intent", "owner": "a", "expires_at_ms": 9}),
+        json!({"kind": "intent", "owner": "a", "expires_at_ms": 9, "extra": true}),
+    ];
+    let mut current: Option<serde_json::Value> = None;
+    for value in values {
+        assert!(
+            s.compare_and_set(&binding(), "k", current.as_ref(), &value)
+                .await
+                .unwrap()
+        );
+        assert_eq!(s.peek(&binding(), "k"), Some(Ok(value.clone())));
+        assert_eq!(s.get(&binding(), "k").await.unwrap(), Some(value.clone()));
+        current = Some(value);
+    }
+}

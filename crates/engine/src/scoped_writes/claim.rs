@@ -10,8 +10,8 @@ use tenantry_fence::{Binding, FenceKey};
 use tenantry_ports::host_storage::HostStorage;
 use tokio::sync::Notify;
 
-use super::ScopedWrites;
 use super::locks::{ScopeGuard, ScopeKey};
+use super::{ClaimCache, ScopedWrites};
 
 tokio::task_local! {
     /// The scopes whose locks the current task holds through an enclosing run.
@@ -34,6 +34,10 @@ pub(super) struct RunClaim<S: HostStorage + ?Sized + 'static> {
     pub(super) writes: ScopedWrites<S>,
     pub(super) binding: Binding,
     pub(super) key: FenceKey,
+    /// The scope's cached claim: told when the release lands (the record is the tombstone
+    /// this runtime wrote, so the next run may claim without reading it first), and given the
+    /// released value to stamp again.
+    pub(super) cache: Arc<ClaimCache>,
     pub(super) guard: Arc<ScopeGuard>,
     pub(super) slot: Mutex<Slot>,
 }
@@ -73,7 +77,13 @@ impl<S: HostStorage + ?Sized + 'static> RunClaim<S> {
             }
         };
         match released {
-            Ok(_) => self.slot().claim = None,
+            Ok(swapped) => {
+                self.slot().claim = None;
+                self.cache.released.store(swapped, Ordering::Relaxed);
+                if swapped {
+                    self.cache.keep(claim);
+                }
+            }
             Err(error) => {
                 self.slot().claim = Some(claim);
                 tracing::warn!(binding = %self.binding, key = %self.key, %error,

@@ -20,7 +20,8 @@ use super::{ScopedWriteError, ScopedWrites};
 pub struct ScopeContext<S: HostStorage + ?Sized + 'static> {
     pub(super) writes: ScopedWrites<S>,
     pub(super) binding: Binding,
-    pub(super) scope: ScopeIdentity,
+    /// Shared with the runtime's key cache: a run clones no identity text.
+    pub(super) scope: Arc<ScopeIdentity>,
     pub(super) claim: Arc<RunClaim<S>>,
 }
 
@@ -29,7 +30,7 @@ impl<S: HostStorage + ?Sized + 'static> Clone for ScopeContext<S> {
         Self {
             writes: self.writes.clone(),
             binding: self.binding.clone(),
-            scope: self.scope.clone(),
+            scope: Arc::clone(&self.scope),
             claim: self.claim.clone(),
         }
     }
@@ -88,8 +89,8 @@ impl<S: HostStorage + ?Sized + 'static> ScopeContext<S> {
             // This run fenced its scope already: dispatching would overwrite the fence.
             return Err(ScopedWriteError::Fenced {
                 binding: self.binding.clone(),
-                scope: self.scope.clone(),
-                key: self.scope.fence_key(),
+                scope: ScopeIdentity::clone(&self.scope),
+                key: self.claim.key.clone(),
             });
         }
         let now = self.writes.now_ms();
@@ -108,7 +109,7 @@ impl<S: HostStorage + ?Sized + 'static> ScopeContext<S> {
             .writes
             .spawn_settled(async move {
                 let storage = ctx.writes.inner.storage.clone();
-                let key = ctx.scope.fence_key();
+                let key = ctx.claim.key.clone();
                 let previous = ctx.claim.slot().claim.clone();
                 let stored = match &previous {
                     Some(previous) => {
@@ -130,7 +131,7 @@ impl<S: HostStorage + ?Sized + 'static> ScopeContext<S> {
                             "scope claim replaced while held; mutation not dispatched");
                         return Err(ScopedWriteError::ClaimLost {
                             binding: ctx.binding.clone(),
-                            scope: ctx.scope.clone(),
+                            scope: ScopeIdentity::clone(&ctx.scope),
                         });
                     }
                     Err(error) => {
@@ -204,7 +205,7 @@ impl<S: HostStorage + ?Sized + 'static> ScopeContext<S> {
                 };
                 self.fence_now(reason, failure).await;
                 return Err(ScopedWriteError::OutcomeUnknown {
-                    scope: self.scope.clone(),
+                    scope: ScopeIdentity::clone(&self.scope),
                     reason: format!("{reason}: {panicked}: {message}"),
                     error: None,
                 });
@@ -221,7 +222,7 @@ impl<S: HostStorage + ?Sized + 'static> ScopeContext<S> {
         };
         self.fence_now(reason, failure).await;
         Err(ScopedWriteError::OutcomeUnknown {
-            scope: self.scope.clone(),
+            scope: ScopeIdentity::clone(&self.scope),
             reason: format!("{reason}: {error}"),
             error: Some(error),
         })
@@ -234,7 +235,7 @@ impl<S: HostStorage + ?Sized + 'static> ScopeContext<S> {
         panic: &dyn std::fmt::Display,
     ) -> Result<T, ScopedWriteError<E>> {
         Err(ScopedWriteError::OutcomeUnknown {
-            scope: self.scope.clone(),
+            scope: ScopeIdentity::clone(&self.scope),
             reason: format!("{prefix}settling panicked: {panic}"),
             error: None,
         })
@@ -306,7 +307,7 @@ impl<S: HostStorage + ?Sized + 'static> ScopeContext<S> {
             FenceMarker::fence(&self.scope, reason, failure, self.writes.now_ms()).to_value();
         self.writes.inner.shared.state().fences.mark(
             &self.binding,
-            self.scope.fence_key(),
+            self.claim.key.clone(),
             record.clone(),
             false,
         );
@@ -322,13 +323,13 @@ impl<S: HostStorage + ?Sized + 'static> ScopeContext<S> {
             .shared
             .state()
             .fences
-            .clear(&self.binding, &self.scope.fence_key());
+            .clear(&self.binding, &self.claim.key);
     }
 
     /// Writes the fence record (unconditionally: it replaces the run's intent) and marks it.
     async fn fence_now(&self, reason: &str, failure: FailureRecord) {
         let record = self.mark_fenced(reason, failure);
-        let key = self.scope.fence_key();
+        let key = self.claim.key.clone();
         match self
             .writes
             .inner
@@ -359,7 +360,7 @@ impl<S: HostStorage + ?Sized + 'static> ScopeContext<S> {
             slot.claim = None;
             slot.fenced = false;
         }
-        let key = self.scope.fence_key();
+        let key = self.claim.key.clone();
         if let Err(error) = self
             .writes
             .inner

@@ -5,11 +5,12 @@
 //! the state mutex, so no new caller can clone the lock meanwhile). A periodic sweep removes
 //! any entry nobody references, in case a lease was dropped while another clone was alive.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use tenantry_fence::{Binding, FenceCache, FenceKey};
 use tokio::sync::OwnedMutexGuard;
+
+use super::FastMap;
 
 /// `(installation binding, fence key of the scope)`: the unit of serialization and fencing.
 /// The fence key is the scope identity's SHA-256 (or the installation key), so locking on it
@@ -27,9 +28,9 @@ pub(crate) struct Shared {
 
 #[derive(Debug)]
 pub(crate) struct State {
-    pub(crate) locks: HashMap<ScopeKey, Arc<tokio::sync::Mutex<()>>>,
+    pub(crate) locks: FastMap<ScopeKey, Arc<tokio::sync::Mutex<()>>>,
     /// Scope -> token of the run holding its lock (released with the lock).
-    pub(crate) owners: HashMap<ScopeKey, u64>,
+    pub(crate) owners: FastMap<ScopeKey, u64>,
     pub(crate) next_token: u64,
     pub(crate) fences: FenceCache,
     sweep_at: usize,
@@ -39,8 +40,8 @@ impl Shared {
     pub(crate) fn new() -> Self {
         Self {
             state: Mutex::new(State {
-                locks: HashMap::new(),
-                owners: HashMap::new(),
+                locks: FastMap::default(),
+                owners: FastMap::default(),
                 next_token: 0,
                 fences: FenceCache::new(),
                 sweep_at: MIN_SWEEP_AT,
@@ -128,17 +129,24 @@ pub(crate) async fn acquire(shared: &Arc<Shared>, key: &ScopeKey) -> ScopeGuard 
         // The lease was built with a lock just above.
         unreachable!("lease without lock")
     };
-    let mut waiting = Waiting {
-        fut: Box::pin(lock.lock_owned()),
-        lease,
+    // Uncontended (the common case): take it at once, without boxing a waiting future.
+    let held = match lock.clone().try_lock_owned() {
+        Ok(held) => held,
+        Err(_) => {
+            let mut waiting = Waiting {
+                fut: Box::pin(lock.lock_owned()),
+                lease,
+            };
+            let held = (&mut waiting.fut).await;
+            let Waiting {
+                fut,
+                lease: mut_lease,
+            } = waiting;
+            drop(fut);
+            lease = mut_lease;
+            held
+        }
     };
-    let held = (&mut waiting.fut).await;
-    let Waiting {
-        fut,
-        lease: mut_lease,
-    } = waiting;
-    drop(fut);
-    lease = mut_lease;
     let mut state = shared.state();
     let token = state.next_token;
     state.next_token += 1;

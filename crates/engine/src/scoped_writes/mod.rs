@@ -10,7 +10,11 @@
 //!   the held lock (and claim) instead of deadlocking;
 //! - fences are shared by every process on the database: before each run the scope's record
 //!   and the installation record are read from host storage (a failed read fails closed with
-//!   [`ScopedWriteError::FenceStateUnavailable`]; an undecodable record counts as a fence);
+//!   [`ScopedWriteError::FenceStateUnavailable`]; an undecodable record counts as a fence).
+//!   When this runtime's last run of the scope released its claim, the scope's record is not
+//!   read first: the claim swaps from the tombstone, and the record is read only if that
+//!   fails (the same decision; `docs/protocol.md`, "Claiming a released scope without reading
+//!   it");
 //! - cross-process claim: a run takes the scope's record by compare-and-set, writing a
 //!   write-ahead intent with this runtime's owner and an expiry past the dispatch deadline,
 //!   and releases it (JSON null, compare-and-set again) when it ends; a live intent of another
@@ -47,14 +51,15 @@ mod locks;
 use std::collections::HashMap;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::FutureExt;
 use serde_json::Value;
 use tenantry_fence::{
-    Binding, FailureRecord, FenceKey, FenceMarker, Holder, Reconciled, RecordKind, RecordRead,
-    ScopeIdentity,
+    Binding, FailureRecord, FenceKey, FenceMarker, Holder, IntentTemplate, Reconciled, RecordKind,
+    RecordRead, ScopeIdentity,
 };
 use tenantry_ports::clock::{Clock, SystemClock};
 use tenantry_ports::host_storage::{HostStorage, HostStorageError};
@@ -62,9 +67,60 @@ use tenantry_ports::host_storage::{HostStorage, HostStorageError};
 use self::claim::{HELD, Held, InFlight, RunClaim, Slot};
 pub use self::config::FenceConfig;
 
-/// Most fence keys the runtime keeps cached ([`ScopedWrites::fence_key_of`]); past it the cache
+/// Most scopes the runtime keeps keys for ([`ScopedWrites::scope_keys`]); past it the cache
 /// starts over, so memory stays bounded however many scopes are written.
 const KEY_CACHE_LIMIT: usize = 4096;
+
+/// The reason written into every claim a run takes.
+const CLAIM_REASON: &str = "write in progress";
+
+/// What is the same on every run of one scope: its identity (shared) and fence key, and its
+/// claim ([`ClaimCache`]).
+#[derive(Clone)]
+struct ScopeKeys {
+    scope: Arc<ScopeIdentity>,
+    key: FenceKey,
+    claim: Arc<ClaimCache>,
+}
+
+/// This runtime's claim on one scope identity, kept between runs (shared by the scope of
+/// that identity in every binding).
+pub(super) struct ClaimCache {
+    /// The claim's value apart from its stamps.
+    template: IntentTemplate,
+    /// The last claim released, stamped again by the next run instead of allocating a new
+    /// value ([`IntentTemplate::at_reusing`]).
+    spare: Mutex<Option<Value>>,
+    /// Whether the last run released its claim (wrote the tombstone): the hint that the next
+    /// run may claim without reading the record first. Only a hint: the claim's
+    /// compare-and-set checks it, and a stale hint costs one failed swap.
+    pub(super) released: AtomicBool,
+}
+
+impl ClaimCache {
+    /// The claim to write at `now_ms`, lapsing at `expires_at_ms`.
+    fn at(&self, now_ms: i64, expires_at_ms: i64) -> Value {
+        let spare = self
+            .spare
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        self.template.at_reusing(spare, now_ms, expires_at_ms)
+    }
+
+    /// Keeps `claim`, released, for the next run.
+    pub(super) fn keep(&self, claim: Value) {
+        *self
+            .spare
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(claim);
+    }
+}
+
+/// Hash maps keyed by scopes and bindings: keys are the runtime's own (no attacker chooses
+/// hash collisions to slow a lookup: bindings and scopes are validated identities, and the
+/// maps are bounded), so a fast non-cryptographic hash replaces SipHash.
+pub(crate) type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 use self::config::duration_ms;
 pub use self::context::ScopeContext;
 use self::context::panic_message;
@@ -148,8 +204,9 @@ pub struct ScopedWrites<S: ?Sized> {
 }
 
 struct Inner<S: ?Sized> {
-    /// Fence keys of the object scopes written recently ([`ScopedWrites::fence_key_of`]).
-    keys: Mutex<HashMap<ScopeIdentity, FenceKey>>,
+    /// Fence keys and claim templates of the scopes written recently
+    /// ([`ScopedWrites::scope_keys`]).
+    keys: Mutex<FastMap<ScopeIdentity, ScopeKeys>>,
     shared: Arc<Shared>,
     in_flight: InFlight,
     clock: Arc<dyn Clock>,
@@ -191,7 +248,7 @@ impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
     pub fn with_config(storage: Arc<S>, clock: Arc<dyn Clock>, config: FenceConfig) -> Self {
         Self {
             inner: Arc::new(Inner {
-                keys: Mutex::new(HashMap::new()),
+                keys: Mutex::new(FastMap::default()),
                 shared: Arc::new(Shared::new()),
                 in_flight: InFlight::default(),
                 clock,
@@ -211,28 +268,34 @@ impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
         &self.inner.config
     }
 
-    /// The fence key of `scope` (SHA-256 of its identity), computed once per scope and then
-    /// read from a small cache: the key is a pure function of the identity, so caching changes
-    /// nothing but the time a run spends. The cache is emptied when it reaches
+    /// The fence key of `scope` (SHA-256 of its identity) and the template of its claim
+    /// (this runtime's intent on it), computed once per scope and then read from a small
+    /// cache: both are pure functions of the identity and the runtime's owner, so caching
+    /// changes nothing but the time a run spends. The cache is emptied when it reaches
     /// [`KEY_CACHE_LIMIT`] entries.
-    fn fence_key_of(&self, scope: &ScopeIdentity) -> FenceKey {
-        let ScopeIdentity::Object(_) = scope else {
-            return FenceKey::installation();
-        };
+    fn scope_keys(&self, scope: &ScopeIdentity) -> ScopeKeys {
         let mut keys = self
             .inner
             .keys
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(key) = keys.get(scope) {
-            return key.clone();
+        if let Some(cached) = keys.get(scope) {
+            return cached.clone();
         }
         if keys.len() >= KEY_CACHE_LIMIT {
             keys.clear();
         }
-        let key = scope.fence_key();
-        keys.insert(scope.clone(), key.clone());
-        key
+        let cached = ScopeKeys {
+            scope: Arc::new(scope.clone()),
+            key: scope.fence_key(),
+            claim: Arc::new(ClaimCache {
+                template: IntentTemplate::new(scope, CLAIM_REASON, &self.inner.config.owner),
+                spare: Mutex::new(None),
+                released: AtomicBool::new(false),
+            }),
+        };
+        keys.insert(scope.clone(), cached.clone());
+        cached
     }
 
     fn now_ms(&self) -> i64 {
@@ -264,17 +327,23 @@ impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
         F: FnOnce(ScopeContext<S>) -> Fut,
         Fut: Future<Output = Result<T, ScopedWriteError<E>>>,
     {
-        let key: ScopeKey = (binding.clone(), self.fence_key_of(scope));
+        let ScopeKeys {
+            scope: shared_scope,
+            key,
+            claim: cache,
+        } = self.scope_keys(scope);
+        let key: ScopeKey = (binding.clone(), key);
         if let Some(claim) = self.held_by_current_task(&key) {
-            let ctx = self.context(scope, claim);
+            let ctx = self.context(shared_scope, claim);
             return operation(ctx).await;
         }
         let guard = Arc::new(locks::acquire(&self.inner.shared, &key).await);
-        let taken = self.admit(binding, scope, &key.1, mode).await?;
+        let taken = self.admit(binding, scope, &key.1, &cache, mode).await?;
         let claim = Arc::new(RunClaim {
             writes: self.clone(),
             binding: binding.clone(),
             key: key.1.clone(),
+            cache,
             guard: guard.clone(),
             slot: Mutex::new(Slot {
                 claim: taken,
@@ -288,7 +357,7 @@ impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
             guard,
             claim: claim.clone(),
         });
-        let ctx = self.context(scope, claim.clone());
+        let ctx = self.context(shared_scope, claim.clone());
         let fence_ctx = ctx.clone();
         let result = HELD.scope(held, operation(ctx)).await;
         if let Err(ScopedWriteError::OutcomeUnknown { reason, .. }) = &result
@@ -307,40 +376,57 @@ impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
     /// Reads the records bearing on `(binding, scope)` until the scope is free, fenced or
     /// busy for too long; takes the claim when the run may proceed. Returns the claim as
     /// stored, or `None` when an `AllowFenced` run passes through a fence without claiming.
+    ///
+    /// Fast path (docs/protocol.md, "Claiming a released scope without reading it"): when
+    /// this runtime's last run of the scope released its claim (`cache.released`) and this process
+    /// caches no fence for it, the installation record is read and the claim is taken by one
+    /// compare-and-set expecting the tombstone, without reading the scope's record first; only
+    /// if that swap fails (the record is absent, held, fenced or damaged) is the record read
+    /// and classified.
     async fn admit<E>(
         &self,
         binding: &Binding,
         scope: &ScopeIdentity,
         own_key: &FenceKey,
+        cache: &ClaimCache,
         mode: FenceMode,
     ) -> Result<Option<Value>, ScopedWriteError<E>> {
-        let own_key = own_key.clone();
-        let installation = FenceKey::installation();
         let config = &self.inner.config;
+        let mut installation_read = false;
+        if cache.released.swap(false, Ordering::Relaxed)
+            && !self.inner.shared.state().fences.contains(binding, own_key)
+        {
+            let now = self.now_ms();
+            if !matches!(scope, ScopeIdentity::Installation) {
+                self.check_installation(binding, scope, mode, now).await?;
+                installation_read = true;
+            }
+            let claim = cache.at(now, now.saturating_add(config.claim_ttl_ms()));
+            let (taken, claim) = self
+                .take_claim(binding, own_key, Some(Value::Null), claim)
+                .await;
+            if self.claim_taken(binding, scope, taken)? {
+                return Ok(Some(claim));
+            }
+            // Not the tombstone: read the record and decide as below (the installation
+            // record was just read and did not fence).
+        }
         let waited_until = self.inner.clock.monotonic() + config.claim_wait;
         let mut pause = config.claim_poll;
         loop {
-            let own = self.read_record(binding, &own_key).await?;
-            let own = self.reconcile(binding, &own_key, own).await;
+            let own = self.read_record(binding, own_key).await?;
+            let own = self.reconcile(binding, own_key, own).await;
             let now = self.now_ms();
-            if !matches!(scope, ScopeIdentity::Installation) {
-                let inst = self.read_record(binding, &installation).await?;
-                let inst = self.reconcile(binding, &installation, inst).await;
-                let inst_fenced = self.fenced_here(binding, &installation, inst.as_ref(), now);
-                if mode == FenceMode::Enforce && inst_fenced {
-                    return Err(ScopedWriteError::Fenced {
-                        binding: binding.clone(),
-                        scope: scope.clone(),
-                        key: installation,
-                    });
-                }
+            if !matches!(scope, ScopeIdentity::Installation) && !installation_read {
+                self.check_installation(binding, scope, mode, now).await?;
             }
+            installation_read = false;
             let holder = tenantry_fence::classify(
                 own.as_ref().map(|r| r.as_ref().map_err(|_| ())),
                 &config.owner,
                 now,
             );
-            let in_process = self.inner.shared.state().fences.contains(binding, &own_key);
+            let in_process = self.inner.shared.state().fences.contains(binding, own_key);
             match holder {
                 Holder::Claimed {
                     owner,
@@ -364,7 +450,7 @@ impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
                         return Err(ScopedWriteError::Fenced {
                             binding: binding.clone(),
                             scope: scope.clone(),
-                            key: own_key,
+                            key: own_key.clone(),
                         });
                     }
                     return Ok(None);
@@ -374,7 +460,7 @@ impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
                         return Err(ScopedWriteError::Fenced {
                             binding: binding.clone(),
                             scope: scope.clone(),
-                            key: own_key,
+                            key: own_key.clone(),
                         });
                     }
                     return Ok(None);
@@ -386,29 +472,57 @@ impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
                         // Classified as fenced above.
                         Some(Err(())) => return Ok(None),
                     };
-                    let claim = FenceMarker::intent(
-                        scope,
-                        "write in progress",
-                        config.owner.clone(),
-                        now,
-                        now.saturating_add(config.claim_ttl_ms()),
-                    )
-                    .to_value();
-                    let (taken, claim) = self.take_claim(binding, &own_key, expected, claim).await;
-                    let taken = taken.map_err(|source| {
-                            tracing::warn!(%binding, %scope, error = %source, "scope claim not taken; failing closed");
-                            ScopedWriteError::FenceStateUnavailable {
-                                binding: binding.clone(),
-                                source,
-                            }
-                        })?;
-                    if taken {
+                    let claim = cache.at(now, now.saturating_add(config.claim_ttl_ms()));
+                    let (taken, claim) = self.take_claim(binding, own_key, expected, claim).await;
+                    if self.claim_taken(binding, scope, taken)? {
                         return Ok(Some(claim));
                     }
                     // Another process changed the record since we read it: read again.
                 }
             }
         }
+    }
+
+    /// Reads (and reconciles) the installation record of `binding`; an `Enforce` run of
+    /// `scope` fails with [`ScopedWriteError::Fenced`] when it (or this process's cache)
+    /// fences the binding at `now` (Unix milliseconds).
+    async fn check_installation<E>(
+        &self,
+        binding: &Binding,
+        scope: &ScopeIdentity,
+        mode: FenceMode,
+        now: i64,
+    ) -> Result<(), ScopedWriteError<E>> {
+        let installation = FenceKey::installation();
+        let inst = self.read_record(binding, &installation).await?;
+        let inst = self.reconcile(binding, &installation, inst).await;
+        if mode == FenceMode::Enforce
+            && self.fenced_here(binding, &installation, inst.as_ref(), now)
+        {
+            return Err(ScopedWriteError::Fenced {
+                binding: binding.clone(),
+                scope: scope.clone(),
+                key: installation,
+            });
+        }
+        Ok(())
+    }
+
+    /// Whether the claim's compare-and-set swapped; a failed one fails the run closed with
+    /// [`ScopedWriteError::FenceStateUnavailable`].
+    fn claim_taken<E>(
+        &self,
+        binding: &Binding,
+        scope: &ScopeIdentity,
+        taken: Result<bool, HostStorageError>,
+    ) -> Result<bool, ScopedWriteError<E>> {
+        taken.map_err(|source| {
+            tracing::warn!(%binding, %scope, error = %source, "scope claim not taken; failing closed");
+            ScopedWriteError::FenceStateUnavailable {
+                binding: binding.clone(),
+                source,
+            }
+        })
     }
 
     /// Takes the claim by compare-and-set; returns whether it was taken, and the claim.
@@ -674,11 +788,11 @@ impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
         held.claim.downcast::<RunClaim<S>>().ok()
     }
 
-    fn context(&self, scope: &ScopeIdentity, claim: Arc<RunClaim<S>>) -> ScopeContext<S> {
+    fn context(&self, scope: Arc<ScopeIdentity>, claim: Arc<RunClaim<S>>) -> ScopeContext<S> {
         ScopeContext {
             writes: self.clone(),
             binding: claim.binding.clone(),
-            scope: scope.clone(),
+            scope,
             claim,
         }
     }

@@ -1,7 +1,9 @@
 //! In-memory host storage with fault injection, and the conformance suite every adapter runs.
 //!
-//! [`InMemoryHostStorage`] keeps JSON text per `(binding, key)` so tests can plant damaged
-//! records, and fails `keys` / `get` / `set` on demand (a failed `set` can fail before or after
+//! [`InMemoryHostStorage`] keeps each record as a parsed JSON value (or, for a damaged record
+//! planted by a test, its raw text) per `(binding, key)`, and compares records structurally in
+//! `compare_and_set`, as the SQL adapter does (a record with its keys in another order is
+//! equal); nothing is rendered or parsed as text on a read or a compare-and-set. It fails `keys` / `get` / `set` on demand (a failed `set` can fail before or after
 //! storing, which is exactly the ambiguity fences exist for). It stamps each write with its
 //! clock (the system clock unless [`InMemoryHostStorage::with_clock`]) and is the fake of the
 //! retention port for cleared fence records (`tenantry_fence::retention`).
@@ -35,12 +37,42 @@ pub enum SetFault {
     AfterWrite,
 }
 
+/// One stored value: parsed JSON, or text that is not JSON (a damaged record).
+#[derive(Debug, Clone, PartialEq)]
+enum Stored {
+    Json(Value),
+    Raw(String),
+}
+
+impl Stored {
+    /// `text` parsed when it is JSON (in whatever spelling), else kept as text.
+    fn from_text(text: &str) -> Self {
+        serde_json::from_str(text).map_or_else(|_| Self::Raw(text.to_owned()), Self::Json)
+    }
+
+    fn as_read(&self) -> Result<&Value, ()> {
+        match self {
+            Self::Json(value) => Ok(value),
+            Self::Raw(_) => Err(()),
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Record {
+    stored: Stored,
+    /// The last non-null value replaced by a tombstone, whose allocations the next write
+    /// reuses ([`assign`]): a claim taken and released again and again allocates nothing.
+    spare: Option<Value>,
+    /// When the record was last written (Unix ms); `None`: unknown (planted with
+    /// [`InMemoryHostStorage::put_raw_unaged`]).
+    written_at: Option<i64>,
+}
+
 #[derive(Debug, Default)]
 struct FakeState {
-    data: BTreeMap<(Binding, String), String>,
-    /// When each record was last written (Unix ms); absent: unknown (planted with
-    /// [`InMemoryHostStorage::put_raw_unaged`]).
-    written_at: BTreeMap<(Binding, String), i64>,
+    /// Records per binding, then per key: a lookup by `(&Binding, &str)` allocates nothing.
+    data: BTreeMap<Binding, BTreeMap<String, Record>>,
     fail_keys: usize,
     fail_gets: usize,
     fail_sets: Vec<SetFault>,
@@ -123,19 +155,85 @@ impl InMemoryHostStorage {
         }
     }
 
-    /// Stores `text` under `key` and stamps it with the clock.
-    fn write(&self, state: &mut FakeState, slot: (Binding, String), text: String) {
-        state.written_at.insert(slot.clone(), self.now_ms());
-        state.data.insert(slot, text);
+    /// Stores `stored` under `key` stamped with `written_at`, allocating the key only when it
+    /// is new.
+    fn put(
+        state: &mut FakeState,
+        binding: &Binding,
+        key: &str,
+        stored: Stored,
+        written_at: Option<i64>,
+    ) {
+        let keys = match state.data.get_mut(binding) {
+            Some(keys) => keys,
+            None => state.data.entry(binding.clone()).or_default(),
+        };
+        match keys.get_mut(key) {
+            Some(record) => {
+                record.stored = stored;
+                record.written_at = written_at;
+            }
+            None => {
+                keys.insert(
+                    key.to_owned(),
+                    Record {
+                        stored,
+                        spare: None,
+                        written_at,
+                    },
+                );
+            }
+        }
+    }
+
+    /// Stores JSON `value` under `key` stamped with `written_at`, reusing the record's
+    /// allocations where it can (the previous value, or the spare one a tombstone replaced).
+    fn put_json(
+        state: &mut FakeState,
+        binding: &Binding,
+        key: &str,
+        value: &Value,
+        written_at: Option<i64>,
+    ) {
+        let Some(record) = state
+            .data
+            .get_mut(binding)
+            .and_then(|keys| keys.get_mut(key))
+        else {
+            return Self::put(state, binding, key, Stored::Json(value.clone()), written_at);
+        };
+        let previous = std::mem::replace(&mut record.stored, Stored::Json(Value::Null));
+        let mut old = match previous {
+            Stored::Json(old) if !old.is_null() => Some(old),
+            _ => record.spare.take(),
+        };
+        let new = if value.is_null() {
+            record.spare = old;
+            Value::Null
+        } else if let Some(mut old) = old.take() {
+            assign(&mut old, value);
+            old
+        } else {
+            value.clone()
+        };
+        record.stored = Stored::Json(new);
+        record.written_at = written_at;
+    }
+
+    fn record<'s>(state: &'s FakeState, binding: &Binding, key: &str) -> Option<&'s Record> {
+        state.data.get(binding).and_then(|keys| keys.get(key))
     }
 
     /// Plants `text` under `key` with no time stamp: a record written before the store kept
     /// write times (retention never ages it).
     pub fn put_raw_unaged(&self, binding: &Binding, key: &str, text: &str) {
-        let slot = (binding.clone(), key.to_owned());
-        let mut state = self.state();
-        state.written_at.remove(&slot);
-        state.data.insert(slot, text.to_owned());
+        Self::put(
+            &mut self.state(),
+            binding,
+            key,
+            Stored::from_text(text),
+            None,
+        );
     }
 
     /// The tombstones at fence keys expired at `cutoff_ms`, oldest first, with their time.
@@ -143,16 +241,18 @@ impl InMemoryHostStorage {
         let mut expired: Vec<(i64, (Binding, String))> = state
             .data
             .iter()
-            .filter_map(|(slot, text)| {
-                let at = state.written_at.get(slot).copied();
-                let value = serde_json::from_str::<Value>(text).map_err(|_| ());
+            .flat_map(|(binding, keys)| {
+                keys.iter().map(move |(key, record)| (binding, key, record))
+            })
+            .filter_map(|(binding, key, record)| {
+                let at = record.written_at;
                 tenantry_fence::retention::prunable(
-                    &slot.1,
-                    Some(value.as_ref().map_err(|_| ())),
+                    key,
+                    Some(record.stored.as_read()),
                     at,
                     cutoff_ms,
                 )
-                .then(|| (at.unwrap_or(i64::MIN), slot.clone()))
+                .then(|| (at.unwrap_or(i64::MIN), (binding.clone(), key.clone())))
             })
             .collect();
         expired.sort();
@@ -187,23 +287,27 @@ impl InMemoryHostStorage {
         self.state().fail_cas = faults.into_iter().collect();
     }
 
-    /// Stores raw `text` (not necessarily JSON) under `key`, to plant a damaged record.
+    /// Stores raw `text` (not necessarily JSON) under `key`, to plant a damaged record or a
+    /// record spelled otherwise (text that is JSON is kept as its value: compared and read
+    /// back structurally, like the SQL adapter does).
     pub fn put_raw(&self, binding: &Binding, key: &str, text: &str) {
-        let mut state = self.state();
-        self.write(
-            &mut state,
-            (binding.clone(), key.to_owned()),
-            text.to_owned(),
+        let now = self.now_ms();
+        Self::put(
+            &mut self.state(),
+            binding,
+            key,
+            Stored::from_text(text),
+            Some(now),
         );
     }
 
     /// The stored value under `key`, bypassing faults: `None` when absent, `Some(Err(text))`
     /// when the stored text is not JSON.
     pub fn peek(&self, binding: &Binding, key: &str) -> Option<Result<Value, String>> {
-        self.state()
-            .data
-            .get(&(binding.clone(), key.to_owned()))
-            .map(|text| serde_json::from_str(text).map_err(|_| text.clone()))
+        Self::record(&self.state(), binding, key).map(|record| match &record.stored {
+            Stored::Json(value) => Ok(value.clone()),
+            Stored::Raw(text) => Err(text.clone()),
+        })
     }
 
     /// How many times each operation was called.
@@ -223,10 +327,9 @@ impl HostStorage for InMemoryHostStorage {
         }
         Ok(state
             .data
-            .keys()
-            .filter(|(b, _)| b == binding)
-            .map(|(_, k)| k.clone())
-            .collect())
+            .get(binding)
+            .map(|keys| keys.keys().cloned().collect())
+            .unwrap_or_default())
     }
 
     async fn get(&self, binding: &Binding, key: &str) -> Result<Option<Value>, HostStorageError> {
@@ -237,12 +340,13 @@ impl HostStorage for InMemoryHostStorage {
             state.fail_gets -= 1;
             return Err(unavailable("get"));
         }
-        state
-            .data
-            .get(&(binding.clone(), key.to_owned()))
-            .map(|text| {
-                serde_json::from_str(text)
-                    .map_err(|e| HostStorageError::corrupt_value(key, e.to_string()).with_source(e))
+        Self::record(&state, binding, key)
+            .map(|record| match &record.stored {
+                Stored::Json(value) => Ok(value.clone()),
+                Stored::Raw(text) => Err(serde_json::from_str::<Value>(text).map_or_else(
+                    |e| HostStorageError::corrupt_value(key, e.to_string()).with_source(e),
+                    |_| HostStorageError::corrupt_value(key, "not JSON"),
+                )),
             })
             .transpose()
     }
@@ -260,11 +364,8 @@ impl HostStorage for InMemoryHostStorage {
         if fault == Some(SetFault::BeforeWrite) {
             return Err(unavailable("set"));
         }
-        self.write(
-            &mut state,
-            (binding.clone(), key.to_owned()),
-            value.to_string(),
-        );
+        let now = self.now_ms();
+        Self::put_json(&mut state, binding, key, value, Some(now));
         if fault == Some(SetFault::AfterWrite) {
             return Err(unavailable("set"));
         }
@@ -285,12 +386,16 @@ impl HostStorage for InMemoryHostStorage {
         if fault == Some(SetFault::BeforeWrite) {
             return Err(unavailable("compare_and_set"));
         }
-        let slot = (binding.clone(), key.to_owned());
-        // Compared as stored text, like the SQL adapter.
-        let expected_text = expected.map(Value::to_string);
-        let matches = state.data.get(&slot) == expected_text.as_ref();
+        // Compared as JSON values, like the SQL adapter (which also matches a record spelled
+        // with its keys in another order); a damaged record never matches.
+        let matches = match (Self::record(&state, binding, key), expected) {
+            (None, None) => true,
+            (Some(record), Some(expected)) => record.stored.as_read() == Ok(expected),
+            _ => false,
+        };
         if matches {
-            self.write(&mut state, slot, value.to_string());
+            let now = self.now_ms();
+            Self::put_json(&mut state, binding, key, value, Some(now));
         }
         if fault == Some(SetFault::AfterWrite) {
             return Err(unavailable("compare_and_set"));
@@ -311,14 +416,12 @@ impl HostStorageBindings for InMemoryHostStorage {
             state.fail_keys -= 1;
             return Err(unavailable("keys"));
         }
-        let mut bindings: Vec<Binding> = state
+        Ok(state
             .data
-            .keys()
-            .filter(|(_, k)| k.starts_with(key_prefix))
+            .iter()
+            .filter(|(_, keys)| keys.keys().any(|k| k.starts_with(key_prefix)))
             .map(|(b, _)| b.clone())
-            .collect();
-        bindings.dedup();
-        Ok(bindings)
+            .collect())
     }
 
     async fn records_with_key_prefix(
@@ -335,11 +438,14 @@ impl HostStorageBindings for InMemoryHostStorage {
             state
                 .data
                 .iter()
-                .filter(|((_, k), text)| k.starts_with(key_prefix) && text.as_str() != "null")
-                .map(|((binding, key), text)| PrefixedRecord {
+                .flat_map(|(binding, keys)| keys.iter().map(move |(key, r)| (binding, key, r)))
+                .filter(|(_, k, r)| {
+                    k.starts_with(key_prefix) && r.stored != Stored::Json(Value::Null)
+                })
+                .map(|(binding, key, record)| PrefixedRecord {
                     binding: binding.clone(),
                     key: key.clone(),
-                    value: serde_json::from_str(text).ok(),
+                    value: record.stored.as_read().ok().cloned(),
                 })
                 .collect(),
         ))
@@ -363,9 +469,13 @@ impl RetentionStore for InMemoryHostStorage {
         let mut state = self.state();
         let mut expired = Self::expired_fences(&state, cutoff(now, window).timestamp_millis());
         expired.truncate(usize::try_from(limit.max(1)).unwrap_or(usize::MAX));
-        for (_, slot) in &expired {
-            state.data.remove(slot);
-            state.written_at.remove(slot);
+        for (_, (binding, key)) in &expired {
+            if let Some(keys) = state.data.get_mut(binding) {
+                keys.remove(key);
+                if keys.is_empty() {
+                    state.data.remove(binding);
+                }
+            }
         }
         Ok(PruneBatch::Removed(expired.len() as u64))
     }
@@ -392,6 +502,22 @@ impl RetentionStore for InMemoryHostStorage {
         Ok(Self::expired_fences(&state, i64::MAX)
             .first()
             .and_then(|(at, _)| DateTime::from_timestamp_millis(*at)))
+    }
+}
+
+/// Makes `dst` equal to `src`, keeping `dst`'s allocations where the shapes agree (strings,
+/// objects with the same keys); the rest is cloned.
+fn assign(dst: &mut Value, src: &Value) {
+    match (dst, src) {
+        (Value::String(dst), Value::String(src)) => dst.clone_from(src),
+        (Value::Object(dst), Value::Object(src))
+            if dst.len() == src.len() && dst.keys().eq(src.keys()) =>
+        {
+            for ((_, dst), (_, src)) in dst.iter_mut().zip(src) {
+                assign(dst, src);
+            }
+        }
+        (dst, src) => *dst = src.clone(),
     }
 }
 

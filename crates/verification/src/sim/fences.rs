@@ -161,6 +161,22 @@ impl ProcStorage {
     }
 }
 
+impl ProcStorage {
+    /// Whether the planted [`ScopedWriteBug::ExpiredIntentCountsAsFree`] shows `stored` as
+    /// free: an intent past its expiry.
+    fn shows_as_free(&self, stored: Option<&Value>) -> bool {
+        self.bug == Some(ScopedWriteBug::ExpiredIntentCountsAsFree)
+            && stored
+                .and_then(FenceMarker::from_value)
+                .is_some_and(|marker| {
+                    marker.kind == RecordKind::Intent
+                        && marker
+                            .expires_at_ms
+                            .is_some_and(|at| at <= self.clock.now().timestamp_millis())
+                })
+    }
+}
+
 #[async_trait]
 impl HostStorage for ProcStorage {
     async fn keys(&self, binding: &Binding) -> Result<Vec<String>, HostStorageError> {
@@ -171,13 +187,7 @@ impl HostStorage for ProcStorage {
     async fn get(&self, binding: &Binding, key: &str) -> Result<Option<Value>, HostStorageError> {
         self.alive("get")?;
         let value = self.inner.get(binding, key).await?;
-        if self.bug == Some(ScopedWriteBug::ExpiredIntentCountsAsFree)
-            && let Some(marker) = value.as_ref().and_then(FenceMarker::from_value)
-            && marker.kind == RecordKind::Intent
-            && marker
-                .expires_at_ms
-                .is_some_and(|at| at <= self.clock.now().timestamp_millis())
-        {
+        if self.shows_as_free(value.as_ref()) {
             return Ok(Some(Value::Null));
         }
         Ok(value)
@@ -204,12 +214,16 @@ impl HostStorage for ProcStorage {
         if self.bug == Some(ScopedWriteBug::ExpiredIntentCountsAsFree)
             && expected.is_some_and(Value::is_null)
         {
-            // The record read as free was an expired intent: take it over.
+            // A swap from the tombstone also takes over an expired intent (which reads as
+            // free), whether or not the runtime read the record first; any other record
+            // swaps as usual.
             let stored = self.inner.get(binding, key).await?;
-            return self
-                .inner
-                .compare_and_set(binding, key, stored.as_ref(), value)
-                .await;
+            if self.shows_as_free(stored.as_ref()) {
+                return self
+                    .inner
+                    .compare_and_set(binding, key, stored.as_ref(), value)
+                    .await;
+            }
         }
         self.inner
             .compare_and_set(binding, key, expected, value)
