@@ -206,7 +206,9 @@ pub fn table(peers: &Value) -> String {
     let mut md = format!(
         "\n### Side by side with the peers (`../shared/peer-bench`)\n\n{}; pgbench -N -c 8 -j 2 -T 20: {} TPS; {} jobs, concurrency {}.\n\n| system | variant | jobs/s | ÷ pgbench TPS |\n|---|---|---:|---:|\n",
         peers["server"].as_str().unwrap_or("PostgreSQL"),
-        peers["pgbench_tps"],
+        peers["pgbench_tps"]
+            .as_f64()
+            .map_or("–".into(), |x| format!("{x:.1}")),
         peers["commands"],
         peers["concurrency"],
     );
@@ -297,5 +299,6 @@ total wall time: 215 s
         );
         assert!(table(&json!({"part": "peers", "skipped": "x"})).is_empty());
         assert!(table(&line).contains("| tenantry-revoke | default | 4682.0 | 2.28× |"));
+        assert!(table(&line).contains("2056.0 TPS"), "{}", table(&line));
     }
 }
