@@ -254,6 +254,37 @@ impl LifecycleMetrics for FailingMetrics {
     }
 }
 
+/// Lets the spawned tasks run until they wait (for the clock or a channel): the fakes never
+/// wait on I/O, so a few turns of the current-thread runtime are enough.
+async fn let_tasks_run() {
+    for _ in 0..64 {
+        tokio::task::yield_now().await;
+    }
+}
+
+/// With a claim loop (worker or pool) running on `clock`: `id`, whose first attempt failed,
+/// is pending until its backoff ends and claimed and settled exactly then.
+async fn assert_claimed_when_the_backoff_ends(h: &Harness, clock: &ManualClock, id: &CommandId) {
+    let record = h.command(id);
+    assert_eq!(
+        record.status,
+        CommandStatus::Pending,
+        "first attempt failed"
+    );
+    let backoff = (record.next_attempt_at - clock.now()).to_std().unwrap();
+    assert!(backoff > Duration::ZERO && backoff < Duration::from_secs(3600));
+    clock.advance(backoff - Duration::from_millis(1));
+    let_tasks_run().await;
+    assert_eq!(h.command(id).status, CommandStatus::Pending, "not due yet");
+    clock.advance(Duration::from_millis(1));
+    let_tasks_run().await;
+    assert_eq!(
+        h.command(id).status,
+        CommandStatus::Succeeded,
+        "claimed when the backoff ended"
+    );
+}
+
 mod dispatch;
 mod failures;
 mod intake;

@@ -56,12 +56,6 @@ impl KnowledgeFs for HeldRemote {
     }
 }
 
-async fn let_tasks_run() {
-    for _ in 0..64 {
-        tokio::task::yield_now().await;
-    }
-}
-
 fn statuses(h: &Harness, ids: &[CommandId]) -> (usize, usize, usize) {
     let mut counts = (0, 0, 0);
     for id in ids {
@@ -75,20 +69,26 @@ fn statuses(h: &Harness, ids: &[CommandId]) -> (usize, usize, usize) {
     counts
 }
 
-/// One worker with a claim batch of 2: 2 remote calls at once (the bound W workers had), up
-/// to 8 dispatches in flight, claimed in one statement; the rest waits pending. Releasing the
-/// remote drains everything, never more than 2 calls inside.
-#[tokio::test]
-async fn pool_bounds_remote_calls_by_its_slots_and_claims_its_free_places() {
-    let h = harness();
+/// `n` provision commands and a pool of one worker of `claim_batch` (idle poll of an hour) over
+/// a held remote, on `clock`.
+async fn held_pool(
+    h: &Harness,
+    n: usize,
+    claim_batch: u32,
+    clock: &ManualClock,
+) -> (
+    WorkerPool<InMemoryLifecycleStore, HeldRemote>,
+    HeldRemote,
+    Vec<CommandId>,
+) {
     let remote = HeldRemote::new(h.remote.clone());
     let mut ids = Vec::new();
-    for i in 0..10 {
+    for i in 0..n {
         ids.push(h.create(&format!("cs{i}")).await.command_id);
     }
     let dispatcher = Arc::new(
         Dispatcher::new(h.store.clone(), remote.clone(), DispatcherConfig::default())
-            .with_clock(Arc::new(clock_of_test())),
+            .with_clock(Arc::new(clock.clone())),
     );
     let pool = WorkerPool::new(
         dispatcher,
@@ -96,10 +96,20 @@ async fn pool_bounds_remote_calls_by_its_slots_and_claims_its_free_places() {
         1,
         WorkerConfig {
             idle_poll: Duration::from_secs(3600),
-            claim_batch: 2,
+            claim_batch,
             ..WorkerConfig::default()
         },
     );
+    (pool, remote, ids)
+}
+
+/// One worker with a claim batch of 2: 2 remote calls at once (the bound W workers had), up
+/// to 8 dispatches in flight, claimed in one statement; the rest waits pending. Releasing the
+/// remote drains everything, never more than 2 calls inside.
+#[tokio::test]
+async fn pool_bounds_remote_calls_by_its_slots_and_claims_its_free_places() {
+    let h = harness();
+    let (pool, remote, ids) = held_pool(&h, 10, 2, &clock_of_test()).await;
     assert_eq!(
         (pool.slots(), pool.max_in_flight(), pool.refill_at()),
         (2, 8, 4)
@@ -132,25 +142,7 @@ async fn pool_bounds_remote_calls_by_its_slots_and_claims_its_free_places() {
 #[tokio::test]
 async fn pool_shutdown_settles_what_is_in_flight() {
     let h = harness();
-    let remote = HeldRemote::new(h.remote.clone());
-    let mut ids = Vec::new();
-    for i in 0..6 {
-        ids.push(h.create(&format!("cs{i}")).await.command_id);
-    }
-    let dispatcher = Arc::new(
-        Dispatcher::new(h.store.clone(), remote.clone(), DispatcherConfig::default())
-            .with_clock(Arc::new(clock_of_test())),
-    );
-    let pool = WorkerPool::new(
-        dispatcher,
-        owner("pool"),
-        1,
-        WorkerConfig {
-            idle_poll: Duration::from_secs(3600),
-            claim_batch: 1,
-            ..WorkerConfig::default()
-        },
-    );
+    let (pool, remote, ids) = held_pool(&h, 6, 1, &clock_of_test()).await;
     let (stop, stopped) = watch::channel(false);
     let handle = tokio::spawn(pool.run(stopped));
     let_tasks_run().await;
@@ -216,54 +208,18 @@ async fn an_intake_wakes_an_idle_pool() {
 async fn an_idle_pool_wakes_when_a_backoff_comes_due() {
     let h = harness();
     let clock = clock_of_test();
-    let receipt = h.create("cs1").await;
     h.remote.push_fault(
         RemoteCall::Provision,
         RemoteFault::Fail(RemoteError::answered(503, "KFS_UNAVAILABLE", "busy")),
     );
-    let remote = HeldRemote::new(h.remote.clone());
-    let dispatcher = Arc::new(
-        Dispatcher::new(h.store.clone(), remote.clone(), DispatcherConfig::default())
-            .with_clock(Arc::new(clock.clone())),
-    );
-    let pool = WorkerPool::new(
-        dispatcher,
-        owner("pool"),
-        1,
-        WorkerConfig {
-            idle_poll: Duration::from_secs(3600),
-            claim_batch: 1,
-            ..WorkerConfig::default()
-        },
-    );
+    let (pool, remote, ids) = held_pool(&h, 1, 1, &clock).await;
     let (stop, stopped) = watch::channel(false);
     let handle = tokio::spawn(pool.run(stopped));
     // The first attempt is held in the remote while the pool finds nothing more and goes idle.
     let_tasks_run().await;
     remote.gate.add_permits(100);
     let_tasks_run().await;
-    let record = h.command(&receipt.command_id);
-    assert_eq!(
-        record.status,
-        CommandStatus::Pending,
-        "first attempt failed"
-    );
-    let backoff = (record.next_attempt_at - clock.now()).to_std().unwrap();
-    assert!(backoff > Duration::ZERO && backoff < Duration::from_secs(3600));
-    clock.advance(backoff - Duration::from_millis(1));
-    let_tasks_run().await;
-    assert_eq!(
-        h.command(&receipt.command_id).status,
-        CommandStatus::Pending,
-        "not due yet"
-    );
-    clock.advance(Duration::from_millis(1));
-    let_tasks_run().await;
-    assert_eq!(
-        h.command(&receipt.command_id).status,
-        CommandStatus::Succeeded,
-        "claimed when the backoff ended"
-    );
+    assert_claimed_when_the_backoff_ends(&h, &clock, &ids[0]).await;
     stop.send(true).unwrap();
     let report = handle.await.unwrap();
     assert_eq!((report.claimed, report.completed), (2, 1));

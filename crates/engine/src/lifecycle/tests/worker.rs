@@ -11,14 +11,6 @@ fn worker_config(idle: Duration) -> WorkerConfig {
     }
 }
 
-/// Lets the spawned tasks run until they wait (for the clock or a channel): the fakes never
-/// wait on I/O, so a few turns of the current-thread runtime are enough.
-async fn let_tasks_run() {
-    for _ in 0..16 {
-        tokio::task::yield_now().await;
-    }
-}
-
 #[tokio::test]
 async fn worker_sleeps_when_idle_and_picks_up_new_commands() {
     let h = harness();
@@ -180,28 +172,7 @@ async fn an_idle_worker_wakes_when_a_backoff_comes_due() {
     );
     let handle = tokio::spawn(worker.run(stopped));
     let_tasks_run().await;
-    let record = h.command(&receipt.command_id);
-    assert_eq!(
-        record.status,
-        CommandStatus::Pending,
-        "first attempt failed"
-    );
-    let backoff = (record.next_attempt_at - clock.now()).to_std().unwrap();
-    assert!(backoff > Duration::ZERO && backoff < Duration::from_secs(3600));
-    clock.advance(backoff - Duration::from_millis(1));
-    let_tasks_run().await;
-    assert_eq!(
-        h.command(&receipt.command_id).status,
-        CommandStatus::Pending,
-        "not due yet"
-    );
-    clock.advance(Duration::from_millis(1));
-    let_tasks_run().await;
-    assert_eq!(
-        h.command(&receipt.command_id).status,
-        CommandStatus::Succeeded,
-        "claimed when the backoff ended"
-    );
+    assert_claimed_when_the_backoff_ends(&h, &clock, &receipt.command_id).await;
     stop.send(true).unwrap();
     let report = handle.await.unwrap();
     assert_eq!((report.claimed, report.completed), (2, 1));
