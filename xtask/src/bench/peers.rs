@@ -136,7 +136,15 @@ pub fn run(
             "skipped": format!("no peer bench at {}", peer_bench.display()),
         }));
     }
-    let mut child = Command::new("bash")
+    let mut command = Command::new("bash");
+    // `cargo xtask` runs this process with the xtask package's own variables set; passed on,
+    // they reach the peers' build, and a build script that reads one (ring's reads
+    // `CARGO_MANIFEST_DIR`) marks its crate and everything above it dirty: the whole peer
+    // workspace was rebuilt on every run under xtask, although `PEER_BENCH_OUT` held a build.
+    for name in package_variables(std::env::vars_os().map(|(name, _)| name)) {
+        command.env_remove(name);
+    }
+    let mut child = command
         .arg(&script)
         .args([commands.to_string(), concurrency.to_string()])
         .env("PEERS", ROWS)
@@ -162,6 +170,26 @@ pub fn run(
     let text =
         std::fs::read_to_string(&report).map_err(|e| format!("read {}: {e}", report.display()))?;
     Ok(result_line(&parse_report(&text)?, commands, concurrency))
+}
+
+/// The variables among `names` that cargo sets for the package it runs (`cargo run`): the
+/// manifest's path, the package's metadata and the target's names. Other `CARGO_*` variables
+/// (`CARGO_HOME`, `CARGO_TARGET_DIR`, settings) are a user's, and are kept.
+fn package_variables(names: impl Iterator<Item = std::ffi::OsString>) -> Vec<std::ffi::OsString> {
+    const EXACT: [&str; 6] = [
+        "CARGO_MANIFEST_DIR",
+        "CARGO_MANIFEST_PATH",
+        "CARGO_CRATE_NAME",
+        "CARGO_BIN_NAME",
+        "CARGO_PRIMARY_PACKAGE",
+        "CARGO_RUSTC_CURRENT_DIR",
+    ];
+    names
+        .filter(|name| {
+            name.to_str()
+                .is_some_and(|n| EXACT.contains(&n) || n.starts_with("CARGO_PKG_"))
+        })
+        .collect()
 }
 
 /// The targets of issue 14 measured by the peer bench, as (target, figure, met) rows.
@@ -249,6 +277,35 @@ details (completed = ...):
 
 total wall time: 215 s
 ";
+
+    #[test]
+    fn the_xtask_packages_variables_are_not_passed_to_the_peers_build() {
+        let names = [
+            "CARGO_MANIFEST_DIR",
+            "CARGO_MANIFEST_PATH",
+            "CARGO_PKG_NAME",
+            "CARGO_PKG_VERSION_MAJOR",
+            "CARGO_CRATE_NAME",
+            "CARGO_HOME",
+            "CARGO_TARGET_DIR",
+            "CARGO",
+            "PATH",
+            "RUSTUP_TOOLCHAIN",
+        ]
+        .map(std::ffi::OsString::from);
+        let removed = package_variables(names.into_iter());
+        assert_eq!(
+            removed,
+            [
+                "CARGO_MANIFEST_DIR",
+                "CARGO_MANIFEST_PATH",
+                "CARGO_PKG_NAME",
+                "CARGO_PKG_VERSION_MAJOR",
+                "CARGO_CRATE_NAME",
+            ]
+            .map(std::ffi::OsString::from)
+        );
+    }
 
     #[test]
     fn the_report_gives_tps_server_and_rows() {
