@@ -11,7 +11,9 @@
 //!   a slot before its remote call. Its lease is renewed meanwhile like that of any dispatch
 //!   in flight, and checked again once it holds the slot, so a wait can never let a call start
 //!   on an expired lease. The rest of a dispatch (reads, the settle waiting for its group
-//!   commit) does not occupy a slot, which is what lets settles share larger transactions;
+//!   commit) does not occupy a slot, which is what lets settles share larger transactions.
+//!   A dispatcher that does not renew leases gets no such queue (`max_in_flight = slots`): its
+//!   lease was sized for one remote call, not for a wait before it;
 //! - whenever at least half of `max_in_flight` is free, it claims exactly as many commands as
 //!   are free, in one statement, and starts a task for each at once.
 //!
@@ -21,6 +23,10 @@
 //! A dispatch that finishes while the pool is idle ends the idle sleep, as a worker claims
 //! again after its batch: the claim and the next due time are read again, so a retry is
 //! claimed when its backoff ends, not at the next idle poll.
+//!
+//! Shutdown stops the claims and closes the slots: the dispatches still waiting for one hand
+//! their commands back at once instead of calling the remote one slot at a time, so a stop
+//! waits only for the calls already made (at most `slots` of them), not for `max_in_flight`.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -47,6 +53,8 @@ pub struct WorkerPool<S, R> {
     owner: LeaseOwner,
     config: WorkerConfig,
     slots: u32,
+    /// [`IN_FLIGHT_PER_SLOT`], or 1 when the dispatcher does not renew leases.
+    in_flight_per_slot: u32,
     wake: Option<WakeSubscription>,
 }
 
@@ -74,18 +82,28 @@ where
         config: WorkerConfig,
     ) -> Self {
         let slots = workers.max(1).saturating_mul(config.claim_batch.max(1));
+        // Without renewal a lease covers one remote call (it must outlive the call deadline),
+        // not a wait for a slot on top of it: keep no dispatch waiting.
+        let in_flight_per_slot = if dispatcher.config().renew_leases {
+            IN_FLIGHT_PER_SLOT
+        } else {
+            1
+        };
         Self {
             dispatcher,
             owner,
             config,
             slots,
+            in_flight_per_slot,
             wake: None,
         }
     }
 
-    /// Most dispatches in flight (claimed and not yet settled): `slots × IN_FLIGHT_PER_SLOT`.
+    /// Most dispatches in flight (claimed and not yet settled): `slots × IN_FLIGHT_PER_SLOT`
+    /// when the dispatcher renews leases, else `slots` (a lease that is not renewed must not
+    /// wait for a slot: it was sized for the remote call alone).
     pub fn max_in_flight(&self) -> u32 {
-        self.slots.saturating_mul(IN_FLIGHT_PER_SLOT)
+        self.slots.saturating_mul(self.in_flight_per_slot)
     }
 
     /// Wakes the claimer from its idle sleep whenever `wakeups` is signalled (as
@@ -112,9 +130,12 @@ where
         &self.owner
     }
 
-    /// Claims and dispatches until `shutdown` turns true. Shutdown stops claiming; dispatches
-    /// in flight are never cancelled and settle before this returns. A failed claim is logged
-    /// and retried after the idle interval.
+    /// Claims and dispatches until `shutdown` turns true. Shutdown stops claiming and closes the
+    /// remote-call slots: a dispatch that has not started its remote call hands its command
+    /// back (pending, due at once, code
+    /// [`SHUTDOWN_BEFORE_CALL`](tenantry_lifecycle::ErrorCode::ShutdownBeforeCall),
+    /// nothing sent), the calls already made settle before this returns; none is cancelled. A
+    /// failed claim is logged and retried after the idle interval.
     pub async fn run(mut self, mut shutdown: watch::Receiver<bool>) -> WorkerReport {
         let mut report = WorkerReport::default();
         let mut running: JoinSet<Result<DispatchReport, DispatchError>> = JoinSet::new();
@@ -193,6 +214,9 @@ where
                 }
             }
         }
+        // Dispatches still waiting for a slot (or not yet at it) hand their commands back
+        // without calling the remote; only the calls already made are waited for.
+        remote_slots.close();
         while let Some(done) = running.join_next().await {
             tally(&mut report, done);
         }
