@@ -4,11 +4,13 @@
 //! LOCKED` statements, and a worker claims again only when the slowest command of its batch
 //! has settled), a [`WorkerPool`] runs one claim loop for the whole process:
 //! - **remote calls** are bounded by [`WorkerPool::slots`] (`workers × claim_batch`, the same
-//!   bound as W workers that each dispatch their whole claim at once);
+//!   bound as W workers that each dispatch their whole claim at once; at most the remote
+//!   client's own concurrency limit, [`WorkerPool::with_remote_call_limit`], so no dispatch
+//!   queues inside the client with its call deadline running);
 //! - **dispatches** in flight (claimed, not yet settled) are bounded by
-//!   [`WorkerPool::max_in_flight`] (`IN_FLIGHT_PER_SLOT` = 4 per slot). A dispatch beyond the
-//!   slots is the local queue: it holds its lease (per command, as with workers) and waits for
-//!   a slot before its remote call. Its lease is renewed meanwhile like that of any dispatch
+//!   [`WorkerPool::max_in_flight`] (`IN_FLIGHT_PER_SLOT` = 4 per `workers × claim_batch`). A
+//!   dispatch beyond the slots is the local queue: it holds its lease (per command, as with
+//!   workers) and waits for a slot before its remote call. Its lease is renewed meanwhile like that of any dispatch
 //!   in flight, and checked again once it holds the slot, so a wait can never let a call start
 //!   on an expired lease. The rest of a dispatch (reads, the settle waiting for its group
 //!   commit) does not occupy a slot, which is what lets settles share larger transactions.
@@ -52,6 +54,10 @@ pub struct WorkerPool<S, R> {
     dispatcher: Arc<Dispatcher<S, R>>,
     owner: LeaseOwner,
     config: WorkerConfig,
+    /// `workers × claim_batch`: sizes the dispatches in flight.
+    batch_slots: u32,
+    /// Remote calls at once: `batch_slots`, at most the remote client's own limit
+    /// ([`WorkerPool::with_remote_call_limit`]).
     slots: u32,
     /// [`IN_FLIGHT_PER_SLOT`], or 1 when the dispatcher does not renew leases.
     in_flight_per_slot: u32,
@@ -93,17 +99,36 @@ where
             dispatcher,
             owner,
             config,
+            batch_slots: slots,
             slots,
             in_flight_per_slot,
             wake: None,
         }
     }
 
-    /// Most dispatches in flight (claimed and not yet settled): `slots × IN_FLIGHT_PER_SLOT`
-    /// when the dispatcher renews leases, else `slots` (a lease that is not renewed must not
-    /// wait for a slot: it was sized for the remote call alone).
+    /// Most dispatches in flight (claimed and not yet settled): `workers × claim_batch ×
+    /// IN_FLIGHT_PER_SLOT` when the dispatcher renews leases, else [`slots`](Self::slots) (a
+    /// lease that is not renewed must not wait for a slot: it was sized for the remote call
+    /// alone).
     pub fn max_in_flight(&self) -> u32 {
-        self.slots.saturating_mul(self.in_flight_per_slot)
+        if self.in_flight_per_slot == 1 {
+            self.slots
+        } else {
+            self.batch_slots.saturating_mul(self.in_flight_per_slot)
+        }
+    }
+
+    /// Bounds the remote calls at once by `limit` as well (at least 1): the concurrency limit
+    /// of the remote client (`knowledge_fs_max_concurrent_calls` in `tenantry serve`). A
+    /// dispatch then waits for its call here, where its lease is renewed and checked again
+    /// before the call, instead of inside a client whose call deadline already runs while it
+    /// queues (a slow remote would turn that wait into timeouts after sending, outcome
+    /// unknown, and re-sends). The dispatches in flight stay sized by `workers × claim_batch`.
+    #[must_use]
+    pub fn with_remote_call_limit(mut self, limit: usize) -> Self {
+        let limit = u32::try_from(limit).unwrap_or(u32::MAX).max(1);
+        self.slots = self.batch_slots.min(limit);
+        self
     }
 
     /// Wakes the claimer from its idle sleep whenever `wakeups` is signalled (as
@@ -114,7 +139,8 @@ where
         self
     }
 
-    /// Most remote calls at once.
+    /// Most remote calls at once: `workers × claim_batch`, at most the
+    /// [remote call limit](Self::with_remote_call_limit).
     pub fn slots(&self) -> u32 {
         self.slots
     }

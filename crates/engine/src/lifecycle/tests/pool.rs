@@ -251,6 +251,28 @@ async fn a_pool_without_renewal_claims_no_more_than_its_slots() {
     );
 }
 
+/// A remote client that allows fewer calls than `workers × claim_batch` bounds the pool's
+/// slots, not its claims: the dispatches beyond the limit wait in the pool (lease renewed and
+/// checked before the call), never inside the client, whose deadline would run meanwhile.
+#[tokio::test]
+async fn a_remote_call_limit_bounds_the_slots_not_the_claims() {
+    let h = harness();
+    let (pool, remote, ids) = held_pool(&h, 10, 4, &clock_of_test()).await;
+    let pool = pool.with_remote_call_limit(2);
+    assert_eq!((pool.slots(), pool.max_in_flight()), (2, 16));
+    let (stop, stopped) = watch::channel(false);
+    let handle = tokio::spawn(pool.run(stopped));
+    let_tasks_run().await;
+    assert_eq!(statuses(&h, &ids), (0, 10, 0), "all claimed");
+    assert_eq!(remote.inside.load(Ordering::SeqCst), 2, "two calls at once");
+    remote.gate.add_permits(100);
+    let_tasks_run().await;
+    assert_eq!(statuses(&h, &ids), (0, 0, 10));
+    assert_eq!(remote.most_inside.load(Ordering::SeqCst), 2);
+    stop.send(true).unwrap();
+    assert_eq!(handle.await.unwrap().completed, 10);
+}
+
 /// An idle pool is woken by an intake of this process without waiting for its idle poll.
 #[tokio::test]
 async fn an_intake_wakes_an_idle_pool() {
