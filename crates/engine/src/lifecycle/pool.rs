@@ -156,7 +156,8 @@ where
         &self.owner
     }
 
-    /// Claims and dispatches until `shutdown` turns true. Shutdown stops claiming and closes the
+    /// Claims and dispatches until `shutdown` turns true (or its sender is dropped: nothing
+    /// could stop the pool any more). Shutdown stops claiming and closes the
     /// remote-call slots: a dispatch that has not started its remote call hands its command
     /// back (pending, due at once, code
     /// [`SHUTDOWN_BEFORE_CALL`](tenantry_lifecycle::ErrorCode::ShutdownBeforeCall),
@@ -173,7 +174,9 @@ where
             while let Some(done) = running.try_join_next() {
                 tally(&mut report, done);
             }
-            if *shutdown.borrow() {
+            // A dropped sender can never signal shutdown, and its `changed()` would return at
+            // once in every wait below (a busy loop of claims): it stops the loop as well.
+            if *shutdown.borrow() || shutdown.has_changed().is_err() {
                 break;
             }
             let free = max_in_flight.saturating_sub(running.len());

@@ -273,6 +273,26 @@ async fn a_remote_call_limit_bounds_the_slots_not_the_claims() {
     assert_eq!(handle.await.unwrap().completed, 10);
 }
 
+/// A pool whose shutdown sender is dropped stops instead of spinning: the closed channel
+/// would end every wait at once (claim after claim). Multi-threaded with a real-time bound, so
+/// the spin fails the test instead of starving the runtime.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_whose_shutdown_sender_is_dropped_stops() {
+    let store = InMemoryLifecycleStore::with_clock(Arc::new(ManualClock::new(t(0))));
+    let dispatcher = Arc::new(
+        Dispatcher::new(store, FakeKnowledgeFs::new(), DispatcherConfig::default())
+            .with_clock(Arc::new(ManualClock::new(t(0)))),
+    );
+    let pool = WorkerPool::new(dispatcher, owner("pool"), 1, WorkerConfig::default());
+    let (stop, stopped) = watch::channel(false);
+    drop(stop);
+    let report = tokio::time::timeout(Duration::from_secs(10), tokio::spawn(pool.run(stopped)))
+        .await
+        .expect("the pool stopped")
+        .unwrap();
+    assert_eq!(report.claimed, 0);
+}
+
 /// An idle pool is woken by an intake of this process without waiting for its idle poll.
 #[tokio::test]
 async fn an_intake_wakes_an_idle_pool() {
