@@ -243,7 +243,10 @@ impl Service {
                 product_enabled: product_enabled.clone(),
             },
         )
-        .with_wakeups(&wakeups);
+        .with_wakeups(&wakeups)
+        // Calls wait for a slot in the pool (lease renewed, checked before the call), not in
+        // the KnowledgeFS client, whose call deadline counts its queueing.
+        .with_remote_call_limit(config.knowledge_fs_max_concurrent_calls);
         let workers = vec![{
             let stopped = stopped.clone();
             tokio::spawn(async move {

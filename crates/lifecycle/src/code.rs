@@ -115,6 +115,9 @@ error_codes! {
     ProvisioningKeyConflict => "PROVISIONING_KEY_CONFLICT",
     /// KnowledgeFS: provisioning a key whose space is being or was deleted (409); permanent.
     KnowledgeFsSpaceDeleted => "KNOWLEDGE_FS_SPACE_DELETED",
+    /// The worker pool shut down while the attempt waited for a remote-call slot: handed back
+    /// unsent, due at once (never the attempt that dead-letters a command).
+    ShutdownBeforeCall => "SHUTDOWN_BEFORE_CALL",
 }
 
 /// The text of an [`ErrorCode::Other`]: a code Tenantry gives no meaning to, kept verbatim.
@@ -281,6 +284,7 @@ mod tests {
                 ErrorCode::KnowledgeFsSpaceDeleted,
                 "KNOWLEDGE_FS_SPACE_DELETED",
             ),
+            (ErrorCode::ShutdownBeforeCall, "SHUTDOWN_BEFORE_CALL"),
         ];
         assert_eq!(table.len(), ErrorCode::NAMED.len());
         for (code, text) in table {

@@ -16,8 +16,8 @@ use tenantry_lifecycle::saga::{
     StepError,
 };
 use tenantry_lifecycle::{
-    ClaimedCommand, CommandBody, CommandStatus, ControlSpace, DeletePayload, ErrorCode, Operation,
-    ProvisionPayload, RetryPolicy, RevokePayload, Settlement,
+    ClaimedCommand, CommandBody, CommandStatus, ControlSpace, DeletePayload, ErrorCode,
+    ErrorRecord, Operation, ProvisionPayload, RetryPolicy, RevokePayload, Settlement,
 };
 use tenantry_ports::clock::{Clock, SystemClock};
 use tenantry_ports::lifecycle::{
@@ -170,12 +170,18 @@ impl From<SettleError> for DispatchError {
     }
 }
 
-/// A permit of `slots` for one remote call (none without a bound). The semaphore is never
-/// closed, so acquiring only waits.
-async fn remote_slot(slots: Option<&Semaphore>) -> Option<SemaphorePermit<'_>> {
+/// The pool closed its remote-call slots (shutdown): the dispatch must not call the remote.
+struct SlotsClosed;
+
+/// A permit of `slots` for one remote call (`Ok(None)` without a bound). The worker pool closes
+/// its semaphore when it shuts down: a dispatch still waiting then (or arriving afterwards)
+/// gets [`SlotsClosed`] and hands its command back instead of calling.
+async fn remote_slot(
+    slots: Option<&Semaphore>,
+) -> Result<Option<SemaphorePermit<'_>>, SlotsClosed> {
     match slots {
-        Some(slots) => slots.acquire().await.ok(),
-        None => None,
+        Some(slots) => slots.acquire().await.map(Some).map_err(|_| SlotsClosed),
+        None => Ok(None),
     }
 }
 
@@ -268,6 +274,11 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
     pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
         self.clock = clock;
         self
+    }
+
+    /// The settings this dispatcher runs with.
+    pub fn config(&self) -> &DispatcherConfig {
+        &self.config
     }
 
     /// The clock this dispatcher reads and sleeps on (see [`Dispatcher::with_clock`]).
@@ -604,6 +615,23 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
         }
     }
 
+    /// Hands the command back without calling the remote (the pool shut down while the
+    /// dispatch waited for a remote-call slot): pending, due at once, nothing sent. Outside the
+    /// attempt budget's dead-letter rule: the attempt never reached the remote, so it must not
+    /// be the one that gives the command up.
+    async fn hand_back(&self, step: &Step<'_>) -> Result<Settlement, DispatchError> {
+        let now = self.store_now();
+        let settlement = Settlement::retry(
+            now,
+            ErrorRecord::new(
+                ErrorCode::ShutdownBeforeCall,
+                "the worker pool shut down before this attempt's remote call; nothing was sent",
+            ),
+        )
+        .nothing_sent();
+        self.settle(&step.at(now), settlement).await
+    }
+
     async fn control_space(&self, step: &Step<'_>) -> Result<Option<ControlSpace>, StoreError> {
         self.store
             .control_space(&step.command.tenant_id, &step.command.control_space_id)
@@ -639,7 +667,9 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
             }
             ProvisionStart::Deliver(request) => request,
         };
-        let slot = remote_slot(slots).await;
+        let Ok(slot) = remote_slot(slots).await else {
+            return self.hand_back(step).await;
+        };
         self.ensure_lease(step.command)?;
         let called = self.remote.provision(&request).await;
         drop(slot);
@@ -721,7 +751,9 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
                 }
             }
         };
-        let slot = remote_slot(slots).await;
+        let Ok(slot) = remote_slot(slots).await else {
+            return self.hand_back(step).await;
+        };
         self.ensure_lease(step.command)?;
         let called = self.remote.request_deletion(&request).await;
         drop(slot);
@@ -784,7 +816,9 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
             RevokeStart::Moot(settlement) => return self.settle(step, settlement).await,
             RevokeStart::Deliver(request) => request,
         };
-        let slot = remote_slot(slots).await;
+        let Ok(slot) = remote_slot(slots).await else {
+            return self.hand_back(step).await;
+        };
         self.ensure_lease(step.command)?;
         let called = self.remote.revoke_grant(&request).await;
         drop(slot);

@@ -4,14 +4,18 @@
 //! LOCKED` statements, and a worker claims again only when the slowest command of its batch
 //! has settled), a [`WorkerPool`] runs one claim loop for the whole process:
 //! - **remote calls** are bounded by [`WorkerPool::slots`] (`workers × claim_batch`, the same
-//!   bound as W workers that each dispatch their whole claim at once);
+//!   bound as W workers that each dispatch their whole claim at once; at most the remote
+//!   client's own concurrency limit, [`WorkerPool::with_remote_call_limit`], so no dispatch
+//!   queues inside the client with its call deadline running);
 //! - **dispatches** in flight (claimed, not yet settled) are bounded by
-//!   [`WorkerPool::max_in_flight`] (`IN_FLIGHT_PER_SLOT` = 4 per slot). A dispatch beyond the
-//!   slots is the local queue: it holds its lease (per command, as with workers) and waits for
-//!   a slot before its remote call. Its lease is renewed meanwhile like that of any dispatch
+//!   [`WorkerPool::max_in_flight`] (`IN_FLIGHT_PER_SLOT` = 4 per `workers × claim_batch`). A
+//!   dispatch beyond the slots is the local queue: it holds its lease (per command, as with
+//!   workers) and waits for a slot before its remote call. Its lease is renewed meanwhile like that of any dispatch
 //!   in flight, and checked again once it holds the slot, so a wait can never let a call start
 //!   on an expired lease. The rest of a dispatch (reads, the settle waiting for its group
-//!   commit) does not occupy a slot, which is what lets settles share larger transactions;
+//!   commit) does not occupy a slot, which is what lets settles share larger transactions.
+//!   A dispatcher that does not renew leases gets no such queue (`max_in_flight = slots`): its
+//!   lease was sized for one remote call, not for a wait before it;
 //! - whenever at least half of `max_in_flight` is free, it claims exactly as many commands as
 //!   are free, in one statement, and starts a task for each at once.
 //!
@@ -21,6 +25,10 @@
 //! A dispatch that finishes while the pool is idle ends the idle sleep, as a worker claims
 //! again after its batch: the claim and the next due time are read again, so a retry is
 //! claimed when its backoff ends, not at the next idle poll.
+//!
+//! Shutdown stops the claims and closes the slots: the dispatches still waiting for one hand
+//! their commands back at once instead of calling the remote one slot at a time, so a stop
+//! waits only for the calls already made (at most `slots` of them), not for `max_in_flight`.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -46,7 +54,13 @@ pub struct WorkerPool<S, R> {
     dispatcher: Arc<Dispatcher<S, R>>,
     owner: LeaseOwner,
     config: WorkerConfig,
+    /// `workers × claim_batch`: sizes the dispatches in flight.
+    batch_slots: u32,
+    /// Remote calls at once: `batch_slots`, at most the remote client's own limit
+    /// ([`WorkerPool::with_remote_call_limit`]).
     slots: u32,
+    /// [`IN_FLIGHT_PER_SLOT`], or 1 when the dispatcher does not renew leases.
+    in_flight_per_slot: u32,
     wake: Option<WakeSubscription>,
 }
 
@@ -74,18 +88,47 @@ where
         config: WorkerConfig,
     ) -> Self {
         let slots = workers.max(1).saturating_mul(config.claim_batch.max(1));
+        // Without renewal a lease covers one remote call (it must outlive the call deadline),
+        // not a wait for a slot on top of it: keep no dispatch waiting.
+        let in_flight_per_slot = if dispatcher.config().renew_leases {
+            IN_FLIGHT_PER_SLOT
+        } else {
+            1
+        };
         Self {
             dispatcher,
             owner,
             config,
+            batch_slots: slots,
             slots,
+            in_flight_per_slot,
             wake: None,
         }
     }
 
-    /// Most dispatches in flight (claimed and not yet settled): `slots × IN_FLIGHT_PER_SLOT`.
+    /// Most dispatches in flight (claimed and not yet settled): `workers × claim_batch ×
+    /// IN_FLIGHT_PER_SLOT` when the dispatcher renews leases, else [`slots`](Self::slots) (a
+    /// lease that is not renewed must not wait for a slot: it was sized for the remote call
+    /// alone).
     pub fn max_in_flight(&self) -> u32 {
-        self.slots.saturating_mul(IN_FLIGHT_PER_SLOT)
+        if self.in_flight_per_slot == 1 {
+            self.slots
+        } else {
+            self.batch_slots.saturating_mul(self.in_flight_per_slot)
+        }
+    }
+
+    /// Bounds the remote calls at once by `limit` as well (at least 1): the concurrency limit
+    /// of the remote client (`knowledge_fs_max_concurrent_calls` in `tenantry serve`). A
+    /// dispatch then waits for its call here, where its lease is renewed and checked again
+    /// before the call, instead of inside a client whose call deadline already runs while it
+    /// queues (a slow remote would turn that wait into timeouts after sending, outcome
+    /// unknown, and re-sends). The dispatches in flight stay sized by `workers × claim_batch`.
+    #[must_use]
+    pub fn with_remote_call_limit(mut self, limit: usize) -> Self {
+        let limit = u32::try_from(limit).unwrap_or(u32::MAX).max(1);
+        self.slots = self.batch_slots.min(limit);
+        self
     }
 
     /// Wakes the claimer from its idle sleep whenever `wakeups` is signalled (as
@@ -96,7 +139,8 @@ where
         self
     }
 
-    /// Most remote calls at once.
+    /// Most remote calls at once: `workers × claim_batch`, at most the
+    /// [remote call limit](Self::with_remote_call_limit).
     pub fn slots(&self) -> u32 {
         self.slots
     }
@@ -112,9 +156,13 @@ where
         &self.owner
     }
 
-    /// Claims and dispatches until `shutdown` turns true. Shutdown stops claiming; dispatches
-    /// in flight are never cancelled and settle before this returns. A failed claim is logged
-    /// and retried after the idle interval.
+    /// Claims and dispatches until `shutdown` turns true (or its sender is dropped: nothing
+    /// could stop the pool any more). Shutdown stops claiming and closes the
+    /// remote-call slots: a dispatch that has not started its remote call hands its command
+    /// back (pending, due at once, code
+    /// [`SHUTDOWN_BEFORE_CALL`](tenantry_lifecycle::ErrorCode::ShutdownBeforeCall),
+    /// nothing sent), the calls already made settle before this returns; none is cancelled. A
+    /// failed claim is logged and retried after the idle interval.
     pub async fn run(mut self, mut shutdown: watch::Receiver<bool>) -> WorkerReport {
         let mut report = WorkerReport::default();
         let mut running: JoinSet<Result<DispatchReport, DispatchError>> = JoinSet::new();
@@ -126,7 +174,9 @@ where
             while let Some(done) = running.try_join_next() {
                 tally(&mut report, done);
             }
-            if *shutdown.borrow() {
+            // A dropped sender can never signal shutdown, and its `changed()` would return at
+            // once in every wait below (a busy loop of claims): it stops the loop as well.
+            if *shutdown.borrow() || shutdown.has_changed().is_err() {
                 break;
             }
             let free = max_in_flight.saturating_sub(running.len());
@@ -193,6 +243,9 @@ where
                 }
             }
         }
+        // Dispatches still waiting for a slot (or not yet at it) hand their commands back
+        // without calling the remote; only the calls already made are waited for.
+        remote_slots.close();
         while let Some(done) = running.join_next().await {
             tally(&mut report, done);
         }

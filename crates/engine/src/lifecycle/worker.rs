@@ -177,14 +177,17 @@ impl<S: LifecycleStore, R: KnowledgeFs> Worker<S, R> {
         &self.owner
     }
 
-    /// Dispatches until `shutdown` turns true. Shutdown stops claiming; a dispatch in flight is
+    /// Dispatches until `shutdown` turns true (or its sender is dropped: nothing could stop the
+    /// worker any more). Shutdown stops claiming; a dispatch in flight is
     /// never cancelled and settles before this returns. Ordinary errors are logged and the loop
     /// goes on after the idle interval.
     pub async fn run(mut self, mut shutdown: watch::Receiver<bool>) -> WorkerReport {
         let mut report = WorkerReport::default();
         info!(owner = %self.owner, "lifecycle worker started");
         loop {
-            if *shutdown.borrow() {
+            // A dropped sender can never signal shutdown, and its `changed()` would return at
+            // once in every wait below (a busy loop of claims): it stops the loop as well.
+            if *shutdown.borrow() || shutdown.has_changed().is_err() {
                 break;
             }
             // Before the claim: a wake sent while claiming makes the sleep below end at once.

@@ -5,7 +5,9 @@
 //!
 //! - renewal keeps the lease of a dispatch in flight (cases 004 and 005);
 //! - a dispatch that is not polled past its lease loses it, and its late settle is refused;
-//! - settle timestamps count from the end of the attempt.
+//! - settle timestamps count from the end of the attempt;
+//! - the worker pool: a dispatch waiting for a remote-call slot keeps its lease by renewal, and
+//!   one whose renewal is refused meanwhile never calls.
 
 use std::sync::atomic::AtomicU64;
 
@@ -402,4 +404,108 @@ async fn the_local_lease_deadline_is_on_the_dispatcher_clock() {
         None,
         "no request on a lease the dispatcher cannot prove live: {calls:?}"
     );
+}
+
+/// `n` provisions enqueued on `s`, and a pool of one remote-call slot (claim batch 1) over its
+/// dispatcher: up to four dispatches in flight, three of them waiting for the slot.
+async fn one_slot_pool(
+    s: &VirtualSetup,
+    n: usize,
+) -> (
+    WorkerPool<InMemoryLifecycleStore, SlowRemote>,
+    Vec<CommandId>,
+) {
+    let mut ids = Vec::new();
+    for i in 0..n {
+        let receipt = s
+            .intake
+            .create_control_space(&create_request(&format!("cs{i}"), &format!("create-cs{i}")))
+            .await
+            .unwrap();
+        ids.push(receipt.command_id);
+    }
+    let pool = WorkerPool::new(
+        s.dispatcher.clone(),
+        owner("pool"),
+        1,
+        WorkerConfig {
+            idle_poll: Duration::from_millis(100),
+            claim_batch: 1,
+            ..WorkerConfig::default()
+        },
+    );
+    (pool, ids)
+}
+
+/// A pool of one slot, a lease of 2 s and calls of 8 s: the third command waits 16 s for the
+/// slot, eight leases long, while four rival workers poll every 100 ms. Renewal keeps every
+/// waiting lease: nothing is taken over, each command reaches the remote once.
+#[tokio::test(start_paused = true)]
+async fn pool_dispatches_waiting_for_a_slot_keep_their_leases() {
+    let s = virtual_setup(Duration::from_secs(8), short_lease());
+    let (pool, ids) = one_slot_pool(&s, 3).await;
+    let (stop, stopped) = watch::channel(false);
+    let handle = tokio::spawn(pool.run(stopped));
+    compete(&s, Duration::from_secs(30)).await;
+    stop.send(true).unwrap();
+    let report = handle.await.unwrap();
+    assert_eq!((report.claimed, report.completed, report.errors), (3, 3, 0));
+    for id in &ids {
+        let record = s.store.command(id).unwrap();
+        assert_eq!(record.status, CommandStatus::Succeeded);
+        assert_eq!(
+            (record.attempt_count, record.lease_epoch),
+            (1, LeaseEpoch(1)),
+            "claimed once, never taken over"
+        );
+    }
+    assert_eq!(s.remote.inner.counters().calls.get("provision"), Some(&3));
+    assert_eq!(s.remote.max_in_flight.load(Ordering::SeqCst), 1);
+    assert_eq!(s.metrics.lost.load(Ordering::SeqCst), 0);
+}
+
+/// A dispatch whose renewal is refused while it waits for the slot (its command was taken
+/// over) never makes its call once the slot frees; the call already made cannot settle.
+/// Nothing either attempt computed is written.
+#[tokio::test(start_paused = true)]
+async fn a_dispatch_whose_renewal_is_refused_while_it_waits_for_a_slot_never_calls() {
+    let s = virtual_setup(Duration::from_secs(8), short_lease());
+    let (pool, ids) = one_slot_pool(&s, 2).await;
+    let (stop, stopped) = watch::channel(false);
+    let handle = tokio::spawn(pool.run(stopped));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(s.remote.max_in_flight.load(Ordering::SeqCst), 1);
+    for id in &ids {
+        let mut record = s.store.command(id).unwrap();
+        assert_eq!(record.status, CommandStatus::Processing, "both claimed");
+        record.lease_owner = Some(owner("thief"));
+        record.lease_epoch = LeaseEpoch(record.lease_epoch.0 + 1);
+        record.lease_expires_at = Some(t(3600));
+        s.store.put_command(record);
+    }
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    stop.send(true).unwrap();
+    let report = handle.await.unwrap();
+    assert_eq!((report.claimed, report.errors), (2, 2));
+    assert_eq!(
+        s.remote.inner.counters().calls.get("provision"),
+        Some(&1),
+        "only the call made before the takeover reached the remote"
+    );
+    assert_eq!(s.remote.max_in_flight.load(Ordering::SeqCst), 1);
+    assert!(
+        s.metrics.lost.load(Ordering::SeqCst) >= 2,
+        "renewals refused"
+    );
+    for id in &ids {
+        let record = s.store.command(id).unwrap();
+        assert_eq!(
+            (
+                record.status,
+                record.lease_owner.as_ref().map(LeaseOwner::as_str)
+            ),
+            (CommandStatus::Processing, Some("thief")),
+            "nothing written"
+        );
+    }
 }

@@ -138,26 +138,159 @@ async fn pool_bounds_remote_calls_by_its_slots_and_claims_its_free_places() {
     );
 }
 
-/// Shutdown stops claiming; the dispatches in flight settle before `run` returns.
+/// Shutdown stops claiming; the call already made settles before `run` returns, and the
+/// dispatches still waiting for a slot hand their commands back (pending, due at once,
+/// `SHUTDOWN_BEFORE_CALL`, attempt window untouched) without calling: a stop waits for one
+/// call per slot, not for the whole queue to be called one slot at a time.
 #[tokio::test]
-async fn pool_shutdown_settles_what_is_in_flight() {
+async fn pool_shutdown_settles_the_calls_made_and_hands_back_the_waiting() {
     let h = harness();
-    let (pool, remote, ids) = held_pool(&h, 6, 1, &clock_of_test()).await;
+    let clock = clock_of_test();
+    let (pool, remote, ids) = held_pool(&h, 6, 1, &clock).await;
     let (stop, stopped) = watch::channel(false);
     let handle = tokio::spawn(pool.run(stopped));
     let_tasks_run().await;
     assert_eq!(statuses(&h, &ids), (2, 4, 0));
+    assert_eq!(remote.inside.load(Ordering::SeqCst), 1, "one slot");
+    clock.advance(Duration::from_secs(2));
     stop.send(true).unwrap();
     let_tasks_run().await;
-    assert!(!handle.is_finished(), "waits for the dispatches in flight");
-    remote.gate.add_permits(100);
-    let report = handle.await.unwrap();
-    assert_eq!((report.claimed, report.completed), (4, 4));
+    assert!(!handle.is_finished(), "waits for the call in flight");
     assert_eq!(
         statuses(&h, &ids),
-        (2, 0, 4),
+        (5, 1, 0),
+        "the three waiting handed back"
+    );
+    let handed_back: Vec<_> = ids
+        .iter()
+        .map(|id| h.command(id))
+        .filter(|record| record.attempt_count > 0 && record.status == CommandStatus::Pending)
+        .collect();
+    assert_eq!(handed_back.len(), 3);
+    for record in handed_back {
+        assert_eq!(
+            retry_of(&record),
+            (
+                CommandStatus::Pending,
+                Some("SHUTDOWN_BEFORE_CALL"),
+                clock.now()
+            )
+        );
+        assert_eq!(record.lease_owner, None, "lease released");
+        assert_eq!(record.attempt_count, 1);
+    }
+    remote.gate.add_permits(1);
+    let_tasks_run().await;
+    assert!(handle.is_finished(), "one call released is enough to stop");
+    let report = handle.await.unwrap();
+    assert_eq!((report.claimed, report.completed), (4, 1));
+    assert_eq!(
+        statuses(&h, &ids),
+        (5, 0, 1),
         "nothing claimed after shutdown"
     );
+    assert_eq!(h.calls("provision"), 1, "no waiting dispatch called");
+}
+
+/// Without lease renewal a lease is sized for one remote call: the pool keeps no dispatch
+/// waiting for a slot, where the wait would eat the lease (the third command would find its
+/// lease over once a slot freed, and be dropped unsent, its attempt spent).
+#[tokio::test]
+async fn a_pool_without_renewal_claims_no_more_than_its_slots() {
+    let h = harness();
+    let clock = clock_of_test();
+    let remote = HeldRemote::new(h.remote.clone());
+    let ids = [
+        h.create("cs0").await.command_id,
+        h.create("cs1").await.command_id,
+        h.create("cs2").await.command_id,
+    ];
+    let dispatcher = Arc::new(
+        Dispatcher::new(
+            h.store.clone(),
+            remote.clone(),
+            DispatcherConfig::default()
+                .with_renew_leases(false)
+                .with_lease_duration(Duration::from_secs(30)),
+        )
+        .with_clock(Arc::new(clock.clone())),
+    );
+    let pool = WorkerPool::new(
+        dispatcher,
+        owner("pool"),
+        1,
+        WorkerConfig {
+            idle_poll: Duration::from_secs(3600),
+            claim_batch: 1,
+            ..WorkerConfig::default()
+        },
+    );
+    assert_eq!((pool.slots(), pool.max_in_flight()), (1, 1));
+    let (stop, stopped) = watch::channel(false);
+    let handle = tokio::spawn(pool.run(stopped));
+    let_tasks_run().await;
+    assert_eq!(
+        statuses(&h, &ids),
+        (2, 1, 0),
+        "claims only what it can call"
+    );
+    // Each call takes 20 s, within the 30 s lease.
+    for settled in 1..=3 {
+        clock.advance(Duration::from_secs(20));
+        remote.gate.add_permits(1);
+        let_tasks_run().await;
+        assert_eq!(statuses(&h, &ids).2, settled);
+    }
+    remote.gate.add_permits(100);
+    stop.send(true).unwrap();
+    let report = handle.await.unwrap();
+    assert_eq!(
+        (report.claimed, report.completed, report.errors),
+        (3, 3, 0),
+        "no lease ran out while waiting"
+    );
+}
+
+/// A remote client that allows fewer calls than `workers × claim_batch` bounds the pool's
+/// slots, not its claims: the dispatches beyond the limit wait in the pool (lease renewed and
+/// checked before the call), never inside the client, whose deadline would run meanwhile.
+#[tokio::test]
+async fn a_remote_call_limit_bounds_the_slots_not_the_claims() {
+    let h = harness();
+    let (pool, remote, ids) = held_pool(&h, 10, 4, &clock_of_test()).await;
+    let pool = pool.with_remote_call_limit(2);
+    assert_eq!((pool.slots(), pool.max_in_flight()), (2, 16));
+    let (stop, stopped) = watch::channel(false);
+    let handle = tokio::spawn(pool.run(stopped));
+    let_tasks_run().await;
+    assert_eq!(statuses(&h, &ids), (0, 10, 0), "all claimed");
+    assert_eq!(remote.inside.load(Ordering::SeqCst), 2, "two calls at once");
+    remote.gate.add_permits(100);
+    let_tasks_run().await;
+    assert_eq!(statuses(&h, &ids), (0, 0, 10));
+    assert_eq!(remote.most_inside.load(Ordering::SeqCst), 2);
+    stop.send(true).unwrap();
+    assert_eq!(handle.await.unwrap().completed, 10);
+}
+
+/// A pool whose shutdown sender is dropped stops instead of spinning: the closed channel
+/// would end every wait at once (claim after claim). Multi-threaded with a real-time bound, so
+/// the spin fails the test instead of starving the runtime.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_whose_shutdown_sender_is_dropped_stops() {
+    let store = InMemoryLifecycleStore::with_clock(Arc::new(ManualClock::new(t(0))));
+    let dispatcher = Arc::new(
+        Dispatcher::new(store, FakeKnowledgeFs::new(), DispatcherConfig::default())
+            .with_clock(Arc::new(ManualClock::new(t(0)))),
+    );
+    let pool = WorkerPool::new(dispatcher, owner("pool"), 1, WorkerConfig::default());
+    let (stop, stopped) = watch::channel(false);
+    drop(stop);
+    let report = tokio::time::timeout(Duration::from_secs(10), tokio::spawn(pool.run(stopped)))
+        .await
+        .expect("the pool stopped")
+        .unwrap();
+    assert_eq!(report.claimed, 0);
 }
 
 /// An idle pool is woken by an intake of this process without waiting for its idle poll.

@@ -220,3 +220,21 @@ fn unique_lease_owners_differ() {
     assert_ne!(a, b);
     assert!(a.as_str().starts_with("hosta-"));
 }
+
+/// A worker whose shutdown sender is dropped stops instead of spinning (see the pool's test).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_whose_shutdown_sender_is_dropped_stops() {
+    let store = InMemoryLifecycleStore::with_clock(Arc::new(ManualClock::new(t(0))));
+    let dispatcher = Arc::new(
+        Dispatcher::new(store, FakeKnowledgeFs::new(), DispatcherConfig::default())
+            .with_clock(Arc::new(ManualClock::new(t(0)))),
+    );
+    let worker = Worker::new(dispatcher, owner("w"), WorkerConfig::default());
+    let (stop, stopped) = watch::channel(false);
+    drop(stop);
+    let report = tokio::time::timeout(Duration::from_secs(10), tokio::spawn(worker.run(stopped)))
+        .await
+        .expect("the worker stopped")
+        .unwrap();
+    assert_eq!(report.claimed, 0);
+}
