@@ -83,7 +83,7 @@ pub(super) fn validate(
         return Err(invalid(
             "database_max_connections",
             format!(
-                "{database_max_connections} connections are too few for {workers} workers: each worker needs a connection to claim and settle, and the admin API, /readyz, the metrics and the directory projector need {CONNECTIONS_BESIDES_WORKERS} more, or they wait on each other until the pool times out; set database_max_connections to at least {needed} (workers + {CONNECTIONS_BESIDES_WORKERS}) or lower workers"
+                "{database_max_connections} connections are too few for {workers} workers: the worker pool's claims, settles and saga reads run side by side and need about one connection per worker, and the admin API, /readyz, the metrics and the directory projector need {CONNECTIONS_BESIDES_WORKERS} more, or they wait on each other until the pool times out; set database_max_connections to at least {needed} (workers + {CONNECTIONS_BESIDES_WORKERS}) or lower workers"
             ),
         ));
     }
