@@ -1353,3 +1353,74 @@ async fn dispatch_after_the_run_fenced_its_scope_is_refused_and_keeps_the_fence(
         "the write's fence stays: {stored}"
     );
 }
+
+/// The claim a run reads from inside: the scope's stored record, shared with the store.
+fn own_claim(storage: &InMemoryHostStorage, scope: &ScopeIdentity) -> Arc<Value> {
+    storage
+        .get_now(&binding(), scope.fence_key().as_str())
+        .unwrap()
+        .unwrap()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_claim_refreshed_by_a_dispatch_is_not_stamped_again_as_a_later_runs_claim() {
+    let storage = Arc::new(InMemoryHostStorage::new());
+    let writes = ScopedWrites::with_clock(storage.clone(), clock_at(1_700_000_000_000));
+    let scope = kb("a");
+    let reasons = Arc::new(Mutex::new(Vec::new()));
+    for dispatches in [false, true, false, false] {
+        let (storage_in_run, reasons) = (storage.clone(), reasons.clone());
+        let scope_in_run = scope.clone();
+        let ran: Result<()> = writes
+            .run(&binding(), &scope, FenceMode::Enforce, |ctx| async move {
+                let claim = own_claim(&storage_in_run, &scope_in_run);
+                reasons
+                    .lock()
+                    .unwrap()
+                    .push(FenceMarker::from_value(&claim).unwrap().reason);
+                if dispatches {
+                    ctx.dispatch("upload a", async { Ok::<_, DispatchOutcome>(()) })
+                        .await?;
+                    let refreshed = own_claim(&storage_in_run, &scope_in_run);
+                    assert_eq!(
+                        FenceMarker::from_value(&refreshed).unwrap().reason,
+                        "upload a"
+                    );
+                }
+                Ok(())
+            })
+            .await;
+        ran.unwrap();
+        assert_eq!(
+            storage.peek(&binding(), scope.fence_key().as_str()),
+            Some(Ok(Value::Null))
+        );
+    }
+    assert_eq!(*reasons.lock().unwrap(), ["write in progress"; 4]);
+}
+
+#[tokio::test]
+async fn a_store_that_answers_at_once_keeps_the_runs_claim_without_copying_it() {
+    let storage = Arc::new(InMemoryHostStorage::new());
+    let writes = ScopedWrites::new(storage.clone());
+    let scope = kb("a");
+    for _ in 0..3 {
+        let storage_in_run = storage.clone();
+        let scope_in_run = scope.clone();
+        let ran: Result<()> = writes
+            .run(&binding(), &scope, FenceMode::Enforce, |_ctx| async move {
+                let claim = own_claim(&storage_in_run, &scope_in_run);
+                // The store, the run and this read share one value: it was stored by
+                // reference count (`compare_and_set_now`), not deep-copied.
+                assert_eq!(Arc::strong_count(&claim), 3);
+                Ok(())
+            })
+            .await;
+        ran.unwrap();
+    }
+    let calls = storage.calls();
+    // Warm-up run: 2 reads (scope, installation); later runs: the installation read only;
+    // plus this test's 3 reads.
+    assert_eq!((calls.get, calls.cas), (4 + 3, 6));
+}

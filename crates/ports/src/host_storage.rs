@@ -16,7 +16,12 @@
 //! - `compare_and_set` stores only when the current value equals the expected one (absent,
 //!   a tombstone, or a value compared as a JSON value: the same value spelled otherwise, with
 //!   its keys in another order or other whitespace, is equal), atomically against every other
-//!   writer on the same database; it is how processes take a scope's claim.
+//!   writer on the same database; it is how processes take a scope's claim;
+//! - `get_now` / `compare_and_set_now` answer exactly like `get` / `compare_and_set` when the
+//!   adapter can answer without waiting (an in-memory store), and say `None` (nothing done)
+//!   when it cannot; the default says `None`, so an adapter that does I/O simply leaves them.
+
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use serde_json::Value;
@@ -28,7 +33,6 @@ use crate::error::{ErrorSource, StoreError};
 pub const MAX_KEY_LEN: usize = 255;
 
 /// Installation-bound JSON key/value storage.
-#[cfg_attr(feature = "mocks", mockall::automock)]
 #[async_trait]
 pub trait HostStorage: Send + Sync {
     /// Every stored key of `binding`, tombstones included, in ascending byte order.
@@ -76,6 +80,78 @@ pub trait HostStorage: Send + Sync {
         expected: Option<&'e Value>,
         value: &'v Value,
     ) -> Result<bool, HostStorageError>;
+
+    /// [`get`](Self::get) answered without waiting, the value shared (`Arc`) rather than
+    /// copied: `Some(answer)` is exactly what `get` would answer now; `None` means the adapter
+    /// cannot answer without waiting (I/O), read nothing, and the caller awaits `get` instead.
+    ///
+    /// The default is `None`: adapters that do I/O (the SQL adapter) do not override it. An
+    /// in-memory store overrides it so a caller on the hot path (the fence runtime's claim,
+    /// `ScopedWrites::run`) neither boxes a future nor deep-copies a record.
+    ///
+    /// # Errors
+    /// As [`get`](Self::get), inside `Some`.
+    fn get_now(
+        &self,
+        binding: &Binding,
+        key: &str,
+    ) -> Option<Result<Option<Arc<Value>>, HostStorageError>> {
+        let _ = (binding, key);
+        None
+    }
+
+    /// [`compare_and_set`](Self::compare_and_set) answered without waiting: `Some(answer)` is
+    /// exactly what `compare_and_set` would answer (and store) now; `None` means the adapter
+    /// cannot answer without waiting, stored nothing, and the caller awaits `compare_and_set`.
+    /// `value` is shared: a store may keep it by reference count, and may compare `expected`
+    /// with the stored record by pointer first (the same `Arc` is the same value) and
+    /// structurally only when the pointers differ.
+    ///
+    /// The default is `None` (see [`get_now`](Self::get_now)).
+    ///
+    /// # Errors
+    /// As [`compare_and_set`](Self::compare_and_set), inside `Some`.
+    fn compare_and_set_now(
+        &self,
+        binding: &Binding,
+        key: &str,
+        expected: Option<&Arc<Value>>,
+        value: &Arc<Value>,
+    ) -> Option<Result<bool, HostStorageError>> {
+        let _ = (binding, key, expected, value);
+        None
+    }
+}
+
+#[cfg(feature = "mocks")]
+mockall::mock! {
+    /// mockall mock of [`HostStorage`]: expectations for `keys`, `get`, `set` and
+    /// `compare_and_set`. `get_now` and `compare_and_set_now` keep their defaults (`None`), so
+    /// callers use the mocked async methods, as with an adapter that does I/O.
+    pub HostStorage {}
+
+    #[async_trait]
+    impl HostStorage for HostStorage {
+        async fn keys(&self, binding: &Binding) -> Result<Vec<String>, HostStorageError>;
+        async fn get(
+            &self,
+            binding: &Binding,
+            key: &str,
+        ) -> Result<Option<Value>, HostStorageError>;
+        async fn set(
+            &self,
+            binding: &Binding,
+            key: &str,
+            value: &Value,
+        ) -> Result<(), HostStorageError>;
+        async fn compare_and_set<'s, 'b, 'k, 'e, 'v>(
+            &'s self,
+            binding: &'b Binding,
+            key: &'k str,
+            expected: Option<&'e Value>,
+            value: &'v Value,
+        ) -> Result<bool, HostStorageError>;
+    }
 }
 
 /// Listing of installation bindings, for operator views across installations (the admin

@@ -163,6 +163,13 @@ async fn write<S: HostStorage>(storage: S, key: &str) {
         .unwrap();
 }
 
+/// `compare_and_set_now` of `key` from 1 to 2 through the handle `storage`.
+async fn swap_now<S: HostStorage>(storage: S, binding: &Binding, key: &str) -> Option<bool> {
+    storage
+        .compare_and_set_now(binding, key, Some(&Arc::new(json!(1))), &Arc::new(json!(2)))
+        .map(Result::unwrap)
+}
+
 async fn bindings<S: HostStorageBindings>(storage: S) -> usize {
     storage.bindings_with_key_prefix("").await.unwrap().len()
 }
@@ -182,6 +189,16 @@ async fn host_storage_ports_accept_arc_box_and_borrow() {
     );
     assert_eq!(bindings(&*storage).await, 1);
     assert_eq!(bindings(Arc::clone(&storage)).await, 1);
+    // The immediate methods (default `None`) are forwarded too, so the fake's answers are
+    // not hidden behind a handle.
+    let inst = Binding::parse("inst").unwrap();
+    let handle = Box::new(Arc::clone(&storage)) as Box<dyn HostStorage>;
+    assert_eq!(
+        handle.get_now(&inst, "a").unwrap().unwrap(),
+        Some(Arc::new(json!(1)))
+    );
+    assert_eq!(swap_now(&*storage, &inst, "b").await, Some(true));
+    assert_eq!(storage.peek(&inst, "b"), Some(Ok(json!(2))));
 }
 
 async fn snapshot<P: DirectoryProvider>(provider: P) -> ProviderError {

@@ -15,14 +15,45 @@ use super::{ClaimCache, ScopedWrites};
 
 tokio::task_local! {
     /// The scopes whose locks the current task holds through an enclosing run.
-    pub(super) static HELD: Vec<Held>;
+    pub(super) static HELD: HeldScopes;
+}
+
+/// The scopes a task holds, innermost last. A run that is not nested (the common case) holds
+/// one and allocates no list.
+pub(super) enum HeldScopes {
+    /// One run, not nested in another.
+    One(Held),
+    /// Nested runs, outermost first.
+    Nested(Vec<Held>),
+}
+
+impl HeldScopes {
+    /// The scopes of the enclosing runs of the current task (none outside a run) plus `held`.
+    pub(super) fn enter(held: Held) -> Self {
+        match HELD.try_with(|outer| outer.as_slice().to_vec()) {
+            Ok(mut outer) => {
+                outer.push(held);
+                Self::Nested(outer)
+            }
+            Err(_) => Self::One(held),
+        }
+    }
+
+    /// The held scopes, outermost first.
+    pub(super) fn as_slice(&self) -> &[Held] {
+        match self {
+            Self::One(held) => std::slice::from_ref(held),
+            Self::Nested(held) => held,
+        }
+    }
 }
 
 #[derive(Clone)]
 pub(super) struct Held {
     pub(super) runtime: usize,
     pub(super) key: ScopeKey,
-    pub(super) guard: Arc<ScopeGuard>,
+    /// The lock owner token of the run (its guard lives in the claim).
+    pub(super) token: Option<u64>,
     /// The run's `Arc<RunClaim<S>>`, type-erased (the task-local cannot be generic).
     pub(super) claim: Arc<dyn Any + Send + Sync>,
 }
@@ -38,16 +69,21 @@ pub(super) struct RunClaim<S: HostStorage + ?Sized + 'static> {
     /// this runtime wrote, so the next run may claim without reading it first), and given the
     /// released value to stamp again.
     pub(super) cache: Arc<ClaimCache>,
-    pub(super) guard: Arc<ScopeGuard>,
+    /// The scope lock, held as long as the claim lives (and, when the claim is dropped
+    /// unreleased, until the spawned release landed). Always `Some` until `drop`.
+    pub(super) guard: Option<ScopeGuard>,
     pub(super) slot: Mutex<Slot>,
 }
 
 #[derive(Debug, Default)]
 pub(super) struct Slot {
     /// Our claim as stored (to release by compare-and-set); `None`: nothing to release.
-    pub(super) claim: Option<Value>,
+    pub(super) claim: Option<Arc<Value>>,
     /// Whether this run fenced its scope (the record is the fence now).
     pub(super) fenced: bool,
+    /// Whether a dispatch replaced the claim the run was admitted with (by its intent): the
+    /// released claim is then not the scope's cached claim and is not kept for the next run.
+    pub(super) refreshed: bool,
 }
 
 impl<S: HostStorage + ?Sized + 'static> RunClaim<S> {
@@ -57,30 +93,46 @@ impl<S: HostStorage + ?Sized + 'static> RunClaim<S> {
 
     /// Releases the claim (JSON null by compare-and-set) unless the run fenced the scope.
     pub(super) async fn release(&self) {
-        let Some(claim) = self.slot().claim.take() else {
+        let (claim, refreshed) = {
+            let mut slot = self.slot();
+            (slot.claim.take(), slot.refreshed)
+        };
+        let Some(claim) = claim else {
             return;
         };
-        let released = {
-            let mut release = std::pin::pin!(self.writes.inner.storage.compare_and_set(
-                &self.binding,
-                self.key.as_str(),
-                Some(&claim),
-                &Value::Null
-            ));
-            match futures::poll!(release.as_mut()) {
-                std::task::Poll::Ready(released) => released,
-                std::task::Poll::Pending => {
-                    // In flight: if this run is dropped now, `Drop` must still release it.
-                    self.slot().claim = Some(claim.clone());
-                    release.await
+        let tombstone = &self.writes.inner.tombstone;
+        let store = self.writes.store();
+        let released = match store.compare_and_set_now(
+            &self.binding,
+            self.key.as_str(),
+            Some(&claim),
+            tombstone,
+        ) {
+            Some(released) => released,
+            None => {
+                let mut release = std::pin::pin!(S::compare_and_set(
+                    store,
+                    &self.binding,
+                    self.key.as_str(),
+                    Some(&claim),
+                    tombstone,
+                ));
+                match futures::poll!(release.as_mut()) {
+                    std::task::Poll::Ready(released) => released,
+                    std::task::Poll::Pending => {
+                        // In flight: if this run is dropped now, `Drop` must still release it.
+                        self.slot().claim = Some(claim.clone());
+                        let released = release.await;
+                        self.slot().claim = None;
+                        released
+                    }
                 }
             }
         };
         match released {
             Ok(swapped) => {
-                self.slot().claim = None;
                 self.cache.released.store(swapped, Ordering::Relaxed);
-                if swapped {
+                if swapped && !refreshed {
                     self.cache.keep(claim);
                 }
             }
@@ -103,13 +155,13 @@ impl<S: HostStorage + ?Sized + 'static> Drop for RunClaim<S> {
             return;
         };
         let token = self.writes.inner.in_flight.enter();
-        let guard = self.guard.clone();
+        let guard = self.guard.take();
         let storage = self.writes.inner.storage.clone();
         let (binding, key) = (self.binding.clone(), self.key.clone());
         handle.spawn(async move {
-            if let Err(error) = storage
-                .compare_and_set(&binding, key.as_str(), Some(&claim), &Value::Null)
-                .await
+            if let Err(error) =
+                S::compare_and_set(&storage, &binding, key.as_str(), Some(&claim), &Value::Null)
+                    .await
             {
                 tracing::warn!(%binding, %key, %error,
                     "scope claim not released; it lapses into a fence for other processes unless this process's next run takes it over");

@@ -124,7 +124,11 @@ impl<S: HostStorage + ?Sized + 'static> ScopeContext<S> {
                         .map(|()| true),
                 };
                 match stored {
-                    Ok(true) => ctx.claim.slot().claim = Some(intent),
+                    Ok(true) => {
+                        let mut slot = ctx.claim.slot();
+                        slot.claim = Some(Arc::new(intent));
+                        slot.refreshed = true;
+                    }
                     Ok(false) => {
                         ctx.claim.slot().claim = None;
                         tracing::warn!(binding = %ctx.binding, scope = %ctx.scope,

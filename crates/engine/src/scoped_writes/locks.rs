@@ -4,6 +4,8 @@
 //! waiter carries a [`LockLease`], and the last lease to go removes the entry (checked under
 //! the state mutex, so no new caller can clone the lock meanwhile). A periodic sweep removes
 //! any entry nobody references, in case a lease was dropped while another clone was alive.
+//! The entry also names the run holding the lock (its owner token), so an uncontended run
+//! hashes its key twice: once to take the lock, once to let it go.
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
@@ -28,9 +30,7 @@ pub(crate) struct Shared {
 
 #[derive(Debug)]
 pub(crate) struct State {
-    pub(crate) locks: FastMap<ScopeKey, Arc<tokio::sync::Mutex<()>>>,
-    /// Scope -> token of the run holding its lock (released with the lock).
-    pub(crate) owners: FastMap<ScopeKey, u64>,
+    pub(crate) locks: FastMap<ScopeKey, LockEntry>,
     pub(crate) next_token: u64,
     pub(crate) fences: FenceCache,
     sweep_at: usize,
@@ -41,8 +41,7 @@ impl Shared {
         Self {
             state: Mutex::new(State {
                 locks: FastMap::default(),
-                owners: FastMap::default(),
-                next_token: 0,
+                next_token: 1,
                 fences: FenceCache::new(),
                 sweep_at: MIN_SWEEP_AT,
             }),
@@ -53,6 +52,29 @@ impl Shared {
     /// poisoning is ignored.
     pub(crate) fn state(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// One scope's lock and the token of the run holding it.
+#[derive(Debug, Default)]
+pub(crate) struct LockEntry {
+    lock: Arc<tokio::sync::Mutex<()>>,
+    /// Token of the run holding the lock; 0 when none does (tokens start at 1).
+    owner: u64,
+}
+
+impl State {
+    /// The token of the run holding the lock of `key`, if one does.
+    pub(crate) fn owner(&self, key: &ScopeKey) -> Option<u64> {
+        self.locks
+            .get(key)
+            .map(|entry| entry.owner)
+            .filter(|&owner| owner != 0)
+    }
+
+    /// How many scopes have an owner (a run holding their lock).
+    pub(crate) fn owner_count(&self) -> usize {
+        self.locks.values().filter(|entry| entry.owner != 0).count()
     }
 }
 
@@ -67,20 +89,22 @@ pub(crate) struct LockLease {
 
 impl Drop for LockLease {
     fn drop(&mut self) {
-        let lock = self.lock.take();
+        let Some(lock) = self.lock.take() else {
+            return;
+        };
         let mut state = self.shared.state();
-        if let Some(token) = self.token
-            && state.owners.get(&self.key) == Some(&token)
+        // One lookup: the entry is ours only if it still holds our lock (a revoked binding's
+        // entry may have been replaced by a fresh one).
+        if let std::collections::hash_map::Entry::Occupied(mut entry) =
+            state.locks.entry(self.key.clone())
+            && Arc::ptr_eq(&entry.get().lock, &lock)
         {
-            state.owners.remove(&self.key);
-        }
-        if let Some(lock) = lock {
-            let last = state
-                .locks
-                .get(&self.key)
-                .is_some_and(|entry| Arc::ptr_eq(entry, &lock) && Arc::strong_count(&lock) == 2);
-            if last {
-                state.locks.remove(&self.key);
+            if self.token.is_some_and(|token| entry.get().owner == token) {
+                entry.get_mut().owner = 0;
+            }
+            // The map's reference and ours: nobody else holds or awaits the lock.
+            if Arc::strong_count(&lock) == 2 {
+                entry.remove();
             }
         }
     }
@@ -108,10 +132,29 @@ pub(crate) async fn acquire(shared: &Arc<Shared>, key: &ScopeKey) -> ScopeGuard 
     let mut lease = {
         let mut state = shared.state();
         if state.locks.len() >= state.sweep_at {
-            state.locks.retain(|_, lock| Arc::strong_count(lock) > 1);
+            state
+                .locks
+                .retain(|_, entry| Arc::strong_count(&entry.lock) > 1);
             state.sweep_at = (state.locks.len() * 2).max(MIN_SWEEP_AT);
         }
-        let lock = state.locks.entry(key.clone()).or_default().clone();
+        let token = state.next_token;
+        let entry = state.locks.entry(key.clone()).or_default();
+        let lock = entry.lock.clone();
+        // Uncontended (the common case): taken at once, owner recorded in the same lookup.
+        if let Ok(held) = lock.clone().try_lock_owned() {
+            entry.owner = token;
+            state.next_token += 1;
+            drop(state);
+            return ScopeGuard {
+                _held: held,
+                lease: LockLease {
+                    shared: shared.clone(),
+                    key: key.clone(),
+                    lock: Some(lock),
+                    token: Some(token),
+                },
+            };
+        }
         LockLease {
             shared: shared.clone(),
             key: key.clone(),
@@ -129,28 +172,29 @@ pub(crate) async fn acquire(shared: &Arc<Shared>, key: &ScopeKey) -> ScopeGuard 
         // The lease was built with a lock just above.
         unreachable!("lease without lock")
     };
-    // Uncontended (the common case): take it at once, without boxing a waiting future.
-    let held = match lock.clone().try_lock_owned() {
-        Ok(held) => held,
-        Err(_) => {
-            let mut waiting = Waiting {
-                fut: Box::pin(lock.lock_owned()),
-                lease,
-            };
-            let held = (&mut waiting.fut).await;
-            let Waiting {
-                fut,
-                lease: mut_lease,
-            } = waiting;
-            drop(fut);
-            lease = mut_lease;
-            held
-        }
+    // Our lease keeps the lock alive: the pointer identifies our entry after the wait.
+    let ours = Arc::as_ptr(&lock) as usize;
+    let mut waiting = Waiting {
+        fut: Box::pin(lock.lock_owned()),
+        lease,
     };
+    let held = (&mut waiting.fut).await;
+    let Waiting {
+        fut,
+        lease: mut_lease,
+    } = waiting;
+    drop(fut);
+    lease = mut_lease;
     let mut state = shared.state();
     let token = state.next_token;
     state.next_token += 1;
-    state.owners.insert(key.clone(), token);
+    // Our entry is in the map while our lease holds it (unless the binding was revoked
+    // meanwhile: then no owner is recorded and nested runs take a fresh lock).
+    if let Some(entry) = state.locks.get_mut(key)
+        && Arc::as_ptr(&entry.lock) as usize == ours
+    {
+        entry.owner = token;
+    }
     lease.token = Some(token);
     drop(state);
     ScopeGuard { _held: held, lease }
@@ -160,6 +204,5 @@ pub(crate) async fn acquire(shared: &Arc<Shared>, key: &ScopeKey) -> ScopeGuard 
 /// guards; later callers get fresh locks.
 pub(crate) fn release_binding(state: &mut State, binding: &Binding) {
     state.locks.retain(|(b, _), _| b != binding);
-    state.owners.retain(|(b, _), _| b != binding);
     state.fences.release(binding);
 }

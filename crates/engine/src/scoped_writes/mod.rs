@@ -64,7 +64,7 @@ use tenantry_fence::{
 use tenantry_ports::clock::{Clock, SystemClock};
 use tenantry_ports::host_storage::{HostStorage, HostStorageError};
 
-use self::claim::{HELD, Held, InFlight, RunClaim, Slot};
+use self::claim::{HELD, Held, HeldScopes, InFlight, RunClaim, Slot};
 pub use self::config::FenceConfig;
 
 /// Most scopes the runtime keeps keys for ([`ScopedWrites::scope_keys`]); past it the cache
@@ -88,9 +88,10 @@ struct ScopeKeys {
 pub(super) struct ClaimCache {
     /// The claim's value apart from its stamps.
     template: IntentTemplate,
-    /// The last claim released, stamped again by the next run instead of allocating a new
-    /// value ([`IntentTemplate::at_reusing`]).
-    spare: Mutex<Option<Value>>,
+    /// The last claim released as it was issued (not refreshed by a dispatch), stamped again
+    /// in place by the next run when nothing else shares it ([`IntentTemplate::restamp`]), so
+    /// a claim allocates nothing.
+    spare: Mutex<Option<Arc<Value>>>,
     /// Whether the last run released its claim (wrote the tombstone): the hint that the next
     /// run may claim without reading the record first. Only a hint: the claim's
     /// compare-and-set checks it, and a stale hint costs one failed swap.
@@ -99,17 +100,25 @@ pub(super) struct ClaimCache {
 
 impl ClaimCache {
     /// The claim to write at `now_ms`, lapsing at `expires_at_ms`.
-    fn at(&self, now_ms: i64, expires_at_ms: i64) -> Value {
+    fn at(&self, now_ms: i64, expires_at_ms: i64) -> Arc<Value> {
         let spare = self
             .spare
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .take();
-        self.template.at_reusing(spare, now_ms, expires_at_ms)
+        if let Some(mut spare) = spare
+            && let Some(claim) = Arc::get_mut(&mut spare)
+        {
+            // Kept only as this template issued it (`keep`), and nobody else holds it.
+            IntentTemplate::restamp(claim, now_ms, expires_at_ms);
+            return spare;
+        }
+        Arc::new(self.template.at(now_ms, expires_at_ms))
     }
 
-    /// Keeps `claim`, released, for the next run.
-    pub(super) fn keep(&self, claim: Value) {
+    /// Keeps `claim`, released, for the next run: only a claim [`Self::at`] issued and nobody
+    /// changed since (a claim refreshed by a dispatch names another reason).
+    pub(super) fn keep(&self, claim: Arc<Value>) {
         *self
             .spare
             .lock()
@@ -212,6 +221,9 @@ struct Inner<S: ?Sized> {
     clock: Arc<dyn Clock>,
     config: FenceConfig,
     storage: Arc<S>,
+    /// JSON null, shared: the value of every release and the expected value of a claim from
+    /// the tombstone (a store that keeps it compares it by pointer).
+    tombstone: Arc<Value>,
 }
 
 impl<S: ?Sized> Clone for ScopedWrites<S> {
@@ -254,12 +266,19 @@ impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
                 clock,
                 config,
                 storage,
+                tombstone: Arc::new(Value::Null),
             }),
         }
     }
 
     /// The host storage behind this runtime (for reads).
     pub fn storage(&self) -> &Arc<S> {
+        &self.inner.storage
+    }
+
+    /// The host storage itself: its methods called on `S`, not on the `Arc` handle (whose
+    /// forwarding would box a second future per call).
+    pub(super) fn store(&self) -> &S {
         &self.inner.storage
     }
 
@@ -337,24 +356,25 @@ impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
             let ctx = self.context(shared_scope, claim);
             return operation(ctx).await;
         }
-        let guard = Arc::new(locks::acquire(&self.inner.shared, &key).await);
+        let guard = locks::acquire(&self.inner.shared, &key).await;
         let taken = self.admit(binding, scope, &key.1, &cache, mode).await?;
+        let token = guard.token();
         let claim = Arc::new(RunClaim {
             writes: self.clone(),
             binding: binding.clone(),
             key: key.1.clone(),
             cache,
-            guard: guard.clone(),
+            guard: Some(guard),
             slot: Mutex::new(Slot {
                 claim: taken,
                 fenced: false,
+                refreshed: false,
             }),
         });
-        let mut held = HELD.try_with(Clone::clone).unwrap_or_default();
-        held.push(Held {
+        let held = HeldScopes::enter(Held {
             runtime: self.runtime_id(),
             key,
-            guard,
+            token,
             claim: claim.clone(),
         });
         let ctx = self.context(shared_scope, claim.clone());
@@ -390,7 +410,7 @@ impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
         own_key: &FenceKey,
         cache: &ClaimCache,
         mode: FenceMode,
-    ) -> Result<Option<Value>, ScopedWriteError<E>> {
+    ) -> Result<Option<Arc<Value>>, ScopedWriteError<E>> {
         let config = &self.inner.config;
         let mut installation_read = false;
         if cache.released.swap(false, Ordering::Relaxed)
@@ -403,7 +423,7 @@ impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
             }
             let claim = cache.at(now, now.saturating_add(config.claim_ttl_ms()));
             let (taken, claim) = self
-                .take_claim(binding, own_key, Some(Value::Null), claim)
+                .take_claim(binding, own_key, Some(self.inner.tombstone.clone()), claim)
                 .await;
             if self.claim_taken(binding, scope, taken)? {
                 return Ok(Some(claim));
@@ -421,11 +441,7 @@ impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
                 self.check_installation(binding, scope, mode, now).await?;
             }
             installation_read = false;
-            let holder = tenantry_fence::classify(
-                own.as_ref().map(|r| r.as_ref().map_err(|_| ())),
-                &config.owner,
-                now,
-            );
+            let holder = tenantry_fence::classify(stored_ref(own.as_ref()), &config.owner, now);
             let in_process = self.inner.shared.state().fences.contains(binding, own_key);
             match holder {
                 Holder::Claimed {
@@ -536,15 +552,26 @@ impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
         &self,
         binding: &Binding,
         key: &FenceKey,
-        expected: Option<Value>,
-        claim: Value,
-    ) -> (Result<bool, HostStorageError>, Value) {
+        expected: Option<Arc<Value>>,
+        claim: Arc<Value>,
+    ) -> (Result<bool, HostStorageError>, Arc<Value>) {
+        if let Some(taken) =
+            self.store()
+                .compare_and_set_now(binding, key.as_str(), expected.as_ref(), &claim)
+        {
+            return (taken, claim);
+        }
         let storage = self.inner.storage.clone();
         let (binding, key) = (binding.clone(), key.clone());
         let mut attempt = Box::pin(async move {
-            let taken = storage
-                .compare_and_set(&binding, key.as_str(), expected.as_ref(), &claim)
-                .await;
+            let taken = S::compare_and_set(
+                &storage,
+                &binding,
+                key.as_str(),
+                expected.as_deref(),
+                &claim,
+            )
+            .await;
             (taken, storage, binding, key, claim)
         });
         if let std::task::Poll::Ready((taken, _, _, _, claim)) = futures::poll!(attempt.as_mut()) {
@@ -556,9 +583,14 @@ impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
             let (taken, storage, binding, key, claim) = attempt.await;
             if let Err((Ok(true), claim)) = tx.send((taken, claim)) {
                 // The run was dropped meanwhile: nobody will release the claim but us.
-                let _ = storage
-                    .compare_and_set(&binding, key.as_str(), Some(&claim), &Value::Null)
-                    .await;
+                let _ = S::compare_and_set(
+                    &storage,
+                    &binding,
+                    key.as_str(),
+                    Some(&claim),
+                    &Value::Null,
+                )
+                .await;
             }
             drop(token);
         });
@@ -568,7 +600,7 @@ impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
                     "compare_and_set",
                     "claim task ended without an answer",
                 )),
-                Value::Null,
+                claim_lost(),
             )
         })
     }
@@ -578,24 +610,27 @@ impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
         &self,
         binding: &Binding,
         key: &FenceKey,
-        stored: Option<&Result<Value, ()>>,
+        stored: Option<&Result<Arc<Value>, ()>>,
         now: i64,
     ) -> bool {
-        let holder = tenantry_fence::classify(
-            stored.map(|r| r.as_ref().map_err(|_| ())),
-            &self.inner.config.owner,
-            now,
-        );
+        let holder = tenantry_fence::classify(stored_ref(stored), &self.inner.config.owner, now);
         holder == Holder::Fenced || self.inner.shared.state().fences.contains(binding, key)
     }
 
-    /// The stored record at `key`: `None` absent, `Some(Err(()))` undecodable.
+    /// The stored record at `key`: `None` absent, `Some(Err(()))` undecodable. Read at once
+    /// when the store can answer without waiting ([`HostStorage::get_now`]).
     async fn read_record<E>(
         &self,
         binding: &Binding,
         key: &FenceKey,
-    ) -> Result<Option<Result<Value, ()>>, ScopedWriteError<E>> {
-        match self.inner.storage.get(binding, key.as_str()).await {
+    ) -> Result<Option<Result<Arc<Value>, ()>>, ScopedWriteError<E>> {
+        let read = match self.store().get_now(binding, key.as_str()) {
+            Some(read) => read,
+            None => S::get(self.store(), binding, key.as_str())
+                .await
+                .map(|value| value.map(Arc::new)),
+        };
+        match read {
             Ok(value) => Ok(value.map(Ok)),
             Err(HostStorageError::CorruptValue { .. }) => {
                 tracing::warn!(%binding, %key, "undecodable fence record counts as a fence");
@@ -618,10 +653,11 @@ impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
         &self,
         binding: &Binding,
         key: &FenceKey,
-        stored: Option<Result<Value, ()>>,
-    ) -> Option<Result<Value, ()>> {
+        stored: Option<Result<Arc<Value>, ()>>,
+    ) -> Option<Result<Arc<Value>, ()>> {
         let stored_fence = match &stored {
-            None | Some(Ok(Value::Null)) => false,
+            None => false,
+            Some(Ok(value)) if value.is_null() => false,
             Some(Ok(value)) => {
                 FenceMarker::from_value(value).is_none_or(|m| m.kind == RecordKind::Fence)
             }
@@ -636,11 +672,14 @@ impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
         match action {
             Reconciled::PersistAgain(record) => {
                 let expected = stored.as_ref().and_then(|r| r.as_ref().ok()).cloned();
-                match self
-                    .inner
-                    .storage
-                    .compare_and_set(binding, key.as_str(), expected.as_ref(), &record)
-                    .await
+                match S::compare_and_set(
+                    self.store(),
+                    binding,
+                    key.as_str(),
+                    expected.as_deref(),
+                    &record,
+                )
+                .await
                 {
                     Ok(true) => {
                         tracing::warn!(%binding, %key, "in-process fence persisted again");
@@ -649,7 +688,7 @@ impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
                             .state()
                             .fences
                             .reconcile(binding, key, true);
-                        Some(Ok(record))
+                        Some(Ok(Arc::new(record)))
                     }
                     Ok(false) | Err(_) => stored,
                 }
@@ -757,7 +796,7 @@ impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
 
     /// How many scopes have an owner (a run holding their lock).
     pub fn owner_count(&self) -> usize {
-        self.inner.shared.state().owners.len()
+        self.inner.shared.state().owner_count()
     }
 
     /// How many bindings the fence cache holds fences for.
@@ -773,7 +812,8 @@ impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
         let runtime = self.runtime_id();
         let held = HELD
             .try_with(|held| {
-                held.iter()
+                held.as_slice()
+                    .iter()
                     .rev()
                     .find(|h| h.runtime == runtime && &h.key == key)
                     .cloned()
@@ -781,8 +821,8 @@ impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
             .ok()
             .flatten()?;
         // A revoked installation forgot its owners: the nested run then takes a fresh lock.
-        let owner = self.inner.shared.state().owners.get(key).copied();
-        if owner.is_none() || owner != held.guard.token() {
+        let owner = self.inner.shared.state().owner(key);
+        if owner.is_none() || owner != held.token {
             return None;
         }
         held.claim.downcast::<RunClaim<S>>().ok()
@@ -815,6 +855,16 @@ impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
             Err(join) => Err(join.to_string()),
         }
     }
+}
+
+/// A stored record as read, as the pure rules take it.
+fn stored_ref(stored: Option<&Result<Arc<Value>, ()>>) -> tenantry_fence::record::StoredRecord<'_> {
+    stored.map(|read| read.as_ref().map(|value| &**value).map_err(|_| ()))
+}
+
+/// The claim handed back when the claim's task ended without an answer (nothing to release).
+fn claim_lost() -> Arc<Value> {
+    Arc::new(Value::Null)
 }
 
 fn operator_fence(scope: &ScopeIdentity, reason: &str, now: i64) -> Value {

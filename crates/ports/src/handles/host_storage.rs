@@ -33,6 +33,22 @@ async_handles!(HostStorage {
             .compare_and_set(binding, key, expected, value)
             .await
     }
+    fn get_now(
+        &self,
+        binding: &Binding,
+        key: &str,
+    ) -> Option<Result<Option<Arc<Value>>, HostStorageError>> {
+        (**self).get_now(binding, key)
+    }
+    fn compare_and_set_now(
+        &self,
+        binding: &Binding,
+        key: &str,
+        expected: Option<&Arc<Value>>,
+        value: &Arc<Value>,
+    ) -> Option<Result<bool, HostStorageError>> {
+        (**self).compare_and_set_now(binding, key, expected, value)
+    }
 });
 
 async_handles!(HostStorageBindings {

@@ -1,9 +1,12 @@
 //! In-memory host storage with fault injection, and the conformance suite every adapter runs.
 //!
-//! [`InMemoryHostStorage`] keeps each record as a parsed JSON value (or, for a damaged record
-//! planted by a test, its raw text) per `(binding, key)`, and compares records structurally in
-//! `compare_and_set`, as the SQL adapter does (a record with its keys in another order is
-//! equal); nothing is rendered or parsed as text on a read or a compare-and-set. It fails `keys` / `get` / `set` on demand (a failed `set` can fail before or after
+//! [`InMemoryHostStorage`] keeps each record as a parsed JSON value shared by reference count
+//! (`Arc<Value>`; or, for a damaged record planted by a test, its raw text) per
+//! `(binding, key)`, and compares records structurally in `compare_and_set`, as the SQL adapter
+//! does (a record with its keys in another order is equal); nothing is rendered or parsed as
+//! text on a read or a compare-and-set. It answers `get_now` / `compare_and_set_now` (it never
+//! waits): those keep the caller's `Arc` instead of copying the value, and compare by pointer
+//! before comparing structurally. It fails `keys` / `get` / `set` on demand (a failed `set` can fail before or after
 //! storing, which is exactly the ambiguity fences exist for). It stamps each write with its
 //! clock (the system clock unless [`InMemoryHostStorage::with_clock`]) and is the fake of the
 //! retention port for cleared fence records (`tenantry_fence::retention`).
@@ -22,7 +25,7 @@ use serde_json::Value;
 use tenantry_fence::Binding;
 
 use super::{HostStorage, HostStorageBindings, HostStorageError, PrefixedRecord, validate_key};
-use crate::clock::{Clock, SystemClock};
+use crate::clock::Clock;
 use crate::error::StoreError;
 use crate::retention::{PruneBatch, RetentionKind, RetentionStore, cutoff};
 
@@ -37,17 +40,21 @@ pub enum SetFault {
     AfterWrite,
 }
 
-/// One stored value: parsed JSON, or text that is not JSON (a damaged record).
+/// One stored value: parsed JSON (shared with whoever wrote or read it), or text that is not
+/// JSON (a damaged record).
 #[derive(Debug, Clone, PartialEq)]
 enum Stored {
-    Json(Value),
+    Json(Arc<Value>),
     Raw(String),
 }
 
 impl Stored {
     /// `text` parsed when it is JSON (in whatever spelling), else kept as text.
     fn from_text(text: &str) -> Self {
-        serde_json::from_str(text).map_or_else(|_| Self::Raw(text.to_owned()), Self::Json)
+        serde_json::from_str(text).map_or_else(
+            |_| Self::Raw(text.to_owned()),
+            |value| Self::Json(Arc::new(value)),
+        )
     }
 
     fn as_read(&self) -> Result<&Value, ()> {
@@ -61,9 +68,6 @@ impl Stored {
 #[derive(Debug)]
 struct Record {
     stored: Stored,
-    /// The last non-null value replaced by a tombstone, whose allocations the next write
-    /// reuses ([`assign`]): a claim taken and released again and again allocates nothing.
-    spare: Option<Value>,
     /// When the record was last written (Unix ms); `None`: unknown (planted with
     /// [`InMemoryHostStorage::put_raw_unaged`]).
     written_at: Option<i64>,
@@ -151,7 +155,14 @@ impl InMemoryHostStorage {
     fn now_ms(&self) -> i64 {
         match &self.clock {
             Some(clock) => clock.now().timestamp_millis(),
-            None => SystemClock.now().timestamp_millis(),
+            // The system clock's milliseconds without building a calendar date (every write is
+            // stamped: this is on the fence runtime's hot path).
+            None => std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or_else(
+                    |before| -i64::try_from(before.duration().as_millis()).unwrap_or(i64::MAX),
+                    |after| i64::try_from(after.as_millis()).unwrap_or(i64::MAX),
+                ),
         }
     }
 
@@ -174,50 +185,9 @@ impl InMemoryHostStorage {
                 record.written_at = written_at;
             }
             None => {
-                keys.insert(
-                    key.to_owned(),
-                    Record {
-                        stored,
-                        spare: None,
-                        written_at,
-                    },
-                );
+                keys.insert(key.to_owned(), Record { stored, written_at });
             }
         }
-    }
-
-    /// Stores JSON `value` under `key` stamped with `written_at`, reusing the record's
-    /// allocations where it can (the previous value, or the spare one a tombstone replaced).
-    fn put_json(
-        state: &mut FakeState,
-        binding: &Binding,
-        key: &str,
-        value: &Value,
-        written_at: Option<i64>,
-    ) {
-        let Some(record) = state
-            .data
-            .get_mut(binding)
-            .and_then(|keys| keys.get_mut(key))
-        else {
-            return Self::put(state, binding, key, Stored::Json(value.clone()), written_at);
-        };
-        let previous = std::mem::replace(&mut record.stored, Stored::Json(Value::Null));
-        let mut old = match previous {
-            Stored::Json(old) if !old.is_null() => Some(old),
-            _ => record.spare.take(),
-        };
-        let new = if value.is_null() {
-            record.spare = old;
-            Value::Null
-        } else if let Some(mut old) = old.take() {
-            assign(&mut old, value);
-            old
-        } else {
-            value.clone()
-        };
-        record.stored = Stored::Json(new);
-        record.written_at = written_at;
     }
 
     fn record<'s>(state: &'s FakeState, binding: &Binding, key: &str) -> Option<&'s Record> {
@@ -305,7 +275,7 @@ impl InMemoryHostStorage {
     /// when the stored text is not JSON.
     pub fn peek(&self, binding: &Binding, key: &str) -> Option<Result<Value, String>> {
         Self::record(&self.state(), binding, key).map(|record| match &record.stored {
-            Stored::Json(value) => Ok(value.clone()),
+            Stored::Json(value) => Ok(Value::clone(value)),
             Stored::Raw(text) => Err(text.clone()),
         })
     }
@@ -333,22 +303,8 @@ impl HostStorage for InMemoryHostStorage {
     }
 
     async fn get(&self, binding: &Binding, key: &str) -> Result<Option<Value>, HostStorageError> {
-        validate_key(key)?;
-        let mut state = self.state();
-        state.calls.get += 1;
-        if state.fail_gets > 0 {
-            state.fail_gets -= 1;
-            return Err(unavailable("get"));
-        }
-        Self::record(&state, binding, key)
-            .map(|record| match &record.stored {
-                Stored::Json(value) => Ok(value.clone()),
-                Stored::Raw(text) => Err(serde_json::from_str::<Value>(text).map_or_else(
-                    |e| HostStorageError::corrupt_value(key, e.to_string()).with_source(e),
-                    |_| HostStorageError::corrupt_value(key, "not JSON"),
-                )),
-            })
-            .transpose()
+        self.read(binding, key)
+            .map(|value| value.map(Arc::unwrap_or_clone))
     }
 
     async fn set(
@@ -365,7 +321,13 @@ impl HostStorage for InMemoryHostStorage {
             return Err(unavailable("set"));
         }
         let now = self.now_ms();
-        Self::put_json(&mut state, binding, key, value, Some(now));
+        Self::put(
+            &mut state,
+            binding,
+            key,
+            Stored::Json(Arc::new(value.clone())),
+            Some(now),
+        );
         if fault == Some(SetFault::AfterWrite) {
             return Err(unavailable("set"));
         }
@@ -379,6 +341,63 @@ impl HostStorage for InMemoryHostStorage {
         expected: Option<&Value>,
         value: &Value,
     ) -> Result<bool, HostStorageError> {
+        self.swap(binding, key, expected, None, || Arc::new(value.clone()))
+    }
+
+    fn get_now(
+        &self,
+        binding: &Binding,
+        key: &str,
+    ) -> Option<Result<Option<Arc<Value>>, HostStorageError>> {
+        Some(self.read(binding, key))
+    }
+
+    fn compare_and_set_now(
+        &self,
+        binding: &Binding,
+        key: &str,
+        expected: Option<&Arc<Value>>,
+        value: &Arc<Value>,
+    ) -> Option<Result<bool, HostStorageError>> {
+        Some(
+            self.swap(binding, key, expected.map(|e| &**e), expected, || {
+                Arc::clone(value)
+            }),
+        )
+    }
+}
+
+impl InMemoryHostStorage {
+    /// `get`, the value shared with the store.
+    fn read(&self, binding: &Binding, key: &str) -> Result<Option<Arc<Value>>, HostStorageError> {
+        validate_key(key)?;
+        let mut state = self.state();
+        state.calls.get += 1;
+        if state.fail_gets > 0 {
+            state.fail_gets -= 1;
+            return Err(unavailable("get"));
+        }
+        Self::record(&state, binding, key)
+            .map(|record| match &record.stored {
+                Stored::Json(value) => Ok(Arc::clone(value)),
+                Stored::Raw(text) => Err(serde_json::from_str::<Value>(text).map_or_else(
+                    |e| HostStorageError::corrupt_value(key, e.to_string()).with_source(e),
+                    |_| HostStorageError::corrupt_value(key, "not JSON"),
+                )),
+            })
+            .transpose()
+    }
+
+    /// `compare_and_set` of `expected` (also given as its `Arc` when the caller shares it:
+    /// the same pointer is the same value, nothing to compare) to the value `value` makes.
+    fn swap(
+        &self,
+        binding: &Binding,
+        key: &str,
+        expected: Option<&Value>,
+        shared: Option<&Arc<Value>>,
+        value: impl FnOnce() -> Arc<Value>,
+    ) -> Result<bool, HostStorageError> {
         validate_key(key)?;
         let mut state = self.state();
         state.calls.cas += 1;
@@ -388,15 +407,30 @@ impl HostStorage for InMemoryHostStorage {
         }
         // Compared as JSON values, like the SQL adapter (which also matches a record spelled
         // with its keys in another order); a damaged record never matches.
-        let matches = match (Self::record(&state, binding, key), expected) {
-            (None, None) => true,
-            (Some(record), Some(expected)) => record.stored.as_read() == Ok(expected),
+        let record = state
+            .data
+            .get_mut(binding)
+            .and_then(|keys| keys.get_mut(key));
+        let matches = match (record, expected) {
+            (None, None) => {
+                let now = self.now_ms();
+                Self::put(&mut state, binding, key, Stored::Json(value()), Some(now));
+                true
+            }
+            (Some(record), Some(expected)) => {
+                let matches = match (&record.stored, shared) {
+                    (Stored::Json(stored), Some(shared)) if Arc::ptr_eq(stored, shared) => true,
+                    (stored, _) => stored.as_read() == Ok(expected),
+                };
+                if matches {
+                    // Replaced in place: one lookup per swap.
+                    record.stored = Stored::Json(value());
+                    record.written_at = Some(self.now_ms());
+                }
+                matches
+            }
             _ => false,
         };
-        if matches {
-            let now = self.now_ms();
-            Self::put_json(&mut state, binding, key, value, Some(now));
-        }
         if fault == Some(SetFault::AfterWrite) {
             return Err(unavailable("compare_and_set"));
         }
@@ -440,7 +474,7 @@ impl HostStorageBindings for InMemoryHostStorage {
                 .iter()
                 .flat_map(|(binding, keys)| keys.iter().map(move |(key, r)| (binding, key, r)))
                 .filter(|(_, k, r)| {
-                    k.starts_with(key_prefix) && r.stored != Stored::Json(Value::Null)
+                    k.starts_with(key_prefix) && r.stored.as_read() != Ok(&Value::Null)
                 })
                 .map(|(binding, key, record)| PrefixedRecord {
                     binding: binding.clone(),
@@ -502,22 +536,6 @@ impl RetentionStore for InMemoryHostStorage {
         Ok(Self::expired_fences(&state, i64::MAX)
             .first()
             .and_then(|(at, _)| DateTime::from_timestamp_millis(*at)))
-    }
-}
-
-/// Makes `dst` equal to `src`, keeping `dst`'s allocations where the shapes agree (strings,
-/// objects with the same keys); the rest is cloned.
-fn assign(dst: &mut Value, src: &Value) {
-    match (dst, src) {
-        (Value::String(dst), Value::String(src)) => dst.clone_from(src),
-        (Value::Object(dst), Value::Object(src))
-            if dst.len() == src.len() && dst.keys().eq(src.keys()) =>
-        {
-            for ((_, dst), (_, src)) in dst.iter_mut().zip(src) {
-                assign(dst, src);
-            }
-        }
-        (dst, src) => *dst = src.clone(),
     }
 }
 
@@ -796,6 +814,66 @@ pub mod conformance {
         ));
     }
 
+    /// `get_now` and `compare_and_set_now`, when the adapter answers them, answer (and store)
+    /// exactly what `get` and `compare_and_set` would; an adapter that does not answer them
+    /// (`None`, as the SQL adapter) has stored nothing.
+    pub async fn answers_now_agree_with_the_async_methods<S: HostStorage + ?Sized>(s: &S) {
+        use std::sync::Arc;
+
+        let b = binding("inst-now");
+        let claim = Arc::new(json!({"kind": "intent", "owner": "a", "expires_at_ms": 5}));
+        let Some(absent) = s.get_now(&b, "k") else {
+            assert_eq!(
+                s.compare_and_set_now(&b, "k", None, &claim)
+                    .map(|r| r.is_ok()),
+                None
+            );
+            assert_eq!(s.get(&b, "k").await.unwrap(), None, "nothing stored");
+            return;
+        };
+        assert_eq!(absent.unwrap(), None);
+        let tombstone = Arc::new(Value::Null);
+        let swap = |expected: Option<&Arc<Value>>, value: &Arc<Value>| {
+            s.compare_and_set_now(&b, "k", expected, value)
+                .expect("an adapter that answers get_now answers compare_and_set_now")
+                .unwrap()
+        };
+        assert!(!swap(Some(&tombstone), &claim), "absent is not a tombstone");
+        assert!(swap(None, &claim));
+        assert!(!swap(None, &claim));
+        assert_eq!(s.get(&b, "k").await.unwrap().as_ref(), Some(&*claim));
+        assert_eq!(
+            s.get_now(&b, "k").unwrap().unwrap().as_deref(),
+            Some(&*claim)
+        );
+        // Another value spelled the same (keys in another order) is the same value.
+        let same = Arc::new(json!({"expires_at_ms": 5, "owner": "a", "kind": "intent"}));
+        assert!(!swap(Some(&tombstone), &tombstone));
+        assert!(swap(Some(&same), &tombstone));
+        assert_eq!(s.get(&b, "k").await.unwrap(), Some(Value::Null));
+        // The async methods see what the immediate ones stored, and the other way round.
+        assert!(
+            s.compare_and_set(&b, "k", Some(&Value::Null), &json!(7))
+                .await
+                .unwrap()
+        );
+        assert!(!swap(Some(&tombstone), &claim));
+        assert!(swap(Some(&Arc::new(json!(7))), &claim));
+        assert!(
+            s.compare_and_set(&b, "k", Some(&claim), &Value::Null)
+                .await
+                .unwrap()
+        );
+        assert!(matches!(
+            s.get_now(&b, ""),
+            Some(Err(HostStorageError::InvalidKey { .. }))
+        ));
+        assert!(matches!(
+            s.compare_and_set_now(&b, "", None, &claim),
+            Some(Err(HostStorageError::InvalidKey { .. }))
+        ));
+    }
+
     async fn futures_join<A: std::future::Future, B: std::future::Future>(
         a: A,
         b: B,
@@ -845,6 +923,7 @@ macro_rules! host_storage_conformance {
             large_value_round_trips,
             concurrent_sets_leave_one_value,
             compare_and_set_swaps_only_the_expected_value,
+            answers_now_agree_with_the_async_methods,
             bindings_with_key_prefix_lists_each_holder_once,
             records_with_key_prefix_reads_live_records_at_once,
         );

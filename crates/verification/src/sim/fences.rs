@@ -146,6 +146,10 @@ struct ProcStorage {
     dead: Arc<AtomicBool>,
     bug: Option<ScopedWriteBug>,
     clock: ManualClock,
+    /// Whether it answers `get_now` / `compare_and_set_now` (as an in-memory store does) or
+    /// leaves them to the async methods (as the SQL adapter does): the simulated processes
+    /// alternate, so both paths of the runtime share the records.
+    answers_now: bool,
 }
 
 impl ProcStorage {
@@ -229,6 +233,58 @@ impl HostStorage for ProcStorage {
             .compare_and_set(binding, key, expected, value)
             .await
     }
+
+    fn get_now(
+        &self,
+        binding: &Binding,
+        key: &str,
+    ) -> Option<Result<Option<Arc<Value>>, HostStorageError>> {
+        if !self.answers_now {
+            return None;
+        }
+        if let Err(error) = self.alive("get") {
+            return Some(Err(error));
+        }
+        let read = self.inner.get_now(binding, key)?;
+        Some(read.map(|value| {
+            if self.shows_as_free(value.as_deref()) {
+                Some(Arc::new(Value::Null))
+            } else {
+                value
+            }
+        }))
+    }
+
+    fn compare_and_set_now(
+        &self,
+        binding: &Binding,
+        key: &str,
+        expected: Option<&Arc<Value>>,
+        value: &Arc<Value>,
+    ) -> Option<Result<bool, HostStorageError>> {
+        if !self.answers_now {
+            return None;
+        }
+        if let Err(error) = self.alive("compare_and_set") {
+            return Some(Err(error));
+        }
+        if self.bug == Some(ScopedWriteBug::ExpiredIntentCountsAsFree)
+            && expected.is_some_and(|expected| expected.is_null())
+        {
+            // As in `compare_and_set`: the tombstone swap also takes over an expired intent.
+            let stored = match self.inner.get_now(binding, key)? {
+                Ok(stored) => stored,
+                Err(error) => return Some(Err(error)),
+            };
+            if self.shows_as_free(stored.as_deref()) {
+                return self
+                    .inner
+                    .compare_and_set_now(binding, key, stored.as_ref(), value);
+            }
+        }
+        self.inner
+            .compare_and_set_now(binding, key, expected, value)
+    }
 }
 
 #[async_trait]
@@ -300,6 +356,7 @@ impl FenceSim {
                 dead: Arc::default(),
                 bug: None,
                 clock: clock.clone(),
+                answers_now: false,
             }),
             Arc::new(clock.clone()),
             FenceConfig::with_deadline(DEADLINE).with_owner("operator"),
@@ -328,6 +385,7 @@ impl FenceSim {
                 dead: Arc::clone(&dead),
                 bug: self.bug,
                 clock: self.clock.clone(),
+                answers_now: p % 2 == 1,
             }),
             Arc::new(self.clock.clone()),
             FenceConfig::with_deadline(DEADLINE)
