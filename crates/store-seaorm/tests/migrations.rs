@@ -803,7 +803,10 @@ async fn m0014_runs_up_down_and_up_again_with_rows_present() {
         assert_eq!(options, "fillfactor=30", "after the second up");
     }
     if let Some(options) = fill_factor(conn, "tenantry_control_spaces").await {
-        assert_eq!(options, "fillfactor=50", "after the second up: control spaces");
+        assert_eq!(
+            options, "fillfactor=50",
+            "after the second up: control spaces"
+        );
     }
     assert_eq!(count(conn, outbox).await, 1, "rows survive down and up");
     db.db.check_schema(Mechanisms::ALL).await.unwrap();

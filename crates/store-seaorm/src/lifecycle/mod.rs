@@ -29,8 +29,8 @@ use sea_orm::{
 };
 use tenantry_kernel::{ControlSpaceId, TenantId};
 use tenantry_lifecycle::{
-    CasUpdate, ClaimedCommand, CommandOutcome, CommandRecord, CommandStatus, ControlSpace,
-    ErrorRecord, LeaseToken, Operation, Settlement, SupersedeRule,
+    CasUpdate, ClaimedCommand, ClaimedControlSpace, CommandOutcome, CommandRecord, CommandStatus,
+    ControlSpace, ErrorRecord, LeaseToken, Operation, Settlement, SupersedeRule,
 };
 use tenantry_ports::clock::Clock;
 use tenantry_ports::lifecycle::{
@@ -606,9 +606,27 @@ impl CommandQueue for SeaOrmLifecycleStore {
             .all(&self.conn)
             .await
             .map_err(unavailable)?;
-        rows.into_iter()
+        let mut claimed = rows
+            .into_iter()
             .map(|row| to_claimed(row, request.lease_duration))
-            .collect()
+            .collect::<Result<Vec<_>, _>>()?;
+        if claimed.is_empty() {
+            return Ok(claimed);
+        }
+        // The claimed commands' control spaces, read right after the claim took effect (one
+        // statement per claim instead of one read per dispatch; docs/protocol.md, "The control
+        // space comes with the claim"). The claim has taken effect already: if the read fails,
+        // the commands go out without it (`NotRead`) and each saga reads its own.
+        let keys: Vec<(TenantId, ControlSpaceId)> = claimed
+            .iter()
+            .map(|c| (c.tenant_id.clone(), c.control_space_id.clone()))
+            .collect();
+        if let Ok(spaces) = batch::control_spaces(self, &keys).await {
+            for (command, space) in claimed.iter_mut().zip(spaces) {
+                command.control_space = ClaimedControlSpace::Read(space);
+            }
+        }
+        Ok(claimed)
     }
 
     async fn next_due_in(
