@@ -11,7 +11,7 @@
 //!
 //! | migrator | history table | migrations |
 //! |---|---|---|
-//! | [`LifecycleMigrator`] | `tenantry_lifecycle_migrations` | [`m0001_lifecycle`], [`m0004_lifecycle_claim_index`], [`m0005_lifecycle_failures`], [`m0006_lifecycle_attempt_window`], `m0007_lifecycle_table_prefix`, [`m0010_lifecycle_retention`], [`m0013_lifecycle_attempt_errors`] |
+//! | [`LifecycleMigrator`] | `tenantry_lifecycle_migrations` | [`m0001_lifecycle`], [`m0004_lifecycle_claim_index`], [`m0005_lifecycle_failures`], [`m0006_lifecycle_attempt_window`], `m0007_lifecycle_table_prefix`, [`m0010_lifecycle_retention`], [`m0013_lifecycle_attempt_errors`], [`m0014_lifecycle_update_room`] |
 //! | [`FencesMigrator`] | `tenantry_fences_migrations` | [`m0002_host_storage`], `m0008_host_storage_table_prefix`, [`m0012_host_storage_retention`] |
 //! | [`DirectoryMigrator`] | `tenantry_directory_migrations` | [`m0003_directory`], `m0009_directory_table_prefix`, [`m0011_directory_retention`] |
 //!
@@ -28,6 +28,8 @@
 //!   index of tombstones in that order (retention of cleared fence records).
 //! - [`m0013_lifecycle_attempt_errors`]: the attempt-error log (one row per failed attempt or
 //!   operator abandon of a command, removed with its command).
+//! - [`m0014_lifecycle_update_room`]: lower fill factors on PostgreSQL (outbox 30, control
+//!   spaces 50), so claims and compare-and-sets stay HOT updates.
 //! - [`table_prefix`]: renames the tables of a database created before the prefix.
 //!
 //! Databases migrated before these history tables existed recorded everything in
@@ -52,6 +54,7 @@ pub mod m0010_lifecycle_retention;
 pub mod m0011_directory_retention;
 pub mod m0012_host_storage_retention;
 pub mod m0013_lifecycle_attempt_errors;
+pub mod m0014_lifecycle_update_room;
 pub mod naming;
 pub mod table_prefix;
 
@@ -83,6 +86,7 @@ impl MigratorTrait for LifecycleMigrator {
             Box::new(table_prefix::LifecyclePrefix),
             Box::new(m0010_lifecycle_retention::Migration),
             Box::new(m0013_lifecycle_attempt_errors::Migration),
+            Box::new(m0014_lifecycle_update_room::Migration),
         ]
     }
 

@@ -14,7 +14,7 @@ use tenantry_kernel::{
     LeaseOwner, OperationId, ProvisioningKey, TenantId,
 };
 
-use crate::control_space::CasUpdate;
+use crate::control_space::{CasUpdate, ControlSpace};
 
 /// What a command asks KnowledgeFS to do.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -248,6 +248,21 @@ pub struct ClaimedCommand {
     pub claimed_at: DateTime<Utc>,
     /// When the command was enqueued.
     pub created_at: DateTime<Utc>,
+    /// The command's control space as the store read it right after the claim, so the saga's
+    /// first step need not read it again (docs/protocol.md, "The control space comes with the
+    /// claim").
+    pub control_space: ClaimedControlSpace,
+}
+
+/// The control space a claim hands over with its command ([`ClaimedCommand::control_space`]).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum ClaimedControlSpace {
+    /// The store did not read it; the saga reads it itself (stores that do not carry it, and
+    /// commands built by hand).
+    #[default]
+    NotRead,
+    /// Read after the claim took effect: the row (`None` when no such control space exists).
+    Read(Option<ControlSpace>),
 }
 
 impl ClaimedCommand {

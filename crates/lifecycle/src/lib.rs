@@ -29,9 +29,9 @@ pub mod saga;
 
 pub use code::{ErrorCode, OtherCode};
 pub use command::{
-    ClaimedCommand, CommandBody, CommandOutcome, CommandRecord, CommandStatus, DeletePayload,
-    ErrorRecord, LeaseToken, Operation, PayloadError, ProvisionPayload, RevokePayload, Settlement,
-    Supersede, SupersedeRule,
+    ClaimedCommand, ClaimedControlSpace, CommandBody, CommandOutcome, CommandRecord, CommandStatus,
+    DeletePayload, ErrorRecord, LeaseToken, Operation, PayloadError, ProvisionPayload,
+    RevokePayload, Settlement, Supersede, SupersedeRule,
 };
 pub use control_space::{CasUpdate, ControlSpace, ControlSpaceState, Transition, TransitionError};
 pub use remote::{

@@ -1,8 +1,9 @@
 //! Migrations on SQLite (default) or PostgreSQL (`TENANTRY_TEST_PG_URL`): m0004 (the outbox
-//! claim index) and m0006 (attempt windows) run up, down and up; the `tenantry_` prefix
-//! migrations rename tables both ways keeping rows; a database migrated before the per-mechanism
-//! history tables is adopted and renamed; Tenantry's migrators run beside a host's own migrator
-//! in either order, or appended to it; a foreign table is refused by name.
+//! claim index), m0006 (attempt windows) and m0014 (room for HOT updates) run up, down and up;
+//! the `tenantry_` prefix migrations rename tables both ways keeping rows; a database migrated
+//! before the per-mechanism history tables is adopted and renamed; Tenantry's migrators run
+//! beside a host's own migrator in either order, or appended to it; a foreign table is refused
+//! by name.
 // `MigrationTrait` is declared through async-trait with an elided lifetime; the impls match it.
 #![allow(elided_lifetimes_in_paths)]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -85,7 +86,8 @@ async fn assert_m0004_applied(conn: &DatabaseConnection, when: &str) {
         "{when}: old due index"
     );
     if let Some(options) = fill_factor(conn, "tenantry_lifecycle_outbox").await {
-        assert_eq!(options, "fillfactor=70", "{when}");
+        // m0004 set 70; m0014, the last lifecycle migration, lowers it to 30.
+        assert_eq!(options, "fillfactor=30", "{when}");
     }
 }
 
@@ -191,9 +193,9 @@ async fn insert_command(
 async fn m0006_runs_up_down_and_up_again_with_rows_present() {
     let db = fresh_database().await;
     let conn = &db.db.conn;
-    // m0013, m0010, the prefix migration and m0006: the outbox has its old name and no window
-    // columns.
-    LifecycleMigrator::down(conn, Some(4)).await.unwrap();
+    // m0014, m0013, m0010, the prefix migration and m0006: the outbox has its old name and no
+    // window columns.
+    LifecycleMigrator::down(conn, Some(5)).await.unwrap();
     let outbox = "lifecycle_outbox";
     assert!(!column_exists(conn, outbox, "attempt_window_ends_at").await);
     assert!(!column_exists(conn, outbox, "prior_window_ends_at").await);
@@ -219,7 +221,7 @@ async fn m0006_runs_up_down_and_up_again_with_rows_present() {
         Some(5000),
         "claimed before the migration: a conservative window"
     );
-    LifecycleMigrator::down(conn, Some(4)).await.unwrap();
+    LifecycleMigrator::down(conn, Some(5)).await.unwrap();
     assert!(!column_exists(conn, "lifecycle_outbox", "attempt_window_ends_at").await);
     LifecycleMigrator::up(conn, None).await.unwrap();
     assert!(column_exists(conn, outbox, "attempt_window_ends_at").await);
@@ -295,9 +297,9 @@ async fn assert_named(conn: &DatabaseConnection, prefix: &str, other: &str, when
 }
 
 async fn down_prefix_migrations(conn: &DatabaseConnection) {
-    // The retention migrations (m0010, m0011, m0012) and the attempt-error log (m0013) come
-    // after the prefix migrations: revert them first.
-    LifecycleMigrator::down(conn, Some(3)).await.unwrap();
+    // The retention migrations (m0010, m0011, m0012), the attempt-error log (m0013) and the
+    // outbox's fill factor (m0014) come after the prefix migrations: revert them first.
+    LifecycleMigrator::down(conn, Some(4)).await.unwrap();
     FencesMigrator::down(conn, Some(2)).await.unwrap();
     DirectoryMigrator::down(conn, Some(2)).await.unwrap();
 }
@@ -315,7 +317,7 @@ async fn prefix_migrations_run_up_down_and_up_again_with_rows_present() {
     assert_named(conn, "", "tenantry_", "after down").await;
     assert!(matches!(
         db.db.check_schema(Mechanisms::ALL).await,
-        Err(ConnectError::SchemaNotCurrent { pending: 7, .. })
+        Err(ConnectError::SchemaNotCurrent { pending: 8, .. })
     ));
 
     db.db.migrate(Mechanisms::ALL).await.unwrap();
@@ -381,7 +383,7 @@ async fn a_database_migrated_before_the_prefix_is_adopted_and_renamed_keeping_ro
     insert_rows(conn, "").await;
     assert!(matches!(
         db.db.check_schema(Mechanisms::ALL).await,
-        Err(ConnectError::SchemaNotCurrent { pending: 7, .. })
+        Err(ConnectError::SchemaNotCurrent { pending: 8, .. })
     ));
     // Running a migrator directly, before the history is adopted, is refused, not a second
     // empty set of tables.
@@ -396,7 +398,7 @@ async fn a_database_migrated_before_the_prefix_is_adopted_and_renamed_keeping_ro
     db.db.migrate(Mechanisms::ALL).await.unwrap();
     assert_named(conn, "tenantry_", "", "after the upgrade").await;
     assert!(!table_exists(conn, "seaql_migrations").await);
-    assert_eq!(count(conn, "tenantry_lifecycle_migrations").await, 7);
+    assert_eq!(count(conn, "tenantry_lifecycle_migrations").await, 8);
     db.db.check_schema(Mechanisms::ALL).await.unwrap();
 
     // Down and up again after the upgrade.
@@ -517,7 +519,7 @@ async fn a_host_that_appended_tenantry_migrations_passes_the_schema_check() {
     assert!(table_exists(conn, "tenantry_lifecycle_outbox").await);
     assert!(matches!(
         db.db.check_schema(Mechanisms::ALL).await,
-        Err(ConnectError::SchemaNotCurrent { pending: 13, .. })
+        Err(ConnectError::SchemaNotCurrent { pending: 14, .. })
     ));
     db.db
         .check_schema_with_history(Mechanisms::ALL, "host_migrations")
@@ -600,7 +602,7 @@ async fn a_database_from_the_hosts_pool() {
     assert_eq!(db.backend, test.backend());
     assert!(matches!(
         db.check_schema(Mechanisms::ALL).await,
-        Err(ConnectError::SchemaNotCurrent { pending: 13, .. })
+        Err(ConnectError::SchemaNotCurrent { pending: 14, .. })
     ));
     db.migrate(Mechanisms::ALL).await.unwrap();
     db.check_schema(Mechanisms::ALL).await.unwrap();
@@ -674,8 +676,8 @@ async fn retention_indexes_run_up_down_and_up_again() {
         assert!(index_exists(conn, index).await, "after up: {index}");
     }
     assert!(column_exists(conn, "tenantry_host_storage", "updated_at").await);
-    // m0013 and m0010.
-    LifecycleMigrator::down(conn, Some(2)).await.unwrap();
+    // m0014, m0013 and m0010.
+    LifecycleMigrator::down(conn, Some(3)).await.unwrap();
     DirectoryMigrator::down(conn, Some(1)).await.unwrap();
     FencesMigrator::down(conn, Some(1)).await.unwrap();
     for index in indexes {
@@ -723,7 +725,8 @@ async fn attempt_error_log_runs_up_down_and_up_and_goes_with_its_command() {
     let index = "ix_tenantry_lifecycle_attempt_errors_command";
     assert!(table_exists(conn, errors).await);
     assert!(index_exists(conn, index).await);
-    LifecycleMigrator::down(conn, Some(1)).await.unwrap();
+    // m0014 and m0013.
+    LifecycleMigrator::down(conn, Some(2)).await.unwrap();
     assert!(!table_exists(conn, errors).await);
     assert!(!index_exists(conn, index).await);
     assert!(table_exists(conn, "tenantry_lifecycle_outbox").await);
@@ -760,4 +763,51 @@ async fn attempt_error_log_runs_up_down_and_up_and_goes_with_its_command() {
         ))
         .await;
     assert!(orphan.is_err(), "an entry without its command is refused");
+}
+
+/// m0014 (room for HOT updates) runs up, down and up again with a live command present: on
+/// PostgreSQL the fill factors are 30 (outbox) and 50 (control spaces) after up, m0004's 70
+/// and the default after down; on SQLite it only records itself.
+#[tokio::test]
+async fn m0014_runs_up_down_and_up_again_with_rows_present() {
+    let db = fresh_database().await;
+    let conn = &db.db.conn;
+    let outbox = "tenantry_lifecycle_outbox";
+    assert_eq!(
+        LifecycleMigrator::migrations().last().unwrap().name(),
+        "m0014_lifecycle_update_room"
+    );
+    if let Some(options) = fill_factor(conn, outbox).await {
+        assert_eq!(options, "fillfactor=30", "after up");
+    }
+    if let Some(options) = fill_factor(conn, "tenantry_control_spaces").await {
+        assert_eq!(options, "fillfactor=50", "after up: control spaces");
+    }
+    insert_command(conn, outbox, "c-live", 0, "NULL").await;
+    LifecycleMigrator::down(conn, Some(1)).await.unwrap();
+    if let Some(options) = fill_factor(conn, outbox).await {
+        assert_eq!(options, "fillfactor=70", "after down: m0004's fill factor");
+    }
+    if let Some(options) = fill_factor(conn, "tenantry_control_spaces").await {
+        assert_eq!(options, "", "after down: control spaces' default");
+    }
+    assert_eq!(
+        LifecycleMigrator::get_pending_migrations(conn)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    LifecycleMigrator::up(conn, None).await.unwrap();
+    if let Some(options) = fill_factor(conn, outbox).await {
+        assert_eq!(options, "fillfactor=30", "after the second up");
+    }
+    if let Some(options) = fill_factor(conn, "tenantry_control_spaces").await {
+        assert_eq!(
+            options, "fillfactor=50",
+            "after the second up: control spaces"
+        );
+    }
+    assert_eq!(count(conn, outbox).await, 1, "rows survive down and up");
+    db.db.check_schema(Mechanisms::ALL).await.unwrap();
 }

@@ -429,6 +429,7 @@ fn claimed(worker: u8, held: &HeldLease) -> ClaimedCommand {
         },
         claimed_at: t(held.claimed_at),
         created_at: t(0),
+        control_space: tenantry_lifecycle::ClaimedControlSpace::NotRead,
     }
 }
 

@@ -16,8 +16,8 @@ use tenantry_lifecycle::saga::{
     StepError,
 };
 use tenantry_lifecycle::{
-    ClaimedCommand, CommandBody, CommandStatus, ControlSpace, DeletePayload, ErrorCode,
-    ErrorRecord, Operation, ProvisionPayload, RetryPolicy, RevokePayload, Settlement,
+    ClaimedCommand, ClaimedControlSpace, CommandBody, CommandStatus, ControlSpace, DeletePayload,
+    ErrorCode, ErrorRecord, Operation, ProvisionPayload, RetryPolicy, RevokePayload, Settlement,
 };
 use tenantry_ports::clock::{Clock, SystemClock};
 use tenantry_ports::lifecycle::{
@@ -638,6 +638,19 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
             .await
     }
 
+    /// The control space for the first step of an attempt: the one the claim carried when the
+    /// store read it right after the claim (docs/protocol.md, "The control space comes with the
+    /// claim"), else a read now. Later steps of the attempt always read again.
+    async fn control_space_at_start(
+        &self,
+        step: &Step<'_>,
+    ) -> Result<Option<ControlSpace>, StoreError> {
+        match &step.command.control_space {
+            ClaimedControlSpace::Read(space) => Ok(space.clone()),
+            ClaimedControlSpace::NotRead => self.control_space(step).await,
+        }
+    }
+
     async fn remote_failure(
         &self,
         step: &Step<'_>,
@@ -660,7 +673,7 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
         payload: &ProvisionPayload,
         slots: Option<&Semaphore>,
     ) -> Result<Settlement, DispatchError> {
-        let cs = self.control_space(step).await?;
+        let cs = self.control_space_at_start(step).await?;
         let request = match step.start_provision(payload, cs.as_ref()) {
             ProvisionStart::SettleWithoutDelivery(settlement) => {
                 return self.settle(step, settlement).await;
@@ -690,7 +703,7 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
         product_enabled: bool,
         slots: Option<&Semaphore>,
     ) -> Result<Settlement, DispatchError> {
-        let cs = self.control_space(step).await?;
+        let cs = self.control_space_at_start(step).await?;
         let provision = if product_enabled {
             None
         } else {
@@ -811,7 +824,7 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
         payload: &RevokePayload,
         slots: Option<&Semaphore>,
     ) -> Result<Settlement, DispatchError> {
-        let cs = self.control_space(step).await?;
+        let cs = self.control_space_at_start(step).await?;
         let request = match step.start_revoke(payload, cs.as_ref()) {
             RevokeStart::Moot(settlement) => return self.settle(step, settlement).await,
             RevokeStart::Deliver(request) => request,

@@ -29,6 +29,7 @@ fn command(operation: Operation, attempt_count: i32) -> ClaimedCommand {
         },
         claimed_at: at(0),
         created_at: at(0),
+        control_space: crate::ClaimedControlSpace::NotRead,
     }
 }
 

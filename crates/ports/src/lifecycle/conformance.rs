@@ -21,8 +21,8 @@ use tenantry_lifecycle::intake::{
     ControlSpaceWrite, CreateControlSpace, IntakePlan, NewIds, RequestDeletion,
 };
 use tenantry_lifecycle::{
-    ClaimedCommand, CommandStatus, ControlSpaceState, ErrorRecord, Operation, Settlement,
-    Supersede, SupersedeRule, Transition,
+    ClaimedCommand, ClaimedControlSpace, CommandStatus, ControlSpaceState, ErrorRecord, Operation,
+    Settlement, Supersede, SupersedeRule, Transition,
 };
 
 use crate::clock::ManualClock;
@@ -84,6 +84,7 @@ macro_rules! lifecycle_store_conformance {
             claim_leaves_a_live_lease_alone,
             claim_skips_provision_when_product_disabled,
             claim_respects_the_limit_in_due_order,
+            claim_carries_each_commands_control_space,
             next_due_in_names_the_earliest_waiting_command,
             concurrent_claimers_never_share_a_command,
             settle_ack_completes_and_releases_the_lease,
@@ -373,6 +374,37 @@ pub async fn next_due_in_names_the_earliest_waiting_command<S: LifecycleStore>(
     // Past its time it is due: zero.
     clock.set(t(25));
     assert_eq!(store.next_due_in(true).await.unwrap(), Some(Duration::ZERO));
+}
+
+/// A claim hands each command over with its control space as read after the claim
+/// ([`ClaimedCommand::control_space`]): the row a read right after returns.
+pub async fn claim_carries_each_commands_control_space<S: LifecycleStore>(
+    store: S,
+    clock: ManualClock,
+) {
+    enqueue(&store, &clock, "cs1", "k1", t(0)).await;
+    enqueue(&store, &clock, "cs2", "k2", t(1)).await;
+    let claimed = claim(&store, &clock, claim_at("w1", t(5), 5))
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), 2);
+    for command in &claimed {
+        let read = store
+            .control_space(&command.tenant_id, &command.control_space_id)
+            .await
+            .unwrap();
+        assert!(
+            read.is_some(),
+            "intake created {}",
+            command.control_space_id
+        );
+        assert_eq!(
+            command.control_space,
+            ClaimedControlSpace::Read(read),
+            "{}",
+            command.control_space_id
+        );
+    }
 }
 
 pub async fn claim_respects_the_limit_in_due_order<S: LifecycleStore>(

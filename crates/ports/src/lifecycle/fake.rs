@@ -16,9 +16,10 @@ use tenantry_kernel::{
 };
 use tenantry_lifecycle::intake::{ControlSpaceWrite, IntakePlan};
 use tenantry_lifecycle::{
-    CasUpdate, ClaimedCommand, CommandOutcome, CommandRecord, CommandStatus, ControlSpace,
-    DeletionPhase, DeletionProgress, DeletionRequest, LeaseToken, Operation, ProvisionRequest,
-    RemoteSpace, RevokeAck, RevokeRequest, RevokeState, Settlement, SupersedeRule,
+    CasUpdate, ClaimedCommand, ClaimedControlSpace, CommandOutcome, CommandRecord, CommandStatus,
+    ControlSpace, DeletionPhase, DeletionProgress, DeletionRequest, LeaseToken, Operation,
+    ProvisionRequest, RemoteSpace, RevokeAck, RevokeRequest, RevokeState, Settlement,
+    SupersedeRule,
 };
 
 use crate::clock::{Clock, SystemClock};
@@ -228,6 +229,7 @@ impl CommandQueue for InMemoryLifecycleStore {
         let mut claimed = Vec::with_capacity(ids.len());
         for id in ids {
             let StoreState {
+                spaces,
                 commands,
                 prior_windows,
                 ..
@@ -259,6 +261,12 @@ impl CommandQueue for InMemoryLifecycleStore {
                 },
                 claimed_at: now,
                 created_at: record.created_at,
+                // Read under the same lock as the claim (the SQL stores read right after it).
+                control_space: ClaimedControlSpace::Read(
+                    spaces
+                        .get(&(record.tenant_id.clone(), record.control_space_id.clone()))
+                        .cloned(),
+                ),
             });
         }
         Ok(claimed)

@@ -145,7 +145,10 @@ pub trait CommandQueue: Send + Sync {
     /// stores). Each claimed command gets status processing, the lease owner, a lease expiry of
     /// `now + lease_duration` (also the end of its attempt window), `lease_epoch + 1` and
     /// `attempt_count + 1`; [`ClaimedCommand::claimed_at`] is `now`. Concurrent claimers never
-    /// receive the same command.
+    /// receive the same command. A store may hand each command over with its control space
+    /// read after the claim took effect ([`ClaimedCommand::control_space`]; the fake and the
+    /// SQL stores do, docs/protocol.md, "The control space comes with the claim"); one that
+    /// cannot leaves it `NotRead`.
     ///
     /// # Errors
     /// [`StoreError`] when the database fails; nothing is claimed then.

@@ -8,8 +8,8 @@ use tenantry_kernel::{
 };
 use tenantry_lifecycle::intake::NewCommand;
 use tenantry_lifecycle::{
-    ClaimedCommand, CommandRecord, CommandStatus, ControlSpace, ControlSpaceState, LeaseToken,
-    Operation,
+    ClaimedCommand, ClaimedControlSpace, CommandRecord, CommandStatus, ControlSpace,
+    ControlSpaceState, LeaseToken, Operation,
 };
 use tenantry_ports::lifecycle::StoreError;
 
@@ -198,5 +198,7 @@ pub fn to_claimed(
         claimed_at: expires_at
             - chrono::Duration::from_std(lease_duration).unwrap_or(chrono::Duration::zero()),
         created_at: record.created_at,
+        // Filled in by the claim once it has read the claimed commands' control spaces.
+        control_space: ClaimedControlSpace::NotRead,
     })
 }

@@ -720,3 +720,57 @@ async fn backoff_grows_with_attempts_up_to_the_cap() {
     }
     assert_eq!(delays, [2, 4, 8, 16, 32, 64, 128, 256, 256, 256]);
 }
+
+/// The saga's first step takes the control space the claim carried instead of reading it
+/// (docs/protocol.md, "The control space comes with the claim"): a claim that found no control
+/// space closes its provision without calling the remote, though a read now would find one. A
+/// command that carries none (`NotRead`) is read as before.
+#[tokio::test]
+async fn the_first_step_uses_the_control_space_the_claim_carried() {
+    use tenantry_lifecycle::ClaimedControlSpace;
+
+    let h = harness();
+    let receipt = h.create("cs1").await;
+    let (mut claimed, started) = h
+        .dispatcher
+        .claim(&owner("w1"), at(t(1), true), 1)
+        .await
+        .unwrap();
+    let mut command = claimed.pop().unwrap();
+    assert_eq!(
+        command.control_space,
+        ClaimedControlSpace::Read(Some(h.space("cs1").await)),
+        "the fake carries the control space with the claim"
+    );
+    command.control_space = ClaimedControlSpace::Read(None);
+    h.dispatcher
+        .dispatch_claimed(command, started, true, None)
+        .await
+        .unwrap();
+    assert_eq!(
+        h.calls("provision"),
+        0,
+        "closed on the carried control space"
+    );
+    let record = h.command(&receipt.command_id);
+    assert_eq!(record.status, CommandStatus::Superseded);
+
+    // Without a carried control space the saga reads it: the provision is delivered.
+    let receipt = h.create("cs2").await;
+    let (mut claimed, started) = h
+        .dispatcher
+        .claim(&owner("w1"), at(t(2), true), 1)
+        .await
+        .unwrap();
+    let mut command = claimed.pop().unwrap();
+    command.control_space = ClaimedControlSpace::NotRead;
+    h.dispatcher
+        .dispatch_claimed(command, started, true, None)
+        .await
+        .unwrap();
+    assert_eq!(h.calls("provision"), 1);
+    assert_eq!(
+        h.command(&receipt.command_id).status,
+        CommandStatus::Succeeded
+    );
+}
