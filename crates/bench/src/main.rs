@@ -294,11 +294,6 @@ pub fn emit(value: &serde_json::Value) {
     let _ = out.flush();
 }
 
-/// The allocator of the `tenantry` binary (mimalloc), so the lifecycle parts measure the
-/// service's client CPU (crates/app/src/main.rs).
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
