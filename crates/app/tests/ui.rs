@@ -56,11 +56,9 @@ struct Answer {
 
 impl Console {
     fn new(h: &Harness) -> Self {
+        let _ = rustls::crypto::ring::default_provider().install_default();
         Self {
-            http: {
-                let _ = rustls::crypto::ring::default_provider().install_default();
-                reqwest::Client::builder()
-            }
+            http: reqwest::Client::builder()
                 .redirect(reqwest::redirect::Policy::none())
                 .build()
                 .unwrap(),
