@@ -194,9 +194,7 @@ impl HttpBody for DeadlineBody {
             return Poll::Ready(frame);
         }
         match self.deadline.as_mut().poll(cx) {
-            Poll::Ready(()) => Poll::Ready(Some(Err(axum::Error::new(BodyTimedOut(
-                self.timeout,
-            ))))),
+            Poll::Ready(()) => Poll::Ready(Some(Err(axum::Error::new(BodyTimedOut(self.timeout))))),
             Poll::Pending => Poll::Pending,
         }
     }
@@ -320,7 +318,11 @@ mod tests {
             ("", listen, false),
         ];
         for (host, listen, expected) in cases {
-            assert_eq!(host_allowed(host, listen), expected, "{host:?} for {listen}");
+            assert_eq!(
+                host_allowed(host, listen),
+                expected,
+                "{host:?} for {listen}"
+            );
         }
     }
 

@@ -257,8 +257,7 @@ pub fn register_counters() {
         }
     }
     for kind in tenantry_ports::retention::RetentionKind::ALL {
-        metrics::counter!("tenantry_retention_removed_total", "kind" => kind.as_str())
-            .increment(0);
+        metrics::counter!("tenantry_retention_removed_total", "kind" => kind.as_str()).increment(0);
     }
     for rule in tenantry_directory::RefusalRule::ALL {
         metrics::counter!("tenantry_directory_refusals_total", "reason" => rule.as_str())
@@ -584,7 +583,10 @@ mod tests {
             .iter()
             .filter(|n| !described.contains(&n.as_str()))
             .collect();
-        assert!(missing.is_empty(), "recorded but not in SERIES: {missing:?}");
+        assert!(
+            missing.is_empty(),
+            "recorded but not in SERIES: {missing:?}"
+        );
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! The admin listener's bounds and guards, over real TCP (issue 27): slow connections are
 //! closed within the configured timeouts while normal requests go on, a token-less service
-//! answers loopback host names only, and `/metrics` describes every series from the start.
+//! answers loopback host names only, `/metrics` describes every series from the start, and an
+//! expired intent is listed as a fence.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -40,10 +41,11 @@ async fn read_until_closed(stream: &mut TcpStream) -> Option<String> {
 /// Sends one raw HTTP/1.1 request (`Connection: close`) and returns the status and body.
 async fn raw_get(addr: std::net::SocketAddr, path: &str, host: &str) -> (u16, String) {
     let mut stream = TcpStream::connect(addr).await.unwrap();
-    let request =
-        format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
     stream.write_all(request.as_bytes()).await.unwrap();
-    let answer = read_until_closed(&mut stream).await.expect("answered and closed");
+    let answer = read_until_closed(&mut stream)
+        .await
+        .expect("answered and closed");
     let status = answer
         .split(' ')
         .nth(1)
@@ -178,7 +180,10 @@ async fn metrics_describe_every_series_and_documented_counters_start_at_zero() {
     let h = Harness::start().await;
     let text = h.metrics().await;
     let mut names = std::collections::BTreeSet::new();
-    for line in text.lines().filter(|l| !l.is_empty() && !l.starts_with('#')) {
+    for line in text
+        .lines()
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+    {
         let name = line.split(['{', ' ']).next().unwrap();
         let base = ["_bucket", "_sum", "_count"]
             .iter()
@@ -214,4 +219,45 @@ async fn metrics_describe_every_series_and_documented_counters_start_at_zero() {
             "documented counter {name} has no series at 0:\n{text}"
         );
     }
+}
+
+/// An intent whose holder is gone past its expiry is a fence in `GET /v1/fences` (kind
+/// `fence`, failure `intent_expired`); a live one stays an intent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_intent_is_listed_as_a_fence() {
+    use tenantry_fence::{Binding, FenceMarker, ScopeIdentity};
+    use tenantry_ports::host_storage::HostStorage;
+    use tenantry_store_seaorm::host_storage::SeaOrmHostStorage;
+
+    let h = Harness::start().await;
+    let storage = SeaOrmHostStorage::new(h.service.as_ref().unwrap().database());
+    let binding = Binding::parse("inst-1").unwrap();
+    let now_ms = chrono::Utc::now().timestamp_millis();
+    let day_ms = 86_400_000;
+    for (scope, expires_at_ms) in [("kb-gone", now_ms - day_ms), ("kb-live", now_ms + day_ms)] {
+        let scope = ScopeIdentity::object(scope);
+        let intent = FenceMarker::intent(
+            &scope,
+            "upload",
+            "vanished",
+            now_ms - 2 * day_ms,
+            expires_at_ms,
+        );
+        storage
+            .set(&binding, scope.fence_key().as_str(), &intent.to_value())
+            .await
+            .unwrap();
+    }
+    let (status, list) = h.get("/v1/fences").await;
+    assert_eq!(status, 200, "{list}");
+    let items = list["items"].as_array().unwrap();
+    let of = |scope: &str| {
+        items
+            .iter()
+            .find(|i| i["scope"] == scope)
+            .unwrap_or_else(|| panic!("{scope} not listed: {list}"))
+    };
+    assert_eq!(of("kb-gone")["kind"], "fence", "{list}");
+    assert_eq!(of("kb-gone")["failure_kind"], "intent_expired", "{list}");
+    assert_eq!(of("kb-live")["kind"], "intent", "{list}");
 }

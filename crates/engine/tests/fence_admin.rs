@@ -203,9 +203,19 @@ async fn an_intent_past_its_expiry_is_listed_and_counted_as_a_fence() {
     let storage = Arc::new(InMemoryHostStorage::new());
     let start_ms = 1_700_000_000_000;
     let scope = ScopeIdentity::object("kb-1");
-    let intent = FenceMarker::intent(&scope, "upload", "vanished-process", start_ms, start_ms + 60_000);
+    let intent = FenceMarker::intent(
+        &scope,
+        "upload",
+        "vanished-process",
+        start_ms,
+        start_ms + 60_000,
+    );
     storage
-        .set(&binding("inst-1"), scope.fence_key().as_str(), &intent.to_value())
+        .set(
+            &binding("inst-1"),
+            scope.fence_key().as_str(),
+            &intent.to_value(),
+        )
         .await
         .unwrap();
     let clock = Arc::new(ManualClock::new(
@@ -218,9 +228,15 @@ async fn an_intent_past_its_expiry_is_listed_and_counted_as_a_fence() {
     let views = at_once.fence_views(None).await.unwrap();
     assert_eq!(views[0].kind, RecordKind::Intent, "{views:?}");
     assert_eq!(views[0].failure_kind, None);
-    for writes in [at_once.count_fences().await, one_by_one.count_fences().await] {
+    for writes in [
+        at_once.count_fences().await,
+        one_by_one.count_fences().await,
+    ] {
         let counts = writes.unwrap();
-        assert_eq!((counts[&RecordKind::Fence], counts[&RecordKind::Intent]), (0, 1));
+        assert_eq!(
+            (counts[&RecordKind::Fence], counts[&RecordKind::Intent]),
+            (0, 1)
+        );
     }
 
     // At its expiry the holder is gone: a fence.
@@ -229,8 +245,14 @@ async fn an_intent_past_its_expiry_is_listed_and_counted_as_a_fence() {
     assert_eq!(views[0].kind, RecordKind::Fence, "{views:?}");
     assert_eq!(views[0].failure_kind.as_deref(), Some("intent_expired"));
     assert_eq!(views[0].owner.as_deref(), Some("vanished-process"));
-    for writes in [at_once.count_fences().await, one_by_one.count_fences().await] {
+    for writes in [
+        at_once.count_fences().await,
+        one_by_one.count_fences().await,
+    ] {
         let counts = writes.unwrap();
-        assert_eq!((counts[&RecordKind::Fence], counts[&RecordKind::Intent]), (1, 0));
+        assert_eq!(
+            (counts[&RecordKind::Fence], counts[&RecordKind::Intent]),
+            (1, 0)
+        );
     }
 }

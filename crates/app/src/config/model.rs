@@ -201,7 +201,10 @@ impl std::fmt::Debug for Config {
             .field("ui", &self.ui)
             .field("ui_read_only", &self.ui_read_only)
             .field("admin_header_read_timeout", &self.admin_header_read_timeout)
-            .field("admin_request_body_timeout", &self.admin_request_body_timeout)
+            .field(
+                "admin_request_body_timeout",
+                &self.admin_request_body_timeout,
+            )
             .finish()
     }
 }
