@@ -61,9 +61,9 @@ impl Console {
                 let _ = rustls::crypto::ring::default_provider().install_default();
                 reqwest::Client::builder()
             }
-                .redirect(reqwest::redirect::Policy::none())
-                .build()
-                .unwrap(),
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .unwrap(),
             base: h.base.clone(),
             cookie: None,
             csrf: None,
