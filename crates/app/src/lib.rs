@@ -24,6 +24,7 @@ pub mod counts;
 #[cfg(feature = "demo")]
 pub mod demo;
 pub mod directory;
+pub mod listener;
 pub mod logging;
 pub mod metrics;
 pub mod ops;

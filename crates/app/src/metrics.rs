@@ -32,7 +32,11 @@
 //! - `tenantry_retention_oldest_age_seconds{kind}`: gauge, age of the oldest record of each kind
 //!   that retention governs (0 when there is none), after each pruner run.
 //!
-//! The recorder is process-global (the `metrics` crate has one), installed on first use.
+//! The recorder is process-global (the `metrics` crate has one), installed on first use. On
+//! installation every series is described ([`SERIES`]: `# HELP` and `# TYPE` in `/metrics`)
+//! and every counter is registered at 0 ([`register_counters`]), so a fresh replica exports
+//! them before the first event: a rate over a counter that appears only with its first
+//! increment misses that increment.
 
 use std::collections::BTreeMap;
 use std::sync::{Mutex, OnceLock, PoisonError};
@@ -56,15 +60,209 @@ const BUCKETS: [f64; 14] = [
 
 static HANDLE: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
 
-/// The process's Prometheus handle; installs the global recorder on first call. `None` when
-/// another recorder was installed first (the metrics then go there, `/metrics` is empty).
+/// The Prometheus type of a series.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SeriesType {
+    /// Monotonic count (`# TYPE … counter`).
+    Counter,
+    /// Value that goes up and down (`# TYPE … gauge`).
+    Gauge,
+    /// Distribution in [`BUCKETS`] (`# TYPE … histogram`: `_bucket`, `_sum`, `_count`).
+    Histogram,
+}
+
+impl SeriesType {
+    /// `counter`, `gauge` or `histogram`, as in `# TYPE` and the table of docs/operations.md.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Counter => "counter",
+            Self::Gauge => "gauge",
+            Self::Histogram => "histogram",
+        }
+    }
+}
+
+/// Every series this process records: (Prometheus name, type, `# HELP` text). The series table
+/// of docs/operations.md ("Health and metrics") lists exactly these (a test checks it, and
+/// another that every name the crates record is here).
+pub const SERIES: [(&str, SeriesType, &str); 17] = [
+    (
+        "tenantry_lifecycle_tasks_total",
+        SeriesType::Counter,
+        "Dispatch task states by operation and status (running, succeeded, retry, failed, moot, dispatch_error).",
+    ),
+    (
+        "tenantry_lifecycle_failed_total",
+        SeriesType::Counter,
+        "Commands dead-lettered (status failed) by operation and the code of the permanent or last error.",
+    ),
+    (
+        "tenantry_lifecycle_retries_total",
+        SeriesType::Counter,
+        "Retries scheduled by operation and error code.",
+    ),
+    (
+        "tenantry_lifecycle_lease_lost_total",
+        SeriesType::Counter,
+        "Dispatches whose lease was taken over before settling.",
+    ),
+    (
+        "tenantry_lifecycle_lease_renewals_total",
+        SeriesType::Counter,
+        "Lease renewals of dispatches in flight by operation and outcome (renewed, lost, failed).",
+    ),
+    (
+        "tenantry_wake_listener_reconnections_total",
+        SeriesType::Counter,
+        "PostgreSQL wake listener connections re-established.",
+    ),
+    (
+        "tenantry_wake_listener_connected",
+        SeriesType::Gauge,
+        "1 while the PostgreSQL wake listener is listening, 0 while it reconnects.",
+    ),
+    (
+        "tenantry_lifecycle_settle_contention_retries_total",
+        SeriesType::Counter,
+        "Settle transactions run again after a deadlock or serialization failure.",
+    ),
+    (
+        "tenantry_lifecycle_dispatch_errors_total",
+        SeriesType::Counter,
+        "Dispatches that ended without a settlement (left to lease expiry) by error code.",
+    ),
+    (
+        "tenantry_lifecycle_settle_seconds",
+        SeriesType::Histogram,
+        "Seconds from enqueue to acknowledgement of succeeded commands, by operation.",
+    ),
+    (
+        "tenantry_dispatch_duration_seconds",
+        SeriesType::Histogram,
+        "Seconds of one KnowledgeFS call by call and outcome.",
+    ),
+    (
+        "tenantry_commands",
+        SeriesType::Gauge,
+        "Commands pending, processing and failed (dead-lettered), by status and operation.",
+    ),
+    (
+        "tenantry_fences_active",
+        SeriesType::Gauge,
+        "Fence records across installation bindings by kind (fence: needs an operator; intent: a write holds the scope).",
+    ),
+    (
+        "tenantry_directory_staleness_seconds",
+        SeriesType::Gauge,
+        "Seconds since the directory projection was last applied.",
+    ),
+    (
+        "tenantry_directory_refusals_total",
+        SeriesType::Counter,
+        "Directory provider answers refused by a projection rule on this replica, by rule.",
+    ),
+    (
+        "tenantry_retention_removed_total",
+        SeriesType::Counter,
+        "Records removed by this replica's retention pruner, by kind.",
+    ),
+    (
+        "tenantry_retention_oldest_age_seconds",
+        SeriesType::Gauge,
+        "Seconds since the oldest record of each kind retention governs (0: none), after each pruner run.",
+    ),
+];
+
+/// The process's Prometheus handle; installs the global recorder on first call, then
+/// describes every series ([`SERIES`]) and registers the counters at 0
+/// ([`register_counters`]). `None` when another recorder was installed first (the metrics
+/// then go there, `/metrics` is empty).
 pub fn prometheus() -> Option<PrometheusHandle> {
     HANDLE
         .get_or_init(|| {
             let builder = PrometheusBuilder::new().set_buckets(&BUCKETS).ok()?;
-            builder.install_recorder().ok()
+            let handle = builder.install_recorder().ok()?;
+            describe_series();
+            register_counters();
+            Some(handle)
         })
         .clone()
+}
+
+/// Describes every series of [`SERIES`] to the recorder (its `# HELP` line).
+fn describe_series() {
+    for (name, kind, help) in SERIES {
+        match kind {
+            SeriesType::Counter => metrics::describe_counter!(name, help),
+            SeriesType::Gauge => metrics::describe_gauge!(name, help),
+            SeriesType::Histogram => metrics::describe_histogram!(name, help),
+        }
+    }
+}
+
+/// Registers every counter of [`SERIES`] at 0, so each exists from the start: the label-free
+/// ones as they are; labelled ones for every value of their closed label sets (operation ×
+/// task status, operation × renewal outcome, retention kind, directory refusal rule); those
+/// labelled by an error code (`retries`, `failed`: the code is only known when it happens) as
+/// one series per operation without `code`, and `dispatch_errors` with its one code
+/// `STORE_UNAVAILABLE`. Adding 0 changes no count, so registering again is harmless.
+pub fn register_counters() {
+    use tenantry_lifecycle::Operation;
+    const OPERATIONS: [Operation; 3] = [Operation::Provision, Operation::Delete, Operation::Revoke];
+    const STATUSES: [TaskStatus; 6] = [
+        TaskStatus::Running,
+        TaskStatus::Succeeded,
+        TaskStatus::Retry,
+        TaskStatus::Failed,
+        TaskStatus::Moot,
+        TaskStatus::DispatchError,
+    ];
+    const RENEWALS: [RenewalOutcome; 3] = [
+        RenewalOutcome::Renewed,
+        RenewalOutcome::Lost,
+        RenewalOutcome::Failed,
+    ];
+    for name in [
+        "tenantry_lifecycle_lease_lost_total",
+        "tenantry_wake_listener_reconnections_total",
+        "tenantry_lifecycle_settle_contention_retries_total",
+    ] {
+        metrics::counter!(name).increment(0);
+    }
+    metrics::counter!("tenantry_lifecycle_dispatch_errors_total", "code" => "STORE_UNAVAILABLE")
+        .increment(0);
+    for operation in OPERATIONS {
+        let operation = operation.as_str().to_owned();
+        for status in STATUSES {
+            metrics::counter!(
+                "tenantry_lifecycle_tasks_total",
+                "operation" => operation.clone(),
+                "status" => status.as_str()
+            )
+            .increment(0);
+        }
+        for outcome in RENEWALS {
+            metrics::counter!(
+                "tenantry_lifecycle_lease_renewals_total",
+                "operation" => operation.clone(),
+                "outcome" => outcome.as_str()
+            )
+            .increment(0);
+        }
+        for name in [
+            "tenantry_lifecycle_retries_total",
+            "tenantry_lifecycle_failed_total",
+        ] {
+            metrics::counter!(name, "operation" => operation.clone()).increment(0);
+        }
+    }
+    for kind in tenantry_ports::retention::RetentionKind::ALL {
+        metrics::counter!("tenantry_retention_removed_total", "kind" => kind.as_str()).increment(0);
+    }
+    for rule in tenantry_directory::RefusalRule::ALL {
+        metrics::counter!("tenantry_directory_refusals_total", "reason" => rule.as_str())
+            .increment(0);
+    }
 }
 
 /// Renders every series in Prometheus text format (empty without a recorder).
@@ -305,6 +503,91 @@ impl<R: KnowledgeFs> KnowledgeFs for MeteredRemote<R> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The series table of docs/operations.md ("Health and metrics"): (name, type) per row.
+    pub(crate) fn documented_series() -> Vec<(String, String)> {
+        let doc = std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/operations.md"),
+        )
+        .unwrap();
+        let section = doc
+            .split("## Health and metrics")
+            .nth(1)
+            .and_then(|rest| rest.split("\n## ").next())
+            .unwrap();
+        section
+            .lines()
+            .filter_map(|line| {
+                let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+                let name = cells.get(1)?.strip_prefix("`tenantry_")?;
+                let name = name.split(['{', '`']).next()?;
+                Some((format!("tenantry_{name}"), (*cells.get(2)?).to_owned()))
+            })
+            .collect()
+    }
+
+    /// Every described series is documented with its type, and every documented one described.
+    #[test]
+    fn described_series_are_the_documented_ones() {
+        let mut described: Vec<(String, String)> = SERIES
+            .iter()
+            .map(|(name, kind, _)| ((*name).to_owned(), kind.as_str().to_owned()))
+            .collect();
+        let mut documented = documented_series();
+        described.sort();
+        documented.sort();
+        assert_eq!(described, documented);
+    }
+
+    /// Every metric name the crates record (`counter!`, `gauge!`, `histogram!` with a
+    /// `"tenantry_…"` literal) is described in [`SERIES`], so it gets its `# HELP` line.
+    #[test]
+    fn every_recorded_metric_is_described() {
+        fn rust_files(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+            for entry in std::fs::read_dir(dir).unwrap() {
+                let path = entry.unwrap().path();
+                if path.is_dir() {
+                    rust_files(&path, out);
+                } else if path.extension().is_some_and(|e| e == "rs") {
+                    out.push(path);
+                }
+            }
+        }
+        let crates = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let mut files = Vec::new();
+        for entry in std::fs::read_dir(&crates).unwrap() {
+            let src = entry.unwrap().path().join("src");
+            if src.is_dir() {
+                rust_files(&src, &mut files);
+            }
+        }
+        let mut recorded = std::collections::BTreeSet::new();
+        for file in files {
+            let text = std::fs::read_to_string(&file).unwrap();
+            for macro_name in ["counter!(", "gauge!(", "histogram!("] {
+                for (at, _) in text.match_indices(macro_name) {
+                    let rest = text[at + macro_name.len()..].trim_start();
+                    if let Some(name) = rest
+                        .strip_prefix('"')
+                        .and_then(|r| r.split('"').next())
+                        .filter(|n| n.starts_with("tenantry_"))
+                    {
+                        recorded.insert(name.to_owned());
+                    }
+                }
+            }
+        }
+        assert!(recorded.len() >= 10, "{recorded:?}");
+        let described: Vec<&str> = SERIES.iter().map(|(name, _, _)| *name).collect();
+        let missing: Vec<_> = recorded
+            .iter()
+            .filter(|n| !described.contains(&n.as_str()))
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "recorded but not in SERIES: {missing:?}"
+        );
+    }
 
     #[test]
     fn lease_renewals_are_counted_by_outcome() {

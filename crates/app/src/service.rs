@@ -307,18 +307,16 @@ impl Service {
             read_only: config.ui_read_only,
         });
         let mut server_stop = stopped;
+        // The operator console at `/ui` beside the admin API, unless `ui = false`, behind the
+        // listener's guards (body deadline; host check without a token) and connection bounds.
+        let app = crate::listener::guard(crate::ui::app(state, ui), config, addr);
+        let limits = crate::listener::ListenerLimits::from_config(config);
+        crate::listener::warn_without_token(config);
         let server = tokio::spawn(async move {
-            // The operator console at `/ui` beside the admin API, unless `ui = false`.
-            let app = crate::ui::app(state, ui);
             let shutdown = async move {
                 let _ = server_stop.wait_for(|s| *s).await;
             };
-            if let Err(e) = axum::serve(listener, app)
-                .with_graceful_shutdown(shutdown)
-                .await
-            {
-                tracing::error!(error = %e, "admin API server failed");
-            }
+            crate::listener::serve(listener, app, limits, shutdown).await;
         });
         tracing::info!(
             %addr,

@@ -191,3 +191,68 @@ async fn fence_counts_read_all_records_at_once_and_match_the_listing() {
     assert_eq!(fast[&RecordKind::Fence], 2, "{fast:?}");
     assert_eq!(fast[&RecordKind::Intent], 1, "{fast:?}");
 }
+
+/// An intent whose holder is gone past its expiry is a fence for the operator: listed as
+/// kind `fence` with failure `intent_expired`, and counted as a fence by the gauge (both the
+/// one-read count and the binding-by-binding count), by the runtime's clock.
+#[tokio::test]
+async fn an_intent_past_its_expiry_is_listed_and_counted_as_a_fence() {
+    use chrono::TimeZone;
+    use tenantry_ports::clock::ManualClock;
+
+    let storage = Arc::new(InMemoryHostStorage::new());
+    let start_ms = 1_700_000_000_000;
+    let scope = ScopeIdentity::object("kb-1");
+    let intent = FenceMarker::intent(
+        &scope,
+        "upload",
+        "vanished-process",
+        start_ms,
+        start_ms + 60_000,
+    );
+    storage
+        .set(
+            &binding("inst-1"),
+            scope.fence_key().as_str(),
+            &intent.to_value(),
+        )
+        .await
+        .unwrap();
+    let clock = Arc::new(ManualClock::new(
+        chrono::Utc.timestamp_millis_opt(start_ms).unwrap(),
+    ));
+    let at_once = ScopedWrites::with_clock(storage.clone(), clock.clone());
+    let one_by_one = ScopedWrites::with_clock(Arc::new(OneByOne(storage.clone())), clock.clone());
+
+    // Before its expiry: an intent in flight.
+    let views = at_once.fence_views(None).await.unwrap();
+    assert_eq!(views[0].kind, RecordKind::Intent, "{views:?}");
+    assert_eq!(views[0].failure_kind, None);
+    for writes in [
+        at_once.count_fences().await,
+        one_by_one.count_fences().await,
+    ] {
+        let counts = writes.unwrap();
+        assert_eq!(
+            (counts[&RecordKind::Fence], counts[&RecordKind::Intent]),
+            (0, 1)
+        );
+    }
+
+    // At its expiry the holder is gone: a fence.
+    clock.advance(std::time::Duration::from_secs(60));
+    let views = at_once.fence_views(None).await.unwrap();
+    assert_eq!(views[0].kind, RecordKind::Fence, "{views:?}");
+    assert_eq!(views[0].failure_kind.as_deref(), Some("intent_expired"));
+    assert_eq!(views[0].owner.as_deref(), Some("vanished-process"));
+    for writes in [
+        at_once.count_fences().await,
+        one_by_one.count_fences().await,
+    ] {
+        let counts = writes.unwrap();
+        assert_eq!(
+            (counts[&RecordKind::Fence], counts[&RecordKind::Intent]),
+            (1, 0)
+        );
+    }
+}

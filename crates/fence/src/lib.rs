@@ -37,7 +37,7 @@ pub use cache::{
 };
 pub use connector::{ConnectorStateError, DocumentMapping, KbConfigState, MAX_CONFIG_BYTES};
 pub use outcome::{DispatchFailure, DispatchOutcome, IntentAction, fences};
-pub use record::{ClearRefused, Holder, IntentTemplate, classify, clear_refusal};
+pub use record::{ClearRefused, Holder, IntentTemplate, classify, clear_refusal, kind_at};
 pub use scope::{
     Binding, BindingError, CLEAR_RECEIPT_PREFIX, FENCE_KEY_PREFIX, FenceKey,
     INSTALLATION_FENCE_KEY, ScopeIdentity, clear_receipt_key,

@@ -69,6 +69,20 @@ pub fn classify(stored: StoredRecord<'_>, owner: &str, now_ms: i64) -> Holder {
     }
 }
 
+/// The kind a record with `marker` has for operators at `now_ms` (Unix milliseconds), by the
+/// rule [`classify`] applies for every other process: an intent is an intent only while it
+/// names its holder and its expiry (`expires_at_ms`) is still ahead; an intent past its expiry
+/// (its holder vanished with the outcome unknown) or without holder or expiry is a fence, and
+/// is shown and counted as one. A fence is a fence.
+pub fn kind_at(marker: &FenceMarker, now_ms: i64) -> RecordKind {
+    match (marker.kind, &marker.owner, marker.expires_at_ms) {
+        (RecordKind::Intent, Some(_), Some(expires_at_ms)) if now_ms < expires_at_ms => {
+            RecordKind::Intent
+        }
+        _ => RecordKind::Fence,
+    }
+}
+
 /// The stored value of a scope's claim (a write-ahead intent of one owner, with one reason),
 /// built once and stamped per run: [`IntentTemplate::at`] equals
 /// `FenceMarker::intent(scope, reason, owner, now_ms, expires_at_ms).to_value()` without
@@ -194,6 +208,29 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[test]
+    fn an_intent_past_its_expiry_is_a_fence() {
+        let scope = ScopeIdentity::object("kb-1");
+        let intent = FenceMarker::intent(&scope, "upload", "other", 100, 200);
+        let fence = FenceMarker::new(&scope, "lost", 100);
+        let mut no_owner = intent.clone();
+        no_owner.owner = None;
+        let mut no_expiry = intent.clone();
+        no_expiry.expires_at_ms = None;
+        let cases = [
+            (&intent, 150, RecordKind::Intent),
+            (&intent, 199, RecordKind::Intent),
+            (&intent, 200, RecordKind::Fence),
+            (&intent, 10_000, RecordKind::Fence),
+            (&fence, 150, RecordKind::Fence),
+            (&no_owner, 150, RecordKind::Fence),
+            (&no_expiry, 150, RecordKind::Fence),
+        ];
+        for (marker, now_ms, expected) in cases {
+            assert_eq!(kind_at(marker, now_ms), expected, "{marker:?} at {now_ms}");
+        }
+    }
 
     #[test]
     fn classify_stored_records() {

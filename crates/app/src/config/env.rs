@@ -12,7 +12,7 @@ pub(super) type Sources = BTreeMap<&'static str, String>;
 /// Every setting's name: the TOML key, and (upper-cased, prefixed with [`ENV_PREFIX`]) the
 /// environment variable. A unit test checks that it is exactly what the environment overlay
 /// reads.
-pub const SETTINGS: [&str; 37] = [
+pub const SETTINGS: [&str; 39] = [
     "database_url",
     "database_max_connections",
     "listen",
@@ -52,6 +52,9 @@ pub const SETTINGS: [&str; 37] = [
     // The operator console (`/ui` on the admin listener).
     "ui",
     "ui_read_only",
+    // Bounds of the admin listener's connections.
+    "admin_header_read_timeout_seconds",
+    "admin_request_body_timeout_seconds",
 ];
 
 /// `TENANTRY_*` variables that are read but are not settings: the configuration file, and the
@@ -169,6 +172,9 @@ pub fn merge_env_and_validate(
         inbox_receipts_days, batch_size, cleared_fences_days,
     );
     overlay_env!(raw, sources, env; ui, ui_read_only,);
+    overlay_env!(raw, sources, env;
+        admin_header_read_timeout_seconds, admin_request_body_timeout_seconds,
+    );
     validate(raw, &|setting| {
         sources
             .get(setting)

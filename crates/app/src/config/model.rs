@@ -99,6 +99,14 @@ pub struct Config {
     /// `ui_read_only`: the console shows but never acts (no retry, abandon or fence clear;
     /// such requests are refused with 403). Default false.
     pub ui_read_only: bool,
+    /// `admin_header_read_timeout_seconds`: a connection to the admin listener must deliver a
+    /// complete request head within this time of opening, or of its previous answer (so it is
+    /// also the keep-alive idle timeout); else it is closed (1..=3600, default 10).
+    pub admin_header_read_timeout: Duration,
+    /// `admin_request_body_timeout_seconds`: a request body must arrive entirely within this
+    /// time of its head; else reading it fails (the admin API answers 400 `BODY_UNREADABLE`)
+    /// and the connection is closed (1..=3600, default 30).
+    pub admin_request_body_timeout: Duration,
 }
 
 /// The validated `[retention]` table (docs/operations.md, "Retention").
@@ -192,6 +200,11 @@ impl std::fmt::Debug for Config {
             .field("retention", &self.retention)
             .field("ui", &self.ui)
             .field("ui_read_only", &self.ui_read_only)
+            .field("admin_header_read_timeout", &self.admin_header_read_timeout)
+            .field(
+                "admin_request_body_timeout",
+                &self.admin_request_body_timeout,
+            )
             .finish()
     }
 }

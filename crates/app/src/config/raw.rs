@@ -71,6 +71,10 @@ pub struct RawConfig {
     pub ui: Option<bool>,
     /// See [`Config::ui_read_only`](super::Config::ui_read_only).
     pub ui_read_only: Option<bool>,
+    /// See [`Config::admin_header_read_timeout`](super::Config::admin_header_read_timeout).
+    pub admin_header_read_timeout_seconds: Option<u64>,
+    /// See [`Config::admin_request_body_timeout`](super::Config::admin_request_body_timeout).
+    pub admin_request_body_timeout_seconds: Option<u64>,
 }
 
 /// The `[retention]` table as read, before validation; see

@@ -171,6 +171,18 @@ pub(super) fn validate(
             format!("{url:?} is not an http(s) URL"),
         ));
     }
+    let admin_header_read_timeout = in_range(
+        "admin_header_read_timeout_seconds",
+        raw.admin_header_read_timeout_seconds.unwrap_or(10),
+        1,
+        3600,
+    )?;
+    let admin_request_body_timeout = in_range(
+        "admin_request_body_timeout_seconds",
+        raw.admin_request_body_timeout_seconds.unwrap_or(30),
+        1,
+        3600,
+    )?;
     let log_filter = raw.log_filter.unwrap_or_else(|| "info".to_owned());
     if let Err(e) = tracing_subscriber::EnvFilter::try_new(&log_filter) {
         return Err(invalid("log_filter", format!("{log_filter:?}: {e}")));
@@ -202,6 +214,8 @@ pub(super) fn validate(
         retention,
         ui: raw.ui.unwrap_or(true),
         ui_read_only: raw.ui_read_only.unwrap_or(false),
+        admin_header_read_timeout: Duration::from_secs(admin_header_read_timeout),
+        admin_request_body_timeout: Duration::from_secs(admin_request_body_timeout),
     })
 }
 

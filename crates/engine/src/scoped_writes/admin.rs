@@ -113,6 +113,10 @@ pub struct BindingFence {
     pub entry: FenceEntry,
 }
 
+/// `failure_kind` of a [`FenceView`] for a write-ahead intent past its expiry, which is shown
+/// and counted as a fence ([`tenantry_fence::kind_at`]).
+pub const INTENT_EXPIRED: &str = "intent_expired";
+
 /// One record as operators see it: an item of `GET /v1/fences` and a line of
 /// `tenantry fences list`, flattened from a [`BindingFence`] and its marker.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -124,7 +128,8 @@ pub struct FenceView {
     pub key: String,
     /// `fence` (a mutation's outcome is unknown; reconcile, then clear) or `intent` (a write
     /// holds the scope and a dispatch may be in flight; it goes away by itself, and may only
-    /// be cleared once older than the dispatch deadline).
+    /// be cleared once older than the dispatch deadline). An intent past its expiry is a
+    /// `fence` (its holder is gone; `failure_kind` `intent_expired`).
     #[cfg_attr(feature = "openapi", schema(value_type = String))]
     pub kind: RecordKind,
     /// Scope identity, when the marker names one (`null` for the installation scope or an
@@ -135,7 +140,7 @@ pub struct FenceView {
     /// Why the scope was fenced (the mutation's label), when the marker is readable.
     pub reason: Option<String>,
     /// The failure that fenced the scope (`outcome_unknown`, `panicked`, `reported`, ...),
-    /// when recorded.
+    /// when recorded; `intent_expired` for an intent past its expiry.
     pub failure_kind: Option<String>,
     /// The failure's error text, when recorded.
     pub failure_detail: Option<String>,
@@ -154,6 +159,10 @@ impl From<BindingFence> for FenceView {
         let at = |ms: Option<i64>| ms.and_then(|ms| Utc.timestamp_millis_opt(ms).single());
         let marker = listed.entry.marker.as_ref();
         let failure = marker.and_then(|m| m.failure.as_ref());
+        // A stored intent listed as a fence lapsed: its holder is gone past its expiry.
+        let lapsed = listed.entry.kind == RecordKind::Fence
+            && failure.is_none()
+            && marker.is_some_and(|m| m.kind == RecordKind::Intent);
         Self {
             binding: listed.binding.to_string(),
             installation: listed.entry.key.is_installation(),
@@ -161,8 +170,16 @@ impl From<BindingFence> for FenceView {
             kind: listed.entry.kind,
             scope: marker.and_then(|m| m.scope.clone()),
             reason: marker.map(|m| m.reason.clone()),
-            failure_kind: failure.map(|x| x.kind.clone()),
-            failure_detail: failure.map(|x| x.detail.clone()),
+            failure_kind: failure
+                .map(|x| x.kind.clone())
+                .or_else(|| lapsed.then(|| INTENT_EXPIRED.to_owned())),
+            failure_detail: failure.map(|x| x.detail.clone()).or_else(|| {
+                lapsed.then(|| {
+                    "the write-ahead intent's holder is gone past its expiry; the outcome of its \
+                     dispatch is unknown: reconcile the scope, then clear"
+                        .to_owned()
+                })
+            }),
             owner: marker.and_then(|m| m.owner.clone()),
             fenced_at: at(marker.and_then(|m| m.fenced_at_ms)),
             expires_at: at(marker.and_then(|m| m.expires_at_ms)),
@@ -220,6 +237,7 @@ impl<S: HostStorage + HostStorageBindings + ?Sized + 'static> ScopedWrites<S> {
             }
             return Ok(counts);
         };
+        let now_ms = self.now_ms();
         let mut kinds: BTreeMap<(Binding, FenceKey), RecordKind> = BTreeMap::new();
         for record in records {
             let Some(key) = FenceKey::from_storage_key(&record.key) else {
@@ -234,7 +252,9 @@ impl<S: HostStorage + HostStorageBindings + ?Sized + 'static> ScopedWrites<S> {
             }
             let kind = match &read {
                 RecordRead::Value(value) => {
-                    FenceMarker::from_value(value).map_or(RecordKind::Fence, |m| m.kind)
+                    // An intent past its expiry is a fence (its holder is gone).
+                    FenceMarker::from_value(value)
+                        .map_or(RecordKind::Fence, |m| tenantry_fence::kind_at(&m, now_ms))
                 }
                 RecordRead::Unreadable => RecordKind::Fence,
             };

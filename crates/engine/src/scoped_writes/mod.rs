@@ -732,6 +732,7 @@ impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
         binding: &Binding,
     ) -> Result<Vec<FenceEntry>, HostStorageError> {
         let storage = &self.inner.storage;
+        let now_ms = self.now_ms();
         let mut entries = Vec::new();
         for key in storage.keys(binding).await? {
             let Some(fence) = FenceKey::from_storage_key(&key) else {
@@ -748,7 +749,10 @@ impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
                 };
                 entries.push(FenceEntry {
                     key: fence,
-                    kind: marker.as_ref().map_or(RecordKind::Fence, |m| m.kind),
+                    // An intent past its expiry is a fence (its holder is gone).
+                    kind: marker
+                        .as_ref()
+                        .map_or(RecordKind::Fence, |m| tenantry_fence::kind_at(m, now_ms)),
                     marker,
                     persisted: true,
                 });
