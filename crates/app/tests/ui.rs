@@ -58,13 +58,10 @@ impl Console {
     fn new(h: &Harness) -> Self {
         let _ = rustls::crypto::ring::default_provider().install_default();
         Self {
-            http: {
-                let _ = rustls::crypto::ring::default_provider().install_default();
-                reqwest::Client::builder()
-            }
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .unwrap(),
+            http: reqwest::Client::builder()
+                .redirect(reqwest::redirect::Policy::none())
+                .build()
+                .unwrap(),
             base: h.base.clone(),
             cookie: None,
             csrf: None,
