@@ -151,12 +151,18 @@ async fn start_driver(browser: &Browser, tz: &str) -> Driver {
     panic!("chromedriver did not answer on {}", driver.url);
 }
 
-/// A headless Chromium session whose window is `size` (`"width,height"` in CSS pixels).
-async fn start_browser(browser: &Browser, driver: &Driver, profile: &Path, size: &str) -> Client {
+/// A headless Chromium session whose window is `size` (`"width,height"` in CSS pixels); with
+/// `phone` (width, height), a phone's viewport through Chromium's mobile emulation (a
+/// headless window is at least 500 px wide).
+async fn start_browser(
+    browser: &Browser,
+    driver: &Driver,
+    profile: &Path,
+    size: &str,
+    phone: Option<(u32, u32)>,
+) -> Client {
     let mut caps = serde_json::Map::new();
-    caps.insert(
-        "goog:chromeOptions".to_owned(),
-        json!({
+    let mut options = json!({
             "binary": browser.chromium,
             "args": [
                 "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -164,8 +170,13 @@ async fn start_browser(browser: &Browser, driver: &Driver, profile: &Path, size:
                 "--disable-dev-shm-usage", format!("--window-size={size}"),
                 format!("--user-data-dir={}", profile.display()),
             ],
-        }),
-    );
+    });
+    if let Some((width, height)) = phone {
+        options["mobileEmulation"] = json!({
+            "deviceMetrics": {"width": width, "height": height, "pixelRatio": 3.0, "touch": true},
+        });
+    }
+    caps.insert("goog:chromeOptions".to_owned(), options);
     let connector = hyper_util::client::legacy::connect::HttpConnector::new();
     ClientBuilder::new(connector)
         .capabilities(caps)
@@ -299,7 +310,7 @@ async fn console_in_a_real_browser() {
 
     let driver = start_driver(&browser, "UTC").await;
     let profile = tempfile::tempdir().unwrap();
-    let client = start_browser(&browser, &driver, profile.path(), "1280,900").await;
+    let client = start_browser(&browser, &driver, profile.path(), "1280,900", None).await;
 
     // Log in.
     client.goto(&h.url("/ui")).await.unwrap();
@@ -479,7 +490,14 @@ async fn console_on_a_phone_and_bulk_by_identity() {
 
     let driver = start_driver(&browser, "Asia/Tokyo").await;
     let profile = tempfile::tempdir().unwrap();
-    let client = start_browser(&browser, &driver, profile.path(), "390,844").await;
+    let client = start_browser(
+        &browser,
+        &driver,
+        profile.path(),
+        "500,844",
+        Some((390, 844)),
+    )
+    .await;
     log_in(&client, &h).await;
     client
         .goto(&h.url("/ui/commands?status=failed"))
@@ -596,19 +614,33 @@ async fn console_on_a_phone_and_bulk_by_identity() {
         "not named, not touched"
     );
 
+    client.close().await.unwrap();
+
     // At 1400 px the table uses the width it has.
-    client.set_window_size(1400, 900).await.unwrap();
+    let wide_profile = tempfile::tempdir().unwrap();
+    let client = start_browser(&browser, &driver, wide_profile.path(), "1400,900", None).await;
+    log_in(&client, &h).await;
     client.goto(&h.url("/ui/commands")).await.unwrap();
     wait_text(&client, "#matching", "commands match", false).await;
     let wide = eval(
         &client,
-        "return { table: document.querySelector('#commands').getBoundingClientRect().width, view: window.innerWidth };",
+        "const t = document.querySelector('#commands');
+         return { table: t.getBoundingClientRect().width, view: window.innerWidth,
+                  rows: t.firstElementChild.getBoundingClientRect().width,
+                  scrollbar: t.offsetHeight - t.clientHeight - parseFloat(getComputedStyle(t).borderTopWidth) };",
     )
     .await;
+    let n = |k: &str| wide[k].as_f64().unwrap();
     assert!(
-        wide["view"].as_f64().unwrap() > 1300.0
-            && wide["table"].as_f64().unwrap() > wide["view"].as_f64().unwrap() - 80.0,
+        n("view") > 1300.0 && n("table") > n("view") - 80.0,
         "{wide}"
+    );
+    // The rows fit the box (sub-pixel widths aside): no scrollbar at 1400 px.
+    assert!(n("rows") <= n("table") + 0.5, "{wide}");
+    assert_eq!(
+        n("scrollbar"),
+        0.0,
+        "no sideways scrollbar at 1400 px: {wide}"
     );
     shot(&client, "12-wide-commands").await;
     client.close().await.unwrap();

@@ -35,10 +35,9 @@ header form { margin-left: auto; }
 main { padding: 1rem 1.2rem; }
 h1 { font-size: 1.3rem; }
 h2 { font-size: 1.05rem; margin-top: 1.4rem; }
-table { display: block; max-width: 100%; overflow-x: auto; background: #fff; font-size: .9rem; }
-table > tbody, table > thead { display: table; width: 100%; border-collapse: collapse; }
-th, td { border: 1px solid #dde1e6; padding: .3rem .5rem; text-align: left; vertical-align: top; overflow-wrap: normal; }
-td { white-space: nowrap; }
+table { display: block; max-width: 100%; overflow-x: auto; background: #fff; font-size: .9rem; border-top: 1px solid #dde1e6; border-left: 1px solid #dde1e6; box-sizing: border-box; }
+table > tbody, table > thead { display: table; width: 100%; border-collapse: separate; border-spacing: 0; }
+th, td { border-right: 1px solid #dde1e6; border-bottom: 1px solid #dde1e6; padding: .3rem .5rem; text-align: left; vertical-align: top; overflow-wrap: normal; }
 th { background: #eef1f4; }
 time { white-space: nowrap; }
 .cards { display: flex; flex-wrap: wrap; gap: .8rem; }

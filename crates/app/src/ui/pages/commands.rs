@@ -623,7 +623,7 @@ async fn confirmation(
                     button #bulk-confirm.danger type="submit" { "Yes, " (verb) " these " (named) " commands" }
                 }
             }
-            a href={"/ui/commands?" (form.filter.query_string())} { "Cancel" }
+            p { a href={"/ui/commands?" (form.filter.query_string())} { "Cancel" } }
         }
         @if named > 0 {
             table #bulk-ids {
