@@ -510,7 +510,7 @@ async fn console_on_a_phone_and_bulk_by_identity() {
         &client,
         "const t = document.querySelector('#commands'); const hd = document.querySelector('header');
          return { page: document.documentElement.scrollWidth, body: document.body.scrollWidth,
-                  view: window.innerWidth, tableScroll: t.scrollWidth, tableBox: t.clientWidth,
+                  view: screen.width, inner: window.innerWidth, tableScroll: t.scrollWidth, tableBox: t.clientWidth,
                   overflow: getComputedStyle(t).overflowX, header: hd.scrollWidth,
                   headerBox: hd.clientWidth, headerHeight: hd.getBoundingClientRect().height,
                   link: document.querySelector('header a').getBoundingClientRect().height };",
@@ -519,7 +519,7 @@ async fn console_on_a_phone_and_bulk_by_identity() {
     let n = |k: &str| layout[k].as_f64().unwrap();
     assert!(n("view") <= 400.0, "a phone-sized window: {layout}");
     assert!(
-        n("page") <= n("view") && n("body") <= n("view"),
+        n("page") <= n("view") && n("body") <= n("view") && n("inner") <= n("view"),
         "no sideways scroll: {layout}"
     );
     assert_eq!(layout["overflow"], "auto", "{layout}");
