@@ -371,6 +371,7 @@ fn filter_of(
             .filter(|c| !c.is_empty())
             .map(tenantry_lifecycle::ErrorCode::from),
         after: None,
+        before: None,
         limit: 0,
     })
 }

@@ -149,6 +149,68 @@ async fn bulk_abandon_needs_a_status_and_acts_on_every_match() {
     assert_eq!(page["items"].as_array().unwrap().len(), 2);
 }
 
+/// Issue 27: with `command_ids` the bulk endpoint acts on exactly the confirmed commands: a
+/// confirmed one that stopped matching (retried meanwhile) is skipped and reported, one that
+/// matches but was not confirmed is untouched.
+#[tokio::test]
+async fn bulk_abandon_with_command_ids_acts_on_exactly_the_confirmed_commands() {
+    let h = Harness::start().await;
+    h.remote.script(
+        Route::Provision,
+        [
+            Some(Fault::InvalidRequest),
+            Some(Fault::InvalidRequest),
+            Some(Fault::InvalidRequest),
+        ],
+    );
+    let mut ids = Vec::new();
+    for cs in ["cs-a", "cs-b", "cs-c"] {
+        let created = h.create("t-1", cs).await;
+        ids.push(created["command_id"].as_str().unwrap().to_owned());
+        wait_for(&h, &format!("/v1/tenants/t-1/control-spaces/{cs}"), |b| {
+            b["lifecycle_status"] == "failed"
+        })
+        .await;
+    }
+    // The operator confirmed a and b; b is retried by someone else before the action.
+    let (status, body) = h
+        .post(
+            &format!("/v1/commands/{}/retry", ids[1]),
+            &json!({"actor": "other", "reason": "meanwhile"}),
+            None,
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let bulk = |command_ids: Value| {
+        json!({"actor": "oncall", "reason": "tenant gone", "status": "failed",
+               "command_ids": command_ids})
+    };
+    let (status, body) = h.post("/v1/commands/abandon", &bulk(json!([])), None).await;
+    assert_error(status, &body, 400, "INVALID_ARGUMENT");
+    let (status, body) = h
+        .post("/v1/commands/abandon", &bulk(json!([""])), None)
+        .await;
+    assert_error(status, &body, 400, "INVALID_ARGUMENT");
+    let (status, body) = h
+        .post("/v1/commands/abandon", &bulk(json!([ids[0], ids[1]])), None)
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let acted: Vec<_> = body["acted"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["id"].clone())
+        .collect();
+    assert_eq!(acted, vec![json!(ids[0])], "{body}");
+    assert_eq!(body["refused"], json!([]));
+    assert_eq!(body["skipped"][0]["command_id"], ids[1].as_str(), "{body}");
+    assert_eq!(body["skipped"][0]["code"], "COMMAND_NO_LONGER_MATCHES");
+    let (_, c) = h.get(&format!("/v1/commands/{}", ids[2])).await;
+    assert_eq!(c["status"], "failed", "not confirmed, not touched: {c}");
+    let (_, b) = h.get(&format!("/v1/commands/{}", ids[1])).await;
+    assert_ne!(b["status"], "abandoned", "{b}");
+}
+
 #[tokio::test]
 async fn revocation_is_refused_while_the_control_space_is_deleting() {
     let h = Harness::start().await;

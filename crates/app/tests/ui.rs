@@ -1,7 +1,8 @@
 //! The operator console's safety rules over plain HTTP against a running service: every page
 //! redirects to the login without a session, the login sets an HttpOnly SameSite=Strict
 //! cookie, every action needs the session's CSRF token, `ui_read_only` hides and refuses
-//! actions, `ui = false` serves no console, and the bulk confirmation states the count. Runs on
+//! actions (and every page says so), `ui = false` serves no console, the bulk confirmation names
+//! the commands it acts on, the table pages both ways, static files are cached. Runs on
 //! SQLite, or on PostgreSQL with `TENANTRY_TEST_PG_URL`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -235,6 +236,11 @@ async fn login_takes_the_admin_token_and_sets_a_strict_http_only_cookie() {
     }
     let overview = console.get("/ui").await;
     assert!(
+        !overview.body.contains("id=\"read-only\""),
+        "not read-only: {}",
+        overview.body
+    );
+    assert!(
         overview.body.contains("id=\"recent-owners\""),
         "the overview lists the lease owners seen recently: {}",
         overview.body
@@ -281,7 +287,7 @@ async fn malformed_forms_and_queries_get_a_console_page_and_change_nothing() {
         .await;
     assert_eq!(twice.status, 400, "{}", twice.body);
     assert!(twice.body.contains("<html"), "{}", twice.body);
-    let bulk = console.get("/ui/commands/bulk?expected=many").await;
+    let bulk = console.get("/ui/commands/bulk?limit=many").await;
     assert_eq!(bulk.status, 400, "{}", bulk.body);
     assert!(bulk.body.contains("<html"), "{}", bulk.body);
     let detail = console.get(&format!("/ui/commands/{id}")).await;
@@ -410,29 +416,28 @@ async fn actions_need_the_csrf_token_and_are_recorded() {
     );
 }
 
+/// The ids a bulk confirmation names (its hidden `command_ids` field).
+fn confirmed_ids(page: &str) -> String {
+    let at = page
+        .find("name=\"command_ids\" value=\"")
+        .expect("the confirmed ids")
+        + 26;
+    page[at..].split('"').next().unwrap().to_owned()
+}
+
+/// Issue 27: the bulk confirmation names the commands it will touch (their ids, listed and
+/// carried in the form), and the action touches only those: a command that fails after the
+/// confirmation is left alone, one retried meanwhile is skipped and listed.
 #[tokio::test]
-async fn bulk_confirmation_states_the_count_then_acts_on_every_match() {
+async fn bulk_confirmation_names_the_commands_and_the_action_touches_only_them() {
     let h = Harness::start().await;
     let mut console = Console::new(&h);
     console.login(TOKEN).await;
-    h.remote.script(
-        Route::Provision,
-        [Some(Fault::InvalidRequest), Some(Fault::InvalidRequest)],
-    );
-    for cs in ["cs-b1", "cs-b2"] {
-        h.create("t-1", cs).await;
-    }
-    for cs in ["cs-b1", "cs-b2"] {
-        h.wait_for(
-            &format!("/v1/tenants/t-1/control-spaces/{cs}"),
-            |b| b["lifecycle_status"] == "failed",
-            SETTLE,
-        )
-        .await;
-    }
+    let first = failed_command(&h, "cs-b1").await;
+    let second = failed_command(&h, "cs-b2").await;
     let list = console.get("/ui/commands?status=failed").await;
     assert!(list.body.contains("2 commands match"), "{}", list.body);
-    // The confirmation names the count; it refuses a filter without an actionable status.
+    // The confirmation names both ids; it refuses a filter without an actionable status.
     let confirm = console
         .get("/ui/commands/bulk?action=abandon&status=failed&error_code=INVALID_REQUEST")
         .await;
@@ -443,6 +448,27 @@ async fn bulk_confirmation_states_the_count_then_acts_on_every_match() {
             .contains("<strong id=\"bulk-count\">2</strong>"),
         "{}",
         confirm.body
+    );
+    assert_eq!(confirmed_ids(&confirm.body), format!("{first} {second}"));
+    for id in [&first, &second] {
+        assert!(
+            confirm.body.contains(&format!("data-id=\"{id}\"")),
+            "listed: {}",
+            confirm.body
+        );
+    }
+    // "The N oldest": limit=1 names the first only, and says how many match in all.
+    let oldest = console
+        .get("/ui/commands/bulk?action=abandon&status=failed&limit=1")
+        .await;
+    assert_eq!(confirmed_ids(&oldest.body), first);
+    assert!(oldest.body.contains("oldest of 2"), "{}", oldest.body);
+    assert_eq!(
+        console
+            .get("/ui/commands/bulk?action=abandon&status=failed&limit=0")
+            .await
+            .status,
+        400
     );
     let refused = console.get("/ui/commands/bulk?action=abandon").await;
     assert_eq!(refused.status, 400, "{}", refused.body);
@@ -456,52 +482,183 @@ async fn bulk_confirmation_states_the_count_then_acts_on_every_match() {
         nothing.body
     );
     assert!(!nothing.body.contains("bulk-confirm"), "{}", nothing.body);
+    // After the confirmation: a third command fails, the second is retried elsewhere.
+    let third = failed_command(&h, "cs-b3").await;
+    let (status, body) = h
+        .post(
+            &format!("/v1/commands/{second}/retry"),
+            &json!({"actor": "other", "reason": "meanwhile"}),
+            None,
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
     let csrf = console.csrf().to_owned();
-    let bulk = |expected: &'static str| {
-        [
+    let ids = confirmed_ids(&confirm.body);
+    let fields = |ids: &str| {
+        vec![
             ("csrf", csrf.clone()),
             ("action", "abandon".to_owned()),
             ("status", "failed".to_owned()),
             ("error_code", "INVALID_REQUEST".to_owned()),
             ("reason", "tenant gone".to_owned()),
-            ("expected", expected.to_owned()),
+            ("command_ids", ids.to_owned()),
         ]
     };
-    // A confirmation that stated another count than what matches now does nothing: the page
-    // comes back with the new count (a third command failing meanwhile, or a re-sent POST).
-    let stale = bulk("1");
-    let stale: Vec<(&str, &str)> = stale.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    let again = console.post("/ui/commands/bulk", &stale).await;
-    assert_eq!(again.status, 200, "{}", again.body);
-    assert!(again.body.contains("id=\"bulk-changed\""), "{}", again.body);
-    assert!(
-        again.body.contains("<strong id=\"bulk-count\">2</strong>"),
-        "{}",
-        again.body
-    );
+    // Without the named ids the action is refused, nothing done.
+    let none = fields("");
+    let none: Vec<(&str, &str)> = none.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    assert_eq!(console.post("/ui/commands/bulk", &none).await.status, 400);
     let (_, page) = h.get("/v1/commands?status=abandoned").await;
     assert_eq!(page["items"], json!([]), "nothing done: {page}");
-    // Without the stated count the action is refused.
-    let missing: Vec<(&str, &str)> = stale
-        .iter()
-        .copied()
-        .filter(|(k, _)| *k != "expected")
-        .collect();
-    assert_eq!(
-        console.post("/ui/commands/bulk", &missing).await.status,
-        400
-    );
-    let fields = bulk("2");
-    let fields: Vec<(&str, &str)> = fields.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    let done = console.post("/ui/commands/bulk", &fields).await;
+    let named = fields(&ids);
+    let named: Vec<(&str, &str)> = named.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let done = console.post("/ui/commands/bulk", &named).await;
     assert_eq!(done.status, 200, "{}", done.body);
     assert!(
-        done.body.contains("<strong>2</strong> commands acted on"),
+        done.body
+            .contains("<strong>1</strong> commands acted on, 0 refused, 1 skipped"),
         "{}",
         done.body
     );
+    let skipped = &done.body[done.body.find("id=\"bulk-skipped\"").unwrap()..];
+    assert!(skipped.contains(&second), "{skipped}");
     let (_, page) = h.get("/v1/commands?status=abandoned").await;
-    assert_eq!(page["items"].as_array().unwrap().len(), 2, "{page}");
+    let abandoned: Vec<_> = page["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["id"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(abandoned, vec![first], "{page}");
+    let (_, c) = h.get(&format!("/v1/commands/{third}")).await;
+    assert_eq!(c["status"], "failed", "not named, not touched: {c}");
+}
+
+/// Issue 27: the commands table pages backwards as well as forwards, and shows its times as
+/// `<time>` elements (UTC in the text and the title; the script localizes the text).
+#[tokio::test]
+async fn commands_table_pages_both_ways_and_marks_up_its_times() {
+    let h = Harness::start().await;
+    let mut console = Console::new(&h);
+    console.login(TOKEN).await;
+    let total = tenantry_app::ui::pages::commands::PAGE as usize + 3;
+    for i in 0..total {
+        h.create("t-1", &format!("cs-p{i:03}")).await;
+    }
+    let rows = |body: &str| {
+        body.match_indices("<tr class=\"command\"")
+            .map(|(at, _)| {
+                let href = body[at..].find("href=\"/ui/commands/").unwrap() + at + 19;
+                body[href..].split('"').next().unwrap().to_owned()
+            })
+            .collect::<Vec<_>>()
+    };
+    let link = |body: &str, id: &str| {
+        let at = body.find(&format!("id=\"{id}\" href=\""))? + id.len() + 12;
+        Some(body[at..].split('"').next().unwrap().replace("&amp;", "&"))
+    };
+    let first = console.get("/ui/commands").await;
+    assert_eq!(first.status, 200, "{}", first.body);
+    let first_rows = rows(&first.body);
+    assert_eq!(first_rows.len(), total - 3);
+    assert!(
+        link(&first.body, "prev-page").is_none(),
+        "the first page has no previous"
+    );
+    let second = console.get(&link(&first.body, "next-page").unwrap()).await;
+    assert_eq!(rows(&second.body).len(), 3, "{}", second.body);
+    assert!(link(&second.body, "next-page").is_none(), "{}", second.body);
+    let back = console.get(&link(&second.body, "prev-page").unwrap()).await;
+    assert_eq!(back.status, 200, "{}", back.body);
+    assert_eq!(rows(&back.body), first_rows, "back to the first page");
+    assert!(link(&back.body, "prev-page").is_none(), "{}", back.body);
+    assert!(link(&back.body, "next-page").is_some(), "{}", back.body);
+    // An unknown backwards cursor is a clear 400.
+    let unknown = console.get("/ui/commands?before=no-such-command").await;
+    assert_eq!(unknown.status, 400, "{}", unknown.body);
+    // Times: machine-readable UTC, with UTC on hover.
+    let at = first
+        .body
+        .find("<time datetime=\"")
+        .expect("a <time> element");
+    let time = &first.body[at..first.body[at..].find("</time>").unwrap() + at];
+    assert!(
+        time.contains("Z\" title=\"") && time.ends_with(" UTC"),
+        "{time}"
+    );
+    assert!(
+        first.body.contains("/console.js\""),
+        "the local-time script is linked"
+    );
+}
+
+/// Issue 27: static files are linked by fingerprinted URLs cached as immutable for a year
+/// (with an ETag); the plain URLs revalidate (`no-cache` + ETag, 304 when unchanged); pages
+/// stay `no-store`.
+#[tokio::test]
+async fn static_assets_are_fingerprinted_and_cached_as_immutable() {
+    let h = Harness::start().await;
+    let mut console = Console::new(&h);
+    console.login(TOKEN).await;
+    let page = console.get("/ui").await;
+    assert_eq!(
+        page.headers.get("cache-control").unwrap().to_str().unwrap(),
+        "no-store"
+    );
+    for name in ["console.css", "htmx.min.js", "console.js"] {
+        let at = page
+            .body
+            .find(&format!("/{name}\""))
+            .unwrap_or_else(|| panic!("{name} linked: {}", page.body));
+        let start = page.body[..at].rfind('"').unwrap() + 1;
+        let url = &page.body[start..at + name.len() + 1];
+        assert!(url.starts_with("/ui/static/") && url.len() > 30, "{url}");
+        let asset = console.get(url).await;
+        assert_eq!(asset.status, 200, "{url}");
+        assert_eq!(
+            asset
+                .headers
+                .get("cache-control")
+                .unwrap()
+                .to_str()
+                .unwrap(),
+            "public, max-age=31536000, immutable",
+            "{url}"
+        );
+        let etag = asset
+            .headers
+            .get("etag")
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .to_owned();
+        let again = console
+            .send(
+                console
+                    .http
+                    .get(format!("{}{url}", console.base))
+                    .header("if-none-match", &etag),
+            )
+            .await;
+        assert_eq!(again.status, 304, "{url}");
+        assert!(again.body.is_empty());
+        let plain = console.get(&format!("/ui/static/{name}")).await;
+        assert_eq!(plain.status, 200, "{name}");
+        assert_eq!(
+            plain
+                .headers
+                .get("cache-control")
+                .unwrap()
+                .to_str()
+                .unwrap(),
+            "no-cache"
+        );
+        assert_eq!(plain.headers.get("etag").unwrap().to_str().unwrap(), etag);
+        assert_eq!(plain.body, asset.body);
+    }
+    let stale = console.get("/ui/static/0000000000000000/console.css").await;
+    assert_eq!(stale.status, 404);
+    assert_eq!(console.get("/ui/static/nothing.js").await.status, 404);
 }
 
 #[tokio::test]
@@ -515,6 +672,9 @@ async fn read_only_console_hides_and_refuses_actions() {
     assert!(!detail.body.contains("retry-button"), "{}", detail.body);
     let list = console.get("/ui/commands?status=failed").await;
     assert!(!list.body.contains("bulk-retry"), "{}", list.body);
+    // Every page says the console is read-only.
+    assert!(list.body.contains("id=\"read-only\""), "{}", list.body);
+    assert!(detail.body.contains("id=\"read-only\""), "{}", detail.body);
     let csrf = console.csrf().to_owned();
     let answer = console
         .post(

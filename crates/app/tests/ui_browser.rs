@@ -2,7 +2,10 @@
 //! (chromedriver, through fantoccini) against a running service with real data. One journey:
 //! log in, filter the commands, retry a failed command and see it settle, clear a fence with
 //! a reason, and watch the directory page turn not-ready by itself (the live refresh) when the
-//! provider stops answering. Screenshots of each step go to `target/ui/`.
+//! provider stops answering. A second journey on a phone-sized window (390 px): the page never
+//! scrolls sideways, wide tables scroll inside their box, the header wraps, times show in the
+//! browser's zone, and a bulk abandon touches exactly the commands its confirmation named;
+//! then the same page at 1400 px uses the width. Screenshots of each step go to `target/ui/`.
 //!
 //! Browser: `/usr/bin/chromium` and `/usr/bin/chromedriver` (Debian's `chromium` and
 //! `chromium-driver`; `.ci/run` installs them), or `TENANTRY_CHROMIUM` /
@@ -116,7 +119,8 @@ impl Drop for Driver {
     }
 }
 
-async fn start_driver(browser: &Browser) -> Driver {
+/// chromedriver (and the Chromium it starts) in the time zone `tz` (`TZ`), e.g. `Asia/Tokyo`.
+async fn start_driver(browser: &Browser, tz: &str) -> Driver {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -124,6 +128,7 @@ async fn start_driver(browser: &Browser) -> Driver {
         .port();
     let child = Command::new(&browser.chromedriver)
         .arg(format!("--port={port}"))
+        .env("TZ", tz)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -147,20 +152,32 @@ async fn start_driver(browser: &Browser) -> Driver {
     panic!("chromedriver did not answer on {}", driver.url);
 }
 
-async fn start_browser(browser: &Browser, driver: &Driver, profile: &Path) -> Client {
+/// A headless Chromium session whose window is `size` (`"width,height"` in CSS pixels); with
+/// `phone` (width, height), a phone's viewport through Chromium's mobile emulation (a
+/// headless window is at least 500 px wide).
+async fn start_browser(
+    browser: &Browser,
+    driver: &Driver,
+    profile: &Path,
+    size: &str,
+    phone: Option<(u32, u32)>,
+) -> Client {
     let mut caps = serde_json::Map::new();
-    caps.insert(
-        "goog:chromeOptions".to_owned(),
-        json!({
+    let mut options = json!({
             "binary": browser.chromium,
             "args": [
                 "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                "--disable-dev-shm-usage", "--window-size=1280,900",
+                "--disable-dev-shm-usage", format!("--window-size={size}"),
                 format!("--user-data-dir={}", profile.display()),
             ],
-        }),
-    );
+    });
+    if let Some((width, height)) = phone {
+        options["mobileEmulation"] = json!({
+            "deviceMetrics": {"width": width, "height": height, "pixelRatio": 3.0, "touch": true},
+        });
+    }
+    caps.insert("goog:chromeOptions".to_owned(), options);
     let connector = hyper_util::client::legacy::connect::HttpConnector::new();
     ClientBuilder::new(connector)
         .capabilities(caps)
@@ -292,9 +309,9 @@ async fn console_in_a_real_browser() {
         .await
         .unwrap();
 
-    let driver = start_driver(&browser).await;
+    let driver = start_driver(&browser, "UTC").await;
     let profile = tempfile::tempdir().unwrap();
-    let client = start_browser(&browser, &driver, profile.path()).await;
+    let client = start_browser(&browser, &driver, profile.path(), "1280,900", None).await;
 
     // Log in.
     client.goto(&h.url("/ui")).await.unwrap();
@@ -417,5 +434,215 @@ async fn console_in_a_real_browser() {
     wait_text(&client, "#sync-failure", "failed steps in a row", false).await;
     shot(&client, "08-directory-not-ready").await;
 
+    client.close().await.unwrap();
+}
+
+/// Runs `script` (a function body returning a value) in the page.
+async fn eval(client: &Client, script: &str) -> serde_json::Value {
+    client.execute(script, vec![]).await.unwrap()
+}
+
+/// Logs in on the current page (the login form).
+async fn log_in(client: &Client, h: &Harness) {
+    client.goto(&h.url("/ui")).await.unwrap();
+    client
+        .wait()
+        .at_most(SETTLE)
+        .for_element(Locator::Css("#token"))
+        .await
+        .unwrap()
+        .send_keys(TOKEN)
+        .await
+        .unwrap();
+    client
+        .find(Locator::Css("#login"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    wait_text(client, "h1", "Overview", false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "drives Chromium: runs once in the `test (browser)` step of `cargo xtask ci` (cargo test -p tenantry-app --test ui_browser -- --ignored)"]
+async fn console_on_a_phone_and_bulk_by_identity() {
+    let Some(browser) = locate(|v| std::env::var(v).ok(), Path::exists).unwrap() else {
+        return;
+    };
+    let h = Harness::start().await;
+    let fail_one = |cs: &'static str| {
+        let h = &h;
+        async move {
+            h.remote
+                .script(Route::Provision, [Some(Fault::InvalidRequest)]);
+            let created = h.create("t-1", cs).await;
+            h.wait_for(
+                &format!("/v1/tenants/t-1/control-spaces/{cs}"),
+                |b| b["lifecycle_status"] == "failed",
+                SETTLE,
+            )
+            .await;
+            created["command_id"].as_str().unwrap().to_owned()
+        }
+    };
+    let first = fail_one("cs-phone-with-a-rather-long-control-space-id-1").await;
+    let second = fail_one("cs-phone-with-a-rather-long-control-space-id-2").await;
+
+    let driver = start_driver(&browser, "Asia/Tokyo").await;
+    let profile = tempfile::tempdir().unwrap();
+    let client = start_browser(
+        &browser,
+        &driver,
+        profile.path(),
+        "500,844",
+        Some((390, 844)),
+    )
+    .await;
+    log_in(&client, &h).await;
+    client
+        .goto(&h.url("/ui/commands?status=failed"))
+        .await
+        .unwrap();
+    wait_text(&client, "#matching", "2 commands match", false).await;
+    // The page never scrolls sideways; the table scrolls inside its own box; the header
+    // wraps instead of overflowing.
+    let layout = eval(
+        &client,
+        "const t = document.querySelector('#commands'); const hd = document.querySelector('header');
+         return { page: document.documentElement.scrollWidth, body: document.body.scrollWidth,
+                  view: screen.width, inner: window.innerWidth, tableScroll: t.scrollWidth, tableBox: t.clientWidth,
+                  overflow: getComputedStyle(t).overflowX, header: hd.scrollWidth,
+                  headerBox: hd.clientWidth, headerHeight: hd.getBoundingClientRect().height,
+                  link: document.querySelector('header a').getBoundingClientRect().height };",
+    )
+    .await;
+    let n = |k: &str| layout[k].as_f64().unwrap();
+    assert!(n("view") <= 400.0, "a phone-sized window: {layout}");
+    assert!(
+        n("page") <= n("view") && n("body") <= n("view") && n("inner") <= n("view"),
+        "no sideways scroll: {layout}"
+    );
+    assert_eq!(layout["overflow"], "auto", "{layout}");
+    assert!(
+        n("tableScroll") > n("tableBox"),
+        "the table scrolls inside its box: {layout}"
+    );
+    assert!(n("header") <= n("headerBox"), "the header fits: {layout}");
+    assert!(
+        n("headerHeight") > 2.0 * n("link"),
+        "the header wraps: {layout}"
+    );
+    // Times are shown in the browser's zone (Tokyo), UTC on hover.
+    let time = eval(
+        &client,
+        "const t = document.querySelector('#commands time'); return { text: t.textContent, title: t.title, local: t.hasAttribute('data-local') };",
+    )
+    .await;
+    assert_eq!(time["local"], true, "{time}");
+    let title = time["title"].as_str().unwrap();
+    assert!(title.ends_with(" UTC"), "{time}");
+    assert_ne!(time["text"].as_str().unwrap(), title, "{time}");
+    shot(&client, "09-phone-commands").await;
+
+    // Bulk abandon by identity: the confirmation names both; meanwhile a third fails and the
+    // second is retried elsewhere; the action abandons the first only and lists the second.
+    client
+        .find(Locator::Css("#bulk-abandon"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    wait_text(&client, "#confirm-count", "2", false).await;
+    for id in [&first, &second] {
+        client
+            .find(Locator::Css(&format!("tr.bulk-id[data-id='{id}']")))
+            .await
+            .unwrap();
+    }
+    let third = fail_one("cs-phone-with-a-rather-long-control-space-id-3").await;
+    let (status, body) = h
+        .post(
+            &format!("/v1/commands/{second}/retry"),
+            &json!({"actor": "other", "reason": "meanwhile"}),
+            None,
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let page = eval(
+        &client,
+        "return document.documentElement.scrollWidth <= window.innerWidth;",
+    )
+    .await;
+    assert_eq!(
+        page, true,
+        "the confirmation does not scroll sideways either"
+    );
+    shot(&client, "10-phone-bulk-confirm").await;
+    client
+        .find(Locator::Css("#bulk-reason"))
+        .await
+        .unwrap()
+        .send_keys("tenant gone")
+        .await
+        .unwrap();
+    client
+        .find(Locator::Css("#bulk-confirm"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    wait_text(
+        &client,
+        "#bulk-result",
+        "1 commands acted on, 0 refused, 1 skipped",
+        false,
+    )
+    .await;
+    wait_text(&client, "#bulk-skipped", &second, false).await;
+    shot(&client, "11-phone-bulk-done").await;
+    let status_of = |id: String| {
+        let h = &h;
+        async move { h.get(&format!("/v1/commands/{id}")).await.1["status"].clone() }
+    };
+    assert_eq!(status_of(first.clone()).await, "abandoned");
+    assert_ne!(status_of(second.clone()).await, "abandoned");
+    assert_eq!(
+        status_of(third.clone()).await,
+        "failed",
+        "not named, not touched"
+    );
+
+    client.close().await.unwrap();
+
+    // At 1400 px the table uses the width it has.
+    let wide_profile = tempfile::tempdir().unwrap();
+    let client = start_browser(&browser, &driver, wide_profile.path(), "1400,900", None).await;
+    log_in(&client, &h).await;
+    client.goto(&h.url("/ui/commands")).await.unwrap();
+    wait_text(&client, "#matching", "commands match", false).await;
+    let wide = eval(
+        &client,
+        "const t = document.querySelector('#commands');
+         return { table: t.getBoundingClientRect().width, view: window.innerWidth,
+                  rows: t.firstElementChild.getBoundingClientRect().width,
+                  scrollbar: t.offsetHeight - t.clientHeight - parseFloat(getComputedStyle(t).borderTopWidth) };",
+    )
+    .await;
+    let n = |k: &str| wide[k].as_f64().unwrap();
+    assert!(
+        n("view") > 1300.0 && n("table") > n("view") - 80.0,
+        "{wide}"
+    );
+    // The rows fit the box (sub-pixel widths aside): no scrollbar at 1400 px.
+    assert!(n("rows") <= n("table") + 0.5, "{wide}");
+    assert_eq!(
+        n("scrollbar"),
+        0.0,
+        "no sideways scrollbar at 1400 px: {wide}"
+    );
+    shot(&client, "12-wide-commands").await;
     client.close().await.unwrap();
 }

@@ -1,5 +1,6 @@
 //! Operator routes on commands: read one command with its attempt-error log, retry or abandon
-//! one command or every command matching a filter, and read a command's action log. Every action is recorded with who (`actor`), when
+//! one command, the confirmed commands that still match a filter, or every command matching
+//! it, and read a command's action log. Every action is recorded with who (`actor`), when
 //! and why (`reason`); a command that is not `pending` or `failed` is refused with 409
 //! `COMMAND_NOT_ACTIONABLE` and left unchanged.
 
@@ -42,7 +43,8 @@ impl From<OperatorRequestError> for AdminApiError {
         let message = error.to_string();
         match error {
             OperatorRequestError::InvalidField { .. }
-            | OperatorRequestError::BulkStatusRequired { .. } => {
+            | OperatorRequestError::BulkStatusRequired { .. }
+            | OperatorRequestError::ConfirmedCount { .. } => {
                 Self::new(StatusCode::BAD_REQUEST, "INVALID_ARGUMENT", message)
             }
             OperatorRequestError::Refused(e) => e.into(),
@@ -64,7 +66,11 @@ pub struct ActBody {
 }
 
 /// Body of `POST /v1/commands/retry` and `/v1/commands/abandon`: the filter (status `failed`
-/// or `pending` required) and who / why.
+/// or `pending` required), who / why, and optionally the confirmed `command_ids`.
+///
+/// With `command_ids` (the form to use after showing an operator what will be touched), only
+/// those commands are acted on, each only if it still matches the filter; without it, every
+/// command matching the filter when the request arrives (the original, filter-only form).
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[schema(as = BulkOperatorAction)]
 #[serde(deny_unknown_fields)]
@@ -84,6 +90,13 @@ pub struct BulkBody {
     pub control_space_id: Option<String>,
     /// Only commands whose last error code is exactly this.
     pub error_code: Option<String>,
+    /// The confirmed commands (1 to 10,000 ids; duplicates count once), e.g. the ids of the
+    /// first page of `GET /v1/commands` with the same filter. Only these are acted on: one
+    /// that started matching later is not touched, one that no longer matches the filter (or
+    /// no longer exists) is left unchanged and listed in `skipped`. Without it every command
+    /// matching the filter is acted on.
+    #[schema(value_type = Option<Vec<CommandId>>)]
+    pub command_ids: Option<Vec<String>>,
 }
 
 /// A command that matched a bulk action but was refused.
@@ -101,6 +114,10 @@ pub struct RefusedView {
 pub struct BulkView {
     acted: Vec<CommandView>,
     refused: Vec<RefusedView>,
+    /// Confirmed commands (`command_ids`) left unchanged because they no longer match the
+    /// filter or no longer exist, each with code `COMMAND_NO_LONGER_MATCHES`; always empty
+    /// for a filter-only request.
+    skipped: Vec<RefusedView>,
     /// True when the 10,000-command bound stopped the action; run it again for the rest.
     truncated: bool,
 }
@@ -254,6 +271,9 @@ pub async fn abandon_command(
     act_one(&state, &id, OperatorActionKind::Abandon, body).await
 }
 
+/// The code of a confirmed command that a bulk action skipped.
+pub const NO_LONGER_MATCHES: &str = "COMMAND_NO_LONGER_MATCHES";
+
 async fn act_bulk(
     state: &AdminState,
     kind: OperatorActionKind,
@@ -281,17 +301,33 @@ async fn act_bulk(
             .filter(|c| !c.is_empty())
             .map(tenantry_lifecycle::ErrorCode::from),
         after: None,
+        before: None,
         limit: 0,
     };
-    let report = operator(state)
-        .act_on_matching(&filter, kind, &body.actor, &body.reason)
-        .await?;
+    let report = match &body.command_ids {
+        Some(ids) => {
+            let ids = ids
+                .iter()
+                .map(|id| parse_id("command_ids", id, CommandId::parse))
+                .collect::<Result<Vec<_>, _>>()?;
+            operator(state)
+                .act_on_confirmed(&filter, &ids, kind, &body.actor, &body.reason)
+                .await?
+        }
+        None => {
+            operator(state)
+                .act_on_matching(&filter, kind, &body.actor, &body.reason)
+                .await?
+        }
+    };
     tracing::info!(
         action = kind.as_str(),
         actor = ?body.actor.trim(),
         reason = ?body.reason.trim(),
+        confirmed = body.command_ids.is_some(),
         acted = report.acted.len(),
         refused = report.refused.len(),
+        skipped = report.skipped.len(),
         "operator bulk action on commands"
     );
     Ok(Json(BulkView {
@@ -308,6 +344,17 @@ async fn act_bulk(
                 }
             })
             .collect(),
+        skipped: report
+            .skipped
+            .into_iter()
+            .map(|id| RefusedView {
+                message: format!(
+                    "command {id} no longer matches the filter (or no longer exists); left unchanged"
+                ),
+                command_id: id.into_string(),
+                code: NO_LONGER_MATCHES,
+            })
+            .collect(),
         truncated: report.truncated,
     }))
 }
@@ -317,10 +364,10 @@ async fn act_bulk(
     post,
     path = "/v1/commands/retry",
     operation_id = "retryMatchingCommands",
-    summary = "Retry every command matching the filter (status failed or pending required), at most 10,000",
+    summary = "Retry the confirmed commands (command_ids) that still match the filter, or without command_ids every command matching it (status failed or pending required), at most 10,000",
     request_body = BulkBody,
     responses(
-        (status = 200, description = "What was acted on and what was refused (each refusal with code and message).", body = BulkView),
+        (status = 200, description = "What was acted on, what was refused and which confirmed commands were skipped (each with code and message).", body = BulkView),
         Refusals,
         BodyRefusals,
     ),
@@ -338,10 +385,10 @@ pub async fn retry_matching(
     post,
     path = "/v1/commands/abandon",
     operation_id = "abandonMatchingCommands",
-    summary = "Abandon every command matching the filter (status failed or pending required), at most 10,000",
+    summary = "Abandon the confirmed commands (command_ids) that still match the filter, or without command_ids every command matching it (status failed or pending required), at most 10,000",
     request_body = BulkBody,
     responses(
-        (status = 200, description = "What was acted on and what was refused (each refusal with code and message).", body = BulkView),
+        (status = 200, description = "What was acted on, what was refused and which confirmed commands were skipped (each with code and message).", body = BulkView),
         Refusals,
         BodyRefusals,
     ),

@@ -559,6 +559,7 @@ pub fn commands_filter(query: &CommandsQuery) -> Result<CommandFilter, AdminApiE
             .filter(|c| !c.is_empty())
             .map(tenantry_lifecycle::ErrorCode::from),
         after,
+        before: None,
         limit,
     })
 }

@@ -39,6 +39,9 @@ pub const MAX_SESSIONS: usize = 1024;
 pub struct Session {
     /// The CSRF token every state-changing request of this session must carry.
     pub csrf: Arc<str>,
+    /// Whether the console is read-only (`ui_read_only`); set by [`require_session`] so every
+    /// page's header can say so.
+    pub read_only: bool,
 }
 
 #[derive(Debug)]
@@ -111,6 +114,7 @@ impl Sessions {
         let map = self.lock();
         map.get(id).filter(|e| e.expires > now).map(|e| Session {
             csrf: e.csrf.clone(),
+            read_only: false,
         })
     }
 
@@ -170,7 +174,10 @@ pub async fn require_session(
         }
         return Redirect::to("/ui/login").into_response();
     };
-    request.extensions_mut().insert(session);
+    request.extensions_mut().insert(Session {
+        read_only: state.settings.read_only,
+        ..session
+    });
     next.run(request).await
 }
 

@@ -5,6 +5,7 @@
 use axum::http::HeaderMap;
 use maud::{DOCTYPE, Markup, PreEscaped, html};
 
+use super::assets::{CSS_ASSET, HTMX_ASSET, SCRIPT_ASSET};
 use super::auth::Session;
 
 /// The live refresh period of pages and tables.
@@ -29,8 +30,9 @@ fn head(title: &str) -> Markup {
             meta charset="utf-8";
             meta name="viewport" content="width=device-width, initial-scale=1";
             title { (title) " · Tenantry" }
-            link rel="stylesheet" href="/ui/static/console.css";
-            script src="/ui/static/htmx.min.js" {}
+            link rel="stylesheet" href=(CSS_ASSET.url());
+            script src=(HTMX_ASSET.url()) {}
+            script src=(SCRIPT_ASSET.url()) defer {}
         }
     }
 }
@@ -79,6 +81,9 @@ pub fn page(
                     @for (path, label) in NAV {
                         a href=(path) class=[(path == active).then_some("active")] { (label) }
                     }
+                    @if session.read_only {
+                        span #read-only.badge title="ui_read_only = true: this console shows everything and offers no action" { "read-only" }
+                    }
                     form.inline method="post" action="/ui/logout" {
                         input type="hidden" name="csrf" value=(session.csrf.as_ref());
                         button type="submit" { "Sign out" }
@@ -105,14 +110,22 @@ pub fn page(
     }
 }
 
-/// A time for tables: RFC 3339 to the second, UTC.
-pub fn time(at: &chrono::DateTime<chrono::Utc>) -> String {
-    at.format("%Y-%m-%d %H:%M:%S UTC").to_string()
+/// A time: `<time datetime="…Z" title="… UTC">… UTC</time>`, to the second. The console's
+/// script rewrites the text to the browser's time zone; the `title` keeps UTC for hovering,
+/// and without JavaScript the text stays UTC.
+pub fn time(at: &chrono::DateTime<chrono::Utc>) -> Markup {
+    let utc = at.format("%Y-%m-%d %H:%M:%S UTC").to_string();
+    html! {
+        time datetime=(at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)) title=(utc) { (utc) }
+    }
 }
 
 /// An optional time (`—` when absent).
-pub fn time_opt(at: Option<&chrono::DateTime<chrono::Utc>>) -> String {
-    at.map_or_else(|| "—".to_owned(), time)
+pub fn time_opt(at: Option<&chrono::DateTime<chrono::Utc>>) -> Markup {
+    match at {
+        Some(at) => time(at),
+        None => html! { "—" },
+    }
 }
 
 /// Percent-encodes a query or path value (everything but RFC 3986's unreserved characters).

@@ -5,9 +5,10 @@
 //!   SameSite=Strict, path `/ui`), the CSRF token of every state-changing request, and the
 //!   redirect of every page to the login without a valid session;
 //! - [`pages`]: overview, commands (filter, keyset paging, detail, retry / abandon one, bulk
-//!   after a confirmation stating the count), fences (fence vs in-flight intent, clear with a
+//!   of the commands a confirmation names, by id), fences (fence vs in-flight intent, clear with a
 //!   reason), directory (cursor, staleness, readiness, counts);
-//! - [`assets`]: the vendored htmx and the stylesheet;
+//! - [`assets`]: the vendored htmx, the stylesheet and the local-time script, under
+//!   fingerprinted URLs cached as immutable;
 //! - [`layout`]: the page shell;
 //! - [`extract`]: form and query extractors whose rejection is a console page (400), not
 //!   axum's plain text.
@@ -100,14 +101,18 @@ pub fn router(state: UiState) -> Router {
     Router::new()
         .merge(pages)
         .route("/ui/login", get(auth::login_form).post(auth::login))
-        .route("/ui/static/htmx.min.js", get(assets::htmx))
-        .route("/ui/static/console.css", get(assets::css))
+        .route("/ui/static/{name}", get(assets::plain))
+        .route(
+            "/ui/static/{fingerprint}/{name}",
+            get(assets::fingerprinted),
+        )
         .layer(middleware::from_fn(protective_headers))
         .with_state(state)
 }
 
-/// Headers on every console answer: `Cache-Control: no-store` (pages show live operational
-/// data and carry the CSRF token; a shared or back-button cache must not keep them),
+/// Headers on every console answer: `Cache-Control: no-store` unless the handler set its own
+/// (pages show live operational data and carry the CSRF token; a shared or back-button cache
+/// must not keep them; the static files set theirs, see [`assets`]),
 /// `X-Frame-Options: DENY` and `Content-Security-Policy: frame-ancestors 'none'` (no other
 /// site may frame the console to trick a click on an action), `X-Content-Type-Options:
 /// nosniff`, `Referrer-Policy: same-origin`.
@@ -118,7 +123,9 @@ async fn protective_headers(
     use axum::http::{HeaderValue, header};
     let mut response = next.run(request).await;
     let headers = response.headers_mut();
-    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    headers
+        .entry(header::CACHE_CONTROL)
+        .or_insert(HeaderValue::from_static("no-store"));
     headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
     headers.insert(
         header::CONTENT_SECURITY_POLICY,

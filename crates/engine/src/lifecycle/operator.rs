@@ -49,6 +49,16 @@ pub enum OperatorRequestError {
         /// The status given, or `none`.
         got: String,
     },
+    /// A confirmed bulk action named no command, or more than [`MAX_BULK`].
+    #[error(
+        "command_ids names {got} commands; a confirmed bulk action names 1 to {max} (confirm the oldest {max} and run it again for the rest)"
+    )]
+    ConfirmedCount {
+        /// How many distinct ids were given.
+        got: usize,
+        /// [`MAX_BULK`].
+        max: usize,
+    },
     /// The single action was refused (unknown command, not pending/failed).
     #[error(transparent)]
     Refused(#[from] OperatorActionError),
@@ -66,6 +76,9 @@ pub struct BulkReport {
     pub refused: Vec<(CommandId, OperatorActionError)>,
     /// Whether [`MAX_BULK`] stopped the walk before the filter was exhausted.
     pub truncated: bool,
+    /// Confirmed commands left untouched because they no longer match the filter (or no
+    /// longer exist) when the action reached them ([`OperatorActions::act_on_confirmed`]).
+    pub skipped: Vec<CommandId>,
 }
 
 /// Operator retry / abandon over a store.
@@ -180,19 +193,7 @@ impl<S: CommandQueue + CommandAdmin> OperatorActions<S> {
         bound: usize,
     ) -> Result<BulkReport, OperatorRequestError> {
         let bound = bound.min(MAX_BULK);
-        check_text("actor", actor, MAX_ACTOR_CHARS)?;
-        check_text("reason", reason, MAX_REASON_CHARS)?;
-        if !filter
-            .status
-            .is_some_and(CommandStatus::accepts_operator_action)
-        {
-            return Err(OperatorRequestError::BulkStatusRequired {
-                action: kind.as_str(),
-                got: filter
-                    .status
-                    .map_or_else(|| "none".to_owned(), |s| s.to_string()),
-            });
-        }
+        check_bulk(filter, kind, actor, reason)?;
         let mut page = CommandFilter {
             limit: PAGE,
             after: None,
@@ -222,4 +223,74 @@ impl<S: CommandQueue + CommandAdmin> OperatorActions<S> {
             }
         }
     }
+
+    /// Retries or abandons exactly the commands an operator confirmed: each of `command_ids`
+    /// (duplicates count once) is read again and acted on only if it still matches `filter`
+    /// (its cursors and limit are ignored); one that no longer matches, or no longer exists,
+    /// is left untouched and listed in [`BulkReport::skipped`]. A command that started
+    /// matching after the confirmation is never touched, since only the named ids are read.
+    /// Ids are taken in the order given. The match is checked just before the store's
+    /// compare-and-set, which still refuses a command that is no longer pending or failed.
+    ///
+    /// # Errors
+    /// [`OperatorRequestError::InvalidField`], [`OperatorRequestError::BulkStatusRequired`],
+    /// [`OperatorRequestError::ConfirmedCount`] (nothing written);
+    /// [`OperatorRequestError::Store`] when reading fails (the actions taken before it stay).
+    pub async fn act_on_confirmed(
+        &self,
+        filter: &CommandFilter,
+        command_ids: &[CommandId],
+        kind: OperatorActionKind,
+        actor: &str,
+        reason: &str,
+    ) -> Result<BulkReport, OperatorRequestError> {
+        check_bulk(filter, kind, actor, reason)?;
+        let mut seen = std::collections::HashSet::new();
+        let ids: Vec<&CommandId> = command_ids.iter().filter(|id| seen.insert(*id)).collect();
+        if ids.is_empty() || ids.len() > MAX_BULK {
+            return Err(OperatorRequestError::ConfirmedCount {
+                got: ids.len(),
+                max: MAX_BULK,
+            });
+        }
+        let mut report = BulkReport::default();
+        for id in ids {
+            let still = self.store.command_by_id(id).await?;
+            if !still.is_some_and(|r| filter.matches(&r)) {
+                report.skipped.push(id.clone());
+                continue;
+            }
+            let action = self.action(id.clone(), kind, actor, reason);
+            match self.store.act_on_command(&action).await {
+                Ok(after) => report.acted.push(after),
+                Err(OperatorActionError::Store(e)) => return Err(e.into()),
+                Err(refused) => report.refused.push((id.clone(), refused)),
+            }
+        }
+        Ok(report)
+    }
+}
+
+/// The checks every bulk action makes before touching anything: actor and reason, and a
+/// status filter of `pending` or `failed`.
+fn check_bulk(
+    filter: &CommandFilter,
+    kind: OperatorActionKind,
+    actor: &str,
+    reason: &str,
+) -> Result<(), OperatorRequestError> {
+    check_text("actor", actor, MAX_ACTOR_CHARS)?;
+    check_text("reason", reason, MAX_REASON_CHARS)?;
+    if !filter
+        .status
+        .is_some_and(CommandStatus::accepts_operator_action)
+    {
+        return Err(OperatorRequestError::BulkStatusRequired {
+            action: kind.as_str(),
+            got: filter
+                .status
+                .map_or_else(|| "none".to_owned(), |s| s.to_string()),
+        });
+    }
+    Ok(())
 }

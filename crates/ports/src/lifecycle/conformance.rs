@@ -1319,6 +1319,31 @@ pub async fn list_commands_filters_and_pages<S: LifecycleStore>(store: S, clock:
     assert_eq!(page1.len(), 2);
     assert_eq!(page2.len(), 2);
     assert_eq!(page2[0].id, all[2].id);
+    // Backwards: the page before the one starting at `all[3]` is `all[1..3]`, ascending; at
+    // the start it is shorter; an unknown cursor gives nothing.
+    let back = |before: &CommandId, limit: u32| CommandFilter {
+        limit,
+        before: Some(before.clone()),
+        ..CommandFilter::default()
+    };
+    let ids = |rows: Vec<tenantry_lifecycle::CommandRecord>| {
+        rows.into_iter().map(|r| r.id).collect::<Vec<_>>()
+    };
+    assert_eq!(
+        ids(store.list_commands(&back(&all[3].id, 2)).await.unwrap()),
+        vec![all[1].id.clone(), all[2].id.clone()]
+    );
+    assert_eq!(
+        ids(store.list_commands(&back(&all[1].id, 2)).await.unwrap()),
+        vec![all[0].id.clone()]
+    );
+    assert!(
+        store
+            .list_commands(&back(&CommandId::parse("no-such").unwrap(), 2))
+            .await
+            .unwrap()
+            .is_empty()
+    );
     let by_cs = store
         .list_commands(&CommandFilter {
             tenant_id: Some(tenant()),

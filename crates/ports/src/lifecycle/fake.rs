@@ -458,6 +458,15 @@ impl CommandQueue for InMemoryLifecycleStore {
                 Some(pos) => drop(rows.drain(..=pos)),
                 None => rows.clear(),
             }
+        } else if let Some(before) = &filter.before {
+            match rows.iter().position(|r| &r.id == before) {
+                Some(pos) => {
+                    rows.truncate(pos);
+                    let skip = rows.len().saturating_sub(filter.limit as usize);
+                    rows.drain(..skip);
+                }
+                None => rows.clear(),
+            }
         }
         rows.truncate(filter.limit as usize);
         Ok(rows)
@@ -769,17 +778,7 @@ impl CommandAdmin for InMemoryLifecycleStore {
 
 /// Whether `r` matches every field of `filter` but the cursor and the limit.
 fn matches_filter(r: &CommandRecord, filter: &CommandFilter) -> bool {
-    filter.status.is_none_or(|s| r.status == s)
-        && filter.operation.as_ref().is_none_or(|o| &r.operation == o)
-        && filter.tenant_id.as_ref().is_none_or(|t| &r.tenant_id == t)
-        && filter
-            .control_space_id
-            .as_ref()
-            .is_none_or(|c| &r.control_space_id == c)
-        && filter
-            .error_code
-            .as_ref()
-            .is_none_or(|c| r.last_error_code.as_ref() == Some(c))
+    filter.matches(r)
 }
 
 /// A scripted reaction of [`FakeKnowledgeFs`] to the next call of one kind.

@@ -132,8 +132,36 @@ pub struct CommandFilter {
     pub error_code: Option<ErrorCode>,
     /// Keyset cursor: only commands ordered after this id.
     pub after: Option<CommandId>,
+    /// Keyset cursor backwards: only commands ordered before this id; the page is the last
+    /// `limit` of them, still returned in ascending order (the page before the one starting
+    /// at this id). An unknown cursor yields an empty page. Ignored when `after` is set.
+    pub before: Option<CommandId>,
     /// Most rows returned.
     pub limit: u32,
+}
+
+impl CommandFilter {
+    /// Whether `record` matches every field of the filter but the cursors and the limit (the
+    /// rule the stores apply in `list_commands` and `count_matching`).
+    pub fn matches(&self, record: &CommandRecord) -> bool {
+        self.status.is_none_or(|s| record.status == s)
+            && self
+                .operation
+                .as_ref()
+                .is_none_or(|o| &record.operation == o)
+            && self
+                .tenant_id
+                .as_ref()
+                .is_none_or(|t| &record.tenant_id == t)
+            && self
+                .control_space_id
+                .as_ref()
+                .is_none_or(|c| &record.control_space_id == c)
+            && self
+                .error_code
+                .as_ref()
+                .is_none_or(|c| record.last_error_code.as_ref() == Some(c))
+    }
 }
 
 /// Claim and settle of outbox commands.

@@ -767,6 +767,34 @@ impl CommandQueue for SeaOrmLifecycleStore {
                             .add(outbox::Column::Id.gt(after.as_str())),
                     ),
             );
+        } else if let Some(before) = &filter.before {
+            // Backwards: the last `limit` rows before the cursor row, read newest first and
+            // returned ascending.
+            let Some(cursor) = outbox::Entity::find_by_id(before.as_str().to_owned())
+                .one(&self.conn)
+                .await
+                .map_err(unavailable)?
+            else {
+                return Ok(Vec::new());
+            };
+            let mut rows = query
+                .filter(
+                    sea_orm::Condition::any()
+                        .add(outbox::Column::CreatedAt.lt(cursor.created_at))
+                        .add(
+                            sea_orm::Condition::all()
+                                .add(outbox::Column::CreatedAt.eq(cursor.created_at))
+                                .add(outbox::Column::Id.lt(before.as_str())),
+                        ),
+                )
+                .order_by_desc(outbox::Column::CreatedAt)
+                .order_by_desc(outbox::Column::Id)
+                .limit(u64::from(filter.limit))
+                .all(&self.conn)
+                .await
+                .map_err(unavailable)?;
+            rows.reverse();
+            return rows.into_iter().map(to_record).collect();
         }
         query
             .order_by_asc(outbox::Column::CreatedAt)

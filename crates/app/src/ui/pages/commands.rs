@@ -1,7 +1,9 @@
 //! Commands: the filtered table (status, operation, tenant, control space, error code) with
-//! keyset paging, a command's detail (payload, attempts, last error, the errors of its
-//! attempts with their times, lease, control-space state, the action log), retry / abandon of one command, and the bulk action on everything
-//! matching a filter after a confirmation that states how many commands match.
+//! keyset paging both ways, a command's detail (payload, attempts, last error, the errors of
+//! its attempts with their times, lease, control-space state, the action log), retry /
+//! abandon of one command, and the bulk action on the commands a confirmation named: the
+//! confirmation lists the oldest matching commands (at most [`BULK_CONFIRM_MAX`]) and carries
+//! their ids, and the action touches only those, each only if it still matches the filter.
 //!
 //! Filters are parsed by the admin API's [`commands_filter`](crate::admin::commands_filter())
 //! (same rules, same messages); actions go through the engine's `OperatorActions`, as the admin
@@ -15,7 +17,7 @@ use maud::{Markup, html};
 use serde::Deserialize;
 use tenantry_engine::lifecycle::OperatorActions;
 use tenantry_kernel::CommandId;
-use tenantry_lifecycle::CommandStatus;
+use tenantry_lifecycle::{CommandRecord, CommandStatus};
 use tenantry_ports::lifecycle::{
     CommandAdmin, CommandFilter, CommandQueue, ControlSpaceReader, ErrorHistory, OperatorActionKind,
 };
@@ -55,6 +57,9 @@ pub struct FilterQuery {
     /// Keyset cursor: the last id of the previous page.
     #[serde(default)]
     pub after: String,
+    /// Keyset cursor backwards: the first id of the next page (ignored with `after`).
+    #[serde(default)]
+    pub before: String,
 }
 
 fn some(value: &str) -> Option<String> {
@@ -63,9 +68,9 @@ fn some(value: &str) -> Option<String> {
 }
 
 impl FilterQuery {
-    /// The store's filter (the admin API's parsing rules).
+    /// The store's filter (the admin API's parsing rules; `before` parsed like `after`).
     fn filter(&self, limit: u32) -> Result<CommandFilter, AdminApiError> {
-        commands_filter(&CommandsQuery {
+        let mut filter = commands_filter(&CommandsQuery {
             status: some(&self.status),
             operation: some(&self.operation),
             tenant_id: some(&self.tenant_id),
@@ -73,7 +78,13 @@ impl FilterQuery {
             error_code: some(&self.error_code),
             limit: Some(limit),
             after: some(&self.after),
-        })
+        })?;
+        if filter.after.is_none() {
+            filter.before = some(&self.before)
+                .map(|b| CommandId::parse(b).map_err(|e| AdminApiError::invalid("before", e)))
+                .transpose()?;
+        }
+        Ok(filter)
     }
 
     /// The query string of this filter (without the cursor).
@@ -143,6 +154,8 @@ pub async fn list(
     let mut live_url = format!("/ui/commands?{}", query.query_string());
     if let Some(after) = some(&query.after) {
         live_url.push_str(&format!("&after={}", encode(&after)));
+    } else if let Some(before) = some(&query.before) {
+        live_url.push_str(&format!("&before={}", encode(&before)));
     }
     let before = html! {
         (filter_form(&query))
@@ -150,13 +163,13 @@ pub async fn list(
             @if let Ok(CommandFilter { status: Some(status), .. }) = query.filter(1) {
                 @if ACTIONABLE.contains(&status) {
                     p {
-                        a #bulk-retry href={"/ui/commands/bulk?action=retry&" (query.query_string())} { "Retry all matching…" }
+                        a #bulk-retry href={"/ui/commands/bulk?action=retry&" (query.query_string())} { "Retry the matching…" }
                         " · "
-                        a #bulk-abandon href={"/ui/commands/bulk?action=abandon&" (query.query_string())} { "Abandon all matching…" }
+                        a #bulk-abandon href={"/ui/commands/bulk?action=abandon&" (query.query_string())} { "Abandon the matching…" }
                     }
                 }
             } @else {
-                p.muted { "Filter by status failed or pending to act on every matching command." }
+                p.muted { "Filter by status failed or pending to act on the matching commands." }
             }
         }
     };
@@ -171,14 +184,69 @@ pub async fn list(
     .into_response()
 }
 
+/// The page of rows a query asks for, and the cursors of the pages before and after it (none
+/// at either end). One more row than a page is read to know whether the end is reached.
+async fn page_of(
+    state: &UiState,
+    filter: &CommandFilter,
+) -> Result<(Vec<CommandRecord>, Option<String>, Option<String>), AdminApiError> {
+    let mut rows = state
+        .admin
+        .store
+        .list_commands(&CommandFilter {
+            limit: PAGE + 1,
+            ..filter.clone()
+        })
+        .await?;
+    let full = rows.len() > PAGE as usize;
+    let (prev, next) = if filter.after.is_none() && filter.before.is_some() {
+        // Backwards: the extra row is the first; more before it when it came.
+        if full {
+            rows.remove(0);
+        }
+        (full, !rows.is_empty())
+    } else {
+        rows.truncate(PAGE as usize);
+        (filter.after.is_some(), full)
+    };
+    let prev = prev
+        .then(|| rows.first().map(|r| r.id.to_string()))
+        .flatten();
+    let next = next
+        .then(|| rows.last().map(|r| r.id.to_string()))
+        .flatten();
+    Ok((rows, prev, next))
+}
+
 async fn table(state: &UiState, query: &FilterQuery) -> Result<Markup, AdminApiError> {
     let filter = query.filter(PAGE)?;
     known_cursor(&state.admin.store, filter.after.as_ref()).await?;
+    if let Some(before) = &filter.before
+        && !state.admin.store.command_exists(before).await?
+    {
+        return Err(AdminApiError::new(
+            axum::http::StatusCode::BAD_REQUEST,
+            "UNKNOWN_CURSOR",
+            format!(
+                "before = {:?} names no command; go back to the first page",
+                before.as_str()
+            ),
+        ));
+    }
     let matching = state.admin.store.count_matching(&filter).await?;
-    let rows = state.admin.store.list_commands(&filter).await?;
-    let next = (rows.len() == PAGE as usize)
-        .then(|| rows.last().map(|r| r.id.to_string()))
-        .flatten();
+    let (rows, prev, next) = page_of(state, &filter).await?;
+    let pager = html! {
+        @if prev.is_some() || next.is_some() {
+            p.pager {
+                @if let Some(prev) = &prev {
+                    a #prev-page href={"/ui/commands?" (query.query_string()) "&before=" (encode(prev))} { "← Previous page" }
+                }
+                @if let Some(next) = &next {
+                    a #next-page href={"/ui/commands?" (query.query_string()) "&after=" (encode(next))} { "Next page →" }
+                }
+            }
+        }
+    };
     Ok(html! {
         p #matching { (matching) " commands match." }
         table #commands {
@@ -200,9 +268,7 @@ async fn table(state: &UiState, query: &FilterQuery) -> Result<Markup, AdminApiE
                 }
             }
         }
-        @if let Some(next) = next {
-            p { a #next-page href={"/ui/commands?" (query.query_string()) "&after=" (encode(&next))} { "Next page →" } }
-        }
+        (pager)
     })
 }
 
@@ -411,6 +477,10 @@ pub async fn abandon(
     act_one(&state, &session, &id, OperatorActionKind::Abandon, &form).await
 }
 
+/// Most commands one console confirmation names (the oldest matching ones); the rest of a
+/// larger match is acted on by confirming again.
+pub const BULK_CONFIRM_MAX: u32 = 1000;
+
 /// The query of the bulk confirmation and the fields of the bulk action.
 #[derive(Debug, Deserialize)]
 pub struct BulkForm {
@@ -426,11 +496,14 @@ pub struct BulkForm {
     /// Why (the action only; required).
     #[serde(default)]
     pub reason: String,
-    /// The number of matching commands the confirmation stated (the action only; required).
-    /// The action is refused, nothing done, when the filter no longer matches that many, and
-    /// it never acts on more.
+    /// The confirmation only: how many of the oldest matching commands to name (1 to
+    /// [`BULK_CONFIRM_MAX`], the default).
     #[serde(default)]
-    pub expected: Option<u64>,
+    pub limit: Option<u32>,
+    /// The action only (required): the ids the confirmation named, separated by spaces (ids
+    /// contain none). Only these are acted on, each only if it still matches the filter.
+    #[serde(default)]
+    pub command_ids: String,
 }
 
 fn bulk_kind(action: &str) -> Result<OperatorActionKind, AdminApiError> {
@@ -441,6 +514,7 @@ fn bulk_kind(action: &str) -> Result<OperatorActionKind, AdminApiError> {
 fn bulk_filter(filter: &FilterQuery) -> Result<CommandFilter, AdminApiError> {
     let mut parsed = FilterQuery {
         after: String::new(),
+        before: String::new(),
         ..filter.clone()
     }
     .filter(1)?;
@@ -454,7 +528,8 @@ fn bulk_filter(filter: &FilterQuery) -> Result<CommandFilter, AdminApiError> {
     Ok(parsed)
 }
 
-/// `GET /ui/commands/bulk`: the confirmation, stating how many commands match.
+/// `GET /ui/commands/bulk`: the confirmation, naming the oldest matching commands (at most
+/// `limit`, by default [`BULK_CONFIRM_MAX`]) and how many match in all.
 pub async fn confirm_bulk(
     State(state): State<UiState>,
     Extension(session): Extension<Session>,
@@ -468,42 +543,103 @@ pub async fn confirm_bulk(
             Ok(parsed) => parsed,
             Err(e) => return error_page(&e),
         };
-    let matching = match state.admin.store.count_matching(&filter).await {
-        Ok(n) => n,
-        Err(e) => return error_page(&AdminApiError::from(e)),
+    let limit = match form.limit {
+        None => BULK_CONFIRM_MAX,
+        Some(n @ 1..=BULK_CONFIRM_MAX) => n,
+        Some(n) => {
+            return error_page(&AdminApiError::invalid(
+                "limit",
+                format!("{n}; name 1 to {BULK_CONFIRM_MAX} commands per confirmation"),
+            ));
+        }
     };
-    confirmation(&session, &form, kind, matching, None)
+    confirmation(&state, &session, &form, kind, &filter, limit).await
 }
 
-/// The bulk confirmation page: states `matching` and carries it as `expected` in the form;
-/// `notice` explains why the operator sees it again.
-fn confirmation(
+/// The bulk confirmation page: how many commands match, and the ids of the oldest `limit` of
+/// them, listed and carried in the form.
+async fn confirmation(
+    state: &UiState,
     session: &Session,
     form: &BulkForm,
     kind: OperatorActionKind,
-    matching: u64,
-    notice: Option<Markup>,
+    filter: &CommandFilter,
+    limit: u32,
 ) -> Response {
+    let read = async {
+        let matching = state.admin.store.count_matching(filter).await?;
+        let rows = state
+            .admin
+            .store
+            .list_commands(&CommandFilter {
+                limit,
+                ..filter.clone()
+            })
+            .await?;
+        Ok::<_, tenantry_ports::lifecycle::StoreError>((matching, rows))
+    };
+    let (matching, rows) = match read.await {
+        Ok(read) => read,
+        Err(e) => return error_page(&AdminApiError::from(e)),
+    };
     let verb = kind.as_str();
+    let named = rows.len();
+    let ids = rows
+        .iter()
+        .map(|r| r.id.as_str())
+        .collect::<Vec<_>>()
+        .join(" ");
     let body = html! {
-        @if let Some(notice) = notice { p #bulk-changed.error { (notice) } }
-        p #confirm-count { "This will " strong { (verb) } " " strong #bulk-count { (matching) } " commands matching " code { (form.filter.query_string()) } "." }
-        p.muted { "If the number of matching commands changes before you confirm, nothing is done and this page is shown again with the new number. At most the number stated is acted on (and at most 10,000 per run); commands that change status meanwhile are refused one by one and listed afterwards." }
+        p #confirm-count {
+            "This will " strong { (verb) } " "
+            @if (named as u64) < matching { "the " strong #bulk-count { (named) } " oldest of " (matching) }
+            @else { strong #bulk-count { (named) } }
+            " commands matching " code { (form.filter.query_string()) } ", listed below."
+        }
+        p.muted { "Only the commands listed are touched: one that starts matching after this page was shown is left alone, and one that no longer matches when you confirm (retried, settled or changed meanwhile) is skipped and listed afterwards. Confirm again for the commands beyond this list." }
+        @if named > 0 {
+            form.inline #bulk-limit method="get" action="/ui/commands/bulk" {
+                input type="hidden" name="action" value=(verb);
+                @for (name, value) in filter_fields(&form.filter) {
+                    input type="hidden" name=(name) value=(value);
+                }
+                label { "Name only the oldest " input name="limit" type="number" min="1" max=(BULK_CONFIRM_MAX) value=(named) size="5"; }
+                " " button type="submit" { "Update the list" }
+            }
+        }
         form method="post" action="/ui/commands/bulk" {
             input type="hidden" name="csrf" value=(session.csrf.as_ref());
             input type="hidden" name="action" value=(verb);
-            input type="hidden" name="expected" value=(matching);
-            @for (name, value) in [("status", &form.filter.status), ("operation", &form.filter.operation), ("tenant_id", &form.filter.tenant_id), ("control_space_id", &form.filter.control_space_id), ("error_code", &form.filter.error_code)] {
+            input type="hidden" name="command_ids" value=(ids);
+            @for (name, value) in filter_fields(&form.filter) {
                 input type="hidden" name=(name) value=(value);
             }
-            @if matching == 0 {
+            @if named == 0 {
                 p.muted #bulk-nothing { "No command matches: there is nothing to " (verb) "." }
             } @else {
-                input #bulk-reason name="reason" placeholder="reason (required)" required;
-                button #bulk-confirm.danger type="submit" { "Yes, " (verb) " " (matching) " commands" }
+                p {
+                    input #bulk-reason name="reason" placeholder="reason (required)" required;
+                    " "
+                    button #bulk-confirm.danger type="submit" { "Yes, " (verb) " these " (named) " commands" }
+                }
             }
-            " "
-            a href={"/ui/commands?" (form.filter.query_string())} { "Cancel" }
+            p { a href={"/ui/commands?" (form.filter.query_string())} { "Cancel" } }
+        }
+        @if named > 0 {
+            table #bulk-ids {
+                tr { th { "command" } th { "operation" } th { "tenant" } th { "control space" } th { "status" } th { "last error" } th { "created" } }
+                @for r in &rows {
+                    tr.bulk-id data-id=(r.id.as_str()) {
+                        td { (r.id.as_str()) }
+                        td { (r.operation.as_str()) }
+                        td { (r.tenant_id.as_str()) }
+                        td { (r.control_space_id.as_str()) }
+                        td { (r.status.as_str()) }
+                        td { (r.last_error_code.as_ref().map_or("", |c| c.as_str())) }
+                        td { (layout::time(&r.created_at)) }
+                    }
+                }
+            }
         }
     };
     layout::page(
@@ -517,8 +653,20 @@ fn confirmation(
     .into_response()
 }
 
-/// `POST /ui/commands/bulk`: acts on every command matching the filter (the engine's bulk
-/// operator action: each recorded, at most 10,000 per run).
+/// The filter's fields as the forms carry them.
+fn filter_fields(filter: &FilterQuery) -> [(&'static str, &String); 5] {
+    [
+        ("status", &filter.status),
+        ("operation", &filter.operation),
+        ("tenant_id", &filter.tenant_id),
+        ("control_space_id", &filter.control_space_id),
+        ("error_code", &filter.error_code),
+    ]
+}
+
+/// `POST /ui/commands/bulk`: acts on the commands the confirmation named that still match
+/// the filter (the engine's confirmed bulk action: each recorded), and lists what it did,
+/// what was refused and what was skipped.
 pub async fn bulk(
     State(state): State<UiState>,
     Extension(session): Extension<Session>,
@@ -535,38 +683,46 @@ pub async fn bulk(
             Ok(parsed) => parsed,
             Err(e) => return error_page(&e),
         };
-    let Some(expected) = form.expected else {
-        return error_page(&AdminApiError::invalid(
-            "expected",
-            "a bulk action needs the count its confirmation stated; open the confirmation again",
-        ));
+    let ids = match form
+        .command_ids
+        .split_whitespace()
+        .map(|id| CommandId::parse(id).map_err(|e| AdminApiError::invalid("command_ids", e)))
+        .collect::<Result<Vec<_>, _>>()
+    {
+        Ok(ids) if !ids.is_empty() => ids,
+        Ok(_) => {
+            return error_page(&AdminApiError::invalid(
+                "command_ids",
+                "a bulk action acts on the commands its confirmation named, and none was named; open the confirmation again",
+            ));
+        }
+        Err(e) => return error_page(&e),
     };
-    let matching = match state.admin.store.count_matching(&filter).await {
-        Ok(n) => n,
-        Err(e) => return error_page(&AdminApiError::from(e)),
-    };
-    if matching != expected {
-        let notice = html! {
-            "When you confirmed, " (expected) " commands matched; now " (matching) " match. Nothing was done: check the number and confirm again."
-        };
-        return confirmation(&session, &form, kind, matching, Some(notice));
-    }
     let actions = OperatorActions::new(state.admin.store.clone(), state.admin.clock.clone());
-    let bound = usize::try_from(expected).unwrap_or(usize::MAX);
     let report = match actions
-        .act_on_matching_up_to(&filter, kind, ACTOR, &form.reason, bound)
+        .act_on_confirmed(&filter, &ids, kind, ACTOR, &form.reason)
         .await
     {
         Ok(report) => report,
         Err(e) => return error_page(&AdminApiError::from(e)),
     };
-    tracing::info!(action = kind.as_str(), actor = ACTOR, reason = ?form.reason.trim(), acted = report.acted.len(), refused = report.refused.len(), "operator bulk action on commands (console)");
+    tracing::info!(action = kind.as_str(), actor = ACTOR, reason = ?form.reason.trim(), acted = report.acted.len(), refused = report.refused.len(), skipped = report.skipped.len(), "operator bulk action on commands (console)");
     let body = html! {
-        p #bulk-result { (kind.as_str()) ": " strong { (report.acted.len()) } " commands acted on, " (report.refused.len()) " refused" @if report.truncated { " (stopped at the 10,000 bound: run it again for the rest)" } "." }
+        p #bulk-result { (kind.as_str()) ": " strong { (report.acted.len()) } " commands acted on, " (report.refused.len()) " refused, " (report.skipped.len()) " skipped." }
         @if !report.refused.is_empty() {
-            table {
+            h2 { "Refused" }
+            table #bulk-refused {
                 tr { th { "command" } th { "why" } }
                 @for (id, why) in &report.refused { tr { td { (id.as_str()) } td { (why.to_string()) } } }
+            }
+        }
+        @if !report.skipped.is_empty() {
+            h2 { "Skipped: no longer matching" }
+            table #bulk-skipped {
+                tr { th { "command" } th { "why" } }
+                @for id in &report.skipped {
+                    tr { td { a href={"/ui/commands/" (encode(id.as_str()))} { (id.as_str()) } } td { "no longer matches the filter (or no longer exists); left unchanged" } }
+                }
             }
         }
         p { a href={"/ui/commands?" (form.filter.query_string())} { "Back to the commands" } }

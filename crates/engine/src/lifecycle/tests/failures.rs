@@ -436,3 +436,53 @@ async fn a_bounded_bulk_action_acts_on_at_most_its_bound_oldest_first() {
     assert!(report.truncated, "a third command matched beyond the bound");
     assert_eq!(h.command(&failed[2]).status, CommandStatus::Failed);
 }
+
+/// Issue 27: a confirmed bulk action touches exactly the confirmed commands. One that started
+/// matching after the confirmation is left alone; one that stopped matching (retried by
+/// someone else meanwhile) is skipped and reported; a duplicate id counts once.
+#[tokio::test]
+async fn a_confirmed_bulk_action_acts_on_exactly_the_confirmed_commands() {
+    let h = harness();
+    let mut failed = Vec::new();
+    for cs in ["cs1", "cs2", "cs3"] {
+        let receipt = h.create(cs).await;
+        h.remote
+            .push_fault(RemoteCall::Provision, answered(400, "INVALID_REQUEST"));
+        h.dispatch(t(0), true).await;
+        failed.push(receipt.command_id);
+    }
+    let ops = OperatorActions::new(h.store.clone(), Arc::new(clock_of_test()));
+    let filter = CommandFilter {
+        status: Some(CommandStatus::Failed),
+        ..CommandFilter::default()
+    };
+    // Confirmed: the first two. Then the second is retried elsewhere (no longer failed) and
+    // a fourth command fails (matches now, was not confirmed).
+    let confirmed = vec![failed[0].clone(), failed[1].clone(), failed[0].clone()];
+    let late = h.create("cs4").await;
+    h.remote
+        .push_fault(RemoteCall::Provision, answered(400, "INVALID_REQUEST"));
+    h.dispatch(t(0), true).await;
+    assert_eq!(h.command(&late.command_id).status, CommandStatus::Failed);
+    ops.act(&failed[1], OperatorActionKind::Retry, "other", "meanwhile")
+        .await
+        .unwrap();
+    let report = ops
+        .act_on_confirmed(&filter, &confirmed, OperatorActionKind::Abandon, "ops", "r")
+        .await
+        .unwrap();
+    let acted: Vec<_> = report.acted.iter().map(|r| r.id.clone()).collect();
+    assert_eq!(acted, vec![failed[0].clone()]);
+    assert_eq!(report.skipped, vec![failed[1].clone()]);
+    assert!(report.refused.is_empty() && !report.truncated);
+    assert_eq!(h.command(&failed[0]).status, CommandStatus::Abandoned);
+    assert_ne!(h.command(&failed[1]).status, CommandStatus::Abandoned);
+    assert_eq!(h.command(&failed[2]).status, CommandStatus::Failed);
+    assert_eq!(h.command(&late.command_id).status, CommandStatus::Failed);
+    // Naming nothing is refused, nothing written.
+    assert!(matches!(
+        ops.act_on_confirmed(&filter, &[], OperatorActionKind::Abandon, "ops", "r")
+            .await,
+        Err(OperatorRequestError::ConfirmedCount { got: 0, .. })
+    ));
+}
