@@ -62,9 +62,6 @@ pub(crate) mod testing {
     /// query, exactly as sent) of every request.
     pub(crate) async fn recording(raw: String) -> (String, Arc<std::sync::Mutex<Vec<String>>>) {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        // The clients of these tests need a process-wide rustls provider (reqwest is built
-        // without one); installing it twice is refused harmlessly.
-        let _ = rustls::crypto::ring::default_provider().install_default();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         let targets = Arc::new(std::sync::Mutex::new(Vec::new()));
