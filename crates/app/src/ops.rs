@@ -41,8 +41,8 @@ macro_rules! out {
 /// nobody reads the rest. Any other write failure ends it with exit code 1 and a message on
 /// standard error.
 ///
-/// Every control or invisible format character of the line is written as a visible `\uXXXX`
-/// escape ([`tenantry_kernel::text::escape_controls`], case 010): stored text (a remote's
+/// Every control (but line feed and tab) or invisible format character of the line is written
+/// as a visible `\uXXXX` escape ([`tenantry_kernel::text::escape_controls`], case 010): stored text (a remote's
 /// message, a row an older version wrote) never reaches the terminal as an escape sequence,
 /// and a `--json` line keeps its value.
 pub fn write_line(line: std::fmt::Arguments<'_>) {

@@ -66,16 +66,19 @@ pub fn bounded(text: &str, max_bytes: usize) -> Cow<'_, str> {
 }
 
 /// `text` with every control character and invisible format character (the characters
-/// [`bounded`] removes, whitespace controls included) written as a visible JSON-style escape
-/// `\uXXXX` (`ESC` becomes the six characters `\u001b`), for a terminal: the CLI passes
-/// every line it prints through it, so no stored text (an old row written before the bounds,
-/// an operator's reason) can move the cursor, clear the screen or set the window title.
+/// [`bounded`] removes) but line feed and tab written as a visible JSON-style escape `\uXXXX`
+/// (`ESC` becomes the six characters `\u001b`, a carriage return `\u000d`), for a terminal:
+/// the CLI passes everything it prints through it, so no stored text (an old row written
+/// before the bounds, an operator's reason) can move the cursor, overwrite a line, clear the
+/// screen or set the window title. Line feeds and tabs only lay text out, and multi-line
+/// output (pretty JSON) needs them.
 ///
-/// A line of JSON stays valid JSON with the same value: an encoder writes such characters only
-/// inside strings, where `\uXXXX` is their escape. Borrows `text` when there is nothing to
-/// escape.
+/// JSON stays valid JSON with the same value: an encoder writes such characters only inside
+/// strings, where `\uXXXX` is their escape. Borrows `text` when there is nothing to escape.
 pub fn escape_controls(text: &str) -> Cow<'_, str> {
-    let is_unsafe = |c: char| c.is_control() || crate::id::is_invisible_format(c);
+    let is_unsafe = |c: char| {
+        (c.is_control() && c != '\n' && c != '\t') || crate::id::is_invisible_format(c)
+    };
     if !text.chars().any(is_unsafe) {
         return Cow::Borrowed(text);
     }
@@ -140,7 +143,8 @@ mod tests {
         let table: &[(&str, &str)] = &[
             ("plain text", "plain text"),
             ("\u{1b}[2J", "\\u001b[2J"),
-            ("a\tb\nc", "a\\u0009b\\u000ac"),
+            ("a\tb\nc", "a\tb\nc"),
+            ("over\rwrite", "over\\u000dwrite"),
             ("\u{9b}31m", "\\u009b31m"),
             ("\u{7f}", "\\u007f"),
             ("rtl\u{202e}x", "rtl\\u202ex"),
