@@ -346,7 +346,8 @@ mod tests {
             error_code: Some(code),
         };
         for i in 0..50 {
-            sink.record_task(&metric(format!("REMOTE_CODE_{i}"))).unwrap();
+            sink.record_task(&metric(format!("REMOTE_CODE_{i}")))
+                .unwrap();
         }
         sink.record_task(&metric("X".repeat(200 * 1024))).unwrap();
         sink.record_task(&metric("\u{1b}[2J".into())).unwrap();
@@ -365,7 +366,10 @@ mod tests {
             ],
             "{text}"
         );
-        assert!(text.lines().all(|l| l.len() < 1024), "a long label was rendered");
+        assert!(
+            text.lines().all(|l| l.len() < 1024),
+            "a long label was rendered"
+        );
         assert_eq!(sink.tally().failed.len(), 2, "the tally is bounded too");
     }
 

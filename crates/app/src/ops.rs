@@ -278,9 +278,11 @@ pub async fn commands_list(config: &Config, args: &CommandsListArgs) -> ExitCode
                     c.next_attempt_at.to_rfc3339()
                 },
                 // Bounded for the table (an old row may hold a code of any length).
-                c.last_error_code.as_ref().map_or(Cow::Borrowed("-"), |code| {
-                    bounded(code.as_str(), MAX_CODE_BYTES)
-                }),
+                c.last_error_code
+                    .as_ref()
+                    .map_or(Cow::Borrowed("-"), |code| {
+                        bounded(code.as_str(), MAX_CODE_BYTES)
+                    }),
             );
         }
         if commands.len() == filter.limit as usize

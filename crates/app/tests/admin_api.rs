@@ -206,8 +206,14 @@ async fn case_009_dot_segment_ids_are_refused_at_intake() {
     )
     .await;
     assert_error(status, &answer, 400, "INVALID_ARGUMENT");
-    assert!(answer["message"].as_str().unwrap().contains("grant_id"), "{answer}");
-    assert!(h.commands().await.is_empty(), "a refused id wrote a command");
+    assert!(
+        answer["message"].as_str().unwrap().contains("grant_id"),
+        "{answer}"
+    );
+    assert!(
+        h.commands().await.is_empty(),
+        "a refused id wrote a command"
+    );
     // Ids with dots among other characters are ordinary ids.
     h.create("t-1", "...").await;
     h.create("t-1", ".hidden").await;

@@ -253,8 +253,8 @@ async fn seed_failed_command_with(
     use std::sync::Arc;
     use tenantry_engine::lifecycle::{CommandIntake, ManualClock};
     use tenantry_kernel::{ControlSpaceId, IdempotencyKey, LeaseOwner, TenantId};
-    use tenantry_lifecycle::intake::CreateControlSpace;
     use tenantry_lifecycle::Settlement;
+    use tenantry_lifecycle::intake::CreateControlSpace;
     use tenantry_ports::lifecycle::{ClaimRequest, CommandQueue};
     use tenantry_store_seaorm::lifecycle::SeaOrmLifecycleStore;
 
@@ -295,10 +295,7 @@ async fn seed_failed_command_with(
         ids.swap(0, 1);
     }
     store
-        .settle(
-            &claimed[0].lease,
-            &Settlement::fail(now, error),
-        )
+        .settle(&claimed[0].lease, &Settlement::fail(now, error))
         .await
         .unwrap();
     db.conn.close().await.unwrap();
@@ -409,14 +406,22 @@ async fn case_010_commands_list_prints_no_raw_control_characters() {
         "raw control character in {table:?}"
     );
     assert!(table.contains("[2J"), "{table}");
-    assert!(table.len() < 4096, "the code was not bounded: {} bytes", table.len());
+    assert!(
+        table.len() < 4096,
+        "the code was not bounded: {} bytes",
+        table.len()
+    );
     let json = list(true);
     assert!(
         !json.chars().any(|c| c.is_control() && c != '\n'),
         "raw control character in the JSON lines"
     );
     let line: serde_json::Value = serde_json::from_str(json.lines().next().unwrap()).unwrap();
-    assert_eq!(line["last_error"]["code"], code.as_str(), "the JSON keeps the value");
+    assert_eq!(
+        line["last_error"]["code"],
+        code.as_str(),
+        "the JSON keeps the value"
+    );
 }
 
 /// `tenantry prune --dry-run` counts and removes nothing; `tenantry prune` removes the expired

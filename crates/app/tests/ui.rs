@@ -646,9 +646,16 @@ async fn case_010_remote_error_strings_are_bounded_data() {
     // Stored: the fixed code, the original quoted and bounded, no control character.
     let (status, first) = h.get(&format!("/v1/commands/{}", ids[0])).await;
     assert_eq!(status, 200);
-    assert_eq!(first["last_error"]["code"], "REMOTE_ERROR_CODE_INVALID", "{first}");
+    assert_eq!(
+        first["last_error"]["code"], "REMOTE_ERROR_CODE_INVALID",
+        "{first}"
+    );
     let message = first["last_error"]["message"].as_str().unwrap();
-    assert!(message.len() <= MAX_MESSAGE_BYTES, "{} bytes", message.len());
+    assert!(
+        message.len() <= MAX_MESSAGE_BYTES,
+        "{} bytes",
+        message.len()
+    );
     assert!(message.starts_with("remote error code \"cccc"), "{message}");
     assert!(!message.contains('\u{1b}'));
     for error in first["errors"].as_array().unwrap() {
@@ -657,16 +664,28 @@ async fn case_010_remote_error_strings_are_bounded_data() {
     let records = h.commands().await;
     let stored: usize = records
         .iter()
-        .map(|c| c.last_error_message.as_deref().map_or(0, str::len) + c.last_error_code.as_ref().map_or(0, |c| c.as_str().len()))
+        .map(|c| {
+            c.last_error_message.as_deref().map_or(0, str::len)
+                + c.last_error_code.as_ref().map_or(0, |c| c.as_str().len())
+        })
         .sum();
-    assert!(stored < 51 * (MAX_MESSAGE_BYTES + 64), "{stored} bytes stored");
+    assert!(
+        stored < 51 * (MAX_MESSAGE_BYTES + 64),
+        "{stored} bytes stored"
+    );
     let (_, last) = h.get(&format!("/v1/commands/{}", ids[50])).await;
     assert_eq!(last["last_error"]["code"], "HOSTILE_CODE_49", "{last}");
     assert_eq!(last["last_error"]["message"], "[2Jcode 49");
     // Metrics: no remote code became a label value.
     let metrics = h.metrics().await;
-    assert!(!metrics.contains("HOSTILE_CODE_"), "a remote code became a label");
-    assert!(metrics.lines().all(|l| l.len() < 1024), "a long label was rendered");
+    assert!(
+        !metrics.contains("HOSTILE_CODE_"),
+        "a remote code became a label"
+    );
+    assert!(
+        metrics.lines().all(|l| l.len() < 1024),
+        "a long label was rendered"
+    );
     assert!(
         metrics.contains("code=\"REMOTE_ERROR_CODE_INVALID\"")
             && metrics.contains("code=\"OTHER\""),
@@ -683,8 +702,17 @@ async fn case_010_remote_error_strings_are_bounded_data() {
         let page = console.get(&path).await;
         assert_eq!(page.status, 200, "{path}");
         assert!(!page.body.contains('\u{1b}'), "{path} shows an escape");
-        assert!(page.body.len() < 256 * 1024, "{path}: {} bytes", page.body.len());
-        let longest_word = page.body.split_whitespace().map(str::len).max().unwrap_or(0);
+        assert!(
+            page.body.len() < 256 * 1024,
+            "{path}: {} bytes",
+            page.body.len()
+        );
+        let longest_word = page
+            .body
+            .split_whitespace()
+            .map(str::len)
+            .max()
+            .unwrap_or(0);
         assert!(longest_word < 4096, "{path}: a {longest_word}-byte word");
     }
 }
@@ -735,10 +763,18 @@ async fn case_010_the_console_bounds_text_of_old_rows_too() {
         let page = console.get(&path).await;
         assert_eq!(page.status, 200, "{path}");
         assert!(
-            !page.body.chars().any(|c| c.is_control() && !c.is_whitespace()),
+            !page
+                .body
+                .chars()
+                .any(|c| c.is_control() && !c.is_whitespace()),
             "{path} shows a control character"
         );
-        let longest_word = page.body.split_whitespace().map(str::len).max().unwrap_or(0);
+        let longest_word = page
+            .body
+            .split_whitespace()
+            .map(str::len)
+            .max()
+            .unwrap_or(0);
         assert!(longest_word < 4096, "{path}: a {longest_word}-byte word");
     }
 }

@@ -131,17 +131,17 @@ pub fn is_forbidden(c: char) -> bool {
 /// for spoofing (see [`is_forbidden`]); [`crate::text::bounded`] removes them from shown text.
 pub fn is_invisible_format(c: char) -> bool {
     matches!(
-            c,
-            '\u{00AD}'
-                | '\u{061C}'
-                | '\u{180E}'
-                | '\u{200B}'..='\u{200F}'
-                | '\u{202A}'..='\u{202E}'
-                | '\u{2060}'..='\u{2064}'
-                | '\u{2066}'..='\u{206F}'
-                | '\u{FEFF}'
-                | '\u{FFF9}'..='\u{FFFB}'
-        )
+        c,
+        '\u{00AD}'
+            | '\u{061C}'
+            | '\u{180E}'
+            | '\u{200B}'..='\u{200F}'
+            | '\u{202A}'..='\u{202E}'
+            | '\u{2060}'..='\u{2064}'
+            | '\u{2066}'..='\u{206F}'
+            | '\u{FEFF}'
+            | '\u{FFF9}'..='\u{FFFB}'
+    )
 }
 
 /// Defines a validated string identifier type (see the module docs for the rules): parse,
@@ -333,7 +333,10 @@ mod tests {
             );
         }
         let message = TenantId::parse(".").unwrap_err().to_string();
-        assert!(message.starts_with("tenant_id must not be '.'"), "{message}");
+        assert!(
+            message.starts_with("tenant_id must not be '.'"),
+            "{message}"
+        );
         // Serde input goes through the same rule.
         assert!(serde_json::from_str::<GrantId>("\"..\"").is_err());
     }

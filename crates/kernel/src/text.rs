@@ -76,9 +76,8 @@ pub fn bounded(text: &str, max_bytes: usize) -> Cow<'_, str> {
 /// JSON stays valid JSON with the same value: an encoder writes such characters only inside
 /// strings, where `\uXXXX` is their escape. Borrows `text` when there is nothing to escape.
 pub fn escape_controls(text: &str) -> Cow<'_, str> {
-    let is_unsafe = |c: char| {
-        (c.is_control() && c != '\n' && c != '\t') || crate::id::is_invisible_format(c)
-    };
+    let is_unsafe =
+        |c: char| (c.is_control() && c != '\n' && c != '\t') || crate::id::is_invisible_format(c);
     if !text.chars().any(is_unsafe) {
         return Cow::Borrowed(text);
     }
@@ -121,7 +120,11 @@ mod tests {
             ("abcdefghij", 10, "abcdefghij"),
             ("abcdefghijk", 10, "abcdefg\u{2026}"),
             // A cut never splits a character: `é` is two bytes.
-            ("\u{e9}\u{e9}\u{e9}\u{e9}\u{e9}\u{e9}", 10, "\u{e9}\u{e9}\u{e9}\u{2026}"),
+            (
+                "\u{e9}\u{e9}\u{e9}\u{e9}\u{e9}\u{e9}",
+                10,
+                "\u{e9}\u{e9}\u{e9}\u{2026}",
+            ),
             // Removed characters do not count toward the bound.
             ("\u{1b}\u{1b}\u{1b}abcdefghij", 10, "abcdefghij"),
             ("abcdef", 2, "ab"),

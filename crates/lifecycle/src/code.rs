@@ -469,7 +469,10 @@ mod tests {
         let (code, message) = bounded_error(ErrorCode::from("bad\ncode"), &long);
         assert_eq!(code, ErrorCode::RemoteErrorCodeInvalid);
         assert!(message.len() <= MAX_MESSAGE_BYTES, "{}", message.len());
-        assert!(message.starts_with("remote error code \"bad code\""), "{message}");
+        assert!(
+            message.starts_with("remote error code \"bad code\""),
+            "{message}"
+        );
         assert!(!message.contains('\u{1b}'));
         // Named codes are never replaced.
         let (code, _) = bounded_error(ErrorCode::OwnershipLost, "x");
@@ -479,7 +482,10 @@ mod tests {
     #[test]
     fn case_010_metric_labels_come_from_a_closed_set() {
         let table = [
-            ("KNOWLEDGE_FS_SPACE_NOT_FOUND", "KNOWLEDGE_FS_SPACE_NOT_FOUND"),
+            (
+                "KNOWLEDGE_FS_SPACE_NOT_FOUND",
+                "KNOWLEDGE_FS_SPACE_NOT_FOUND",
+            ),
             ("REMOTE_ERROR_CODE_INVALID", "REMOTE_ERROR_CODE_INVALID"),
             ("KFS_UNAVAILABLE", "KFS_UNAVAILABLE"),
             ("LEASE_LOST", "LEASE_LOST"),

@@ -797,14 +797,31 @@ mod tests {
             let sent: Vec<String> = std::mem::take(&mut *targets.lock().unwrap());
             assert_eq!(sent.len(), 3, "{id:?}: {sent:?}");
             let bytes = id.as_bytes().to_vec();
-            let deletion = crate::path::testing::id_segments(&sent[0], &["v1", "namespaces", "*", "spaces", "*", "deletion"]);
+            let deletion = crate::path::testing::id_segments(
+                &sent[0],
+                &["v1", "namespaces", "*", "spaces", "*", "deletion"],
+            );
             assert_eq!(deletion, [bytes.clone(), bytes.clone()], "{id:?}");
             let revocation = crate::path::testing::id_segments(
                 &sent[1],
-                &["v1", "namespaces", "*", "spaces", "*", "grants", "*", "revocations"],
+                &[
+                    "v1",
+                    "namespaces",
+                    "*",
+                    "spaces",
+                    "*",
+                    "grants",
+                    "*",
+                    "revocations",
+                ],
             );
-            assert_eq!(revocation, [bytes.clone(), bytes.clone(), bytes.clone()], "{id:?}");
-            let lookup = crate::path::testing::id_segments(&sent[2], &["v1", "namespaces", "*", "spaces"]);
+            assert_eq!(
+                revocation,
+                [bytes.clone(), bytes.clone(), bytes.clone()],
+                "{id:?}"
+            );
+            let lookup =
+                crate::path::testing::id_segments(&sent[2], &["v1", "namespaces", "*", "spaces"]);
             assert_eq!(lookup, [bytes], "{id:?}");
             let query = Url::parse(&format!("http://h{}", sent[2])).unwrap();
             let pairs: Vec<(String, String)> = query.query_pairs().into_owned().collect();
@@ -824,7 +841,10 @@ mod tests {
             ("...", "/v1/namespaces/.../spaces/.../deletion"),
             ("a;b", "/v1/namespaces/a%3Bb/spaces/a%3Bb/deletion"),
             ("a\\b", "/v1/namespaces/a%5Cb/spaces/a%5Cb/deletion"),
-            ("caf\u{e9}", "/v1/namespaces/caf%C3%A9/spaces/caf%C3%A9/deletion"),
+            (
+                "caf\u{e9}",
+                "/v1/namespaces/caf%C3%A9/spaces/caf%C3%A9/deletion",
+            ),
         ] {
             let deletion = DeletionRequest {
                 namespace_id: TenantId::parse(id).unwrap(),
@@ -974,8 +994,16 @@ mod tests {
             .unwrap_err();
         assert_eq!(err.failure, DispatchOutcome::answered(400));
         assert_eq!(err.code, ErrorCode::RemoteErrorCodeInvalid);
-        assert!(err.message.len() <= MAX_MESSAGE_BYTES, "{}", err.message.len());
-        assert!(err.message.starts_with("remote error code \"cccc"), "{}", err.message);
+        assert!(
+            err.message.len() <= MAX_MESSAGE_BYTES,
+            "{}",
+            err.message.len()
+        );
+        assert!(
+            err.message.starts_with("remote error code \"cccc"),
+            "{}",
+            err.message
+        );
         assert!(!err.message.contains('\u{1b}'));
 
         // A body that is not `{code, message}`: its first bytes, without controls.
@@ -990,7 +1018,11 @@ mod tests {
             .await
             .unwrap_err();
         assert_eq!(err.code, "KFS_HTTP_502");
-        assert!(err.message.ends_with("[2J]0;pwned<html>"), "{}", err.message);
+        assert!(
+            err.message.ends_with("[2J]0;pwned<html>"),
+            "{}",
+            err.message
+        );
     }
 
     #[test]

@@ -110,8 +110,20 @@ pub(crate) mod testing {
             shapes.push(format!("a{c}b"));
         }
         for extra in [
-            "...", ".a", "a.", "%2e", "%2E%2E", "%2f", "%00", "a%20b", "caf\u{e9}",
-            "\u{65e5}\u{672c}", "\u{1F980}", "x;y=z", "?x=1", "#top",
+            "...",
+            ".a",
+            "a.",
+            "%2e",
+            "%2E%2E",
+            "%2f",
+            "%00",
+            "a%20b",
+            "caf\u{e9}",
+            "\u{65e5}\u{672c}",
+            "\u{1F980}",
+            "x;y=z",
+            "?x=1",
+            "#top",
         ] {
             shapes.push(extra.to_owned());
         }
@@ -142,7 +154,6 @@ pub(crate) mod testing {
         }
         ids
     }
-
 }
 
 #[cfg(test)]
@@ -178,6 +189,9 @@ mod tests {
             assert!(error.contains("cannot be sent"), "{error}");
         }
         let bare = Url::parse("http://h:1").unwrap();
-        assert_eq!(with_segments(&bare, &["v1"]).unwrap().as_str(), "http://h:1/v1");
+        assert_eq!(
+            with_segments(&bare, &["v1"]).unwrap().as_str(),
+            "http://h:1/v1"
+        );
     }
 }

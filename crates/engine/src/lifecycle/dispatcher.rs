@@ -1009,7 +1009,9 @@ mod conflict_tests {
             },
             DispatchError::Step(StepError::OwnershipLost { reason: "r" }),
             DispatchError::Step(StepError::IdentityConflict),
-            DispatchError::SupersedeRefused { command_id: command },
+            DispatchError::SupersedeRefused {
+                command_id: command,
+            },
             DispatchError::Store(StoreError::unavailable("down")),
         ] {
             let code = error_code(&error);

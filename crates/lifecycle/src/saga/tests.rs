@@ -833,7 +833,8 @@ fn case_010_a_far_future_retry_after_is_capped() {
         std::time::Duration::MAX,
         std::time::Duration::from_secs(86_400 * 365 * 100),
     ] {
-        let s = step(&cmd).remote_failure(Some(503), &"KFS_UNAVAILABLE".into(), "busy", Some(after));
+        let s =
+            step(&cmd).remote_failure(Some(503), &"KFS_UNAVAILABLE".into(), "busy", Some(after));
         assert_eq!(retry_code(&s), Some(("KFS_UNAVAILABLE", cap)), "{after:?}");
         // A deletion's poll interval is capped the same way.
         let delete = command(Operation::Delete, 1);
@@ -878,6 +879,10 @@ fn case_010_a_remote_error_is_stored_bounded() {
         panic!("{s:?}")
     };
     assert_eq!(error.code, ErrorCode::RemoteErrorCodeInvalid);
-    assert!(error.message.contains(": gave up after 5 attempts"), "{}", &error.message[..120]);
+    assert!(
+        error.message.contains(": gave up after 5 attempts"),
+        "{}",
+        &error.message[..120]
+    );
     assert!(error.message.len() <= MAX_MESSAGE_BYTES);
 }

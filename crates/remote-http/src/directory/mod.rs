@@ -29,8 +29,8 @@ use tenantry_ports::error::ErrorSource;
 
 use crate::client::{ClientBuildError, mutation_client, parse_base_url};
 use crate::outcome::TransportError;
-use tenantry_kernel::text::{MAX_CODE_BYTES, MAX_MESSAGE_BYTES, bounded};
 use signature::{SignatureHeaders, SignedRequest, TrustedKeys};
+use tenantry_kernel::text::{MAX_CODE_BYTES, MAX_MESSAGE_BYTES, bounded};
 
 /// Default largest accepted response body: 128 MiB.
 pub const DEFAULT_MAX_RESPONSE_BYTES: u64 = 128 * 1024 * 1024;
@@ -535,7 +535,10 @@ mod tests {
         assert_eq!(status, 500);
         assert!(message.len() <= MAX_MESSAGE_BYTES, "{}", message.len());
         assert!(!message.contains('\u{1b}'), "{message}");
-        assert!(message.starts_with(&format!("{}\u{2026}: [2Jmmm", "c".repeat(61))), "{message}");
+        assert!(
+            message.starts_with(&format!("{}\u{2026}: [2Jmmm", "c".repeat(61))),
+            "{message}"
+        );
     }
 
     #[test]

@@ -52,7 +52,7 @@ async fn live(state: &UiState) -> Markup {
     let or_dash = |v: Option<i64>| v.map_or_else(|| "—".to_owned(), |v| v.to_string());
     html! {
         @match &status {
-            DirectoryStatus::NotConfigured(s) => p { (readiness(&status)) ": " (layout::shown(&s.message)) },
+            DirectoryStatus::NotConfigured(s) => p { (readiness(&status)) ": " (layout::shown(s.message)) },
             DirectoryStatus::Configured(s) => {
                 table #directory {
                     tr { th { "readiness" } td { (readiness(&status)) } }
