@@ -5,6 +5,10 @@
 //! - `tenantry_lifecycle_tasks_total{operation, status}`: dispatch task states
 //!   (`running`, `succeeded`, `retry`, `failed`, `moot`, `dispatch_error`);
 //! - `tenantry_lifecycle_retries_total{operation, code}`: retries by error code;
+//!
+//!   every `code` label (here and below) comes from a closed set,
+//!   [`tenantry_lifecycle::code::metric_label`]: Tenantry's own codes, the KnowledgeFS
+//!   protocol's, `KFS_HTTP_<d>XX`, and `OTHER` for any other code a remote sends (case 010);
 //! - `tenantry_lifecycle_failed_total{operation, code}`: commands dead-lettered (status
 //!   `failed`) by the code of the permanent or last error;
 //! - `tenantry_lifecycle_lease_lost_total`: dispatches whose lease was taken over;
@@ -45,6 +49,7 @@ use std::time::Instant;
 use async_trait::async_trait;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use tenantry_kernel::{ControlSpaceId, DispatchOutcome, ProvisioningKey, TenantId};
+use tenantry_lifecycle::code::metric_label;
 use tenantry_lifecycle::{
     DeletionProgress, DeletionRequest, ProvisionRequest, RemoteSpace, RevokeAck, RevokeRequest,
 };
@@ -337,7 +342,9 @@ impl LifecycleMetrics for AppMetrics {
             "status" => status
         )
         .increment(1);
-        let code = metric.error_code.clone().unwrap_or_default();
+        // Label values come from a closed set (case 010): a remote's own code is `OTHER`
+        // unless Tenantry or the KnowledgeFS protocol names it (the code is on the command).
+        let code = metric_label(metric.error_code.as_deref().unwrap_or_default());
         let mut tally = self.lock();
         *tally.tasks.entry((operation.clone(), status)).or_default() += 1;
         match metric.status {
@@ -345,10 +352,10 @@ impl LifecycleMetrics for AppMetrics {
                 metrics::counter!(
                     "tenantry_lifecycle_retries_total",
                     "operation" => operation,
-                    "code" => code.clone()
+                    "code" => code
                 )
                 .increment(1);
-                *tally.retries.entry(code).or_default() += 1;
+                *tally.retries.entry(code.to_owned()).or_default() += 1;
             }
             TaskStatus::Succeeded => {
                 if let Some(seconds) = metric.duration_seconds {
@@ -360,19 +367,19 @@ impl LifecycleMetrics for AppMetrics {
                 if code == "LEASE_LOST" {
                     metrics::counter!("tenantry_lifecycle_lease_lost_total").increment(1);
                 } else {
-                    metrics::counter!("tenantry_lifecycle_dispatch_errors_total", "code" => code.clone())
+                    metrics::counter!("tenantry_lifecycle_dispatch_errors_total", "code" => code)
                         .increment(1);
                 }
-                *tally.dispatch_errors.entry(code).or_default() += 1;
+                *tally.dispatch_errors.entry(code.to_owned()).or_default() += 1;
             }
             TaskStatus::Failed => {
                 metrics::counter!(
                     "tenantry_lifecycle_failed_total",
                     "operation" => operation,
-                    "code" => code.clone()
+                    "code" => code
                 )
                 .increment(1);
-                *tally.failed.entry(code).or_default() += 1;
+                *tally.failed.entry(code.to_owned()).or_default() += 1;
             }
             TaskStatus::Running | TaskStatus::Moot => {}
         }
@@ -609,6 +616,44 @@ mod tests {
             ),
             "{text}"
         );
+    }
+
+    #[test]
+    fn case_010_remote_codes_never_become_new_label_values() {
+        let sink = AppMetrics::new();
+        let metric = |code: String| TaskMetric {
+            // An operation name of this test only: the recorder is process-global.
+            operation: "case010".into(),
+            status: TaskStatus::Failed,
+            duration_seconds: None,
+            error_code: Some(code),
+        };
+        for i in 0..50 {
+            sink.record_task(&metric(format!("REMOTE_CODE_{i}")))
+                .unwrap();
+        }
+        sink.record_task(&metric("X".repeat(200 * 1024))).unwrap();
+        sink.record_task(&metric("\u{1b}[2J".into())).unwrap();
+        sink.record_task(&metric("KFS_HTTP_502".into())).unwrap();
+        let text = render();
+        let mut series: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("tenantry_lifecycle_failed_total{operation=\"case010\""))
+            .collect();
+        series.sort_unstable();
+        assert_eq!(
+            series,
+            [
+                "tenantry_lifecycle_failed_total{operation=\"case010\",code=\"KFS_HTTP_5XX\"} 1",
+                "tenantry_lifecycle_failed_total{operation=\"case010\",code=\"OTHER\"} 52",
+            ],
+            "{text}"
+        );
+        assert!(
+            text.lines().all(|l| l.len() < 1024),
+            "a long label was rendered"
+        );
+        assert_eq!(sink.tally().failed.len(), 2, "the tally is bounded too");
     }
 
     #[test]

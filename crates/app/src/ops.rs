@@ -6,12 +6,14 @@
 //! gone (`tenantry prune | head -1`), the command ends quietly with exit code 0, as other
 //! command-line tools do, instead of panicking on the broken pipe.
 
+use std::borrow::Cow;
 use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::Args;
 
 use tenantry_fence::{Binding, FenceKey, ScopeIdentity};
+use tenantry_kernel::text::{MAX_CODE_BYTES, MAX_MESSAGE_BYTES, bounded};
 use tenantry_kernel::{CommandId, ControlSpaceId, TenantId};
 use tenantry_lifecycle::{CommandStatus, Operation};
 use tenantry_ports::lifecycle::{CommandFilter, CommandQueue};
@@ -38,11 +40,18 @@ macro_rules! out {
 /// pipe) ends the process quietly with exit code 0: everything the command did is done, and
 /// nobody reads the rest. Any other write failure ends it with exit code 1 and a message on
 /// standard error.
+///
+/// Every control (but line feed and tab) or invisible format character of the line is written
+/// as a visible `\uXXXX` escape ([`tenantry_kernel::text::escape_controls`], case 010): stored text (a remote's
+/// message, a row an older version wrote) never reaches the terminal as an escape sequence,
+/// and a `--json` line keeps its value.
 pub fn write_line(line: std::fmt::Arguments<'_>) {
     use std::io::Write;
+    let line = line.to_string();
+    let line = tenantry_kernel::text::escape_controls(&line);
     let mut stdout = std::io::stdout().lock();
     let written = stdout
-        .write_fmt(line)
+        .write_all(line.as_bytes())
         .and_then(|()| stdout.write_all(b"\n"))
         .and_then(|()| stdout.flush());
     match written {
@@ -268,10 +277,12 @@ pub async fn commands_list(config: &Config, args: &CommandsListArgs) -> ExitCode
                 } else {
                     c.next_attempt_at.to_rfc3339()
                 },
+                // Bounded for the table (an old row may hold a code of any length).
                 c.last_error_code
                     .as_ref()
-                    .map(tenantry_lifecycle::ErrorCode::as_str)
-                    .unwrap_or("-"),
+                    .map_or(Cow::Borrowed("-"), |code| {
+                        bounded(code.as_str(), MAX_CODE_BYTES)
+                    }),
             );
         }
         if commands.len() == filter.limit as usize
@@ -553,8 +564,8 @@ pub async fn fences_list(config: &Config, args: &FencesListArgs) -> ExitCode {
                 f.kind.as_str(),
                 f.fenced_at.map(|t| t.to_rfc3339()).unwrap_or_default(),
                 f.persisted,
-                f.reason.as_deref().unwrap_or("-"),
-                failure,
+                bounded(f.reason.as_deref().unwrap_or("-"), MAX_MESSAGE_BYTES),
+                bounded(&failure, MAX_MESSAGE_BYTES),
                 f.key,
             );
         }

@@ -146,6 +146,80 @@ async fn create_control_space_bad_input_is_refused_and_writes_nothing() {
     assert_eq!(h.commands().await.len(), 1);
 }
 
+/// Sends `request` (a raw HTTP/1.1 request head and body, the path exactly as given: no client
+/// normalizes `/./`) to the service; returns the status and the JSON body.
+async fn raw_request(h: &Harness, method: &str, path: &str, body: &str) -> (u16, Value) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let addr = h.base.trim_start_matches("http://").to_owned();
+    let mut socket = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nhost: {addr}\r\nauthorization: Bearer {TOKEN}\r\ncontent-type: application/json\r\nidempotency-key: raw-1\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    socket.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    socket.read_to_end(&mut answer).await.unwrap();
+    let answer = String::from_utf8(answer).unwrap();
+    let status = answer.split(' ').nth(1).unwrap().parse().unwrap();
+    let json = answer.split("\r\n\r\n").nth(1).unwrap_or("");
+    (status, serde_json::from_str(json).unwrap_or(Value::Null))
+}
+
+/// Case 009: ids a URL path would resolve away (`.`, `..`) are refused at intake with a 400
+/// naming the field, in a body and in a path, and nothing is written.
+#[tokio::test]
+async fn case_009_dot_segment_ids_are_refused_at_intake() {
+    let h = Harness::start().await;
+    let path = "/v1/tenants/t-1/control-spaces";
+    for id in [".", ".."] {
+        let (status, answer) = h
+            .post(
+                path,
+                &json!({"control_space_id": id, "name": "n", "slug": "s"}),
+                Some(&format!("dot-{}", id.len())),
+            )
+            .await;
+        assert_error(status, &answer, 400, "INVALID_ARGUMENT");
+        let message = answer["message"].as_str().unwrap();
+        assert!(message.contains("control_space_id"), "{message}");
+        assert!(message.contains("'.' or '..'"), "{message}");
+    }
+    let body = r#"{"control_space_id":"cs-1","name":"n","slug":"s"}"#;
+    for (raw_path, field) in [
+        ("/v1/tenants/./control-spaces", "tenant_id"),
+        ("/v1/tenants/../control-spaces", "tenant_id"),
+        ("/v1/tenants/%2E/control-spaces", "tenant_id"),
+        ("/v1/tenants/%2e%2e/control-spaces", "tenant_id"),
+    ] {
+        let (status, answer) = raw_request(&h, "POST", raw_path, body).await;
+        assert_error(status, &answer, 400, "INVALID_ARGUMENT");
+        assert!(
+            answer["message"].as_str().unwrap().contains(field),
+            "{raw_path}: {answer}"
+        );
+    }
+    let (status, answer) = raw_request(
+        &h,
+        "POST",
+        "/v1/tenants/t-1/control-spaces/cs-1/grants/../revocations",
+        r#"{"reason_code":"r"}"#,
+    )
+    .await;
+    assert_error(status, &answer, 400, "INVALID_ARGUMENT");
+    assert!(
+        answer["message"].as_str().unwrap().contains("grant_id"),
+        "{answer}"
+    );
+    assert!(
+        h.commands().await.is_empty(),
+        "a refused id wrote a command"
+    );
+    // Ids with dots among other characters are ordinary ids.
+    h.create("t-1", "...").await;
+    h.create("t-1", ".hidden").await;
+    assert_eq!(h.commands().await.len(), 2);
+}
+
 #[tokio::test]
 async fn delete_control_space_bad_input_is_refused() {
     let h = Harness::start().await;

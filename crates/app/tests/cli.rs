@@ -238,11 +238,23 @@ fn operator_commands_never_create_or_migrate_a_database() {
 /// Seeds `dir/tenantry.db` (migrated) with two provisions, dead-letters the first one, and
 /// returns their ids.
 async fn seed_failed_command(dir: &std::path::Path) -> (String, String) {
+    seed_failed_command_with(
+        dir,
+        tenantry_lifecycle::ErrorRecord::new("INVALID_REQUEST", "bad"),
+    )
+    .await
+}
+
+/// [`seed_failed_command`], the failed command's error being `error`.
+async fn seed_failed_command_with(
+    dir: &std::path::Path,
+    error: tenantry_lifecycle::ErrorRecord,
+) -> (String, String) {
     use std::sync::Arc;
     use tenantry_engine::lifecycle::{CommandIntake, ManualClock};
     use tenantry_kernel::{ControlSpaceId, IdempotencyKey, LeaseOwner, TenantId};
+    use tenantry_lifecycle::Settlement;
     use tenantry_lifecycle::intake::CreateControlSpace;
-    use tenantry_lifecycle::{ErrorRecord, Settlement};
     use tenantry_ports::lifecycle::{ClaimRequest, CommandQueue};
     use tenantry_store_seaorm::lifecycle::SeaOrmLifecycleStore;
 
@@ -283,10 +295,7 @@ async fn seed_failed_command(dir: &std::path::Path) -> (String, String) {
         ids.swap(0, 1);
     }
     store
-        .settle(
-            &claimed[0].lease,
-            &Settlement::fail(now, ErrorRecord::new("INVALID_REQUEST", "bad")),
-        )
+        .settle(&claimed[0].lease, &Settlement::fail(now, error))
         .await
         .unwrap();
     db.conn.close().await.unwrap();
@@ -356,6 +365,63 @@ async fn commands_retry_and_abandon_act_on_failed_commands_and_refuse_others() {
     let (code, _, stderr) = run(&["commands", "retry", &pending]);
     assert_eq!(code, Some(1));
     assert!(stderr.contains("only pending or failed"), "{stderr}");
+}
+
+/// Case 010: a row written before the bounds (its code an escape sequence and 200 KB long) is
+/// listed without a raw control character: the table shows a bounded, escaped code, and the
+/// `--json` line keeps the code's value with the control written as a JSON escape.
+#[tokio::test]
+async fn case_010_commands_list_prints_no_raw_control_characters() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = tenantry()
+        .current_dir(dir.path())
+        .arg("migrate")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let code = format!("\u{1b}[2J\u{1b}]0;pwned\u{7}{}", "X".repeat(200 * 1024));
+    // Built field by field: what an older version stored, without today's bounds.
+    let old_row = tenantry_lifecycle::ErrorRecord {
+        code: tenantry_lifecycle::ErrorCode::from(code.as_str()),
+        message: "\u{1b}[31mred\u{9b}2J".to_owned(),
+    };
+    let (failed, _) = seed_failed_command_with(dir.path(), old_row).await;
+    let list = |json: bool| {
+        let mut args = vec!["commands", "list", "--status", "failed"];
+        if json {
+            args.push("--json");
+        }
+        let out = tenantry()
+            .current_dir(dir.path())
+            .args(&args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let table = list(false);
+    assert!(table.contains(&failed), "{table}");
+    assert!(
+        !table.chars().any(|c| c.is_control() && c != '\n'),
+        "raw control character in {table:?}"
+    );
+    assert!(table.contains("[2J"), "{table}");
+    assert!(
+        table.len() < 4096,
+        "the code was not bounded: {} bytes",
+        table.len()
+    );
+    let json = list(true);
+    assert!(
+        !json.chars().any(|c| c.is_control() && c != '\n'),
+        "raw control character in the JSON lines"
+    );
+    let line: serde_json::Value = serde_json::from_str(json.lines().next().unwrap()).unwrap();
+    assert_eq!(
+        line["last_error"]["code"],
+        code.as_str(),
+        "the JSON keeps the value"
+    );
 }
 
 /// `tenantry prune --dry-run` counts and removes nothing; `tenantry prune` removes the expired

@@ -2,10 +2,11 @@
 //!
 //! The provider sends UUID strings; they are parsed once at the edge (serde `try_from`) and
 //! refused when empty, longer than [`tenantry_kernel::id::MAX_ID_LEN`] bytes, containing
-//! whitespace, control or invisible format characters or `/`, or not in Unicode NFC (the
-//! kernel's identifier rules, shared through `tenantry_kernel::define_id!`; a provider that
-//! sends a decomposed id gets its batch refused instead of a second, look-alike entity). The format of the UUID itself is the provider's business:
-//! the projection only compares identifiers for equality and order.
+//! whitespace, control or invisible format characters or `/`, equal to `.` or `..` (an instance
+//! uuid is a URL path segment), or not in Unicode NFC (the kernel's identifier rules, shared
+//! through `tenantry_kernel::define_id!`; a provider that sends a decomposed id gets its batch
+//! refused instead of a second, look-alike entity). The format of the UUID itself is the
+//! provider's business: the projection only compares identifiers for equality and order.
 
 #[cfg(test)]
 use tenantry_kernel::IdError;

@@ -4,7 +4,16 @@
 //! [`MAX_ID_LEN`] bytes long, and free of whitespace, control characters, invisible Unicode
 //! format characters (zero-width and bidirectional controls, which can spoof an id in logs)
 //! and `/` (ids are path segments of the HTTP APIs), and in Unicode Normalization Form C
-//! (NFC). Parsing is the only way to build one, so a value of these types is always valid.
+//! (NFC), and not `.` or `..`. Parsing is the only way to build one, so a value of these types
+//! is always valid.
+//!
+//! Dot-segment rule (case 009): every id is sent to a remote as one URL path segment, and a URL
+//! resolves the segments `.` and `..` away (RFC 3986, section 5.2.4; the WHATWG URL parser
+//! also drops them when a client pushes them as segments), so `/v1/namespaces/./spaces` reaches
+//! `/v1/namespaces/spaces`, another resource. Such an id is refused with
+//! [`IdError::DotSegment`]. Every other accepted id is sent byte for byte: the HTTP clients
+//! percent-encode each segment (every byte but `A-Z a-z 0-9 - . _ ~`), `/` is refused, and
+//! whitespace and control characters (which URL parsers strip or trim) are refused.
 //!
 //! NFC rule (case 007): `é` can be sent as one code point (U+00E9, NFC) or as `e` + U+0301
 //! (NFD); both look the same in every listing but are different byte strings, so they would
@@ -40,6 +49,15 @@ pub enum IdError {
         /// Which identifier was being parsed.
         kind: &'static str,
     },
+    /// The caller passed `.` or `..`: a URL path resolves these segments away, so the id
+    /// cannot reach a remote as one path segment (case 009).
+    #[error(
+        "{kind} must not be '.' or '..' (a URL path resolves these away, so the id would address another resource); choose another id"
+    )]
+    DotSegment {
+        /// Which identifier was being parsed.
+        kind: &'static str,
+    },
     /// The caller passed a string that is not in Unicode Normalization Form C (for example
     /// `e` followed by a combining accent instead of the precomposed `é`).
     #[error(
@@ -70,6 +88,9 @@ pub fn validate(kind: &'static str, value: &str) -> Result<(), IdError> {
     if value.chars().any(is_forbidden) {
         return Err(IdError::InvalidCharacter { kind });
     }
+    if is_dot_segment(value) {
+        return Err(IdError::DotSegment { kind });
+    }
     if !unicode_normalization::is_nfc(value) {
         use unicode_normalization::UnicodeNormalization as _;
         return Err(IdError::NotNormalized {
@@ -78,6 +99,13 @@ pub fn validate(kind: &'static str, value: &str) -> Result<(), IdError> {
         });
     }
     Ok(())
+}
+
+/// Whether `value` is a URL dot segment (`.` or `..`), which a URL path resolves away instead
+/// of sending. Ids that contain dots among other characters (`...`, `.a`, `a..b`) are ordinary
+/// segments and are accepted.
+pub fn is_dot_segment(value: &str) -> bool {
+    matches!(value, "." | "..")
 }
 
 /// The NFC form of `value` when `value` is not in Unicode NFC (`None` when it is): the one
@@ -96,21 +124,24 @@ pub fn nfc_form(value: &str) -> Option<String> {
 /// zero-width and joiner characters, bidirectional marks, embeddings, overrides and isolates,
 /// word joiner and invisible operators, byte-order mark).
 pub fn is_forbidden(c: char) -> bool {
-    c.is_whitespace()
-        || c.is_control()
-        || c == '/'
-        || matches!(
-            c,
-            '\u{00AD}'
-                | '\u{061C}'
-                | '\u{180E}'
-                | '\u{200B}'..='\u{200F}'
-                | '\u{202A}'..='\u{202E}'
-                | '\u{2060}'..='\u{2064}'
-                | '\u{2066}'..='\u{206F}'
-                | '\u{FEFF}'
-                | '\u{FFF9}'..='\u{FFFB}'
-        )
+    c.is_whitespace() || c.is_control() || c == '/' || is_invisible_format(c)
+}
+
+/// Whether `c` is one of the invisible format characters of Unicode category Cf that matter
+/// for spoofing (see [`is_forbidden`]); [`crate::text::bounded`] removes them from shown text.
+pub fn is_invisible_format(c: char) -> bool {
+    matches!(
+        c,
+        '\u{00AD}'
+            | '\u{061C}'
+            | '\u{180E}'
+            | '\u{200B}'..='\u{200F}'
+            | '\u{202A}'..='\u{202E}'
+            | '\u{2060}'..='\u{2064}'
+            | '\u{2066}'..='\u{206F}'
+            | '\u{FEFF}'
+            | '\u{FFF9}'..='\u{FFFB}'
+    )
 }
 
 /// Defines a validated string identifier type (see the module docs for the rules): parse,
@@ -132,8 +163,8 @@ macro_rules! define_id {
             ///
             /// # Errors
             /// `IdError` when the value is empty, longer than 255 bytes, contains
-            /// whitespace, control or invisible format characters or `/`, or is not in
-            /// Unicode NFC.
+            /// whitespace, control or invisible format characters or `/`, is `.` or `..`,
+            /// or is not in Unicode NFC.
             pub fn parse(value: impl Into<String>) -> Result<Self, $crate::IdError> {
                 let value = value.into();
                 $crate::id::validate($kind, &value)?;
@@ -276,6 +307,38 @@ mod tests {
             })
         );
         assert!(TenantId::parse("x".repeat(MAX_ID_LEN)).is_ok());
+    }
+
+    #[test]
+    fn case_009_dot_segment_ids_are_refused() {
+        let dot = |kind| Err(IdError::DotSegment { kind });
+        let cases: &[(&str, Result<(), IdError>)] = &[
+            (".", dot("control_space_id")),
+            ("..", dot("control_space_id")),
+            // Dots among other characters are ordinary path segments.
+            ("...", Ok(())),
+            (".a", Ok(())),
+            ("a.", Ok(())),
+            ("a..b", Ok(())),
+            (".hidden", Ok(())),
+            // Percent-encoded dots are sent as `%252e`: the `%` is encoded, never decoded.
+            ("%2e", Ok(())),
+            ("%2E%2E", Ok(())),
+        ];
+        for (input, expected) in cases {
+            assert_eq!(
+                ControlSpaceId::parse(*input).map(|_| ()),
+                *expected,
+                "input {input:?}"
+            );
+        }
+        let message = TenantId::parse(".").unwrap_err().to_string();
+        assert!(
+            message.starts_with("tenant_id must not be '.'"),
+            "{message}"
+        );
+        // Serde input goes through the same rule.
+        assert!(serde_json::from_str::<GrantId>("\"..\"").is_err());
     }
 
     #[test]

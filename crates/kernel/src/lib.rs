@@ -13,6 +13,8 @@
 //! - [`outcome`]: the dispatch outcome of a remote call (not dispatched / answered / outcome
 //!   unknown), shared by the fences, the lifecycle remote port and the HTTP clients, and the
 //!   rule that maps a transport observation to it.
+//! - [`text`]: the bound on text Tenantry did not write (a remote's error message): control
+//!   characters removed, length capped, before it is stored or shown.
 
 pub mod fingerprint;
 pub mod id;
@@ -20,6 +22,7 @@ pub mod lease;
 #[cfg(feature = "openapi")]
 pub mod openapi;
 pub mod outcome;
+pub mod text;
 
 pub use fingerprint::{Fingerprint, canonical_json, fingerprint_json};
 pub use id::{

@@ -14,7 +14,7 @@ pub const ID_SCHEMA: &str = "Id";
 
 /// The schema of an identifier: a non-empty string of at most [`MAX_ID_LEN`] bytes without
 /// whitespace or control characters (the pattern states what a JSON Schema can; `parse` also
-/// refuses `/`, invisible format characters and non-NFC text).
+/// refuses `/`, `.` and `..`, invisible format characters and non-NFC text).
 pub fn id_schema() -> RefOr<Schema> {
     ObjectBuilder::new()
         .schema_type(Type::String)

@@ -50,6 +50,14 @@ macro_rules! error_codes {
                 }
             }
 
+            /// The string of a named variant (`None` for [`ErrorCode::Other`]).
+            pub fn named_str(&self) -> Option<&'static str> {
+                match self {
+                    $(Self::$variant => Some($text),)*
+                    Self::Other(_) => None,
+                }
+            }
+
             /// The code whose string is `text`: its named variant, or [`ErrorCode::Other`].
             pub fn parse(text: &str) -> Self {
                 match text {
@@ -118,6 +126,115 @@ error_codes! {
     /// The worker pool shut down while the attempt waited for a remote-call slot: handed back
     /// unsent, due at once (never the attempt that dead-letters a command).
     ShutdownBeforeCall => "SHUTDOWN_BEFORE_CALL",
+    /// A remote answered with an error code that is not an upper-case identifier
+    /// ([`is_identifier_code`]); the original, bounded, is quoted in the message (case 010).
+    RemoteErrorCodeInvalid => "REMOTE_ERROR_CODE_INVALID",
+}
+
+/// Longest error code a remote may send and have kept as its code, in bytes (characters: the
+/// code is ASCII): 64. See [`is_identifier_code`].
+pub const MAX_CODE_LEN: usize = tenantry_kernel::text::MAX_CODE_BYTES;
+
+/// The `code` label value of every code outside [`metric_label`]'s closed set.
+pub const OTHER_CODE_LABEL: &str = "OTHER";
+
+/// Codes of the KnowledgeFS lifecycle API v1 that Tenantry has no named variant for
+/// (docs/protocol.md, "Errors and `Retry-After`"): metric labels keep them as they are.
+pub const KNOWLEDGE_FS_PROTOCOL_CODES: [&str; 6] = [
+    "INVALID_REQUEST",
+    "IDEMPOTENCY_KEY_REQUIRED",
+    "UNAUTHORIZED",
+    "REVISION_AHEAD",
+    "KFS_RATE_LIMITED",
+    "KFS_UNAVAILABLE",
+];
+
+/// Codes the engine reports to metrics for a dispatch that ended without settling its command
+/// (`tenantry_lifecycle_dispatch_errors_total`); they are never recorded on a command.
+pub const DISPATCH_ERROR_CODES: [&str; 4] = [
+    "LEASE_LOST",
+    "IDENTITY_CONFLICT",
+    "STEP_REFUSED",
+    "STORE_UNAVAILABLE",
+];
+
+/// Label values of `KFS_HTTP_<status>` codes (an answer without an error body), by class.
+const HTTP_CLASS_LABELS: [&str; 5] = [
+    "KFS_HTTP_1XX",
+    "KFS_HTTP_2XX",
+    "KFS_HTTP_3XX",
+    "KFS_HTTP_4XX",
+    "KFS_HTTP_5XX",
+];
+
+/// Whether `text` may stand as an error code a remote chose: an upper-case identifier, one
+/// letter `A-Z` then at most 63 of `A-Z`, `0-9`, `_` (`^[A-Z][A-Z0-9_]{0,63}$`). Any other
+/// code becomes [`ErrorCode::RemoteErrorCodeInvalid`] ([`bounded_error`]).
+pub fn is_identifier_code(text: &str) -> bool {
+    let bytes = text.as_bytes();
+    matches!(bytes.first(), Some(b'A'..=b'Z'))
+        && bytes.len() <= MAX_CODE_LEN
+        && bytes
+            .iter()
+            .all(|b| matches!(b, b'A'..=b'Z' | b'0'..=b'9' | b'_'))
+}
+
+/// The error `(code, message)` as Tenantry stores it (case 010): what a remote says is data
+/// of bounded size, never a control sequence.
+///
+/// - A code Tenantry names, or an [`ErrorCode::Other`] that [`is_identifier_code`], is kept;
+///   any other code becomes [`ErrorCode::RemoteErrorCodeInvalid`], and the original (bounded
+///   to [`MAX_CODE_LEN`] bytes, control characters removed) is quoted at the start of the
+///   message.
+/// - The message is [`tenantry_kernel::text::bounded`] to
+///   [`MAX_MESSAGE_BYTES`](tenantry_kernel::text::MAX_MESSAGE_BYTES): control characters
+///   removed, at most 2,048 bytes.
+pub fn bounded_error(code: ErrorCode, message: &str) -> (ErrorCode, String) {
+    use tenantry_kernel::text::{MAX_MESSAGE_BYTES, bounded};
+    match code {
+        ErrorCode::Other(other) if !is_identifier_code(other.as_str()) => {
+            // Bound both parts before joining them: the inputs may be megabytes long.
+            let original = bounded(other.as_str(), MAX_CODE_LEN);
+            let message = bounded(message, MAX_MESSAGE_BYTES);
+            let joined = format!(
+                "remote error code {original:?} is not an upper-case identifier: {message}"
+            );
+            (
+                ErrorCode::RemoteErrorCodeInvalid,
+                bounded(&joined, MAX_MESSAGE_BYTES).into_owned(),
+            )
+        }
+        code => (code, bounded(message, MAX_MESSAGE_BYTES).into_owned()),
+    }
+}
+
+/// The value of the `code` label of Tenantry's metrics for the code string `code`, from a
+/// closed set (case 010: a remote must not be able to create series): a named [`ErrorCode`]'s
+/// string, a code of [`KNOWLEDGE_FS_PROTOCOL_CODES`] or [`DISPATCH_ERROR_CODES`],
+/// `KFS_HTTP_<d>XX` for `KFS_HTTP_<status>`, and [`OTHER_CODE_LABEL`] for anything else (the
+/// code itself is on the command).
+pub fn metric_label(code: &str) -> &'static str {
+    if let Some(named) = ErrorCode::parse(code).named_str() {
+        return named;
+    }
+    if let Some(known) = KNOWLEDGE_FS_PROTOCOL_CODES
+        .iter()
+        .chain(DISPATCH_ERROR_CODES.iter())
+        .find(|known| **known == code)
+    {
+        return known;
+    }
+    if let Some(status) = code.strip_prefix("KFS_HTTP_")
+        && status.len() == 3
+        && status.bytes().all(|b| b.is_ascii_digit())
+        && let Some(label) = status
+            .as_bytes()
+            .first()
+            .and_then(|d| HTTP_CLASS_LABELS.get(usize::from(d - b'0').wrapping_sub(1)))
+    {
+        return label;
+    }
+    OTHER_CODE_LABEL
 }
 
 /// The text of an [`ErrorCode::Other`]: a code Tenantry gives no meaning to, kept verbatim.
@@ -285,6 +402,10 @@ mod tests {
                 "KNOWLEDGE_FS_SPACE_DELETED",
             ),
             (ErrorCode::ShutdownBeforeCall, "SHUTDOWN_BEFORE_CALL"),
+            (
+                ErrorCode::RemoteErrorCodeInvalid,
+                "REMOTE_ERROR_CODE_INVALID",
+            ),
         ];
         assert_eq!(table.len(), ErrorCode::NAMED.len());
         for (code, text) in table {
@@ -305,6 +426,90 @@ mod tests {
         );
         // Old rows decode whatever they hold, even an empty string.
         assert_eq!(ErrorCode::parse("").as_str(), "");
+    }
+
+    #[test]
+    fn case_010_only_upper_case_identifiers_are_kept_as_codes() {
+        let table = [
+            ("KFS_UNAVAILABLE", true),
+            ("A", true),
+            ("E404", true),
+            ("KFS_HTTP_502", true),
+            ("", false),
+            ("kfs_unavailable", false),
+            ("_LEADING", false),
+            ("9LIVES", false),
+            ("WITH SPACE", false),
+            ("WITH-DASH", false),
+            ("\u{1b}[2J", false),
+            ("\u{c9}T\u{c9}", false),
+        ];
+        for (code, expected) in table {
+            assert_eq!(is_identifier_code(code), expected, "{code:?}");
+        }
+        assert!(is_identifier_code(&"A".repeat(MAX_CODE_LEN)));
+        assert!(!is_identifier_code(&"A".repeat(MAX_CODE_LEN + 1)));
+    }
+
+    #[test]
+    fn case_010_remote_errors_are_bounded_before_they_are_stored() {
+        use tenantry_kernel::text::MAX_MESSAGE_BYTES;
+        // A well-formed code is kept; the message loses its escape sequence.
+        let (code, message) = bounded_error(ErrorCode::from("KFS_BUSY"), "\u{1b}[2Jbusy");
+        assert_eq!((code.as_str(), message.as_str()), ("KFS_BUSY", "[2Jbusy"));
+        // A 200 KB code becomes the fixed code, the original quoted (bounded) in the message.
+        let huge = "Q".repeat(200 * 1024);
+        let (code, message) = bounded_error(ErrorCode::from(huge.as_str()), "refused");
+        assert_eq!(code, ErrorCode::RemoteErrorCodeInvalid);
+        assert!(message.starts_with("remote error code \"QQQQ"), "{message}");
+        assert!(message.ends_with(": refused"), "{message}");
+        assert!(message.len() < 200, "{}", message.len());
+        // A lower-case code with controls, and a 700 KB message with an escape sequence.
+        let long = format!("\u{1b}[2J{}", "m".repeat(700 * 1024));
+        let (code, message) = bounded_error(ErrorCode::from("bad\ncode"), &long);
+        assert_eq!(code, ErrorCode::RemoteErrorCodeInvalid);
+        assert!(message.len() <= MAX_MESSAGE_BYTES, "{}", message.len());
+        assert!(
+            message.starts_with("remote error code \"bad code\""),
+            "{message}"
+        );
+        assert!(!message.contains('\u{1b}'));
+        // Named codes are never replaced.
+        let (code, _) = bounded_error(ErrorCode::OwnershipLost, "x");
+        assert_eq!(code, ErrorCode::OwnershipLost);
+    }
+
+    #[test]
+    fn case_010_metric_labels_come_from_a_closed_set() {
+        let table = [
+            (
+                "KNOWLEDGE_FS_SPACE_NOT_FOUND",
+                "KNOWLEDGE_FS_SPACE_NOT_FOUND",
+            ),
+            ("REMOTE_ERROR_CODE_INVALID", "REMOTE_ERROR_CODE_INVALID"),
+            ("KFS_UNAVAILABLE", "KFS_UNAVAILABLE"),
+            ("LEASE_LOST", "LEASE_LOST"),
+            ("STORE_UNAVAILABLE", "STORE_UNAVAILABLE"),
+            ("KFS_HTTP_502", "KFS_HTTP_5XX"),
+            ("KFS_HTTP_404", "KFS_HTTP_4XX"),
+            ("KFS_HTTP_999", "OTHER"),
+            ("KFS_HTTP_0", "OTHER"),
+            ("KFS_HTTP_", "OTHER"),
+            ("SOME_REMOTE_CODE", "OTHER"),
+            ("", "OTHER"),
+        ];
+        for (code, label) in table {
+            assert_eq!(metric_label(code), label, "{code:?}");
+        }
+        // Fifty distinct remote codes share one label.
+        let labels: std::collections::BTreeSet<&str> = (0..50)
+            .map(|i| metric_label(&format!("REMOTE_CODE_{i}")))
+            .collect();
+        assert_eq!(labels.len(), 1);
+        // Every named code is its own label.
+        for code in ErrorCode::NAMED {
+            assert_eq!(metric_label(code.as_str()), code.as_str());
+        }
     }
 
     #[test]

@@ -388,12 +388,14 @@ pub struct ErrorRecord {
 }
 
 impl ErrorRecord {
-    /// Builds a record.
+    /// Builds a record, bounded as it will be stored ([`crate::code::bounded_error`]): a
+    /// code that is not an upper-case identifier becomes `REMOTE_ERROR_CODE_INVALID` (the
+    /// original quoted in the message), and the message loses its control characters and is
+    /// cut to [`MAX_MESSAGE_BYTES`](tenantry_kernel::text::MAX_MESSAGE_BYTES) bytes.
     pub fn new(code: impl Into<crate::ErrorCode>, message: impl Into<String>) -> Self {
-        Self {
-            code: code.into(),
-            message: message.into(),
-        }
+        let message = message.into();
+        let (code, message) = crate::code::bounded_error(code.into(), &message);
+        Self { code, message }
     }
 }
 

@@ -3,9 +3,15 @@
 //! The default is the reference rule: `min(300 s, 2^min(attempt_count, 8) s)`, where
 //! `attempt_count` is the number of claims so far (so the first retry waits 2 s). Jitter is
 //! optional; the random draw is an argument so the rule stays deterministic. A remote
-//! `Retry-After` pushes the next attempt later, never earlier.
+//! `Retry-After` pushes the next attempt later, never earlier, and never more than
+//! [`DEFAULT_MAX_RETRY_AFTER`] (1 hour) later: a remote cannot park a command for years.
 
 use std::time::Duration;
+
+/// Default upper bound honoured for a remote `Retry-After` (on a failure and as a deletion's
+/// poll interval): 1 hour. A later `Retry-After` (`Retry-After: 99999999999`, an HTTP date
+/// in year 9999) is read as 1 hour.
+pub const DEFAULT_MAX_RETRY_AFTER: Duration = Duration::from_secs(3600);
 
 /// Backoff policy of the lifecycle saga.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -16,7 +22,8 @@ pub struct RetryPolicy {
     pub max_exponent: u32,
     /// Fraction of the delay removed at most by jitter, in `0.0..=1.0` (0 disables jitter).
     pub jitter_ratio: f64,
-    /// Upper bound honoured for a remote `Retry-After` (default 1 hour).
+    /// Upper bound honoured for a remote `Retry-After` (default [`DEFAULT_MAX_RETRY_AFTER`],
+    /// 1 hour).
     pub max_retry_after: Duration,
     /// Attempt budget: a retry after this many claims (counted since the last operator retry,
     /// progress polls excepted) dead-letters the command instead (default
@@ -30,7 +37,7 @@ impl Default for RetryPolicy {
             max_delay: Duration::from_secs(300),
             max_exponent: 8,
             jitter_ratio: 0.0,
-            max_retry_after: Duration::from_secs(3600),
+            max_retry_after: DEFAULT_MAX_RETRY_AFTER,
             max_attempts: crate::failure::DEFAULT_MAX_ATTEMPTS,
         }
     }

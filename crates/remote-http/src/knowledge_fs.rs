@@ -13,7 +13,9 @@
 //!   [`DispatchOutcome::NotDispatched`] (`REMOTE_CLIENT_SATURATED` / `REMOTE_UNAVAILABLE`);
 //! - any status outside 2xx with a complete body: [`DispatchOutcome::Answered`] with the
 //!   status, the remote's `{code, message}` (or `KFS_HTTP_<status>` when the body is not that
-//!   shape) and its `Retry-After`;
+//!   shape), bounded by [`tenantry_lifecycle::code::bounded_error`] (a code that is not an
+//!   upper-case identifier becomes `REMOTE_ERROR_CODE_INVALID`, the message loses control
+//!   characters and is cut to 2,048 bytes), and its `Retry-After`;
 //! - a deadline after sending, a lost or reset connection, an unreadable body, or a 2xx
 //!   body that does not decode: [`DispatchOutcome::OutcomeUnknown`]
 //!   (`REMOTE_OUTCOME_UNKNOWN`). The saga retries such a command with the same idempotency
@@ -40,6 +42,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use tenantry_kernel::outcome::DispatchOutcome;
 use tenantry_kernel::{ControlSpaceId, IdempotencyKey, OperationId, ProvisioningKey, TenantId};
+use tenantry_lifecycle::code::bounded_error;
 use tenantry_lifecycle::{
     DeletionProgress, DeletionRequest, ErrorCode, ProvisionRequest, RemoteSpace, RevokeAck,
     RevokeRequest,
@@ -228,18 +231,14 @@ impl HttpKnowledgeFs {
         })
     }
 
-    /// `base` + `/v1/namespaces/{namespace}` + `rest`, each segment percent-encoded.
+    /// `base` + `/v1/namespaces/{namespace}` + `rest`, each segment percent-encoded
+    /// ([`crate::path`]: the remote receives every id byte for byte as one segment).
     fn endpoint(&self, namespace: &TenantId, rest: &[&str]) -> Result<Url, RemoteError> {
-        let mut url = self.base.clone();
-        {
-            let mut path = url.path_segments_mut().map_err(|()| {
-                RemoteError::not_dispatched("KnowledgeFS base URL cannot take a path")
-            })?;
-            path.pop_if_empty()
-                .extend(["v1", "namespaces", namespace.as_str()])
-                .extend(rest);
-        }
-        Ok(url)
+        let mut segments = vec!["v1", "namespaces", namespace.as_str()];
+        segments.extend_from_slice(rest);
+        crate::path::with_segments(&self.base, &segments).map_err(|reason| {
+            RemoteError::not_dispatched(format!("KnowledgeFS request path: {reason}"))
+        })
     }
 
     /// One call under the deadline and the concurrency limit; returns the complete answer.
@@ -476,6 +475,10 @@ fn decode<T: DeserializeOwned>(answer: &Answer, now: DateTime<Utc>) -> Result<T,
             ),
         ),
     };
+    // What the remote says is bounded data (case 010): a code that is not an upper-case
+    // identifier becomes REMOTE_ERROR_CODE_INVALID, the message loses control characters
+    // and is cut to 2,048 bytes, before it reaches logs, storage, metrics or a terminal.
+    let (code, message) = bounded_error(ErrorCode::from(code), &message);
     let mut error = RemoteError::answered(status, code, message);
     if let Some(after) = answer
         .retry_after
@@ -588,6 +591,7 @@ mod tests {
 
     use super::*;
     use reqwest::StatusCode;
+    use tenantry_kernel::KnowledgeSpaceId;
 
     fn answer(status: u16, retry_after: Option<&str>, body: &str) -> Answer {
         Answer {
@@ -672,6 +676,16 @@ mod tests {
             Some(Duration::ZERO)
         );
         assert_eq!(parse_retry_after("soon", now()), None);
+        // Far-future values parse; the retry policy caps what it honours
+        // (`RetryPolicy::max_retry_after`, 1 hour).
+        assert_eq!(
+            parse_retry_after("18446744073709551615", now()),
+            Some(Duration::from_secs(u64::MAX))
+        );
+        assert!(
+            parse_retry_after("Fri, 31 Dec 9999 23:59:59 GMT", now()).unwrap()
+                > Duration::from_secs(86_400 * 365 * 7000)
+        );
     }
 
     #[test]
@@ -728,36 +742,123 @@ mod tests {
     /// A server that answers every request with `raw` (read the request headers and body
     /// first) and closes the connection.
     async fn answering(raw: String) -> String {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
-        tokio::spawn(async move {
-            while let Ok((mut socket, _)) = listener.accept().await {
-                let mut seen = Vec::new();
-                let mut buf = [0u8; 4096];
-                loop {
-                    let n = socket.read(&mut buf).await.unwrap_or(0);
-                    seen.extend_from_slice(&buf[..n]);
-                    let text = String::from_utf8_lossy(&seen).to_lowercase();
-                    if let Some(end) = text.find("\r\n\r\n") {
-                        let length = text
-                            .lines()
-                            .find_map(|l| l.strip_prefix("content-length:"))
-                            .and_then(|v| v.trim().parse::<usize>().ok())
-                            .unwrap_or(0);
-                        if seen.len() >= end + 4 + length {
-                            break;
-                        }
-                    }
-                    if n == 0 {
-                        break;
-                    }
-                }
-                socket.write_all(raw.as_bytes()).await.ok();
-                socket.shutdown().await.ok();
-            }
-        });
-        url
+        recording(raw).await.0
+    }
+
+    /// [`answering`], also keeping the raw request target of every request.
+    async fn recording(raw: String) -> (String, Arc<std::sync::Mutex<Vec<String>>>) {
+        crate::path::testing::recording(raw).await
+    }
+
+    #[tokio::test]
+    async fn case_009_the_remote_receives_every_accepted_id_as_one_exact_segment() {
+        let body = r#"{"code":"NOPE","message":"no"}"#;
+        let (url, targets) = recording(format!(
+            "HTTP/1.1 404 Not Found\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        ))
+        .await;
+        let fs = capped_client(&url);
+        let shapes = crate::path::testing::accepted_id_shapes();
+        assert!(shapes.len() > 250, "{}", shapes.len());
+        for id in &shapes {
+            let tenant = TenantId::parse(id.as_str()).unwrap();
+            let space = KnowledgeSpaceId::parse(id.as_str()).unwrap();
+            let deletion = DeletionRequest {
+                namespace_id: tenant.clone(),
+                control_space_id: ControlSpaceId::parse(id.as_str()).unwrap(),
+                operation_id: OperationId::parse("op-1").unwrap(),
+                idempotency_key: IdempotencyKey::parse("idem-1").unwrap(),
+                knowledge_space_id: space.clone(),
+                provisioning_key: ProvisioningKey::parse("pk-1").unwrap(),
+                expected_revision: 1,
+            };
+            fs.request_deletion(&deletion).await.unwrap_err();
+            let revoke = RevokeRequest {
+                namespace_id: tenant.clone(),
+                control_space_id: ControlSpaceId::parse(id.as_str()).unwrap(),
+                operation_id: OperationId::parse("op-1").unwrap(),
+                idempotency_key: IdempotencyKey::parse("idem-1").unwrap(),
+                knowledge_space_id: space,
+                grant_id: tenantry_kernel::GrantId::parse(id.as_str()).unwrap(),
+                event_id: "e".into(),
+                reason_code: "r".into(),
+                revoke_sequence: 1,
+                expected_revision: 1,
+            };
+            fs.revoke_grant(&revoke).await.unwrap_err();
+            fs.find_by_provisioning_key(
+                &tenant,
+                &ProvisioningKey::parse(id.as_str()).unwrap(),
+                &ControlSpaceId::parse(id.as_str()).unwrap(),
+            )
+            .await
+            .unwrap_err();
+            let sent: Vec<String> = std::mem::take(&mut *targets.lock().unwrap());
+            assert_eq!(sent.len(), 3, "{id:?}: {sent:?}");
+            let bytes = id.as_bytes().to_vec();
+            let deletion = crate::path::testing::id_segments(
+                &sent[0],
+                &["v1", "namespaces", "*", "spaces", "*", "deletion"],
+            );
+            assert_eq!(deletion, [bytes.clone(), bytes.clone()], "{id:?}");
+            let revocation = crate::path::testing::id_segments(
+                &sent[1],
+                &[
+                    "v1",
+                    "namespaces",
+                    "*",
+                    "spaces",
+                    "*",
+                    "grants",
+                    "*",
+                    "revocations",
+                ],
+            );
+            assert_eq!(
+                revocation,
+                [bytes.clone(), bytes.clone(), bytes.clone()],
+                "{id:?}"
+            );
+            let lookup =
+                crate::path::testing::id_segments(&sent[2], &["v1", "namespaces", "*", "spaces"]);
+            assert_eq!(lookup, [bytes], "{id:?}");
+            let query = Url::parse(&format!("http://h{}", sent[2])).unwrap();
+            let pairs: Vec<(String, String)> = query.query_pairs().into_owned().collect();
+            assert_eq!(
+                pairs,
+                [
+                    ("provisioning_key".to_owned(), id.clone()),
+                    ("control_space_id".to_owned(), id.clone())
+                ],
+                "{}",
+                sent[2]
+            );
+        }
+        // A few exact targets, spelled out.
+        for (id, target) in [
+            ("%2e", "/v1/namespaces/%252e/spaces/%252e/deletion"),
+            ("...", "/v1/namespaces/.../spaces/.../deletion"),
+            ("a;b", "/v1/namespaces/a%3Bb/spaces/a%3Bb/deletion"),
+            ("a\\b", "/v1/namespaces/a%5Cb/spaces/a%5Cb/deletion"),
+            (
+                "caf\u{e9}",
+                "/v1/namespaces/caf%C3%A9/spaces/caf%C3%A9/deletion",
+            ),
+        ] {
+            let deletion = DeletionRequest {
+                namespace_id: TenantId::parse(id).unwrap(),
+                control_space_id: ControlSpaceId::parse("cs").unwrap(),
+                operation_id: OperationId::parse("op-1").unwrap(),
+                idempotency_key: IdempotencyKey::parse("idem-1").unwrap(),
+                knowledge_space_id: KnowledgeSpaceId::parse(id).unwrap(),
+                provisioning_key: ProvisioningKey::parse("pk-1").unwrap(),
+                expected_revision: 1,
+            };
+            fs.request_deletion(&deletion).await.unwrap_err();
+            let sent = std::mem::take(&mut *targets.lock().unwrap());
+            assert_eq!(sent, [target.to_owned()], "{id:?}");
+        }
     }
 
     fn capped_client(url: &str) -> HttpKnowledgeFs {
@@ -865,6 +966,63 @@ mod tests {
             .unwrap_err();
         assert_eq!(err.failure, DispatchOutcome::answered(200));
         assert_eq!(err.code, CODE_RESPONSE_TOO_LARGE);
+    }
+
+    #[tokio::test]
+    async fn case_010_what_a_remote_says_is_bounded_data() {
+        use tenantry_kernel::text::MAX_MESSAGE_BYTES;
+        let client = |url: &str| {
+            HttpKnowledgeFs::new(&KnowledgeFsConfig {
+                deadline: Duration::from_secs(10),
+                ..KnowledgeFsConfig::new(url, "t")
+            })
+            .unwrap()
+        };
+        let body = serde_json::json!({
+            "code": "C".repeat(200 * 1024).to_lowercase(),
+            "message": format!("\u{1b}[2J{}", "m".repeat(700 * 1024)),
+        })
+        .to_string();
+        let url = answering(format!(
+            "HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        ))
+        .await;
+        let err = client(&url)
+            .provision(&provision_request())
+            .await
+            .unwrap_err();
+        assert_eq!(err.failure, DispatchOutcome::answered(400));
+        assert_eq!(err.code, ErrorCode::RemoteErrorCodeInvalid);
+        assert!(
+            err.message.len() <= MAX_MESSAGE_BYTES,
+            "{}",
+            err.message.len()
+        );
+        assert!(
+            err.message.starts_with("remote error code \"cccc"),
+            "{}",
+            err.message
+        );
+        assert!(!err.message.contains('\u{1b}'));
+
+        // A body that is not `{code, message}`: its first bytes, without controls.
+        let raw = "\u{1b}[2J\u{1b}]0;pwned\u{7}<html>";
+        let url = answering(format!(
+            "HTTP/1.1 502 Bad Gateway\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{raw}",
+            raw.len()
+        ))
+        .await;
+        let err = client(&url)
+            .provision(&provision_request())
+            .await
+            .unwrap_err();
+        assert_eq!(err.code, "KFS_HTTP_502");
+        assert!(
+            err.message.ends_with("[2J]0;pwned<html>"),
+            "{}",
+            err.message
+        );
     }
 
     #[test]

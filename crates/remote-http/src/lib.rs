@@ -10,6 +10,10 @@
 //! - [`knowledge_fs`]: `HttpKnowledgeFs`, the KnowledgeFS lifecycle API v1 client.
 //! - [`directory`]: `HttpDirectoryProvider`, the signed Directory API v1 client.
 //!
+//! Both clients build request paths the same way (module `path`): every identifier is one
+//! path segment with every byte but `A-Z a-z 0-9 - . _ ~` percent-encoded, so the remote
+//! receives it byte for byte (docs/protocol.md, section 0).
+//!
 //! # Features
 //! `lifecycle` ([`knowledge_fs`]) and `directory` ([`directory`]) are default features;
 //! [`outcome`] and [`client`] are always built (feature `fences` names them), so a fences-only
@@ -28,6 +32,8 @@ pub mod directory;
 #[cfg(feature = "lifecycle")]
 pub mod knowledge_fs;
 pub mod outcome;
+#[cfg(any(feature = "lifecycle", feature = "directory"))]
+mod path;
 
 pub use client::{ClientBuildError, mutation_client};
 #[cfg(feature = "directory")]

@@ -2,8 +2,12 @@
 //! refreshes every [`REFRESH`] while the tab is visible (the trigger's condition reads
 //! `document.visibilityState`, so a hidden tab sends nothing).
 
+use std::borrow::Cow;
+
 use axum::http::HeaderMap;
 use maud::{DOCTYPE, Markup, PreEscaped, html};
+
+use tenantry_kernel::text::{MAX_CODE_BYTES, MAX_MESSAGE_BYTES, bounded};
 
 use super::assets::{CSS_ASSET, HTMX_ASSET, SCRIPT_ASSET};
 use super::auth::Session;
@@ -126,6 +130,18 @@ pub fn time_opt(at: Option<&chrono::DateTime<chrono::Utc>>) -> Markup {
         Some(at) => time(at),
         None => html! { "—" },
     }
+}
+
+/// Stored text as the console shows it (case 010): control and invisible format characters
+/// removed, at most [`MAX_MESSAGE_BYTES`] bytes ([`tenantry_kernel::text::bounded`]). Applied
+/// to every message, reason and detail a page shows, whatever version wrote the row.
+pub fn shown(text: &str) -> Cow<'_, str> {
+    bounded(text, MAX_MESSAGE_BYTES)
+}
+
+/// An error code as the console shows it: like [`shown`], at most [`MAX_CODE_BYTES`] bytes.
+pub fn shown_code(code: &str) -> Cow<'_, str> {
+    bounded(code, MAX_CODE_BYTES)
 }
 
 /// Percent-encodes a query or path value (everything but RFC 3986's unreserved characters).

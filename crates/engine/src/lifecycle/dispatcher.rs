@@ -999,6 +999,24 @@ mod conflict_tests {
             "command cmd-1 can no longer be superseded"
         );
         assert_eq!(error_code(&refused), "CONTROL_SPACE_CONFLICT");
+        // Every code a dispatch error reports is its own metric label (a closed set, case 010).
+        let Ok(command) = CommandId::parse("cmd-2") else {
+            panic!("valid id")
+        };
+        for error in [
+            DispatchError::LeaseLost {
+                command_id: command.clone(),
+            },
+            DispatchError::Step(StepError::OwnershipLost { reason: "r" }),
+            DispatchError::Step(StepError::IdentityConflict),
+            DispatchError::SupersedeRefused {
+                command_id: command,
+            },
+            DispatchError::Store(StoreError::unavailable("down")),
+        ] {
+            let code = error_code(&error);
+            assert_eq!(tenantry_lifecycle::code::metric_label(code), code);
+        }
         // Lease loss and storage failures are not conflicts.
         assert!(matches!(
             DispatchError::from(SettleError::Store(StoreError::unavailable("down"))),

@@ -823,3 +823,66 @@ fn revocation_of_a_deleting_or_deleted_space_is_moot() {
         );
     }
 }
+
+#[test]
+fn case_010_a_far_future_retry_after_is_capped() {
+    let cmd = command(Operation::Provision, 1);
+    let cap = at(10) + ChronoDuration::seconds(3600);
+    for after in [
+        std::time::Duration::from_secs(u64::MAX),
+        std::time::Duration::MAX,
+        std::time::Duration::from_secs(86_400 * 365 * 100),
+    ] {
+        let s =
+            step(&cmd).remote_failure(Some(503), &"KFS_UNAVAILABLE".into(), "busy", Some(after));
+        assert_eq!(retry_code(&s), Some(("KFS_UNAVAILABLE", cap)), "{after:?}");
+        // A deletion's poll interval is capped the same way.
+        let delete = command(Operation::Delete, 1);
+        let cs = space(ControlSpaceState::Deleting, "op");
+        let progress = DeletionProgress {
+            phase: DeletionPhase::Draining,
+            irreversible_at: None,
+            revision: 1,
+            retry_after: Some(after),
+        };
+        let s = step(&delete).settle_deletion(Some(&cs), &progress).unwrap();
+        assert_eq!(
+            retry_code(&s),
+            Some((ErrorCode::RemoteDeletionPending.as_str(), cap)),
+            "{after:?}"
+        );
+    }
+}
+
+#[test]
+fn case_010_a_remote_error_is_stored_bounded() {
+    use tenantry_kernel::text::MAX_MESSAGE_BYTES;
+    let cmd = command(Operation::Provision, 1);
+    let code = ErrorCode::from("c".repeat(200 * 1024));
+    let message = format!("\u{1b}[2J{}", "m".repeat(700 * 1024));
+    // Retried (a 503) and dead-lettered (a 400): both store the bounded error.
+    for status in [503, 400] {
+        let s = step(&cmd).remote_failure(Some(status), &code, &message, None);
+        let (CommandOutcome::Retry { error, .. } | CommandOutcome::Fail { error, .. }) =
+            s.outcome.clone().unwrap()
+        else {
+            panic!("{s:?}")
+        };
+        assert_eq!(error.code, ErrorCode::RemoteErrorCodeInvalid, "{status}");
+        assert!(error.message.len() <= MAX_MESSAGE_BYTES, "{status}");
+        assert!(!error.message.contains('\u{1b}'), "{status}");
+    }
+    // The attempt that spends the budget keeps the bound too.
+    let spent = command(Operation::Provision, 5);
+    let s = step(&spent).remote_failure(Some(503), &code, &message, None);
+    let Some(CommandOutcome::Fail { error, .. }) = &s.outcome else {
+        panic!("{s:?}")
+    };
+    assert_eq!(error.code, ErrorCode::RemoteErrorCodeInvalid);
+    assert!(
+        error.message.contains(": gave up after 5 attempts"),
+        "{}",
+        &error.message[..120]
+    );
+    assert!(error.message.len() <= MAX_MESSAGE_BYTES);
+}

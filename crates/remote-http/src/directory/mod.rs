@@ -30,6 +30,7 @@ use tenantry_ports::error::ErrorSource;
 use crate::client::{ClientBuildError, mutation_client, parse_base_url};
 use crate::outcome::TransportError;
 use signature::{SignatureHeaders, SignedRequest, TrustedKeys};
+use tenantry_kernel::text::{MAX_CODE_BYTES, MAX_MESSAGE_BYTES, bounded};
 
 /// Default largest accepted response body: 128 MiB.
 pub const DEFAULT_MAX_RESPONSE_BYTES: u64 = 128 * 1024 * 1024;
@@ -205,15 +206,11 @@ impl HttpDirectoryProvider {
     }
 
     fn endpoint(&self, instance: &InstanceUuid, last: &str) -> Result<Url, ProviderError> {
-        let mut url = self.base.clone();
-        {
-            let mut path = url.path_segments_mut().map_err(|()| {
-                ProviderError::unavailable("directory base URL cannot take a path")
-            })?;
-            path.pop_if_empty()
-                .extend(["v1", "instances", instance.as_str(), "directory", last]);
-        }
-        Ok(url)
+        crate::path::with_segments(
+            &self.base,
+            &["v1", "instances", instance.as_str(), "directory", last],
+        )
+        .map_err(|reason| ProviderError::unavailable(format!("directory request path: {reason}")))
     }
 
     /// Sends one request and returns its verified body.
@@ -258,10 +255,18 @@ impl HttpDirectoryProvider {
                     ))
                 })??;
         if !status.is_success() {
+            // What the provider says is bounded data (case 010): its code and message lose
+            // control characters and are cut (64 and 2,048 bytes) before they are logged,
+            // kept as the last sync error or shown.
             let message = match serde_json::from_slice::<ErrorBody>(&body) {
-                Ok(e) => format!("{}: {}", e.code, e.message),
+                Ok(e) => format!(
+                    "{}: {}",
+                    bounded(&e.code, MAX_CODE_BYTES),
+                    bounded(&e.message, MAX_MESSAGE_BYTES)
+                ),
                 Err(_) => String::from_utf8_lossy(&body[..body.len().min(256)]).into_owned(),
             };
+            let message = bounded(&message, MAX_MESSAGE_BYTES).into_owned();
             return Err(ProviderError::Refused {
                 status: status.as_u16(),
                 message,
@@ -375,8 +380,9 @@ async fn read_limited(mut response: Response, max: u64) -> Result<Vec<u8>, Provi
 
 fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, ProviderError> {
     serde_json::from_slice(body).map_err(|e| {
-        ProviderError::invalid_response(format!("signed directory body does not parse: {e}"))
-            .with_source(e)
+        // The decoder's message may quote the provider's text.
+        let message = format!("signed directory body does not parse: {e}");
+        ProviderError::invalid_response(bounded(&message, MAX_MESSAGE_BYTES)).with_source(e)
     })
 }
 
@@ -478,6 +484,60 @@ mod tests {
         assert_eq!(
             HttpDirectoryProvider::new(&cfg).unwrap_err(),
             DirectoryConfigError::InvalidToken
+        );
+    }
+
+    #[tokio::test]
+    async fn case_009_the_provider_receives_every_accepted_instance_as_one_exact_segment() {
+        use crate::path::testing::{accepted_id_shapes, id_segments, recording};
+        let body = r#"{"code":"NOPE","message":"no"}"#;
+        let (url, targets) = recording(format!(
+            "HTTP/1.1 404 Not Found\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        ))
+        .await;
+        let p = HttpDirectoryProvider::new(&DirectoryClientConfig::new(url, keys())).unwrap();
+        for id in accepted_id_shapes() {
+            let instance = InstanceUuid::parse(id.as_str()).unwrap();
+            p.fetch_snapshot(&instance).await.unwrap_err();
+            let sent = std::mem::take(&mut *targets.lock().unwrap());
+            assert_eq!(sent.len(), 1, "{id:?}");
+            let ids = id_segments(&sent[0], &["v1", "instances", "*", "directory", "snapshot"]);
+            assert_eq!(ids, [id.as_bytes().to_vec()], "{id:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn case_010_a_provider_error_is_bounded_data() {
+        let body = serde_json::json!({
+            "code": "c".repeat(200 * 1024),
+            "message": format!("\u{1b}[2J{}", "m".repeat(700 * 1024)),
+        })
+        .to_string();
+        let url = crate::path::testing::recording(format!(
+            "HTTP/1.1 500 Internal Server Error\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        ))
+        .await
+        .0;
+        let p = HttpDirectoryProvider::new(&DirectoryClientConfig {
+            max_response_bytes: 2 * 1024 * 1024,
+            ..DirectoryClientConfig::new(url, keys())
+        })
+        .unwrap();
+        let error = p
+            .fetch_snapshot(&InstanceUuid::parse("inst").unwrap())
+            .await
+            .unwrap_err();
+        let ProviderError::Refused { status, message } = error else {
+            panic!("{error:?}")
+        };
+        assert_eq!(status, 500);
+        assert!(message.len() <= MAX_MESSAGE_BYTES, "{}", message.len());
+        assert!(!message.contains('\u{1b}'), "{message}");
+        assert!(
+            message.starts_with(&format!("{}\u{2026}: [2Jmmm", "c".repeat(61))),
+            "{message}"
         );
     }
 

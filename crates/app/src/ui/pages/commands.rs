@@ -262,7 +262,7 @@ async fn table(state: &UiState, query: &FilterQuery) -> Result<Markup, AdminApiE
                     td { (r.control_space_id.as_str()) }
                     td.status { (r.status.as_str()) }
                     td { (r.attempt_count) }
-                    td { (r.last_error_code.as_ref().map_or("", |c| c.as_str())) }
+                    td { (layout::shown_code(r.last_error_code.as_ref().map_or("", |c| c.as_str()))) }
                     td { (layout::time(&r.created_at)) }
                     td { (layout::time(&r.next_attempt_at)) }
                 }
@@ -359,7 +359,7 @@ async fn detail_live(
             tr { th { "tenant / control space" } td { (r.tenant_id.as_str()) " / " (r.control_space_id.as_str()) } }
             tr { th { "control-space state" } td { (space.as_ref().map_or_else(|| "missing".to_owned(), |s| format!("{:?} (version {})", s.state, s.resource_version))) } }
             tr { th { "attempts" } td { (r.attempt_count) " (budget counted from " (r.attempt_budget_base) ")" } }
-            tr { th { (error_label) } td { (r.last_error_code.as_ref().map_or("", |c| c.as_str())) " " span.muted { (r.last_error_message.as_deref().unwrap_or("")) } } }
+            tr { th { (error_label) } td { (layout::shown_code(r.last_error_code.as_ref().map_or("", |c| c.as_str()))) " " span.muted { (layout::shown(r.last_error_message.as_deref().unwrap_or(""))) } } }
             tr { th { "lease" } td { (r.lease_owner.as_ref().map_or("—", |o| o.as_str())) " until " (layout::time_opt(r.lease_expires_at.as_ref())) " (epoch " (r.lease_epoch.0) ")" } }
             tr { th { "created" } td { (layout::time(&r.created_at)) } }
             tr { th { "next attempt" } td { (layout::time(&r.next_attempt_at)) } }
@@ -380,9 +380,9 @@ async fn detail_live(
                         td { (layout::time(&a.action.at)) }
                         td { (a.action.kind.as_str()) }
                         td { (a.action.actor) }
-                        td { (a.action.reason) }
+                        td { (layout::shown(&a.action.reason)) }
                         td { (a.previous_status.as_str()) }
-                        td { (a.previous_error_code.as_ref().map_or("", |c| c.as_str())) }
+                        td { (layout::shown_code(a.previous_error_code.as_ref().map_or("", |c| c.as_str()))) }
                     }
                 }
             }
@@ -406,8 +406,8 @@ fn errors_table(history: &ErrorHistory) -> Markup {
                         td { (layout::time(&e.recorded_at)) }
                         td { (e.attempt) }
                         td { (e.end.as_str()) }
-                        td { (e.code.as_str()) }
-                        td { (e.message) }
+                        td { (layout::shown_code(e.code.as_str())) }
+                        td { (layout::shown(&e.message)) }
                         td { (e.actor.as_deref().or(e.lease_owner.as_deref()).unwrap_or("—")) }
                     }
                 }

@@ -52,19 +52,19 @@ async fn live(state: &UiState) -> Markup {
     let or_dash = |v: Option<i64>| v.map_or_else(|| "—".to_owned(), |v| v.to_string());
     html! {
         @match &status {
-            DirectoryStatus::NotConfigured(s) => p { (readiness(&status)) ": " (s.message) },
+            DirectoryStatus::NotConfigured(s) => p { (readiness(&status)) ": " (layout::shown(s.message)) },
             DirectoryStatus::Configured(s) => {
                 table #directory {
                     tr { th { "readiness" } td { (readiness(&status)) } }
-                    @if let Some(reason) = &s.not_ready_reason { tr { th { "why not ready" } td #not-ready-reason { (reason) } } }
+                    @if let Some(reason) = &s.not_ready_reason { tr { th { "why not ready" } td #not-ready-reason { (layout::shown(reason)) } } }
                     tr { th { "instance" } td { (s.instance_uuid) } }
                     tr { th { "consumer cursor (this replica)" } td #cursor { (or_dash(s.cursor)) } }
                     tr { th { "high-water mark (shared)" } td #high-water { (or_dash(s.projection_cursor)) } }
                     tr { th { "last applied" } td { (layout::time_opt(s.last_applied_at.as_ref())) } }
                     tr { th { "staleness / maximum" } td #staleness { (s.staleness_seconds.map_or_else(|| "never synced".to_owned(), |a| format!("{a:.1} s"))) " / " (format!("{:.0} s", s.max_staleness_seconds)) } }
-                    tr { th { "last refusal" } td { @if let Some(r) = &s.last_refusal { (r.rule.as_str()) ": " (r.message) " (×" (r.count) ")" } @else { "none" } } }
+                    tr { th { "last refusal" } td { @if let Some(r) = &s.last_refusal { (r.rule.as_str()) ": " (layout::shown(&r.message)) " (×" (r.count) ")" } @else { "none" } } }
                     tr { th { "storage error" } td { (s.storage_error.as_deref().unwrap_or("none")) } }
-                    tr #sync-failure { th { "last sync error" } td { @if let Some(f) = &s.sync_failure { (f.message) " (" (f.count) " failed steps in a row since " (f.since.format("%Y-%m-%d %H:%M:%S UTC")) ")" } @else { "none" } } }
+                    tr #sync-failure { th { "last sync error" } td { @if let Some(f) = &s.sync_failure { (layout::shown(&f.message)) " (" (f.count) " failed steps in a row since " (f.since.format("%Y-%m-%d %H:%M:%S UTC")) ")" } @else { "none" } } }
                     tr { th { "active workspaces" } td { (s.resources.active_workspaces) " of at most " (s.resources.max_active_workspaces) } }
                 }
             }

@@ -67,8 +67,8 @@ async fn table(state: &UiState) -> Result<Markup, AdminApiError> {
                             RecordKind::Fence => span.bad { "fence" },
                             RecordKind::Intent => span.muted { "intent (in flight)" },
                         } @if !v.persisted { " " span.bad { "(this process only)" } } }
-                        td { (v.reason.as_deref().unwrap_or("")) }
-                        td { (v.failure_kind.as_deref().unwrap_or("")) " " span.muted { (v.failure_detail.as_deref().unwrap_or("")) } }
+                        td { (layout::shown(v.reason.as_deref().unwrap_or(""))) }
+                        td { (layout::shown(v.failure_kind.as_deref().unwrap_or(""))) " " span.muted { (layout::shown(v.failure_detail.as_deref().unwrap_or(""))) } }
                         td { (v.owner.as_deref().unwrap_or("")) }
                         td { (layout::time_opt(v.fenced_at.as_ref())) }
                         td { (layout::time_opt(v.expires_at.as_ref())) }

@@ -10,6 +10,7 @@ use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use maud::{Markup, html};
 use tenantry_fence::RecordKind;
+use tenantry_kernel::text::MAX_CODE_BYTES;
 use tenantry_lifecycle::{CommandStatus, Operation};
 
 use super::super::UiState;
@@ -174,7 +175,9 @@ fn failed_by_code(counts: &Counts) -> Markup {
                 @for row in rows {
                     @let code = row.code.as_ref().map_or("", |c| c.as_str());
                     tr {
-                        td { a href={"/ui/commands?status=failed&error_code=" (code)} { @if code.is_empty() { "(none)" } @else { (code) } } }
+                        // A code longer than any a remote may set (a row of an older version) is shown
+                        // bounded, without a filter link.
+                        td { @if code.len() > MAX_CODE_BYTES { (layout::shown_code(code)) } @else { a href={"/ui/commands?status=failed&error_code=" (layout::encode(code))} { @if code.is_empty() { "(none)" } @else { (layout::shown_code(code)) } } } }
                         td { (row.count) }
                     }
                 }
