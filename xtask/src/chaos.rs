@@ -186,7 +186,7 @@ fn late_settle_check_failed(summary: &str) -> bool {
 }
 
 fn build(root: &Path, debug: bool, what: &[&str]) -> Result<(), String> {
-    let mut cmd = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    let mut cmd = crate::cargo_command();
     cmd.current_dir(root).arg("build").arg("--locked");
     if !debug {
         cmd.arg("--release");

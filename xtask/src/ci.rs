@@ -11,26 +11,30 @@
 //!    ([`crate::pg::Cluster`])
 //! 5. `cargo test --workspace --locked` again with `TENANTRY_TEST_PG_URL` set to that server
 //!    (each test creates its own fresh database there)
+//! 6. PostgreSQL over TLS (issue 26, budget [`PG_TLS_BUDGET`]): a TLS-only throwaway cluster
+//!    ([`Cluster::start_tls`]; or the server named by `TENANTRY_TEST_PG_TLS_URL` with its CA
+//!    file in `TENANTRY_TEST_PG_TLS_CA`) and `cargo test -p tenantry-store-seaorm --test
+//!    pg_tls` with `TENANTRY_REQUIRE_PG_TLS=1` (a test that finds no TLS server fails)
 //!
 //! Then the packaging steps ([`PackagingStep`], issue 17), each with a time budget:
-//! 6. each mechanism alone: `cargo check` of the crates with mechanism features
+//! 7. each mechanism alone: `cargo check` of the crates with mechanism features
 //!    (`--no-default-features --features lifecycle`, then `directory`), and the service binary
 //!    without its `demo` feature (`cargo check -p tenantry-app --no-default-features`);
-//! 7. the fence runtime alone: `cargo test` of those crates with `--features fences` on SQLite
+//! 8. the fence runtime alone: `cargo test` of those crates with `--features fences` on SQLite
 //!    (a fences-only build compiles and works without the saga and the directory);
-//! 8. the operator console in headless Chromium: `cargo test -p tenantry-app --test
+//! 9. the operator console in headless Chromium: `cargo test -p tenantry-app --test
 //!    ui_browser -- --ignored` with `TENANTRY_REQUIRE_BROWSER=1` (a missing browser fails);
 //!    then `cargo doc --workspace --all-features --no-deps` with `RUSTDOCFLAGS=-D warnings`;
-//! 9. `cargo test` of the outside fixture crate `fixtures/host-platform` (its own workspace and
-//!    lockfile, the shared target folder): a platform that embeds the crates through their
-//!    public API only (the runnable `examples/` already ran in steps 3 and 5);
-//! 10. `cargo package` of every published crate (verified: each `.crate` builds on its own).
+//! 10. `cargo test` of the outside fixture crate `fixtures/host-platform` (its own workspace
+//!     and lockfile, the shared target folder): a platform that embeds the crates through
+//!     their public API only (the runnable `examples/` already ran in steps 3 and 5);
+//! 11. `cargo package` of every published crate (verified: each `.crate` builds on its own).
 //!
 //! Then the chaos steps ([`CHAOS_STEPS`], issue 11), each with a time budget:
-//! 11. `cargo xtask chaos --debug`: 3 replicas on a throwaway PostgreSQL cluster, about 1,000
+//! 12. `cargo xtask chaos --debug`: 3 replicas on a throwaway PostgreSQL cluster, about 1,000
 //!     commands, every fault kind;
-//! 12. the SQLite profile: one replica, killed and restarted;
-//! 13. the planted bug (a settle without the lease check), which the harness must catch.
+//! 13. the SQLite profile: one replica, killed and restarted;
+//! 14. the planted bug (a settle without the lease check), which the harness must catch.
 //!
 //! A step that passes but takes longer than its budget is reported as `over budget` (not a
 //! failure: the machine may be loaded), so a slow drift shows before CI hits its limit.
@@ -51,6 +55,16 @@ use crate::pg::Cluster;
 const PG_URL_ENV: &str = "TENANTRY_TEST_PG_URL";
 /// Environment variable naming an existing PostgreSQL server to use instead of a throwaway one.
 const DATABASE_URL_ENV: &str = "DATABASE_URL";
+/// The TLS-only PostgreSQL server of the TLS tests (`crates/store-seaorm/tests/pg_tls.rs`):
+/// its URL without TLS parameters; set by the gate, or by hand for an existing server.
+const PG_TLS_URL_ENV: &str = "TENANTRY_TEST_PG_TLS_URL";
+/// The CA file (PEM) that signed the TLS server's certificate.
+const PG_TLS_CA_ENV: &str = "TENANTRY_TEST_PG_TLS_CA";
+/// Set by the gate so that a TLS test without a TLS server fails instead of skipping.
+const PG_TLS_REQUIRE_ENV: &str = "TENANTRY_REQUIRE_PG_TLS";
+/// Longest acceptable duration of the PostgreSQL TLS step on 2 cores, cluster start included
+/// (docs/operations.md has the measured time).
+const PG_TLS_BUDGET: Duration = Duration::from_secs(240);
 
 /// Options of `cargo xtask ci`; without any, this is exactly the gate CI runs.
 #[derive(Debug, clap::Args)]
@@ -79,6 +93,8 @@ enum StepKind {
     Sqlite,
     /// The PostgreSQL server and the test run on it.
     Postgres,
+    /// The TLS-only PostgreSQL cluster and the TLS tests on it.
+    PostgresTls,
     /// Each mechanism alone: the `cargo check` and fences-only test steps.
     Features,
     /// `cargo doc` with warnings denied.
@@ -382,7 +398,7 @@ pub fn run(root: &Path, args: &CiArgs) -> ExitCode {
 const DRIVER_CHECKS: [&str; 2] = ["sqlite", "postgres"];
 
 /// Total number of steps, for the `[i/N]` banners.
-const STEPS: usize = 5 + DRIVER_CHECKS.len() + PACKAGING_STEPS.len() + CHAOS_STEPS.len();
+const STEPS: usize = 6 + DRIVER_CHECKS.len() + PACKAGING_STEPS.len() + CHAOS_STEPS.len();
 
 /// A failed step; its details are already in the report.
 #[derive(Debug)]
@@ -441,6 +457,7 @@ impl Gate<'_> {
         }
 
         self.postgres_steps()?;
+        self.postgres_tls_step()?;
         self.packaging_steps()?;
         self.budgeted_steps(CHAOS_STEPS)
     }
@@ -462,6 +479,76 @@ impl Gate<'_> {
             drop(cluster);
             println!("xtask: stopped the throwaway cluster and removed {dir}");
         }
+        result
+    }
+
+    /// The PostgreSQL TLS tests on a TLS-only throwaway cluster (or the server named by
+    /// `TENANTRY_TEST_PG_TLS_URL` / `_CA`), checked against [`PG_TLS_BUDGET`] (the cluster's
+    /// start included).
+    fn postgres_tls_step(&mut self) -> Result<(), StepFailed> {
+        let step = "test (PostgreSQL over TLS)";
+        if self.skipped(StepKind::PostgresTls, step) {
+            return Ok(());
+        }
+        let started = Instant::now();
+        let given = |name| std::env::var(name).ok().filter(|v: &String| !v.is_empty());
+        // The cluster (if any) lives until the end of this function, as in `postgres_steps`.
+        let (url, ca, cluster) = match (given(PG_TLS_URL_ENV), given(PG_TLS_CA_ENV)) {
+            (Some(url), Some(ca)) => {
+                println!(
+                    "xtask: PostgreSQL over TLS at {PG_TLS_URL_ENV}={}",
+                    redact(&url)
+                );
+                (url, ca, None)
+            }
+            _ => {
+                println!("xtask: starting a TLS-only throwaway cluster (initdb, pg_ctl)");
+                match Cluster::start_tls() {
+                    Ok(cluster) => {
+                        let ca = cluster
+                            .ca_file()
+                            .map(|p| p.display().to_string())
+                            .unwrap_or_default();
+                        println!(
+                            "xtask: {} over TLS at {} (CA {ca})",
+                            cluster.version(),
+                            cluster.url()
+                        );
+                        (cluster.url(), ca, Some(cluster))
+                    }
+                    Err(e) => {
+                        self.banner(step, "a TLS-only throwaway cluster");
+                        eprintln!("xtask: {e}");
+                        let detail = e.to_string().lines().next().unwrap_or_default().to_owned();
+                        self.report
+                            .push(step, Outcome::Failed, Some(started.elapsed()), detail);
+                        return Err(StepFailed);
+                    }
+                }
+            }
+        };
+        let mut cmd = self.cargo();
+        cmd.args(pg_tls_test_args())
+            .env_remove(PG_URL_ENV)
+            .env(PG_TLS_URL_ENV, &url)
+            .env(PG_TLS_CA_ENV, &ca)
+            .env(PG_TLS_REQUIRE_ENV, "1");
+        let result = self.command_step(step, cmd, true);
+        if let Some(cluster) = cluster {
+            let dir = cluster.dir().display().to_string();
+            drop(cluster);
+            println!("xtask: stopped the TLS throwaway cluster and removed {dir}");
+        }
+        if let Some(record) = self
+            .report
+            .records
+            .iter_mut()
+            .rev()
+            .find(|r| r.step == step)
+        {
+            record.elapsed = Some(started.elapsed());
+        }
+        self.report.check_budget(step, PG_TLS_BUDGET);
         result
     }
 
@@ -511,7 +598,7 @@ impl Gate<'_> {
     }
 
     fn cargo(&self) -> Command {
-        let mut cmd = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+        let mut cmd = crate::cargo_command();
         cmd.current_dir(self.root).stdin(Stdio::null());
         cmd
     }
@@ -620,6 +707,20 @@ impl Gate<'_> {
             }
         }
     }
+}
+
+/// The cargo arguments of the PostgreSQL TLS tests.
+fn pg_tls_test_args() -> Vec<String> {
+    [
+        "test",
+        "-p",
+        "tenantry-store-seaorm",
+        "--test",
+        "pg_tls",
+        "--locked",
+    ]
+    .map(str::to_owned)
+    .to_vec()
 }
 
 /// Runs `cmd` with inherited stdout/stderr.
@@ -868,6 +969,24 @@ mod tests {
             "postgres://postgres@127.0.0.1:5/postgres"
         );
         assert_eq!(redact("not a url"), "not a url");
+    }
+
+    /// The TLS step runs the storage crate's TLS test binary with the guard set, so a missing
+    /// TLS server fails the gate instead of skipping the tests.
+    #[test]
+    fn the_tls_step_runs_the_pg_tls_tests() {
+        assert_eq!(
+            pg_tls_test_args(),
+            [
+                "test",
+                "-p",
+                "tenantry-store-seaorm",
+                "--test",
+                "pg_tls",
+                "--locked"
+            ]
+        );
+        assert_eq!(PG_TLS_REQUIRE_ENV, "TENANTRY_REQUIRE_PG_TLS");
     }
 
     #[test]

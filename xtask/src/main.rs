@@ -2,7 +2,8 @@
 //!
 //! - `cargo xtask ci`: the single gate (fmt, clippy, tests on SQLite, tests on PostgreSQL, each
 //!   mechanism alone, docs, packages); see [`ci`].
-//! - `cargo xtask pg`: a throwaway PostgreSQL cluster for manual work; see [`pg`].
+//! - `cargo xtask pg [--tls]`: a throwaway PostgreSQL cluster for manual work (`--tls`: TLS
+//!   only); see [`pg`].
 //! - `cargo xtask bench`: the benchmarks; see [`mod@bench`].
 //! - `cargo xtask demo [ARGS]`: `cargo run --release -p tenantry-app -- demo [ARGS]`.
 //! - `cargo xtask chaos [ARGS]`: replicas killed at random on a throwaway PostgreSQL; see
@@ -70,6 +71,10 @@ struct PgArgs {
     /// with Ctrl-C or `kill <pid>` (SIGTERM).
     #[arg(long)]
     ignore_stdin: bool,
+    /// The TLS-only variant: `ssl = on`, a certificate signed by a CA made for it, and no
+    /// connection without TLS over TCP (`hostssl` lines only in `pg_hba.conf`).
+    #[arg(long)]
+    tls: bool,
 }
 
 fn main() -> ExitCode {
@@ -104,7 +109,12 @@ fn workspace_root() -> PathBuf {
 }
 
 fn run_pg(args: &PgArgs) -> ExitCode {
-    let cluster = match pg::Cluster::start() {
+    let started = if args.tls {
+        pg::Cluster::start_tls()
+    } else {
+        pg::Cluster::start()
+    };
+    let cluster = match started {
         Ok(cluster) => cluster,
         Err(e) => {
             eprintln!("xtask: {e}");
@@ -115,8 +125,18 @@ fn run_pg(args: &PgArgs) -> ExitCode {
     println!("{} running (pid {})", cluster.version(), std::process::id());
     println!("  folder: {} (server.log inside)", cluster.dir().display());
     println!("  URL:    {url}");
-    println!("Run the tests against it:");
-    println!("  TENANTRY_TEST_PG_URL={url} cargo test");
+    if let Some(ca) = cluster.ca_file() {
+        println!("  CA:     {} (TLS only)", ca.display());
+        println!("  verified URL: {}", cluster.verified_url());
+        println!("Run the PostgreSQL TLS tests against it:");
+        println!(
+            "  TENANTRY_TEST_PG_TLS_URL={url} TENANTRY_TEST_PG_TLS_CA={} cargo test -p tenantry-store-seaorm --test pg_tls",
+            ca.display()
+        );
+    } else {
+        println!("Run the tests against it:");
+        println!("  TENANTRY_TEST_PG_URL={url} cargo test");
+    }
     if args.ignore_stdin {
         println!(
             "Stop with Ctrl-C or `kill {}`; the cluster and its folder are then removed.",
@@ -164,15 +184,40 @@ fn run_demo(root: &Path, args: &[String]) -> ExitCode {
     )
 }
 
+/// A `cargo` command (the cargo that runs us) without the variables `cargo run` set for the
+/// xtask itself (`CARGO_PKG_*`, `CARGO_MANIFEST_*`, `CARGO_CRATE_NAME`, ...). Build scripts
+/// such as ring's rerun when one of those changes, so a cargo started with them would rebuild
+/// ring and everything above it, and the next plain `cargo` (or `cargo xtask`, which builds
+/// ring for rcgen) would rebuild it back.
+pub(crate) fn cargo_command() -> std::process::Command {
+    let mut cmd =
+        std::process::Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    for (name, _) in std::env::vars_os() {
+        if is_cargo_run_variable(&name.to_string_lossy()) {
+            cmd.env_remove(&name);
+        }
+    }
+    cmd
+}
+
+/// Whether `name` is one of the variables `cargo run` sets for the program it runs.
+fn is_cargo_run_variable(name: &str) -> bool {
+    name.starts_with("CARGO_PKG_")
+        || name.starts_with("CARGO_MANIFEST_")
+        || matches!(
+            name,
+            "CARGO_CRATE_NAME" | "CARGO_BIN_NAME" | "CARGO_PRIMARY_PACKAGE"
+        )
+}
+
 /// Runs `cargo <command> <args>` in `root` and exits as it does (failure when cargo cannot be
 /// started).
 fn run_cargo(root: &Path, command: &[&str], args: &[String]) -> ExitCode {
-    let status =
-        std::process::Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
-            .current_dir(root)
-            .args(command)
-            .args(args)
-            .status();
+    let status = cargo_command()
+        .current_dir(root)
+        .args(command)
+        .args(args)
+        .status();
     match status {
         Ok(s) if s.success() => ExitCode::SUCCESS,
         Ok(s) => ExitCode::from(u8::try_from(s.code().unwrap_or(1)).unwrap_or(1)),
@@ -185,6 +230,23 @@ fn run_cargo(root: &Path, command: &[&str], args: &[String]) -> ExitCode {
 
 #[cfg(test)]
 mod tests {
+    /// Only what `cargo run` sets for the xtask is removed; `CARGO` (which cargo) and the
+    /// user's cargo settings stay.
+    #[test]
+    fn cargo_run_variables_are_recognised() {
+        for name in ["CARGO_PKG_NAME", "CARGO_MANIFEST_DIR", "CARGO_CRATE_NAME"] {
+            assert!(super::is_cargo_run_variable(name), "{name}");
+        }
+        for name in [
+            "CARGO",
+            "CARGO_HOME",
+            "CARGO_TARGET_DIR",
+            "CARGO_INCREMENTAL",
+        ] {
+            assert!(!super::is_cargo_run_variable(name), "{name}");
+        }
+    }
+
     use std::path::{Path, PathBuf};
 
     use super::target_dir_of;

@@ -9,6 +9,12 @@
 //! handed to the `postgres` system user and `initdb` / `pg_ctl` run through
 //! `runuser -u postgres --`.
 //!
+//! [`Cluster::start_tls`] starts a TLS-only variant: a CA and a server certificate for
+//! `localhost` / `127.0.0.1` made here (rcgen; the key is mode 0600 and, when we are root,
+//! owned by `postgres`, as the server demands), `ssl = on`, and a `pg_hba.conf` whose only TCP
+//! lines are `hostssl` (a connection without TLS is refused by the server: "no pg_hba.conf
+//! entry ... no encryption"). Its CA file is [`Cluster::ca_file`].
+//!
 //! Cleanup: a [`Cluster`] value owns the server. Dropping it (normal return, error return or
 //! panic unwinding) stops the server with `pg_ctl stop -m immediate` and removes the folder.
 //! Every live cluster is also listed in a process-wide registry so that the signal handler
@@ -71,6 +77,9 @@ pub enum PgError {
         /// The operating system's reason.
         reason: String,
     },
+    /// The certificates of a TLS cluster could not be made.
+    #[error("failed to make the TLS certificates of the cluster: {0}")]
+    Certificates(String),
 }
 
 /// A running throwaway cluster; dropping it stops the server and removes its folder.
@@ -81,6 +90,7 @@ pub struct Cluster {
     version: String,
     bin: PathBuf,
     as_postgres: bool,
+    tls: bool,
 }
 
 impl Cluster {
@@ -92,6 +102,19 @@ impl Cluster {
     /// [`PgError::Failed`] / [`PgError::Spawn`] / [`PgError::Io`] when a step fails (the message
     /// carries the tool's output or the server log). Anything created so far is removed.
     pub fn start() -> Result<Cluster, PgError> {
+        Self::start_with(false)
+    }
+
+    /// [`Cluster::start`] for the TLS-only variant (see the module docs): TCP connections
+    /// without TLS are refused; the server's certificate is signed by [`Cluster::ca_file`].
+    ///
+    /// # Errors
+    /// As [`Cluster::start`], and [`PgError::Certificates`] when rcgen fails.
+    pub fn start_tls() -> Result<Cluster, PgError> {
+        Self::start_with(true)
+    }
+
+    fn start_with(tls: bool) -> Result<Cluster, PgError> {
         let bin = find_server_bindir().ok_or(PgError::NoServerBinaries)?;
         let as_postgres = effective_uid_is_root();
         if as_postgres && !postgres_user_exists() {
@@ -111,6 +134,7 @@ impl Cluster {
             version,
             bin: bin.clone(),
             as_postgres,
+            tls,
         };
         let instance = Instance {
             dir: cluster.dir.clone(),
@@ -124,6 +148,9 @@ impl Cluster {
         }
         instance.initdb()?;
         instance.write_config()?;
+        if tls {
+            instance.write_tls()?;
+        }
         cluster.port = instance.start_server()?;
         instance.wait_ready(cluster.port)?;
         Ok(cluster)
@@ -132,6 +159,24 @@ impl Cluster {
     /// The URL of the `postgres` database as superuser `postgres` (trust authentication).
     pub fn url(&self) -> String {
         format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+    }
+
+    /// The CA file that signed the server's certificate (PEM), for `sslrootcert`; `None`
+    /// unless started with [`Cluster::start_tls`].
+    pub fn ca_file(&self) -> Option<PathBuf> {
+        self.tls.then(|| self.dir.join(CA_FILE))
+    }
+
+    /// [`Cluster::url`] with `sslmode=verify-full&sslrootcert=<CA file>` for a TLS cluster.
+    pub fn verified_url(&self) -> String {
+        match self.ca_file() {
+            Some(ca) => format!(
+                "{}?sslmode=verify-full&sslrootcert={}",
+                self.url(),
+                ca.display()
+            ),
+            None => self.url(),
+        }
     }
 
     /// The temporary folder holding the data directory, the socket and `server.log`.
@@ -297,6 +342,41 @@ impl Instance {
             })
     }
 
+    /// Makes the CA and the server certificate, writes them into the cluster folder (the key
+    /// mode 0600, everything owned by `postgres` when we are root), turns `ssl` on and leaves
+    /// only `hostssl` lines for TCP in `pg_hba.conf`.
+    fn write_tls(&self) -> Result<(), PgError> {
+        let made = make_certificates().map_err(|e| PgError::Certificates(e.to_string()))?;
+        let files = [
+            (CA_FILE, made.ca, 0o644),
+            (SERVER_CERT_FILE, made.cert, 0o644),
+            (SERVER_KEY_FILE, made.key, 0o600),
+        ];
+        for (name, pem, mode) in &files {
+            let path = self.dir.join(name);
+            write_file(&path, pem, *mode)?;
+            if self.as_postgres {
+                let mut chown = Command::new("chown");
+                chown.arg("postgres").arg(&path);
+                run(chown, &format!("hand {name} to the postgres user"))?;
+            }
+        }
+        let conf = self.data().join("postgresql.conf");
+        fs::OpenOptions::new()
+            .append(true)
+            .open(&conf)
+            .and_then(|mut file| file.write_all(tls_settings(&self.dir).as_bytes()))
+            .map_err(|e| PgError::Io {
+                what: format!("write {}", conf.display()),
+                reason: e.to_string(),
+            })?;
+        let hba = self.data().join("pg_hba.conf");
+        fs::write(&hba, TLS_ONLY_HBA).map_err(|e| PgError::Io {
+            what: format!("write {}", hba.display()),
+            reason: e.to_string(),
+        })
+    }
+
     /// Starts the server on a free port (retrying when the port was taken meanwhile).
     fn start_server(&self) -> Result<u16, PgError> {
         let mut attempt = 1;
@@ -397,6 +477,82 @@ fn test_settings(socket_dir: &Path) -> String {
         let _ = writeln!(s, "{line}");
     }
     s
+}
+
+/// The CA certificate of a TLS cluster, in its folder (PEM).
+const CA_FILE: &str = "ca.crt";
+/// The server's certificate (PEM), for `localhost` and `127.0.0.1`.
+const SERVER_CERT_FILE: &str = "server.crt";
+/// The server's private key (PEM, mode 0600).
+const SERVER_KEY_FILE: &str = "server.key";
+
+/// The `pg_hba.conf` of a TLS cluster: the Unix socket for the tools, and over TCP nothing
+/// but TLS (no `host` line, so a connection without TLS finds no entry and is refused).
+const TLS_ONLY_HBA: &str = "\
+# tenantry TLS-only throwaway cluster (cargo xtask pg --tls): TCP only over TLS
+local   all all              trust
+hostssl all all 127.0.0.1/32 trust
+hostssl all all ::1/128      trust
+";
+
+/// The `postgresql.conf` lines that turn TLS on with the certificate in `dir`.
+fn tls_settings(dir: &Path) -> String {
+    let path = |name: &str| dir.join(name).display().to_string().replace('\'', "''");
+    format!(
+        "\n# tenantry TLS-only throwaway cluster\nssl = on\nssl_cert_file = '{}'\nssl_key_file = '{}'\n",
+        path(SERVER_CERT_FILE),
+        path(SERVER_KEY_FILE)
+    )
+}
+
+/// A CA and a server certificate it signed, PEM.
+struct Certificates {
+    ca: String,
+    cert: String,
+    key: String,
+}
+
+/// Makes a CA (`tenantry throwaway test CA`) and a server certificate for `localhost` and
+/// `127.0.0.1` signed by it (rcgen, ECDSA P-256).
+fn make_certificates() -> Result<Certificates, rcgen::Error> {
+    use rcgen::{
+        BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose,
+        IsCa, KeyPair, KeyUsagePurpose,
+    };
+    let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params
+        .distinguished_name
+        .push(DnType::CommonName, "tenantry throwaway test CA");
+    ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate()?)?;
+    let mut leaf = CertificateParams::new(vec!["localhost".to_owned(), "127.0.0.1".to_owned()])?;
+    leaf.distinguished_name
+        .push(DnType::CommonName, "localhost");
+    leaf.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+    leaf.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+    let key = KeyPair::generate()?;
+    let cert = leaf.signed_by(&key, &ca)?;
+    Ok(Certificates {
+        ca: ca.pem(),
+        cert: cert.pem(),
+        key: key.serialize_pem(),
+    })
+}
+
+/// Writes `contents` to a new file `path` with permission `mode`.
+fn write_file(path: &Path, contents: &str, mode: u32) -> Result<(), PgError> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(mode)
+        .open(path)
+        .and_then(|mut file| file.write_all(contents.as_bytes()))
+        .map_err(|e| PgError::Io {
+            what: format!("write {}", path.display()),
+            reason: e.to_string(),
+        })
 }
 
 /// Runs `cmd` to completion with its output captured; fails with that output.
@@ -537,6 +693,30 @@ mod tests {
         assert!(settings.contains("fsync = off"));
     }
 
+    /// The TLS cluster's `pg_hba.conf` lets nothing through TCP without TLS.
+    #[test]
+    fn the_tls_cluster_accepts_tcp_only_over_tls() {
+        let tcp: Vec<&str> = TLS_ONLY_HBA
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.starts_with("local"))
+            .collect();
+        assert_eq!(tcp.len(), 2);
+        assert!(tcp.iter().all(|l| l.starts_with("hostssl ")), "{tcp:?}");
+        let settings = tls_settings(Path::new("/tmp/c"));
+        assert!(settings.contains("ssl = on"));
+        assert!(settings.contains("ssl_key_file = '/tmp/c/server.key'"));
+    }
+
+    /// The server certificate names `localhost` and `127.0.0.1` and is signed by the CA.
+    #[test]
+    fn the_certificates_are_pem_for_localhost() {
+        let made = make_certificates().expect("make certificates");
+        assert!(made.ca.starts_with("-----BEGIN CERTIFICATE-----"));
+        assert!(made.cert.starts_with("-----BEGIN CERTIFICATE-----"));
+        assert!(made.key.starts_with("-----BEGIN PRIVATE KEY-----"));
+        assert_ne!(made.ca, made.cert);
+    }
+
     #[test]
     fn tail_keeps_last_lines() {
         assert_eq!(tail("a\nb\nc", 2), "b\nc");
@@ -554,5 +734,27 @@ mod tests {
         drop(cluster);
         assert!(!dir.exists());
         assert!(live().is_empty());
+    }
+
+    /// Needs PostgreSQL server binaries: `cargo test -p xtask -- --ignored`. The key is
+    /// private to its owner (the server refuses it otherwise).
+    #[test]
+    #[ignore = "starts a PostgreSQL server"]
+    fn tls_cluster_starts_with_a_private_key() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let cluster = Cluster::start_tls().expect("start TLS cluster");
+        let ca = cluster.ca_file().expect("a CA file");
+        assert!(
+            fs::read_to_string(&ca)
+                .unwrap()
+                .contains("BEGIN CERTIFICATE")
+        );
+        let key = fs::metadata(cluster.dir().join(SERVER_KEY_FILE)).unwrap();
+        assert_eq!(key.permissions().mode() & 0o777, 0o600);
+        assert!(
+            cluster
+                .verified_url()
+                .contains("sslmode=verify-full&sslrootcert=")
+        );
     }
 }

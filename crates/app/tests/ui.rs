@@ -59,10 +59,13 @@ impl Console {
     fn new(h: &Harness) -> Self {
         let _ = rustls::crypto::ring::default_provider().install_default();
         Self {
-            http: reqwest::Client::builder()
-                .redirect(reqwest::redirect::Policy::none())
-                .build()
-                .unwrap(),
+            http: {
+                let _ = rustls::crypto::ring::default_provider().install_default();
+                reqwest::Client::builder()
+            }
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .unwrap(),
             base: h.base.clone(),
             cookie: None,
             csrf: None,

@@ -114,6 +114,58 @@ pub enum ConnectError {
         #[source]
         source: DbErr,
     },
+    /// A TLS file named by the PostgreSQL URL (`sslrootcert`, `sslcert`, `sslkey`, or the
+    /// `PGSSLROOTCERT` / `PGSSLCERT` / `PGSSLKEY` environment variables) is missing, unreadable,
+    /// or does not hold PEM of the right kind. Checked before connecting.
+    #[error(
+        "cannot use the {parameter} file {path} named by the PostgreSQL URL: {cause}; check the path (a relative path is read from the working directory) and that this user may read the file"
+    )]
+    PostgresTlsFile {
+        /// `sslrootcert`, `sslcert` or `sslkey`.
+        parameter: &'static str,
+        /// The file as written in the URL.
+        path: String,
+        /// Why it cannot be used.
+        cause: String,
+    },
+    /// TLS parameters of the PostgreSQL URL that cannot work (an unknown `sslmode`, `sslkey`
+    /// without `sslcert` or the reverse, `sslrootcert=system` with a mode weaker than
+    /// `verify-full`). Checked before connecting.
+    #[error("the TLS settings of the PostgreSQL URL cannot work: {problem}")]
+    PostgresTlsSettings {
+        /// What is wrong and what to do.
+        problem: String,
+    },
+    /// The server accepts only TLS connections from this client (its `pg_hba.conf` has
+    /// `hostssl` lines only) and the URL asked for none (`sslmode=disable` or `allow`).
+    #[error(
+        "the PostgreSQL server at {server} requires TLS and refused a connection without it (the server said: {detail}); set sslmode=verify-full in the database URL, with sslrootcert=PATH when its certificate is signed by a private CA (docs/operations.md, \"TLS\")"
+    )]
+    PostgresTlsRequired {
+        /// `host:port` from the URL.
+        server: String,
+        /// The server's message.
+        detail: String,
+        /// The driver's error.
+        #[source]
+        source: DbErr,
+    },
+    /// The TLS handshake with the PostgreSQL server failed: its certificate was not trusted,
+    /// does not name the host, has expired, the server offers no TLS, or it refused the
+    /// client certificate.
+    #[error("TLS with the PostgreSQL server at {server} failed: {cause}; {hint}")]
+    PostgresTls {
+        /// `host:port` from the URL.
+        server: String,
+        /// What failed, in the TLS library's words (e.g. `invalid peer certificate:
+        /// UnknownIssuer`).
+        cause: String,
+        /// What to do about it.
+        hint: &'static str,
+        /// The driver's error.
+        #[source]
+        source: DbErr,
+    },
     /// The database opened but migrating its schema failed (e.g. a table Tenantry would create
     /// already exists and is not Tenantry's); the source says which and what to do.
     #[error("cannot migrate the database schema: {source}")]
@@ -140,6 +192,26 @@ pub enum ConnectError {
         /// The name of the first of them.
         first: String,
     },
+}
+
+#[cfg(feature = "postgres")]
+impl From<crate::pg_tls::SettingsError> for ConnectError {
+    fn from(error: crate::pg_tls::SettingsError) -> Self {
+        match error {
+            crate::pg_tls::SettingsError::File {
+                parameter,
+                path,
+                cause,
+            } => Self::PostgresTlsFile {
+                parameter,
+                path,
+                cause,
+            },
+            crate::pg_tls::SettingsError::Settings { problem } => {
+                Self::PostgresTlsSettings { problem }
+            }
+        }
+    }
 }
 
 impl Database {
@@ -225,6 +297,7 @@ impl Database {
 /// # Errors
 /// [`ConnectError::UnsupportedUrl`], [`ConnectError::DriverNotCompiled`],
 /// [`ConnectError::SqliteFileMissing`] when a SQLite URL names a file that does not exist,
+/// the TLS errors of [`connect`] on PostgreSQL,
 /// [`ConnectError::Open`] when the database cannot be opened otherwise,
 /// [`ConnectError::SchemaNotCurrent`] when migrations are pending, [`ConnectError::SchemaCheck`].
 pub async fn connect_existing(url: &str, max_connections: u32) -> Result<Database, ConnectError> {
@@ -262,13 +335,18 @@ fn sqlite_file(url: &str) -> Option<&str> {
 /// Opens `url`, applies the pending migrations of every mechanism and returns the pool.
 ///
 /// SQLite URLs (`sqlite://path?mode=rwc`, `sqlite::memory:`) get WAL journaling, a busy timeout
-/// of [`SQLITE_BUSY_TIMEOUT_MS`] and foreign keys; PostgreSQL URLs are used as given.
-/// `max_connections` bounds the pool.
+/// of [`SQLITE_BUSY_TIMEOUT_MS`] and foreign keys; PostgreSQL URLs are used as given, their
+/// libpq TLS parameters (`sslmode`, `sslrootcert`, `sslcert`, `sslkey`) read as libpq reads
+/// them (docs/operations.md, "TLS": `require` with `sslrootcert` checks the chain, the
+/// platform's roots are trusted). `max_connections` bounds the pool.
 ///
 /// # Errors
 /// [`ConnectError::UnsupportedUrl`] for another scheme, [`ConnectError::DriverNotCompiled`],
-/// [`ConnectError::Open`] when the server is unreachable, [`ConnectError::Migrate`] when a
-/// migration fails.
+/// [`ConnectError::PostgresTlsFile`] / [`ConnectError::PostgresTlsSettings`] before connecting
+/// when a TLS file or setting cannot work, [`ConnectError::Unreachable`] /
+/// [`ConnectError::Open`] when the server is unreachable or refuses the session,
+/// [`ConnectError::PostgresTlsRequired`] / [`ConnectError::PostgresTls`] when it requires TLS
+/// or the handshake fails, [`ConnectError::Migrate`] when a migration fails.
 pub async fn connect(url: &str, max_connections: u32) -> Result<Database, ConnectError> {
     let db = open_pool(url, max_connections).await?;
     db.migrate(Mechanisms::ALL).await?;
@@ -322,6 +400,15 @@ pub(crate) async fn open_pool(url: &str, max_connections: u32) -> Result<Databas
         .min_connections(0)
         .connect_timeout(Duration::from_secs(10))
         .sqlx_logging(false);
+    #[cfg(feature = "postgres")]
+    if backend == Backend::Postgres {
+        // The libpq TLS parameters: files checked now, the mode as libpq reads it. Every
+        // connection of the pool gets these options, and so does the wake listener's, which
+        // copies them from the pool.
+        let tls = crate::pg_tls::TlsSettings::read(url, |name| std::env::var(name).ok());
+        let mode = tls.check()?;
+        options.map_sqlx_postgres_opts(move |opts| tls.apply(mode, opts));
+    }
     #[cfg(feature = "sqlite")]
     if backend == Backend::Sqlite {
         use sea_orm::sqlx::sqlite::SqliteJournalMode;
@@ -352,6 +439,28 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
 /// server's `host:port` and what a direct TCP connection to it answers when the pool only timed
 /// out on PostgreSQL, [`ConnectError::Open`] otherwise.
 async fn open_error(url: &str, backend: Backend, source: DbErr) -> ConnectError {
+    #[cfg(feature = "postgres")]
+    if backend == Backend::Postgres
+        && let Some(failure) = crate::pg_tls::classify(&source)
+    {
+        let server = postgres_server(url)
+            .map_or_else(|| "(unknown)".to_owned(), |(h, p)| format!("{h}:{p}"));
+        return match failure {
+            crate::pg_tls::TlsFailure::ServerRequiresTls(detail) => {
+                ConnectError::PostgresTlsRequired {
+                    server,
+                    detail,
+                    source,
+                }
+            }
+            crate::pg_tls::TlsFailure::Handshake { cause, hint } => ConnectError::PostgresTls {
+                server,
+                cause,
+                hint,
+                source,
+            },
+        };
+    }
     let timed_out = source.to_string().contains("pool timed out");
     let Some((host, port)) =
         postgres_server(url).filter(|_| timed_out && backend == Backend::Postgres)
@@ -439,6 +548,40 @@ mod tests {
         assert!(message.contains(&format!("127.0.0.1:{port}")), "{message}");
         assert!(message.contains("refused"), "{message}");
         assert!(message.contains("firewall"), "{message}");
+    }
+
+    /// A TLS file of the PostgreSQL URL that cannot be read is refused before any connection
+    /// is tried (port 1: nothing listens there, so reaching the server would fail otherwise),
+    /// naming the parameter and the file.
+    #[cfg(feature = "postgres")]
+    #[tokio::test]
+    async fn case_011_a_missing_tls_file_is_refused_before_connecting() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("rds-ca.pem");
+        let url = format!(
+            "postgres://u:secret@127.0.0.1:1/db?sslmode=verify-full&sslrootcert={}",
+            missing.display()
+        );
+        for result in [connect(&url, 1).await, connect_existing(&url, 1).await] {
+            let error = result.unwrap_err();
+            let message = error.to_string();
+            assert!(
+                matches!(error, ConnectError::PostgresTlsFile { .. }),
+                "{message}"
+            );
+            assert!(message.contains("sslrootcert file"), "{message}");
+            assert!(
+                message.contains(&missing.display().to_string()),
+                "{message}"
+            );
+            assert!(!message.contains("secret"), "{message}");
+        }
+        let key_only = "postgres://u@127.0.0.1:1/db?sslmode=verify-full&sslkey=/k.pem";
+        let error = connect(key_only, 1).await.unwrap_err();
+        assert!(
+            error.to_string().contains("sslkey is set without sslcert"),
+            "{error}"
+        );
     }
 
     /// An operator tool pointed at a SQLite file that does not exist is told so, with the path

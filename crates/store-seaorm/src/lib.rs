@@ -8,6 +8,9 @@
 //!   run the migrations, or wrap the host's pool ([`Database::from_connection`]) and migrate or
 //!   check the mechanisms it uses ([`Database::migrate`], [`Database::check_schema`] with a
 //!   [`Mechanisms`] selection);
+//! - `pg_tls` (private, feature `postgres`): the libpq TLS parameters of a PostgreSQL URL
+//!   (`sslmode`, `sslrootcert`, `sslcert`, `sslkey`), checked before connecting and applied to
+//!   every connection, and the TLS failures told in words ([`ConnectError::PostgresTls`]);
 //! - `error` (private): the one mapping of a `DbErr` to the ports' shared `StoreError`;
 //! - [`lifecycle`]: the lifecycle outbox and control-space repositories;
 //! - [`host_storage`]: the host-storage port behind fences and connector state;
@@ -78,6 +81,8 @@ mod error;
 pub mod host_storage;
 #[cfg(feature = "lifecycle")]
 pub mod lifecycle;
+#[cfg(feature = "postgres")]
+mod pg_tls;
 #[cfg(all(feature = "lifecycle", feature = "directory"))]
 pub mod retention;
 #[cfg(any(test, feature = "testing"))]

@@ -98,9 +98,18 @@ async fn run_admin(
             source,
         }
     };
-    let admin = sea_orm::Database::connect(server_url)
-        .await
-        .map_err(failed("connect to the server for"))?;
+    // Opened as the product opens its pool, so the URL's TLS parameters mean the same here.
+    let admin = match crate::connect::open_pool(server_url, 1).await {
+        Ok(db) => db.conn,
+        Err(crate::connect::ConnectError::Open { source }) => {
+            return Err(failed("connect to the server for")(source));
+        }
+        Err(other) => {
+            return Err(failed("connect to the server for")(DbErr::Custom(
+                other.to_string(),
+            )));
+        }
+    };
     for (action, sql) in statements {
         admin
             .execute_unprepared(sql)

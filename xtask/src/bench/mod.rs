@@ -218,7 +218,7 @@ impl<'a> Bench<'a> {
 
     fn build(&self) -> Result<(), String> {
         eprintln!("==> cargo build --release -p tenantry-bench");
-        let status = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
+        let status = crate::cargo_command()
             .current_dir(self.root)
             .args(["build", "--release", "--quiet", "-p", "tenantry-bench"])
             .status()

@@ -237,8 +237,28 @@ impl Config {
     }
 }
 
-/// `url` with any password replaced by `***`, for logs and messages.
+/// `url` with any password replaced by `***`, for logs and messages: the one in the user
+/// info (`user:password@`) and the libpq query parameters `password=` / `sslpassword=`.
 pub fn redact_url(url: &str) -> String {
+    match url.split_once('?') {
+        Some((base, query)) => {
+            let query: Vec<String> = query
+                .split('&')
+                .map(|pair| match pair.split_once('=') {
+                    Some((key, _)) if key == "password" || key == "sslpassword" => {
+                        format!("{key}=***")
+                    }
+                    _ => pair.to_owned(),
+                })
+                .collect();
+            format!("{}?{}", redact_user_info(base), query.join("&"))
+        }
+        None => redact_user_info(url),
+    }
+}
+
+/// `url` (without its query) with the password of its user info replaced by `***`.
+fn redact_user_info(url: &str) -> String {
     let Some(scheme_end) = url.find("://").map(|i| i + 3) else {
         return url.to_owned();
     };

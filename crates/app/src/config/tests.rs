@@ -302,6 +302,15 @@ fn redact_url_hides_passwords_only() {
         ("postgres://u:secret@h:5/db", "postgres://u:***@h:5/db"),
         ("postgres://u@h/db", "postgres://u@h/db"),
         ("sqlite://x.db?mode=rwc", "sqlite://x.db?mode=rwc"),
+        // libpq query parameters: TLS files stay readable, passwords do not.
+        (
+            "postgres://u:secret@h/db?sslmode=verify-full&sslrootcert=/etc/ca.pem",
+            "postgres://u:***@h/db?sslmode=verify-full&sslrootcert=/etc/ca.pem",
+        ),
+        (
+            "postgres://u@h/db?password=secret&sslmode=require",
+            "postgres://u@h/db?password=***&sslmode=require",
+        ),
     ];
     for (input, expected) in cases {
         assert_eq!(redact_url(input), expected);
