@@ -299,12 +299,14 @@ pub fn rustls_error<'e>(error: &'e (dyn std::error::Error + 'static)) -> Option<
         if let Some(found) = e.downcast_ref::<rustls::Error>() {
             return Some(found);
         }
-        // hyper and tokio-rustls wrap the rustls error in an io::Error.
+        // tokio-rustls reports the rustls error inside an io::Error, which the connector may
+        // wrap in another io::Error; `io::Error::source` skips the wrapped error itself.
         if let Some(io) = e.downcast_ref::<std::io::Error>()
             && let Some(inner) = io.get_ref()
-            && let Some(found) = inner.downcast_ref::<rustls::Error>()
         {
-            return Some(found);
+            let inner: &(dyn std::error::Error + 'static) = inner;
+            current = Some(inner);
+            continue;
         }
         current = e.source();
     }

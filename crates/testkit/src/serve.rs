@@ -55,15 +55,8 @@ pub struct Server {
 }
 
 impl Server {
-    /// Binds `addr` and serves `router` until [`Server::shutdown`] (or drop).
-    ///
-    /// # Errors
-    /// The bind error, when `addr` cannot be bound.
-    pub async fn start_on(addr: SocketAddr, router: Router) -> io::Result<Self> {
-        Self::start_tls_on(addr, router, None).await
-    }
-
-    /// Binds `addr` and serves `router` over TLS with `tls` (plain HTTP when `None`).
+    /// Binds `addr` and serves `router` until [`Server::shutdown`] (or drop), over TLS with
+    /// `tls` (plain HTTP when `None`).
     ///
     /// # Errors
     /// The bind error, when `addr` cannot be bound.

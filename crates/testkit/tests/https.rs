@@ -82,7 +82,8 @@ async fn refused_handshake(url: &str, remote: &ReferenceRemote, tls: RemoteTls) 
     assert_eq!(error.failure, DispatchOutcome::NotDispatched, "{error:?}");
     assert_eq!(error.code, ErrorCode::RemoteUnavailable, "{error:?}");
     assert!(error.message.contains("TLS handshake failed"), "{error}");
-    assert!(remote.requests().is_empty(), "{:?}", remote.requests());
+    let requests = remote.truth().requests();
+    assert!(requests.is_empty(), "the remote saw no request: {requests:?}");
     error
 }
 
@@ -227,3 +228,4 @@ async fn unusable_tls_files_are_refused_when_the_client_is_built() {
     .unwrap_err();
     assert!(error.to_string().contains("missing.pem"), "{error}");
 }
+
