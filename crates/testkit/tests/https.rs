@@ -8,6 +8,7 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use tenantry_directory::InstanceUuid;
 use tenantry_kernel::{
@@ -229,3 +230,64 @@ async fn unusable_tls_files_are_refused_when_the_client_is_built() {
     assert!(error.to_string().contains("missing.pem"), "{error}");
 }
 
+
+/// A command whose remote presents a certificate the client does not trust is recorded as a
+/// remote connection failure (`REMOTE_UNAVAILABLE`, retried), never as a protocol error or an
+/// unknown outcome, and its recorded message names the cause.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_records_an_untrusted_certificate_as_a_remote_connection_failure() {
+    use tenantry_engine::lifecycle::{CommandIntake, Dispatcher, DispatcherConfig, ManualClock};
+    use tenantry_kernel::LeaseOwner;
+    use tenantry_lifecycle::CommandStatus;
+    use tenantry_lifecycle::intake::CreateControlSpace;
+    use tenantry_ports::lifecycle::{CommandFilter, CommandQueue};
+    use tenantry_store_seaorm::lifecycle::SeaOrmLifecycleStore;
+
+    let trusted = pki("trusted-ca");
+    let other = TestCa::new("other-ca").unwrap();
+    let (url, remote) = remote(&other.server_cert(LOOPBACK_NAMES).unwrap(), None).await;
+    let db = tenantry_store_seaorm::testing::fresh_database().await;
+    let clock = ManualClock::new(chrono::DateTime::UNIX_EPOCH + chrono::Duration::days(20_000));
+    let store = SeaOrmLifecycleStore::new(&db.db).with_clock(Arc::new(clock.clone()));
+    let intake = CommandIntake::new(store.clone(), Arc::new(clock.clone()));
+    let dispatcher = Dispatcher::new(
+        store.clone(),
+        client(&url, &remote, RemoteTls::new().with_ca_file(&trusted.ca_file)),
+        DispatcherConfig::default(),
+    )
+    .with_clock(Arc::new(clock.clone()));
+    intake
+        .create_control_space(&CreateControlSpace {
+            tenant_id: TenantId::parse("tenant-tls").unwrap(),
+            control_space_id: ControlSpaceId::parse("cs-1").unwrap(),
+            idempotency_key: IdempotencyKey::parse("create-cs-1").unwrap(),
+            name: "Space".to_owned(),
+            slug: "space-1".to_owned(),
+            icon: String::new(),
+            description: String::new(),
+            model_intent: None,
+            profile_intent: None,
+        })
+        .await
+        .unwrap();
+    let owner = LeaseOwner::parse("w1").unwrap();
+    let outcome = dispatcher.dispatch_one(&owner, true).await.unwrap();
+    assert!(outcome.claimed && !outcome.completed, "{outcome:?}");
+    let commands = store
+        .list_commands(&CommandFilter {
+            limit: 10,
+            ..CommandFilter::default()
+        })
+        .await
+        .unwrap();
+    let command = &commands[0];
+    assert_eq!(command.status, CommandStatus::Pending, "{command:?}");
+    assert_eq!(
+        command.last_error_code.as_ref().map(ErrorCode::as_str),
+        Some("REMOTE_UNAVAILABLE"),
+        "{command:?}"
+    );
+    let message = command.last_error_message.clone().unwrap_or_default();
+    assert!(message.contains("not issued by a trusted CA"), "{message}");
+    assert!(remote.truth().spaces().is_empty());
+}
