@@ -1,5 +1,7 @@
 //! Console sessions: the login form takes the admin token and sets a session cookie
-//! (`tenantry_console`, HttpOnly, SameSite=Strict, path `/ui`); every page and action needs a
+//! (`tenantry_console`, HttpOnly, SameSite=Strict, path `/ui`; also `Secure` when the admin
+//! listener serves TLS or a TLS-terminating proxy sends `X-Forwarded-Proto: https`, see
+//! [`cookie_is_secure`]); every page and action needs a
 //! live session (otherwise: a redirect to `/ui/login`, or `HX-Redirect` for htmx requests);
 //! every state-changing request carries the session's CSRF token (form field `csrf`; no header
 //! is read), otherwise 403 and nothing happens.
@@ -204,7 +206,11 @@ pub struct LoginForm {
 
 /// `POST /ui/login`: the admin token starts a session (303 to the overview with the cookie);
 /// a wrong token is 401 with the form again.
-pub async fn login(State(state): State<UiState>, Form(form): Form<LoginForm>) -> Response {
+pub async fn login(
+    State(state): State<UiState>,
+    headers: HeaderMap,
+    Form(form): Form<LoginForm>,
+) -> Response {
     let accepted = match &state.admin.token {
         Some(expected) => {
             crate::admin::constant_time_eq(form.token.trim().as_bytes(), expected.as_bytes())
@@ -219,12 +225,30 @@ pub async fn login(State(state): State<UiState>, Form(form): Form<LoginForm>) ->
         );
     }
     let id = state.sessions.create();
-    let cookie = format!("{COOKIE}={id}; Path=/ui; HttpOnly; SameSite=Strict");
+    let secure = if cookie_is_secure(state.settings.secure_cookie, &headers) {
+        "; Secure"
+    } else {
+        ""
+    };
+    let cookie = format!("{COOKIE}={id}; Path=/ui; HttpOnly; SameSite=Strict{secure}");
     let mut response = Redirect::to("/ui").into_response();
     if let Ok(value) = HeaderValue::from_str(&cookie) {
         response.headers_mut().insert(header::SET_COOKIE, value);
     }
     response
+}
+
+/// Whether the session cookie gets `Secure`: the admin listener serves TLS, or a reverse proxy
+/// that terminates TLS says so with `X-Forwarded-Proto: https` (the first value, when it lists
+/// several). A wrong header can only add `Secure`, which a plain-HTTP browser then does not
+/// send back: it never weakens the cookie.
+pub fn cookie_is_secure(listener_tls: bool, headers: &HeaderMap) -> bool {
+    listener_tls
+        || headers
+            .get("x-forwarded-proto")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.split(',').next())
+            .is_some_and(|proto| proto.trim().eq_ignore_ascii_case("https"))
 }
 
 /// The logout form's fields.
