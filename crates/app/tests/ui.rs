@@ -13,6 +13,7 @@ use common::{Harness, TOKEN};
 use serde_json::json;
 use tenantry_fence::ScopeIdentity;
 use tenantry_ports::host_storage::HostStorage;
+use tenantry_remote_http::RemoteTls;
 use tenantry_store_seaorm::host_storage::SeaOrmHostStorage;
 use tenantry_testkit::fault::{Fault, Route};
 
@@ -57,7 +58,8 @@ struct Answer {
 impl Console {
     fn new(h: &Harness) -> Self {
         Self {
-            http: reqwest::Client::builder()
+            http: tenantry_remote_http::client::client_builder(&RemoteTls::default())
+                .unwrap()
                 .redirect(reqwest::redirect::Policy::none())
                 .build()
                 .unwrap(),

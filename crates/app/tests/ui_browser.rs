@@ -130,7 +130,11 @@ async fn start_driver(browser: &Browser) -> Driver {
         .expect("chromedriver starts");
     let url = format!("http://127.0.0.1:{port}");
     let driver = Driver { child, url };
-    let http = reqwest::Client::new();
+    let http =
+        tenantry_remote_http::client::client_builder(&tenantry_remote_http::RemoteTls::default())
+            .unwrap()
+            .build()
+            .unwrap();
     for _ in 0..200 {
         if http
             .get(format!("{}/status", driver.url))

@@ -211,16 +211,15 @@ pub async fn run<H: ServiceHost>(
 
     let run_id = uuid::Uuid::new_v4().simple().to_string()[..8].to_owned();
     let profile = reference_remote::profile(options.faults);
-    let (demo_directory, directory_settings) =
-        directory::start(
-            options.seed,
-            options.scale,
-            profile,
-            &run_id,
-            remote_tls.as_ref().map(|t| t.server_config.clone()),
-        )
-            .await
-            .map_err(DemoError::Setup)?;
+    let (demo_directory, directory_settings) = directory::start(
+        options.seed,
+        options.scale,
+        profile,
+        &run_id,
+        remote_tls.as_ref().map(|t| t.server_config.clone()),
+    )
+    .await
+    .map_err(DemoError::Setup)?;
     let demo_directory = Arc::new(demo_directory);
 
     let token = uuid::Uuid::new_v4().simple().to_string();
@@ -327,7 +326,11 @@ pub async fn run<H: ServiceHost>(
         scale: options.scale,
         faults: options.faults,
         database: database_label,
-        remote_scheme: if remote_tls.is_some() { "https" } else { "http" },
+        remote_scheme: if remote_tls.is_some() {
+            "https"
+        } else {
+            "http"
+        },
         tenants: plan.tenants.len(),
         control_spaces: plan.spaces.len(),
         commands: outcome.commands,

@@ -93,18 +93,17 @@ pub async fn main(args: &RemoteArgs, stop: impl Future<Output = ()>) -> ExitCode
         None
     };
     let tls = certificates.as_ref().map(|c| c.server_config.clone());
-    let (url, remote) = match ReferenceRemote::start_tls_on(args.knowledge_fs_addr, config, tls.clone())
-        .await
-    {
-        Ok(started) => started,
-        Err(e) => {
-            eprintln!(
-                "tenantry: cannot start the reference KnowledgeFS on {}: {e}",
-                args.knowledge_fs_addr
-            );
-            return ExitCode::FAILURE;
-        }
-    };
+    let (url, remote) =
+        match ReferenceRemote::start_tls_on(args.knowledge_fs_addr, config, tls.clone()).await {
+            Ok(started) => started,
+            Err(e) => {
+                eprintln!(
+                    "tenantry: cannot start the reference KnowledgeFS on {}: {e}",
+                    args.knowledge_fs_addr
+                );
+                return ExitCode::FAILURE;
+            }
+        };
     let instance = match InstanceUuid::parse(args.instance.as_str()) {
         Ok(i) => i,
         Err(e) => {

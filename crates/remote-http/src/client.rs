@@ -58,9 +58,7 @@ pub fn mutation_client(
     timeout: Duration,
     tls: &RemoteTls,
 ) -> Result<reqwest::Client, ClientBuildError> {
-    let tls_config = tls.client_config()?;
-    reqwest::Client::builder()
-        .tls_backend_preconfigured(tls_config)
+    client_builder(tls)?
         .redirect(reqwest::redirect::Policy::none())
         .retry(reqwest::retry::never())
         .timeout(timeout)
@@ -71,6 +69,16 @@ pub fn mutation_client(
             tls: None,
             source: Some(ErrorSource::new(e)),
         })
+}
+
+/// A reqwest client builder whose TLS is `tls` ([`RemoteTls::client_config`]), for any other
+/// client a host builds (reqwest is built with rustls but without a default crypto provider,
+/// so `reqwest::Client::new()` cannot make TLS connections; build clients from this instead).
+///
+/// # Errors
+/// [`ClientBuildError`] when a TLS file cannot be used.
+pub fn client_builder(tls: &RemoteTls) -> Result<reqwest::ClientBuilder, ClientBuildError> {
+    Ok(reqwest::Client::builder().tls_backend_preconfigured(tls.client_config()?))
 }
 
 /// Why a client's base URL was refused: the reason, and the URL parser's error when the text

@@ -247,8 +247,7 @@ pub fn tls_cause(error: &rustls::Error) -> String {
             CertificateError::NotValidYet | CertificateError::NotValidYetContext { .. } => {
                 "the remote's certificate is not valid yet (check the clocks)".to_owned()
             }
-            CertificateError::NotValidForName
-            | CertificateError::NotValidForNameContext { .. } => {
+            CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. } => {
                 "the remote's certificate is not valid for the host name of the URL".to_owned()
             }
             CertificateError::Revoked => "the remote's certificate is revoked".to_owned(),

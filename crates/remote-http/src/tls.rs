@@ -61,7 +61,11 @@ impl RemoteTls {
 
     /// Presents the certificate of PEM file `cert` with the private key of PEM file `key`.
     #[must_use]
-    pub fn with_client_identity(mut self, cert: impl Into<PathBuf>, key: impl Into<PathBuf>) -> Self {
+    pub fn with_client_identity(
+        mut self,
+        cert: impl Into<PathBuf>,
+        key: impl Into<PathBuf>,
+    ) -> Self {
         self.client_cert_file = Some(cert.into());
         self.client_key_file = Some(key.into());
         self
@@ -110,8 +114,14 @@ impl RemoteTls {
     #[allow(clippy::type_complexity)]
     fn client_identity(
         &self,
-    ) -> Result<Option<(PathBuf, Vec<CertificateDer<'static>>, PrivateKeyDer<'static>)>, TlsConfigError>
-    {
+    ) -> Result<
+        Option<(
+            PathBuf,
+            Vec<CertificateDer<'static>>,
+            PrivateKeyDer<'static>,
+        )>,
+        TlsConfigError,
+    > {
         match (&self.client_cert_file, &self.client_key_file) {
             (None, None) => Ok(None),
             (Some(cert), None) => Err(TlsConfigError::CertificateWithoutKey { path: cert.clone() }),
@@ -119,8 +129,8 @@ impl RemoteTls {
             (Some(cert_path), Some(key_path)) => {
                 let certs = read_certificates(cert_path, FileRole::ClientCertificate)?;
                 let bytes = read(key_path, FileRole::ClientKey)?;
-                let key = PrivateKeyDer::from_pem_slice(&bytes).map_err(|e| {
-                    TlsConfigError::NotPem {
+                let key =
+                    PrivateKeyDer::from_pem_slice(&bytes).map_err(|e| TlsConfigError::NotPem {
                         role: FileRole::ClientKey,
                         path: key_path.clone(),
                         reason: match e {
@@ -131,8 +141,7 @@ impl RemoteTls {
                             }
                             other => other.to_string(),
                         },
-                    }
-                })?;
+                    })?;
                 Ok(Some((cert_path.clone(), certs, key)))
             }
         }
@@ -360,9 +369,18 @@ mod tests {
     fn missing_ca_file_is_refused_naming_it() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("nowhere.pem");
-        let error = RemoteTls::new().with_ca_file(&path).client_config().unwrap_err();
+        let error = RemoteTls::new()
+            .with_ca_file(&path)
+            .client_config()
+            .unwrap_err();
         assert!(
-            matches!(&error, TlsConfigError::Unreadable { role: FileRole::CaBundle, .. }),
+            matches!(
+                &error,
+                TlsConfigError::Unreadable {
+                    role: FileRole::CaBundle,
+                    ..
+                }
+            ),
             "{error:?}"
         );
         assert_eq!(error.path(), Some(path.as_path()));
@@ -374,9 +392,18 @@ mod tests {
     fn ca_file_without_pem_certificates_is_refused() {
         let dir = tempfile::tempdir().unwrap();
         let path = write(dir.path(), "ca.pem", "not a certificate\n");
-        let error = RemoteTls::new().with_ca_file(&path).client_config().unwrap_err();
+        let error = RemoteTls::new()
+            .with_ca_file(&path)
+            .client_config()
+            .unwrap_err();
         assert!(
-            matches!(&error, TlsConfigError::NotPem { role: FileRole::CaBundle, .. }),
+            matches!(
+                &error,
+                TlsConfigError::NotPem {
+                    role: FileRole::CaBundle,
+                    ..
+                }
+            ),
             "{error:?}"
         );
         assert!(error.to_string().contains("BEGIN CERTIFICATE"), "{error}");
@@ -418,7 +445,13 @@ mod tests {
             .client_config()
             .unwrap_err();
         assert!(
-            matches!(&error, TlsConfigError::NotPem { role: FileRole::ClientKey, .. }),
+            matches!(
+                &error,
+                TlsConfigError::NotPem {
+                    role: FileRole::ClientKey,
+                    ..
+                }
+            ),
             "{error:?}"
         );
         let other = write(dir.path(), "other.pem", &other_key);
@@ -427,7 +460,13 @@ mod tests {
             .client_config()
             .unwrap_err();
         assert!(
-            matches!(&error, TlsConfigError::Refused { role: FileRole::ClientCertificate, .. }),
+            matches!(
+                &error,
+                TlsConfigError::Refused {
+                    role: FileRole::ClientCertificate,
+                    ..
+                }
+            ),
             "{error:?}"
         );
     }
@@ -437,7 +476,10 @@ mod tests {
         let versions: Vec<_> = PROTOCOL_VERSIONS.iter().map(|v| v.version).collect();
         assert_eq!(
             versions,
-            [rustls::ProtocolVersion::TLSv1_3, rustls::ProtocolVersion::TLSv1_2]
+            [
+                rustls::ProtocolVersion::TLSv1_3,
+                rustls::ProtocolVersion::TLSv1_2
+            ]
         );
     }
 }

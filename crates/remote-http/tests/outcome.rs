@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use tenantry_kernel::DispatchOutcome;
 use tenantry_remote_http::client::mutation_client;
-use tenantry_remote_http::tls::RemoteTls;
 use tenantry_remote_http::outcome::{classify, classify_error, read_answer};
+use tenantry_remote_http::tls::RemoteTls;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;

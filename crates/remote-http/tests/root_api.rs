@@ -33,7 +33,7 @@ fn every_client_is_built_from_its_config() {
         &DirectoryClientConfig::new("http://127.0.0.1:1", TrustedKeys::new()),
     );
     assert_eq!(directory.unwrap_err(), DirectoryConfigError::NoTrustedKeys);
-    let client: Result<reqwest::Client, ClientBuildError> = 
+    let client: Result<reqwest::Client, ClientBuildError> =
         mutation_client(Duration::from_secs(1), &RemoteTls::default());
     assert!(client.is_ok());
     let _: Option<(Answer, TransportError, SignatureError, TlsConfigError)> = None;

@@ -118,7 +118,10 @@ impl TestCa {
         let names: Vec<String> = names.iter().map(|n| (*n).to_owned()).collect();
         let mut params = CertificateParams::new(names.clone()).map_err(cert_error)?;
         let mut dn = DistinguishedName::new();
-        dn.push(DnType::CommonName, names.first().cloned().unwrap_or_default());
+        dn.push(
+            DnType::CommonName,
+            names.first().cloned().unwrap_or_default(),
+        );
         params.distinguished_name = dn;
         params.extended_key_usages = vec![usage];
         params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
@@ -178,9 +181,7 @@ pub fn server_config(
             builder.with_client_cert_verifier(verifier)
         }
     };
-    let mut config = builder
-        .with_single_cert(chain, key)
-        .map_err(cert_error)?;
+    let mut config = builder.with_single_cert(chain, key).map_err(cert_error)?;
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(Arc::new(config))
 }

@@ -55,7 +55,9 @@ struct Pki {
 fn pki(name: &str) -> Pki {
     let dir = tempfile::tempdir().unwrap();
     let ca = TestCa::new(name).unwrap();
-    let ca_file = ca.write_pem(&dir.path().join(format!("{name}.pem"))).unwrap();
+    let ca_file = ca
+        .write_pem(&dir.path().join(format!("{name}.pem")))
+        .unwrap();
     Pki { ca, ca_file, dir }
 }
 
@@ -69,8 +71,7 @@ async fn remote(cert: &TestCert, client_ca: Option<&TestCa>) -> (String, Referen
 }
 
 fn client(url: &str, remote: &ReferenceRemote, tls: RemoteTls) -> HttpKnowledgeFs {
-    HttpKnowledgeFs::new(&KnowledgeFsConfig::new(url, remote.bearer_token()).with_tls(tls))
-        .unwrap()
+    HttpKnowledgeFs::new(&KnowledgeFsConfig::new(url, remote.bearer_token()).with_tls(tls)).unwrap()
 }
 
 /// A provision over HTTPS that must fail during the handshake: asserts it is a connection
@@ -84,7 +85,10 @@ async fn refused_handshake(url: &str, remote: &ReferenceRemote, tls: RemoteTls) 
     assert_eq!(error.code, ErrorCode::RemoteUnavailable, "{error:?}");
     assert!(error.message.contains("TLS handshake failed"), "{error}");
     let requests = remote.truth().requests();
-    assert!(requests.is_empty(), "the remote saw no request: {requests:?}");
+    assert!(
+        requests.is_empty(),
+        "the remote saw no request: {requests:?}"
+    );
     error
 }
 
@@ -98,7 +102,11 @@ async fn verified_https_call_succeeds_with_the_ca_file() {
     assert_eq!(remote.truth().spaces().len(), 1);
     assert_eq!(
         Some(&space.knowledge_space_id),
-        remote.truth().spaces().first().map(|s| &s.knowledge_space_id)
+        remote
+            .truth()
+            .spaces()
+            .first()
+            .map(|s| &s.knowledge_space_id)
     );
 }
 
@@ -107,9 +115,16 @@ async fn certificate_of_another_ca_is_a_connection_failure_naming_the_unknown_is
     let trusted = pki("trusted-ca");
     let other = TestCa::new("other-ca").unwrap();
     let (url, remote) = remote(&other.server_cert(LOOPBACK_NAMES).unwrap(), None).await;
-    let error =
-        refused_handshake(&url, &remote, RemoteTls::new().with_ca_file(&trusted.ca_file)).await;
-    assert!(error.message.contains("not issued by a trusted CA"), "{error}");
+    let error = refused_handshake(
+        &url,
+        &remote,
+        RemoteTls::new().with_ca_file(&trusted.ca_file),
+    )
+    .await;
+    assert!(
+        error.message.contains("not issued by a trusted CA"),
+        "{error}"
+    );
     // Without a CA file only the platform's roots are trusted: the same refusal.
     let error = refused_handshake(&url, &remote, RemoteTls::new()).await;
     assert!(error.message.contains("unknown issuer"), "{error}");
@@ -138,12 +153,11 @@ async fn certificate_for_another_host_name_is_a_connection_failure_naming_the_ho
 async fn mutual_tls_is_accepted_with_the_client_certificate_and_refused_without() {
     let p = pki("kfs-ca");
     let (url, remote) = remote(&p.ca.server_cert(LOOPBACK_NAMES).unwrap(), Some(&p.ca)).await;
-    let (cert, key) = p
-        .ca
-        .client_cert("tenantry")
-        .unwrap()
-        .write_pem(p.dir.path(), "client")
-        .unwrap();
+    let (cert, key) =
+        p.ca.client_cert("tenantry")
+            .unwrap()
+            .write_pem(p.dir.path(), "client")
+            .unwrap();
     let with_identity = RemoteTls::new()
         .with_ca_file(&p.ca_file)
         .with_client_identity(&cert, &key);
@@ -160,7 +174,11 @@ async fn mutual_tls_is_accepted_with_the_client_certificate_and_refused_without(
     assert_eq!(error.failure, DispatchOutcome::NotDispatched, "{error:?}");
     assert_eq!(error.code, ErrorCode::RemoteUnavailable, "{error:?}");
     assert!(error.message.contains("client certificate"), "{error}");
-    assert_eq!(remote.truth().spaces().len(), 1, "the refused call created nothing");
+    assert_eq!(
+        remote.truth().spaces().len(),
+        1,
+        "the refused call created nothing"
+    );
 
     // A client certificate of another CA is refused the same way.
     let stranger = TestCa::new("stranger").unwrap();
@@ -230,7 +248,6 @@ async fn unusable_tls_files_are_refused_when_the_client_is_built() {
     assert!(error.to_string().contains("missing.pem"), "{error}");
 }
 
-
 /// A command whose remote presents a certificate the client does not trust is recorded as a
 /// remote connection failure (`REMOTE_UNAVAILABLE`, retried), never as a protocol error or an
 /// unknown outcome, and its recorded message names the cause.
@@ -252,7 +269,11 @@ async fn a_command_records_an_untrusted_certificate_as_a_remote_connection_failu
     let intake = CommandIntake::new(store.clone(), Arc::new(clock.clone()));
     let dispatcher = Dispatcher::new(
         store.clone(),
-        client(&url, &remote, RemoteTls::new().with_ca_file(&trusted.ca_file)),
+        client(
+            &url,
+            &remote,
+            RemoteTls::new().with_ca_file(&trusted.ca_file),
+        ),
         DispatcherConfig::default(),
     )
     .with_clock(Arc::new(clock.clone()));

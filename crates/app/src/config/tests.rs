@@ -479,7 +479,10 @@ mod tls {
         let missing = f.dir.path().join("absent.pem").display().to_string();
         let (setting, reason) = refused_setting(&[("TENANTRY_KNOWLEDGE_FS_CA_FILE", &missing)]);
         assert_eq!(setting, "knowledge_fs_ca_file");
-        assert!(reason.contains("absent.pem") && reason.contains("cannot read"), "{reason}");
+        assert!(
+            reason.contains("absent.pem") && reason.contains("cannot read"),
+            "{reason}"
+        );
         // A folder is not readable as a file.
         let folder = f.dir.path().display().to_string();
         let (setting, _) = refused_setting(&[("TENANTRY_KNOWLEDGE_FS_CA_FILE", &folder)]);

@@ -150,12 +150,7 @@ pub(super) fn validate(
     let allow_plain_http = raw.allow_plain_http.unwrap_or(false);
     let directory = validate_directory(&raw, &invalid, &in_range)?;
     if let Some(directory) = &directory {
-        refuse_plain_http(
-            "directory_url",
-            &directory.url,
-            allow_plain_http,
-            &invalid,
-        )?;
+        refuse_plain_http("directory_url", &directory.url, allow_plain_http, &invalid)?;
     }
     let knowledge_fs_tls = remote_tls(
         KNOWLEDGE_FS_TLS,

@@ -16,6 +16,15 @@ use tenantry_testkit::knowledge_fs::{ReferenceRemote, RemoteConfig};
 /// Admin token of every test service.
 pub const TOKEN: &str = "test-admin-token-0123456789";
 
+/// A reqwest client with Tenantry's TLS configuration: reqwest is built without a default
+/// crypto provider, so `reqwest::Client::new()` would panic.
+pub fn http_client() -> reqwest::Client {
+    tenantry_remote_http::client::client_builder(&tenantry_remote_http::RemoteTls::default())
+        .unwrap()
+        .build()
+        .unwrap()
+}
+
 /// A running service with its remote and database.
 pub struct Harness {
     pub service: Option<Service>,
@@ -55,7 +64,7 @@ impl Harness {
             service: Some(service),
             remote,
             base,
-            http: reqwest::Client::new(),
+            http: http_client(),
             db,
             config,
         }
