@@ -215,6 +215,7 @@ fn directory_settings(url: String, keys: Vec<(String, [u8; 32])>) -> DirectorySe
         sync_interval: Duration::from_millis(100),
         max_staleness: Duration::from_secs(3),
         event_limit: 100,
+        tls: Default::default(),
     }
 }
 
