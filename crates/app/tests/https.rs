@@ -271,3 +271,116 @@ async fn console_cookie_is_secure_behind_a_tls_proxy() {
     assert!(!plain_proxy.contains("Secure"), "{plain_proxy}");
     service.shutdown().await;
 }
+
+/// The `tenantry` binary without the caller's `TENANTRY_*` variables.
+fn tenantry() -> std::process::Command {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_tenantry"));
+    for (name, _) in std::env::vars() {
+        if name.starts_with("TENANTRY_") {
+            command.env_remove(name);
+        }
+    }
+    command
+}
+
+/// `serve` refuses a plain `http://` KnowledgeFS on a non-loopback host (exit 2, naming the
+/// setting and why) and a CA file that does not exist, before touching any database.
+#[test]
+fn serve_refuses_plain_http_off_loopback_and_a_missing_ca_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = tenantry()
+        .current_dir(dir.path())
+        .arg("serve")
+        .env("TENANTRY_KNOWLEDGE_FS_URL", "http://kfs.internal:9443")
+        .env("TENANTRY_KNOWLEDGE_FS_TOKEN", "t")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        stderr.contains("knowledge_fs_url") && stderr.contains("allow_plain_http"),
+        "{stderr}"
+    );
+    let out = tenantry()
+        .current_dir(dir.path())
+        .arg("serve")
+        .env("TENANTRY_KNOWLEDGE_FS_URL", "https://kfs.internal:9443")
+        .env("TENANTRY_KNOWLEDGE_FS_TOKEN", "t")
+        .env(
+            "TENANTRY_KNOWLEDGE_FS_CA_FILE",
+            dir.path().join("no-ca.pem"),
+        )
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        stderr.contains("knowledge_fs_ca_file") && stderr.contains("no-ca.pem"),
+        "{stderr}"
+    );
+    assert!(!dir.path().join("tenantry.db").exists());
+}
+
+/// `tenantry reference-remote --tls` serves HTTPS, writes its CA certificate and prints the
+/// lines that trust it; a client with that CA file reaches the KnowledgeFS.
+#[cfg(feature = "demo")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reference_remote_tls_prints_the_ca_file_that_verifies_it() {
+    use std::io::BufRead;
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = tenantry()
+        .args(["reference-remote", "--tls", "--tls-dir"])
+        .arg(dir.path())
+        .args([
+            "--knowledge-fs-addr",
+            "127.0.0.1:0",
+            "--directory-addr",
+            "127.0.0.1:0",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let lines = tokio::task::spawn_blocking(move || {
+        let mut lines = Vec::new();
+        for line in std::io::BufReader::new(stdout).lines() {
+            let line = line.unwrap();
+            let done = line.starts_with("stop with Ctrl-C");
+            lines.push(line);
+            if done {
+                break;
+            }
+        }
+        lines
+    })
+    .await
+    .unwrap();
+    let value = |prefix: &str| {
+        lines
+            .iter()
+            .find_map(|l| l.trim().strip_prefix(prefix).map(str::to_owned))
+            .unwrap_or_else(|| panic!("no {prefix} in {lines:?}"))
+    };
+    let url = value("export TENANTRY_KNOWLEDGE_FS_URL=");
+    let ca_file = value("export TENANTRY_KNOWLEDGE_FS_CA_FILE=");
+    assert_eq!(value("export TENANTRY_DIRECTORY_CA_FILE="), ca_file);
+    assert!(value("export TENANTRY_DIRECTORY_URL=").starts_with("https://"));
+    assert!(url.starts_with("https://127.0.0.1:"), "{url}");
+    assert_eq!(
+        PathBuf::from(&ca_file),
+        dir.path().join("reference-remote-ca.pem")
+    );
+    let trusted = client_builder(&RemoteTls::new().with_ca_file(&ca_file))
+        .unwrap()
+        .build()
+        .unwrap();
+    let answer = trusted
+        .get(format!("{url}/openapi.json"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status().as_u16(), 200);
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
