@@ -273,12 +273,14 @@ pub async fn logout(
         state.sessions.remove(&id);
     }
     let mut response = Redirect::to("/ui/login").into_response();
-    response.headers_mut().insert(
-        header::SET_COOKIE,
-        HeaderValue::from_static(
-            "tenantry_console=; Path=/ui; HttpOnly; SameSite=Strict; Max-Age=0",
-        ),
-    );
+    let cleared = if cookie_is_secure(state.settings.secure_cookie, &headers) {
+        "tenantry_console=; Path=/ui; HttpOnly; SameSite=Strict; Max-Age=0; Secure"
+    } else {
+        "tenantry_console=; Path=/ui; HttpOnly; SameSite=Strict; Max-Age=0"
+    };
+    response
+        .headers_mut()
+        .insert(header::SET_COOKIE, HeaderValue::from_static(cleared));
     response
 }
 
@@ -301,6 +303,23 @@ mod tests {
             HeaderValue::from_static("tenantry_consoles=x"),
         );
         assert_eq!(session_cookie(&headers), None);
+    }
+
+    #[test]
+    fn the_cookie_is_secure_with_tls_or_a_forwarded_https() {
+        let none = HeaderMap::new();
+        assert!(cookie_is_secure(true, &none));
+        assert!(!cookie_is_secure(false, &none));
+        let forwarded = |value: &'static str| {
+            let mut headers = HeaderMap::new();
+            headers.insert("x-forwarded-proto", HeaderValue::from_static(value));
+            headers
+        };
+        assert!(cookie_is_secure(false, &forwarded("https")));
+        assert!(cookie_is_secure(false, &forwarded("HTTPS")));
+        assert!(cookie_is_secure(false, &forwarded("https, http")));
+        assert!(!cookie_is_secure(false, &forwarded("http")));
+        assert!(!cookie_is_secure(false, &forwarded("http, https")));
     }
 
     #[tokio::test]
