@@ -178,6 +178,10 @@ pub async fn run(cli: Cli) -> ExitCode {
 /// clients and the listener ([`service::Service::prepare`]: a bad URL or a port in use exits 2
 /// before any database work), then the database (opened and migrated), then the workers.
 async fn serve(config: &Config) -> ExitCode {
+    // What travels in clear text, at every start (docs/operations.md, "TLS").
+    for warning in config.start_warnings() {
+        tracing::warn!("{warning}");
+    }
     let prepared = match service::Service::prepare(config).await {
         Ok(prepared) => prepared,
         Err(e) => {
@@ -190,8 +194,13 @@ async fn serve(config: &Config) -> ExitCode {
         Err(code) => return code,
     };
     let service = service::Service::launch(config, prepared, db.clone());
+    let scheme = if config.admin_tls.is_some() {
+        "https"
+    } else {
+        "http"
+    };
     eprintln!(
-        "tenantry: admin API on http://{} (Ctrl-C to stop)",
+        "tenantry: admin API on {scheme}://{} (Ctrl-C to stop)",
         service.addr()
     );
     service::shutdown_signal().await;

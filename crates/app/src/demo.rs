@@ -37,6 +37,12 @@ pub fn demo_config(settings: ServiceSettings) -> Config {
     config.deletion_absence_grace = settings.deletion_absence_grace;
     config.knowledge_fs_max_concurrent_calls = settings.knowledge_fs_max_concurrent_calls;
     let directory = settings.directory;
+    // With `tenantry demo --tls` both remotes serve HTTPS with a certificate of the run's CA.
+    let remote_tls = tenantry_remote_http::RemoteTls {
+        ca_file: settings.remote_ca_file,
+        ..tenantry_remote_http::RemoteTls::default()
+    };
+    config.knowledge_fs_tls = remote_tls.clone();
     config.directory = Some(DirectorySettings {
         url: directory.url,
         token: directory.token,
@@ -45,6 +51,7 @@ pub fn demo_config(settings: ServiceSettings) -> Config {
         sync_interval: directory.sync_interval,
         max_staleness: directory.max_staleness,
         event_limit: directory.event_limit,
+        tls: remote_tls,
     });
     config
 }

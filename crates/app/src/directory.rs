@@ -64,7 +64,8 @@ pub fn prepare(settings: &DirectorySettings) -> Result<PreparedDirectory, String
         keys.insert_hex(id.clone(), hex)
             .map_err(|e| format!("directory_trusted_keys: {e}"))?;
     }
-    let mut client = DirectoryClientConfig::new(settings.url.clone(), keys);
+    let mut client =
+        DirectoryClientConfig::new(settings.url.clone(), keys).with_tls(settings.tls.clone());
     client.bearer_token = settings.token.clone();
     let provider =
         HttpDirectoryProvider::new(&client).map_err(|e| format!("directory_url: {e}"))?;

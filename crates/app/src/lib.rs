@@ -15,6 +15,7 @@
 //! - [`ops`]: operator commands on the database (`migrate`, `commands list`, `fences ...`);
 //! - `demo` (feature `demo`): the service host of `tenantry demo` (the demo itself, its
 //!   workload, checks and report, and `tenantry reference-remote` live in `tenantry-demo`);
+//! - [`tls`]: the admin listener's TLS (`tls_cert_file`, `tls_key_file`);
 //! - [`cli`]: the command line.
 
 pub mod admin;
@@ -29,4 +30,5 @@ pub mod logging;
 pub mod metrics;
 pub mod ops;
 pub mod service;
+pub mod tls;
 pub mod ui;

@@ -47,6 +47,10 @@ pub enum StartError {
     /// The directory settings cannot be used (the message names the setting).
     #[error("directory settings are unusable: {0}")]
     Directory(String),
+    /// The admin listener's certificate or key cannot be used (`tls_cert_file`,
+    /// `tls_key_file`).
+    #[error("admin listener TLS is unusable: {0}; fix tls_cert_file / tls_key_file")]
+    AdminTls(#[from] crate::tls::AdminTlsError),
     /// The admin API address could not be bound.
     #[error("cannot listen on {addr}: {reason}; pick another `listen` address")]
     Bind {
@@ -111,7 +115,7 @@ pub struct Prepared {
     remote: HttpKnowledgeFs,
     knowledge_fs_url: String,
     directory: Option<crate::directory::PreparedDirectory>,
-    listener: tokio::net::TcpListener,
+    listener: crate::tls::AdminListener,
     addr: SocketAddr,
 }
 
@@ -138,7 +142,8 @@ impl Service {
     /// address cannot be bound (in use, not local, not permitted).
     pub async fn prepare(config: &Config) -> Result<Prepared, StartError> {
         let (url, token) = config.knowledge_fs()?;
-        let mut remote_config = KnowledgeFsConfig::new(url, token);
+        let mut remote_config =
+            KnowledgeFsConfig::new(url, token).with_tls(config.knowledge_fs_tls.clone());
         remote_config.deadline = config.knowledge_fs_deadline;
         remote_config.max_concurrent_calls = config.knowledge_fs_max_concurrent_calls;
         let remote =
@@ -149,6 +154,11 @@ impl Service {
             .map(crate::directory::prepare)
             .transpose()
             .map_err(StartError::Directory)?;
+        let admin_tls = config
+            .admin_tls
+            .as_ref()
+            .map(crate::tls::server_config)
+            .transpose()?;
         let listener = tokio::net::TcpListener::bind(config.listen)
             .await
             .map_err(|e| StartError::Bind {
@@ -159,6 +169,11 @@ impl Service {
             addr: config.listen,
             reason: e.to_string(),
         })?;
+        let listener =
+            crate::tls::AdminListener::new(listener, admin_tls).map_err(|e| StartError::Bind {
+                addr: config.listen,
+                reason: e.to_string(),
+            })?;
         Ok(Prepared {
             remote,
             knowledge_fs_url: url.to_owned(),
@@ -305,6 +320,8 @@ impl Service {
         };
         let ui = config.ui.then_some(crate::ui::UiSettings {
             read_only: config.ui_read_only,
+            // With TLS on the listener the session cookie is `Secure`.
+            secure_cookie: listener.is_tls(),
         });
         let mut server_stop = stopped;
         // The operator console at `/ui` beside the admin API, unless `ui = false`, behind the
@@ -320,6 +337,7 @@ impl Service {
         });
         tracing::info!(
             %addr,
+            tls = config.admin_tls.is_some(),
             workers = config.workers,
             database = %crate::config::redact_url(&config.database_url),
             knowledge_fs = %url,

@@ -18,7 +18,26 @@ fn options(faults: Faults, seed: u64) -> DemoOptions {
         workers: 4,
         progress: false,
         keep_open: false,
+        tls: false,
     }
+}
+
+/// `tenantry demo --tls`: both reference remotes serve HTTPS with a certificate of a CA made
+/// for the run, the service trusts that CA through `knowledge_fs_ca_file` and
+/// `directory_ca_file`, and every check passes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn demo_at_small_scale_passes_over_https() {
+    let db = fresh_database().await;
+    let options = DemoOptions {
+        tls: true,
+        ..options(Faults::Default, 5)
+    };
+    let report = run(&options, Some(db.db.clone())).await.unwrap();
+    let rendered = report.render();
+    assert!(report.passed(), "{rendered}");
+    assert_eq!(report.remote_scheme, "https");
+    assert!(rendered.contains("remotes over https"), "{rendered}");
+    assert!(report.directory.memberships > 0, "{rendered}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

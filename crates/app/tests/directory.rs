@@ -29,6 +29,7 @@ fn settings(url: String, keys: Vec<(String, [u8; 32])>) -> DirectorySettings {
         sync_interval: Duration::from_millis(50),
         max_staleness: Duration::from_secs(30),
         event_limit: 100,
+        tls: Default::default(),
     }
 }
 

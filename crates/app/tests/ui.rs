@@ -14,6 +14,7 @@ use common::{Harness, TOKEN};
 use serde_json::json;
 use tenantry_fence::ScopeIdentity;
 use tenantry_ports::host_storage::HostStorage;
+use tenantry_remote_http::RemoteTls;
 use tenantry_store_seaorm::host_storage::SeaOrmHostStorage;
 use tenantry_testkit::fault::{Fault, Route};
 
@@ -57,15 +58,12 @@ struct Answer {
 
 impl Console {
     fn new(h: &Harness) -> Self {
-        let _ = rustls::crypto::ring::default_provider().install_default();
         Self {
-            http: {
-                let _ = rustls::crypto::ring::default_provider().install_default();
-                reqwest::Client::builder()
-            }
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .unwrap(),
+            http: tenantry_remote_http::client::client_builder(&RemoteTls::default())
+                .unwrap()
+                .redirect(reqwest::redirect::Policy::none())
+                .build()
+                .unwrap(),
             base: h.base.clone(),
             cookie: None,
             csrf: None,

@@ -135,8 +135,11 @@ async fn start_driver(browser: &Browser, tz: &str) -> Driver {
         .expect("chromedriver starts");
     let url = format!("http://127.0.0.1:{port}");
     let driver = Driver { child, url };
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let http = reqwest::Client::new();
+    let http =
+        tenantry_remote_http::client::client_builder(&tenantry_remote_http::RemoteTls::default())
+            .unwrap()
+            .build()
+            .unwrap();
     for _ in 0..200 {
         if http
             .get(format!("{}/status", driver.url))
@@ -229,6 +232,7 @@ fn directory_settings(url: String, keys: Vec<(String, [u8; 32])>) -> DirectorySe
         sync_interval: Duration::from_millis(100),
         max_staleness: Duration::from_secs(3),
         event_limit: 100,
+        tls: Default::default(),
     }
 }
 

@@ -191,7 +191,7 @@ async fn run(args: &ChaosArgs) -> Result<(ChaosReport, PathBuf), String> {
     let truth = remote.truth();
     let scale = args.commands as f64 / (CONTROL_SPACES_AT_SCALE_1 * COMMANDS_PER_SPACE);
     let (directory, target) =
-        tenantry_demo::directory::start(args.seed, scale.min(1.0), profile, &run_id).await?;
+        tenantry_demo::directory::start(args.seed, scale.min(1.0), profile, &run_id, None).await?;
     let directory = Arc::new(directory);
 
     let token = uuid::Uuid::new_v4().simple().to_string();

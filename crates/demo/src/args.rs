@@ -43,6 +43,11 @@ pub struct DemoArgs {
     /// Ctrl-C, then print the summary.
     #[arg(long)]
     pub keep_open: bool,
+    /// Serve both reference remotes over HTTPS with a certificate of a CA made for the run;
+    /// the service trusts that CA through its CA file settings (its own admin API stays
+    /// plain HTTP on loopback).
+    #[arg(long)]
+    pub tls: bool,
 }
 
 /// Options of `tenantry reference-remote`.
@@ -63,4 +68,13 @@ pub struct RemoteArgs {
     /// Directory instance served.
     #[arg(long, default_value = "instance-1")]
     pub instance: String,
+    /// Serve HTTPS: a CA is made at start (rcgen), both servers present a certificate it
+    /// issued for 127.0.0.1, ::1 and localhost, and the CA certificate is written to
+    /// `--tls-dir` (printed, with the settings that trust it).
+    #[arg(long)]
+    pub tls: bool,
+    /// Folder the CA certificate (`reference-remote-ca.pem`) is written to with `--tls`
+    /// (default: the system's temporary folder).
+    #[arg(long, value_name = "DIR", requires = "tls")]
+    pub tls_dir: Option<std::path::PathBuf>,
 }

@@ -82,8 +82,8 @@ impl Churn {
     }
 }
 
-/// Starts a reference directory with `profile`, filled with the initial workspaces; returns it
-/// with the settings that point the service at it.
+/// Starts a reference directory with `profile` (over HTTPS with `tls`), filled with the initial
+/// workspaces; returns it with the settings that point the service at it.
 ///
 /// # Errors
 /// A message when the server cannot start or an id does not parse.
@@ -92,6 +92,7 @@ pub async fn start(
     scale: f64,
     profile: FaultProfile,
     run: &str,
+    tls: Option<std::sync::Arc<rustls::ServerConfig>>,
 ) -> Result<(DemoDirectory, DirectoryTarget), String> {
     let instance = InstanceUuid::parse(format!("inst-{run}")).map_err(|e| e.to_string())?;
     let mut config = DirectoryServerConfig::new(instance.clone());
@@ -100,7 +101,7 @@ pub async fn start(
     config.key_seed = seed;
     config.bearer_token = Some(DEFAULT_TOKEN.to_owned());
     config.stall = Duration::from_secs(2);
-    let (url, server) = ReferenceDirectory::start(config)
+    let (url, server) = ReferenceDirectory::start_tls_on(([127, 0, 0, 1], 0).into(), config, tls)
         .await
         .map_err(|e| format!("reference directory: {e}"))?;
     let accounts = (0..((ACCOUNTS_AT_SCALE_1 * scale).round() as usize).max(20))

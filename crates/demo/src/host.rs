@@ -68,6 +68,9 @@ pub struct ServiceSettings {
     pub knowledge_fs_max_concurrent_calls: usize,
     /// The directory projection's provider.
     pub directory: DirectoryTarget,
+    /// With `--tls`: the PEM file of the CA that issued both reference remotes' certificates,
+    /// to trust as `knowledge_fs_ca_file` and `directory_ca_file`.
+    pub remote_ca_file: Option<std::path::PathBuf>,
 }
 
 /// Counters of the service's metrics sink the report quotes.

@@ -63,6 +63,9 @@ pub struct DemoOptions {
     pub progress: bool,
     /// After the checks, keep the service (and its console at `/ui`) running until Ctrl-C.
     pub keep_open: bool,
+    /// Both reference remotes over HTTPS (a CA made for the run, trusted through the
+    /// service's CA file settings).
+    pub tls: bool,
 }
 
 impl DemoOptions {
@@ -77,6 +80,7 @@ impl DemoOptions {
             workers: args.workers,
             progress: !args.no_progress,
             keep_open: args.keep_open,
+            tls: args.tls,
         }
     }
 }
@@ -186,17 +190,36 @@ pub async fn run<H: ServiceHost>(
         stall,
         ..RemoteConfig::with_profile(reference_remote::profile(options.faults))
     };
-    let (remote_url, remote) = ReferenceRemote::start(remote_config)
-        .await
-        .map_err(|e| DemoError::Setup(format!("reference remote: {e}")))?;
+    // With --tls both remotes present a certificate of a CA made for this run; the service
+    // trusts it through its CA file settings, never by turning verification off.
+    let remote_tls = if options.tls {
+        Some(
+            reference_remote::RemoteCertificates::make(None)
+                .map_err(|e| DemoError::Setup(format!("certificates: {e}")))?,
+        )
+    } else {
+        None
+    };
+    let (remote_url, remote) = ReferenceRemote::start_tls_on(
+        ([127, 0, 0, 1], 0).into(),
+        remote_config,
+        remote_tls.as_ref().map(|t| t.server_config.clone()),
+    )
+    .await
+    .map_err(|e| DemoError::Setup(format!("reference remote: {e}")))?;
     let truth = remote.truth();
 
     let run_id = uuid::Uuid::new_v4().simple().to_string()[..8].to_owned();
     let profile = reference_remote::profile(options.faults);
-    let (demo_directory, directory_settings) =
-        directory::start(options.seed, options.scale, profile, &run_id)
-            .await
-            .map_err(DemoError::Setup)?;
+    let (demo_directory, directory_settings) = directory::start(
+        options.seed,
+        options.scale,
+        profile,
+        &run_id,
+        remote_tls.as_ref().map(|t| t.server_config.clone()),
+    )
+    .await
+    .map_err(DemoError::Setup)?;
     let demo_directory = Arc::new(demo_directory);
 
     let token = uuid::Uuid::new_v4().simple().to_string();
@@ -218,6 +241,7 @@ pub async fn run<H: ServiceHost>(
         deletion_absence_grace: stall + Duration::from_secs(1),
         knowledge_fs_max_concurrent_calls: 16,
         directory: directory_settings,
+        remote_ca_file: remote_tls.as_ref().map(|t| t.ca_file.clone()),
     };
     let service = host
         .start(settings, db.clone())
@@ -302,6 +326,11 @@ pub async fn run<H: ServiceHost>(
         scale: options.scale,
         faults: options.faults,
         database: database_label,
+        remote_scheme: if remote_tls.is_some() {
+            "https"
+        } else {
+            "http"
+        },
         tenants: plan.tenants.len(),
         control_spaces: plan.spaces.len(),
         commands: outcome.commands,

@@ -2,13 +2,20 @@
 //! loopback ports, for trying `tenantry serve` by hand. Prints the `TENANTRY_*` settings that
 //! point a service at them. This is the one front door to the standalone reference remotes
 //! (the test kit has no binary of its own).
+//!
+//! With `--tls` both servers serve HTTPS with a certificate of a CA made at start
+//! ([`RemoteCertificates`]); the CA certificate is written to a file whose path is printed with
+//! the `TENANTRY_KNOWLEDGE_FS_CA_FILE` / `TENANTRY_DIRECTORY_CA_FILE` lines that trust it.
 
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use tenantry_directory::InstanceUuid;
 use tenantry_testkit::directory::{DirectoryServerConfig, ReferenceDirectory};
 use tenantry_testkit::fault::FaultProfile;
 use tenantry_testkit::knowledge_fs::{ReferenceRemote, RemoteConfig};
+use tenantry_testkit::tls::{LOOPBACK_NAMES, TestCa, server_config};
 
 use crate::args::{Faults, RemoteArgs};
 
@@ -21,6 +28,52 @@ pub fn profile(faults: Faults) -> FaultProfile {
     }
 }
 
+/// Name of the CA certificate file written with `--tls`.
+pub const CA_FILE_NAME: &str = "reference-remote-ca.pem";
+
+/// The reference remotes' HTTPS: a CA made at start, the rustls configuration presenting a
+/// certificate it issued for `127.0.0.1`, `::1` and `localhost`, and the CA's PEM file.
+#[derive(Debug, Clone)]
+pub struct RemoteCertificates {
+    /// What both servers present.
+    pub server_config: Arc<rustls::ServerConfig>,
+    /// The CA certificate (PEM) a client trusts.
+    pub ca_file: PathBuf,
+    /// The temporary folder holding `ca_file` when no folder was given (removed on drop).
+    _dir: Option<Arc<tempfile::TempDir>>,
+}
+
+impl RemoteCertificates {
+    /// Makes the CA and the server certificate; writes the CA to `dir`/[`CA_FILE_NAME`], or to
+    /// a new temporary folder (kept while this value lives) when `dir` is `None`.
+    ///
+    /// # Errors
+    /// A message when a certificate cannot be made or the file cannot be written.
+    pub fn make(dir: Option<&Path>) -> Result<Self, String> {
+        let ca = TestCa::new("tenantry reference-remote CA").map_err(|e| e.to_string())?;
+        let cert = ca.server_cert(LOOPBACK_NAMES).map_err(|e| e.to_string())?;
+        let server_config = server_config(&cert, None).map_err(|e| e.to_string())?;
+        let (folder, temp) = match dir {
+            Some(dir) => (dir.to_path_buf(), None),
+            None => {
+                let temp = tempfile::Builder::new()
+                    .prefix("tenantry-tls-")
+                    .tempdir()
+                    .map_err(|e| format!("temporary folder: {e}"))?;
+                (temp.path().to_path_buf(), Some(Arc::new(temp)))
+            }
+        };
+        let ca_file = ca
+            .write_pem(&folder.join(CA_FILE_NAME))
+            .map_err(|e| format!("cannot write {}: {e}", folder.join(CA_FILE_NAME).display()))?;
+        Ok(Self {
+            server_config,
+            ca_file,
+            _dir: temp,
+        })
+    }
+}
+
 /// Runs both reference servers until `stop` completes (the app passes its Ctrl-C / SIGTERM
 /// wait). Exit code 1 when a server cannot bind, 2 for a bad `--instance`.
 pub async fn main(args: &RemoteArgs, stop: impl Future<Output = ()>) -> ExitCode {
@@ -28,16 +81,29 @@ pub async fn main(args: &RemoteArgs, stop: impl Future<Output = ()>) -> ExitCode
         seed: args.seed,
         ..RemoteConfig::with_profile(profile(args.faults))
     };
-    let (url, remote) = match ReferenceRemote::start_on(args.knowledge_fs_addr, config).await {
-        Ok(started) => started,
-        Err(e) => {
-            eprintln!(
-                "tenantry: cannot start the reference KnowledgeFS on {}: {e}",
-                args.knowledge_fs_addr
-            );
-            return ExitCode::FAILURE;
+    let certificates = if args.tls {
+        match RemoteCertificates::make(args.tls_dir.as_deref()) {
+            Ok(certificates) => Some(certificates),
+            Err(e) => {
+                eprintln!("tenantry: --tls: {e}");
+                return ExitCode::FAILURE;
+            }
         }
+    } else {
+        None
     };
+    let tls = certificates.as_ref().map(|c| c.server_config.clone());
+    let (url, remote) =
+        match ReferenceRemote::start_tls_on(args.knowledge_fs_addr, config, tls.clone()).await {
+            Ok(started) => started,
+            Err(e) => {
+                eprintln!(
+                    "tenantry: cannot start the reference KnowledgeFS on {}: {e}",
+                    args.knowledge_fs_addr
+                );
+                return ExitCode::FAILURE;
+            }
+        };
     let instance = match InstanceUuid::parse(args.instance.as_str()) {
         Ok(i) => i,
         Err(e) => {
@@ -50,7 +116,7 @@ pub async fn main(args: &RemoteArgs, stop: impl Future<Output = ()>) -> ExitCode
     directory_config.seed = args.seed;
     directory_config.key_seed = args.seed;
     let (directory_url, directory) =
-        match ReferenceDirectory::start_on(args.directory_addr, directory_config).await {
+        match ReferenceDirectory::start_tls_on(args.directory_addr, directory_config, tls).await {
             Ok(started) => started,
             Err(e) => {
                 eprintln!(
@@ -81,6 +147,14 @@ pub async fn main(args: &RemoteArgs, stop: impl Future<Output = ()>) -> ExitCode
         "  export TENANTRY_DIRECTORY_TRUSTED_KEYS={}",
         keys.join(",")
     );
+    if let Some(certificates) = &certificates {
+        let ca = certificates.ca_file.display();
+        println!("  export TENANTRY_KNOWLEDGE_FS_CA_FILE={ca}");
+        println!("  export TENANTRY_DIRECTORY_CA_FILE={ca}");
+        println!(
+            "(both serve HTTPS with a certificate of a CA made for this run; its certificate is {ca})"
+        );
+    }
     println!("stop with Ctrl-C");
     stop.await;
     println!("KnowledgeFS effects: {:?}", remote.truth().effects());

@@ -22,6 +22,8 @@ pub struct DemoReport {
     pub faults: Faults,
     /// Database description (password redacted).
     pub database: String,
+    /// The remotes' scheme as the service called them: `https` with `--tls`, else `http`.
+    pub remote_scheme: &'static str,
     /// Tenants in the workload.
     pub tenants: usize,
     /// Control spaces in the workload.
@@ -87,8 +89,8 @@ impl DemoReport {
         let _ = writeln!(out);
         let _ = writeln!(
             out,
-            "Tenantry demo: seed {}, scale {}, faults {faults}, database: {}",
-            self.seed, self.scale, self.database
+            "Tenantry demo: seed {}, scale {}, faults {faults}, database: {}, remotes over {}",
+            self.seed, self.scale, self.database, self.remote_scheme
         );
         let _ = writeln!(
             out,

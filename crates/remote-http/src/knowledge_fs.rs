@@ -53,6 +53,7 @@ use tokio::sync::Semaphore;
 
 use crate::client::{ClientBuildError, mutation_client, parse_base_url};
 use crate::outcome::{Answer, TransportError, error_chain, retry_after_header};
+use crate::tls::RemoteTls;
 
 /// Default total deadline of one call (queueing, connect, send, whole body).
 pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(150);
@@ -90,6 +91,9 @@ pub struct KnowledgeFsConfig {
     /// Largest response body read, in bytes (at least 1); see the module docs for how a
     /// larger one is classified.
     pub max_body_bytes: usize,
+    /// TLS of an `https` base URL: the platform's roots by default, plus an optional CA file
+    /// and client certificate ([`RemoteTls`]).
+    pub tls: RemoteTls,
 }
 
 impl KnowledgeFsConfig {
@@ -101,7 +105,15 @@ impl KnowledgeFsConfig {
             deadline: DEFAULT_DEADLINE,
             max_concurrent_calls: DEFAULT_MAX_CONCURRENT_CALLS,
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            tls: RemoteTls::default(),
         }
+    }
+
+    /// Sets [`tls`](Self::tls) (its files are read by [`HttpKnowledgeFs::new`]).
+    #[must_use]
+    pub fn with_tls(mut self, tls: RemoteTls) -> Self {
+        self.tls = tls;
+        self
     }
 
     /// Sets [`deadline`](Self::deadline) (above zero, checked by [`HttpKnowledgeFs::new`]).
@@ -136,6 +148,7 @@ impl fmt::Debug for KnowledgeFsConfig {
             .field("deadline", &self.deadline)
             .field("max_concurrent_calls", &self.max_concurrent_calls)
             .field("max_body_bytes", &self.max_body_bytes)
+            .field("tls", &self.tls)
             .finish()
     }
 }
@@ -167,7 +180,8 @@ pub enum KnowledgeFsConfigError {
     /// The body size cap is zero.
     #[error("KnowledgeFS max_body_bytes must be at least 1")]
     ZeroBodyCap,
-    /// The HTTP client could not be built.
+    /// The HTTP client could not be built, for example because a TLS file of
+    /// [`KnowledgeFsConfig::tls`] cannot be used ([`ClientBuildError::tls`] names it).
     #[error(transparent)]
     Client(#[from] ClientBuildError),
 }
@@ -222,7 +236,7 @@ impl HttpKnowledgeFs {
             return Err(KnowledgeFsConfigError::ZeroBodyCap);
         }
         Ok(Self {
-            client: mutation_client(config.deadline)?,
+            client: mutation_client(config.deadline, &config.tls)?,
             base,
             authorization,
             deadline: config.deadline,

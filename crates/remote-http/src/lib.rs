@@ -7,6 +7,8 @@
 //! - [`outcome`]: classifying a reqwest error or response into a dispatch outcome, and
 //!   reading a mutation's answer completely;
 //! - [`client`]: the builder of mutation clients (no redirects, no retries, one deadline).
+//! - [`tls`]: the rustls configuration of every client ([`RemoteTls`]: platform roots, a CA
+//!   file, a client certificate for mutual TLS; TLS 1.2 minimum, never unverified).
 //! - [`knowledge_fs`]: `HttpKnowledgeFs`, the KnowledgeFS lifecycle API v1 client.
 //! - [`directory`]: `HttpDirectoryProvider`, the signed Directory API v1 client.
 //!
@@ -34,6 +36,7 @@ pub mod knowledge_fs;
 pub mod outcome;
 #[cfg(any(feature = "lifecycle", feature = "directory"))]
 mod path;
+pub mod tls;
 
 pub use client::{ClientBuildError, mutation_client};
 #[cfg(feature = "directory")]
@@ -43,3 +46,4 @@ pub use directory::{DirectoryClientConfig, DirectoryConfigError, HttpDirectoryPr
 #[cfg(feature = "lifecycle")]
 pub use knowledge_fs::{HttpKnowledgeFs, KnowledgeFsConfig, KnowledgeFsConfigError};
 pub use outcome::{Answer, TransportError, classify, classify_error, read_answer};
+pub use tls::{RemoteTls, TlsConfigError};

@@ -4,8 +4,9 @@
 //! vocabulary for the fences, the lifecycle saga and both clients of this crate); this module
 //! only says what a reqwest failure observed ([`observe_error`]) and reads an answer completely
 //! ([`read_answer`]), because a response whose body cannot be read is not an answer:
-//! - connect failures (refused, DNS, connect timeout) and requests that could not be built:
-//!   not dispatched;
+//! - connect failures (refused, DNS, connect timeout, a failed TLS handshake: an untrusted,
+//!   expired or wrong-name server certificate, a refused client certificate) and requests that
+//!   could not be built: not dispatched (the request was never written);
 //! - a status line plus a completely read body, whatever the status (including 3xx, since
 //!   mutation clients follow no redirects, and 4xx/5xx): answered, with the status;
 //! - a timeout after the connection was made, a connection lost after sending, a body that
@@ -21,7 +22,7 @@ use tenantry_kernel::outcome::{BodyRead, DispatchFailure, DispatchOutcome, Trans
 pub fn observe_error(error: &reqwest::Error) -> TransportObservation {
     if error.is_builder() {
         TransportObservation::NotSent
-    } else if error.is_connect() {
+    } else if error.is_connect() || refused_handshake(error) {
         TransportObservation::ConnectFailed
     } else if error.is_status() || error.is_redirect() {
         // Produced after a response arrived (error_for_status, a refused redirect).
@@ -46,6 +47,28 @@ pub fn observe_error(error: &reqwest::Error) -> TransportObservation {
     } else {
         TransportObservation::Unclassified
     }
+}
+
+/// Whether the server refused the TLS handshake with an alert about certificates. In TLS 1.3
+/// the client may write its request before the server has checked the client certificate; a
+/// server that then refuses the certificate never reads that request (it accepts application
+/// data only on an established session), so the request was not dispatched.
+fn refused_handshake(error: &reqwest::Error) -> bool {
+    use rustls::AlertDescription as A;
+    matches!(
+        crate::tls::rustls_error(error),
+        Some(rustls::Error::AlertReceived(
+            A::CertificateRequired
+                | A::BadCertificate
+                | A::UnsupportedCertificate
+                | A::CertificateRevoked
+                | A::CertificateExpired
+                | A::CertificateUnknown
+                | A::UnknownCA
+                | A::AccessDenied
+                | A::HandshakeFailure
+        ))
+    )
 }
 
 /// The HTTP status a reqwest error reports, if any.
@@ -131,11 +154,17 @@ impl DispatchFailure for TransportError {
 }
 
 impl TransportError {
-    /// Classifies `error` and keeps it as the source.
+    /// Classifies `error` and keeps it as the source. A failed TLS handshake's message starts
+    /// with what went wrong ([`tls_cause`]).
     pub(crate) fn from_reqwest(error: reqwest::Error) -> Self {
+        let chain = error_chain(&error);
+        let message = match crate::tls::rustls_error(&error) {
+            Some(tls) => format!("TLS handshake failed: {}: {chain}", tls_cause(tls)),
+            None => chain,
+        };
         Self {
             outcome: classify_error(&error),
-            message: error_chain(&error),
+            message,
             source: Some(ErrorSource::new(error)),
         }
     }
@@ -157,11 +186,12 @@ impl TransportError {
 /// use tenantry_kernel::DispatchOutcome;
 /// use tenantry_remote_http::client::mutation_client;
 /// use tenantry_remote_http::outcome::read_answer;
+/// use tenantry_remote_http::tls::RemoteTls;
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port(); // then closed
-/// let client = mutation_client(Duration::from_secs(5))?;
+/// let client = mutation_client(Duration::from_secs(5), &RemoteTls::default())?;
 /// let sent = client.post(format!("http://127.0.0.1:{port}/v1/rename")).send().await;
 /// let failure = read_answer(sent).await.expect_err("nothing listens there");
 /// assert_eq!(failure.outcome, DispatchOutcome::NotDispatched);
@@ -198,6 +228,42 @@ pub(crate) fn retry_after_header(response: &Response) -> Option<String> {
         .get(reqwest::header::RETRY_AFTER)
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned)
+}
+
+/// What a rustls error means for the operator, and what to check: the start of the message of a
+/// failed handshake.
+pub fn tls_cause(error: &rustls::Error) -> String {
+    use rustls::{AlertDescription, CertificateError, Error};
+    match error {
+        Error::InvalidCertificate(cert) => match cert {
+            CertificateError::UnknownIssuer | CertificateError::BadSignature => {
+                "the remote's certificate is not issued by a trusted CA (unknown issuer); set \
+                 the remote's CA file if a private CA issued it"
+                    .to_owned()
+            }
+            CertificateError::Expired | CertificateError::ExpiredContext { .. } => {
+                "the remote's certificate has expired".to_owned()
+            }
+            CertificateError::NotValidYet | CertificateError::NotValidYetContext { .. } => {
+                "the remote's certificate is not valid yet (check the clocks)".to_owned()
+            }
+            CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. } => {
+                "the remote's certificate is not valid for the host name of the URL".to_owned()
+            }
+            CertificateError::Revoked => "the remote's certificate is revoked".to_owned(),
+            other => format!("the remote's certificate is refused ({other:?})"),
+        },
+        Error::AlertReceived(
+            AlertDescription::CertificateRequired
+            | AlertDescription::BadCertificate
+            | AlertDescription::UnknownCA
+            | AlertDescription::CertificateUnknown
+            | AlertDescription::HandshakeFailure,
+        ) => "the remote refused the handshake (does it require a client certificate, or \
+              refuse this one?)"
+            .to_owned(),
+        other => format!("{other}"),
+    }
 }
 
 /// `error` and its sources, joined by `: ` (the one message format of every client here).

@@ -8,6 +8,7 @@ use std::time::Duration;
 use tenantry_kernel::DispatchOutcome;
 use tenantry_remote_http::client::mutation_client;
 use tenantry_remote_http::outcome::{classify, classify_error, read_answer};
+use tenantry_remote_http::tls::RemoteTls;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
@@ -102,7 +103,7 @@ async fn read_request(socket: &mut TcpStream) {
 }
 
 async fn post(url: &str, deadline: Duration) -> Result<reqwest::Response, reqwest::Error> {
-    mutation_client(deadline)
+    mutation_client(deadline, &RemoteTls::default())
         .unwrap()
         .post(url)
         .header("idempotency-key", "op-1")

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use tenantry_remote_http::{
     Answer, ClientBuildError, DirectoryClientConfig, DirectoryConfigError, HttpDirectoryProvider,
-    HttpKnowledgeFs, KnowledgeFsConfig, KnowledgeFsConfigError, SignatureError, TransportError,
-    TrustedKeys, mutation_client,
+    HttpKnowledgeFs, KnowledgeFsConfig, KnowledgeFsConfigError, RemoteTls, SignatureError,
+    TlsConfigError, TransportError, TrustedKeys, mutation_client,
 };
 
 #[test]
@@ -33,9 +33,10 @@ fn every_client_is_built_from_its_config() {
         &DirectoryClientConfig::new("http://127.0.0.1:1", TrustedKeys::new()),
     );
     assert_eq!(directory.unwrap_err(), DirectoryConfigError::NoTrustedKeys);
-    let client: Result<reqwest::Client, ClientBuildError> = mutation_client(Duration::from_secs(1));
+    let client: Result<reqwest::Client, ClientBuildError> =
+        mutation_client(Duration::from_secs(1), &RemoteTls::default());
     assert!(client.is_ok());
-    let _: Option<(Answer, TransportError, SignatureError)> = None;
+    let _: Option<(Answer, TransportError, SignatureError, TlsConfigError)> = None;
 }
 
 #[test]

@@ -12,7 +12,9 @@
 //! - [`fault`]: per-route fault plans (script, or seeded probability) and fault profiles:
 //!   503 / 429 with `Retry-After`, lost ACK, connection reset, stall, watermark lag, stale
 //!   directory page, untrusted / bad / missing signature, skewed timestamp;
-//! - [`openapi`]: the OpenAPI documents the reference servers serve at `/openapi.json`.
+//! - [`openapi`]: the OpenAPI documents the reference servers serve at `/openapi.json`;
+//! - [`tls`]: a CA made at run time (rcgen) and the certificates it issues, for serving the
+//!   reference remotes over HTTPS (`start_tls_on`) and for TLS tests.
 //!
 //! Start one remote per test with [`knowledge_fs::ReferenceRemote::start`]; it binds
 //! `127.0.0.1:0`, so tests run in parallel.
@@ -23,3 +25,4 @@ mod http;
 pub mod knowledge_fs;
 pub mod openapi;
 mod serve;
+pub mod tls;

@@ -5,6 +5,10 @@
 //! extensions; a handler calls [`ConnectionControl::close`] or [`ConnectionControl::reset`]
 //! and then never finishes, and the connection task drops the connection: a close sends FIN
 //! without a response, a reset sets `SO_LINGER` to zero first so the kernel sends RST.
+//!
+//! With a rustls server configuration ([`Server::start_tls_on`]) each connection is a TLS
+//! session over that TCP stream (a close or reset still ends the TCP connection); a failed
+//! handshake just ends the connection.
 
 use std::io;
 use std::net::SocketAddr;
@@ -51,15 +55,21 @@ pub struct Server {
 }
 
 impl Server {
-    /// Binds `addr` and serves `router` until [`Server::shutdown`] (or drop).
+    /// Binds `addr` and serves `router` until [`Server::shutdown`] (or drop), over TLS with
+    /// `tls` (plain HTTP when `None`).
     ///
     /// # Errors
     /// The bind error, when `addr` cannot be bound.
-    pub async fn start_on(addr: SocketAddr, router: Router) -> io::Result<Self> {
+    pub async fn start_tls_on(
+        addr: SocketAddr,
+        router: Router,
+        tls: Option<Arc<rustls::ServerConfig>>,
+    ) -> io::Result<Self> {
         let listener = TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
         let (stop, stopped) = watch::channel(false);
-        let task = tokio::spawn(accept_loop(listener, router, stopped));
+        let acceptor = tls.map(tokio_rustls::TlsAcceptor::from);
+        let task = tokio::spawn(accept_loop(listener, router, acceptor, stopped));
         Ok(Self {
             addr,
             stop,
@@ -91,7 +101,12 @@ impl Drop for Server {
     }
 }
 
-async fn accept_loop(listener: TcpListener, router: Router, stopped: watch::Receiver<bool>) {
+async fn accept_loop(
+    listener: TcpListener,
+    router: Router,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    stopped: watch::Receiver<bool>,
+) {
     let mut connections = JoinSet::new();
     let mut stop = stopped.clone();
     loop {
@@ -100,7 +115,12 @@ async fn accept_loop(listener: TcpListener, router: Router, stopped: watch::Rece
             accepted = listener.accept() => {
                 let Ok((stream, _)) = accepted else { continue };
                 let _ = stream.set_nodelay(true);
-                connections.spawn(serve_connection(stream, router.clone(), stopped.clone()));
+                connections.spawn(serve_connection(
+                    stream,
+                    router.clone(),
+                    tls.clone(),
+                    stopped.clone(),
+                ));
             }
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
         }
@@ -108,12 +128,42 @@ async fn accept_loop(listener: TcpListener, router: Router, stopped: watch::Rece
     connections.shutdown().await;
 }
 
-async fn serve_connection(stream: TcpStream, router: Router, mut stopped: watch::Receiver<bool>) {
+async fn serve_connection(
+    stream: TcpStream,
+    router: Router,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    stopped: watch::Receiver<bool>,
+) {
     let control = Arc::new(ConnectionControl::default());
-    let io = TokioIo::new(ControlledStream {
+    let stream = ControlledStream {
         inner: stream,
         control: Arc::clone(&control),
-    });
+    };
+    match tls {
+        None => serve_io(TokioIo::new(stream), router, control, stopped).await,
+        Some(acceptor) => {
+            let mut stop = stopped.clone();
+            let accepted = tokio::select! {
+                accepted = acceptor.accept(stream) => accepted,
+                _ = stop.wait_for(|s| *s) => return,
+            };
+            // A failed handshake (the client distrusts the certificate, or presents none
+            // when one is required) ends the connection; the client reports why.
+            if let Ok(tls_stream) = accepted {
+                serve_io(TokioIo::new(tls_stream), router, control, stopped).await;
+            }
+        }
+    }
+}
+
+async fn serve_io<I>(
+    io: TokioIo<I>,
+    router: Router,
+    control: Arc<ConnectionControl>,
+    mut stopped: watch::Receiver<bool>,
+) where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
     let per_connection = Arc::clone(&control);
     let service = hyper::service::service_fn(move |mut request: hyper::Request<Incoming>| {
         request.extensions_mut().insert(Arc::clone(&per_connection));

@@ -52,7 +52,11 @@ async fn served_openapi_matches_the_knowledgefs_file() {
     let (url, remote) = ReferenceRemote::start(RemoteConfig::default())
         .await
         .unwrap();
-    let response = get(format!("{url}/openapi.json")).await.unwrap();
+    let response = http()
+        .get(format!("{url}/openapi.json"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(response.status(), 200);
     assert_eq!(
         response.headers().get("content-type").unwrap(),
@@ -67,7 +71,9 @@ async fn served_openapi_matches_the_knowledgefs_file() {
 async fn served_openapi_matches_the_directory_file() {
     let config = DirectoryServerConfig::new(InstanceUuid::parse("inst-1").unwrap());
     let (url, dir) = ReferenceDirectory::start(config).await.unwrap();
-    let served = get(format!("{url}/openapi.json"))
+    let served = http()
+        .get(format!("{url}/openapi.json"))
+        .send()
         .await
         .unwrap()
         .text()
@@ -134,9 +140,10 @@ fn every_documented_operation_declares_its_errors_and_auth() {
     }
 }
 
-/// `reqwest::get` with rustls's ring provider installed first (reqwest is built without a
-/// default crypto provider in this workspace).
-async fn get(url: String) -> reqwest::Result<reqwest::Response> {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    reqwest::get(url).await
+/// A reqwest client with Tenantry's TLS configuration (reqwest has no default crypto provider).
+fn http() -> reqwest::Client {
+    tenantry_remote_http::client::client_builder(&tenantry_remote_http::RemoteTls::default())
+        .unwrap()
+        .build()
+        .unwrap()
 }

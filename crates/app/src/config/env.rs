@@ -12,7 +12,7 @@ pub(super) type Sources = BTreeMap<&'static str, String>;
 /// Every setting's name: the TOML key, and (upper-cased, prefixed with [`ENV_PREFIX`]) the
 /// environment variable. A unit test checks that it is exactly what the environment overlay
 /// reads.
-pub const SETTINGS: [&str; 39] = [
+pub const SETTINGS: [&str; 48] = [
     "database_url",
     "database_max_connections",
     "listen",
@@ -55,6 +55,17 @@ pub const SETTINGS: [&str; 39] = [
     // Bounds of the admin listener's connections.
     "admin_header_read_timeout_seconds",
     "admin_request_body_timeout_seconds",
+    // TLS (docs/operations.md, "TLS"): the remotes' CA and client certificate files, plain
+    // HTTP to a non-loopback remote, and the admin listener's certificate.
+    "knowledge_fs_ca_file",
+    "knowledge_fs_client_cert_file",
+    "knowledge_fs_client_key_file",
+    "directory_ca_file",
+    "directory_client_cert_file",
+    "directory_client_key_file",
+    "allow_plain_http",
+    "tls_cert_file",
+    "tls_key_file",
 ];
 
 /// `TENANTRY_*` variables that are read but are not settings: the configuration file, and the
@@ -174,6 +185,9 @@ pub fn merge_env_and_validate(
     overlay_env!(raw, sources, env; ui, ui_read_only,);
     overlay_env!(raw, sources, env;
         admin_header_read_timeout_seconds, admin_request_body_timeout_seconds,
+        knowledge_fs_ca_file, knowledge_fs_client_cert_file, knowledge_fs_client_key_file,
+        directory_ca_file, directory_client_cert_file, directory_client_key_file,
+        allow_plain_http, tls_cert_file, tls_key_file,
     );
     validate(raw, &|setting| {
         sources

@@ -29,7 +29,10 @@ pub use env::{
     merge_env_and_validate, unknown_variables,
 };
 pub use error::ConfigError;
-pub use model::{Config, DirectorySettings, LogFormat, RetentionSettings, redact_url};
+pub use model::{
+    AdminTls, Config, DirectorySettings, LogFormat, RetentionSettings, is_plain_http_off_loopback,
+    redact_url,
+};
 pub use raw::{RawConfig, RawRetention};
 
 /// Prefix of every environment variable read as a setting.

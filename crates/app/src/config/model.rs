@@ -2,10 +2,12 @@
 //! redaction for messages.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 
 use serde::Deserialize;
+use tenantry_remote_http::RemoteTls;
 
 use super::{ConfigError, RawConfig, merge_env_and_validate};
 
@@ -90,6 +92,17 @@ pub struct Config {
     pub knowledge_fs_deadline: Duration,
     /// `knowledge_fs_max_concurrent_calls`: calls in flight at once (1..=1024, default 8).
     pub knowledge_fs_max_concurrent_calls: usize,
+    /// TLS of KnowledgeFS calls: `knowledge_fs_ca_file` (a PEM CA bundle trusted besides the
+    /// platform's roots), `knowledge_fs_client_cert_file` and `knowledge_fs_client_key_file`
+    /// (PEM, mutual TLS; both or neither). Each file was read and checked at validation.
+    pub knowledge_fs_tls: RemoteTls,
+    /// `allow_plain_http`: accept an `http://` remote on a non-loopback host (default false:
+    /// such a URL is refused, since the bearer tokens and tenant data would cross the network
+    /// in clear text). When it is used, every start logs a warning ([`Config::start_warnings`]).
+    pub allow_plain_http: bool,
+    /// The admin listener's TLS (`tls_cert_file`, `tls_key_file`, both or neither), or `None`
+    /// for plain HTTP.
+    pub admin_tls: Option<AdminTls>,
     /// The directory projection, when `directory_url` is set.
     pub directory: Option<DirectorySettings>,
     /// The `[retention]` table: how long history is kept and how the pruner of `serve` runs.
@@ -124,6 +137,16 @@ pub struct RetentionSettings {
     pub policy: tenantry_ports::retention::RetentionPolicy,
 }
 
+/// TLS of the admin listener: the certificate chain and private key it presents (both PEM,
+/// read and checked at validation and again when `serve` binds).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AdminTls {
+    /// `tls_cert_file`: the certificate chain, leaf first.
+    pub cert_file: PathBuf,
+    /// `tls_key_file`: the private key (PKCS#8, PKCS#1 or SEC1).
+    pub key_file: PathBuf,
+}
+
 /// Settings of the directory projection (all `directory_*` settings).
 #[derive(Clone, PartialEq, Eq)]
 pub struct DirectorySettings {
@@ -143,6 +166,9 @@ pub struct DirectorySettings {
     pub max_staleness: Duration,
     /// `directory_event_limit`: events asked per page (1..=100, default 100).
     pub event_limit: u32,
+    /// `directory_ca_file`, `directory_client_cert_file`, `directory_client_key_file`: TLS of
+    /// the provider's calls, as [`Config::knowledge_fs_tls`].
+    pub tls: RemoteTls,
 }
 
 impl std::fmt::Debug for DirectorySettings {
@@ -162,6 +188,7 @@ impl std::fmt::Debug for DirectorySettings {
             .field("sync_interval", &self.sync_interval)
             .field("max_staleness", &self.max_staleness)
             .field("event_limit", &self.event_limit)
+            .field("tls", &self.tls)
             .finish()
     }
 }
@@ -196,6 +223,9 @@ impl std::fmt::Debug for Config {
                 "knowledge_fs_max_concurrent_calls",
                 &self.knowledge_fs_max_concurrent_calls,
             )
+            .field("knowledge_fs_tls", &self.knowledge_fs_tls)
+            .field("allow_plain_http", &self.allow_plain_http)
+            .field("admin_tls", &self.admin_tls)
             .field("directory", &self.directory)
             .field("retention", &self.retention)
             .field("ui", &self.ui)
@@ -235,6 +265,68 @@ impl Config {
             })?;
         Ok((url, token))
     }
+}
+
+impl Config {
+    /// What `serve` warns about at every start: a plain `http://` remote on a non-loopback
+    /// host (accepted only with `allow_plain_http`), and a non-loopback admin listener without
+    /// TLS (the admin token and the console session travel in clear text).
+    pub fn start_warnings(&self) -> Vec<String> {
+        let mut warnings = Vec::new();
+        let remotes = [
+            ("knowledge_fs_url", self.knowledge_fs_url.as_deref()),
+            (
+                "directory_url",
+                self.directory.as_ref().map(|d| d.url.as_str()),
+            ),
+        ];
+        for (setting, url) in remotes {
+            if let Some(url) = url
+                && is_plain_http_off_loopback(url)
+            {
+                warnings.push(format!(
+                    "{setting} {url:?} is plain http:// to a non-loopback host (allowed by \
+                     allow_plain_http): its bearer token and tenant data cross the network in \
+                     clear text; use https://"
+                ));
+            }
+        }
+        if self.admin_tls.is_none() && !self.listen.ip().is_loopback() {
+            warnings.push(format!(
+                "the admin listener {} is not loopback and has no TLS: the admin token and the \
+                 console session travel in clear text; set tls_cert_file and tls_key_file, or \
+                 terminate TLS in a reverse proxy (docs/operations.md, \"TLS\")",
+                self.listen
+            ));
+        }
+        warnings
+    }
+}
+
+/// Whether `url` is `http://` (no TLS) to a host that is not loopback (`localhost`,
+/// `127.0.0.0/8`, `::1`). A URL without a host is not (the client refuses it as invalid).
+pub fn is_plain_http_off_loopback(url: &str) -> bool {
+    let Some(rest) = url
+        .get(..7)
+        .filter(|scheme| scheme.eq_ignore_ascii_case("http://"))
+        .map(|_| &url[7..])
+    else {
+        return false;
+    };
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    let host_port = authority.rsplit('@').next().unwrap_or("");
+    let host = match host_port.strip_prefix('[') {
+        Some(bracketed) => bracketed.split(']').next().unwrap_or(""),
+        None => host_port.split(':').next().unwrap_or(""),
+    };
+    if host.is_empty() {
+        return false;
+    }
+    let loopback = host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback());
+    !loopback
 }
 
 /// `url` with any password replaced by `***`, for logs and messages: the one in the user

@@ -50,6 +50,18 @@ pub struct RawConfig {
     pub knowledge_fs_deadline_ms: Option<u64>,
     /// See [`Config::knowledge_fs_max_concurrent_calls`](super::Config::knowledge_fs_max_concurrent_calls).
     pub knowledge_fs_max_concurrent_calls: Option<usize>,
+    /// `knowledge_fs_ca_file`: see [`Config::knowledge_fs_tls`](super::Config::knowledge_fs_tls).
+    pub knowledge_fs_ca_file: Option<String>,
+    /// `knowledge_fs_client_cert_file`: see [`Config::knowledge_fs_tls`](super::Config::knowledge_fs_tls).
+    pub knowledge_fs_client_cert_file: Option<String>,
+    /// `knowledge_fs_client_key_file`: see [`Config::knowledge_fs_tls`](super::Config::knowledge_fs_tls).
+    pub knowledge_fs_client_key_file: Option<String>,
+    /// See [`Config::allow_plain_http`](super::Config::allow_plain_http).
+    pub allow_plain_http: Option<bool>,
+    /// `tls_cert_file`: see [`Config::admin_tls`](super::Config::admin_tls).
+    pub tls_cert_file: Option<String>,
+    /// `tls_key_file`: see [`Config::admin_tls`](super::Config::admin_tls).
+    pub tls_key_file: Option<String>,
     /// See [`DirectorySettings::url`](super::DirectorySettings::url).
     pub directory_url: Option<String>,
     /// See [`DirectorySettings::token`](super::DirectorySettings::token).
@@ -64,6 +76,12 @@ pub struct RawConfig {
     pub directory_max_staleness_seconds: Option<u64>,
     /// See [`DirectorySettings::event_limit`](super::DirectorySettings::event_limit).
     pub directory_event_limit: Option<u32>,
+    /// `directory_ca_file`: see [`DirectorySettings::tls`](super::DirectorySettings::tls).
+    pub directory_ca_file: Option<String>,
+    /// `directory_client_cert_file`: see [`DirectorySettings::tls`](super::DirectorySettings::tls).
+    pub directory_client_cert_file: Option<String>,
+    /// `directory_client_key_file`: see [`DirectorySettings::tls`](super::DirectorySettings::tls).
+    pub directory_client_key_file: Option<String>,
     /// The `[retention]` table (environment: `TENANTRY_RETENTION_<KEY>`).
     #[serde(default)]
     pub retention: RawRetention,

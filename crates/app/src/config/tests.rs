@@ -403,3 +403,242 @@ fn retention_errors_name_the_setting_and_its_source() {
         "{message}"
     );
 }
+
+/// TLS settings (docs/operations.md, "TLS"): every file is checked at start, and what cannot
+/// work is refused naming the setting.
+mod tls {
+    use std::path::Path;
+
+    use super::*;
+    use tenantry_testkit::tls::{LOOPBACK_NAMES, TestCa};
+
+    /// A CA file, a client certificate and key, and a server certificate and key, as PEM files.
+    struct Files {
+        dir: tempfile::TempDir,
+        ca: String,
+        cert: String,
+        key: String,
+    }
+
+    fn files() -> Files {
+        let dir = tempfile::tempdir().unwrap();
+        let ca = TestCa::new("config-ca").unwrap();
+        let ca_file = ca.write_pem(&dir.path().join("ca.pem")).unwrap();
+        let (cert, key) = ca
+            .server_cert(LOOPBACK_NAMES)
+            .unwrap()
+            .write_pem(dir.path(), "leaf")
+            .unwrap();
+        let text = |p: &Path| p.display().to_string();
+        Files {
+            ca: text(&ca_file),
+            cert: text(&cert),
+            key: text(&key),
+            dir,
+        }
+    }
+
+    fn validate(pairs: &[(&str, &str)]) -> Result<Config, ConfigError> {
+        merge_env_and_validate(RawConfig::default(), "defaults", env_of(pairs))
+    }
+
+    fn refused_setting(pairs: &[(&str, &str)]) -> (&'static str, String) {
+        match validate(pairs).unwrap_err() {
+            ConfigError::Invalid {
+                setting, reason, ..
+            } => (setting, reason),
+            other => panic!("expected Invalid, got {other:?}"),
+        }
+    }
+
+    const KEYS: &str = "k1=abababababababababababababababababababababababababababababababab";
+
+    #[test]
+    fn remote_tls_files_are_read_into_the_settings() {
+        let f = files();
+        let config = validate(&[
+            ("TENANTRY_KNOWLEDGE_FS_URL", "https://kfs.internal:9443"),
+            ("TENANTRY_KNOWLEDGE_FS_CA_FILE", &f.ca),
+            ("TENANTRY_KNOWLEDGE_FS_CLIENT_CERT_FILE", &f.cert),
+            ("TENANTRY_KNOWLEDGE_FS_CLIENT_KEY_FILE", &f.key),
+            ("TENANTRY_DIRECTORY_URL", "https://directory.internal"),
+            ("TENANTRY_DIRECTORY_INSTANCE", "inst-1"),
+            ("TENANTRY_DIRECTORY_TRUSTED_KEYS", KEYS),
+            ("TENANTRY_DIRECTORY_CA_FILE", &f.ca),
+        ])
+        .unwrap();
+        assert_eq!(
+            config.knowledge_fs_tls.ca_file.as_deref(),
+            Some(Path::new(&f.ca))
+        );
+        assert_eq!(
+            config.knowledge_fs_tls.client_key_file.as_deref(),
+            Some(Path::new(&f.key))
+        );
+        let directory = config.directory.unwrap();
+        assert_eq!(directory.tls.ca_file.as_deref(), Some(Path::new(&f.ca)));
+        assert_eq!(directory.tls.client_cert_file, None);
+        assert!(!config.allow_plain_http);
+        assert_eq!(config.admin_tls, None);
+    }
+
+    #[test]
+    fn missing_unreadable_or_non_pem_ca_file_is_refused_naming_the_setting() {
+        let f = files();
+        let missing = f.dir.path().join("absent.pem").display().to_string();
+        let (setting, reason) = refused_setting(&[("TENANTRY_KNOWLEDGE_FS_CA_FILE", &missing)]);
+        assert_eq!(setting, "knowledge_fs_ca_file");
+        assert!(
+            reason.contains("absent.pem") && reason.contains("cannot read"),
+            "{reason}"
+        );
+        // A folder is not readable as a file.
+        let folder = f.dir.path().display().to_string();
+        let (setting, _) = refused_setting(&[("TENANTRY_KNOWLEDGE_FS_CA_FILE", &folder)]);
+        assert_eq!(setting, "knowledge_fs_ca_file");
+        // A file that holds no certificate (a key) is not a CA bundle.
+        let (setting, reason) = refused_setting(&[("TENANTRY_KNOWLEDGE_FS_CA_FILE", &f.key)]);
+        assert_eq!(setting, "knowledge_fs_ca_file");
+        assert!(reason.contains("not usable PEM"), "{reason}");
+    }
+
+    #[test]
+    fn a_client_key_without_its_certificate_and_the_reverse_are_refused() {
+        let f = files();
+        let (setting, reason) =
+            refused_setting(&[("TENANTRY_KNOWLEDGE_FS_CLIENT_KEY_FILE", &f.key)]);
+        assert_eq!(setting, "knowledge_fs_client_key_file");
+        assert!(reason.contains("without a client certificate"), "{reason}");
+        let (setting, _) = refused_setting(&[("TENANTRY_KNOWLEDGE_FS_CLIENT_CERT_FILE", &f.cert)]);
+        assert_eq!(setting, "knowledge_fs_client_cert_file");
+        let (setting, _) = refused_setting(&[
+            ("TENANTRY_DIRECTORY_URL", "https://directory.internal"),
+            ("TENANTRY_DIRECTORY_INSTANCE", "inst-1"),
+            ("TENANTRY_DIRECTORY_TRUSTED_KEYS", KEYS),
+            ("TENANTRY_DIRECTORY_CLIENT_KEY_FILE", &f.key),
+        ]);
+        assert_eq!(setting, "directory_client_key_file");
+        // A key that is not PEM is named as the key file.
+        let (setting, _) = refused_setting(&[
+            ("TENANTRY_KNOWLEDGE_FS_CLIENT_CERT_FILE", &f.cert),
+            ("TENANTRY_KNOWLEDGE_FS_CLIENT_KEY_FILE", &f.ca),
+        ]);
+        assert_eq!(setting, "knowledge_fs_client_key_file");
+    }
+
+    #[test]
+    fn directory_tls_files_without_a_directory_url_are_refused() {
+        let f = files();
+        let (setting, _) = refused_setting(&[("TENANTRY_DIRECTORY_CA_FILE", &f.ca)]);
+        assert_eq!(setting, "directory_ca_file");
+    }
+
+    #[test]
+    fn plain_http_to_a_non_loopback_remote_is_refused_unless_allowed() {
+        let (setting, reason) =
+            refused_setting(&[("TENANTRY_KNOWLEDGE_FS_URL", "http://kfs.internal:8080")]);
+        assert_eq!(setting, "knowledge_fs_url");
+        assert!(
+            reason.contains("clear text") && reason.contains("allow_plain_http"),
+            "{reason}"
+        );
+        let (setting, _) = refused_setting(&[
+            ("TENANTRY_DIRECTORY_URL", "http://10.0.0.7/dir"),
+            ("TENANTRY_DIRECTORY_INSTANCE", "inst-1"),
+            ("TENANTRY_DIRECTORY_TRUSTED_KEYS", KEYS),
+        ]);
+        assert_eq!(setting, "directory_url");
+        // Loopback needs no TLS.
+        for url in [
+            "http://127.0.0.1:8701",
+            "http://localhost:8701/kfs",
+            "http://[::1]:8701",
+            "http://127.9.9.9",
+        ] {
+            validate(&[("TENANTRY_KNOWLEDGE_FS_URL", url)]).unwrap();
+        }
+        // Allowed on purpose: accepted, with a warning at every start.
+        let config = validate(&[
+            ("TENANTRY_KNOWLEDGE_FS_URL", "http://kfs.internal:8080"),
+            ("TENANTRY_ALLOW_PLAIN_HTTP", "true"),
+        ])
+        .unwrap();
+        assert!(config.allow_plain_http);
+        let warnings = config.start_warnings();
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(warnings[0].contains("knowledge_fs_url"), "{warnings:?}");
+        assert!(Config::defaults().start_warnings().is_empty());
+    }
+
+    #[test]
+    fn plain_http_detection_reads_the_host() {
+        for (url, off_loopback) in [
+            ("http://kfs.internal", true),
+            ("HTTP://kfs.internal", true),
+            ("http://user:pw@127.0.0.1:1/x", false),
+            ("http://127.0.0.1.example.com", true),
+            ("http://[::1]:80", false),
+            ("http://[2001:db8::1]:80", true),
+            ("https://kfs.internal", false),
+            ("http://", false),
+        ] {
+            assert_eq!(is_plain_http_off_loopback(url), off_loopback, "{url}");
+        }
+    }
+
+    #[test]
+    fn admin_listener_tls_needs_both_files_and_usable_pem() {
+        let f = files();
+        let config = validate(&[
+            ("TENANTRY_TLS_CERT_FILE", &f.cert),
+            ("TENANTRY_TLS_KEY_FILE", &f.key),
+        ])
+        .unwrap();
+        assert_eq!(
+            config.admin_tls,
+            Some(AdminTls {
+                cert_file: f.cert.clone().into(),
+                key_file: f.key.clone().into(),
+            })
+        );
+        let (setting, _) = refused_setting(&[("TENANTRY_TLS_CERT_FILE", &f.cert)]);
+        assert_eq!(setting, "tls_cert_file");
+        let (setting, _) = refused_setting(&[("TENANTRY_TLS_KEY_FILE", &f.key)]);
+        assert_eq!(setting, "tls_key_file");
+        let (setting, reason) = refused_setting(&[
+            ("TENANTRY_TLS_CERT_FILE", &f.key),
+            ("TENANTRY_TLS_KEY_FILE", &f.key),
+        ]);
+        assert_eq!(setting, "tls_cert_file");
+        assert!(reason.contains("no PEM certificate"), "{reason}");
+        let missing = f.dir.path().join("gone.key").display().to_string();
+        let (setting, reason) = refused_setting(&[
+            ("TENANTRY_TLS_CERT_FILE", &f.cert),
+            ("TENANTRY_TLS_KEY_FILE", &missing),
+        ]);
+        assert_eq!(setting, "tls_key_file");
+        assert!(reason.contains("gone.key"), "{reason}");
+    }
+
+    #[test]
+    fn a_non_loopback_listener_without_tls_warns_at_start() {
+        let token = "0123456789abcdef0123";
+        let config = validate(&[
+            ("TENANTRY_LISTEN", "0.0.0.0:8080"),
+            ("TENANTRY_ADMIN_TOKEN", token),
+        ])
+        .unwrap();
+        let warnings = config.start_warnings();
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(warnings[0].contains("clear text"), "{warnings:?}");
+        let f = files();
+        let config = validate(&[
+            ("TENANTRY_LISTEN", "0.0.0.0:8080"),
+            ("TENANTRY_ADMIN_TOKEN", token),
+            ("TENANTRY_TLS_CERT_FILE", &f.cert),
+            ("TENANTRY_TLS_KEY_FILE", &f.key),
+        ])
+        .unwrap();
+        assert!(config.start_warnings().is_empty());
+    }
+}

@@ -2,12 +2,130 @@
 //! naming the setting and its source.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
+use tenantry_remote_http::tls::{FileRole, RemoteTls, TlsConfigError};
+
 use super::{
-    CONNECTIONS_BESIDES_WORKERS, Config, ConfigError, DEFAULT_DATABASE_URL, DEFAULT_LISTEN,
-    DirectorySettings, RawConfig, RetentionSettings, redact_url,
+    AdminTls, CONNECTIONS_BESIDES_WORKERS, Config, ConfigError, DEFAULT_DATABASE_URL,
+    DEFAULT_LISTEN, DirectorySettings, RawConfig, RetentionSettings, is_plain_http_off_loopback,
+    redact_url,
 };
+
+/// The setting names of one remote's TLS files: CA file, client certificate, client key.
+type TlsSettingNames = (&'static str, &'static str, &'static str);
+
+const KNOWLEDGE_FS_TLS: TlsSettingNames = (
+    "knowledge_fs_ca_file",
+    "knowledge_fs_client_cert_file",
+    "knowledge_fs_client_key_file",
+);
+
+const DIRECTORY_TLS: TlsSettingNames = (
+    "directory_ca_file",
+    "directory_client_cert_file",
+    "directory_client_key_file",
+);
+
+/// The remote TLS settings of `names`, each file read and checked; a refusal names the
+/// setting whose file cannot be used.
+fn remote_tls(
+    names: TlsSettingNames,
+    files: [&Option<String>; 3],
+    invalid: &dyn Fn(&'static str, String) -> ConfigError,
+) -> Result<RemoteTls, ConfigError> {
+    let path = |value: &Option<String>| {
+        value
+            .as_deref()
+            .map(str::trim)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    };
+    let tls = RemoteTls {
+        ca_file: path(files[0]),
+        client_cert_file: path(files[1]),
+        client_key_file: path(files[2]),
+    };
+    if tls == RemoteTls::default() {
+        return Ok(tls);
+    }
+    tenantry_remote_http::tls::check(&tls).map_err(|error| {
+        let setting = match &error {
+            TlsConfigError::CertificateWithoutKey { .. } => names.1,
+            TlsConfigError::KeyWithoutCertificate { .. } => names.2,
+            TlsConfigError::Unreadable { role, .. }
+            | TlsConfigError::NotPem { role, .. }
+            | TlsConfigError::Refused { role, .. } => match role {
+                FileRole::CaBundle => names.0,
+                FileRole::ClientKey => names.2,
+                _ => names.1,
+            },
+            _ => names.0,
+        };
+        invalid(setting, error.to_string())
+    })?;
+    Ok(tls)
+}
+
+/// Refuses a plain `http://` remote on a non-loopback host unless `allow_plain_http`.
+fn refuse_plain_http(
+    setting: &'static str,
+    url: &str,
+    allow_plain_http: bool,
+    invalid: &dyn Fn(&'static str, String) -> ConfigError,
+) -> Result<(), ConfigError> {
+    if is_plain_http_off_loopback(url) && !allow_plain_http {
+        return Err(invalid(
+            setting,
+            format!(
+                "{url:?} is plain http:// to a host that is not loopback: the bearer token and tenant data would cross the network in clear text; use https:// (with the remote's CA file if a private CA issued its certificate), or set allow_plain_http = true (TENANTRY_ALLOW_PLAIN_HTTP) on a network you trust"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The admin listener's TLS: both files or neither, each readable PEM that rustls accepts.
+fn admin_tls(
+    raw: &RawConfig,
+    invalid: &dyn Fn(&'static str, String) -> ConfigError,
+) -> Result<Option<AdminTls>, ConfigError> {
+    let path = |value: &Option<String>| {
+        value
+            .as_deref()
+            .map(str::trim)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    };
+    let tls = match (path(&raw.tls_cert_file), path(&raw.tls_key_file)) {
+        (None, None) => return Ok(None),
+        (Some(cert), None) => {
+            return Err(invalid(
+                "tls_cert_file",
+                format!(
+                    "{} is set without tls_key_file; set both (TLS on the admin listener) or neither",
+                    cert.display()
+                ),
+            ));
+        }
+        (None, Some(key)) => {
+            return Err(invalid(
+                "tls_key_file",
+                format!(
+                    "{} is set without tls_cert_file; set both (TLS on the admin listener) or neither",
+                    key.display()
+                ),
+            ));
+        }
+        (Some(cert_file), Some(key_file)) => AdminTls {
+            cert_file,
+            key_file,
+        },
+    };
+    crate::tls::server_config(&tls).map_err(|e| invalid(e.setting(), e.to_string()))?;
+    Ok(Some(tls))
+}
 
 pub(super) fn validate(
     raw: RawConfig,
@@ -29,7 +147,21 @@ pub(super) fn validate(
         }
     };
 
+    let allow_plain_http = raw.allow_plain_http.unwrap_or(false);
     let directory = validate_directory(&raw, &invalid, &in_range)?;
+    if let Some(directory) = &directory {
+        refuse_plain_http("directory_url", &directory.url, allow_plain_http, &invalid)?;
+    }
+    let knowledge_fs_tls = remote_tls(
+        KNOWLEDGE_FS_TLS,
+        [
+            &raw.knowledge_fs_ca_file,
+            &raw.knowledge_fs_client_cert_file,
+            &raw.knowledge_fs_client_key_file,
+        ],
+        &invalid,
+    )?;
+    let admin_tls = admin_tls(&raw, &invalid)?;
     let retention = validate_retention(&raw, &in_range)?;
     let database_url = raw
         .database_url
@@ -183,6 +315,9 @@ pub(super) fn validate(
         1,
         3600,
     )?;
+    if let Some(url) = &knowledge_fs_url {
+        refuse_plain_http("knowledge_fs_url", url, allow_plain_http, &invalid)?;
+    }
     let log_filter = raw.log_filter.unwrap_or_else(|| "info".to_owned());
     if let Err(e) = tracing_subscriber::EnvFilter::try_new(&log_filter) {
         return Err(invalid("log_filter", format!("{log_filter:?}: {e}")));
@@ -210,6 +345,9 @@ pub(super) fn validate(
         knowledge_fs_token: raw.knowledge_fs_token.filter(|t| !t.is_empty()),
         knowledge_fs_deadline: Duration::from_millis(knowledge_fs_deadline),
         knowledge_fs_max_concurrent_calls: knowledge_fs_max_concurrent_calls as usize,
+        knowledge_fs_tls,
+        allow_plain_http,
+        admin_tls,
         directory,
         retention,
         ui: raw.ui.unwrap_or(true),
@@ -300,6 +438,15 @@ fn validate_directory(
                 raw.directory_trusted_keys.is_some(),
             ),
             ("directory_token", raw.directory_token.is_some()),
+            ("directory_ca_file", raw.directory_ca_file.is_some()),
+            (
+                "directory_client_cert_file",
+                raw.directory_client_cert_file.is_some(),
+            ),
+            (
+                "directory_client_key_file",
+                raw.directory_client_key_file.is_some(),
+            ),
         ];
         if let Some((setting, _)) = stray.iter().find(|(_, given)| *given) {
             return Err(invalid(
@@ -377,6 +524,15 @@ fn validate_directory(
         1,
         100,
     )?;
+    let tls = remote_tls(
+        DIRECTORY_TLS,
+        [
+            &raw.directory_ca_file,
+            &raw.directory_client_cert_file,
+            &raw.directory_client_key_file,
+        ],
+        invalid,
+    )?;
     Ok(Some(DirectorySettings {
         url,
         token: raw.directory_token.clone().filter(|t| !t.is_empty()),
@@ -385,6 +541,7 @@ fn validate_directory(
         sync_interval: Duration::from_millis(sync_ms),
         max_staleness: Duration::from_secs(staleness),
         event_limit: event_limit as u32,
+        tls,
     }))
 }
 

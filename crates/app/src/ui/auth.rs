@@ -1,5 +1,7 @@
 //! Console sessions: the login form takes the admin token and sets a session cookie
-//! (`tenantry_console`, HttpOnly, SameSite=Strict, path `/ui`); every page and action needs a
+//! (`tenantry_console`, HttpOnly, SameSite=Strict, path `/ui`; also `Secure` when the admin
+//! listener serves TLS or a TLS-terminating proxy sends `X-Forwarded-Proto: https`, see
+//! [`cookie_is_secure`]); every page and action needs a
 //! live session (otherwise: a redirect to `/ui/login`, or `HX-Redirect` for htmx requests);
 //! every state-changing request carries the session's CSRF token (form field `csrf`; no header
 //! is read), otherwise 403 and nothing happens.
@@ -211,7 +213,11 @@ pub struct LoginForm {
 
 /// `POST /ui/login`: the admin token starts a session (303 to the overview with the cookie);
 /// a wrong token is 401 with the form again.
-pub async fn login(State(state): State<UiState>, Form(form): Form<LoginForm>) -> Response {
+pub async fn login(
+    State(state): State<UiState>,
+    headers: HeaderMap,
+    Form(form): Form<LoginForm>,
+) -> Response {
     let accepted = match &state.admin.token {
         Some(expected) => {
             crate::admin::constant_time_eq(form.token.trim().as_bytes(), expected.as_bytes())
@@ -226,12 +232,30 @@ pub async fn login(State(state): State<UiState>, Form(form): Form<LoginForm>) ->
         );
     }
     let id = state.sessions.create();
-    let cookie = format!("{COOKIE}={id}; Path=/ui; HttpOnly; SameSite=Strict");
+    let secure = if cookie_is_secure(state.settings.secure_cookie, &headers) {
+        "; Secure"
+    } else {
+        ""
+    };
+    let cookie = format!("{COOKIE}={id}; Path=/ui; HttpOnly; SameSite=Strict{secure}");
     let mut response = Redirect::to("/ui").into_response();
     if let Ok(value) = HeaderValue::from_str(&cookie) {
         response.headers_mut().insert(header::SET_COOKIE, value);
     }
     response
+}
+
+/// Whether the session cookie gets `Secure`: the admin listener serves TLS, or a reverse proxy
+/// that terminates TLS says so with `X-Forwarded-Proto: https` (the first value, when it lists
+/// several). A wrong header can only add `Secure`, which a plain-HTTP browser then does not
+/// send back: it never weakens the cookie.
+pub fn cookie_is_secure(listener_tls: bool, headers: &HeaderMap) -> bool {
+    listener_tls
+        || headers
+            .get("x-forwarded-proto")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.split(',').next())
+            .is_some_and(|proto| proto.trim().eq_ignore_ascii_case("https"))
 }
 
 /// The logout form's fields.
@@ -256,12 +280,14 @@ pub async fn logout(
         state.sessions.remove(&id);
     }
     let mut response = Redirect::to("/ui/login").into_response();
-    response.headers_mut().insert(
-        header::SET_COOKIE,
-        HeaderValue::from_static(
-            "tenantry_console=; Path=/ui; HttpOnly; SameSite=Strict; Max-Age=0",
-        ),
-    );
+    let cleared = if cookie_is_secure(state.settings.secure_cookie, &headers) {
+        "tenantry_console=; Path=/ui; HttpOnly; SameSite=Strict; Max-Age=0; Secure"
+    } else {
+        "tenantry_console=; Path=/ui; HttpOnly; SameSite=Strict; Max-Age=0"
+    };
+    response
+        .headers_mut()
+        .insert(header::SET_COOKIE, HeaderValue::from_static(cleared));
     response
 }
 
@@ -284,6 +310,23 @@ mod tests {
             HeaderValue::from_static("tenantry_consoles=x"),
         );
         assert_eq!(session_cookie(&headers), None);
+    }
+
+    #[test]
+    fn the_cookie_is_secure_with_tls_or_a_forwarded_https() {
+        let none = HeaderMap::new();
+        assert!(cookie_is_secure(true, &none));
+        assert!(!cookie_is_secure(false, &none));
+        let forwarded = |value: &'static str| {
+            let mut headers = HeaderMap::new();
+            headers.insert("x-forwarded-proto", HeaderValue::from_static(value));
+            headers
+        };
+        assert!(cookie_is_secure(false, &forwarded("https")));
+        assert!(cookie_is_secure(false, &forwarded("HTTPS")));
+        assert!(cookie_is_secure(false, &forwarded("https, http")));
+        assert!(!cookie_is_secure(false, &forwarded("http")));
+        assert!(!cookie_is_secure(false, &forwarded("http, https")));
     }
 
     #[tokio::test]

@@ -38,6 +38,9 @@ use crate::admin::{self, AdminState};
 pub struct UiSettings {
     /// Hide and refuse every action (retry, abandon, fence clear).
     pub read_only: bool,
+    /// Mark the session cookie `Secure` (the admin listener serves TLS). Behind a reverse
+    /// proxy that terminates TLS, a request with `X-Forwarded-Proto: https` gets it too.
+    pub secure_cookie: bool,
 }
 
 /// What the console's handlers share: the admin API's state (stores, use cases, clock,

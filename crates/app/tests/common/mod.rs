@@ -16,6 +16,15 @@ use tenantry_testkit::knowledge_fs::{ReferenceRemote, RemoteConfig};
 /// Admin token of every test service.
 pub const TOKEN: &str = "test-admin-token-0123456789";
 
+/// A reqwest client with Tenantry's TLS configuration: reqwest is built without a default
+/// crypto provider, so `reqwest::Client::new()` would panic.
+pub fn http_client() -> reqwest::Client {
+    tenantry_remote_http::client::client_builder(&tenantry_remote_http::RemoteTls::default())
+        .unwrap()
+        .build()
+        .unwrap()
+}
+
 /// A running service with its remote and database.
 pub struct Harness {
     pub service: Option<Service>,
@@ -193,12 +202,4 @@ pub fn assert_error(status: u16, body: &Value, expected_status: u16, code: &str)
         body["message"].as_str().is_some_and(|m| !m.is_empty()),
         "{body}"
     );
-}
-
-/// A plain reqwest client for the tests' own calls. reqwest is built without a default crypto
-/// provider (the service's clients bring their own rustls configuration), so the tests install
-/// rustls's ring provider as the process default first.
-pub fn http_client() -> reqwest::Client {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    reqwest::Client::new()
 }

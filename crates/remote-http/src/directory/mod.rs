@@ -29,6 +29,7 @@ use tenantry_ports::error::ErrorSource;
 
 use crate::client::{ClientBuildError, mutation_client, parse_base_url};
 use crate::outcome::TransportError;
+use crate::tls::RemoteTls;
 use signature::{SignatureHeaders, SignedRequest, TrustedKeys};
 use tenantry_kernel::text::{MAX_CODE_BYTES, MAX_MESSAGE_BYTES, bounded};
 
@@ -53,6 +54,9 @@ pub struct DirectoryClientConfig {
     pub max_response_bytes: u64,
     /// Total deadline of one call.
     pub deadline: Duration,
+    /// TLS of an `https` base URL: the platform's roots by default, plus an optional CA file
+    /// and client certificate ([`RemoteTls`]).
+    pub tls: RemoteTls,
 }
 
 impl DirectoryClientConfig {
@@ -65,7 +69,15 @@ impl DirectoryClientConfig {
             max_skew: signature::DEFAULT_MAX_SKEW,
             max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
             deadline: DEFAULT_DEADLINE,
+            tls: RemoteTls::default(),
         }
+    }
+
+    /// Sets [`tls`](Self::tls) (its files are read by [`HttpDirectoryProvider::new`]).
+    #[must_use]
+    pub fn with_tls(mut self, tls: RemoteTls) -> Self {
+        self.tls = tls;
+        self
     }
 
     /// Sets the [`bearer_token`](Self::bearer_token) sent on every call (not empty, checked by
@@ -111,6 +123,7 @@ impl fmt::Debug for DirectoryClientConfig {
             .field("max_skew", &self.max_skew)
             .field("max_response_bytes", &self.max_response_bytes)
             .field("deadline", &self.deadline)
+            .field("tls", &self.tls)
             .finish()
     }
 }
@@ -139,7 +152,8 @@ pub enum DirectoryConfigError {
     /// The deadline is zero.
     #[error("directory call deadline must be above zero")]
     ZeroDeadline,
-    /// The HTTP client could not be built.
+    /// The HTTP client could not be built, for example because a TLS file of
+    /// [`DirectoryClientConfig::tls`] cannot be used ([`ClientBuildError::tls`] names it).
     #[error(transparent)]
     Client(#[from] ClientBuildError),
 }
@@ -195,7 +209,7 @@ impl HttpDirectoryProvider {
             }
         };
         Ok(Self {
-            client: mutation_client(config.deadline)?,
+            client: mutation_client(config.deadline, &config.tls)?,
             base,
             authorization,
             trusted: config.trusted_keys.clone(),

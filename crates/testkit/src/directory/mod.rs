@@ -135,6 +135,21 @@ impl ReferenceDirectory {
         addr: SocketAddr,
         config: DirectoryServerConfig,
     ) -> io::Result<(String, Self)> {
+        Self::start_tls_on(addr, config, None).await
+    }
+
+    /// Starts a reference directory on `addr` serving HTTPS with `tls` (for example
+    /// [`crate::tls::server_config`]; plain HTTP when `None`); the base URL is
+    /// `https://<addr>`.
+    ///
+    /// # Errors
+    /// The bind error when `addr` cannot be bound.
+    pub async fn start_tls_on(
+        addr: SocketAddr,
+        config: DirectoryServerConfig,
+        tls: Option<Arc<rustls::ServerConfig>>,
+    ) -> io::Result<(String, Self)> {
+        let scheme = if tls.is_some() { "https" } else { "http" };
         let mut rng = StdRng::seed_from_u64(config.key_seed);
         let mut key = |id: &str| (id.to_owned(), SigningKey::from_bytes(&rng.random()));
         let keys = Keys {
@@ -154,8 +169,8 @@ impl ReferenceDirectory {
                 requests: BTreeMap::new(),
             }),
         });
-        let server = Server::start_on(addr, router(Arc::clone(&shared))).await?;
-        let base_url = format!("http://{}", server.addr());
+        let server = Server::start_tls_on(addr, router(Arc::clone(&shared)), tls).await?;
+        let base_url = format!("{scheme}://{}", server.addr());
         Ok((
             base_url.clone(),
             Self {

@@ -109,6 +109,21 @@ impl ReferenceRemote {
     /// # Errors
     /// The bind error when `addr` cannot be bound.
     pub async fn start_on(addr: SocketAddr, config: RemoteConfig) -> io::Result<(String, Self)> {
+        Self::start_tls_on(addr, config, None).await
+    }
+
+    /// Starts a reference remote on `addr` serving HTTPS with `tls` (for example
+    /// [`crate::tls::server_config`]; plain HTTP when `None`); the base URL is
+    /// `https://<addr>`.
+    ///
+    /// # Errors
+    /// The bind error when `addr` cannot be bound.
+    pub async fn start_tls_on(
+        addr: SocketAddr,
+        config: RemoteConfig,
+        tls: Option<Arc<rustls::ServerConfig>>,
+    ) -> io::Result<(String, Self)> {
+        let scheme = if tls.is_some() { "https" } else { "http" };
         let shared = Arc::new(Shared {
             token: config.bearer_token,
             stall: config.stall,
@@ -118,8 +133,8 @@ impl ReferenceRemote {
                 requests: BTreeMap::new(),
             }),
         });
-        let server = Server::start_on(addr, routes::router(Arc::clone(&shared))).await?;
-        let base_url = format!("http://{}", server.addr());
+        let server = Server::start_tls_on(addr, routes::router(Arc::clone(&shared)), tls).await?;
+        let base_url = format!("{scheme}://{}", server.addr());
         let remote = Self {
             server,
             base_url: base_url.clone(),
