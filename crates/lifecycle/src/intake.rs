@@ -536,9 +536,17 @@ mod tests {
             request.plan(None, ids(), at(1)),
             Err(IntakeError::UnknownControlSpace { .. })
         ));
+        // A deleted control space says it was deleted, not that the move is forbidden.
         let deleted = space(ControlSpaceState::Deleted, "op");
+        let refused = request.plan(Some(&deleted), ids(), at(1)).unwrap_err();
+        assert!(
+            matches!(refused, IntakeError::ControlSpaceDeleted { .. }),
+            "{refused:?}"
+        );
+        assert!(refused.to_string().contains("was deleted"), "{refused}");
+        let deleting = space(ControlSpaceState::Deleting, "op");
         assert!(matches!(
-            request.plan(Some(&deleted), ids(), at(1)),
+            request.plan(Some(&deleting), ids(), at(1)),
             Err(IntakeError::Transition(_))
         ));
         let active = space(ControlSpaceState::Active, "op");

@@ -453,9 +453,16 @@ async fn case_012_a_deletion_answered_404_with_an_empty_lookup_completes() {
     assert_eq!(space.state, ControlSpaceState::Active);
     assert!(space.knowledge_space_id.is_some());
     h.remote.forget_space(&space.provisioning_key);
+    // Long after the provision (past `deletion_absence_grace_seconds`, 600 s by default).
+    at(t(1_000), true);
     let delete = h.delete("cs-gone").await;
-    let outcome = h.dispatch(t(10), true).await;
-    assert!(outcome.completed, "one attempt completes it");
+    let outcome = h.dispatch(t(1_000), true).await;
+    assert!(
+        outcome.completed,
+        "one attempt completes it: {:?} / provision {:?}",
+        h.command(&delete.command_id),
+        h.command(&created.command_id)
+    );
     let record = h.command(&delete.command_id);
     assert_eq!(record.status, CommandStatus::Succeeded, "{record:?}");
     assert_eq!(h.space("cs-gone").await.state, ControlSpaceState::Deleted);
