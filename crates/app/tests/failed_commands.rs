@@ -355,6 +355,13 @@ async fn an_abandoned_provision_that_may_have_reached_the_remote_says_what_it_le
     assert_eq!(cs["remote_space_may_exist"], true, "{cs}");
     assert_eq!(cs["left_behind"]["cleanup"], left["cleanup"], "{cs}");
     assert_eq!(h.remote.truth().effects().spaces_created, 1);
+    // The console's command page says it too.
+    let page = console_page(&h, &format!("/ui/commands/{command_id}")).await;
+    assert!(page.contains("id=\"left-behind\""), "{page}");
+    assert!(
+        page.contains("DELETE /v1/tenants/t-1/control-spaces/cs-lost"),
+        "{page}"
+    );
     // The cleanup it names removes the space the lost answer created.
     let (status, body) = h.delete(cs_path, Some("cleanup")).await;
     assert_eq!(status, 202, "{body}");
@@ -384,4 +391,41 @@ async fn an_abandoned_provision_the_remote_refused_leaves_nothing_behind() {
     assert_eq!(body.get("left_behind"), None, "{body}");
     let (_, cs) = h.get(cs_path).await;
     assert_eq!(cs["remote_space_may_exist"], false, "{cs}");
+    let page = console_page(&h, &format!("/ui/commands/{command_id}")).await;
+    assert!(page.contains("id=\"status\""), "{page}");
+    assert!(!page.contains("id=\"left-behind\""), "{page}");
+}
+
+/// A console page, read after logging in with the admin token.
+async fn console_page(h: &Harness, path: &str) -> String {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let login = http
+        .post(h.url("/ui/login"))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(format!("token={}", common::TOKEN))
+        .send()
+        .await
+        .unwrap();
+    let cookie = login
+        .headers()
+        .get("set-cookie")
+        .expect("the login sets a session cookie")
+        .to_str()
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_owned();
+    let page = http
+        .get(h.url(path))
+        .header("cookie", cookie)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(page.status(), 200);
+    page.text().await.unwrap()
 }
