@@ -272,14 +272,15 @@ async fn case_012_an_owning_delete_is_marked_deleted_and_the_id_says_deleted() {
         .post(&format!("/v1/commands/{command_id}/abandon"), &who, None)
         .await;
     assert_error(status, &body, 409, "DELETE_OWNS_CONTROL_SPACE");
-    assert!(
-        body["message"].as_str().unwrap().contains("mark"),
-        "{body}"
-    );
+    assert!(body["message"].as_str().unwrap().contains("mark"), "{body}");
     let (_, cs) = h.get(cs_path).await;
     assert_eq!(cs["state"], "deleting", "nothing written: {cs}");
     let (status, body) = h
-        .post(&format!("/v1/commands/{command_id}/mark-deleted"), &who, None)
+        .post(
+            &format!("/v1/commands/{command_id}/mark-deleted"),
+            &who,
+            None,
+        )
         .await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["status"], "abandoned");
@@ -348,7 +349,10 @@ async fn an_abandoned_provision_that_may_have_reached_the_remote_says_what_it_le
     assert_eq!(body["status"], "abandoned");
     let left = &body["left_behind"];
     assert_eq!(left["remote_space_may_exist"], true, "{body}");
-    assert_eq!(left["cleanup"], "DELETE /v1/tenants/t-1/control-spaces/cs-lost");
+    assert_eq!(
+        left["cleanup"],
+        "DELETE /v1/tenants/t-1/control-spaces/cs-lost"
+    );
     assert!(left["provisioning_key"].as_str().is_some(), "{body}");
     let (_, cs) = h.get(cs_path).await;
     assert_eq!(cs["state"], "provisioning", "{cs}");

@@ -85,7 +85,9 @@ pub fn mark_deleted(
     let refused = || ControlSpaceActionError::NotAnOwningDelete {
         command_id: command.id.to_string(),
     };
-    let cs = cs.filter(|_| owns_deleting(command, cs)).ok_or_else(refused)?;
+    let cs = cs
+        .filter(|_| owns_deleting(command, cs))
+        .ok_or_else(refused)?;
     cs.plan(
         &[Transition::CompleteDeletion {
             operation_id: command.operation_id.clone(),
@@ -207,7 +209,11 @@ mod tests {
         assert_eq!(cas.next.knowledge_space_id, cs.knowledge_space_id);
         assert_eq!(cas.next.knowledge_space_revision, 4);
         assert_eq!(cas.next.updated_at, at(9));
-        for (state, owner) in [(S::Deleting, "other"), (S::Deleted, "op"), (S::Active, "op")] {
+        for (state, owner) in [
+            (S::Deleting, "other"),
+            (S::Deleted, "op"),
+            (S::Active, "op"),
+        ] {
             assert!(
                 mark_deleted(&delete, Some(&space(state, owner)), at(9)).is_err(),
                 "{state} {owner}"

@@ -214,5 +214,8 @@ async fn case_013_retention_now_is_the_database_clock() {
     let before = db_ms(sql).await;
     let now = retention.now().await.unwrap().timestamp_millis();
     let after = db_ms(sql).await;
-    assert!(before <= now + 1 && now <= after + 1, "{before} <= {now} <= {after}");
+    assert!(
+        before <= now + 1 && now <= after + 1,
+        "{before} <= {now} <= {after}"
+    );
 }

@@ -212,7 +212,12 @@ async fn settle_all(s: &Setup, mut now: DateTime<Utc>) -> DateTime<Utc> {
     let owner = LeaseOwner::parse("w1").unwrap();
     for _ in 0..100 {
         s.clock.set(now);
-        if s.dispatcher.dispatch_one(&owner, true).await.unwrap().claimed {
+        if s.dispatcher
+            .dispatch_one(&owner, true)
+            .await
+            .unwrap()
+            .claimed
+        {
             continue;
         }
         let open = s
@@ -250,7 +255,11 @@ async fn case_013_a_key_reused_after_retention_completes_against_the_reference_r
         idempotency_key: IdempotencyKey::parse("K").unwrap(),
         ..create(&tenant, cs)
     };
-    let first = s.intake.create_control_space(&with_key("cs-a")).await.unwrap();
+    let first = s
+        .intake
+        .create_control_space(&with_key("cs-a"))
+        .await
+        .unwrap();
     let now = settle_all(&s, t(0)).await;
     s.intake
         .request_deletion(&RequestDeletion {
@@ -262,8 +271,10 @@ async fn case_013_a_key_reused_after_retention_completes_against_the_reference_r
         .unwrap();
     settle_all(&s, now).await;
     let day = 86_400;
-    let policy = RetentionPolicy::default()
-        .with_window(RetentionKind::FinishedCommands, std::time::Duration::from_secs(day));
+    let policy = RetentionPolicy::default().with_window(
+        RetentionKind::FinishedCommands,
+        std::time::Duration::from_secs(day),
+    );
     let retention = tenantry_store_seaorm::SeaOrmRetentionStore::new(&s._db.db);
     tenantry_engine::retention::prune_once(&retention, &policy, t(2 * day as i64))
         .await
@@ -274,13 +285,27 @@ async fn case_013_a_key_reused_after_retention_completes_against_the_reference_r
         "cs-a's provision was pruned"
     );
 
-    let second = s.intake.create_control_space(&with_key("cs-b")).await.unwrap();
+    let second = s
+        .intake
+        .create_control_space(&with_key("cs-b"))
+        .await
+        .unwrap();
     assert!(!second.replayed, "a new request after the key's lifetime");
     let now = settle_all(&s, t(2 * day as i64)).await;
-    let record = s.store.command_by_id(&second.command_id).await.unwrap().unwrap();
+    let record = s
+        .store
+        .command_by_id(&second.command_id)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(record.status, CommandStatus::Succeeded, "{record:?}");
     let cs_b = ControlSpaceId::parse("cs-b").unwrap();
-    let space = s.store.control_space(&tenant, &cs_b).await.unwrap().unwrap();
+    let space = s
+        .store
+        .control_space(&tenant, &cs_b)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(space.state, ControlSpaceState::Active);
 
     let revoke = || RequestRevocation {
@@ -295,11 +320,19 @@ async fn case_013_a_key_reused_after_retention_completes_against_the_reference_r
     tenantry_engine::retention::prune_once(&retention, &policy, now + chrono::Duration::days(2))
         .await
         .unwrap();
-    assert_eq!(s.store.command_by_id(&revoked.command_id).await.unwrap(), None);
+    assert_eq!(
+        s.store.command_by_id(&revoked.command_id).await.unwrap(),
+        None
+    );
     let again = s.intake.request_revocation(&revoke()).await.unwrap();
     assert!(!again.replayed);
     settle_all(&s, now + chrono::Duration::days(2)).await;
-    let record = s.store.command_by_id(&again.command_id).await.unwrap().unwrap();
+    let record = s
+        .store
+        .command_by_id(&again.command_id)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(record.status, CommandStatus::Succeeded, "{record:?}");
     assert_eq!(s.remote.truth().effects().idempotency_conflicts, 0);
     s.remote.shutdown().await;

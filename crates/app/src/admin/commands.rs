@@ -32,9 +32,9 @@ impl From<OperatorActionError> for AdminApiError {
             OperatorActionError::NotActionable { .. } => {
                 Self::new(StatusCode::CONFLICT, "COMMAND_NOT_ACTIONABLE", message)
             }
-            OperatorActionError::ControlSpace(ControlSpaceActionError::DeleteOwnsControlSpace {
-                ..
-            }) => Self::new(StatusCode::CONFLICT, "DELETE_OWNS_CONTROL_SPACE", message),
+            OperatorActionError::ControlSpace(
+                ControlSpaceActionError::DeleteOwnsControlSpace { .. },
+            ) => Self::new(StatusCode::CONFLICT, "DELETE_OWNS_CONTROL_SPACE", message),
             OperatorActionError::ControlSpace(_) => {
                 Self::new(StatusCode::CONFLICT, "NOT_AN_OWNING_DELETE", message)
             }

@@ -13,7 +13,9 @@ use tenantry_lifecycle::intake::{
     CreateControlSpace, RequestDeletion, RequestRevocation, derived_control_space_id,
 };
 use tenantry_lifecycle::operator::{LeftBehind, abandoned_provision_left_behind};
-use tenantry_lifecycle::{CommandRecord, CommandStatus, ControlSpace, ControlSpaceState, Operation};
+use tenantry_lifecycle::{
+    CommandRecord, CommandStatus, ControlSpace, ControlSpaceState, Operation,
+};
 use tenantry_ports::lifecycle::{CommandFilter, CommandQueue, ControlSpaceReader};
 use tenantry_store_seaorm::lifecycle::SeaOrmLifecycleStore;
 use tracing::Instrument;

@@ -207,10 +207,12 @@ async fn case_013_the_pruner_cutoff_is_on_the_store_clock_not_the_process_clock(
         store.expect_now().returning(|| Ok(t(2 * DAY)));
         let seen = Arc::new(Mutex::new(Vec::new()));
         let calls = seen.clone();
-        store.expect_prune_batch().returning(move |kind, now, _, _| {
-            calls.lock().unwrap().push((kind, now));
-            Ok(PruneBatch::Removed(0))
-        });
+        store
+            .expect_prune_batch()
+            .returning(move |kind, now, _, _| {
+                calls.lock().unwrap().push((kind, now));
+                Ok(PruneBatch::Removed(0))
+            });
         store.expect_oldest().returning(|_| Ok(None));
         let (stop, shutdown) = watch::channel(false);
         let pruner = Pruner::new(

@@ -584,21 +584,21 @@ impl CommandAdmin for InMemoryLifecycleStore {
                 command_id: action.command_id.clone(),
             });
         };
-        let mark_deleted = match action.kind {
-            OperatorActionKind::Abandon => {
-                if let Some(refusal) = tenantry_lifecycle::operator::abandon_refusal(&r, cs.as_ref())
-                {
-                    return Err(refusal.into());
+        let mark_deleted =
+            match action.kind {
+                OperatorActionKind::Abandon => {
+                    if let Some(refusal) =
+                        tenantry_lifecycle::operator::abandon_refusal(&r, cs.as_ref())
+                    {
+                        return Err(refusal.into());
+                    }
+                    None
                 }
-                None
-            }
-            OperatorActionKind::MarkDeleted => Some(tenantry_lifecycle::operator::mark_deleted(
-                &r,
-                cs.as_ref(),
-                action.at,
-            )?),
-            OperatorActionKind::Retry => None,
-        };
+                OperatorActionKind::MarkDeleted => Some(
+                    tenantry_lifecycle::operator::mark_deleted(&r, cs.as_ref(), action.at)?,
+                ),
+                OperatorActionKind::Retry => None,
+            };
         if let Some(cas) = mark_deleted {
             state.spaces.insert(cs_key, cas.next);
         }

@@ -373,11 +373,13 @@ async fn act_once(
     // its deleting control space is refused; mark-deleted completes the control space in this
     // transaction (compare-and-set on the version read here).
     if request.kind.abandons() && before.operation == Operation::Delete {
-        let cs = super::intake::find_control_space(&txn, &before.tenant_id, &before.control_space_id)
-            .await?;
+        let cs =
+            super::intake::find_control_space(&txn, &before.tenant_id, &before.control_space_id)
+                .await?;
         match request.kind {
             OperatorActionKind::MarkDeleted => {
-                let cas = tenantry_lifecycle::operator::mark_deleted(&before, cs.as_ref(), request.at)?;
+                let cas =
+                    tenantry_lifecycle::operator::mark_deleted(&before, cs.as_ref(), request.at)?;
                 if !super::apply_cas(&txn, &cas).await.map_err(unavailable)? {
                     return Err(OperatorActionError::NotActionable {
                         command_id: before.id,

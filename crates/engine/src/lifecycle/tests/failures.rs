@@ -548,15 +548,18 @@ async fn case_012_an_owning_delete_is_marked_deleted_not_abandoned() {
     h.create("cs1").await;
     h.drain(t(0)).await;
     let delete = h.delete("cs1").await;
-    h.remote.push_fault(
-        RemoteCall::Deletion,
-        answered(400, "INVALID_REQUEST"),
-    );
+    h.remote
+        .push_fault(RemoteCall::Deletion, answered(400, "INVALID_REQUEST"));
     h.dispatch(t(10), true).await;
     assert_eq!(h.command(&delete.command_id).status, CommandStatus::Failed);
     let ops = OperatorActions::new(h.store.clone(), Arc::new(clock_of_test()));
     let refused = ops
-        .act(&delete.command_id, OperatorActionKind::Abandon, "ops", "stuck")
+        .act(
+            &delete.command_id,
+            OperatorActionKind::Abandon,
+            "ops",
+            "stuck",
+        )
         .await
         .unwrap_err();
     assert!(
@@ -591,8 +594,13 @@ async fn case_012_an_owning_delete_is_marked_deleted_not_abandoned() {
     // Mark-deleted applies to nothing else.
     let other = h.create("cs2").await;
     assert!(matches!(
-        ops.act(&other.command_id, OperatorActionKind::MarkDeleted, "ops", "x")
-            .await,
+        ops.act(
+            &other.command_id,
+            OperatorActionKind::MarkDeleted,
+            "ops",
+            "x"
+        )
+        .await,
         Err(OperatorRequestError::Refused(
             OperatorActionError::ControlSpace(_)
         ))

@@ -628,13 +628,22 @@ pub async fn case_012_an_owning_delete_is_marked_deleted_not_abandoned<
     assert!(store.command_actions(&delete).await.unwrap().is_empty());
     // Mark-deleted of a command that is not an owning delete: refused, nothing written.
     let refused = store
-        .act_on_command(&action(&provision, OperatorActionKind::MarkDeleted, 1, t(5)))
+        .act_on_command(&action(
+            &provision,
+            OperatorActionKind::MarkDeleted,
+            1,
+            t(5),
+        ))
         .await;
     assert!(
         matches!(refused, Err(OperatorActionError::ControlSpace(_))),
         "{refused:?}"
     );
-    let deleting = store.control_space(&tenant(), &cs_id).await.unwrap().unwrap();
+    let deleting = store
+        .control_space(&tenant(), &cs_id)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(deleting.state, ControlSpaceState::Deleting);
     let after = store
         .act_on_command(&action(&delete, OperatorActionKind::MarkDeleted, 2, t(6)))
@@ -642,7 +651,11 @@ pub async fn case_012_an_owning_delete_is_marked_deleted_not_abandoned<
         .unwrap();
     assert_eq!(after.status, CommandStatus::Abandoned);
     assert_eq!(after.completed_at, Some(t(6)));
-    let deleted = store.control_space(&tenant(), &cs_id).await.unwrap().unwrap();
+    let deleted = store
+        .control_space(&tenant(), &cs_id)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(deleted.state, ControlSpaceState::Deleted);
     assert_eq!(deleted.resource_version, deleting.resource_version + 1);
     let log = store.command_actions(&delete).await.unwrap();
