@@ -91,6 +91,13 @@ pub enum CommandsCommand {
     ///
     /// Example: tenantry commands abandon 6f1c… --reason "tenant offboarded"
     Abandon(CommandsActArgs),
+    /// Give up a failed (or pending) delete that owns its deleting control space and record
+    /// the control space deleted (abandoning such a delete is refused: the control space would
+    /// stay deleting for good). KnowledgeFS is not called: a remote space the deletion did not
+    /// remove stays there. Requires a command id and --reason; recorded with who, when and why.
+    ///
+    /// Example: tenantry commands mark-deleted 6f1c… --reason "space removed in KnowledgeFS by hand"
+    MarkDeleted(CommandsActArgs),
 }
 
 /// `tenantry fences ...`.
@@ -159,6 +166,9 @@ pub async fn run(cli: Cli) -> ExitCode {
                 }
                 Command::Commands(CommandsCommand::Abandon(args)) => {
                     ops::commands_act(&config, &args, OperatorActionKind::Abandon).await
+                }
+                Command::Commands(CommandsCommand::MarkDeleted(args)) => {
+                    ops::commands_act(&config, &args, OperatorActionKind::MarkDeleted).await
                 }
                 Command::Fences(FencesCommand::List(args)) => {
                     ops::fences_list(&config, &args).await

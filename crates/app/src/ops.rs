@@ -387,7 +387,7 @@ fn filter_of(
     })
 }
 
-/// `tenantry commands retry` and `tenantry commands abandon`.
+/// `tenantry commands retry`, `tenantry commands abandon` and `tenantry commands mark-deleted`.
 pub async fn commands_act(
     config: &Config,
     args: &CommandsActArgs,
@@ -397,10 +397,16 @@ pub async fn commands_act(
     let reason = match (&args.reason, kind) {
         (Some(reason), _) => reason.clone(),
         (None, OperatorActionKind::Retry) => "retried by operator".to_owned(),
-        (None, OperatorActionKind::Abandon) => {
-            return usage("abandon needs --reason saying why the command is given up".to_owned());
+        (None, _) => {
+            return usage(format!(
+                "{} needs --reason saying why the command is given up",
+                kind.as_str()
+            ));
         }
     };
+    if kind == OperatorActionKind::MarkDeleted && args.id.is_none() {
+        return usage("mark_deleted acts on one command: give its id".to_owned());
+    }
     let actor = args.actor.clone().unwrap_or_else(|| {
         format!(
             "cli:{}",
@@ -481,7 +487,7 @@ pub async fn commands_act(
                 }
                 let past = match kind {
                     OperatorActionKind::Retry => "retried",
-                    OperatorActionKind::Abandon => "abandoned",
+                    OperatorActionKind::Abandon | OperatorActionKind::MarkDeleted => "abandoned",
                 };
                 out!(
                     "{} command(s) {past}, {} refused{}",
@@ -652,7 +658,7 @@ pub const PRUNE_BUSY_EXIT: u8 = 75;
 /// [`PRUNE_BUSY_EXIT`] when another replica was pruning a kind meanwhile.
 pub async fn prune(config: &Config, args: &PruneArgs) -> ExitCode {
     use tenantry_engine::retention;
-    use tenantry_ports::clock::Clock;
+    use tenantry_ports::retention::RetentionStore;
 
     let db = match open_existing(config).await {
         Ok(db) => db,
@@ -660,7 +666,15 @@ pub async fn prune(config: &Config, args: &PruneArgs) -> ExitCode {
     };
     let store = tenantry_store_seaorm::SeaOrmRetentionStore::new(&db);
     let policy = config.retention.policy;
-    let now = crate::service::system_clock().now();
+    // Windows are measured on the database's clock, which stamped the records (case 013).
+    let now = match store.now().await {
+        Ok(now) => now,
+        Err(e) => {
+            let _ = db.conn.close().await;
+            eprintln!("tenantry: cannot read the database's clock: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     let result = if args.dry_run {
         retention::dry_run(&store, &policy, now).await
     } else {

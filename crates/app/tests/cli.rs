@@ -598,3 +598,94 @@ async fn prune_refused_as_busy_exits_75() {
         "{doc}"
     );
 }
+
+/// Case 012 from the CLI: the pending delete that owns its deleting control space is not
+/// abandoned (exit 1, the error names mark-deleted); `commands mark-deleted` needs an id and
+/// a reason, then abandons it and records the control space deleted.
+#[tokio::test]
+async fn case_012_commands_mark_deleted_completes_a_deleting_control_space() {
+    use std::sync::Arc;
+    use tenantry_engine::lifecycle::{CommandIntake, ManualClock};
+    use tenantry_kernel::{ControlSpaceId, IdempotencyKey, TenantId};
+    use tenantry_lifecycle::ControlSpaceState;
+    use tenantry_lifecycle::intake::{CreateControlSpace, RequestDeletion};
+    use tenantry_ports::lifecycle::ControlSpaceReader;
+    use tenantry_store_seaorm::lifecycle::SeaOrmLifecycleStore;
+
+    let dir = tempfile::tempdir().unwrap();
+    let out = tenantry()
+        .current_dir(dir.path())
+        .arg("migrate")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let url = format!(
+        "sqlite://{}?mode=rwc",
+        dir.path().join("tenantry.db").display()
+    );
+    let tenant = TenantId::parse("t-1").unwrap();
+    let cs = ControlSpaceId::parse("cs-stuck").unwrap();
+    let delete = {
+        let db = tenantry_store_seaorm::connect(&url, 1).await.unwrap();
+        let store = SeaOrmLifecycleStore::new(&db);
+        let intake = CommandIntake::new(
+            store.clone(),
+            Arc::new(ManualClock::new(chrono::Utc::now())),
+        );
+        intake
+            .create_control_space(&CreateControlSpace::new(
+                tenant.clone(),
+                cs.clone(),
+                IdempotencyKey::parse("create").unwrap(),
+                "N",
+                "n",
+            ))
+            .await
+            .unwrap();
+        let receipt = intake
+            .request_deletion(&RequestDeletion::new(
+                tenant.clone(),
+                cs.clone(),
+                IdempotencyKey::parse("delete").unwrap(),
+            ))
+            .await
+            .unwrap();
+        db.conn.close().await.unwrap();
+        receipt.command_id.to_string()
+    };
+    let run = |args: &[&str]| {
+        let out = tenantry()
+            .current_dir(dir.path())
+            .args(args)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, _, stderr) = run(&["commands", "abandon", &delete, "--reason", "stuck"]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("mark-deleted"), "{stderr}");
+    let (code, _, stderr) = run(&["commands", "mark-deleted", &delete]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("--reason"), "{stderr}");
+    let (code, stdout, stderr) = run(&[
+        "commands",
+        "mark-deleted",
+        &delete,
+        "--reason",
+        "removed in KnowledgeFS by hand",
+    ]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stdout.contains("abandoned"), "{stdout}");
+    let db = tenantry_store_seaorm::connect(&url, 1).await.unwrap();
+    let space = SeaOrmLifecycleStore::new(&db)
+        .control_space(&tenant, &cs)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(space.state, ControlSpaceState::Deleted);
+    db.conn.close().await.unwrap();
+}

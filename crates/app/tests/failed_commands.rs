@@ -311,3 +311,187 @@ async fn command_detail_lists_each_failed_attempt_with_its_time() {
     let (status, body) = h.get("/v1/commands/no-such-command").await;
     assert_error(status, &body, 404, "COMMAND_NOT_FOUND");
 }
+
+/// `shared/cases/012-deletion-404-forever.md` over the admin API: a delete that cannot
+/// complete. Abandoning it is refused (the control space would stay `deleting` for good);
+/// mark-deleted gives it up and records the control space deleted; its id then answers 409
+/// `CONTROL_SPACE_DELETED` (not "already exists") to a create and to a new DELETE.
+#[tokio::test]
+async fn case_012_an_owning_delete_is_marked_deleted_and_the_id_says_deleted() {
+    let h = Harness::start().await;
+    h.create("t-1", "cs-stuck").await;
+    h.wait_state("t-1", "cs-stuck", "active", SETTLE).await;
+    h.remote
+        .script(Route::Deletion, [Some(Fault::InvalidRequest)]);
+    let cs_path = "/v1/tenants/t-1/control-spaces/cs-stuck";
+    let (status, deleted) = h.delete(cs_path, Some("del-stuck")).await;
+    assert_eq!(status, 202, "{deleted}");
+    let command_id = deleted["command_id"].as_str().unwrap().to_owned();
+    let cs = wait_for(&h, cs_path, |b| b["lifecycle_status"] == "failed").await;
+    assert_eq!(cs["state"], "deleting", "{cs}");
+    let who = json!({"actor": "oncall", "reason": "removed in KnowledgeFS by hand"});
+    let (status, body) = h
+        .post(&format!("/v1/commands/{command_id}/abandon"), &who, None)
+        .await;
+    assert_error(status, &body, 409, "DELETE_OWNS_CONTROL_SPACE");
+    assert!(body["message"].as_str().unwrap().contains("mark"), "{body}");
+    let (_, cs) = h.get(cs_path).await;
+    assert_eq!(cs["state"], "deleting", "nothing written: {cs}");
+    let (status, body) = h
+        .post(
+            &format!("/v1/commands/{command_id}/mark-deleted"),
+            &who,
+            None,
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["status"], "abandoned");
+    let (_, cs) = h.get(cs_path).await;
+    assert_eq!(cs["state"], "deleted", "{cs}");
+    let (_, actions) = h.get(&format!("/v1/commands/{command_id}/actions")).await;
+    assert_eq!(actions["items"][0]["action"], "mark_deleted", "{actions}");
+    assert_eq!(
+        actions["items"][0]["reason"],
+        "removed in KnowledgeFS by hand"
+    );
+    // Mark-deleted of anything else is refused.
+    let created = h.create("t-1", "cs-other").await;
+    let (status, body) = h
+        .post(
+            &format!(
+                "/v1/commands/{}/mark-deleted",
+                created["command_id"].as_str().unwrap()
+            ),
+            &who,
+            None,
+        )
+        .await;
+    assert!(
+        status == 409
+            && ["NOT_AN_OWNING_DELETE", "COMMAND_NOT_ACTIONABLE"]
+                .contains(&body["code"].as_str().unwrap_or("")),
+        "{status} {body}"
+    );
+    // The id of the deleted control space says so.
+    let (status, body) = h
+        .post(
+            "/v1/tenants/t-1/control-spaces",
+            &json!({"control_space_id": "cs-stuck", "name": "n", "slug": "s"}),
+            Some("recreate"),
+        )
+        .await;
+    assert_error(status, &body, 409, "CONTROL_SPACE_DELETED");
+    assert!(
+        body["message"].as_str().unwrap().contains("was deleted"),
+        "{body}"
+    );
+    let (status, body) = h.delete(cs_path, Some("del-again")).await;
+    assert_error(status, &body, 409, "CONTROL_SPACE_DELETED");
+}
+
+/// Abandoning a provision whose request may have reached KnowledgeFS (its answer was lost)
+/// says so in the answer and in the control space's view, with the delete that cleans it up;
+/// that delete finds the remote space and removes it.
+#[tokio::test]
+async fn an_abandoned_provision_that_may_have_reached_the_remote_says_what_it_left() {
+    let h = Harness::start_with(Default::default(), |c| c.max_attempts = 1).await;
+    h.remote.script(Route::Provision, [Some(Fault::LostAck)]);
+    let created = h.create("t-1", "cs-lost").await;
+    let command_id = created["command_id"].as_str().unwrap().to_owned();
+    let cs_path = "/v1/tenants/t-1/control-spaces/cs-lost";
+    wait_for(&h, cs_path, |b| b["lifecycle_status"] == "failed").await;
+    let (status, body) = h
+        .post(
+            &format!("/v1/commands/{command_id}/abandon"),
+            &json!({"actor": "oncall", "reason": "giving up"}),
+            None,
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["status"], "abandoned");
+    let left = &body["left_behind"];
+    assert_eq!(left["remote_space_may_exist"], true, "{body}");
+    assert_eq!(
+        left["cleanup"],
+        "DELETE /v1/tenants/t-1/control-spaces/cs-lost"
+    );
+    assert!(left["provisioning_key"].as_str().is_some(), "{body}");
+    let (_, cs) = h.get(cs_path).await;
+    assert_eq!(cs["state"], "provisioning", "{cs}");
+    assert_eq!(cs["remote_space_may_exist"], true, "{cs}");
+    assert_eq!(cs["left_behind"]["cleanup"], left["cleanup"], "{cs}");
+    assert_eq!(h.remote.truth().effects().spaces_created, 1);
+    // The console's command page says it too.
+    let page = console_page(&h, &format!("/ui/commands/{command_id}")).await;
+    assert!(page.contains("id=\"left-behind\""), "{page}");
+    assert!(
+        page.contains("DELETE /v1/tenants/t-1/control-spaces/cs-lost"),
+        "{page}"
+    );
+    // The cleanup it names removes the space the lost answer created.
+    let (status, body) = h.delete(cs_path, Some("cleanup")).await;
+    assert_eq!(status, 202, "{body}");
+    let cs = h.wait_state("t-1", "cs-lost", "deleted", SETTLE).await;
+    assert_eq!(cs["remote_space_may_exist"], false, "{cs}");
+    assert_eq!(h.remote.truth().effects().deletions_completed, 1);
+}
+
+/// A provision KnowledgeFS refused (nothing can exist remotely) is abandoned without the note.
+#[tokio::test]
+async fn an_abandoned_provision_the_remote_refused_leaves_nothing_behind() {
+    let h = Harness::start().await;
+    h.remote
+        .script(Route::Provision, [Some(Fault::InvalidRequest)]);
+    let created = h.create("t-1", "cs-refused").await;
+    let command_id = created["command_id"].as_str().unwrap().to_owned();
+    let cs_path = "/v1/tenants/t-1/control-spaces/cs-refused";
+    wait_for(&h, cs_path, |b| b["lifecycle_status"] == "failed").await;
+    let (status, body) = h
+        .post(
+            &format!("/v1/commands/{command_id}/abandon"),
+            &json!({"actor": "oncall", "reason": "bad request"}),
+            None,
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body.get("left_behind"), None, "{body}");
+    let (_, cs) = h.get(cs_path).await;
+    assert_eq!(cs["remote_space_may_exist"], false, "{cs}");
+    let page = console_page(&h, &format!("/ui/commands/{command_id}")).await;
+    assert!(page.contains("id=\"status\""), "{page}");
+    assert!(!page.contains("id=\"left-behind\""), "{page}");
+}
+
+/// A console page, read after logging in with the admin token.
+async fn console_page(h: &Harness, path: &str) -> String {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let login = http
+        .post(h.url("/ui/login"))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(format!("token={}", common::TOKEN))
+        .send()
+        .await
+        .unwrap();
+    let cookie = login
+        .headers()
+        .get("set-cookie")
+        .expect("the login sets a session cookie")
+        .to_str()
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_owned();
+    let page = http
+        .get(h.url(path))
+        .header("cookie", cookie)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(page.status(), 200);
+    page.text().await.unwrap()
+}

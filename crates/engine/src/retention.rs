@@ -188,7 +188,9 @@ pub async fn dry_run<S: RetentionStore + ?Sized>(
 }
 
 /// The periodic pruner: [`prune_once`] at once, then every `interval` on the clock port, until
-/// shut down. Each report goes to the observer (the app's metrics); a failed run is logged
+/// shut down. Each run measures the windows from the store's clock
+/// ([`RetentionStore::now`]: the database's clock for SQL stores), never from the clock port,
+/// which only times the interval. Each report goes to the observer (the app's metrics); a failed run is logged
 /// and retried at the next interval. Replicas need no coordination of their own: the store's
 /// retention lock lets one prune at a time, and the others' runs end `busy`.
 pub struct Pruner<S> {
@@ -232,7 +234,16 @@ impl<S: RetentionStore> Pruner<S> {
             }
             let stop_flag = shutdown.clone();
             let stop = move || *stop_flag.borrow();
-            match prune_until(&self.store, &self.policy, self.clock.now(), &stop).await {
+            // Windows are measured on the store's clock, the one that stamped the records
+            // (case 013): a process clock running ahead would remove records early.
+            let run = match self.store.now().await {
+                Ok(now) => prune_until(&self.store, &self.policy, now, &stop).await,
+                Err(error) => Err(RetentionError::Store {
+                    kind: RetentionKind::FinishedCommands,
+                    error,
+                }),
+            };
+            match run {
                 Ok(report) => {
                     runs += 1;
                     if report.total_removed() > 0 {

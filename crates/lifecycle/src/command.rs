@@ -228,7 +228,8 @@ pub struct ClaimedCommand {
     pub control_space_id: ControlSpaceId,
     /// The lifecycle operation this command belongs to.
     pub operation_id: OperationId,
-    /// Idempotency key sent with the remote call.
+    /// The caller's idempotency key of the request that created the command (intake
+    /// replays). Not sent to KnowledgeFS: see [`ClaimedCommand::remote_idempotency_key`].
     pub idempotency_key: IdempotencyKey,
     /// What to do.
     pub operation: Operation,
@@ -274,6 +275,20 @@ impl ClaimedCommand {
     /// The outbox id.
     pub fn id(&self) -> &CommandId {
         &self.lease.command_id
+    }
+
+    /// The `Idempotency-Key` sent to KnowledgeFS with every request of this command: its
+    /// outbox id, so the key is the same on every attempt of the command and unique to it.
+    ///
+    /// Why not the caller's key: a caller's key may be used again once its command was pruned
+    /// (docs/protocol.md, "Idempotency key lifetime"), and KnowledgeFS remembers keys for good;
+    /// a new request under the old key would then be refused remotely with
+    /// `IDEMPOTENCY_KEY_REUSED` and could never complete (case 013; a deviation from the
+    /// reference, which sends the caller's key). Command ids follow the same id rules as
+    /// idempotency keys, so the conversion cannot fail; should it ever, the caller's key is
+    /// sent as before.
+    pub fn remote_idempotency_key(&self) -> IdempotencyKey {
+        IdempotencyKey::parse(self.id().as_str()).unwrap_or_else(|_| self.idempotency_key.clone())
     }
 
     /// Parses the payload according to the operation.

@@ -179,6 +179,18 @@ pub enum IntakeError {
         /// Control space.
         control_space_id: ControlSpaceId,
     },
+    /// The control space with this id was deleted: its id is not reused (its history stays
+    /// readable under it), and there is nothing left to delete. Pick another id for a new
+    /// control space.
+    #[error(
+        "control space {control_space_id} of tenant {tenant_id} was deleted; its id cannot be reused: pick another id for a new control space"
+    )]
+    ControlSpaceDeleted {
+        /// Tenant.
+        tenant_id: TenantId,
+        /// Control space.
+        control_space_id: ControlSpaceId,
+    },
     /// The control space has no knowledge space yet, so there is no grant to revoke.
     #[error(
         "control space {control_space_id} is {state} and has no knowledge space yet; revoke after it is active"
@@ -321,7 +333,8 @@ impl RequestDeletion {
     ///
     /// # Errors
     /// [`IntakeError::UnknownControlSpace`] when `current` is `None`;
-    /// [`IntakeError::Transition`] when the control space is already deleting or deleted.
+    /// [`IntakeError::ControlSpaceDeleted`] when it is deleted;
+    /// [`IntakeError::Transition`] when it is already deleting.
     pub fn plan(
         &self,
         current: Option<&ControlSpace>,
@@ -332,6 +345,12 @@ impl RequestDeletion {
             tenant_id: self.tenant_id.clone(),
             control_space_id: self.control_space_id.clone(),
         })?;
+        if cs.state == ControlSpaceState::Deleted {
+            return Err(IntakeError::ControlSpaceDeleted {
+                tenant_id: self.tenant_id.clone(),
+                control_space_id: self.control_space_id.clone(),
+            });
+        }
         let cas = cs.plan(
             &[Transition::BeginDeletion {
                 operation_id: ids.operation_id.clone(),
@@ -517,9 +536,17 @@ mod tests {
             request.plan(None, ids(), at(1)),
             Err(IntakeError::UnknownControlSpace { .. })
         ));
+        // A deleted control space says it was deleted, not that the move is forbidden.
         let deleted = space(ControlSpaceState::Deleted, "op");
+        let refused = request.plan(Some(&deleted), ids(), at(1)).unwrap_err();
+        assert!(
+            matches!(refused, IntakeError::ControlSpaceDeleted { .. }),
+            "{refused:?}"
+        );
+        assert!(refused.to_string().contains("was deleted"), "{refused}");
+        let deleting = space(ControlSpaceState::Deleting, "op");
         assert!(matches!(
-            request.plan(Some(&deleted), ids(), at(1)),
+            request.plan(Some(&deleting), ids(), at(1)),
             Err(IntakeError::Transition(_))
         ));
         let active = space(ControlSpaceState::Active, "op");

@@ -14,6 +14,8 @@
 //! - [`retry`]: the backoff policy and the attempt budget;
 //! - [`failure`]: which outcomes dead-letter a command (status `failed`);
 //! - [`intake`]: validation and fingerprints of new requests;
+//! - [`operator`]: what an operator's action does to the control space, and what a given-up
+//!   command may have left in KnowledgeFS;
 //! - [`retention`]: which finished commands and operator action records may be removed.
 
 pub mod code;
@@ -22,6 +24,7 @@ pub mod control_space;
 pub mod failure;
 pub mod intake;
 mod intake_builders;
+pub mod operator;
 pub mod remote;
 pub mod retention;
 pub mod retry;

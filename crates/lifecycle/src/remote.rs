@@ -33,7 +33,9 @@ pub struct ProvisionRequest {
     pub control_space_id: ControlSpaceId,
     /// Lifecycle operation.
     pub operation_id: OperationId,
-    /// Sent as the `Idempotency-Key` header.
+    /// Sent as the `Idempotency-Key` header: the command's
+    /// [`ClaimedCommand::remote_idempotency_key`] (its outbox id), the same on every attempt of
+    /// the command and never the caller's key (docs/protocol.md, "Idempotency").
     pub idempotency_key: IdempotencyKey,
     /// Remote idempotency key of the space itself.
     pub provisioning_key: ProvisioningKey,
@@ -60,7 +62,7 @@ impl ProvisionRequest {
             namespace_id: command.tenant_id.clone(),
             control_space_id: command.control_space_id.clone(),
             operation_id: command.operation_id.clone(),
-            idempotency_key: command.idempotency_key.clone(),
+            idempotency_key: command.remote_idempotency_key(),
             provisioning_key: payload.provisioning_key.clone(),
             name: payload.name.clone(),
             slug: payload.slug.clone(),
@@ -81,7 +83,9 @@ pub struct DeletionRequest {
     pub control_space_id: ControlSpaceId,
     /// Lifecycle operation.
     pub operation_id: OperationId,
-    /// Sent as the `Idempotency-Key` header.
+    /// Sent as the `Idempotency-Key` header: the command's
+    /// [`ClaimedCommand::remote_idempotency_key`] (its outbox id), the same on every attempt of
+    /// the command and never the caller's key (docs/protocol.md, "Idempotency").
     pub idempotency_key: IdempotencyKey,
     /// The space to delete.
     pub knowledge_space_id: KnowledgeSpaceId,
@@ -103,7 +107,7 @@ impl DeletionRequest {
             namespace_id: command.tenant_id.clone(),
             control_space_id: command.control_space_id.clone(),
             operation_id: command.operation_id.clone(),
-            idempotency_key: command.idempotency_key.clone(),
+            idempotency_key: command.remote_idempotency_key(),
             knowledge_space_id,
             provisioning_key: payload.provisioning_key.clone(),
             expected_revision,
@@ -165,7 +169,9 @@ pub struct RevokeRequest {
     pub control_space_id: ControlSpaceId,
     /// Lifecycle operation.
     pub operation_id: OperationId,
-    /// Sent as the `Idempotency-Key` header.
+    /// Sent as the `Idempotency-Key` header: the command's
+    /// [`ClaimedCommand::remote_idempotency_key`] (its outbox id), the same on every attempt of
+    /// the command and never the caller's key (docs/protocol.md, "Idempotency").
     pub idempotency_key: IdempotencyKey,
     /// Space holding the grant.
     pub knowledge_space_id: KnowledgeSpaceId,
@@ -188,7 +194,7 @@ impl RevokeRequest {
             namespace_id: command.tenant_id.clone(),
             control_space_id: command.control_space_id.clone(),
             operation_id: command.operation_id.clone(),
-            idempotency_key: command.idempotency_key.clone(),
+            idempotency_key: command.remote_idempotency_key(),
             knowledge_space_id: payload.knowledge_space_id.clone(),
             grant_id: payload.grant_id.clone(),
             event_id: payload.event_id.clone(),

@@ -493,11 +493,43 @@ impl<'a> Step<'a> {
         grace: Duration,
         observed_at: DateTime<Utc>,
     ) -> AbsentOutcome {
+        let cs = cs.filter(|cs| cs.knowledge_space_id.is_none());
+        self.absent(cs, provision, grace, observed_at)
+    }
+
+    /// KnowledgeFS answered the deletion of the **registered** identity with
+    /// `404 KNOWLEDGE_FS_SPACE_NOT_FOUND`, and an authoritative lookup by provisioning key sent
+    /// at `observed_at` found nothing: the remote proves the target absent. The deletion
+    /// completes under exactly the rules of [`Self::complete_absent`] (no provision request
+    /// can still land: never sent, or quiet for `grace` before `observed_at`, no live lease);
+    /// otherwise it looks up again ([`AbsentOutcome::Unconfirmed`]). Without a deleting control
+    /// space owned by this command or without a provision command it retries with
+    /// `KNOWLEDGE_FS_SPACE_NOT_FOUND` ([`AbsentOutcome::NotFound`]).
+    ///
+    /// Tenantry addition (case 012): the reference (and earlier versions) resent the deletion
+    /// of a registered identity the remote no longer knows until the attempt budget ran out,
+    /// and the command failed on every retry: the control space stayed `deleting` for good.
+    pub fn complete_gone(
+        &self,
+        cs: Option<&ControlSpace>,
+        provision: Option<&CommandRecord>,
+        grace: Duration,
+        observed_at: DateTime<Utc>,
+    ) -> AbsentOutcome {
+        self.absent(cs, provision, grace, observed_at)
+    }
+
+    /// The absence rule shared by [`Self::complete_absent`] and [`Self::complete_gone`].
+    fn absent(
+        &self,
+        cs: Option<&ControlSpace>,
+        provision: Option<&CommandRecord>,
+        grace: Duration,
+        observed_at: DateTime<Utc>,
+    ) -> AbsentOutcome {
         let observed_at = observed_at.min(self.now);
         let not_found = || AbsentOutcome::NotFound(self.not_found());
-        let Some(cs) = cs.filter(|cs| {
-            owns(cs, self.command, ControlSpaceState::Deleting) && cs.knowledge_space_id.is_none()
-        }) else {
+        let Some(cs) = cs.filter(|cs| owns(cs, self.command, ControlSpaceState::Deleting)) else {
             return not_found();
         };
         let Some(provision) = provision else {

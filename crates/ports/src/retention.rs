@@ -193,6 +193,16 @@ pub trait RetentionStore: Send + Sync {
         window: Duration,
     ) -> Result<u64, StoreError>;
 
+    /// The store's clock: the time every window is measured from. SQL stores read the
+    /// database's clock (`statement_timestamp()` on PostgreSQL, `unixepoch('subsec')` on
+    /// SQLite), the same clock that stamped `completed_at`, `created_at`, `received_at` and
+    /// `updated_at`, so a replica whose process clock runs ahead never removes a record
+    /// early (case 013); fakes read their injected clock.
+    ///
+    /// # Errors
+    /// [`StoreError`] when the backend fails.
+    async fn now(&self) -> Result<DateTime<Utc>, StoreError>;
+
     /// The time stamp of the oldest record of `kind` that retention governs (finished
     /// commands: `completed_at` of the oldest finished one; actions: `created_at`; receipts:
     /// `received_at`; cleared fences: the last write of the oldest aged tombstone at a fence

@@ -274,6 +274,19 @@ impl RetentionStore for SeaOrmRetentionStore {
         Ok(u64::try_from(n).unwrap_or(0))
     }
 
+    async fn now(&self) -> Result<DateTime<Utc>, StoreError> {
+        let now_sql = match self.backend {
+            Backend::Postgres => "(extract(epoch from statement_timestamp()) * 1000)::bigint",
+            Backend::Sqlite => "CAST(ROUND(unixepoch('subsec') * 1000) AS INTEGER)",
+        };
+        let n = self
+            .count(format!("SELECT {now_sql} AS n"), Vec::new())
+            .await
+            .map_err(|e| store_error(Mechanism::Lifecycle, e))?;
+        DateTime::from_timestamp_millis(n)
+            .ok_or_else(|| StoreError::corrupt(format!("database time {n} is out of range")))
+    }
+
     async fn oldest(&self, kind: RetentionKind) -> Result<Option<DateTime<Utc>>, StoreError> {
         let Some(k) = kind_sql(kind) else {
             return Ok(None);

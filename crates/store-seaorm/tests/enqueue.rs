@@ -299,3 +299,53 @@ async fn enqueue_without_the_lifecycle_schema_says_to_migrate_it() {
         "{error}"
     );
 }
+
+/// The id of a deleted control space is refused as deleted (`CONTROL_SPACE_DELETED`), not as
+/// existing, inside the caller's transaction too.
+#[tokio::test]
+async fn a_deleted_control_space_id_is_refused_as_deleted() {
+    let db = fresh_database().await;
+    let conn = &db.db.conn;
+    let store = SeaOrmLifecycleStore::new(&db.db);
+    let dispatcher = Dispatcher::new(
+        store.clone(),
+        FakeKnowledgeFs::new(),
+        DispatcherConfig::default(),
+    );
+    let owner = LeaseOwner::parse("w1").unwrap();
+    store
+        .enqueue(conn, create("cs-1", "create-cs-1", "Docs"))
+        .await
+        .unwrap();
+    while dispatcher.dispatch_one(&owner, true).await.unwrap().claimed {}
+    store
+        .enqueue(
+            conn,
+            RequestDeletion::new(
+                tenant(),
+                ControlSpaceId::parse("cs-1").unwrap(),
+                IdempotencyKey::parse("delete-cs-1").unwrap(),
+            ),
+        )
+        .await
+        .unwrap();
+    while dispatcher.dispatch_one(&owner, true).await.unwrap().claimed {}
+    let space = store
+        .control_space(&tenant(), &ControlSpaceId::parse("cs-1").unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(space.state, ControlSpaceState::Deleted);
+    let taken = store
+        .enqueue(conn, create("cs-1", "create-again", "Docs"))
+        .await;
+    assert!(
+        matches!(
+            taken,
+            Err(IntakeFailure::Rejected(
+                IntakeError::ControlSpaceDeleted { .. }
+            ))
+        ),
+        "{taken:?}"
+    );
+}

@@ -184,3 +184,38 @@ async fn a_batch_is_busy_while_another_replica_holds_the_retention_lock() {
         PruneBatch::Removed(1)
     );
 }
+
+/// Case 013: the retention store's `now` is the database's clock (the clock that stamps
+/// `completed_at`), read by one statement: it agrees with the database's own reading, to the
+/// millisecond resolution of the stamps.
+#[tokio::test]
+async fn case_013_retention_now_is_the_database_clock() {
+    let test_db = fresh_database().await;
+    let retention = SeaOrmRetentionStore::new(&test_db.db);
+    let db_ms = |sql: &'static str| {
+        let conn = test_db.db.conn.clone();
+        async move {
+            let row = conn
+                .query_one_raw(Statement::from_string(conn.get_database_backend(), sql))
+                .await
+                .unwrap()
+                .unwrap();
+            row.try_get::<i64>("", "n").unwrap()
+        }
+    };
+    let sql = match test_db.db.backend {
+        tenantry_store_seaorm::Backend::Postgres => {
+            "SELECT (extract(epoch from clock_timestamp()) * 1000)::bigint AS n"
+        }
+        tenantry_store_seaorm::Backend::Sqlite => {
+            "SELECT CAST(ROUND(unixepoch('subsec') * 1000) AS INTEGER) AS n"
+        }
+    };
+    let before = db_ms(sql).await;
+    let now = retention.now().await.unwrap().timestamp_millis();
+    let after = db_ms(sql).await;
+    assert!(
+        before <= now + 1 && now <= after + 1,
+        "{before} <= {now} <= {after}"
+    );
+}

@@ -10,7 +10,7 @@ use tenantry_engine::lifecycle::{CommandIntake, Dispatcher, DispatcherConfig, Ma
 use tenantry_kernel::{ControlSpaceId, IdempotencyKey, LeaseOwner, ProvisioningKey, TenantId};
 use tenantry_lifecycle::intake::{CreateControlSpace, RequestDeletion};
 use tenantry_lifecycle::{CommandStatus, ControlSpaceState};
-use tenantry_ports::lifecycle::{CommandFilter, CommandQueue, ControlSpaceReader};
+use tenantry_ports::lifecycle::{CommandAdmin, CommandFilter, CommandQueue, ControlSpaceReader};
 use tenantry_remote_http::knowledge_fs::{HttpKnowledgeFs, KnowledgeFsConfig};
 use tenantry_store_seaorm::lifecycle::SeaOrmLifecycleStore;
 use tenantry_store_seaorm::testing::fresh_database;
@@ -204,5 +204,136 @@ async fn faulty_remote_still_settles_every_command_exactly_once() {
     assert_eq!(truth.check_exactly_once(), Ok(()));
     let injected: u64 = truth.faults_injected().values().sum();
     assert!(injected > 0, "the fault profile injected faults");
+    s.remote.shutdown().await;
+}
+
+/// Dispatches until no command is due, jumping the virtual clock to each next due time.
+async fn settle_all(s: &Setup, mut now: DateTime<Utc>) -> DateTime<Utc> {
+    let owner = LeaseOwner::parse("w1").unwrap();
+    for _ in 0..100 {
+        s.clock.set(now);
+        if s.dispatcher
+            .dispatch_one(&owner, true)
+            .await
+            .unwrap()
+            .claimed
+        {
+            continue;
+        }
+        let open = s
+            .store
+            .list_commands(&CommandFilter {
+                status: Some(CommandStatus::Pending),
+                limit: 1,
+                ..CommandFilter::default()
+            })
+            .await
+            .unwrap();
+        match open.first() {
+            Some(next) => now = now.max(next.next_attempt_at),
+            None => return now,
+        }
+    }
+    panic!("commands kept being due");
+}
+
+/// `shared/cases/013-key-reuse-after-retention.md` against the reference KnowledgeFS (which
+/// remembers every idempotency key for good): `cs-a` is created with key `K`, deleted, and
+/// its commands pruned two days later with a one-day window; `K` then creates `cs-b` as a new
+/// request, and a revocation key is used again after its command was pruned. Before: the
+/// remote got the caller's key again with another body, refused it with
+/// `IDEMPOTENCY_KEY_REUSED`, and `cs-b` stayed `provisioning`. Now each command sends its own
+/// id, so both complete.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn case_013_a_key_reused_after_retention_completes_against_the_reference_remote() {
+    use tenantry_lifecycle::intake::RequestRevocation;
+    use tenantry_ports::retention::{RetentionKind, RetentionPolicy};
+
+    let s = setup(RemoteConfig::default()).await;
+    let tenant = TenantId::parse("tenant-13").unwrap();
+    let with_key = |cs: &str| CreateControlSpace {
+        idempotency_key: IdempotencyKey::parse("K").unwrap(),
+        ..create(&tenant, cs)
+    };
+    let first = s
+        .intake
+        .create_control_space(&with_key("cs-a"))
+        .await
+        .unwrap();
+    let now = settle_all(&s, t(0)).await;
+    s.intake
+        .request_deletion(&RequestDeletion {
+            tenant_id: tenant.clone(),
+            control_space_id: ControlSpaceId::parse("cs-a").unwrap(),
+            idempotency_key: IdempotencyKey::parse("delete-a").unwrap(),
+        })
+        .await
+        .unwrap();
+    settle_all(&s, now).await;
+    let day = 86_400;
+    let policy = RetentionPolicy::default().with_window(
+        RetentionKind::FinishedCommands,
+        std::time::Duration::from_secs(day),
+    );
+    let retention = tenantry_store_seaorm::SeaOrmRetentionStore::new(&s._db.db);
+    tenantry_engine::retention::prune_once(&retention, &policy, t(2 * day as i64))
+        .await
+        .unwrap();
+    assert_eq!(
+        s.store.command_by_id(&first.command_id).await.unwrap(),
+        None,
+        "cs-a's provision was pruned"
+    );
+
+    let second = s
+        .intake
+        .create_control_space(&with_key("cs-b"))
+        .await
+        .unwrap();
+    assert!(!second.replayed, "a new request after the key's lifetime");
+    let now = settle_all(&s, t(2 * day as i64)).await;
+    let record = s
+        .store
+        .command_by_id(&second.command_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(record.status, CommandStatus::Succeeded, "{record:?}");
+    let cs_b = ControlSpaceId::parse("cs-b").unwrap();
+    let space = s
+        .store
+        .control_space(&tenant, &cs_b)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(space.state, ControlSpaceState::Active);
+
+    let revoke = || RequestRevocation {
+        tenant_id: tenant.clone(),
+        control_space_id: cs_b.clone(),
+        grant_id: tenantry_kernel::GrantId::parse("g1").unwrap(),
+        reason_code: "member_removed".into(),
+        idempotency_key: IdempotencyKey::parse("R").unwrap(),
+    };
+    let revoked = s.intake.request_revocation(&revoke()).await.unwrap();
+    let now = settle_all(&s, now).await;
+    tenantry_engine::retention::prune_once(&retention, &policy, now + chrono::Duration::days(2))
+        .await
+        .unwrap();
+    assert_eq!(
+        s.store.command_by_id(&revoked.command_id).await.unwrap(),
+        None
+    );
+    let again = s.intake.request_revocation(&revoke()).await.unwrap();
+    assert!(!again.replayed);
+    settle_all(&s, now + chrono::Duration::days(2)).await;
+    let record = s
+        .store
+        .command_by_id(&again.command_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(record.status, CommandStatus::Succeeded, "{record:?}");
+    assert_eq!(s.remote.truth().effects().idempotency_conflicts, 0);
     s.remote.shutdown().await;
 }

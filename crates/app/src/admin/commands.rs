@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use tenantry_engine::lifecycle::{OperatorActions, OperatorRequestError};
 use tenantry_kernel::CommandId;
 use tenantry_lifecycle::CommandStatus;
+use tenantry_lifecycle::operator::ControlSpaceActionError;
 use tenantry_ports::lifecycle::{
     AttemptError, CommandAdmin, CommandFilter, OperatorActionError, OperatorActionKind,
 };
@@ -31,6 +32,12 @@ impl From<OperatorActionError> for AdminApiError {
             }
             OperatorActionError::NotActionable { .. } => {
                 Self::new(StatusCode::CONFLICT, "COMMAND_NOT_ACTIONABLE", message)
+            }
+            OperatorActionError::ControlSpace(
+                ControlSpaceActionError::DeleteOwnsControlSpace { .. },
+            ) => Self::new(StatusCode::CONFLICT, "DELETE_OWNS_CONTROL_SPACE", message),
+            OperatorActionError::ControlSpace(_) => {
+                Self::new(StatusCode::CONFLICT, "NOT_AN_OWNING_DELETE", message)
             }
             OperatorActionError::Store(e) => Self::unavailable(e),
             _ => Self::unexpected(message),
@@ -127,7 +134,7 @@ pub struct BulkView {
 #[schema(as = ActionRecord)]
 pub struct ActionView {
     id: String,
-    /// `retry` or `abandon`.
+    /// `retry`, `abandon` or `mark_deleted`.
     action: &'static str,
     actor: String,
     reason: String,
@@ -269,6 +276,32 @@ pub async fn abandon_command(
     JsonBody(body): JsonBody<ActBody>,
 ) -> Result<Json<CommandView>, AdminApiError> {
     act_one(&state, &id, OperatorActionKind::Abandon, body).await
+}
+
+/// `POST /v1/commands/{command_id}/mark-deleted`.
+#[utoipa::path(
+    post,
+    path = "/v1/commands/{command_id}/mark-deleted",
+    operation_id = "markControlSpaceDeleted",
+    summary = "Give up a failed or pending delete that owns its deleting control space, and record the control space deleted; recorded with actor and reason",
+    description = "The way out of a deletion that cannot complete (abandoning it alone is refused with 409 DELETE_OWNS_CONTROL_SPACE, since the control space would stay deleting for good). In one transaction the command becomes abandoned and its control space deleted. KnowledgeFS is not called: a remote space the deletion did not remove (the control space's knowledge_space_id, or a space under its provisioning key) stays there; remove it in KnowledgeFS yourself. 409 NOT_AN_OWNING_DELETE for any other command.",
+    params(("command_id" = CommandId, Path)),
+    request_body = ActBody,
+    responses(
+        (status = 200, description = "The command after the action (status abandoned); its control space is deleted.", body = CommandView),
+        Refusals,
+        (status = 404, response = NotFound),
+        (status = 409, response = Conflict),
+        BodyRefusals,
+    ),
+    security(("bearer" = []))
+)]
+pub async fn mark_deleted(
+    State(state): State<AdminState>,
+    PathParams(id): PathParams<String>,
+    JsonBody(body): JsonBody<ActBody>,
+) -> Result<Json<CommandView>, AdminApiError> {
+    act_one(&state, &id, OperatorActionKind::MarkDeleted, body).await
 }
 
 /// The code of a confirmed command that a bulk action skipped.

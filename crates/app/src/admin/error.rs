@@ -67,8 +67,9 @@ error_responses! {
     /// No such control space (CONTROL_SPACE_NOT_FOUND), command (COMMAND_NOT_FOUND) or route
     /// (NOT_FOUND).
     NotFound;
-    /// Not allowed in the current state (CONTROL_SPACE_EXISTS, CONTROL_SPACE_NOT_PROVISIONED,
-    /// CONTROL_SPACE_DELETING, FORBIDDEN_TRANSITION, CONTENDED, COMMAND_NOT_ACTIONABLE).
+    /// Not allowed in the current state (CONTROL_SPACE_EXISTS, CONTROL_SPACE_DELETED,
+    /// CONTROL_SPACE_NOT_PROVISIONED, CONTROL_SPACE_DELETING, FORBIDDEN_TRANSITION, CONTENDED,
+    /// COMMAND_NOT_ACTIONABLE, DELETE_OWNS_CONTROL_SPACE, NOT_AN_OWNING_DELETE).
     /// Nothing was written.
     Conflict;
     /// The Idempotency-Key was used for a different request (IDEMPOTENCY_KEY_REUSED).
@@ -275,6 +276,9 @@ impl From<IntakeFailure> for AdminApiError {
                     }
                     IntakeError::ControlSpaceExists { .. } => {
                         (StatusCode::CONFLICT, "CONTROL_SPACE_EXISTS")
+                    }
+                    IntakeError::ControlSpaceDeleted { .. } => {
+                        (StatusCode::CONFLICT, "CONTROL_SPACE_DELETED")
                     }
                     IntakeError::NotProvisioned { .. } => {
                         (StatusCode::CONFLICT, "CONTROL_SPACE_NOT_PROVISIONED")

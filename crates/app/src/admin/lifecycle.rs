@@ -12,7 +12,10 @@ use tenantry_kernel::{CommandId, ControlSpaceId, GrantId, TenantId};
 use tenantry_lifecycle::intake::{
     CreateControlSpace, RequestDeletion, RequestRevocation, derived_control_space_id,
 };
-use tenantry_lifecycle::{CommandRecord, CommandStatus, ControlSpace, Operation};
+use tenantry_lifecycle::operator::{LeftBehind, abandoned_provision_left_behind};
+use tenantry_lifecycle::{
+    CommandRecord, CommandStatus, ControlSpace, ControlSpaceState, Operation,
+};
 use tenantry_ports::lifecycle::{CommandFilter, CommandQueue, ControlSpaceReader};
 use tenantry_store_seaorm::lifecycle::SeaOrmLifecycleStore;
 use tracing::Instrument;
@@ -116,6 +119,47 @@ pub struct CommandView {
     last_error: Option<ErrorView>,
     created_at: DateTime<Utc>,
     completed_at: Option<DateTime<Utc>>,
+    /// Only on an abandoned provision whose request may have reached KnowledgeFS: what it may
+    /// have left there and the call that cleans it up.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    left_behind: Option<LeftBehindView>,
+}
+
+/// What a given-up command may have left in KnowledgeFS, and how to clean it up.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[schema(as = LeftBehind)]
+pub struct LeftBehindView {
+    /// Always true when present: a remote space may exist that no command will remove.
+    remote_space_may_exist: bool,
+    /// The provisioning key a lookup finds that space by.
+    provisioning_key: String,
+    /// The call that removes it: `DELETE /v1/tenants/{tenant_id}/control-spaces/{control_space_id}`
+    /// (the deletion looks the space up by provisioning key and deletes it, or completes on
+    /// proven absence).
+    cleanup: String,
+    /// The same in words.
+    note: String,
+}
+
+impl LeftBehindView {
+    fn of(r: &CommandRecord, left: &LeftBehind) -> Self {
+        let cleanup = format!(
+            "DELETE /v1/tenants/{}/control-spaces/{}",
+            r.tenant_id, r.control_space_id
+        );
+        Self {
+            remote_space_may_exist: true,
+            provisioning_key: left.provisioning_key.to_string(),
+            note: format!(
+                "the provision was abandoned after a request that may have reached KnowledgeFS; \
+                 a knowledge space may exist under provisioning key {}. Unless the control space \
+                 was deleted since, delete it ({cleanup}): the deletion looks the space up and \
+                 removes it",
+                left.provisioning_key
+            ),
+            cleanup,
+        }
+    }
 }
 
 /// The last error of a command.
@@ -148,6 +192,8 @@ impl From<&CommandRecord> for CommandView {
             }),
             created_at: r.created_at,
             completed_at: r.completed_at,
+            left_behind: abandoned_provision_left_behind(r, None)
+                .map(|left| LeftBehindView::of(r, &left)),
         }
     }
 }
@@ -186,6 +232,13 @@ pub struct ControlSpaceView {
     lifecycle_status: &'static str,
     /// The newest failed or abandoned command, if any.
     failure: Option<FailureView>,
+    /// True while the control space is `provisioning` and its provision was abandoned after a
+    /// request that may have reached KnowledgeFS: a remote space may exist; `left_behind`
+    /// says how to clean it up.
+    remote_space_may_exist: bool,
+    /// When `remote_space_may_exist`: the provisioning key and the cleanup call.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    left_behind: Option<LeftBehindView>,
     open_commands: Vec<CommandView>,
     /// Every failed command (waiting for `retry` or `abandon`).
     failed_commands: Vec<CommandView>,
@@ -216,9 +269,17 @@ impl ControlSpaceView {
                 failed_at: c.completed_at,
                 attempt_count: c.attempt_count,
             });
+        let left_behind = owning
+            .filter(|_| cs.state == ControlSpaceState::Provisioning)
+            .and_then(|c| {
+                abandoned_provision_left_behind(c, Some(&cs.provisioning_key))
+                    .map(|left| LeftBehindView::of(c, &left))
+            });
         Self {
             lifecycle_status,
             failure,
+            remote_space_may_exist: left_behind.is_some(),
+            left_behind,
             failed_commands: commands
                 .iter()
                 .filter(|c| c.status == CommandStatus::Failed)

@@ -56,7 +56,7 @@ pub const MAX_BODY_BYTES: usize = 64 * 1024;
 pub const OPENAPI: &str = include_str!("../../../../docs/openapi/admin-v1.json");
 
 /// Every route as (method, path template); the OpenAPI file documents exactly these.
-pub const PATHS: [(&str, &str); 17] = [
+pub const PATHS: [(&str, &str); 18] = [
     ("POST", "/v1/tenants/{tenant_id}/control-spaces"),
     (
         "GET",
@@ -83,6 +83,7 @@ pub const PATHS: [(&str, &str); 17] = [
     ("POST", "/v1/commands/abandon"),
     ("GET", "/v1/commands/{command_id}/actions"),
     ("GET", "/v1/commands/{command_id}"),
+    ("POST", "/v1/commands/{command_id}/mark-deleted"),
 ];
 
 /// What the handlers share.
@@ -134,6 +135,7 @@ pub fn router(state: AdminState) -> Router {
         .route(PATHS[14].1, post(commands::abandon_matching))
         .route(PATHS[15].1, get(commands::list_actions))
         .route(PATHS[16].1, get(commands::get_command))
+        .route(PATHS[17].1, post(commands::mark_deleted))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
     Router::new()
         .merge(v1)

@@ -48,6 +48,7 @@ use super::{commands, fences, lifecycle, probes};
         commands::abandon_matching,
         commands::list_actions,
         commands::get_command,
+        commands::mark_deleted,
     ),
     components(responses(
         BadRequest,

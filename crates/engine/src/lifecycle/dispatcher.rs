@@ -772,6 +772,9 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
         drop(slot);
         let progress = match called {
             Ok(progress) => progress,
+            Err(error) if remote_space_not_found(&error) => {
+                return self.confirm_gone(step, payload, &error).await;
+            }
             Err(error) => return self.remote_failure(step, &error).await,
         };
         let step = &step.at(self.store_now());
@@ -789,6 +792,44 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
             .await
     }
 
+    /// KnowledgeFS answered the deletion `404 KNOWLEDGE_FS_SPACE_NOT_FOUND` (case 012): look the
+    /// space up by provisioning key; when the lookup finds nothing, the deletion completes
+    /// under the absence rules ([`Step::complete_gone`]); when it finds a space, or fails, the
+    /// attempt settles as the remote error would have.
+    async fn confirm_gone(
+        &self,
+        step: &Step<'_>,
+        payload: &DeletePayload,
+        not_found: &RemoteError,
+    ) -> Result<Settlement, DispatchError> {
+        self.ensure_lease(step.command)?;
+        // Absence is proven only as of the lookup's sending.
+        let lookup_sent_at = self.store_now();
+        let found = self
+            .remote
+            .find_by_provisioning_key(
+                &step.command.tenant_id,
+                &payload.provisioning_key,
+                &step.command.control_space_id,
+            )
+            .await;
+        match found {
+            Ok(None) => {}
+            Ok(Some(_)) => return self.remote_failure(step, not_found).await,
+            Err(error) => return self.remote_failure(step, &error).await,
+        }
+        let step = &step.at(self.store_now());
+        let cs = self.control_space(step).await?;
+        let provision = self.latest_provision(step).await?;
+        let outcome = step.complete_gone(
+            cs.as_ref(),
+            provision.as_ref(),
+            self.config.absence_grace,
+            lookup_sent_at,
+        );
+        self.settle_absent(step, outcome).await
+    }
+
     async fn complete_absent(
         &self,
         step: &Step<'_>,
@@ -796,12 +837,21 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
         lookup_sent_at: DateTime<Utc>,
     ) -> Result<Settlement, DispatchError> {
         let provision = self.latest_provision(step).await?;
-        match step.complete_absent(
+        let outcome = step.complete_absent(
             cs,
             provision.as_ref(),
             self.config.absence_grace,
             lookup_sent_at,
-        ) {
+        );
+        self.settle_absent(step, outcome).await
+    }
+
+    async fn settle_absent(
+        &self,
+        step: &Step<'_>,
+        outcome: AbsentOutcome,
+    ) -> Result<Settlement, DispatchError> {
+        match outcome {
             AbsentOutcome::NotFound(settlement) | AbsentOutcome::Unconfirmed(settlement) => {
                 self.settle(step, settlement).await
             }
@@ -903,6 +953,12 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
             warn!(%error, operation = %command.operation, status = status.as_str(), "lifecycle metric export failed");
         }
     }
+}
+
+/// Whether KnowledgeFS answered that the space does not exist (`404
+/// KNOWLEDGE_FS_SPACE_NOT_FOUND`): for a deletion, the cue to prove absence by a lookup.
+fn remote_space_not_found(error: &RemoteError) -> bool {
+    error.failure.status() == Some(404) && error.code == ErrorCode::KnowledgeFsSpaceNotFound
 }
 
 /// Whether a failed call provably applied nothing remotely: it never left, or KnowledgeFS

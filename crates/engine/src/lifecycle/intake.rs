@@ -176,7 +176,7 @@ impl<S: LifecycleStore> CommandIntake<S> {
                 Ok(Submitted::Existing(record)) => return Ok(request.replay(&record)?),
                 Err(IntakeStoreError::ControlSpaceConflict { .. }) => continue,
                 Err(IntakeStoreError::ControlSpaceExists) => {
-                    return Err(request.control_space_exists().into());
+                    return Err(self.control_space_taken(&request).await.into());
                 }
                 Err(IntakeStoreError::UnknownControlSpace) => {
                     return Err(request.unknown_control_space().into());
@@ -244,7 +244,7 @@ impl<S: LifecycleStore> CommandIntake<S> {
                     Some(request.replay(&record).map_err(Into::into))
                 }
                 Err(IntakeStoreError::ControlSpaceExists) => {
-                    Some(Err(request.control_space_exists().into()))
+                    Some(Err(self.control_space_taken(request).await.into()))
                 }
                 Err(IntakeStoreError::Store(error)) => Some(Err(error.into())),
                 // Anything else: the request alone decides.
@@ -262,6 +262,19 @@ impl<S: LifecycleStore> CommandIntake<S> {
             });
         }
         out
+    }
+
+    /// The refusal of a creation whose id is taken: "was deleted" when the control space
+    /// holding it is deleted, else "already exists" (also when it cannot be read).
+    async fn control_space_taken(&self, request: &IntakeRequest) -> IntakeError {
+        let (tenant, control_space) = request.target();
+        let existing = self
+            .store
+            .control_space(tenant, control_space)
+            .await
+            .ok()
+            .flatten();
+        request.control_space_taken(existing.as_ref())
     }
 }
 

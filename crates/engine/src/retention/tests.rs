@@ -145,6 +145,9 @@ async fn the_pruner_runs_on_the_clock_port_until_shut_down() {
         .expect_prune_batch()
         .returning(|_, _, _, _| Ok(PruneBatch::Removed(0)));
     store.expect_oldest().returning(|_| Ok(None));
+    // The store's clock follows the same manual time here.
+    let store_clock = clock.clone();
+    store.expect_now().returning(move || Ok(store_clock.now()));
     let seen = Arc::new(Mutex::new(Vec::new()));
     let (stop, shutdown) = watch::channel(false);
     let pruner = Pruner::new(
@@ -190,4 +193,71 @@ async fn a_stop_request_ends_the_run_between_two_batches() {
         6,
         "no batch of the other kinds after the stop"
     );
+}
+
+/// Case 013: the pruner measures every window from the store's clock (the database's), not
+/// from the process clock. Here the process clock runs two days behind the database: the
+/// cut-off still follows the database, and a process clock running ahead would not move it.
+#[tokio::test(start_paused = true)]
+async fn case_013_the_pruner_cutoff_is_on_the_store_clock_not_the_process_clock() {
+    const DAY: i64 = 86_400;
+    for process_offset in [-2 * DAY, 0, 3 * DAY] {
+        let process_clock = ManualClock::new(t(2 * DAY + process_offset));
+        let mut store = MockRetentionStore::new();
+        store.expect_now().returning(|| Ok(t(2 * DAY)));
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let calls = seen.clone();
+        store
+            .expect_prune_batch()
+            .returning(move |kind, now, _, _| {
+                calls.lock().unwrap().push((kind, now));
+                Ok(PruneBatch::Removed(0))
+            });
+        store.expect_oldest().returning(|_| Ok(None));
+        let (stop, shutdown) = watch::channel(false);
+        let pruner = Pruner::new(
+            store,
+            RetentionPolicy::default(),
+            Duration::from_secs(60),
+            Arc::new(process_clock),
+        );
+        let reports = Arc::new(Mutex::new(Vec::new()));
+        let observed = reports.clone();
+        let task = tokio::spawn(pruner.run(shutdown, move |report: &PruneReport| {
+            observed.lock().unwrap().push(report.at);
+        }));
+        for _ in 0..20 {
+            tokio::task::yield_now().await;
+        }
+        stop.send(true).unwrap();
+        assert_eq!(task.await.unwrap(), 1);
+        assert_eq!(*reports.lock().unwrap(), vec![t(2 * DAY)]);
+        let seen = seen.lock().unwrap();
+        assert_eq!(seen.len(), RetentionKind::ALL.len());
+        assert!(seen.iter().all(|(_, now)| *now == t(2 * DAY)), "{seen:?}");
+    }
+}
+
+/// A store that cannot tell its time fails the run (logged, retried at the next interval);
+/// nothing is pruned on a guessed clock.
+#[tokio::test(start_paused = true)]
+async fn case_013_no_prune_without_the_store_clock() {
+    let mut store = MockRetentionStore::new();
+    store
+        .expect_now()
+        .returning(|| Err(StoreError::unavailable("database down")));
+    store.expect_prune_batch().never();
+    let (stop, shutdown) = watch::channel(false);
+    let pruner = Pruner::new(
+        store,
+        RetentionPolicy::default(),
+        Duration::from_secs(60),
+        Arc::new(ManualClock::new(t(0))),
+    );
+    let task = tokio::spawn(pruner.run(shutdown, |_: &PruneReport| {}));
+    for _ in 0..20 {
+        tokio::task::yield_now().await;
+    }
+    stop.send(true).unwrap();
+    assert_eq!(task.await.unwrap(), 0);
 }

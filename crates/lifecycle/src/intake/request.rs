@@ -135,6 +135,23 @@ impl IntakeRequest {
         }
     }
 
+    /// The error for a creation whose control space id is taken by `existing` (as read after
+    /// the refusal; `None` when it could not be read): [`IntakeError::ControlSpaceDeleted`]
+    /// when that control space is deleted, so the answer says it was deleted rather than that
+    /// it exists; otherwise [`Self::control_space_exists`].
+    pub fn control_space_taken(&self, existing: Option<&ControlSpace>) -> IntakeError {
+        match existing {
+            Some(cs) if cs.state == crate::ControlSpaceState::Deleted => {
+                let (tenant, control_space) = self.target();
+                IntakeError::ControlSpaceDeleted {
+                    tenant_id: tenant.clone(),
+                    control_space_id: control_space.clone(),
+                }
+            }
+            _ => self.control_space_exists(),
+        }
+    }
+
     /// The error for a request whose control space does not exist.
     pub fn unknown_control_space(&self) -> IntakeError {
         let (tenant, control_space) = self.target();

@@ -167,8 +167,48 @@ fn provision_request_carries_command_identity() {
         panic!("expected delivery");
     };
     assert_eq!(request.namespace_id.as_str(), "t1");
-    assert_eq!(request.idempotency_key.as_str(), "k");
+    // The command's own id, not the caller's key "k" (case 013).
+    assert_eq!(request.idempotency_key.as_str(), "c1");
     assert_eq!(request.provisioning_key.as_str(), "pk1");
+}
+
+/// Case 013: every request a command sends carries a key unique to the command (its outbox
+/// id), never the caller's key, which may be used again for a new request once its command
+/// was pruned; every attempt of one command sends the same key.
+#[test]
+fn case_013_the_remote_key_is_the_command_id_on_every_request_and_attempt() {
+    for attempt in [1, 2, 7] {
+        let cmd = command(Operation::Provision, attempt);
+        let owned = space(ControlSpaceState::Provisioning, "op");
+        let ProvisionStart::Deliver(provision) =
+            step(&cmd).start_provision(&provision_payload(), Some(&owned))
+        else {
+            panic!("expected delivery");
+        };
+        assert_eq!(provision.idempotency_key.as_str(), "c1");
+        let delete = DeletionRequest::for_command(
+            &cmd,
+            &DeletePayload {
+                provisioning_key: ProvisioningKey::parse("pk1").unwrap(),
+            },
+            ks("ks1"),
+            1,
+        );
+        assert_eq!(delete.idempotency_key.as_str(), "c1");
+        let revoke = RevokeRequest::for_command(
+            &cmd,
+            &RevokePayload {
+                knowledge_space_id: ks("ks1"),
+                grant_id: tenantry_kernel::GrantId::parse("g1").unwrap(),
+                event_id: "e1".into(),
+                reason_code: "r".into(),
+                revoke_sequence: 1,
+                expected_revision: 1,
+            },
+        );
+        assert_eq!(revoke.idempotency_key.as_str(), "c1");
+        assert_ne!(cmd.idempotency_key.as_str(), "c1");
+    }
 }
 
 #[test]

@@ -26,6 +26,9 @@ async_handles!(RetentionStore {
     ) -> Result<u64, StoreError> {
         (**self).count_expired(kind, now, window).await
     }
+    async fn now(&self) -> Result<DateTime<Utc>, StoreError> {
+        (**self).now().await
+    }
     async fn oldest(&self, kind: RetentionKind) -> Result<Option<DateTime<Utc>>, StoreError> {
         (**self).oldest(kind).await
     }

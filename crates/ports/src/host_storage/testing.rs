@@ -490,6 +490,10 @@ impl HostStorageBindings for InMemoryHostStorage {
 /// holds no other kind (none removed, no oldest). Never busy: one process.
 #[async_trait]
 impl RetentionStore for InMemoryHostStorage {
+    async fn now(&self) -> Result<DateTime<Utc>, StoreError> {
+        Ok(DateTime::from_timestamp_millis(self.now_ms()).unwrap_or(DateTime::<Utc>::MIN_UTC))
+    }
+
     async fn prune_batch(
         &self,
         kind: RetentionKind,

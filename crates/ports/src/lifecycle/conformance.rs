@@ -113,6 +113,7 @@ macro_rules! lifecycle_store_conformance {
             settle_many_dead_letters_beside_acks_and_retries,
             operator_retry_keeps_the_attempt_count_and_starts_a_fresh_budget,
             operator_abandon_closes_a_pending_or_failed_command,
+            case_012_an_owning_delete_is_marked_deleted_not_abandoned,
             operator_actions_refuse_other_statuses_and_write_nothing,
             count_commands_groups_by_status_and_operation,
             list_commands_filters_by_error_code,

@@ -577,12 +577,45 @@ impl CommandAdmin for InMemoryLifecycleStore {
                 command_id: action.command_id.clone(),
             });
         };
-        if !r.status.accepts_operator_action() {
+        if !tenantry_lifecycle::operator::accepts_action(
+            r.status,
+            action.kind == OperatorActionKind::MarkDeleted,
+        ) {
             return Err(OperatorActionError::NotActionable {
                 command_id: r.id.clone(),
                 status: r.status,
             });
         }
+        let cs_key = (r.tenant_id.clone(), r.control_space_id.clone());
+        let cs = state.spaces.get(&cs_key).cloned();
+        let Some(r) = state.commands.get(&action.command_id).cloned() else {
+            return Err(OperatorActionError::UnknownCommand {
+                command_id: action.command_id.clone(),
+            });
+        };
+        let mark_deleted =
+            match action.kind {
+                OperatorActionKind::Abandon => {
+                    if let Some(refusal) =
+                        tenantry_lifecycle::operator::abandon_refusal(&r, cs.as_ref())
+                    {
+                        return Err(refusal.into());
+                    }
+                    None
+                }
+                OperatorActionKind::MarkDeleted => Some(
+                    tenantry_lifecycle::operator::mark_deleted(&r, cs.as_ref(), action.at)?,
+                ),
+                OperatorActionKind::Retry => None,
+            };
+        if let Some(cas) = mark_deleted {
+            state.spaces.insert(cs_key, cas.next);
+        }
+        let Some(r) = state.commands.get_mut(&action.command_id) else {
+            return Err(OperatorActionError::UnknownCommand {
+                command_id: action.command_id.clone(),
+            });
+        };
         let record = ActionRecord {
             action: action.clone(),
             previous_status: r.status,
@@ -596,7 +629,7 @@ impl CommandAdmin for InMemoryLifecycleStore {
                 r.attempt_budget_base = r.attempt_count;
                 r.completed_at = None;
             }
-            OperatorActionKind::Abandon => {
+            OperatorActionKind::Abandon | OperatorActionKind::MarkDeleted => {
                 r.status = CommandStatus::Abandoned;
                 r.completed_at = Some(action.at);
                 r.last_error_code =
@@ -607,7 +640,7 @@ impl CommandAdmin for InMemoryLifecycleStore {
         release(r);
         let after = r.clone();
         state.actions.push(record);
-        if action.kind == OperatorActionKind::Abandon {
+        if action.kind.abandons() {
             state.errors.push(AttemptError {
                 command_id: after.id.clone(),
                 attempt: after.attempt_count,
@@ -896,6 +929,15 @@ impl FakeKnowledgeFs {
         );
     }
 
+    /// Drops the space of `key` as if it vanished out of band (removed by hand, or lost by
+    /// the remote): its deletion is then answered `404 KNOWLEDGE_FS_SPACE_NOT_FOUND` and a
+    /// lookup finds nothing (case 012).
+    pub fn forget_space(&self, key: &ProvisioningKey) {
+        let mut state = lock(&self.state);
+        state.spaces.remove(key);
+        state.deleted.remove(key);
+    }
+
     /// Whether a (not deleted) space exists for `key`.
     pub fn has_space(&self, key: &ProvisioningKey) -> bool {
         lock(&self.state).spaces.contains_key(key)
@@ -1081,6 +1123,11 @@ impl KnowledgeFs for FakeKnowledgeFs {
 /// `tenantry_lifecycle::retention`; the fake holds no inbox receipts (none removed, no oldest).
 #[async_trait]
 impl crate::retention::RetentionStore for InMemoryLifecycleStore {
+    async fn now(&self) -> Result<DateTime<Utc>, StoreError> {
+        self.check_fault()?;
+        Ok(self.clock.now())
+    }
+
     async fn prune_batch(
         &self,
         kind: crate::retention::RetentionKind,

@@ -345,16 +345,23 @@ pub enum OperatorActionKind {
     /// Back to `pending`, due now, with a fresh attempt budget (`attempt_count` is kept).
     Retry,
     /// To `abandoned` (terminal), `completed_at` set, `last_error_code = ABANDONED_BY_OPERATOR`
-    /// and the reason as message.
+    /// and the reason as message. Refused for a delete that owns its `deleting` control space
+    /// (it would stay `deleting` for good; [`OperatorActionKind::MarkDeleted`] is the way out).
     Abandon,
+    /// Only for a delete that owns its `deleting` control space: abandon it as
+    /// [`OperatorActionKind::Abandon`] does and, in the same transaction, move the control
+    /// space to `deleted` (`tenantry_lifecycle::operator::mark_deleted`). The remote space, if
+    /// any, is not touched: the operator's reason records why that is acceptable.
+    MarkDeleted,
 }
 
 impl OperatorActionKind {
-    /// Stored name: `retry` or `abandon`.
+    /// Stored name: `retry`, `abandon` or `mark_deleted`.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Retry => "retry",
             Self::Abandon => "abandon",
+            Self::MarkDeleted => "mark_deleted",
         }
     }
 
@@ -363,8 +370,14 @@ impl OperatorActionKind {
         match value {
             "retry" => Some(Self::Retry),
             "abandon" => Some(Self::Abandon),
+            "mark_deleted" => Some(Self::MarkDeleted),
             _ => None,
         }
+    }
+
+    /// Whether the command ends `abandoned` (abandon and mark-deleted).
+    pub fn abandons(self) -> bool {
+        matches!(self, Self::Abandon | Self::MarkDeleted)
     }
 }
 
@@ -418,6 +431,10 @@ pub enum OperatorActionError {
         /// Its status.
         status: CommandStatus,
     },
+    /// The action would leave the control space without an exit, or mark-deleted was asked
+    /// of a command it does not apply to (`tenantry_lifecycle::operator`); nothing written.
+    #[error(transparent)]
+    ControlSpace(#[from] tenantry_lifecycle::operator::ControlSpaceActionError),
     /// Storage failed; nothing was written.
     #[error(transparent)]
     Store(#[from] StoreError),

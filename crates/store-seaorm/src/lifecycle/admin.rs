@@ -360,11 +360,48 @@ async fn act_once(
         });
     };
     let before = to_record(row)?;
-    if !before.status.accepts_operator_action() {
+    if !tenantry_lifecycle::operator::accepts_action(
+        before.status,
+        request.kind == OperatorActionKind::MarkDeleted,
+    ) {
         return Err(OperatorActionError::NotActionable {
             command_id: before.id,
             status: before.status,
         });
+    }
+    // Every control space keeps an exit (case 012): a plain abandon of the delete that owns
+    // its deleting control space is refused; mark-deleted completes the control space in this
+    // transaction (compare-and-set on the version read here).
+    if request.kind.abandons() && before.operation == Operation::Delete {
+        let cs =
+            super::intake::find_control_space(&txn, &before.tenant_id, &before.control_space_id)
+                .await?;
+        match request.kind {
+            OperatorActionKind::MarkDeleted => {
+                let cas =
+                    tenantry_lifecycle::operator::mark_deleted(&before, cs.as_ref(), request.at)?;
+                if !super::apply_cas(&txn, &cas).await.map_err(unavailable)? {
+                    return Err(OperatorActionError::NotActionable {
+                        command_id: before.id,
+                        status: CommandStatus::Processing,
+                    });
+                }
+            }
+            _ => {
+                if let Some(refusal) =
+                    tenantry_lifecycle::operator::abandon_refusal(&before, cs.as_ref())
+                {
+                    return Err(refusal.into());
+                }
+            }
+        }
+    } else if request.kind == OperatorActionKind::MarkDeleted {
+        return Err(
+            tenantry_lifecycle::operator::ControlSpaceActionError::NotAnOwningDelete {
+                command_id: before.id.to_string(),
+            }
+            .into(),
+        );
     }
     let mut update = outbox::Entity::update_many()
         .col_expr(outbox::Column::FailedAt, Expr::value(Option::<i64>::None))
@@ -395,7 +432,7 @@ async fn act_once(
                 outbox::Column::CompletedAt,
                 Expr::value(Option::<i64>::None),
             ),
-        OperatorActionKind::Abandon => update
+        OperatorActionKind::Abandon | OperatorActionKind::MarkDeleted => update
             .col_expr(
                 outbox::Column::Status,
                 Expr::value(CommandStatus::Abandoned.as_str()),
@@ -440,7 +477,7 @@ async fn act_once(
     .exec(&txn)
     .await
     .map_err(unavailable)?;
-    if request.kind == OperatorActionKind::Abandon {
+    if request.kind.abandons() {
         log_attempt_error(
             &txn,
             &store.now_sql(),

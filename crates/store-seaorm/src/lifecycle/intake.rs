@@ -147,7 +147,7 @@ async fn find_by_key<C: ConnectionTrait>(
         .transpose()
 }
 
-async fn find_control_space<C: ConnectionTrait>(
+pub(crate) async fn find_control_space<C: ConnectionTrait>(
     conn: &C,
     tenant_id: &tenantry_kernel::TenantId,
     control_space_id: &tenantry_kernel::ControlSpaceId,
@@ -422,7 +422,14 @@ impl SeaOrmLifecycleStore {
                     rollback(savepoint).await?;
                     return match find_by_key(conn, request.idempotency_key()).await? {
                         Some(existing) => Ok(request.replay(&existing)?),
-                        None if space_exists => Err(request.control_space_exists().into()),
+                        None if space_exists => {
+                            let (tenant, control_space) = request.target();
+                            let existing = find_control_space(conn, tenant, control_space)
+                                .await
+                                .ok()
+                                .flatten();
+                            Err(request.control_space_taken(existing.as_ref()).into())
+                        }
                         None => Err(StoreError::unavailable(
                             "the idempotency key was taken by a command that is not readable",
                         )

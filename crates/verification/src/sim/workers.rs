@@ -469,12 +469,20 @@ impl SimRemote {
         + Send
         + 'static,
     ) -> Result<T, RemoteError> {
-        let command = self
-            .store
-            .command_by_idempotency_key(key)
-            .await
+        // The sender: mutations carry their command's id as the key (docs/protocol.md,
+        // "Idempotency"); a lookup carries its delete command's caller key.
+        let command = match CommandId::parse(key.as_str())
             .ok()
-            .flatten();
+            .and_then(|id| self.store.command(&id))
+        {
+            Some(command) => Some(command),
+            None => self
+                .store
+                .command_by_idempotency_key(key)
+                .await
+                .ok()
+                .flatten(),
+        };
         let (fate, landing, answer_after) = {
             let mut w = world(&self.world);
             w.remote_calls += 1;

@@ -365,6 +365,18 @@ async fn detail_live(
             tr { th { "next attempt" } td { (layout::time(&r.next_attempt_at)) } }
             tr { th { "completed" } td { (layout::time_opt(r.completed_at.as_ref())) } }
             tr { th { "idempotency key" } td { (r.idempotency_key.as_str()) } }
+            @if let Some(left) = tenantry_lifecycle::operator::abandoned_provision_left_behind(&r, None) {
+                tr #left-behind {
+                    th { "left behind" }
+                    td {
+                        "The provision was abandoned after a request that may have reached KnowledgeFS: a knowledge space may exist under provisioning key "
+                        code { (left.provisioning_key.as_str()) }
+                        ". Unless the control space was deleted since, delete it ("
+                        code { "DELETE /v1/tenants/" (r.tenant_id.as_str()) "/control-spaces/" (r.control_space_id.as_str()) }
+                        "): the deletion looks the space up and removes it."
+                    }
+                }
+            }
         }
         h2 { "Errors of attempts" }
         (errors_table(&errors))

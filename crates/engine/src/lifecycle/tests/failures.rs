@@ -2,7 +2,9 @@
 //! every path, moot revocations, operator retry / abandon.
 
 use tenantry_lifecycle::intake::IntakeError;
-use tenantry_ports::lifecycle::{CommandAdmin, CommandFilter, OperatorAction, OperatorActionKind};
+use tenantry_ports::lifecycle::{
+    CommandAdmin, CommandFilter, OperatorAction, OperatorActionError, OperatorActionKind,
+};
 
 use super::*;
 
@@ -485,4 +487,210 @@ async fn a_confirmed_bulk_action_acts_on_exactly_the_confirmed_commands() {
             .await,
         Err(OperatorRequestError::ConfirmedCount { got: 0, .. })
     ));
+}
+
+/// `shared/cases/012-deletion-404-forever.md`: an active control space whose registered remote
+/// space vanished (deletion answered `404 KNOWLEDGE_FS_SPACE_NOT_FOUND`, lookup empty).
+/// Before: the delete resent the deletion until `max_attempts`, ended `failed`, and failed
+/// again on every retry. Now the lookup proves absence and, with no provision request able to
+/// land, the deletion completes.
+#[tokio::test]
+async fn case_012_a_deletion_answered_404_with_an_empty_lookup_completes() {
+    let h = with_max_attempts(harness(), 3);
+    let created = h.create("cs-gone").await;
+    h.drain(t(0)).await;
+    let space = h.space("cs-gone").await;
+    assert_eq!(space.state, ControlSpaceState::Active);
+    assert!(space.knowledge_space_id.is_some());
+    h.remote.forget_space(&space.provisioning_key);
+    // Long after the provision (past `deletion_absence_grace_seconds`, 600 s by default).
+    at(t(1_000), true);
+    let delete = h.delete("cs-gone").await;
+    let outcome = h.dispatch(t(1_000), true).await;
+    assert!(
+        outcome.completed,
+        "one attempt completes it: {:?} / provision {:?}",
+        h.command(&delete.command_id),
+        h.command(&created.command_id)
+    );
+    let record = h.command(&delete.command_id);
+    assert_eq!(record.status, CommandStatus::Succeeded, "{record:?}");
+    assert_eq!(h.space("cs-gone").await.state, ControlSpaceState::Deleted);
+    assert_eq!((h.calls("deletion"), h.calls("lookup")), (1, 1));
+    assert_eq!(
+        h.command(&created.command_id).status,
+        CommandStatus::Succeeded
+    );
+}
+
+/// Case 012, under the same absence rule that keeps a late provision from being orphaned: a
+/// provision whose first request may still land (a 504) keeps the deletion looking up until
+/// the grace period after its last attempt window is over, then it completes.
+#[tokio::test]
+async fn case_012_a_404_deletion_waits_out_the_absence_grace_of_a_provision_that_may_land() {
+    let h = harness();
+    let created = h.create("cs-gone").await;
+    h.remote
+        .push_fault(RemoteCall::Provision, answered(504, "GATEWAY_TIMEOUT"));
+    h.dispatch(t(0), true).await;
+    h.drain(t(100)).await;
+    let space = h.space("cs-gone").await;
+    assert_eq!(space.state, ControlSpaceState::Active);
+    let window = h
+        .command(&created.command_id)
+        .attempt_window_ends_at
+        .expect("the 504 attempt may have sent its request");
+    h.remote.forget_space(&space.provisioning_key);
+    let delete = h.delete("cs-gone").await;
+    h.dispatch(t(200), true).await;
+    let record = h.command(&delete.command_id);
+    assert_eq!(
+        (
+            record.status,
+            record.last_error_code.as_ref().map(ErrorCode::as_str)
+        ),
+        (CommandStatus::Pending, Some("REMOTE_ABSENCE_UNCONFIRMED"))
+    );
+    assert_eq!(h.space("cs-gone").await.state, ControlSpaceState::Deleting);
+    let quiet = window + chrono::Duration::seconds(600);
+    assert!(record.next_attempt_at <= quiet);
+    h.drain(quiet + chrono::Duration::seconds(1)).await;
+    assert_eq!(
+        h.command(&delete.command_id).status,
+        CommandStatus::Succeeded
+    );
+    assert_eq!(h.space("cs-gone").await.state, ControlSpaceState::Deleted);
+}
+
+/// A 404 to the deletion while the lookup still finds the space (an inconsistent remote) is
+/// not proof of absence: the delete retries with the remote's code, as before.
+#[tokio::test]
+async fn case_012_a_404_deletion_whose_lookup_finds_the_space_retries() {
+    let h = harness();
+    h.create("cs1").await;
+    h.drain(t(0)).await;
+    let delete = h.delete("cs1").await;
+    h.remote.push_fault(
+        RemoteCall::Deletion,
+        answered(404, "KNOWLEDGE_FS_SPACE_NOT_FOUND"),
+    );
+    h.dispatch(t(10), true).await;
+    let record = h.command(&delete.command_id);
+    assert_eq!(
+        (
+            record.status,
+            record.last_error_code.as_ref().map(ErrorCode::as_str)
+        ),
+        (CommandStatus::Pending, Some("KNOWLEDGE_FS_SPACE_NOT_FOUND"))
+    );
+    assert_eq!(h.space("cs1").await.state, ControlSpaceState::Deleting);
+    assert_eq!(h.calls("lookup"), 1);
+    h.drain(t(1_000)).await;
+    assert_eq!(h.space("cs1").await.state, ControlSpaceState::Deleted);
+}
+
+/// Case 012: a delete that owns its deleting control space cannot simply be abandoned (the
+/// control space would stay `deleting` for good); the operator marks the control space
+/// deleted instead, with a recorded reason.
+#[tokio::test]
+async fn case_012_an_owning_delete_is_marked_deleted_not_abandoned() {
+    let h = with_max_attempts(harness(), 1);
+    h.create("cs1").await;
+    h.drain(t(0)).await;
+    let delete = h.delete("cs1").await;
+    h.remote
+        .push_fault(RemoteCall::Deletion, answered(400, "INVALID_REQUEST"));
+    h.dispatch(t(10), true).await;
+    assert_eq!(h.command(&delete.command_id).status, CommandStatus::Failed);
+    let ops = OperatorActions::new(h.store.clone(), Arc::new(clock_of_test()));
+    let refused = ops
+        .act(
+            &delete.command_id,
+            OperatorActionKind::Abandon,
+            "ops",
+            "stuck",
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            refused,
+            OperatorRequestError::Refused(OperatorActionError::ControlSpace(_))
+        ),
+        "{refused:?}"
+    );
+    assert!(refused.to_string().contains("mark"), "{refused}");
+    assert_eq!(h.command(&delete.command_id).status, CommandStatus::Failed);
+    assert_eq!(h.space("cs1").await.state, ControlSpaceState::Deleting);
+    let before = h.space("cs1").await;
+    let after = ops
+        .act(
+            &delete.command_id,
+            OperatorActionKind::MarkDeleted,
+            "ops",
+            "space removed in KnowledgeFS by hand",
+        )
+        .await
+        .unwrap();
+    assert_eq!(after.status, CommandStatus::Abandoned);
+    let space = h.space("cs1").await;
+    assert_eq!(space.state, ControlSpaceState::Deleted);
+    assert_eq!(space.resource_version, before.resource_version + 1);
+    assert_eq!(space.knowledge_space_id, before.knowledge_space_id);
+    let log = h.store.command_actions(&delete.command_id).await.unwrap();
+    assert_eq!(log.len(), 1);
+    assert_eq!(log[0].action.kind, OperatorActionKind::MarkDeleted);
+    assert_eq!(log[0].action.reason, "space removed in KnowledgeFS by hand");
+    // Mark-deleted applies to nothing else.
+    let other = h.create("cs2").await;
+    assert!(matches!(
+        ops.act(
+            &other.command_id,
+            OperatorActionKind::MarkDeleted,
+            "ops",
+            "x"
+        )
+        .await,
+        Err(OperatorRequestError::Refused(
+            OperatorActionError::ControlSpace(_)
+        ))
+    ));
+    assert_eq!(h.command(&other.command_id).status, CommandStatus::Pending);
+}
+
+/// Case 012, after abandoning the delete: a control space left `deleting` by a delete that was
+/// abandoned (as earlier versions allowed) still has an exit: mark-deleted accepts that
+/// abandoned delete and completes the control space.
+#[tokio::test]
+async fn case_012_a_delete_abandoned_earlier_can_still_be_marked_deleted() {
+    let h = harness();
+    h.create("cs1").await;
+    h.drain(t(0)).await;
+    let delete = h.delete("cs1").await;
+    // What an earlier version left behind: the owning delete abandoned, the space deleting.
+    let mut record = h.command(&delete.command_id);
+    record.status = CommandStatus::Abandoned;
+    record.completed_at = Some(t(5));
+    h.store.put_command(record);
+    assert!(!h.dispatch(t(10), true).await.claimed);
+    assert_eq!(h.space("cs1").await.state, ControlSpaceState::Deleting);
+    let ops = OperatorActions::new(h.store.clone(), Arc::new(clock_of_test()));
+    assert!(matches!(
+        ops.act(&delete.command_id, OperatorActionKind::Retry, "ops", "x")
+            .await,
+        Err(OperatorRequestError::Refused(
+            OperatorActionError::NotActionable { .. }
+        ))
+    ));
+    let after = ops
+        .act(
+            &delete.command_id,
+            OperatorActionKind::MarkDeleted,
+            "ops",
+            "checked: no space left in KnowledgeFS",
+        )
+        .await
+        .unwrap();
+    assert_eq!(after.status, CommandStatus::Abandoned);
+    assert_eq!(h.space("cs1").await.state, ControlSpaceState::Deleted);
 }

@@ -216,3 +216,45 @@ async fn submit_many_answers_each_request_as_submit_would() {
     // cs1's provision, cs2, the revocation and cs3.
     assert_eq!(h.store.commands().len(), 4);
 }
+
+/// The id of a deleted control space is refused as deleted, not as existing, by a create and
+/// by a new deletion; a live one still answers "exists".
+#[tokio::test]
+async fn a_deleted_control_space_id_is_refused_as_deleted() {
+    let h = harness();
+    h.create("cs1").await;
+    h.drain(t(0)).await;
+    h.delete("cs1").await;
+    h.drain(t(10)).await;
+    assert_eq!(h.space("cs1").await.state, ControlSpaceState::Deleted);
+    let refused = h
+        .intake
+        .create_control_space(&create_request("cs1", "again"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            refused,
+            IntakeFailure::Rejected(IntakeError::ControlSpaceDeleted { .. })
+        ),
+        "{refused:?}"
+    );
+    assert!(refused.to_string().contains("was deleted"), "{refused}");
+    assert!(matches!(
+        h.intake
+            .request_deletion(&delete_request("cs1", "delete-again"))
+            .await,
+        Err(IntakeFailure::Rejected(
+            IntakeError::ControlSpaceDeleted { .. }
+        ))
+    ));
+    h.create("cs2").await;
+    assert!(matches!(
+        h.intake
+            .create_control_space(&create_request("cs2", "dup"))
+            .await,
+        Err(IntakeFailure::Rejected(
+            IntakeError::ControlSpaceExists { .. }
+        ))
+    ));
+}

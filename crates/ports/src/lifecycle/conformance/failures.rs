@@ -585,3 +585,81 @@ pub async fn settled_since_and_live_summary<S: LifecycleStore + CommandAdmin>(
         vec![("w-a".to_owned(), 1), ("w-b".to_owned(), 1)]
     );
 }
+
+/// Case 012: a plain abandon of the delete that owns its `deleting` control space is refused
+/// (nothing written); mark-deleted abandons it and moves the control space to `deleted` in
+/// the same transaction, recorded in the action log; mark-deleted of any other command is
+/// refused.
+pub async fn case_012_an_owning_delete_is_marked_deleted_not_abandoned<
+    S: LifecycleStore + CommandAdmin,
+>(
+    store: S,
+    clock: ManualClock,
+) {
+    let provision = enqueue(&store, &clock, "cs1", "k1", t(0)).await;
+    let cs_id = ControlSpaceId::parse("cs1").unwrap();
+    let cs = store.control_space(&tenant(), &cs_id).await.unwrap();
+    let plan = RequestDeletion {
+        tenant_id: tenant(),
+        control_space_id: cs_id.clone(),
+        idempotency_key: IdempotencyKey::parse("kd").unwrap(),
+    }
+    .plan(
+        cs.as_ref(),
+        NewIds {
+            command_id: CommandId::parse("cmd-kd").unwrap(),
+            operation_id: OperationId::parse("op-kd").unwrap(),
+        },
+        t(1),
+    )
+    .unwrap();
+    clock.set(t(1));
+    store.submit(&plan).await.unwrap();
+    let delete = CommandId::parse("cmd-kd").unwrap();
+    let before = record(&store, &delete).await;
+    let refused = store
+        .act_on_command(&action(&delete, OperatorActionKind::Abandon, 0, t(5)))
+        .await;
+    assert!(
+        matches!(refused, Err(OperatorActionError::ControlSpace(_))),
+        "{refused:?}"
+    );
+    assert_eq!(record(&store, &delete).await, before);
+    assert!(store.command_actions(&delete).await.unwrap().is_empty());
+    // Mark-deleted of a command that is not an owning delete: refused, nothing written.
+    let refused = store
+        .act_on_command(&action(
+            &provision,
+            OperatorActionKind::MarkDeleted,
+            1,
+            t(5),
+        ))
+        .await;
+    assert!(
+        matches!(refused, Err(OperatorActionError::ControlSpace(_))),
+        "{refused:?}"
+    );
+    let deleting = store
+        .control_space(&tenant(), &cs_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(deleting.state, ControlSpaceState::Deleting);
+    let after = store
+        .act_on_command(&action(&delete, OperatorActionKind::MarkDeleted, 2, t(6)))
+        .await
+        .unwrap();
+    assert_eq!(after.status, CommandStatus::Abandoned);
+    assert_eq!(after.completed_at, Some(t(6)));
+    let deleted = store
+        .control_space(&tenant(), &cs_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(deleted.state, ControlSpaceState::Deleted);
+    assert_eq!(deleted.resource_version, deleting.resource_version + 1);
+    let log = store.command_actions(&delete).await.unwrap();
+    assert_eq!(log.len(), 1);
+    assert_eq!(log[0].action.kind, OperatorActionKind::MarkDeleted);
+    assert_eq!(log[0].action.reason, "reason 2");
+}
