@@ -57,7 +57,10 @@ struct Answer {
 impl Console {
     fn new(h: &Harness) -> Self {
         Self {
-            http: reqwest::Client::builder()
+            http: {
+                let _ = rustls::crypto::ring::default_provider().install_default();
+                reqwest::Client::builder()
+            }
                 .redirect(reqwest::redirect::Policy::none())
                 .build()
                 .unwrap(),

@@ -130,6 +130,7 @@ async fn start_driver(browser: &Browser) -> Driver {
         .expect("chromedriver starts");
     let url = format!("http://127.0.0.1:{port}");
     let driver = Driver { child, url };
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let http = reqwest::Client::new();
     for _ in 0..200 {
         if http

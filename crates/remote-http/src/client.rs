@@ -30,6 +30,9 @@ pub struct ClientBuildError {
 /// # Errors
 /// [`ClientBuildError`] when reqwest cannot build the client.
 pub fn mutation_client(timeout: Duration) -> Result<reqwest::Client, ClientBuildError> {
+    // reqwest is built without a default crypto provider: use rustls's ring provider (a
+    // provider the host installed first is kept).
+    let _ = rustls::crypto::ring::default_provider().install_default();
     reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .retry(reqwest::retry::never())

@@ -52,7 +52,7 @@ async fn served_openapi_matches_the_knowledgefs_file() {
     let (url, remote) = ReferenceRemote::start(RemoteConfig::default())
         .await
         .unwrap();
-    let response = reqwest::get(format!("{url}/openapi.json")).await.unwrap();
+    let response = get(format!("{url}/openapi.json")).await.unwrap();
     assert_eq!(response.status(), 200);
     assert_eq!(
         response.headers().get("content-type").unwrap(),
@@ -67,7 +67,7 @@ async fn served_openapi_matches_the_knowledgefs_file() {
 async fn served_openapi_matches_the_directory_file() {
     let config = DirectoryServerConfig::new(InstanceUuid::parse("inst-1").unwrap());
     let (url, dir) = ReferenceDirectory::start(config).await.unwrap();
-    let served = reqwest::get(format!("{url}/openapi.json"))
+    let served = get(format!("{url}/openapi.json"))
         .await
         .unwrap()
         .text()
@@ -132,4 +132,11 @@ fn every_documented_operation_declares_its_errors_and_auth() {
             }
         }
     }
+}
+
+/// `reqwest::get` with rustls's ring provider installed first (reqwest is built without a
+/// default crypto provider in this workspace).
+async fn get(url: String) -> reqwest::Result<reqwest::Response> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::get(url).await
 }

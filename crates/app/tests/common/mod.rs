@@ -55,7 +55,7 @@ impl Harness {
             service: Some(service),
             remote,
             base,
-            http: reqwest::Client::new(),
+            http: http_client(),
             db,
             config,
         }
@@ -193,4 +193,12 @@ pub fn assert_error(status: u16, body: &Value, expected_status: u16, code: &str)
         body["message"].as_str().is_some_and(|m| !m.is_empty()),
         "{body}"
     );
+}
+
+/// A plain reqwest client for the tests' own calls. reqwest is built without a default crypto
+/// provider (the service's clients bring their own rustls configuration), so the tests install
+/// rustls's ring provider as the process default first.
+pub fn http_client() -> reqwest::Client {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::new()
 }
