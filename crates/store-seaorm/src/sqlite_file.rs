@@ -2,7 +2,7 @@
 //! it ([`check_folder`]), and the lock that keeps a second serving process off a database one
 //! already uses ([`lock`]).
 //!
-//! SQLite serves one process (docs/operations.md, "The SQLite database is one process's"):
+//! SQLite serves one process (docs/operations.md, "One process per SQLite database"):
 //! `tenantry serve` and `tenantry migrate` take an exclusive lock on `<database file>-tenantry.lock`
 //! for as long as they run. The lock is the operating system's (`flock` on Unix, `LockFileEx`
 //! on Windows, through [`std::fs::File::try_lock`]), so it goes with the process however the
