@@ -9,6 +9,9 @@
 //! Every table is named `tenantry_<name>` ([`naming`]); a migration that creates a table first
 //! fails with "table tenantry_x already exists and is not Tenantry's" when one does.
 //!
+//! Each migration runs in one transaction with its history row on both backends
+//! ([`ATOMIC_STEPS`]): an interrupted run leaves whole steps, and the next run resumes.
+//!
 //! | migrator | history table | migrations |
 //! |---|---|---|
 //! | [`LifecycleMigrator`] | `tenantry_lifecycle_migrations` | [`m0001_lifecycle`], [`m0004_lifecycle_claim_index`], [`m0005_lifecycle_failures`], [`m0006_lifecycle_attempt_window`], `m0007_lifecycle_table_prefix`, [`m0010_lifecycle_retention`], [`m0013_lifecycle_attempt_errors`], [`m0014_lifecycle_update_room`] |
@@ -59,6 +62,15 @@ pub mod naming;
 pub mod table_prefix;
 
 pub use naming::{TABLE_PREFIX, prefixed};
+
+/// What every Tenantry migration answers to sea-orm-migration's
+/// [`MigrationTrait::use_transaction`]: `Some(true)`, so each migration's statements and its
+/// history row commit in one transaction on SQLite as on PostgreSQL (the library's default
+/// wraps only PostgreSQL). A run interrupted at any point (a failed statement, SIGKILL, a full
+/// disk) leaves every migration either applied and recorded or not applied at all, so the
+/// next run resumes; a host migrator that appends Tenantry's migrations to its own list gets
+/// the same.
+pub const ATOMIC_STEPS: Option<bool> = Some(true);
 
 /// History table of [`LifecycleMigrator`].
 pub const LIFECYCLE_HISTORY_TABLE: &str = "tenantry_lifecycle_migrations";
@@ -586,4 +598,26 @@ async fn read_versions<C: ConnectionTrait>(db: &C, table: &str) -> Result<HashSe
     rows.into_iter()
         .map(|row| row.try_get::<String>("", "version"))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Case 008: every migration, whichever migrator runs it (Tenantry's or a host's that
+    /// appended it), asks for one transaction with its history row on every backend; the
+    /// library's default (`None`) wraps only PostgreSQL, which left SQLite half-migrated.
+    #[test]
+    fn case_008_every_migration_runs_in_one_transaction_on_every_backend() {
+        for mechanism in Mechanism::ALL {
+            for migration in mechanism.migrations() {
+                assert_eq!(
+                    migration.use_transaction(),
+                    Some(true),
+                    "{}",
+                    migration.name()
+                );
+            }
+        }
+    }
 }

@@ -61,6 +61,11 @@ const OUTBOX: &str = "lifecycle_outbox";
 
 #[async_trait::async_trait]
 impl MigrationTrait for Migration {
+    /// One transaction with its history row on both backends ([`crate::ATOMIC_STEPS`]).
+    fn use_transaction(&self) -> Option<bool> {
+        crate::ATOMIC_STEPS
+    }
+
     async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
         ensure_no_unadopted_history(manager, CONTROL_SPACES, "m0001_lifecycle").await?;
         let names = Naming::Prefixed;

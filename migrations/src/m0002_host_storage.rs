@@ -22,6 +22,11 @@ enum HostStorage {
 
 #[async_trait::async_trait]
 impl MigrationTrait for Migration {
+    /// One transaction with its history row on both backends ([`crate::ATOMIC_STEPS`]).
+    fn use_transaction(&self) -> Option<bool> {
+        crate::ATOMIC_STEPS
+    }
+
     async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
         ensure_no_unadopted_history(manager, HOST_STORAGE, "m0002_host_storage").await?;
         let names = Naming::Prefixed;

@@ -113,6 +113,11 @@ fn id<T: IntoIden>(col: T) -> ColumnDef {
 
 #[async_trait::async_trait]
 impl MigrationTrait for Migration {
+    /// One transaction with its history row on both backends ([`crate::ATOMIC_STEPS`]).
+    fn use_transaction(&self) -> Option<bool> {
+        crate::ATOMIC_STEPS
+    }
+
     async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
         ensure_no_unadopted_history(manager, ACCOUNTS, "m0003_directory").await?;
         let names = Naming::Prefixed;

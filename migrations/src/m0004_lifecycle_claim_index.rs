@@ -37,6 +37,11 @@ const DUE_INDEX: &str = "ix_lifecycle_outbox_due";
 
 #[async_trait::async_trait]
 impl MigrationTrait for Migration {
+    /// One transaction with its history row on both backends ([`crate::ATOMIC_STEPS`]).
+    fn use_transaction(&self) -> Option<bool> {
+        crate::ATOMIC_STEPS
+    }
+
     async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
         let names = Naming::detect(manager, OUTBOX).await?;
         manager

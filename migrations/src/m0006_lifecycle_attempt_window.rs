@@ -33,6 +33,11 @@ enum LifecycleOutbox {
 
 #[async_trait::async_trait]
 impl MigrationTrait for Migration {
+    /// One transaction with its history row on both backends ([`crate::ATOMIC_STEPS`]).
+    fn use_transaction(&self) -> Option<bool> {
+        crate::ATOMIC_STEPS
+    }
+
     async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
         let names = Naming::detect(manager, OUTBOX).await?;
         names

@@ -27,6 +27,11 @@ const ACTIONS_INDEX: &str = "ix_lifecycle_command_actions_created";
 
 #[async_trait::async_trait]
 impl MigrationTrait for Migration {
+    /// One transaction with its history row on both backends ([`crate::ATOMIC_STEPS`]).
+    fn use_transaction(&self) -> Option<bool> {
+        crate::ATOMIC_STEPS
+    }
+
     async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
         let naming = Naming::Prefixed;
         naming

@@ -19,6 +19,11 @@ const RECEIVED_INDEX: &str = "ix_directory_projection_inbox_received";
 
 #[async_trait::async_trait]
 impl MigrationTrait for Migration {
+    /// One transaction with its history row on both backends ([`crate::ATOMIC_STEPS`]).
+    fn use_transaction(&self) -> Option<bool> {
+        crate::ATOMIC_STEPS
+    }
+
     async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
         Naming::Prefixed
             .create_index(manager, INBOX, RECEIVED_INDEX, "received_at", |index| index)

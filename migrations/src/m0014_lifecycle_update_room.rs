@@ -61,6 +61,11 @@ async fn alter(manager: &SchemaManager<'_>, table: &str, change: &str) -> Result
 
 #[async_trait::async_trait]
 impl MigrationTrait for Migration {
+    /// One transaction with its history row on both backends ([`crate::ATOMIC_STEPS`]).
+    fn use_transaction(&self) -> Option<bool> {
+        crate::ATOMIC_STEPS
+    }
+
     async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
         alter(
             manager,

@@ -85,7 +85,7 @@ macro_rules! prefix_migration {
         #[async_trait::async_trait]
         impl MigrationTrait for $ty {
             fn use_transaction(&self) -> Option<bool> {
-                Some(true)
+                crate::ATOMIC_STEPS
             }
 
             async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {

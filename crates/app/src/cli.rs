@@ -186,7 +186,8 @@ pub async fn run(cli: Cli) -> ExitCode {
 
 /// `tenantry serve`. Start-up order: configuration (done by the caller), then the remote
 /// clients and the listener ([`service::Service::prepare`]: a bad URL or a port in use exits 2
-/// before any database work), then the database (opened and migrated), then the workers.
+/// before any database work), then the SQLite database's lock ([`ops::lock`]: another `serve`
+/// or `migrate` on it exits 75), then the database (opened and migrated), then the workers.
 async fn serve(config: &Config) -> ExitCode {
     // What travels in clear text, at every start (docs/operations.md, "TLS").
     for warning in config.start_warnings() {
@@ -198,6 +199,12 @@ async fn serve(config: &Config) -> ExitCode {
             eprintln!("tenantry: configuration refused: {e}");
             return ExitCode::from(2);
         }
+    };
+    // One serving process per SQLite database; held until `serve` returns (or the process
+    // dies: the lock is the operating system's).
+    let _lock = match ops::lock(config) {
+        Ok(lock) => lock,
+        Err(code) => return code,
     };
     let db = match ops::open(config).await {
         Ok(db) => db,

@@ -20,6 +20,7 @@ use tenantry_ports::lifecycle::{CommandFilter, CommandQueue};
 use tenantry_store_seaorm::Database;
 use tenantry_store_seaorm::host_storage::SeaOrmHostStorage;
 use tenantry_store_seaorm::lifecycle::SeaOrmLifecycleStore;
+use tenantry_store_seaorm::sqlite_file::{self, SqliteFileError, SqliteLock};
 
 use tenantry_engine::lifecycle::{OperatorActions, OperatorRequestError};
 use tenantry_ports::lifecycle::OperatorActionKind;
@@ -160,6 +161,29 @@ pub struct FencesClearArgs {
     pub reason: String,
 }
 
+/// Exit code of `tenantry serve` / `tenantry migrate` when another process holds the SQLite
+/// database's lock (EX_TEMPFAIL, as [`PRUNE_BUSY_EXIT`]).
+pub const DATABASE_IN_USE_EXIT: u8 = 75;
+
+/// Takes the exclusive lock of the configured SQLite database for a process that serves or
+/// migrates it ([`tenantry_store_seaorm::sqlite_file::lock`]; `None` on PostgreSQL), held
+/// until the returned value is dropped. Also refuses, naming it, a folder that is missing or
+/// refuses new files.
+///
+/// # Errors
+/// The exit code to return: [`DATABASE_IN_USE_EXIT`] when another `serve` or `migrate` holds
+/// the database, 1 for the folder or another I/O error.
+pub fn lock(config: &Config) -> Result<Option<SqliteLock>, ExitCode> {
+    sqlite_file::lock(&config.database_url).map_err(|e| {
+        eprintln!("tenantry: {e}");
+        if matches!(e, SqliteFileError::InUse { .. }) {
+            ExitCode::from(DATABASE_IN_USE_EXIT)
+        } else {
+            ExitCode::FAILURE
+        }
+    })
+}
+
 /// Opens (and migrates) the configured database; prints the error and returns the exit code
 /// on failure.
 ///
@@ -194,8 +218,12 @@ pub async fn open_existing(config: &Config) -> Result<Database, ExitCode> {
         })
 }
 
-/// `tenantry migrate`.
+/// `tenantry migrate`: under the SQLite database's lock ([`lock`]).
 pub async fn migrate(config: &Config) -> ExitCode {
+    let _lock = match lock(config) {
+        Ok(lock) => lock,
+        Err(code) => return code,
+    };
     match open(config).await {
         Ok(db) => {
             let _ = db.conn.close().await;

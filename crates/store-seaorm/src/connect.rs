@@ -11,6 +11,8 @@ use std::time::Duration;
 use sea_orm::{ConnectOptions, DatabaseConnection, DbBackend, DbErr};
 use tenantry_migrations::{LEGACY_HISTORY_TABLE, Mechanisms, MigrateError};
 
+use crate::sqlite_file::{SqliteFileError, sqlite_file};
+
 /// How long a SQLite connection waits for the write lock before failing, in milliseconds.
 pub const SQLITE_BUSY_TIMEOUT_MS: u64 = 10_000;
 
@@ -99,6 +101,10 @@ pub enum ConnectError {
         /// The path the URL names.
         path: String,
     },
+    /// The SQLite file's folder is missing or refuses new files, or another process holds the
+    /// database ([`crate::sqlite_file`]); the message names the folder or the lock.
+    #[error(transparent)]
+    SqliteFile(#[from] SqliteFileError),
     /// The PostgreSQL server could not be reached before the connect timeout (the pool's own
     /// error only says "pool timed out"): `cause` is what a direct TCP connection to `server`
     /// answered (refused, unreachable, no answer, or connected but no PostgreSQL handshake).
@@ -321,28 +327,19 @@ pub async fn connect_existing(url: &str, max_connections: u32) -> Result<Databas
     Ok(db)
 }
 
-/// The file a SQLite URL names (`sqlite://PATH?..`, `sqlite:PATH`), or `None` for an in-memory
-/// database.
-fn sqlite_file(url: &str) -> Option<&str> {
-    let rest = url.strip_prefix("sqlite:")?;
-    let rest = rest.strip_prefix("//").unwrap_or(rest);
-    let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
-    let in_memory =
-        path.is_empty() || path == ":memory:" || query.split('&').any(|pair| pair == "mode=memory");
-    (!in_memory).then_some(path)
-}
-
 /// Opens `url`, applies the pending migrations of every mechanism and returns the pool.
 ///
 /// SQLite URLs (`sqlite://path?mode=rwc`, `sqlite::memory:`) get WAL journaling, a busy timeout
 /// of [`SQLITE_BUSY_TIMEOUT_MS`] and foreign keys; PostgreSQL URLs are used as given, their
 /// libpq TLS parameters (`sslmode`, `sslrootcert`, `sslcert`, `sslkey`) read as libpq reads
 /// them (docs/operations.md, "TLS": `require` with `sslrootcert` checks the chain, the
-/// platform's roots are trusted). `max_connections` bounds the pool.
+/// platform's roots are trusted). `max_connections` bounds the pool. It takes no lock: a
+/// process that serves a SQLite database takes [`crate::sqlite_file::lock`] first.
 ///
 /// # Errors
 /// [`ConnectError::UnsupportedUrl`] for another scheme, [`ConnectError::DriverNotCompiled`],
-/// [`ConnectError::PostgresTlsFile`] / [`ConnectError::PostgresTlsSettings`] before connecting
+/// [`ConnectError::SqliteFile`] when the SQLite file's folder does not exist or refuses new
+/// files, [`ConnectError::PostgresTlsFile`] / [`ConnectError::PostgresTlsSettings`] before connecting
 /// when a TLS file or setting cannot work, [`ConnectError::Unreachable`] /
 /// [`ConnectError::Open`] when the server is unreachable or refuses the session,
 /// [`ConnectError::PostgresTlsRequired`] / [`ConnectError::PostgresTls`] when it requires TLS
@@ -394,6 +391,8 @@ fn check_driver(backend: Backend, sqlite: bool, postgres: bool) -> Result<(), Co
 pub(crate) async fn open_pool(url: &str, max_connections: u32) -> Result<Database, ConnectError> {
     let backend = backend_of(url)?;
     ensure_driver(backend)?;
+    // SQLite's own error for a missing folder is only "unable to open database file".
+    crate::sqlite_file::check_folder(url)?;
     let mut options = ConnectOptions::new(url.to_owned());
     options
         .max_connections(max_connections)
@@ -462,9 +461,11 @@ async fn open_error(url: &str, backend: Backend, source: DbErr) -> ConnectError 
         };
     }
     let timed_out = source.to_string().contains("pool timed out");
-    let Some((host, port)) =
-        postgres_server(url).filter(|_| timed_out && backend == Backend::Postgres)
-    else {
+    // Only a PostgreSQL URL is parsed as one (the driver warns about a SQLite URL's `mode`).
+    let server = (timed_out && backend == Backend::Postgres)
+        .then(|| postgres_server(url))
+        .flatten();
+    let Some((host, port)) = server else {
         return ConnectError::Open { source };
     };
     let server = format!("{host}:{port}");
@@ -601,20 +602,6 @@ mod tests {
         assert!(message.contains(&path.display().to_string()), "{message}");
         assert!(message.contains("tenantry serve"), "{message}");
         assert!(!path.exists(), "nothing was created");
-    }
-
-    #[test]
-    fn sqlite_urls_name_their_file() {
-        for (url, file) in [
-            ("sqlite:///var/lib/t.db?mode=rwc", Some("/var/lib/t.db")),
-            ("sqlite://t.db", Some("t.db")),
-            ("sqlite:t.db?mode=rw", Some("t.db")),
-            ("sqlite::memory:", None),
-            ("sqlite://shared?mode=memory&cache=shared", None),
-            ("postgres://u@h/db", None),
-        ] {
-            assert_eq!(sqlite_file(url), file, "{url}");
-        }
     }
 
     /// A URL whose driver is not compiled is refused with an error naming the feature.

@@ -18,6 +18,8 @@
 //! - [`wake`]: `NOTIFY` on intake and the health-checked PostgreSQL listener that wakes idle
 //!   workers ([`wake::WakeListener`]);
 //! - [`retention`] (features `lifecycle` and `directory`): bounded deletes of expired history;
+//! - [`sqlite_file`]: the folder of a SQLite database file, checked before creating it, and
+//!   the lock that keeps a second `tenantry serve` / `tenantry migrate` off it;
 //! - `testing` (feature `testing`): a fresh migrated database per test;
 //! - `bench` (feature `bench`): bulk fixtures and SQL baselines for `cargo xtask bench`;
 //! - `throwaway` (features `testing` and `bench`): create and drop a scratch PostgreSQL
@@ -85,6 +87,7 @@ pub mod lifecycle;
 mod pg_tls;
 #[cfg(all(feature = "lifecycle", feature = "directory"))]
 pub mod retention;
+pub mod sqlite_file;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 #[cfg(any(test, feature = "testing", feature = "bench"))]
