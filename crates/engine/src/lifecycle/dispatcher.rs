@@ -530,11 +530,12 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
                     }
                     Holder::Unknown | Holder::Gone => ("none", 0),
                 };
+                // No `our_epoch` here: that field marks a dropped attempt's line (the chaos
+                // checks read it as a refused late settle).
                 warn!(
                     code = "LEASE_LOST",
                     new_owner,
                     new_epoch,
-                    our_epoch = command.lease.epoch.0,
                     "lease renewal refused: another worker took the command over; this \
                      attempt's result will be dropped"
                 );
