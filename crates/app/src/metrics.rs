@@ -13,7 +13,7 @@
 //!   `failed`) by the code of the permanent or last error;
 //! - `tenantry_lifecycle_lease_lost_total`: dispatches whose lease was taken over;
 //! - `tenantry_lifecycle_lease_renewals_total{operation, outcome}`: lease renewals of
-//!   dispatches in flight (`renewed`, `lost`, `failed`);
+//!   dispatches in flight (`renewed`, `lost`, `settled`, `handed_back`, `expired`, `failed`);
 //! - `tenantry_lifecycle_settle_contention_retries_total`: settle transactions run again after
 //!   a deadlock or serialization failure (recorded by the store adapter);
 //! - `tenantry_wake_listener_reconnections_total` and `tenantry_wake_listener_connected`: the
@@ -114,7 +114,7 @@ pub const SERIES: [(&str, SeriesType, &str); 17] = [
     (
         "tenantry_lifecycle_lease_renewals_total",
         SeriesType::Counter,
-        "Lease renewals of dispatches in flight by operation and outcome (renewed, lost, failed).",
+        "Lease renewals of dispatches in flight by operation and outcome (renewed, lost, settled, handed_back, expired, failed).",
     ),
     (
         "tenantry_wake_listener_reconnections_total",
@@ -222,11 +222,7 @@ pub fn register_counters() {
         TaskStatus::Moot,
         TaskStatus::DispatchError,
     ];
-    const RENEWALS: [RenewalOutcome; 3] = [
-        RenewalOutcome::Renewed,
-        RenewalOutcome::Lost,
-        RenewalOutcome::Failed,
-    ];
+    const RENEWALS: [RenewalOutcome; 6] = RenewalOutcome::ALL;
     for name in [
         "tenantry_lifecycle_lease_lost_total",
         "tenantry_wake_listener_reconnections_total",

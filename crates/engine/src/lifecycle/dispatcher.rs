@@ -16,8 +16,9 @@ use tenantry_lifecycle::saga::{
     StepError,
 };
 use tenantry_lifecycle::{
-    ClaimedCommand, ClaimedControlSpace, CommandBody, CommandStatus, ControlSpace, DeletePayload,
-    ErrorCode, ErrorRecord, Operation, ProvisionPayload, RetryPolicy, RevokePayload, Settlement,
+    ClaimedCommand, ClaimedControlSpace, CommandBody, CommandOutcome, CommandRecord, CommandStatus,
+    ControlSpace, DeletePayload, ErrorCode, ErrorRecord, LeaseToken, Operation, ProvisionPayload,
+    RetryPolicy, RevokePayload, Settlement,
 };
 use tenantry_ports::clock::{Clock, SystemClock};
 use tenantry_ports::lifecycle::{
@@ -28,7 +29,7 @@ use tokio::sync::{Semaphore, SemaphorePermit};
 use tokio::time::Instant;
 use tracing::{Instrument, debug, info_span, warn};
 
-use super::lease::{LeaseBook, LeaseState};
+use super::lease::{Holder, LeaseBook, LeaseState, OwnSettle, classify_refusal};
 
 /// Settings of the dispatcher.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -422,6 +423,11 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
                 outcome = self.run_saga(&step, product_enabled, remote_slots) => outcome,
                 never = self.keep_renewed(&command, &lease) => match never {},
             };
+            if lease.refusal_deferred() {
+                // A renewal was refused after this attempt sent the settle that ends its
+                // lease: now that the settle answered, say which of the two it was.
+                self.report_deferred_refusal(&command, &outcome).await;
+            }
             match outcome {
                 Ok(settlement) => {
                     let completed = settlement.completes();
@@ -450,9 +456,12 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
         result
     }
 
-    /// Renews the lease of `command` every third of the lease length, forever; after the lease
-    /// is lost it stops renewing (and waits forever). A failed renewal (storage error) is
-    /// retried at the next tick; the local deadline is not moved then.
+    /// Renews the lease of `command` every third of the lease length, forever; after a renewal
+    /// is refused it stops renewing (and waits forever). A refusal is reported by who has the
+    /// command ([`classify_refusal`]): when this attempt already sent the settle that ends its
+    /// lease, the report waits for that settle's answer ([`Self::report_deferred_refusal`]),
+    /// since the refusal is most likely the settle's own doing. A failed renewal (storage
+    /// error) is retried at the next tick; the local deadline is not moved then.
     async fn keep_renewed(&self, command: &ClaimedCommand, lease: &LeaseState) -> Infallible {
         let period = self.config.lease_duration / 3;
         if !self.config.renew_leases || period.is_zero() {
@@ -471,13 +480,12 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
                     self.record_renewal(command, RenewalOutcome::Renewed);
                 }
                 Err(SettleError::LeaseLost { .. }) => {
-                    lease.lose();
-                    self.record_renewal(command, RenewalOutcome::Lost);
-                    warn!(
-                        code = "LEASE_LOST",
-                        "lease renewal refused: another worker took the command over; this \
-                         attempt's result will be dropped"
-                    );
+                    if !lease.refused() {
+                        let holder = self.holder(command).await;
+                        let outcome =
+                            classify_refusal(&command.lease, OwnSettle::NotCommitted, &holder);
+                        self.report_refusal(command, outcome, &holder);
+                    }
                     return std::future::pending().await;
                 }
                 Err(error) => {
@@ -486,6 +494,118 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
                 }
             }
         }
+    }
+
+    /// Reports a renewal refused after this attempt sent the settle that ends its lease, once
+    /// the attempt's `outcome` is known: a committed settle explains the refusal (`settled`,
+    /// or `handed_back` at shutdown); otherwise the command is read as for any refusal.
+    async fn report_deferred_refusal(
+        &self,
+        command: &ClaimedCommand,
+        outcome: &Result<Settlement, DispatchError>,
+    ) {
+        let own = match outcome {
+            Ok(settlement) if settlement.outcome.is_some() => OwnSettle::Committed {
+                handed_back: is_hand_back(settlement),
+            },
+            _ => OwnSettle::NotCommitted,
+        };
+        let holder = match own {
+            OwnSettle::Committed { .. } => Holder::Unknown,
+            OwnSettle::NotCommitted => self.holder(command).await,
+        };
+        let classified = classify_refusal(&command.lease, own, &holder);
+        self.report_refusal(command, classified, &holder);
+    }
+
+    /// Counts and logs a refused renewal as `outcome`: only [`RenewalOutcome::Lost`] is a
+    /// `LEASE_LOST` warning (docs/operations.md).
+    fn report_refusal(&self, command: &ClaimedCommand, outcome: RenewalOutcome, holder: &Holder) {
+        self.record_renewal(command, outcome);
+        match outcome {
+            RenewalOutcome::Lost => {
+                let (new_owner, new_epoch) = match holder {
+                    Holder::Row { owner, epoch, .. } => {
+                        (owner.as_ref().map_or("none", LeaseOwner::as_str), epoch.0)
+                    }
+                    Holder::Unknown | Holder::Gone => ("none", 0),
+                };
+                // No `our_epoch` here: that field marks a dropped attempt's line (the chaos
+                // checks read it as a refused late settle).
+                warn!(
+                    code = "LEASE_LOST",
+                    new_owner,
+                    new_epoch,
+                    "lease renewal refused: another worker took the command over; this \
+                     attempt's result will be dropped"
+                );
+            }
+            RenewalOutcome::Expired => warn!(
+                our_epoch = command.lease.epoch.0,
+                "lease renewal refused: the lease expired before it was renewed (a paused \
+                 process or a slow store); nobody has taken the command over yet, and this \
+                 attempt sends no further request"
+            ),
+            RenewalOutcome::Failed => warn!(
+                our_epoch = command.lease.epoch.0,
+                "lease renewal refused, and who holds the command could not be read; this \
+                 attempt sends no further request"
+            ),
+            RenewalOutcome::Settled => debug!(
+                "lease renewal met this attempt's own settle (the command is settled); renewal \
+                 stopped"
+            ),
+            RenewalOutcome::HandedBack => {
+                debug!("lease renewal met this attempt's hand-back at shutdown; renewal stopped")
+            }
+            RenewalOutcome::Renewed => {}
+        }
+    }
+
+    /// The command's row as the store has it now, for a refused renewal or a lost lease.
+    async fn holder(&self, command: &ClaimedCommand) -> Holder {
+        match self.read_row(command).await {
+            Ok(Some(row)) => Holder::Row {
+                status: row.status,
+                owner: row.lease_owner,
+                epoch: row.lease_epoch,
+            },
+            Ok(None) => Holder::Gone,
+            Err(error) => {
+                debug!(%error, "reading the command after a refused renewal failed");
+                Holder::Unknown
+            }
+        }
+    }
+
+    async fn read_row(
+        &self,
+        command: &ClaimedCommand,
+    ) -> Result<Option<CommandRecord>, StoreError> {
+        let rows = self
+            .store
+            .list_commands(&CommandFilter {
+                tenant_id: Some(command.tenant_id.clone()),
+                control_space_id: Some(command.control_space_id.clone()),
+                limit: 1000,
+                ..CommandFilter::default()
+            })
+            .await?;
+        Ok(rows.into_iter().find(|r| &r.id == command.id()))
+    }
+
+    /// Settles through the store, first noting in the lease book that this attempt is ending
+    /// its lease when `settlement` has an outcome (a renewal refused from then on may be this
+    /// settle's own doing, see [`Self::keep_renewed`]).
+    async fn store_settle(
+        &self,
+        lease: &LeaseToken,
+        settlement: &Settlement,
+    ) -> Result<(), SettleError> {
+        if settlement.outcome.is_some() {
+            self.leases.ending(&lease.command_id, lease.epoch);
+        }
+        self.store.settle(lease, settlement).await
     }
 
     /// Refuses to start a remote call on a lease this worker cannot prove live (its local
@@ -507,17 +627,7 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
     /// command now (docs/operations.md).
     async fn report_unsettled(&self, command: &ClaimedCommand, error: &DispatchError) {
         if let DispatchError::LeaseLost { .. } = error {
-            let holder = self
-                .store
-                .list_commands(&CommandFilter {
-                    tenant_id: Some(command.tenant_id.clone()),
-                    control_space_id: Some(command.control_space_id.clone()),
-                    limit: 1000,
-                    ..CommandFilter::default()
-                })
-                .await
-                .ok()
-                .and_then(|rows| rows.into_iter().find(|r| &r.id == command.id()));
+            let holder = self.read_row(command).await.ok().flatten();
             let (new_owner, new_epoch, status) = holder.map_or((None, None, None), |r| {
                 (r.lease_owner, Some(r.lease_epoch.0), Some(r.status))
             });
@@ -596,7 +706,7 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
         step: &Step<'_>,
         settlement: Settlement,
     ) -> Result<Settlement, DispatchError> {
-        match self.store.settle(&step.command.lease, &settlement).await {
+        match self.store_settle(&step.command.lease, &settlement).await {
             Ok(()) => Ok(settlement),
             // The control space changed between read and settle (e.g. a deletion was requested
             // while a provision was in flight). The lease is still ours: hand the command back
@@ -608,7 +718,7 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
                     None,
                 );
                 retry.may_have_sent = settlement.may_have_sent;
-                self.store.settle(&step.command.lease, &retry).await?;
+                self.store_settle(&step.command.lease, &retry).await?;
                 Ok(retry)
             }
             Err(other) => Err(other.into()),
@@ -712,7 +822,7 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
         match step.start_delete(cs.as_ref(), provision.as_ref(), product_enabled) {
             DeleteStart::AlreadyDeleted(settlement) => return self.settle(step, settlement).await,
             DeleteStart::NeverProvisioned(settlement) => {
-                match self.store.settle(&step.command.lease, &settlement).await {
+                match self.store_settle(&step.command.lease, &settlement).await {
                     Ok(()) => return Ok(settlement),
                     // The provision was claimed meanwhile: go on with the remote deletion.
                     Err(SettleError::SupersedeRefused { .. }) => {}
@@ -755,8 +865,7 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
                         registration,
                     } => {
                         if let Some(registration) = registration {
-                            self.store
-                                .settle(&step.command.lease, &registration)
+                            self.store_settle(&step.command.lease, &registration)
                                 .await?;
                         }
                         request
@@ -856,7 +965,7 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
                 self.settle(step, settlement).await
             }
             AbsentOutcome::Complete(settlement) => {
-                match self.store.settle(&step.command.lease, &settlement).await {
+                match self.store_settle(&step.command.lease, &settlement).await {
                     Ok(()) => Ok(settlement),
                     // A live lease may still deliver the provision: absence is no proof yet.
                     Err(SettleError::SupersedeRefused { .. }) => {
@@ -966,6 +1075,14 @@ fn remote_space_not_found(error: &RemoteError) -> bool {
 /// docs/protocol.md, "Errors and `Retry-After`"). Other 5xx (500, 502, 504) may come from a
 /// gateway while the backend goes on, so they count as possibly applied; so does an answer
 /// without a status (a remote that does not speak HTTP: nothing proves it refused).
+/// Whether `settlement` is a hand-back at shutdown ([`Dispatcher::hand_back`]).
+fn is_hand_back(settlement: &Settlement) -> bool {
+    matches!(
+        &settlement.outcome,
+        Some(CommandOutcome::Retry { error, .. }) if error.code == ErrorCode::ShutdownBeforeCall
+    )
+}
+
 fn applied_nothing(failure: DispatchOutcome) -> bool {
     match failure {
         DispatchOutcome::NotDispatched => true,

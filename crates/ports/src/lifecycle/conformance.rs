@@ -75,6 +75,7 @@ macro_rules! lifecycle_store_conformance {
         $crate::lifecycle_store_conformance!(@cases $make;
             claim_uses_the_store_clock_not_the_callers,
             renew_lease_extends_a_held_lease_only,
+            renew_lease_refuses_an_expired_lease,
             supersede_after_absence_waits_out_the_grace_period,
             supersede_after_absence_judges_quietness_when_the_lookup_was_sent,
             settle_that_sent_nothing_keeps_the_prior_attempt_window,
@@ -1004,6 +1005,38 @@ pub async fn renew_lease_extends_a_held_lease_only<S: LifecycleStore>(
             .await,
         Err(SettleError::LeaseLost { .. })
     ));
+}
+
+/// Renewal refuses a lease that has expired on the store's clock (`lease_expires_at > now`
+/// is part of the compare-and-set), even while no other worker has claimed the command yet:
+/// a paused dispatch that resumes after its expiry cannot revive its lease, and writes nothing.
+pub async fn renew_lease_refuses_an_expired_lease<S: LifecycleStore>(store: S, clock: ManualClock) {
+    let id = enqueue(&store, &clock, "cs1", "k1", t(0)).await;
+    let first = claim_one(&store, &clock, "w1", t(0)).await;
+    assert_eq!(first.lease.expires_at, t(60));
+    clock.set(t(60));
+    assert_eq!(
+        store
+            .renew_lease(&first.lease, Duration::from_secs(60))
+            .await,
+        Err(SettleError::LeaseLost {
+            command_id: id.clone()
+        }),
+        "a lease whose expiry is not after the store's now is not renewed"
+    );
+    let row = record(&store, &id).await;
+    assert_eq!(
+        row.lease_owner,
+        Some(owner("w1")),
+        "nobody took it over yet"
+    );
+    assert_eq!(
+        row.lease_expires_at,
+        Some(t(60)),
+        "a refused renewal writes nothing"
+    );
+    let second = claim_one(&store, &clock, "w2", t(61)).await;
+    assert_eq!(second.lease.epoch.0, first.lease.epoch.0 + 1);
 }
 
 pub async fn settle_without_outcome_keeps_the_lease<S: LifecycleStore>(

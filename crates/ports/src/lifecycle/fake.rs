@@ -303,7 +303,8 @@ impl CommandQueue for InMemoryLifecycleStore {
         let Some(record) = state
             .commands
             .get_mut(&lease.command_id)
-            .filter(|r| holds_lease(r, lease))
+            // As the SQL stores: only a live lease (expiry after the store's now) is renewed.
+            .filter(|r| holds_lease(r, lease) && r.lease_expires_at.is_some_and(|at| at > now))
         else {
             return Err(SettleError::LeaseLost {
                 command_id: lease.command_id.clone(),

@@ -183,12 +183,14 @@ pub trait CommandQueue: Send + Sync {
     async fn claim(&self, request: &ClaimRequest) -> Result<Vec<ClaimedCommand>, StoreError>;
 
     /// Extends a lease while its dispatch is in flight: a compare-and-set on the command being
-    /// processing under `lease` (owner and epoch). The new expiry is the store's now plus
+    /// processing under `lease` (owner and epoch) with a lease that has not expired
+    /// (`lease_expires_at > now`, the store's clock: an expired lease is not revived, even
+    /// before another worker claims the command). The new expiry is the store's now plus
     /// `lease_duration`, and the command's attempt window ends with it. Returns the renewed
     /// lease (same owner and epoch, new `expires_at`).
     ///
     /// # Errors
-    /// [`SettleError::LeaseLost`] when the lease is no longer held (expired and reclaimed, or
+    /// [`SettleError::LeaseLost`] when the lease is no longer held (expired, reclaimed, or
     /// settled); [`SettleError::Store`] when the database fails. Nothing is written then.
     async fn renew_lease(
         &self,
@@ -824,23 +826,50 @@ pub struct TaskMetric {
 }
 
 /// What became of one lease renewal, as reported to metrics
-/// (`tenantry_lifecycle_lease_renewals_total{outcome}`).
+/// (`tenantry_lifecycle_lease_renewals_total{outcome}`). A refused renewal is classified by
+/// who has the command now (docs/protocol.md, "Leases, renewal and the attempt window"): only
+/// [`Lost`](Self::Lost) means another holder.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum RenewalOutcome {
     /// The lease was extended.
     Renewed,
-    /// The lease was lost (taken over or settled): renewal stopped.
+    /// Refused: another attempt (a later lease epoch) has claimed the command. Renewal stopped;
+    /// the only outcome logged as `LEASE_LOST`.
     Lost,
-    /// The store failed; renewal is tried again at the next tick.
+    /// Refused because this attempt's own settle ended the lease first (or the command was
+    /// settled at this attempt's epoch): nothing was lost. Renewal stopped.
+    Settled,
+    /// Refused because this attempt handed its command back at shutdown
+    /// (`SHUTDOWN_BEFORE_CALL`) first: nothing was lost. Renewal stopped.
+    HandedBack,
+    /// Refused because the lease had expired on the store's clock (a paused process or a slow
+    /// store) although nobody has claimed the command yet: this attempt sends nothing more.
+    /// Renewal stopped.
+    Expired,
+    /// The store failed (or, after a refusal, who has the command could not be read);
+    /// renewal is tried again at the next tick unless it was refused.
     Failed,
 }
 
 impl RenewalOutcome {
-    /// Label value: `renewed`, `lost` or `failed`.
+    /// Every outcome, in label order of the documentation.
+    pub const ALL: [Self; 6] = [
+        Self::Renewed,
+        Self::Lost,
+        Self::Settled,
+        Self::HandedBack,
+        Self::Expired,
+        Self::Failed,
+    ];
+
+    /// Label value: `renewed`, `lost`, `settled`, `handed_back`, `expired` or `failed`.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Renewed => "renewed",
             Self::Lost => "lost",
+            Self::Settled => "settled",
+            Self::HandedBack => "handed_back",
+            Self::Expired => "expired",
             Self::Failed => "failed",
         }
     }

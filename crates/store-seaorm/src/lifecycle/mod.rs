@@ -676,6 +676,10 @@ impl CommandQueue for SeaOrmLifecycleStore {
             .col_expr(outbox::Column::LeaseExpiresAt, Expr::cust(expires.clone()))
             .col_expr(outbox::Column::AttemptWindowEndsAt, Expr::cust(expires))
             .filter(lease_filter(lease))
+            // Only a live lease is renewed, judged on the database clock: an expired lease
+            // that nobody has claimed yet is not revived (docs/protocol.md, "Leases, renewal
+            // and the attempt window").
+            .filter(Expr::cust(format!("lease_expires_at > {now}")))
             .exec_with_returning(&self.conn)
             .await
             .map_err(unavailable)?
