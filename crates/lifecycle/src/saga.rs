@@ -448,6 +448,7 @@ impl<'a> Step<'a> {
                         control_space: Some(cas),
                         supersede: None,
                         may_have_sent: true,
+                        spends_attempt: true,
                     }),
                 })
             }
