@@ -64,6 +64,7 @@ impl ProbingRemote {
             control_space: None,
             supersede: None,
             may_have_sent: true,
+            spends_attempt: true,
         };
         let probe =
             tokio::time::timeout(Duration::from_secs(3), self.store.settle(&lease, &keep)).await;

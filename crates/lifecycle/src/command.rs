@@ -531,6 +531,11 @@ pub struct Settlement {
     /// as it was before this claim, so a deletion does not wait out a grace period for a
     /// request that was never sent (docs/protocol.md, "A deletion never orphans a remote space").
     pub may_have_sent: bool,
+    /// Whether this claim counts against the attempt budget (default `true`). A claim handed
+    /// back before its remote call was made ([`Self::gives_attempt_back`]) settles with `false`:
+    /// the store then raises `attempt_budget_base` by one (with an outcome only), so the claim
+    /// spends neither the budget nor a backoff step; `attempt_count` still counts it.
+    pub spends_attempt: bool,
 }
 
 impl Settlement {
@@ -541,6 +546,7 @@ impl Settlement {
             control_space: None,
             supersede: None,
             may_have_sent: true,
+            spends_attempt: true,
         }
     }
 
@@ -554,6 +560,7 @@ impl Settlement {
             control_space: None,
             supersede: None,
             may_have_sent: true,
+            spends_attempt: true,
         }
     }
 
@@ -561,6 +568,16 @@ impl Settlement {
     #[must_use]
     pub fn nothing_sent(mut self) -> Self {
         self.may_have_sent = false;
+        self
+    }
+
+    /// Marks this claim as one handed back before its remote call was made (the worker pool
+    /// shut down while it waited for a call slot): it provably sent nothing, and it gives its
+    /// attempt back to the budget ([`Self::spends_attempt`] `false`; issue 29).
+    #[must_use]
+    pub fn gives_attempt_back(mut self) -> Self {
+        self.may_have_sent = false;
+        self.spends_attempt = false;
         self
     }
 
@@ -574,6 +591,7 @@ impl Settlement {
             control_space: None,
             supersede: None,
             may_have_sent: true,
+            spends_attempt: true,
         }
     }
 
@@ -587,6 +605,7 @@ impl Settlement {
             control_space: None,
             supersede: None,
             may_have_sent: false,
+            spends_attempt: true,
         }
     }
 

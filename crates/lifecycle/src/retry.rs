@@ -1,7 +1,11 @@
 //! Backoff between attempts of a command.
 //!
 //! The default is the reference rule: `min(300 s, 2^min(attempt_count, 8) s)`, where
-//! `attempt_count` is the number of claims so far (so the first retry waits 2 s). Jitter is
+//! `attempt_count` is the number of claims so far (so the first retry waits 2 s). The saga passes
+//! the claims since the last operator retry
+//! ([`ClaimedCommand::attempts_in_budget`](crate::ClaimedCommand::attempts_in_budget)), so after an
+//! operator retry the backoff starts again from the shortest step (*deviation:* the reference
+//! has no operator retry; see docs/protocol.md, "Backoff"). Jitter is
 //! optional; the random draw is an argument so the rule stays deterministic. A remote
 //! `Retry-After` pushes the next attempt later, never earlier, and never more than
 //! [`DEFAULT_MAX_RETRY_AFTER`] (1 hour) later: a remote cannot park a command for years.
@@ -44,7 +48,8 @@ impl Default for RetryPolicy {
 }
 
 impl RetryPolicy {
-    /// Delay before the next attempt of a command claimed `attempt_count` times.
+    /// Delay before the next attempt of a command claimed `attempt_count` times (since its last
+    /// operator retry, as the saga counts them).
     ///
     /// `jitter_draw` is a uniform random number in `[0, 1)` supplied by the caller; with a
     /// jitter ratio `r` the delay is multiplied by `1 - r * jitter_draw`. `retry_after` (from

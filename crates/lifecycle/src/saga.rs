@@ -184,6 +184,10 @@ impl<'a> Step<'a> {
 
     /// Retry of the claimed command after the policy's delay (or `retry_after` if later).
     ///
+    /// The backoff step counts the claims since the last operator retry
+    /// ([`ClaimedCommand::attempts_in_budget`]), as the budget does: the first failure after an
+    /// operator retry waits the shortest step again, not the step its lifetime count reached.
+    ///
     /// When the retry spends the attempt budget ([`failure::spends_budget`]) and the command
     /// has been claimed [`RetryPolicy::max_attempts`] times since its budget began, it is
     /// dead-lettered instead: status `failed` with the same code and a message saying so.
@@ -193,9 +197,11 @@ impl<'a> Step<'a> {
         message: impl Into<String>,
         retry_after: Option<Duration>,
     ) -> Settlement {
-        let delay = self
-            .policy
-            .delay(self.command.attempt_count, self.jitter_draw, retry_after);
+        let delay = self.policy.delay(
+            self.command.attempts_in_budget(),
+            self.jitter_draw,
+            retry_after,
+        );
         let delay = chrono::Duration::from_std(delay).unwrap_or(chrono::Duration::MAX);
         let next = self
             .now
@@ -442,6 +448,7 @@ impl<'a> Step<'a> {
                         control_space: Some(cas),
                         supersede: None,
                         may_have_sent: true,
+                        spends_attempt: true,
                     }),
                 })
             }
@@ -573,7 +580,7 @@ impl<'a> Step<'a> {
     fn absence_unconfirmed(&self, quiet_from: DateTime<Utc>) -> Settlement {
         let backoff = self
             .policy
-            .delay(self.command.attempt_count, self.jitter_draw, None);
+            .delay(self.command.attempts_in_budget(), self.jitter_draw, None);
         let until_quiet = (quiet_from - self.now)
             .to_std()
             .unwrap_or(Duration::ZERO)

@@ -34,6 +34,7 @@ pub use model::{
     redact_url,
 };
 pub use raw::{RawConfig, RawRetention};
+pub use validate::{DELETION_ABSENCE_GRACE_MARGIN, smallest_deletion_absence_grace};
 
 /// Prefix of every environment variable read as a setting.
 pub const ENV_PREFIX: &str = "TENANTRY_";

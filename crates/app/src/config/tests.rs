@@ -149,6 +149,65 @@ fn lease_shorter_than_the_remote_deadline_needs_renewal() {
     ));
 }
 
+/// Issue 29: a provision request can be applied up to a whole call deadline after its attempt
+/// window closed, so the deletion's absence grace must cover the deadline plus the margin.
+#[test]
+fn deletion_absence_grace_must_cover_the_call_deadline_plus_a_margin() {
+    let table = [
+        // (grace seconds, deadline ms, accepted)
+        ("600", "150000", true),
+        ("151", "150000", true),
+        ("150", "150000", false),
+        ("0", "150000", false),
+        ("3", "1500", true),
+        ("2", "1500", false),
+        ("2", "1000", true),
+        ("7", "3000", true), // the chaos harness's settings
+    ];
+    for (grace, deadline, accepted) in table {
+        let env = env_of(&[
+            ("TENANTRY_DELETION_ABSENCE_GRACE_SECONDS", grace),
+            ("TENANTRY_KNOWLEDGE_FS_DEADLINE_MS", deadline),
+        ]);
+        let result = merge_env_and_validate(RawConfig::default(), "defaults", env);
+        assert_eq!(
+            result.is_ok(),
+            accepted,
+            "grace {grace} s, deadline {deadline} ms"
+        );
+    }
+    let env = env_of(&[
+        ("TENANTRY_DELETION_ABSENCE_GRACE_SECONDS", "30"),
+        ("TENANTRY_KNOWLEDGE_FS_DEADLINE_MS", "150000"),
+    ]);
+    let err = merge_env_and_validate(RawConfig::default(), "defaults", env).unwrap_err();
+    let message = err.to_string();
+    assert!(
+        matches!(
+            err,
+            ConfigError::Invalid {
+                setting: "deletion_absence_grace_seconds",
+                ..
+            }
+        ),
+        "{message}"
+    );
+    for needle in ["knowledge_fs_deadline_ms", "at least 151"] {
+        assert!(
+            message.contains(needle),
+            "{needle:?} missing from {message}"
+        );
+    }
+    assert_eq!(
+        smallest_deletion_absence_grace(Duration::from_millis(150_000)),
+        Duration::from_secs(151)
+    );
+    assert!(
+        Config::defaults().deletion_absence_grace
+            >= smallest_deletion_absence_grace(Config::defaults().knowledge_fs_deadline)
+    );
+}
+
 #[test]
 fn database_url_scheme_is_checked() {
     let env = env_of(&[("TENANTRY_DATABASE_URL", "mysql://x")]);

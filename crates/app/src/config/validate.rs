@@ -288,6 +288,18 @@ pub(super) fn validate(
             ),
         ));
     }
+    let smallest_grace =
+        smallest_deletion_absence_grace(Duration::from_millis(knowledge_fs_deadline));
+    if deletion_absence_grace < smallest_grace.as_secs() {
+        return Err(invalid(
+            "deletion_absence_grace_seconds",
+            format!(
+                "{deletion_absence_grace} s does not cover knowledge_fs_deadline_ms = {knowledge_fs_deadline} plus the {} s margin: a provision request sent just before its attempt window closed can be applied by KnowledgeFS up to a whole call deadline later, and a deletion must not complete on an absence seen before it lands; set deletion_absence_grace_seconds to at least {} or lower knowledge_fs_deadline_ms",
+                DELETION_ABSENCE_GRACE_MARGIN.as_secs(),
+                smallest_grace.as_secs()
+            ),
+        ));
+    }
     let knowledge_fs_max_concurrent_calls = in_range(
         "knowledge_fs_max_concurrent_calls",
         raw.knowledge_fs_max_concurrent_calls.unwrap_or(8) as u64,
@@ -543,6 +555,21 @@ fn validate_directory(
         event_limit: event_limit as u32,
         tls,
     }))
+}
+
+/// What `deletion_absence_grace_seconds` must cover beyond `knowledge_fs_deadline_ms`: 1 s.
+///
+/// An attempt window closes on the database's clock, while the call it covers runs on the
+/// worker's clock and starts a little after its last lease check; the margin absorbs that gap
+/// and the whole-second rounding of the setting (docs/protocol.md, "A deletion never orphans a
+/// remote space").
+pub const DELETION_ABSENCE_GRACE_MARGIN: Duration = Duration::from_secs(1);
+
+/// The smallest `deletion_absence_grace_seconds` accepted with a call deadline of `deadline`:
+/// the deadline rounded up to whole seconds, plus [`DELETION_ABSENCE_GRACE_MARGIN`].
+pub fn smallest_deletion_absence_grace(deadline: Duration) -> Duration {
+    let whole_seconds = deadline.as_secs() + u64::from(deadline.subsec_nanos() > 0);
+    Duration::from_secs(whole_seconds) + DELETION_ABSENCE_GRACE_MARGIN
 }
 
 /// Whole milliseconds of an engine default, saturating.

@@ -718,6 +718,7 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
                     None,
                 );
                 retry.may_have_sent = settlement.may_have_sent;
+                retry.spends_attempt = settlement.spends_attempt;
                 self.store_settle(&step.command.lease, &retry).await?;
                 Ok(retry)
             }
@@ -728,7 +729,9 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
     /// Hands the command back without calling the remote (the pool shut down while the
     /// dispatch waited for a remote-call slot): pending, due at once, nothing sent. Outside the
     /// attempt budget's dead-letter rule: the attempt never reached the remote, so it must not
-    /// be the one that gives the command up.
+    /// be the one that gives the command up; and it gives its attempt back
+    /// ([`Settlement::gives_attempt_back`]), so it spends neither the budget of later attempts
+    /// nor a backoff step.
     async fn hand_back(&self, step: &Step<'_>) -> Result<Settlement, DispatchError> {
         let now = self.store_now();
         let settlement = Settlement::retry(
@@ -738,7 +741,7 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
                 "the worker pool shut down before this attempt's remote call; nothing was sent",
             ),
         )
-        .nothing_sent();
+        .gives_attempt_back();
         self.settle(&step.at(now), settlement).await
     }
 

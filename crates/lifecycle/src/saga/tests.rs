@@ -829,6 +829,41 @@ fn the_attempt_budget_dead_letters_a_retry_but_not_a_progress_poll() {
     assert!(failed_code(&step(&retried).retry("KFS_UNAVAILABLE", "down", None)).is_some());
 }
 
+/// Issue 29: after an operator retry the backoff starts again from the shortest step; it
+/// counts the claims since the retry (`attempt_count - attempt_budget_base`), not the lifetime
+/// `attempt_count`.
+#[test]
+fn backoff_counts_from_the_last_operator_retry() {
+    // (attempt_count, attempt_budget_base, expected delay in seconds after `now` = at(10))
+    let table = [
+        (1, 0, 2),
+        (3, 0, 8),
+        (40, 0, 256),
+        (41, 40, 2),
+        (42, 40, 4),
+        (44, 40, 16),
+        (7, 5, 4),
+    ];
+    let policy = RetryPolicy {
+        max_attempts: 100,
+        ..POLICY
+    };
+    for (attempt_count, base, seconds) in table {
+        let mut cmd = command(Operation::Provision, attempt_count);
+        cmd.attempt_budget_base = base;
+        let step = Step {
+            policy: &policy,
+            ..step(&cmd)
+        };
+        let retry = step.retry("KFS_UNAVAILABLE", "down", None);
+        assert_eq!(
+            retry_code(&retry),
+            Some(("KFS_UNAVAILABLE", at(10 + seconds))),
+            "attempt_count {attempt_count}, budget base {base}"
+        );
+    }
+}
+
 #[test]
 fn revocation_of_a_deleting_or_deleted_space_is_moot() {
     let cmd = command(Operation::Revoke, 1);

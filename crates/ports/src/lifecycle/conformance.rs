@@ -113,6 +113,7 @@ macro_rules! lifecycle_store_conformance {
             settle_moot_closes_as_superseded,
             settle_many_dead_letters_beside_acks_and_retries,
             operator_retry_keeps_the_attempt_count_and_starts_a_fresh_budget,
+            a_claim_handed_back_unsent_gives_its_attempt_back,
             operator_abandon_closes_a_pending_or_failed_command,
             case_012_an_owning_delete_is_marked_deleted_not_abandoned,
             operator_actions_refuse_other_statuses_and_write_nothing,
@@ -1068,6 +1069,7 @@ pub async fn settle_without_outcome_keeps_the_lease<S: LifecycleStore>(
                 control_space: Some(cas),
                 supersede: None,
                 may_have_sent: true,
+                spends_attempt: true,
             },
         )
         .await

@@ -398,6 +398,9 @@ impl CommandQueue for InMemoryLifecycleStore {
             } else {
                 prior
             };
+            if !settlement.spends_attempt {
+                r.attempt_budget_base = r.attempt_budget_base.saturating_add(1);
+            }
             apply_outcome(r, outcome);
             let end = match outcome {
                 CommandOutcome::Retry { .. } => Some(AttemptEnd::Retry),

@@ -138,8 +138,12 @@ impl Plan {
                     cas.next.control_space_id.as_str(),
                 )
             });
-            let simple =
-                fast_allowed && settlement.outcome.is_some() && settlement.supersede.is_none();
+            // A claim that gives its attempt back (rare: a hand-back at shutdown) is settled
+            // one by one, by `settle_in`, the one statement that raises the budget base.
+            let simple = fast_allowed
+                && settlement.outcome.is_some()
+                && settlement.supersede.is_none()
+                && settlement.spends_attempt;
             let touched =
                 commands.contains(command) || space.is_some_and(|key| spaces.contains(&key));
             if simple && !touched {
@@ -646,6 +650,7 @@ mod tests {
             control_space: None,
             supersede: None,
             may_have_sent: true,
+            spends_attempt: true,
         };
         let supersede = Settlement::ack(at()).with_supersede(Supersede {
             command_id: CommandId::parse("e").unwrap(),

@@ -314,6 +314,13 @@ pub(crate) async fn settle_in<C: ConnectionTrait>(
             Expr::col(outbox::Column::PriorWindowEndsAt)
         };
         update = update.col_expr(outbox::Column::AttemptWindowEndsAt, window_end);
+        if !settlement.spends_attempt {
+            // A claim handed back before its call gives its attempt back (issue 29).
+            update = update.col_expr(
+                outbox::Column::AttemptBudgetBase,
+                sea_orm::sea_query::ExprTrait::add(Expr::col(outbox::Column::AttemptBudgetBase), 1),
+            );
+        }
     }
     update = match &settlement.outcome {
         Some(outcome) => {

@@ -206,6 +206,43 @@ async fn the_attempt_budget_dead_letters_and_an_operator_retry_renews_it() {
     assert_eq!(h.space("cs1").await.state, ControlSpaceState::Active);
 }
 
+/// Issue 29: after an operator retry the backoff starts again from the shortest step (2 s),
+/// not from the step the command's lifetime `attempt_count` reached (256 s after 8 claims).
+#[tokio::test]
+async fn after_an_operator_retry_the_backoff_starts_from_the_shortest_step() {
+    let h = with_max_attempts(harness(), 10);
+    let receipt = h.create("cs1").await;
+    for _ in 0..11 {
+        h.remote
+            .push_fault(RemoteCall::Provision, answered(503, "KFS_UNAVAILABLE"));
+    }
+    for i in 0..10 {
+        assert!(h.dispatch(t(i * 1_000), true).await.claimed);
+    }
+    let record = h.command(&receipt.command_id);
+    assert_eq!(
+        (record.status, record.attempt_count),
+        (CommandStatus::Failed, 10)
+    );
+
+    h.store
+        .act_on_command(&operator(
+            &receipt.command_id,
+            OperatorActionKind::Retry,
+            t(100_000),
+        ))
+        .await
+        .unwrap();
+    assert!(h.dispatch(t(100_000), true).await.claimed);
+    let record = h.command(&receipt.command_id);
+    assert_eq!(record.attempt_count, 11);
+    assert_eq!(
+        (record.status, record.next_attempt_at),
+        (CommandStatus::Pending, t(100_002)),
+        "the first failure after the operator retry waits the first backoff step"
+    );
+}
+
 #[tokio::test]
 async fn progress_polls_never_spend_the_budget() {
     let h = with_max_attempts(harness(), 2);

@@ -334,6 +334,7 @@ pub async fn settle_many_keeps_a_lease_without_outcome<S: LifecycleStore>(
                 control_space: Some(register),
                 supersede: None,
                 may_have_sent: true,
+                spends_attempt: true,
             },
         ),
         (other.lease.clone(), Settlement::ack(t(2))),

@@ -662,4 +662,52 @@ pub async fn case_012_an_owning_delete_is_marked_deleted_not_abandoned<
     assert_eq!(log.len(), 1);
     assert_eq!(log[0].action.kind, OperatorActionKind::MarkDeleted);
     assert_eq!(log[0].action.reason, "reason 2");
+
+/// Issue 29: a claim handed back before its remote call (`Settlement::gives_attempt_back`)
+/// raises `attempt_budget_base` by one, through `settle` and through `settle_many` (beside an
+/// ordinary ack), so it spends neither the budget nor a backoff step; `attempt_count` still
+/// counts every claim.
+pub async fn a_claim_handed_back_unsent_gives_its_attempt_back<S: LifecycleStore>(
+    store: S,
+    clock: ManualClock,
+) {
+    let id = enqueue(&store, &clock, "cs1", "k1", t(0)).await;
+    let hand_back = |at: i64| {
+        Settlement::retry(
+            t(at),
+            ErrorRecord::new(ErrorCode::ShutdownBeforeCall, "nothing was sent"),
+        )
+        .gives_attempt_back()
+    };
+    let first = claim_one(&store, &clock, "w1", t(1)).await;
+    assert_eq!(first.attempts_in_budget(), 1);
+    store.settle(&first.lease, &hand_back(1)).await.unwrap();
+    let row = record(&store, &id).await;
+    assert_eq!(
+        (row.status, row.attempt_count, row.attempt_budget_base),
+        (CommandStatus::Pending, 1, 1)
+    );
+
+    let second = claim_one(&store, &clock, "w1", t(2)).await;
+    assert_eq!((second.attempt_count, second.attempts_in_budget()), (2, 1));
+    enqueue(&store, &clock, "cs2", "k2", t(2)).await;
+    let other = claim_one(&store, &clock, "w2", t(2)).await;
+    let results = store
+        .settle_many(&[
+            (second.lease.clone(), hand_back(2)),
+            (other.lease.clone(), Settlement::ack(t(2))),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(results, vec![Ok(()), Ok(())]);
+    let row = record(&store, &id).await;
+    assert_eq!((row.attempt_count, row.attempt_budget_base), (2, 2));
+    assert_eq!(
+        record(&store, other.id()).await.attempt_budget_base,
+        0,
+        "an ack spends its attempt"
+    );
+
+    let third = claim_one(&store, &clock, "w1", t(3)).await;
+    assert_eq!((third.attempt_count, third.attempts_in_budget()), (3, 1));
 }
