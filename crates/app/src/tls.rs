@@ -22,7 +22,15 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use crate::config::AdminTls;
+/// TLS of the admin listener: the certificate chain and private key it presents (both PEM,
+/// read and checked at validation and again when `serve` binds).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AdminTls {
+    /// `tls_cert_file`: the certificate chain, leaf first.
+    pub cert_file: PathBuf,
+    /// `tls_key_file`: the private key (PKCS#8, PKCS#1 or SEC1).
+    pub key_file: PathBuf,
+}
 
 /// Longest time a client gets to complete its TLS handshake with the admin listener.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);

@@ -24,14 +24,14 @@ mod tests;
 
 use std::path::{Path, PathBuf};
 
+pub use crate::tls::AdminTls;
 pub use env::{
     CONNECTIONS_BESIDES_WORKERS, OTHER_VARIABLES, SETTINGS, UnknownVariable,
     merge_env_and_validate, unknown_variables,
 };
 pub use error::ConfigError;
 pub use model::{
-    AdminTls, Config, DirectorySettings, LogFormat, RetentionSettings, is_plain_http_off_loopback,
-    redact_url,
+    Config, DirectorySettings, LogFormat, RetentionSettings, is_plain_http_off_loopback, redact_url,
 };
 pub use raw::{RawConfig, RawRetention};
 pub use validate::{DELETION_ABSENCE_GRACE_MARGIN, smallest_deletion_absence_grace};

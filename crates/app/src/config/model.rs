@@ -2,7 +2,6 @@
 //! redaction for messages.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -10,6 +9,7 @@ use serde::Deserialize;
 use tenantry_remote_http::RemoteTls;
 
 use super::{ConfigError, RawConfig, merge_env_and_validate};
+use crate::tls::AdminTls;
 
 /// Log output format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -135,16 +135,6 @@ pub struct RetentionSettings {
     /// (1..=3650), `batch_size` default 500 (1..=10000), `cleared_fences_days` default 7
     /// (1..=3650)).
     pub policy: tenantry_ports::retention::RetentionPolicy,
-}
-
-/// TLS of the admin listener: the certificate chain and private key it presents (both PEM,
-/// read and checked at validation and again when `serve` binds).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AdminTls {
-    /// `tls_cert_file`: the certificate chain, leaf first.
-    pub cert_file: PathBuf,
-    /// `tls_key_file`: the private key (PKCS#8, PKCS#1 or SEC1).
-    pub key_file: PathBuf,
 }
 
 /// Settings of the directory projection (all `directory_*` settings).
