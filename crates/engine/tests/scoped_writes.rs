@@ -193,8 +193,9 @@ fn at(ms: i64) -> chrono::DateTime<chrono::Utc> {
     chrono::DateTime::from_timestamp_millis(ms).unwrap()
 }
 
+/// An empty store on a database clock at `NOW` and a runtime over it.
 fn fresh() -> (Arc<InMemoryHostStorage>, Writes) {
-    let storage = Arc::new(InMemoryHostStorage::new());
+    let (_db, storage) = store_at(NOW);
     let writes = runtime(&storage, &Arc::new(Gate::default()));
     (storage, writes)
 }
@@ -625,9 +626,10 @@ async fn fence_read_failure_fails_closed_and_is_retried() {
     let after = storage.calls();
     assert_eq!(
         (after.get - before.get, after.cas - before.cas),
-        (1, 2),
-        "a write to a released scope reads the installation's record, and takes and \
-         releases the claim by compare-and-set without reading the scope's record first"
+        (1, 3),
+        "a write to a released scope reads the installation's record, and takes, renews \
+         (before the host write) and releases the claim by compare-and-set without reading \
+         the scope's record first"
     );
     // A record another process left (here a fence) is not the tombstone: the claim's swap
     // fails, the record is read and decides (fail closed).
@@ -948,8 +950,9 @@ async fn cancellation_at_every_await_point_of_a_serialized_write() {
         let mut step = 0;
         while let Some((settled, log, value)) = cancel_write_at(step, fault).await {
             let parked = log[step].as_str();
-            // Cancelled before the host write was sent: nothing written, nothing fenced.
-            let sent = matches!(parked, "set" | "cas-release");
+            // Cancelled before the host write was started (before the claim's renewal, the
+            // first step of the write's own task): nothing written, nothing fenced.
+            let sent = matches!(parked, "cas-intent" | "set" | "cas-release");
             let fenced = sent && fault.is_some();
             assert_eq!(
                 settled.fenced_in_process, fenced,
@@ -1725,13 +1728,15 @@ async fn an_expired_claim_that_never_dispatched_is_taken_over_not_fenced() {
 #[tokio::test]
 async fn write_and_mutate_renew_the_claim_and_fail_with_claim_lost_once_it_was_taken() {
     let (db, storage) = store_at(NOW);
-    let writes = plain_runtime(&storage, clock_at(NOW), config());
+    let clock = clock_at(NOW);
+    let writes = plain_runtime(&storage, clock.clone(), config());
     let ran = Arc::new(AtomicUsize::new(0));
     let (storage_in_run, db_in_run, ran_in_run) = (storage.clone(), db.clone(), ran.clone());
     let r: Result<(), HostStorageError> = writes
         .run(&binding(), &kb("a"), FenceMode::Enforce, |ctx| async move {
             // Near its expiry, a write renews the claim on the database's clock.
             db_in_run.set(at(NOW + 170_000));
+            clock.advance(std::time::Duration::from_secs(170));
             ctx.write::<HostStorageError>("ke.data.v1.x", json!(1)).await.unwrap();
             assert_eq!(
                 stored_marker(&storage_in_run, &kb("a")).expires_at_ms,
