@@ -1146,7 +1146,10 @@ async fn listing_tells_intents_from_fences_and_a_young_intent_is_not_cleared() {
         ),
         "{err:?}"
     );
-    assert!(err.to_string().contains("can be cleared from then on"), "{err}");
+    assert!(
+        err.to_string().contains("can be cleared from then on"),
+        "{err}"
+    );
     assert!(stored_fence(&storage, &kb("a")), "nothing cleared");
     gate.open();
     assert_eq!(dispatching.await.unwrap().unwrap(), 7);
@@ -1503,7 +1506,10 @@ async fn a_process_whose_clock_is_minutes_off_neither_takes_over_nor_clears_a_li
         assert!(
             matches!(
                 &refused,
-                FenceAdminError::Refused(ClearRefused::IntentLive { remaining_ms: 180_000, .. })
+                FenceAdminError::Refused(ClearRefused::IntentLive {
+                    remaining_ms: 180_000,
+                    ..
+                })
             ),
             "skew {skew}: {refused:?}"
         );
@@ -1517,12 +1523,17 @@ async fn a_process_whose_clock_is_minutes_off_neither_takes_over_nor_clears_a_li
     let behind = plain_runtime(&storage, clock_at(NOW - TEN_MINUTES), config());
     let (storage_in_run, scope) = (storage.clone(), kb("b"));
     let r: Result<()> = behind
-        .run(&binding(), &kb("b"), FenceMode::Enforce, |_ctx| async move {
-            let claim = stored_marker(&storage_in_run, &scope);
-            assert_eq!(claim.fenced_at_ms, Some(NOW));
-            assert_eq!(claim.expires_at_ms, Some(NOW + 180_000));
-            Ok(())
-        })
+        .run(
+            &binding(),
+            &kb("b"),
+            FenceMode::Enforce,
+            |_ctx| async move {
+                let claim = stored_marker(&storage_in_run, &scope);
+                assert_eq!(claim.fenced_at_ms, Some(NOW));
+                assert_eq!(claim.expires_at_ms, Some(NOW + 180_000));
+                Ok(())
+            },
+        )
         .await;
     r.unwrap();
 }
@@ -1710,8 +1721,14 @@ async fn an_expired_claim_that_never_dispatched_is_taken_over_not_fenced() {
     db.set(at(NOW + 180_000));
     let restarted = plain_runtime(&storage, clock_at(NOW + 180_000), config());
     let counts = restarted.count_fences().await.unwrap();
-    assert_eq!(counts[&RecordKind::Fence], 1, "only the dispatched intent: {counts:?}");
-    write_value_on(&restarted, &kb("b"), json!(2)).await.unwrap();
+    assert_eq!(
+        counts[&RecordKind::Fence],
+        1,
+        "only the dispatched intent: {counts:?}"
+    );
+    write_value_on(&restarted, &kb("b"), json!(2))
+        .await
+        .unwrap();
     assert_eq!(
         storage.peek(&binding(), kb("b").fence_key().as_str()),
         Some(Ok(Value::Null)),
@@ -1737,7 +1754,9 @@ async fn write_and_mutate_renew_the_claim_and_fail_with_claim_lost_once_it_was_t
             // Near its expiry, a write renews the claim on the database's clock.
             db_in_run.set(at(NOW + 170_000));
             clock.advance(std::time::Duration::from_secs(170));
-            ctx.write::<HostStorageError>("ke.data.v1.x", json!(1)).await.unwrap();
+            ctx.write::<HostStorageError>("ke.data.v1.x", json!(1))
+                .await
+                .unwrap();
             assert_eq!(
                 stored_marker(&storage_in_run, &kb("a")).expires_at_ms,
                 Some(NOW + 170_000 + 180_000)
@@ -1745,8 +1764,13 @@ async fn write_and_mutate_renew_the_claim_and_fail_with_claim_lost_once_it_was_t
             // Another process takes the scope over (as after the claim lapsed).
             let other = FenceMarker::claim(&kb("a"), "write in progress", "other", NOW, NOW + 1);
             plant(&storage_in_run, &kb("a"), &other).await;
-            let lost = ctx.write::<HostStorageError>("ke.data.v1.x", json!(2)).await;
-            assert!(matches!(lost, Err(ScopedWriteError::ClaimLost { .. })), "{lost:?}");
+            let lost = ctx
+                .write::<HostStorageError>("ke.data.v1.x", json!(2))
+                .await;
+            assert!(
+                matches!(lost, Err(ScopedWriteError::ClaimLost { .. })),
+                "{lost:?}"
+            );
             assert!(lost.unwrap_err().to_string().contains("claim"));
             let ran = ran_in_run.clone();
             let mutated = ctx
@@ -1755,7 +1779,10 @@ async fn write_and_mutate_renew_the_claim_and_fail_with_claim_lost_once_it_was_t
                     Ok::<_, HostStorageError>(())
                 })
                 .await;
-            assert!(matches!(mutated, Err(ScopedWriteError::ClaimLost { .. })), "{mutated:?}");
+            assert!(
+                matches!(mutated, Err(ScopedWriteError::ClaimLost { .. })),
+                "{mutated:?}"
+            );
             Ok(())
         })
         .await;

@@ -183,7 +183,9 @@ impl HostStorage for SeaOrmHostStorage {
             .query_one_raw(Statement::from_string(backend, sql))
             .await
             .map_err(|e| unavailable("now", &e))?
-            .ok_or_else(|| HostStorageError::unavailable("now", "the clock query returned no row"))?;
+            .ok_or_else(|| {
+                HostStorageError::unavailable("now", "the clock query returned no row")
+            })?;
         row.try_get::<i64>("", "n")
             .map_err(|e| unavailable("now", &e))
     }

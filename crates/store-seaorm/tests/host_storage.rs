@@ -138,7 +138,10 @@ async fn now_ms_is_the_clock_that_stamps_writes() {
         .unwrap()
         .try_get::<i64>("", "n")
         .unwrap();
-    assert!(before <= stamped && stamped <= after, "{before} <= {stamped} <= {after}");
+    assert!(
+        before <= stamped && stamped <= after,
+        "{before} <= {stamped} <= {after}"
+    );
 
     let at = chrono::DateTime::from_timestamp_millis(1_700_000_000_123).unwrap();
     let manual = std::sync::Arc::new(tenantry_ports::clock::ManualClock::new(at));

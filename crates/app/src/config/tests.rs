@@ -44,7 +44,10 @@ fn fence_dispatch_deadline_is_its_own_setting() {
         (name == "TENANTRY_FENCE_DISPATCH_DEADLINE_MS").then(|| "0".to_owned())
     })
     .unwrap_err();
-    assert!(refused.to_string().contains("fence_dispatch_deadline_ms"), "{refused}");
+    assert!(
+        refused.to_string().contains("fence_dispatch_deadline_ms"),
+        "{refused}"
+    );
 }
 
 /// One source of truth: the service's lifecycle defaults are the engine's `Default`s, which

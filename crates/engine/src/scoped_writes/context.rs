@@ -170,7 +170,11 @@ impl<S: HostStorage + ?Sized + 'static> ScopeContext<S> {
     /// [`ScopedWriteError::IntentNotPersisted`] when storage failed (the scope is fenced in
     /// process: the intent may have been stored); [`ScopedWriteError::FenceStateUnavailable`]
     /// when the store's clock could not be read (nothing written).
-    async fn hold_claim<E>(&self, reason: &str, pass_through_sets: bool) -> Result<(), ScopedWriteError<E>> {
+    async fn hold_claim<E>(
+        &self,
+        reason: &str,
+        pass_through_sets: bool,
+    ) -> Result<(), ScopedWriteError<E>> {
         let (previous, lost) = {
             let slot = self.claim.slot();
             (slot.claim.clone(), slot.lost)
@@ -200,7 +204,10 @@ impl<S: HostStorage + ?Sized + 'static> ScopeContext<S> {
                     .await
             }
             // Passing through a fence (AllowFenced): the intent replaces it.
-            None => storage.set(&self.binding, key, &intent).await.map(|()| true),
+            None => storage
+                .set(&self.binding, key, &intent)
+                .await
+                .map(|()| true),
         };
         match stored {
             Ok(true) => {

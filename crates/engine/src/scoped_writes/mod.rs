@@ -329,7 +329,11 @@ impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
     /// # Errors
     /// [`HostStorageError`] when the store's clock cannot be read.
     async fn store_now(&self) -> Result<i64, HostStorageError> {
-        match self.inner.store_clock.estimate(self.inner.clock.monotonic()) {
+        match self
+            .inner
+            .store_clock
+            .estimate(self.inner.clock.monotonic())
+        {
             Some(now) => Ok(now),
             None => self.read_store_clock().await,
         }

@@ -74,6 +74,9 @@ mod tests {
         assert_eq!(clock.estimate(t0), Some(1_000));
         assert_eq!(clock.estimate(t0 + Duration::from_millis(999)), Some(1_999));
         assert_eq!(clock.estimate(t0 + REFRESH), None);
-        assert_eq!(clock.estimate_any_age(t0 + Duration::from_secs(60)), Some(61_000));
+        assert_eq!(
+            clock.estimate_any_age(t0 + Duration::from_secs(60)),
+            Some(61_000)
+        );
     }
 }
