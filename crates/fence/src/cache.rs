@@ -73,7 +73,9 @@ impl std::fmt::Display for RecordKind {
 pub struct FailureRecord {
     /// What went wrong, machine-readable: `outcome_unknown` (the mutation returned an error of
     /// unknown outcome), `panicked` (the mutation panicked), `reported` (the operation itself
-    /// reported an unknown outcome), `intent_expired` or `operator` (fenced on request).
+    /// reported an unknown outcome), `deadline_elapsed` (the dispatch did not settle within the
+    /// runtime's dispatch deadline), `intent_not_persisted`, `intent_expired` or `operator`
+    /// (fenced on request).
     pub kind: String,
     /// The error text or panic message.
     pub detail: String,
