@@ -15,19 +15,26 @@
 //!   read first: the claim swaps from the tombstone, and the record is read only if that
 //!   fails (the same decision; `docs/protocol.md`, "Claiming a released scope without reading
 //!   it");
-//! - cross-process claim: a run takes the scope's record by compare-and-set, writing a
-//!   write-ahead intent with this runtime's owner and an expiry past the dispatch deadline,
-//!   and releases it (JSON null, compare-and-set again) when it ends; a live intent of another
-//!   process is waited for (at most [`FenceConfig::claim_wait`], then
-//!   [`ScopedWriteError::ScopeBusy`]); an expired one counts as a fence. No database
-//!   transaction is held across the run;
+//! - cross-process claim: a run takes the scope's record by compare-and-set, writing a plain
+//!   claim (an intent with `"dispatched": false`) with this runtime's owner and an expiry past
+//!   the dispatch deadline, and releases it (JSON null, compare-and-set again) when it ends; a
+//!   live intent of another process is waited for (at most [`FenceConfig::claim_wait`], then
+//!   [`ScopedWriteError::ScopeBusy`]); an expired plain claim is taken over (nothing was sent
+//!   under it), an expired write-ahead intent counts as a fence. No database transaction is
+//!   held across the run;
+//! - one clock: records are stamped and judged on the store's clock
+//!   ([`HostStorage::now_ms`], the database's), read at most once a second and carried forward
+//!   on this runtime's monotonic clock (`store_clock`), never on the process's wall clock;
 //! - a write to a fenced scope (or to any scope of a binding whose installation scope is
 //!   fenced) fails closed with [`ScopedWriteError::Fenced`], unless the run is
 //!   [`FenceMode::AllowFenced`] (operator actions that delete or rebuild the fenced object);
-//! - [`ScopeContext::dispatch`] refreshes the intent (reason, expiry) before a remote mutation
-//!   goes out; after an unknown outcome or a panic it always writes the fence, recording the
-//!   failure's kind and detail; [`ScopeContext::mutate`] fences after a failure of unknown
-//!   outcome; [`ScopeContext::write`] does the same for one host-storage write;
+//! - [`ScopeContext::dispatch`], [`ScopeContext::mutate`] and [`ScopeContext::write`] first
+//!   renew the claim by compare-and-set as a write-ahead intent (reason, fresh expiry): the
+//!   proof that the run still holds it ([`ScopedWriteError::ClaimLost`] otherwise, nothing
+//!   sent). A dispatch is bounded by [`FenceConfig::dispatch_deadline`]; after an unknown
+//!   outcome, an elapsed deadline or a panic it always writes the fence, recording the
+//!   failure's kind and detail; `mutate` fences after a failure of unknown outcome; `write`
+//!   does the same for one host-storage write;
 //! - cancellation safety: once dispatched, a commit runs to completion in its own task, which
 //!   holds the scope lock until the commit and its fence bookkeeping settled; a caller whose
 //!   future is dropped simply stops waiting, and the claim is released after the last holder;
