@@ -47,8 +47,10 @@ pub enum RecordKind {
     /// fences: fail closed.
     Fence,
     /// A write-ahead intent: a process holds the scope's cross-process claim and may have a
-    /// dispatch in flight until `expires_at_ms`. Past its expiry the intent counts as a fence
-    /// (its holder vanished with the outcome unknown).
+    /// dispatch in flight until `expires_at_ms` (store clock). Past its expiry the intent
+    /// counts as a fence (its holder vanished with the outcome unknown), unless it is a plain
+    /// claim under which nothing was sent (`dispatched: false`), which the next write takes
+    /// over.
     Intent,
 }
 
