@@ -356,13 +356,14 @@ fn command_filter(args: &CommandsListArgs) -> Result<CommandFilter, String> {
     })
 }
 
-/// The CLI process's one scoped-writes runtime (it writes nothing else); intents may be
-/// cleared once older than `knowledge_fs_deadline`, the dispatch deadline of `serve`.
+/// The CLI process's one scoped-writes runtime (it writes nothing else), with the fence
+/// dispatch deadline of `serve` (`fence_dispatch_deadline_ms`). A clear is judged on the
+/// database's clock against the intent's own expiry.
 fn fence_admin(config: &Config, db: &Database) -> ScopedWrites<SeaOrmHostStorage> {
     ScopedWrites::with_config(
         Arc::new(SeaOrmHostStorage::new(db)),
         crate::service::system_clock(),
-        FenceConfig::with_deadline(config.knowledge_fs_deadline),
+        FenceConfig::with_deadline(config.fence_dispatch_deadline),
     )
 }
 

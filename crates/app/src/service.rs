@@ -299,7 +299,7 @@ impl Service {
         let scoped_writes = ScopedWrites::with_config(
             Arc::new(SeaOrmHostStorage::new(&db)),
             clock.clone(),
-            FenceConfig::with_deadline(config.knowledge_fs_deadline),
+            FenceConfig::with_deadline(config.fence_dispatch_deadline),
         );
         // The counts `/metrics` and the console share: at most one refresh a second.
         let counts = Arc::new(crate::counts::CountsCache::new(
@@ -382,7 +382,7 @@ impl Service {
     }
 
     /// The process's one scoped-writes runtime (host storage of this database, dispatch
-    /// deadline `knowledge_fs_deadline`): in-process writers must use this one, so their
+    /// deadline `fence_dispatch_deadline_ms`): in-process writers must use this one, so their
     /// scopes share locks with the admin API's fence clears.
     pub fn scoped_writes(&self) -> &ScopedWrites<SeaOrmHostStorage> {
         &self.scoped_writes

@@ -100,6 +100,9 @@ struct OneByOne(Arc<InMemoryHostStorage>);
 
 #[async_trait::async_trait]
 impl HostStorage for OneByOne {
+    async fn now_ms(&self) -> Result<i64, tenantry_ports::host_storage::HostStorageError> {
+        self.0.now_ms().await
+    }
     async fn keys(
         &self,
         binding: &Binding,
@@ -194,14 +197,18 @@ async fn fence_counts_read_all_records_at_once_and_match_the_listing() {
 
 /// An intent whose holder is gone past its expiry is a fence for the operator: listed as
 /// kind `fence` with failure `intent_expired`, and counted as a fence by the gauge (both the
-/// one-read count and the binding-by-binding count), by the runtime's clock.
+/// one-read count and the binding-by-binding count), by the store's clock.
 #[tokio::test]
 async fn an_intent_past_its_expiry_is_listed_and_counted_as_a_fence() {
     use chrono::TimeZone;
     use tenantry_ports::clock::ManualClock;
 
-    let storage = Arc::new(InMemoryHostStorage::new());
     let start_ms = 1_700_000_000_000;
+    let clock = Arc::new(ManualClock::new(
+        chrono::Utc.timestamp_millis_opt(start_ms).unwrap(),
+    ));
+    // The store's clock (the database's) is the one records are judged on.
+    let storage = Arc::new(InMemoryHostStorage::new().with_clock(clock.clone()));
     let scope = ScopeIdentity::object("kb-1");
     let intent = FenceMarker::intent(
         &scope,
@@ -218,9 +225,6 @@ async fn an_intent_past_its_expiry_is_listed_and_counted_as_a_fence() {
         )
         .await
         .unwrap();
-    let clock = Arc::new(ManualClock::new(
-        chrono::Utc.timestamp_millis_opt(start_ms).unwrap(),
-    ));
     let at_once = ScopedWrites::with_clock(storage.clone(), clock.clone());
     let one_by_one = ScopedWrites::with_clock(Arc::new(OneByOne(storage.clone())), clock.clone());
 

@@ -47,8 +47,10 @@ pub enum RecordKind {
     /// fences: fail closed.
     Fence,
     /// A write-ahead intent: a process holds the scope's cross-process claim and may have a
-    /// dispatch in flight until `expires_at_ms`. Past its expiry the intent counts as a fence
-    /// (its holder vanished with the outcome unknown).
+    /// dispatch in flight until `expires_at_ms` (store clock). Past its expiry the intent
+    /// counts as a fence (its holder vanished with the outcome unknown), unless it is a plain
+    /// claim under which nothing was sent (`dispatched: false`), which the next write takes
+    /// over.
     Intent,
 }
 
@@ -73,7 +75,9 @@ impl std::fmt::Display for RecordKind {
 pub struct FailureRecord {
     /// What went wrong, machine-readable: `outcome_unknown` (the mutation returned an error of
     /// unknown outcome), `panicked` (the mutation panicked), `reported` (the operation itself
-    /// reported an unknown outcome), `intent_expired` or `operator` (fenced on request).
+    /// reported an unknown outcome), `deadline_elapsed` (the dispatch did not settle within the
+    /// runtime's dispatch deadline), `intent_not_persisted`, `intent_expired` or `operator`
+    /// (fenced on request).
     pub kind: String,
     /// The error text or panic message.
     pub detail: String,
@@ -104,6 +108,22 @@ pub struct FenceMarker {
     /// The failure that fenced the scope; fences written by Tenantry since the record kinds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure: Option<FailureRecord>,
+    /// Whether the holder of an intent may have sent something under it: `false` only for a
+    /// run's plain claim ([`FenceMarker::claim`], stored as `"dispatched": false`), which a
+    /// process may take over once it expired (nothing was sent under it); absent (`true`)
+    /// for an intent written before a dispatch or a host write, and for every record written
+    /// before the field existed, which fail closed once expired.
+    #[serde(default = "yes", skip_serializing_if = "is_yes")]
+    pub dispatched: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+#[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if passes a reference
+fn is_yes(value: &bool) -> bool {
+    *value
 }
 
 fn fence_kind() -> RecordKind {
@@ -127,6 +147,7 @@ impl FenceMarker {
             owner: None,
             expires_at_ms: None,
             failure: None,
+            dispatched: true,
         }
     }
 
@@ -143,8 +164,25 @@ impl FenceMarker {
         }
     }
 
-    /// A write-ahead intent (the scope's cross-process claim) held by `owner` from `now_ms`
-    /// until `expires_at_ms`.
+    /// A run's plain claim on `scope`, held by `owner` from `now_ms` until `expires_at_ms`:
+    /// an intent under which nothing was sent yet (`dispatched: false`). Once expired, another
+    /// process takes it over instead of counting it as a fence ([`crate::record::classify`]).
+    pub fn claim(
+        scope: &ScopeIdentity,
+        reason: impl Into<String>,
+        owner: impl Into<String>,
+        now_ms: i64,
+        expires_at_ms: i64,
+    ) -> Self {
+        Self {
+            dispatched: false,
+            ..Self::intent(scope, reason, owner, now_ms, expires_at_ms)
+        }
+    }
+
+    /// A write-ahead intent held by `owner` from `now_ms` until `expires_at_ms`, written
+    /// before a dispatch (or a host write) goes out: once expired, its outcome is unknown and
+    /// it counts as a fence.
     pub fn intent(
         scope: &ScopeIdentity,
         reason: impl Into<String>,
@@ -180,6 +218,7 @@ impl FenceMarker {
                 owner: None,
                 expires_at_ms: None,
                 failure: None,
+                dispatched: true,
             });
         }
         serde_json::from_value(value.clone()).ok()
@@ -477,7 +516,14 @@ mod tests {
             json!({"scope": "kb-1", "reason": "upload", "fenced_at_ms": 5, "kind": "intent",
                    "owner": "host-1", "expires_at_ms": 200})
         );
-        for marker in [fence, intent] {
+        let claim = FenceMarker::claim(&scope, "write in progress", "host-1", 5, 200);
+        assert_eq!(
+            claim.to_value(),
+            json!({"scope": "kb-1", "reason": "write in progress", "fenced_at_ms": 5,
+                   "kind": "intent", "owner": "host-1", "expires_at_ms": 200,
+                   "dispatched": false})
+        );
+        for marker in [fence, intent, claim] {
             assert_eq!(FenceMarker::from_value(&marker.to_value()), Some(marker));
         }
         assert_eq!(
@@ -501,6 +547,7 @@ mod tests {
             owner: None,
             expires_at_ms: None,
             failure: None,
+            dispatched: true,
         };
         let cases = [
             (

@@ -1,18 +1,24 @@
 //! The scope record as a cross-process claim: how a stored record at a fence key blocks,
 //! admits or is taken over by a write, and when an operator may clear it.
 //!
-//! Every process on one database shares the records. Before writing a scope, a runtime reads
-//! the scope's record and the installation record and classifies each ([`classify`]):
-//! - absent or JSON null: free; the write takes the claim by compare-and-set (an intent with
-//!   its owner and an expiry past the dispatch deadline);
+//! Every process on one database shares the records, and every time they carry (`fenced_at_ms`,
+//! `expires_at_ms`) and every `now_ms` these rules take is read on one clock, the store's (the
+//! database's): a process whose own clock is off neither takes over nor clears a live record.
+//! Before writing a scope, a runtime reads the scope's record and the installation record and
+//! classifies each ([`classify`]):
+//! - absent or JSON null: free; the write takes the claim by compare-and-set (a plain claim,
+//!   [`FenceMarker::claim`], with its owner and an expiry past the dispatch deadline);
 //! - an intent of another owner that has not expired: held; the write waits for it;
 //! - an intent of this owner: left over by this process (a release that did not land); it is
 //!   taken over by compare-and-set;
-//! - a fence, an expired intent (its holder vanished while a dispatch's outcome is unknown),
-//!   or a record that cannot be read: fenced.
+//! - a plain claim of another owner past its expiry: nothing was sent under it (its run ended
+//!   or its process died before dispatching); it is taken over by compare-and-set;
+//! - a fence, a dispatched intent past its expiry (its holder vanished while a dispatch's
+//!   outcome is unknown), or a record that cannot be read: fenced.
 //!
-//! Clearing is refused for an intent younger than the dispatch deadline: its dispatch may
-//! still be in flight in another process ([`clear_refusal`]).
+//! Clearing is refused while an intent's own expiry is ahead (the writer's bound: its
+//! dispatch may still be in flight), whatever the clearing process's settings
+//! ([`clear_refusal`]).
 
 use serde_json::Value;
 
@@ -33,6 +39,12 @@ pub enum Holder {
     },
     /// An intent of this process left behind; take it over.
     Own,
+    /// A plain claim of another process past its expiry, under which nothing was sent (its
+    /// run ended or its process died before dispatching): take it over.
+    Lapsed {
+        /// The process that held it.
+        owner: String,
+    },
     /// A fence (or an expired intent, or an unreadable record): fail closed.
     Fenced,
 }
@@ -42,7 +54,7 @@ pub enum Holder {
 pub type StoredRecord<'a> = Option<Result<&'a Value, ()>>;
 
 /// Classifies the stored record `stored` for a write by `owner` at `now_ms` (Unix
-/// milliseconds).
+/// milliseconds, the store's clock).
 pub fn classify(stored: StoredRecord<'_>, owner: &str, now_ms: i64) -> Holder {
     let value = match stored {
         None | Some(Ok(Value::Null)) => return Holder::Free,
@@ -61,6 +73,8 @@ pub fn classify(stored: StoredRecord<'_>, owner: &str, now_ms: i64) -> Holder {
                     owner: holder,
                     expires_at_ms,
                 }
+            } else if !marker.dispatched {
+                Holder::Lapsed { owner: holder }
             } else {
                 Holder::Fenced
             }
@@ -69,14 +83,18 @@ pub fn classify(stored: StoredRecord<'_>, owner: &str, now_ms: i64) -> Holder {
     }
 }
 
-/// The kind a record with `marker` has for operators at `now_ms` (Unix milliseconds), by the
-/// rule [`classify`] applies for every other process: an intent is an intent only while it
-/// names its holder and its expiry (`expires_at_ms`) is still ahead; an intent past its expiry
-/// (its holder vanished with the outcome unknown) or without holder or expiry is a fence, and
-/// is shown and counted as one. A fence is a fence.
+/// The kind a record with `marker` has for operators at `now_ms` (Unix milliseconds, the
+/// store's clock), by the rule [`classify`] applies for every other process: an intent is an
+/// intent while it names its holder and its expiry (`expires_at_ms`) is still ahead, and a
+/// plain claim stays one past its expiry (nothing was sent under it: the next write takes it
+/// over, it is no fence to clear); a dispatched intent past its expiry (its holder vanished
+/// with the outcome unknown) or an intent without holder or expiry is a fence, and is shown
+/// and counted as one. A fence is a fence.
 pub fn kind_at(marker: &FenceMarker, now_ms: i64) -> RecordKind {
     match (marker.kind, &marker.owner, marker.expires_at_ms) {
-        (RecordKind::Intent, Some(_), Some(expires_at_ms)) if now_ms < expires_at_ms => {
+        (RecordKind::Intent, Some(_), Some(expires_at_ms))
+            if now_ms < expires_at_ms || !marker.dispatched =>
+        {
             RecordKind::Intent
         }
         _ => RecordKind::Fence,
@@ -85,16 +103,17 @@ pub fn kind_at(marker: &FenceMarker, now_ms: i64) -> RecordKind {
 
 /// The stored value of a scope's claim (a write-ahead intent of one owner, with one reason),
 /// built once and stamped per run: [`IntentTemplate::at`] equals
-/// `FenceMarker::intent(scope, reason, owner, now_ms, expires_at_ms).to_value()` without
+/// `FenceMarker::claim(scope, reason, owner, now_ms, expires_at_ms).to_value()` without
 /// serializing the marker again, so a runtime keeps one per scope and a claim costs a clone of
 /// a small JSON object.
 #[derive(Debug, Clone, PartialEq)]
 pub struct IntentTemplate(Value);
 
 impl IntentTemplate {
-    /// The template of `owner`'s intent on `scope`, labelled `reason`.
+    /// The template of `owner`'s plain claim on `scope` ([`FenceMarker::claim`]), labelled
+    /// `reason`.
     pub fn new(scope: &ScopeIdentity, reason: &str, owner: &str) -> Self {
-        Self(FenceMarker::intent(scope, reason, owner, 0, 0).to_value())
+        Self(FenceMarker::claim(scope, reason, owner, 0, 0).to_value())
     }
 
     /// The intent written at `now_ms`, expiring at `expires_at_ms` (Unix milliseconds).
@@ -160,8 +179,23 @@ const STAMPS: [&str; 2] = ["fenced_at_ms", "expires_at_ms"];
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ClearRefused {
-    /// The record is a write-ahead intent younger than the dispatch deadline: its dispatch
-    /// may still be in flight. Wait until it is `deadline_ms` old, then reconcile and clear.
+    /// The record is a write-ahead intent whose own expiry (the bound its writer set past
+    /// its dispatch deadline) is still ahead on the store's clock: its dispatch may still be
+    /// in flight. It can be cleared from `expires_at_ms` on.
+    #[error(
+        "the record is a write-ahead intent held by {owner} until {expires_at_ms} (Unix ms, database clock; {remaining_ms} ms from now): its dispatch may still be in flight; it can be cleared from then on, after reconciling with the remote"
+    )]
+    IntentLive {
+        /// The holding process.
+        owner: String,
+        /// When the intent lapses and may be cleared, Unix milliseconds (store clock).
+        expires_at_ms: i64,
+        /// How long until then, milliseconds.
+        remaining_ms: i64,
+    },
+    /// The record is a write-ahead intent without an expiry (written by an older version)
+    /// younger than the dispatch deadline: its dispatch may still be in flight. Wait until it
+    /// is `deadline_ms` old, then reconcile and clear.
     #[error(
         "the record is a write-ahead intent held by {owner} for {age_ms} ms, younger than the dispatch deadline of {deadline_ms} ms: its dispatch may still be in flight; wait until the deadline passed, reconcile with the remote, then clear"
     )]
@@ -175,12 +209,15 @@ pub enum ClearRefused {
     },
 }
 
-/// Whether clearing the record `marker` at `now_ms` must be refused, given the dispatch
-/// deadline `deadline_ms` (milliseconds). Only intents are ever refused; an intent without a
-/// timestamp cannot be aged and is clearable.
+/// Whether clearing the record `marker` at `now_ms` (Unix milliseconds, the store's clock)
+/// must be refused. Only intents are ever refused: one with an expiry while that expiry is
+/// ahead (the writer's own bound, whatever the clearing process's settings); one without an
+/// expiry (older versions) while it is younger than `deadline_ms` (milliseconds); one with
+/// neither expiry nor timestamp cannot be aged and is clearable.
 ///
 /// # Errors
-/// [`ClearRefused::IntentInFlight`] for an intent younger than the deadline.
+/// [`ClearRefused::IntentLive`] for an intent whose expiry is ahead,
+/// [`ClearRefused::IntentInFlight`] for an intent without expiry younger than the deadline.
 pub fn clear_refusal(
     marker: &FenceMarker,
     now_ms: i64,
@@ -189,13 +226,24 @@ pub fn clear_refusal(
     if marker.kind != RecordKind::Intent {
         return Ok(());
     }
+    let owner = || marker.owner.clone().unwrap_or_default();
+    if let Some(expires_at_ms) = marker.expires_at_ms {
+        if now_ms < expires_at_ms {
+            return Err(ClearRefused::IntentLive {
+                owner: owner(),
+                expires_at_ms,
+                remaining_ms: expires_at_ms.saturating_sub(now_ms),
+            });
+        }
+        return Ok(());
+    }
     let Some(at) = marker.fenced_at_ms else {
         return Ok(());
     };
     let age_ms = now_ms.saturating_sub(at);
     if age_ms < deadline_ms {
         return Err(ClearRefused::IntentInFlight {
-            owner: marker.owner.clone().unwrap_or_default(),
+            owner: owner(),
             age_ms,
             deadline_ms,
         });
@@ -218,6 +266,7 @@ mod tests {
         no_owner.owner = None;
         let mut no_expiry = intent.clone();
         no_expiry.expires_at_ms = None;
+        let claim = FenceMarker::claim(&scope, "write in progress", "other", 100, 200);
         let cases = [
             (&intent, 150, RecordKind::Intent),
             (&intent, 199, RecordKind::Intent),
@@ -226,6 +275,8 @@ mod tests {
             (&fence, 150, RecordKind::Fence),
             (&no_owner, 150, RecordKind::Fence),
             (&no_expiry, 150, RecordKind::Fence),
+            (&claim, 150, RecordKind::Intent),
+            (&claim, 10_000, RecordKind::Intent),
         ];
         for (marker, now_ms, expected) in cases {
             assert_eq!(kind_at(marker, now_ms), expected, "{marker:?} at {now_ms}");
@@ -239,7 +290,8 @@ mod tests {
         let own = FenceMarker::intent(&scope, "upload", "me", 100, 200).to_value();
         let fence = FenceMarker::new(&scope, "lost", 100).to_value();
         let no_owner = json!({"reason": "r", "kind": "intent"});
-        let cases: [(StoredRecord<'_>, i64, Holder); 9] = [
+        let claim = FenceMarker::claim(&scope, "write in progress", "other", 100, 200).to_value();
+        let cases: [(StoredRecord<'_>, i64, Holder); 12] = [
             (None, 150, Holder::Free),
             (Some(Ok(&Value::Null)), 150, Holder::Free),
             (Some(Err(())), 150, Holder::Fenced),
@@ -253,6 +305,22 @@ mod tests {
                 },
             ),
             (Some(Ok(&intent)), 200, Holder::Fenced),
+            (
+                Some(Ok(&claim)),
+                199,
+                Holder::Claimed {
+                    owner: "other".into(),
+                    expires_at_ms: 200,
+                },
+            ),
+            (
+                Some(Ok(&claim)),
+                200,
+                Holder::Lapsed {
+                    owner: "other".into(),
+                },
+            ),
+            (Some(Ok(&own)), 100, Holder::Own),
             (Some(Ok(&own)), 500, Holder::Own),
             (Some(Ok(&no_owner)), 150, Holder::Fenced),
             (
@@ -273,7 +341,7 @@ mod tests {
             for (now, expires) in [(0, 0), (1_700_000_000_123, 1_700_000_150_123), (-5, 7)] {
                 assert_eq!(
                     template.at(now, expires),
-                    FenceMarker::intent(&scope, "write in progress", "host-a", now, expires)
+                    FenceMarker::claim(&scope, "write in progress", "host-a", now, expires)
                         .to_value(),
                     "{scope} at {now}"
                 );
@@ -286,7 +354,7 @@ mod tests {
         let scope = ScopeIdentity::object("kb-1");
         let template = IntentTemplate::new(&scope, "write in progress", "host-a");
         let marker = |reason: &str, now, expires| {
-            FenceMarker::intent(&scope, reason, "host-a", now, expires).to_value()
+            FenceMarker::claim(&scope, reason, "host-a", now, expires).to_value()
         };
         let spares = [
             Some(template.at(1, 2)),
@@ -308,9 +376,10 @@ mod tests {
     }
 
     #[test]
-    fn clearing_a_young_intent_is_refused() {
+    fn clearing_a_young_intent_without_expiry_is_refused() {
         let scope = ScopeIdentity::object("kb-1");
-        let intent = FenceMarker::intent(&scope, "upload", "host-a", 1_000, 100_000);
+        let mut intent = FenceMarker::intent(&scope, "upload", "host-a", 1_000, 100_000);
+        intent.expires_at_ms = None;
         assert_eq!(
             clear_refusal(&intent, 1_000 + 149_999, 150_000),
             Err(ClearRefused::IntentInFlight {
@@ -322,5 +391,26 @@ mod tests {
         assert_eq!(clear_refusal(&intent, 1_000 + 150_000, 150_000), Ok(()));
         let fence = FenceMarker::new(&scope, "lost", 1_000);
         assert_eq!(clear_refusal(&fence, 1_001, 150_000), Ok(()));
+    }
+
+    /// The writer's own bound decides, whatever deadline the clearing process has: a process
+    /// configured with a 1 s deadline cannot clear an intent whose expiry is 180 s out.
+    #[test]
+    fn clearing_an_intent_before_its_own_expiry_is_refused() {
+        let scope = ScopeIdentity::object("kb-1");
+        let intent = FenceMarker::intent(&scope, "upload", "host-a", 1_000, 181_000);
+        for deadline_ms in [0, 1_000, 150_000, 1_000_000] {
+            let refused = clear_refusal(&intent, 151_000, deadline_ms).unwrap_err();
+            assert_eq!(
+                refused,
+                ClearRefused::IntentLive {
+                    owner: "host-a".into(),
+                    expires_at_ms: 181_000,
+                    remaining_ms: 30_000
+                }
+            );
+            assert!(refused.to_string().contains("181000"), "{refused}");
+            assert_eq!(clear_refusal(&intent, 181_000, deadline_ms), Ok(()));
+        }
     }
 }

@@ -30,7 +30,9 @@ pub use id::{
     ProvisioningKey, TenantId,
 };
 pub use lease::{LeaseEpoch, LeaseOwner};
-pub use outcome::{BodyRead, DispatchFailure, DispatchOutcome, TransportObservation};
+pub use outcome::{
+    BodyRead, DispatchFailure, DispatchOutcome, TransportObservation, gateway_may_have_applied,
+};
 
 /// The README's examples, compiled and run by `cargo test --doc`.
 #[cfg(doctest)]

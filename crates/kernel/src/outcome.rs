@@ -53,6 +53,18 @@ impl DispatchOutcome {
         matches!(self, Self::OutcomeUnknown)
     }
 
+    /// The outcome of a complete HTTP answer with `status`; `remote_error` says whether its
+    /// body is the remote's own error (read in the remote's error format). Outcome unknown when
+    /// a gateway may have answered while the request goes on ([`gateway_may_have_applied`]),
+    /// answered with the status otherwise.
+    pub fn of_answer(status: u16, remote_error: bool) -> Self {
+        if gateway_may_have_applied(status, remote_error) {
+            Self::OutcomeUnknown
+        } else {
+            Self::answered(status)
+        }
+    }
+
     /// The HTTP status of an answer, when the outcome is [`DispatchOutcome::Answered`] with a
     /// known status; `None` otherwise.
     pub fn status(self) -> Option<u16> {
@@ -75,6 +87,21 @@ impl fmt::Display for DispatchOutcome {
             Self::OutcomeUnknown => f.write_str("outcome unknown"),
         }
     }
+}
+
+/// Whether an HTTP answer with `status` may have left its request applied although it reports
+/// a failure: a `502`, `503` or `504` whose body is not the remote's own error (`remote_error`
+/// false: a gateway's page, an empty body, anything the remote's error format does not read)
+/// was written by a gateway in front of the remote (a proxy or load balancer that passed the
+/// request on, then gave up waiting or lost the upstream connection) while the remote may go
+/// on with the request. The remote's own `503` (its error body) is its answer.
+///
+/// The one rule for every mechanism (issue 29): a fenced write treats such an answer as an
+/// unknown outcome and fences ([`DispatchOutcome::of_answer`], applied by
+/// `tenantry_remote_http::outcome::Answer::outcome`); the lifecycle counts it as possibly
+/// sent.
+pub fn gateway_may_have_applied(status: u16, remote_error: bool) -> bool {
+    matches!(status, 502..=504) && !remote_error
 }
 
 /// An error that knows the dispatch outcome of the call that produced it. The scoped-writes
@@ -164,6 +191,34 @@ impl TransportObservation {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_gateway_5xx_without_the_remotes_own_error_may_have_applied() {
+        let cases = [
+            (502, false, DispatchOutcome::OutcomeUnknown),
+            (503, false, DispatchOutcome::OutcomeUnknown),
+            (504, false, DispatchOutcome::OutcomeUnknown),
+            (502, true, DispatchOutcome::answered(502)),
+            (503, true, DispatchOutcome::answered(503)),
+            (504, true, DispatchOutcome::answered(504)),
+            (500, false, DispatchOutcome::answered(500)),
+            (429, false, DispatchOutcome::answered(429)),
+            (409, false, DispatchOutcome::answered(409)),
+            (200, false, DispatchOutcome::answered(200)),
+        ];
+        for (status, remote_error, expected) in cases {
+            assert_eq!(
+                DispatchOutcome::of_answer(status, remote_error),
+                expected,
+                "{status} {remote_error}"
+            );
+            assert_eq!(
+                gateway_may_have_applied(status, remote_error),
+                expected.is_unknown(),
+                "{status} {remote_error}"
+            );
+        }
+    }
 
     #[test]
     fn dispatch_outcome_classification() {

@@ -17,6 +17,9 @@
 //!   a tombstone, or a value compared as a JSON value: the same value spelled otherwise, with
 //!   its keys in another order or other whitespace, is equal), atomically against every other
 //!   writer on the same database; it is how processes take a scope's claim;
+//! - `now_ms` reads the store's clock (the database's for the SQL adapter, the one that stamps
+//!   `updated_at`; a fake's own clock): the one clock every fence record's age and expiry is
+//!   judged on, so a process whose clock is off neither takes over nor clears a live record;
 //! - `get_now` / `compare_and_set_now` answer exactly like `get` / `compare_and_set` when the
 //!   adapter can answer without waiting (an in-memory store), and say `None` (nothing done)
 //!   when it cannot; the default says `None`, so an adapter that does I/O simply leaves them.
@@ -81,6 +84,15 @@ pub trait HostStorage: Send + Sync {
         value: &'v Value,
     ) -> Result<bool, HostStorageError>;
 
+    /// The store's clock now, Unix milliseconds: the database's clock for an SQL adapter
+    /// (`statement_timestamp()` on PostgreSQL, `unixepoch('subsec')` on SQLite: the clock that
+    /// stamps `updated_at`), a fake's own clock. Fence records are stamped and judged on it
+    /// (claim and intent expiries, clear refusals), never on a process's wall clock.
+    ///
+    /// # Errors
+    /// [`HostStorageError::Storage`] when the backend cannot answer.
+    async fn now_ms(&self) -> Result<i64, HostStorageError>;
+
     /// [`get`](Self::get) answered without waiting, the value shared (`Arc`) rather than
     /// copied: `Some(answer)` is exactly what `get` would answer now; `None` means the adapter
     /// cannot answer without waiting (I/O), read nothing, and the caller awaits `get` instead.
@@ -132,6 +144,7 @@ mockall::mock! {
 
     #[async_trait]
     impl HostStorage for HostStorage {
+        async fn now_ms(&self) -> Result<i64, HostStorageError>;
         async fn keys(&self, binding: &Binding) -> Result<Vec<String>, HostStorageError>;
         async fn get(
             &self,

@@ -8,7 +8,11 @@
 //!   expired or wrong-name server certificate, a refused client certificate) and requests that
 //!   could not be built: not dispatched (the request was never written);
 //! - a status line plus a completely read body, whatever the status (including 3xx, since
-//!   mutation clients follow no redirects, and 4xx/5xx): answered, with the status;
+//!   mutation clients follow no redirects, and 4xx/5xx): answered, with the status — except a
+//!   `502`, `503` or `504` whose body the caller has not read as the remote's own error: a
+//!   gateway may have answered while the request goes on, so the outcome is unknown
+//!   ([`Answer::outcome`], [`Answer::outcome_given`]; the rule is the kernel's
+//!   [`tenantry_kernel::outcome::gateway_may_have_applied`]);
 //! - a timeout after the connection was made, a connection lost after sending, a body that
 //!   stalls, breaks or does not decode, or any error not recognised here: outcome unknown.
 
@@ -82,8 +86,9 @@ pub fn classify_error(error: &reqwest::Error) -> DispatchOutcome {
 }
 
 /// The dispatch outcome of a finished `send()`: for a response, whether its body could be read
-/// completely (consuming it). Returns the outcome (answered with the HTTP status) and, when
-/// answered, the answer.
+/// completely (consuming it). Returns the outcome ([`Answer::outcome`]: answered with the HTTP
+/// status, or unknown for a `502`/`503`/`504` a gateway may have written) and, when a complete
+/// answer came, the answer.
 pub async fn classify(
     result: Result<Response, reqwest::Error>,
 ) -> (DispatchOutcome, Option<Answer>) {
@@ -105,9 +110,21 @@ pub struct Answer {
 }
 
 impl Answer {
-    /// The dispatch outcome of this answer: [`DispatchOutcome::Answered`] with its status.
+    /// The dispatch outcome of this answer for a caller that has not read its body as the
+    /// remote's own error: [`DispatchOutcome::Answered`] with its status, except a `502`,
+    /// `503` or `504`, which a gateway may have written while the request goes on behind it:
+    /// outcome unknown (a fenced write fences). A caller that reads its remote's error format
+    /// says what it found with [`Self::outcome_given`].
     pub fn outcome(&self) -> DispatchOutcome {
-        DispatchOutcome::answered(self.status.as_u16())
+        self.outcome_given(false)
+    }
+
+    /// The dispatch outcome of this answer when `remote_error` says whether its body is the
+    /// remote's own error: [`DispatchOutcome::of_answer`] (a `502`/`503`/`504` is an answer only
+    /// with the remote's own error; the kernel's
+    /// [`gateway_may_have_applied`](tenantry_kernel::outcome::gateway_may_have_applied)).
+    pub fn outcome_given(&self, remote_error: bool) -> DispatchOutcome {
+        DispatchOutcome::of_answer(self.status.as_u16(), remote_error)
     }
 
     /// Decodes the body as JSON.

@@ -233,8 +233,42 @@ async fn retry_after_is_kept_with_the_answer() {
     ))
     .await;
     let (outcome, answer) = classify(post(&server.url, PROMPT_DEADLINE).await).await;
-    assert_eq!(outcome, DispatchOutcome::answered(503));
-    assert_eq!(answer.unwrap().retry_after.as_deref(), Some("7"));
+    // Nobody read the body as the remote's own error: a gateway may have answered.
+    assert_eq!(outcome, DispatchOutcome::OutcomeUnknown);
+    let answer = answer.unwrap();
+    assert_eq!(answer.retry_after.as_deref(), Some("7"));
+    assert_eq!(answer.outcome_given(true), DispatchOutcome::answered(503));
+}
+
+/// Issue 29: a gateway's 502/503/504 (its own page, not the remote's error) may have left the
+/// request applied behind it: for a fenced write the outcome is unknown, and the scope fences.
+#[tokio::test]
+async fn a_gateway_5xx_page_is_outcome_unknown_unless_the_body_is_the_remotes_error() {
+    for (status, reason) in [
+        (502, "Bad Gateway"),
+        (503, "Service Unavailable"),
+        (504, "Gateway Timeout"),
+    ] {
+        let body = "<html>upstream timed out</html>";
+        let raw: &'static str = Box::leak(
+            format!(
+                "HTTP/1.1 {status} {reason}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            )
+            .into_boxed_str(),
+        );
+        let server = serve(Behaviour::Answer(raw)).await;
+        let (outcome, answer) = classify(post(&server.url, PROMPT_DEADLINE).await).await;
+        assert_eq!(outcome, DispatchOutcome::OutcomeUnknown, "{status}");
+        let answer = answer.unwrap();
+        assert_eq!(answer.status, status);
+        assert_eq!(answer.outcome(), DispatchOutcome::OutcomeUnknown);
+        assert_eq!(
+            answer.outcome_given(true),
+            DispatchOutcome::answered(status),
+            "the remote's own error is its answer"
+        );
+    }
 }
 
 #[tokio::test]

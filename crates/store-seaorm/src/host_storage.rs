@@ -171,6 +171,25 @@ impl SeaOrmHostStorage {
 
 #[async_trait]
 impl HostStorage for SeaOrmHostStorage {
+    /// The database's clock (or the override's reading), the one `updated_at` is stamped on.
+    async fn now_ms(&self) -> Result<i64, HostStorageError> {
+        let backend = match self.backend {
+            Backend::Postgres => DbBackend::Postgres,
+            Backend::Sqlite => DbBackend::Sqlite,
+        };
+        let sql = format!("SELECT {} AS n", self.now_sql());
+        let row = self
+            .conn
+            .query_one_raw(Statement::from_string(backend, sql))
+            .await
+            .map_err(|e| unavailable("now", &e))?
+            .ok_or_else(|| {
+                HostStorageError::unavailable("now", "the clock query returned no row")
+            })?;
+        row.try_get::<i64>("", "n")
+            .map_err(|e| unavailable("now", &e))
+    }
+
     async fn keys(&self, binding: &Binding) -> Result<Vec<String>, HostStorageError> {
         let mut keys: Vec<String> = entity::Entity::find()
             .select_only()

@@ -112,3 +112,39 @@ async fn closed_pool_is_unavailable() {
         })
     ));
 }
+
+/// `now_ms` is the clock that stamps `updated_at`: the database's (a write between two
+/// readings is stamped between them), or the override's reading.
+#[tokio::test]
+async fn now_ms_is_the_clock_that_stamps_writes() {
+    let db = fresh_database().await;
+    let storage = SeaOrmHostStorage::new(&db.db);
+    let b = Binding::parse("inst").unwrap();
+    let before = storage.now_ms().await.unwrap();
+    storage
+        .set(&b, "ke.fence.v1.x", &serde_json::json!(1))
+        .await
+        .unwrap();
+    let after = storage.now_ms().await.unwrap();
+    let stamped = db
+        .db
+        .conn
+        .query_one_raw(Statement::from_string(
+            db.db.conn.get_database_backend(),
+            "SELECT updated_at AS n FROM tenantry_host_storage".to_owned(),
+        ))
+        .await
+        .unwrap()
+        .unwrap()
+        .try_get::<i64>("", "n")
+        .unwrap();
+    assert!(
+        before <= stamped && stamped <= after,
+        "{before} <= {stamped} <= {after}"
+    );
+
+    let at = chrono::DateTime::from_timestamp_millis(1_700_000_000_123).unwrap();
+    let manual = std::sync::Arc::new(tenantry_ports::clock::ManualClock::new(at));
+    let overridden = SeaOrmHostStorage::new(&db.db).with_clock(manual);
+    assert_eq!(overridden.now_ms().await.unwrap(), 1_700_000_000_123);
+}

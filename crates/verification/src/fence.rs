@@ -314,7 +314,7 @@ impl Model for FenceProtocol {
                     other => other,
                 };
                 match holder {
-                    Holder::Free | Holder::Own => {
+                    Holder::Free | Holder::Own | Holder::Lapsed { .. } => {
                         if self.bug != FenceBug::DispatchWithoutIntent {
                             s.stored = ScopeRecord::Intent {
                                 owner,

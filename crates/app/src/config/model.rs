@@ -92,6 +92,11 @@ pub struct Config {
     pub knowledge_fs_deadline: Duration,
     /// `knowledge_fs_max_concurrent_calls`: calls in flight at once (1..=1024, default 8).
     pub knowledge_fs_max_concurrent_calls: usize,
+    /// `fence_dispatch_deadline_ms`: the fence runtime's own bound on one dispatched mutation
+    /// (1..=3600000 ms, default 150000). A dispatch that has not settled by then has an
+    /// unknown outcome and fences its scope; its intent expires this plus 30 s after it was
+    /// written (database clock), and cannot be cleared before.
+    pub fence_dispatch_deadline: Duration,
     /// TLS of KnowledgeFS calls: `knowledge_fs_ca_file` (a PEM CA bundle trusted besides the
     /// platform's roots), `knowledge_fs_client_cert_file` and `knowledge_fs_client_key_file`
     /// (PEM, mutual TLS; both or neither). Each file was read and checked at validation.
@@ -213,6 +218,7 @@ impl std::fmt::Debug for Config {
                 "knowledge_fs_max_concurrent_calls",
                 &self.knowledge_fs_max_concurrent_calls,
             )
+            .field("fence_dispatch_deadline", &self.fence_dispatch_deadline)
             .field("knowledge_fs_tls", &self.knowledge_fs_tls)
             .field("allow_plain_http", &self.allow_plain_http)
             .field("admin_tls", &self.admin_tls)

@@ -50,6 +50,8 @@ pub struct RawConfig {
     pub knowledge_fs_deadline_ms: Option<u64>,
     /// See [`Config::knowledge_fs_max_concurrent_calls`](super::Config::knowledge_fs_max_concurrent_calls).
     pub knowledge_fs_max_concurrent_calls: Option<usize>,
+    /// See [`Config::fence_dispatch_deadline`](super::Config::fence_dispatch_deadline).
+    pub fence_dispatch_deadline_ms: Option<u64>,
     /// `knowledge_fs_ca_file`: see [`Config::knowledge_fs_tls`](super::Config::knowledge_fs_tls).
     pub knowledge_fs_ca_file: Option<String>,
     /// `knowledge_fs_client_cert_file`: see [`Config::knowledge_fs_tls`](super::Config::knowledge_fs_tls).

@@ -27,6 +27,27 @@ fn defaults_are_valid_and_documented() {
     assert_eq!(config.claim_batch, 16);
     assert_eq!(config.deletion_absence_grace, Duration::from_secs(600));
     assert_eq!(config.max_attempts, 50);
+    assert_eq!(config.fence_dispatch_deadline, Duration::from_secs(150));
+}
+
+/// The fence runtime has its own dispatch deadline, read from its own setting and not from
+/// `knowledge_fs_deadline_ms`.
+#[test]
+fn fence_dispatch_deadline_is_its_own_setting() {
+    let config = merge_env_and_validate(RawConfig::default(), "test", |name| {
+        (name == "TENANTRY_FENCE_DISPATCH_DEADLINE_MS").then(|| "2500".to_owned())
+    })
+    .unwrap();
+    assert_eq!(config.fence_dispatch_deadline, Duration::from_millis(2500));
+    assert_eq!(config.knowledge_fs_deadline, Duration::from_secs(150));
+    let refused = merge_env_and_validate(RawConfig::default(), "test", |name| {
+        (name == "TENANTRY_FENCE_DISPATCH_DEADLINE_MS").then(|| "0".to_owned())
+    })
+    .unwrap_err();
+    assert!(
+        refused.to_string().contains("fence_dispatch_deadline_ms"),
+        "{refused}"
+    );
 }
 
 /// One source of truth: the service's lifecycle defaults are the engine's `Default`s, which

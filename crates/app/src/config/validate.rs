@@ -279,6 +279,12 @@ pub(super) fn validate(
         1,
         3_600_000,
     )?;
+    let fence_dispatch_deadline = in_range(
+        "fence_dispatch_deadline_ms",
+        raw.fence_dispatch_deadline_ms.unwrap_or(150_000),
+        1,
+        3_600_000,
+    )?;
     let lease_ms = lease * 1000;
     if !lease_renewal && lease_ms <= knowledge_fs_deadline {
         return Err(invalid(
@@ -357,6 +363,7 @@ pub(super) fn validate(
         knowledge_fs_token: raw.knowledge_fs_token.filter(|t| !t.is_empty()),
         knowledge_fs_deadline: Duration::from_millis(knowledge_fs_deadline),
         knowledge_fs_max_concurrent_calls: knowledge_fs_max_concurrent_calls as usize,
+        fence_dispatch_deadline: Duration::from_millis(fence_dispatch_deadline),
         knowledge_fs_tls,
         allow_plain_http,
         admin_tls,

@@ -6,8 +6,9 @@
 //! A clear takes the same per-(binding, scope) lock as the writers of the runtime it runs on,
 //! so in one process it can never interleave with a dispatch in flight; it then reads the
 //! stored record and swaps it for a JSON null tombstone by compare-and-set. Across processes
-//! the record itself decides: an intent younger than the dispatch deadline is refused
-//! ([`tenantry_fence::clear_refusal`]), because its dispatch may still be in flight elsewhere.
+//! the record itself decides, on the store's (the database's) clock: an intent whose own
+//! expiry is ahead is refused ([`tenantry_fence::clear_refusal`]), because its dispatch may
+//! still be in flight elsewhere, whatever this process's settings or clock.
 //!
 //! Idempotent clears keep a receipt in host storage beside the fence, under
 //! `ke.fence-clear.v1.` + SHA-256 hex of the idempotency key, in the cleared binding:
@@ -128,7 +129,7 @@ pub struct FenceView {
     pub key: String,
     /// `fence` (a mutation's outcome is unknown; reconcile, then clear) or `intent` (a write
     /// holds the scope and a dispatch may be in flight; it goes away by itself, and may only
-    /// be cleared once older than the dispatch deadline). An intent past its expiry is a
+    /// be cleared once its own expiry passed). A dispatched intent past its expiry is a
     /// `fence` (its holder is gone; `failure_kind` `intent_expired`).
     #[cfg_attr(feature = "openapi", schema(value_type = String))]
     pub kind: RecordKind,
@@ -190,8 +191,9 @@ impl From<BindingFence> for FenceView {
 
 impl<S: HostStorage + HostStorageBindings + ?Sized + 'static> ScopedWrites<S> {
     /// A runtime of its own over `storage`, for a process that administers fences and writes
-    /// nothing else (the CLI): the system clock, and intents clearable once older than
-    /// `dispatch_deadline` (the dispatch deadline of the service whose fences these are).
+    /// nothing else (the CLI): the system clock (records are judged on the database's
+    /// clock all the same); `dispatch_deadline` (the fence dispatch deadline of the service
+    /// whose fences these are) only ages intents written without an expiry.
     /// A service administers fences through its one runtime instead, so a clear takes the
     /// same scope locks as its writers.
     pub fn for_fence_admin(storage: Arc<S>, dispatch_deadline: Duration) -> Self {
@@ -237,7 +239,7 @@ impl<S: HostStorage + HostStorageBindings + ?Sized + 'static> ScopedWrites<S> {
             }
             return Ok(counts);
         };
-        let now_ms = self.now_ms();
+        let now_ms = self.read_store_clock().await?;
         let mut kinds: BTreeMap<(Binding, FenceKey), RecordKind> = BTreeMap::new();
         for record in records {
             let Some(key) = FenceKey::from_storage_key(&record.key) else {
@@ -319,7 +321,8 @@ impl<S: HostStorage + HostStorageBindings + ?Sized + 'static> ScopedWrites<S> {
     /// the scope's lock).
     ///
     /// # Errors
-    /// [`FenceAdminError::Refused`] for an intent younger than the dispatch deadline,
+    /// [`FenceAdminError::Refused`] for an intent whose own expiry is ahead on the store's
+    /// clock (the error says when it can be cleared),
     /// [`FenceAdminError::Changed`] when another process rewrote the record meanwhile,
     /// [`FenceAdminError::Storage`] when host storage fails (the record then stays).
     pub async fn clear(
@@ -342,7 +345,7 @@ impl<S: HostStorage + HostStorageBindings + ?Sized + 'static> ScopedWrites<S> {
                 if let Some(marker) = FenceMarker::from_value(&value) {
                     tenantry_fence::clear_refusal(
                         &marker,
-                        self.now_ms(),
+                        self.read_store_clock().await?,
                         duration_ms(self.inner.config.dispatch_deadline),
                     )?;
                 }
@@ -413,7 +416,7 @@ impl<S: HostStorage + HostStorageBindings + ?Sized + 'static> ScopedWrites<S> {
             "key": outcome.key,
             "cleared": outcome.cleared,
             "reason": reason,
-            "cleared_at_ms": self.now_ms(),
+            "cleared_at_ms": self.stamp_ms(),
         });
         if storage
             .compare_and_set(binding, &receipt_key, None, &receipt)

@@ -84,6 +84,9 @@ pub(super) struct Slot {
     /// Whether a dispatch replaced the claim the run was admitted with (by its intent): the
     /// released claim is then not the scope's cached claim and is not kept for the next run.
     pub(super) refreshed: bool,
+    /// Whether a renewal of the claim found another record (cleared, or lapsed and taken
+    /// over): every later mutation of the run fails with `ClaimLost`.
+    pub(super) lost: bool,
 }
 
 impl<S: HostStorage + ?Sized + 'static> RunClaim<S> {

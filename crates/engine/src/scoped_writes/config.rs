@@ -5,9 +5,12 @@ use std::time::Duration;
 /// Timing and identity of a runtime's cross-process claims.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FenceConfig {
-    /// Longest a dispatched remote mutation can run (the remote call deadline; the app uses
-    /// `knowledge_fs_deadline`, default 150 s). An intent younger than this may still have a
-    /// dispatch in flight: an operator clear of it is refused.
+    /// Longest a dispatched remote mutation may run (default 150 s; the app's
+    /// `fence_dispatch_deadline_ms`): [`ScopeContext::dispatch`](super::ScopeContext::dispatch)
+    /// stops waiting then (on the runtime clock's monotonic time), and the outcome is unknown:
+    /// the scope is fenced. Every intent expires this plus [`claim_margin`](Self::claim_margin)
+    /// after it was written (store clock), and an operator clear is refused before that. An
+    /// intent written without an expiry (older versions) is clearable once this old.
     pub dispatch_deadline: Duration,
     /// How much longer than the dispatch deadline a claim lives (default 30 s), so a live
     /// holder's dispatch always ends before its claim lapses.

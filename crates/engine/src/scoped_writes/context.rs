@@ -63,18 +63,23 @@ impl<S: HostStorage + ?Sized + 'static> ScopeContext<S> {
 
     /// Dispatches a remote mutation under a write-ahead intent: the scope's record is
     /// rewritten (by compare-and-set on the run's claim) as an intent naming `reason`, with a
-    /// fresh expiry, before `commit` runs. When `commit` fails with an unknown outcome or
-    /// panics, the fence is written over it (always, recording the failure's kind and
-    /// detail); otherwise the intent stays the run's claim and is released when the run ends.
-    /// `commit` runs in its own task holding the scope lock, so dropping the caller's future
-    /// neither abandons it nor releases the lock early.
+    /// fresh expiry on the store's clock, before `commit` runs. `commit` is bounded by the
+    /// runtime's dispatch deadline ([`FenceConfig::dispatch_deadline`](super::FenceConfig::dispatch_deadline),
+    /// on the runtime clock's monotonic time): when it elapses, `commit` is dropped, its
+    /// outcome is unknown and the scope is fenced. When `commit` fails with an unknown
+    /// outcome or panics, the fence is written over the intent (always, recording the
+    /// failure's kind and detail); otherwise the intent stays the run's claim and is released
+    /// when the run ends. `commit` runs in its own task holding the scope lock, so dropping
+    /// the caller's future neither abandons it nor releases the lock early.
     ///
     /// # Errors
     /// [`ScopedWriteError::Fenced`] when this run already fenced its scope (not dispatched),
     /// [`ScopedWriteError::IntentNotPersisted`] (not dispatched, scope fenced),
-    /// [`ScopedWriteError::ClaimLost`] (not dispatched, the claim was replaced),
-    /// [`ScopedWriteError::Operation`] for a known-outcome failure (scope writable),
-    /// [`ScopedWriteError::OutcomeUnknown`] for an unknown outcome (scope fenced).
+    /// [`ScopedWriteError::ClaimLost`] (not dispatched, the claim was replaced or lapsed),
+    /// [`ScopedWriteError::FenceStateUnavailable`] (not dispatched: the store's clock could
+    /// not be read), [`ScopedWriteError::Operation`] for a known-outcome failure (scope
+    /// writable), [`ScopedWriteError::OutcomeUnknown`] for an unknown outcome or an elapsed
+    /// deadline (scope fenced).
     pub async fn dispatch<T, E, Fut>(
         &self,
         reason: &str,
@@ -93,64 +98,23 @@ impl<S: HostStorage + ?Sized + 'static> ScopeContext<S> {
                 key: self.claim.key.clone(),
             });
         }
-        let now = self.writes.now_ms();
-        let config = &self.writes.inner.config;
-        let intent = FenceMarker::intent(
-            &self.scope,
-            reason,
-            config.owner.clone(),
-            now,
-            now.saturating_add(config.claim_ttl_ms()),
-        )
-        .to_value();
         let ctx = self.clone();
         let reason = reason.to_owned();
         let settled = self
             .writes
             .spawn_settled(async move {
-                let storage = ctx.writes.inner.storage.clone();
-                let key = ctx.claim.key.clone();
-                let previous = ctx.claim.slot().claim.clone();
-                let stored = match &previous {
-                    Some(previous) => {
-                        storage
-                            .compare_and_set(&ctx.binding, key.as_str(), Some(previous), &intent)
-                            .await
+                ctx.hold_claim::<E>(&reason, true).await?;
+                let deadline = ctx.writes.inner.config.dispatch_deadline;
+                let timer = ctx.writes.inner.clock.sleep(deadline);
+                let commit = std::pin::pin!(AssertUnwindSafe(commit).catch_unwind());
+                match futures::future::select(commit, timer).await {
+                    futures::future::Either::Left((result, _)) => {
+                        ctx.settle_commit(&reason, "commit panicked", result).await
                     }
-                    // Passing through a fence (AllowFenced): the intent replaces it.
-                    None => storage
-                        .set(&ctx.binding, key.as_str(), &intent)
-                        .await
-                        .map(|()| true),
-                };
-                match stored {
-                    Ok(true) => {
-                        let mut slot = ctx.claim.slot();
-                        slot.claim = Some(Arc::new(intent));
-                        slot.refreshed = true;
-                    }
-                    Ok(false) => {
-                        ctx.claim.slot().claim = None;
-                        tracing::warn!(binding = %ctx.binding, scope = %ctx.scope,
-                            "scope claim replaced while held; mutation not dispatched");
-                        return Err(ScopedWriteError::ClaimLost {
-                            binding: ctx.binding.clone(),
-                            scope: ScopeIdentity::clone(&ctx.scope),
-                        });
-                    }
-                    Err(error) => {
-                        tracing::warn!(binding = %ctx.binding, scope = %ctx.scope, %error,
-                            "write-ahead intent not persisted; mutation not dispatched, scope fenced");
-                        let failure = FailureRecord {
-                            kind: "intent_not_persisted".to_owned(),
-                            detail: error.to_string(),
-                        };
-                        ctx.mark_fenced(&reason, failure);
-                        return Err(ScopedWriteError::IntentNotPersisted(error));
+                    futures::future::Either::Right(((), _)) => {
+                        ctx.deadline_elapsed(&reason, deadline).await
                     }
                 }
-                let result = AssertUnwindSafe(commit).catch_unwind().await;
-                ctx.settle_commit(&reason, "commit panicked", result).await
             })
             .await;
         settled.unwrap_or_else(|panic| self.settling_panicked(&format!("{}: ", self.scope), &panic))
@@ -160,8 +124,16 @@ impl<S: HostStorage + ?Sized + 'static> ScopeContext<S> {
     /// the scope lock; when it fails with an unknown outcome (or panics) the scope is fenced
     /// with `reason` and the failure. Dropping the caller's future does not abandon it.
     ///
+    /// Before `commit` runs, the run proves it still holds its claim: the claim is rewritten
+    /// by compare-and-set as a write-ahead intent naming `reason` with a fresh expiry (so it
+    /// never lapses under a run that keeps writing, and a process that dies mid-write leaves
+    /// a record that fails closed). A run passing through a fence (no claim) skips this.
+    ///
     /// # Errors
-    /// [`ScopedWriteError::Operation`] for a known-outcome failure,
+    /// [`ScopedWriteError::ClaimLost`] when the claim was replaced or lapsed (not run),
+    /// [`ScopedWriteError::IntentNotPersisted`] (not run, scope fenced),
+    /// [`ScopedWriteError::FenceStateUnavailable`] (not run: the store's clock could not be
+    /// read), [`ScopedWriteError::Operation`] for a known-outcome failure,
     /// [`ScopedWriteError::OutcomeUnknown`] (scope fenced) otherwise.
     pub async fn mutate<T, E, Fut>(
         &self,
@@ -178,11 +150,125 @@ impl<S: HostStorage + ?Sized + 'static> ScopeContext<S> {
         let settled = self
             .writes
             .spawn_settled(async move {
+                ctx.hold_claim::<E>(&reason, false).await?;
                 let result = AssertUnwindSafe(commit).catch_unwind().await;
                 ctx.settle_commit(&reason, "panicked", result).await
             })
             .await;
         settled.unwrap_or_else(|panic| self.settling_panicked("", &panic))
+    }
+
+    /// Proves the run still holds its claim and renews it: the claim is swapped (by
+    /// compare-and-set on the value the run holds) for a write-ahead intent labelled
+    /// `reason`, stamped and expiring on the store's clock (now + dispatch deadline + margin).
+    /// A run without a claim (passing through a fence) writes the intent over the record when
+    /// `pass_through_sets` (a dispatch: the intent replaces the fence), else does nothing.
+    ///
+    /// # Errors
+    /// [`ScopedWriteError::ClaimLost`] when the swap finds another record (the claim was
+    /// cleared, or lapsed and was taken over), now or earlier in the run;
+    /// [`ScopedWriteError::IntentNotPersisted`] when storage failed (the scope is fenced in
+    /// process: the intent may have been stored); [`ScopedWriteError::FenceStateUnavailable`]
+    /// when the store's clock could not be read (nothing written).
+    async fn hold_claim<E>(
+        &self,
+        reason: &str,
+        pass_through_sets: bool,
+    ) -> Result<(), ScopedWriteError<E>> {
+        let (previous, lost) = {
+            let slot = self.claim.slot();
+            (slot.claim.clone(), slot.lost)
+        };
+        if lost {
+            return Err(self.claim_lost());
+        }
+        if previous.is_none() && !pass_through_sets {
+            return Ok(());
+        }
+        let now = self.writes.run_now(&self.binding).await?;
+        let config = &self.writes.inner.config;
+        let intent = FenceMarker::intent(
+            &self.scope,
+            reason,
+            config.owner.clone(),
+            now,
+            now.saturating_add(config.claim_ttl_ms()),
+        )
+        .to_value();
+        let storage = &self.writes.inner.storage;
+        let key = self.claim.key.as_str();
+        let stored = match &previous {
+            Some(previous) => {
+                storage
+                    .compare_and_set(&self.binding, key, Some(previous), &intent)
+                    .await
+            }
+            // Passing through a fence (AllowFenced): the intent replaces it.
+            None => storage
+                .set(&self.binding, key, &intent)
+                .await
+                .map(|()| true),
+        };
+        match stored {
+            Ok(true) => {
+                let mut slot = self.claim.slot();
+                slot.claim = Some(Arc::new(intent));
+                slot.refreshed = true;
+                Ok(())
+            }
+            Ok(false) => {
+                {
+                    let mut slot = self.claim.slot();
+                    slot.claim = None;
+                    slot.lost = true;
+                }
+                tracing::warn!(binding = %self.binding, scope = %self.scope, reason,
+                    "scope claim replaced or lapsed while held; mutation not run");
+                Err(self.claim_lost())
+            }
+            Err(error) => {
+                tracing::warn!(binding = %self.binding, scope = %self.scope, %error,
+                    "write-ahead intent not persisted; mutation not run, scope fenced");
+                let failure = FailureRecord {
+                    kind: "intent_not_persisted".to_owned(),
+                    detail: error.to_string(),
+                };
+                self.mark_fenced(reason, failure);
+                Err(ScopedWriteError::IntentNotPersisted(error))
+            }
+        }
+    }
+
+    fn claim_lost<E>(&self) -> ScopedWriteError<E> {
+        ScopedWriteError::ClaimLost {
+            binding: self.binding.clone(),
+            scope: ScopeIdentity::clone(&self.scope),
+        }
+    }
+
+    /// A dispatch that did not settle within `deadline`: its outcome is unknown, the scope is
+    /// fenced.
+    async fn deadline_elapsed<T, E>(
+        &self,
+        reason: &str,
+        deadline: std::time::Duration,
+    ) -> Result<T, ScopedWriteError<E>> {
+        let detail = format!(
+            "no outcome within the dispatch deadline of {} ms",
+            deadline.as_millis()
+        );
+        tracing::warn!(binding = %self.binding, scope = %self.scope, reason,
+            "dispatch deadline elapsed; outcome unknown, scope fenced");
+        let failure = FailureRecord {
+            kind: "deadline_elapsed".to_owned(),
+            detail: detail.clone(),
+        };
+        self.fence_now(reason, failure).await;
+        Err(ScopedWriteError::OutcomeUnknown {
+            scope: ScopeIdentity::clone(&self.scope),
+            reason: format!("{reason}: {detail}"),
+            error: None,
+        })
     }
 
     /// What a dispatched commit's `result` leaves behind (shared by [`Self::dispatch`] and
@@ -245,12 +331,15 @@ impl<S: HostStorage + ?Sized + 'static> ScopeContext<S> {
         })
     }
 
-    /// Writes `value` under `key` of this run's binding (JSON null writes a tombstone). A
-    /// failed write fences the scope (the value may or may not be stored) and returns the
-    /// failure; a key refused by [`validate_key`] fails without fencing (nothing was sent).
+    /// Writes `value` under `key` of this run's binding (JSON null writes a tombstone), after
+    /// proving the run still holds its claim (as [`Self::mutate`] does). A failed write
+    /// fences the scope (the value may or may not be stored) and returns the failure; a key
+    /// refused by [`validate_key`] fails without fencing (nothing was sent).
     ///
     /// # Errors
-    /// [`ScopedWriteError::HostWrite`] with the storage failure.
+    /// [`ScopedWriteError::ClaimLost`] when the run no longer holds its claim (nothing
+    /// written), [`ScopedWriteError::FenceStateUnavailable`] when the store's clock could not
+    /// be read (nothing written), [`ScopedWriteError::HostWrite`] with the storage failure.
     pub async fn write<E>(&self, key: &str, value: Value) -> Result<(), ScopedWriteError<E>> {
         validate_key(key).map_err(ScopedWriteError::HostWrite)?;
         let storage = self.writes.inner.storage.clone();
@@ -264,6 +353,12 @@ impl<S: HostStorage + ?Sized + 'static> ScopeContext<S> {
             ScopedWriteError::Operation(e)
             | ScopedWriteError::OutcomeUnknown { error: Some(e), .. } => {
                 ScopedWriteError::HostWrite(e)
+            }
+            ScopedWriteError::ClaimLost { binding, scope } => {
+                ScopedWriteError::ClaimLost { binding, scope }
+            }
+            ScopedWriteError::FenceStateUnavailable { binding, source } => {
+                ScopedWriteError::FenceStateUnavailable { binding, source }
             }
             other => {
                 ScopedWriteError::HostWrite(HostStorageError::unavailable("set", other.to_string()))
@@ -308,7 +403,7 @@ impl<S: HostStorage + ?Sized + 'static> ScopeContext<S> {
     /// Marks the scope fenced in process (not yet persisted) and ends the run's claim.
     fn mark_fenced(&self, reason: &str, failure: FailureRecord) -> Value {
         let record =
-            FenceMarker::fence(&self.scope, reason, failure, self.writes.now_ms()).to_value();
+            FenceMarker::fence(&self.scope, reason, failure, self.writes.stamp_ms()).to_value();
         self.writes.inner.shared.state().fences.mark(
             &self.binding,
             self.claim.key.clone(),

@@ -48,10 +48,12 @@ pub enum ScopedWriteError<E> {
         /// When its claim lapses, Unix milliseconds.
         expires_at_ms: i64,
     },
-    /// This run's claim on the scope was replaced (an operator cleared it after the dispatch
-    /// deadline), so the mutation was not dispatched. Retry the write.
+    /// This run no longer holds its claim on the scope: the record was replaced (an operator
+    /// cleared it after its expiry, or another process took it over after it lapsed under a
+    /// run that sent nothing for longer than the claim's lifetime). Checked before every
+    /// dispatch, `mutate` and `write`; the mutation was not run. Retry the write in a new run.
     #[error(
-        "the claim of scope {scope} of installation {binding} was replaced while the run held it; mutation not dispatched, retry"
+        "the claim of scope {scope} of installation {binding} was lost while the run held it (cleared, or taken over after it lapsed); mutation not run, retry in a new run"
     )]
     ClaimLost {
         /// The installation binding.

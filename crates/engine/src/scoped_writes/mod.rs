@@ -15,19 +15,26 @@
 //!   read first: the claim swaps from the tombstone, and the record is read only if that
 //!   fails (the same decision; `docs/protocol.md`, "Claiming a released scope without reading
 //!   it");
-//! - cross-process claim: a run takes the scope's record by compare-and-set, writing a
-//!   write-ahead intent with this runtime's owner and an expiry past the dispatch deadline,
-//!   and releases it (JSON null, compare-and-set again) when it ends; a live intent of another
-//!   process is waited for (at most [`FenceConfig::claim_wait`], then
-//!   [`ScopedWriteError::ScopeBusy`]); an expired one counts as a fence. No database
-//!   transaction is held across the run;
+//! - cross-process claim: a run takes the scope's record by compare-and-set, writing a plain
+//!   claim (an intent with `"dispatched": false`) with this runtime's owner and an expiry past
+//!   the dispatch deadline, and releases it (JSON null, compare-and-set again) when it ends; a
+//!   live intent of another process is waited for (at most [`FenceConfig::claim_wait`], then
+//!   [`ScopedWriteError::ScopeBusy`]); an expired plain claim is taken over (nothing was sent
+//!   under it), an expired write-ahead intent counts as a fence. No database transaction is
+//!   held across the run;
+//! - one clock: records are stamped and judged on the store's clock
+//!   ([`HostStorage::now_ms`], the database's), read at most once a second and carried forward
+//!   on this runtime's monotonic clock (`store_clock`), never on the process's wall clock;
 //! - a write to a fenced scope (or to any scope of a binding whose installation scope is
 //!   fenced) fails closed with [`ScopedWriteError::Fenced`], unless the run is
 //!   [`FenceMode::AllowFenced`] (operator actions that delete or rebuild the fenced object);
-//! - [`ScopeContext::dispatch`] refreshes the intent (reason, expiry) before a remote mutation
-//!   goes out; after an unknown outcome or a panic it always writes the fence, recording the
-//!   failure's kind and detail; [`ScopeContext::mutate`] fences after a failure of unknown
-//!   outcome; [`ScopeContext::write`] does the same for one host-storage write;
+//! - [`ScopeContext::dispatch`], [`ScopeContext::mutate`] and [`ScopeContext::write`] first
+//!   renew the claim by compare-and-set as a write-ahead intent (reason, fresh expiry): the
+//!   proof that the run still holds it ([`ScopedWriteError::ClaimLost`] otherwise, nothing
+//!   sent). A dispatch is bounded by [`FenceConfig::dispatch_deadline`]; after an unknown
+//!   outcome, an elapsed deadline or a panic it always writes the fence, recording the
+//!   failure's kind and detail; `mutate` fences after a failure of unknown outcome; `write`
+//!   does the same for one host-storage write;
 //! - cancellation safety: once dispatched, a commit runs to completion in its own task, which
 //!   holds the scope lock until the commit and its fence bookkeeping settled; a caller whose
 //!   future is dropped simply stops waiting, and the claim is released after the last holder;
@@ -47,6 +54,7 @@ pub mod connector;
 mod context;
 mod error;
 mod locks;
+mod store_clock;
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -219,6 +227,8 @@ struct Inner<S: ?Sized> {
     shared: Arc<Shared>,
     in_flight: InFlight,
     clock: Arc<dyn Clock>,
+    /// The store's clock as last read: every record is stamped and judged on it.
+    store_clock: store_clock::StoreClock,
     config: FenceConfig,
     storage: Arc<S>,
     /// JSON null, shared: the value of every release and the expected value of a claim from
@@ -253,10 +263,12 @@ impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
         Self::with_config(storage, clock, FenceConfig::default())
     }
 
-    /// A runtime over `storage` on `clock`, with `config`. The clock's wall time (Unix
-    /// milliseconds) stamps fence records and claim expiries; its monotonic time and timers
-    /// time the wait for another process's claim ([`FenceConfig::claim_poll`],
-    /// [`FenceConfig::claim_wait`]).
+    /// A runtime over `storage` on `clock`, with `config`. Fence records and claim expiries
+    /// are stamped and judged on the store's clock ([`HostStorage::now_ms`], the database's),
+    /// never on `clock`'s wall time: a reading of it is carried forward on `clock`'s monotonic
+    /// time (and read again every second). The monotonic time and timers also time the wait
+    /// for another process's claim ([`FenceConfig::claim_poll`], [`FenceConfig::claim_wait`])
+    /// and bound a dispatch ([`FenceConfig::dispatch_deadline`]).
     pub fn with_config(storage: Arc<S>, clock: Arc<dyn Clock>, config: FenceConfig) -> Self {
         Self {
             inner: Arc::new(Inner {
@@ -264,6 +276,7 @@ impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
                 shared: Arc::new(Shared::new()),
                 in_flight: InFlight::default(),
                 clock,
+                store_clock: store_clock::StoreClock::default(),
                 config,
                 storage,
                 tombstone: Arc::new(Value::Null),
@@ -317,8 +330,53 @@ impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
         cached
     }
 
-    fn now_ms(&self) -> i64 {
-        self.inner.clock.now().timestamp_millis()
+    /// The store's clock now (Unix ms): the last reading carried forward on the monotonic
+    /// clock, or a fresh reading when that is a second old.
+    ///
+    /// # Errors
+    /// [`HostStorageError`] when the store's clock cannot be read.
+    async fn store_now(&self) -> Result<i64, HostStorageError> {
+        match self
+            .inner
+            .store_clock
+            .estimate(self.inner.clock.monotonic())
+        {
+            Some(now) => Ok(now),
+            None => self.read_store_clock().await,
+        }
+    }
+
+    /// Reads the store's clock afresh (operator actions: clear, list, count).
+    ///
+    /// # Errors
+    /// [`HostStorageError`] when the store's clock cannot be read.
+    async fn read_store_clock(&self) -> Result<i64, HostStorageError> {
+        let now = S::now_ms(self.store()).await?;
+        self.inner
+            .store_clock
+            .anchor(now, self.inner.clock.monotonic());
+        Ok(now)
+    }
+
+    /// [`Self::store_now`] where the store cannot be asked: for time stamps nothing is judged
+    /// by (a fence's `fenced_at_ms`). The last reading carried forward, or the process's wall
+    /// clock before any reading.
+    fn stamp_ms(&self) -> i64 {
+        self.inner
+            .store_clock
+            .estimate_any_age(self.inner.clock.monotonic())
+            .unwrap_or_else(|| self.inner.clock.now().timestamp_millis())
+    }
+
+    /// [`Self::store_now`] for a run: a failure fails it closed.
+    async fn run_now<E>(&self, binding: &Binding) -> Result<i64, ScopedWriteError<E>> {
+        self.store_now().await.map_err(|source| {
+            tracing::warn!(%binding, error = %source, "could not read the store's clock; failing closed");
+            ScopedWriteError::FenceStateUnavailable {
+                binding: binding.clone(),
+                source,
+            }
+        })
     }
 
     /// Runs `operation` under the lock and claim of `(binding, scope)`.
@@ -369,6 +427,7 @@ impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
                 claim: taken,
                 fenced: false,
                 refreshed: false,
+                lost: false,
             }),
         });
         let held = HeldScopes::enter(Held {
@@ -416,7 +475,7 @@ impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
         if cache.released.swap(false, Ordering::Relaxed)
             && !self.inner.shared.state().fences.contains(binding, own_key)
         {
-            let now = self.now_ms();
+            let now = self.run_now(binding).await?;
             if !matches!(scope, ScopeIdentity::Installation) {
                 self.check_installation(binding, scope, mode, now).await?;
                 installation_read = true;
@@ -436,7 +495,7 @@ impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
         loop {
             let own = self.read_record(binding, own_key).await?;
             let own = self.reconcile(binding, own_key, own).await;
-            let now = self.now_ms();
+            let now = self.run_now(binding).await?;
             if !matches!(scope, ScopeIdentity::Installation) && !installation_read {
                 self.check_installation(binding, scope, mode, now).await?;
             }
@@ -471,7 +530,7 @@ impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
                     }
                     return Ok(None);
                 }
-                Holder::Free | Holder::Own if in_process => {
+                Holder::Free | Holder::Own | Holder::Lapsed { .. } if in_process => {
                     if mode == FenceMode::Enforce {
                         return Err(ScopedWriteError::Fenced {
                             binding: binding.clone(),
@@ -481,7 +540,11 @@ impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
                     }
                     return Ok(None);
                 }
-                Holder::Free | Holder::Own => {
+                Holder::Free | Holder::Own | Holder::Lapsed { .. } => {
+                    if let Holder::Lapsed { owner } = &holder {
+                        tracing::info!(%binding, %scope, %owner,
+                            "taking over an expired claim under which nothing was sent");
+                    }
                     let expected = match own {
                         None => None,
                         Some(Ok(value)) => Some(value),
@@ -712,7 +775,7 @@ impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
             .await;
         if let Err(error) = result {
             // The records could not be read; the in-process marker still holds the scope.
-            let record = operator_fence(scope, reason, self.now_ms());
+            let record = operator_fence(scope, reason, self.stamp_ms());
             self.inner
                 .shared
                 .state()
@@ -732,7 +795,7 @@ impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
         binding: &Binding,
     ) -> Result<Vec<FenceEntry>, HostStorageError> {
         let storage = &self.inner.storage;
-        let now_ms = self.now_ms();
+        let now_ms = self.read_store_clock().await?;
         let mut entries = Vec::new();
         for key in storage.keys(binding).await? {
             let Some(fence) = FenceKey::from_storage_key(&key) else {

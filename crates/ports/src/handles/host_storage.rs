@@ -8,6 +8,9 @@ use tenantry_fence::Binding;
 use crate::host_storage::{HostStorage, HostStorageBindings, HostStorageError, PrefixedRecord};
 
 async_handles!(HostStorage {
+    async fn now_ms(&self) -> Result<i64, HostStorageError> {
+        (**self).now_ms().await
+    }
     async fn keys(&self, binding: &Binding) -> Result<Vec<String>, HostStorageError> {
         (**self).keys(binding).await
     }

@@ -152,7 +152,7 @@ impl InMemoryHostStorage {
         self
     }
 
-    fn now_ms(&self) -> i64 {
+    fn clock_ms(&self) -> i64 {
         match &self.clock {
             Some(clock) => clock.now().timestamp_millis(),
             // The system clock's milliseconds without building a calendar date (every write is
@@ -261,7 +261,7 @@ impl InMemoryHostStorage {
     /// record spelled otherwise (text that is JSON is kept as its value: compared and read
     /// back structurally, like the SQL adapter does).
     pub fn put_raw(&self, binding: &Binding, key: &str, text: &str) {
-        let now = self.now_ms();
+        let now = self.clock_ms();
         Self::put(
             &mut self.state(),
             binding,
@@ -288,6 +288,11 @@ impl InMemoryHostStorage {
 
 #[async_trait]
 impl HostStorage for InMemoryHostStorage {
+    /// The store's own clock (the one that stamps its writes): the database clock it mirrors.
+    async fn now_ms(&self) -> Result<i64, HostStorageError> {
+        Ok(self.clock_ms())
+    }
+
     async fn keys(&self, binding: &Binding) -> Result<Vec<String>, HostStorageError> {
         let mut state = self.state();
         state.calls.keys += 1;
@@ -320,7 +325,7 @@ impl HostStorage for InMemoryHostStorage {
         if fault == Some(SetFault::BeforeWrite) {
             return Err(unavailable("set"));
         }
-        let now = self.now_ms();
+        let now = self.clock_ms();
         Self::put(
             &mut state,
             binding,
@@ -413,7 +418,7 @@ impl InMemoryHostStorage {
             .and_then(|keys| keys.get_mut(key));
         let matches = match (record, expected) {
             (None, None) => {
-                let now = self.now_ms();
+                let now = self.clock_ms();
                 Self::put(&mut state, binding, key, Stored::Json(value()), Some(now));
                 true
             }
@@ -425,7 +430,7 @@ impl InMemoryHostStorage {
                 if matches {
                     // Replaced in place: one lookup per swap.
                     record.stored = Stored::Json(value());
-                    record.written_at = Some(self.now_ms());
+                    record.written_at = Some(self.clock_ms());
                 }
                 matches
             }
@@ -491,7 +496,7 @@ impl HostStorageBindings for InMemoryHostStorage {
 #[async_trait]
 impl RetentionStore for InMemoryHostStorage {
     async fn now(&self) -> Result<DateTime<Utc>, StoreError> {
-        Ok(DateTime::from_timestamp_millis(self.now_ms()).unwrap_or(DateTime::<Utc>::MIN_UTC))
+        Ok(DateTime::from_timestamp_millis(self.clock_ms()).unwrap_or(DateTime::<Utc>::MIN_UTC))
     }
 
     async fn prune_batch(
@@ -559,6 +564,21 @@ pub mod conformance {
 
     fn binding(name: &str) -> Binding {
         Binding::parse(name).unwrap()
+    }
+
+    /// `now_ms` reads the store's clock: it never goes back between two readings, and (the
+    /// suite's stores run on this host: a database beside the test, a fake on the system
+    /// clock) it is within an hour of the system clock. Fence records are judged on it.
+    pub async fn now_ms_reads_the_store_clock<S: HostStorage + ?Sized>(s: &S) {
+        let first = s.now_ms().await.unwrap();
+        let second = s.now_ms().await.unwrap();
+        assert!(first <= second, "{first} then {second}");
+        let system = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis();
+        let system = i64::try_from(system).unwrap();
+        assert!((second - system).abs() < 3_600_000, "{second} vs {system}");
     }
 
     /// An absent key reads as `None` and an empty binding lists no keys.
@@ -930,6 +950,7 @@ macro_rules! host_storage_conformance {
             answers_now_agree_with_the_async_methods,
             bindings_with_key_prefix_lists_each_holder_once,
             records_with_key_prefix_reads_live_records_at_once,
+            now_ms_reads_the_store_clock,
         );
     };
     (@tests $ctor:expr; $($name:ident),* $(,)?) => {

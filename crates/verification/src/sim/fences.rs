@@ -183,6 +183,11 @@ impl ProcStorage {
 
 #[async_trait]
 impl HostStorage for ProcStorage {
+    async fn now_ms(&self) -> Result<i64, HostStorageError> {
+        self.alive("now")?;
+        self.inner.now_ms().await
+    }
+
     async fn keys(&self, binding: &Binding) -> Result<Vec<String>, HostStorageError> {
         self.alive("keys")?;
         self.inner.keys(binding).await
@@ -337,7 +342,8 @@ impl FenceSim {
             .single()
             .unwrap_or(chrono::DateTime::<Utc>::MIN_UTC);
         let clock = ManualClock::following_tokio(start);
-        let storage = Arc::new(InMemoryHostStorage::new());
+        // The database's clock: the one every fence record is judged on.
+        let storage = Arc::new(InMemoryHostStorage::new().with_clock(Arc::new(clock.clone())));
         let world = Arc::new(Mutex::new(World {
             rng: StdRng::seed_from_u64(seed ^ 0xfe_4ce5),
             clock: clock.clone(),
