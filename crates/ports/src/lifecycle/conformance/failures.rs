@@ -662,6 +662,7 @@ pub async fn case_012_an_owning_delete_is_marked_deleted_not_abandoned<
     assert_eq!(log.len(), 1);
     assert_eq!(log[0].action.kind, OperatorActionKind::MarkDeleted);
     assert_eq!(log[0].action.reason, "reason 2");
+}
 
 /// Issue 29: a claim handed back before its remote call (`Settlement::gives_attempt_back`)
 /// raises `attempt_budget_base` by one, through `settle` and through `settle_many` (beside an
