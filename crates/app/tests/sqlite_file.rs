@@ -100,10 +100,7 @@ fn a_second_serve_or_migrate_on_one_sqlite_file_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let mut first = start_until(dir.path(), &["serve"], "admin API on");
     for command in ["serve", "migrate"] {
-        let out = tenantry(dir.path())
-            .arg(command)
-            .output()
-            .unwrap();
+        let out = tenantry(dir.path()).arg(command).output().unwrap();
         assert_eq!(out.status.code(), Some(75), "{command}: {}", stderr(&out));
         let text = stderr(&out);
         assert!(
@@ -138,7 +135,10 @@ fn a_missing_sqlite_folder_is_named_without_a_mode_warning() {
         assert_eq!(out.status.code(), Some(1), "{command}: {}", stderr(&out));
         let text = stderr(&out);
         assert!(
-            text.contains(&format!("the folder {} of the SQLite database", folder.display())),
+            text.contains(&format!(
+                "the folder {} of the SQLite database",
+                folder.display()
+            )),
             "{command}: {text}"
         );
         assert!(text.contains("does not exist"), "{text}");
@@ -186,7 +186,10 @@ fn a_read_only_sqlite_folder_is_named() {
     let text = stderr(&out);
     assert_eq!(out.status.code(), Some(1), "{text}");
     assert!(
-        text.contains(&format!("cannot create files in the folder {}", folder.display())),
+        text.contains(&format!(
+            "cannot create files in the folder {}",
+            folder.display()
+        )),
         "{text}"
     );
 }

@@ -212,7 +212,10 @@ mod tests {
             assert_eq!(sqlite_file(url), file, "{url}");
         }
         assert_eq!(folder_of(Path::new("t.db")), PathBuf::from("."));
-        assert_eq!(folder_of(Path::new("/var/lib/t.db")), PathBuf::from("/var/lib"));
+        assert_eq!(
+            folder_of(Path::new("/var/lib/t.db")),
+            PathBuf::from("/var/lib")
+        );
     }
 
     /// A second lock on the same database is refused naming the database and the lock file;
@@ -226,7 +229,10 @@ mod tests {
         let error = lock(&url(&database)).unwrap_err();
         let message = error.to_string();
         assert!(matches!(error, SqliteFileError::InUse { .. }), "{message}");
-        assert!(message.contains(&database.display().to_string()), "{message}");
+        assert!(
+            message.contains(&database.display().to_string()),
+            "{message}"
+        );
         assert!(message.contains("t.db-tenantry.lock"), "{message}");
         assert!(message.contains("stop the other one"), "{message}");
         // Another database in the same folder is not affected.
