@@ -287,6 +287,7 @@ async fn seed_failed_command_with(
             lease_duration: std::time::Duration::from_secs(60),
             include_provision: true,
             limit: 1,
+            call_deadline: std::time::Duration::ZERO,
         })
         .await
         .unwrap();

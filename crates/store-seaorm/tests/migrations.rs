@@ -144,6 +144,7 @@ async fn m0004_runs_up_down_and_up_again() {
             lease_duration: Duration::from_secs(30),
             include_provision: true,
             limit: 8,
+            call_deadline: std::time::Duration::ZERO,
         })
         .await
         .unwrap();
@@ -330,6 +331,7 @@ async fn prefix_migrations_run_up_down_and_up_again_with_rows_present() {
             lease_duration: Duration::from_secs(30),
             include_provision: true,
             limit: 8,
+            call_deadline: std::time::Duration::ZERO,
         })
         .await
         .unwrap();
@@ -926,7 +928,10 @@ async fn case_008_an_interrupted_migration_step_is_completed_by_the_next_run() {
             fail_recording(conn, history, name).await;
 
             let error = db.db.migrate(Mechanisms::ALL).await.unwrap_err();
-            assert!(error.to_string().contains("injected fault"), "{name}: {error}");
+            assert!(
+                error.to_string().contains("injected fault"),
+                "{name}: {error}"
+            );
             // The steps before it are applied and recorded; it and the rest are pending.
             let pending = pending_migrations(conn, mechanism.into(), &[])
                 .await
@@ -959,7 +964,10 @@ async fn case_008_a_host_migrator_that_appended_tenantry_resumes_after_any_step(
         HostWithTenantry::install(conn).await.unwrap();
         fail_recording(conn, "host_migrations", name).await;
         let error = HostWithTenantry::up(conn, None).await.unwrap_err();
-        assert!(error.to_string().contains("injected fault"), "{name}: {error}");
+        assert!(
+            error.to_string().contains("injected fault"),
+            "{name}: {error}"
+        );
         stop_failing(conn, "host_migrations").await;
         HostWithTenantry::up(conn, None).await.unwrap();
         db.db
