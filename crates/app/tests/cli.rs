@@ -472,7 +472,10 @@ async fn prune_dry_run_counts_and_prune_removes_expired_history() {
             })
             .await
             .unwrap();
+        // Actions are recorded at the store's time: a store whose clock reads `at`.
         store
+            .clone()
+            .with_clock(Arc::new(ManualClock::new(at)))
             .act_on_command(&OperatorAction {
                 action_id: format!("act-{cs}"),
                 command_id: receipt.command_id.clone(),

@@ -622,7 +622,7 @@ impl CommandAdmin for InMemoryLifecycleStore {
                     None
                 }
                 OperatorActionKind::MarkDeleted => Some(
-                    tenantry_lifecycle::operator::mark_deleted(&r, cs.as_ref(), action.at)?,
+                    tenantry_lifecycle::operator::mark_deleted(&r, cs.as_ref(), now)?,
                 ),
                 OperatorActionKind::Retry => None,
             };
@@ -634,8 +634,12 @@ impl CommandAdmin for InMemoryLifecycleStore {
                 command_id: action.command_id.clone(),
             });
         };
+        // As the SQL stores: recorded at the store's time, not the caller's.
         let record = ActionRecord {
-            action: action.clone(),
+            action: OperatorAction {
+                at: now,
+                ..action.clone()
+            },
             previous_status: r.status,
             previous_error_code: r.last_error_code.clone(),
             attempt_count: r.attempt_count,
@@ -649,7 +653,7 @@ impl CommandAdmin for InMemoryLifecycleStore {
             }
             OperatorActionKind::Abandon | OperatorActionKind::MarkDeleted => {
                 r.status = CommandStatus::Abandoned;
-                r.completed_at = Some(action.at);
+                r.completed_at = Some(now);
                 r.last_error_code =
                     Some(tenantry_lifecycle::ErrorCode::AbandonedByOperator.to_owned());
                 r.last_error_message = Some(action.reason.clone());

@@ -402,7 +402,9 @@ pub struct OperatorAction {
     pub actor: String,
     /// Why (free text, 1..=1024 characters).
     pub reason: String,
-    /// When (the caller's clock).
+    /// When the caller acted (its clock). The store records the action, and an abandon's
+    /// `completed_at`, at its own time instead (the database clock: retention's cut-offs read
+    /// them; issue 29), so [`ActionRecord::action`] carries the store's time here.
     pub at: DateTime<Utc>,
 }
 
