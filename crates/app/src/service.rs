@@ -234,6 +234,7 @@ impl Service {
                         jitter_ratio: 0.2,
                         ..RetryPolicy::default()
                     },
+                    call_deadline: config.knowledge_fs_deadline,
                 },
             )
             .with_clock(clock.clone())

@@ -287,6 +287,7 @@ async fn seed_failed_command_with(
             lease_duration: std::time::Duration::from_secs(60),
             include_provision: true,
             limit: 1,
+            call_deadline: std::time::Duration::ZERO,
         })
         .await
         .unwrap();
@@ -471,7 +472,10 @@ async fn prune_dry_run_counts_and_prune_removes_expired_history() {
             })
             .await
             .unwrap();
+        // Actions are recorded at the store's time: a store whose clock reads `at`.
         store
+            .clone()
+            .with_clock(Arc::new(ManualClock::new(at)))
             .act_on_command(&OperatorAction {
                 action_id: format!("act-{cs}"),
                 command_id: receipt.command_id.clone(),

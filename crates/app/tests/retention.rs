@@ -26,8 +26,12 @@ async fn serve_prunes_expired_history_and_exports_the_metrics() {
         tenantry_kernel::CommandId::parse(created["command_id"].as_str().expect("a command id"))
             .unwrap();
     let store = SeaOrmLifecycleStore::new(&h.db.db);
-    // An operator action 400 days old: past the default 180-day window.
-    store
+    // An operator action 400 days old: past the default 180-day window. Actions are recorded
+    // at the store's time, so it is taken by a store whose clock reads then.
+    let old_clock =
+        tenantry_ports::clock::ManualClock::new(chrono::Utc::now() - chrono::Duration::days(400));
+    SeaOrmLifecycleStore::new(&h.db.db)
+        .with_clock(std::sync::Arc::new(old_clock))
         .act_on_command(&OperatorAction {
             action_id: "act-old".into(),
             command_id: command_id.clone(),

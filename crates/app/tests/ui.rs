@@ -899,6 +899,7 @@ async fn case_010_the_console_bounds_text_of_old_rows_too() {
             lease_duration: Duration::from_secs(60),
             include_provision: true,
             limit: 1,
+            call_deadline: std::time::Duration::ZERO,
         })
         .await
         .unwrap();

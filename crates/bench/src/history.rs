@@ -71,6 +71,7 @@ pub async fn run(
             lease_duration: Duration::from_secs(60),
             include_provision: true,
             limit: 1,
+            call_deadline: std::time::Duration::ZERO,
         };
         let mut micros = Vec::with_capacity(claims);
         for _ in 0..claims.min(live) {

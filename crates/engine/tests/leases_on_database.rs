@@ -53,6 +53,7 @@ fn claim(who: &str, lease: Duration) -> ClaimRequest {
         lease_duration: lease,
         include_provision: true,
         limit: 10,
+        call_deadline: std::time::Duration::ZERO,
     }
 }
 

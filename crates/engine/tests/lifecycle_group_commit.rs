@@ -32,6 +32,7 @@ fn claim(who: &str, limit: u32) -> ClaimRequest {
         lease_duration: Duration::from_secs(60),
         include_provision: true,
         limit,
+        call_deadline: std::time::Duration::ZERO,
     }
 }
 

@@ -101,6 +101,7 @@ fn config_setters_change_only_their_field() {
             renew_leases: false,
             absence_grace: Duration::from_secs(5),
             retry_policy: policy,
+            call_deadline: Duration::from_secs(150),
         }
     );
     assert_ne!(dispatcher, default);

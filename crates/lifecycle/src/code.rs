@@ -151,8 +151,9 @@ pub const KNOWLEDGE_FS_PROTOCOL_CODES: [&str; 6] = [
 
 /// Codes the engine reports to metrics for a dispatch that ended without settling its command
 /// (`tenantry_lifecycle_dispatch_errors_total`); they are never recorded on a command.
-pub const DISPATCH_ERROR_CODES: [&str; 4] = [
+pub const DISPATCH_ERROR_CODES: [&str; 5] = [
     "LEASE_LOST",
+    "LEASE_EXPIRED",
     "IDENTITY_CONFLICT",
     "STEP_REFUSED",
     "STORE_UNAVAILABLE",
@@ -489,6 +490,7 @@ mod tests {
             ("REMOTE_ERROR_CODE_INVALID", "REMOTE_ERROR_CODE_INVALID"),
             ("KFS_UNAVAILABLE", "KFS_UNAVAILABLE"),
             ("LEASE_LOST", "LEASE_LOST"),
+            ("LEASE_EXPIRED", "LEASE_EXPIRED"),
             ("STORE_UNAVAILABLE", "STORE_UNAVAILABLE"),
             ("KFS_HTTP_502", "KFS_HTTP_5XX"),
             ("KFS_HTTP_404", "KFS_HTTP_4XX"),

@@ -85,6 +85,7 @@ fn claim_request(who: &str, include_provision: bool, limit: u32) -> ClaimRequest
         lease_duration: Duration::from_secs(60),
         include_provision,
         limit,
+        call_deadline: std::time::Duration::ZERO,
     }
 }
 

@@ -41,6 +41,7 @@ fn claim_one() -> ClaimRequest {
         lease_duration: Duration::from_secs(30),
         include_provision: true,
         limit: 1,
+        call_deadline: std::time::Duration::ZERO,
     }
 }
 

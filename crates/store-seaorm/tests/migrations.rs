@@ -144,6 +144,7 @@ async fn m0004_runs_up_down_and_up_again() {
             lease_duration: Duration::from_secs(30),
             include_provision: true,
             limit: 8,
+            call_deadline: std::time::Duration::ZERO,
         })
         .await
         .unwrap();
@@ -330,6 +331,7 @@ async fn prefix_migrations_run_up_down_and_up_again_with_rows_present() {
             lease_duration: Duration::from_secs(30),
             include_provision: true,
             limit: 8,
+            call_deadline: std::time::Duration::ZERO,
         })
         .await
         .unwrap();

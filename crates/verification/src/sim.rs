@@ -247,6 +247,7 @@ impl System {
                     lease_duration: Duration::from_secs(30),
                     include_provision: true,
                     limit: 1,
+                    call_deadline: std::time::Duration::ZERO,
                 };
                 self.store
                     .claim(&request)

@@ -5,8 +5,7 @@
 //! settles, and reports metrics.
 
 use std::convert::Infallible;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -29,7 +28,7 @@ use tokio::sync::{Semaphore, SemaphorePermit};
 use tokio::time::Instant;
 use tracing::{Instrument, debug, info_span, warn};
 
-use super::lease::{Holder, LeaseBook, LeaseState, OwnSettle, classify_refusal};
+use super::lease::{Holder, LeaseBook, LeaseState, OwnSettle, Refusal, classify_refusal};
 
 /// Settings of the dispatcher.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -46,6 +45,10 @@ pub struct DispatcherConfig {
     pub absence_grace: Duration,
     /// Backoff of retries and the attempt budget (`max_attempts`, default 50).
     pub retry_policy: RetryPolicy,
+    /// The remote call deadline (default 150 s, the HTTP client's default): a claim that takes
+    /// over an expired lease extends the replaced attempt's window by it
+    /// ([`ClaimRequest::call_deadline`]).
+    pub call_deadline: Duration,
 }
 
 impl Default for DispatcherConfig {
@@ -55,6 +58,7 @@ impl Default for DispatcherConfig {
             renew_leases: true,
             absence_grace: Duration::from_secs(600),
             retry_policy: RetryPolicy::default(),
+            call_deadline: Duration::from_secs(150),
         }
     }
 }
@@ -90,6 +94,13 @@ impl DispatcherConfig {
         self.retry_policy = retry_policy;
         self
     }
+
+    /// Sets [`call_deadline`](Self::call_deadline).
+    #[must_use]
+    pub fn with_call_deadline(mut self, call_deadline: Duration) -> Self {
+        self.call_deadline = call_deadline;
+        self
+    }
 }
 
 /// What one dispatch did (reference: `(claimed, completed, outbox_id)`).
@@ -117,8 +128,8 @@ impl DispatchReport {
 /// Why a dispatch ended without a settlement. The command stays processing under its lease and
 /// is reclaimed once the lease expires (the next attempt re-reads everything).
 ///
-/// Only a lost lease (nothing may be written) and a storage failure (nothing could be written)
-/// reach the caller: the dispatcher settles step errors and refused compare-and-sets itself
+/// Only a lost or expired lease (nothing may be written) and a storage failure (nothing could
+/// be written) reach the caller: the dispatcher settles step errors and refused compare-and-sets itself
 /// (see [`Step::step_error`]; a refused compare-and-set retries with `CONTROL_SPACE_CONFLICT`),
 /// so the `Step`, `ControlSpaceConflict`, `SupersedeRefused` and `SettleRefused` variants are
 /// reported only when that settle itself could not be written.
@@ -129,6 +140,18 @@ pub enum DispatchError {
     /// result was dropped.
     #[error("lease on command {command_id} was lost before the result could be settled")]
     LeaseLost {
+        /// The command.
+        command_id: CommandId,
+    },
+    /// The attempt could no longer prove its lease live (its local deadline passed while the
+    /// store did not renew it, or a renewal was refused) and nobody else holds the command:
+    /// the attempt stopped, a remote call it had in flight was cancelled, nothing was written.
+    /// The command is claimed again once the lease expired on the store's clock (case 014).
+    #[error(
+        "lease on command {command_id} expired before the attempt ended (nobody else holds it); \
+         its remote call was cancelled or not made, and nothing was settled"
+    )]
+    LeaseExpired {
         /// The command.
         command_id: CommandId,
     },
@@ -174,6 +197,17 @@ impl From<SettleError> for DispatchError {
 /// The pool closed its remote-call slots (shutdown): the dispatch must not call the remote.
 struct SlotsClosed;
 
+/// What one renewal did ([`Dispatcher::renew_once`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Renewal {
+    /// The store extended the lease.
+    Renewed,
+    /// The store refused (now or before): the lease is gone.
+    Refused,
+    /// The store failed; the lease may still be live there.
+    Failed,
+}
+
 /// A permit of `slots` for one remote call (`Ok(None)` without a bound). The worker pool closes
 /// its semaphore when it shuts down: a dispatch still waiting then (or arriving afterwards)
 /// gets [`SlotsClosed`] and hands its command back instead of calling.
@@ -189,10 +223,11 @@ async fn remote_slot(
 /// Claims, delivers and settles lifecycle commands.
 ///
 /// Time: claims are decided by the store's clock (the database clock). The dispatcher keeps the
-/// offset between its own clock and the store's, measured at every claim, and computes every
-/// timestamp it writes (`next_attempt_at`, `completed_at`) on the store's clock when the
-/// attempt ends, so a retry after a slow failure still waits its backoff and replicas with
-/// skewed clocks agree.
+/// store's time of the last claim with its own monotonic reading then, and computes every
+/// timestamp it writes (`next_attempt_at`, `completed_at`, `failed_at`, a lookup's
+/// `observed_at`) as that time plus the monotonic time elapsed, when the attempt ends: a retry
+/// after a slow failure still waits its backoff, replicas with skewed clocks agree, and a step
+/// of this process's wall clock mid-call moves nothing.
 ///
 /// # Example
 /// Enqueue a provision, then dispatch it once against a fake KnowledgeFS (a service uses
@@ -239,8 +274,10 @@ pub struct Dispatcher<S, R> {
     config: DispatcherConfig,
     jitter: Arc<dyn Fn() -> f64 + Send + Sync>,
     clock: Arc<dyn Clock>,
-    /// Store clock minus this dispatcher's clock, in milliseconds, as of the last claim.
-    store_offset_ms: AtomicI64,
+    /// The store's clock as of the last claim, against this dispatcher's monotonic clock:
+    /// (`claimed_at`, the monotonic reading when the claim answered); `None` until the first
+    /// claim.
+    store_anchor: Mutex<Option<(DateTime<Utc>, Instant)>>,
     leases: LeaseBook,
 }
 
@@ -262,7 +299,7 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
             config,
             jitter: Arc::new(|| 0.0),
             clock: Arc::new(SystemClock),
-            store_offset_ms: AtomicI64::new(0),
+            store_anchor: Mutex::new(None),
             leases: LeaseBook::default(),
         }
     }
@@ -287,11 +324,22 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
         &self.clock
     }
 
-    /// The store's clock as estimated here: this process's clock plus the offset measured at
-    /// the last claim.
+    /// The store's clock as estimated here: the store's time at the last claim plus the
+    /// monotonic time elapsed since (before any claim: this process's wall clock). A step of
+    /// the wall clock mid-call (an operator, NTP) therefore moves no timestamp the engine
+    /// writes (docs/protocol.md, "Time comes from the database").
     fn store_now(&self) -> DateTime<Utc> {
-        self.clock.now()
-            + chrono::Duration::milliseconds(self.store_offset_ms.load(Ordering::Relaxed))
+        let anchor = *self
+            .store_anchor
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match anchor {
+            Some((claimed_at, at)) => {
+                let elapsed = self.clock.monotonic().saturating_duration_since(at);
+                claimed_at + chrono::Duration::from_std(elapsed).unwrap_or(chrono::Duration::MAX)
+            }
+            None => self.clock.now(),
+        }
     }
 
     /// Reports task states to `metrics`.
@@ -375,11 +423,15 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
                 lease_duration: self.config.lease_duration,
                 include_provision: product_enabled,
                 limit,
+                call_deadline: self.config.call_deadline,
             })
             .await?;
         if let Some(first) = claimed.first() {
-            let offset = (first.claimed_at - self.clock.now()).num_milliseconds();
-            self.store_offset_ms.store(offset, Ordering::Relaxed);
+            *self
+                .store_anchor
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) =
+                Some((first.claimed_at, self.clock.monotonic()));
         }
         Ok((claimed, started))
     }
@@ -439,7 +491,7 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
                     })
                 }
                 Err(error) => {
-                    self.report_unsettled(&command, &error).await;
+                    let error = self.report_unsettled(&command, error).await;
                     self.record(
                         &command,
                         TaskStatus::DispatchError,
@@ -461,7 +513,8 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
     /// command ([`classify_refusal`]): when this attempt already sent the settle that ends its
     /// lease, the report waits for that settle's answer ([`Self::report_deferred_refusal`]),
     /// since the refusal is most likely the settle's own doing. A failed renewal (storage
-    /// error) is retried at the next tick; the local deadline is not moved then.
+    /// error) is retried at the next tick; the local deadline is not moved then (once it
+    /// passes, a call in flight is cancelled: [`Self::call`]).
     async fn keep_renewed(&self, command: &ClaimedCommand, lease: &LeaseState) -> Infallible {
         let period = self.config.lease_duration / 3;
         if !self.config.renew_leases || period.is_zero() {
@@ -469,29 +522,42 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
         }
         loop {
             self.clock.sleep(period).await;
-            let started = self.clock.monotonic();
-            match self
-                .store
-                .renew_lease(&command.lease, self.config.lease_duration)
-                .await
-            {
-                Ok(_) => {
-                    lease.extend(started + self.config.lease_duration);
-                    self.record_renewal(command, RenewalOutcome::Renewed);
+            if self.renew_once(command, lease).await == Renewal::Refused {
+                return std::future::pending().await;
+            }
+        }
+    }
+
+    /// One renewal of `command`'s lease: extends the local deadline when the store renewed it,
+    /// records and reports a refusal (once), counts a storage failure.
+    async fn renew_once(&self, command: &ClaimedCommand, lease: &LeaseState) -> Renewal {
+        if lease.is_refused() {
+            return Renewal::Refused;
+        }
+        let started = self.clock.monotonic();
+        match self
+            .store
+            .renew_lease(&command.lease, self.config.lease_duration)
+            .await
+        {
+            Ok(_) => {
+                lease.extend(started + self.config.lease_duration);
+                self.record_renewal(command, RenewalOutcome::Renewed);
+                Renewal::Renewed
+            }
+            Err(SettleError::LeaseLost { .. }) => {
+                if lease.refused() == Refusal::Report {
+                    let holder = self.holder(command).await;
+                    let outcome =
+                        classify_refusal(&command.lease, OwnSettle::NotCommitted, &holder);
+                    self.report_refusal(command, outcome, &holder);
                 }
-                Err(SettleError::LeaseLost { .. }) => {
-                    if !lease.refused() {
-                        let holder = self.holder(command).await;
-                        let outcome =
-                            classify_refusal(&command.lease, OwnSettle::NotCommitted, &holder);
-                        self.report_refusal(command, outcome, &holder);
-                    }
-                    return std::future::pending().await;
-                }
-                Err(error) => {
-                    self.record_renewal(command, RenewalOutcome::Failed);
-                    warn!(%error, "lease renewal failed; trying again at the next tick");
-                }
+                Renewal::Refused
+            }
+            Err(error) => {
+                self.record_renewal(command, RenewalOutcome::Failed);
+                warn!(%error, "lease renewal failed; trying again at the next tick");
+                Renewal::Failed
             }
         }
     }
@@ -608,40 +674,129 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
         self.store.settle(lease, settlement).await
     }
 
-    /// Refuses to start a remote call on a lease this worker cannot prove live (its local
-    /// deadline, counted from before the claim, passed, or a renewal found it taken over).
-    fn ensure_lease(&self, command: &ClaimedCommand) -> Result<(), DispatchError> {
+    /// Refuses to start a remote call on a lease this worker cannot prove live (a renewal was
+    /// refused, or its local deadline, counted from before the claim or the last renewal,
+    /// passed and a renewal now is refused or fails). A claim or a renewal that took long
+    /// (a database that was slow to answer, case 014) thus costs one renewal, not the attempt.
+    async fn ensure_lease(&self, command: &ClaimedCommand) -> Result<(), DispatchError> {
+        let expired = || DispatchError::LeaseExpired {
+            command_id: command.id().clone(),
+        };
+        let Some(lease) = self.leases.get(command.id(), command.lease.epoch) else {
+            return Err(expired());
+        };
         if self
             .leases
             .is_live(command.id(), command.lease.epoch, self.clock.monotonic())
         {
-            Ok(())
-        } else {
-            Err(DispatchError::LeaseLost {
-                command_id: command.id().clone(),
-            })
+            return Ok(());
+        }
+        if lease.is_refused() || !self.config.renew_leases {
+            return Err(expired());
+        }
+        match self.renew_once(command, &lease).await {
+            Renewal::Renewed => Ok(()),
+            Renewal::Refused | Renewal::Failed => Err(expired()),
         }
     }
 
-    /// Logs an attempt that ended without a settlement; for a lost lease, says who holds the
-    /// command now (docs/operations.md).
-    async fn report_unsettled(&self, command: &ClaimedCommand, error: &DispatchError) {
-        if let DispatchError::LeaseLost { .. } = error {
-            let holder = self.read_row(command).await.ok().flatten();
-            let (new_owner, new_epoch, status) = holder.map_or((None, None, None), |r| {
-                (r.lease_owner, Some(r.lease_epoch.0), Some(r.status))
+    /// Makes one remote call of `command`'s attempt (docs/protocol.md, "Leases, renewal and
+    /// the attempt window"): waits until no other attempt of the command in this process has a
+    /// call in flight, checks the lease ([`Self::ensure_lease`]), and cancels the call (drops
+    /// it) as soon as the lease can no longer be proven live. One process never has two
+    /// requests of one command in flight (case 014).
+    ///
+    /// # Errors
+    /// [`DispatchError::LeaseExpired`] when the lease could not be proven live before the call
+    /// or ended during it (the caller classifies it by who holds the command now).
+    async fn call<T>(
+        &self,
+        command: &ClaimedCommand,
+        call: impl Future<Output = Result<T, RemoteError>>,
+    ) -> Result<Result<T, RemoteError>, DispatchError> {
+        let _turn = self.leases.call_turn(command.id()).await;
+        self.ensure_lease(command).await?;
+        let Some(lease) = self.leases.get(command.id(), command.lease.epoch) else {
+            return Err(DispatchError::LeaseExpired {
+                command_id: command.id().clone(),
             });
-            warn!(
-                code = "LEASE_LOST",
-                new_owner = new_owner.as_ref().map(LeaseOwner::as_str).unwrap_or("none"),
-                new_epoch = new_epoch.unwrap_or_default(),
-                status = status.map(CommandStatus::as_str).unwrap_or("unknown"),
-                our_epoch = command.lease.epoch.0,
-                "lease was taken over by another worker (or the command was settled); this \
-                 attempt's result was dropped and nothing it computed was written"
-            );
-        } else {
-            warn!(%error, code = error_code(error), "dispatch ended without a settlement; the command is retried once its lease expires");
+        };
+        tokio::select! {
+            biased;
+            () = lease.ended(self.clock.as_ref()) => {
+                warn!(
+                    our_epoch = command.lease.epoch.0,
+                    "the lease can no longer be proven live (renewals failed past its deadline, \
+                     or one was refused): the remote call in flight was cancelled"
+                );
+                Err(DispatchError::LeaseExpired {
+                    command_id: command.id().clone(),
+                })
+            }
+            answer = call => Ok(answer),
+        }
+    }
+
+    /// Logs an attempt that ended without a settlement. An attempt that ended on its lease
+    /// (a refused settle, a lease it could not prove live) is classified by who holds the
+    /// command now ([`classify_refusal`]): only when another attempt has it is the error
+    /// [`DispatchError::LeaseLost`] and the line `LEASE_LOST` ("lease was taken over", with
+    /// `our_epoch`); this owner's own re-claim, or nobody, gives
+    /// [`DispatchError::LeaseExpired`] (docs/operations.md). Returns the error as classified.
+    async fn report_unsettled(
+        &self,
+        command: &ClaimedCommand,
+        error: DispatchError,
+    ) -> DispatchError {
+        let (DispatchError::LeaseLost { command_id } | DispatchError::LeaseExpired { command_id }) =
+            &error
+        else {
+            warn!(%error, code = error_code(&error), "dispatch ended without a settlement; the command is retried once its lease expires");
+            return error;
+        };
+        let holder = self.holder(command).await;
+        let (new_owner, new_epoch, status) = match &holder {
+            Holder::Row {
+                status,
+                owner,
+                epoch,
+            } => (
+                owner.as_ref().map_or("none", LeaseOwner::as_str),
+                epoch.0,
+                status.as_str(),
+            ),
+            Holder::Unknown | Holder::Gone => ("none", 0, "unknown"),
+        };
+        match classify_refusal(&command.lease, OwnSettle::NotCommitted, &holder) {
+            RenewalOutcome::Lost => {
+                warn!(
+                    code = "LEASE_LOST",
+                    new_owner,
+                    new_epoch,
+                    status,
+                    our_epoch = command.lease.epoch.0,
+                    "lease was taken over by another worker (or the command was settled); this \
+                     attempt's result was dropped and nothing it computed was written"
+                );
+                DispatchError::LeaseLost {
+                    command_id: command_id.clone(),
+                }
+            }
+            _ => {
+                warn!(
+                    code = "LEASE_EXPIRED",
+                    owner = new_owner,
+                    epoch = new_epoch,
+                    status,
+                    our_epoch = command.lease.epoch.0,
+                    "dispatch ended without a settlement: its lease expired before the attempt \
+                     ended and no other worker holds the command; its remote call was cancelled \
+                     or not made, and the command is claimed again once the lease expired"
+                );
+                DispatchError::LeaseExpired {
+                    command_id: command_id.clone(),
+                }
+            }
         }
     }
 
@@ -684,8 +839,11 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
             CommandBody::Unsupported(name) => self.settle(step, step.unsupported(&name)).await,
         };
         match result {
+            // A refusal is timed when it happened, not at the claim: after a slow call, its
+            // retry waits from now and a dead-letter's `failed_at` is now.
             Err(DispatchError::Step(error)) => {
                 warn!(%error, "saga step refused; settling the attempt");
+                let step = &step.at(self.store_now());
                 self.settle(step, step.step_error(&error)).await
             }
             Err(
@@ -694,6 +852,7 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
                 | DispatchError::SettleRefused(_)),
             ) => {
                 let message = refusal_message(&conflict);
+                let step = &step.at(self.store_now());
                 let retry = step.retry(ErrorCode::ControlSpaceConflict, message, None);
                 self.settle(step, retry).await
             }
@@ -773,7 +932,7 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
         let status = error.failure.status();
         let mut settlement =
             step.remote_failure(status, &error.code, &error.message, error.retry_after);
-        if step.command.operation == Operation::Provision && applied_nothing(error.failure) {
+        if step.command.operation == Operation::Provision && applied_nothing(error) {
             // The request never left, or KnowledgeFS refused it: nothing can land later.
             settlement = settlement.nothing_sent();
         }
@@ -796,8 +955,9 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
         let Ok(slot) = remote_slot(slots).await else {
             return self.hand_back(step).await;
         };
-        self.ensure_lease(step.command)?;
-        let called = self.remote.provision(&request).await;
+        let called = self
+            .call(step.command, self.remote.provision(&request))
+            .await?;
         drop(slot);
         let space = match called {
             Ok(space) => space,
@@ -838,18 +998,19 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
         let request = match step.deletion_target(payload, cs.as_ref())? {
             DeletionTarget::Known(request) => request,
             DeletionTarget::Lookup => {
-                self.ensure_lease(step.command)?;
                 // Absence is proven only as of the lookup's sending (docs/protocol.md, "Absence
                 // is judged when the lookup was sent").
                 let lookup_sent_at = self.store_now();
                 let found = match self
-                    .remote
-                    .find_by_provisioning_key(
-                        &step.command.tenant_id,
-                        &payload.provisioning_key,
-                        &step.command.control_space_id,
+                    .call(
+                        step.command,
+                        self.remote.find_by_provisioning_key(
+                            &step.command.tenant_id,
+                            &payload.provisioning_key,
+                            &step.command.control_space_id,
+                        ),
                     )
-                    .await
+                    .await?
                 {
                     Ok(found) => found,
                     Err(error) => return self.remote_failure(step, &error).await,
@@ -879,8 +1040,9 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
         let Ok(slot) = remote_slot(slots).await else {
             return self.hand_back(step).await;
         };
-        self.ensure_lease(step.command)?;
-        let called = self.remote.request_deletion(&request).await;
+        let called = self
+            .call(step.command, self.remote.request_deletion(&request))
+            .await?;
         drop(slot);
         let progress = match called {
             Ok(progress) => progress,
@@ -914,17 +1076,18 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
         payload: &DeletePayload,
         not_found: &RemoteError,
     ) -> Result<Settlement, DispatchError> {
-        self.ensure_lease(step.command)?;
         // Absence is proven only as of the lookup's sending.
         let lookup_sent_at = self.store_now();
         let found = self
-            .remote
-            .find_by_provisioning_key(
-                &step.command.tenant_id,
-                &payload.provisioning_key,
-                &step.command.control_space_id,
+            .call(
+                step.command,
+                self.remote.find_by_provisioning_key(
+                    &step.command.tenant_id,
+                    &payload.provisioning_key,
+                    &step.command.control_space_id,
+                ),
             )
-            .await;
+            .await?;
         match found {
             Ok(None) => {}
             Ok(Some(_)) => return self.remote_failure(step, not_found).await,
@@ -994,8 +1157,9 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
         let Ok(slot) = remote_slot(slots).await else {
             return self.hand_back(step).await;
         };
-        self.ensure_lease(step.command)?;
-        let called = self.remote.revoke_grant(&request).await;
+        let called = self
+            .call(step.command, self.remote.revoke_grant(&request))
+            .await?;
         drop(slot);
         match called {
             Ok(ack) => {
@@ -1073,11 +1237,6 @@ fn remote_space_not_found(error: &RemoteError) -> bool {
     error.failure.status() == Some(404) && error.code == ErrorCode::KnowledgeFsSpaceNotFound
 }
 
-/// Whether a failed call provably applied nothing remotely: it never left, or KnowledgeFS
-/// answered with a refusal its protocol defines as effect-free (any 4xx, and 503; see
-/// docs/protocol.md, "Errors and `Retry-After`"). Other 5xx (500, 502, 504) may come from a
-/// gateway while the backend goes on, so they count as possibly applied; so does an answer
-/// without a status (a remote that does not speak HTTP: nothing proves it refused).
 /// Whether `settlement` is a hand-back at shutdown ([`Dispatcher::hand_back`]).
 fn is_hand_back(settlement: &Settlement) -> bool {
     matches!(
@@ -1086,12 +1245,23 @@ fn is_hand_back(settlement: &Settlement) -> bool {
     )
 }
 
-fn applied_nothing(failure: DispatchOutcome) -> bool {
-    match failure {
+/// Whether a failed call provably applied nothing remotely: it never left, or KnowledgeFS
+/// answered with a refusal its protocol defines as effect-free (docs/protocol.md, "Errors and
+/// `Retry-After`"): any 4xx, except that a `429` or `503` counts only with KnowledgeFS's own
+/// error (`KFS_RATE_LIMITED`, `KFS_UNAVAILABLE`): the same status from a gateway (its page, no
+/// such code) may have come while the backend went on (issue 29). Other 5xx (500, 502, 504)
+/// may come from a gateway too, so they count as possibly applied; so does an answer without a
+/// status (a remote that does not speak HTTP: nothing proves it refused).
+fn applied_nothing(error: &RemoteError) -> bool {
+    match error.failure {
         DispatchOutcome::NotDispatched => true,
+        DispatchOutcome::Answered { status: Some(429) } => {
+            error.code.as_str() == "KFS_RATE_LIMITED"
+        }
+        DispatchOutcome::Answered { status: Some(503) } => error.code.as_str() == "KFS_UNAVAILABLE",
         DispatchOutcome::Answered {
             status: Some(status),
-        } => (400..500).contains(&status) || status == 503,
+        } => (400..500).contains(&status),
         DispatchOutcome::Answered { status: None } | DispatchOutcome::OutcomeUnknown => false,
     }
 }
@@ -1119,6 +1289,7 @@ fn refusal_message(error: &DispatchError) -> String {
 fn error_code(error: &DispatchError) -> &'static str {
     match error {
         DispatchError::LeaseLost { .. } => "LEASE_LOST",
+        DispatchError::LeaseExpired { .. } => "LEASE_EXPIRED",
         DispatchError::Step(StepError::OwnershipLost { .. }) => "OWNERSHIP_LOST",
         DispatchError::Step(StepError::IdentityConflict) => "IDENTITY_CONFLICT",
         DispatchError::Step(StepError::Transition(_)) => "FORBIDDEN_TRANSITION",
@@ -1181,6 +1352,9 @@ mod conflict_tests {
         };
         for error in [
             DispatchError::LeaseLost {
+                command_id: command.clone(),
+            },
+            DispatchError::LeaseExpired {
                 command_id: command.clone(),
             },
             DispatchError::Step(StepError::OwnershipLost { reason: "r" }),

@@ -5,7 +5,9 @@
 //! time of its clock port ([`tenantry_ports::clock::Clock::monotonic`]), counted from before the statement that took or renewed the lease: the store's expiry
 //! can only be later. Before every remote call the dispatcher checks that the local deadline has
 //! not passed and that no renewal was refused; otherwise it does not send (a paused or slow
-//! worker never sends on a lease another worker may already hold).
+//! worker never sends on a lease another worker may already hold). A call in flight is
+//! cancelled when its lease ends ([`LeaseState::ended`]), and two attempts of one command in
+//! this process never call at once ([`LeaseBook::call_turn`]; case 014).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -13,12 +15,27 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use tenantry_kernel::{CommandId, LeaseEpoch, LeaseOwner};
 use tenantry_lifecycle::{CommandStatus, LeaseToken};
 use tenantry_ports::lifecycle::RenewalOutcome;
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
 /// The local view of one lease.
 #[derive(Debug)]
 pub(super) struct LeaseState {
     inner: Mutex<Local>,
+    /// Woken when a renewal is refused (the lease ends at once).
+    changed: Notify,
+}
+
+/// What [`LeaseState::refused`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Refusal {
+    /// A refusal was already recorded for this lease: nothing more to report.
+    AlreadyKnown,
+    /// A settle of this attempt that ends the lease was already sent: the refusal may be that
+    /// settle's own doing and is reported once the settle answered.
+    Deferred,
+    /// Report it now.
+    Report,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -49,15 +66,52 @@ impl LeaseState {
         self.lock().ending = true;
     }
 
-    /// A renewal was refused: the lease is gone for good. Returns whether a settle of this
-    /// attempt that ends the lease was already sent, in which case the refusal may be that
-    /// settle's own doing and is only reported once the settle answered (it is remembered,
-    /// see [`refusal_deferred`](Self::refusal_deferred)).
-    pub(super) fn refused(&self) -> bool {
-        let mut local = self.lock();
-        local.lost = true;
-        local.refusal_deferred = local.ending;
-        local.ending
+    /// A renewal was refused: the lease is gone for good (a call in flight on it is cancelled,
+    /// see [`ended`](Self::ended)). Says whether to report the refusal now; when a settle of
+    /// this attempt that ends the lease was already sent, the refusal may be that settle's own
+    /// doing and is only reported once the settle answered (it is remembered, see
+    /// [`refusal_deferred`](Self::refusal_deferred)).
+    pub(super) fn refused(&self) -> Refusal {
+        let refusal = {
+            let mut local = self.lock();
+            if local.lost {
+                return Refusal::AlreadyKnown;
+            }
+            local.lost = true;
+            local.refusal_deferred = local.ending;
+            if local.ending {
+                Refusal::Deferred
+            } else {
+                Refusal::Report
+            }
+        };
+        self.changed.notify_waiters();
+        refusal
+    }
+
+    /// Whether a renewal of this lease was refused.
+    pub(super) fn is_refused(&self) -> bool {
+        self.lock().lost
+    }
+
+    /// Completes once this lease can no longer be proven live: its local deadline (moved by
+    /// every renewal) passed on `clock`'s monotonic time, or a renewal was refused. A remote
+    /// call selected against it is cancelled then (docs/protocol.md, "Leases, renewal and the
+    /// attempt window").
+    pub(super) async fn ended(&self, clock: &dyn tenantry_ports::clock::Clock) {
+        loop {
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            let local = *self.lock();
+            if local.lost || clock.monotonic() >= local.deadline {
+                return;
+            }
+            tokio::select! {
+                () = &mut changed => {}
+                () = clock.sleep_until(local.deadline) => {}
+            }
+        }
     }
 
     /// Whether a refused renewal waits for the attempt's settle to be reported.
@@ -77,6 +131,37 @@ impl LeaseState {
 #[derive(Debug, Default)]
 pub(super) struct LeaseBook {
     leases: Mutex<HashMap<(CommandId, LeaseEpoch), Arc<LeaseState>>>,
+    /// One lock per command with a remote call in flight (or waited for) in this process.
+    calls: Mutex<HashMap<CommandId, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+/// The right to call the remote for one command in this process: while it is held, no other
+/// attempt of the command in this process starts a call (a re-claim after a lost lease waits
+/// until the earlier attempt's call ended or was cancelled; case 014). Dropping it lets the
+/// next one go and forgets the command's lock once nobody waits for it.
+pub(super) struct CallTurn<'a> {
+    book: &'a LeaseBook,
+    command: CommandId,
+    guard: Option<tokio::sync::OwnedMutexGuard<()>>,
+}
+
+impl Drop for CallTurn<'_> {
+    fn drop(&mut self) {
+        drop(self.guard.take());
+        let mut calls = self
+            .book
+            .calls
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        // Every clone is made under this lock: a count of one is the map's own, nobody holds
+        // or waits for the command's lock.
+        if calls
+            .get(&self.command)
+            .is_some_and(|lock| Arc::strong_count(lock) == 1)
+        {
+            calls.remove(&self.command);
+        }
+    }
 }
 
 impl LeaseBook {
@@ -98,10 +183,36 @@ impl LeaseBook {
                 ending: false,
                 refusal_deferred: false,
             }),
+            changed: Notify::new(),
         });
         self.lock()
             .insert((command.clone(), epoch), Arc::clone(&state));
         state
+    }
+
+    /// The lease (`command`, `epoch`), while its dispatch runs.
+    pub(super) fn get(&self, command: &CommandId, epoch: LeaseEpoch) -> Option<Arc<LeaseState>> {
+        self.lock().get(&(command.clone(), epoch)).cloned()
+    }
+
+    /// Waits until no other attempt of `command` in this process has a remote call in flight,
+    /// and returns the turn that keeps it so until dropped.
+    pub(super) async fn call_turn(&self, command: &CommandId) -> CallTurn<'_> {
+        let lock = Arc::clone(
+            self.calls
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .entry(command.clone())
+                .or_default(),
+        );
+        // Built before waiting, so a wait that is cancelled still tidies the map up.
+        let mut turn = CallTurn {
+            book: self,
+            command: command.clone(),
+            guard: None,
+        };
+        turn.guard = Some(lock.lock_owned().await);
+        turn
     }
 
     /// Forgets the lease (`command`, `epoch`) (its dispatch ended).
@@ -159,8 +270,8 @@ pub(super) enum Holder {
 /// window"): [`RenewalOutcome::Lost`] (logged as `LEASE_LOST`) only when another attempt (a
 /// later epoch) has claimed the command. A committed settle of this attempt explains the
 /// refusal by itself; otherwise the row read after the refusal decides: settled at our epoch
-/// or gone → settled, still ours and processing → expired (nobody took it yet), unreadable →
-/// failed.
+/// or gone → settled, still ours and processing (at our epoch: nobody took it yet; at a later
+/// epoch: this owner claimed it again, case 014) → expired, unreadable → failed.
 pub(super) fn classify_refusal(
     ours: &LeaseToken,
     own_settle: OwnSettle,
@@ -179,11 +290,18 @@ pub(super) fn classify_refusal(
                 epoch,
             },
         ) => {
+            let same_owner = owner.as_ref() == Some(&ours.owner);
             if *epoch != ours.epoch {
-                RenewalOutcome::Lost
+                // A later claim: a takeover, unless this same owner claimed the command again
+                // after its lease expired (case 014): its own re-claim is no takeover.
+                if same_owner && *status == CommandStatus::Processing {
+                    RenewalOutcome::Expired
+                } else {
+                    RenewalOutcome::Lost
+                }
             } else if *status != CommandStatus::Processing {
                 RenewalOutcome::Settled
-            } else if owner.as_ref() == Some(&ours.owner) {
+            } else if same_owner {
                 RenewalOutcome::Expired
             } else {
                 RenewalOutcome::Lost
@@ -275,7 +393,8 @@ mod tests {
             (Committed { handed_back: true }, Holder::Unknown, HandedBack),
             // No settle of ours committed: the row decides.
             (NotCommitted, row(Processing, "w-2", 4), Lost),
-            (NotCommitted, row(Processing, "w-1", 4), Lost),
+            // Our own owner claimed it again after the lease expired: no takeover (case 014).
+            (NotCommitted, row(Processing, "w-1", 4), Expired),
             (NotCommitted, row(Pending, "", 4), Lost),
             (NotCommitted, row(Succeeded, "", 4), Lost),
             (NotCommitted, row(Processing, "w-1", 3), Expired),
@@ -312,7 +431,12 @@ mod tests {
             book.is_live(&id, LeaseEpoch(1), clock.monotonic()),
             "extended to 60 s"
         );
-        assert!(!state.refused(), "no settle of the attempt was sent");
+        assert_eq!(
+            state.refused(),
+            Refusal::Report,
+            "no settle of the attempt was sent"
+        );
+        assert_eq!(state.refused(), Refusal::AlreadyKnown, "reported once");
         assert!(!book.is_live(&id, LeaseEpoch(1), clock.monotonic()));
     }
 }

@@ -79,6 +79,7 @@ macro_rules! lifecycle_store_conformance {
             supersede_after_absence_waits_out_the_grace_period,
             supersede_after_absence_judges_quietness_when_the_lookup_was_sent,
             settle_that_sent_nothing_keeps_the_prior_attempt_window,
+            a_takeover_extends_the_replaced_attempt_window_by_the_call_deadline,
             claim_takes_a_due_command_with_a_lease,
             claim_skips_commands_not_yet_due,
             claim_reclaims_an_expired_lease_with_a_higher_epoch,
@@ -198,6 +199,7 @@ fn claim_at(who: &str, now: DateTime<Utc>, limit: u32) -> (ClaimRequest, DateTim
             lease_duration: Duration::from_secs(60),
             include_provision: true,
             limit,
+            call_deadline: std::time::Duration::ZERO,
         },
         now,
     )
@@ -924,6 +926,125 @@ pub async fn settle_that_sent_nothing_keeps_the_prior_attempt_window<S: Lifecycl
     );
 }
 
+/// A claim that takes over an expired lease extends the replaced attempt's window by the call
+/// deadline (a request it sent just before its lease expired may land that much later; issue
+/// 29): the window covers `old end + deadline` whether the new attempt sends nothing, sends and
+/// settles early (single and batch settle), renews, or dies; a claim of a pending command
+/// extends nothing.
+pub async fn a_takeover_extends_the_replaced_attempt_window_by_the_call_deadline<
+    S: LifecycleStore,
+>(
+    store: S,
+    clock: ManualClock,
+) {
+    let with_deadline = |now, lease: u64, deadline: u64| {
+        (
+            ClaimRequest {
+                owner: owner("w2"),
+                lease_duration: Duration::from_secs(lease),
+                include_provision: true,
+                limit: 10,
+                call_deadline: Duration::from_secs(deadline),
+            },
+            now,
+        )
+    };
+    let a = enqueue(&store, &clock, "cs1", "k1", t(0)).await;
+    let b = enqueue(&store, &clock, "cs2", "k2", t(0)).await;
+    let c = enqueue(&store, &clock, "cs3", "k3", t(0)).await;
+    // Claimed at t(0) with a lease of 60 s: windows end at t(60); the claim of a pending
+    // command extends nothing, whatever the deadline.
+    let first = claim(&store, &clock, with_deadline(t(0), 60, 150))
+        .await
+        .unwrap();
+    assert_eq!(first.len(), 3);
+    for id in [&a, &b, &c] {
+        assert_eq!(record(&store, id).await.attempt_window_ends_at, Some(t(60)));
+    }
+    // The leases expire; another worker takes all three over at t(100) (lease 30 s, call
+    // deadline 150 s): the replaced windows end at t(60) + 150 s = t(210).
+    let taken = claim(&store, &clock, with_deadline(t(100), 30, 150))
+        .await
+        .unwrap();
+    assert_eq!(taken.len(), 3);
+    let lease_of = |id: &CommandId| {
+        taken
+            .iter()
+            .find(|claimed| claimed.id() == id)
+            .unwrap()
+            .lease
+            .clone()
+    };
+    for id in [&a, &b, &c] {
+        assert_eq!(
+            record(&store, id).await.attempt_window_ends_at,
+            Some(t(210)),
+            "the new window covers the replaced attempt's extended window"
+        );
+    }
+    // A renewal at t(110) moves the lease, not the window back.
+    clock.set(t(110));
+    store
+        .renew_lease(&lease_of(&c), Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert_eq!(
+        record(&store, &c).await.attempt_window_ends_at,
+        Some(t(210))
+    );
+    // a: settles at t(120) having sent nothing: the replaced (extended) window stays.
+    clock.set(t(120));
+    store
+        .settle(
+            &lease_of(&a),
+            &Settlement::retry(t(130), ErrorRecord::new("X", "x")).nothing_sent(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        record(&store, &a).await.attempt_window_ends_at,
+        Some(t(210))
+    );
+    // b and c: settle at t(120) having sent (a batch): the window does not end before t(210).
+    let results = store
+        .settle_many(&[
+            (
+                lease_of(&b),
+                Settlement::retry(t(130), ErrorRecord::new("X", "x")),
+            ),
+            (
+                lease_of(&c),
+                Settlement::retry(t(130), ErrorRecord::new("X", "x")),
+            ),
+        ])
+        .await
+        .unwrap();
+    assert!(results.iter().all(Result::is_ok), "{results:?}");
+    for id in [&b, &c] {
+        assert_eq!(
+            record(&store, id).await.attempt_window_ends_at,
+            Some(t(210))
+        );
+    }
+    // Past t(210), a later attempt that sent ends the window at its settle as before.
+    let again = claim(&store, &clock, with_deadline(t(300), 30, 150))
+        .await
+        .unwrap();
+    let lease = again.iter().find(|x| x.id() == &b).unwrap().lease.clone();
+    clock.set(t(310));
+    store
+        .settle(
+            &lease,
+            &Settlement::retry(t(320), ErrorRecord::new("X", "x")),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        record(&store, &b).await.attempt_window_ends_at,
+        Some(t(310))
+    );
+}
+
 /// Claims decide "due" and "lease expired" by the store's clock; the lease expiry and the
 /// claim time come from it too.
 pub async fn claim_uses_the_store_clock_not_the_callers<S: LifecycleStore>(
@@ -1166,6 +1287,7 @@ pub async fn submit_many_answers_each_plan_as_submit_would<S: LifecycleStore>(
             lease_duration: Duration::from_secs(60),
             include_provision: true,
             limit: 10,
+            call_deadline: std::time::Duration::ZERO,
         })
         .await
         .unwrap();

@@ -237,11 +237,21 @@ impl CommandQueue for InMemoryLifecycleStore {
             let Some(record) = commands.get_mut(&id) else {
                 continue;
             };
-            prior_windows.insert(id.clone(), record.attempt_window_ends_at);
+            // As the SQL stores: a takeover of an expired lease extends the replaced attempt's
+            // window by the call deadline, and the new window covers it.
+            let replaced = if record.status == CommandStatus::Processing {
+                record
+                    .attempt_window_ends_at
+                    .map(|end| add_duration(end, request.call_deadline))
+            } else {
+                record.attempt_window_ends_at
+            };
+            prior_windows.insert(id.clone(), replaced);
             record.status = CommandStatus::Processing;
             record.lease_owner = Some(request.owner.clone());
             record.lease_expires_at = Some(expires_at);
-            record.attempt_window_ends_at = Some(expires_at);
+            record.attempt_window_ends_at =
+                Some(replaced.map_or(expires_at, |end| end.max(expires_at)));
             record.lease_epoch = record.lease_epoch.next();
             record.attempt_count = record.attempt_count.saturating_add(1);
             claimed.push(ClaimedCommand {
@@ -312,7 +322,11 @@ impl CommandQueue for InMemoryLifecycleStore {
         };
         let expires_at = add_duration(now, lease_duration);
         record.lease_expires_at = Some(expires_at);
-        record.attempt_window_ends_at = Some(expires_at);
+        record.attempt_window_ends_at = Some(
+            record
+                .attempt_window_ends_at
+                .map_or(expires_at, |end| end.max(expires_at)),
+        );
         Ok(LeaseToken {
             expires_at,
             ..lease.clone()
@@ -394,7 +408,7 @@ impl CommandQueue for InMemoryLifecycleStore {
             state.commands.get_mut(&lease.command_id),
         ) {
             r.attempt_window_ends_at = if settlement.may_have_sent {
-                Some(now)
+                Some(prior.map_or(now, |end| end.max(now)))
             } else {
                 prior
             };
@@ -608,7 +622,7 @@ impl CommandAdmin for InMemoryLifecycleStore {
                     None
                 }
                 OperatorActionKind::MarkDeleted => Some(
-                    tenantry_lifecycle::operator::mark_deleted(&r, cs.as_ref(), action.at)?,
+                    tenantry_lifecycle::operator::mark_deleted(&r, cs.as_ref(), now)?,
                 ),
                 OperatorActionKind::Retry => None,
             };
@@ -620,8 +634,12 @@ impl CommandAdmin for InMemoryLifecycleStore {
                 command_id: action.command_id.clone(),
             });
         };
+        // As the SQL stores: recorded at the store's time, not the caller's.
         let record = ActionRecord {
-            action: action.clone(),
+            action: OperatorAction {
+                at: now,
+                ..action.clone()
+            },
             previous_status: r.status,
             previous_error_code: r.last_error_code.clone(),
             attempt_count: r.attempt_count,
@@ -635,7 +653,7 @@ impl CommandAdmin for InMemoryLifecycleStore {
             }
             OperatorActionKind::Abandon | OperatorActionKind::MarkDeleted => {
                 r.status = CommandStatus::Abandoned;
-                r.completed_at = Some(action.at);
+                r.completed_at = Some(now);
                 r.last_error_code =
                     Some(tenantry_lifecycle::ErrorCode::AbandonedByOperator.to_owned());
                 r.last_error_message = Some(action.reason.clone());

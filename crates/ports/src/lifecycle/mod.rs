@@ -108,6 +108,12 @@ pub struct ClaimRequest {
     pub include_provision: bool,
     /// Most commands to claim at once (at least 1).
     pub limit: u32,
+    /// The remote call deadline. A claim that takes over an expired lease extends the attempt
+    /// window of the attempt it replaces by this much (a request that attempt sent just before
+    /// its lease expired may still land up to one call deadline later), so that window is at
+    /// least `old end + call_deadline` for the absence rule whatever the new attempt does
+    /// (docs/protocol.md, "Leases, renewal and the attempt window"). Zero extends nothing.
+    pub call_deadline: Duration,
 }
 
 /// `at + length`, saturating at the largest representable time.
@@ -396,7 +402,9 @@ pub struct OperatorAction {
     pub actor: String,
     /// Why (free text, 1..=1024 characters).
     pub reason: String,
-    /// When (the caller's clock).
+    /// When the caller acted (its clock). The store records the action, and an abandon's
+    /// `completed_at`, at its own time instead (the database clock: retention's cut-offs read
+    /// them; issue 29), so [`ActionRecord::action`] carries the store's time here.
     pub at: DateTime<Utc>,
 }
 
@@ -833,8 +841,8 @@ pub struct TaskMetric {
 pub enum RenewalOutcome {
     /// The lease was extended.
     Renewed,
-    /// Refused: another attempt (a later lease epoch) has claimed the command. Renewal stopped;
-    /// the only outcome logged as `LEASE_LOST`.
+    /// Refused: another owner's attempt (a later lease epoch) has claimed the command. Renewal
+    /// stopped; the only outcome logged as `LEASE_LOST`.
     Lost,
     /// Refused because this attempt's own settle ended the lease first (or the command was
     /// settled at this attempt's epoch): nothing was lost. Renewal stopped.
@@ -843,8 +851,9 @@ pub enum RenewalOutcome {
     /// (`SHUTDOWN_BEFORE_CALL`) first: nothing was lost. Renewal stopped.
     HandedBack,
     /// Refused because the lease had expired on the store's clock (a paused process or a slow
-    /// store) although nobody has claimed the command yet: this attempt sends nothing more.
-    /// Renewal stopped.
+    /// store) and nobody else has claimed the command (nobody at all, or this same owner again
+    /// after the expiry: its own re-claim is no takeover, case 014): this attempt sends nothing
+    /// more and its call in flight is cancelled. Renewal stopped.
     Expired,
     /// The store failed (or, after a refusal, who has the command could not be read);
     /// renewal is tried again at the next tick unless it was refused.

@@ -360,6 +360,9 @@ async fn act_once(
         });
     };
     let before = to_record(row)?;
+    // The action is recorded, and an abandon completes, at the database's time, not the
+    // operator process's: retention's cut-offs read these (issue 29).
+    let at = store.now_on(&txn).await?;
     if !tenantry_lifecycle::operator::accepts_action(
         before.status,
         request.kind == OperatorActionKind::MarkDeleted,
@@ -378,8 +381,7 @@ async fn act_once(
                 .await?;
         match request.kind {
             OperatorActionKind::MarkDeleted => {
-                let cas =
-                    tenantry_lifecycle::operator::mark_deleted(&before, cs.as_ref(), request.at)?;
+                let cas = tenantry_lifecycle::operator::mark_deleted(&before, cs.as_ref(), at)?;
                 if !super::apply_cas(&txn, &cas).await.map_err(unavailable)? {
                     return Err(OperatorActionError::NotActionable {
                         command_id: before.id,
@@ -437,7 +439,7 @@ async fn act_once(
                 outbox::Column::Status,
                 Expr::value(CommandStatus::Abandoned.as_str()),
             )
-            .col_expr(outbox::Column::CompletedAt, Expr::value(millis(request.at)))
+            .col_expr(outbox::Column::CompletedAt, Expr::value(millis(at)))
             .col_expr(
                 outbox::Column::LastErrorCode,
                 Expr::value(ErrorCode::AbandonedByOperator.as_str()),
@@ -472,7 +474,7 @@ async fn act_once(
         previous_status: Set(before.status.as_str().to_owned()),
         previous_error_code: Set(before.last_error_code.as_ref().map(ToString::to_string)),
         attempt_count: Set(before.attempt_count),
-        created_at: Set(millis(request.at)),
+        created_at: Set(millis(at)),
     })
     .exec(&txn)
     .await

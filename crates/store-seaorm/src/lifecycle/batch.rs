@@ -486,7 +486,8 @@ async fn ack_postgres<C: ConnectionTrait>(
            last_error_message = CASE WHEN v.error_code IS NULL THEN o.last_error_message \
              ELSE v.error_message END, \
            lease_owner = NULL, lease_expires_at = NULL, \
-           attempt_window_ends_at = CASE WHEN v.sent THEN {now} ELSE o.prior_window_ends_at END \
+           attempt_window_ends_at = CASE WHEN NOT v.sent THEN o.prior_window_ends_at \
+             WHEN o.prior_window_ends_at > {now} THEN o.prior_window_ends_at ELSE {now} END \
          FROM json_to_recordset($1::json) AS v(id text, owner text, epoch bigint, sent boolean, \
            status text, \
            completed_at bigint, next_attempt_at bigint, error_code text, error_message text\

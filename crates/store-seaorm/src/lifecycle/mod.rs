@@ -307,9 +307,12 @@ pub(crate) async fn settle_in<C: ConnectionTrait>(
 ) -> Result<(), SettleError> {
     let mut update = outbox::Entity::update_many().filter(lease_filter(lease));
     if settlement.outcome.is_some() {
-        // The attempt ends: its window ends now, or (nothing sent) stays what it was before.
+        // The attempt ends: its window ends now (not before the window of an attempt it took
+        // over, extended at the claim), or (nothing sent) stays what it was before.
         let window_end = if settlement.may_have_sent {
-            Expr::cust(now.to_owned())
+            Expr::cust(format!(
+                "CASE WHEN prior_window_ends_at > {now} THEN prior_window_ends_at ELSE {now} END"
+            ))
         } else {
             Expr::col(outbox::Column::PriorWindowEndsAt)
         };
@@ -588,10 +591,19 @@ impl CommandQueue for SeaOrmLifecycleStore {
         };
         let now = self.now_sql();
         let lease_ms = duration_millis(request.lease_duration);
+        // A takeover (the row is still `processing`: its lease expired) extends the replaced
+        // attempt's window by the call deadline; the new window covers it too (docs/protocol.md,
+        // "Leases, renewal and the attempt window"). SET expressions read the row as it was.
+        let replaced = format!(
+            "CASE WHEN status = 'processing' AND attempt_window_ends_at IS NOT NULL \
+               THEN attempt_window_ends_at + {deadline} ELSE attempt_window_ends_at END",
+            deadline = p(4),
+        );
         let sql = format!(
             "UPDATE tenantry_lifecycle_outbox SET status = 'processing', lease_owner = {owner}, \
-             lease_expires_at = {now} + {lease}, prior_window_ends_at = attempt_window_ends_at, \
-             attempt_window_ends_at = {now} + {lease}, \
+             lease_expires_at = {now} + {lease}, prior_window_ends_at = {replaced}, \
+             attempt_window_ends_at = CASE WHEN {replaced} > {now} + {lease} THEN {replaced} \
+               ELSE {now} + {lease} END, \
              lease_epoch = lease_epoch + 1, attempt_count = attempt_count + 1 \
              WHERE {matches}SELECT {key} FROM tenantry_lifecycle_outbox \
                WHERE completed_at IS NULL \
@@ -607,6 +619,7 @@ impl CommandQueue for SeaOrmLifecycleStore {
             request.owner.as_str().into(),
             lease_ms.into(),
             i64::from(request.limit.max(1)).into(),
+            duration_millis(request.call_deadline).into(),
         ];
         let rows = outbox::Entity::find()
             .from_raw_sql(Statement::from_sql_and_values(backend, sql, values))
@@ -679,9 +692,14 @@ impl CommandQueue for SeaOrmLifecycleStore {
     ) -> Result<LeaseToken, SettleError> {
         let now = self.now_sql();
         let expires = format!("{now} + {}", duration_millis(lease_duration));
+        // The window moves with the lease, never back before the end a takeover gave it.
+        let window = format!(
+            "CASE WHEN attempt_window_ends_at > {expires} THEN attempt_window_ends_at \
+               ELSE {expires} END"
+        );
         let row = outbox::Entity::update_many()
             .col_expr(outbox::Column::LeaseExpiresAt, Expr::cust(expires.clone()))
-            .col_expr(outbox::Column::AttemptWindowEndsAt, Expr::cust(expires))
+            .col_expr(outbox::Column::AttemptWindowEndsAt, Expr::cust(window))
             .filter(lease_filter(lease))
             // Only a live lease is renewed, judged on the database clock: an expired lease
             // that nobody has claimed yet is not revived (docs/protocol.md, "Leases, renewal

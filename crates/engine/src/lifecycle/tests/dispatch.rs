@@ -60,6 +60,7 @@ async fn expired_processing_command_is_reclaimed_and_completed() {
             lease_duration: Duration::from_secs(300),
             include_provision: true,
             limit: 1,
+            call_deadline: std::time::Duration::ZERO,
         })
         .await
         .unwrap();
@@ -291,6 +292,53 @@ async fn conflicting_recovered_identity_dead_letters_the_delete() {
     assert_eq!(record.lease_owner, None);
     assert_eq!(record.completed_at, Some(t(1)));
     assert_eq!(h.calls("deletion"), 0);
+}
+
+/// Issue 29: a refusal after a slow call (here an identity conflict found after a lookup that
+/// took 20 s) is timed at the failure, not at the claim.
+#[tokio::test]
+async fn an_identity_conflict_after_a_slow_lookup_is_timed_at_the_failure() {
+    let h = harness();
+    let provision = h.create("cs1").await;
+    h.remote.push_fault(
+        RemoteCall::Provision,
+        RemoteFault::Fail(RemoteError::not_dispatched("refused")),
+    );
+    h.dispatch(t(0), true).await;
+    let delete = h.delete("cs1").await;
+    h.remote.insert_space(
+        tenant(),
+        ProvisioningKey::parse(provision.operation_id.as_str()).unwrap(),
+        KnowledgeSpaceId::parse("remote-id").unwrap(),
+        1,
+    );
+    let store = h.store.clone();
+    let injected = Arc::new(AtomicBool::new(false));
+    let flag = injected.clone();
+    h.remote.set_hook(move |call| {
+        if call == RemoteCall::Lookup && !flag.swap(true, Ordering::SeqCst) {
+            let mut cs = futures::executor::block_on(store.control_space(&tenant(), &cs_id("cs1")))
+                .unwrap()
+                .unwrap();
+            cs.knowledge_space_id = Some(KnowledgeSpaceId::parse("local-id").unwrap());
+            store.put_control_space(cs);
+            // The lookup takes 20 s.
+            clock_of_test().advance(Duration::from_secs(20));
+        }
+    });
+    let outcome = h
+        .dispatcher
+        .dispatch_one(&owner("w1"), at(t(1), true))
+        .await
+        .unwrap();
+    assert!(outcome.completed);
+    let record = h.command(&delete.command_id);
+    assert_eq!(record.status, CommandStatus::Failed);
+    assert_eq!(
+        record.last_error_code.as_ref().map(ErrorCode::as_str),
+        Some(ErrorCode::KnowledgeFsIdentityConflict.as_str())
+    );
+    assert_eq!(record.completed_at, Some(t(21)), "timed at the failure");
 }
 
 #[tokio::test]

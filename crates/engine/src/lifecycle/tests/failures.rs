@@ -731,3 +731,33 @@ async fn case_012_a_delete_abandoned_earlier_can_still_be_marked_deleted() {
     assert_eq!(after.status, CommandStatus::Abandoned);
     assert_eq!(h.space("cs1").await.state, ControlSpaceState::Deleted);
 }
+
+/// Issue 29: a `503` or `429` proves that nothing was applied only when its body is
+/// KnowledgeFS's own error (`KFS_UNAVAILABLE`, `KFS_RATE_LIMITED`); the same status without it
+/// (a gateway's page: `KFS_HTTP_503`) may have come while the backend went on, so the attempt
+/// counts as possibly sent and keeps its window. Other 4xx answers still apply nothing.
+#[tokio::test]
+async fn a_503_or_429_applies_nothing_only_with_knowledge_fs_own_error() {
+    for (status, code, may_have_sent) in [
+        (503, "KFS_UNAVAILABLE", false),
+        (503, "KFS_HTTP_503", true),
+        (503, "SERVICE_UNAVAILABLE", true),
+        (429, "KFS_RATE_LIMITED", false),
+        (429, "KFS_HTTP_429", true),
+        (409, "KNOWLEDGE_FS_SPACE_DELETED", false),
+        (502, "KFS_HTTP_502", true),
+    ] {
+        let h = harness();
+        let created = h.create("cs1").await;
+        h.remote
+            .push_fault(RemoteCall::Provision, answered(status, code));
+        h.dispatch(t(0), true).await;
+        assert_eq!(
+            h.command(&created.command_id)
+                .attempt_window_ends_at
+                .is_some(),
+            may_have_sent,
+            "{status} {code}"
+        );
+    }
+}
