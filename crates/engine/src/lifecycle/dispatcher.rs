@@ -1258,7 +1258,14 @@ fn applied_nothing(error: &RemoteError) -> bool {
         DispatchOutcome::Answered { status: Some(429) } => {
             error.code.as_str() == "KFS_RATE_LIMITED"
         }
-        DispatchOutcome::Answered { status: Some(503) } => error.code.as_str() == "KFS_UNAVAILABLE",
+        DispatchOutcome::Answered {
+            status: Some(status @ 502..=504),
+        } => {
+            // The kernel's gateway rule, shared with the fences; of the three statuses only
+            // KnowledgeFS's own 503 is a refusal its protocol defines as effect-free.
+            let own_error = status == 503 && error.code.as_str() == "KFS_UNAVAILABLE";
+            own_error && !tenantry_kernel::outcome::gateway_may_have_applied(status, own_error)
+        }
         DispatchOutcome::Answered {
             status: Some(status),
         } => (400..500).contains(&status),
