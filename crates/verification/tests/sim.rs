@@ -79,7 +79,7 @@ mod workers {
             return;
         }
         let started = std::time::Instant::now();
-        let (mut calls, mut renewals, mut lost, mut late) = (0, 0, 0, 0);
+        let (mut calls, mut renewals, mut lost, mut late, mut stalled) = (0, 0, 0, 0, 0);
         for seed in 0..SEEDS {
             match run(seed, STEPS, None) {
                 Ok(summary) => {
@@ -87,20 +87,22 @@ mod workers {
                     renewals += summary.renewals;
                     lost += summary.leases_lost;
                     late += summary.late_landings;
+                    stalled += summary.stalled_statements;
                 }
                 Err(failure) => panic!("{failure}"),
             }
         }
         println!(
             "{} worker-simulation steps ({calls} remote calls, {renewals} renewals, {lost} leases \
-             taken over, {late} late landings) in {:?}",
+             taken over, {late} late landings, {stalled} lease statements held by stalls) in {:?}",
             SEEDS * STEPS,
             started.elapsed()
         );
-        // Not vacuous: leases were renewed and taken over, requests landed late.
+        // Not vacuous: leases were renewed and taken over (a stalled process's late renewals
+        // and settles refused), requests landed late.
         assert!(
-            renewals > 100 && lost > 10 && late > 100,
-            "{renewals} {lost} {late}"
+            renewals > 100 && lost > 10 && late > 100 && stalled > 100,
+            "{renewals} {lost} {late} {stalled}"
         );
     }
 

@@ -6,17 +6,36 @@
 //!
 //! A seeded schedule drives the run: create and delete requests, virtual time passing, crashes
 //! of a process (its worker futures are dropped) and restarts (new workers with new lease
-//! owners), time jumps, steps of a process's wall clock, and the fault weather. Every remote
+//! owners), time jumps, steps of a process's wall clock, stalls of a process, and the fault
+//! weather. Every remote
 //! call draws its fate from the run's generator: answered, answer lost, connection reset
 //! (before or after the request left), stall (answer delayed past the lease), timeout (no
 //! answer before the call deadline), 503, and 500/502/504 from a gateway whose backend may
 //! still apply the request up to 170 s later (so deliveries land out of order). Requests land
 //! in their own tasks: dropping a crashed worker's call does not stop its delivery.
 //!
+//! A stall ([`WorkerOp::Stall`]) stands for a process that stops running between its own
+//! lease check and the statement it sends (a GC pause, SIGSTOP, a descheduled thread): every
+//! lease statement of the process (claim, renewal, settle) that starts during the stall reaches
+//! the store only when the stall ends, while the database clock and the other processes go on.
+//! The dispatcher checks its lease's local deadline before it sends and cancels a remote call
+//! when the deadline passes, so without stalls no renewal or settle ever reaches the store
+//! after the lease expired; a stall longer than the lease lets another process take the command
+//! over first, and the late renewal or settle must be refused by the store's owner/epoch
+//! compare-and-set (counted as a lease lost; [`WorkerBug::SettleWithoutEpochCheck`] lets it
+//! through). The process's monotonic clock keeps running through a stall, as `CLOCK_MONOTONIC`
+//! does through a GC pause or SIGSTOP, so its timers (renewal ticks, the cancellation of a call
+//! at the lease's deadline) fire on time; only its lease statements are held. Remote calls are
+//! not held: a request that leaves after its lease expired is out of this fault's scope (the
+//! sender invariant below would report it).
+//!
 //! Checked after every step: at most one live lease per command (the dispatcher's local view:
-//! a deadline counted from before the claim or renewal, not lost, its process alive); every
-//! remote call is sent under the command's current lease (store owner, unexpired); no settle
-//! from a stale lease is accepted; at most one remote space per provisioning key; a control
+//! a deadline on the holder's monotonic clock counted from before the claim or renewal was
+//! sent, so from before any stall that held it, not lost, its process alive; a stalled holder's
+//! statement in flight does not keep its view live, it is judged by the store when it lands);
+//! every remote call is sent under the command's current lease (store owner, unexpired); no
+//! settle from a stale lease is accepted; no renewal of a lease that is stale or expired in
+//! database time is accepted; at most one remote space per provisioning key; a control
 //! space is in a state its requests allow; a deleted control space has no remote space. After
 //! the schedule the faults stop, crashed processes restart, virtual time runs until every
 //! command finished, and the drained state must match what was asked.
@@ -110,11 +129,16 @@ pub enum WorkerOp {
     StepWall(usize, i64),
     /// Percentage of remote calls that meet a fault from now on.
     Weather(u32),
+    /// Process `p` stalls for the given seconds of database time (a GC pause, SIGSTOP, a
+    /// descheduled thread, after its lease checks): its claims, renewals and settles that
+    /// start before the stall ends reach the store when it ends, while the database clock and
+    /// the other processes go on. Its clock and timers keep running (see the module docs).
+    Stall(usize, u64),
 }
 
 /// Draws the next step.
 pub fn draw(rng: &mut StdRng) -> WorkerOp {
-    match rng.random_range(0..20u8) {
+    match rng.random_range(0..21u8) {
         0..=2 => WorkerOp::Create,
         3 | 4 => WorkerOp::Delete(rng.random_range(0..LIVE_SPACES)),
         5..=12 => WorkerOp::Run([0, 1, 3, 10, 40][rng.random_range(0..5usize)]),
@@ -125,7 +149,11 @@ pub fn draw(rng: &mut StdRng) -> WorkerOp {
             rng.random_range(0..PROCESSES),
             [-3600, -20, 20, 3600][rng.random_range(0..4usize)],
         ),
-        _ => WorkerOp::Weather([0, 10, 35, 70][rng.random_range(0..4usize)]),
+        18 | 19 => WorkerOp::Weather([0, 10, 35, 70][rng.random_range(0..4usize)]),
+        _ => WorkerOp::Stall(
+            rng.random_range(0..PROCESSES),
+            [15, 40, 90][rng.random_range(0..3usize)],
+        ),
     }
 }
 
@@ -144,6 +172,9 @@ pub struct WorkerRunSummary {
     pub leases_lost: u64,
     /// Requests that landed after their caller stopped waiting (lost answer, timeout, crash).
     pub late_landings: u64,
+    /// Lease statements (claims, renewals, settles) a stall of their process held
+    /// ([`WorkerOp::Stall`]).
+    pub stalled_statements: u64,
     /// Virtual time the run covered, seconds.
     pub virtual_seconds: u64,
     /// Hash of the final state (commands, control spaces, remote spaces, trace): equal seeds
@@ -175,6 +206,9 @@ struct World {
     renewals: u64,
     leases_lost: u64,
     late_landings: u64,
+    stalled_statements: u64,
+    /// Per process: the database clock's monotonic reading until which it is stalled.
+    stalled_until: [Option<Instant>; PROCESSES],
     db_clock: ManualClock,
 }
 
@@ -216,10 +250,37 @@ fn holds(record: &CommandRecord, lease: &LeaseToken) -> bool {
         && record.lease_epoch == lease.epoch
 }
 
+impl SimStore {
+    /// Holds a lease statement of this process while the process is stalled
+    /// ([`WorkerOp::Stall`]): it reaches the store when the stall ends (a stall extended
+    /// meanwhile holds it longer), however long after the dispatcher checked its lease.
+    async fn held_while_stalled(&self, statement: &str) {
+        let mut counted = false;
+        loop {
+            let (until, db_clock) = {
+                let w = world(&self.world);
+                (w.stalled_until[self.process], w.db_clock.clone())
+            };
+            let Some(until) = until.filter(|until| db_clock.monotonic() < *until) else {
+                return;
+            };
+            if !counted {
+                counted = true;
+                let caller = CALLER.try_with(Clone::clone).unwrap_or_default();
+                let mut w = world(&self.world);
+                w.stalled_statements += 1;
+                w.event(format!("{caller} {statement} held by the stall"));
+            }
+            db_clock.sleep_until(until).await;
+        }
+    }
+}
+
 #[async_trait]
 impl CommandQueue for SimStore {
     async fn claim(&self, request: &ClaimRequest) -> Result<Vec<ClaimedCommand>, StoreError> {
         let started = self.clock.monotonic();
+        self.held_while_stalled("claim").await;
         if self.bug == Some(WorkerBug::ClaimWithoutExpiryCheck) {
             let now = world(&self.world).db_clock.now();
             if let Some(mut live) = self.inner.commands().into_iter().find(|r| {
@@ -266,11 +327,28 @@ impl CommandQueue for SimStore {
         lease_duration: Duration,
     ) -> Result<LeaseToken, SettleError> {
         let started = self.clock.monotonic();
+        self.held_while_stalled(&format!("renewal of {} epoch {}", lease.command_id, lease.epoch.0))
+            .await;
+        let current = self.inner.command(&lease.command_id);
         let result = self.inner.renew_lease(lease, lease_duration).await;
         let mut w = world(&self.world);
         let key = (lease.command_id.clone(), lease.epoch.0);
         match &result {
             Ok(_) => {
+                let now = w.db_clock.now();
+                let live = current.as_ref().is_some_and(|r| {
+                    holds(r, lease) && r.lease_expires_at.is_some_and(|at| at > now)
+                });
+                if !live {
+                    w.violations.push(format!(
+                        "a renewal of a stale or expired lease was accepted: {} epoch {} of {} \
+                         (command: {:?})",
+                        lease.owner,
+                        lease.epoch.0,
+                        lease.command_id,
+                        current.map(|r| (r.status, r.lease_owner, r.lease_epoch.0, r.lease_expires_at))
+                    ));
+                }
                 w.renewals += 1;
                 if let Some(view) = w.leases.get_mut(&key) {
                     view.deadline = view.deadline.max(started + lease_duration);
@@ -292,6 +370,8 @@ impl CommandQueue for SimStore {
     }
 
     async fn settle(&self, lease: &LeaseToken, settlement: &Settlement) -> Result<(), SettleError> {
+        self.held_while_stalled(&format!("settle of {} epoch {}", lease.command_id, lease.epoch.0))
+            .await;
         let current = self.inner.command(&lease.command_id);
         let held = current.as_ref().is_some_and(|r| holds(r, lease));
         let token = match (&current, self.bug) {
@@ -718,6 +798,8 @@ impl WorkerSim {
             renewals: 0,
             leases_lost: 0,
             late_landings: 0,
+            stalled_statements: 0,
+            stalled_until: [None; PROCESSES],
             db_clock: db_clock.clone(),
         }));
         let counter = Arc::new(AtomicUsize::new(0));
@@ -826,6 +908,8 @@ impl WorkerSim {
         process.alive = false;
         let generation = process.generation;
         let mut w = world(&self.world);
+        // Its held statements were dropped with its workers: they never land.
+        w.stalled_until[p] = None;
         for view in w.leases.values_mut() {
             if view.process == p && view.generation == generation {
                 view.closed = true;
@@ -913,6 +997,16 @@ impl WorkerSim {
                 w.fault_percent = percent;
                 w.event(format!("{percent} % of remote calls meet a fault"));
             }
+            WorkerOp::Stall(p, secs) => {
+                if !self.processes[p].alive {
+                    return Ok(());
+                }
+                let until = self.db_clock.monotonic() + Duration::from_secs(secs);
+                let mut w = world(&self.world);
+                let stalled = &mut w.stalled_until[p];
+                *stalled = Some(stalled.map_or(until, |earlier| earlier.max(until)));
+                w.event(format!("process {p} stalls for {secs} s"));
+            }
         }
         Ok(())
     }
@@ -954,7 +1048,14 @@ impl WorkerSim {
             return Err(violation.clone());
         }
         // At most one live lease per command, as the holders see them. A closed lease (settled,
-        // refused, its process crashed) never becomes live again.
+        // refused, its process crashed) never becomes live again. A view's deadline is on its
+        // holder's monotonic clock, which runs at the database clock's rate and through a
+        // stall, counted from before the statement that took or renewed the lease was sent
+        // (before any stall held it): it never outlives the database's expiry, so comparing
+        // it with the database clock's monotonic reading judges the view in database time. A
+        // stalled holder's statement that reaches the store after the view expired is judged
+        // there instead (a refused renewal or settle, or the stale-settle and stale-renewal
+        // checks of `SimStore`).
         w.leases.retain(|_, view| !view.closed);
         let now = self.db_clock.monotonic();
         let mut live: BTreeMap<&CommandId, Vec<String>> = BTreeMap::new();
@@ -1116,9 +1217,15 @@ pub fn run(seed: u64, steps: u64, bug: Option<WorkerBug>) -> Result<WorkerRunSum
         if let Err(message) = settled {
             return Err(fail(steps, message, sim.trace()));
         }
-        let (remote_calls, renewals, leases_lost, late_landings) = {
+        let (remote_calls, renewals, leases_lost, late_landings, stalled_statements) = {
             let w = world(&sim.world);
-            (w.remote_calls, w.renewals, w.leases_lost, w.late_landings)
+            (
+                w.remote_calls,
+                w.renewals,
+                w.leases_lost,
+                w.late_landings,
+                w.stalled_statements,
+            )
         };
         let summary = WorkerRunSummary {
             steps,
@@ -1127,6 +1234,7 @@ pub fn run(seed: u64, steps: u64, bug: Option<WorkerBug>) -> Result<WorkerRunSum
             renewals,
             leases_lost,
             late_landings,
+            stalled_statements,
             virtual_seconds: (tokio::time::Instant::now() - started + sim.jumped).as_secs(),
             digest: sim.digest(),
         };
