@@ -9,8 +9,8 @@
 //!   workers that claim and crash, lost provision, lookup and deletion answers, time passing;
 //!   checked once more after everything drained. The proptest of lifecycle sequences drives
 //!   the same [`System`];
-//! - [`workers`]: the worker loops of several processes, lease renewals and a faulty network
-//!   on virtual time (a paused runtime);
+//! - [`workers`]: the worker loops of several processes, lease renewals, stalled processes
+//!   and a faulty network on virtual time (a paused runtime);
 //! - [`fences`]: scoped writes of two processes and an operator;
 //! - [`projector`]: two directory projector replicas against a reordering directory.
 
