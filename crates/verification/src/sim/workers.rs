@@ -327,8 +327,11 @@ impl CommandQueue for SimStore {
         lease_duration: Duration,
     ) -> Result<LeaseToken, SettleError> {
         let started = self.clock.monotonic();
-        self.held_while_stalled(&format!("renewal of {} epoch {}", lease.command_id, lease.epoch.0))
-            .await;
+        self.held_while_stalled(&format!(
+            "renewal of {} epoch {}",
+            lease.command_id, lease.epoch.0
+        ))
+        .await;
         let current = self.inner.command(&lease.command_id);
         let result = self.inner.renew_lease(lease, lease_duration).await;
         let mut w = world(&self.world);
@@ -346,7 +349,12 @@ impl CommandQueue for SimStore {
                         lease.owner,
                         lease.epoch.0,
                         lease.command_id,
-                        current.map(|r| (r.status, r.lease_owner, r.lease_epoch.0, r.lease_expires_at))
+                        current.map(|r| (
+                            r.status,
+                            r.lease_owner,
+                            r.lease_epoch.0,
+                            r.lease_expires_at
+                        ))
                     ));
                 }
                 w.renewals += 1;
@@ -370,8 +378,11 @@ impl CommandQueue for SimStore {
     }
 
     async fn settle(&self, lease: &LeaseToken, settlement: &Settlement) -> Result<(), SettleError> {
-        self.held_while_stalled(&format!("settle of {} epoch {}", lease.command_id, lease.epoch.0))
-            .await;
+        self.held_while_stalled(&format!(
+            "settle of {} epoch {}",
+            lease.command_id, lease.epoch.0
+        ))
+        .await;
         let current = self.inner.command(&lease.command_id);
         let held = current.as_ref().is_some_and(|r| holds(r, lease));
         let token = match (&current, self.bug) {
