@@ -7,14 +7,14 @@
 //!   while a keep-alive connection waits for its next request too, so it is also the idle
 //!   timeout); else hyper closes the connection;
 //! - the request body must arrive entirely within `admin_request_body_timeout_seconds` of the
-//!   head ([`body_deadline`]): past it, reading the body fails and the connection is closed
+//!   head (`body_deadline`): past it, reading the body fails and the connection is closed
 //!   after the answer. The deadline is total, not per chunk, so a body trickled a byte at a
 //!   time does not hold the connection either (tower-http's body timeout restarts at every
 //!   chunk; a whole-request timeout would also cut a long bulk action);
 //! - body size: the admin API's [`crate::admin::MAX_BODY_BYTES`] and the console's own limit
 //!   stay as they are (their extractors enforce them).
 //!
-//! Host check ([`host_guard`]): without `admin_token`, the admin API and the console are open
+//! Host check (`host_guard`): without `admin_token`, the admin API and the console are open
 //! to whoever reaches `listen` (loopback only, config validation ensures it). A web page the
 //! operator visits could still reach them through DNS rebinding (its host name re-resolved to
 //! 127.0.0.1); such a request carries the page's host name in `Host`. So only loopback names

@@ -72,7 +72,7 @@ pub enum SeriesType {
     Counter,
     /// Value that goes up and down (`# TYPE … gauge`).
     Gauge,
-    /// Distribution in [`BUCKETS`] (`# TYPE … histogram`: `_bucket`, `_sum`, `_count`).
+    /// Distribution in `BUCKETS` (`# TYPE … histogram`: `_bucket`, `_sum`, `_count`).
     Histogram,
 }
 
