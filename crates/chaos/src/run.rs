@@ -18,7 +18,7 @@ use tenantry_testkit::knowledge_fs::{ReferenceRemote, RemoteConfig};
 use tokio::time::Instant;
 
 use crate::args::ChaosArgs;
-use crate::checks::{self, PauseRecord, check};
+use crate::checks::{self, ClockStepRecord, PauseRecord, check};
 use crate::logs::LeaseLog;
 use crate::pg::Postgres;
 use crate::replica::{self, Replica};
@@ -165,6 +165,10 @@ struct Harness {
     faults_done: Arc<AtomicU64>,
     /// When the last database fault ended.
     last_database_fault: Option<Instant>,
+    /// Wall-clock steps so far.
+    clock_steps: Vec<ClockStepRecord>,
+    /// The replica whose wall clock is stepped now, and when it steps back.
+    clock_back: Option<(usize, Instant)>,
 }
 
 async fn run(args: &ChaosArgs) -> Result<(ChaosReport, PathBuf), String> {
@@ -245,15 +249,22 @@ async fn run(args: &ChaosArgs) -> Result<(ChaosReport, PathBuf), String> {
     if let Some(t) = &target.token {
         env.push(("TENANTRY_DIRECTORY_TOKEN".to_owned(), t.clone()));
     }
+    // The wall-clock step needs libfaketime, and PostgreSQL: SQLite's clock is the replica's
+    // own, so stepping it would step the database's clock too.
+    let faketime = args.libfaketime().filter(|_| db.pg().is_some());
     let mut replicas = Vec::new();
     for index in 0..args.replicas {
-        replicas.push(Replica::new(
+        let slot = Replica::new(
             index,
             free_port()?,
             &args.tenantry_bin,
             env.clone(),
             &folder,
-        ));
+        );
+        replicas.push(match &faketime {
+            Some(lib) => slot.with_faketime(lib)?,
+            None => slot,
+        });
     }
     // The first replica migrates the database alone; the others start once it is ready.
     for r in &mut replicas {
@@ -276,6 +287,8 @@ async fn run(args: &ChaosArgs) -> Result<(ChaosReport, PathBuf), String> {
         unexpected_exits: Vec::new(),
         faults_done: Arc::new(AtomicU64::new(0)),
         last_database_fault: None,
+        clock_steps: Vec::new(),
+        clock_back: None,
     };
     let enqueued = Arc::new(AtomicU64::new(0));
     let bar = tenantry_demo::progress::bar(!args.no_progress);
@@ -310,6 +323,7 @@ async fn run(args: &ChaosArgs) -> Result<(ChaosReport, PathBuf), String> {
             .pg()
             .is_some_and(|pg| pg.data.is_some() && pg.log.is_some()),
         lease: LEASE,
+        clock_step: faketime.is_some(),
     };
     let mut schedule = Schedule::new(args.seed, args.faults, caps);
     let min_phase = Duration::from_secs(args.duration);
@@ -318,7 +332,7 @@ async fn run(args: &ChaosArgs) -> Result<(ChaosReport, PathBuf), String> {
             harness.reap_crashes();
             match schedule.next_fault() {
                 Some(fault) => {
-                    tokio::time::sleep(fault.gap).await;
+                    harness.sleep_restoring_clock(fault.gap).await;
                     harness.apply(fault, &plan).await;
                     harness.faults_done.fetch_add(1, Ordering::Relaxed);
                 }
@@ -328,6 +342,8 @@ async fn run(args: &ChaosArgs) -> Result<(ChaosReport, PathBuf), String> {
     };
     // The workload and the schedule run concurrently in this task.
     let (driven, ()) = tokio::join!(drive, faults);
+    // Every wall clock is right again before the drain.
+    harness.restore_clock().await;
     harness.reap_crashes();
     for r in &mut harness.replicas {
         if !r.running() {
@@ -504,6 +520,10 @@ impl Harness {
                 self.last_database_fault = Some(Instant::now());
                 self.event(fault.kind, None, detail);
             }
+            FaultKind::ClockStep => {
+                let detail = self.step_clock(i, fault.clock_step, fault.hold).await;
+                self.event(fault.kind, Some(i), detail);
+            }
             FaultKind::RestartDatabase => {
                 let started = Instant::now();
                 let detail = match self.db.pg() {
@@ -516,6 +536,69 @@ impl Harness {
                 self.last_database_fault = Some(Instant::now());
                 self.event(fault.kind, None, detail);
             }
+        }
+    }
+
+    /// Sleeps `gap`, stepping a stepped wall clock back when its hold ends meanwhile.
+    async fn sleep_restoring_clock(&mut self, gap: Duration) {
+        let until = Instant::now() + gap;
+        if let Some((_, back_at)) = self.clock_back
+            && back_at < until
+        {
+            tokio::time::sleep_until(back_at).await;
+            self.restore_clock().await;
+        }
+        tokio::time::sleep_until(until).await;
+    }
+
+    /// Steps replica `i`'s wall clock by `seconds` (it stays stepped across restarts until
+    /// stepped back) and records what a process with its environment reads then.
+    async fn step_clock(&mut self, i: usize, seconds: i64, hold: Duration) -> String {
+        // One stepped replica at a time.
+        self.restore_clock().await;
+        if let Err(e) = self.replicas[i].set_clock_offset(seconds) {
+            return format!("failed: {e}");
+        }
+        // The replica re-reads the file within a second (`FAKETIME_CACHE_DURATION=1`).
+        tokio::time::sleep(Duration::from_millis(1_100)).await;
+        let observed = self.replicas[i].observed_clock_offset().await;
+        let mut detail = format!(
+            "wall clock {seconds:+} s for {} ms; libfaketime environment reads {}",
+            hold.as_millis(),
+            match &observed {
+                Ok(o) => format!("{o:+} s"),
+                Err(e) => e.clone(),
+            }
+        );
+        // In-process evidence too, when it can show: hyper's `Date` header follows a forward
+        // step at once (a backward one only once the clock passes its cached second).
+        if let Ok(date) = replica::clock_offset(self.replicas[i].port, "/healthz").await {
+            detail.push_str(&format!(", the replica's HTTP Date header {date:+} s"));
+        }
+        self.clock_steps.push(ClockStepRecord {
+            replica: i,
+            step: seconds,
+            observed: observed.ok(),
+            observed_back: None,
+        });
+        self.clock_back = Some((i, Instant::now() + hold));
+        detail
+    }
+
+    /// Steps the stepped replica's wall clock back to the real time, if one is stepped, and
+    /// records what its environment reads then.
+    async fn restore_clock(&mut self) {
+        let Some((i, _)) = self.clock_back.take() else {
+            return;
+        };
+        let restored = self.replicas[i].set_clock_offset(0);
+        tokio::time::sleep(Duration::from_millis(1_100)).await;
+        let observed = match restored {
+            Ok(()) => self.replicas[i].observed_clock_offset().await.ok(),
+            Err(_) => None,
+        };
+        if let Some(record) = self.clock_steps.last_mut() {
+            record.observed_back = observed;
         }
     }
 
@@ -606,6 +689,7 @@ impl Harness {
             }
         }
         checks.push(checks::late_settles_refused(&self.pauses, &logs));
+        checks.push(checks::clock_steps_took_effect(&self.clock_steps));
         let takeovers = self.pauses.iter().map(|p| p.taken_over.len() as u64).sum();
         let lease_lost = logs.values().map(|l| l.dropped.len() as u64).sum();
 
@@ -744,6 +828,7 @@ mod tests {
             timeout: 10,
             workers: 2,
             group_commit: true,
+            faketime_lib: None,
             no_progress: true,
         };
         let rt = tokio::runtime::Builder::new_current_thread().build();

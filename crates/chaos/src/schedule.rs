@@ -27,16 +27,20 @@ pub enum FaultKind {
     RestartDatabase,
     /// SIGTERM a replica (graceful shutdown), restart it after `hold`.
     Term,
+    /// Step a replica's wall clock by `clock_step` (±10 minutes) through libfaketime's
+    /// timestamp file; step it back after `hold` (its monotonic clock is left alone).
+    ClockStep,
 }
 
 impl FaultKind {
     /// Every kind, in report order.
-    pub const ALL: [FaultKind; 5] = [
+    pub const ALL: [FaultKind; 6] = [
         FaultKind::Kill,
         FaultKind::Pause,
         FaultKind::TerminateConnections,
         FaultKind::RestartDatabase,
         FaultKind::Term,
+        FaultKind::ClockStep,
     ];
 
     /// Stable name (report, JSON).
@@ -47,6 +51,7 @@ impl FaultKind {
             FaultKind::TerminateConnections => "pg_terminate_backend",
             FaultKind::RestartDatabase => "pg_ctl_restart",
             FaultKind::Term => "sigterm_restart",
+            FaultKind::ClockStep => "wall_clock_step",
         }
     }
 }
@@ -60,11 +65,17 @@ pub struct ScheduledFault {
     pub gap: Duration,
     /// Target replica (index), for process faults.
     pub replica: usize,
-    /// Restart delay (kill, term) or pause length.
+    /// Restart delay (kill, term), pause length, or how long a clock step lasts.
     pub hold: Duration,
     /// Connections to terminate.
     pub count: u32,
+    /// The wall-clock step of a [`FaultKind::ClockStep`] in seconds: [`CLOCK_STEP_SECONDS`]
+    /// forward or back (seeded); 0 for other kinds.
+    pub clock_step: i64,
 }
+
+/// Size of a wall-clock step: 10 minutes (issue 29), far beyond any lease or deadline.
+pub const CLOCK_STEP_SECONDS: i64 = 600;
 
 /// What the schedule may do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,6 +88,10 @@ pub struct Capabilities {
     pub restartable: bool,
     /// The replicas' lease; a pause lasts longer.
     pub lease: Duration,
+    /// A replica's wall clock can be stepped (libfaketime found; PostgreSQL, whose clock the
+    /// replicas judge leases and fences on, is not stepped with it — SQLite's clock is the
+    /// process's own).
+    pub clock_step: bool,
 }
 
 /// Draws faults from a seed.
@@ -102,6 +117,7 @@ impl Schedule {
                 FaultKind::Pause => caps.replicas > 1,
                 FaultKind::TerminateConnections => caps.postgres,
                 FaultKind::RestartDatabase => caps.restartable,
+                FaultKind::ClockStep => caps.clock_step,
             })
             .collect();
         opening.shuffle(&mut rng);
@@ -132,15 +148,25 @@ impl Schedule {
             FaultKind::Kill => self.rng.random_range(200..=4_000),
             FaultKind::Pause => lease_ms.saturating_add(self.rng.random_range(1_000..=3_000)),
             FaultKind::Term => self.rng.random_range(200..=2_000),
+            // At least a lease and up to three: claims, renewals and settles happen meanwhile.
+            FaultKind::ClockStep => {
+                lease_ms.saturating_add(self.rng.random_range(0..=lease_ms.saturating_mul(2)))
+            }
             FaultKind::TerminateConnections | FaultKind::RestartDatabase => 0,
         });
         let count = self.rng.random_range(1..=6);
+        let clock_step = match kind {
+            FaultKind::ClockStep if self.rng.random_bool(0.5) => CLOCK_STEP_SECONDS,
+            FaultKind::ClockStep => -CLOCK_STEP_SECONDS,
+            _ => 0,
+        };
         Some(ScheduledFault {
             kind,
             gap,
             replica,
             hold,
             count,
+            clock_step,
         })
     }
 
@@ -157,6 +183,9 @@ impl Schedule {
         }
         if self.caps.postgres {
             weighted.push((FaultKind::TerminateConnections, 25));
+        }
+        if self.caps.clock_step {
+            weighted.push((FaultKind::ClockStep, 15));
         }
         let total: u32 = weighted.iter().map(|(_, w)| w).sum();
         let mut roll = self.rng.random_range(0..total);
@@ -180,6 +209,7 @@ mod tests {
             postgres,
             restartable: postgres,
             lease: Duration::from_secs(4),
+            clock_step: postgres,
         }
     }
 
@@ -200,13 +230,15 @@ mod tests {
         let faults = draw(1, FaultLevel::Default, caps(3, true), 60);
         for kind in FaultKind::ALL {
             assert!(
-                faults[..5].iter().any(|f| f.kind == kind),
+                faults[..FaultKind::ALL.len()]
+                    .iter()
+                    .any(|f| f.kind == kind),
                 "{kind:?} missing"
             );
         }
-        let other_seed = draw(2, FaultLevel::Default, caps(3, true), 5);
+        let other_seed = draw(2, FaultLevel::Default, caps(3, true), FaultKind::ALL.len());
         assert_ne!(
-            faults[..5].iter().map(|f| f.kind).collect::<Vec<_>>(),
+            faults[..FaultKind::ALL.len()].iter().map(|f| f.kind).collect::<Vec<_>>(),
             other_seed.iter().map(|f| f.kind).collect::<Vec<_>>(),
             "the opening order is seeded"
         );
@@ -222,6 +254,35 @@ mod tests {
             );
         }
         assert!(faults.iter().all(|f| f.replica < 3));
+    }
+
+    #[test]
+    fn clock_steps_are_ten_minutes_either_way_and_outlast_a_lease() {
+        let faults = draw(4, FaultLevel::Heavy, caps(3, true), 300);
+        let steps: Vec<&ScheduledFault> = faults
+            .iter()
+            .filter(|f| f.kind == FaultKind::ClockStep)
+            .collect();
+        assert!(steps.iter().any(|f| f.clock_step == CLOCK_STEP_SECONDS));
+        assert!(steps.iter().any(|f| f.clock_step == -CLOCK_STEP_SECONDS));
+        for f in &steps {
+            assert!(f.hold >= Duration::from_secs(4) && f.hold <= Duration::from_secs(12));
+        }
+        assert!(
+            faults
+                .iter()
+                .all(|f| (f.kind == FaultKind::ClockStep) == (f.clock_step != 0))
+        );
+        let without = Capabilities {
+            clock_step: false,
+            ..caps(3, true)
+        };
+        assert!(
+            draw(4, FaultLevel::Heavy, without, 300)
+                .iter()
+                .all(|f| f.kind != FaultKind::ClockStep),
+            "no clock step without libfaketime"
+        );
     }
 
     #[test]
