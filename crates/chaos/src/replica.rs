@@ -4,8 +4,9 @@
 //!
 //! With libfaketime (the wall-clock step fault), every generation preloads it with its own
 //! timestamp file (`replica-<i>.faketime`, an offset such as `+0` or `-600`): the harness steps
-//! the process's wall clock by rewriting the file, re-read at most once a second
-//! (`FAKETIME_CACHE_DURATION=1`); `DONT_FAKE_MONOTONIC=1` leaves the monotonic clock alone, so
+//! the process's wall clock by rewriting the file, re-read within two seconds
+//! (`FAKETIME_CACHE_DURATION=1`; a file read on every clock call would cost a read per
+//! `clock_gettime`); `DONT_FAKE_MONOTONIC=1` leaves the monotonic clock alone, so
 //! only the wall clock steps, as a host's would under a bad NTP correction. A restarted
 //! generation starts with the slot's current offset, like a process on a host whose clock is off.
 //!
@@ -37,8 +38,6 @@ pub struct Replica {
     pub logs: Vec<PathBuf>,
     /// libfaketime's timestamp file of the slot, when the library is preloaded.
     clock_file: Option<PathBuf>,
-    /// The wall-clock offset in the timestamp file, in seconds.
-    clock_offset: i64,
 }
 
 impl Replica {
@@ -62,7 +61,6 @@ impl Replica {
             generation: 0,
             logs: Vec::new(),
             clock_file: None,
-            clock_offset: 0,
         }
     }
 
@@ -117,18 +115,15 @@ impl Replica {
         Ok(seen - now)
     }
 
-    /// The wall-clock offset of the slot's processes, in seconds (0 without libfaketime).
-    pub fn clock_offset(&self) -> i64 {
-        self.clock_offset
-    }
-
     /// Steps the wall clock of the running process (and of later generations) to `seconds`
     /// off the real time; takes effect within a second. The file is replaced whole (written
-    /// aside, then renamed), so libfaketime never reads half of it.
+    /// aside, then renamed), so libfaketime never reads half of it. The process re-reads it
+    /// when its cache of one second has run out: within two seconds (libfaketime compares whole
+    /// seconds).
     ///
     /// # Errors
     /// No libfaketime preloaded, or the file cannot be written.
-    pub fn set_clock_offset(&mut self, seconds: i64) -> Result<(), String> {
+    pub fn set_clock_offset(&self, seconds: i64) -> Result<(), String> {
         let file = self
             .clock_file
             .as_ref()
@@ -136,9 +131,7 @@ impl Replica {
         let aside = file.with_extension("faketime.new");
         std::fs::write(&aside, format!("{seconds:+}\n"))
             .and_then(|()| std::fs::rename(&aside, file))
-            .map_err(|e| format!("cannot write {}: {e}", file.display()))?;
-        self.clock_offset = seconds;
-        Ok(())
+            .map_err(|e| format!("cannot write {}: {e}", file.display()))
     }
 
     /// Admin API base URL.
@@ -393,14 +386,13 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("chaos-faketime-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap_or_default();
         let slot = Replica::new(2, 1, Path::new("tenantry"), Vec::new(), &dir);
-        let Ok(mut slot) = slot.with_faketime(Path::new("/lib/libfaketime.so.1")) else {
+        let Ok(slot) = slot.with_faketime(Path::new("/lib/libfaketime.so.1")) else {
             panic!("timestamp file not written");
         };
         let file = dir.join("replica-2.faketime");
         assert_eq!(std::fs::read_to_string(&file).ok().as_deref(), Some("+0\n"));
         assert!(slot.set_clock_offset(-600).is_ok());
         assert_eq!(std::fs::read_to_string(&file).ok().as_deref(), Some("-600\n"));
-        assert_eq!(slot.clock_offset(), -600);
         assert!(slot.env.iter().any(|(k, v)| k == "DONT_FAKE_MONOTONIC" && v == "1"));
         let _ = std::fs::remove_dir_all(&dir);
     }

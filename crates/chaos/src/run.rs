@@ -35,6 +35,9 @@ const STALL: Duration = Duration::from_secs(6);
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 /// Commands per control space in the demo's plan (1 create, 0.35 deletes, 0.25 × 2 revokes).
 const COMMANDS_PER_SPACE: f64 = 1.85;
+/// How long a replica may take to re-read its libfaketime timestamp file (cache of 1 s, whole
+/// seconds compared).
+const CLOCK_REREAD: Duration = Duration::from_millis(2_100);
 /// Longest wait for a (re)started replica to answer.
 const START_LIMIT: Duration = Duration::from_secs(120);
 
@@ -559,8 +562,8 @@ impl Harness {
         if let Err(e) = self.replicas[i].set_clock_offset(seconds) {
             return format!("failed: {e}");
         }
-        // The replica re-reads the file within a second (`FAKETIME_CACHE_DURATION=1`).
-        tokio::time::sleep(Duration::from_millis(1_100)).await;
+        // The replica re-reads the file within two seconds (`FAKETIME_CACHE_DURATION=1`).
+        tokio::time::sleep(CLOCK_REREAD).await;
         let observed = self.replicas[i].observed_clock_offset().await;
         let mut detail = format!(
             "wall clock {seconds:+} s for {} ms; libfaketime environment reads {}",
@@ -592,7 +595,7 @@ impl Harness {
             return;
         };
         let restored = self.replicas[i].set_clock_offset(0);
-        tokio::time::sleep(Duration::from_millis(1_100)).await;
+        tokio::time::sleep(CLOCK_REREAD).await;
         let observed = match restored {
             Ok(()) => self.replicas[i].observed_clock_offset().await.ok(),
             Err(_) => None,
