@@ -316,7 +316,10 @@ pub async fn clock_offset(port: u16, path: &str) -> Result<i64, String> {
             }
             head.extend_from_slice(&buf[..n]);
         }
-        Ok::<_, String>((String::from_utf8_lossy(&head).into_owned(), chrono::Utc::now()))
+        Ok::<_, String>((
+            String::from_utf8_lossy(&head).into_owned(),
+            chrono::Utc::now(),
+        ))
     };
     let (head, now) = tokio::time::timeout(Duration::from_secs(3), exchange)
         .await
@@ -370,7 +373,8 @@ mod tests {
 
     #[test]
     fn reads_the_date_header() {
-        let head = "HTTP/1.1 200 OK\r\ncontent-length: 2\r\ndate: Tue, 01 Dec 2026 22:32:16 GMT\r\n\r\n";
+        let head =
+            "HTTP/1.1 200 OK\r\ncontent-length: 2\r\ndate: Tue, 01 Dec 2026 22:32:16 GMT\r\n\r\n";
         let date = date_header(head).map(|d| d.timestamp());
         assert_eq!(
             date,
@@ -392,8 +396,15 @@ mod tests {
         let file = dir.join("replica-2.faketime");
         assert_eq!(std::fs::read_to_string(&file).ok().as_deref(), Some("+0\n"));
         assert!(slot.set_clock_offset(-600).is_ok());
-        assert_eq!(std::fs::read_to_string(&file).ok().as_deref(), Some("-600\n"));
-        assert!(slot.env.iter().any(|(k, v)| k == "DONT_FAKE_MONOTONIC" && v == "1"));
+        assert_eq!(
+            std::fs::read_to_string(&file).ok().as_deref(),
+            Some("-600\n")
+        );
+        assert!(
+            slot.env
+                .iter()
+                .any(|(k, v)| k == "DONT_FAKE_MONOTONIC" && v == "1")
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

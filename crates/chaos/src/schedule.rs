@@ -238,7 +238,10 @@ mod tests {
         }
         let other_seed = draw(2, FaultLevel::Default, caps(3, true), FaultKind::ALL.len());
         assert_ne!(
-            faults[..FaultKind::ALL.len()].iter().map(|f| f.kind).collect::<Vec<_>>(),
+            faults[..FaultKind::ALL.len()]
+                .iter()
+                .map(|f| f.kind)
+                .collect::<Vec<_>>(),
             other_seed.iter().map(|f| f.kind).collect::<Vec<_>>(),
             "the opening order is seeded"
         );
