@@ -3,7 +3,8 @@
 //! seed up to the timing of the processes).
 //!
 //! The schedule opens with every applicable kind once, in a seeded order (the database restart
-//! among them), so even a short run meets each; after that, kinds are drawn by weight.
+//! among them; the wall-clock step twice, forward and back), so even a short run meets each;
+//! after that, kinds are drawn by weight. Wall-clock steps alternate in direction.
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -101,6 +102,8 @@ pub struct Schedule {
     level: FaultLevel,
     caps: Capabilities,
     opening: VecDeque<FaultKind>,
+    /// Direction of the next wall-clock step (they alternate, the first one seeded).
+    step_forward: bool,
 }
 
 impl Schedule {
@@ -120,12 +123,18 @@ impl Schedule {
                 FaultKind::ClockStep => caps.clock_step,
             })
             .collect();
+        // The wall clock is stepped twice in the opening: once forward and once back.
+        if opening.contains(&FaultKind::ClockStep) {
+            opening.push(FaultKind::ClockStep);
+        }
         opening.shuffle(&mut rng);
+        let step_forward = rng.random_bool(0.5);
         Self {
             rng,
             level,
             caps,
             opening: opening.into(),
+            step_forward,
         }
     }
 
@@ -156,8 +165,14 @@ impl Schedule {
         });
         let count = self.rng.random_range(1..=6);
         let clock_step = match kind {
-            FaultKind::ClockStep if self.rng.random_bool(0.5) => CLOCK_STEP_SECONDS,
-            FaultKind::ClockStep => -CLOCK_STEP_SECONDS,
+            FaultKind::ClockStep => {
+                self.step_forward = !self.step_forward;
+                if self.step_forward {
+                    -CLOCK_STEP_SECONDS
+                } else {
+                    CLOCK_STEP_SECONDS
+                }
+            }
             _ => 0,
         };
         Some(ScheduledFault {
@@ -228,20 +243,17 @@ mod tests {
     #[test]
     fn postgres_schedule_opens_with_every_kind_and_restarts_the_database_once() {
         let faults = draw(1, FaultLevel::Default, caps(3, true), 60);
+        // Every kind once, the wall-clock step twice.
+        let opening = FaultKind::ALL.len() + 1;
         for kind in FaultKind::ALL {
             assert!(
-                faults[..FaultKind::ALL.len()]
-                    .iter()
-                    .any(|f| f.kind == kind),
+                faults[..opening].iter().any(|f| f.kind == kind),
                 "{kind:?} missing"
             );
         }
-        let other_seed = draw(2, FaultLevel::Default, caps(3, true), FaultKind::ALL.len());
+        let other_seed = draw(2, FaultLevel::Default, caps(3, true), opening);
         assert_ne!(
-            faults[..FaultKind::ALL.len()]
-                .iter()
-                .map(|f| f.kind)
-                .collect::<Vec<_>>(),
+            faults[..opening].iter().map(|f| f.kind).collect::<Vec<_>>(),
             other_seed.iter().map(|f| f.kind).collect::<Vec<_>>(),
             "the opening order is seeded"
         );
@@ -257,6 +269,29 @@ mod tests {
             );
         }
         assert!(faults.iter().all(|f| f.replica < 3));
+    }
+
+    #[test]
+    fn the_opening_steps_the_clock_forward_and_back() {
+        for seed in 0..20 {
+            let opening = draw(
+                seed,
+                FaultLevel::Default,
+                caps(3, true),
+                FaultKind::ALL.len() + 1,
+            );
+            let mut steps: Vec<i64> = opening
+                .iter()
+                .filter(|f| f.kind == FaultKind::ClockStep)
+                .map(|f| f.clock_step)
+                .collect();
+            steps.sort_unstable();
+            assert_eq!(
+                steps,
+                [-CLOCK_STEP_SECONDS, CLOCK_STEP_SECONDS],
+                "seed {seed}"
+            );
+        }
     }
 
     #[test]
