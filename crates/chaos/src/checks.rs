@@ -88,7 +88,7 @@ pub fn clock_steps_took_effect(steps: &[ClockStepRecord]) -> CheckResult {
         "every wall-clock step took effect and was undone",
         &problems,
         if steps.is_empty() {
-            "NOT EXERCISED: no wall-clock step (no libfaketime, SQLite, or a short run)".to_owned()
+            "NOT EXERCISED: no wall-clock step (no libfaketime, SQLite, `--faults pauses` or `none`, or a short run)".to_owned()
         } else {
             format!(
                 "{} steps ({forward} forward, {} back), each read by the replica's libfaketime environment",

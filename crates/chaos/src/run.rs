@@ -17,7 +17,7 @@ use tenantry_store_seaorm::{SeaOrmDirectoryStore, throwaway};
 use tenantry_testkit::knowledge_fs::{ReferenceRemote, RemoteConfig};
 use tokio::time::Instant;
 
-use crate::args::ChaosArgs;
+use crate::args::{ChaosArgs, FaultLevel};
 use crate::checks::{self, ClockStepRecord, PauseRecord, check};
 use crate::logs::LeaseLog;
 use crate::pg::Postgres;
@@ -253,8 +253,11 @@ async fn run(args: &ChaosArgs) -> Result<(ChaosReport, PathBuf), String> {
         env.push(("TENANTRY_DIRECTORY_TOKEN".to_owned(), t.clone()));
     }
     // The wall-clock step needs libfaketime, and PostgreSQL: SQLite's clock is the replica's
-    // own, so stepping it would step the database's clock too.
-    let faketime = args.libfaketime().filter(|_| db.pg().is_some());
+    // own, so stepping it would step the database's clock too. Only the levels that draw every
+    // kind step clocks; the others run the replicas without the preload.
+    let faketime = args.libfaketime().filter(|_| {
+        db.pg().is_some() && matches!(args.faults, FaultLevel::Default | FaultLevel::Heavy)
+    });
     let mut replicas = Vec::new();
     for index in 0..args.replicas {
         let slot = Replica::new(
@@ -810,7 +813,6 @@ async fn wait_settled(client: &AdminClient, tenants: &[String], deadline: Instan
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::args::FaultLevel;
 
     #[test]
     fn sqlite_needs_one_replica() {
