@@ -1,7 +1,7 @@
 //! The harness's own end checks, beside the demo's (terminal states, remote ground truth,
-//! replays, directory): late settles of paused owners refused, no leased row without a live
-//! owner, no `idle in transaction` session, `/readyz` of every replica, no replica that exited
-//! by itself.
+//! replays, directory): late settles of paused owners refused, wall-clock steps in effect and
+//! undone, no leased row without a live owner, no `idle in transaction` session, `/readyz` of
+//! every replica, no replica that exited by itself.
 
 use std::collections::{BTreeMap, BTreeSet};
 

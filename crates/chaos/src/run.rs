@@ -563,13 +563,19 @@ impl Harness {
         // One stepped replica at a time.
         self.restore_clock().await;
         if let Err(e) = self.replicas[i].set_clock_offset(seconds) {
+            // Recorded unread: the check fails, the schedule's step did not happen.
+            self.clock_steps.push(ClockStepRecord {
+                replica: i,
+                step: seconds,
+                ..ClockStepRecord::default()
+            });
             return format!("failed: {e}");
         }
         // The replica re-reads the file within two seconds (`FAKETIME_CACHE_DURATION=1`).
         tokio::time::sleep(CLOCK_REREAD).await;
         let observed = self.replicas[i].observed_clock_offset().await;
         let mut detail = format!(
-            "wall clock {seconds:+} s for {} ms; libfaketime environment reads {}",
+            "wall clock {seconds:+} s for at least {} ms; libfaketime environment reads {}",
             hold.as_millis(),
             match &observed {
                 Ok(o) => format!("{o:+} s"),
