@@ -117,6 +117,10 @@ pub struct ChaosArgs {
     /// it the schedule has no clock steps.
     #[arg(long)]
     pub faketime_lib: Option<PathBuf>,
+    /// Fence writer processes of the fenced-writes workload (PostgreSQL, levels `default` and
+    /// `heavy`; `tenantry-chaos-fence-writer` next to this binary); 0 for none.
+    #[arg(long, default_value_t = 2)]
+    pub fence_writers: usize,
     /// No progress bar (it is drawn only on a terminal anyway).
     #[arg(long)]
     pub no_progress: bool,

@@ -21,6 +21,7 @@ mod replica;
 mod report;
 mod run;
 mod schedule;
+mod writers;
 
 use std::process::ExitCode;
 

@@ -24,6 +24,7 @@ use crate::pg::Postgres;
 use crate::replica::{self, Replica};
 use crate::report::{ChaosReport, FaultEvent, quantile};
 use crate::schedule::{Capabilities, FaultKind, Schedule, ScheduledFault};
+use crate::writers::{self, Writers};
 
 /// Lease of the replicas: short, so takeovers happen within seconds.
 const LEASE: Duration = Duration::from_secs(4);
@@ -172,6 +173,8 @@ struct Harness {
     clock_steps: Vec<ClockStepRecord>,
     /// The replica whose wall clock is stepped now, and when it steps back.
     clock_back: Option<(usize, Instant)>,
+    /// The fenced-writes workload's writer processes (none: no workload).
+    writers: Writers,
 }
 
 async fn run(args: &ChaosArgs) -> Result<(ChaosReport, PathBuf), String> {
@@ -277,6 +280,21 @@ async fn run(args: &ChaosArgs) -> Result<(ChaosReport, PathBuf), String> {
         r.spawn()?;
         r.wait_for("/readyz", START_LIMIT).await?;
     }
+    // The fenced-writes workload: on PostgreSQL at the levels that draw every kind (the
+    // database is migrated now).
+    let writer_count =
+        if db.pg().is_some() && matches!(args.faults, FaultLevel::Default | FaultLevel::Heavy) {
+            args.fence_writers
+        } else {
+            0
+        };
+    let writer_bin = std::env::current_exe()
+        .map_err(|e| format!("own path: {e}"))?
+        .with_file_name("tenantry-chaos-fence-writer");
+    let mut fence_writers = Writers::new(writer_count, &writer_bin, db.url(), &folder);
+    for i in 0..writer_count {
+        fence_writers.spawn(i)?;
+    }
     let bases: Vec<String> = replicas.iter().map(Replica::base).collect();
     let client = AdminClient::replicas(bases, &token, 60, Duration::from_secs(5))
         .map_err(|e| e.to_string())?;
@@ -295,6 +313,7 @@ async fn run(args: &ChaosArgs) -> Result<(ChaosReport, PathBuf), String> {
         last_database_fault: None,
         clock_steps: Vec::new(),
         clock_back: None,
+        writers: fence_writers,
     };
     let enqueued = Arc::new(AtomicU64::new(0));
     let bar = tenantry_demo::progress::bar(!args.no_progress);
@@ -330,6 +349,7 @@ async fn run(args: &ChaosArgs) -> Result<(ChaosReport, PathBuf), String> {
             .is_some_and(|pg| pg.data.is_some() && pg.log.is_some()),
         lease: LEASE,
         clock_step: faketime.is_some(),
+        fence_writers: harness.writers.len(),
     };
     let mut schedule = Schedule::new(args.seed, args.faults, caps);
     let min_phase = Duration::from_secs(args.duration);
@@ -348,8 +368,10 @@ async fn run(args: &ChaosArgs) -> Result<(ChaosReport, PathBuf), String> {
     };
     // The workload and the schedule run concurrently in this task.
     let (driven, ()) = tokio::join!(drive, faults);
-    // Every wall clock is right again before the drain.
+    // Every wall clock is right again before the drain; the fence writers end (SIGKILL, as
+    // they never stop by themselves).
     harness.restore_clock().await;
+    harness.writers.kill_all().await;
     harness.reap_crashes();
     for r in &mut harness.replicas {
         if !r.running() {
@@ -526,6 +548,21 @@ impl Harness {
                 self.last_database_fault = Some(Instant::now());
                 self.event(fault.kind, None, detail);
             }
+            FaultKind::KillFenceWriter => {
+                let owner = self.writers.kill(i).await;
+                tokio::time::sleep(fault.hold).await;
+                let restarted = self.writers.spawn(i);
+                let detail = format!(
+                    "SIGKILL {}, restart after {} ms{}",
+                    owner.as_deref().unwrap_or("(not running)"),
+                    fault.hold.as_millis(),
+                    restarted
+                        .err()
+                        .map(|e| format!("; restart: {e}"))
+                        .unwrap_or_default()
+                );
+                self.event(fault.kind, Some(i), detail);
+            }
             FaultKind::ClockStep => {
                 let detail = self.step_clock(i, fault.clock_step, fault.hold).await;
                 self.event(fault.kind, Some(i), detail);
@@ -543,6 +580,49 @@ impl Harness {
                 self.event(fault.kind, None, detail);
             }
         }
+    }
+
+    /// The fenced-writes check: the writers' journals against the stored counters.
+    async fn fenced_writes(&self, db: &tenantry_store_seaorm::Database) -> CheckResult {
+        use tenantry_ports::host_storage::HostStorage as _;
+        let storage = tenantry_store_seaorm::SeaOrmHostStorage::new(db);
+        let Ok(binding) = tenantry_fence::Binding::parse(writers::BINDING) else {
+            return CheckResult {
+                name: "fenced writes across processes: every increment committed once",
+                passed: false,
+                detail: "invalid binding".to_owned(),
+            };
+        };
+        let mut counters = BTreeMap::new();
+        for k in 0..writers::SCOPES {
+            match storage.get(&binding, &writers::counter_key(k)).await {
+                Ok(v) => {
+                    counters.insert(k, v.and_then(|v| v.as_u64()).unwrap_or(0));
+                }
+                Err(e) => {
+                    return CheckResult {
+                        name: "fenced writes across processes: every increment committed once",
+                        passed: false,
+                        detail: format!("cannot read scope {k}'s counter: {e}"),
+                    };
+                }
+            }
+        }
+        let mut result = writers::committed_once(&self.writers.journals(), &counters);
+        let fences = tenantry_engine::scoped_writes::ScopedWrites::for_fence_admin(
+            std::sync::Arc::new(storage),
+            Duration::from_secs(1),
+        )
+        .fence_views(Some(&binding))
+        .await
+        .map(|v| v.len().to_string())
+        .unwrap_or_else(|e| format!("? ({e})"));
+        result.detail.push_str(&format!(
+            "; {} writer processes started, {} killed; {fences} fence records left on the writers' scopes",
+            self.writers.starts(),
+            self.writers.killed.len()
+        ));
+        result
     }
 
     /// Sleeps `gap`, stepping a stepped wall clock back when its hold ends meanwhile.
@@ -731,6 +811,9 @@ impl Harness {
                 let store = SeaOrmDirectoryStore::new(&db);
                 let (result, _) = directory.check(&store).await;
                 checks.push(result);
+                if self.writers.len() > 0 {
+                    checks.push(self.fenced_writes(&db).await);
+                }
             }
             Err(e) => checks.push(CheckResult {
                 name: "local directory tables equal the provider's final snapshot",
@@ -840,6 +923,7 @@ mod tests {
             workers: 2,
             group_commit: true,
             faketime_lib: None,
+            fence_writers: 0,
             no_progress: true,
         };
         let rt = tokio::runtime::Builder::new_current_thread().build();

@@ -31,17 +31,20 @@ pub enum FaultKind {
     /// Step a replica's wall clock by `clock_step` (±10 minutes) through libfaketime's
     /// timestamp file; step it back after `hold` (its monotonic clock is left alone).
     ClockStep,
+    /// SIGKILL a fence writer process (the fenced-writes workload), restart it after `hold`.
+    KillFenceWriter,
 }
 
 impl FaultKind {
     /// Every kind, in report order.
-    pub const ALL: [FaultKind; 6] = [
+    pub const ALL: [FaultKind; 7] = [
         FaultKind::Kill,
         FaultKind::Pause,
         FaultKind::TerminateConnections,
         FaultKind::RestartDatabase,
         FaultKind::Term,
         FaultKind::ClockStep,
+        FaultKind::KillFenceWriter,
     ];
 
     /// Stable name (report, JSON).
@@ -53,6 +56,7 @@ impl FaultKind {
             FaultKind::RestartDatabase => "pg_ctl_restart",
             FaultKind::Term => "sigterm_restart",
             FaultKind::ClockStep => "wall_clock_step",
+            FaultKind::KillFenceWriter => "sigkill_fence_writer",
         }
     }
 }
@@ -64,7 +68,8 @@ pub struct ScheduledFault {
     pub kind: FaultKind,
     /// Wait before it.
     pub gap: Duration,
-    /// Target replica (index), for process faults.
+    /// Target replica (index), for process faults; the writer's index for
+    /// [`FaultKind::KillFenceWriter`].
     pub replica: usize,
     /// Restart delay (kill, term), pause length, or how long a clock step lasts.
     pub hold: Duration,
@@ -93,6 +98,8 @@ pub struct Capabilities {
     /// replicas judge leases and fences on, is not stepped with it — SQLite's clock is the
     /// process's own).
     pub clock_step: bool,
+    /// Fence writer processes running (the fenced-writes workload); 0: none.
+    pub fence_writers: usize,
 }
 
 /// Draws faults from a seed.
@@ -121,6 +128,7 @@ impl Schedule {
                 FaultKind::TerminateConnections => caps.postgres,
                 FaultKind::RestartDatabase => caps.restartable,
                 FaultKind::ClockStep => caps.clock_step,
+                FaultKind::KillFenceWriter => caps.fence_writers > 0,
             })
             .collect();
         // The wall clock is stepped twice in the opening: once forward and once back.
@@ -151,12 +159,17 @@ impl Schedule {
             Some(kind) => kind,
             None => self.draw_kind(),
         };
-        let replica = self.rng.random_range(0..self.caps.replicas.max(1));
+        let targets = if kind == FaultKind::KillFenceWriter {
+            self.caps.fence_writers
+        } else {
+            self.caps.replicas
+        };
+        let replica = self.rng.random_range(0..targets.max(1));
         let lease_ms = u64::try_from(self.caps.lease.as_millis()).unwrap_or(u64::MAX);
         let hold = Duration::from_millis(match kind {
             FaultKind::Kill => self.rng.random_range(200..=4_000),
             FaultKind::Pause => lease_ms.saturating_add(self.rng.random_range(1_000..=3_000)),
-            FaultKind::Term => self.rng.random_range(200..=2_000),
+            FaultKind::Term | FaultKind::KillFenceWriter => self.rng.random_range(200..=2_000),
             // At least a lease and up to three: claims, renewals and settles happen meanwhile.
             FaultKind::ClockStep => {
                 lease_ms.saturating_add(self.rng.random_range(0..=lease_ms.saturating_mul(2)))
@@ -202,6 +215,9 @@ impl Schedule {
         if self.caps.clock_step {
             weighted.push((FaultKind::ClockStep, 15));
         }
+        if self.caps.fence_writers > 0 {
+            weighted.push((FaultKind::KillFenceWriter, 25));
+        }
         let total: u32 = weighted.iter().map(|(_, w)| w).sum();
         let mut roll = self.rng.random_range(0..total);
         for (kind, weight) in &weighted {
@@ -225,6 +241,7 @@ mod tests {
             restartable: postgres,
             lease: Duration::from_secs(4),
             clock_step: postgres,
+            fence_writers: if postgres { 2 } else { 0 },
         }
     }
 
@@ -269,6 +286,13 @@ mod tests {
             );
         }
         assert!(faults.iter().all(|f| f.replica < 3));
+        assert!(
+            faults
+                .iter()
+                .filter(|f| f.kind == FaultKind::KillFenceWriter)
+                .all(|f| f.replica < 2),
+            "a writer kill targets one of the two writers"
+        );
     }
 
     #[test]

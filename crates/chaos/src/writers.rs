@@ -1,0 +1,203 @@
+//! The fenced-writes workload: writer processes (`tenantry-chaos-fence-writer`, one binary
+//! beside the harness) that increment counters in shared scopes through the `ScopedWrites`
+//! runtime on the run's database, SIGKILLed and restarted by the schedule. Each generation has
+//! its own owner id (`chaos-writer-<i>-gen-<g>`); all generations of a slot append to one
+//! journal (`fence-writer-<i>.journal`, lines `<scope> <value> <owner>`).
+//!
+//! The check ([`committed_once`]): per scope, every committed value appears once across all
+//! journals and none exceeds the stored counter. Two runs of one scope at once (two processes
+//! both believing they hold it, or a killed writer's claim taken over while its write could
+//! still land) would commit one value twice.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+
+use tenantry_demo::CheckResult;
+use tokio::process::{Child, Command};
+
+use crate::checks::check;
+
+/// The binding the writers write under (`src/fence_writer.rs`).
+pub const BINDING: &str = "chaos-fence-writers";
+/// Scopes the writers share.
+pub const SCOPES: u32 = 6;
+
+/// One writer slot.
+#[derive(Debug)]
+struct Slot {
+    child: Option<Child>,
+    generation: u32,
+}
+
+/// The writer processes of a run.
+#[derive(Debug)]
+pub struct Writers {
+    bin: PathBuf,
+    database: String,
+    dir: PathBuf,
+    slots: Vec<Slot>,
+    /// Owners of the generations killed so far.
+    pub killed: BTreeSet<String>,
+}
+
+impl Writers {
+    /// `n` writer slots running `bin` on `database`, journals and logs in `dir` (not started).
+    pub fn new(n: usize, bin: &Path, database: &str, dir: &Path) -> Self {
+        Self {
+            bin: std::path::absolute(bin).unwrap_or_else(|_| bin.to_path_buf()),
+            database: database.to_owned(),
+            dir: dir.to_path_buf(),
+            slots: (0..n)
+                .map(|_| Slot {
+                    child: None,
+                    generation: 0,
+                })
+                .collect(),
+            killed: BTreeSet::new(),
+        }
+    }
+
+    /// Writer slots.
+    pub fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    fn owner(i: usize, generation: u32) -> String {
+        format!("chaos-writer-{i}-gen-{generation}")
+    }
+
+    fn journal(&self, i: usize) -> PathBuf {
+        self.dir.join(format!("fence-writer-{i}.journal"))
+    }
+
+    /// Starts the next generation of slot `i`.
+    ///
+    /// # Errors
+    /// The log file or the process cannot be created.
+    pub fn spawn(&mut self, i: usize) -> Result<(), String> {
+        let journal = self.journal(i);
+        let slot = &mut self.slots[i];
+        slot.generation += 1;
+        let log = self
+            .dir
+            .join(format!("fence-writer-{i}-gen-{}.log", slot.generation));
+        let file = std::fs::File::create(&log)
+            .map_err(|e| format!("cannot create {}: {e}", log.display()))?;
+        let child = Command::new(&self.bin)
+            .arg("--database")
+            .arg(&self.database)
+            .arg("--journal")
+            .arg(journal)
+            .arg("--scopes")
+            .arg(SCOPES.to_string())
+            .arg("--owner")
+            .arg(Self::owner(i, slot.generation))
+            .current_dir(&self.dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(file)
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| format!("cannot start {}: {e}", self.bin.display()))?;
+        slot.child = Some(child);
+        Ok(())
+    }
+
+    /// SIGKILLs slot `i` (reaped); returns the killed owner.
+    pub async fn kill(&mut self, i: usize) -> Option<String> {
+        let slot = &mut self.slots[i];
+        let mut child = slot.child.take()?;
+        let _ = child.kill().await;
+        let owner = Self::owner(i, slot.generation);
+        self.killed.insert(owner.clone());
+        Some(owner)
+    }
+
+    /// SIGKILLs every running writer (the end of the workload).
+    pub async fn kill_all(&mut self) {
+        for i in 0..self.slots.len() {
+            let _ = self.kill(i).await;
+        }
+    }
+
+    /// Process starts so far.
+    pub fn starts(&self) -> u32 {
+        self.slots.iter().map(|s| s.generation).sum()
+    }
+
+    /// Every journal's text.
+    pub fn journals(&self) -> Vec<String> {
+        (0..self.slots.len())
+            .map(|i| std::fs::read_to_string(self.journal(i)).unwrap_or_default())
+            .collect()
+    }
+}
+
+/// The key of scope `k`'s counter in host storage.
+pub fn counter_key(k: u32) -> String {
+    format!("chaos.counter.{k}")
+}
+
+/// Per scope, every committed value appears once across `journals` and none exceeds the
+/// stored counter (`counters`: scope → value; a missing one is 0). A journal line cut by a
+/// SIGKILL is skipped.
+pub fn committed_once(journals: &[String], counters: &BTreeMap<u32, u64>) -> CheckResult {
+    let mut seen: BTreeMap<(u32, u64), String> = BTreeMap::new();
+    let mut problems = Vec::new();
+    let mut lines = 0usize;
+    for text in journals {
+        for line in text.lines() {
+            let mut parts = line.split(' ');
+            let (Some(k), Some(v), Some(owner)) = (
+                parts.next().and_then(|k| k.parse::<u32>().ok()),
+                parts.next().and_then(|v| v.parse::<u64>().ok()),
+                parts.next(),
+            ) else {
+                continue;
+            };
+            lines += 1;
+            if let Some(first) = seen.insert((k, v), owner.to_owned()) {
+                problems.push(format!(
+                    "scope {k}: value {v} committed by {first} and again by {owner} (two holders at once)"
+                ));
+            }
+            let stored = counters.get(&k).copied().unwrap_or(0);
+            if v > stored {
+                problems.push(format!(
+                    "scope {k}: {owner} committed {v}, the stored counter is {stored} (a write lost)"
+                ));
+            }
+        }
+    }
+    let stored: u64 = counters.values().sum();
+    check(
+        "fenced writes across processes: every increment committed once",
+        &problems,
+        format!(
+            "{lines} increments journaled by the writers, counters total {stored} (a killed writer's last increment may be stored without its journal line)"
+        ),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_value_committed_twice_or_above_the_counter_fails() {
+        let counters = BTreeMap::from([(0, 3), (1, 1)]);
+        let ok = vec![
+            "0 1 chaos-writer-0-gen-1\n0 3 chaos-writer-0-gen-2\n0 2".to_owned(),
+            "0 2 chaos-writer-1-gen-1\n1 1 chaos-writer-1-gen-1\n".to_owned(),
+        ];
+        assert!(committed_once(&ok, &counters).passed);
+        let twice = vec![
+            "0 2 chaos-writer-0-gen-1\n".to_owned(),
+            "0 2 chaos-writer-1-gen-1\n".to_owned(),
+        ];
+        assert!(!committed_once(&twice, &counters).passed);
+        let lost = vec!["1 2 chaos-writer-0-gen-1\n".to_owned()];
+        assert!(!committed_once(&lost, &counters).passed);
+    }
+}
