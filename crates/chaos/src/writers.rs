@@ -159,7 +159,7 @@ pub fn committed_once(journals: &[String], counters: &BTreeMap<u32, u64>) -> Che
             lines += 1;
             if let Some(first) = seen.insert((k, v), owner.to_owned()) {
                 problems.push(format!(
-                    "scope {k}: value {v} committed by {first} and again by {owner} (two holders at once)"
+                    "scope {k}: value {v} committed by {first} and again by {owner} (committed twice: two runs read the same counter)"
                 ));
             }
             let stored = counters.get(&k).copied().unwrap_or(0);
