@@ -175,6 +175,8 @@ struct Harness {
     clock_back: Option<(usize, Instant)>,
     /// The fenced-writes workload's writer processes (none: no workload).
     writers: Writers,
+    /// When the writers were killed at the end of the fault phase.
+    writers_killed_at: Option<Instant>,
 }
 
 async fn run(args: &ChaosArgs) -> Result<(ChaosReport, PathBuf), String> {
@@ -314,6 +316,7 @@ async fn run(args: &ChaosArgs) -> Result<(ChaosReport, PathBuf), String> {
         clock_steps: Vec::new(),
         clock_back: None,
         writers: fence_writers,
+        writers_killed_at: None,
     };
     let enqueued = Arc::new(AtomicU64::new(0));
     let bar = tenantry_demo::progress::bar(!args.no_progress);
@@ -372,6 +375,7 @@ async fn run(args: &ChaosArgs) -> Result<(ChaosReport, PathBuf), String> {
     // they never stop by themselves).
     harness.restore_clock().await;
     harness.writers.kill_all().await;
+    harness.writers_killed_at = Some(Instant::now());
     harness.reap_crashes();
     for r in &mut harness.replicas {
         if !r.running() {
@@ -583,15 +587,15 @@ impl Harness {
     }
 
     /// The fenced-writes check: the writers' journals against the stored counters.
-    async fn fenced_writes(&self, db: &tenantry_store_seaorm::Database) -> CheckResult {
+    async fn fenced_writes(&self, db: &tenantry_store_seaorm::Database) -> Vec<CheckResult> {
         use tenantry_ports::host_storage::HostStorage as _;
         let storage = tenantry_store_seaorm::SeaOrmHostStorage::new(db);
         let Ok(binding) = tenantry_fence::Binding::parse(writers::BINDING) else {
-            return CheckResult {
+            return vec![CheckResult {
                 name: "fenced writes across processes: every increment committed once",
                 passed: false,
                 detail: "invalid binding".to_owned(),
-            };
+            }];
         };
         let mut counters = BTreeMap::new();
         for k in 0..writers::SCOPES {
@@ -600,29 +604,52 @@ impl Harness {
                     counters.insert(k, v.and_then(|v| v.as_u64()).unwrap_or(0));
                 }
                 Err(e) => {
-                    return CheckResult {
+                    return vec![CheckResult {
                         name: "fenced writes across processes: every increment committed once",
                         passed: false,
                         detail: format!("cannot read scope {k}'s counter: {e}"),
-                    };
+                    }];
                 }
             }
         }
         let mut result = writers::committed_once(&self.writers.journals(), &counters);
-        let fences = tenantry_engine::scoped_writes::ScopedWrites::for_fence_admin(
+        result.detail.push_str(&format!(
+            "; {} writer processes started, {} killed",
+            self.writers.starts(),
+            self.writers.killed.len()
+        ));
+        // Every claim of a dead writer has expired (the claim lives 2 s) before the listing.
+        if let Some(at) = self.writers_killed_at {
+            tokio::time::sleep_until(at + Duration::from_secs(3)).await;
+        }
+        let listed = tenantry_engine::scoped_writes::ScopedWrites::for_fence_admin(
             std::sync::Arc::new(storage),
             Duration::from_secs(1),
         )
         .fence_views(Some(&binding))
-        .await
-        .map(|v| v.len().to_string())
-        .unwrap_or_else(|e| format!("? ({e})"));
-        result.detail.push_str(&format!(
-            "; {} writer processes started, {} killed; {fences} fence records left on the writers' scopes",
-            self.writers.starts(),
-            self.writers.killed.len()
-        ));
-        result
+        .await;
+        let now = chrono::Utc::now();
+        let fences = match listed {
+            Ok(views) => {
+                let left: Vec<writers::FenceLeft> = views
+                    .into_iter()
+                    .map(|v| writers::FenceLeft {
+                        scope: v.scope.unwrap_or_else(|| v.key.clone()),
+                        fence: v.kind == tenantry_fence::RecordKind::Fence,
+                        failure_kind: v.failure_kind,
+                        owner: v.owner,
+                        expired: v.expires_at.is_none_or(|at| at <= now),
+                    })
+                    .collect();
+                writers::fences_explained(&left, &self.writers.killed)
+            }
+            Err(e) => CheckResult {
+                name: "fenced writes across processes: every fence left was a killed writer's dispatched write",
+                passed: false,
+                detail: format!("cannot list the fences: {e}"),
+            },
+        };
+        vec![result, fences]
     }
 
     /// Sleeps `gap`, stepping a stepped wall clock back when its hold ends meanwhile.
@@ -812,7 +839,7 @@ impl Harness {
                 let (result, _) = directory.check(&store).await;
                 checks.push(result);
                 if self.writers.len() > 0 {
-                    checks.push(self.fenced_writes(&db).await);
+                    checks.extend(self.fenced_writes(&db).await);
                 }
             }
             Err(e) => checks.push(CheckResult {

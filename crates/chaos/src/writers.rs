@@ -180,9 +180,96 @@ pub fn committed_once(journals: &[String], counters: &BTreeMap<u32, u64>) -> Che
     )
 }
 
+/// One record left at a fence key of the writers' binding, as the admin listing shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FenceLeft {
+    /// The scope it names.
+    pub scope: String,
+    /// `fence` (true) or `intent`.
+    pub fence: bool,
+    /// Why it is a fence (`intent_expired`: a dispatched write-ahead intent past its expiry).
+    pub failure_kind: Option<String>,
+    /// The process that wrote it, when recorded.
+    pub owner: Option<String>,
+    /// Whether its expiry has passed (an intent without expiry counts as passed).
+    pub expired: bool,
+}
+
+/// With every writer dead and their claims expired, each record left on the writers' scopes
+/// must be explained: a fence from a killed writer's dispatched intent (`intent_expired`) or
+/// from a write whose outcome was unknown (a recorded failure, e.g. a connection the database
+/// fault cut); an expired plain claim of a killed writer (free: the next run takes it over).
+/// Problems: a record of an owner that was never killed, a live intent, a fence without a
+/// failure.
+pub fn fences_explained(left: &[FenceLeft], killed: &BTreeSet<String>) -> CheckResult {
+    let mut problems = Vec::new();
+    let (mut expired_intents, mut failures, mut claims) = (0usize, 0usize, 0usize);
+    for f in left {
+        if let Some(owner) = &f.owner
+            && !killed.contains(owner)
+        {
+            problems.push(format!(
+                "{}: record of {owner}, which was never killed",
+                f.scope
+            ));
+            continue;
+        }
+        match (f.fence, f.failure_kind.as_deref()) {
+            (true, Some("intent_expired")) => expired_intents += 1,
+            (true, Some(_)) => failures += 1,
+            (true, None) => problems.push(format!("{}: a fence without a failure", f.scope)),
+            (false, _) if f.expired => claims += 1,
+            (false, _) => {
+                problems.push(format!("{}: a live intent with every writer dead", f.scope))
+            }
+        }
+    }
+    check(
+        "fenced writes across processes: every fence left was a killed writer's dispatched write",
+        &problems,
+        format!(
+            "{} records: {expired_intents} write-ahead intents of killed writers (outcome unknown: fenced), {failures} fences of failed writes, {claims} expired plain claims (free to take over)",
+            left.len()
+        ),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_killed_writers_leave_fences() {
+        let killed = BTreeSet::from(["chaos-writer-0-gen-1".to_owned()]);
+        let intent = FenceLeft {
+            scope: "s0".to_owned(),
+            fence: true,
+            failure_kind: Some("intent_expired".to_owned()),
+            owner: Some("chaos-writer-0-gen-1".to_owned()),
+            expired: true,
+        };
+        let claim = FenceLeft {
+            fence: false,
+            failure_kind: None,
+            ..intent.clone()
+        };
+        assert!(fences_explained(&[intent.clone(), claim.clone()], &killed).passed);
+        let stranger = FenceLeft {
+            owner: Some("chaos-writer-1-gen-1".to_owned()),
+            ..intent.clone()
+        };
+        assert!(!fences_explained(&[stranger], &killed).passed);
+        let live = FenceLeft {
+            expired: false,
+            ..claim
+        };
+        assert!(!fences_explained(&[live], &killed).passed);
+        let bare = FenceLeft {
+            failure_kind: None,
+            ..intent
+        };
+        assert!(!fences_explained(&[bare], &killed).passed);
+    }
 
     #[test]
     fn a_value_committed_twice_or_above_the_counter_fails() {
