@@ -1,8 +1,9 @@
 //! `tenantry-chaos-fence-writer`: one process of the chaos harness's fenced-writes workload
 //! (docs/reliability.md). It runs the `ScopedWrites` runtime on the run's database (host
 //! storage, shared with the other writer process) and, in a loop, increments a counter in one
-//! of a few shared scopes inside a fenced run: read the counter, wait a little, `ctx.write` the
-//! next value. Each committed value is appended to its journal (`<scope> <value> <owner>`).
+//! of a few shared scopes inside a fenced run: read the counter, wait a little, then write the
+//! next value through `ctx.mutate` (a write-ahead intent first, then 20 ms before the store
+//! write, as a slow remote call). Each committed value is appended to its journal (`<scope> <value> <owner>`).
 //!
 //! The harness SIGKILLs writers mid-run. The runtime must keep every scope's runs serial across
 //! the processes (a value committed twice means two holders at once), take over a killed
@@ -21,7 +22,7 @@ use rand::Rng as _;
 use serde_json::json;
 use tenantry_engine::scoped_writes::{FenceConfig, FenceMode, ScopedWriteError, ScopedWrites};
 use tenantry_fence::{Binding, ScopeIdentity};
-use tenantry_ports::host_storage::{HostStorage as _, HostStorageError};
+use tenantry_ports::host_storage::HostStorage as _;
 use tenantry_store_seaorm::SeaOrmHostStorage;
 
 /// The binding every writer writes under.
@@ -97,10 +98,18 @@ async fn main() -> ExitCode {
                     .map_err(ScopedWriteError::Operation)?
                     .and_then(|v| v.as_u64())
                     .unwrap_or(0);
-                // A read-modify-write: two holders at once would commit one value twice.
-                tokio::time::sleep(Duration::from_millis(20)).await;
-                ctx.write::<HostStorageError>(&key, json!(current + 1))
-                    .await?;
+                // A read-modify-write: two holders at once would commit one value twice. The
+                // write is dispatched under a write-ahead intent and takes a while (as a remote
+                // call would), so a SIGKILL often lands after the intent: its scope is then
+                // fenced (outcome unknown), while a kill before it leaves a plain claim.
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                let set = store.clone();
+                let (b, key) = (b.clone(), key.clone());
+                ctx.mutate("chaos increment", async move {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    set.set(&b, &key, &json!(current + 1)).await
+                })
+                .await?;
                 Ok(current + 1)
             })
             .await;
