@@ -4,6 +4,9 @@
 //! the harness on it with the cluster's URL, binaries, data folder and log (for
 //! `pg_ctl restart`). `--sqlite` runs the SQLite profile instead (one replica, no cluster).
 //!
+//! The harness's fenced-writes workload runs `tenantry-chaos-fence-writer` processes, built
+//! here beside the harness.
+//!
 //! `--planted-bug` builds the app with the store's `chaos-planted-bug` feature (a settle without
 //! the lease check), runs the harness, and succeeds only when the harness *fails* the
 //! late-settle check: the proof that the harness catches a missing lease check. The broken binary is copied to
@@ -83,7 +86,14 @@ fn run_inner(root: &Path, args: &ChaosArgs) -> Result<ExitCode, String> {
     build(
         root,
         args.debug,
-        &["-p", "tenantry-chaos", "--bin", "tenantry-chaos"],
+        &[
+            "-p",
+            "tenantry-chaos",
+            "--bin",
+            "tenantry-chaos",
+            "--bin",
+            "tenantry-chaos-fence-writer",
+        ],
     )?;
 
     let harness_bin = profile_dir.join("tenantry-chaos");

@@ -32,7 +32,9 @@
 //!
 //! Then the chaos steps ([`CHAOS_STEPS`], issue 11), each with a time budget:
 //! 12. `cargo xtask chaos --debug`: 3 replicas on a throwaway PostgreSQL cluster, about 1,000
-//!     commands, every fault kind;
+//!     commands, every fault kind (a ±10-minute wall-clock step of one replica among them,
+//!     through libfaketime, which `.ci/run` installs), and two fence writer processes
+//!     SIGKILLed mid-run;
 //! 13. the SQLite profile: one replica, killed and restarted;
 //! 14. the planted bug (a settle without the lease check), which the harness must catch.
 //!

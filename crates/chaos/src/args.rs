@@ -40,6 +40,19 @@ impl FaultLevel {
     }
 }
 
+/// Where Debian's package `libfaketime` (pulled in by `faketime`) puts the preload library.
+pub const DEBIAN_LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
+
+impl ChaosArgs {
+    /// The libfaketime library to preload: `--faketime-lib`, else Debian's when it exists.
+    pub fn libfaketime(&self) -> Option<PathBuf> {
+        match &self.faketime_lib {
+            Some(path) => Some(path.clone()),
+            None => Some(PathBuf::from(DEBIAN_LIBFAKETIME)).filter(|p| p.exists()),
+        }
+    }
+}
+
 /// Options of one chaos run.
 #[derive(Debug, Clone, Parser)]
 #[command(
@@ -99,6 +112,15 @@ pub struct ChaosArgs {
     /// `TENANTRY_GROUP_COMMIT` of the replicas.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub group_commit: bool,
+    /// libfaketime's preload library, for the wall-clock step fault (PostgreSQL only); by
+    /// default Debian's (package `faketime`) at [`DEBIAN_LIBFAKETIME`] when it exists. Without
+    /// it the schedule has no clock steps.
+    #[arg(long)]
+    pub faketime_lib: Option<PathBuf>,
+    /// Fence writer processes of the fenced-writes workload (PostgreSQL, levels `default` and
+    /// `heavy`; `tenantry-chaos-fence-writer` next to this binary); 0 for none.
+    #[arg(long, default_value_t = 2)]
+    pub fence_writers: usize,
     /// No progress bar (it is drawn only on a terminal anyway).
     #[arg(long)]
     pub no_progress: bool,

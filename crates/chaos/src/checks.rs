@@ -1,7 +1,7 @@
 //! The harness's own end checks, beside the demo's (terminal states, remote ground truth,
-//! replays, directory): late settles of paused owners refused, no leased row without a live
-//! owner, no `idle in transaction` session, `/readyz` of every replica, no replica that exited
-//! by itself.
+//! replays, directory): late settles of paused owners refused, wall-clock steps in effect and
+//! undone, no leased row without a live owner, no `idle in transaction` session, `/readyz` of
+//! every replica, no replica that exited by itself.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -42,6 +42,61 @@ pub struct PauseRecord {
     /// Of those, the ones another worker claimed while it was stopped: (command id, the paused
     /// replica's epoch, its attempt count).
     pub taken_over: Vec<(String, i64, i64)>,
+}
+
+/// A wall-clock step of one replica (libfaketime) and what a process with that replica's
+/// environment read during it and after it was stepped back, as offsets from the harness's
+/// clock in seconds (`None`: not read).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ClockStepRecord {
+    /// Replica index.
+    pub replica: usize,
+    /// The step, in seconds (±600).
+    pub step: i64,
+    /// Offset read while stepped.
+    pub observed: Option<i64>,
+    /// Offset read after the step back.
+    pub observed_back: Option<i64>,
+}
+
+/// Seconds an observed offset may differ from the one written (whole seconds on both sides).
+const CLOCK_TOLERANCE: i64 = 2;
+
+/// Every wall-clock step must have taken effect, and been undone: otherwise the run did not
+/// test what the schedule says (libfaketime not loaded, the file not re-read).
+pub fn clock_steps_took_effect(steps: &[ClockStepRecord]) -> CheckResult {
+    let mut problems = Vec::new();
+    for s in steps {
+        let close = |seen: Option<i64>, want: i64| {
+            seen.is_some_and(|seen| (seen - want).abs() <= CLOCK_TOLERANCE)
+        };
+        if !close(s.observed, s.step) {
+            problems.push(format!(
+                "replica {}: stepped {:+} s, read {:?}",
+                s.replica, s.step, s.observed
+            ));
+        }
+        if !close(s.observed_back, 0) {
+            problems.push(format!(
+                "replica {}: stepped back to 0 s, read {:?}",
+                s.replica, s.observed_back
+            ));
+        }
+    }
+    let forward = steps.iter().filter(|s| s.step > 0).count();
+    check(
+        "every wall-clock step took effect and was undone",
+        &problems,
+        if steps.is_empty() {
+            "NOT EXERCISED: no wall-clock step (no libfaketime, SQLite, `--faults pauses` or `none`, or a short run)".to_owned()
+        } else {
+            format!(
+                "{} steps ({forward} forward, {} back), each read by the replica's libfaketime environment",
+                steps.len(),
+                steps.len() - forward
+            )
+        },
+    )
 }
 
 /// Every takeover of a paused replica's command must show in that replica's log as a dropped
@@ -129,6 +184,29 @@ pub fn no_orphan_leases(commands: &[Value], live_pids: &BTreeSet<u32>) -> CheckR
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn clock_steps_must_take_effect_and_be_undone() {
+        let ok = ClockStepRecord {
+            replica: 1,
+            step: -600,
+            observed: Some(-599),
+            observed_back: Some(0),
+        };
+        assert!(clock_steps_took_effect(std::slice::from_ref(&ok)).passed);
+        let ignored = ClockStepRecord {
+            observed: Some(0),
+            ..ok.clone()
+        };
+        assert!(!clock_steps_took_effect(&[ok.clone(), ignored]).passed);
+        let stuck = ClockStepRecord {
+            observed_back: None,
+            ..ok
+        };
+        assert!(!clock_steps_took_effect(&[stuck]).passed);
+        let none = clock_steps_took_effect(&[]);
+        assert!(none.passed && none.detail.starts_with("NOT EXERCISED"));
+    }
 
     #[test]
     fn owner_pid_is_the_second_last_part() {

@@ -5,7 +5,7 @@
 //! the end; it starts N `tenantry serve` processes (the binary given by `--tenantry-bin`, real
 //! configuration through `TENANTRY_*`) on one database, drives the demo's seeded workload
 //! through all replicas' admin APIs while the directory changes, and runs a seeded fault
-//! schedule on the processes and the database ([`schedule`]). Then it waits for every command
+//! schedule on the processes, their wall clocks (libfaketime) and the database ([`schedule`]). Then it waits for every command
 //! to settle and checks the end state ([`checks`]); the summary goes to the terminal and, as
 //! JSON, under `--out` (default `target/chaos/`). Exit code 0 when every check passed, 1 when
 //! one failed (the seed is printed), 2 when the run could not be set up.
@@ -21,6 +21,7 @@ mod replica;
 mod report;
 mod run;
 mod schedule;
+mod writers;
 
 use std::process::ExitCode;
 

@@ -17,13 +17,14 @@ use tenantry_store_seaorm::{SeaOrmDirectoryStore, throwaway};
 use tenantry_testkit::knowledge_fs::{ReferenceRemote, RemoteConfig};
 use tokio::time::Instant;
 
-use crate::args::ChaosArgs;
-use crate::checks::{self, PauseRecord, check};
+use crate::args::{ChaosArgs, FaultLevel};
+use crate::checks::{self, ClockStepRecord, PauseRecord, check};
 use crate::logs::LeaseLog;
 use crate::pg::Postgres;
 use crate::replica::{self, Replica};
 use crate::report::{ChaosReport, FaultEvent, quantile};
 use crate::schedule::{Capabilities, FaultKind, Schedule, ScheduledFault};
+use crate::writers::{self, Writers};
 
 /// Lease of the replicas: short, so takeovers happen within seconds.
 const LEASE: Duration = Duration::from_secs(4);
@@ -35,6 +36,9 @@ const STALL: Duration = Duration::from_secs(6);
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 /// Commands per control space in the demo's plan (1 create, 0.35 deletes, 0.25 × 2 revokes).
 const COMMANDS_PER_SPACE: f64 = 1.85;
+/// How long a replica may take to re-read its libfaketime timestamp file (cache of 1 s, whole
+/// seconds compared).
+const CLOCK_REREAD: Duration = Duration::from_millis(2_100);
 /// Longest wait for a (re)started replica to answer.
 const START_LIMIT: Duration = Duration::from_secs(120);
 
@@ -165,6 +169,14 @@ struct Harness {
     faults_done: Arc<AtomicU64>,
     /// When the last database fault ended.
     last_database_fault: Option<Instant>,
+    /// Wall-clock steps so far.
+    clock_steps: Vec<ClockStepRecord>,
+    /// The replica whose wall clock is stepped now, and when it steps back.
+    clock_back: Option<(usize, Instant)>,
+    /// The fenced-writes workload's writer processes (none: no workload).
+    writers: Writers,
+    /// When the writers were killed at the end of the fault phase.
+    writers_killed_at: Option<Instant>,
 }
 
 async fn run(args: &ChaosArgs) -> Result<(ChaosReport, PathBuf), String> {
@@ -245,20 +257,45 @@ async fn run(args: &ChaosArgs) -> Result<(ChaosReport, PathBuf), String> {
     if let Some(t) = &target.token {
         env.push(("TENANTRY_DIRECTORY_TOKEN".to_owned(), t.clone()));
     }
+    // The wall-clock step needs libfaketime, and PostgreSQL: SQLite's clock is the replica's
+    // own, so stepping it would step the database's clock too. Only the levels that draw every
+    // kind step clocks; the others run the replicas without the preload.
+    let faketime = args.libfaketime().filter(|_| {
+        db.pg().is_some() && matches!(args.faults, FaultLevel::Default | FaultLevel::Heavy)
+    });
     let mut replicas = Vec::new();
     for index in 0..args.replicas {
-        replicas.push(Replica::new(
+        let slot = Replica::new(
             index,
             free_port()?,
             &args.tenantry_bin,
             env.clone(),
             &folder,
-        ));
+        );
+        replicas.push(match &faketime {
+            Some(lib) => slot.with_faketime(lib)?,
+            None => slot,
+        });
     }
     // The first replica migrates the database alone; the others start once it is ready.
     for r in &mut replicas {
         r.spawn()?;
         r.wait_for("/readyz", START_LIMIT).await?;
+    }
+    // The fenced-writes workload: on PostgreSQL at the levels that draw every kind (the
+    // database is migrated now).
+    let writer_count =
+        if db.pg().is_some() && matches!(args.faults, FaultLevel::Default | FaultLevel::Heavy) {
+            args.fence_writers
+        } else {
+            0
+        };
+    let writer_bin = std::env::current_exe()
+        .map_err(|e| format!("own path: {e}"))?
+        .with_file_name("tenantry-chaos-fence-writer");
+    let mut fence_writers = Writers::new(writer_count, &writer_bin, db.url(), &folder);
+    for i in 0..writer_count {
+        fence_writers.spawn(i)?;
     }
     let bases: Vec<String> = replicas.iter().map(Replica::base).collect();
     let client = AdminClient::replicas(bases, &token, 60, Duration::from_secs(5))
@@ -276,6 +313,10 @@ async fn run(args: &ChaosArgs) -> Result<(ChaosReport, PathBuf), String> {
         unexpected_exits: Vec::new(),
         faults_done: Arc::new(AtomicU64::new(0)),
         last_database_fault: None,
+        clock_steps: Vec::new(),
+        clock_back: None,
+        writers: fence_writers,
+        writers_killed_at: None,
     };
     let enqueued = Arc::new(AtomicU64::new(0));
     let bar = tenantry_demo::progress::bar(!args.no_progress);
@@ -310,6 +351,8 @@ async fn run(args: &ChaosArgs) -> Result<(ChaosReport, PathBuf), String> {
             .pg()
             .is_some_and(|pg| pg.data.is_some() && pg.log.is_some()),
         lease: LEASE,
+        clock_step: faketime.is_some(),
+        fence_writers: harness.writers.len(),
     };
     let mut schedule = Schedule::new(args.seed, args.faults, caps);
     let min_phase = Duration::from_secs(args.duration);
@@ -318,7 +361,7 @@ async fn run(args: &ChaosArgs) -> Result<(ChaosReport, PathBuf), String> {
             harness.reap_crashes();
             match schedule.next_fault() {
                 Some(fault) => {
-                    tokio::time::sleep(fault.gap).await;
+                    harness.sleep_restoring_clock(fault.gap).await;
                     harness.apply(fault, &plan).await;
                     harness.faults_done.fetch_add(1, Ordering::Relaxed);
                 }
@@ -328,6 +371,11 @@ async fn run(args: &ChaosArgs) -> Result<(ChaosReport, PathBuf), String> {
     };
     // The workload and the schedule run concurrently in this task.
     let (driven, ()) = tokio::join!(drive, faults);
+    // Every wall clock is right again before the drain; the fence writers end (SIGKILL, as
+    // they never stop by themselves).
+    harness.restore_clock().await;
+    harness.writers.kill_all().await;
+    harness.writers_killed_at = Some(Instant::now());
     harness.reap_crashes();
     for r in &mut harness.replicas {
         if !r.running() {
@@ -504,6 +552,25 @@ impl Harness {
                 self.last_database_fault = Some(Instant::now());
                 self.event(fault.kind, None, detail);
             }
+            FaultKind::KillFenceWriter => {
+                let owner = self.writers.kill(i).await;
+                tokio::time::sleep(fault.hold).await;
+                let restarted = self.writers.spawn(i);
+                let detail = format!(
+                    "SIGKILL {}, restart after {} ms{}",
+                    owner.as_deref().unwrap_or("(not running)"),
+                    fault.hold.as_millis(),
+                    restarted
+                        .err()
+                        .map(|e| format!("; restart: {e}"))
+                        .unwrap_or_default()
+                );
+                self.event(fault.kind, Some(i), detail);
+            }
+            FaultKind::ClockStep => {
+                let detail = self.step_clock(i, fault.clock_step, fault.hold).await;
+                self.event(fault.kind, Some(i), detail);
+            }
             FaultKind::RestartDatabase => {
                 let started = Instant::now();
                 let detail = match self.db.pg() {
@@ -516,6 +583,141 @@ impl Harness {
                 self.last_database_fault = Some(Instant::now());
                 self.event(fault.kind, None, detail);
             }
+        }
+    }
+
+    /// The fenced-writes check: the writers' journals against the stored counters.
+    async fn fenced_writes(&self, db: &tenantry_store_seaorm::Database) -> Vec<CheckResult> {
+        use tenantry_ports::host_storage::HostStorage as _;
+        let storage = tenantry_store_seaorm::SeaOrmHostStorage::new(db);
+        let Ok(binding) = tenantry_fence::Binding::parse(writers::BINDING) else {
+            return vec![CheckResult {
+                name: "fenced writes across processes: every increment committed once",
+                passed: false,
+                detail: "invalid binding".to_owned(),
+            }];
+        };
+        let mut counters = BTreeMap::new();
+        for k in 0..writers::SCOPES {
+            match storage.get(&binding, &writers::counter_key(k)).await {
+                Ok(v) => {
+                    counters.insert(k, v.and_then(|v| v.as_u64()).unwrap_or(0));
+                }
+                Err(e) => {
+                    return vec![CheckResult {
+                        name: "fenced writes across processes: every increment committed once",
+                        passed: false,
+                        detail: format!("cannot read scope {k}'s counter: {e}"),
+                    }];
+                }
+            }
+        }
+        let mut result = writers::committed_once(&self.writers.journals(), &counters);
+        result.detail.push_str(&format!(
+            "; {} writer processes started, {} killed",
+            self.writers.starts(),
+            self.writers.killed.len()
+        ));
+        // Every claim of a dead writer has expired (the claim lives 2 s) before the listing.
+        if let Some(at) = self.writers_killed_at {
+            tokio::time::sleep_until(at + Duration::from_secs(3)).await;
+        }
+        let listed = tenantry_engine::scoped_writes::ScopedWrites::for_fence_admin(
+            std::sync::Arc::new(storage),
+            Duration::from_secs(1),
+        )
+        .fence_views(Some(&binding))
+        .await;
+        let now = chrono::Utc::now();
+        let fences = match listed {
+            Ok(views) => {
+                let left: Vec<writers::FenceLeft> = views
+                    .into_iter()
+                    .map(|v| writers::FenceLeft {
+                        scope: v.scope.unwrap_or_else(|| v.key.clone()),
+                        fence: v.kind == tenantry_fence::RecordKind::Fence,
+                        failure_kind: v.failure_kind,
+                        owner: v.owner,
+                        expired: v.expires_at.is_none_or(|at| at <= now),
+                    })
+                    .collect();
+                writers::fences_explained(&left, &self.writers.killed)
+            }
+            Err(e) => CheckResult {
+                name: "fenced writes across processes: every fence left was a killed writer's dispatched write",
+                passed: false,
+                detail: format!("cannot list the fences: {e}"),
+            },
+        };
+        vec![result, fences]
+    }
+
+    /// Sleeps `gap`, stepping a stepped wall clock back when its hold ends meanwhile.
+    async fn sleep_restoring_clock(&mut self, gap: Duration) {
+        let until = Instant::now() + gap;
+        if let Some((_, back_at)) = self.clock_back
+            && back_at < until
+        {
+            tokio::time::sleep_until(back_at).await;
+            self.restore_clock().await;
+        }
+        tokio::time::sleep_until(until).await;
+    }
+
+    /// Steps replica `i`'s wall clock by `seconds` (it stays stepped across restarts until
+    /// stepped back) and records what a process with its environment reads then.
+    async fn step_clock(&mut self, i: usize, seconds: i64, hold: Duration) -> String {
+        // One stepped replica at a time.
+        self.restore_clock().await;
+        if let Err(e) = self.replicas[i].set_clock_offset(seconds) {
+            // Recorded unread: the check fails, the schedule's step did not happen.
+            self.clock_steps.push(ClockStepRecord {
+                replica: i,
+                step: seconds,
+                ..ClockStepRecord::default()
+            });
+            return format!("failed: {e}");
+        }
+        // The replica re-reads the file within two seconds (`FAKETIME_CACHE_DURATION=1`).
+        tokio::time::sleep(CLOCK_REREAD).await;
+        let observed = self.replicas[i].observed_clock_offset().await;
+        let mut detail = format!(
+            "wall clock {seconds:+} s for at least {} ms; libfaketime environment reads {}",
+            hold.as_millis(),
+            match &observed {
+                Ok(o) => format!("{o:+} s"),
+                Err(e) => e.clone(),
+            }
+        );
+        // In-process evidence too, when it can show: hyper's `Date` header follows a forward
+        // step at once (a backward one only once the clock passes its cached second).
+        if let Ok(date) = replica::clock_offset(self.replicas[i].port, "/healthz").await {
+            detail.push_str(&format!(", the replica's HTTP Date header {date:+} s"));
+        }
+        self.clock_steps.push(ClockStepRecord {
+            replica: i,
+            step: seconds,
+            observed: observed.ok(),
+            observed_back: None,
+        });
+        self.clock_back = Some((i, Instant::now() + hold));
+        detail
+    }
+
+    /// Steps the stepped replica's wall clock back to the real time, if one is stepped, and
+    /// records what its environment reads then.
+    async fn restore_clock(&mut self) {
+        let Some((i, _)) = self.clock_back.take() else {
+            return;
+        };
+        let restored = self.replicas[i].set_clock_offset(0);
+        tokio::time::sleep(CLOCK_REREAD).await;
+        let observed = match restored {
+            Ok(()) => self.replicas[i].observed_clock_offset().await.ok(),
+            Err(_) => None,
+        };
+        if let Some(record) = self.clock_steps.last_mut() {
+            record.observed_back = observed;
         }
     }
 
@@ -606,6 +808,7 @@ impl Harness {
             }
         }
         checks.push(checks::late_settles_refused(&self.pauses, &logs));
+        checks.push(checks::clock_steps_took_effect(&self.clock_steps));
         let takeovers = self.pauses.iter().map(|p| p.taken_over.len() as u64).sum();
         let lease_lost = logs.values().map(|l| l.dropped.len() as u64).sum();
 
@@ -635,6 +838,9 @@ impl Harness {
                 let store = SeaOrmDirectoryStore::new(&db);
                 let (result, _) = directory.check(&store).await;
                 checks.push(result);
+                if self.writers.len() > 0 {
+                    checks.extend(self.fenced_writes(&db).await);
+                }
             }
             Err(e) => checks.push(CheckResult {
                 name: "local directory tables equal the provider's final snapshot",
@@ -723,7 +929,6 @@ async fn wait_settled(client: &AdminClient, tenants: &[String], deadline: Instan
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::args::FaultLevel;
 
     #[test]
     fn sqlite_needs_one_replica() {
@@ -744,6 +949,8 @@ mod tests {
             timeout: 10,
             workers: 2,
             group_commit: true,
+            faketime_lib: None,
+            fence_writers: 0,
             no_progress: true,
         };
         let rt = tokio::runtime::Builder::new_current_thread().build();

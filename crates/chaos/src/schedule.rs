@@ -3,7 +3,8 @@
 //! seed up to the timing of the processes).
 //!
 //! The schedule opens with every applicable kind once, in a seeded order (the database restart
-//! among them), so even a short run meets each; after that, kinds are drawn by weight.
+//! among them; the wall-clock step twice, forward and back), so even a short run meets each;
+//! after that, kinds are drawn by weight. Wall-clock steps alternate in direction.
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -27,16 +28,23 @@ pub enum FaultKind {
     RestartDatabase,
     /// SIGTERM a replica (graceful shutdown), restart it after `hold`.
     Term,
+    /// Step a replica's wall clock by `clock_step` (±10 minutes) through libfaketime's
+    /// timestamp file; step it back after `hold` (its monotonic clock is left alone).
+    ClockStep,
+    /// SIGKILL a fence writer process (the fenced-writes workload), restart it after `hold`.
+    KillFenceWriter,
 }
 
 impl FaultKind {
     /// Every kind, in report order.
-    pub const ALL: [FaultKind; 5] = [
+    pub const ALL: [FaultKind; 7] = [
         FaultKind::Kill,
         FaultKind::Pause,
         FaultKind::TerminateConnections,
         FaultKind::RestartDatabase,
         FaultKind::Term,
+        FaultKind::ClockStep,
+        FaultKind::KillFenceWriter,
     ];
 
     /// Stable name (report, JSON).
@@ -47,6 +55,8 @@ impl FaultKind {
             FaultKind::TerminateConnections => "pg_terminate_backend",
             FaultKind::RestartDatabase => "pg_ctl_restart",
             FaultKind::Term => "sigterm_restart",
+            FaultKind::ClockStep => "wall_clock_step",
+            FaultKind::KillFenceWriter => "sigkill_fence_writer",
         }
     }
 }
@@ -58,13 +68,20 @@ pub struct ScheduledFault {
     pub kind: FaultKind,
     /// Wait before it.
     pub gap: Duration,
-    /// Target replica (index), for process faults.
+    /// Target replica (index), for process faults; the writer's index for
+    /// [`FaultKind::KillFenceWriter`].
     pub replica: usize,
-    /// Restart delay (kill, term) or pause length.
+    /// Restart delay (kill, term), pause length, or how long a clock step lasts.
     pub hold: Duration,
     /// Connections to terminate.
     pub count: u32,
+    /// The wall-clock step of a [`FaultKind::ClockStep`] in seconds: [`CLOCK_STEP_SECONDS`]
+    /// forward or back (seeded); 0 for other kinds.
+    pub clock_step: i64,
 }
+
+/// Size of a wall-clock step: 10 minutes (issue 29), far beyond any lease or deadline.
+pub const CLOCK_STEP_SECONDS: i64 = 600;
 
 /// What the schedule may do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,6 +94,12 @@ pub struct Capabilities {
     pub restartable: bool,
     /// The replicas' lease; a pause lasts longer.
     pub lease: Duration,
+    /// A replica's wall clock can be stepped (libfaketime found; PostgreSQL, whose clock the
+    /// replicas judge leases and fences on, is not stepped with it — SQLite's clock is the
+    /// process's own).
+    pub clock_step: bool,
+    /// Fence writer processes running (the fenced-writes workload); 0: none.
+    pub fence_writers: usize,
 }
 
 /// Draws faults from a seed.
@@ -86,6 +109,8 @@ pub struct Schedule {
     level: FaultLevel,
     caps: Capabilities,
     opening: VecDeque<FaultKind>,
+    /// Direction of the next wall-clock step (they alternate, the first one seeded).
+    step_forward: bool,
 }
 
 impl Schedule {
@@ -102,14 +127,22 @@ impl Schedule {
                 FaultKind::Pause => caps.replicas > 1,
                 FaultKind::TerminateConnections => caps.postgres,
                 FaultKind::RestartDatabase => caps.restartable,
+                FaultKind::ClockStep => caps.clock_step,
+                FaultKind::KillFenceWriter => caps.fence_writers > 0,
             })
             .collect();
+        // The wall clock is stepped twice in the opening: once forward and once back.
+        if opening.contains(&FaultKind::ClockStep) {
+            opening.push(FaultKind::ClockStep);
+        }
         opening.shuffle(&mut rng);
+        let step_forward = rng.random_bool(0.5);
         Self {
             rng,
             level,
             caps,
             opening: opening.into(),
+            step_forward,
         }
     }
 
@@ -126,21 +159,42 @@ impl Schedule {
             Some(kind) => kind,
             None => self.draw_kind(),
         };
-        let replica = self.rng.random_range(0..self.caps.replicas.max(1));
+        let targets = if kind == FaultKind::KillFenceWriter {
+            self.caps.fence_writers
+        } else {
+            self.caps.replicas
+        };
+        let replica = self.rng.random_range(0..targets.max(1));
         let lease_ms = u64::try_from(self.caps.lease.as_millis()).unwrap_or(u64::MAX);
         let hold = Duration::from_millis(match kind {
             FaultKind::Kill => self.rng.random_range(200..=4_000),
             FaultKind::Pause => lease_ms.saturating_add(self.rng.random_range(1_000..=3_000)),
-            FaultKind::Term => self.rng.random_range(200..=2_000),
+            FaultKind::Term | FaultKind::KillFenceWriter => self.rng.random_range(200..=2_000),
+            // At least a lease and up to three: claims, renewals and settles happen meanwhile.
+            FaultKind::ClockStep => {
+                lease_ms.saturating_add(self.rng.random_range(0..=lease_ms.saturating_mul(2)))
+            }
             FaultKind::TerminateConnections | FaultKind::RestartDatabase => 0,
         });
         let count = self.rng.random_range(1..=6);
+        let clock_step = match kind {
+            FaultKind::ClockStep => {
+                self.step_forward = !self.step_forward;
+                if self.step_forward {
+                    -CLOCK_STEP_SECONDS
+                } else {
+                    CLOCK_STEP_SECONDS
+                }
+            }
+            _ => 0,
+        };
         Some(ScheduledFault {
             kind,
             gap,
             replica,
             hold,
             count,
+            clock_step,
         })
     }
 
@@ -157,6 +211,12 @@ impl Schedule {
         }
         if self.caps.postgres {
             weighted.push((FaultKind::TerminateConnections, 25));
+        }
+        if self.caps.clock_step {
+            weighted.push((FaultKind::ClockStep, 15));
+        }
+        if self.caps.fence_writers > 0 {
+            weighted.push((FaultKind::KillFenceWriter, 25));
         }
         let total: u32 = weighted.iter().map(|(_, w)| w).sum();
         let mut roll = self.rng.random_range(0..total);
@@ -180,6 +240,8 @@ mod tests {
             postgres,
             restartable: postgres,
             lease: Duration::from_secs(4),
+            clock_step: postgres,
+            fence_writers: if postgres { 2 } else { 0 },
         }
     }
 
@@ -198,15 +260,17 @@ mod tests {
     #[test]
     fn postgres_schedule_opens_with_every_kind_and_restarts_the_database_once() {
         let faults = draw(1, FaultLevel::Default, caps(3, true), 60);
+        // Every kind once, the wall-clock step twice.
+        let opening = FaultKind::ALL.len() + 1;
         for kind in FaultKind::ALL {
             assert!(
-                faults[..5].iter().any(|f| f.kind == kind),
+                faults[..opening].iter().any(|f| f.kind == kind),
                 "{kind:?} missing"
             );
         }
-        let other_seed = draw(2, FaultLevel::Default, caps(3, true), 5);
+        let other_seed = draw(2, FaultLevel::Default, caps(3, true), opening);
         assert_ne!(
-            faults[..5].iter().map(|f| f.kind).collect::<Vec<_>>(),
+            faults[..opening].iter().map(|f| f.kind).collect::<Vec<_>>(),
             other_seed.iter().map(|f| f.kind).collect::<Vec<_>>(),
             "the opening order is seeded"
         );
@@ -222,6 +286,65 @@ mod tests {
             );
         }
         assert!(faults.iter().all(|f| f.replica < 3));
+        assert!(
+            faults
+                .iter()
+                .filter(|f| f.kind == FaultKind::KillFenceWriter)
+                .all(|f| f.replica < 2),
+            "a writer kill targets one of the two writers"
+        );
+    }
+
+    #[test]
+    fn the_opening_steps_the_clock_forward_and_back() {
+        for seed in 0..20 {
+            let opening = draw(
+                seed,
+                FaultLevel::Default,
+                caps(3, true),
+                FaultKind::ALL.len() + 1,
+            );
+            let mut steps: Vec<i64> = opening
+                .iter()
+                .filter(|f| f.kind == FaultKind::ClockStep)
+                .map(|f| f.clock_step)
+                .collect();
+            steps.sort_unstable();
+            assert_eq!(
+                steps,
+                [-CLOCK_STEP_SECONDS, CLOCK_STEP_SECONDS],
+                "seed {seed}"
+            );
+        }
+    }
+
+    #[test]
+    fn clock_steps_are_ten_minutes_either_way_and_outlast_a_lease() {
+        let faults = draw(4, FaultLevel::Heavy, caps(3, true), 300);
+        let steps: Vec<&ScheduledFault> = faults
+            .iter()
+            .filter(|f| f.kind == FaultKind::ClockStep)
+            .collect();
+        assert!(steps.iter().any(|f| f.clock_step == CLOCK_STEP_SECONDS));
+        assert!(steps.iter().any(|f| f.clock_step == -CLOCK_STEP_SECONDS));
+        for f in &steps {
+            assert!(f.hold >= Duration::from_secs(4) && f.hold <= Duration::from_secs(12));
+        }
+        assert!(
+            faults
+                .iter()
+                .all(|f| (f.kind == FaultKind::ClockStep) == (f.clock_step != 0))
+        );
+        let without = Capabilities {
+            clock_step: false,
+            ..caps(3, true)
+        };
+        assert!(
+            draw(4, FaultLevel::Heavy, without, 300)
+                .iter()
+                .all(|f| f.kind != FaultKind::ClockStep),
+            "no clock step without libfaketime"
+        );
     }
 
     #[test]
