@@ -135,7 +135,10 @@ pub struct InboxReceipt {
     pub revision: i64,
     /// Fingerprint of the event as received.
     pub fingerprint: Fingerprint,
-    /// When first received.
+    /// When first received, on the store's clock (the database's: the store stamps it in the
+    /// apply's transaction, [`ProjectionWrite::stamp_new_receipts`](crate::ProjectionWrite::stamp_new_receipts)),
+    /// so retention's cut-off and this time share one clock whatever a replica's wall clock
+    /// reads.
     pub received_at: DateTime<Utc>,
     /// When its batch was last applied.
     pub applied_at: Option<DateTime<Utc>>,

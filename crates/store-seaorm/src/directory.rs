@@ -167,6 +167,35 @@ impl SeaOrmDirectoryStore {
         (max_params / columns.max(1)).max(1)
     }
 
+    /// The database's clock, read on `conn` (Unix milliseconds: `statement_timestamp()` on
+    /// PostgreSQL, `unixepoch('subsec')` on SQLite). New inbox receipts are stamped with it.
+    async fn database_now<C: sea_orm::ConnectionTrait>(
+        &self,
+        conn: &C,
+    ) -> Result<chrono::DateTime<chrono::Utc>, ProjectionStoreError> {
+        let (backend, sql) = match self.backend {
+            Backend::Postgres => (
+                sea_orm::DbBackend::Postgres,
+                "SELECT (extract(epoch from statement_timestamp()) * 1000)::bigint AS now_ms",
+            ),
+            Backend::Sqlite => (
+                sea_orm::DbBackend::Sqlite,
+                "SELECT CAST(ROUND(unixepoch('subsec') * 1000) AS INTEGER) AS now_ms",
+            ),
+        };
+        let row = conn
+            .query_one_raw(sea_orm::Statement::from_string(backend, sql))
+            .await
+            .map_err(storage("read the database clock"))?
+            .ok_or_else(|| ProjectionStoreError::storage("the database did not tell its time"))?;
+        let ms: i64 = row
+            .try_get("", "now_ms")
+            .map_err(storage("read the database clock"))?;
+        chrono::DateTime::from_timestamp_millis(ms).ok_or_else(|| {
+            ProjectionStoreError::storage(format!("the database clock read {ms} ms"))
+        })
+    }
+
     async fn begin(&self) -> Result<DatabaseTransaction, ProjectionStoreError> {
         self.conn
             .begin_with_options(self.backend.write_transaction())
@@ -531,7 +560,17 @@ impl SeaOrmDirectoryStore {
             Some(keys) => self.load(txn, &keys, &ctx.instance).await?,
             None => ExistingRows::default(),
         };
-        let plan = off_runtime(move || plan(state.as_ref(), &existing)).await??;
+        let (plan, existing) = off_runtime(move || {
+            let plan = plan(state.as_ref(), &existing);
+            (plan, existing)
+        })
+        .await?;
+        let mut plan = plan?;
+        if plan.creates_receipts(&existing) {
+            // `received_at` is retention's cut-off: the database's clock, not this process's.
+            let now = self.database_now(txn).await?;
+            plan.stamp_new_receipts(&existing, now);
+        }
         self.write(txn, &plan).await?;
         let active = if plan.check_active_capacity {
             let active = self.count_active(txn, &ctx.instance).await?;

@@ -14,7 +14,7 @@
 //! Specification: `docs/protocol.md`, section 4, "Apply rules" (snapshot, delta, event batch
 //! and freshness touch, with the deviations from the reference behaviour).
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
@@ -25,7 +25,7 @@ use crate::batch::{
 use crate::config::ProjectionLimits;
 use crate::error::DirectoryError;
 use crate::fingerprint::{incremental_marker, snapshot_fingerprint};
-use crate::ids::{InstanceUuid, WorkspaceUuid};
+use crate::ids::{EventUuid, InstanceUuid, WorkspaceUuid};
 use crate::model::{
     DirectoryDelta, DirectoryEvent, DirectoryEventBatch, DirectorySnapshot, EventKind,
 };
@@ -41,7 +41,9 @@ pub struct ApplyContext {
     pub instance: InstanceUuid,
     /// Capacity limits.
     pub limits: ProjectionLimits,
-    /// Wall-clock time of the apply (truncated to milliseconds when stored).
+    /// Wall-clock time of the apply (truncated to milliseconds when stored). New inbox
+    /// receipts get it as `received_at` in the plan; a store replaces that with its own
+    /// clock ([`ProjectionWrite::stamp_new_receipts`]).
     pub now: DateTime<Utc>,
     /// Lease written into the state row: `lease_expires_at = now + max_staleness`.
     pub max_staleness: Duration,
@@ -84,6 +86,49 @@ pub struct ProjectionWrite {
     /// The projection now equals the provider's high-water mark: the replica may record
     /// readiness.
     pub caught_up: bool,
+}
+
+impl ProjectionWrite {
+    /// Stamps the receipts this write creates (those not among `existing`, the receipts the
+    /// store read in the same transaction) with `received_at`, truncated to milliseconds.
+    /// Receipts that already exist keep theirs. A store passes its own clock here (the
+    /// database's `now` in the apply's transaction): `received_at` is what retention's
+    /// cut-off compares ([`crate::retention`]), and like every retention time stamp it must
+    /// not follow a replica's wall clock (issue 29). Returns how many were stamped.
+    pub fn stamp_new_receipts(
+        &mut self,
+        existing: &ExistingRows,
+        received_at: DateTime<Utc>,
+    ) -> usize {
+        let received_at = to_millis(received_at);
+        let known = known_receipts(existing);
+        let mut stamped = 0;
+        for receipt in &mut self.receipts {
+            if !known.contains(&(&receipt.instance_uuid, &receipt.event_uuid)) {
+                receipt.received_at = received_at;
+                stamped += 1;
+            }
+        }
+        stamped
+    }
+
+    /// Whether this write creates a receipt not among `existing` (a store then reads its
+    /// clock for [`stamp_new_receipts`](Self::stamp_new_receipts)).
+    pub fn creates_receipts(&self, existing: &ExistingRows) -> bool {
+        let known = known_receipts(existing);
+        self.receipts
+            .iter()
+            .any(|receipt| !known.contains(&(&receipt.instance_uuid, &receipt.event_uuid)))
+    }
+}
+
+/// The keys of the receipts a store read for an apply.
+fn known_receipts(existing: &ExistingRows) -> BTreeSet<(&InstanceUuid, &EventUuid)> {
+    existing
+        .receipts
+        .iter()
+        .map(|receipt| (&receipt.instance_uuid, &receipt.event_uuid))
+        .collect()
 }
 
 /// Plans one full snapshot (with optional event receipts).

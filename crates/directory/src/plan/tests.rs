@@ -1260,3 +1260,47 @@ mod model_check {
         }
     }
 }
+
+/// A store stamps the receipts a write creates with its own clock (the database's); a receipt
+/// it read keeps its `received_at`, even when the batch marks it applied again.
+#[test]
+fn stamp_new_receipts_times_only_the_receipts_a_write_creates() {
+    let mut h = Harness::new();
+    let first = vec![ent_event("e-1", 10, "ws-1", 1)];
+    h.tables
+        .apply_snapshot(&h.ctx.clone(), &base(), &first)
+        .unwrap();
+    h.ctx.now = at(200);
+    let both = vec![
+        ent_event("e-1", 10, "ws-1", 1),
+        ent_event("e-2", 11, "ws-1", 2),
+    ];
+    let keys = snapshot_keys(&base(), &both);
+    let existing = h.tables.select(&keys, &instance());
+    let state = h.tables.states.get(&instance()).cloned();
+    let mut write = plan_snapshot(&h.ctx, state.as_ref(), &existing, &base(), &both).unwrap();
+    assert_eq!(write.receipts.len(), 2, "e-1 applied again, e-2 new");
+    assert!(write.creates_receipts(&existing));
+    let database_now = at(5000) + chrono::TimeDelta::microseconds(1500);
+    assert_eq!(write.stamp_new_receipts(&existing, database_now), 1);
+    let received: Vec<_> = write
+        .receipts
+        .iter()
+        .map(|r| (r.event_uuid.to_string(), r.received_at))
+        .collect();
+    assert_eq!(
+        received,
+        vec![
+            ("e-1".to_owned(), at(100)),
+            (
+                "e-2".to_owned(),
+                at(5000) + chrono::TimeDelta::milliseconds(1)
+            ),
+        ]
+    );
+    let nothing_new = ExistingRows {
+        receipts: write.receipts.clone(),
+        ..ExistingRows::default()
+    };
+    assert!(!write.creates_receipts(&nothing_new));
+}

@@ -686,3 +686,33 @@ async fn run_loop_stops_on_shutdown_during_a_hung_sync() {
     assert_eq!(f.store.tables(), before);
     assert_eq!(p.consumer_cursor(), Some(10));
 }
+
+/// Issue 29: a replica whose wall clock is 10 minutes ahead stamps nothing with it: the
+/// receipts it creates carry the store's (database) clock, which retention's cut-off reads.
+#[tokio::test(start_paused = true)]
+async fn a_skewed_replica_stamps_receipts_with_the_store_clock() {
+    let database = ManualClock::following_tokio(at(0));
+    let f = Fixture {
+        clock: ManualClock::following_tokio(at(600)),
+        store: InMemoryProjectionStore::with_clock(Arc::new(database.clone())),
+        ..Fixture::new()
+    };
+    let p = initialized(&f).await;
+    f.provider.push_events(Ok(batch(
+        10,
+        11,
+        11,
+        vec![ent_event("e-11", 11, "ws-1", 4)],
+    )));
+    p.sync_once().await.unwrap();
+    let receipts = f.store.tables().receipts;
+    let receipt = receipts.values().next().unwrap();
+    let database_now = database.now();
+    assert!(
+        receipt.received_at <= database_now
+            && database_now - receipt.received_at < chrono::TimeDelta::seconds(5),
+        "received at {} on a database clock reading {database_now} (the replica's: {})",
+        receipt.received_at,
+        f.clock.now()
+    );
+}

@@ -8,14 +8,22 @@
 //!   client's own concurrency limit, [`WorkerPool::with_remote_call_limit`], so no dispatch
 //!   queues inside the client with its call deadline running);
 //! - **dispatches** in flight (claimed, not yet settled) are bounded by
-//!   [`WorkerPool::max_in_flight`] (`IN_FLIGHT_PER_SLOT` = 4 per `workers × claim_batch`). A
-//!   dispatch beyond the slots is the local queue: it holds its lease (per command, as with
-//!   workers) and waits for a slot before its remote call. Its lease is renewed meanwhile like that of any dispatch
-//!   in flight, and checked again once it holds the slot, so a wait can never let a call start
-//!   on an expired lease. The rest of a dispatch (reads, the settle waiting for its group
-//!   commit) does not occupy a slot, which is what lets settles share larger transactions.
+//!   [`WorkerPool::max_in_flight`]: [`IN_FLIGHT_PER_SLOT`] (2) per remote-call slot, counted on
+//!   the slots the pool really has (after the remote call limit). A dispatch beyond the slots is
+//!   the local queue: it holds its lease (per command, as with workers) and waits for a slot
+//!   before its remote call. Its lease is renewed meanwhile like that of any dispatch in
+//!   flight, and checked again once it holds the slot, so a wait can never let a call start on
+//!   an expired lease. The rest of a dispatch (reads, the settle waiting for its group commit)
+//!   does not occupy a slot, which is what lets settles share larger transactions.
 //!   A dispatcher that does not renew leases gets no such queue (`max_in_flight = slots`): its
 //!   lease was sized for one remote call, not for a wait before it;
+//! - **no hoarding** (issue 29): the pool holds at most one waiting command per call slot, so
+//!   a claimed command is behind at most the call its slot is making (the slot semaphore is
+//!   first in, first out): it starts its own call as soon as one call ends, within one call
+//!   time, not after a backlog of calls. Under a slow remote the other replicas' claims find
+//!   the rest of the backlog still pending, and every replica sends its share; a replica
+//!   holds `2 × slots` commands, never more (each replica's share of a backlog is capped at
+//!   `2 × min(workers × claim_batch, knowledge_fs_max_concurrent_calls)`);
 //! - whenever at least half of `max_in_flight` is free, it claims exactly as many commands as
 //!   are free, in one statement, and starts a task for each at once.
 //!
@@ -43,18 +51,22 @@ use tracing::{debug, info, warn};
 use super::dispatcher::{DispatchError, DispatchReport, Dispatcher};
 use super::worker::{WorkerConfig, WorkerReport};
 
-/// Dispatches in flight per remote-call slot: one calling, three waiting with their leases.
-pub const IN_FLIGHT_PER_SLOT: u32 = 4;
+/// Dispatches in flight per remote-call slot: one calling, one waiting with its lease (or
+/// settling). One waiter per slot starts its call when the call ahead of it ends, so a replica
+/// never holds claimed commands it cannot start within one call time: the rest of a backlog
+/// stays pending for the other replicas (issue 29, "the pool does not hoard").
+pub const IN_FLIGHT_PER_SLOT: u32 = 2;
 
-/// One claimer, `workers × claim_batch` remote-call slots and [`IN_FLIGHT_PER_SLOT`] times as
-/// many dispatches in flight, for a process (see the module documentation). Settings are the
+/// One claimer, `workers × claim_batch` remote-call slots (at most the remote call limit) and
+/// [`IN_FLIGHT_PER_SLOT`] times as many dispatches in flight, for a process (see the module
+/// documentation). Settings are the
 /// workers' ([`WorkerConfig`]): `claim_batch` sizes the slots, `idle_poll` and the wake-ups
 /// time the claims when nothing is due.
 pub struct WorkerPool<S, R> {
     dispatcher: Arc<Dispatcher<S, R>>,
     owner: LeaseOwner,
     config: WorkerConfig,
-    /// `workers × claim_batch`: sizes the dispatches in flight.
+    /// `workers × claim_batch`: the slots before the remote call limit.
     batch_slots: u32,
     /// Remote calls at once: `batch_slots`, at most the remote client's own limit
     /// ([`WorkerPool::with_remote_call_limit`]).
@@ -79,7 +91,7 @@ where
     R: KnowledgeFs + 'static,
 {
     /// A pool with the concurrency of `workers` workers of `config`: at most
-    /// `workers × claim_batch` dispatches in flight (both at least 1). Every command it claims
+    /// `workers × claim_batch` remote calls at once (both at least 1). Every command it claims
     /// is leased to `owner`.
     pub fn new(
         dispatcher: Arc<Dispatcher<S, R>>,
@@ -106,16 +118,13 @@ where
         }
     }
 
-    /// Most dispatches in flight (claimed and not yet settled): `workers × claim_batch ×
-    /// IN_FLIGHT_PER_SLOT` when the dispatcher renews leases, else [`slots`](Self::slots) (a
-    /// lease that is not renewed must not wait for a slot: it was sized for the remote call
-    /// alone).
+    /// Most dispatches in flight (claimed and not yet settled): [`slots`](Self::slots) ×
+    /// [`IN_FLIGHT_PER_SLOT`] when the dispatcher renews leases (one calling and one waiting per
+    /// slot, so the pool never holds more than it can start within one call time and leaves
+    /// the rest of a backlog to other replicas), else [`slots`](Self::slots) (a lease that is
+    /// not renewed must not wait for a slot: it was sized for the remote call alone).
     pub fn max_in_flight(&self) -> u32 {
-        if self.in_flight_per_slot == 1 {
-            self.slots
-        } else {
-            self.batch_slots.saturating_mul(self.in_flight_per_slot)
-        }
+        self.slots.saturating_mul(self.in_flight_per_slot)
     }
 
     /// Bounds the remote calls at once by `limit` as well (at least 1): the concurrency limit
@@ -123,7 +132,9 @@ where
     /// dispatch then waits for its call here, where its lease is renewed and checked again
     /// before the call, instead of inside a client whose call deadline already runs while it
     /// queues (a slow remote would turn that wait into timeouts after sending, outcome
-    /// unknown, and re-sends). The dispatches in flight stay sized by `workers × claim_batch`.
+    /// unknown, and re-sends). The dispatches in flight shrink with it
+    /// ([`max_in_flight`](Self::max_in_flight)): a replica claims no more than its slots can
+    /// start, whatever `workers × claim_batch` says.
     #[must_use]
     pub fn with_remote_call_limit(mut self, limit: usize) -> Self {
         let limit = u32::try_from(limit).unwrap_or(u32::MAX).max(1);

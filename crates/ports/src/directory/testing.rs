@@ -20,6 +20,8 @@ use tenantry_directory::{
     DirectorySnapshot, InstanceUuid, ProjectionState, ProjectionTables, WorkspaceUuid,
 };
 
+use crate::clock::{Clock, SystemClock};
+
 use super::{
     DeltaApplier, DirectoryProvider, EntitlementReconciler, EventBatchApplier, FreshnessToucher,
     HookError, ProjectionStateReader, ProjectionStoreError, ProjectionTablesReader, ProviderError,
@@ -166,15 +168,45 @@ struct StoreState {
 }
 
 /// In-memory projection store; clones share the tables (several replicas, one database).
-#[derive(Debug, Clone, Default)]
+/// Its clock plays the database's: it stamps the `received_at` of the inbox receipts an
+/// apply creates, as the SQL stores stamp them with the database's `now` (retention's cut-off
+/// must not follow a replica's wall clock, issue 29).
+#[derive(Clone)]
 pub struct InMemoryProjectionStore {
     state: Arc<Mutex<StoreState>>,
+    clock: Arc<dyn Clock>,
+}
+
+impl std::fmt::Debug for InMemoryProjectionStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InMemoryProjectionStore")
+            .field("state", &self.state)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for InMemoryProjectionStore {
+    fn default() -> Self {
+        Self {
+            state: Arc::default(),
+            clock: Arc::new(SystemClock),
+        }
+    }
 }
 
 impl InMemoryProjectionStore {
-    /// An empty store.
+    /// An empty store on the system clock.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// An empty store whose "database clock" is `clock`: new inbox receipts are stamped with
+    /// its reading, whatever the apply's [`ApplyContext::now`] says.
+    pub fn with_clock(clock: Arc<dyn Clock>) -> Self {
+        Self {
+            clock,
+            ..Self::default()
+        }
     }
 
     /// The next store call fails with [`ProjectionStoreError::Storage`] and changes nothing.
@@ -201,8 +233,12 @@ impl InMemoryProjectionStore {
         lock(&self.state).applies
     }
 
-    fn run(
+    /// One apply of `events` (their receipts) to the instance of `ctx`: the receipts it
+    /// creates get the store's clock as `received_at`.
+    fn run<'e>(
         &self,
+        ctx: &ApplyContext,
+        events: impl IntoIterator<Item = &'e DirectoryEvent>,
         f: impl FnOnce(
             &mut ProjectionTables,
         ) -> Result<ApplyOutcome, tenantry_directory::DirectoryError>,
@@ -212,7 +248,20 @@ impl InMemoryProjectionStore {
         if let Some(message) = state.failures.pop_front() {
             return Err(ProjectionStoreError::storage(message));
         }
-        f(&mut state.tables).map_err(ProjectionStoreError::Rejected)
+        let new: Vec<_> = events
+            .into_iter()
+            .map(|event| (ctx.instance.clone(), event.uuid.clone()))
+            .filter(|key| !state.tables.receipts.contains_key(key))
+            .collect();
+        let outcome = f(&mut state.tables).map_err(ProjectionStoreError::Rejected)?;
+        let now = self.clock.now();
+        let now = chrono::DateTime::from_timestamp_millis(now.timestamp_millis()).unwrap_or(now);
+        for key in new {
+            if let Some(receipt) = state.tables.receipts.get_mut(&key) {
+                receipt.received_at = now;
+            }
+        }
+        Ok(outcome)
     }
 }
 
@@ -224,7 +273,7 @@ impl SnapshotApplier for InMemoryProjectionStore {
         snapshot: &DirectorySnapshot,
         events: &[DirectoryEvent],
     ) -> Result<ApplyOutcome, ProjectionStoreError> {
-        self.run(|t| t.apply_snapshot(ctx, snapshot, events))
+        self.run(ctx, events, |t| t.apply_snapshot(ctx, snapshot, events))
     }
 }
 
@@ -236,7 +285,7 @@ impl DeltaApplier for InMemoryProjectionStore {
         delta: &DirectoryDelta,
         batch: &DirectoryEventBatch,
     ) -> Result<ApplyOutcome, ProjectionStoreError> {
-        self.run(|t| t.apply_delta(ctx, delta, batch))
+        self.run(ctx, &batch.events, |t| t.apply_delta(ctx, delta, batch))
     }
 }
 
@@ -247,7 +296,7 @@ impl EventBatchApplier for InMemoryProjectionStore {
         ctx: &ApplyContext,
         batch: &DirectoryEventBatch,
     ) -> Result<ApplyOutcome, ProjectionStoreError> {
-        self.run(|t| t.apply_event_batch(ctx, batch))
+        self.run(ctx, &batch.events, |t| t.apply_event_batch(ctx, batch))
     }
 }
 
@@ -258,7 +307,7 @@ impl FreshnessToucher for InMemoryProjectionStore {
         ctx: &ApplyContext,
         replica_cursor: i64,
     ) -> Result<ApplyOutcome, ProjectionStoreError> {
-        self.run(|t| t.touch_freshness(ctx, replica_cursor))
+        self.run(ctx, [], |t| t.touch_freshness(ctx, replica_cursor))
     }
 }
 

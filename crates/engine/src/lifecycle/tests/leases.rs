@@ -438,7 +438,7 @@ async fn the_local_lease_deadline_is_on_the_dispatcher_clock() {
 }
 
 /// `n` provisions enqueued on `s`, and a pool of one remote-call slot (claim batch 1) over its
-/// dispatcher: up to four dispatches in flight, three of them waiting for the slot.
+/// dispatcher: up to two dispatches in flight, one of them waiting for the slot.
 async fn one_slot_pool(
     s: &VirtualSetup,
     n: usize,
@@ -468,19 +468,19 @@ async fn one_slot_pool(
     (pool, ids)
 }
 
-/// A pool of one slot, a lease of 2 s and calls of 8 s: the third command waits 16 s for the
-/// slot, eight leases long, while four rival workers poll every 100 ms. Renewal keeps every
+/// A pool of one slot, a lease of 2 s and calls of 8 s: the second command waits 8 s for the
+/// slot, four leases long, while four rival workers poll every 100 ms. Renewal keeps every
 /// waiting lease: nothing is taken over, each command reaches the remote once.
 #[tokio::test(start_paused = true)]
 async fn pool_dispatches_waiting_for_a_slot_keep_their_leases() {
     let s = virtual_setup(Duration::from_secs(8), short_lease());
-    let (pool, ids) = one_slot_pool(&s, 3).await;
+    let (pool, ids) = one_slot_pool(&s, 2).await;
     let (stop, stopped) = watch::channel(false);
     let handle = tokio::spawn(pool.run(stopped));
     compete(&s, Duration::from_secs(30)).await;
     stop.send(true).unwrap();
     let report = handle.await.unwrap();
-    assert_eq!((report.claimed, report.completed, report.errors), (3, 3, 0));
+    assert_eq!((report.claimed, report.completed, report.errors), (2, 2, 0));
     for id in &ids {
         let record = s.store.command(id).unwrap();
         assert_eq!(record.status, CommandStatus::Succeeded);
@@ -490,7 +490,7 @@ async fn pool_dispatches_waiting_for_a_slot_keep_their_leases() {
             "claimed once, never taken over"
         );
     }
-    assert_eq!(s.remote.inner.counters().calls.get("provision"), Some(&3));
+    assert_eq!(s.remote.inner.counters().calls.get("provision"), Some(&2));
     assert_eq!(s.remote.max_in_flight.load(Ordering::SeqCst), 1);
     assert_eq!(s.metrics.lost.load(Ordering::SeqCst), 0);
 }

@@ -104,26 +104,28 @@ async fn held_pool(
 }
 
 /// One worker with a claim batch of 2: 2 remote calls at once (the bound W workers had), up
-/// to 8 dispatches in flight, claimed in one statement; the rest waits pending. Releasing the
-/// remote drains everything, never more than 2 calls inside.
+/// to 4 dispatches in flight (one calling and one waiting per slot), claimed in one
+/// statement; the rest waits pending. Releasing the remote drains everything, never more than
+/// 2 calls inside.
 #[tokio::test]
 async fn pool_bounds_remote_calls_by_its_slots_and_claims_its_free_places() {
     let h = harness();
     let (pool, remote, ids) = held_pool(&h, 10, 2, &clock_of_test()).await;
     assert_eq!(
         (pool.slots(), pool.max_in_flight(), pool.refill_at()),
-        (2, 8, 4)
+        (2, 4, 2)
     );
     let (stop, stopped) = watch::channel(false);
     let handle = tokio::spawn(pool.run(stopped));
     let_tasks_run().await;
     assert_eq!(remote.inside.load(Ordering::SeqCst), 2, "calls held");
-    assert_eq!(statuses(&h, &ids), (2, 8, 0), "8 claimed, 2 left pending");
+    assert_eq!(statuses(&h, &ids), (6, 4, 0), "4 claimed, 6 left pending");
 
-    // Two calls finish: 6 in flight, 2 free places (< 4): no claim yet.
-    remote.gate.add_permits(2);
+    // One call finishes: 3 in flight, 1 free place (< 2): no claim yet; the waiting dispatch
+    // took the free slot.
+    remote.gate.add_permits(1);
     let_tasks_run().await;
-    assert_eq!(statuses(&h, &ids), (2, 6, 2));
+    assert_eq!(statuses(&h, &ids), (6, 3, 1));
     assert_eq!(remote.inside.load(Ordering::SeqCst), 2);
 
     remote.gate.add_permits(100);
@@ -150,23 +152,19 @@ async fn pool_shutdown_settles_the_calls_made_and_hands_back_the_waiting() {
     let (stop, stopped) = watch::channel(false);
     let handle = tokio::spawn(pool.run(stopped));
     let_tasks_run().await;
-    assert_eq!(statuses(&h, &ids), (2, 4, 0));
+    assert_eq!(statuses(&h, &ids), (4, 2, 0));
     assert_eq!(remote.inside.load(Ordering::SeqCst), 1, "one slot");
     clock.advance(Duration::from_secs(2));
     stop.send(true).unwrap();
     let_tasks_run().await;
     assert!(!handle.is_finished(), "waits for the call in flight");
-    assert_eq!(
-        statuses(&h, &ids),
-        (5, 1, 0),
-        "the three waiting handed back"
-    );
+    assert_eq!(statuses(&h, &ids), (5, 1, 0), "the waiting one handed back");
     let handed_back: Vec<_> = ids
         .iter()
         .map(|id| h.command(id))
         .filter(|record| record.attempt_count > 0 && record.status == CommandStatus::Pending)
         .collect();
-    assert_eq!(handed_back.len(), 3);
+    assert_eq!(handed_back.len(), 1);
     for record in handed_back {
         assert_eq!(
             retry_of(&record),
@@ -183,7 +181,7 @@ async fn pool_shutdown_settles_the_calls_made_and_hands_back_the_waiting() {
     let_tasks_run().await;
     assert!(handle.is_finished(), "one call released is enough to stop");
     let report = handle.await.unwrap();
-    assert_eq!((report.claimed, report.completed), (4, 1));
+    assert_eq!((report.claimed, report.completed), (2, 1));
     assert_eq!(
         statuses(&h, &ids),
         (5, 0, 1),
@@ -252,18 +250,23 @@ async fn a_pool_without_renewal_claims_no_more_than_its_slots() {
 }
 
 /// A remote client that allows fewer calls than `workers × claim_batch` bounds the pool's
-/// slots, not its claims: the dispatches beyond the limit wait in the pool (lease renewed and
-/// checked before the call), never inside the client, whose deadline would run meanwhile.
+/// slots, and with them its claims: one dispatch per slot waits in the pool (lease renewed
+/// and checked before the call), never inside the client, whose deadline would run
+/// meanwhile; the rest stays pending for other replicas (no hoarding, issue 29).
 #[tokio::test]
-async fn a_remote_call_limit_bounds_the_slots_not_the_claims() {
+async fn a_remote_call_limit_bounds_the_slots_and_the_claims() {
     let h = harness();
     let (pool, remote, ids) = held_pool(&h, 10, 4, &clock_of_test()).await;
     let pool = pool.with_remote_call_limit(2);
-    assert_eq!((pool.slots(), pool.max_in_flight()), (2, 16));
+    assert_eq!((pool.slots(), pool.max_in_flight()), (2, 4));
     let (stop, stopped) = watch::channel(false);
     let handle = tokio::spawn(pool.run(stopped));
     let_tasks_run().await;
-    assert_eq!(statuses(&h, &ids), (0, 10, 0), "all claimed");
+    assert_eq!(
+        statuses(&h, &ids),
+        (6, 4, 0),
+        "two calling, two waiting, the rest pending"
+    );
     assert_eq!(remote.inside.load(Ordering::SeqCst), 2, "two calls at once");
     remote.gate.add_permits(100);
     let_tasks_run().await;
@@ -356,4 +359,151 @@ async fn an_idle_pool_wakes_when_a_backoff_comes_due() {
     stop.send(true).unwrap();
     let report = handle.await.unwrap();
     assert_eq!((report.claimed, report.completed), (2, 1));
+}
+
+/// A remote that answers every provision after `delay` (tokio time: virtual on a paused
+/// runtime), counting the calls this replica sent and how many are inside at once.
+#[derive(Clone)]
+struct SlowRemote {
+    inner: FakeKnowledgeFs,
+    delay: Duration,
+    sent: Arc<AtomicUsize>,
+    inside: Arc<AtomicUsize>,
+}
+
+impl SlowRemote {
+    async fn slow<T>(&self, call: impl std::future::Future<Output = T>) -> T {
+        self.sent.fetch_add(1, Ordering::SeqCst);
+        self.inside.fetch_add(1, Ordering::SeqCst);
+        tokio::time::sleep(self.delay).await;
+        let result = call.await;
+        self.inside.fetch_sub(1, Ordering::SeqCst);
+        result
+    }
+}
+
+#[async_trait]
+impl KnowledgeFs for SlowRemote {
+    async fn provision(&self, request: &ProvisionRequest) -> Result<RemoteSpace, RemoteError> {
+        self.slow(self.inner.provision(request)).await
+    }
+    async fn find_by_provisioning_key(
+        &self,
+        n: &TenantId,
+        k: &ProvisioningKey,
+        c: &ControlSpaceId,
+    ) -> Result<Option<RemoteSpace>, RemoteError> {
+        self.slow(self.inner.find_by_provisioning_key(n, k, c))
+            .await
+    }
+    async fn request_deletion(
+        &self,
+        request: &DeletionRequest,
+    ) -> Result<DeletionProgress, RemoteError> {
+        self.slow(self.inner.request_deletion(request)).await
+    }
+    async fn revoke_grant(&self, request: &RevokeRequest) -> Result<RevokeAck, RemoteError> {
+        self.slow(self.inner.revoke_grant(request)).await
+    }
+}
+
+/// Issue 29, "the pool does not hoard": three replicas (pools of 4 workers × 16, a remote
+/// call limit of 8) share one store and a remote that answers after 5 s; 300 provisions.
+/// Every replica sends some, none holds more than `2 × slots` claimed (one calling and one
+/// waiting per slot), and no more than its slots wait for a call. A pool sized by
+/// `4 × workers × claim_batch` (256) took almost the whole backlog in its first claim and
+/// left a replica idle.
+#[tokio::test(start_paused = true)]
+async fn replicas_share_a_backlog_under_a_slow_remote() {
+    const COMMANDS: usize = 300;
+    let clock = ManualClock::following_tokio(t(0));
+    let store = InMemoryLifecycleStore::with_clock(Arc::new(clock.clone()));
+    let intake = CommandIntake::new(store.clone(), Arc::new(clock.clone()));
+    for i in 0..COMMANDS {
+        intake
+            .create_control_space(&create_request(&format!("cs{i}"), &format!("create-{i}")))
+            .await
+            .unwrap();
+    }
+    let inner = FakeKnowledgeFs::new();
+    let (stop, stopped) = watch::channel(false);
+    let mut replicas = Vec::new();
+    for r in 0..3 {
+        let remote = SlowRemote {
+            inner: inner.clone(),
+            delay: Duration::from_secs(5),
+            sent: Arc::default(),
+            inside: Arc::default(),
+        };
+        let dispatcher = Arc::new(
+            Dispatcher::new(store.clone(), remote.clone(), DispatcherConfig::default())
+                .with_clock(Arc::new(clock.clone())),
+        );
+        let pool = WorkerPool::new(
+            dispatcher,
+            owner(&format!("replica-{r}")),
+            4,
+            WorkerConfig::default(),
+        )
+        .with_remote_call_limit(8);
+        assert_eq!(pool.slots(), 8);
+        let owner = pool.owner().clone();
+        replicas.push((owner, remote, tokio::spawn(pool.run(stopped.clone()))));
+    }
+
+    // Sample every 100 ms of virtual time: commands each replica holds (processing, leased
+    // to it) and how many of them are not calling.
+    let started = clock.monotonic();
+    let mut most_held = [0usize; 3];
+    let mut most_waiting = [0usize; 3];
+    loop {
+        let commands = store.commands();
+        for (i, (owner, remote, _)) in replicas.iter().enumerate() {
+            let held = commands
+                .iter()
+                .filter(|c| {
+                    c.status == CommandStatus::Processing && c.lease_owner.as_ref() == Some(owner)
+                })
+                .count();
+            most_held[i] = most_held[i].max(held);
+            let calling = remote.inside.load(Ordering::SeqCst);
+            most_waiting[i] = most_waiting[i].max(held.saturating_sub(calling));
+        }
+        if commands
+            .iter()
+            .all(|c| c.status == CommandStatus::Succeeded)
+        {
+            break;
+        }
+        assert!(
+            clock.monotonic() - started < Duration::from_secs(600),
+            "backlog not drained"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let elapsed = clock.monotonic() - started;
+    stop.send(true).unwrap();
+    let mut sent = Vec::new();
+    for (_, remote, handle) in replicas {
+        handle.await.unwrap();
+        sent.push(remote.sent.load(Ordering::SeqCst));
+    }
+    println!(
+        "300 commands, 3 replicas, 5 s remote: sent {sent:?}, most held {most_held:?}, \
+         most waiting {most_waiting:?}, drained in {elapsed:?} (virtual)"
+    );
+    assert_eq!(
+        sent.iter().sum::<usize>(),
+        COMMANDS,
+        "each command sent once"
+    );
+    assert!(sent.iter().all(|&n| n > 0), "every replica sends: {sent:?}");
+    assert!(
+        most_held.iter().all(|&n| n <= 16),
+        "a replica holds at most 2 × slots: {most_held:?}"
+    );
+    assert!(
+        most_waiting.iter().all(|&n| n <= 8),
+        "at most one waiting command per slot: {most_waiting:?}"
+    );
 }

@@ -5,7 +5,7 @@
 //! (`tenantry_directory::memory`) and require equal outcomes and equal table dumps, so an
 //! adapter must select, plan and write exactly like the reference.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use tenantry_directory::maps::{
@@ -14,7 +14,8 @@ use tenantry_directory::maps::{
 use tenantry_directory::testing::*;
 use tenantry_directory::{
     AccountRow, ApplyContext, ApplyOutcome, DirectoryDelta, DirectoryError, DirectoryEventBatch,
-    DirectorySnapshot, ExecutionRow, ProjectionLimits, ProjectionTables, WorkspaceRow,
+    DirectorySnapshot, EventUuid, ExecutionRow, InstanceUuid, ProjectionLimits, ProjectionTables,
+    WorkspaceRow,
 };
 
 use super::DirectoryFixtureStore;
@@ -37,6 +38,8 @@ fn ctx(secs: i64) -> ApplyContext {
 struct Replay<'s, S> {
     store: &'s S,
     reference: ProjectionTables,
+    /// Receipts already compared (seeded or created by an earlier step).
+    known_receipts: BTreeSet<(InstanceUuid, EventUuid)>,
 }
 
 impl<'s, S: SuiteStore> Replay<'s, S> {
@@ -44,6 +47,7 @@ impl<'s, S: SuiteStore> Replay<'s, S> {
         Self {
             store,
             reference: ProjectionTables::default(),
+            known_receipts: BTreeSet::new(),
         }
     }
 
@@ -54,6 +58,7 @@ impl<'s, S: SuiteStore> Replay<'s, S> {
         self.reference.memberships.extend(rows.memberships);
         self.reference.executions.extend(rows.executions);
         self.reference.states.extend(rows.states);
+        self.known_receipts.extend(rows.receipts.keys().cloned());
         self.reference.receipts.extend(rows.receipts);
     }
 
@@ -68,8 +73,33 @@ impl<'s, S: SuiteStore> Replay<'s, S> {
         });
         assert_eq!(got, expected, "store and reference disagree");
         let dump = self.store.dump_tables().await.unwrap();
+        self.adopt_receipt_times(&dump);
         assert_tables_eq(&dump, &self.reference);
         got
+    }
+
+    /// A receipt an apply creates carries the store's clock (the database's), not the
+    /// apply's `now` that the reference wrote: check that the store's stamp is this host's
+    /// time (the suite's databases run here; the fake reads the system clock), far from the
+    /// suite's fixed apply times, and adopt it in the reference.
+    fn adopt_receipt_times(&mut self, dump: &ProjectionTables) {
+        let now = crate::clock::Clock::now(&crate::clock::SystemClock);
+        for (key, expected) in &mut self.reference.receipts {
+            if self.known_receipts.contains(key) {
+                continue;
+            }
+            if let Some(got) = dump.receipts.get(key) {
+                assert!(
+                    (got.received_at - now).abs() < chrono::TimeDelta::minutes(10),
+                    "receipt {key:?} received at {} (the apply's time was {}): a new receipt \
+                     must be stamped with the store's clock, {now} here",
+                    got.received_at,
+                    expected.received_at,
+                );
+                expected.received_at = got.received_at;
+            }
+            self.known_receipts.insert(key.clone());
+        }
     }
 
     async fn snapshot(
@@ -380,6 +410,51 @@ pub async fn inbox_skips_duplicates_and_rejects_conflicts<S: SuiteStore>(store: 
         r.snapshot_with_events(&ctx(2), &base(), &changed).await,
         Err(DirectoryError::ReceiptConflict { .. })
     ));
+}
+
+/// Inbox receipts are stamped with the store's clock (the database's), not the applying
+/// process's: retention's cut-off on `received_at` holds whatever a replica's wall clock
+/// reads (issue 29). Applies from processes 10 minutes ahead and 10 minutes behind stamp
+/// their new receipts within a minute of the store's time (this host's: the suite's
+/// databases run here, the fake reads the system clock); a receipt already there keeps its
+/// stamp.
+pub async fn receipts_are_stamped_with_the_store_clock<S: SuiteStore>(store: &S) {
+    use crate::clock::{Clock, SystemClock};
+    let skew = chrono::TimeDelta::minutes(10);
+    let ahead = ApplyContext {
+        now: SystemClock.now() + skew,
+        ..ctx(0)
+    };
+    let first = vec![ent_event("e-1", 10, "ws-1", 1)];
+    store.apply_snapshot(&ahead, &base(), &first).await.unwrap();
+    let e1 = (instance(), EventUuid::parse("e-1").unwrap());
+    let first_stamp = store.dump_tables().await.unwrap().receipts[&e1].received_at;
+    let behind = ApplyContext {
+        now: SystemClock.now() - skew,
+        ..ctx(0)
+    };
+    let both = vec![
+        ent_event("e-1", 10, "ws-1", 1),
+        ent_event("e-2", 10, "ws-2", 1),
+    ];
+    store.apply_snapshot(&behind, &base(), &both).await.unwrap();
+    let receipts = store.dump_tables().await.unwrap().receipts;
+    let received =
+        |event: &str| receipts[&(instance(), EventUuid::parse(event).unwrap())].received_at;
+    let now = SystemClock.now();
+    for event in ["e-1", "e-2"] {
+        let off = (received(event) - now).abs();
+        assert!(
+            off < chrono::TimeDelta::minutes(1),
+            "{event} received at {} while the store's clock reads {now}",
+            received(event)
+        );
+    }
+    assert_eq!(
+        received("e-1"),
+        first_stamp,
+        "a receipt keeps its first stamp"
+    );
 }
 
 /// Local accounts, local workspaces, foreign execution rows and revision-0 memberships are
@@ -817,6 +892,7 @@ macro_rules! directory_projection_store_conformance {
             large_snapshot_applies,
             projection_counts_match_the_tables,
             recent_receipts_are_the_newest_first,
+            receipts_are_stamped_with_the_store_clock,
         );
     };
     (@tests $ctor:expr; $($name:ident),* $(,)?) => {
