@@ -507,27 +507,11 @@ impl<R: KnowledgeFs> KnowledgeFs for MeteredRemote<R> {
 mod tests {
     use super::*;
 
-    /// The series table of docs/operations.md ("Health and metrics"): (name, type) per row.
-    pub(crate) fn documented_series() -> Vec<(String, String)> {
-        let doc = std::fs::read_to_string(
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/operations.md"),
-        )
-        .unwrap();
-        let section = doc
-            .split("## Health and metrics")
-            .nth(1)
-            .and_then(|rest| rest.split("\n## ").next())
-            .unwrap();
-        section
-            .lines()
-            .filter_map(|line| {
-                let cells: Vec<&str> = line.split('|').map(str::trim).collect();
-                let name = cells.get(1)?.strip_prefix("`tenantry_")?;
-                let name = name.split(['{', '`']).next()?;
-                Some((format!("tenantry_{name}"), (*cells.get(2)?).to_owned()))
-            })
-            .collect()
-    }
+    // The reader of the end-to-end tests (`tests/common/documented_series.rs`).
+    include!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/common/documented_series.rs"
+    ));
 
     /// Every described series is documented with its type, and every documented one described.
     #[test]

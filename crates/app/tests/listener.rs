@@ -8,6 +8,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
+use common::documented_series::documented_series;
 use common::{Harness, TOKEN};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -150,28 +151,6 @@ async fn without_a_token_only_loopback_host_names_are_answered() {
     let addr = h.service.as_ref().unwrap().addr();
     let (status, body) = raw_get(addr, "/healthz", "tenantry.internal").await;
     assert_eq!(status, 200, "{body}");
-}
-
-/// The series table of docs/operations.md ("Health and metrics"): (name, type) per row.
-fn documented_series() -> Vec<(String, String)> {
-    let doc = std::fs::read_to_string(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/operations.md"),
-    )
-    .unwrap();
-    let section = doc
-        .split("## Health and metrics")
-        .nth(1)
-        .and_then(|rest| rest.split("\n## ").next())
-        .unwrap();
-    section
-        .lines()
-        .filter_map(|line| {
-            let cells: Vec<&str> = line.split('|').map(str::trim).collect();
-            let name = cells.get(1)?.strip_prefix("`tenantry_")?;
-            let name = name.split(['{', '`']).next()?;
-            Some((format!("tenantry_{name}"), (*cells.get(2)?).to_owned()))
-        })
-        .collect()
 }
 
 /// A fresh service's `/metrics` has `# HELP` and `# TYPE` for every series in it, and every

@@ -289,13 +289,15 @@ async fn signal(pid: u32, sig: &str) -> Result<(), String> {
     }
 }
 
-/// The wall clock of the process on `port` minus the harness's, in whole seconds, from the
-/// `Date` header of an unauthenticated GET of `path` (the HTTP server stamps every answer with
-/// its process's wall clock, to the second).
+/// The response head (status line and headers) of an unauthenticated GET of `path` on the
+/// loopback `port` (probes need no token), and the harness's wall clock when it arrived.
 ///
 /// # Errors
-/// No answer within 3 s, or no parsable `Date` header.
-pub async fn clock_offset(port: u16, path: &str) -> Result<i64, String> {
+/// No complete head within 3 s, or the connection failed.
+async fn get_head(
+    port: u16,
+    path: &str,
+) -> Result<(String, chrono::DateTime<chrono::Utc>), String> {
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
     let exchange = async {
         let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
@@ -321,9 +323,19 @@ pub async fn clock_offset(port: u16, path: &str) -> Result<i64, String> {
             chrono::Utc::now(),
         ))
     };
-    let (head, now) = tokio::time::timeout(Duration::from_secs(3), exchange)
+    tokio::time::timeout(Duration::from_secs(3), exchange)
         .await
-        .map_err(|_| "no answer within 3 s".to_owned())??;
+        .map_err(|_| "no answer within 3 s".to_owned())?
+}
+
+/// The wall clock of the process on `port` minus the harness's, in whole seconds, from the
+/// `Date` header of an unauthenticated GET of `path` (the HTTP server stamps every answer with
+/// its process's wall clock, to the second).
+///
+/// # Errors
+/// No answer within 3 s, or no parsable `Date` header.
+pub async fn clock_offset(port: u16, path: &str) -> Result<i64, String> {
+    let (head, now) = get_head(port, path).await?;
     let date = date_header(&head).ok_or_else(|| format!("no Date header in {head:?}"))?;
     Ok(date.timestamp() - now.timestamp())
 }
@@ -339,37 +351,34 @@ fn date_header(head: &str) -> Option<chrono::DateTime<chrono::FixedOffset>> {
     })
 }
 
+/// The status code of an HTTP response head's status line (`HTTP/1.1 200 OK`).
+fn status_of(head: &str) -> Option<u16> {
+    head.get(9..12).and_then(|s| s.parse().ok())
+}
+
 /// Status of an unauthenticated GET of `path` on the loopback `port` (probes need no token).
+///
+/// # Errors
+/// No answer within 3 s, or an answer that is not HTTP.
 pub async fn probe(port: u16, path: &str) -> Result<u16, String> {
-    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-    let exchange = async {
-        let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
-            .await
-            .map_err(|e| e.to_string())?;
-        let request =
-            format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
-        stream
-            .write_all(request.as_bytes())
-            .await
-            .map_err(|e| e.to_string())?;
-        let mut head = [0u8; 12];
-        stream
-            .read_exact(&mut head)
-            .await
-            .map_err(|e| e.to_string())?;
-        let text = String::from_utf8_lossy(&head);
-        text.get(9..12)
-            .and_then(|s| s.parse().ok())
-            .ok_or_else(|| format!("not an HTTP answer: {text}"))
-    };
-    tokio::time::timeout(Duration::from_secs(3), exchange)
-        .await
-        .map_err(|_| "no answer within 3 s".to_owned())?
+    let (head, _) = get_head(port, path).await?;
+    status_of(&head).ok_or_else(|| format!("not an HTTP answer: {head}"))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reads_the_status_code() {
+        assert_eq!(
+            status_of("HTTP/1.1 503 Service Unavailable\r\n\r\n"),
+            Some(503)
+        );
+        assert_eq!(status_of("HTTP/1.1 200 OK\r\n"), Some(200));
+        assert_eq!(status_of("garbage"), None);
+        assert_eq!(status_of(""), None);
+    }
 
     #[test]
     fn reads_the_date_header() {

@@ -137,33 +137,15 @@ pub fn abandoned_provision_left_behind(
 #[cfg(test)]
 mod tests {
     use serde_json::json;
-    use tenantry_kernel::{CommandId, Fingerprint, IdempotencyKey, LeaseEpoch, TenantId};
 
     use super::*;
     use crate::control_space::tests::{at, op, space};
 
     fn record(operation: Operation, status: CommandStatus, operation_id: &str) -> CommandRecord {
         CommandRecord {
-            id: CommandId::parse("c1").unwrap(),
-            tenant_id: TenantId::parse("t1").unwrap(),
-            control_space_id: ControlSpaceId::parse("cs1").unwrap(),
             operation_id: op(operation_id),
-            idempotency_key: IdempotencyKey::parse("k").unwrap(),
-            request_fingerprint: Fingerprint::from_stored("f"),
-            operation,
             payload: json!({"provisioning_key": "pk1"}),
-            status,
-            attempt_count: 1,
-            attempt_budget_base: 0,
-            lease_owner: None,
-            lease_expires_at: None,
-            lease_epoch: LeaseEpoch(1),
-            next_attempt_at: at(0),
-            last_error_code: None,
-            last_error_message: None,
-            created_at: at(0),
-            completed_at: None,
-            attempt_window_ends_at: None,
+            ..crate::control_space::tests::record("c1", operation, status)
         }
     }
 

@@ -78,10 +78,6 @@ pub fn action_expired(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
-    use tenantry_kernel::{
-        CommandId, ControlSpaceId, Fingerprint, IdempotencyKey, LeaseEpoch, OperationId, TenantId,
-    };
 
     fn command_with(
         status: CommandStatus,
@@ -89,26 +85,8 @@ mod tests {
         completed_at: Option<DateTime<Utc>>,
     ) -> CommandRecord {
         CommandRecord {
-            id: CommandId::parse("c").unwrap(),
-            tenant_id: TenantId::parse("t1").unwrap(),
-            control_space_id: ControlSpaceId::parse("cs1").unwrap(),
-            operation_id: OperationId::parse("op").unwrap(),
-            idempotency_key: IdempotencyKey::parse("k").unwrap(),
-            request_fingerprint: Fingerprint::from_stored("f"),
-            operation,
-            payload: json!({}),
-            status,
-            attempt_count: 1,
-            attempt_budget_base: 0,
-            lease_owner: None,
-            lease_expires_at: None,
-            lease_epoch: LeaseEpoch(1),
-            next_attempt_at: at(0),
-            last_error_code: None,
-            last_error_message: None,
-            created_at: at(0),
             completed_at,
-            attempt_window_ends_at: None,
+            ..crate::control_space::tests::record("c", operation, status)
         }
     }
 

@@ -2,6 +2,8 @@
 //! `TENANTRY_TEST_PG_URL`), a reference KnowledgeFS, and the service on loopback ports.
 #![allow(clippy::unwrap_used, clippy::expect_used, dead_code)]
 
+pub mod documented_series;
+
 use std::time::Duration;
 
 use serde_json::Value;

@@ -3,8 +3,7 @@
 use chrono::Duration as ChronoDuration;
 use serde_json::json;
 use tenantry_kernel::{
-    CommandId, ControlSpaceId, Fingerprint, IdempotencyKey, LeaseEpoch, LeaseOwner,
-    ProvisioningKey, TenantId,
+    CommandId, ControlSpaceId, IdempotencyKey, LeaseEpoch, LeaseOwner, ProvisioningKey, TenantId,
 };
 
 use super::*;
@@ -35,26 +34,11 @@ fn command(operation: Operation, attempt_count: i32) -> ClaimedCommand {
 
 fn provision_record(status: CommandStatus, attempt_count: i32) -> CommandRecord {
     CommandRecord {
-        id: CommandId::parse("prov").unwrap(),
-        tenant_id: TenantId::parse("t1").unwrap(),
-        control_space_id: ControlSpaceId::parse("cs1").unwrap(),
         operation_id: op("op-prov"),
         idempotency_key: IdempotencyKey::parse("kp").unwrap(),
-        request_fingerprint: Fingerprint::from_stored("f"),
-        operation: Operation::Provision,
-        payload: json!({}),
-        status,
         attempt_count,
-        attempt_budget_base: 0,
-        lease_owner: None,
-        lease_expires_at: None,
         lease_epoch: LeaseEpoch(attempt_count.into()),
-        next_attempt_at: at(0),
-        last_error_code: None,
-        last_error_message: None,
-        created_at: at(0),
-        completed_at: None,
-        attempt_window_ends_at: None,
+        ..crate::control_space::tests::record("prov", Operation::Provision, status)
     }
 }
 
