@@ -120,18 +120,7 @@ impl ControlSpaceReader for Gated {
     }
 }
 
-#[async_trait]
-impl IntakeStore for Gated {
-    async fn submit(&self, plan: &IntakePlan) -> Result<Submitted, IntakeStoreError> {
-        self.inner.submit(plan).await
-    }
-    async fn command_by_idempotency_key(
-        &self,
-        key: &IdempotencyKey,
-    ) -> Result<Option<CommandRecord>, StoreError> {
-        self.inner.command_by_idempotency_key(key).await
-    }
-}
+forward_intake_store!(Gated);
 
 fn one_at_a_time() -> GroupCommitConfig {
     GroupCommitConfig {

@@ -597,33 +597,8 @@ impl CommandQueue for LateAnswerStore {
     }
 }
 
-#[async_trait]
-impl ControlSpaceReader for LateAnswerStore {
-    async fn control_space(
-        &self,
-        t: &TenantId,
-        c: &ControlSpaceId,
-    ) -> Result<Option<ControlSpace>, tenantry_ports::lifecycle::StoreError> {
-        self.inner.control_space(t, c).await
-    }
-}
-
-#[async_trait]
-impl tenantry_ports::lifecycle::IntakeStore for LateAnswerStore {
-    async fn submit(
-        &self,
-        plan: &tenantry_lifecycle::intake::IntakePlan,
-    ) -> Result<tenantry_ports::lifecycle::Submitted, tenantry_ports::lifecycle::IntakeStoreError>
-    {
-        self.inner.submit(plan).await
-    }
-    async fn command_by_idempotency_key(
-        &self,
-        k: &IdempotencyKey,
-    ) -> Result<Option<CommandRecord>, tenantry_ports::lifecycle::StoreError> {
-        self.inner.command_by_idempotency_key(k).await
-    }
-}
+forward_control_space_reader!(LateAnswerStore);
+forward_intake_store!(LateAnswerStore);
 
 /// Case 015's run on virtual time: a lease of 3 s (renewed every second), a remote that
 /// answers after `remote_delay`, and settles answered 1 s after they are applied. Returns
@@ -838,6 +813,8 @@ impl CommandQueue for OutageStore {
     }
 }
 
+forward_intake_store!(OutageStore);
+
 #[async_trait]
 impl ControlSpaceReader for OutageStore {
     async fn control_space(
@@ -847,23 +824,6 @@ impl ControlSpaceReader for OutageStore {
     ) -> Result<Option<ControlSpace>, tenantry_ports::lifecycle::StoreError> {
         self.check()?;
         self.inner.control_space(t, c).await
-    }
-}
-
-#[async_trait]
-impl tenantry_ports::lifecycle::IntakeStore for OutageStore {
-    async fn submit(
-        &self,
-        plan: &tenantry_lifecycle::intake::IntakePlan,
-    ) -> Result<tenantry_ports::lifecycle::Submitted, tenantry_ports::lifecycle::IntakeStoreError>
-    {
-        self.inner.submit(plan).await
-    }
-    async fn command_by_idempotency_key(
-        &self,
-        k: &IdempotencyKey,
-    ) -> Result<Option<CommandRecord>, tenantry_ports::lifecycle::StoreError> {
-        self.inner.command_by_idempotency_key(k).await
     }
 }
 

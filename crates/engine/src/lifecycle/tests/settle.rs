@@ -178,33 +178,8 @@ impl CommandQueue for RacingStore {
     }
 }
 
-#[async_trait]
-impl ControlSpaceReader for RacingStore {
-    async fn control_space(
-        &self,
-        t: &TenantId,
-        c: &ControlSpaceId,
-    ) -> Result<Option<ControlSpace>, tenantry_ports::lifecycle::StoreError> {
-        self.inner.control_space(t, c).await
-    }
-}
-
-#[async_trait]
-impl tenantry_ports::lifecycle::IntakeStore for RacingStore {
-    async fn submit(
-        &self,
-        plan: &tenantry_lifecycle::intake::IntakePlan,
-    ) -> Result<tenantry_ports::lifecycle::Submitted, tenantry_ports::lifecycle::IntakeStoreError>
-    {
-        self.inner.submit(plan).await
-    }
-    async fn command_by_idempotency_key(
-        &self,
-        k: &IdempotencyKey,
-    ) -> Result<Option<CommandRecord>, tenantry_ports::lifecycle::StoreError> {
-        self.inner.command_by_idempotency_key(k).await
-    }
-}
+forward_control_space_reader!(RacingStore);
+forward_intake_store!(RacingStore);
 
 #[tokio::test]
 async fn control_space_conflict_at_settle_hands_the_command_back_for_a_re_read() {
