@@ -36,6 +36,25 @@ fn t(seconds: i64) -> DateTime<Utc> {
         .unwrap()
 }
 
+/// A pool leased to `pool` with `slots` remote-call slots (claim batch 1), polling every
+/// 100 ms when idle.
+fn polling_pool<S, R>(dispatcher: Arc<Dispatcher<S, R>>, slots: u32) -> WorkerPool<S, R>
+where
+    S: tenantry_ports::lifecycle::LifecycleStore + 'static,
+    R: KnowledgeFs + 'static,
+{
+    WorkerPool::new(
+        dispatcher,
+        owner("pool"),
+        slots,
+        WorkerConfig {
+            idle_poll: Duration::from_millis(100),
+            claim_batch: 1,
+            ..WorkerConfig::default()
+        },
+    )
+}
+
 fn tenant() -> TenantId {
     TenantId::parse("tenant-1").unwrap()
 }

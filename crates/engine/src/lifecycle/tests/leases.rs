@@ -455,16 +455,7 @@ async fn one_slot_pool(
             .unwrap();
         ids.push(receipt.command_id);
     }
-    let pool = WorkerPool::new(
-        s.dispatcher.clone(),
-        owner("pool"),
-        1,
-        WorkerConfig {
-            idle_poll: Duration::from_millis(100),
-            claim_batch: 1,
-            ..WorkerConfig::default()
-        },
-    );
+    let pool = polling_pool(s.dispatcher.clone(), 1);
     (pool, ids)
 }
 
@@ -676,16 +667,7 @@ async fn case_015_a_renewal_that_meets_its_own_settle_is_not_a_lost_lease() {
 async fn case_015_a_renewal_that_meets_a_hand_back_at_shutdown_is_not_a_lost_lease() {
     let s = virtual_setup(Duration::from_millis(4500), short_lease());
     let (dispatcher, ids) = late_answer_setup(&s, 2).await;
-    let pool = WorkerPool::new(
-        dispatcher,
-        owner("pool"),
-        1,
-        WorkerConfig {
-            idle_poll: Duration::from_millis(100),
-            claim_batch: 1,
-            ..WorkerConfig::default()
-        },
-    );
+    let pool = polling_pool(dispatcher, 1);
     let (stop, stopped) = watch::channel(false);
     let handle = tokio::spawn(pool.run(stopped));
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -867,16 +849,7 @@ async fn case_014_a_lease_lost_in_an_outage_cancels_its_call_before_the_reclaim_
             .unwrap();
         ids.push(receipt.command_id);
     }
-    let pool = WorkerPool::new(
-        dispatcher,
-        owner("pool"),
-        16,
-        WorkerConfig {
-            idle_poll: Duration::from_millis(100),
-            claim_batch: 1,
-            ..WorkerConfig::default()
-        },
-    );
+    let pool = polling_pool(dispatcher, 16);
     let (stop, stopped) = watch::channel(false);
     let handle = tokio::spawn(pool.run(stopped));
     tokio::time::sleep(Duration::from_secs(60)).await;
