@@ -172,6 +172,35 @@ pub enum ConnectError {
         #[source]
         source: DbErr,
     },
+    /// The PostgreSQL URL's host list or `target_session_attrs` cannot be read (an unsupported
+    /// `target_session_attrs`, a port list that does not match the hosts, a port that is not
+    /// a number). Checked before connecting.
+    #[error("the PostgreSQL URL cannot be used: {problem}")]
+    PostgresUrl {
+        /// What is wrong and what to do.
+        problem: String,
+    },
+    /// None of the servers of a multi-host PostgreSQL URL matched its `target_session_attrs`
+    /// (no writable primary reachable: a failover in progress, or every host down).
+    #[error(
+        "no PostgreSQL server of the URL matches target_session_attrs={attrs}: {answers}; check that the formation has a primary and that the URL lists its hosts (docs/operations.md, \"Highly available PostgreSQL\")"
+    )]
+    NoMatchingServer {
+        /// The `target_session_attrs` in force (`read-write`, `primary` or `any`).
+        attrs: &'static str,
+        /// What each server answered, in URL order.
+        answers: String,
+    },
+    /// The one PostgreSQL server of the URL accepts only read-only sessions: a standby (hot
+    /// standby of a failover formation) or a server with `default_transaction_read_only`.
+    /// Tenantry writes, so it is refused at start.
+    #[error(
+        "the PostgreSQL server at {server} is read-only (a standby, or default_transaction_read_only is on); Tenantry needs the primary: point the URL at it, or list every host of the formation (postgres://u@host1:port1,host2:port2/db) so that Tenantry finds the primary itself"
+    )]
+    ReadOnlyServer {
+        /// `host:port` from the URL.
+        server: String,
+    },
     /// The database opened but migrating its schema failed (e.g. a table Tenantry would create
     /// already exists and is not Tenantry's); the source says which and what to do.
     #[error("cannot migrate the database schema: {source}")]
@@ -400,6 +429,32 @@ pub(crate) async fn open_pool(url: &str, max_connections: u32) -> Result<Databas
         .connect_timeout(Duration::from_secs(10))
         .sqlx_logging(false);
     #[cfg(feature = "postgres")]
+    let targets = if backend == Backend::Postgres {
+        let targets = crate::pg_hosts::Targets::parse(url)?;
+        if targets.need_selection() {
+            // Several hosts (a failover formation) or a target_session_attrs: the pool finds
+            // the matching server and follows failovers (`pg_hosts`).
+            let pool = crate::pg_hosts::open(&targets, max_connections, |single| {
+                let tls = crate::pg_tls::TlsSettings::read(single, |name| std::env::var(name).ok());
+                let mode = tls.check()?;
+                let options: sea_orm::sqlx::postgres::PgConnectOptions =
+                    single.parse().map_err(|e: sea_orm::sqlx::Error| {
+                        ConnectError::PostgresUrl {
+                            problem: e.to_string(),
+                        }
+                    })?;
+                use sea_orm::sqlx::ConnectOptions as _;
+                Ok(tls.apply(mode, options).disable_statement_logging())
+            })
+            .await?;
+            let conn = sea_orm::SqlxPostgresConnector::from_sqlx_postgres_pool(pool);
+            return Ok(Database { conn, backend });
+        }
+        Some(targets)
+    } else {
+        None
+    };
+    #[cfg(feature = "postgres")]
     if backend == Backend::Postgres {
         // The libpq TLS parameters: files checked now, the mode as libpq reads it. Every
         // connection of the pool gets these options, and so does the wake listener's, which
@@ -421,6 +476,14 @@ pub(crate) async fn open_pool(url: &str, max_connections: u32) -> Result<Databas
         Ok(conn) => conn,
         Err(source) => return Err(open_error(url, backend, source).await),
     };
+    #[cfg(feature = "postgres")]
+    if let Some(targets) = targets
+        && !targets.attrs_given
+        && let Err(error) = refuse_read_only(&conn, url).await
+    {
+        let _ = conn.close().await;
+        return Err(error);
+    }
     debug_assert_eq!(
         conn.get_database_backend(),
         match backend {
@@ -429,6 +492,33 @@ pub(crate) async fn open_pool(url: &str, max_connections: u32) -> Result<Databas
         }
     );
     Ok(Database { conn, backend })
+}
+
+/// Refuses a PostgreSQL server whose sessions are read-only (a standby): Tenantry writes.
+///
+/// # Errors
+/// [`ConnectError::ReadOnlyServer`] when `SHOW transaction_read_only` answers `on`,
+/// [`ConnectError::Open`] when the question cannot be asked.
+#[cfg(feature = "postgres")]
+async fn refuse_read_only(conn: &DatabaseConnection, url: &str) -> Result<(), ConnectError> {
+    use sea_orm::ConnectionTrait as _;
+    let row = conn
+        .query_one_raw(sea_orm::Statement::from_string(
+            DbBackend::Postgres,
+            "SHOW transaction_read_only",
+        ))
+        .await
+        .map_err(|source| ConnectError::Open { source })?;
+    let read_only: Option<String> = row
+        .map(|row| row.try_get("", "transaction_read_only"))
+        .transpose()
+        .map_err(|source| ConnectError::Open { source })?;
+    if read_only.as_deref() == Some("on") {
+        let server = postgres_server(url)
+            .map_or_else(|| "(unknown)".to_owned(), |(h, p)| format!("{h}:{p}"));
+        return Err(ConnectError::ReadOnlyServer { server });
+    }
+    Ok(())
 }
 
 /// How long [`open_error`] waits for a TCP connection to the server.

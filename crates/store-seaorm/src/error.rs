@@ -5,7 +5,9 @@
 //! [`StoreError::Contention`] (retryable), a missing table (PostgreSQL `42P01`, SQLite "no such
 //! table") is [`StoreError::SchemaMissing`] naming the mechanism to migrate, anything else is
 //! [`StoreError::Unavailable`]; each keeps the `DbErr` as its source and its text in the
-//! message.
+//! message. A write refused because the server is read-only (PostgreSQL `25006`: a standby,
+//! as the old primary is after a failover) is [`StoreError::Unavailable`] too, retried like
+//! any outage and never a command failure; its message says so.
 
 use sea_orm::DbErr;
 use tenantry_ports::StoreError;
@@ -19,10 +21,27 @@ pub(crate) fn store_error(mechanism: Mechanism, error: DbErr) -> StoreError {
         StoreError::contention(message)
     } else if is_missing_table(&error) {
         StoreError::schema_missing(mechanism.as_str(), message)
+    } else if sql_state(&error).as_deref() == Some("25006") {
+        StoreError::unavailable(format!(
+            "{message} (the server accepts only reads: a standby, as after a failover; retried until a primary answers)"
+        ))
     } else {
         StoreError::unavailable(message)
     };
     mapped.with_source(error)
+}
+
+/// The SQLSTATE of a database's refusal, if `error` is one.
+fn sql_state(error: &DbErr) -> Option<String> {
+    let (DbErr::Exec(sea_orm::RuntimeErr::SqlxError(sqlx_error))
+    | DbErr::Query(sea_orm::RuntimeErr::SqlxError(sqlx_error))) = error
+    else {
+        return None;
+    };
+    match sqlx_error.as_ref() {
+        sea_orm::sqlx::Error::Database(db) => db.code().map(|code| code.into_owned()),
+        _ => None,
+    }
 }
 
 /// Whether `error` is PostgreSQL's deadlock (`40P01`) or serialization failure (`40001`).

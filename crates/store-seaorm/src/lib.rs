@@ -11,6 +11,8 @@
 //! - `pg_tls` (private, feature `postgres`): the libpq TLS parameters of a PostgreSQL URL
 //!   (`sslmode`, `sslrootcert`, `sslcert`, `sslkey`), checked before connecting and applied to
 //!   every connection, and the TLS failures told in words ([`ConnectError::PostgresTls`]);
+//! - [`pg_hosts`] (feature `postgres`): libpq's multi-host URLs and `target_session_attrs`;
+//!   the pool finds the primary of a failover formation and follows it after a failover;
 //! - `error` (private): the one mapping of a `DbErr` to the ports' shared `StoreError`;
 //! - [`lifecycle`]: the lifecycle outbox and control-space repositories;
 //! - [`host_storage`]: the host-storage port behind fences and connector state;
@@ -83,6 +85,8 @@ mod error;
 pub mod host_storage;
 #[cfg(feature = "lifecycle")]
 pub mod lifecycle;
+#[cfg(feature = "postgres")]
+pub mod pg_hosts;
 #[cfg(feature = "postgres")]
 mod pg_tls;
 #[cfg(all(feature = "lifecycle", feature = "directory"))]

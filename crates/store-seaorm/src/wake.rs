@@ -151,16 +151,18 @@ mod listener {
         state: watch::Sender<ListenerState>,
         mut stopped: watch::Receiver<bool>,
     ) {
-        let options = pool
-            .connect_options()
-            .as_ref()
-            .clone()
-            .application_name(APPLICATION_NAME);
         let mut connected_before = false;
         loop {
             if *stopped.borrow() {
                 return;
             }
+            // Read at every (re)connection: after a failover the pool of a multi-host URL
+            // points at the new primary (`crate::pg_hosts`), and the listener follows it.
+            let options = pool
+                .connect_options()
+                .as_ref()
+                .clone()
+                .application_name(APPLICATION_NAME);
             let attempt = tokio::time::timeout(config.answer_timeout, async {
                 let pool = PgPoolOptions::new()
                     .max_connections(1)
