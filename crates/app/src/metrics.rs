@@ -503,15 +503,16 @@ impl<R: KnowledgeFs> KnowledgeFs for MeteredRemote<R> {
     }
 }
 
+/// The reader of the documented series table, shared with the end-to-end tests.
+#[cfg(test)]
+#[path = "../tests/common/documented_series.rs"]
+mod documented_series;
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    // The reader of the end-to-end tests (`tests/common/documented_series.rs`).
-    include!(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/common/documented_series.rs"
-    ));
+    use super::documented_series::documented_series;
 
     /// Every described series is documented with its type, and every documented one described.
     #[test]

@@ -4,7 +4,7 @@
 //! clients a list of hosts, `postgres://u@host1:6001,host2:6002/db?target_session_attrs=read-write`
 //! (or `postgres://u@/db?host=host1,host2&port=6001,6002`), and leaves it to the client to find
 //! the primary. sqlx parses only one host, so [`Targets::parse`] splits such a URL into one
-//! single-host URL per server, in order, and [`open`] builds the pool on the first server that
+//! single-host URL per server, in order, and `open` builds the pool on the first server that
 //! matches `target_session_attrs` (libpq's rules: `any` takes any server, `read-write` one whose
 //! `transaction_read_only` is `off`, `primary` one that is not in recovery).
 //!
@@ -209,7 +209,7 @@ impl Targets {
         })
     }
 
-    /// Whether the URL needs [`open`]: several hosts, or a `target_session_attrs` other than
+    /// Whether the URL needs `open`: several hosts, or a `target_session_attrs` other than
     /// `any`. A plain single-host URL goes through the usual pool.
     pub fn need_selection(&self) -> bool {
         self.servers.len() > 1 || self.attrs != SessionAttrs::Any
