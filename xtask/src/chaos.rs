@@ -2,7 +2,8 @@
 //! harness (`crates/chaos`, binary `tenantry-chaos`), starts a throwaway PostgreSQL cluster
 //! ([`crate::pg::Cluster`]; as root the server runs as `postgres` through `runuser`), and runs
 //! the harness on it with the cluster's URL, binaries, data folder and log (for
-//! `pg_ctl restart`). `--sqlite` runs the SQLite profile instead (one replica, no cluster).
+//! `pg_ctl restart`). `--sqlite` runs the SQLite profile instead (one replica, no cluster);
+//! `--ha` runs on a pg_auto_failover formation ([`crate::ha`]) with failovers in the schedule.
 //!
 //! The harness's fenced-writes workload runs `tenantry-chaos-fence-writer` processes, built
 //! here beside the harness.
@@ -29,6 +30,11 @@ pub struct ChaosArgs {
     /// The SQLite profile: one replica on a SQLite file, no PostgreSQL cluster.
     #[arg(long)]
     sqlite: bool,
+    /// The highly available profile: a pg_auto_failover formation (monitor and two nodes,
+    /// [`crate::ha::Formation`]) instead of the throwaway cluster; the replicas get its
+    /// multi-host URL and the schedule fails the primary over (issue 30).
+    #[arg(long, conflicts_with = "sqlite")]
+    ha: bool,
     /// Build the deliberately broken settle and require the harness to catch it.
     #[arg(long)]
     planted_bug: bool,
@@ -105,10 +111,33 @@ fn run_inner(root: &Path, args: &ChaosArgs) -> Result<ExitCode, String> {
         .arg("--out")
         .arg(&out);
     let keep = args.args.iter().any(|a| a == "--keep");
-    let cluster = if args.sqlite {
-        harness.args(["--database", "sqlite"]);
-        if !args.args.iter().any(|a| a == "--replicas") {
-            harness.args(["--replicas", "1"]);
+    let formation = if args.ha {
+        let formation = crate::ha::Formation::start()?;
+        println!(
+            "xtask chaos: pg_auto_failover formation at {} (folder {})",
+            formation.url(),
+            formation.dir().display()
+        );
+        harness
+            .arg("--database")
+            .arg(formation.url())
+            .arg("--pg-bindir")
+            .arg(formation.bindir())
+            .arg("--ha-monitor")
+            .arg(formation.monitor_dir());
+        if formation.runs_as_postgres() {
+            harness.arg("--pg-as-postgres");
+        }
+        Some(formation)
+    } else {
+        None
+    };
+    let cluster = if args.sqlite || args.ha {
+        if args.sqlite {
+            harness.args(["--database", "sqlite"]);
+            if !args.args.iter().any(|a| a == "--replicas") {
+                harness.args(["--replicas", "1"]);
+            }
         }
         None
     } else {
@@ -150,6 +179,17 @@ fn run_inner(root: &Path, args: &ChaosArgs) -> Result<ExitCode, String> {
             std::mem::forget(cluster);
         } else {
             drop(cluster);
+        }
+    }
+    if let Some(formation) = formation {
+        if keep {
+            println!(
+                "xtask chaos: --keep: the formation keeps running (folder {}); stop it with `pg_autoctl stop --pgdata <folder>/<node>` for node2, node1 and monitor",
+                formation.dir().display()
+            );
+            std::mem::forget(formation);
+        } else {
+            drop(formation);
         }
     }
     if !args.planted_bug {

@@ -35,8 +35,11 @@
 //!     commands, every fault kind (a ±10-minute wall-clock step of one replica among them,
 //!     through libfaketime, which `.ci/run` installs), and two fence writer processes
 //!     SIGKILLed mid-run;
-//! 13. the SQLite profile: one replica, killed and restarted;
-//! 14. the planted bug (a settle without the lease check), which the harness must catch.
+//! 13. `cargo xtask chaos --debug --ha`: 3 replicas on a pg_auto_failover formation (monitor
+//!     and two nodes, which `.ci/run` installs), about 600 commands, failing the primary over
+//!     at least once (issue 30);
+//! 14. the SQLite profile: one replica, killed and restarted;
+//! 15. the planted bug (a settle without the lease check), which the harness must catch.
 //!
 //! A step that passes but takes longer than its budget is reported as `over budget` (not a
 //! failure: the machine may be loaded), so a slow drift shows before CI hits its limit.
@@ -270,6 +273,25 @@ const CHAOS_STEPS: &[PackagingStep] = &[
                 "1000",
                 "--duration",
                 "60",
+            ])
+        },
+        env: &[],
+        tests: false,
+    },
+    PackagingStep {
+        name: "chaos (PostgreSQL HA, failover)",
+        kind: StepKind::Chaos,
+        budget: Duration::from_secs(300),
+        args: || {
+            chaos_args(&[
+                "--ha",
+                "--",
+                "--replicas",
+                "3",
+                "--commands",
+                "600",
+                "--duration",
+                "40",
             ])
         },
         env: &[],

@@ -14,6 +14,7 @@
 mod bench;
 mod chaos;
 mod ci;
+mod ha;
 mod interrupt;
 mod package_sources;
 mod pg;

@@ -584,7 +584,7 @@ fn tail(text: &str, lines: usize) -> String {
     all[all.len().saturating_sub(lines)..].join("\n")
 }
 
-fn free_port() -> Result<u16, PgError> {
+pub(crate) fn free_port() -> Result<u16, PgError> {
     TcpListener::bind(("127.0.0.1", 0))
         .and_then(|listener| listener.local_addr())
         .map(|addr| addr.port())
@@ -598,7 +598,7 @@ fn free_port() -> Result<u16, PgError> {
 ///
 /// For a server run as `postgres` the base is `/tmp`: root's `TMPDIR` may sit in a folder that
 /// the `postgres` user cannot enter.
-fn create_temp_dir(for_postgres_user: bool) -> Result<PathBuf, PgError> {
+pub(crate) fn create_temp_dir(for_postgres_user: bool) -> Result<PathBuf, PgError> {
     static COUNTER: AtomicU32 = AtomicU32::new(0);
     let base = if for_postgres_user && Path::new("/tmp").is_dir() {
         PathBuf::from("/tmp")
@@ -628,7 +628,7 @@ fn create_temp_dir(for_postgres_user: bool) -> Result<PathBuf, PgError> {
 }
 
 /// Whether this process runs with effective uid 0 (from /proc, else `id -u`).
-fn effective_uid_is_root() -> bool {
+pub(crate) fn effective_uid_is_root() -> bool {
     if let Ok(status) = fs::read_to_string("/proc/self/status")
         && let Some(line) = status.lines().find(|l| l.starts_with("Uid:"))
     {
@@ -643,7 +643,7 @@ fn effective_uid_is_root() -> bool {
 }
 
 /// `runuser` (util-linux) lives in an sbin folder that may be missing from `PATH`.
-fn runuser_program() -> PathBuf {
+pub(crate) fn runuser_program() -> PathBuf {
     ["/usr/sbin/runuser", "/sbin/runuser", "/usr/bin/runuser"]
         .iter()
         .map(PathBuf::from)
@@ -651,7 +651,7 @@ fn runuser_program() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("runuser"))
 }
 
-fn postgres_user_exists() -> bool {
+pub(crate) fn postgres_user_exists() -> bool {
     Command::new("id")
         .args(["-u", "postgres"])
         .stdout(Stdio::null())

@@ -80,6 +80,11 @@ pub struct ChaosArgs {
     /// Run `pg_ctl` as the `postgres` user through `runuser` (when the harness runs as root).
     #[arg(long)]
     pub pg_as_postgres: bool,
+    /// The monitor's data folder of a pg_auto_failover formation that serves `--database` (a
+    /// multi-host URL): the schedule then fails the primary over (`pg_autoctl perform
+    /// failover`), at least once per run (`cargo xtask chaos --ha` starts the formation).
+    #[arg(long)]
+    pub ha_monitor: Option<PathBuf>,
     /// `tenantry serve` processes.
     #[arg(long, default_value_t = 3)]
     pub replicas: usize,

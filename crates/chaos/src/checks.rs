@@ -99,6 +99,49 @@ pub fn clock_steps_took_effect(steps: &[ClockStepRecord]) -> CheckResult {
     )
 }
 
+/// A failover of the formation (`pg_autoctl perform failover`): the primary's port before
+/// and after, or why it failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FailoverRecord {
+    /// `Ok((before, after))` ports of the primary, or the failure.
+    pub outcome: Result<(String, String), String>,
+}
+
+/// Every failover must have moved the primary, and a run on a formation must have had one:
+/// otherwise the run did not test what the schedule says. That no acknowledged command was lost across them is the check "every
+/// command settled" (every command the admin API answered 202 is counted there).
+pub fn failovers_moved_the_primary(failovers: &[FailoverRecord]) -> CheckResult {
+    let mut problems = Vec::new();
+    if failovers.is_empty() {
+        problems.push(
+            "no failover happened on the formation (the run ended first: give it a longer --duration)"
+                .to_owned(),
+        );
+    }
+    for (i, failover) in failovers.iter().enumerate() {
+        match &failover.outcome {
+            Ok((before, after)) if before != after => {}
+            Ok((before, _)) => problems.push(format!(
+                "failover {}: the primary stayed on port {before}",
+                i + 1
+            )),
+            Err(error) => problems.push(format!("failover {}: {error}", i + 1)),
+        }
+    }
+    check(
+        "every failover moved the primary",
+        &problems,
+        if failovers.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "{} failover(s), the replicas followed each (see \"every command settled\")",
+                failovers.len()
+            )
+        },
+    )
+}
+
 /// Every takeover of a paused replica's command must show in that replica's log as a dropped
 /// attempt of the same command and epoch (`LEASE_LOST`): its late settle was refused. An attempt
 /// that had already ended on a storage error before the pause (logged as such, same attempt
@@ -262,5 +305,32 @@ mod tests {
         assert!(!no_orphan_leases(&commands, &BTreeSet::from([11])).passed);
         let ownerless = vec![json!({"id": "c", "status": "processing", "lease_owner": null})];
         assert!(!no_orphan_leases(&ownerless, &BTreeSet::new()).passed);
+    }
+
+    #[test]
+    fn a_failover_that_did_not_move_the_primary_or_none_at_all_fails() {
+        let moved = |a: &str, b: &str| FailoverRecord {
+            outcome: Ok((a.to_owned(), b.to_owned())),
+        };
+        assert!(
+            failovers_moved_the_primary(&[moved("7001", "7002"), moved("7002", "7001")]).passed
+        );
+        let stayed = failovers_moved_the_primary(&[moved("7001", "7002"), moved("7002", "7002")]);
+        assert!(!stayed.passed);
+        assert!(
+            stayed
+                .detail
+                .contains("failover 2: the primary stayed on port 7002"),
+            "{}",
+            stayed.detail
+        );
+        let failed = failovers_moved_the_primary(&[FailoverRecord {
+            outcome: Err("pg_autoctl perform failover failed".to_owned()),
+        }]);
+        assert!(!failed.passed);
+        assert!(
+            !failovers_moved_the_primary(&[]).passed,
+            "a formation run without a failover"
+        );
     }
 }

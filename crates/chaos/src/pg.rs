@@ -22,6 +22,9 @@ pub struct Postgres {
     pub as_postgres: bool,
     /// URL of the run's database.
     pub url: String,
+    /// The monitor's data folder of a pg_auto_failover formation (`--ha-monitor`): failovers
+    /// go through `pg_autoctl perform failover` on it.
+    pub ha_monitor: Option<PathBuf>,
 }
 
 impl Postgres {
@@ -81,19 +84,7 @@ impl Postgres {
         let (Some(data), Some(log)) = (&self.data, &self.log) else {
             return Err("the data folder and log of the server are not known".to_owned());
         };
-        let pg_ctl = self.bindir.join("pg_ctl");
-        let mut cmd = if self.as_postgres {
-            let runuser = ["/usr/sbin/runuser", "/sbin/runuser", "/usr/bin/runuser"]
-                .iter()
-                .map(PathBuf::from)
-                .find(|p| p.is_file())
-                .unwrap_or_else(|| PathBuf::from("runuser"));
-            let mut cmd = Command::new(runuser);
-            cmd.args(["-u", "postgres", "--"]).arg(pg_ctl);
-            cmd
-        } else {
-            Command::new(pg_ctl)
-        };
+        let mut cmd = self.server_tool(self.bindir.join("pg_ctl"));
         if let Some(parent) = data.parent() {
             // The postgres user may not enter the harness's working folder.
             cmd.current_dir(parent);
@@ -120,6 +111,72 @@ impl Postgres {
         }
     }
 
+    /// `tool` as a command, run as the `postgres` user through `runuser` when the harness
+    /// runs as root (`--pg-as-postgres`).
+    fn server_tool(&self, tool: PathBuf) -> Command {
+        if self.as_postgres {
+            let runuser = ["/usr/sbin/runuser", "/sbin/runuser", "/usr/bin/runuser"]
+                .iter()
+                .map(PathBuf::from)
+                .find(|p| p.is_file())
+                .unwrap_or_else(|| PathBuf::from("runuser"));
+            let mut cmd = Command::new(runuser);
+            cmd.args(["-u", "postgres", "--"]).arg(tool);
+            cmd
+        } else {
+            Command::new(tool)
+        }
+    }
+
+    /// The port of the server that takes writes now (`inet_server_port()` through the
+    /// multi-host URL with `target_session_attrs=read-write`, as libpq picks it).
+    pub async fn primary_port(&self) -> Result<String, String> {
+        let separator = if self.url.contains('?') { '&' } else { '?' };
+        let url = format!("{}{separator}target_session_attrs=read-write", self.url);
+        self.psql_on(&url, "SELECT inet_server_port()").await
+    }
+
+    /// `pg_autoctl perform failover` on the formation's monitor: waits until the standby
+    /// was promoted (at most 120 s). Returns the primary's port before and after.
+    pub async fn failover(&self) -> Result<(String, String), String> {
+        let Some(monitor) = &self.ha_monitor else {
+            return Err("no failover formation (--ha-monitor)".to_owned());
+        };
+        let before = self.primary_port().await?;
+        // Through `env`: `runuser` resets `PATH`, and pg_autoctl finds `pg_ctl` on it.
+        let mut cmd = self.server_tool(PathBuf::from("/usr/bin/env"));
+        if let Some(parent) = monitor.parent() {
+            cmd.current_dir(parent);
+        }
+        let mut path = std::ffi::OsString::from("PATH=");
+        path.push(path_with(&self.bindir));
+        cmd.arg(path)
+            .args([
+                "pg_autoctl",
+                "perform",
+                "failover",
+                "--wait",
+                "120",
+                "--pgdata",
+            ])
+            .arg(monitor)
+            .stdin(Stdio::null());
+        let out = cmd
+            .output()
+            .await
+            .map_err(|e| format!("cannot run pg_autoctl: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "pg_autoctl perform failover failed ({}): {}{}",
+                out.status,
+                String::from_utf8_lossy(&out.stdout).trim(),
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+        let after = self.primary_port().await?;
+        Ok((before, after))
+    }
+
     /// Sessions of the run's database `idle in transaction` for more than 5 s (pid,
     /// application, for how long), the harness's own excluded: a transaction between two of
     /// its statements is idle for a moment; one left open stays so.
@@ -138,4 +195,13 @@ impl Postgres {
             .map(str::to_owned)
             .collect())
     }
+}
+
+/// `PATH` with the server's `bindir` first (`pg_autoctl` runs `pg_ctl` and reads `pg_config`).
+fn path_with(bindir: &std::path::Path) -> std::ffi::OsString {
+    let mut paths = vec![bindir.to_path_buf()];
+    if let Some(path) = std::env::var_os("PATH") {
+        paths.extend(std::env::split_paths(&path));
+    }
+    std::env::join_paths(paths).unwrap_or_default()
 }

@@ -141,6 +141,7 @@ async fn setup_database(args: &ChaosArgs, run_id: &str, folder: &Path) -> Result
         log: args.pg_log.clone(),
         as_postgres: args.pg_as_postgres,
         url,
+        ha_monitor: args.ha_monitor.clone(),
     };
     Ok(Db::Postgres {
         admin_url: args.database.clone(),
@@ -171,6 +172,8 @@ struct Harness {
     last_database_fault: Option<Instant>,
     /// Wall-clock steps so far.
     clock_steps: Vec<ClockStepRecord>,
+    /// The formation's failovers (`--ha-monitor`).
+    failovers: Vec<checks::FailoverRecord>,
     /// The replica whose wall clock is stepped now, and when it steps back.
     clock_back: Option<(usize, Instant)>,
     /// The fenced-writes workload's writer processes (none: no workload).
@@ -314,6 +317,7 @@ async fn run(args: &ChaosArgs) -> Result<(ChaosReport, PathBuf), String> {
         faults_done: Arc::new(AtomicU64::new(0)),
         last_database_fault: None,
         clock_steps: Vec::new(),
+        failovers: Vec::new(),
         clock_back: None,
         writers: fence_writers,
         writers_killed_at: None,
@@ -353,6 +357,7 @@ async fn run(args: &ChaosArgs) -> Result<(ChaosReport, PathBuf), String> {
         lease: LEASE,
         clock_step: faketime.is_some(),
         fence_writers: harness.writers.len(),
+        failover: harness.db.pg().is_some_and(|pg| pg.ha_monitor.is_some()),
     };
     let mut schedule = Schedule::new(args.seed, args.faults, caps);
     let min_phase = Duration::from_secs(args.duration);
@@ -570,6 +575,23 @@ impl Harness {
             FaultKind::ClockStep => {
                 let detail = self.step_clock(i, fault.clock_step, fault.hold).await;
                 self.event(fault.kind, Some(i), detail);
+            }
+            FaultKind::Failover => {
+                let started = Instant::now();
+                let outcome = match self.db.pg() {
+                    Some(pg) => pg.failover().await,
+                    None => Err("no PostgreSQL".to_owned()),
+                };
+                let detail = match &outcome {
+                    Ok((before, after)) => format!(
+                        "primary moved from port {before} to port {after} in {} ms",
+                        started.elapsed().as_millis()
+                    ),
+                    Err(e) => format!("failed: {e}"),
+                };
+                self.failovers.push(checks::FailoverRecord { outcome });
+                self.last_database_fault = Some(Instant::now());
+                self.event(fault.kind, None, detail);
             }
             FaultKind::RestartDatabase => {
                 let started = Instant::now();
@@ -809,6 +831,9 @@ impl Harness {
         }
         checks.push(checks::late_settles_refused(&self.pauses, &logs));
         checks.push(checks::clock_steps_took_effect(&self.clock_steps));
+        if self.db.pg().is_some_and(|pg| pg.ha_monitor.is_some()) {
+            checks.push(checks::failovers_moved_the_primary(&self.failovers));
+        }
         let takeovers = self.pauses.iter().map(|p| p.taken_over.len() as u64).sum();
         let lease_lost = logs.values().map(|l| l.dropped.len() as u64).sum();
 
@@ -939,6 +964,7 @@ mod tests {
             pg_data: None,
             pg_log: None,
             pg_as_postgres: false,
+            ha_monitor: None,
             replicas: 3,
             commands: 100,
             seed: 1,

@@ -4,7 +4,8 @@
 //!
 //! The schedule opens with every applicable kind once, in a seeded order (the database restart
 //! among them; the wall-clock step twice, forward and back), so even a short run meets each;
-//! after that, kinds are drawn by weight. Wall-clock steps alternate in direction.
+//! on a failover formation a failover comes first. After that, kinds are drawn by weight.
+//! Wall-clock steps alternate in direction.
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -33,11 +34,15 @@ pub enum FaultKind {
     ClockStep,
     /// SIGKILL a fence writer process (the fenced-writes workload), restart it after `hold`.
     KillFenceWriter,
+    /// `pg_autoctl perform failover` on a pg_auto_failover formation (`--ha-monitor`): the
+    /// standby is promoted and the primary demoted; replicas find the new primary through
+    /// their multi-host URL (issue 30).
+    Failover,
 }
 
 impl FaultKind {
     /// Every kind, in report order.
-    pub const ALL: [FaultKind; 7] = [
+    pub const ALL: [FaultKind; 8] = [
         FaultKind::Kill,
         FaultKind::Pause,
         FaultKind::TerminateConnections,
@@ -45,6 +50,7 @@ impl FaultKind {
         FaultKind::Term,
         FaultKind::ClockStep,
         FaultKind::KillFenceWriter,
+        FaultKind::Failover,
     ];
 
     /// Stable name (report, JSON).
@@ -57,6 +63,7 @@ impl FaultKind {
             FaultKind::Term => "sigterm_restart",
             FaultKind::ClockStep => "wall_clock_step",
             FaultKind::KillFenceWriter => "sigkill_fence_writer",
+            FaultKind::Failover => "pg_failover",
         }
     }
 }
@@ -100,6 +107,8 @@ pub struct Capabilities {
     pub clock_step: bool,
     /// Fence writer processes running (the fenced-writes workload); 0: none.
     pub fence_writers: usize,
+    /// The database is a failover formation whose primary can be switched over.
+    pub failover: bool,
 }
 
 /// Draws faults from a seed.
@@ -129,6 +138,7 @@ impl Schedule {
                 FaultKind::RestartDatabase => caps.restartable,
                 FaultKind::ClockStep => caps.clock_step,
                 FaultKind::KillFenceWriter => caps.fence_writers > 0,
+                FaultKind::Failover => caps.failover,
             })
             .collect();
         // The wall clock is stepped twice in the opening: once forward and once back.
@@ -136,6 +146,12 @@ impl Schedule {
             opening.push(FaultKind::ClockStep);
         }
         opening.shuffle(&mut rng);
+        // On a failover formation the run opens with a failover, so that even a short run
+        // has its replicas follow one (issue 30); more are drawn by weight later.
+        if let Some(at) = opening.iter().position(|k| *k == FaultKind::Failover) {
+            opening.remove(at);
+            opening.insert(0, FaultKind::Failover);
+        }
         let step_forward = rng.random_bool(0.5);
         Self {
             rng,
@@ -174,7 +190,7 @@ impl Schedule {
             FaultKind::ClockStep => {
                 lease_ms.saturating_add(self.rng.random_range(0..=lease_ms.saturating_mul(2)))
             }
-            FaultKind::TerminateConnections | FaultKind::RestartDatabase => 0,
+            FaultKind::TerminateConnections | FaultKind::RestartDatabase | FaultKind::Failover => 0,
         });
         let count = self.rng.random_range(1..=6);
         let clock_step = match kind {
@@ -218,6 +234,9 @@ impl Schedule {
         if self.caps.fence_writers > 0 {
             weighted.push((FaultKind::KillFenceWriter, 25));
         }
+        if self.caps.failover {
+            weighted.push((FaultKind::Failover, 10));
+        }
         let total: u32 = weighted.iter().map(|(_, w)| w).sum();
         let mut roll = self.rng.random_range(0..total);
         for (kind, weight) in &weighted {
@@ -242,6 +261,7 @@ mod tests {
             lease: Duration::from_secs(4),
             clock_step: postgres,
             fence_writers: if postgres { 2 } else { 0 },
+            failover: postgres,
         }
     }
 
@@ -368,5 +388,28 @@ mod tests {
     #[test]
     fn level_none_injects_nothing() {
         assert!(draw(1, FaultLevel::None, caps(3, true), 10).is_empty());
+    }
+
+    #[test]
+    fn a_formation_run_opens_with_a_failover_and_fails_over_again_later() {
+        for seed in 0..10 {
+            let faults = draw(seed, FaultLevel::Default, caps(3, true), 200);
+            assert_eq!(faults[0].kind, FaultKind::Failover, "seed {seed}");
+            let later = faults[1..]
+                .iter()
+                .filter(|f| f.kind == FaultKind::Failover)
+                .count();
+            assert!(later >= 3, "seed {seed}: {later} failovers after the first");
+        }
+        let without = Capabilities {
+            failover: false,
+            ..caps(3, true)
+        };
+        assert!(
+            draw(1, FaultLevel::Default, without, 200)
+                .iter()
+                .all(|f| f.kind != FaultKind::Failover),
+            "no failover without a formation"
+        );
     }
 }

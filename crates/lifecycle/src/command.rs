@@ -637,7 +637,39 @@ impl Settlement {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
+    /// A command record of `operation` in `status`: tenant `t1`, control space `cs1`, one
+    /// attempt made, no lease held, created at `at(0)`, payload `{}`. Tests set the
+    /// fields they are about.
+    pub(crate) fn record(
+        id: &str,
+        operation: crate::command::Operation,
+        status: crate::command::CommandStatus,
+    ) -> crate::command::CommandRecord {
+        crate::command::CommandRecord {
+            id: tenantry_kernel::CommandId::parse(id).unwrap(),
+            tenant_id: tenantry_kernel::TenantId::parse("t1").unwrap(),
+            control_space_id: tenantry_kernel::ControlSpaceId::parse("cs1").unwrap(),
+            operation_id: crate::control_space::tests::op("op"),
+            idempotency_key: tenantry_kernel::IdempotencyKey::parse("k").unwrap(),
+            request_fingerprint: tenantry_kernel::Fingerprint::from_stored("f"),
+            operation,
+            payload: serde_json::json!({}),
+            status,
+            attempt_count: 1,
+            attempt_budget_base: 0,
+            lease_owner: None,
+            lease_expires_at: None,
+            lease_epoch: tenantry_kernel::LeaseEpoch(1),
+            next_attempt_at: crate::control_space::tests::at(0),
+            last_error_code: None,
+            last_error_message: None,
+            created_at: crate::control_space::tests::at(0),
+            completed_at: None,
+            attempt_window_ends_at: None,
+        }
+    }
+
     use super::*;
     use serde_json::json;
 

@@ -328,38 +328,6 @@ pub(crate) mod tests {
         KnowledgeSpaceId::parse(s).unwrap()
     }
 
-    /// A command record of `operation` in `status`: tenant `t1`, control space `cs1`, one
-    /// attempt made, no lease held, created at [`at`]`(0)`, payload `{}`. Tests set the
-    /// fields they are about.
-    pub(crate) fn record(
-        id: &str,
-        operation: crate::command::Operation,
-        status: crate::command::CommandStatus,
-    ) -> crate::command::CommandRecord {
-        crate::command::CommandRecord {
-            id: tenantry_kernel::CommandId::parse(id).unwrap(),
-            tenant_id: TenantId::parse("t1").unwrap(),
-            control_space_id: ControlSpaceId::parse("cs1").unwrap(),
-            operation_id: op("op"),
-            idempotency_key: tenantry_kernel::IdempotencyKey::parse("k").unwrap(),
-            request_fingerprint: tenantry_kernel::Fingerprint::from_stored("f"),
-            operation,
-            payload: serde_json::json!({}),
-            status,
-            attempt_count: 1,
-            attempt_budget_base: 0,
-            lease_owner: None,
-            lease_expires_at: None,
-            lease_epoch: tenantry_kernel::LeaseEpoch(1),
-            next_attempt_at: at(0),
-            last_error_code: None,
-            last_error_message: None,
-            created_at: at(0),
-            completed_at: None,
-            attempt_window_ends_at: None,
-        }
-    }
-
     pub(crate) fn space(state: ControlSpaceState, owner: &str) -> ControlSpace {
         ControlSpace {
             tenant_id: TenantId::parse("t1").unwrap(),

@@ -145,7 +145,7 @@ mod tests {
         CommandRecord {
             operation_id: op(operation_id),
             payload: json!({"provisioning_key": "pk1"}),
-            ..crate::control_space::tests::record("c1", operation, status)
+            ..crate::command::tests::record("c1", operation, status)
         }
     }
 

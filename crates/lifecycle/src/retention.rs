@@ -86,7 +86,7 @@ mod tests {
     ) -> CommandRecord {
         CommandRecord {
             completed_at,
-            ..crate::control_space::tests::record("c", operation, status)
+            ..crate::command::tests::record("c", operation, status)
         }
     }
 

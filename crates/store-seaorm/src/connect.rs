@@ -183,7 +183,7 @@ pub enum ConnectError {
     /// None of the servers of a multi-host PostgreSQL URL matched its `target_session_attrs`
     /// (no writable primary reachable: a failover in progress, or every host down).
     #[error(
-        "no PostgreSQL server of the URL matches target_session_attrs={attrs}: {answers}; check that the formation has a primary and that the URL lists its hosts (docs/operations.md, \"Highly available PostgreSQL\")"
+        "no PostgreSQL server of the URL matches target_session_attrs={attrs}: {answers}; fix what the hosts answered (a host that \"does not match\" is a standby or read-only: check that the formation has a primary and that the URL lists its hosts, docs/operations.md \"Highly available PostgreSQL\")"
     )]
     NoMatchingServer {
         /// The `target_session_attrs` in force (`read-write`, `primary` or `any`).
@@ -227,6 +227,18 @@ pub enum ConnectError {
         /// The name of the first of them.
         first: String,
     },
+}
+
+#[cfg(feature = "postgres")]
+impl From<crate::pg_hosts::HostsError> for ConnectError {
+    fn from(error: crate::pg_hosts::HostsError) -> Self {
+        match error {
+            crate::pg_hosts::HostsError::Url { problem } => Self::PostgresUrl { problem },
+            crate::pg_hosts::HostsError::NoMatchingServer { attrs, answers } => {
+                Self::NoMatchingServer { attrs, answers }
+            }
+        }
+    }
 }
 
 #[cfg(feature = "postgres")]
@@ -422,12 +434,6 @@ pub(crate) async fn open_pool(url: &str, max_connections: u32) -> Result<Databas
     ensure_driver(backend)?;
     // SQLite's own error for a missing folder is only "unable to open database file".
     crate::sqlite_file::check_folder(url)?;
-    let mut options = ConnectOptions::new(url.to_owned());
-    options
-        .max_connections(max_connections)
-        .min_connections(0)
-        .connect_timeout(Duration::from_secs(10))
-        .sqlx_logging(false);
     #[cfg(feature = "postgres")]
     let targets = if backend == Backend::Postgres {
         let targets = crate::pg_hosts::Targets::parse(url)?;
@@ -444,7 +450,7 @@ pub(crate) async fn open_pool(url: &str, max_connections: u32) -> Result<Databas
                         }
                     })?;
                 use sea_orm::sqlx::ConnectOptions as _;
-                Ok(tls.apply(mode, options).disable_statement_logging())
+                Ok::<_, ConnectError>(tls.apply(mode, options).disable_statement_logging())
             })
             .await?;
             let conn = sea_orm::SqlxPostgresConnector::from_sqlx_postgres_pool(pool);
@@ -454,6 +460,20 @@ pub(crate) async fn open_pool(url: &str, max_connections: u32) -> Result<Databas
     } else {
         None
     };
+    #[cfg(feature = "postgres")]
+    let driver_url = match &targets {
+        Some(targets) => targets.driver_url(url).to_owned(),
+        None => url.to_owned(),
+    };
+    #[cfg(not(feature = "postgres"))]
+    let driver_url = url.to_owned();
+    let url = driver_url.as_str();
+    let mut options = ConnectOptions::new(url.to_owned());
+    options
+        .max_connections(max_connections)
+        .min_connections(0)
+        .connect_timeout(Duration::from_secs(10))
+        .sqlx_logging(false);
     #[cfg(feature = "postgres")]
     if backend == Backend::Postgres {
         // The libpq TLS parameters: files checked now, the mode as libpq reads it. Every

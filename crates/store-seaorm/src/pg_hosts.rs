@@ -21,7 +21,25 @@ use std::time::{Duration, Instant};
 use sea_orm::sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
 use sea_orm::sqlx::{self, Connection as _};
 
-use crate::connect::ConnectError;
+/// Why a multi-host URL cannot be used, or no server of it matched (converted into
+/// [`crate::ConnectError::PostgresUrl`] / [`crate::ConnectError::NoMatchingServer`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HostsError {
+    /// The host list or `target_session_attrs` cannot be read.
+    #[error("the PostgreSQL URL cannot be used: {problem}")]
+    Url {
+        /// What is wrong and what to do.
+        problem: String,
+    },
+    /// No server matched `target_session_attrs`.
+    #[error("no PostgreSQL server of the URL matches target_session_attrs={attrs}: {answers}")]
+    NoMatchingServer {
+        /// The `target_session_attrs` in force.
+        attrs: &'static str,
+        /// What each server answered, in URL order.
+        answers: String,
+    },
+}
 
 /// Which servers of a URL a pool may use: libpq's `target_session_attrs`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -80,11 +98,11 @@ impl Targets {
     /// is kept on each single-host URL; `target_session_attrs` is read and removed.
     ///
     /// # Errors
-    /// [`ConnectError::PostgresUrl`] for an unsupported `target_session_attrs`, a port list
+    /// [`HostsError::Url`] for an unsupported `target_session_attrs`, a port list
     /// whose length matches neither one nor the host count, a port that is not a number, or an
     /// empty host in a list.
-    pub fn parse(url: &str) -> Result<Self, ConnectError> {
-        let bad = |problem: String| ConnectError::PostgresUrl { problem };
+    pub fn parse(url: &str) -> Result<Self, HostsError> {
+        let bad = |problem: String| HostsError::Url { problem };
         let Some((scheme, rest)) = url.split_once("://") else {
             // Not a URL this module reads: the driver parses (or refuses) it as it is.
             return Ok(Self {
@@ -160,9 +178,11 @@ impl Targets {
                 .filter(|p| !p.is_empty());
             let port = match port_text {
                 None => DEFAULT_PORT,
-                Some(p) => p
-                    .parse::<u16>()
-                    .map_err(|_| bad(format!("port {p:?} of host {host:?} is not a number")))?,
+                Some(p) => p.parse::<u16>().ok().filter(|p| *p > 0).ok_or_else(|| {
+                    bad(format!(
+                        "port {p:?} of host {host:?} is not a port number (1 to 65535)"
+                    ))
+                })?,
             };
             let shown = if host.contains(':') {
                 format!("[{host}]:{port}")
@@ -172,16 +192,18 @@ impl Targets {
             let mut params = kept.clone();
             // Unix sockets and hosts from the query go back as parameters; others in the
             // authority, where sqlx reads them.
+            // sqlx takes an IPv6 address from the authority with its brackets, which do not
+            // resolve: it goes in `host=` too, bare.
             let (authority_host, host_pair);
-            if host.is_empty() || host.starts_with('/') || host_param.is_some() {
+            if host.is_empty()
+                || host.starts_with('/')
+                || host.contains(':')
+                || host_param.is_some()
+            {
                 authority_host = "localhost".to_owned();
                 host_pair = (!host.is_empty()).then(|| format!("host={}", encode(host)));
             } else {
-                authority_host = if host.contains(':') {
-                    format!("[{host}]")
-                } else {
-                    host.clone()
-                };
+                authority_host = host.clone();
                 host_pair = None;
             }
             let port_pair = format!("port={port}");
@@ -213,6 +235,16 @@ impl Targets {
     /// `any`. A plain single-host URL goes through the usual pool.
     pub fn need_selection(&self) -> bool {
         self.servers.len() > 1 || self.attrs != SessionAttrs::Any
+    }
+
+    /// The URL the driver is given for a single-host URL that needs no selection: `url`
+    /// itself, or its rewritten single-host form when the driver would misread the original
+    /// (an IPv6 address, or a `target_session_attrs` the driver does not know).
+    pub fn driver_url<'a>(&'a self, url: &'a str) -> &'a str {
+        match self.servers.as_slice() {
+            [(shown, single)] if self.attrs_given || shown.starts_with('[') => single,
+            _ => url,
+        }
     }
 }
 
@@ -308,7 +340,11 @@ async fn find(
                 "{shown}: does not match target_session_attrs={} (a standby, or read-only)",
                 attrs.as_str()
             )),
-            Ok(Err(error)) => answers.push(format!("{shown}: {error}")),
+            Ok(Err(error)) => answers.push(format!(
+                "{shown}: {}",
+                crate::pg_tls::classify_sqlx(&error)
+                    .map_or_else(|| error.to_string(), |tls| tls.describe())
+            )),
             Err(_) => answers.push(format!(
                 "{shown}: no answer within {} s",
                 CHECK_TIMEOUT.as_secs()
@@ -340,24 +376,23 @@ impl Follow {
 /// `options` turns each single-host URL into the driver's options (TLS applied).
 ///
 /// # Errors
-/// [`ConnectError::NoMatchingServer`] naming what every server answered when none matches,
+/// [`HostsError::NoMatchingServer`] naming what every server answered when none matches,
 /// or the error `options` returns for a server's URL.
-pub(crate) async fn open(
+pub(crate) async fn open<E: From<HostsError>>(
     targets: &Targets,
     max_connections: u32,
-    options: impl Fn(&str) -> Result<PgConnectOptions, ConnectError>,
-) -> Result<PgPool, ConnectError> {
+    options: impl Fn(&str) -> Result<PgConnectOptions, E>,
+) -> Result<PgPool, E> {
     let mut servers = Vec::with_capacity(targets.servers.len());
     for (shown, url) in &targets.servers {
         servers.push((shown.clone(), options(url)?));
     }
-    let first =
-        find(&servers, targets.attrs)
-            .await
-            .map_err(|answers| ConnectError::NoMatchingServer {
-                attrs: targets.attrs.as_str(),
-                answers: answers.join("; "),
-            })?;
+    let first = find(&servers, targets.attrs).await.map_err(|answers| {
+        E::from(HostsError::NoMatchingServer {
+            attrs: targets.attrs.as_str(),
+            answers: answers.join("; "),
+        })
+    })?;
     let start = servers[first].1.clone();
     let follow = Arc::new(Follow {
         servers,
@@ -408,6 +443,8 @@ pub(crate) async fn open(
 /// runtime.
 async fn watch(pool: PgPool, follow: Arc<Follow>, mut current: usize) {
     let mut probe: Option<PgConnection> = None;
+    // Since when no server matched (logged once, then every `OUTAGE_LOG_EVERY`).
+    let mut outage: Option<(Instant, Instant)> = None;
     loop {
         tokio::time::sleep(FOLLOW_INTERVAL).await;
         if pool.is_closed() {
@@ -416,41 +453,83 @@ async fn watch(pool: PgPool, follow: Arc<Follow>, mut current: usize) {
         let checked = tokio::time::timeout(CHECK_TIMEOUT, async {
             let conn = match probe.as_mut() {
                 Some(conn) => conn,
-                None => probe.insert(PgConnection::connect_with(&follow.servers[current].1).await?),
+                None => probe.insert(
+                    PgConnection::connect_with(
+                        &follow.servers[current]
+                            .1
+                            .clone()
+                            .application_name(PROBE_APPLICATION_NAME),
+                    )
+                    .await?,
+                ),
             };
             matches(conn, follow.attrs).await
         })
         .await;
         if matches!(checked, Ok(Ok(true))) {
+            if let Some((since, _)) = outage.take() {
+                tracing::info!(
+                    server = %follow.servers[current].0,
+                    after_s = since.elapsed().as_secs(),
+                    "PostgreSQL: a matching server answers again"
+                );
+            }
             continue;
         }
-        // Whatever it was connected to, the next check opens a new probe connection.
+        // Whatever it was connected to, the next check opens a new probe connection; the
+        // pool's connections to that server are not reused either (a server turned read-only
+        // keeps its sessions), so readiness and storage calls see the outage.
         probe = None;
+        follow
+            .switched_at_ms
+            .store(follow.since_epoch_ms(), Ordering::SeqCst);
         match find(&follow.servers, follow.attrs).await {
-            Ok(found) if found == current => {}
             Ok(found) => {
-                tracing::warn!(
-                    from = %follow.servers[current].0,
-                    to = %follow.servers[found].0,
-                    attrs = follow.attrs.as_str(),
-                    "PostgreSQL failover: the pool now connects to another server"
-                );
-                pool.set_connect_options(follow.servers[found].1.clone());
-                follow
-                    .switched_at_ms
-                    .store(follow.since_epoch_ms(), Ordering::SeqCst);
-                current = found;
+                if found != current {
+                    tracing::warn!(
+                        from = %follow.servers[current].0,
+                        to = %follow.servers[found].0,
+                        attrs = follow.attrs.as_str(),
+                        "PostgreSQL failover: the pool now connects to another server"
+                    );
+                    pool.set_connect_options(follow.servers[found].1.clone());
+                    follow
+                        .switched_at_ms
+                        .store(follow.since_epoch_ms(), Ordering::SeqCst);
+                    current = found;
+                }
+                if let Some((since, _)) = outage.take() {
+                    tracing::info!(
+                        server = %follow.servers[current].0,
+                        after_s = since.elapsed().as_secs(),
+                        "PostgreSQL: a matching server answers again"
+                    );
+                }
             }
             Err(answers) => {
-                tracing::warn!(
-                    answers = %answers.join("; "),
-                    attrs = follow.attrs.as_str(),
-                    "PostgreSQL: no server matches; storage is unavailable until one does"
-                );
+                let now = Instant::now();
+                let due = match outage {
+                    None => true,
+                    Some((_, logged)) => now.duration_since(logged) >= OUTAGE_LOG_EVERY,
+                };
+                if due {
+                    tracing::warn!(
+                        answers = %answers.join("; "),
+                        attrs = follow.attrs.as_str(),
+                        "PostgreSQL: no server matches; storage is unavailable until one does"
+                    );
+                    outage = Some((outage.map_or(now, |(since, _)| since), now));
+                }
             }
         }
     }
 }
+
+/// `application_name` of the watchdog's own connection (in `pg_stat_activity`).
+pub const PROBE_APPLICATION_NAME: &str = "tenantry-failover-probe";
+
+/// How often an outage of every server is logged again while it lasts.
+const OUTAGE_LOG_EVERY: Duration = Duration::from_secs(30);
 
 #[cfg(test)]
 mod tests {
@@ -462,7 +541,7 @@ mod tests {
 
     fn problem(url: &str) -> String {
         match Targets::parse(url) {
-            Err(ConnectError::PostgresUrl { problem }) => problem,
+            Err(HostsError::Url { problem }) => problem,
             other => panic!("{url}: {other:?}"),
         }
     }
@@ -510,8 +589,14 @@ mod tests {
             (
                 "postgres://u@[::1]:6001,[fe80::2]/db",
                 &[
-                    ("[::1]:6001", "postgres://u@[::1]/db?port=6001"),
-                    ("[fe80::2]:5432", "postgres://u@[fe80::2]/db?port=5432"),
+                    (
+                        "[::1]:6001",
+                        "postgres://u@localhost/db?host=%3A%3A1&port=6001",
+                    ),
+                    (
+                        "[fe80::2]:5432",
+                        "postgres://u@localhost/db?host=fe80%3A%3A2&port=5432",
+                    ),
                 ],
             ),
             (
@@ -587,7 +672,14 @@ mod tests {
     fn unusable_lists_and_attributes_are_refused_with_the_reason() {
         let table = [
             ("postgres://u@h1,h2/db?port=1,2,3", "3 ports for 2 hosts"),
-            ("postgres://u@h1:x/db", "port \"x\" of host \"h1\""),
+            (
+                "postgres://u@h1:x/db",
+                "port \"x\" of host \"h1\" is not a port number",
+            ),
+            (
+                "postgres://u@h1:99999/db",
+                "port \"99999\" of host \"h1\" is not a port number (1 to 65535)",
+            ),
             ("postgres://u@h1,,h2/db", "an empty host"),
             (
                 "postgres://u@h1,h2/db?target_session_attrs=standby",
@@ -601,6 +693,29 @@ mod tests {
         for (url, expected) in table {
             let problem = problem(url);
             assert!(problem.contains(expected), "{url}: {problem}");
+        }
+    }
+
+    #[test]
+    fn the_driver_gets_the_rewritten_url_only_where_it_would_misread_the_original() {
+        let table = [
+            (
+                "postgres://u@h1:5/db?sslmode=require",
+                "postgres://u@h1:5/db?sslmode=require",
+            ),
+            (
+                "postgres://u@[::1]:5/db",
+                "postgres://u@localhost/db?host=%3A%3A1&port=5",
+            ),
+            (
+                "postgres://u@h1:5/db?target_session_attrs=any",
+                "postgres://u@h1/db?port=5",
+            ),
+        ];
+        for (url, driver) in table {
+            let targets = Targets::parse(url).unwrap();
+            assert!(!targets.need_selection(), "{url}");
+            assert_eq!(targets.driver_url(url), driver, "{url}");
         }
     }
 

@@ -263,6 +263,18 @@ pub(crate) enum TlsFailure {
     },
 }
 
+impl TlsFailure {
+    /// The failure in words, with what to do.
+    pub(crate) fn describe(&self) -> String {
+        match self {
+            Self::ServerRequiresTls(detail) => format!(
+                "the server requires TLS ({detail}): set sslmode=verify-full in the database URL"
+            ),
+            Self::Handshake { cause, hint } => format!("TLS failed: {cause}; {hint}"),
+        }
+    }
+}
+
 /// The TLS explanation of `error`, a failure to open a connection, if it has one.
 pub(crate) fn classify(error: &DbErr) -> Option<TlsFailure> {
     let DbErr::Conn(RuntimeErr::SqlxError(error)) = error else {
@@ -271,7 +283,8 @@ pub(crate) fn classify(error: &DbErr) -> Option<TlsFailure> {
     classify_sqlx(error)
 }
 
-fn classify_sqlx(error: &sqlx::Error) -> Option<TlsFailure> {
+/// [`classify`] of a driver error (a connection sqlx opened directly).
+pub(crate) fn classify_sqlx(error: &sqlx::Error) -> Option<TlsFailure> {
     match error {
         sqlx::Error::Database(db) => {
             let message = db.message();

@@ -241,3 +241,66 @@ async fn a_write_refused_as_read_only_is_storage_unavailable() {
     assert!(text.contains("a standby, as after a failover"), "{text}");
     db.conn.close().await.unwrap();
 }
+
+/// A server that turns read-only while the pool holds writable sessions to it (their setting
+/// was read when they opened) is not used through those sessions: once the watchdog sees it,
+/// storage calls fail (so `/readyz` answers 503) until it takes writes again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pooled_sessions_are_not_reused_once_the_server_turned_read_only() {
+    let Some(test) = postgres().await else { return };
+    let (user, server, database) = parts(test.url());
+    let dead = closed_port().await;
+    let url = format!("postgres://{user}@127.0.0.1:{dead},{server}/{database}");
+    let db = connect(&url, 4).await.unwrap();
+    let storage = SeaOrmHostStorage::new(&db);
+    let binding = Binding::parse("b1").unwrap();
+    storage.set(&binding, "k", &json!(1)).await.unwrap();
+
+    // New sessions of this database are read-only from now on; the pool's are not. The
+    // watchdog's own session is closed, so its next check opens one that sees it.
+    // Through the server's `postgres` database: sessions of this one turn read-only.
+    let server_url = std::env::var("TENANTRY_TEST_PG_URL").unwrap();
+    let admin = sea_orm::Database::connect(server_url.as_str())
+        .await
+        .unwrap();
+    use sea_orm::ConnectionTrait as _;
+    admin
+        .execute_unprepared(&format!(
+            "ALTER DATABASE {database} SET default_transaction_read_only = on"
+        ))
+        .await
+        .unwrap();
+    admin
+        .execute_unprepared(&format!(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{database}' \
+             AND application_name = '{}'",
+            tenantry_store_seaorm::pg_hosts::PROBE_APPLICATION_NAME
+        ))
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if storage.get(&binding, "k").await.is_err() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the pool kept using its writable sessions to a read-only server"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    admin
+        .execute_unprepared(&format!(
+            "ALTER DATABASE {database} RESET default_transaction_read_only"
+        ))
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while storage.set(&binding, "k", &json!(2)).await.is_err() {
+        assert!(Instant::now() < deadline, "no recovery");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    db.conn.close().await.unwrap();
+    admin.close().await.unwrap();
+}

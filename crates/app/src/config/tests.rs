@@ -242,6 +242,40 @@ fn database_url_scheme_is_checked() {
     ));
 }
 
+/// Issue 30: a PostgreSQL host list or `target_session_attrs` that cannot work is a
+/// configuration error naming `database_url` (exit 2), found before anything opens.
+#[test]
+fn database_url_host_lists_are_checked_with_the_settings() {
+    for (url, expected) in [
+        (
+            "postgres://u@h1,h2/db?target_session_attrs=standby",
+            "target_session_attrs=\"standby\" is not supported",
+        ),
+        ("postgres://u@h1,h2/db?port=1,2,3", "3 ports for 2 hosts"),
+        ("postgres://u@h1,,h2/db", "an empty host"),
+        ("postgres://u@h1:99999/db", "is not a port number"),
+    ] {
+        let env = env_of(&[("TENANTRY_DATABASE_URL", url)]);
+        let err = merge_env_and_validate(RawConfig::default(), "defaults", env).unwrap_err();
+        assert!(
+            matches!(
+                &err,
+                ConfigError::Invalid {
+                    setting: "database_url",
+                    ..
+                }
+            ),
+            "{url}: {err:?}"
+        );
+        assert!(err.to_string().contains(expected), "{url}: {err}");
+    }
+    let env = env_of(&[(
+        "TENANTRY_DATABASE_URL",
+        "postgres://u@h1:6001,h2:6002/db?target_session_attrs=read-write",
+    )]);
+    merge_env_and_validate(RawConfig::default(), "defaults", env).unwrap();
+}
+
 #[test]
 fn serve_requires_a_knowledge_fs() {
     let err = Config::defaults().knowledge_fs().unwrap_err();

@@ -178,6 +178,14 @@ pub(super) fn validate(
             ),
         ));
     }
+    // A multi-host PostgreSQL URL's host list and target_session_attrs are read now, so a bad
+    // one is a configuration error naming the setting (docs/operations.md, "Highly available
+    // PostgreSQL"), not a failure to open the database later.
+    if database_url.starts_with("postgres")
+        && let Err(error) = tenantry_store_seaorm::pg_hosts::Targets::parse(&database_url)
+    {
+        return Err(invalid("database_url", error.to_string()));
+    }
     let database_max_connections = in_range(
         "database_max_connections",
         u64::from(raw.database_max_connections.unwrap_or(8)),

@@ -38,7 +38,7 @@ fn provision_record(status: CommandStatus, attempt_count: i32) -> CommandRecord 
         idempotency_key: IdempotencyKey::parse("kp").unwrap(),
         attempt_count,
         lease_epoch: LeaseEpoch(attempt_count.into()),
-        ..crate::control_space::tests::record("prov", Operation::Provision, status)
+        ..crate::command::tests::record("prov", Operation::Provision, status)
     }
 }
 
