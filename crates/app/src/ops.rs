@@ -218,13 +218,24 @@ pub async fn open_existing(config: &Config) -> Result<Database, ExitCode> {
         })
 }
 
-/// `tenantry migrate`: under the SQLite database's lock ([`lock`]).
+/// `tenantry migrate`: under the SQLite database's lock ([`lock`]). Ctrl-C (SIGINT) stops it
+/// with exit code 130 and says what is left: each migration commits in one transaction with its
+/// history row, so the ones applied stay applied and the next `migrate` does the rest (case 008).
 pub async fn migrate(config: &Config) -> ExitCode {
     let _lock = match lock(config) {
         Ok(lock) => lock,
         Err(code) => return code,
     };
-    match open(config).await {
+    let opened = tokio::select! {
+        opened = open(config) => opened,
+        _ = tokio::signal::ctrl_c() => {
+            eprintln!(
+                "tenantry: migrate interrupted; the migrations applied so far are committed (each in one transaction with its history row), the one in progress was rolled back: run `tenantry migrate` again to finish"
+            );
+            return ExitCode::from(130);
+        }
+    };
+    match opened {
         Ok(db) => {
             let _ = db.conn.close().await;
             out!(

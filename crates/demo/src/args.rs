@@ -14,6 +14,17 @@ pub enum Faults {
     Heavy,
 }
 
+impl Faults {
+    /// The profile's name as the command line spells it (`none`, `default`, `heavy`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Faults::None => "none",
+            Faults::Default => "default",
+            Faults::Heavy => "heavy",
+        }
+    }
+}
+
 /// Options of `tenantry demo`.
 #[derive(Debug, Clone, Args)]
 pub struct DemoArgs {

@@ -54,7 +54,11 @@ impl RemoteCertificates {
         let cert = ca.server_cert(LOOPBACK_NAMES).map_err(|e| e.to_string())?;
         let server_config = server_config(&cert, None).map_err(|e| e.to_string())?;
         let (folder, temp) = match dir {
-            Some(dir) => (dir.to_path_buf(), None),
+            Some(dir) => {
+                std::fs::create_dir_all(dir)
+                    .map_err(|e| format!("cannot create the folder {}: {e}", dir.display()))?;
+                (dir.to_path_buf(), None)
+            }
             None => {
                 let temp = tempfile::Builder::new()
                     .prefix("tenantry-tls-")
@@ -93,17 +97,22 @@ pub async fn main(args: &RemoteArgs, stop: impl Future<Output = ()>) -> ExitCode
         None
     };
     let tls = certificates.as_ref().map(|c| c.server_config.clone());
-    let (url, remote) =
-        match ReferenceRemote::start_tls_on(args.knowledge_fs_addr, config, tls.clone()).await {
-            Ok(started) => started,
-            Err(e) => {
-                eprintln!(
-                    "tenantry: cannot start the reference KnowledgeFS on {}: {e}",
-                    args.knowledge_fs_addr
-                );
-                return ExitCode::FAILURE;
-            }
-        };
+    let (url, remote) = match ReferenceRemote::start_tls_on(
+        args.knowledge_fs_addr,
+        config,
+        tls.clone(),
+    )
+    .await
+    {
+        Ok(started) => started,
+        Err(e) => {
+            eprintln!(
+                "tenantry: cannot start the reference KnowledgeFS on {}: {e}; choose another address with --knowledge-fs-addr",
+                args.knowledge_fs_addr
+            );
+            return ExitCode::FAILURE;
+        }
+    };
     let instance = match InstanceUuid::parse(args.instance.as_str()) {
         Ok(i) => i,
         Err(e) => {
@@ -115,25 +124,30 @@ pub async fn main(args: &RemoteArgs, stop: impl Future<Output = ()>) -> ExitCode
     directory_config.profile = profile(args.faults);
     directory_config.seed = args.seed;
     directory_config.key_seed = args.seed;
-    let (directory_url, directory) =
-        match ReferenceDirectory::start_tls_on(args.directory_addr, directory_config, tls).await {
-            Ok(started) => started,
-            Err(e) => {
-                eprintln!(
-                    "tenantry: cannot start the reference directory on {}: {e}",
-                    args.directory_addr
-                );
-                return ExitCode::FAILURE;
-            }
-        };
+    let (directory_url, directory) = match ReferenceDirectory::start_tls_on(
+        args.directory_addr,
+        directory_config,
+        tls,
+    )
+    .await
+    {
+        Ok(started) => started,
+        Err(e) => {
+            eprintln!(
+                "tenantry: cannot start the reference directory on {}: {e}; choose another address with --directory-addr",
+                args.directory_addr
+            );
+            return ExitCode::FAILURE;
+        }
+    };
     let keys: Vec<String> = directory
         .trusted_public_keys()
         .into_iter()
         .map(|(id, key)| format!("{id}={}", hex::encode(key)))
         .collect();
     println!(
-        "reference KnowledgeFS on {url}, reference directory on {directory_url} (faults: {:?})",
-        args.faults
+        "reference KnowledgeFS on {url}, reference directory on {directory_url} (faults: {})",
+        args.faults.name()
     );
     println!("point `tenantry serve` at them with:");
     println!("  export TENANTRY_KNOWLEDGE_FS_URL={url}");
@@ -161,4 +175,30 @@ pub async fn main(args: &RemoteArgs, stop: impl Future<Output = ()>) -> ExitCode
     remote.shutdown().await;
     directory.shutdown().await;
     ExitCode::SUCCESS
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    /// `--tls-dir` names a folder that need not exist yet: it is created.
+    #[test]
+    fn the_tls_folder_is_created_when_missing() {
+        let base = tempfile::tempdir().unwrap();
+        let folder = base.path().join("new").join("tls");
+        let certificates = RemoteCertificates::make(Some(&folder)).unwrap();
+        assert!(folder.join(CA_FILE_NAME).is_file());
+        drop(certificates);
+    }
+
+    /// The banner names the fault profile as the command line spells it.
+    #[test]
+    fn fault_profiles_are_named_as_on_the_command_line() {
+        use clap::ValueEnum as _;
+        for faults in Faults::value_variants() {
+            let value = faults.to_possible_value().unwrap();
+            assert_eq!(faults.name(), value.get_name());
+        }
+    }
 }
