@@ -31,62 +31,43 @@ pub(crate) fn store_error(mechanism: Mechanism, error: DbErr) -> StoreError {
     mapped.with_source(error)
 }
 
-/// The SQLSTATE of a database's refusal, if `error` is one.
-fn sql_state(error: &DbErr) -> Option<String> {
+/// The SQLSTATE (empty when none) and message of a database's refusal, if `error` is one.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+fn refusal(error: &DbErr) -> Option<(String, String)> {
     let (DbErr::Exec(sea_orm::RuntimeErr::SqlxError(sqlx_error))
-    | DbErr::Query(sea_orm::RuntimeErr::SqlxError(sqlx_error))) = error
+    | DbErr::Query(sea_orm::RuntimeErr::SqlxError(sqlx_error))
+    | DbErr::Conn(sea_orm::RuntimeErr::SqlxError(sqlx_error))) = error
     else {
         return None;
     };
     match sqlx_error.as_ref() {
-        sea_orm::sqlx::Error::Database(db) => db.code().map(|code| code.into_owned()),
+        sea_orm::sqlx::Error::Database(db) => Some((
+            db.code().map(|code| code.into_owned()).unwrap_or_default(),
+            db.message().to_owned(),
+        )),
         _ => None,
     }
 }
 
+/// Without a driver no statement runs, so nothing is refused.
+#[cfg(not(any(feature = "sqlite", feature = "postgres")))]
+fn refusal(_error: &DbErr) -> Option<(String, String)> {
+    None
+}
+
+/// The SQLSTATE of a database's refusal, if `error` is one.
+fn sql_state(error: &DbErr) -> Option<String> {
+    refusal(error).map(|(code, _)| code)
+}
+
 /// Whether `error` is PostgreSQL's deadlock (`40P01`) or serialization failure (`40001`).
-#[cfg(any(feature = "sqlite", feature = "postgres"))]
 fn is_contention(error: &DbErr) -> bool {
-    let runtime = match error {
-        DbErr::Exec(runtime) | DbErr::Query(runtime) | DbErr::Conn(runtime) => runtime,
-        _ => return false,
-    };
-    let sea_orm::RuntimeErr::SqlxError(sqlx_error) = runtime else {
-        return false;
-    };
-    match sqlx_error.as_ref() {
-        sea_orm::sqlx::Error::Database(db) => {
-            matches!(db.code().as_deref(), Some("40P01" | "40001"))
-        }
-        _ => false,
-    }
+    matches!(sql_state(error).as_deref(), Some("40P01" | "40001"))
 }
 
 /// Whether `error` says a table does not exist: PostgreSQL's `42P01` (undefined table), or
 /// SQLite's "no such table".
-#[cfg(any(feature = "sqlite", feature = "postgres"))]
 fn is_missing_table(error: &DbErr) -> bool {
-    let (DbErr::Exec(sea_orm::RuntimeErr::SqlxError(sqlx_error))
-    | DbErr::Query(sea_orm::RuntimeErr::SqlxError(sqlx_error))) = error
-    else {
-        return false;
-    };
-    match sqlx_error.as_ref() {
-        sea_orm::sqlx::Error::Database(db) => {
-            db.code().as_deref() == Some("42P01") || db.message().starts_with("no such table")
-        }
-        _ => false,
-    }
-}
-
-/// Without a driver no statement runs, so no table can be missing.
-#[cfg(not(any(feature = "sqlite", feature = "postgres")))]
-fn is_missing_table(_error: &DbErr) -> bool {
-    false
-}
-
-/// Without a driver no statement runs, so nothing can lose a deadlock.
-#[cfg(not(any(feature = "sqlite", feature = "postgres")))]
-fn is_contention(_error: &DbErr) -> bool {
-    false
+    refusal(error)
+        .is_some_and(|(code, message)| code == "42P01" || message.starts_with("no such table"))
 }
