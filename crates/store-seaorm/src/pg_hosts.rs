@@ -359,8 +359,9 @@ struct Follow {
     /// The servers' connect options, in URL order.
     servers: Vec<(String, PgConnectOptions)>,
     attrs: SessionAttrs,
-    /// When the pool was last pointed at another server (process-monotonic, as milliseconds
-    /// since `epoch`): connections older than that are not reused.
+    /// When the pool was last pointed at another server, or its server last failed a check
+    /// (process-monotonic, as milliseconds since `epoch`): connections older than that are not
+    /// reused.
     switched_at_ms: AtomicU64,
     epoch: Instant,
 }
