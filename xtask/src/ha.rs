@@ -225,9 +225,7 @@ impl Formation {
             .iter()
             .filter_map(|name| {
                 let text = fs::read_to_string(self.dir.join(format!("{name}.log"))).ok()?;
-                let lines: Vec<&str> = text.lines().collect();
-                let tail = lines[lines.len().saturating_sub(15)..].join("\n");
-                Some(format!("--- {name}.log\n{tail}"))
+                Some(format!("--- {name}.log\n{}", pg::tail(&text, 15)))
             })
             .collect::<Vec<_>>()
             .join("\n")

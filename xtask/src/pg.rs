@@ -579,7 +579,8 @@ fn run(mut cmd: Command, what: &str) -> Result<String, PgError> {
     }
 }
 
-fn tail(text: &str, lines: usize) -> String {
+/// The last `lines` lines of `text`.
+pub(crate) fn tail(text: &str, lines: usize) -> String {
     let all: Vec<&str> = text.lines().collect();
     all[all.len().saturating_sub(lines)..].join("\n")
 }
