@@ -91,6 +91,7 @@ impl Formation {
             ],
         )?;
         formation.wait_for("the monitor", |f| f.monitor_answers())?;
+        formation.shorten_monitor_timeouts()?;
         for (i, name) in ["node1", "node2"].into_iter().enumerate() {
             let port = formation.node_ports[i].to_string();
             let monitor = format!(
@@ -247,6 +248,42 @@ impl Formation {
         out.status
             .success()
             .then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+    }
+
+    /// The monitor's health checks and timeouts shortened (every second; a node unhealthy
+    /// after 5 s; a primary that does not answer considered demoted after 10 s), so that a
+    /// crash of the primary is failed over in about 15 s instead of about 50 s with
+    /// pg_auto_failover's defaults (5 s, 20 s, 30 s). Set with `ALTER SYSTEM` and a reload.
+    fn shorten_monitor_timeouts(&self) -> Result<(), String> {
+        let mut cmd = Command::new(self.bin.join("psql"));
+        cmd.args(["-X", "-q", "-v", "ON_ERROR_STOP=1", "-d"])
+            .arg(format!(
+                "postgres://postgres@127.0.0.1:{}/postgres?sslmode=disable&connect_timeout=5",
+                self.monitor_port
+            ));
+        for (name, value) in [
+            ("health_check_period", "1s"),
+            ("node_considered_unhealthy_timeout", "5s"),
+            ("primary_demote_timeout", "10s"),
+        ] {
+            cmd.args([
+                "-c",
+                &format!("ALTER SYSTEM SET pgautofailover.{name} = '{value}'"),
+            ]);
+        }
+        let out = cmd
+            .args(["-c", "SELECT pg_reload_conf()"])
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| format!("psql on the monitor: {e}"))?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(format!(
+                "shortening the monitor's timeouts failed: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            ))
+        }
     }
 
     fn monitor_answers(&self) -> bool {

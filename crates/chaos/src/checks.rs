@@ -99,17 +99,24 @@ pub fn clock_steps_took_effect(steps: &[ClockStepRecord]) -> CheckResult {
     )
 }
 
-/// A failover of the formation (`pg_autoctl perform failover`): the primary's port before
-/// and after, or why it failed.
+/// A failover of the formation (`pg_autoctl perform failover`, or the monitor's promotion
+/// after the primary crashed): the primary's port before and after, or why it failed; and
+/// what the outbox held afterwards.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FailoverRecord {
+    /// What moved the primary (`pg_failover`, `pg_primary_kill`).
+    pub cause: &'static str,
     /// `Ok((before, after))` ports of the primary, or the failure.
     pub outcome: Result<(String, String), String>,
+    /// How many distinct commands the admin API had acknowledged (202) when the fault began.
+    pub acknowledged: usize,
+    /// Of those, the idempotency keys the new primary's outbox lacks, or why it could not be
+    /// read.
+    pub missing: Result<Vec<String>, String>,
 }
 
 /// Every failover must have moved the primary, and a run on a formation must have had one:
-/// otherwise the run did not test what the schedule says. That no acknowledged command was lost across them is the check "every
-/// command settled" (every command the admin API answered 202 is counted there).
+/// otherwise the run did not test what the schedule says.
 pub fn failovers_moved_the_primary(failovers: &[FailoverRecord]) -> CheckResult {
     let mut problems = Vec::new();
     if failovers.is_empty() {
@@ -125,7 +132,9 @@ pub fn failovers_moved_the_primary(failovers: &[FailoverRecord]) -> CheckResult 
                 "failover {}: the primary stayed on port {before}",
                 i + 1
             )),
-            Err(error) => problems.push(format!("failover {}: {error}", i + 1)),
+            Err(error) => {
+                problems.push(format!("failover {} ({}): {error}", i + 1, failover.cause))
+            }
         }
     }
     check(
@@ -134,8 +143,58 @@ pub fn failovers_moved_the_primary(failovers: &[FailoverRecord]) -> CheckResult 
         if failovers.is_empty() {
             String::new()
         } else {
+            let crashes = failovers
+                .iter()
+                .filter(|f| f.cause != "pg_failover")
+                .count();
             format!(
-                "{} failover(s), the replicas followed each (see \"every command settled\")",
+                "{} failover(s), {crashes} of them after a crash of the primary; the replicas followed each (see \"every command settled\")",
+                failovers.len()
+            )
+        },
+    )
+}
+
+/// Every command the admin API acknowledged with 202 before a failover began is in the new
+/// primary's outbox after it (issue 30): with synchronous replication an acknowledged intake
+/// survives the loss of the server that took it.
+pub fn acknowledged_survived_failovers(failovers: &[FailoverRecord]) -> CheckResult {
+    let mut problems = Vec::new();
+    let mut checked = 0usize;
+    for (i, failover) in failovers.iter().enumerate() {
+        if failover.outcome.is_err() {
+            continue;
+        }
+        match &failover.missing {
+            Ok(missing) if missing.is_empty() => checked += failover.acknowledged,
+            Ok(missing) => problems.push(format!(
+                "failover {} ({}): {} of {} acknowledged commands are not in the outbox, e.g. {}",
+                i + 1,
+                failover.cause,
+                missing.len(),
+                failover.acknowledged,
+                missing
+                    .iter()
+                    .take(3)
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )),
+            Err(e) => problems.push(format!(
+                "failover {} ({}): the outbox could not be read: {e}",
+                i + 1,
+                failover.cause
+            )),
+        }
+    }
+    check(
+        "every command acknowledged with 202 is in the outbox after every failover",
+        &problems,
+        if checked == 0 {
+            "NOT EXERCISED: no command had been acknowledged when a failover began".to_owned()
+        } else {
+            format!(
+                "{checked} acknowledgements checked over {} failover(s)",
                 failovers.len()
             )
         },
@@ -310,6 +369,9 @@ mod tests {
     #[test]
     fn a_failover_that_did_not_move_the_primary_or_none_at_all_fails() {
         let moved = |a: &str, b: &str| FailoverRecord {
+            cause: "pg_failover",
+            acknowledged: 0,
+            missing: Ok(Vec::new()),
             outcome: Ok((a.to_owned(), b.to_owned())),
         };
         assert!(
@@ -325,6 +387,9 @@ mod tests {
             stayed.detail
         );
         let failed = failovers_moved_the_primary(&[FailoverRecord {
+            cause: "pg_primary_kill",
+            acknowledged: 0,
+            missing: Ok(Vec::new()),
             outcome: Err("pg_autoctl perform failover failed".to_owned()),
         }]);
         assert!(!failed.passed);
@@ -332,5 +397,38 @@ mod tests {
             !failovers_moved_the_primary(&[]).passed,
             "a formation run without a failover"
         );
+    }
+
+    #[test]
+    fn an_acknowledged_command_missing_after_a_failover_fails_the_run() {
+        let record = |acknowledged: usize, missing: Result<Vec<String>, String>| FailoverRecord {
+            cause: "pg_primary_kill",
+            outcome: Ok(("7001".to_owned(), "7002".to_owned())),
+            acknowledged,
+            missing,
+        };
+        let kept = acknowledged_survived_failovers(&[record(40, Ok(Vec::new()))]);
+        assert!(kept.passed);
+        assert!(
+            kept.detail.starts_with("40 acknowledgements"),
+            "{}",
+            kept.detail
+        );
+        let lost = acknowledged_survived_failovers(&[
+            record(40, Ok(Vec::new())),
+            record(90, Ok(vec!["demo-x-create-cs-7".to_owned()])),
+        ]);
+        assert!(!lost.passed);
+        assert!(
+            lost.detail
+                .contains("failover 2 (pg_primary_kill): 1 of 90")
+                && lost.detail.contains("demo-x-create-cs-7"),
+            "{}",
+            lost.detail
+        );
+        let unread = acknowledged_survived_failovers(&[record(5, Err("psql failed".to_owned()))]);
+        assert!(!unread.passed);
+        let idle = acknowledged_survived_failovers(&[record(0, Ok(Vec::new()))]);
+        assert!(idle.passed && idle.detail.starts_with("NOT EXERCISED"));
     }
 }

@@ -15,6 +15,7 @@
 
 mod args;
 mod checks;
+mod formation;
 mod logs;
 mod pg;
 mod replica;

@@ -131,9 +131,75 @@ impl Postgres {
     /// The port of the server that takes writes now (`inet_server_port()` through the
     /// multi-host URL with `target_session_attrs=read-write`, as libpq picks it).
     pub async fn primary_port(&self) -> Result<String, String> {
+        self.psql_on(&self.primary_url(), "SELECT inet_server_port()")
+            .await
+    }
+
+    /// The run's URL with `target_session_attrs=read-write`: the server that takes writes.
+    fn primary_url(&self) -> String {
         let separator = if self.url.contains('?') { '&' } else { '?' };
-        let url = format!("{}{separator}target_session_attrs=read-write", self.url);
-        self.psql_on(&url, "SELECT inet_server_port()").await
+        format!("{}{separator}target_session_attrs=read-write", self.url)
+    }
+
+    /// Of the idempotency keys `keys`, those that no row of the outbox carries (read on the
+    /// primary). The statement goes through `psql`'s standard input: ten thousand keys are
+    /// more than one command-line argument may hold.
+    pub async fn missing_from_outbox(&self, keys: &[String]) -> Result<Vec<String>, String> {
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let list = keys
+            .iter()
+            .map(|k| format!("'{}'", k.replace('\'', "''")))
+            .collect::<Vec<_>>()
+            .join(",");
+        let sql = format!(
+            "SELECT k FROM unnest(ARRAY[{list}]::text[]) AS k WHERE NOT EXISTS \
+             (SELECT 1 FROM tenantry_lifecycle_outbox o WHERE o.idempotency_key = k);\n"
+        );
+        let mut child = Command::new(self.bindir.join("psql"))
+            .args([
+                "-X",
+                "-q",
+                "-A",
+                "-t",
+                "-v",
+                "ON_ERROR_STOP=1",
+                "-f",
+                "-",
+                "-d",
+            ])
+            .arg(self.primary_url())
+            .env("PGAPPNAME", "tenantry-chaos")
+            .env("PGCONNECT_TIMEOUT", "10")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("cannot run psql: {e}"))?;
+        if let Some(mut stdin) = child.stdin.take() {
+            use tokio::io::AsyncWriteExt as _;
+            stdin
+                .write_all(sql.as_bytes())
+                .await
+                .map_err(|e| format!("write to psql: {e}"))?;
+        }
+        let out = child
+            .wait_with_output()
+            .await
+            .map_err(|e| format!("psql: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "psql failed ({}): {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+        Ok(String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(str::to_owned)
+            .collect())
     }
 
     /// `pg_autoctl perform failover` on the formation's monitor: waits until the standby
@@ -143,22 +209,11 @@ impl Postgres {
             return Err("no failover formation (--ha-monitor)".to_owned());
         };
         let before = self.primary_port().await?;
-        // Through `env`: `runuser` resets `PATH`, and pg_autoctl finds `pg_ctl` on it.
-        let mut cmd = self.server_tool(PathBuf::from("/usr/bin/env"));
+        let mut cmd = self.autoctl_command();
         if let Some(parent) = monitor.parent() {
             cmd.current_dir(parent);
         }
-        let mut path = std::ffi::OsString::from("PATH=");
-        path.push(path_with(&self.bindir));
-        cmd.arg(path)
-            .args([
-                "pg_autoctl",
-                "perform",
-                "failover",
-                "--wait",
-                "120",
-                "--pgdata",
-            ])
+        cmd.args(["perform", "failover", "--wait", "120", "--pgdata"])
             .arg(monitor)
             .stdin(Stdio::null());
         let out = cmd
@@ -175,6 +230,16 @@ impl Postgres {
         }
         let after = self.primary_port().await?;
         Ok((before, after))
+    }
+
+    /// `pg_autoctl`, as the `postgres` user when the harness runs as root, through `env`:
+    /// `runuser` resets `PATH`, and pg_autoctl finds `pg_ctl` on it.
+    pub(crate) fn autoctl_command(&self) -> Command {
+        let mut cmd = self.server_tool(PathBuf::from("/usr/bin/env"));
+        let mut path = std::ffi::OsString::from("PATH=");
+        path.push(path_with(&self.bindir));
+        cmd.arg(path).arg("pg_autoctl");
+        cmd
     }
 
     /// Sessions of the run's database `idle in transaction` for more than 5 s (pid,

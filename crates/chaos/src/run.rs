@@ -176,6 +176,8 @@ struct Harness {
     failovers: Vec<checks::FailoverRecord>,
     /// The replica whose wall clock is stepped now, and when it steps back.
     clock_back: Option<(usize, Instant)>,
+    /// The idempotency keys the admin API acknowledged with 202 so far (the workload adds).
+    acknowledged: workload::Acknowledged,
     /// The fenced-writes workload's writer processes (none: no workload).
     writers: Writers,
     /// When the writers were killed at the end of the fault phase.
@@ -305,6 +307,7 @@ async fn run(args: &ChaosArgs) -> Result<(ChaosReport, PathBuf), String> {
         .map_err(|e| e.to_string())?;
 
     let plan = workload::plan(args.seed, scale, &run_id);
+    let acknowledged = workload::Acknowledged::default();
     let mut harness = Harness {
         replicas,
         db,
@@ -319,6 +322,7 @@ async fn run(args: &ChaosArgs) -> Result<(ChaosReport, PathBuf), String> {
         clock_steps: Vec::new(),
         failovers: Vec::new(),
         clock_back: None,
+        acknowledged: acknowledged.clone(),
         writers: fence_writers,
         writers_killed_at: None,
     };
@@ -341,7 +345,14 @@ async fn run(args: &ChaosArgs) -> Result<(ChaosReport, PathBuf), String> {
     let drive_deadline = Instant::now() + Duration::from_secs(args.timeout) * 2;
     let submitted = AtomicBool::new(false);
     let drive = async {
-        let driven = workload::drive(&client, &plan, enqueued.clone(), drive_deadline).await;
+        let driven = workload::drive_recording(
+            &client,
+            &plan,
+            enqueued.clone(),
+            &acknowledged,
+            drive_deadline,
+        )
+        .await;
         submitted.store(true, Ordering::SeqCst);
         driven
     };
@@ -576,20 +587,11 @@ impl Harness {
                 let detail = self.step_clock(i, fault.clock_step, fault.hold).await;
                 self.event(fault.kind, Some(i), detail);
             }
-            FaultKind::Failover => {
-                let started = Instant::now();
-                let outcome = match self.db.pg() {
-                    Some(pg) => pg.failover().await,
-                    None => Err("no PostgreSQL".to_owned()),
+            FaultKind::Failover | FaultKind::PrimaryKill | FaultKind::StandbyKill => {
+                let detail = match self.db.pg().cloned() {
+                    Some(pg) => self.formation_fault(&pg, fault).await,
+                    None => "no PostgreSQL".to_owned(),
                 };
-                let detail = match &outcome {
-                    Ok((before, after)) => format!(
-                        "primary moved from port {before} to port {after} in {} ms",
-                        started.elapsed().as_millis()
-                    ),
-                    Err(e) => format!("failed: {e}"),
-                };
-                self.failovers.push(checks::FailoverRecord { outcome });
                 self.last_database_fault = Some(Instant::now());
                 self.event(fault.kind, None, detail);
             }
@@ -606,6 +608,87 @@ impl Harness {
                 self.event(fault.kind, None, detail);
             }
         }
+    }
+
+    /// A fault of the failover formation, once it has one primary and one standby: a
+    /// failover, a crash of the primary (the monitor promotes the standby; the crashed node is
+    /// started again `hold` later) or of the standby (started again after `hold`). After a
+    /// move of the primary, the new primary's outbox is checked for every command
+    /// acknowledged before the fault began. Returns the event's detail.
+    async fn formation_fault(&mut self, pg: &crate::pg::Postgres, fault: ScheduledFault) -> String {
+        let (primary, standby) = match pg.wait_healthy().await {
+            Ok(nodes) => nodes,
+            Err(e) => {
+                if fault.kind != FaultKind::StandbyKill {
+                    self.failovers.push(checks::FailoverRecord {
+                        cause: fault.kind.as_str(),
+                        outcome: Err(e.clone()),
+                        acknowledged: 0,
+                        missing: Ok(Vec::new()),
+                    });
+                }
+                return format!("not injected: {e}");
+            }
+        };
+        let acknowledged: Vec<String> = self
+            .acknowledged
+            .snapshot()
+            .into_iter()
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        let started = Instant::now();
+        let outcome = match fault.kind {
+            FaultKind::Failover => pg.failover().await,
+            FaultKind::PrimaryKill => match pg.crash_node(&primary.name).await {
+                Ok(_) => {
+                    let promoted = pg.wait_promoted(&primary.name).await;
+                    tokio::time::sleep(fault.hold).await;
+                    let back = pg.restart_node(&primary.name);
+                    promoted.and_then(|new| {
+                        back.map(|()| (primary.port.to_string(), new.port.to_string()))
+                    })
+                }
+                Err(e) => Err(e),
+            },
+            _ => {
+                let crashed = pg.crash_node(&standby.name).await;
+                tokio::time::sleep(fault.hold).await;
+                let back = pg.restart_node(&standby.name);
+                return match crashed.and(back) {
+                    Ok(()) => format!(
+                        "standby {} (port {}) crashed, started again after {} ms",
+                        standby.name,
+                        standby.port,
+                        fault.hold.as_millis()
+                    ),
+                    Err(e) => format!("failed: {e}"),
+                };
+            }
+        };
+        let took = started.elapsed().as_millis();
+        let missing = match &outcome {
+            Ok(_) => pg.missing_from_outbox(&acknowledged).await,
+            Err(_) => Ok(Vec::new()),
+        };
+        let detail = match (&outcome, &missing) {
+            (Ok((before, after)), Ok(missing)) => format!(
+                "primary moved from port {before} to port {after} in {took} ms; {} of {} acknowledged commands missing from the outbox",
+                missing.len(),
+                acknowledged.len()
+            ),
+            (Ok((before, after)), Err(e)) => format!(
+                "primary moved from port {before} to port {after} in {took} ms; outbox not read: {e}"
+            ),
+            (Err(e), _) => format!("failed: {e}"),
+        };
+        self.failovers.push(checks::FailoverRecord {
+            cause: fault.kind.as_str(),
+            outcome,
+            acknowledged: acknowledged.len(),
+            missing,
+        });
+        detail
     }
 
     /// The fenced-writes check: the writers' journals against the stored counters.
@@ -833,6 +916,7 @@ impl Harness {
         checks.push(checks::clock_steps_took_effect(&self.clock_steps));
         if self.db.pg().is_some_and(|pg| pg.ha_monitor.is_some()) {
             checks.push(checks::failovers_moved_the_primary(&self.failovers));
+            checks.push(checks::acknowledged_survived_failovers(&self.failovers));
         }
         let takeovers = self.pauses.iter().map(|p| p.taken_over.len() as u64).sum();
         let lease_lost = logs.values().map(|l| l.dropped.len() as u64).sum();

@@ -38,11 +38,19 @@ pub enum FaultKind {
     /// standby is promoted and the primary demoted; replicas find the new primary through
     /// their multi-host URL (issue 30).
     Failover,
+    /// A crash of the formation's primary node: SIGKILL of its `pg_autoctl` keeper, its
+    /// postmaster and backends; the monitor promotes the standby, and the crashed node is
+    /// started again `hold` after the promotion (it rejoins as the standby).
+    PrimaryKill,
+    /// A crash of the formation's standby node, started again after `hold`: while it is down
+    /// the primary's commits wait for a synchronous standby until the monitor lets the
+    /// primary go on alone.
+    StandbyKill,
 }
 
 impl FaultKind {
     /// Every kind, in report order.
-    pub const ALL: [FaultKind; 8] = [
+    pub const ALL: [FaultKind; 10] = [
         FaultKind::Kill,
         FaultKind::Pause,
         FaultKind::TerminateConnections,
@@ -51,6 +59,8 @@ impl FaultKind {
         FaultKind::ClockStep,
         FaultKind::KillFenceWriter,
         FaultKind::Failover,
+        FaultKind::PrimaryKill,
+        FaultKind::StandbyKill,
     ];
 
     /// Stable name (report, JSON).
@@ -64,6 +74,8 @@ impl FaultKind {
             FaultKind::ClockStep => "wall_clock_step",
             FaultKind::KillFenceWriter => "sigkill_fence_writer",
             FaultKind::Failover => "pg_failover",
+            FaultKind::PrimaryKill => "pg_primary_kill",
+            FaultKind::StandbyKill => "pg_standby_kill",
         }
     }
 }
@@ -138,7 +150,9 @@ impl Schedule {
                 FaultKind::RestartDatabase => caps.restartable,
                 FaultKind::ClockStep => caps.clock_step,
                 FaultKind::KillFenceWriter => caps.fence_writers > 0,
-                FaultKind::Failover => caps.failover,
+                FaultKind::Failover | FaultKind::PrimaryKill | FaultKind::StandbyKill => {
+                    caps.failover
+                }
             })
             .collect();
         // The wall clock is stepped twice in the opening: once forward and once back.
@@ -146,11 +160,14 @@ impl Schedule {
             opening.push(FaultKind::ClockStep);
         }
         opening.shuffle(&mut rng);
-        // On a failover formation the run opens with a failover, so that even a short run
-        // has its replicas follow one (issue 30); more are drawn by weight later.
-        if let Some(at) = opening.iter().position(|k| *k == FaultKind::Failover) {
-            opening.remove(at);
-            opening.insert(0, FaultKind::Failover);
+        // On a failover formation the run opens with a failover and then a crash of the
+        // primary, so that even a short run has its replicas follow both (issue 30); more are
+        // drawn by weight later.
+        for (place, kind) in [(0, FaultKind::Failover), (1, FaultKind::PrimaryKill)] {
+            if let Some(at) = opening.iter().position(|k| *k == kind) {
+                opening.remove(at);
+                opening.insert(place, kind);
+            }
         }
         let step_forward = rng.random_bool(0.5);
         Self {
@@ -190,6 +207,10 @@ impl Schedule {
             FaultKind::ClockStep => {
                 lease_ms.saturating_add(self.rng.random_range(0..=lease_ms.saturating_mul(2)))
             }
+            // The crashed primary comes back soon after the promotion; the standby is down
+            // long enough for the monitor to notice.
+            FaultKind::PrimaryKill => self.rng.random_range(0..=3_000),
+            FaultKind::StandbyKill => self.rng.random_range(1_000..=8_000),
             FaultKind::TerminateConnections | FaultKind::RestartDatabase | FaultKind::Failover => 0,
         });
         let count = self.rng.random_range(1..=6);
@@ -236,6 +257,8 @@ impl Schedule {
         }
         if self.caps.failover {
             weighted.push((FaultKind::Failover, 10));
+            weighted.push((FaultKind::PrimaryKill, 8));
+            weighted.push((FaultKind::StandbyKill, 8));
         }
         let total: u32 = weighted.iter().map(|(_, w)| w).sum();
         let mut roll = self.rng.random_range(0..total);
@@ -395,6 +418,11 @@ mod tests {
         for seed in 0..10 {
             let faults = draw(seed, FaultLevel::Default, caps(3, true), 200);
             assert_eq!(faults[0].kind, FaultKind::Failover, "seed {seed}");
+            assert_eq!(faults[1].kind, FaultKind::PrimaryKill, "seed {seed}");
+            assert!(
+                faults.iter().any(|f| f.kind == FaultKind::StandbyKill),
+                "seed {seed}: no standby crash"
+            );
             let later = faults[1..]
                 .iter()
                 .filter(|f| f.kind == FaultKind::Failover)
@@ -408,8 +436,11 @@ mod tests {
         assert!(
             draw(1, FaultLevel::Default, without, 200)
                 .iter()
-                .all(|f| f.kind != FaultKind::Failover),
-            "no failover without a formation"
+                .all(|f| !matches!(
+                    f.kind,
+                    FaultKind::Failover | FaultKind::PrimaryKill | FaultKind::StandbyKill
+                )),
+            "no failover or node crash without a formation"
         );
     }
 }

@@ -112,6 +112,25 @@ pub struct Driven {
     pub problems: Vec<String>,
 }
 
+/// The idempotency keys of the requests the admin API answered with 202, in the order the
+/// answers came; clones share one list. The chaos harness reads it before a failover and
+/// checks afterwards that every key it held is in the outbox.
+#[derive(Debug, Clone, Default)]
+pub struct Acknowledged(Arc<std::sync::Mutex<Vec<String>>>);
+
+impl Acknowledged {
+    /// The keys acknowledged so far (a replayed request's key appears twice).
+    pub fn snapshot(&self) -> Vec<String> {
+        self.0.lock().map(|keys| keys.clone()).unwrap_or_default()
+    }
+
+    fn push(&self, key: &str) {
+        if let Ok(mut keys) = self.0.lock() {
+            keys.push(key.to_owned());
+        }
+    }
+}
+
 /// Drives every planned control space through the admin API; `enqueued` counts commands as
 /// they are accepted (for the progress bar). Waits for a control space to be active before a
 /// late deletion or a revocation, until `deadline`.
@@ -121,10 +140,26 @@ pub async fn drive(
     enqueued: Arc<AtomicU64>,
     deadline: Instant,
 ) -> Driven {
+    drive_recording(client, plan, enqueued, &Acknowledged::default(), deadline).await
+}
+
+/// [`drive`], adding the idempotency key of every request answered with 202 to
+/// `acknowledged` as the answer arrives.
+pub async fn drive_recording(
+    client: &AdminClient,
+    plan: &Plan,
+    enqueued: Arc<AtomicU64>,
+    acknowledged: &Acknowledged,
+    deadline: Instant,
+) -> Driven {
     let results: Vec<Driven> = futures::stream::iter(plan.spaces.iter())
         .map(|space| {
             let enqueued = enqueued.clone();
-            async move { drive_one(client, &plan.key_prefix, space, &enqueued, deadline).await }
+            let sink = Sink {
+                client,
+                acknowledged,
+            };
+            async move { drive_one(sink, &plan.key_prefix, space, &enqueued, deadline).await }
         })
         .buffer_unordered(CONCURRENCY)
         .collect()
@@ -138,16 +173,41 @@ pub async fn drive(
     total
 }
 
+/// Where a driven request goes, and where its acknowledgement is written down.
+#[derive(Clone, Copy)]
+struct Sink<'a> {
+    client: &'a AdminClient,
+    acknowledged: &'a Acknowledged,
+}
+
+impl Sink<'_> {
+    /// Sends one command request; `Ok` with the body when it was answered 202.
+    async fn accepted(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+        key: &str,
+    ) -> Result<Value, String> {
+        let answer = self
+            .client
+            .expect(202, method, path, body, Some(key))
+            .await
+            .map_err(|e: ClientError| e.to_string())?;
+        self.acknowledged.push(key);
+        Ok(answer)
+    }
+}
+
 async fn drive_one(
-    client: &AdminClient,
+    sink: Sink<'_>,
     prefix: &str,
     space: &Planned,
     enqueued: &AtomicU64,
     deadline: Instant,
 ) -> Driven {
     let mut driven = Driven::default();
-    if let Err(problem) = drive_steps(client, prefix, space, enqueued, deadline, &mut driven).await
-    {
+    if let Err(problem) = drive_steps(sink, prefix, space, enqueued, deadline, &mut driven).await {
         driven.problems.push(format!(
             "{}/{}: {problem}",
             space.tenant, space.control_space
@@ -157,7 +217,7 @@ async fn drive_one(
 }
 
 async fn drive_steps(
-    client: &AdminClient,
+    sink: Sink<'_>,
     prefix: &str,
     space: &Planned,
     enqueued: &AtomicU64,
@@ -173,14 +233,19 @@ async fn drive_steps(
         "description": "created by tenantry demo",
     });
     let create_key = format!("{prefix}-create-{cs}");
-    let created = accepted(client, Method::POST, &base, Some(&body), &create_key).await?;
+    let client = sink.client;
+    let created = sink
+        .accepted(Method::POST, &base, Some(&body), &create_key)
+        .await?;
     let count = |driven: &mut Driven| {
         driven.commands += 1;
         enqueued.fetch_add(1, Ordering::Relaxed);
     };
     count(driven);
     if space.replay {
-        let again = accepted(client, Method::POST, &base, Some(&body), &create_key).await?;
+        let again = sink
+            .accepted(Method::POST, &base, Some(&body), &create_key)
+            .await?;
         if again["operation_id"] == created["operation_id"] && again["replayed"] == json!(true) {
             driven.replays_matched += 1;
         } else {
@@ -196,8 +261,7 @@ async fn drive_steps(
             if matches!(space.fate, Fate::DeleteLate) {
                 wait_active(client, &path, deadline).await?;
             }
-            accepted(
-                client,
+            sink.accepted(
                 Method::DELETE,
                 &path,
                 None,
@@ -211,8 +275,7 @@ async fn drive_steps(
             for g in 0..grants {
                 let revoke = format!("{path}/grants/grant-{g}/revocations");
                 let body = json!({"reason_code": "demo_revocation"});
-                accepted(
-                    client,
+                sink.accepted(
                     Method::POST,
                     &revoke,
                     Some(&body),
@@ -224,19 +287,6 @@ async fn drive_steps(
         }
     }
     Ok(())
-}
-
-async fn accepted(
-    client: &AdminClient,
-    method: Method,
-    path: &str,
-    body: Option<&Value>,
-    key: &str,
-) -> Result<Value, String> {
-    client
-        .expect(202, method, path, body, Some(key))
-        .await
-        .map_err(|e: ClientError| e.to_string())
 }
 
 async fn wait_active(client: &AdminClient, path: &str, deadline: Instant) -> Result<(), String> {
