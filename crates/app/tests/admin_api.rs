@@ -672,3 +672,81 @@ async fn fence_clear_through_the_api_waits_for_a_dispatch_in_flight_in_the_proce
         "it cleared the fence the dispatch left"
     );
 }
+
+/// A loopback relay to a server that can be frozen: every byte stops flowing and every
+/// connection stays open, as when the database's host stops answering.
+async fn freezable_relay(server: String) -> (u16, tokio::sync::watch::Sender<bool>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (freeze, frozen) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        while let Ok((mut client, _)) = listener.accept().await {
+            let server = server.clone();
+            let mut frozen = frozen.clone();
+            tokio::spawn(async move {
+                if *frozen.borrow() {
+                    std::future::pending::<()>().await;
+                }
+                let Ok(mut upstream) = tokio::net::TcpStream::connect(&server).await else {
+                    return;
+                };
+                tokio::select! {
+                    _ = frozen.changed() => {
+                        // Hold both ends open and silent.
+                        let _held = (&client, &upstream);
+                        std::future::pending::<()>().await;
+                    }
+                    _ = tokio::io::copy_bidirectional(&mut client, &mut upstream) => {}
+                }
+            });
+        }
+    });
+    (port, freeze)
+}
+
+#[tokio::test]
+async fn readyz_answers_503_within_seconds_when_the_database_stops_answering() {
+    let test = tenantry_store_seaorm::testing::fresh_database().await;
+    if test.backend() != tenantry_store_seaorm::Backend::Postgres {
+        return; // A frozen host needs a network database.
+    }
+    let url = test.url().to_owned();
+    let rest = url.split_once("://").unwrap().1;
+    let (authority, path) = rest.split_once('/').unwrap();
+    let (user, server) = authority.rsplit_once('@').unwrap();
+    let (port, freeze) = freezable_relay(server.to_owned()).await;
+    let db =
+        tenantry_store_seaorm::connect(&format!("postgres://{user}@127.0.0.1:{port}/{path}"), 4)
+            .await
+            .unwrap();
+    let (_, remote) = tenantry_testkit::knowledge_fs::ReferenceRemote::start(
+        tenantry_testkit::knowledge_fs::RemoteConfig::default(),
+    )
+    .await
+    .unwrap();
+    let service = tenantry_app::service::Service::start(&common::test_config(&remote), db)
+        .await
+        .unwrap();
+    let http = common::http_client();
+    let readyz = format!("http://{}/readyz", service.addr());
+    assert_eq!(http.get(&readyz).send().await.unwrap().status(), 200);
+    freeze.send(true).unwrap();
+    let asked = std::time::Instant::now();
+    let response = http
+        .get(&readyz)
+        .timeout(Duration::from_secs(8))
+        .send()
+        .await
+        .expect("/readyz answers while the database is silent");
+    assert_eq!(response.status(), 503);
+    assert!(
+        asked.elapsed() < Duration::from_secs(4),
+        "answered after {:?}",
+        asked.elapsed()
+    );
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["code"], "DATABASE_UNREACHABLE", "{body}");
+    // The healthz probe does not depend on the database.
+    let healthz = format!("http://{}/healthz", service.addr());
+    assert_eq!(http.get(&healthz).send().await.unwrap().status(), 200);
+}

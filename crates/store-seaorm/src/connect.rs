@@ -201,6 +201,19 @@ pub enum ConnectError {
         /// `host:port` from the URL.
         server: String,
     },
+    /// The server refused one of the driver's prepared statements as already existing or
+    /// missing (`prepared statement "sqlx_s_1" already exists`): the URL points at a
+    /// connection pooler in transaction mode (PgBouncer `pool_mode = transaction`), which hands
+    /// each transaction a different server session, while the driver prepares each statement
+    /// once per connection. Tenantry needs the server itself or a session-mode pool
+    /// (docs/operations.md, "Connection poolers").
+    #[error(
+        "the database lost the driver's prepared statements between two statements ({cause}): it is reached through a connection pooler in transaction mode (PgBouncer pool_mode = transaction), which Tenantry cannot use; point database_url at the PostgreSQL server or at a pool in session mode (pool_mode = session)"
+    )]
+    TransactionPooler {
+        /// The server's refusal.
+        cause: String,
+    },
     /// The database opened but migrating its schema failed (e.g. a table Tenantry would create
     /// already exists and is not Tenantry's); the source says which and what to do.
     #[error("cannot migrate the database schema: {source}")]
@@ -291,7 +304,11 @@ impl Database {
     pub async fn migrate(&self, mechanisms: Mechanisms) -> Result<(), ConnectError> {
         tenantry_migrations::migrate(&self.conn, mechanisms)
             .await
-            .map_err(|source| ConnectError::Migrate { source })
+            .map_err(|source| {
+                pooled_statement_clash(&source.to_string())
+                    .map(|cause| ConnectError::TransactionPooler { cause })
+                    .unwrap_or(ConnectError::Migrate { source })
+            })
     }
 
     /// Checks, without writing anything, that every migration of the selected mechanisms is
@@ -324,7 +341,11 @@ impl Database {
             &[LEGACY_HISTORY_TABLE, host_history_table],
         )
         .await
-        .map_err(|source| ConnectError::SchemaCheck { source })?;
+        .map_err(|source| {
+            pooled_statement_clash(&source.to_string())
+                .map(|cause| ConnectError::TransactionPooler { cause })
+                .unwrap_or(ConnectError::SchemaCheck { source })
+        })?;
         match pending.first() {
             None => Ok(()),
             Some(first) => Err(ConnectError::SchemaNotCurrent {
@@ -528,17 +549,26 @@ async fn refuse_read_only(conn: &DatabaseConnection, url: &str) -> Result<(), Co
             "SHOW transaction_read_only",
         ))
         .await
-        .map_err(|source| ConnectError::Open { source })?;
+        .map_err(open_failed)?;
     let read_only: Option<String> = row
         .map(|row| row.try_get("", "transaction_read_only"))
         .transpose()
-        .map_err(|source| ConnectError::Open { source })?;
+        .map_err(open_failed)?;
     if read_only.as_deref() == Some("on") {
         let server = postgres_server(url)
             .map_or_else(|| "(unknown)".to_owned(), |(h, p)| format!("{h}:{p}"));
         return Err(ConnectError::ReadOnlyServer { server });
     }
     Ok(())
+}
+
+/// [`ConnectError::Open`], or [`ConnectError::TransactionPooler`] when the refusal is a
+/// pooler's lost prepared statement.
+fn open_failed(source: DbErr) -> ConnectError {
+    match pooled_statement_clash(&source.to_string()) {
+        Some(cause) => ConnectError::TransactionPooler { cause },
+        None => ConnectError::Open { source },
+    }
 }
 
 /// How long [`open_error`] waits for a TCP connection to the server.
@@ -576,7 +606,7 @@ async fn open_error(url: &str, backend: Backend, source: DbErr) -> ConnectError 
         .then(|| postgres_server(url))
         .flatten();
     let Some((host, port)) = server else {
-        return ConnectError::Open { source };
+        return open_failed(source);
     };
     let server = format!("{host}:{port}");
     let cause = if host.starts_with('/') {
@@ -632,10 +662,54 @@ fn probe(target: &(String, u16)) -> String {
     last
 }
 
+/// The server's refusal inside `message` when it refused one of the driver's named prepared
+/// statements (`sqlx_s_<n>`) as already existing (SQLSTATE 42P05) or missing (26000): what a
+/// connection pooler in transaction mode causes, as it gives each transaction another
+/// server session. `None` for any other message.
+pub(crate) fn pooled_statement_clash(message: &str) -> Option<String> {
+    let start = message.find("prepared statement \"sqlx_s_")?;
+    let rest = &message[start..];
+    ["already exists", "does not exist"]
+        .into_iter()
+        .find_map(|tail| {
+            rest.find(tail)
+                .map(|end| rest[..end + tail.len()].to_owned())
+        })
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    #[test]
+    fn a_prepared_statement_clash_is_recognised_as_a_transaction_pooler() {
+        let clash = pooled_statement_clash(
+            "cannot adopt Tenantry's migration history from seaql_migrations: Query Error: error returned from database: prepared statement \"sqlx_s_1\" already exists at line 412",
+        );
+        assert_eq!(
+            clash.as_deref(),
+            Some("prepared statement \"sqlx_s_1\" already exists")
+        );
+        assert_eq!(
+            pooled_statement_clash("prepared statement \"sqlx_s_12\" does not exist").as_deref(),
+            Some("prepared statement \"sqlx_s_12\" does not exist")
+        );
+        // A host's own statement, or another refusal, is not ours to explain.
+        assert_eq!(
+            pooled_statement_clash("prepared statement \"mine\" already exists"),
+            None
+        );
+        assert_eq!(
+            pooled_statement_clash("relation \"sqlx_s_1\" already exists"),
+            None
+        );
+        let message = ConnectError::TransactionPooler {
+            cause: clash.unwrap_or_default(),
+        }
+        .to_string();
+        assert!(message.contains("pool_mode = session"), "{message}");
+    }
 
     /// A PostgreSQL server that refuses connections is named with its host and port and what
     /// the connection answered, not only "pool timed out".

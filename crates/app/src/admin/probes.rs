@@ -47,7 +47,14 @@ pub async fn healthz() -> Json<HealthAnswer> {
     Json(HealthAnswer { status: "ok" })
 }
 
-/// `GET /readyz`: the database answers and the service is not shutting down.
+/// How long `/readyz` waits for the database before it answers 503: 2 seconds. A host that
+/// stopped answering (a primary's machine gone, a network partition) would otherwise hold the
+/// probe for the pool's 10-second acquire timeout, longer than a load balancer's own probe
+/// timeout.
+pub const READINESS_DATABASE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// `GET /readyz`: the database answers within [`READINESS_DATABASE_TIMEOUT`] and the service
+/// is not shutting down.
 #[utoipa::path(
     get,
     path = "/readyz",
@@ -71,14 +78,33 @@ pub async fn readyz(State(state): State<AdminState>) -> Response {
         limit: 1,
         ..CommandFilter::default()
     };
-    if let Err(e) = state.store.list_commands(&probe).await {
-        return AdminApiError::internal(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "DATABASE_UNREACHABLE",
-            "database does not answer",
-            e,
-        )
-        .into_response();
+    match tokio::time::timeout(
+        READINESS_DATABASE_TIMEOUT,
+        state.store.list_commands(&probe),
+    )
+    .await
+    {
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => {
+            return AdminApiError::internal(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "DATABASE_UNREACHABLE",
+                "database does not answer",
+                e,
+            )
+            .into_response();
+        }
+        Err(_) => {
+            return AdminApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "DATABASE_UNREACHABLE",
+                format!(
+                    "database did not answer within {} s (no writable server reachable?)",
+                    READINESS_DATABASE_TIMEOUT.as_secs()
+                ),
+            )
+            .into_response();
+        }
     }
     let ready = |directory| {
         Json(ReadyAnswer {
