@@ -28,6 +28,16 @@ struct Relay {
 
 impl Relay {
     async fn start(server: String) -> Self {
+        Self::start_as(server, false).await
+    }
+
+    /// A relay whose sessions are read-only, as a hot standby's are: it adds `-c
+    /// default_transaction_read_only=on` to the `options` of each session's startup message.
+    async fn standby(server: String) -> Self {
+        Self::start_as(server, true).await
+    }
+
+    async fn start_as(server: String, read_only: bool) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let connections = Arc::new(AtomicUsize::new(0));
@@ -50,6 +60,9 @@ impl Relay {
                     let Ok(mut upstream) = TcpStream::connect(&server).await else {
                         return;
                     };
+                    if read_only && startup_read_only(&mut client, &mut upstream).await.is_err() {
+                        return;
+                    }
                     tokio::select! {
                         _ = killed.changed() => {}
                         _ = tokio::io::copy_bidirectional(&mut client, &mut upstream) => {}
@@ -70,6 +83,61 @@ impl Relay {
 
     fn kill(&self) {
         self.kill.send(true).unwrap();
+    }
+}
+
+/// Relays the start of a session from `client` to `upstream`, adding `-c
+/// default_transaction_read_only=on` to the startup message's `options` (PostgreSQL's
+/// frontend/backend protocol 3.0: an `SSLRequest` the server declines with `N` may come
+/// first; the startup message is a length, the version and `name\0value\0` pairs ending in
+/// `\0`).
+async fn startup_read_only(
+    client: &mut TcpStream,
+    upstream: &mut TcpStream,
+) -> std::io::Result<()> {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    const SSL_REQUEST: u32 = 80_877_103;
+    loop {
+        let length = client.read_u32().await?;
+        let mut body = vec![0; usize::try_from(length).unwrap() - 4];
+        client.read_exact(&mut body).await?;
+        let code = u32::from_be_bytes(body[..4].try_into().unwrap());
+        if code == SSL_REQUEST {
+            upstream.write_u32(length).await?;
+            upstream.write_all(&body).await?;
+            let answer = upstream.read_u8().await?;
+            client.write_u8(answer).await?;
+            assert_eq!(
+                answer, b'N',
+                "the test server must not use TLS for this relay"
+            );
+            continue;
+        }
+        let mut pairs: Vec<Vec<u8>> = body[4..].split(|b| *b == 0).map(<[u8]>::to_vec).collect();
+        pairs.retain(|p| !p.is_empty());
+        let extra = b"-c default_transaction_read_only=on".to_vec();
+        match pairs.chunks(2).position(|kv| kv[0] == b"options") {
+            Some(i) => {
+                let value = &mut pairs[i * 2 + 1];
+                value.push(b' ');
+                value.extend(extra);
+            }
+            None => {
+                pairs.push(b"options".to_vec());
+                pairs.push(extra);
+            }
+        }
+        let mut message = body[..4].to_vec();
+        for p in pairs {
+            message.extend(p);
+            message.push(0);
+        }
+        message.push(0);
+        upstream
+            .write_u32(u32::try_from(message.len() + 4).unwrap())
+            .await?;
+        upstream.write_all(&message).await?;
+        return Ok(());
     }
 }
 
@@ -106,6 +174,43 @@ async fn a_host_list_skips_a_dead_host_and_migrates_on_the_first_writable_one() 
     let binding = Binding::parse("b1").unwrap();
     storage.set(&binding, "k", &json!(1)).await.unwrap();
     assert_eq!(storage.get(&binding, "k").await.unwrap(), Some(json!(1)));
+    db.conn.close().await.unwrap();
+}
+
+/// Issue 30: the formation's URL lists the standby first (as after a failover): the pool
+/// skips it for the writable host and migrates and writes there.
+#[tokio::test]
+async fn a_host_list_whose_first_host_is_a_standby_connects_to_the_second() {
+    let Some(test) = postgres().await else { return };
+    let (user, server, database) = parts(test.url());
+    let standby = Relay::standby(server.clone()).await;
+    let primary = Relay::start(server.clone()).await;
+    // The standby relay on its own is read-only, and refused as such.
+    let alone = format!("postgres://{user}@127.0.0.1:{}/{database}", standby.port);
+    assert!(
+        matches!(
+            connect(&alone, 1).await.unwrap_err(),
+            ConnectError::ReadOnlyServer { .. }
+        ),
+        "the standby relay's sessions are read-only"
+    );
+    let url = format!(
+        "postgres://{user}@127.0.0.1:{},127.0.0.1:{}/{database}",
+        standby.port, primary.port
+    );
+    let db = connect(&url, 2).await.unwrap();
+    let storage = SeaOrmHostStorage::new(&db);
+    let binding = Binding::parse("b1").unwrap();
+    storage
+        .set(&binding, "k", &json!("on the primary"))
+        .await
+        .unwrap();
+    assert_eq!(
+        storage.get(&binding, "k").await.unwrap(),
+        Some(json!("on the primary"))
+    );
+    assert!(standby.connections() > 0, "the standby was asked first");
+    assert!(primary.connections() > 0);
     db.conn.close().await.unwrap();
 }
 
