@@ -85,30 +85,14 @@ impl Postgres {
     /// # Errors
     /// Not healthy within [`SETTLE_LIMIT`] (with the last states seen).
     pub async fn wait_healthy(&self) -> Result<(Node, Node), String> {
-        let deadline = Instant::now() + SETTLE_LIMIT;
-        loop {
-            let last;
-            match self.nodes().await {
-                Ok(nodes) => {
-                    let primary = nodes.iter().find(|n| n.is_writable());
-                    let standby = nodes.iter().find(|n| n.is_standby());
-                    if let (Some(p), Some(s)) = (primary, standby) {
-                        if p.reported == "primary" {
-                            return Ok((p.clone(), s.clone()));
-                        }
-                    }
-                    last = describe(&nodes);
-                }
-                Err(e) => last = e,
-            }
-            if Instant::now() >= deadline {
-                return Err(format!(
-                    "the formation has no primary and standby after {} s ({last})",
-                    SETTLE_LIMIT.as_secs()
-                ));
-            }
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
+        self.wait_until("no primary and standby", |nodes| {
+            let primary = nodes
+                .iter()
+                .find(|n| n.is_writable() && n.reported == "primary");
+            let standby = nodes.iter().find(|n| n.is_standby());
+            Some((primary?.clone(), standby?.clone()))
+        })
+        .await
     }
 
     /// Waits until a node other than `not` takes writes (the monitor promoted the standby).
@@ -116,21 +100,34 @@ impl Postgres {
     /// # Errors
     /// No promotion within [`SETTLE_LIMIT`].
     pub async fn wait_promoted(&self, not: &str) -> Result<Node, String> {
+        self.wait_until(&format!("no node took over from {not}"), |nodes| {
+            nodes
+                .iter()
+                .find(|n| n.name != not && n.is_writable())
+                .cloned()
+        })
+        .await
+    }
+
+    /// Polls the monitor every 250 ms until `pick` finds what it looks for in the nodes'
+    /// states; after [`SETTLE_LIMIT`] fails with `missing` and the last states seen.
+    async fn wait_until<T>(
+        &self,
+        missing: &str,
+        pick: impl Fn(&[Node]) -> Option<T>,
+    ) -> Result<T, String> {
         let deadline = Instant::now() + SETTLE_LIMIT;
         loop {
-            let last;
-            match self.nodes().await {
-                Ok(nodes) => {
-                    if let Some(n) = nodes.iter().find(|n| n.name != not && n.is_writable()) {
-                        return Ok(n.clone());
-                    }
-                    last = describe(&nodes);
-                }
-                Err(e) => last = e,
-            }
+            let last = match self.nodes().await {
+                Ok(nodes) => match pick(&nodes) {
+                    Some(found) => return Ok(found),
+                    None => describe(&nodes),
+                },
+                Err(e) => e,
+            };
             if Instant::now() >= deadline {
                 return Err(format!(
-                    "no node took over from {not} within {} s ({last})",
+                    "{missing} after {} s ({last})",
                     SETTLE_LIMIT.as_secs()
                 ));
             }
