@@ -527,6 +527,86 @@ mod tests {
         assert_eq!(described, documented);
     }
 
+    /// The alert rules and the dashboard in `deploy/` (docs/operations.md, "Dashboards and
+    /// alerts") name only series of [`SERIES`] (a histogram's `_bucket`, `_sum` and `_count`
+    /// included), so a renamed series cannot leave them silently empty.
+    #[test]
+    fn shipped_alerts_and_dashboard_name_only_real_series() {
+        let deploy = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy");
+        let files = [
+            "prometheus/tenantry-alerts.yml",
+            "prometheus/tenantry-alerts.test.yml",
+            "grafana/tenantry-dashboard.json",
+        ];
+        let known: Vec<&str> = SERIES.iter().map(|(name, _, _)| *name).collect();
+        let mut used = std::collections::BTreeSet::new();
+        for file in files {
+            let text = std::fs::read_to_string(deploy.join(file)).unwrap();
+            for (at, _) in text.match_indices("tenantry_") {
+                let name: String = text[at..]
+                    .chars()
+                    .take_while(|c| c.is_ascii_lowercase() || *c == '_')
+                    .collect();
+                let base = ["_bucket", "_sum", "_count"]
+                    .iter()
+                    .find_map(|suffix| name.strip_suffix(suffix))
+                    .filter(|base| known.contains(base))
+                    .unwrap_or(&name);
+                assert!(
+                    known.contains(&base),
+                    "{file} names {name}, not a series of SERIES"
+                );
+                used.insert(base.to_owned());
+            }
+        }
+        let dashboard: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(deploy.join("grafana/tenantry-dashboard.json")).unwrap(),
+        )
+        .unwrap();
+        let panels = dashboard["panels"].as_array().unwrap();
+        assert!(
+            panels
+                .iter()
+                .all(|p| p["targets"].as_array().is_some_and(|t| !t.is_empty()))
+        );
+        // Every series is on the dashboard.
+        let unused: Vec<_> = known.iter().filter(|n| !used.contains(**n)).collect();
+        assert!(
+            unused.is_empty(),
+            "series on no dashboard panel or alert: {unused:?}"
+        );
+    }
+
+    /// `promtool check rules` and `promtool test rules` on the shipped alert rules, when
+    /// `promtool` (Debian: prometheus) is installed; with `TENANTRY_REQUIRE_PROMTOOL=1` (as
+    /// `.ci/run` sets) a missing promtool fails instead of skipping.
+    #[test]
+    fn shipped_alert_rules_pass_promtool() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/prometheus");
+        let required = std::env::var_os("TENANTRY_REQUIRE_PROMTOOL").is_some();
+        for args in [
+            ["check", "rules", "tenantry-alerts.yml"],
+            ["test", "rules", "tenantry-alerts.test.yml"],
+        ] {
+            let out = match std::process::Command::new("promtool")
+                .args(args)
+                .current_dir(&dir)
+                .output()
+            {
+                Ok(out) => out,
+                Err(e) if !required && e.kind() == std::io::ErrorKind::NotFound => return,
+                Err(e) => panic!("promtool (Debian: apt-get install prometheus): {e}"),
+            };
+            assert!(
+                out.status.success(),
+                "promtool {}: {}{}",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
+
     /// Every metric name the crates record (`counter!`, `gauge!`, `histogram!` with a
     /// `"tenantry_…"` literal) is described in [`SERIES`], so it gets its `# HELP` line.
     #[test]
