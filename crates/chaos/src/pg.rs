@@ -28,9 +28,11 @@ pub struct Postgres {
 }
 
 impl Postgres {
-    /// Runs `sql` with `psql` on `url`; returns the unaligned, tuples-only output.
+    /// Runs `sql` with `psql` on `url`; returns the unaligned, tuples-only output. The
+    /// statement goes through `psql`'s standard input, so its length is not bounded by what one
+    /// command-line argument may hold (ten thousand idempotency keys are more).
     pub async fn psql_on(&self, url: &str, sql: &str) -> Result<String, String> {
-        let out = Command::new(self.bindir.join("psql"))
+        let mut child = Command::new(self.bindir.join("psql"))
             .args([
                 "-X",
                 "-q",
@@ -38,17 +40,29 @@ impl Postgres {
                 "-t",
                 "-v",
                 "ON_ERROR_STOP=1",
+                "-f",
+                "-",
                 "-d",
                 url,
-                "-c",
-                sql,
             ])
             .env("PGAPPNAME", "tenantry-chaos")
             .env("PGCONNECT_TIMEOUT", "10")
-            .stdin(Stdio::null())
-            .output()
-            .await
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
             .map_err(|e| format!("cannot run psql: {e}"))?;
+        if let Some(mut stdin) = child.stdin.take() {
+            use tokio::io::AsyncWriteExt as _;
+            stdin
+                .write_all(format!("{sql};\n").as_bytes())
+                .await
+                .map_err(|e| format!("write to psql: {e}"))?;
+        }
+        let out = child
+            .wait_with_output()
+            .await
+            .map_err(|e| format!("psql: {e}"))?;
         if out.status.success() {
             Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
         } else {
@@ -142,8 +156,7 @@ impl Postgres {
     }
 
     /// Of the idempotency keys `keys`, those that no row of the outbox carries (read on the
-    /// primary). The statement goes through `psql`'s standard input: ten thousand keys are
-    /// more than one command-line argument may hold.
+    /// primary).
     pub async fn missing_from_outbox(&self, keys: &[String]) -> Result<Vec<String>, String> {
         if keys.is_empty() {
             return Ok(Vec::new());
@@ -153,49 +166,16 @@ impl Postgres {
             .map(|k| format!("'{}'", k.replace('\'', "''")))
             .collect::<Vec<_>>()
             .join(",");
-        let sql = format!(
-            "SELECT k FROM unnest(ARRAY[{list}]::text[]) AS k WHERE NOT EXISTS \
-             (SELECT 1 FROM tenantry_lifecycle_outbox o WHERE o.idempotency_key = k);\n"
-        );
-        let mut child = Command::new(self.bindir.join("psql"))
-            .args([
-                "-X",
-                "-q",
-                "-A",
-                "-t",
-                "-v",
-                "ON_ERROR_STOP=1",
-                "-f",
-                "-",
-                "-d",
-            ])
-            .arg(self.primary_url())
-            .env("PGAPPNAME", "tenantry-chaos")
-            .env("PGCONNECT_TIMEOUT", "10")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|e| format!("cannot run psql: {e}"))?;
-        if let Some(mut stdin) = child.stdin.take() {
-            use tokio::io::AsyncWriteExt as _;
-            stdin
-                .write_all(sql.as_bytes())
-                .await
-                .map_err(|e| format!("write to psql: {e}"))?;
-        }
-        let out = child
-            .wait_with_output()
-            .await
-            .map_err(|e| format!("psql: {e}"))?;
-        if !out.status.success() {
-            return Err(format!(
-                "psql failed ({}): {}",
-                out.status,
-                String::from_utf8_lossy(&out.stderr).trim()
-            ));
-        }
-        Ok(String::from_utf8_lossy(&out.stdout)
+        let out = self
+            .psql_on(
+                &self.primary_url(),
+                &format!(
+                    "SELECT k FROM unnest(ARRAY[{list}]::text[]) AS k WHERE NOT EXISTS \
+                     (SELECT 1 FROM tenantry_lifecycle_outbox o WHERE o.idempotency_key = k)"
+                ),
+            )
+            .await?;
+        Ok(out
             .lines()
             .filter(|l| !l.trim().is_empty())
             .map(str::to_owned)

@@ -427,22 +427,6 @@ pub enum DirectoryError {
         /// The revision.
         revision: i64,
     },
-
-    // ----- tombstones -----
-    /// A tombstone is older than the stored row it would remove.
-    #[error(
-        "directory {entity} tombstone of workspace {workspace} rolled back ({stored} > {tombstone})"
-    )]
-    TombstoneRolledBack {
-        /// The workspace.
-        workspace: WorkspaceUuid,
-        /// `workspace`, `membership` or `execution state`.
-        entity: &'static str,
-        /// Stored revision.
-        stored: i64,
-        /// Tombstone revision.
-        tombstone: i64,
-    },
 }
 
 /// Declares [`RefusalRule`] with each rule's string, once.
@@ -522,7 +506,6 @@ refusal_rules! {
     ExecutionGenerationRolledBack => "execution_generation_rolled_back",
     DesiredStateRevisionRolledBack => "desired_state_revision_rolled_back",
     ExecutionRevisionConflict => "execution_revision_conflict",
-    TombstoneRolledBack => "tombstone_rolled_back",
 }
 
 impl std::fmt::Display for RefusalRule {
@@ -596,7 +579,6 @@ impl DirectoryError {
                 RefusalRule::DesiredStateRevisionRolledBack
             }
             Self::ExecutionRevisionConflict { .. } => RefusalRule::ExecutionRevisionConflict,
-            Self::TombstoneRolledBack { .. } => RefusalRule::TombstoneRolledBack,
         }
     }
 
@@ -622,8 +604,7 @@ impl DirectoryError {
             | Self::ExecutionOwnerInvalid { workspace }
             | Self::ExecutionGenerationRolledBack { workspace, .. }
             | Self::DesiredStateRevisionRolledBack { workspace, .. }
-            | Self::ExecutionRevisionConflict { workspace, .. }
-            | Self::TombstoneRolledBack { workspace, .. } => Some(workspace),
+            | Self::ExecutionRevisionConflict { workspace, .. } => Some(workspace),
             _ => None,
         }
     }

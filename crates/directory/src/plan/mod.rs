@@ -201,7 +201,7 @@ pub fn plan_snapshot(
 /// its cursor is not behind `after_cursor`; receipts (a new event at or below the shared cursor
 /// but above the snapshot coverage cursor is a [`DirectoryError::MissingReceipt`]). When the
 /// shared cursor is behind `batch.cursor`: accounts and workspaces at revision `batch.cursor`,
-/// requested-but-omitted workspaces tombstoned at their announced revision, and the state row
+/// requested-but-omitted workspaces tombstoned (at the highest of their announced and stored revisions), and the state row
 /// moves to `batch.cursor` with the incremental fingerprint marker. Otherwise another replica
 /// already applied this page and only the receipts and freshness are written.
 ///
@@ -229,7 +229,7 @@ pub fn plan_delta(
             .map(|(uuid, revision)| (uuid, *revision))
             .collect();
         for (uuid, revision) in tombstones {
-            work.tombstone(uuid, revision)?;
+            work.tombstone(uuid, revision);
         }
         next.cursor = batch.cursor;
         next.snapshot_fingerprint = incremental_marker();

@@ -266,46 +266,35 @@ impl Working<'_> {
         }
     }
 
-    /// Tombstones a requested workspace the delta omitted, at its announced revision.
-    pub(super) fn tombstone(
-        &mut self,
-        uuid: &WorkspaceUuid,
-        revision: i64,
-    ) -> Result<(), DirectoryError> {
+    /// Tombstones a requested workspace the delta omitted. The delta is the provider's
+    /// current state, so the omission is at least as new as anything stored for the
+    /// workspace: the tombstone's revision is the highest of the batch's announced revision
+    /// and the stored workspace, membership and execution-state revisions. A stored revision
+    /// above the announced one is not a rollback: an earlier delta answered with the
+    /// workspace's state after this batch's event (deltas answer the current state, which can
+    /// run ahead of the events consumed), and the removal that the omission shows came after
+    /// it. The reference refuses that case ("tombstone revision rolled back"), which leaves
+    /// the projection stuck on the page for good; docs/protocol.md records the deviation.
+    pub(super) fn tombstone(&mut self, uuid: &WorkspaceUuid, announced: i64) {
         let Some(row) = self.workspaces.get(uuid) else {
-            return Ok(());
+            return;
         };
         if row.source != RowSource::Directory
             || row.instance_uuid.as_ref() != Some(&self.ctx.instance)
         {
-            return Ok(());
-        }
-        let rolled_back = |entity, stored| DirectoryError::TombstoneRolledBack {
-            workspace: uuid.clone(),
-            entity,
-            stored,
-            tombstone: revision,
-        };
-        if row.projection_revision > revision {
-            return Err(rolled_back("workspace", row.projection_revision));
+            return;
         }
         let members: Vec<MembershipUuid> = self
             .by_workspace
             .get(uuid)
             .map(|m| m.values().cloned().collect())
             .unwrap_or_default();
-        for member in &members {
-            if let Some(m) = self.memberships.get(member)
-                && m.projection_revision > revision
-            {
-                return Err(rolled_back("membership", m.projection_revision));
-            }
-        }
-        if let Some(e) = self.executions.get(uuid)
-            && e.desired_state_revision > revision
-        {
-            return Err(rolled_back("execution state", e.desired_state_revision));
-        }
+        let revision = members
+            .iter()
+            .filter_map(|member| self.memberships.get(member))
+            .map(|m| m.projection_revision)
+            .chain(self.executions.get(uuid).map(|e| e.desired_state_revision))
+            .fold(announced.max(row.projection_revision), i64::max);
         let mut row = row.clone();
         row.status = WorkspaceStatus::Archived;
         row.projection_revision = row.projection_revision.max(revision);
@@ -318,7 +307,6 @@ impl Working<'_> {
             e.desired_state_revision = e.desired_state_revision.max(revision);
             self.executions.put(uuid.clone(), e);
         }
-        Ok(())
     }
 
     /// Marks every membership of a workspace removed; with a tombstone revision, raises each

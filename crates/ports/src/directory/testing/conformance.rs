@@ -632,12 +632,6 @@ pub async fn every_rejected_input_changes_nothing<S: SuiteStore>(store: &S) {
             batch(11, 12, 12, vec![dir_event("e-12", 12, "ws-3", 1)]),
         ),
         (
-            "tombstone rollback",
-            ctx(9),
-            delta(&["ws-1"], vec![]),
-            batch(11, 12, 12, vec![dir_event("e-12", 12, "ws-1", 1)]),
-        ),
-        (
             "receipt conflict",
             ctx(9),
             delta(&["ws-1"], vec![workspace("ws-1", 3, &[("a", 1)])]),
