@@ -129,6 +129,7 @@ const UNPUBLISHED: &[&str] = &[
     "tenantry-chaos",
     "tenantry-demo",
     "tenantry-examples",
+    "tenantry-operator",
     "tenantry-verification",
     "xtask",
 ];

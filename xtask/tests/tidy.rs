@@ -175,9 +175,10 @@ fn only_the_http_adapter_knows_reqwest() {
     );
 }
 
-/// The crates built into the shipped binaries: the app (`tenantry`) and the demo
-/// (`tenantry-demo`, which brings the test kit's reference remotes but no `testing` helpers).
-const SHIPPED_CRATES: &[&str] = &["crates/app", "crates/demo"];
+/// The crates built into the shipped binaries: the app and its operator façade (`tenantry`),
+/// and the demo (`tenantry-demo`, which brings the test kit's reference remotes but no
+/// `testing` helpers).
+const SHIPPED_CRATES: &[&str] = &["crates/app", "crates/operator", "crates/demo"];
 
 #[test]
 fn shipped_crates_enable_no_testing_feature() {

@@ -83,6 +83,50 @@ fn invalid_configuration_names_the_setting_and_exits_2() {
     assert!(String::from_utf8(out.stderr).unwrap().contains("workres"));
 }
 
+/// `commands list` and the bulk `commands retry|abandon` read their filter flags with one
+/// parser (the operator façade's, the admin API's): the same refusal, naming the option,
+/// exit code 2, before any database is opened.
+#[test]
+fn list_and_bulk_actions_refuse_a_bad_filter_in_the_same_words() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases: [(&[&str], &str); 3] = [
+        (
+            &["--status", "done"],
+            "--status is invalid: \"done\" is not one of pending, processing, succeeded, superseded, failed, abandoned",
+        ),
+        (
+            &["--status", "failed", "--operation", "explode"],
+            "--operation is invalid: \"explode\" is not one of provision, delete, revoke",
+        ),
+        (
+            &["--status", "failed", "--control-space", "cs-1"],
+            "--control-space is invalid: filtering by control space requires tenant_id",
+        ),
+    ];
+    for (flags, expected) in cases {
+        for command in [
+            &["commands", "list"][..],
+            &["commands", "retry"],
+            &["commands", "abandon", "--reason", "r"],
+        ] {
+            let out = tenantry()
+                .current_dir(dir.path())
+                .args(command)
+                .args(flags)
+                .output()
+                .unwrap();
+            let stderr = String::from_utf8(out.stderr).unwrap();
+            assert_eq!(
+                out.status.code(),
+                Some(2),
+                "{command:?} {flags:?}: {stderr}"
+            );
+            assert!(stderr.contains(expected), "{command:?} {flags:?}: {stderr}");
+        }
+    }
+    assert!(!dir.path().join("tenantry.db").exists());
+}
+
 #[test]
 fn serve_without_a_knowledge_fs_refuses_to_start() {
     let dir = tempfile::tempdir().unwrap();
