@@ -18,8 +18,7 @@
 //!
 //! Then the packaging steps ([`PackagingStep`], issue 17), each with a time budget:
 //! 7. each mechanism alone: `cargo check` of the crates with mechanism features
-//!    (`--no-default-features --features lifecycle`, then `directory`), and the service binary
-//!    without its `demo` feature (`cargo check -p tenantry-app --no-default-features`);
+//!    (`--no-default-features --features lifecycle`, then `directory`);
 //! 8. the fence runtime alone: `cargo test` of those crates with `--features fences` on SQLite
 //!    (a fences-only build compiles and works without the saga and the directory);
 //! 9. the operator console in headless Chromium: `cargo test -p tenantry-app --test
@@ -130,6 +129,7 @@ const UNPUBLISHED: &[&str] = &[
     "tenantry-chaos",
     "tenantry-demo",
     "tenantry-examples",
+    "tenantry-operator",
     "tenantry-verification",
     "xtask",
 ];
@@ -166,14 +166,6 @@ const PACKAGING_STEPS: &[PackagingStep] = &[
         kind: StepKind::Features,
         budget: Duration::from_secs(120),
         args: || mechanism_args("check", "directory"),
-        env: &[],
-        tests: false,
-    },
-    PackagingStep {
-        name: "check (service binary without demo)",
-        kind: StepKind::Features,
-        budget: Duration::from_secs(120),
-        args: service_without_demo_args,
         env: &[],
         tests: false,
     },
@@ -370,20 +362,6 @@ fn mechanism_args(command: &str, feature: &str) -> Vec<String> {
         feature.to_owned(),
     ]);
     args
-}
-
-/// `cargo check` of the service binary without its default `demo` feature (no demo, no test
-/// kit): the build `cargo build -p tenantry-app --no-default-features` must keep working.
-fn service_without_demo_args() -> Vec<String> {
-    [
-        "check",
-        "--locked",
-        "-p",
-        "tenantry-app",
-        "--no-default-features",
-    ]
-    .map(str::to_owned)
-    .to_vec()
 }
 
 /// `cargo package` of every published crate. `--allow-dirty`: the step checks that the
@@ -1073,27 +1051,6 @@ mod tests {
             ]),
             "{args:?}"
         );
-    }
-
-    #[test]
-    fn the_service_binary_is_checked_without_the_demo_feature() {
-        let step = PACKAGING_STEPS
-            .iter()
-            .find(|s| s.name == "check (service binary without demo)")
-            .unwrap();
-        assert!(matches!(step.kind, StepKind::Features));
-        let args = (step.args)();
-        assert_eq!(args[0], "check");
-        assert!(
-            args.windows(2)
-                .any(|w| w[0] == "-p" && w[1] == "tenantry-app"),
-            "{args:?}"
-        );
-        assert!(
-            args.contains(&"--no-default-features".to_owned()),
-            "{args:?}"
-        );
-        assert!(!args.contains(&"--features".to_owned()), "{args:?}");
     }
 
     #[test]

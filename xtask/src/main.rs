@@ -5,7 +5,7 @@
 //! - `cargo xtask pg [--tls]`: a throwaway PostgreSQL cluster for manual work (`--tls`: TLS
 //!   only); see [`pg`].
 //! - `cargo xtask bench`: the benchmarks; see [`mod@bench`].
-//! - `cargo xtask demo [ARGS]`: `cargo run --release -p tenantry-app -- demo [ARGS]`.
+//! - `cargo xtask demo [ARGS]`: `cargo run --release -p tenantry-demo -- demo [ARGS]`.
 //! - `cargo xtask chaos [ARGS]`: replicas killed at random on a throwaway PostgreSQL; see
 //!   [`chaos`].
 //!
@@ -52,10 +52,10 @@ enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
-    /// The end-to-end demo: `cargo run --release -p tenantry-app -- demo [ARGS]` (see
-    /// `tenantry demo --help` for ARGS, e.g. `--scale 0.1 --faults heavy`).
+    /// The end-to-end demo: `cargo run --release -p tenantry-demo -- demo [ARGS]` (see
+    /// `tenantry-demo demo --help` for ARGS, e.g. `--scale 0.1 --faults heavy`).
     Demo {
-        /// Arguments passed to `tenantry demo`.
+        /// Arguments passed to `tenantry-demo demo`.
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
@@ -180,7 +180,7 @@ fn run_sim(root: &Path, args: &[String]) -> ExitCode {
 fn run_demo(root: &Path, args: &[String]) -> ExitCode {
     run_cargo(
         root,
-        &["run", "--release", "-p", "tenantry-app", "--", "demo"],
+        &["run", "--release", "-p", "tenantry-demo", "--", "demo"],
         args,
     )
 }

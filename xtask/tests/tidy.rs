@@ -10,8 +10,9 @@
 //!   none of [`DISALLOWED_IN_DOMAIN`], and each has a `clippy.toml` that disallows them and
 //!   keeps the workspace's clippy settings;
 //! - the service binary ships no test code: the app's and the demo's normal dependencies enable
-//!   no `testing` feature, and `tenantry-app --no-default-features` (no `demo`) has neither the
-//!   test kit nor any crate's `testing` feature in its dependency tree (read with `cargo tree`).
+//!   no `testing` feature, and the default `tenantry` build (`cargo build -p tenantry-app`) has
+//!   neither the demo, nor the test kit, nor any crate's `testing` feature in its dependency
+//!   tree (read with `cargo tree`; the demo is its own binary, `tenantry-demo`).
 //!
 //! Dependencies are read with `cargo metadata --no-deps`, so inherited (`dep.workspace = true`)
 //! and renamed dependencies are seen as cargo sees them. Crates that do not exist yet are
@@ -174,8 +175,10 @@ fn only_the_http_adapter_knows_reqwest() {
     );
 }
 
-/// The crates built into the `tenantry` binary: the app, and the demo behind its feature.
-const SHIPPED_CRATES: &[&str] = &["crates/app", "crates/demo"];
+/// The crates built into the shipped binaries: the app and its operator façade (`tenantry`),
+/// and the demo (`tenantry-demo`, which brings the test kit's reference remotes but no
+/// `testing` helpers).
+const SHIPPED_CRATES: &[&str] = &["crates/app", "crates/operator", "crates/demo"];
 
 #[test]
 fn shipped_crates_enable_no_testing_feature() {
@@ -215,7 +218,7 @@ fn shipped_crates_enable_no_testing_feature() {
 }
 
 #[test]
-fn service_binary_without_the_demo_feature_has_no_test_kit() {
+fn default_tenantry_build_carries_no_test_kit() {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let output = Command::new(cargo)
         .current_dir(workspace_root())
@@ -225,7 +228,6 @@ fn service_binary_without_the_demo_feature_has_no_test_kit() {
             "--offline",
             "--package",
             "tenantry-app",
-            "--no-default-features",
             "--edges",
             "normal,build",
             "--prefix",
@@ -261,8 +263,10 @@ fn service_binary_without_the_demo_feature_has_no_test_kit() {
     violations.dedup();
     assert!(
         violations.is_empty(),
-        "`cargo build -p tenantry-app --no-default-features` must build a binary without the \
-         demo, the test kit and any `testing` feature:\n  {}",
+        "the default `tenantry` build (`cargo build -p tenantry-app`) must carry neither the \
+         demo, nor the test kit, nor any `testing` feature: the demo is its own binary \
+         (crates/demo depends on tenantry-app, never the other way round); move a test-only \
+         dependency of the app or of a crate below it to [dev-dependencies]:\n  {}",
         violations.join("\n  ")
     );
 }

@@ -1,5 +1,4 @@
-//! The command line of `tenantry`: `serve`, `migrate`, `demo`, `reference-remote`,
-//! `commands list`, `commands retry`, `commands abandon`, `fences list`, `fences clear`, `prune`.
+//! The command line of `tenantry`: `serve`, `migrate`, `commands list`, `commands retry`, `commands abandon`, `fences list`, `fences clear`, `prune`.
 //!
 //! Operator commands (`commands`, `fences`, `prune`) open the configured database directly (the same
 //! `database_url` as `serve`), so they work whether or not a service is running.
@@ -8,8 +7,6 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-#[cfg(feature = "demo")]
-use tenantry_demo::{DemoArgs, RemoteArgs};
 use tenantry_ports::lifecycle::OperatorActionKind;
 
 use crate::config::{self, Config};
@@ -19,11 +16,9 @@ use crate::{logging, ops, service};
 /// Tenantry: keeps a multi-tenant platform's database and the remote services it drives in
 /// agreement.
 ///
-#[cfg_attr(
-    feature = "demo",
-    doc = "Start with `tenantry demo`: it runs the whole service against a local reference remote with"
-)]
-#[cfg_attr(feature = "demo", doc = "injected faults and checks the result.")]
+/// To try it, `tenantry-demo demo` (a separate binary, crates/demo) runs the whole service
+/// against a local reference remote with injected faults and checks the result.
+///
 /// Configuration of `serve` comes from a TOML file (`--config`, `$TENANTRY_CONFIG`, or
 /// `./tenantry.toml`) and `TENANTRY_*` variables (which win); see docs/operations.md.
 #[derive(Debug, Parser)]
@@ -47,15 +42,6 @@ pub enum Command {
     Serve,
     /// Apply pending database migrations to database_url and exit.
     Migrate,
-    /// Run the end-to-end demo: a temporary database, a local reference KnowledgeFS with
-    /// injected faults, the service, and a workload driven through the admin API over HTTP;
-    /// then check every result against the remote's ground truth. Exits non-zero on failure.
-    #[cfg(feature = "demo")]
-    Demo(DemoArgs),
-    /// Run the reference KnowledgeFS and reference directory on loopback ports (for trying
-    /// `serve` by hand) until Ctrl-C; prints the TENANTRY_* settings that point `serve` at them.
-    #[cfg(feature = "demo")]
-    ReferenceRemote(RemoteArgs),
     /// Inspect lifecycle commands; retry or abandon failed (dead-lettered) or pending ones.
     #[command(subcommand)]
     Commands(CommandsCommand),
@@ -131,56 +117,34 @@ pub fn main() -> ExitCode {
 /// Runs a parsed command line.
 pub async fn run(cli: Cli) -> ExitCode {
     let env = |name: &str| std::env::var(name).ok();
+    let config = match config::load(cli.config.as_deref(), env) {
+        Ok(config) => config,
+        Err(e) => {
+            eprintln!("tenantry: configuration refused: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    logging::init(config.log_format, &config.log_filter);
+    let names = std::env::vars_os().filter_map(|(name, _)| name.into_string().ok());
+    for unknown in config::unknown_variables(names) {
+        eprintln!("tenantry: warning: {unknown}");
+    }
     match cli.command {
-        #[cfg(feature = "demo")]
-        Command::Demo(args) => {
-            logging::init(config::LogFormat::Human, "error");
-            tenantry_demo::main(&crate::demo::AppHost, &args).await
+        Command::Serve => serve(&config).await,
+        Command::Migrate => ops::migrate(&config).await,
+        Command::Commands(CommandsCommand::List(args)) => ops::commands_list(&config, &args).await,
+        Command::Commands(CommandsCommand::Retry(args)) => {
+            ops::commands_act(&config, &args, OperatorActionKind::Retry).await
         }
-        #[cfg(feature = "demo")]
-        Command::ReferenceRemote(args) => {
-            logging::init(config::LogFormat::Human, "info");
-            tenantry_demo::reference_remote::main(&args, service::shutdown_signal()).await
+        Command::Commands(CommandsCommand::Abandon(args)) => {
+            ops::commands_act(&config, &args, OperatorActionKind::Abandon).await
         }
-        command => {
-            let config = match config::load(cli.config.as_deref(), env) {
-                Ok(config) => config,
-                Err(e) => {
-                    eprintln!("tenantry: configuration refused: {e}");
-                    return ExitCode::from(2);
-                }
-            };
-            logging::init(config.log_format, &config.log_filter);
-            let names = std::env::vars_os().filter_map(|(name, _)| name.into_string().ok());
-            for unknown in config::unknown_variables(names) {
-                eprintln!("tenantry: warning: {unknown}");
-            }
-            match command {
-                Command::Serve => serve(&config).await,
-                Command::Migrate => ops::migrate(&config).await,
-                Command::Commands(CommandsCommand::List(args)) => {
-                    ops::commands_list(&config, &args).await
-                }
-                Command::Commands(CommandsCommand::Retry(args)) => {
-                    ops::commands_act(&config, &args, OperatorActionKind::Retry).await
-                }
-                Command::Commands(CommandsCommand::Abandon(args)) => {
-                    ops::commands_act(&config, &args, OperatorActionKind::Abandon).await
-                }
-                Command::Commands(CommandsCommand::MarkDeleted(args)) => {
-                    ops::commands_act(&config, &args, OperatorActionKind::MarkDeleted).await
-                }
-                Command::Fences(FencesCommand::List(args)) => {
-                    ops::fences_list(&config, &args).await
-                }
-                Command::Fences(FencesCommand::Clear(args)) => {
-                    ops::fences_clear(&config, &args).await
-                }
-                Command::Prune(args) => ops::prune(&config, &args).await,
-                #[cfg(feature = "demo")]
-                Command::Demo(_) | Command::ReferenceRemote(_) => ExitCode::FAILURE,
-            }
+        Command::Commands(CommandsCommand::MarkDeleted(args)) => {
+            ops::commands_act(&config, &args, OperatorActionKind::MarkDeleted).await
         }
+        Command::Fences(FencesCommand::List(args)) => ops::fences_list(&config, &args).await,
+        Command::Fences(FencesCommand::Clear(args)) => ops::fences_clear(&config, &args).await,
+        Command::Prune(args) => ops::prune(&config, &args).await,
     }
 }
 

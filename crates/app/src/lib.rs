@@ -1,6 +1,7 @@
 //! The `tenantry` service: configuration, wiring of adapters into the engine, the admin HTTP
-//! API, the operator CLI and metrics; with the default feature `demo`, also `tenantry demo`
-//! and `tenantry reference-remote` (built from the `tenantry-demo` crate).
+//! API, the operator CLI and metrics. The end-to-end demo and the reference remotes are the
+//! separate `tenantry-demo` binary (crates/demo), which starts this library's service; the
+//! `tenantry` binary links neither the demo nor the test kit.
 //!
 //! Architecture invariant: this crate only reads configuration, wires adapters into the
 //! engine and translates HTTP / CLI input into engine calls. Lifecycle, fence and directory
@@ -13,8 +14,6 @@
 //! - [`directory`]: the directory projector's wiring and status;
 //! - [`metrics`]: the lifecycle metrics port over the `metrics` crate, Prometheus export;
 //! - [`ops`]: operator commands on the database (`migrate`, `commands list`, `fences ...`);
-//! - `demo` (feature `demo`): the service host of `tenantry demo` (the demo itself, its
-//!   workload, checks and report, and `tenantry reference-remote` live in `tenantry-demo`);
 //! - [`tls`]: the admin listener's TLS (`tls_cert_file`, `tls_key_file`);
 //! - [`cli`]: the command line.
 
@@ -22,8 +21,6 @@ pub mod admin;
 pub mod cli;
 pub mod config;
 pub mod counts;
-#[cfg(feature = "demo")]
-pub mod demo;
 pub mod directory;
 pub mod listener;
 pub mod logging;

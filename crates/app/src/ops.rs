@@ -13,9 +13,9 @@ use std::sync::Arc;
 use clap::Args;
 
 use tenantry_fence::{Binding, FenceKey, ScopeIdentity};
+use tenantry_kernel::CommandId;
 use tenantry_kernel::text::{MAX_CODE_BYTES, MAX_MESSAGE_BYTES, bounded};
-use tenantry_kernel::{CommandId, ControlSpaceId, TenantId};
-use tenantry_lifecycle::{CommandStatus, Operation};
+use tenantry_operator::{CommandFilterInput, FilterError, FilterField};
 use tenantry_ports::lifecycle::{CommandFilter, CommandQueue};
 use tenantry_store_seaorm::Database;
 use tenantry_store_seaorm::host_storage::SeaOrmHostStorage;
@@ -25,7 +25,7 @@ use tenantry_store_seaorm::sqlite_file::{self, SqliteFileError, SqliteLock};
 use tenantry_engine::lifecycle::{OperatorActions, OperatorRequestError};
 use tenantry_ports::lifecycle::OperatorActionKind;
 
-use crate::admin::{CommandView, CommandsQuery, commands_filter};
+use crate::admin::CommandView;
 use crate::config::{Config, redact_url};
 use tenantry_engine::scoped_writes::admin::ClearTarget;
 use tenantry_engine::scoped_writes::{FenceConfig, ScopedWrites};
@@ -334,10 +334,10 @@ pub async fn commands_list(config: &Config, args: &CommandsListArgs) -> ExitCode
     ExitCode::SUCCESS
 }
 
-/// The store filter of `commands list`, built by the admin API's own parser so the CLI accepts
-/// exactly what `GET /v1/commands` accepts.
+/// The store filter of `commands list`: the operator façade's parser, the one
+/// `GET /v1/commands` and the console use, so the CLI accepts exactly what they accept.
 fn command_filter(args: &CommandsListArgs) -> Result<CommandFilter, String> {
-    let query = CommandsQuery {
+    CommandFilterInput {
         status: args.status.clone(),
         operation: args.operation.clone(),
         tenant_id: args.tenant.clone(),
@@ -345,26 +345,24 @@ fn command_filter(args: &CommandsListArgs) -> Result<CommandFilter, String> {
         error_code: args.error_code.clone(),
         limit: Some(args.limit),
         after: args.after.clone(),
+        before: None,
+    }
+    .page()
+    .map_err(|e| refusal(&e))
+}
+
+/// A refused filter in the CLI's words: the option instead of the API's field name.
+fn refusal(error: &FilterError) -> String {
+    let option = match error.field {
+        FilterField::Status => "--status",
+        FilterField::Operation => "--operation",
+        FilterField::TenantId => "--tenant",
+        FilterField::ControlSpaceId => "--control-space",
+        FilterField::Limit => "--limit",
+        FilterField::After => "--after",
+        FilterField::Before => "--before",
     };
-    commands_filter(&query).map_err(|e| {
-        // The API names its query parameters; say which option that is.
-        const OPTIONS: [(&str, &str); 7] = [
-            ("status", "--status"),
-            ("operation", "--operation"),
-            ("tenant_id", "--tenant"),
-            ("control_space_id", "--control-space"),
-            ("error_code", "--error-code"),
-            ("limit", "--limit"),
-            ("after", "--after"),
-        ];
-        OPTIONS
-            .iter()
-            .find(|(field, _)| e.message.starts_with(&format!("{field} ")))
-            .map_or_else(
-                || e.message.clone(),
-                |(field, option)| format!("{option}{}", &e.message[field.len()..]),
-            )
-    })
+    format!("{option} is invalid: {}", error.reason)
 }
 
 /// The CLI process's one scoped-writes runtime (it writes nothing else), with the fence
@@ -376,55 +374,6 @@ fn fence_admin(config: &Config, db: &Database) -> ScopedWrites<SeaOrmHostStorage
         crate::service::system_clock(),
         FenceConfig::with_deadline(config.fence_dispatch_deadline),
     )
-}
-
-/// The filter of `commands retry|abandon` from its flags (status, operation, tenant, control
-/// space, error code).
-fn filter_of(
-    status: Option<&str>,
-    operation: Option<&str>,
-    tenant: Option<&str>,
-    control_space: Option<&str>,
-    error_code: Option<&str>,
-) -> Result<CommandFilter, String> {
-    let status = status
-        .map(|s| {
-            CommandStatus::parse(s).ok_or_else(|| {
-                format!(
-                    "--status {s:?}: use pending, processing, succeeded, superseded, failed or abandoned"
-                )
-            })
-        })
-        .transpose()?;
-    let operation = operation
-        .map(|o| match Operation::parse(o) {
-            Operation::Unsupported(_) => Err(format!(
-                "--operation {o:?}: use provision, delete or revoke"
-            )),
-            known => Ok(known),
-        })
-        .transpose()?;
-    let tenant_id = tenant
-        .map(|t| TenantId::parse(t).map_err(|e| format!("--tenant: {e}")))
-        .transpose()?;
-    let control_space_id = control_space
-        .map(|c| ControlSpaceId::parse(c).map_err(|e| format!("--control-space: {e}")))
-        .transpose()?;
-    if control_space_id.is_some() && tenant_id.is_none() {
-        return Err("--control-space needs --tenant".to_owned());
-    }
-    Ok(CommandFilter {
-        status,
-        operation,
-        tenant_id,
-        control_space_id,
-        error_code: error_code
-            .filter(|c| !c.is_empty())
-            .map(tenantry_lifecycle::ErrorCode::from),
-        after: None,
-        before: None,
-        limit: 0,
-    })
 }
 
 /// `tenantry commands retry`, `tenantry commands abandon` and `tenantry commands mark-deleted`.
@@ -463,15 +412,18 @@ pub async fn commands_act(
             Ok(id) => Ok(id),
             Err(e) => return usage(format!("command id: {e}")),
         },
-        (None, true) => match filter_of(
-            args.status.as_deref(),
-            args.operation.as_deref(),
-            args.tenant.as_deref(),
-            args.control_space.as_deref(),
-            args.error_code.as_deref(),
-        ) {
+        (None, true) => match (CommandFilterInput {
+            status: args.status.clone(),
+            operation: args.operation.clone(),
+            tenant_id: args.tenant.clone(),
+            control_space_id: args.control_space.clone(),
+            error_code: args.error_code.clone(),
+            ..CommandFilterInput::default()
+        })
+        .selection()
+        {
             Ok(filter) => Err(filter),
-            Err(message) => return usage(message),
+            Err(e) => return usage(refusal(&e)),
         },
         (Some(_), true) => {
             return usage(format!(

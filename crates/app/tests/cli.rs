@@ -22,16 +22,15 @@ fn help_lists_every_command() {
     for command in ["serve", "migrate", "commands", "fences", "prune"] {
         assert!(text.contains(command), "{command} missing from:\n{text}");
     }
-    // `demo` and `reference-remote` exist only with the default feature `demo`.
+    // `demo` and `reference-remote` are the separate `tenantry-demo` binary's (crates/demo).
     let listed = |command: &str| {
         text.lines()
             .any(|line| line.trim_start().starts_with(&format!("{command} ")))
     };
     for command in ["demo", "reference-remote"] {
-        assert_eq!(
-            listed(command),
-            cfg!(feature = "demo"),
-            "{command} listed or not against the `demo` feature:\n{text}"
+        assert!(
+            !listed(command),
+            "{command} is `tenantry-demo`'s, not the service binary's:\n{text}"
         );
     }
     let out = tenantry()
@@ -82,6 +81,50 @@ fn invalid_configuration_names_the_setting_and_exits_2() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8(out.stderr).unwrap().contains("workres"));
+}
+
+/// `commands list` and the bulk `commands retry|abandon` read their filter flags with one
+/// parser (the operator façade's, the admin API's): the same refusal, naming the option,
+/// exit code 2, before any database is opened.
+#[test]
+fn list_and_bulk_actions_refuse_a_bad_filter_in_the_same_words() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases: [(&[&str], &str); 3] = [
+        (
+            &["--status", "done"],
+            "--status is invalid: \"done\" is not one of pending, processing, succeeded, superseded, failed, abandoned",
+        ),
+        (
+            &["--status", "failed", "--operation", "explode"],
+            "--operation is invalid: \"explode\" is not one of provision, delete, revoke",
+        ),
+        (
+            &["--status", "failed", "--control-space", "cs-1"],
+            "--control-space is invalid: filtering by control space requires tenant_id",
+        ),
+    ];
+    for (flags, expected) in cases {
+        for command in [
+            &["commands", "list"][..],
+            &["commands", "retry"],
+            &["commands", "abandon", "--reason", "r"],
+        ] {
+            let out = tenantry()
+                .current_dir(dir.path())
+                .args(command)
+                .args(flags)
+                .output()
+                .unwrap();
+            let stderr = String::from_utf8(out.stderr).unwrap();
+            assert_eq!(
+                out.status.code(),
+                Some(2),
+                "{command:?} {flags:?}: {stderr}"
+            );
+            assert!(stderr.contains(expected), "{command:?} {flags:?}: {stderr}");
+        }
+    }
+    assert!(!dir.path().join("tenantry.db").exists());
 }
 
 #[test]

@@ -1,5 +1,5 @@
-//! The command-line arguments of `tenantry demo` and `tenantry reference-remote` (the app's
-//! `Command` enum embeds them).
+//! The command-line arguments of `tenantry-demo demo` and `tenantry-demo reference-remote`
+//! ([`crate::cli::DemoCommand`] embeds them).
 
 use clap::{Args, ValueEnum};
 
@@ -25,7 +25,7 @@ impl Faults {
     }
 }
 
-/// Options of `tenantry demo`.
+/// Options of `tenantry-demo demo`.
 #[derive(Debug, Clone, Args)]
 pub struct DemoArgs {
     /// Run on this database instead of a temporary SQLite file (e.g. postgres://user@host/db;
@@ -61,7 +61,7 @@ pub struct DemoArgs {
     pub tls: bool,
 }
 
-/// Options of `tenantry reference-remote`.
+/// Options of `tenantry-demo reference-remote`.
 #[derive(Debug, Clone, Args)]
 pub struct RemoteArgs {
     /// Fault profile of both servers.

@@ -10,6 +10,7 @@ use chrono::Utc;
 use hyper::Method;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use tenantry_app::config::DirectorySettings;
 use tenantry_directory::maps::{
     DirectoryAccountStatus, DirectoryMembershipStatus, DirectoryRole, MembershipStatus, RowSource,
     WorkspaceStatus, map_account_status, map_membership_status, map_role,
@@ -26,7 +27,6 @@ use tokio::time::Instant;
 
 use super::checks::CheckResult;
 use super::client::AdminClient;
-use super::host::DirectoryTarget;
 
 /// Workspaces at scale 1.0.
 const WORKSPACES_AT_SCALE_1: f64 = 200.0;
@@ -93,7 +93,7 @@ pub async fn start(
     profile: FaultProfile,
     run: &str,
     tls: Option<std::sync::Arc<rustls::ServerConfig>>,
-) -> Result<(DemoDirectory, DirectoryTarget), String> {
+) -> Result<(DemoDirectory, DirectorySettings), String> {
     let instance = InstanceUuid::parse(format!("inst-{run}")).map_err(|e| e.to_string())?;
     let mut config = DirectoryServerConfig::new(instance.clone());
     config.profile = profile;
@@ -124,7 +124,7 @@ pub async fn start(
         let workspace = demo.new_workspace(&mut rng, i)?;
         demo.server.change(|m| m.upsert_workspace(workspace));
     }
-    let settings = DirectoryTarget {
+    let settings = DirectorySettings {
         url,
         token: Some(DEFAULT_TOKEN.to_owned()),
         instance: instance.to_string(),
@@ -137,6 +137,8 @@ pub async fn start(
         sync_interval: Duration::from_millis(200),
         max_staleness: Duration::from_secs(10),
         event_limit: 100,
+        // plain HTTP; `tenantry-demo demo --tls` trusts the run's CA (`service_config`)
+        tls: Default::default(),
     };
     Ok((demo, settings))
 }

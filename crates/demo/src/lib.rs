@@ -1,8 +1,9 @@
-//! `tenantry demo` and `tenantry reference-remote`, built into the `tenantry` binary behind
-//! its default cargo feature `demo` (a `--no-default-features` build ships neither, nor the
-//! test kit).
+//! The `tenantry-demo` binary: `tenantry-demo demo` and `tenantry-demo reference-remote`
+//! ([`cli`]). It is its own binary so that the `tenantry` service binary ships neither the demo
+//! nor the test kit; it starts the service through the app library (`tenantry_app`), exactly as
+//! `tenantry serve` does.
 //!
-//! `tenantry demo`: the whole service on real HTTP against the reference KnowledgeFS with
+//! `tenantry-demo demo`: the whole service on real HTTP against the reference KnowledgeFS with
 //! injected faults, a seeded workload driven through the admin API, and checks of the end
 //! state against the remote's ground truth.
 //!
@@ -20,9 +21,9 @@
 
 pub mod args;
 pub mod checks;
+pub mod cli;
 pub mod client;
 pub mod directory;
-pub mod host;
 pub mod progress;
 pub mod reference_remote;
 mod report;
@@ -33,13 +34,16 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
+use tenantry_app::config::{self, Config, DirectorySettings};
+use tenantry_app::service::{self, Service};
+use tenantry_remote_http::RemoteTls;
 use tenantry_store_seaorm::Database;
+use tenantry_store_seaorm::directory::SeaOrmDirectoryStore;
 use tenantry_testkit::knowledge_fs::{ReferenceRemote, RemoteConfig};
 use tokio::time::Instant;
 
 pub use args::{DemoArgs, Faults, RemoteArgs};
 pub use checks::CheckResult;
-pub use host::{DirectoryTarget, RunningService, ServiceHost, ServiceSettings, ServiceTally};
 pub use report::DemoReport;
 
 use client::AdminClient;
@@ -96,11 +100,11 @@ pub enum DemoError {
     Setup(String),
 }
 
-/// `tenantry demo`: runs with the service of `host`, prints the summary, and maps the result
-/// to the exit code (0 every check passed, 1 a check failed, 2 the run could not be set up).
-pub async fn main<H: ServiceHost>(host: &H, args: &DemoArgs) -> ExitCode {
+/// `tenantry-demo demo`: runs, prints the summary, and maps the result to the exit code (0
+/// every check passed, 1 a check failed, 2 the run could not be set up).
+pub async fn main(args: &DemoArgs) -> ExitCode {
     let options = DemoOptions::from_args(args);
-    match run(host, &options, None).await {
+    match run(&options, None).await {
         Ok(report) => {
             print!("{}", report.render());
             if report.passed() {
@@ -110,7 +114,7 @@ pub async fn main<H: ServiceHost>(host: &H, args: &DemoArgs) -> ExitCode {
             }
         }
         Err(e) => {
-            eprintln!("tenantry demo: {e}");
+            eprintln!("tenantry-demo demo: {e}");
             ExitCode::from(2)
         }
     }
@@ -133,13 +137,59 @@ fn timing(faults: Faults) -> (Duration, Duration, Duration) {
     }
 }
 
-/// Runs the demo with the service of `host` on `database` (already migrated) or, when `None`,
-/// on `options.database_url` or a temporary SQLite file.
+/// What one demo run sets in the service's configuration besides the fixed demo settings of
+/// [`service_config`].
+#[derive(Debug, Clone)]
+struct RunSettings {
+    admin_token: String,
+    workers: u32,
+    lease: Duration,
+    knowledge_fs_url: String,
+    knowledge_fs_token: String,
+    knowledge_fs_deadline: Duration,
+    deletion_absence_grace: Duration,
+    directory: DirectorySettings,
+    /// With `--tls`: the CA that issued both reference remotes' certificates, trusted as
+    /// `knowledge_fs_ca_file` and `directory_ca_file`.
+    remote_ca_file: Option<std::path::PathBuf>,
+}
+
+/// The configuration the demo runs the service with: the defaults, then `settings`; every
+/// other setting keeps its default (meanings: docs/operations.md).
+fn service_config(settings: RunSettings) -> Config {
+    let mut config = Config::defaults();
+    config.listen = ([127, 0, 0, 1], 0).into();
+    config.admin_token = Some(settings.admin_token);
+    config.workers = settings.workers;
+    config.claim_batch = 4;
+    config.idle_poll = Duration::from_millis(50);
+    config.lease = settings.lease;
+    config.retry_max_delay = Duration::from_secs(1);
+    config.shutdown_grace = Duration::from_secs(10);
+    config.knowledge_fs_url = Some(settings.knowledge_fs_url);
+    config.knowledge_fs_token = Some(settings.knowledge_fs_token);
+    config.knowledge_fs_deadline = settings.knowledge_fs_deadline;
+    config.deletion_absence_grace = settings.deletion_absence_grace;
+    config.knowledge_fs_max_concurrent_calls = 16;
+    // With `--tls` both remotes serve HTTPS with a certificate of the run's CA.
+    let remote_tls = RemoteTls {
+        ca_file: settings.remote_ca_file,
+        ..RemoteTls::default()
+    };
+    config.knowledge_fs_tls = remote_tls.clone();
+    config.directory = Some(DirectorySettings {
+        tls: remote_tls,
+        ..settings.directory
+    });
+    config
+}
+
+/// Runs the demo with the service on `database` (already migrated) or, when `None`, on
+/// `options.database_url` or a temporary SQLite file.
 ///
 /// # Errors
 /// [`DemoError`] when the run could not be set up; failed checks are in the report instead.
-pub async fn run<H: ServiceHost>(
-    host: &H,
+pub async fn run(
     options: &DemoOptions,
     database: Option<Database>,
 ) -> Result<DemoReport, DemoError> {
@@ -171,12 +221,12 @@ pub async fn run<H: ServiceHost>(
                 }
             };
             let label = if options.database_url.is_some() {
-                host.redact_url(&url)
+                config::redact_url(&url)
             } else {
                 "temporary SQLite file".to_owned()
             };
             // One connection per worker plus the service's others, and never fewer than 16.
-            let pool = (options.workers + host.connections_besides_workers()).max(16);
+            let pool = (options.workers + config::CONNECTIONS_BESIDES_WORKERS).max(16);
             let db = tenantry_store_seaorm::connect(&url, pool)
                 .await
                 .map_err(|e| DemoError::Setup(e.to_string()))?;
@@ -223,15 +273,10 @@ pub async fn run<H: ServiceHost>(
     let demo_directory = Arc::new(demo_directory);
 
     let token = uuid::Uuid::new_v4().simple().to_string();
-    let settings = ServiceSettings {
-        listen: ([127, 0, 0, 1], 0).into(),
+    let settings = RunSettings {
         admin_token: token.clone(),
         workers: options.workers,
-        claim_batch: 4,
-        idle_poll: Duration::from_millis(50),
         lease,
-        retry_max_delay: Duration::from_secs(1),
-        shutdown_grace: Duration::from_secs(10),
         knowledge_fs_url: remote_url,
         knowledge_fs_token: remote.bearer_token().to_owned(),
         knowledge_fs_deadline: deadline,
@@ -239,20 +284,18 @@ pub async fn run<H: ServiceHost>(
         // a provision can land that late after its attempt ended; the deletion's absence grace
         // covers exactly that (a real deployment keeps the 600 s default).
         deletion_absence_grace: stall + Duration::from_secs(1),
-        knowledge_fs_max_concurrent_calls: 16,
         directory: directory_settings,
         remote_ca_file: remote_tls.as_ref().map(|t| t.ca_file.clone()),
     };
-    let service = host
-        .start(settings, db.clone())
+    let service = Service::start(&service_config(settings), db.clone())
         .await
-        .map_err(DemoError::Setup)?;
+        .map_err(|e| DemoError::Setup(e.to_string()))?;
     let client = AdminClient::new(format!("http://{}", service.addr()), &token)
         .map_err(|e| DemoError::Setup(e.to_string()))?;
     // The operator console of the running service (until the run ends, or Ctrl-C with
     // --keep-open); the token is this run's own.
     eprintln!(
-        "tenantry demo: operator console at http://{}/ui (sign in with the admin token {token})",
+        "tenantry-demo demo: operator console at http://{}/ui (sign in with the admin token {token})",
         service.addr()
     );
 
@@ -295,17 +338,17 @@ pub async fn run<H: ServiceHost>(
             Err(e) => e.clone(),
         },
     });
-    let tables = service.directory_tables();
-    let (directory_check, directory_counts) = demo_directory.check(tables.as_ref()).await;
+    let tables = SeaOrmDirectoryStore::new(service.database());
+    let (directory_check, directory_counts) = demo_directory.check(&tables).await;
     outcome.checks.push(directory_check);
     let directory_faults = demo_directory.server.faults_injected();
-    let tally = service.tally();
+    let tally = service.metrics().tally();
     // The time the console stayed open for the operator is not the run's: it is left out of
     // the summary's total.
     let mut kept_open = Duration::ZERO;
     if options.keep_open {
         eprintln!(
-            "tenantry demo: checks done; the service and its console stay open at http://{}/ui until Ctrl-C (the summary follows)",
+            "tenantry-demo demo: checks done; the service and its console stay open at http://{}/ui until Ctrl-C (the summary follows)",
             service.addr()
         );
         let waiting = Instant::now();
@@ -318,7 +361,7 @@ pub async fn run<H: ServiceHost>(
         dir.server.shutdown().await;
     }
     if owns_pool {
-        host.close_pool(db).await;
+        service::close_pool(db).await;
     }
 
     Ok(DemoReport {

@@ -1,6 +1,6 @@
 //! The terminal progress bar of a workload run: settled / enqueued commands, read by polling
 //! the admin API, with an optional counter shown beside it (the chaos harness's faults).
-//! Shared by `tenantry demo` and `tenantry-chaos`.
+//! Shared by `tenantry-demo demo` and `tenantry-chaos`.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -1,4 +1,4 @@
-//! `tenantry reference-remote`: the test kit's reference KnowledgeFS and reference directory on
+//! `tenantry-demo reference-remote`: the test kit's reference KnowledgeFS and reference directory on
 //! loopback ports, for trying `tenantry serve` by hand. Prints the `TENANTRY_*` settings that
 //! point a service at them. This is the one front door to the standalone reference remotes
 //! (the test kit has no binary of its own).
@@ -78,8 +78,8 @@ impl RemoteCertificates {
     }
 }
 
-/// Runs both reference servers until `stop` completes (the app passes its Ctrl-C / SIGTERM
-/// wait). Exit code 1 when a server cannot bind, 2 for a bad `--instance`.
+/// Runs both reference servers until `stop` completes (the binary passes the service's Ctrl-C /
+/// SIGTERM wait). Exit code 1 when a server cannot bind, 2 for a bad `--instance`.
 pub async fn main(args: &RemoteArgs, stop: impl Future<Output = ()>) -> ExitCode {
     let config = RemoteConfig {
         seed: args.seed,
@@ -89,7 +89,7 @@ pub async fn main(args: &RemoteArgs, stop: impl Future<Output = ()>) -> ExitCode
         match RemoteCertificates::make(args.tls_dir.as_deref()) {
             Ok(certificates) => Some(certificates),
             Err(e) => {
-                eprintln!("tenantry: --tls: {e}");
+                eprintln!("tenantry-demo: --tls: {e}");
                 return ExitCode::FAILURE;
             }
         }
@@ -107,7 +107,7 @@ pub async fn main(args: &RemoteArgs, stop: impl Future<Output = ()>) -> ExitCode
         Ok(started) => started,
         Err(e) => {
             eprintln!(
-                "tenantry: cannot start the reference KnowledgeFS on {}: {e}; choose another address with --knowledge-fs-addr",
+                "tenantry-demo: cannot start the reference KnowledgeFS on {}: {e}; choose another address with --knowledge-fs-addr",
                 args.knowledge_fs_addr
             );
             return ExitCode::FAILURE;
@@ -116,7 +116,7 @@ pub async fn main(args: &RemoteArgs, stop: impl Future<Output = ()>) -> ExitCode
     let instance = match InstanceUuid::parse(args.instance.as_str()) {
         Ok(i) => i,
         Err(e) => {
-            eprintln!("tenantry: --instance: {e}");
+            eprintln!("tenantry-demo: --instance: {e}");
             return ExitCode::from(2);
         }
     };
@@ -134,7 +134,7 @@ pub async fn main(args: &RemoteArgs, stop: impl Future<Output = ()>) -> ExitCode
         Ok(started) => started,
         Err(e) => {
             eprintln!(
-                "tenantry: cannot start the reference directory on {}: {e}; choose another address with --directory-addr",
+                "tenantry-demo: cannot start the reference directory on {}: {e}; choose another address with --directory-addr",
                 args.directory_addr
             );
             return ExitCode::FAILURE;

@@ -82,7 +82,7 @@ impl DemoReport {
             .sum()
     }
 
-    /// The summary as printed by `tenantry demo`.
+    /// The summary as printed by `tenantry-demo demo`.
     pub fn render(&self) -> String {
         let mut out = String::new();
         let faults = format!("{:?}", self.faults).to_lowercase();

@@ -284,7 +284,7 @@ pub trait ProjectionStateReader: Send + Sync {
 
 /// Reads every projected table at once (accounts, workspaces, memberships, executions, state
 /// rows, inbox receipts): the read port for checks that compare a whole projection with the
-/// provider's snapshot (`tenantry demo`'s ground-truth check, the conformance suite). Not a
+/// provider's snapshot (`tenantry-demo demo`'s ground-truth check, the conformance suite). Not a
 /// role of [`DirectoryProjectionStore`]: the projector never needs it, and it reads every row.
 #[cfg_attr(feature = "mocks", mockall::automock)]
 #[async_trait]

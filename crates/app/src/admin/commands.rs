@@ -13,15 +13,16 @@ use tenantry_engine::lifecycle::{OperatorActions, OperatorRequestError};
 use tenantry_kernel::CommandId;
 use tenantry_lifecycle::CommandStatus;
 use tenantry_lifecycle::operator::ControlSpaceActionError;
+use tenantry_operator::CommandFilterInput;
 use tenantry_ports::lifecycle::{
-    AttemptError, CommandAdmin, CommandFilter, OperatorActionError, OperatorActionKind,
+    AttemptError, CommandAdmin, OperatorActionError, OperatorActionKind,
 };
 use tenantry_store_seaorm::lifecycle::SeaOrmLifecycleStore;
 
 use super::AdminState;
 use super::error::{AdminApiError, BodyRefusals, Conflict, NotFound, Refusals};
 use super::extract::{JsonBody, PathParams, parse_id};
-use super::lifecycle::{CommandView, control_space, parse_operation, parse_status, tenant};
+use super::lifecycle::CommandView;
 
 impl From<OperatorActionError> for AdminApiError {
     fn from(error: OperatorActionError) -> Self {
@@ -312,31 +313,15 @@ async fn act_bulk(
     kind: OperatorActionKind,
     body: BulkBody,
 ) -> Result<Json<BulkView>, AdminApiError> {
-    let tenant_id = body.tenant_id.as_deref().map(tenant).transpose()?;
-    let control_space_id = body
-        .control_space_id
-        .as_deref()
-        .map(control_space)
-        .transpose()?;
-    if control_space_id.is_some() && tenant_id.is_none() {
-        return Err(AdminApiError::invalid(
-            "control_space_id",
-            "filtering by control space requires tenant_id",
-        ));
+    let filter = CommandFilterInput {
+        status: body.status.clone(),
+        operation: body.operation.clone(),
+        tenant_id: body.tenant_id.clone(),
+        control_space_id: body.control_space_id.clone(),
+        error_code: body.error_code.clone(),
+        ..CommandFilterInput::default()
     }
-    let filter = CommandFilter {
-        status: parse_status(body.status.as_deref())?,
-        operation: parse_operation(body.operation.as_deref())?,
-        tenant_id,
-        control_space_id,
-        error_code: body
-            .error_code
-            .filter(|c| !c.is_empty())
-            .map(tenantry_lifecycle::ErrorCode::from),
-        after: None,
-        before: None,
-        limit: 0,
-    };
+    .selection()?;
     let report = match &body.command_ids {
         Some(ids) => {
             let ids = ids

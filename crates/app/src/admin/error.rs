@@ -11,6 +11,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use tenantry_engine::lifecycle::IntakeFailure;
 use tenantry_lifecycle::intake::IntakeError;
+use tenantry_operator::FilterError;
 use tenantry_ports::lifecycle::StoreError;
 
 use tenantry_engine::scoped_writes::admin::FenceAdminError;
@@ -229,6 +230,14 @@ impl IntoResponse for AdminApiError {
                 .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         }
         response
+    }
+}
+
+/// A refused command filter (the operator façade's one parser): 400 `INVALID_ARGUMENT`
+/// naming the query or body field.
+impl From<FilterError> for AdminApiError {
+    fn from(error: FilterError) -> Self {
+        Self::invalid(error.field.name(), error.reason)
     }
 }
 

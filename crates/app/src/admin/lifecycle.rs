@@ -13,9 +13,8 @@ use tenantry_lifecycle::intake::{
     CreateControlSpace, RequestDeletion, RequestRevocation, derived_control_space_id,
 };
 use tenantry_lifecycle::operator::{LeftBehind, abandoned_provision_left_behind};
-use tenantry_lifecycle::{
-    CommandRecord, CommandStatus, ControlSpace, ControlSpaceState, Operation,
-};
+use tenantry_lifecycle::{CommandRecord, CommandStatus, ControlSpace, ControlSpaceState};
+use tenantry_operator::CommandFilterInput;
 use tenantry_ports::lifecycle::{CommandFilter, CommandQueue, ControlSpaceReader};
 use tenantry_store_seaorm::lifecycle::SeaOrmLifecycleStore;
 use tracing::Instrument;
@@ -25,10 +24,7 @@ use super::error::AdminApiError;
 use super::error::{BodyRefusals, Conflict, IdempotencyKeyReused, NotFound, Refusals};
 use super::extract::{IdempotencyKeyHeader, JsonBody, PathParams, QueryParams, parse_id};
 
-/// Default page size of `GET /v1/commands`.
-pub const DEFAULT_PAGE: u32 = 100;
-/// Largest page size of `GET /v1/commands`.
-pub const MAX_PAGE: u32 = 1000;
+pub use tenantry_operator::{DEFAULT_PAGE, MAX_PAGE};
 
 /// Body of `POST /v1/tenants/{tenant_id}/control-spaces`.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
@@ -310,35 +306,6 @@ fn null_as_empty<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<St
     Ok(Option::<String>::deserialize(deserializer)?.unwrap_or_default())
 }
 
-/// Parses a `status` filter (empty = none).
-pub(super) fn parse_status(value: Option<&str>) -> Result<Option<CommandStatus>, AdminApiError> {
-    match value {
-        None | Some("") => Ok(None),
-        Some(s) => CommandStatus::parse(s).map(Some).ok_or_else(|| {
-            AdminApiError::invalid(
-                "status",
-                format!(
-                    "{s:?} is not one of pending, processing, succeeded, superseded, failed, abandoned"
-                ),
-            )
-        }),
-    }
-}
-
-/// Parses an `operation` filter (empty = none).
-pub(super) fn parse_operation(value: Option<&str>) -> Result<Option<Operation>, AdminApiError> {
-    match value {
-        None | Some("") => Ok(None),
-        Some(o) => match Operation::parse(o) {
-            Operation::Unsupported(_) => Err(AdminApiError::invalid(
-                "operation",
-                format!("{o:?} is not one of provision, delete, revoke"),
-            )),
-            known => Ok(Some(known)),
-        },
-    }
-}
-
 pub(super) fn tenant(value: &str) -> Result<TenantId, AdminApiError> {
     parse_id("tenant_id", value, TenantId::parse)
 }
@@ -576,53 +543,21 @@ pub struct CommandPage {
     next_after: Option<String>,
 }
 
-/// Turns the query of `GET /v1/commands` into a store filter. `tenantry commands list` uses
-/// it too, so the API and the CLI accept exactly the same values (one definition of the
-/// limits).
-///
-/// # Errors
-/// 400 `INVALID_ARGUMENT` naming the first bad parameter.
-pub fn commands_filter(query: &CommandsQuery) -> Result<CommandFilter, AdminApiError> {
-    let status = parse_status(query.status.as_deref())?;
-    let operation = parse_operation(query.operation.as_deref())?;
-    let limit = query.limit.unwrap_or(DEFAULT_PAGE);
-    if !(1..=MAX_PAGE).contains(&limit) {
-        return Err(AdminApiError::invalid(
-            "limit",
-            format!("{limit} is outside 1..={MAX_PAGE}"),
-        ));
+impl CommandsQuery {
+    /// The operator's filter input of this query (parsed by [`CommandFilterInput::page`], as
+    /// the console's and the CLI's are).
+    pub fn input(&self) -> CommandFilterInput {
+        CommandFilterInput {
+            status: self.status.clone(),
+            operation: self.operation.clone(),
+            tenant_id: self.tenant_id.clone(),
+            control_space_id: self.control_space_id.clone(),
+            error_code: self.error_code.clone(),
+            limit: self.limit,
+            after: self.after.clone(),
+            before: None,
+        }
     }
-    let tenant_id = query.tenant_id.as_deref().map(tenant).transpose()?;
-    let control_space_id = query
-        .control_space_id
-        .as_deref()
-        .map(control_space)
-        .transpose()?;
-    if control_space_id.is_some() && tenant_id.is_none() {
-        return Err(AdminApiError::invalid(
-            "control_space_id",
-            "filtering by control space requires tenant_id",
-        ));
-    }
-    let after = query
-        .after
-        .as_deref()
-        .map(|a| parse_id("after", a, CommandId::parse))
-        .transpose()?;
-    Ok(CommandFilter {
-        status,
-        operation,
-        tenant_id,
-        control_space_id,
-        error_code: query
-            .error_code
-            .as_deref()
-            .filter(|c| !c.is_empty())
-            .map(tenantry_lifecycle::ErrorCode::from),
-        after,
-        before: None,
-        limit,
-    })
 }
 
 /// Refuses a pagination cursor that names no command with 400 `UNKNOWN_CURSOR` (the listing
@@ -664,7 +599,7 @@ pub async fn list_commands(
     State(state): State<AdminState>,
     QueryParams(query): QueryParams<CommandsQuery>,
 ) -> Result<Json<CommandPage>, AdminApiError> {
-    let filter = commands_filter(&query)?;
+    let filter = query.input().page()?;
     known_cursor(&state.store, filter.after.as_ref()).await?;
     let limit = filter.limit;
     let items = state.store.list_commands(&filter).await?;

@@ -41,9 +41,7 @@ use tenantry_store_seaorm::lifecycle::SeaOrmLifecycleStore;
 
 pub use commands::DETAIL_ERRORS;
 pub use error::{AdminApiError, CORRELATION_ID_HEADER};
-pub use lifecycle::{
-    CommandView, CommandsQuery, DEFAULT_PAGE, MAX_PAGE, commands_filter, known_cursor,
-};
+pub use lifecycle::{CommandView, CommandsQuery, DEFAULT_PAGE, MAX_PAGE, known_cursor};
 pub use openapi::document_json;
 
 use crate::directory::DirectoryHandle;

@@ -250,7 +250,7 @@ impl Config {
     pub fn knowledge_fs(&self) -> Result<(&str, &str), ConfigError> {
         let url = self.knowledge_fs_url.as_deref().ok_or(ConfigError::Missing {
             setting: "knowledge_fs_url",
-            hint: "set knowledge_fs_url in the file or TENANTRY_KNOWLEDGE_FS_URL (for a local try, run `tenantry reference-remote` and use the URL it prints)",
+            hint: "set knowledge_fs_url in the file or TENANTRY_KNOWLEDGE_FS_URL (for a local try, run `tenantry-demo reference-remote` and use the URL it prints)",
         })?;
         let token = self
             .knowledge_fs_token

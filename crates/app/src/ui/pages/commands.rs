@@ -5,8 +5,8 @@
 //! confirmation lists the oldest matching commands (at most [`BULK_CONFIRM_MAX`]) and carries
 //! their ids, and the action touches only those, each only if it still matches the filter.
 //!
-//! Filters are parsed by the admin API's [`commands_filter`](crate::admin::commands_filter())
-//! (same rules, same messages); actions go through the engine's `OperatorActions`, as the admin
+//! Filters are parsed by the operator façade's [`CommandFilterInput`] (the admin API's and the
+//! CLI's parser: same rules, same messages); actions go through the engine's `OperatorActions`, as the admin
 //! API's do, with actor `console` and the operator's reason, and are recorded in the action log.
 
 use axum::Extension;
@@ -18,6 +18,7 @@ use serde::Deserialize;
 use tenantry_engine::lifecycle::OperatorActions;
 use tenantry_kernel::CommandId;
 use tenantry_lifecycle::{CommandRecord, CommandStatus};
+use tenantry_operator::CommandFilterInput;
 use tenantry_ports::lifecycle::{
     CommandAdmin, CommandFilter, CommandQueue, ControlSpaceReader, ErrorHistory, OperatorActionKind,
 };
@@ -26,9 +27,8 @@ use super::super::UiState;
 use super::super::auth::{Session, csrf_ok, csrf_refused};
 use super::super::extract::{Form, Query};
 use super::super::layout::{self, encode};
-use super::overview::ACTIONABLE;
 use super::{error_page, read_only_refused};
-use crate::admin::{AdminApiError, CommandsQuery, DETAIL_ERRORS, commands_filter, known_cursor};
+use crate::admin::{AdminApiError, DETAIL_ERRORS, known_cursor};
 
 /// Rows per page of the table.
 pub const PAGE: u32 = 50;
@@ -68,23 +68,27 @@ fn some(value: &str) -> Option<String> {
 }
 
 impl FilterQuery {
-    /// The store's filter (the admin API's parsing rules; `before` parsed like `after`).
-    fn filter(&self, limit: u32) -> Result<CommandFilter, AdminApiError> {
-        let mut filter = commands_filter(&CommandsQuery {
+    /// The operator's filter input of the form (blank fields are "any").
+    fn input(&self) -> CommandFilterInput {
+        CommandFilterInput {
             status: some(&self.status),
             operation: some(&self.operation),
             tenant_id: some(&self.tenant_id),
             control_space_id: some(&self.control_space_id),
             error_code: some(&self.error_code),
-            limit: Some(limit),
+            limit: None,
             after: some(&self.after),
-        })?;
-        if filter.after.is_none() {
-            filter.before = some(&self.before)
-                .map(|b| CommandId::parse(b).map_err(|e| AdminApiError::invalid("before", e)))
-                .transpose()?;
+            before: some(&self.before),
         }
-        Ok(filter)
+    }
+
+    /// The store's filter of one page of `limit` rows (the admin API's parsing rules).
+    fn filter(&self, limit: u32) -> Result<CommandFilter, AdminApiError> {
+        Ok(CommandFilterInput {
+            limit: Some(limit),
+            ..self.input()
+        }
+        .page()?)
     }
 
     /// The query string of this filter (without the cursor).
@@ -161,7 +165,7 @@ pub async fn list(
         (filter_form(&query))
         @if !state.settings.read_only {
             @if let Ok(CommandFilter { status: Some(status), .. }) = query.filter(1) {
-                @if ACTIONABLE.contains(&status) {
+                @if status.accepts_operator_action() {
                     p {
                         a #bulk-retry href={"/ui/commands/bulk?action=retry&" (query.query_string())} { "Retry the matching…" }
                         " · "
@@ -303,7 +307,7 @@ pub async fn detail(
     }
     let path = format!("/ui/commands/{}", encode(id.as_str()));
     let before = html! {
-        @if !ACTIONABLE.contains(&status) {
+        @if !status.accepts_operator_action() {
             p.muted #not-actionable { "This command is " (status.as_str()) ": only pending or failed commands can be retried or abandoned." }
         } @else if !state.settings.read_only {
             div #actions {
@@ -347,7 +351,7 @@ async fn detail_live(
     let errors = state.admin.store.command_errors(id, DETAIL_ERRORS).await?;
     let payload = serde_json::to_string_pretty(&r.payload).unwrap_or_default();
     // A command that went on after a failed attempt keeps that attempt's error: say so.
-    let error_label = if ACTIONABLE.contains(&r.status) {
+    let error_label = if r.status.accepts_operator_action() {
         "last error"
     } else {
         "error of an earlier attempt"
@@ -524,19 +528,16 @@ fn bulk_kind(action: &str) -> Result<OperatorActionKind, AdminApiError> {
 }
 
 fn bulk_filter(filter: &FilterQuery) -> Result<CommandFilter, AdminApiError> {
-    let mut parsed = FilterQuery {
-        after: String::new(),
-        before: String::new(),
-        ..filter.clone()
-    }
-    .filter(1)?;
-    if !parsed.status.is_some_and(|s| ACTIONABLE.contains(&s)) {
+    let parsed = filter.input().selection()?;
+    if !parsed
+        .status
+        .is_some_and(CommandStatus::accepts_operator_action)
+    {
         return Err(AdminApiError::invalid(
             "status",
             "a bulk action needs the filter status failed or pending",
         ));
     }
-    parsed.limit = 0;
     Ok(parsed)
 }
 

@@ -11,7 +11,7 @@ use axum::response::{IntoResponse, Response};
 use maud::{Markup, html};
 use tenantry_fence::RecordKind;
 use tenantry_kernel::text::MAX_CODE_BYTES;
-use tenantry_lifecycle::{CommandStatus, Operation};
+use tenantry_lifecycle::Operation;
 
 use super::super::UiState;
 use super::super::auth::Session;
@@ -237,6 +237,3 @@ fn directory_summary(status: &DirectoryStatus, counts: &Counts) -> Markup {
         p { a href="/ui/directory" { "Directory details" } }
     }
 }
-
-/// Statuses an operator acts on (bulk actions need one of them).
-pub(crate) const ACTIONABLE: [CommandStatus; 2] = [CommandStatus::Failed, CommandStatus::Pending];

@@ -1,11 +1,11 @@
-//! `tenantry demo` end to end at small scale, on SQLite or (with `TENANTRY_TEST_PG_URL`)
+//! `tenantry-demo demo` end to end at small scale, on SQLite or (with `TENANTRY_TEST_PG_URL`)
 //! PostgreSQL: the workload goes through the admin API over HTTP and every ground-truth check
 //! passes.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::Duration;
 
-use tenantry_app::demo::{DemoOptions, Faults, run};
+use tenantry_demo::{DemoOptions, Faults, run};
 use tenantry_store_seaorm::testing::fresh_database;
 
 fn options(faults: Faults, seed: u64) -> DemoOptions {
@@ -22,7 +22,7 @@ fn options(faults: Faults, seed: u64) -> DemoOptions {
     }
 }
 
-/// `tenantry demo --tls`: both reference remotes serve HTTPS with a certificate of a CA made
+/// `tenantry-demo demo --tls`: both reference remotes serve HTTPS with a certificate of a CA made
 /// for the run, the service trusts that CA through `knowledge_fs_ca_file` and
 /// `directory_ca_file`, and every check passes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
