@@ -28,8 +28,6 @@ const LONG_FILES: &[&str] = &[
     "crates/remote-http/src/knowledge_fs.rs",
     "crates/store-seaorm/src/lifecycle/mod.rs",
     "crates/store-seaorm/tests/migrations.rs",
-    "crates/verification/src/lease.rs",
-    "crates/verification/src/sim/workers.rs",
     "xtask/src/ci.rs",
 ];
 
