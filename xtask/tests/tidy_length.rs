@@ -20,7 +20,6 @@ const LONG_FILES: &[&str] = &[
     "crates/chaos/src/run.rs",
     "crates/directory/src/plan/tests.rs",
     "crates/engine/src/lifecycle/tests/leases.rs",
-    "crates/engine/src/scoped_writes/mod.rs",
     "crates/engine/tests/scoped_writes.rs",
     "crates/lifecycle/src/saga/tests.rs",
     "crates/ports/src/directory/testing/conformance.rs",
