@@ -24,7 +24,6 @@ const LONG_FILES: &[&str] = &[
     "crates/lifecycle/src/saga/tests.rs",
     "crates/ports/src/directory/testing/conformance.rs",
     "crates/ports/src/host_storage/testing.rs",
-    "crates/store-seaorm/src/lifecycle/mod.rs",
     "crates/store-seaorm/tests/migrations.rs",
     "xtask/src/ci.rs",
 ];
