@@ -10,7 +10,7 @@
 //! the lookup's send time; the control-space compare-and-set) are SQL statements in
 //! `store-seaorm`; the model applies them
 //! as the in-memory store of `tenantry-ports` does (`is_due`, `holds_lease`, the supersede
-//! check) — written out in [`LeaseProtocol`]'s store functions below, one line each.
+//! check) — written out in [`LeaseProtocol`]'s store functions (module `store`), one line each.
 //!
 //! Time is a tick (one second of the store's clock). A worker judges its lease on its own
 //! monotonic deadline, counted from before the claim (the engine's `lease` module); worker 2's
