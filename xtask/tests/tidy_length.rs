@@ -22,8 +22,6 @@ const LONG_FILES: &[&str] = &[
     "crates/engine/src/lifecycle/tests/leases.rs",
     "crates/engine/tests/scoped_writes.rs",
     "crates/lifecycle/src/saga/tests.rs",
-    "crates/ports/src/directory/testing/conformance.rs",
-    "crates/ports/src/host_storage/testing.rs",
     "crates/store-seaorm/tests/migrations.rs",
     "xtask/src/ci.rs",
 ];

@@ -1,9 +1,6 @@
 //! Lifecycle metrics: task states and lease-renewal outcomes as reported by the engine, and the
 //! sink they go to ([`LifecycleMetrics`]; [`NoMetrics`] drops them).
 
-#[cfg(doc)]
-use tenantry_lifecycle::Operation;
-
 /// State of a dispatched task, as reported to metrics (reference: running, succeeded, retry,
 /// dispatch_error).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
