@@ -19,7 +19,6 @@ const LONG_FILES: &[&str] = &[
     "crates/app/tests/ui.rs",
     "crates/chaos/src/run.rs",
     "crates/directory/src/plan/tests.rs",
-    "crates/engine/src/lifecycle/tests/leases.rs",
     "crates/engine/tests/scoped_writes.rs",
     "crates/lifecycle/src/saga/tests.rs",
     "crates/store-seaorm/tests/migrations.rs",
