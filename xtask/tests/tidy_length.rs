@@ -18,9 +18,7 @@ const MAX_LINES: usize = 850;
 const LONG_FILES: &[&str] = &[
     "crates/app/tests/ui.rs",
     "crates/chaos/src/run.rs",
-    "crates/directory/src/plan/tests.rs",
     "crates/engine/tests/scoped_writes.rs",
-    "crates/lifecycle/src/saga/tests.rs",
     "crates/store-seaorm/tests/migrations.rs",
     "xtask/src/ci.rs",
 ];
