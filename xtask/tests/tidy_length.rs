@@ -18,7 +18,6 @@ const MAX_LINES: usize = 850;
 const LONG_FILES: &[&str] = &[
     "crates/app/tests/ui.rs",
     "crates/chaos/src/run.rs",
-    "crates/store-seaorm/tests/migrations.rs",
     "xtask/src/ci.rs",
 ];
 
