@@ -1,0 +1,329 @@
+//! Behaviour tables of the apply planners, run through the in-memory reference store: the
+//! harness and snapshots here; accounts, workspaces, deltas and the model check in their modules.
+
+use std::time::Duration;
+
+use super::*;
+use crate::config::ProjectionLimits;
+use crate::maps::{
+    AccountStatus, DirectoryAccountStatus, DirectoryMembershipStatus, DirectoryRole,
+    ExecutionStatus, MembershipRole, MembershipStatus, RowSource, WorkspaceStatus,
+};
+use crate::model::{DirectoryMember, DirectoryWorkspace};
+use crate::rows::ProjectionTables;
+use crate::testing::*;
+
+mod accounts;
+mod deltas;
+mod model_check;
+mod workspaces;
+
+struct Harness {
+    tables: ProjectionTables,
+    ctx: ApplyContext,
+}
+
+impl Harness {
+    fn new() -> Self {
+        Self {
+            tables: ProjectionTables::default(),
+            ctx: ApplyContext {
+                instance: instance(),
+                limits: ProjectionLimits::default(),
+                now: at(100),
+                max_staleness: Duration::from_secs(60),
+            },
+        }
+    }
+
+    fn snap(
+        &mut self,
+        s: &DirectorySnapshot,
+    ) -> Result<crate::memory::ApplyOutcome, DirectoryError> {
+        self.tables.apply_snapshot(&self.ctx, s, &[])
+    }
+
+    fn delta(
+        &mut self,
+        d: &DirectoryDelta,
+        b: &DirectoryEventBatch,
+    ) -> Result<crate::memory::ApplyOutcome, DirectoryError> {
+        self.tables.apply_delta(&self.ctx, d, b)
+    }
+
+    /// Asserts `f` fails with `expected` and leaves every table as it was.
+    fn rejects(
+        &mut self,
+        expected: DirectoryError,
+        f: impl FnOnce(&mut Self) -> Result<crate::memory::ApplyOutcome, DirectoryError>,
+    ) {
+        let before = self.tables.clone();
+        assert_eq!(f(self).map(|_| ()), Err(expected));
+        assert_eq!(self.tables, before, "a rejected input changed the tables");
+    }
+
+    fn ws(&self, uuid: &str) -> &WorkspaceRow {
+        &self.tables.workspaces[&ws_id(uuid)]
+    }
+
+    fn membership(&self, uuid: &str) -> &MembershipRow {
+        &self.tables.memberships[&m_id(uuid)]
+    }
+
+    fn exec(&self, uuid: &str) -> &ExecutionRow {
+        &self.tables.executions[&ws_id(uuid)]
+    }
+
+    fn account(&self, uuid: &str) -> &AccountRow {
+        &self.tables.accounts[&acc_id(uuid)]
+    }
+
+    fn seed_local_account(&mut self, uuid: &str, email: &str) {
+        self.tables.accounts.insert(
+            acc_id(uuid),
+            AccountRow {
+                uuid: acc_id(uuid),
+                normalized_email: email.into(),
+                display_name: "Local".into(),
+                status: AccountStatus::Active,
+                source: RowSource::Local,
+                projection_revision: 0,
+            },
+        );
+    }
+}
+
+fn base() -> DirectorySnapshot {
+    snapshot(
+        10,
+        vec![
+            workspace("ws-1", 1, &[("a", 1), ("b", 1)]),
+            workspace("ws-2", 1, &[("c", 1)]),
+        ],
+    )
+}
+
+#[test]
+fn snapshot_apply_projects_every_table() {
+    let mut h = Harness::new();
+    let outcome = h.snap(&base()).unwrap();
+    assert_eq!(outcome.active_workspaces, Some(2));
+    assert_eq!(
+        outcome.cardinality,
+        Some(BatchCardinality {
+            workspaces: 2,
+            memberships: 3
+        })
+    );
+    assert!(outcome.caught_up);
+    assert_eq!(h.tables.accounts.len(), 3);
+    assert_eq!(h.account("a").projection_revision, 10);
+    assert_eq!(h.account("a").source, RowSource::Directory);
+    assert_eq!(h.ws("ws-1").created_by_account_uuid, Some(acc_id("a")));
+    assert_eq!(h.ws("ws-1").instance_uuid, Some(instance()));
+    assert_eq!(h.membership("m-a-ws-1").role, MembershipRole::Developer);
+    assert_eq!(h.exec("ws-2").state, ExecutionStatus::Active);
+    assert!(!h.exec("ws-2").write_fenced);
+    let state = &h.tables.states[&instance()];
+    assert_eq!((state.cursor, state.snapshot_coverage_cursor), (10, 10));
+    assert_eq!(state.snapshot_fingerprint, snapshot_fingerprint(&base()));
+    assert_eq!(state.last_applied_at, at(100));
+    assert_eq!(state.lease_expires_at, at(160));
+}
+
+#[test]
+fn reapplying_the_same_snapshot_writes_nothing_but_freshness() {
+    let mut h = Harness::new();
+    h.snap(&base()).unwrap();
+    let existing = h.tables.select(&snapshot_keys(&base(), &[]), &instance());
+    let plan = plan_snapshot(
+        &h.ctx,
+        h.tables.states.get(&instance()),
+        &existing,
+        &base(),
+        &[],
+    )
+    .unwrap();
+    assert!(
+        plan.accounts.is_empty()
+            && plan.workspaces.is_empty()
+            && plan.memberships.is_empty()
+            && plan.executions.is_empty()
+    );
+}
+
+#[test]
+fn snapshot_cursor_rollback_is_superseded() {
+    let mut h = Harness::new();
+    h.snap(&base()).unwrap();
+    let older = snapshot(9, base().workspaces);
+    h.rejects(
+        DirectoryError::SnapshotSuperseded {
+            snapshot_cursor: 9,
+            projected_cursor: 10,
+        },
+        |h| h.snap(&older),
+    );
+    assert!(
+        DirectoryError::SnapshotSuperseded {
+            snapshot_cursor: 9,
+            projected_cursor: 10
+        }
+        .is_superseded()
+    );
+}
+
+#[test]
+fn same_cursor_with_different_fingerprint_is_conflict() {
+    let mut h = Harness::new();
+    h.snap(&base()).unwrap();
+    let mut other = base();
+    other.workspaces[0].name = "changed".into();
+    h.rejects(DirectoryError::SnapshotConflict { cursor: 10 }, |h| {
+        h.snap(&other)
+    });
+}
+
+#[test]
+fn same_cursor_after_a_delta_accepts_any_fingerprint() {
+    let mut h = Harness::new();
+    h.snap(&base()).unwrap();
+    let b = batch(10, 11, 11, vec![dir_event("e-11", 11, "ws-1", 2)]);
+    h.delta(
+        &delta(&["ws-1"], vec![workspace("ws-1", 2, &[("a", 1), ("b", 1)])]),
+        &b,
+    )
+    .unwrap();
+    assert_eq!(
+        h.tables.states[&instance()].snapshot_fingerprint,
+        incremental_marker()
+    );
+    let mut at_same = base();
+    at_same.cursor = 11;
+    at_same.workspaces[0] = workspace("ws-1", 2, &[("a", 1), ("b", 1)]);
+    h.snap(&at_same).unwrap();
+    assert_eq!(
+        h.tables.states[&instance()].snapshot_fingerprint,
+        snapshot_fingerprint(&at_same)
+    );
+}
+
+#[test]
+fn snapshot_for_another_instance_is_rejected() {
+    let mut h = Harness::new();
+    let mut s = base();
+    s.instance_uuid = InstanceUuid::parse("inst-2").unwrap();
+    h.rejects(
+        DirectoryError::WrongInstance {
+            what: "snapshot",
+            expected: instance(),
+            actual: s.instance_uuid.clone(),
+        },
+        |h| h.snap(&s),
+    );
+}
+
+#[test]
+fn snapshot_capacity_limits_are_checked_before_and_after_writing() {
+    let mut h = Harness::new();
+    h.ctx.limits = ProjectionLimits {
+        max_snapshot_workspaces: 1,
+        max_snapshot_memberships: 100,
+        max_active_workspaces: 100,
+    };
+    h.rejects(
+        DirectoryError::SnapshotWorkspaceCapacity { count: 2, limit: 1 },
+        |h| h.snap(&base()),
+    );
+    h.ctx.limits = ProjectionLimits {
+        max_snapshot_workspaces: 10,
+        max_snapshot_memberships: 2,
+        max_active_workspaces: 100,
+    };
+    h.rejects(
+        DirectoryError::MembershipCapacity { count: 3, limit: 2 },
+        |h| h.snap(&base()),
+    );
+    h.ctx.limits = ProjectionLimits {
+        max_snapshot_workspaces: 10,
+        max_snapshot_memberships: 100,
+        max_active_workspaces: 1,
+    };
+    h.rejects(
+        DirectoryError::ActiveWorkspaceCapacity { count: 2, limit: 1 },
+        |h| h.snap(&base()),
+    );
+    // A delta cannot see the instance total: the committed count catches it.
+    h.snap(&snapshot(10, vec![workspace("ws-1", 1, &[("a", 1)])]))
+        .unwrap();
+    let b = batch(10, 11, 11, vec![dir_event("e-11", 11, "ws-2", 1)]);
+    let d = delta(&["ws-2"], vec![workspace("ws-2", 1, &[("c", 1)])]);
+    h.rejects(
+        DirectoryError::ProjectedActiveWorkspaceCapacity { count: 2, limit: 1 },
+        |h| h.delta(&d, &b),
+    );
+}
+
+#[test]
+fn absent_workspaces_are_archived_memberships_removed_and_execution_fenced() {
+    let mut h = Harness::new();
+    h.snap(&base()).unwrap();
+    let next = snapshot(12, vec![workspace("ws-1", 1, &[("a", 1), ("b", 1)])]);
+    let outcome = h.snap(&next).unwrap();
+    assert_eq!(outcome.active_workspaces, Some(1));
+    assert_eq!(h.ws("ws-2").status, WorkspaceStatus::Archived);
+    assert_eq!(
+        h.ws("ws-2").projection_revision,
+        1,
+        "a snapshot proves absence, not a revision"
+    );
+    assert_eq!(h.membership("m-c-ws-2").status, MembershipStatus::Removed);
+    assert_eq!(h.exec("ws-2").state, ExecutionStatus::Inactive);
+    assert!(h.exec("ws-2").write_fenced);
+    assert_eq!(h.ws("ws-1").status, WorkspaceStatus::Active);
+}
+
+#[test]
+fn inbox_event_seen_again_with_same_contents_is_skipped() {
+    let mut h = Harness::new();
+    let events = vec![ent_event("e-1", 10, "ws-1", 1)];
+    h.tables
+        .apply_snapshot(&h.ctx.clone(), &base(), &events)
+        .unwrap();
+    let receipt = h.tables.receipts[&(instance(), events[0].uuid.clone())].clone();
+    assert_eq!(receipt.applied_at, Some(at(100)));
+    h.ctx.now = at(200);
+    h.tables
+        .apply_snapshot(&h.ctx.clone(), &base(), &events)
+        .unwrap();
+    let again = &h.tables.receipts[&(instance(), events[0].uuid.clone())];
+    assert_eq!(
+        again.received_at, receipt.received_at,
+        "a duplicate is not received again"
+    );
+    assert_eq!(again.applied_at, Some(at(200)));
+}
+
+#[test]
+fn inbox_event_seen_again_with_different_contents_is_rejected() {
+    let mut h = Harness::new();
+    let events = vec![ent_event("e-1", 10, "ws-1", 1)];
+    h.tables
+        .apply_snapshot(&h.ctx.clone(), &base(), &events)
+        .unwrap();
+    let changed = vec![ent_event("e-1", 10, "ws-1", 2)];
+    let ctx = h.ctx.clone();
+    h.rejects(
+        DirectoryError::ReceiptConflict {
+            event: changed[0].uuid.clone(),
+        },
+        |h| h.tables.apply_snapshot(&ctx, &base(), &changed),
+    );
+    let moved = vec![ent_event("e-1", 9, "ws-1", 1)];
+    h.rejects(
+        DirectoryError::ReceiptConflict {
+            event: moved[0].uuid.clone(),
+        },
+        |h| h.tables.apply_snapshot(&ctx, &base(), &moved),
+    );
+}

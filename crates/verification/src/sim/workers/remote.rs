@@ -1,0 +1,270 @@
+//! The simulated remote: the reference KnowledgeFS model behind a faulty network, each call's
+//! fate drawn from the run's generator, and the sender invariant checked on every call.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::Utc;
+use rand::Rng;
+use tenantry_kernel::{CommandId, ControlSpaceId, IdempotencyKey, LeaseOwner, TenantId};
+use tenantry_lifecycle::{
+    CommandRecord, CommandStatus, DeletionProgress, DeletionRequest, ProvisionRequest, RemoteSpace,
+    RevokeAck, RevokeRequest,
+};
+use tenantry_ports::clock::{Clock, ManualClock};
+use tenantry_ports::lifecycle::fake::InMemoryLifecycleStore;
+use tenantry_ports::lifecycle::{IntakeStore, KnowledgeFs, RemoteError};
+use tenantry_testkit::knowledge_fs::RemoteErrorBody;
+use tenantry_testkit::knowledge_fs::state::{DeletionBody, KnowledgeFsModel, ProvisionBody};
+
+use super::system::key;
+use super::{CALL_DEADLINE, CALLER, MAX_LANDING, Shared, World, world};
+
+/// What the network does to one call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fate {
+    Answered,
+    AnswerLost,
+    ResetBeforeSending,
+    ResetAfterSending,
+    Stall,
+    Timeout,
+    Unavailable,
+    Gateway(u16),
+}
+
+#[derive(Clone)]
+pub(super) struct SimRemote {
+    pub(super) world: Shared,
+    pub(super) store: InMemoryLifecycleStore,
+    /// The caller's process clock: the call deadline is a timer of the caller.
+    pub(super) clock: ManualClock,
+}
+
+fn remote_error(body: &RemoteErrorBody) -> RemoteError {
+    RemoteError::answered(body.status, body.code, body.message.clone())
+}
+
+impl SimRemote {
+    /// Checks that the caller sends under the command's current, unexpired lease.
+    fn check_sender(w: &mut World, command: Option<CommandRecord>, call: &str) {
+        let caller = CALLER.try_with(Clone::clone).unwrap_or_default();
+        let now = w.db_clock.now();
+        let ok = command.as_ref().is_some_and(|r| {
+            r.status == CommandStatus::Processing
+                && r.lease_owner.as_ref().map(LeaseOwner::as_str) == Some(caller.as_str())
+                && r.lease_expires_at.is_some_and(|at| at > now)
+        });
+        if !ok {
+            let holder = command.map(|r| {
+                format!(
+                    "{} under {:?} epoch {} until {:?}",
+                    r.status, r.lease_owner, r.lease_epoch.0, r.lease_expires_at
+                )
+            });
+            w.violations.push(format!(
+                "remote {call} sent by {caller} without the command's current lease (command: {holder:?})"
+            ));
+        }
+    }
+
+    fn draw_fate(w: &mut World) -> Fate {
+        if w.rng.random_range(0..100) >= w.fault_percent {
+            return Fate::Answered;
+        }
+        match w.rng.random_range(0..8u8) {
+            0 => Fate::AnswerLost,
+            1 => Fate::ResetBeforeSending,
+            2 => Fate::ResetAfterSending,
+            3 => Fate::Stall,
+            4 => Fate::Timeout,
+            5 => Fate::Unavailable,
+            _ => Fate::Gateway([500, 502, 504][w.rng.random_range(0..3usize)]),
+        }
+    }
+
+    /// Sends one call: its effect `apply` lands (or not) in its own task, as the network
+    /// decides; the caller waits for the answer until the call deadline.
+    async fn call<T: Send + 'static>(
+        &self,
+        name: &str,
+        key: &IdempotencyKey,
+        apply: impl FnOnce(&mut KnowledgeFsModel, chrono::DateTime<Utc>) -> Result<T, RemoteErrorBody>
+        + Send
+        + 'static,
+    ) -> Result<T, RemoteError> {
+        // The sender: mutations carry their command's id as the key (docs/protocol.md,
+        // "Idempotency"); a lookup carries its delete command's caller key.
+        let command = match CommandId::parse(key.as_str())
+            .ok()
+            .and_then(|id| self.store.command(&id))
+        {
+            Some(command) => Some(command),
+            None => self
+                .store
+                .command_by_idempotency_key(key)
+                .await
+                .ok()
+                .flatten(),
+        };
+        let (fate, landing, answer_after) = {
+            let mut w = world(&self.world);
+            w.remote_calls += 1;
+            Self::check_sender(&mut w, command, name);
+            let fate = Self::draw_fate(&mut w);
+            let lands = match fate {
+                Fate::ResetBeforeSending | Fate::Unavailable => false,
+                Fate::ResetAfterSending | Fate::Gateway(_) => w.rng.random_bool(0.5),
+                _ => true,
+            };
+            let landing = match fate {
+                _ if !lands => None,
+                Fate::Timeout | Fate::Gateway(_) => Some(Duration::from_secs(
+                    w.rng.random_range(0..=MAX_LANDING.as_secs()),
+                )),
+                _ => Some(Duration::from_millis(w.rng.random_range(0..1_500))),
+            };
+            let answer_after = match fate {
+                Fate::Stall => Duration::from_secs(w.rng.random_range(35..140)),
+                _ => Duration::from_millis(w.rng.random_range(0..1_500)),
+            };
+            let caller = CALLER.try_with(Clone::clone).unwrap_or_default();
+            w.event(format!("{caller} {name} {key}: {fate:?}"));
+            (fate, landing, answer_after)
+        };
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        if let Some(delay) = landing {
+            world(&self.world).pending_deliveries += 1;
+            let shared = Arc::clone(&self.world);
+            let name = name.to_owned();
+            let key = key.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(delay).await;
+                let mut w = world(&shared);
+                let now = w.db_clock.now();
+                let result = apply(&mut w.remote, now);
+                let outcome = match &result {
+                    Ok(_) => "applied".to_owned(),
+                    Err(e) => format!("refused {} {}", e.status, e.code),
+                };
+                w.event(format!("{name} {key} lands: {outcome}"));
+                w.pending_deliveries -= 1;
+                drop(w);
+                if tx.send(result).is_err() {
+                    // The caller stopped waiting (answer lost, timeout, crash): a late landing.
+                    world(&shared).late_landings += 1;
+                }
+            });
+        }
+        let answer = async {
+            match fate {
+                Fate::Answered | Fate::Stall => {
+                    let result = rx.await.map_err(|_| {
+                        RemoteError::outcome_unknown("the request was lost on the way")
+                    })?;
+                    tokio::time::sleep(answer_after).await;
+                    result.map_err(|e| remote_error(&e))
+                }
+                Fate::AnswerLost => {
+                    let _ = rx.await;
+                    Err(RemoteError::outcome_unknown(
+                        "connection closed after the request was sent",
+                    ))
+                }
+                Fate::ResetBeforeSending => Err(RemoteError::not_dispatched(
+                    "connection reset before the request was sent",
+                )),
+                Fate::ResetAfterSending => Err(RemoteError::outcome_unknown(
+                    "connection reset after the request was sent",
+                )),
+                Fate::Timeout => std::future::pending().await,
+                Fate::Unavailable => Err(RemoteError::answered(
+                    503,
+                    "KNOWLEDGE_FS_UNAVAILABLE",
+                    "try again later",
+                )),
+                Fate::Gateway(status) => Err(RemoteError::answered(
+                    status,
+                    "GATEWAY_ERROR",
+                    "the gateway gave up; the backend may go on",
+                )),
+            }
+        };
+        tokio::select! {
+            biased;
+            result = answer => result,
+            () = self.clock.sleep(CALL_DEADLINE) => {
+                Err(RemoteError::outcome_unknown("no answer before the call deadline"))
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl KnowledgeFs for SimRemote {
+    async fn provision(&self, request: &ProvisionRequest) -> Result<RemoteSpace, RemoteError> {
+        let namespace = request.namespace_id.clone();
+        let body = ProvisionBody {
+            control_space_id: request.control_space_id.clone(),
+            operation_id: request.operation_id.clone(),
+            provisioning_key: request.provisioning_key.clone(),
+            name: request.name.clone(),
+            slug: request.slug.clone(),
+            icon: request.icon.clone(),
+            description: request.description.clone(),
+            model_intent: request.model_intent.clone(),
+            profile_intent: request.profile_intent.clone(),
+        };
+        self.call("provision", &request.idempotency_key, move |model, _| {
+            model.provision(&namespace, &body).map(|p| p.space)
+        })
+        .await
+    }
+
+    async fn find_by_provisioning_key(
+        &self,
+        namespace: &TenantId,
+        key: &tenantry_kernel::ProvisioningKey,
+        control_space: &ControlSpaceId,
+    ) -> Result<Option<RemoteSpace>, RemoteError> {
+        let (namespace, key, control_space) =
+            (namespace.clone(), key.clone(), control_space.clone());
+        // A lookup carries no idempotency key; the sender is checked through the delete
+        // command of its control space.
+        let idempotency = self::key(format!("delete-{control_space}"));
+        self.call("lookup", &idempotency, move |model, _| {
+            Ok(model
+                .lookup(&namespace, &key, Some(&control_space))
+                .into_iter()
+                .next())
+        })
+        .await
+    }
+
+    async fn request_deletion(
+        &self,
+        request: &DeletionRequest,
+    ) -> Result<DeletionProgress, RemoteError> {
+        let namespace = request.namespace_id.clone();
+        let space = request.knowledge_space_id.clone();
+        let body = DeletionBody {
+            control_space_id: request.control_space_id.clone(),
+            operation_id: request.operation_id.clone(),
+            provisioning_key: request.provisioning_key.clone(),
+            expected_revision: request.expected_revision,
+        };
+        self.call("deletion", &request.idempotency_key, move |model, now| {
+            model.delete(&namespace, &space, &body, now)
+        })
+        .await
+    }
+
+    async fn revoke_grant(&self, _request: &RevokeRequest) -> Result<RevokeAck, RemoteError> {
+        Err(RemoteError::answered(
+            501,
+            "NOT_SIMULATED",
+            "revocations are not simulated",
+        ))
+    }
+}

@@ -1,0 +1,273 @@
+//! The store of one simulated process: the shared in-memory store, recording leases as their
+//! holders see them, checking settles, holding the lease statements of a stalled process, and
+//! planting the store bugs.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tenantry_kernel::{ControlSpaceId, IdempotencyKey, TenantId};
+use tenantry_lifecycle::intake::IntakePlan;
+use tenantry_lifecycle::{
+    ClaimedCommand, CommandRecord, CommandStatus, ControlSpace, LeaseToken, Settlement,
+};
+use tenantry_ports::clock::{Clock, ManualClock};
+use tenantry_ports::lifecycle::fake::InMemoryLifecycleStore;
+use tenantry_ports::lifecycle::{
+    ClaimRequest, CommandFilter, CommandQueue, ControlSpaceReader, IntakeStore, IntakeStoreError,
+    SettleError, StoreError, Submitted,
+};
+
+use super::{CALLER, LeaseView, Shared, WorkerBug, world};
+
+#[cfg(doc)]
+use super::WorkerOp;
+
+#[derive(Clone)]
+pub(super) struct SimStore {
+    pub(super) inner: InMemoryLifecycleStore,
+    pub(super) world: Shared,
+    pub(super) process: usize,
+    pub(super) generation: u32,
+    pub(super) clock: ManualClock,
+    pub(super) bug: Option<WorkerBug>,
+}
+
+fn holds(record: &CommandRecord, lease: &LeaseToken) -> bool {
+    record.status == CommandStatus::Processing
+        && record.lease_owner.as_ref() == Some(&lease.owner)
+        && record.lease_epoch == lease.epoch
+}
+
+impl SimStore {
+    /// Holds a lease statement of this process while the process is stalled
+    /// ([`WorkerOp::Stall`]): it reaches the store when the stall ends (a stall extended
+    /// meanwhile holds it longer), however long after the dispatcher checked its lease.
+    async fn held_while_stalled(&self, statement: &str) {
+        let mut counted = false;
+        loop {
+            let (until, db_clock) = {
+                let w = world(&self.world);
+                (w.stalled_until[self.process], w.db_clock.clone())
+            };
+            let Some(until) = until.filter(|until| db_clock.monotonic() < *until) else {
+                return;
+            };
+            if !counted {
+                counted = true;
+                let caller = CALLER.try_with(Clone::clone).unwrap_or_default();
+                let mut w = world(&self.world);
+                w.stalled_statements += 1;
+                w.event(format!("{caller} {statement} held by the stall"));
+            }
+            db_clock.sleep_until(until).await;
+        }
+    }
+}
+
+#[async_trait]
+impl CommandQueue for SimStore {
+    async fn claim(&self, request: &ClaimRequest) -> Result<Vec<ClaimedCommand>, StoreError> {
+        let started = self.clock.monotonic();
+        self.held_while_stalled("claim").await;
+        if self.bug == Some(WorkerBug::ClaimWithoutExpiryCheck) {
+            let now = world(&self.world).db_clock.now();
+            if let Some(mut live) = self.inner.commands().into_iter().find(|r| {
+                r.status == CommandStatus::Processing
+                    && r.lease_expires_at.is_some_and(|at| at > now)
+            }) {
+                live.lease_expires_at = Some(now);
+                self.inner.put_command(live);
+            }
+        }
+        let claimed = self.inner.claim(request).await?;
+        let mut w = world(&self.world);
+        for command in &claimed {
+            w.leases.insert(
+                (command.id().clone(), command.lease.epoch.0),
+                LeaseView {
+                    process: self.process,
+                    generation: self.generation,
+                    owner: request.owner.to_string(),
+                    deadline: started + request.lease_duration,
+                    lost: false,
+                    closed: false,
+                },
+            );
+            w.event(format!(
+                "{} claims {} {} (epoch {}, attempt {})",
+                request.owner,
+                command.operation,
+                command.control_space_id,
+                command.lease.epoch.0,
+                command.attempt_count
+            ));
+        }
+        Ok(claimed)
+    }
+
+    async fn next_due_in(&self, include_provision: bool) -> Result<Option<Duration>, StoreError> {
+        self.inner.next_due_in(include_provision).await
+    }
+
+    async fn renew_lease(
+        &self,
+        lease: &LeaseToken,
+        lease_duration: Duration,
+    ) -> Result<LeaseToken, SettleError> {
+        let started = self.clock.monotonic();
+        self.held_while_stalled(&format!(
+            "renewal of {} epoch {}",
+            lease.command_id, lease.epoch.0
+        ))
+        .await;
+        let current = self.inner.command(&lease.command_id);
+        let result = self.inner.renew_lease(lease, lease_duration).await;
+        let mut w = world(&self.world);
+        let key = (lease.command_id.clone(), lease.epoch.0);
+        match &result {
+            Ok(_) => {
+                let now = w.db_clock.now();
+                let live = current.as_ref().is_some_and(|r| {
+                    holds(r, lease) && r.lease_expires_at.is_some_and(|at| at > now)
+                });
+                if !live {
+                    w.violations.push(format!(
+                        "a renewal of a stale or expired lease was accepted: {} epoch {} of {} \
+                         (command: {:?})",
+                        lease.owner,
+                        lease.epoch.0,
+                        lease.command_id,
+                        current.map(|r| (
+                            r.status,
+                            r.lease_owner,
+                            r.lease_epoch.0,
+                            r.lease_expires_at
+                        ))
+                    ));
+                }
+                w.renewals += 1;
+                if let Some(view) = w.leases.get_mut(&key) {
+                    view.deadline = view.deadline.max(started + lease_duration);
+                }
+            }
+            Err(SettleError::LeaseLost { .. }) => {
+                w.leases_lost += 1;
+                if let Some(view) = w.leases.get_mut(&key) {
+                    view.lost = true;
+                }
+                w.event(format!(
+                    "{} renewal of {} epoch {} refused",
+                    lease.owner, lease.command_id, lease.epoch.0
+                ));
+            }
+            Err(_) => {}
+        }
+        result
+    }
+
+    async fn settle(&self, lease: &LeaseToken, settlement: &Settlement) -> Result<(), SettleError> {
+        self.held_while_stalled(&format!(
+            "settle of {} epoch {}",
+            lease.command_id, lease.epoch.0
+        ))
+        .await;
+        let current = self.inner.command(&lease.command_id);
+        let held = current.as_ref().is_some_and(|r| holds(r, lease));
+        let token = match (&current, self.bug) {
+            (Some(r), Some(WorkerBug::SettleWithoutEpochCheck))
+                if !held && r.status == CommandStatus::Processing =>
+            {
+                LeaseToken {
+                    owner: r.lease_owner.clone().unwrap_or_else(|| lease.owner.clone()),
+                    epoch: r.lease_epoch,
+                    ..lease.clone()
+                }
+            }
+            _ => lease.clone(),
+        };
+        let result = self.inner.settle(&token, settlement).await;
+        let mut w = world(&self.world);
+        let key = (lease.command_id.clone(), lease.epoch.0);
+        let status = settlement
+            .status()
+            .map_or_else(|| "no change".to_owned(), |s| s.to_string());
+        match &result {
+            Ok(()) => {
+                if !held {
+                    let now_epoch = current.map_or(0, |r| r.lease_epoch.0);
+                    w.violations.push(format!(
+                        "a settle from a stale lease was accepted: {} epoch {} settled {} as {status} \
+                         while the current epoch is {now_epoch}",
+                        lease.owner, lease.epoch.0, lease.command_id
+                    ));
+                }
+                if settlement.outcome.is_some()
+                    && let Some(view) = w.leases.get_mut(&key)
+                {
+                    view.closed = true;
+                }
+                w.event(format!(
+                    "{} settles {} epoch {} as {status}",
+                    lease.owner, lease.command_id, lease.epoch.0
+                ));
+            }
+            Err(SettleError::LeaseLost { .. }) => {
+                w.leases_lost += 1;
+                if let Some(view) = w.leases.get_mut(&key) {
+                    view.closed = true;
+                }
+                w.event(format!(
+                    "{} settle of {} epoch {} refused: lease lost",
+                    lease.owner, lease.command_id, lease.epoch.0
+                ));
+            }
+            Err(other) => w.event(format!(
+                "{} settle of {} refused: {other}",
+                lease.owner, lease.command_id
+            )),
+        }
+        result
+    }
+
+    async fn latest_provision(
+        &self,
+        tenant_id: &TenantId,
+        control_space_id: &ControlSpaceId,
+    ) -> Result<Option<CommandRecord>, StoreError> {
+        self.inner
+            .latest_provision(tenant_id, control_space_id)
+            .await
+    }
+
+    async fn list_commands(
+        &self,
+        filter: &CommandFilter,
+    ) -> Result<Vec<CommandRecord>, StoreError> {
+        self.inner.list_commands(filter).await
+    }
+}
+
+#[async_trait]
+impl ControlSpaceReader for SimStore {
+    async fn control_space(
+        &self,
+        tenant_id: &TenantId,
+        control_space_id: &ControlSpaceId,
+    ) -> Result<Option<ControlSpace>, StoreError> {
+        self.inner.control_space(tenant_id, control_space_id).await
+    }
+}
+
+#[async_trait]
+impl IntakeStore for SimStore {
+    async fn submit(&self, plan: &IntakePlan) -> Result<Submitted, IntakeStoreError> {
+        self.inner.submit(plan).await
+    }
+
+    async fn command_by_idempotency_key(
+        &self,
+        key: &IdempotencyKey,
+    ) -> Result<Option<CommandRecord>, StoreError> {
+        self.inner.command_by_idempotency_key(key).await
+    }
+}
