@@ -196,7 +196,7 @@ fn keys_sorted<T: Serialize, S: serde::Serializer>(value: &T, to: S) -> Result<S
 
 /// The status document of `GET /v1/directory/status`; also sets the
 /// `tenantry_directory_staleness_seconds` gauge and the `tenantry_directory_refusals_total`
-/// counters.
+/// and `tenantry_directory_capacity_refusals_total` counters.
 ///
 /// `last_refusal` is the latest provider answer a projection rule refused on this replica
 /// (`rule`, `workspace`, `message`, `since`, `last_at`, `count`, `resolved_at`; `null` when
@@ -231,6 +231,9 @@ pub async fn status(handle: Option<&DirectoryHandle>) -> DirectoryStatus {
     let refusals = handle.projector.refusals();
     for (rule, count) in &refusals.total_by_rule {
         crate::metrics::set_directory_refusals(rule.as_str(), *count);
+    }
+    for (limit, count) in handle.projector.capacity_refusals() {
+        crate::metrics::set_directory_capacity_refusals(limit.as_str(), count);
     }
     DirectoryStatus::Configured(Box::new(DirectoryProjectionStatus {
         configured: true,

@@ -22,7 +22,7 @@ use serde::Serialize;
 use tenantry_directory::batch::{
     BatchCardinality, directory_event_revisions, empty_page_proves_freshness, validate_batch,
 };
-use tenantry_directory::config::SNAPSHOT_ATTEMPTS;
+use tenantry_directory::config::{CapacityLimit, SNAPSHOT_ATTEMPTS};
 use tenantry_directory::maps::WorkspaceStatus;
 use tenantry_directory::{
     ApplyContext, ApplyOutcome, DirectoryDelta, DirectoryError, DirectoryEventBatch,
@@ -73,6 +73,17 @@ impl ProjectorError {
         match self {
             Self::Rejected(e) | Self::RepeatedlySuperseded { last: e, .. } => Some(e),
             Self::Provider(_) | Self::Storage(_) => None,
+        }
+    }
+
+    /// The capacity limit the provider's answer exceeds, when this is a capacity refusal: a
+    /// projection limit ([`DirectoryError::capacity_limit`]) or the client's size cap
+    /// ([`ProviderError::TooLarge`]). The run loop backs off longer after one
+    /// ([`ProjectorConfig::next_delay_after_capacity`]).
+    pub fn capacity_limit(&self) -> Option<CapacityLimit> {
+        match self {
+            Self::Provider(ProviderError::TooLarge { .. }) => Some(CapacityLimit::ResponseBytes),
+            other => other.refusal().and_then(DirectoryError::capacity_limit),
         }
     }
 }
@@ -167,6 +178,7 @@ struct ReplicaState {
     active_workspaces: u64,
     last_batch: BatchCardinality,
     refusals: RefusalReport,
+    capacity_refusals: BTreeMap<CapacityLimit, u64>,
     sync_failure: Option<SyncFailure>,
 }
 
@@ -317,6 +329,14 @@ impl<P: DirectoryProvider, S: DirectoryProjectionStore> DirectoryProjector<P, S>
         self.replica().refusals.clone()
     }
 
+    /// Steps refused for a capacity limit since this replica started, per limit (the
+    /// `tenantry_directory_capacity_refusals_total{limit}` counter): a projection limit's
+    /// refusal (also counted by rule in [`Self::refusals`]) or an answer over the client's
+    /// size cap.
+    pub fn capacity_refusals(&self) -> BTreeMap<CapacityLimit, u64> {
+        self.replica().capacity_refusals.clone()
+    }
+
     /// The failure of this replica's latest synchronization steps when they failed for a
     /// reason other than a refusal (see [`Self::refusals`] for those); `None` once a step
     /// succeeds.
@@ -411,7 +431,10 @@ impl<P: DirectoryProvider, S: DirectoryProjectionStore> DirectoryProjector<P, S>
     }
 
     /// Syncs at once, then every `sync_interval`; after a failure waits twice as long as
-    /// before (at least the interval, at most `max_staleness / 2`). Never returns on an error;
+    /// before (at least the interval, at most `max_staleness / 2`; after a capacity refusal at
+    /// most [`ProjectorConfig::capacity_retry_max_delay`], 5 minutes unless half the staleness
+    /// is longer: a directory over its limit is downloaded and parsed whole at every try).
+    /// Never returns on an error;
     /// returns when `shutdown` completes (also in the middle of a sync, which is
     /// cancellation-safe).
     ///
@@ -433,15 +456,28 @@ impl<P: DirectoryProvider, S: DirectoryProjectionStore> DirectoryProjector<P, S>
                 () = &mut shutdown => return,
                 result = self.sync_once() => result,
             };
-            let failed = match result {
-                Ok(()) => false,
-                Err(error) if error.refusal().is_some() => true, // logged by sync_once
+            delay = match result {
+                Ok(()) => self.config.next_delay(delay, false),
                 Err(error) => {
-                    tracing::warn!(%error, "directory synchronization failed; backing off");
-                    true
+                    if let Some(limit) = error.capacity_limit() {
+                        let next = self.config.next_delay_after_capacity(delay);
+                        tracing::warn!(
+                            limit = limit.as_str(),
+                            setting = limit.setting(),
+                            retry_in_seconds = next.as_secs_f64(),
+                            %error,
+                            "the directory exceeds a capacity limit; retrying with a longer backoff"
+                        );
+                        next
+                    } else {
+                        if error.refusal().is_none() {
+                            // A refusal is logged by sync_once.
+                            tracing::warn!(%error, "directory synchronization failed; backing off");
+                        }
+                        self.config.next_delay(delay, true)
+                    }
                 }
             };
-            delay = self.config.next_delay(delay, failed);
         }
     }
 
@@ -558,6 +594,9 @@ impl<P: DirectoryProvider, S: DirectoryProjectionStore> DirectoryProjector<P, S>
     fn note_result(&self, result: &Result<(), ProjectorError>) {
         let now = self.clock.now();
         let mut replica = self.replica();
+        if let Some(limit) = result.as_ref().err().and_then(ProjectorError::capacity_limit) {
+            *replica.capacity_refusals.entry(limit).or_default() += 1;
+        }
         match result {
             Ok(()) => replica.sync_failure = None,
             Err(error) if error.refusal().is_none() => {
