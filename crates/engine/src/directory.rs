@@ -180,6 +180,10 @@ struct ReplicaState {
     refusals: RefusalReport,
     capacity_refusals: BTreeMap<CapacityLimit, u64>,
     sync_failure: Option<SyncFailure>,
+    /// The shared projection was consulted for a cursor to resume from (once per process).
+    resume_checked: bool,
+    /// The cursor resumed from, until a step from it succeeds.
+    resumed_from: Option<i64>,
 }
 
 /// Projects a directory provider into the store; see the module documentation.
@@ -225,6 +229,8 @@ pub struct DirectoryProjector<P, S> {
     clock: Arc<dyn Clock>,
     /// The clock's monotonic reading at construction; readiness counts from here.
     origin: Instant,
+    /// Whether a starting replica resumes from the shared projection ([`Self::with_resume`]).
+    resume: bool,
     replica: Mutex<ReplicaState>,
 }
 
@@ -249,21 +255,42 @@ impl<P: DirectoryProvider, S: DirectoryProjectionStore> DirectoryProjector<P, S>
             runtime: Arc::new(NoHooks),
             origin: clock.monotonic(),
             clock,
+            resume: true,
             replica: Mutex::new(ReplicaState::default()),
         }
     }
 
-    /// Sets the entitlement hook run after each commit.
+    /// Sets the entitlement hook run after each commit. Turns resuming off
+    /// ([`Self::with_resume`]): the hook's process-local caches need the full snapshot's
+    /// active set at start.
     #[must_use]
     pub fn with_entitlements(mut self, hook: Arc<dyn EntitlementReconciler>) -> Self {
         self.entitlements = hook;
+        self.resume = false;
         self
     }
 
-    /// Sets the runtime-execution hook run after each commit.
+    /// Sets the runtime-execution hook run after each commit. Turns resuming off
+    /// ([`Self::with_resume`]), as [`Self::with_entitlements`] does.
     #[must_use]
     pub fn with_runtime_publisher(mut self, hook: Arc<dyn RuntimeExecutionPublisher>) -> Self {
         self.runtime = hook;
+        self.resume = false;
+        self
+    }
+
+    /// Whether a starting replica (no consumer cursor yet) resumes from the projection it
+    /// finds in the store instead of fetching and applying a full snapshot: its first step
+    /// reads the shared state row once and, when there is one, takes its cursor (the
+    /// high-water mark of what the tables hold) as its consumer cursor and fetches the events
+    /// after it. On by default, off once a hook is set (the hooks' caches are fed by
+    /// snapshots); call this after the hooks to override. Readiness is not taken from the
+    /// row: a resumed replica is ready only after its first caught-up sync, as any other. If
+    /// the first step from the resumed cursor is refused (by a rule, or the provider answers
+    /// a client error), the replica forgets the cursor and starts from a snapshot.
+    #[must_use]
+    pub fn with_resume(mut self, resume: bool) -> Self {
+        self.resume = resume;
         self
     }
 
@@ -372,7 +399,8 @@ impl<P: DirectoryProvider, S: DirectoryProjectionStore> DirectoryProjector<P, S>
         })
     }
 
-    /// One synchronization step: initialize when this replica has no cursor yet; otherwise
+    /// One synchronization step: when this replica has no cursor yet, resume from the shared
+    /// projection found in the store ([`Self::with_resume`]) or else initialize; then
     /// fetch the events after its own cursor, validate the batch, then apply a delta for the
     /// workspaces named by `directory.changed` events, or advance the cursor for entitlement
     /// events, or (empty batch) confirm freshness.
@@ -383,10 +411,41 @@ impl<P: DirectoryProvider, S: DirectoryProjectionStore> DirectoryProjector<P, S>
     pub async fn sync_once(&self) -> Result<(), ProjectorError> {
         let result = self.sync_step().await;
         self.note_result(&result);
-        if let Err(error) = &result {
-            self.reinitialize_after(error);
+        match &result {
+            Ok(()) => self.replica().resumed_from = None,
+            Err(error) => self.reinitialize_after(error),
         }
         result
+    }
+
+    /// The cursor a starting replica resumes from: the shared projection's, read once per
+    /// process when resuming is on ([`Self::with_resume`]); `None` when resuming is off, was
+    /// already consulted, or the store holds no projection of the instance yet.
+    ///
+    /// # Errors
+    /// [`ProjectorError::Storage`] when the state row cannot be read (consulted again at the
+    /// next step).
+    async fn resume_cursor(&self) -> Result<Option<i64>, ProjectorError> {
+        if !self.resume || self.replica().resume_checked {
+            return Ok(None);
+        }
+        let state = self
+            .store
+            .projection_state(&self.config.instance)
+            .await?;
+        let mut replica = self.replica();
+        replica.resume_checked = true;
+        let Some(state) = state else {
+            return Ok(None);
+        };
+        tracing::info!(
+            cursor = state.cursor,
+            last_applied_at = %state.last_applied_at,
+            "resuming the directory projection found in the database; fetching the events after its cursor instead of a snapshot"
+        );
+        replica.consumer_cursor = Some(state.cursor);
+        replica.resumed_from = Some(state.cursor);
+        Ok(Some(state.cursor))
     }
 
     /// After [`DirectoryError::MissingReceipt`] this replica re-reads events whose receipts are
@@ -394,19 +453,47 @@ impl<P: DirectoryProvider, S: DirectoryProjectionStore> DirectoryProjector<P, S>
     /// cursor: docs/operations.md, "Retention"): it lags more than the inbox window, so it
     /// forgets its consumer cursor and its next step initializes from a snapshot, as a
     /// starting replica does. Nothing was applied by the refused step.
+    ///
+    /// A replica that resumed from the shared projection ([`Self::with_resume`]) and whose
+    /// first step from there is refused (by a rule, or a client error of the provider) starts
+    /// from a snapshot too: the stored cursor may be one the provider no longer serves.
     fn reinitialize_after(&self, error: &ProjectorError) {
+        let mut replica = self.replica();
+        if let Some(resumed) = replica.resumed_from {
+            let answer_refused = match error {
+                ProjectorError::Provider(ProviderError::Refused { status, .. }) => {
+                    (400..500).contains(status) && *status != 429
+                }
+                ProjectorError::Provider(ProviderError::InvalidResponse { .. }) => true,
+                other => other.refusal().is_some(),
+            };
+            if answer_refused {
+                tracing::warn!(
+                    cursor = resumed,
+                    %error,
+                    "the first directory step from the cursor found in the database was refused; this replica starts from a snapshot"
+                );
+                replica.resumed_from = None;
+                replica.consumer_cursor = None;
+                return;
+            }
+        }
         if let Some(DirectoryError::MissingReceipt { cursor, .. }) = error.refusal() {
             tracing::warn!(
                 cursor,
                 "directory events re-read without their receipts (removed by retention); this replica starts again from a snapshot"
             );
-            self.replica().consumer_cursor = None;
+            replica.consumer_cursor = None;
         }
     }
 
     async fn sync_step(&self) -> Result<(), ProjectorError> {
-        let Some(cursor) = self.consumer_cursor() else {
-            return self.initialize().await;
+        let cursor = match self.consumer_cursor() {
+            Some(cursor) => cursor,
+            None => match self.resume_cursor().await? {
+                Some(cursor) => cursor,
+                None => return self.initialize().await,
+            },
         };
         let instance = &self.config.instance;
         let batch = self

@@ -817,3 +817,73 @@ async fn a_skewed_replica_stamps_receipts_with_the_store_clock() {
         f.clock.now()
     );
 }
+
+/// A replica without hooks, over this fixture's store and provider (resuming is on).
+fn plain(f: &Fixture) -> Projector {
+    DirectoryProjector::new(projector_config(), f.provider.clone(), f.store.clone())
+        .with_clock(Arc::new(f.clock.clone()))
+}
+
+/// A restarted process finds the projection at cursor 10 in the store: it asks the provider
+/// for the events after 10, not for a snapshot, and is ready only after that caught-up step.
+#[tokio::test(start_paused = true)]
+async fn a_restarted_replica_resumes_from_the_stored_cursor_instead_of_a_snapshot() {
+    let f = Fixture::new();
+    f.provider.push_snapshot(Ok(base()));
+    plain(&f).sync_once().await.unwrap(); // the previous process
+    f.clock.advance(Duration::from_secs(120)); // down for longer than the staleness
+    let provider = ScriptedProvider::new();
+    let p = DirectoryProjector::new(projector_config(), provider.clone(), f.store.clone())
+        .with_clock(Arc::new(f.clock.clone()));
+    assert_eq!(p.require_ready(), Err(NotReady::NeverReady));
+    provider.push_events(Err(unavailable()));
+    assert!(p.sync_once().await.is_err());
+    assert_eq!(p.consumer_cursor(), Some(10));
+    assert_eq!(
+        p.require_ready(),
+        Err(NotReady::NeverReady),
+        "a stored projection alone does not make the replica ready"
+    );
+    provider.push_events(Ok(batch(10, 11, 11, vec![ent_event("e-11", 11, "ws-1", 3)])));
+    p.sync_once().await.unwrap();
+    assert_eq!(
+        provider.calls(),
+        vec![
+            ProviderCall::Events { after: 10, limit: 50 },
+            ProviderCall::Events { after: 10, limit: 50 },
+        ],
+        "no snapshot fetched"
+    );
+    assert_eq!(p.consumer_cursor(), Some(11));
+    assert_eq!(p.require_ready(), Ok(()));
+    assert_eq!(f.store.tables().states[&instance()].cursor, 11);
+}
+
+/// Resuming reads the store once: an empty store means a snapshot; hooks (whose caches a
+/// snapshot feeds) turn it off; a refused first step from the stored cursor falls back to a
+/// snapshot.
+#[tokio::test(start_paused = true)]
+async fn resuming_falls_back_to_a_snapshot() {
+    let f = Fixture::new();
+    f.provider.push_snapshot(Ok(base()));
+    let p = plain(&f);
+    p.sync_once().await.unwrap();
+    assert_eq!(f.provider.calls(), vec![ProviderCall::Snapshot], "empty store");
+
+    let hooked = f.projector(); // with hooks
+    f.provider.push_snapshot(Ok(base()));
+    hooked.sync_once().await.unwrap();
+    assert_eq!(f.provider.calls().last(), Some(&ProviderCall::Snapshot));
+
+    let p = plain(&f);
+    // The provider answers another page than asked: refused, and the replica starts over.
+    f.provider.push_events(Ok(batch(9, 10, 10, vec![])));
+    let error = p.sync_once().await.unwrap_err();
+    assert!(error.refusal().is_some(), "{error}");
+    assert_eq!(p.consumer_cursor(), None);
+    f.provider.push_snapshot(Ok(base()));
+    p.sync_once().await.unwrap();
+    assert_eq!(f.provider.calls().last(), Some(&ProviderCall::Snapshot));
+    assert_eq!(p.consumer_cursor(), Some(10));
+    assert_eq!(p.require_ready(), Ok(()));
+}
