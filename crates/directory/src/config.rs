@@ -324,9 +324,14 @@ mod tests {
         }
         assert_eq!(seen, [10, 20, 40, 80, 160, 300, 300, 300]);
         assert_eq!(config.next_delay_after_capacity(secs(1)), secs(5));
-        let long =
-            ProjectorConfig::new("inst", secs(5), secs(3600), 100, ProjectionLimits::default())
-                .unwrap();
+        let long = ProjectorConfig::new(
+            "inst",
+            secs(5),
+            secs(3600),
+            100,
+            ProjectionLimits::default(),
+        )
+        .unwrap();
         assert_eq!(long.next_delay_after_capacity(secs(1000)), secs(1800));
     }
 

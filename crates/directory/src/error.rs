@@ -638,7 +638,8 @@ impl DirectoryError {
         match self {
             Self::SnapshotWorkspaceCapacity { .. } => Some(CapacityLimit::SnapshotWorkspaces),
             Self::MembershipCapacity { .. } => Some(CapacityLimit::SnapshotMemberships),
-            Self::ActiveWorkspaceCapacity { .. } | Self::ProjectedActiveWorkspaceCapacity { .. } => {
+            Self::ActiveWorkspaceCapacity { .. }
+            | Self::ProjectedActiveWorkspaceCapacity { .. } => {
                 Some(CapacityLimit::ActiveWorkspaces)
             }
             _ => None,

@@ -429,10 +429,7 @@ impl<P: DirectoryProvider, S: DirectoryProjectionStore> DirectoryProjector<P, S>
         if !self.resume || self.replica().resume_checked {
             return Ok(None);
         }
-        let state = self
-            .store
-            .projection_state(&self.config.instance)
-            .await?;
+        let state = self.store.projection_state(&self.config.instance).await?;
         let mut replica = self.replica();
         replica.resume_checked = true;
         let Some(state) = state else {
@@ -681,7 +678,11 @@ impl<P: DirectoryProvider, S: DirectoryProjectionStore> DirectoryProjector<P, S>
     fn note_result(&self, result: &Result<(), ProjectorError>) {
         let now = self.clock.now();
         let mut replica = self.replica();
-        if let Some(limit) = result.as_ref().err().and_then(ProjectorError::capacity_limit) {
+        if let Some(limit) = result
+            .as_ref()
+            .err()
+            .and_then(ProjectorError::capacity_limit)
+        {
             *replica.capacity_refusals.entry(limit).or_default() += 1;
         }
         match result {

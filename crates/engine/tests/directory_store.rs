@@ -191,8 +191,8 @@ async fn a_restarted_process_resumes_from_the_projection_in_the_database() {
     let store = SeaOrmDirectoryStore::new(&db.db);
     let clock = Arc::new(ManualClock::new(at(0)));
     let first = ScriptedProvider::new();
-    let before = DirectoryProjector::new(config(), first.clone(), store.clone())
-        .with_clock(clock.clone());
+    let before =
+        DirectoryProjector::new(config(), first.clone(), store.clone()).with_clock(clock.clone());
     first.push_snapshot(Ok(snapshot(
         12,
         vec![workspace("ws-1", 1, &[("a", 1), ("b", 1)])],

@@ -31,7 +31,8 @@ pub use env::{
 };
 pub use error::ConfigError;
 pub use model::{
-    Config, DirectoryCapacity, DirectorySettings, LogFormat, RetentionSettings, is_plain_http_off_loopback, redact_url,
+    Config, DirectoryCapacity, DirectorySettings, LogFormat, RetentionSettings,
+    is_plain_http_off_loopback, redact_url,
 };
 pub use raw::{RawConfig, RawRetention};
 pub use validate::{DELETION_ABSENCE_GRACE_MARGIN, smallest_deletion_absence_grace};

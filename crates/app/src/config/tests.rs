@@ -356,7 +356,10 @@ fn directory_capacity_limits_are_settings() {
         merge_env_and_validate(RawConfig::default(), "defaults", env_of(&pairs))
     };
     let capacity = with(&[]).unwrap().directory_capacity;
-    assert_eq!(capacity.limits, tenantry_directory::ProjectionLimits::default());
+    assert_eq!(
+        capacity.limits,
+        tenantry_directory::ProjectionLimits::default()
+    );
     assert_eq!(
         capacity.max_response_bytes,
         tenantry_remote_http::directory::DEFAULT_MAX_RESPONSE_BYTES
@@ -390,18 +393,53 @@ fn directory_capacity_limits_are_settings() {
     );
 
     let refused = [
-        ("TENANTRY_DIRECTORY_MAX_SNAPSHOT_WORKSPACES", "0", "directory_max_snapshot_workspaces"),
-        ("TENANTRY_DIRECTORY_MAX_SNAPSHOT_WORKSPACES", "1000001", "directory_max_snapshot_workspaces"),
-        ("TENANTRY_DIRECTORY_MAX_SNAPSHOT_MEMBERSHIPS", "0", "directory_max_snapshot_memberships"),
-        ("TENANTRY_DIRECTORY_MAX_SNAPSHOT_MEMBERSHIPS", "10000001", "directory_max_snapshot_memberships"),
-        ("TENANTRY_DIRECTORY_MAX_ACTIVE_WORKSPACES", "0", "directory_max_active_workspaces"),
-        ("TENANTRY_DIRECTORY_MAX_RESPONSE_BYTES", "1000", "directory_max_response_bytes"),
-        ("TENANTRY_DIRECTORY_MAX_RESPONSE_BYTES", "4294967297", "directory_max_response_bytes"),
-        ("TENANTRY_DIRECTORY_MAX_RESPONSE_BYTES", "-1", "directory_max_response_bytes"),
+        (
+            "TENANTRY_DIRECTORY_MAX_SNAPSHOT_WORKSPACES",
+            "0",
+            "directory_max_snapshot_workspaces",
+        ),
+        (
+            "TENANTRY_DIRECTORY_MAX_SNAPSHOT_WORKSPACES",
+            "1000001",
+            "directory_max_snapshot_workspaces",
+        ),
+        (
+            "TENANTRY_DIRECTORY_MAX_SNAPSHOT_MEMBERSHIPS",
+            "0",
+            "directory_max_snapshot_memberships",
+        ),
+        (
+            "TENANTRY_DIRECTORY_MAX_SNAPSHOT_MEMBERSHIPS",
+            "10000001",
+            "directory_max_snapshot_memberships",
+        ),
+        (
+            "TENANTRY_DIRECTORY_MAX_ACTIVE_WORKSPACES",
+            "0",
+            "directory_max_active_workspaces",
+        ),
+        (
+            "TENANTRY_DIRECTORY_MAX_RESPONSE_BYTES",
+            "1000",
+            "directory_max_response_bytes",
+        ),
+        (
+            "TENANTRY_DIRECTORY_MAX_RESPONSE_BYTES",
+            "4294967297",
+            "directory_max_response_bytes",
+        ),
+        (
+            "TENANTRY_DIRECTORY_MAX_RESPONSE_BYTES",
+            "-1",
+            "directory_max_response_bytes",
+        ),
     ];
     for (variable, value, expected) in refused {
         let error = with(&[(variable, value)]).unwrap_err();
-        let ConfigError::Invalid { setting, origin, .. } = &error else {
+        let ConfigError::Invalid {
+            setting, origin, ..
+        } = &error
+        else {
             panic!("{variable}={value}: {error:?}");
         };
         assert_eq!(*setting, expected, "{variable}={value}");

@@ -11,9 +11,9 @@ use tenantry_directory::ProjectionLimits;
 
 use super::{
     AdminTls, CONNECTIONS_BESIDES_WORKERS, Config, ConfigError, DEFAULT_DATABASE_URL,
-    DEFAULT_LISTEN, DirectoryCapacity, DirectorySettings, MAX_DIRECTORY_MEMBERSHIPS, MAX_DIRECTORY_RESPONSE_BYTES,
-    MAX_DIRECTORY_WORKSPACES, MIN_DIRECTORY_RESPONSE_BYTES, RawConfig, RetentionSettings,
-    is_plain_http_off_loopback, redact_url,
+    DEFAULT_LISTEN, DirectoryCapacity, DirectorySettings, MAX_DIRECTORY_MEMBERSHIPS,
+    MAX_DIRECTORY_RESPONSE_BYTES, MAX_DIRECTORY_WORKSPACES, MIN_DIRECTORY_RESPONSE_BYTES,
+    RawConfig, RetentionSettings, is_plain_http_off_loopback, redact_url,
 };
 
 /// The setting names of one remote's TLS files: CA file, client certificate, client key.

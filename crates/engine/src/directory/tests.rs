@@ -503,7 +503,12 @@ async fn run_loop_backs_off_doubling_up_to_half_the_staleness_and_never_exits() 
 }
 
 /// Runs `p` until `stop` fires, on the fixture's paused clock.
-fn spawn_run(p: &Arc<Projector>) -> (tokio::sync::oneshot::Sender<()>, tokio::task::JoinHandle<()>) {
+fn spawn_run(
+    p: &Arc<Projector>,
+) -> (
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<()>,
+) {
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let p = Arc::clone(p);
     let runner = tokio::spawn(async move {
@@ -598,7 +603,11 @@ async fn a_directory_over_a_capacity_limit_is_retried_with_a_longer_backoff() {
     assert_eq!(snapshot_calls(&f.provider), 10);
     assert_eq!(p.require_ready(), Ok(()));
     f.clock.sleep_until(at_secs(1515.1)).await;
-    assert_eq!(f.provider.calls().len(), 11, "one events call an interval later");
+    assert_eq!(
+        f.provider.calls().len(),
+        11,
+        "one events call an interval later"
+    );
     stop.send(()).unwrap();
     runner.await.unwrap();
 }
@@ -844,13 +853,24 @@ async fn a_restarted_replica_resumes_from_the_stored_cursor_instead_of_a_snapsho
         Err(NotReady::NeverReady),
         "a stored projection alone does not make the replica ready"
     );
-    provider.push_events(Ok(batch(10, 11, 11, vec![ent_event("e-11", 11, "ws-1", 3)])));
+    provider.push_events(Ok(batch(
+        10,
+        11,
+        11,
+        vec![ent_event("e-11", 11, "ws-1", 3)],
+    )));
     p.sync_once().await.unwrap();
     assert_eq!(
         provider.calls(),
         vec![
-            ProviderCall::Events { after: 10, limit: 50 },
-            ProviderCall::Events { after: 10, limit: 50 },
+            ProviderCall::Events {
+                after: 10,
+                limit: 50
+            },
+            ProviderCall::Events {
+                after: 10,
+                limit: 50
+            },
         ],
         "no snapshot fetched"
     );
@@ -868,7 +888,11 @@ async fn resuming_falls_back_to_a_snapshot() {
     f.provider.push_snapshot(Ok(base()));
     let p = plain(&f);
     p.sync_once().await.unwrap();
-    assert_eq!(f.provider.calls(), vec![ProviderCall::Snapshot], "empty store");
+    assert_eq!(
+        f.provider.calls(),
+        vec![ProviderCall::Snapshot],
+        "empty store"
+    );
 
     let hooked = f.projector(); // with hooks
     f.provider.push_snapshot(Ok(base()));
