@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
-use tenantry_directory::{ProjectionLimits, ProjectorConfig, RefusalRule};
+use tenantry_directory::{ProjectorConfig, RefusalRule};
 use tenantry_engine::directory::{DirectoryProjector, Refusal, ResourceSnapshot};
 use tenantry_ports::clock::Clock;
 use tenantry_ports::directory::ProjectionStateReader;
@@ -17,7 +17,7 @@ use tenantry_remote_http::directory::{DirectoryClientConfig, HttpDirectoryProvid
 use tenantry_store_seaorm::Database;
 use tenantry_store_seaorm::directory::SeaOrmDirectoryStore;
 
-use crate::config::DirectorySettings;
+use crate::config::{DirectoryCapacity, DirectorySettings};
 
 /// The projector as the service runs it.
 pub type Projector = DirectoryProjector<HttpDirectoryProvider, SeaOrmDirectoryStore>;
@@ -53,19 +53,25 @@ impl std::fmt::Debug for PreparedDirectory {
     }
 }
 
-/// Checks the settings and builds the provider client; touches no database.
+/// Checks the settings and builds the provider client (reading at most
+/// `capacity.max_response_bytes` of an answer) and the projector's configuration (with
+/// `capacity.limits`); touches no database.
 ///
 /// # Errors
 /// A message naming the setting that cannot be used (`directory_trusted_keys`,
 /// `directory_url`, `directory_instance`).
-pub fn prepare(settings: &DirectorySettings) -> Result<PreparedDirectory, String> {
+pub fn prepare(
+    settings: &DirectorySettings,
+    capacity: &DirectoryCapacity,
+) -> Result<PreparedDirectory, String> {
     let mut keys = TrustedKeys::new();
     for (id, hex) in &settings.trusted_keys {
         keys.insert_hex(id.clone(), hex)
             .map_err(|e| format!("directory_trusted_keys: {e}"))?;
     }
-    let mut client =
-        DirectoryClientConfig::new(settings.url.clone(), keys).with_tls(settings.tls.clone());
+    let mut client = DirectoryClientConfig::new(settings.url.clone(), keys)
+        .with_tls(settings.tls.clone())
+        .with_max_response_bytes(capacity.max_response_bytes);
     client.bearer_token = settings.token.clone();
     let provider =
         HttpDirectoryProvider::new(&client).map_err(|e| format!("directory_url: {e}"))?;
@@ -74,7 +80,7 @@ pub fn prepare(settings: &DirectorySettings) -> Result<PreparedDirectory, String
         settings.sync_interval,
         settings.max_staleness,
         settings.event_limit,
-        ProjectionLimits::default(),
+        capacity.limits,
     )
     .map_err(|e| format!("directory_instance: {e}"))?;
     Ok(PreparedDirectory { config, provider })
@@ -103,10 +109,11 @@ impl PreparedDirectory {
 /// `directory_url`, `directory_instance`).
 pub fn build(
     settings: &DirectorySettings,
+    capacity: &DirectoryCapacity,
     db: &Database,
     clock: Arc<dyn Clock>,
 ) -> Result<DirectoryHandle, String> {
-    Ok(prepare(settings)?.attach(db, clock))
+    Ok(prepare(settings, capacity)?.attach(db, clock))
 }
 
 /// The answer of `GET /v1/directory/status`: [`DirectoryStatus::NotConfigured`] or
@@ -189,7 +196,7 @@ fn keys_sorted<T: Serialize, S: serde::Serializer>(value: &T, to: S) -> Result<S
 
 /// The status document of `GET /v1/directory/status`; also sets the
 /// `tenantry_directory_staleness_seconds` gauge and the `tenantry_directory_refusals_total`
-/// counters.
+/// and `tenantry_directory_capacity_refusals_total` counters.
 ///
 /// `last_refusal` is the latest provider answer a projection rule refused on this replica
 /// (`rule`, `workspace`, `message`, `since`, `last_at`, `count`, `resolved_at`; `null` when
@@ -224,6 +231,9 @@ pub async fn status(handle: Option<&DirectoryHandle>) -> DirectoryStatus {
     let refusals = handle.projector.refusals();
     for (rule, count) in &refusals.total_by_rule {
         crate::metrics::set_directory_refusals(rule.as_str(), *count);
+    }
+    for (limit, count) in handle.projector.capacity_refusals() {
+        crate::metrics::set_directory_capacity_refusals(limit.as_str(), count);
     }
     DirectoryStatus::Configured(Box::new(DirectoryProjectionStatus {
         configured: true,

@@ -30,6 +30,10 @@
 //! - `tenantry_directory_refusals_total{reason}`: provider answers refused by a directory
 //!   projection rule on this replica, by rule (`DirectoryError::rule`); refreshed from the
 //!   projector's tally on every scrape and status read.
+//! - `tenantry_directory_capacity_refusals_total{limit}`: synchronization steps refused because
+//!   the directory exceeds a capacity limit (`max_snapshot_workspaces`,
+//!   `max_snapshot_memberships`, `max_active_workspaces`, `max_response_bytes`), refreshed
+//!   like the refusals.
 //! - `tenantry_retention_removed_total{kind}`: records removed by the retention pruner of this
 //!   replica, by kind (`finished_commands`, `operator_actions`, `inbox_receipts`,
 //!   `cleared_fences`);
@@ -90,7 +94,7 @@ impl SeriesType {
 /// Every series this process records: (Prometheus name, type, `# HELP` text). The series table
 /// of docs/operations.md ("Health and metrics") lists exactly these (a test checks it, and
 /// another that every name the crates record is here).
-pub const SERIES: [(&str, SeriesType, &str); 17] = [
+pub const SERIES: [(&str, SeriesType, &str); 18] = [
     (
         "tenantry_lifecycle_tasks_total",
         SeriesType::Counter,
@@ -165,6 +169,11 @@ pub const SERIES: [(&str, SeriesType, &str); 17] = [
         "tenantry_directory_refusals_total",
         SeriesType::Counter,
         "Directory provider answers refused by a projection rule on this replica, by rule.",
+    ),
+    (
+        "tenantry_directory_capacity_refusals_total",
+        SeriesType::Counter,
+        "Directory synchronization steps refused on this replica because the directory exceeds a capacity limit, by limit (the setting directory_<limit> raises it).",
     ),
     (
         "tenantry_retention_removed_total",
@@ -262,6 +271,10 @@ pub fn register_counters() {
     }
     for rule in tenantry_directory::RefusalRule::ALL {
         metrics::counter!("tenantry_directory_refusals_total", "reason" => rule.as_str())
+            .increment(0);
+    }
+    for limit in tenantry_directory::CapacityLimit::ALL {
+        metrics::counter!("tenantry_directory_capacity_refusals_total", "limit" => limit.as_str())
             .increment(0);
     }
 }
@@ -431,6 +444,13 @@ pub fn set_directory_staleness(seconds: f64) {
 /// (the projector keeps the monotonic tally; this mirrors it).
 pub fn set_directory_refusals(rule: &str, count: u64) {
     metrics::counter!("tenantry_directory_refusals_total", "reason" => rule.to_owned())
+        .absolute(count);
+}
+
+/// Sets `tenantry_directory_capacity_refusals_total{limit}` to the projector's count for
+/// `limit` (the projector keeps the monotonic tally; this mirrors it).
+pub fn set_directory_capacity_refusals(limit: &str, count: u64) {
+    metrics::counter!("tenantry_directory_capacity_refusals_total", "limit" => limit.to_owned())
         .absolute(count);
 }
 

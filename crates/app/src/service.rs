@@ -151,7 +151,7 @@ impl Service {
         let directory = config
             .directory
             .as_ref()
-            .map(crate::directory::prepare)
+            .map(|settings| crate::directory::prepare(settings, &config.directory_capacity))
             .transpose()
             .map_err(StartError::Directory)?;
         let admin_tls = config

@@ -226,3 +226,71 @@ async fn a_refused_answer_shows_in_status_and_metrics_with_rule_and_workspace() 
         "{status}"
     );
 }
+
+/// `serve` restarted on the same database resumes the projection it finds there: no second
+/// snapshot is fetched, and the replica is ready again after one events call; a change made
+/// while it was down is applied from the events.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_service_resumes_from_the_projection_in_its_database() {
+    use tenantry_testkit::fault::Route;
+    let (url, directory) = provider(&["ws-1", "ws-2"]).await;
+    let keys = directory.trusted_public_keys();
+    let mut h = service(url, keys).await;
+    let target = directory.cursor();
+    wait_status(&h, |s| {
+        s["ready"] == true && s["cursor"].as_i64() == Some(target)
+    })
+    .await;
+    h.stop().await;
+    let snapshots = directory.requests()[&Route::DirectorySnapshot];
+    assert_eq!(snapshots, 1);
+
+    directory.change(|m| m.upsert_workspace(workspace("ws-3")));
+    let target = directory.cursor();
+    h.restart().await;
+    let status = wait_status(&h, |s| {
+        s["ready"] == true && s["cursor"].as_i64() == Some(target)
+    })
+    .await;
+    assert_eq!(
+        directory.requests()[&Route::DirectorySnapshot],
+        snapshots,
+        "the restart fetched no snapshot: {status}"
+    );
+    assert_eq!(status["projection_cursor"].as_i64(), Some(target));
+    let (code, _) = h.get("/readyz").await;
+    assert_eq!(code, 200);
+}
+
+/// The capacity settings reach the projector: a directory over
+/// `directory_max_snapshot_workspaces` is refused naming that setting, and counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_directory_over_its_configured_limit_is_refused_naming_the_setting() {
+    let (url, directory) = provider(&["ws-1", "ws-2"]).await;
+    let keys = directory.trusted_public_keys();
+    let h = Harness::start_with(Default::default(), |c| {
+        c.directory = Some(settings(url, keys));
+        c.directory_capacity.limits.max_snapshot_workspaces = 1;
+    })
+    .await;
+    let status = wait_status(&h, |s| !s["last_refusal"].is_null()).await;
+    let refusal = &status["last_refusal"];
+    assert_eq!(refusal["rule"], "snapshot_workspace_capacity", "{status}");
+    assert!(
+        refusal["message"]
+            .as_str()
+            .unwrap()
+            .contains("raise the setting directory_max_snapshot_workspaces"),
+        "{status}"
+    );
+    assert_eq!(status["ready"], false);
+    let metrics = h.metrics().await;
+    let line = metrics
+        .lines()
+        .find(|l| {
+            l.starts_with("tenantry_directory_capacity_refusals_total{")
+                && l.contains("limit=\"max_snapshot_workspaces\"")
+        })
+        .unwrap_or_else(|| panic!("{metrics}"));
+    assert!(!line.ends_with(" 0"), "{line}");
+}

@@ -11,7 +11,69 @@ pub const MAX_EVENT_LIMIT: u32 = 100;
 /// How often initialization retries a snapshot that another replica superseded.
 pub const SNAPSHOT_ATTEMPTS: u32 = 5;
 
+/// Longest wait between two syncs while the directory is over a capacity limit (unless half
+/// the staleness is longer): 5 minutes. See [`ProjectorConfig::next_delay_after_capacity`].
+pub const CAPACITY_RETRY_MAX_DELAY: Duration = Duration::from_secs(300);
+
+/// One capacity limit of the projection: the three [`ProjectionLimits`] and the largest
+/// provider answer the client reads (a limit of the HTTP adapter, named here so that every
+/// capacity refusal has one name). Each is a setting of the service, `directory_<as_str>`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[non_exhaustive]
+pub enum CapacityLimit {
+    /// [`ProjectionLimits::max_snapshot_workspaces`].
+    SnapshotWorkspaces,
+    /// [`ProjectionLimits::max_snapshot_memberships`].
+    SnapshotMemberships,
+    /// [`ProjectionLimits::max_active_workspaces`] (on the input and on the committed state).
+    ActiveWorkspaces,
+    /// The largest response body the provider client reads, bytes.
+    ResponseBytes,
+}
+
+impl CapacityLimit {
+    /// Every limit, in label order.
+    pub const ALL: [Self; 4] = [
+        Self::SnapshotWorkspaces,
+        Self::SnapshotMemberships,
+        Self::ActiveWorkspaces,
+        Self::ResponseBytes,
+    ];
+
+    /// The stable name (a metrics label): `max_snapshot_workspaces`,
+    /// `max_snapshot_memberships`, `max_active_workspaces`, `max_response_bytes`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::SnapshotWorkspaces => "max_snapshot_workspaces",
+            Self::SnapshotMemberships => "max_snapshot_memberships",
+            Self::ActiveWorkspaces => "max_active_workspaces",
+            Self::ResponseBytes => "max_response_bytes",
+        }
+    }
+
+    /// The setting of the service that raises it (TOML key; the environment variable is
+    /// `TENANTRY_` and the key in upper case): `directory_` + [`Self::as_str`].
+    pub fn setting(self) -> &'static str {
+        match self {
+            Self::SnapshotWorkspaces => "directory_max_snapshot_workspaces",
+            Self::SnapshotMemberships => "directory_max_snapshot_memberships",
+            Self::ActiveWorkspaces => "directory_max_active_workspaces",
+            Self::ResponseBytes => "directory_max_response_bytes",
+        }
+    }
+}
+
+impl std::fmt::Display for CapacityLimit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// Capacity limits of one instance's projection; bound memory and transaction size.
+///
+/// The service sets them with `directory_max_snapshot_workspaces`,
+/// `directory_max_snapshot_memberships` and `directory_max_active_workspaces`
+/// (docs/operations.md, "Directory capacity").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProjectionLimits {
     /// Most workspaces one full snapshot may hold.
@@ -127,6 +189,21 @@ impl ProjectorConfig {
         let doubled = previous.saturating_mul(2).max(self.sync_interval);
         doubled.min(self.max_staleness / 2)
     }
+
+    /// The delay before the next sync after the directory was refused for a capacity limit
+    /// ([`CapacityLimit`]): the previous delay doubled, at least the interval and at most
+    /// [`Self::capacity_retry_max_delay`]. A directory over its limit does not shrink between
+    /// two short retries, and every retry downloads and parses the whole answer again.
+    pub fn next_delay_after_capacity(&self, previous: Duration) -> Duration {
+        let doubled = previous.saturating_mul(2).max(self.sync_interval);
+        doubled.min(self.capacity_retry_max_delay())
+    }
+
+    /// The longest delay after a capacity refusal: [`CAPACITY_RETRY_MAX_DELAY`], or half the
+    /// staleness when that is longer (never shorter than the backoff of other failures).
+    pub fn capacity_retry_max_delay(&self) -> Duration {
+        CAPACITY_RETRY_MAX_DELAY.max(self.max_staleness / 2)
+    }
 }
 
 #[cfg(test)]
@@ -231,6 +308,37 @@ mod tests {
                 expected,
                 "{previous:?} {failed}"
             );
+        }
+    }
+
+    #[test]
+    fn capacity_backoff_doubles_up_to_five_minutes_or_half_the_staleness() {
+        let config =
+            ProjectorConfig::new("inst", secs(5), secs(60), 100, ProjectionLimits::default())
+                .unwrap();
+        let mut delay = secs(5);
+        let mut seen = Vec::new();
+        for _ in 0..8 {
+            delay = config.next_delay_after_capacity(delay);
+            seen.push(delay.as_secs());
+        }
+        assert_eq!(seen, [10, 20, 40, 80, 160, 300, 300, 300]);
+        assert_eq!(config.next_delay_after_capacity(secs(1)), secs(5));
+        let long = ProjectorConfig::new(
+            "inst",
+            secs(5),
+            secs(3600),
+            100,
+            ProjectionLimits::default(),
+        )
+        .unwrap();
+        assert_eq!(long.next_delay_after_capacity(secs(1000)), secs(1800));
+    }
+
+    #[test]
+    fn capacity_limits_name_their_settings() {
+        for limit in CapacityLimit::ALL {
+            assert_eq!(limit.setting(), format!("directory_{}", limit.as_str()));
         }
     }
 }

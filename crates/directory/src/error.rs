@@ -12,9 +12,10 @@ use crate::ids::{AccountUuid, EventUuid, InstanceUuid, MembershipUuid, Workspace
 #[non_exhaustive]
 pub enum DirectoryError {
     // ----- capacity -----
-    /// The snapshot has more workspaces than `max_snapshot_workspaces`.
+    /// The snapshot has more workspaces than `max_snapshot_workspaces` (the service's
+    /// setting `directory_max_snapshot_workspaces`, named in the message).
     #[error(
-        "directory snapshot workspace capacity exceeded ({count} > {limit}); raise max_snapshot_workspaces or shrink the directory"
+        "directory snapshot workspace capacity exceeded ({count} > {limit}); raise the setting directory_max_snapshot_workspaces (TENANTRY_DIRECTORY_MAX_SNAPSHOT_WORKSPACES) or shrink the directory"
     )]
     SnapshotWorkspaceCapacity {
         /// Workspaces in the snapshot.
@@ -22,9 +23,10 @@ pub enum DirectoryError {
         /// Configured limit.
         limit: usize,
     },
-    /// The snapshot or delta has more memberships than `max_snapshot_memberships`.
+    /// The snapshot or delta has more memberships than `max_snapshot_memberships` (the
+    /// service's setting `directory_max_snapshot_memberships`, named in the message).
     #[error(
-        "directory membership capacity exceeded ({count} > {limit}); raise max_snapshot_memberships"
+        "directory membership capacity exceeded ({count} > {limit}); raise the setting directory_max_snapshot_memberships (TENANTRY_DIRECTORY_MAX_SNAPSHOT_MEMBERSHIPS) or shrink the directory"
     )]
     MembershipCapacity {
         /// Memberships in the input.
@@ -32,9 +34,10 @@ pub enum DirectoryError {
         /// Configured limit.
         limit: usize,
     },
-    /// The input itself has more active workspaces than `max_active_workspaces`.
+    /// The input itself has more active workspaces than `max_active_workspaces` (the
+    /// service's setting `directory_max_active_workspaces`, named in the message).
     #[error(
-        "directory active workspace capacity exceeded ({count} > {limit}); raise max_active_workspaces"
+        "directory active workspace capacity exceeded ({count} > {limit}); raise the setting directory_max_active_workspaces (TENANTRY_DIRECTORY_MAX_ACTIVE_WORKSPACES)"
     )]
     ActiveWorkspaceCapacity {
         /// Active workspaces in the input.
@@ -44,7 +47,7 @@ pub enum DirectoryError {
     },
     /// After applying, the instance would have more active projected workspaces than allowed.
     #[error(
-        "projected active workspace capacity exceeded ({count} > {limit}); raise max_active_workspaces"
+        "projected active workspace capacity exceeded ({count} > {limit}); raise the setting directory_max_active_workspaces (TENANTRY_DIRECTORY_MAX_ACTIVE_WORKSPACES)"
     )]
     ProjectedActiveWorkspaceCapacity {
         /// Active projected workspaces the instance would have.
@@ -609,6 +612,21 @@ impl DirectoryError {
         }
     }
 
+    /// The capacity limit that refused the input, when this is a capacity refusal (the run
+    /// loop then backs off longer: [`crate::ProjectorConfig::next_delay_after_capacity`]).
+    pub fn capacity_limit(&self) -> Option<crate::config::CapacityLimit> {
+        use crate::config::CapacityLimit;
+        match self {
+            Self::SnapshotWorkspaceCapacity { .. } => Some(CapacityLimit::SnapshotWorkspaces),
+            Self::MembershipCapacity { .. } => Some(CapacityLimit::SnapshotMemberships),
+            Self::ActiveWorkspaceCapacity { .. }
+            | Self::ProjectedActiveWorkspaceCapacity { .. } => {
+                Some(CapacityLimit::ActiveWorkspaces)
+            }
+            _ => None,
+        }
+    }
+
     /// True when another replica's newer projection won the race; initialization retries.
     pub fn is_superseded(&self) -> bool {
         matches!(self, Self::SnapshotSuperseded { .. })
@@ -641,5 +659,24 @@ mod tests {
             serde_json::to_string(&RefusalRule::MembershipRevisionConflict).ok(),
             Some("\"membership_revision_conflict\"".to_owned())
         );
+    }
+
+    /// A capacity refusal names the setting the operator raises, and its variable.
+    #[test]
+    fn capacity_refusals_name_the_setting_to_raise() {
+        let refusals = [
+            DirectoryError::SnapshotWorkspaceCapacity { count: 3, limit: 2 },
+            DirectoryError::MembershipCapacity { count: 3, limit: 2 },
+            DirectoryError::ActiveWorkspaceCapacity { count: 3, limit: 2 },
+            DirectoryError::ProjectedActiveWorkspaceCapacity { count: 3, limit: 2 },
+        ];
+        for refusal in refusals {
+            let limit = refusal.capacity_limit().expect("a capacity refusal");
+            let message = refusal.to_string();
+            assert!(message.contains(limit.setting()), "{message}");
+            let variable = format!("TENANTRY_{}", limit.setting().to_uppercase());
+            assert!(message.contains(&variable), "{message}");
+        }
+        assert_eq!(DirectoryError::DeltaMismatch.capacity_limit(), None);
     }
 }

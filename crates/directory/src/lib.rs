@@ -37,7 +37,7 @@ pub mod rows;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 
-pub use config::{ProjectionLimits, ProjectorConfig, ProjectorConfigError};
+pub use config::{CapacityLimit, ProjectionLimits, ProjectorConfig, ProjectorConfigError};
 pub use error::{DirectoryError, RefusalRule};
 pub use ids::{AccountUuid, EventUuid, InstanceUuid, MembershipUuid, WorkspaceUuid};
 pub use memory::ApplyOutcome;

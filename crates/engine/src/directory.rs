@@ -22,7 +22,7 @@ use serde::Serialize;
 use tenantry_directory::batch::{
     BatchCardinality, directory_event_revisions, empty_page_proves_freshness, validate_batch,
 };
-use tenantry_directory::config::SNAPSHOT_ATTEMPTS;
+use tenantry_directory::config::{CapacityLimit, SNAPSHOT_ATTEMPTS};
 use tenantry_directory::maps::WorkspaceStatus;
 use tenantry_directory::{
     ApplyContext, ApplyOutcome, DirectoryDelta, DirectoryError, DirectoryEventBatch,
@@ -73,6 +73,17 @@ impl ProjectorError {
         match self {
             Self::Rejected(e) | Self::RepeatedlySuperseded { last: e, .. } => Some(e),
             Self::Provider(_) | Self::Storage(_) => None,
+        }
+    }
+
+    /// The capacity limit the provider's answer exceeds, when this is a capacity refusal: a
+    /// projection limit ([`DirectoryError::capacity_limit`]) or the client's size cap
+    /// ([`ProviderError::TooLarge`]). The run loop backs off longer after one
+    /// ([`ProjectorConfig::next_delay_after_capacity`]).
+    pub fn capacity_limit(&self) -> Option<CapacityLimit> {
+        match self {
+            Self::Provider(ProviderError::TooLarge { .. }) => Some(CapacityLimit::ResponseBytes),
+            other => other.refusal().and_then(DirectoryError::capacity_limit),
         }
     }
 }
@@ -167,7 +178,12 @@ struct ReplicaState {
     active_workspaces: u64,
     last_batch: BatchCardinality,
     refusals: RefusalReport,
+    capacity_refusals: BTreeMap<CapacityLimit, u64>,
     sync_failure: Option<SyncFailure>,
+    /// The shared projection was consulted for a cursor to resume from (once per process).
+    resume_checked: bool,
+    /// The cursor resumed from, until a step from it succeeds.
+    resumed_from: Option<i64>,
 }
 
 /// Projects a directory provider into the store; see the module documentation.
@@ -213,6 +229,8 @@ pub struct DirectoryProjector<P, S> {
     clock: Arc<dyn Clock>,
     /// The clock's monotonic reading at construction; readiness counts from here.
     origin: Instant,
+    /// Whether a starting replica resumes from the shared projection ([`Self::with_resume`]).
+    resume: bool,
     replica: Mutex<ReplicaState>,
 }
 
@@ -237,21 +255,42 @@ impl<P: DirectoryProvider, S: DirectoryProjectionStore> DirectoryProjector<P, S>
             runtime: Arc::new(NoHooks),
             origin: clock.monotonic(),
             clock,
+            resume: true,
             replica: Mutex::new(ReplicaState::default()),
         }
     }
 
-    /// Sets the entitlement hook run after each commit.
+    /// Sets the entitlement hook run after each commit. Turns resuming off
+    /// ([`Self::with_resume`]): the hook's process-local caches need the full snapshot's
+    /// active set at start.
     #[must_use]
     pub fn with_entitlements(mut self, hook: Arc<dyn EntitlementReconciler>) -> Self {
         self.entitlements = hook;
+        self.resume = false;
         self
     }
 
-    /// Sets the runtime-execution hook run after each commit.
+    /// Sets the runtime-execution hook run after each commit. Turns resuming off
+    /// ([`Self::with_resume`]), as [`Self::with_entitlements`] does.
     #[must_use]
     pub fn with_runtime_publisher(mut self, hook: Arc<dyn RuntimeExecutionPublisher>) -> Self {
         self.runtime = hook;
+        self.resume = false;
+        self
+    }
+
+    /// Whether a starting replica (no consumer cursor yet) resumes from the projection it
+    /// finds in the store instead of fetching and applying a full snapshot: its first step
+    /// reads the shared state row once and, when there is one, takes its cursor (the
+    /// high-water mark of what the tables hold) as its consumer cursor and fetches the events
+    /// after it. On by default, off once a hook is set (the hooks' caches are fed by
+    /// snapshots); call this after the hooks to override. Readiness is not taken from the
+    /// row: a resumed replica is ready only after its first caught-up sync, as any other. If
+    /// the first step from the resumed cursor is refused (by a rule, or the provider answers
+    /// a client error), the replica forgets the cursor and starts from a snapshot.
+    #[must_use]
+    pub fn with_resume(mut self, resume: bool) -> Self {
+        self.resume = resume;
         self
     }
 
@@ -317,6 +356,14 @@ impl<P: DirectoryProvider, S: DirectoryProjectionStore> DirectoryProjector<P, S>
         self.replica().refusals.clone()
     }
 
+    /// Steps refused for a capacity limit since this replica started, per limit (the
+    /// `tenantry_directory_capacity_refusals_total{limit}` counter): a projection limit's
+    /// refusal (also counted by rule in [`Self::refusals`]) or an answer over the client's
+    /// size cap.
+    pub fn capacity_refusals(&self) -> BTreeMap<CapacityLimit, u64> {
+        self.replica().capacity_refusals.clone()
+    }
+
     /// The failure of this replica's latest synchronization steps when they failed for a
     /// reason other than a refusal (see [`Self::refusals`] for those); `None` once a step
     /// succeeds.
@@ -352,7 +399,8 @@ impl<P: DirectoryProvider, S: DirectoryProjectionStore> DirectoryProjector<P, S>
         })
     }
 
-    /// One synchronization step: initialize when this replica has no cursor yet; otherwise
+    /// One synchronization step: when this replica has no cursor yet, resume from the shared
+    /// projection found in the store ([`Self::with_resume`]) or else initialize; then
     /// fetch the events after its own cursor, validate the batch, then apply a delta for the
     /// workspaces named by `directory.changed` events, or advance the cursor for entitlement
     /// events, or (empty batch) confirm freshness.
@@ -363,10 +411,38 @@ impl<P: DirectoryProvider, S: DirectoryProjectionStore> DirectoryProjector<P, S>
     pub async fn sync_once(&self) -> Result<(), ProjectorError> {
         let result = self.sync_step().await;
         self.note_result(&result);
-        if let Err(error) = &result {
-            self.reinitialize_after(error);
+        match &result {
+            Ok(()) => self.replica().resumed_from = None,
+            Err(error) => self.reinitialize_after(error),
         }
         result
+    }
+
+    /// The cursor a starting replica resumes from: the shared projection's, read once per
+    /// process when resuming is on ([`Self::with_resume`]); `None` when resuming is off, was
+    /// already consulted, or the store holds no projection of the instance yet.
+    ///
+    /// # Errors
+    /// [`ProjectorError::Storage`] when the state row cannot be read (consulted again at the
+    /// next step).
+    async fn resume_cursor(&self) -> Result<Option<i64>, ProjectorError> {
+        if !self.resume || self.replica().resume_checked {
+            return Ok(None);
+        }
+        let state = self.store.projection_state(&self.config.instance).await?;
+        let mut replica = self.replica();
+        replica.resume_checked = true;
+        let Some(state) = state else {
+            return Ok(None);
+        };
+        tracing::info!(
+            cursor = state.cursor,
+            last_applied_at = %state.last_applied_at,
+            "resuming the directory projection found in the database; fetching the events after its cursor instead of a snapshot"
+        );
+        replica.consumer_cursor = Some(state.cursor);
+        replica.resumed_from = Some(state.cursor);
+        Ok(Some(state.cursor))
     }
 
     /// After [`DirectoryError::MissingReceipt`] this replica re-reads events whose receipts are
@@ -374,19 +450,47 @@ impl<P: DirectoryProvider, S: DirectoryProjectionStore> DirectoryProjector<P, S>
     /// cursor: docs/operations.md, "Retention"): it lags more than the inbox window, so it
     /// forgets its consumer cursor and its next step initializes from a snapshot, as a
     /// starting replica does. Nothing was applied by the refused step.
+    ///
+    /// A replica that resumed from the shared projection ([`Self::with_resume`]) and whose
+    /// first step from there is refused (by a rule, or a client error of the provider) starts
+    /// from a snapshot too: the stored cursor may be one the provider no longer serves.
     fn reinitialize_after(&self, error: &ProjectorError) {
+        let mut replica = self.replica();
+        if let Some(resumed) = replica.resumed_from {
+            let answer_refused = match error {
+                ProjectorError::Provider(ProviderError::Refused { status, .. }) => {
+                    (400..500).contains(status) && *status != 429
+                }
+                ProjectorError::Provider(ProviderError::InvalidResponse { .. }) => true,
+                other => other.refusal().is_some(),
+            };
+            if answer_refused {
+                tracing::warn!(
+                    cursor = resumed,
+                    %error,
+                    "the first directory step from the cursor found in the database was refused; this replica starts from a snapshot"
+                );
+                replica.resumed_from = None;
+                replica.consumer_cursor = None;
+                return;
+            }
+        }
         if let Some(DirectoryError::MissingReceipt { cursor, .. }) = error.refusal() {
             tracing::warn!(
                 cursor,
                 "directory events re-read without their receipts (removed by retention); this replica starts again from a snapshot"
             );
-            self.replica().consumer_cursor = None;
+            replica.consumer_cursor = None;
         }
     }
 
     async fn sync_step(&self) -> Result<(), ProjectorError> {
-        let Some(cursor) = self.consumer_cursor() else {
-            return self.initialize().await;
+        let cursor = match self.consumer_cursor() {
+            Some(cursor) => cursor,
+            None => match self.resume_cursor().await? {
+                Some(cursor) => cursor,
+                None => return self.initialize().await,
+            },
         };
         let instance = &self.config.instance;
         let batch = self
@@ -411,7 +515,10 @@ impl<P: DirectoryProvider, S: DirectoryProjectionStore> DirectoryProjector<P, S>
     }
 
     /// Syncs at once, then every `sync_interval`; after a failure waits twice as long as
-    /// before (at least the interval, at most `max_staleness / 2`). Never returns on an error;
+    /// before (at least the interval, at most `max_staleness / 2`; after a capacity refusal at
+    /// most [`ProjectorConfig::capacity_retry_max_delay`], 5 minutes unless half the staleness
+    /// is longer: a directory over its limit is downloaded and parsed whole at every try).
+    /// Never returns on an error;
     /// returns when `shutdown` completes (also in the middle of a sync, which is
     /// cancellation-safe).
     ///
@@ -433,15 +540,28 @@ impl<P: DirectoryProvider, S: DirectoryProjectionStore> DirectoryProjector<P, S>
                 () = &mut shutdown => return,
                 result = self.sync_once() => result,
             };
-            let failed = match result {
-                Ok(()) => false,
-                Err(error) if error.refusal().is_some() => true, // logged by sync_once
+            delay = match result {
+                Ok(()) => self.config.next_delay(delay, false),
                 Err(error) => {
-                    tracing::warn!(%error, "directory synchronization failed; backing off");
-                    true
+                    if let Some(limit) = error.capacity_limit() {
+                        let next = self.config.next_delay_after_capacity(delay);
+                        tracing::warn!(
+                            limit = limit.as_str(),
+                            setting = limit.setting(),
+                            retry_in_seconds = next.as_secs_f64(),
+                            %error,
+                            "the directory exceeds a capacity limit; retrying with a longer backoff"
+                        );
+                        next
+                    } else {
+                        if error.refusal().is_none() {
+                            // A refusal is logged by sync_once.
+                            tracing::warn!(%error, "directory synchronization failed; backing off");
+                        }
+                        self.config.next_delay(delay, true)
+                    }
                 }
             };
-            delay = self.config.next_delay(delay, failed);
         }
     }
 
@@ -558,6 +678,13 @@ impl<P: DirectoryProvider, S: DirectoryProjectionStore> DirectoryProjector<P, S>
     fn note_result(&self, result: &Result<(), ProjectorError>) {
         let now = self.clock.now();
         let mut replica = self.replica();
+        if let Some(limit) = result
+            .as_ref()
+            .err()
+            .and_then(ProjectorError::capacity_limit)
+        {
+            *replica.capacity_refusals.entry(limit).or_default() += 1;
+        }
         match result {
             Ok(()) => replica.sync_failure = None,
             Err(error) if error.refusal().is_none() => {

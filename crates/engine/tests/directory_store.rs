@@ -181,3 +181,40 @@ async fn case_001_workspace_status_change_keeps_the_projection_moving() {
         assert_eq!(tables.memberships[&m_id("mem-2")].status, expected);
     }
 }
+
+/// A restarted process over a database that holds the projection at cursor 12 resumes there:
+/// it asks the provider for the events after 12, not for a snapshot, and the state row it
+/// finds keeps its snapshot fingerprint.
+#[tokio::test]
+async fn a_restarted_process_resumes_from_the_projection_in_the_database() {
+    let db = fresh_database().await;
+    let store = SeaOrmDirectoryStore::new(&db.db);
+    let clock = Arc::new(ManualClock::new(at(0)));
+    let first = ScriptedProvider::new();
+    let before =
+        DirectoryProjector::new(config(), first.clone(), store.clone()).with_clock(clock.clone());
+    first.push_snapshot(Ok(snapshot(
+        12,
+        vec![workspace("ws-1", 1, &[("a", 1), ("b", 1)])],
+    )));
+    before.sync_once().await.unwrap();
+    let stored = store.projection_state(&instance()).await.unwrap().unwrap();
+    drop(before);
+
+    let provider = ScriptedProvider::new();
+    let after =
+        DirectoryProjector::new(config(), provider.clone(), store.clone()).with_clock(clock);
+    provider.push_events(Ok(batch(12, 12, 12, vec![])));
+    after.sync_once().await.unwrap();
+    assert_eq!(
+        provider.calls(),
+        vec![tenantry_ports::directory::testing::ProviderCall::Events {
+            after: 12,
+            limit: 100
+        }]
+    );
+    assert!(after.require_ready().is_ok());
+    let state = store.projection_state(&instance()).await.unwrap().unwrap();
+    assert_eq!(state.cursor, 12);
+    assert_eq!(state.snapshot_fingerprint, stored.snapshot_fingerprint);
+}

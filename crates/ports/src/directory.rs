@@ -55,6 +55,18 @@ pub enum ProviderError {
         #[source]
         source: Option<ErrorSource>,
     },
+    /// The answer's body is larger than the client reads (its capacity limit,
+    /// [`CapacityLimit::ResponseBytes`](tenantry_directory::CapacityLimit::ResponseBytes)); the
+    /// service's setting `directory_max_response_bytes` raises it.
+    #[error(
+        "directory provider answer of at least {size} bytes exceeds the {limit}-byte limit; raise the setting directory_max_response_bytes (TENANTRY_DIRECTORY_MAX_RESPONSE_BYTES) or shrink the directory"
+    )]
+    TooLarge {
+        /// Bytes announced or read so far (at least this many).
+        size: u64,
+        /// The configured limit, bytes.
+        limit: u64,
+    },
 }
 
 impl ProviderError {
@@ -83,7 +95,7 @@ impl ProviderError {
             Self::Unavailable { source, .. } | Self::InvalidResponse { source, .. } => {
                 *source = Some(ErrorSource::new(error));
             }
-            Self::Refused { .. } => {}
+            Self::Refused { .. } | Self::TooLarge { .. } => {}
         }
         self
     }

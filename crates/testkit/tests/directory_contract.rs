@@ -198,8 +198,17 @@ async fn oversized_response_is_refused() {
         ..DirectoryClientConfig::new(dir.base_url(), trust_all(&dir))
     };
     let p = HttpDirectoryProvider::new(&config).unwrap();
-    let message = invalid_message(p.fetch_snapshot(&instance()).await.unwrap_err());
+    let error = p.fetch_snapshot(&instance()).await.unwrap_err();
+    assert!(
+        matches!(error, ProviderError::TooLarge { limit: 64, size } if size > 64),
+        "{error:?}"
+    );
+    let message = error.to_string();
     assert!(message.contains("exceeds the 64-byte limit"), "{message}");
+    assert!(
+        message.contains("directory_max_response_bytes"),
+        "the refusal names the setting: {message}"
+    );
 }
 
 #[tokio::test]

@@ -12,7 +12,7 @@ pub(super) type Sources = BTreeMap<&'static str, String>;
 /// Every setting's name: the TOML key, and (upper-cased, prefixed with [`ENV_PREFIX`]) the
 /// environment variable. A unit test checks that it is exactly what the environment overlay
 /// reads.
-pub const SETTINGS: [&str; 49] = [
+pub const SETTINGS: [&str; 53] = [
     "database_url",
     "database_max_connections",
     "listen",
@@ -42,6 +42,11 @@ pub const SETTINGS: [&str; 49] = [
     "directory_sync_interval_ms",
     "directory_max_staleness_seconds",
     "directory_event_limit",
+    // The directory's capacity limits and the provider answer's size cap.
+    "directory_max_snapshot_workspaces",
+    "directory_max_snapshot_memberships",
+    "directory_max_active_workspaces",
+    "directory_max_response_bytes",
     // The `[retention]` table: TOML key `retention.<key>`, variable `TENANTRY_RETENTION_<KEY>`.
     "retention_enabled",
     "retention_interval_seconds",
@@ -179,6 +184,8 @@ pub fn merge_env_and_validate(
         directory_url,
         directory_token, directory_instance, directory_trusted_keys, directory_sync_interval_ms,
         directory_max_staleness_seconds, directory_event_limit,
+        directory_max_snapshot_workspaces, directory_max_snapshot_memberships,
+        directory_max_active_workspaces, directory_max_response_bytes,
     );
     overlay_retention!(raw, sources, env;
         enabled, interval_seconds, finished_commands_days, operator_actions_days,

@@ -31,10 +31,27 @@ pub use env::{
 };
 pub use error::ConfigError;
 pub use model::{
-    Config, DirectorySettings, LogFormat, RetentionSettings, is_plain_http_off_loopback, redact_url,
+    Config, DirectoryCapacity, DirectorySettings, LogFormat, RetentionSettings,
+    is_plain_http_off_loopback, redact_url,
 };
 pub use raw::{RawConfig, RawRetention};
 pub use validate::{DELETION_ABSENCE_GRACE_MARGIN, smallest_deletion_absence_grace};
+
+/// Largest accepted `directory_max_snapshot_workspaces` and `directory_max_active_workspaces`:
+/// 1,000,000.
+pub const MAX_DIRECTORY_WORKSPACES: u64 = 1_000_000;
+
+/// Largest accepted `directory_max_snapshot_memberships`: 10,000,000 (a snapshot of that size
+/// is about 3.6 GB of JSON and would take some 40 GB of memory to apply; docs/operations.md,
+/// "Directory capacity").
+pub const MAX_DIRECTORY_MEMBERSHIPS: u64 = 10_000_000;
+
+/// Smallest accepted `directory_max_response_bytes`: 1 MiB.
+pub const MIN_DIRECTORY_RESPONSE_BYTES: u64 = 1024 * 1024;
+
+/// Largest accepted `directory_max_response_bytes`: 4 GiB (about 11 times that in memory
+/// while a snapshot of that size is applied).
+pub const MAX_DIRECTORY_RESPONSE_BYTES: u64 = 4 * 1024 * 1024 * 1024;
 
 /// Prefix of every environment variable read as a setting.
 pub const ENV_PREFIX: &str = "TENANTRY_";

@@ -110,6 +110,9 @@ pub struct Config {
     pub admin_tls: Option<AdminTls>,
     /// The directory projection, when `directory_url` is set.
     pub directory: Option<DirectorySettings>,
+    /// The directory projection's capacity limits and the provider answer's size cap (their
+    /// defaults when no directory is configured).
+    pub directory_capacity: DirectoryCapacity,
     /// The `[retention]` table: how long history is kept and how the pruner of `serve` runs.
     pub retention: RetentionSettings,
     /// `ui`: serve the operator console at `/ui` on the admin listener (default true).
@@ -142,7 +145,38 @@ pub struct RetentionSettings {
     pub policy: tenantry_ports::retention::RetentionPolicy,
 }
 
-/// Settings of the directory projection (all `directory_*` settings).
+/// The directory projection's capacity settings (docs/operations.md, "Directory capacity").
+/// Setting one of them without `directory_url` is refused like the other `directory_*`
+/// settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DirectoryCapacity {
+    /// The projection's capacity limits: `directory_max_snapshot_workspaces` (default
+    /// 10,000, 1..=[`MAX_DIRECTORY_WORKSPACES`](super::MAX_DIRECTORY_WORKSPACES)),
+    /// `directory_max_snapshot_memberships` (default 100,000,
+    /// 1..=[`MAX_DIRECTORY_MEMBERSHIPS`](super::MAX_DIRECTORY_MEMBERSHIPS)) and
+    /// `directory_max_active_workspaces` (default 10,000,
+    /// 1..=[`MAX_DIRECTORY_WORKSPACES`](super::MAX_DIRECTORY_WORKSPACES)). A directory over
+    /// one is refused, naming the setting (docs/operations.md, "Directory capacity").
+    pub limits: tenantry_directory::ProjectionLimits,
+    /// `directory_max_response_bytes`: the largest provider answer read, bytes (default
+    /// 128 MiB, 1 MiB..=[`MAX_DIRECTORY_RESPONSE_BYTES`](super::MAX_DIRECTORY_RESPONSE_BYTES));
+    /// the projection holds about 11 times the body in memory while it applies a snapshot.
+    pub max_response_bytes: u64,
+}
+
+impl Default for DirectoryCapacity {
+    /// The projection's [`ProjectionLimits::default`](tenantry_directory::ProjectionLimits)
+    /// and the client's 128 MiB.
+    fn default() -> Self {
+        Self {
+            limits: tenantry_directory::ProjectionLimits::default(),
+            max_response_bytes: tenantry_remote_http::directory::DEFAULT_MAX_RESPONSE_BYTES,
+        }
+    }
+}
+
+/// Settings of the directory projection (the `directory_*` settings but the capacity ones,
+/// [`DirectoryCapacity`]).
 #[derive(Clone, PartialEq, Eq)]
 pub struct DirectorySettings {
     /// `directory_url`: base URL of the Directory API v1 provider.

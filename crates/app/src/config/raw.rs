@@ -78,6 +78,14 @@ pub struct RawConfig {
     pub directory_max_staleness_seconds: Option<u64>,
     /// See [`DirectorySettings::event_limit`](super::DirectorySettings::event_limit).
     pub directory_event_limit: Option<u32>,
+    /// `directory_max_snapshot_workspaces`: see [`DirectoryCapacity::limits`](super::DirectoryCapacity::limits).
+    pub directory_max_snapshot_workspaces: Option<u64>,
+    /// `directory_max_snapshot_memberships`: see [`DirectoryCapacity::limits`](super::DirectoryCapacity::limits).
+    pub directory_max_snapshot_memberships: Option<u64>,
+    /// `directory_max_active_workspaces`: see [`DirectoryCapacity::limits`](super::DirectoryCapacity::limits).
+    pub directory_max_active_workspaces: Option<u64>,
+    /// See [`DirectoryCapacity::max_response_bytes`](super::DirectoryCapacity::max_response_bytes).
+    pub directory_max_response_bytes: Option<u64>,
     /// `directory_ca_file`: see [`DirectorySettings::tls`](super::DirectorySettings::tls).
     pub directory_ca_file: Option<String>,
     /// `directory_client_cert_file`: see [`DirectorySettings::tls`](super::DirectorySettings::tls).

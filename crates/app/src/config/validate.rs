@@ -7,10 +7,13 @@ use std::time::Duration;
 
 use tenantry_remote_http::tls::{FileRole, RemoteTls, TlsConfigError};
 
+use tenantry_directory::ProjectionLimits;
+
 use super::{
     AdminTls, CONNECTIONS_BESIDES_WORKERS, Config, ConfigError, DEFAULT_DATABASE_URL,
-    DEFAULT_LISTEN, DirectorySettings, RawConfig, RetentionSettings, is_plain_http_off_loopback,
-    redact_url,
+    DEFAULT_LISTEN, DirectoryCapacity, DirectorySettings, MAX_DIRECTORY_MEMBERSHIPS,
+    MAX_DIRECTORY_RESPONSE_BYTES, MAX_DIRECTORY_WORKSPACES, MIN_DIRECTORY_RESPONSE_BYTES,
+    RawConfig, RetentionSettings, is_plain_http_off_loopback, redact_url,
 };
 
 /// The setting names of one remote's TLS files: CA file, client certificate, client key.
@@ -149,6 +152,7 @@ pub(super) fn validate(
 
     let allow_plain_http = raw.allow_plain_http.unwrap_or(false);
     let directory = validate_directory(&raw, &invalid, &in_range)?;
+    let directory_capacity = directory_capacity(&raw, &in_range)?;
     if let Some(directory) = &directory {
         refuse_plain_http("directory_url", &directory.url, allow_plain_http, &invalid)?;
     }
@@ -376,6 +380,7 @@ pub(super) fn validate(
         allow_plain_http,
         admin_tls,
         directory,
+        directory_capacity,
         retention,
         ui: raw.ui.unwrap_or(true),
         ui_read_only: raw.ui_read_only.unwrap_or(false),
@@ -474,6 +479,22 @@ fn validate_directory(
                 "directory_client_key_file",
                 raw.directory_client_key_file.is_some(),
             ),
+            (
+                "directory_max_snapshot_workspaces",
+                raw.directory_max_snapshot_workspaces.is_some(),
+            ),
+            (
+                "directory_max_snapshot_memberships",
+                raw.directory_max_snapshot_memberships.is_some(),
+            ),
+            (
+                "directory_max_active_workspaces",
+                raw.directory_max_active_workspaces.is_some(),
+            ),
+            (
+                "directory_max_response_bytes",
+                raw.directory_max_response_bytes.is_some(),
+            ),
         ];
         if let Some((setting, _)) = stray.iter().find(|(_, given)| *given) {
             return Err(invalid(
@@ -570,6 +591,54 @@ fn validate_directory(
         event_limit: event_limit as u32,
         tls,
     }))
+}
+
+/// The capacity settings: each limit at least 1, workspaces at most
+/// [`MAX_DIRECTORY_WORKSPACES`] and memberships at most [`MAX_DIRECTORY_MEMBERSHIPS`], the body
+/// cap within [`MIN_DIRECTORY_RESPONSE_BYTES`]..=[`MAX_DIRECTORY_RESPONSE_BYTES`]; defaults
+/// [`DirectoryCapacity::default`].
+fn directory_capacity(
+    raw: &RawConfig,
+    in_range: &dyn Fn(&'static str, u64, u64, u64) -> Result<u64, ConfigError>,
+) -> Result<DirectoryCapacity, ConfigError> {
+    let default = DirectoryCapacity::default();
+    let defaults = default.limits;
+    let limit = |setting, value: Option<u64>, default: usize, max| {
+        let value = in_range(setting, value.unwrap_or(default as u64), 1, max)?;
+        // The bounds fit any platform's `usize` (at most 10,000,000).
+        Ok::<usize, ConfigError>(usize::try_from(value).unwrap_or(usize::MAX))
+    };
+    let limits = ProjectionLimits {
+        max_snapshot_workspaces: limit(
+            "directory_max_snapshot_workspaces",
+            raw.directory_max_snapshot_workspaces,
+            defaults.max_snapshot_workspaces,
+            MAX_DIRECTORY_WORKSPACES,
+        )?,
+        max_snapshot_memberships: limit(
+            "directory_max_snapshot_memberships",
+            raw.directory_max_snapshot_memberships,
+            defaults.max_snapshot_memberships,
+            MAX_DIRECTORY_MEMBERSHIPS,
+        )?,
+        max_active_workspaces: limit(
+            "directory_max_active_workspaces",
+            raw.directory_max_active_workspaces,
+            defaults.max_active_workspaces,
+            MAX_DIRECTORY_WORKSPACES,
+        )?,
+    };
+    let max_response_bytes = in_range(
+        "directory_max_response_bytes",
+        raw.directory_max_response_bytes
+            .unwrap_or(default.max_response_bytes),
+        MIN_DIRECTORY_RESPONSE_BYTES,
+        MAX_DIRECTORY_RESPONSE_BYTES,
+    )?;
+    Ok(DirectoryCapacity {
+        limits,
+        max_response_bytes,
+    })
 }
 
 /// What `deletion_absence_grace_seconds` must cover beyond `knowledge_fs_deadline_ms`: 1 s.

@@ -502,6 +502,116 @@ async fn run_loop_backs_off_doubling_up_to_half_the_staleness_and_never_exits() 
     runner.await.unwrap();
 }
 
+/// Runs `p` until `stop` fires, on the fixture's paused clock.
+fn spawn_run(
+    p: &Arc<Projector>,
+) -> (
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<()>,
+) {
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let p = Arc::clone(p);
+    let runner = tokio::spawn(async move {
+        p.run(async {
+            let _ = stopped.await;
+        })
+        .await;
+    });
+    (stop, runner)
+}
+
+fn snapshot_calls(provider: &ScriptedProvider) -> usize {
+    provider
+        .calls()
+        .iter()
+        .filter(|c| matches!(c, ProviderCall::Snapshot))
+        .count()
+}
+
+/// A directory over a capacity limit is fetched again with a backoff doubling from the
+/// interval up to 5 minutes (not half the staleness, 30 s here, as other failures), counted
+/// per limit; once it fits, the loop returns to the interval.
+#[tokio::test(start_paused = true)]
+async fn a_directory_over_a_capacity_limit_is_retried_with_a_longer_backoff() {
+    let f = Fixture::new();
+    let limits = tenantry_directory::ProjectionLimits {
+        max_snapshot_workspaces: 1,
+        ..Default::default()
+    };
+    let config = ProjectorConfig::new(
+        INSTANCE,
+        Duration::from_secs(5),
+        Duration::from_secs(60),
+        50,
+        limits,
+    )
+    .unwrap();
+    let p = Arc::new(
+        DirectoryProjector::new(config, f.provider.clone(), f.store.clone())
+            .with_clock(Arc::new(f.clock.clone())),
+    );
+    for _ in 0..8 {
+        f.provider.push_snapshot(Ok(base())); // 2 workspaces, over the limit of 1
+    }
+    let start = f.clock.monotonic();
+    let at_secs = |s: f64| start + Duration::from_secs_f64(s);
+    let (stop, runner) = spawn_run(&p);
+    // Fetches at t=0, 10, 30, 70, 150, 310, 610, 910 (delays 10, 20, 40, 80, 160, 300, 300).
+    for (t, expected) in [
+        (0.1, 1),
+        (9.9, 1),
+        (10.1, 2),
+        (30.1, 3),
+        (69.9, 3),
+        (70.1, 4),
+        (149.9, 4),
+        (150.1, 5),
+        (309.9, 5),
+        (310.1, 6),
+        (609.9, 6),
+        (610.1, 7),
+        (910.1, 8),
+    ] {
+        f.clock.sleep_until(at_secs(t)).await;
+        assert_eq!(snapshot_calls(&f.provider), expected, "at t={t}");
+    }
+    assert_eq!(
+        p.capacity_refusals(),
+        BTreeMap::from([(CapacityLimit::SnapshotWorkspaces, 8)])
+    );
+    assert_eq!(
+        p.refusals().total_by_rule,
+        BTreeMap::from([(RefusalRule::SnapshotWorkspaceCapacity, 8)])
+    );
+    assert_eq!(p.require_ready(), Err(NotReady::NeverReady));
+    assert!(f.store.tables().workspaces.is_empty(), "nothing written");
+
+    // An answer over the client's size cap counts as a capacity refusal too.
+    f.provider.push_snapshot(Err(ProviderError::TooLarge {
+        size: 200,
+        limit: 100,
+    }));
+    f.clock.sleep_until(at_secs(1210.1)).await;
+    assert_eq!(snapshot_calls(&f.provider), 9);
+    assert_eq!(p.capacity_refusals()[&CapacityLimit::ResponseBytes], 1);
+
+    // The directory shrinks: the next fetch (300 s later) succeeds, then the interval again.
+    f.provider
+        .push_snapshot(Ok(snapshot(10, vec![workspace("ws-1", 1, &[("a", 1)])])));
+    f.provider.push_events(Ok(batch(10, 10, 10, vec![])));
+    f.clock.sleep_until(at_secs(1510.1)).await;
+    assert_eq!(snapshot_calls(&f.provider), 10);
+    assert_eq!(p.require_ready(), Ok(()));
+    f.clock.sleep_until(at_secs(1515.1)).await;
+    assert_eq!(
+        f.provider.calls().len(),
+        11,
+        "one events call an interval later"
+    );
+    stop.send(()).unwrap();
+    runner.await.unwrap();
+}
+
 #[tokio::test(start_paused = true)]
 async fn run_loop_stops_on_shutdown_while_sleeping() {
     let f = Fixture::new();
@@ -715,4 +825,89 @@ async fn a_skewed_replica_stamps_receipts_with_the_store_clock() {
         receipt.received_at,
         f.clock.now()
     );
+}
+
+/// A replica without hooks, over this fixture's store and provider (resuming is on).
+fn plain(f: &Fixture) -> Projector {
+    DirectoryProjector::new(projector_config(), f.provider.clone(), f.store.clone())
+        .with_clock(Arc::new(f.clock.clone()))
+}
+
+/// A restarted process finds the projection at cursor 10 in the store: it asks the provider
+/// for the events after 10, not for a snapshot, and is ready only after that caught-up step.
+#[tokio::test(start_paused = true)]
+async fn a_restarted_replica_resumes_from_the_stored_cursor_instead_of_a_snapshot() {
+    let f = Fixture::new();
+    f.provider.push_snapshot(Ok(base()));
+    plain(&f).sync_once().await.unwrap(); // the previous process
+    f.clock.advance(Duration::from_secs(120)); // down for longer than the staleness
+    let provider = ScriptedProvider::new();
+    let p = DirectoryProjector::new(projector_config(), provider.clone(), f.store.clone())
+        .with_clock(Arc::new(f.clock.clone()));
+    assert_eq!(p.require_ready(), Err(NotReady::NeverReady));
+    provider.push_events(Err(unavailable()));
+    assert!(p.sync_once().await.is_err());
+    assert_eq!(p.consumer_cursor(), Some(10));
+    assert_eq!(
+        p.require_ready(),
+        Err(NotReady::NeverReady),
+        "a stored projection alone does not make the replica ready"
+    );
+    provider.push_events(Ok(batch(
+        10,
+        11,
+        11,
+        vec![ent_event("e-11", 11, "ws-1", 3)],
+    )));
+    p.sync_once().await.unwrap();
+    assert_eq!(
+        provider.calls(),
+        vec![
+            ProviderCall::Events {
+                after: 10,
+                limit: 50
+            },
+            ProviderCall::Events {
+                after: 10,
+                limit: 50
+            },
+        ],
+        "no snapshot fetched"
+    );
+    assert_eq!(p.consumer_cursor(), Some(11));
+    assert_eq!(p.require_ready(), Ok(()));
+    assert_eq!(f.store.tables().states[&instance()].cursor, 11);
+}
+
+/// Resuming reads the store once: an empty store means a snapshot; hooks (whose caches a
+/// snapshot feeds) turn it off; a refused first step from the stored cursor falls back to a
+/// snapshot.
+#[tokio::test(start_paused = true)]
+async fn resuming_falls_back_to_a_snapshot() {
+    let f = Fixture::new();
+    f.provider.push_snapshot(Ok(base()));
+    let p = plain(&f);
+    p.sync_once().await.unwrap();
+    assert_eq!(
+        f.provider.calls(),
+        vec![ProviderCall::Snapshot],
+        "empty store"
+    );
+
+    let hooked = f.projector(); // with hooks
+    f.provider.push_snapshot(Ok(base()));
+    hooked.sync_once().await.unwrap();
+    assert_eq!(f.provider.calls().last(), Some(&ProviderCall::Snapshot));
+
+    let p = plain(&f);
+    // The provider answers another page than asked: refused, and the replica starts over.
+    f.provider.push_events(Ok(batch(9, 10, 10, vec![])));
+    let error = p.sync_once().await.unwrap_err();
+    assert!(error.refusal().is_some(), "{error}");
+    assert_eq!(p.consumer_cursor(), None);
+    f.provider.push_snapshot(Ok(base()));
+    p.sync_once().await.unwrap();
+    assert_eq!(f.provider.calls().last(), Some(&ProviderCall::Snapshot));
+    assert_eq!(p.consumer_cursor(), Some(10));
+    assert_eq!(p.require_ready(), Ok(()));
 }

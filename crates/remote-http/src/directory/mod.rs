@@ -1,6 +1,7 @@
 //! `HttpDirectoryProvider`: the Directory API v1 client behind the [`DirectoryProvider`] port.
 //!
-//! Every `2xx` answer is read completely (refused above [`DEFAULT_MAX_RESPONSE_BYTES`]), its
+//! Every `2xx` answer is read completely (refused above
+//! [`DirectoryClientConfig::max_response_bytes`] as [`ProviderError::TooLarge`]), its
 //! signature is verified ([`signature`]) and only then is the body parsed; an answer that
 //! fails any step is refused as [`ProviderError::InvalidResponse`] and nothing of it reaches
 //! the projector. In the dispatch-outcome vocabulary of [`crate::outcome`]: a call not
@@ -371,11 +372,7 @@ struct ErrorBody {
 
 /// Reads the whole body, refusing it as soon as it exceeds `max` bytes (announced or read).
 async fn read_limited(mut response: Response, max: u64) -> Result<Vec<u8>, ProviderError> {
-    let too_large = |size: u64| {
-        ProviderError::invalid_response(format!(
-            "directory response body of at least {size} bytes exceeds the {max}-byte limit"
-        ))
-    };
+    let too_large = |size: u64| ProviderError::TooLarge { size, limit: max };
     if let Some(announced) = response.content_length()
         && announced > max
     {
