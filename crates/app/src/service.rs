@@ -306,7 +306,7 @@ impl Service {
         let counts = Arc::new(crate::counts::CountsCache::new(
             store.clone(),
             scoped_writes.clone(),
-            directory.as_ref().map(|d| d.store.clone()),
+            directory.as_ref().map(|d| d.reports().store),
             clock.clone(),
         ));
         let state = AdminState {
@@ -317,7 +317,9 @@ impl Service {
             fences: scoped_writes.clone(),
             token: config.admin_token.as_deref().map(Arc::from),
             accepting: accepting.clone(),
-            directory: directory.clone(),
+            directory: directory
+                .as_ref()
+                .map(crate::directory::DirectoryHandle::reports),
         };
         let ui = config.ui.then_some(crate::ui::UiSettings {
             read_only: config.ui_read_only,

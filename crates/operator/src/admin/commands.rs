@@ -4,6 +4,7 @@
 //! and why (`reason`); a command that is not `pending` or `failed` is refused with 409
 //! `COMMAND_NOT_ACTIONABLE` and left unchanged.
 
+use crate::CommandFilterInput;
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -13,7 +14,6 @@ use tenantry_engine::lifecycle::{OperatorActions, OperatorRequestError};
 use tenantry_kernel::CommandId;
 use tenantry_lifecycle::CommandStatus;
 use tenantry_lifecycle::operator::ControlSpaceActionError;
-use tenantry_operator::CommandFilterInput;
 use tenantry_ports::lifecycle::{
     AttemptError, CommandAdmin, OperatorActionError, OperatorActionKind,
 };

@@ -1,6 +1,7 @@
 //! Lifecycle routes: enqueue provision / delete / revoke, read a control space (with its open
 //! and failed commands), list commands.
 
+use crate::CommandFilterInput;
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -14,7 +15,6 @@ use tenantry_lifecycle::intake::{
 };
 use tenantry_lifecycle::operator::{LeftBehind, abandoned_provision_left_behind};
 use tenantry_lifecycle::{CommandRecord, CommandStatus, ControlSpace, ControlSpaceState};
-use tenantry_operator::CommandFilterInput;
 use tenantry_ports::lifecycle::{CommandFilter, CommandQueue, ControlSpaceReader};
 use tenantry_store_seaorm::lifecycle::SeaOrmLifecycleStore;
 use tracing::Instrument;
@@ -24,7 +24,7 @@ use super::error::AdminApiError;
 use super::error::{BodyRefusals, Conflict, IdempotencyKeyReused, NotFound, Refusals};
 use super::extract::{IdempotencyKeyHeader, JsonBody, PathParams, QueryParams, parse_id};
 
-pub use tenantry_operator::{DEFAULT_PAGE, MAX_PAGE};
+pub use crate::{DEFAULT_PAGE, MAX_PAGE};
 
 /// Body of `POST /v1/tenants/{tenant_id}/control-spaces`.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]

@@ -5,13 +5,13 @@
 //! `correlation_id` (a UUID, also sent as the `X-Correlation-Id` header); the detail is logged
 //! at `error` with the same `correlation_id`, so an operator can find it from the answer.
 
+use crate::FilterError;
 use axum::Json;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use tenantry_engine::lifecycle::IntakeFailure;
 use tenantry_lifecycle::intake::IntakeError;
-use tenantry_operator::FilterError;
 use tenantry_ports::lifecycle::StoreError;
 
 use tenantry_engine::scoped_writes::admin::FenceAdminError;

@@ -21,14 +21,15 @@ use tenantry_engine::scoped_writes::ScopedWrites;
 use tenantry_fence::RecordKind;
 use tenantry_lifecycle::CommandStatus;
 use tenantry_ports::clock::Clock;
-use tenantry_ports::directory::{ProjectionCounts, ProjectionTablesReader};
+use tenantry_ports::directory::ProjectionCounts;
 use tenantry_ports::lifecycle::{
     CommandAdmin, CommandCount, ErrorCodeCount, LiveSummary, SettledCommand,
 };
-use tenantry_store_seaorm::directory::SeaOrmDirectoryStore;
 use tenantry_store_seaorm::host_storage::SeaOrmHostStorage;
 use tenantry_store_seaorm::lifecycle::SeaOrmLifecycleStore;
 use tokio::sync::Mutex;
+
+use crate::directory::DirectoryReads;
 use tokio::time::Instant;
 
 /// Longest time a snapshot is served before the next reader refreshes it: one second.
@@ -165,7 +166,7 @@ impl Counts {
 pub struct CountsCache {
     store: SeaOrmLifecycleStore,
     fences: ScopedWrites<SeaOrmHostStorage>,
-    directory: Option<SeaOrmDirectoryStore>,
+    directory: Option<Arc<dyn DirectoryReads>>,
     clock: Arc<dyn Clock>,
     slot: Mutex<Option<(Instant, Arc<Counts>)>>,
     refreshes: AtomicU64,
@@ -186,7 +187,7 @@ impl CountsCache {
     pub fn new(
         store: SeaOrmLifecycleStore,
         fences: ScopedWrites<SeaOrmHostStorage>,
-        directory: Option<SeaOrmDirectoryStore>,
+        directory: Option<Arc<dyn DirectoryReads>>,
         clock: Arc<dyn Clock>,
     ) -> Self {
         Self {
@@ -278,6 +279,7 @@ mod tests {
 
     use chrono::TimeZone;
     use tenantry_ports::clock::ManualClock;
+    use tenantry_store_seaorm::directory::SeaOrmDirectoryStore;
     use tenantry_store_seaorm::testing::fresh_database;
 
     use super::*;
@@ -297,7 +299,7 @@ mod tests {
                 clock.clone(),
                 tenantry_engine::scoped_writes::FenceConfig::default(),
             ),
-            Some(SeaOrmDirectoryStore::new(&db.db)),
+            Some(Arc::new(SeaOrmDirectoryStore::new(&db.db))),
             clock,
         );
         let first = cache.get().await;
