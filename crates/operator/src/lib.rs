@@ -11,13 +11,15 @@
 //! - [`ui`]: the operator console at `/ui`, beside the admin API;
 //! - [`counts`]: the counts `/metrics` and the console share, refreshed at most once a second;
 //! - [`metrics`]: the lifecycle metrics port over the `metrics` crate, Prometheus export;
-//! - [`directory`]: the directory projection's status as the operator sees it.
+//! - [`directory`]: the directory projection's status as the operator sees it;
+//! - [`ports`]: the store ports the front ends are handed (trait objects, no storage types).
 
 pub mod admin;
 pub mod counts;
 pub mod directory;
 pub mod filter;
 pub mod metrics;
+pub mod ports;
 pub mod ui;
 
 pub use filter::{CommandFilterInput, DEFAULT_PAGE, FilterError, FilterField, MAX_PAGE};

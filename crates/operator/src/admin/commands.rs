@@ -17,12 +17,12 @@ use tenantry_lifecycle::operator::ControlSpaceActionError;
 use tenantry_ports::lifecycle::{
     AttemptError, CommandAdmin, OperatorActionError, OperatorActionKind,
 };
-use tenantry_store_seaorm::lifecycle::SeaOrmLifecycleStore;
 
 use super::AdminState;
 use super::error::{AdminApiError, BodyRefusals, Conflict, NotFound, Refusals};
 use super::extract::{JsonBody, PathParams, parse_id};
 use super::lifecycle::CommandView;
+use crate::ports::Store;
 
 impl From<OperatorActionError> for AdminApiError {
     fn from(error: OperatorActionError) -> Self {
@@ -201,7 +201,7 @@ pub struct CommandDetail {
     errors_total: u64,
 }
 
-fn operator(state: &AdminState) -> OperatorActions<SeaOrmLifecycleStore> {
+fn operator(state: &AdminState) -> OperatorActions<Store> {
     OperatorActions::new(state.store.clone(), state.clock.clone())
 }
 

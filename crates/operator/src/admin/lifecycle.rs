@@ -15,8 +15,7 @@ use tenantry_lifecycle::intake::{
 };
 use tenantry_lifecycle::operator::{LeftBehind, abandoned_provision_left_behind};
 use tenantry_lifecycle::{CommandRecord, CommandStatus, ControlSpace, ControlSpaceState};
-use tenantry_ports::lifecycle::{CommandFilter, CommandQueue, ControlSpaceReader};
-use tenantry_store_seaorm::lifecycle::SeaOrmLifecycleStore;
+use tenantry_ports::lifecycle::{CommandAdmin, CommandFilter, CommandQueue, ControlSpaceReader};
 use tracing::Instrument;
 
 use super::AdminState;
@@ -565,12 +564,12 @@ impl CommandsQuery {
 ///
 /// # Errors
 /// 400 `UNKNOWN_CURSOR`, or 503 when storage fails.
-pub async fn known_cursor(
-    store: &SeaOrmLifecycleStore,
+pub async fn known_cursor<S: CommandAdmin + ?Sized>(
+    store: &S,
     after: Option<&CommandId>,
 ) -> Result<(), AdminApiError> {
     match after {
-        Some(id) if !store.command_exists(id).await? => Err(AdminApiError::new(
+        Some(id) if store.command_by_id(id).await?.is_none() => Err(AdminApiError::new(
             StatusCode::BAD_REQUEST,
             "UNKNOWN_CURSOR",
             format!(

@@ -226,7 +226,7 @@ async fn table(state: &UiState, query: &FilterQuery) -> Result<Markup, AdminApiE
     let filter = query.filter(PAGE)?;
     known_cursor(&state.admin.store, filter.after.as_ref()).await?;
     if let Some(before) = &filter.before
-        && !state.admin.store.command_exists(before).await?
+        && state.admin.store.command_by_id(before).await?.is_none()
     {
         return Err(AdminApiError::new(
             axum::http::StatusCode::BAD_REQUEST,
