@@ -19,7 +19,7 @@ pub type Projector = DirectoryProjector<HttpDirectoryProvider, SeaOrmDirectorySt
 
 /// The projector the service runs, its store and clock.
 #[derive(Clone)]
-pub struct DirectoryHandle {
+pub struct ProjectorHandle {
     /// This replica's projector.
     pub projector: Arc<Projector>,
     /// The store, for the shared state row.
@@ -29,13 +29,13 @@ pub struct DirectoryHandle {
     pub clock: Arc<dyn Clock>,
 }
 
-impl std::fmt::Debug for DirectoryHandle {
+impl std::fmt::Debug for ProjectorHandle {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("DirectoryHandle").finish_non_exhaustive()
+        f.debug_struct("ProjectorHandle").finish_non_exhaustive()
     }
 }
 
-impl DirectoryHandle {
+impl ProjectorHandle {
     /// The same projector and store as the operator front ends read them (through the read
     /// ports only).
     pub fn reports(&self) -> tenantry_operator::directory::DirectoryHandle {
@@ -95,13 +95,13 @@ pub fn prepare(
 
 impl PreparedDirectory {
     /// The projector over the store of `db`, reading and sleeping on `clock`.
-    pub fn attach(self, db: &Database, clock: Arc<dyn Clock>) -> DirectoryHandle {
+    pub fn attach(self, db: &Database, clock: Arc<dyn Clock>) -> ProjectorHandle {
         let store = SeaOrmDirectoryStore::new(db);
         let projector = Arc::new(
             DirectoryProjector::new(self.config, self.provider, store.clone())
                 .with_clock(clock.clone()),
         );
-        DirectoryHandle {
+        ProjectorHandle {
             projector,
             store,
             clock,
@@ -119,6 +119,6 @@ pub fn build(
     capacity: &DirectoryCapacity,
     db: &Database,
     clock: Arc<dyn Clock>,
-) -> Result<DirectoryHandle, String> {
+) -> Result<ProjectorHandle, String> {
     Ok(prepare(settings, capacity)?.attach(db, clock))
 }

@@ -90,7 +90,7 @@ pub struct Service {
     server: JoinHandle<()>,
     projector: Option<JoinHandle<()>>,
     pruner: Option<JoinHandle<()>>,
-    directory: Option<crate::directory::DirectoryHandle>,
+    directory: Option<crate::directory::ProjectorHandle>,
     db: Database,
     grace: Duration,
     metrics: Arc<AppMetrics>,
@@ -326,7 +326,7 @@ impl Service {
             accepting: accepting.clone(),
             directory: directory
                 .as_ref()
-                .map(crate::directory::DirectoryHandle::reports),
+                .map(crate::directory::ProjectorHandle::reports),
         };
         let ui = config.ui.then_some(crate::ui::UiSettings {
             read_only: config.ui_read_only,
@@ -387,7 +387,7 @@ impl Service {
     }
 
     /// The directory projection, when configured.
-    pub fn directory(&self) -> Option<&crate::directory::DirectoryHandle> {
+    pub fn directory(&self) -> Option<&crate::directory::ProjectorHandle> {
         self.directory.as_ref()
     }
 
