@@ -12,7 +12,9 @@
 //! - [`counts`]: the counts `/metrics` and the console share, refreshed at most once a second;
 //! - [`metrics`]: the lifecycle metrics port over the `metrics` crate, Prometheus export;
 //! - [`directory`]: the directory projection's status as the operator sees it;
-//! - [`ports`]: the store ports the front ends are handed (trait objects, no storage types).
+//! - [`ports`]: the store ports the front ends are handed (trait objects, no storage types);
+//! - [`refusal`]: the one refusal type, mapped once to an HTTP status, a console page and a
+//!   CLI exit code.
 
 pub mod admin;
 pub mod counts;
@@ -20,6 +22,8 @@ pub mod directory;
 pub mod filter;
 pub mod metrics;
 pub mod ports;
+pub mod refusal;
 pub mod ui;
 
 pub use filter::{CommandFilterInput, DEFAULT_PAGE, FilterError, FilterField, MAX_PAGE};
+pub use refusal::Refusal;

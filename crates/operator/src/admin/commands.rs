@@ -7,13 +7,11 @@
 use crate::CommandFilterInput;
 use axum::Json;
 use axum::extract::State;
-use axum::http::StatusCode;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use tenantry_engine::lifecycle::{OperatorActions, OperatorRequestError};
+use tenantry_engine::lifecycle::OperatorActions;
 use tenantry_kernel::CommandId;
 use tenantry_lifecycle::CommandStatus;
-use tenantry_lifecycle::operator::ControlSpaceActionError;
 use tenantry_ports::lifecycle::{
     AttemptError, CommandAdmin, OperatorActionError, OperatorActionKind,
 };
@@ -23,44 +21,6 @@ use super::error::{AdminApiError, BodyRefusals, Conflict, NotFound, Refusals};
 use super::extract::{JsonBody, PathParams, parse_id};
 use super::lifecycle::CommandView;
 use crate::ports::Store;
-
-impl From<OperatorActionError> for AdminApiError {
-    fn from(error: OperatorActionError) -> Self {
-        let message = error.to_string();
-        match error {
-            OperatorActionError::UnknownCommand { .. } => {
-                Self::new(StatusCode::NOT_FOUND, "COMMAND_NOT_FOUND", message)
-            }
-            OperatorActionError::NotActionable { .. } => {
-                Self::new(StatusCode::CONFLICT, "COMMAND_NOT_ACTIONABLE", message)
-            }
-            OperatorActionError::ControlSpace(
-                ControlSpaceActionError::DeleteOwnsControlSpace { .. },
-            ) => Self::new(StatusCode::CONFLICT, "DELETE_OWNS_CONTROL_SPACE", message),
-            OperatorActionError::ControlSpace(_) => {
-                Self::new(StatusCode::CONFLICT, "NOT_AN_OWNING_DELETE", message)
-            }
-            OperatorActionError::Store(e) => Self::unavailable(e),
-            _ => Self::unexpected(message),
-        }
-    }
-}
-
-impl From<OperatorRequestError> for AdminApiError {
-    fn from(error: OperatorRequestError) -> Self {
-        let message = error.to_string();
-        match error {
-            OperatorRequestError::InvalidField { .. }
-            | OperatorRequestError::BulkStatusRequired { .. }
-            | OperatorRequestError::ConfirmedCount { .. } => {
-                Self::new(StatusCode::BAD_REQUEST, "INVALID_ARGUMENT", message)
-            }
-            OperatorRequestError::Refused(e) => e.into(),
-            OperatorRequestError::Store(e) => Self::unavailable(e),
-            _ => Self::unexpected(message),
-        }
-    }
-}
 
 /// Body of `POST /v1/commands/{command_id}/retry` and `.../abandon`.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
