@@ -26,4 +26,4 @@ pub mod refusal;
 pub mod ui;
 
 pub use filter::{CommandFilterInput, DEFAULT_PAGE, FilterError, FilterField, MAX_PAGE};
-pub use refusal::Refusal;
+pub use refusal::OperatorRefusal;

@@ -1,11 +1,11 @@
-//! The one refusal of the operator façade ([`Refusal`]), mapped once to each front end's
+//! The one refusal of the operator façade ([`OperatorRefusal`]), mapped once to each front end's
 //! form, as rustls maps its `Error` to one `AlertDescription`:
 //!
 //! - HTTP (the admin API): its `status` with the `{code, message}` body (`IntoResponse`, in
 //!   `admin::error`);
-//! - the console: [`Refusal::page`] (in `ui::pages`), the same status with a page naming the
+//! - the console: [`OperatorRefusal::page`] (in `ui::pages`), the same status with a page naming the
 //!   code and the message;
-//! - the CLI: [`Refusal::exit_code`], [`USAGE_EXIT`] (2) when the request itself was wrong
+//! - the CLI: [`OperatorRefusal::exit_code`], [`USAGE_EXIT`] (2) when the request itself was wrong
 //!   (400: the arguments), 1 otherwise.
 //!
 //! The engine's errors become refusals here, once (`From` impls): the filter's
@@ -32,7 +32,7 @@ pub const USAGE_EXIT: u8 = 2;
 /// stable code and a safe message.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{status} {code}: {message}")]
-pub struct Refusal {
+pub struct OperatorRefusal {
     /// HTTP status.
     pub status: StatusCode,
     /// Stable machine-readable code.
@@ -43,7 +43,7 @@ pub struct Refusal {
     pub correlation_id: Option<String>,
 }
 
-impl Refusal {
+impl OperatorRefusal {
     /// An error with `status`, `code` and `message`.
     /// `message` must be safe to show (no error text of a lower layer); a 5xx built this way
     /// still gets a correlation id when it is answered.
@@ -113,7 +113,7 @@ impl Refusal {
     }
 
     /// 503 `STORE_UNAVAILABLE` with a correlation id; `detail` is only logged (see
-    /// [`Refusal::internal`]).
+    /// [`OperatorRefusal::internal`]).
     pub fn unavailable(detail: impl std::fmt::Display) -> Self {
         Self::internal(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -137,19 +137,19 @@ impl Refusal {
 
 /// A refused command filter (the operator façade's one parser): 400 `INVALID_ARGUMENT`
 /// naming the query or body field.
-impl From<FilterError> for Refusal {
+impl From<FilterError> for OperatorRefusal {
     fn from(error: FilterError) -> Self {
         Self::invalid(error.field.name(), error.reason)
     }
 }
 
-impl From<StoreError> for Refusal {
+impl From<StoreError> for OperatorRefusal {
     fn from(error: StoreError) -> Self {
         Self::unavailable(error)
     }
 }
 
-impl From<FenceAdminError> for Refusal {
+impl From<FenceAdminError> for OperatorRefusal {
     fn from(error: FenceAdminError) -> Self {
         let message = error.to_string();
         match error {
@@ -170,7 +170,7 @@ impl From<FenceAdminError> for Refusal {
     }
 }
 
-impl From<IntakeFailure> for Refusal {
+impl From<IntakeFailure> for OperatorRefusal {
     fn from(error: IntakeFailure) -> Self {
         let message = error.to_string();
         match error {
@@ -212,7 +212,7 @@ impl From<IntakeFailure> for Refusal {
     }
 }
 
-impl From<OperatorActionError> for Refusal {
+impl From<OperatorActionError> for OperatorRefusal {
     fn from(error: OperatorActionError) -> Self {
         let message = error.to_string();
         match error {
@@ -234,7 +234,7 @@ impl From<OperatorActionError> for Refusal {
     }
 }
 
-impl From<OperatorRequestError> for Refusal {
+impl From<OperatorRequestError> for OperatorRefusal {
     fn from(error: OperatorRequestError) -> Self {
         let message = error.to_string();
         match error {
@@ -258,10 +258,11 @@ mod tests {
     #[test]
     fn a_refusal_has_one_exit_code() {
         assert_eq!(
-            Refusal::invalid("status", "unknown").exit_code(),
+            OperatorRefusal::invalid("status", "unknown").exit_code(),
             USAGE_EXIT
         );
-        let unknown_cursor = Refusal::new(StatusCode::BAD_REQUEST, "UNKNOWN_CURSOR", "no such");
+        let unknown_cursor =
+            OperatorRefusal::new(StatusCode::BAD_REQUEST, "UNKNOWN_CURSOR", "no such");
         assert_eq!(unknown_cursor.exit_code(), 2);
         for status in [
             StatusCode::NOT_FOUND,
@@ -269,7 +270,11 @@ mod tests {
             StatusCode::UNPROCESSABLE_ENTITY,
             StatusCode::SERVICE_UNAVAILABLE,
         ] {
-            assert_eq!(Refusal::new(status, "X", "x").exit_code(), 1, "{status}");
+            assert_eq!(
+                OperatorRefusal::new(status, "X", "x").exit_code(),
+                1,
+                "{status}"
+            );
         }
     }
 }

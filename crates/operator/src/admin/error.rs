@@ -1,4 +1,4 @@
-//! The `{code, message}` error body of the admin API: how a [`Refusal`] (the operator façade
+//! The `{code, message}` error body of the admin API: how a [`OperatorRefusal`] (the operator façade
 //! refusal, `crate::refusal`) is answered over HTTP, and the documented error answers.
 //!
 //! A 5xx answer never carries the underlying error's text (database driver messages name
@@ -11,8 +11,8 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
-pub use crate::refusal::Refusal as AdminApiError;
-use crate::refusal::Refusal;
+pub use crate::refusal::OperatorRefusal as AdminApiError;
+use crate::refusal::OperatorRefusal;
 
 /// Header carrying the correlation id of a 5xx answer.
 pub const CORRELATION_ID_HEADER: &str = "x-correlation-id";
@@ -103,9 +103,9 @@ error_groups! {
     BodyRefusals = ["413" => PayloadTooLarge, "415" => UnsupportedMediaType];
 }
 
-/// The HTTP mapping of a [`Refusal`]: its status with the `{code, message}` body (and the
+/// The HTTP mapping of a [`OperatorRefusal`]: its status with the `{code, message}` body (and the
 /// correlation id of a 5xx, `WWW-Authenticate` on a 401).
-impl IntoResponse for Refusal {
+impl IntoResponse for OperatorRefusal {
     fn into_response(mut self) -> Response {
         if self.status.is_server_error() && self.correlation_id.is_none() {
             // Built with `new` (a safe message of our own): still give it an id to quote.

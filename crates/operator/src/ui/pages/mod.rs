@@ -10,9 +10,9 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 
 use super::layout;
-use crate::refusal::Refusal;
+use crate::refusal::OperatorRefusal;
 
-impl Refusal {
+impl OperatorRefusal {
     /// The console's mapping of a refusal: a page with its status, titled with its code, saying
     /// what was wrong and what to do.
     pub fn page(&self) -> Response {
@@ -20,8 +20,8 @@ impl Refusal {
     }
 }
 
-/// A refusal shown as the console's page ([`Refusal::page`]).
-pub(crate) fn error_page(error: &Refusal) -> Response {
+/// A refusal shown as the console's page ([`OperatorRefusal::page`]).
+pub(crate) fn error_page(error: &OperatorRefusal) -> Response {
     error.page()
 }
 
