@@ -160,6 +160,22 @@ fn only_the_storage_adapter_and_migrations_know_sea_orm() {
     );
 }
 
+/// The operator façade is handed its stores as ports (`tenantry_operator::ports`) by the app's
+/// wiring: outside its tests it depends on no storage or HTTP client adapter (issue 28).
+#[test]
+fn the_operator_facade_knows_no_adapter() {
+    let violations = find_dependents(
+        &["tenantry-store-seaorm", "tenantry-remote-http"],
+        |package, dep| package.dir != "crates/operator" || dep.kind == "dev",
+    );
+    assert!(
+        violations.is_empty(),
+        "crates/operator reads and writes through the ports; the app builds the adapters and \
+         hands them in:\n  {}",
+        violations.join("\n  ")
+    );
+}
+
 #[test]
 fn only_the_http_adapter_knows_reqwest() {
     let violations = find_dependents(&["reqwest"], |package, dep| match package.dir.as_str() {

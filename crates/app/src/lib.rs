@@ -1,5 +1,6 @@
-//! The `tenantry` service: configuration, wiring of adapters into the engine, the admin HTTP
-//! API, the operator CLI and metrics. The end-to-end demo and the reference remotes are the
+//! The `tenantry` service: configuration, wiring of adapters into the engine and into the
+//! operator front ends (the admin HTTP API, the console, the counts and the metrics, all in
+//! `tenantry-operator`), the operator CLI and `serve`. The end-to-end demo and the reference remotes are the
 //! separate `tenantry-demo` binary (crates/demo), which starts this library's service; the
 //! `tenantry` binary links neither the demo nor the test kit.
 //!
@@ -10,22 +11,20 @@
 //!
 //! - [`config`]: TOML file plus `TENANTRY_*` environment, validated at start;
 //! - [`service`]: `tenantry serve` wiring and graceful shutdown;
-//! - [`admin`]: the admin API router;
+//! - [`admin`], [`ui`], [`counts`], [`metrics`]: the operator front ends, re-exported from
+//!   `tenantry-operator`;
 //! - [`directory`]: the directory projector's wiring and status;
-//! - [`metrics`]: the lifecycle metrics port over the `metrics` crate, Prometheus export;
 //! - [`ops`]: operator commands on the database (`migrate`, `commands list`, `fences ...`);
 //! - [`tls`]: the admin listener's TLS (`tls_cert_file`, `tls_key_file`);
 //! - [`cli`]: the command line.
 
-pub mod admin;
 pub mod cli;
 pub mod config;
-pub mod counts;
 pub mod directory;
 pub mod listener;
 pub mod logging;
-pub mod metrics;
 pub mod ops;
 pub mod service;
 pub mod tls;
-pub mod ui;
+
+pub use tenantry_operator::{admin, counts, metrics, ui};

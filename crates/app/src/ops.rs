@@ -15,6 +15,7 @@ use clap::Args;
 use tenantry_fence::{Binding, FenceKey, ScopeIdentity};
 use tenantry_kernel::CommandId;
 use tenantry_kernel::text::{MAX_CODE_BYTES, MAX_MESSAGE_BYTES, bounded};
+use tenantry_operator::refusal::USAGE_EXIT;
 use tenantry_operator::{CommandFilterInput, FilterError, FilterField};
 use tenantry_ports::lifecycle::{CommandFilter, CommandQueue};
 use tenantry_store_seaorm::Database;
@@ -250,7 +251,7 @@ pub async fn migrate(config: &Config) -> ExitCode {
 
 fn usage(message: String) -> ExitCode {
     eprintln!("tenantry: {message}");
-    ExitCode::from(2)
+    ExitCode::from(USAGE_EXIT)
 }
 
 /// `tenantry commands list`.
@@ -266,11 +267,12 @@ pub async fn commands_list(config: &Config, args: &CommandsListArgs) -> ExitCode
     let store = SeaOrmLifecycleStore::new(&db);
     if let Err(e) = crate::admin::known_cursor(&store, filter.after.as_ref()).await {
         let _ = db.conn.close().await;
-        return if e.status.is_client_error() {
+        // The refusal's one CLI mapping: an unknown cursor is a usage error (exit 2).
+        return if e.exit_code() == USAGE_EXIT {
             usage(format!("--after: {}", e.message))
         } else {
             eprintln!("tenantry: {}", e.message);
-            ExitCode::FAILURE
+            ExitCode::from(e.exit_code())
         };
     }
     let commands = match store.list_commands(&filter).await {

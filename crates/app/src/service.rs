@@ -31,6 +31,8 @@ use tenantry_store_seaorm::wake::{ListenerConfig, WakeListener};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use tenantry_operator::ports::{FenceStorage, Fences, Store};
+
 use crate::admin::AdminState;
 use crate::config::Config;
 use crate::metrics::{AppMetrics, MeteredRemote};
@@ -88,11 +90,11 @@ pub struct Service {
     server: JoinHandle<()>,
     projector: Option<JoinHandle<()>>,
     pruner: Option<JoinHandle<()>>,
-    directory: Option<crate::directory::DirectoryHandle>,
+    directory: Option<crate::directory::ProjectorHandle>,
     db: Database,
     grace: Duration,
     metrics: Arc<AppMetrics>,
-    scoped_writes: ScopedWrites<SeaOrmHostStorage>,
+    scoped_writes: Fences,
     /// The PostgreSQL listener that wakes the workers (none on SQLite).
     wake_listener: Option<WakeListener>,
     /// The counts `/metrics` and the console share.
@@ -297,27 +299,34 @@ impl Service {
         let accepting = Arc::new(AtomicBool::new(true));
         // The process's one scoped-writes runtime: the admin API clears fences through it, so
         // a clear takes the same scope locks as in-process writers (`Service::scoped_writes`).
-        let scoped_writes = ScopedWrites::with_config(
-            Arc::new(SeaOrmHostStorage::new(&db)),
+        let fence_storage: Arc<dyn FenceStorage> = Arc::new(SeaOrmHostStorage::new(&db));
+        let scoped_writes: Fences = ScopedWrites::with_config(
+            fence_storage,
             clock.clone(),
             FenceConfig::with_deadline(config.fence_dispatch_deadline),
         );
         // The counts `/metrics` and the console share: at most one refresh a second.
+        // The operator front ends get the stores as ports (trait objects), never their types.
+        let operator_store: Store = Arc::new(store);
         let counts = Arc::new(crate::counts::CountsCache::new(
-            store.clone(),
+            operator_store.clone(),
             scoped_writes.clone(),
-            directory.as_ref().map(|d| d.store.clone()),
+            directory.as_ref().map(|d| d.reports().store),
             clock.clone(),
         ));
         let state = AdminState {
-            store: store.clone(),
-            intake: Arc::new(CommandIntake::new(store, clock.clone()).with_wakeups(wakeups)),
+            store: operator_store.clone(),
+            intake: Arc::new(
+                CommandIntake::new(operator_store, clock.clone()).with_wakeups(wakeups),
+            ),
             clock,
             counts: counts.clone(),
             fences: scoped_writes.clone(),
             token: config.admin_token.as_deref().map(Arc::from),
             accepting: accepting.clone(),
-            directory: directory.clone(),
+            directory: directory
+                .as_ref()
+                .map(crate::directory::ProjectorHandle::reports),
         };
         let ui = config.ui.then_some(crate::ui::UiSettings {
             read_only: config.ui_read_only,
@@ -378,14 +387,14 @@ impl Service {
     }
 
     /// The directory projection, when configured.
-    pub fn directory(&self) -> Option<&crate::directory::DirectoryHandle> {
+    pub fn directory(&self) -> Option<&crate::directory::ProjectorHandle> {
         self.directory.as_ref()
     }
 
     /// The process's one scoped-writes runtime (host storage of this database, dispatch
     /// deadline `fence_dispatch_deadline_ms`): in-process writers must use this one, so their
     /// scopes share locks with the admin API's fence clears.
-    pub fn scoped_writes(&self) -> &ScopedWrites<SeaOrmHostStorage> {
+    pub fn scoped_writes(&self) -> &Fences {
         &self.scoped_writes
     }
 

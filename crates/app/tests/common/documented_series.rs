@@ -1,6 +1,6 @@
 //! The series table of docs/operations.md ("Health and metrics"), read by the metrics unit
-//! tests (`src/metrics.rs`, through `#[path]`) and by the listener's end-to-end test: one
-//! reader, so both check the same table.
+//! tests (`crates/operator/src/metrics.rs`, through `#[path]`) and by the listener's
+//! end-to-end test: one reader, so both check the same table.
 
 /// The series table of docs/operations.md ("Health and metrics"): (name, type) per row.
 pub fn documented_series() -> Vec<(String, String)> {

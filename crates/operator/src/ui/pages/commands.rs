@@ -9,6 +9,7 @@
 //! CLI's parser: same rules, same messages); actions go through the engine's `OperatorActions`, as the admin
 //! API's do, with actor `console` and the operator's reason, and are recorded in the action log.
 
+use crate::CommandFilterInput;
 use axum::Extension;
 use axum::extract::{Path, State};
 use axum::http::HeaderMap;
@@ -18,7 +19,6 @@ use serde::Deserialize;
 use tenantry_engine::lifecycle::OperatorActions;
 use tenantry_kernel::CommandId;
 use tenantry_lifecycle::{CommandRecord, CommandStatus};
-use tenantry_operator::CommandFilterInput;
 use tenantry_ports::lifecycle::{
     CommandAdmin, CommandFilter, CommandQueue, ControlSpaceReader, ErrorHistory, OperatorActionKind,
 };
@@ -226,7 +226,7 @@ async fn table(state: &UiState, query: &FilterQuery) -> Result<Markup, AdminApiE
     let filter = query.filter(PAGE)?;
     known_cursor(&state.admin.store, filter.after.as_ref()).await?;
     if let Some(before) = &filter.before
-        && !state.admin.store.command_exists(before).await?
+        && state.admin.store.command_by_id(before).await?.is_none()
     {
         return Err(AdminApiError::new(
             axum::http::StatusCode::BAD_REQUEST,

@@ -8,7 +8,6 @@ use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use maud::{Markup, html};
-use tenantry_ports::directory::ProjectionTablesReader;
 
 use super::super::UiState;
 use super::super::auth::Session;

@@ -33,11 +33,7 @@ use axum::http::header;
 use axum::middleware::{self, Next};
 use axum::response::Response;
 use axum::routing::{get, post};
-use tenantry_engine::lifecycle::CommandIntake;
-use tenantry_engine::scoped_writes::ScopedWrites;
 use tenantry_ports::clock::Clock;
-use tenantry_store_seaorm::host_storage::SeaOrmHostStorage;
-use tenantry_store_seaorm::lifecycle::SeaOrmLifecycleStore;
 
 pub use commands::DETAIL_ERRORS;
 pub use error::{AdminApiError, CORRELATION_ID_HEADER};
@@ -45,6 +41,7 @@ pub use lifecycle::{CommandView, CommandsQuery, DEFAULT_PAGE, MAX_PAGE, known_cu
 pub use openapi::document_json;
 
 use crate::directory::DirectoryHandle;
+use crate::ports::{Fences, Intake, Store};
 
 /// Largest accepted request body: 64 KiB.
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
@@ -88,12 +85,12 @@ pub const PATHS: [(&str, &str); 18] = [
 #[derive(Clone)]
 pub struct AdminState {
     /// Lifecycle storage (reads).
-    pub store: SeaOrmLifecycleStore,
+    pub store: Store,
     /// Command intake (writes).
-    pub intake: Arc<CommandIntake<SeaOrmLifecycleStore>>,
+    pub intake: Arc<Intake>,
     /// Fence listing and clearing: the process's one scoped-writes runtime (so a clear takes
     /// the same scope locks as its writers).
-    pub fences: ScopedWrites<SeaOrmHostStorage>,
+    pub fences: Fences,
     /// Bearer token required on `/v1/*`, if any.
     pub token: Option<Arc<str>>,
     /// False once shutdown began (`/readyz` answers 503 then).

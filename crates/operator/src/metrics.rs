@@ -525,7 +525,7 @@ impl<R: KnowledgeFs> KnowledgeFs for MeteredRemote<R> {
 
 /// The reader of the documented series table, shared with the end-to-end tests.
 #[cfg(test)]
-#[path = "../tests/common/documented_series.rs"]
+#[path = "../../app/tests/common/documented_series.rs"]
 mod documented_series;
 
 #[cfg(test)]

@@ -1,5 +1,5 @@
 //! The console's static files, embedded in the binary: htmx (vendored from the npm package
-//! `htmx.org` 2.x, `dist/htmx.min.js`, license beside it in `crates/app/assets/`), the
+//! `htmx.org` 2.x, `dist/htmx.min.js`, license beside it in `crates/operator/assets/`), the
 //! stylesheet and a small script that shows times in the browser's time zone. Nothing is
 //! fetched from the network.
 //!
@@ -15,7 +15,7 @@ use axum::extract::Path;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
-/// `crates/app/assets/htmx.min.js`.
+/// `crates/operator/assets/htmx.min.js`.
 pub const HTMX: &str = include_str!("../../assets/htmx.min.js");
 
 /// The console's stylesheet.

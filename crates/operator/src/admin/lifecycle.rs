@@ -1,6 +1,7 @@
 //! Lifecycle routes: enqueue provision / delete / revoke, read a control space (with its open
 //! and failed commands), list commands.
 
+use crate::CommandFilterInput;
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -14,9 +15,7 @@ use tenantry_lifecycle::intake::{
 };
 use tenantry_lifecycle::operator::{LeftBehind, abandoned_provision_left_behind};
 use tenantry_lifecycle::{CommandRecord, CommandStatus, ControlSpace, ControlSpaceState};
-use tenantry_operator::CommandFilterInput;
-use tenantry_ports::lifecycle::{CommandFilter, CommandQueue, ControlSpaceReader};
-use tenantry_store_seaorm::lifecycle::SeaOrmLifecycleStore;
+use tenantry_ports::lifecycle::{CommandAdmin, CommandFilter, CommandQueue, ControlSpaceReader};
 use tracing::Instrument;
 
 use super::AdminState;
@@ -24,7 +23,7 @@ use super::error::AdminApiError;
 use super::error::{BodyRefusals, Conflict, IdempotencyKeyReused, NotFound, Refusals};
 use super::extract::{IdempotencyKeyHeader, JsonBody, PathParams, QueryParams, parse_id};
 
-pub use tenantry_operator::{DEFAULT_PAGE, MAX_PAGE};
+pub use crate::{DEFAULT_PAGE, MAX_PAGE};
 
 /// Body of `POST /v1/tenants/{tenant_id}/control-spaces`.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
@@ -565,12 +564,12 @@ impl CommandsQuery {
 ///
 /// # Errors
 /// 400 `UNKNOWN_CURSOR`, or 503 when storage fails.
-pub async fn known_cursor(
-    store: &SeaOrmLifecycleStore,
+pub async fn known_cursor<S: CommandAdmin + ?Sized>(
+    store: &S,
     after: Option<&CommandId>,
 ) -> Result<(), AdminApiError> {
     match after {
-        Some(id) if !store.command_exists(id).await? => Err(AdminApiError::new(
+        Some(id) if store.command_by_id(id).await?.is_none() => Err(AdminApiError::new(
             StatusCode::BAD_REQUEST,
             "UNKNOWN_CURSOR",
             format!(

@@ -10,15 +10,19 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 
 use super::layout;
-use crate::admin::AdminApiError;
+use crate::refusal::OperatorRefusal;
 
-/// An admin-API error shown as a page with its status (what was wrong and what to do).
-pub(crate) fn error_page(error: &AdminApiError) -> Response {
-    (
-        error.status,
-        layout::message_page(error.code, &error.message),
-    )
-        .into_response()
+impl OperatorRefusal {
+    /// The console's mapping of a refusal: a page with its status, titled with its code, saying
+    /// what was wrong and what to do.
+    pub fn page(&self) -> Response {
+        (self.status, layout::message_page(self.code, &self.message)).into_response()
+    }
+}
+
+/// A refusal shown as the console's page ([`OperatorRefusal::page`]).
+pub(crate) fn error_page(error: &OperatorRefusal) -> Response {
+    error.page()
 }
 
 /// The answer to an action while `ui_read_only = true`: 403, nothing done.

@@ -1,4 +1,5 @@
-//! The `{code, message}` error body of the admin API and the mapping of engine errors to it.
+//! The `{code, message}` error body of the admin API: how a [`OperatorRefusal`] (the operator façade
+//! refusal, `crate::refusal`) is answered over HTTP, and the documented error answers.
 //!
 //! A 5xx answer never carries the underlying error's text (database driver messages name
 //! tables, constraints and hosts): it has a stable code, a safe message and a
@@ -9,26 +10,9 @@ use axum::Json;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
-use tenantry_engine::lifecycle::IntakeFailure;
-use tenantry_lifecycle::intake::IntakeError;
-use tenantry_operator::FilterError;
-use tenantry_ports::lifecycle::StoreError;
 
-use tenantry_engine::scoped_writes::admin::FenceAdminError;
-
-/// An error answer: HTTP status plus `{code, message}`.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{status} {code}: {message}")]
-pub struct AdminApiError {
-    /// HTTP status.
-    pub status: StatusCode,
-    /// Stable machine-readable code.
-    pub code: &'static str,
-    /// What was wrong and what to do.
-    pub message: String,
-    /// Correlation id of a 5xx answer (the log line with the detail carries the same id).
-    pub correlation_id: Option<String>,
-}
+pub use crate::refusal::OperatorRefusal as AdminApiError;
+use crate::refusal::OperatorRefusal;
 
 /// Header carrying the correlation id of a 5xx answer.
 pub const CORRELATION_ID_HEADER: &str = "x-correlation-id";
@@ -119,88 +103,9 @@ error_groups! {
     BodyRefusals = ["413" => PayloadTooLarge, "415" => UnsupportedMediaType];
 }
 
-impl AdminApiError {
-    /// An error with `status`, `code` and `message`.
-    /// `message` must be safe to show (no error text of a lower layer); a 5xx built this way
-    /// still gets a correlation id when it is answered.
-    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
-        Self {
-            status,
-            code,
-            message: message.into(),
-            correlation_id: None,
-        }
-    }
-
-    /// A server-side failure: answers `status`, `code` and the safe `message` with a fresh
-    /// correlation id, and logs `detail` (which may hold driver text) at `error` under the
-    /// same id. The detail never reaches the caller.
-    pub fn internal(
-        status: StatusCode,
-        code: &'static str,
-        message: &str,
-        detail: impl std::fmt::Display,
-    ) -> Self {
-        let correlation_id = uuid::Uuid::new_v4().to_string();
-        tracing::error!(
-            correlation_id = %correlation_id,
-            code,
-            status = status.as_u16(),
-            detail = %detail,
-            "admin API request failed"
-        );
-        Self {
-            status,
-            code,
-            message: format!(
-                "{message} (correlation id {correlation_id}; the service log has the detail)"
-            ),
-            correlation_id: Some(correlation_id),
-        }
-    }
-
-    /// 500 `INTERNAL_ERROR`: a library error of a kind this build does not map (the library
-    /// error enums are `#[non_exhaustive]`); logged like [`unavailable`](Self::unavailable).
-    pub fn unexpected(detail: impl std::fmt::Display) -> Self {
-        Self::internal(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "INTERNAL_ERROR",
-            "the request failed unexpectedly",
-            detail,
-        )
-    }
-
-    /// 400 `INVALID_ARGUMENT` naming the field.
-    pub fn invalid(field: &str, reason: impl std::fmt::Display) -> Self {
-        Self::new(
-            StatusCode::BAD_REQUEST,
-            "INVALID_ARGUMENT",
-            format!("{field} is invalid: {reason}"),
-        )
-    }
-
-    /// 401 `UNAUTHORIZED`.
-    pub fn unauthorized() -> Self {
-        Self::new(
-            StatusCode::UNAUTHORIZED,
-            "UNAUTHORIZED",
-            "missing or wrong bearer token; send Authorization: Bearer <admin_token>",
-        )
-    }
-
-    /// 503 `STORE_UNAVAILABLE` with a correlation id; `detail` is only logged (see
-    /// [`AdminApiError::internal`]).
-    pub fn unavailable(detail: impl std::fmt::Display) -> Self {
-        Self::internal(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "STORE_UNAVAILABLE",
-            "storage is unavailable; retry later",
-            detail,
-        )
-    }
-}
-
-impl IntoResponse for AdminApiError {
+/// The HTTP mapping of a [`OperatorRefusal`]: its status with the `{code, message}` body (and the
+/// correlation id of a 5xx, `WWW-Authenticate` on a 401).
+impl IntoResponse for OperatorRefusal {
     fn into_response(mut self) -> Response {
         if self.status.is_server_error() && self.correlation_id.is_none() {
             // Built with `new` (a safe message of our own): still give it an id to quote.
@@ -233,87 +138,12 @@ impl IntoResponse for AdminApiError {
     }
 }
 
-/// A refused command filter (the operator façade's one parser): 400 `INVALID_ARGUMENT`
-/// naming the query or body field.
-impl From<FilterError> for AdminApiError {
-    fn from(error: FilterError) -> Self {
-        Self::invalid(error.field.name(), error.reason)
-    }
-}
-
-impl From<StoreError> for AdminApiError {
-    fn from(error: StoreError) -> Self {
-        Self::unavailable(error)
-    }
-}
-
-impl From<FenceAdminError> for AdminApiError {
-    fn from(error: FenceAdminError) -> Self {
-        let message = error.to_string();
-        match error {
-            FenceAdminError::Storage(e) => Self::unavailable(e),
-            FenceAdminError::Refused(_) => {
-                Self::new(StatusCode::CONFLICT, "FENCE_INTENT_IN_FLIGHT", message)
-            }
-            FenceAdminError::Changed { .. } => {
-                Self::new(StatusCode::CONFLICT, "FENCE_CHANGED", message)
-            }
-            FenceAdminError::IdempotencyKeyReused { .. } => Self::new(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "IDEMPOTENCY_KEY_REUSED",
-                message,
-            ),
-            _ => Self::unexpected(message),
-        }
-    }
-}
-
-impl From<IntakeFailure> for AdminApiError {
-    fn from(error: IntakeFailure) -> Self {
-        let message = error.to_string();
-        match error {
-            IntakeFailure::Rejected(rejected) => {
-                let (status, code) = match rejected {
-                    IntakeError::InvalidField { .. } => {
-                        (StatusCode::BAD_REQUEST, "INVALID_ARGUMENT")
-                    }
-                    IntakeError::PayloadTooLarge { .. } => {
-                        (StatusCode::PAYLOAD_TOO_LARGE, "PAYLOAD_TOO_LARGE")
-                    }
-                    IntakeError::UnknownControlSpace { .. } => {
-                        (StatusCode::NOT_FOUND, "CONTROL_SPACE_NOT_FOUND")
-                    }
-                    IntakeError::ControlSpaceExists { .. } => {
-                        (StatusCode::CONFLICT, "CONTROL_SPACE_EXISTS")
-                    }
-                    IntakeError::ControlSpaceDeleted { .. } => {
-                        (StatusCode::CONFLICT, "CONTROL_SPACE_DELETED")
-                    }
-                    IntakeError::NotProvisioned { .. } => {
-                        (StatusCode::CONFLICT, "CONTROL_SPACE_NOT_PROVISIONED")
-                    }
-                    IntakeError::ControlSpaceDeleting { .. } => {
-                        (StatusCode::CONFLICT, "CONTROL_SPACE_DELETING")
-                    }
-                    IntakeError::Transition(_) => (StatusCode::CONFLICT, "FORBIDDEN_TRANSITION"),
-                    IntakeError::IdempotencyConflict { .. } => {
-                        (StatusCode::UNPROCESSABLE_ENTITY, "IDEMPOTENCY_KEY_REUSED")
-                    }
-                    _ => return Self::unexpected(message),
-                };
-                Self::new(status, code, message)
-            }
-            IntakeFailure::Contended => Self::new(StatusCode::CONFLICT, "CONTENDED", message),
-            IntakeFailure::Store(e) => Self::unavailable(e),
-            _ => Self::unexpected(message),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use std::io::Write;
     use std::sync::{Arc, Mutex};
+
+    use tenantry_ports::lifecycle::StoreError;
 
     use super::*;
 

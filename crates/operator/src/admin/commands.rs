@@ -4,63 +4,23 @@
 //! and why (`reason`); a command that is not `pending` or `failed` is refused with 409
 //! `COMMAND_NOT_ACTIONABLE` and left unchanged.
 
+use crate::CommandFilterInput;
 use axum::Json;
 use axum::extract::State;
-use axum::http::StatusCode;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use tenantry_engine::lifecycle::{OperatorActions, OperatorRequestError};
+use tenantry_engine::lifecycle::OperatorActions;
 use tenantry_kernel::CommandId;
 use tenantry_lifecycle::CommandStatus;
-use tenantry_lifecycle::operator::ControlSpaceActionError;
-use tenantry_operator::CommandFilterInput;
 use tenantry_ports::lifecycle::{
     AttemptError, CommandAdmin, OperatorActionError, OperatorActionKind,
 };
-use tenantry_store_seaorm::lifecycle::SeaOrmLifecycleStore;
 
 use super::AdminState;
 use super::error::{AdminApiError, BodyRefusals, Conflict, NotFound, Refusals};
 use super::extract::{JsonBody, PathParams, parse_id};
 use super::lifecycle::CommandView;
-
-impl From<OperatorActionError> for AdminApiError {
-    fn from(error: OperatorActionError) -> Self {
-        let message = error.to_string();
-        match error {
-            OperatorActionError::UnknownCommand { .. } => {
-                Self::new(StatusCode::NOT_FOUND, "COMMAND_NOT_FOUND", message)
-            }
-            OperatorActionError::NotActionable { .. } => {
-                Self::new(StatusCode::CONFLICT, "COMMAND_NOT_ACTIONABLE", message)
-            }
-            OperatorActionError::ControlSpace(
-                ControlSpaceActionError::DeleteOwnsControlSpace { .. },
-            ) => Self::new(StatusCode::CONFLICT, "DELETE_OWNS_CONTROL_SPACE", message),
-            OperatorActionError::ControlSpace(_) => {
-                Self::new(StatusCode::CONFLICT, "NOT_AN_OWNING_DELETE", message)
-            }
-            OperatorActionError::Store(e) => Self::unavailable(e),
-            _ => Self::unexpected(message),
-        }
-    }
-}
-
-impl From<OperatorRequestError> for AdminApiError {
-    fn from(error: OperatorRequestError) -> Self {
-        let message = error.to_string();
-        match error {
-            OperatorRequestError::InvalidField { .. }
-            | OperatorRequestError::BulkStatusRequired { .. }
-            | OperatorRequestError::ConfirmedCount { .. } => {
-                Self::new(StatusCode::BAD_REQUEST, "INVALID_ARGUMENT", message)
-            }
-            OperatorRequestError::Refused(e) => e.into(),
-            OperatorRequestError::Store(e) => Self::unavailable(e),
-            _ => Self::unexpected(message),
-        }
-    }
-}
+use crate::ports::Store;
 
 /// Body of `POST /v1/commands/{command_id}/retry` and `.../abandon`.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
@@ -201,7 +161,7 @@ pub struct CommandDetail {
     errors_total: u64,
 }
 
-fn operator(state: &AdminState) -> OperatorActions<SeaOrmLifecycleStore> {
+fn operator(state: &AdminState) -> OperatorActions<Store> {
     OperatorActions::new(state.store.clone(), state.clock.clone())
 }
 

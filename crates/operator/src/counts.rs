@@ -17,18 +17,17 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use tenantry_engine::scoped_writes::ScopedWrites;
 use tenantry_fence::RecordKind;
 use tenantry_lifecycle::CommandStatus;
 use tenantry_ports::clock::Clock;
-use tenantry_ports::directory::{ProjectionCounts, ProjectionTablesReader};
+use tenantry_ports::directory::ProjectionCounts;
 use tenantry_ports::lifecycle::{
     CommandAdmin, CommandCount, ErrorCodeCount, LiveSummary, SettledCommand,
 };
-use tenantry_store_seaorm::directory::SeaOrmDirectoryStore;
-use tenantry_store_seaorm::host_storage::SeaOrmHostStorage;
-use tenantry_store_seaorm::lifecycle::SeaOrmLifecycleStore;
 use tokio::sync::Mutex;
+
+use crate::directory::DirectoryReads;
+use crate::ports::{Fences, Store};
 use tokio::time::Instant;
 
 /// Longest time a snapshot is served before the next reader refreshes it: one second.
@@ -163,9 +162,9 @@ impl Counts {
 
 /// The shared counts of one process (see the module docs).
 pub struct CountsCache {
-    store: SeaOrmLifecycleStore,
-    fences: ScopedWrites<SeaOrmHostStorage>,
-    directory: Option<SeaOrmDirectoryStore>,
+    store: Store,
+    fences: Fences,
+    directory: Option<Arc<dyn DirectoryReads>>,
     clock: Arc<dyn Clock>,
     slot: Mutex<Option<(Instant, Arc<Counts>)>>,
     refreshes: AtomicU64,
@@ -184,9 +183,9 @@ impl CountsCache {
     /// A cache over the lifecycle store, the fence runtime (its host storage) and, when the
     /// directory is configured, the projection store; ages measured on `clock`.
     pub fn new(
-        store: SeaOrmLifecycleStore,
-        fences: ScopedWrites<SeaOrmHostStorage>,
-        directory: Option<SeaOrmDirectoryStore>,
+        store: Store,
+        fences: Fences,
+        directory: Option<Arc<dyn DirectoryReads>>,
         clock: Arc<dyn Clock>,
     ) -> Self {
         Self {
@@ -277,7 +276,11 @@ mod tests {
     use std::time::Duration;
 
     use chrono::TimeZone;
+    use tenantry_engine::scoped_writes::ScopedWrites;
     use tenantry_ports::clock::ManualClock;
+    use tenantry_store_seaorm::directory::SeaOrmDirectoryStore;
+    use tenantry_store_seaorm::host_storage::SeaOrmHostStorage;
+    use tenantry_store_seaorm::lifecycle::SeaOrmLifecycleStore;
     use tenantry_store_seaorm::testing::fresh_database;
 
     use super::*;
@@ -290,14 +293,15 @@ mod tests {
         let manual = ManualClock::new(Utc.timestamp_opt(1_800_000_000, 0).single().unwrap());
         let clock: Arc<dyn Clock> = Arc::new(manual.clone());
         let storage = Arc::new(SeaOrmHostStorage::new(&db.db));
+        let fence_storage: Arc<dyn crate::ports::FenceStorage> = storage.clone();
         let cache = CountsCache::new(
-            SeaOrmLifecycleStore::new(&db.db),
+            Arc::new(SeaOrmLifecycleStore::new(&db.db)),
             ScopedWrites::with_config(
-                storage.clone(),
+                fence_storage,
                 clock.clone(),
                 tenantry_engine::scoped_writes::FenceConfig::default(),
             ),
-            Some(SeaOrmDirectoryStore::new(&db.db)),
+            Some(Arc::new(SeaOrmDirectoryStore::new(&db.db))),
             clock,
         );
         let first = cache.get().await;
