@@ -55,6 +55,10 @@ fn found_and_reproduced<B: std::fmt::Debug + Copy, S>(
     (seeds, steps): (u64, u64),
     expected: &str,
 ) {
+    assert!(
+        !expected.is_empty(),
+        "{bug:?}: name the property the planted bug must break (an empty text matches any failure)"
+    );
     let failure = (0..seeds)
         .find_map(|seed| run(seed, steps, Some(bug)).err())
         .unwrap_or_else(|| panic!("{bug:?} went unnoticed in {seeds} seeds"));
@@ -205,7 +209,7 @@ mod fences {
 
 mod projector {
     use tenantry_verification::model_checks_run_here;
-    use tenantry_verification::sim::projector::{ProjectorBug, run};
+    use tenantry_verification::sim::projector::{ONE_CONTENT_PER_REVISION, ProjectorBug, run};
 
     const SEEDS: u64 = super::PROJECTOR.0;
     const STEPS: u64 = super::PROJECTOR.1;
@@ -252,7 +256,7 @@ mod projector {
             run,
             ProjectorBug::DeltaPlannedOnStaleRead,
             (SEEDS, STEPS),
-            "",
+            ONE_CONTENT_PER_REVISION,
         );
     }
 }
