@@ -29,13 +29,6 @@ use std::time::{Duration, Instant};
 
 use stateright::{Checker, HasDiscoveries, Model};
 
-/// Whether the model checks run in this test step. `cargo xtask ci` runs the workspace tests
-/// twice, on SQLite and then with `TENANTRY_TEST_PG_URL` set for PostgreSQL; the models touch no
-/// database, so they run in the first step only (docs/verification.md, "In CI").
-pub fn model_checks_run_here() -> bool {
-    std::env::var_os("TENANTRY_TEST_PG_URL").is_none()
-}
-
 /// What a complete check found and how long it took.
 #[derive(Debug)]
 pub struct CheckReport {

@@ -57,6 +57,9 @@ pub enum LeaseBug {
     /// reference's rule; docs/verification.md, "Finding: slow lookups"). Only a slow lookup
     /// shows it, so [`LeaseProtocol::with_bug`] turns `slow_lookups` on for it.
     AbsenceJudgedAtAnswer,
+    /// The model's remote creates a new space for a provisioning key whose space exists (it
+    /// forgets the key's idempotency).
+    NonIdempotentRemote,
 }
 
 /// The lease-protocol model: [`LeaseBug`] variant and how many ticks time may advance.
@@ -113,6 +116,11 @@ pub struct OutboxRow {
     pub window_end: Option<u8>,
     /// The window before the current claim (restored by a settle that sent nothing).
     pub prior_window: Option<u8>,
+    /// The lease epoch of the last settle statement the store accepted for this row since its
+    /// last claim (what the store's compare-and-set let through; a claim clears it). The
+    /// property "no settle accepted from a stale epoch" compares it with [`Self::epoch`], the
+    /// epoch of the row's current lease, which only a claim changes.
+    pub settled_epoch: Option<u8>,
 }
 
 impl OutboxRow {
@@ -127,6 +135,7 @@ impl OutboxRow {
             claims: 0,
             window_end: None,
             prior_window: None,
+            settled_epoch: None,
         }
     }
 }
@@ -227,8 +236,6 @@ pub struct LeaseState {
     pub tombstone: bool,
     /// Workers: `None` idle (or crashed and restarted).
     pub workers: [Option<HeldLease>; WORKERS],
-    /// A settle was accepted from a lease epoch that was not the command's current one.
-    pub stale_settle_accepted: bool,
 }
 
 /// One step of the system.

@@ -92,11 +92,13 @@ impl LeaseProtocol {
     ) -> Result<(), Refused> {
         let cmd = usize::from(held.cmd);
         let row = &state.rows[cmd];
-        if !Self::holds_lease(row, worker, held.epoch) {
-            if self.bug != LeaseBug::SettleWithoutEpochCheck || row.status.is_terminal() {
-                return Err(Refused::LeaseLost);
-            }
-            state.stale_settle_accepted = true;
+        let lease_matches = match self.bug {
+            // The planted bug: the statement's `WHERE` keeps only "not yet terminal".
+            LeaseBug::SettleWithoutEpochCheck => !row.status.is_terminal(),
+            _ => Self::holds_lease(row, worker, held.epoch),
+        };
+        if !lease_matches {
+            return Err(Refused::LeaseLost);
         }
         if let Some(cas) = &settlement.control_space
             && (i64::from(state.cs.version) != cas.expected_resource_version
@@ -120,6 +122,7 @@ impl LeaseProtocol {
         if let Some(cas) = &settlement.control_space {
             state.cs = abstract_cs(&cas.next);
         }
+        state.rows[cmd].settled_epoch = Some(held.epoch);
         if let Some(outcome) = &settlement.outcome {
             let now = state.now;
             let r = &mut state.rows[cmd];
