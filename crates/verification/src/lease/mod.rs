@@ -5,12 +5,12 @@
 //! (`start_provision`, `complete_provision`, `start_delete`, `deletion_target`,
 //! `recover_identity`, `complete_absent`, `settle_deletion`, `remote_failure`, `retry`), every
 //! control-space change the real `ControlSpace::plan` / `apply`, every epoch
-//! `LeaseEpoch::next`. The store's own rules (claim: due or lease expired; settle and renew:
-//! compare-and-set on owner and epoch; the supersede rules re-checked on the store's clock and
-//! the lookup's send time; the control-space compare-and-set) are SQL statements in
-//! `store-seaorm`; the model applies them
-//! as the in-memory store of `tenantry-ports` does (`is_due`, `holds_lease`, the supersede
-//! check) — written out in [`LeaseProtocol`]'s store functions (module `store`), one line each.
+//! `LeaseEpoch::next`. The store's own rules are SQL statements in `store-seaorm`; the model
+//! takes three of them from the in-memory store of `tenantry-ports`
+//! (`tenantry_ports::lifecycle::fake::{is_due, holds_lease, supersede_allowed}`, over the row
+//! as a `CommandRecord`) and writes the rest out again after that store (the settle
+//! statement's sequence and writes, the control-space compare-and-set, the claim's and
+//! renewal's writes) in [`LeaseProtocol`]'s store functions (module `store`).
 //!
 //! Time is a tick (one second of the store's clock). A worker judges its lease on its own
 //! monotonic deadline, counted from before the claim (the engine's `lease` module); worker 2's
