@@ -88,8 +88,8 @@ impl SimRemote {
         let now = w.db_clock.now();
         let epoch = command.as_ref().and_then(|r| {
             w.leases
-                .iter()
-                .filter(|((id, _), view)| id == &r.id && view.owner == caller)
+                .range((r.id.clone(), i64::MIN)..=(r.id.clone(), i64::MAX))
+                .filter(|(_, view)| view.owner == caller)
                 .map(|((_, epoch), _)| *epoch)
                 .max()
         });
