@@ -1,7 +1,9 @@
 //! Model checks of Tenantry's protocols (issue 12): exhaustive searches with
-//! [stateright](https://docs.rs/stateright) over small systems whose every step calls the real
-//! pure rules of the domain crates (`tenantry-lifecycle`, `tenantry-fence`,
-//! `tenantry-directory`, `tenantry-kernel`), not a rewrite of them.
+//! [stateright](https://docs.rs/stateright) over small systems whose steps call the real pure
+//! rules of the domain crates (`tenantry-lifecycle`, `tenantry-fence`, `tenantry-directory`,
+//! `tenantry-kernel`) for every decision those crates hold; what no pure function holds (the
+//! store's SQL rules, the remote, the engine's sequencing) each model writes out again
+//! (`docs/verification.md` lists what each model calls and what it re-writes).
 //!
 //! - [`lease`]: the lifecycle saga's leased outbox (3 workers, a provision and a delete of one
 //!   control space, crashes, lost answers, clock skew, lease expiry);
@@ -13,8 +15,9 @@
 //! - [`sim`]: a seeded deterministic simulation of the lifecycle saga through the real engine
 //!   (`cargo xtask sim --seed S --steps N`).
 //!
-//! Each model has planted-bug variants; the tests in `tests/` assert that the checker finds a
-//! counterexample for each, so no property is vacuous. What is modelled, the bounds, the state
+//! Each model has planted-bug variants (mutations of the model's copies of a rule or of the
+//! simulations' wrappers, not of shipped code); the tests in `tests/` assert that the checker
+//! finds a counterexample for each, naming the property it breaks. What is modelled, the bounds, the state
 //! counts and what is not checked: `docs/verification.md`.
 //!
 //! Test-only: `publish = false`, and no crate of the service depends on this one.
@@ -28,13 +31,6 @@ use std::hash::Hash;
 use std::time::{Duration, Instant};
 
 use stateright::{Checker, HasDiscoveries, Model};
-
-/// Whether the model checks run in this test step. `cargo xtask ci` runs the workspace tests
-/// twice, on SQLite and then with `TENANTRY_TEST_PG_URL` set for PostgreSQL; the models touch no
-/// database, so they run in the first step only (docs/verification.md, "In CI").
-pub fn model_checks_run_here() -> bool {
-    std::env::var_os("TENANTRY_TEST_PG_URL").is_none()
-}
 
 /// What a complete check found and how long it took.
 #[derive(Debug)]

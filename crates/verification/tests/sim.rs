@@ -5,7 +5,6 @@
 //! The CI budget (docs/verification.md, "Bounds and rates"): 1,000,000 simulated steps in all,
 //! checked below at compile time.
 
-use tenantry_verification::model_checks_run_here;
 use tenantry_verification::sim::{SimBug, run};
 
 /// Seeds × steps of each simulation in CI.
@@ -23,9 +22,6 @@ const _: () = assert!(
 /// The saga through one dispatcher: 600,000 steps (about 15 s in a debug build).
 #[test]
 fn seeded_saga_steps_hold_every_invariant() {
-    if !model_checks_run_here() {
-        return;
-    }
     let started = std::time::Instant::now();
     let (seeds, steps) = SAGA;
     for seed in 0..seeds {
@@ -55,6 +51,10 @@ fn found_and_reproduced<B: std::fmt::Debug + Copy, S>(
     (seeds, steps): (u64, u64),
     expected: &str,
 ) {
+    assert!(
+        !expected.is_empty(),
+        "{bug:?}: name the property the planted bug must break (an empty text matches any failure)"
+    );
     let failure = (0..seeds)
         .find_map(|seed| run(seed, steps, Some(bug)).err())
         .unwrap_or_else(|| panic!("{bug:?} went unnoticed in {seeds} seeds"));
@@ -67,7 +67,6 @@ fn found_and_reproduced<B: std::fmt::Debug + Copy, S>(
 }
 
 mod workers {
-    use tenantry_verification::model_checks_run_here;
     use tenantry_verification::sim::workers::{WorkerBug, run};
 
     const SEEDS: u64 = super::WORKERS.0;
@@ -75,9 +74,6 @@ mod workers {
 
     #[test]
     fn worker_loops_on_virtual_time_hold_every_invariant() {
-        if !model_checks_run_here() {
-            return;
-        }
         let started = std::time::Instant::now();
         let (mut calls, mut renewals, mut lost, mut late, mut stalled) = (0, 0, 0, 0, 0);
         for seed in 0..SEEDS {
@@ -108,9 +104,6 @@ mod workers {
 
     #[test]
     fn a_worker_run_is_a_pure_function_of_its_seed() {
-        if !model_checks_run_here() {
-            return;
-        }
         let first = run(7, 1_000, None).unwrap_or_else(|f| panic!("{f}"));
         let again = run(7, 1_000, None).unwrap_or_else(|f| panic!("{f}"));
         assert_eq!(first, again, "the same seed must give the same run");
@@ -122,9 +115,6 @@ mod workers {
     /// Each planted bug is found within the CI budget, and its seed reproduces the failure.
     #[test]
     fn every_planted_worker_bug_is_found_and_reproduces_by_seed() {
-        if !model_checks_run_here() {
-            return;
-        }
         let cases = [
             (
                 WorkerBug::SettleWithoutEpochCheck,
@@ -143,7 +133,6 @@ mod workers {
 }
 
 mod fences {
-    use tenantry_verification::model_checks_run_here;
     use tenantry_verification::sim::fences::{ScopedWriteBug, run};
 
     const SEEDS: u64 = super::FENCES.0;
@@ -151,9 +140,6 @@ mod fences {
 
     #[test]
     fn scoped_writes_of_two_processes_hold_every_invariant() {
-        if !model_checks_run_here() {
-            return;
-        }
         let started = std::time::Instant::now();
         let (mut dispatched, mut cleared) = (0, 0);
         for seed in 0..SEEDS {
@@ -178,18 +164,12 @@ mod fences {
 
     #[test]
     fn a_fence_run_is_a_pure_function_of_its_seed() {
-        if !model_checks_run_here() {
-            return;
-        }
         let first = run(3, 1_000, None).unwrap_or_else(|f| panic!("{f}"));
         assert_eq!(first, run(3, 1_000, None).unwrap_or_else(|f| panic!("{f}")));
     }
 
     #[test]
     fn every_planted_fence_bug_is_found_and_reproduces_by_seed() {
-        if !model_checks_run_here() {
-            return;
-        }
         let cases = [
             (
                 ScopedWriteBug::ExpiredIntentCountsAsFree,
@@ -204,17 +184,13 @@ mod fences {
 }
 
 mod projector {
-    use tenantry_verification::model_checks_run_here;
-    use tenantry_verification::sim::projector::{ProjectorBug, run};
+    use tenantry_verification::sim::projector::{ONE_CONTENT_PER_REVISION, ProjectorBug, run};
 
     const SEEDS: u64 = super::PROJECTOR.0;
     const STEPS: u64 = super::PROJECTOR.1;
 
     #[test]
     fn projector_replicas_against_a_reordering_directory_hold_every_invariant() {
-        if !model_checks_run_here() {
-            return;
-        }
         let started = std::time::Instant::now();
         let (mut applied, mut refused) = (0, 0);
         for seed in 0..SEEDS {
@@ -236,23 +212,17 @@ mod projector {
 
     #[test]
     fn a_projector_run_is_a_pure_function_of_its_seed() {
-        if !model_checks_run_here() {
-            return;
-        }
         let first = run(5, 1_000, None).unwrap_or_else(|f| panic!("{f}"));
         assert_eq!(first, run(5, 1_000, None).unwrap_or_else(|f| panic!("{f}")));
     }
 
     #[test]
     fn the_planted_projector_bug_is_found_and_reproduces_by_seed() {
-        if !model_checks_run_here() {
-            return;
-        }
         super::found_and_reproduced(
             run,
             ProjectorBug::DeltaPlannedOnStaleRead,
             (SEEDS, STEPS),
-            "",
+            ONE_CONTENT_PER_REVISION,
         );
     }
 }

@@ -94,6 +94,23 @@ pub(super) fn abstract_cs(cs: &ControlSpace) -> SpaceView {
     }
 }
 
+/// The row as the in-memory store's rules read it (the columns they look at; the rest is the
+/// provision's), built from a template so the rules cost a clone per call.
+pub(super) fn store_view(row: &OutboxRow) -> CommandRecord {
+    static TEMPLATE: std::sync::OnceLock<CommandRecord> = std::sync::OnceLock::new();
+    let mut r = TEMPLATE
+        .get_or_init(|| record(PROVISION, &OutboxRow::new(true)))
+        .clone();
+    r.status = row.status;
+    r.attempt_count = i32::from(row.claims);
+    r.lease_owner = row.owner.map(ids::owner);
+    r.lease_expires_at = row.owner.map(|_| t(row.expires));
+    r.lease_epoch = LeaseEpoch(i64::from(row.epoch));
+    r.next_attempt_at = t(row.next_at);
+    r.attempt_window_ends_at = row.window_end.map(t);
+    r
+}
+
 pub(super) fn record(cmd: usize, row: &OutboxRow) -> CommandRecord {
     CommandRecord {
         id: ids::command(cmd),

@@ -5,12 +5,12 @@
 //! (`start_provision`, `complete_provision`, `start_delete`, `deletion_target`,
 //! `recover_identity`, `complete_absent`, `settle_deletion`, `remote_failure`, `retry`), every
 //! control-space change the real `ControlSpace::plan` / `apply`, every epoch
-//! `LeaseEpoch::next`. The store's own rules (claim: due or lease expired; settle and renew:
-//! compare-and-set on owner and epoch; the supersede rules re-checked on the store's clock and
-//! the lookup's send time; the control-space compare-and-set) are SQL statements in
-//! `store-seaorm`; the model applies them
-//! as the in-memory store of `tenantry-ports` does (`is_due`, `holds_lease`, the supersede
-//! check) — written out in [`LeaseProtocol`]'s store functions (module `store`), one line each.
+//! `LeaseEpoch::next`. The store's own rules are SQL statements in `store-seaorm`; the model
+//! takes three of them from the in-memory store of `tenantry-ports`
+//! (`tenantry_ports::lifecycle::fake::{is_due, holds_lease, supersede_allowed}`, over the row
+//! as a `CommandRecord`) and writes the rest out again after that store (the settle
+//! statement's sequence and writes, the control-space compare-and-set, the claim's and
+//! renewal's writes) in [`LeaseProtocol`]'s store functions (module `store`).
 //!
 //! Time is a tick (one second of the store's clock). A worker judges its lease on its own
 //! monotonic deadline, counted from before the claim (the engine's `lease` module); worker 2's
@@ -57,6 +57,9 @@ pub enum LeaseBug {
     /// reference's rule; docs/verification.md, "Finding: slow lookups"). Only a slow lookup
     /// shows it, so [`LeaseProtocol::with_bug`] turns `slow_lookups` on for it.
     AbsenceJudgedAtAnswer,
+    /// The model's remote creates a new space for a provisioning key whose space exists (it
+    /// forgets the key's idempotency).
+    NonIdempotentRemote,
 }
 
 /// The lease-protocol model: [`LeaseBug`] variant and how many ticks time may advance.
@@ -113,6 +116,11 @@ pub struct OutboxRow {
     pub window_end: Option<u8>,
     /// The window before the current claim (restored by a settle that sent nothing).
     pub prior_window: Option<u8>,
+    /// The lease epoch of the last settle statement the store accepted for this row since its
+    /// last claim (what the store's compare-and-set let through; a claim clears it). The
+    /// property "no settle accepted from a stale epoch" compares it with [`Self::epoch`], the
+    /// epoch of the row's current lease, which only a claim changes.
+    pub settled_epoch: Option<u8>,
 }
 
 impl OutboxRow {
@@ -127,6 +135,7 @@ impl OutboxRow {
             claims: 0,
             window_end: None,
             prior_window: None,
+            settled_epoch: None,
         }
     }
 }
@@ -227,8 +236,6 @@ pub struct LeaseState {
     pub tombstone: bool,
     /// Workers: `None` idle (or crashed and restarted).
     pub workers: [Option<HeldLease>; WORKERS],
-    /// A settle was accepted from a lease epoch that was not the command's current one.
-    pub stale_settle_accepted: bool,
 }
 
 /// One step of the system.

@@ -8,8 +8,8 @@ use tenantry_lifecycle::{CommandStatus, ControlSpaceState, Transition};
 use super::domain::{abstract_cs, control_space, ids, t};
 use super::store::{Conclusion, Refused};
 use super::{
-    AttemptPhase, CallAnswer, DELETE, HeldLease, KfsCall, LEASE_TICKS, LeaseAction, LeaseProtocol,
-    LeaseState, OutboxRow, PROVISION, SpaceView,
+    AttemptPhase, CallAnswer, DELETE, HeldLease, KfsCall, LEASE_TICKS, LeaseAction, LeaseBug,
+    LeaseProtocol, LeaseState, OutboxRow, PROVISION, SpaceView,
 };
 
 impl Model for LeaseProtocol {
@@ -34,7 +34,6 @@ impl Model for LeaseProtocol {
             alive: None,
             tombstone: false,
             workers: [None, None, None],
-            stale_settle_accepted: false,
         }]
     }
 
@@ -128,6 +127,7 @@ impl Model for LeaseProtocol {
                 row.window_end = Some(row.expires);
                 row.epoch = u8::try_from(LeaseEpoch(i64::from(row.epoch)).next().0).ok()?;
                 row.claims += 1;
+                row.settled_epoch = None;
                 s.workers[usize::from(worker)] = Some(HeldLease {
                     cmd: c,
                     epoch: row.epoch,
@@ -185,7 +185,9 @@ impl Model for LeaseProtocol {
                         }
                     }
                     KfsCall::Provision => {
-                        if landed && s.alive.is_none() {
+                        if landed
+                            && (s.alive.is_none() || self.bug == LeaseBug::NonIdempotentRemote)
+                        {
                             s.created += 1;
                             s.alive = Some(s.created);
                         }
@@ -274,9 +276,16 @@ impl Model for LeaseProtocol {
                     })
                 },
             ),
+            // Observed from the store: the epoch of the settle it last accepted for a row against
+            // the epoch of the row's lease (only a claim changes it, and a claim clears the
+            // record).
             Property::always(
                 "no settle accepted from a stale epoch",
-                |_, s: &LeaseState| !s.stale_settle_accepted,
+                |_, s: &LeaseState| {
+                    s.rows
+                        .iter()
+                        .all(|r| r.settled_epoch.is_none_or(|e| e == r.epoch))
+                },
             ),
             Property::always(
                 "at most one remote space per provisioning key",

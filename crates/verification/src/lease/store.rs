@@ -1,7 +1,8 @@
-//! The store's own rules as the model applies them (claim: due or lease expired; settle and
-//! renew: compare-and-set on owner and epoch; the supersede rules; the control-space
-//! compare-and-set), a worker's view of its lease, and how an answered attempt concludes
-//! through the real saga functions.
+//! The store's own rules as the model applies them: claim (due or lease expired), settle and
+//! renew (compare-and-set on owner and epoch) and the supersede rules are the in-memory store's
+//! own functions (`tenantry_ports::lifecycle::fake`); the settle statement's sequence and
+//! writes and the control-space compare-and-set are written out here. Also a worker's view of
+//! its lease, and how an answered attempt concludes through the real saga functions.
 
 use std::time::Duration;
 
@@ -13,9 +14,13 @@ use tenantry_lifecycle::{
     RetryPolicy, Settlement, SupersedeRule,
 };
 
+use tenantry_kernel::LeaseEpoch;
+use tenantry_lifecycle::LeaseToken;
+use tenantry_ports::lifecycle::fake;
+
 use super::domain::{
     abstract_cs, claimed, control_space, delete_payload, ids, ks_index, policy, provision_payload,
-    record, remote_space, t, tick_of,
+    record, remote_space, store_view, t, tick_of,
 };
 use super::{
     CallAnswer, DELETE, GRACE_TICKS, HeldLease, KfsCall, LeaseBug, LeaseProtocol, LeaseState,
@@ -45,41 +50,34 @@ impl LeaseProtocol {
     }
 
     /// Store rule: a command is claimable when pending and due, or processing with an expired
-    /// lease (`is_due` / the claim statement's `WHERE`).
+    /// lease: the in-memory store's own rule (`tenantry_ports::lifecycle::fake::is_due`, the
+    /// claim statement's `WHERE`), within the model's claim bound.
     pub(super) fn claimable(&self, state: &LeaseState, row: &OutboxRow) -> bool {
         row.enqueued
             && row.claims < MAX_CLAIMS
-            && match row.status {
-                CommandStatus::Pending => row.next_at <= state.now,
-                CommandStatus::Processing => {
-                    self.bug == LeaseBug::ClaimWithoutExpiryCheck || row.expires <= state.now
-                }
-                _ => false,
+            && match (self.bug, row.status) {
+                (LeaseBug::ClaimWithoutExpiryCheck, CommandStatus::Processing) => true,
+                _ => fake::is_due(&store_view(row), t(state.now)),
             }
     }
 
     /// Store rule: a settle or renewal matches the row only with the same owner and epoch
-    /// while processing (`holds_lease` / the settle statement's compare-and-set).
+    /// while processing: the in-memory store's own `holds_lease` (the settle statement's
+    /// compare-and-set).
     pub(super) fn holds_lease(row: &OutboxRow, worker: u8, epoch: u8) -> bool {
-        row.status == CommandStatus::Processing && row.owner == Some(worker) && row.epoch == epoch
+        let lease = LeaseToken {
+            command_id: ids::command(PROVISION),
+            owner: ids::owner(worker),
+            epoch: LeaseEpoch(i64::from(epoch)),
+            expires_at: t(row.expires),
+        };
+        fake::holds_lease(&store_view(row), &lease)
     }
 
-    /// Store rule: whether a supersede of `row` may be written now.
-    fn supersede_allowed(&self, state: &LeaseState, row: &OutboxRow, rule: SupersedeRule) -> bool {
-        match rule {
-            SupersedeRule::Unattempted => row.status == CommandStatus::Pending && row.claims == 0,
-            SupersedeRule::AfterRemoteAbsence { grace, observed_at } => {
-                let grace = u8::try_from(grace.as_secs()).unwrap_or(u8::MAX);
-                let observed = tick_of(observed_at).min(state.now);
-                let open = row.status == CommandStatus::Pending
-                    || (row.status == CommandStatus::Processing && row.expires <= state.now);
-                let quiet = row.claims == 0
-                    || row
-                        .window_end
-                        .is_none_or(|end| end.saturating_add(grace) <= observed);
-                open && quiet
-            }
-        }
+    /// Store rule: whether a supersede of `row` may be written now: the in-memory store's own
+    /// `supersede_allowed`.
+    fn supersede_allowed(state: &LeaseState, row: &OutboxRow, rule: SupersedeRule) -> bool {
+        fake::supersede_allowed(&store_view(row), rule, t(state.now))
     }
 
     /// The settle statement: all or nothing.
@@ -92,11 +90,13 @@ impl LeaseProtocol {
     ) -> Result<(), Refused> {
         let cmd = usize::from(held.cmd);
         let row = &state.rows[cmd];
-        if !Self::holds_lease(row, worker, held.epoch) {
-            if self.bug != LeaseBug::SettleWithoutEpochCheck || row.status.is_terminal() {
-                return Err(Refused::LeaseLost);
-            }
-            state.stale_settle_accepted = true;
+        let lease_matches = match self.bug {
+            // The planted bug: the statement's `WHERE` keeps only "not yet terminal".
+            LeaseBug::SettleWithoutEpochCheck => !row.status.is_terminal(),
+            _ => Self::holds_lease(row, worker, held.epoch),
+        };
+        if !lease_matches {
+            return Err(Refused::LeaseLost);
         }
         if let Some(cas) = &settlement.control_space
             && (i64::from(state.cs.version) != cas.expected_resource_version
@@ -110,7 +110,7 @@ impl LeaseProtocol {
             } else {
                 DELETE
             };
-            if !self.supersede_allowed(state, &state.rows[target], supersede.rule) {
+            if !Self::supersede_allowed(state, &state.rows[target], supersede.rule) {
                 return Err(Refused::Conflict);
             }
             let r = &mut state.rows[target];
@@ -120,6 +120,7 @@ impl LeaseProtocol {
         if let Some(cas) = &settlement.control_space {
             state.cs = abstract_cs(&cas.next);
         }
+        state.rows[cmd].settled_epoch = Some(held.epoch);
         if let Some(outcome) = &settlement.outcome {
             let now = state.now;
             let r = &mut state.rows[cmd];

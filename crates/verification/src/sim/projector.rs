@@ -43,6 +43,16 @@ pub const WORKSPACES: usize = 3;
 pub const REPLICAS: usize = 2;
 const TRACE: usize = 40;
 
+/// Property: a workspace's projected revision never goes back. Each failure message of the
+/// run starts with the name of the property it breaks.
+pub const REVISION_NEVER_GOES_BACK: &str = "a workspace's revision never goes back";
+/// Property: a projected workspace row never vanishes.
+pub const ROW_NEVER_VANISHES: &str = "a workspace's row never vanishes";
+/// Property: one revision of a workspace never takes two contents (name, status, memberships).
+pub const ONE_CONTENT_PER_REVISION: &str = "one revision never takes two contents";
+/// Property: the shared consumer cursor never goes back.
+pub const CURSOR_NEVER_GOES_BACK: &str = "the shared cursor never goes back";
+
 /// A deliberately broken component, to show the run finds what it must (test-only switch).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ProjectorBug {
@@ -471,11 +481,13 @@ impl ProjectorSim {
         let tables = self.store.tables().clone();
         for (uuid, (highest, _)) in &self.seen {
             let Some(row) = tables.workspaces.get(uuid) else {
-                return Err(format!("workspace {uuid} at revision {highest} vanished"));
+                return Err(format!(
+                    "{ROW_NEVER_VANISHES}: workspace {uuid} at revision {highest} vanished"
+                ));
             };
             if row.projection_revision < *highest {
                 return Err(format!(
-                    "workspace {uuid} went back from revision {highest} to {}",
+                    "{REVISION_NEVER_GOES_BACK}: workspace {uuid} went back from revision {highest} to {}",
                     row.projection_revision
                 ));
             }
@@ -493,7 +505,8 @@ impl ProjectorSim {
             match contents.get(&row.projection_revision) {
                 Some(before) if *before != text => {
                     return Err(format!(
-                        "workspace {uuid} revision {} took two contents: {before:?}, then {text:?}",
+                        "{ONE_CONTENT_PER_REVISION}: workspace {uuid} revision {} took two contents: \
+                         {before:?}, then {text:?}",
                         row.projection_revision
                     ));
                 }
@@ -510,7 +523,7 @@ impl ProjectorSim {
             .map_or(self.seen_cursor, |s| s.cursor);
         if cursor < self.seen_cursor {
             return Err(format!(
-                "the shared cursor went back from {} to {cursor}",
+                "{CURSOR_NEVER_GOES_BACK}: the shared cursor went back from {} to {cursor}",
                 self.seen_cursor
             ));
         }

@@ -19,12 +19,13 @@ use chrono::{DateTime, Utc};
 use tenantry_kernel::{CommandId, ControlSpaceId, TenantId};
 use tenantry_lifecycle::{
     CasUpdate, CommandOutcome, CommandRecord, CommandStatus, ControlSpace, LeaseToken,
+    SupersedeRule,
 };
 
 pub use remote::{FakeKnowledgeFs, RemoteCall, RemoteCounters, RemoteFault};
 
 use crate::clock::{Clock, SystemClock};
-use crate::lifecycle::{ActionRecord, AttemptError, ControlSpaceReader, StoreError};
+use crate::lifecycle::{ActionRecord, AttemptError, ControlSpaceReader, StoreError, add_duration};
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic in another test thread must not hide this test's result.
@@ -148,7 +149,11 @@ impl InMemoryLifecycleStore {
     }
 }
 
-fn is_due(record: &CommandRecord, now: DateTime<Utc>) -> bool {
+/// Store rule of the claim: a command is due when pending and its next attempt time has come,
+/// or processing with an expired (or no) lease, on the store's clock `now` (the SQL claim
+/// statement's `WHERE`). Public so the lease model (`tenantry-verification`) applies this very
+/// rule instead of a copy of it.
+pub fn is_due(record: &CommandRecord, now: DateTime<Utc>) -> bool {
     match record.status {
         CommandStatus::Pending => record.next_attempt_at <= now,
         CommandStatus::Processing => record.lease_expires_at.is_none_or(|at| at <= now),
@@ -159,10 +164,34 @@ fn is_due(record: &CommandRecord, now: DateTime<Utc>) -> bool {
     }
 }
 
-fn holds_lease(record: &CommandRecord, lease: &LeaseToken) -> bool {
+/// Store rule of a settle or renewal: the command is processing under `lease`'s owner and
+/// epoch (the SQL statements' compare-and-set). Public for the lease model, as [`is_due`].
+pub fn holds_lease(record: &CommandRecord, lease: &LeaseToken) -> bool {
     record.status == CommandStatus::Processing
         && record.lease_owner.as_ref() == Some(&lease.owner)
         && record.lease_epoch == lease.epoch
+}
+
+/// Store rule of a supersede: whether `rule` lets a settle supersede `record` at the store's
+/// clock `now`. `Unattempted`: pending and never claimed. `AfterRemoteAbsence`: pending, or
+/// processing with an expired lease, and quiet (never claimed, or its attempt window plus
+/// `grace` ended by the time the lookup was sent, `observed_at`, and by `now`). Public for the
+/// lease model, as [`is_due`].
+pub fn supersede_allowed(record: &CommandRecord, rule: SupersedeRule, now: DateTime<Utc>) -> bool {
+    let r = record;
+    match rule {
+        SupersedeRule::Unattempted => r.status == CommandStatus::Pending && r.attempt_count == 0,
+        SupersedeRule::AfterRemoteAbsence { grace, observed_at } => {
+            let open = r.status == CommandStatus::Pending
+                || (r.status == CommandStatus::Processing
+                    && r.lease_expires_at.is_none_or(|at| at <= now));
+            // Quiet when the lookup was sent (and by the store's clock).
+            let quiet = r.attempt_count == 0
+                || r.attempt_window_ends_at
+                    .is_none_or(|end| add_duration(end, grace) <= observed_at.min(now));
+            open && quiet
+        }
+    }
 }
 
 fn cas_matches(state: &StoreState, cas: &CasUpdate) -> bool {

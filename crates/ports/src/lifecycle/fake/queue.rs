@@ -7,13 +7,13 @@ use async_trait::async_trait;
 use tenantry_kernel::{CommandId, ControlSpaceId, TenantId};
 use tenantry_lifecycle::{
     ClaimedCommand, ClaimedControlSpace, CommandOutcome, CommandRecord, CommandStatus, LeaseToken,
-    Operation, Settlement, SupersedeRule,
+    Operation, Settlement,
 };
 
 use super::admin::matches_filter;
 use super::{
     InMemoryLifecycleStore, StoreState, apply_outcome, cas_matches, holds_lease, is_due, lock,
-    release,
+    release, supersede_allowed,
 };
 use crate::lifecycle::{
     AttemptEnd, AttemptError, ClaimRequest, CommandFilter, CommandQueue, SettleError, StoreError,
@@ -170,26 +170,10 @@ impl CommandQueue for InMemoryLifecycleStore {
             });
         }
         if let Some(supersede) = &settlement.supersede {
-            let allowed =
-                state
-                    .commands
-                    .get(&supersede.command_id)
-                    .is_some_and(|r| match supersede.rule {
-                        SupersedeRule::Unattempted => {
-                            r.status == CommandStatus::Pending && r.attempt_count == 0
-                        }
-                        SupersedeRule::AfterRemoteAbsence { grace, observed_at } => {
-                            let open = r.status == CommandStatus::Pending
-                                || (r.status == CommandStatus::Processing
-                                    && r.lease_expires_at.is_none_or(|at| at <= now));
-                            // Quiet when the lookup was sent (and by the store's clock).
-                            let quiet = r.attempt_count == 0
-                                || r.attempt_window_ends_at.is_none_or(|end| {
-                                    add_duration(end, grace) <= observed_at.min(now)
-                                });
-                            open && quiet
-                        }
-                    });
+            let allowed = state
+                .commands
+                .get(&supersede.command_id)
+                .is_some_and(|r| supersede_allowed(r, supersede.rule, now));
             if !allowed {
                 return Err(SettleError::SupersedeRefused {
                     command_id: supersede.command_id.clone(),

@@ -33,7 +33,8 @@
 //! a deadline on the holder's monotonic clock counted from before the claim or renewal was
 //! sent, so from before any stall that held it, not lost, its process alive; a stalled holder's
 //! statement in flight does not keep its view live, it is judged by the store when it lands);
-//! every remote call is sent under the command's current lease (store owner, unexpired); no
+//! every remote call is sent under the command's current lease (the store's owner and epoch
+//! are the caller's, unexpired); no
 //! settle from a stale lease is accepted; no renewal of a lease that is stale or expired in
 //! database time is accepted; at most one remote space per provisioning key; a control
 //! space is in a state its requests allow; a deleted control space has no remote space. After

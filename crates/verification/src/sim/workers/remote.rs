@@ -42,30 +42,59 @@ pub(super) struct SimRemote {
     pub(super) clock: ManualClock,
 }
 
+/// The sender invariant of one remote call: `None` when `caller` holding `epoch` (the epoch it
+/// claimed) sends under `command`'s current lease at `now` (processing, the same owner and
+/// epoch, unexpired), else the violation to report.
+pub(super) fn sender_violation(
+    caller: &str,
+    epoch: Option<i64>,
+    command: Option<&CommandRecord>,
+    now: chrono::DateTime<Utc>,
+    call: &str,
+) -> Option<String> {
+    let ok = command.is_some_and(|r| {
+        r.status == CommandStatus::Processing
+            && r.lease_owner.as_ref().map(LeaseOwner::as_str) == Some(caller)
+            && Some(r.lease_epoch.0) == epoch
+            && r.lease_expires_at.is_some_and(|at| at > now)
+    });
+    if ok {
+        return None;
+    }
+    let holder = command.map(|r| {
+        format!(
+            "{} under {:?} epoch {} until {:?}",
+            r.status, r.lease_owner, r.lease_epoch.0, r.lease_expires_at
+        )
+    });
+    Some(format!(
+        "remote {call} sent by {caller} epoch {epoch:?} without the command's current lease \
+         (command: {holder:?})"
+    ))
+}
+
 fn remote_error(body: &RemoteErrorBody) -> RemoteError {
     RemoteError::answered(body.status, body.code, body.message.clone())
 }
 
 impl SimRemote {
-    /// Checks that the caller sends under the command's current, unexpired lease.
+    /// Checks that the caller sends under the command's current, unexpired lease: the store's
+    /// (owner, epoch) must be the caller's (owner, epoch). The caller's epoch is the latest
+    /// epoch of this command the store handed to the caller's owner ([`World::leases`]): a
+    /// `Worker` claims again only after its whole batch settled and a batch holds distinct
+    /// commands, so an owner has at most one attempt of a command in flight.
     fn check_sender(w: &mut World, command: Option<CommandRecord>, call: &str) {
         let caller = CALLER.try_with(Clone::clone).unwrap_or_default();
         let now = w.db_clock.now();
-        let ok = command.as_ref().is_some_and(|r| {
-            r.status == CommandStatus::Processing
-                && r.lease_owner.as_ref().map(LeaseOwner::as_str) == Some(caller.as_str())
-                && r.lease_expires_at.is_some_and(|at| at > now)
+        let epoch = command.as_ref().and_then(|r| {
+            w.leases
+                .range((r.id.clone(), i64::MIN)..=(r.id.clone(), i64::MAX))
+                .filter(|(_, view)| view.owner == caller)
+                .map(|((_, epoch), _)| *epoch)
+                .max()
         });
-        if !ok {
-            let holder = command.map(|r| {
-                format!(
-                    "{} under {:?} epoch {} until {:?}",
-                    r.status, r.lease_owner, r.lease_epoch.0, r.lease_expires_at
-                )
-            });
-            w.violations.push(format!(
-                "remote {call} sent by {caller} without the command's current lease (command: {holder:?})"
-            ));
+        if let Some(violation) = sender_violation(&caller, epoch, command.as_ref(), now, call) {
+            w.violations.push(violation);
         }
     }
 
@@ -266,5 +295,64 @@ impl KnowledgeFs for SimRemote {
             "NOT_SIMULATED",
             "revocations are not simulated",
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::TimeZone;
+    use tenantry_kernel::{LeaseEpoch, OperationId, fingerprint_json};
+    use tenantry_lifecycle::Operation;
+
+    use super::*;
+
+    fn processing(owner: &str, epoch: i64, until: chrono::DateTime<Utc>) -> CommandRecord {
+        CommandRecord {
+            id: CommandId::parse("c-1").expect("valid id"),
+            tenant_id: TenantId::parse("t1").expect("valid id"),
+            control_space_id: ControlSpaceId::parse("cs1").expect("valid id"),
+            operation_id: OperationId::parse("op-1").expect("valid id"),
+            idempotency_key: IdempotencyKey::parse("k-1").expect("valid id"),
+            request_fingerprint: fingerprint_json(&serde_json::json!(1)),
+            operation: Operation::Provision,
+            payload: serde_json::json!({}),
+            status: CommandStatus::Processing,
+            attempt_count: 2,
+            attempt_budget_base: 0,
+            lease_owner: Some(LeaseOwner::parse(owner).expect("valid id")),
+            lease_expires_at: Some(until),
+            lease_epoch: LeaseEpoch(epoch),
+            next_attempt_at: until,
+            last_error_code: None,
+            last_error_message: None,
+            created_at: until,
+            completed_at: None,
+            attempt_window_ends_at: Some(until),
+        }
+    }
+
+    /// The sender check compares (owner, epoch): a caller of the lease's owner that claimed an
+    /// older epoch (its lease was taken over and handed back to the same owner) is reported.
+    #[test]
+    fn the_sender_check_compares_owner_and_epoch() {
+        let now = Utc
+            .timestamp_opt(1_900_000_000, 0)
+            .single()
+            .expect("valid time");
+        let later = now + chrono::Duration::seconds(30);
+        let record = processing("p0w0", 3, later);
+        assert_eq!(
+            sender_violation("p0w0", Some(3), Some(&record), now, "provision"),
+            None
+        );
+        let stale = sender_violation("p0w0", Some(1), Some(&record), now, "provision")
+            .expect("an older epoch of the same owner is not the current lease");
+        assert!(
+            stale.contains("without the command's current lease"),
+            "{stale}"
+        );
+        assert!(sender_violation("p1w0", Some(3), Some(&record), now, "provision").is_some());
+        assert!(sender_violation("p0w0", Some(3), Some(&record), later, "provision").is_some());
+        assert!(sender_violation("p0w0", None, Some(&record), now, "provision").is_some());
     }
 }
