@@ -300,10 +300,11 @@ impl Service {
         // The process's one scoped-writes runtime: the admin API clears fences through it, so
         // a clear takes the same scope locks as in-process writers (`Service::scoped_writes`).
         let fence_storage: Arc<dyn FenceStorage> = Arc::new(SeaOrmHostStorage::new(&db));
-        let scoped_writes: Fences = ScopedWrites::with_config(
+        let scoped_writes: Fences = ScopedWrites::with_metrics(
             fence_storage,
             clock.clone(),
             FenceConfig::with_deadline(config.fence_dispatch_deadline),
+            Arc::new(tenantry_operator::fence_metrics::AppFenceMetrics::new()),
         );
         // The counts `/metrics` and the console share: at most one refresh a second.
         // The operator front ends get the stores as ports (trait objects), never their types.

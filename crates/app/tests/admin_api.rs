@@ -361,6 +361,14 @@ async fn list_commands_filters_pages_and_refuses_bad_queries() {
     }
 }
 
+/// The value of `tenantry_fence_clears_total` in a `/metrics` text (0 when absent).
+fn fence_clears(metrics: &str) -> f64 {
+    metrics
+        .lines()
+        .find_map(|line| line.strip_prefix("tenantry_fence_clears_total "))
+        .map_or(0.0, |value| value.trim().parse().unwrap())
+}
+
 #[tokio::test]
 async fn fences_are_listed_and_cleared_with_a_logged_reason() {
     let h = Harness::start().await;
@@ -384,6 +392,7 @@ async fn fences_are_listed_and_cleared_with_a_logged_reason() {
     let (_, only) = h.get("/v1/fences?binding=inst-2").await;
     assert_eq!(only["items"], json!([]));
 
+    let clears_before = fence_clears(&h.metrics().await);
     let (status, outcome) = h
         .post(
             "/v1/fences/clear",
@@ -393,6 +402,11 @@ async fn fences_are_listed_and_cleared_with_a_logged_reason() {
         .await;
     assert_eq!(status, 200, "{outcome}");
     assert_eq!(outcome["cleared"], true);
+    // The recorder is shared by the tests of this binary: other clears may add to it too.
+    assert!(
+        fence_clears(&h.metrics().await) > clears_before,
+        "the clear is counted in tenantry_fence_clears_total"
+    );
     assert_eq!(
         storage
             .get(&binding, scope.fence_key().as_str())

@@ -19,6 +19,7 @@
 pub mod admin;
 pub mod counts;
 pub mod directory;
+pub mod fence_metrics;
 pub mod filter;
 pub mod metrics;
 pub mod ports;

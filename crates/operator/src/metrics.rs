@@ -25,6 +25,10 @@
 //!   `failed` (dead-lettered, waiting for an operator), from one count query per scrape;
 //! - `tenantry_fences_active{kind}`: gauge, records across all installation bindings, by kind:
 //!   `fence` (outcome unknown, needs an operator) or `intent` (a write holds the scope);
+//! - `tenantry_fence_writes_total{outcome}`, `tenantry_fence_refusals_total{reason}`,
+//!   `tenantry_fence_unknown_outcomes_total` and `tenantry_fence_clears_total`: how the
+//!   scoped writes of this replica ended (the [`FenceMetrics`](tenantry_ports::FenceMetrics)
+//!   port, [`crate::fence_metrics::AppFenceMetrics`]);
 //! - `tenantry_directory_staleness_seconds`: gauge, age of the directory projection (when a
 //!   directory provider is configured);
 //! - `tenantry_directory_refusals_total{reason}`: provider answers refused by a directory
@@ -94,7 +98,7 @@ impl SeriesType {
 /// Every series this process records: (Prometheus name, type, `# HELP` text). The series table
 /// of docs/operations.md ("Health and metrics") lists exactly these (a test checks it, and
 /// another that every name the crates record is here).
-pub const SERIES: [(&str, SeriesType, &str); 18] = [
+pub const SERIES: [(&str, SeriesType, &str); 22] = [
     (
         "tenantry_lifecycle_tasks_total",
         SeriesType::Counter,
@@ -159,6 +163,26 @@ pub const SERIES: [(&str, SeriesType, &str); 18] = [
         "tenantry_fences_active",
         SeriesType::Gauge,
         "Fence records across installation bindings by kind (fence: needs an operator; intent: a write holds the scope).",
+    ),
+    (
+        "tenantry_fence_writes_total",
+        SeriesType::Counter,
+        "Scoped writes whose operation ended with a known outcome, by outcome (succeeded, failed).",
+    ),
+    (
+        "tenantry_fence_refusals_total",
+        SeriesType::Counter,
+        "Scoped writes refused before their mutation ran, by reason (fenced, scope_busy, state_unavailable, claim_lost).",
+    ),
+    (
+        "tenantry_fence_unknown_outcomes_total",
+        SeriesType::Counter,
+        "Scoped writes whose outcome was unknown, each fencing its scope until an operator reconciles.",
+    ),
+    (
+        "tenantry_fence_clears_total",
+        SeriesType::Counter,
+        "Fences and expired intents cleared by an operator through this replica.",
     ),
     (
         "tenantry_directory_staleness_seconds",
@@ -236,8 +260,18 @@ pub fn register_counters() {
         "tenantry_lifecycle_lease_lost_total",
         "tenantry_wake_listener_reconnections_total",
         "tenantry_lifecycle_settle_contention_retries_total",
+        "tenantry_fence_unknown_outcomes_total",
+        "tenantry_fence_clears_total",
     ] {
         metrics::counter!(name).increment(0);
+    }
+    for outcome in tenantry_ports::FenceWriteOutcome::ALL {
+        metrics::counter!("tenantry_fence_writes_total", "outcome" => outcome.as_str())
+            .increment(0);
+    }
+    for reason in tenantry_ports::FenceRefusal::ALL {
+        metrics::counter!("tenantry_fence_refusals_total", "reason" => reason.as_str())
+            .increment(0);
     }
     metrics::counter!("tenantry_lifecycle_dispatch_errors_total", "code" => "STORE_UNAVAILABLE")
         .increment(0);

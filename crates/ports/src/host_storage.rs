@@ -364,5 +364,7 @@ pub fn validate_key(key: &str) -> Result<(), HostStorageError> {
     })
 }
 
+pub mod metrics;
+
 #[cfg(feature = "testing")]
 pub mod testing;

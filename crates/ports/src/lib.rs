@@ -65,6 +65,8 @@ pub use directory::{
 };
 pub use error::{ErrorSource, StoreError};
 #[cfg(feature = "fences")]
+pub use host_storage::metrics::{FenceMetrics, FenceRefusal, FenceWriteOutcome, NoFenceMetrics};
+#[cfg(feature = "fences")]
 pub use host_storage::{HostStorage, HostStorageBindings, HostStorageError};
 #[cfg(feature = "lifecycle")]
 pub use lifecycle::{

@@ -370,6 +370,7 @@ impl<S: HostStorage + HostStorageBindings + ?Sized + 'static> ScopedWrites<S> {
         };
         drop(guard);
         if cleared {
+            self.inner.metrics.record_clear();
             tracing::warn!(%binding, %key, reason, owner = %self.inner.config.owner, "fence cleared on operator request");
         }
         Ok(ClearOutcome {

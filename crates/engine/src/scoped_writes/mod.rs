@@ -70,6 +70,9 @@ use tenantry_fence::{
     ScopeIdentity,
 };
 use tenantry_ports::clock::{Clock, SystemClock};
+use tenantry_ports::host_storage::metrics::{
+    FenceMetrics, FenceRefusal, FenceWriteOutcome, NoFenceMetrics,
+};
 use tenantry_ports::host_storage::{HostStorage, HostStorageError};
 
 use self::claim::{HELD, Held, HeldScopes, InFlight, RunClaim, Slot};
@@ -232,6 +235,8 @@ struct Inner<S: ?Sized> {
     store_clock: store_clock::StoreClock,
     config: FenceConfig,
     storage: Arc<S>,
+    /// Where the ends of runs, unknown outcomes and clears are counted.
+    metrics: Arc<dyn FenceMetrics>,
     /// JSON null, shared: the value of every release and the expected value of a claim from
     /// the tombstone (a store that keeps it compares it by pointer).
     tombstone: Arc<Value>,
@@ -271,6 +276,18 @@ impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
     /// for another process's claim ([`FenceConfig::claim_poll`], [`FenceConfig::claim_wait`])
     /// and bound a dispatch ([`FenceConfig::dispatch_deadline`]).
     pub fn with_config(storage: Arc<S>, clock: Arc<dyn Clock>, config: FenceConfig) -> Self {
+        Self::with_metrics(storage, clock, config, Arc::new(NoFenceMetrics))
+    }
+
+    /// [`Self::with_config`], reporting to `metrics`: how every top-level run ends (a nested
+    /// run of a held scope is part of its enclosing run and is not counted), each unknown
+    /// outcome that fences a scope, and each operator clear that cleared a record.
+    pub fn with_metrics(
+        storage: Arc<S>,
+        clock: Arc<dyn Clock>,
+        config: FenceConfig,
+        metrics: Arc<dyn FenceMetrics>,
+    ) -> Self {
         Self {
             inner: Arc::new(Inner {
                 keys: Mutex::new(FastMap::default()),
@@ -280,6 +297,7 @@ impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
                 store_clock: store_clock::StoreClock::default(),
                 config,
                 storage,
+                metrics,
                 tombstone: Arc::new(Value::Null),
             }),
         }
@@ -416,7 +434,13 @@ impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
             return operation(ctx).await;
         }
         let guard = locks::acquire(&self.inner.shared, &key).await;
-        let taken = self.admit(binding, scope, &key.1, &cache, mode).await?;
+        let taken = match self.admit(binding, scope, &key.1, &cache, mode).await {
+            Ok(taken) => taken,
+            Err(refused) => {
+                self.record_end(&refused);
+                return Err(refused);
+            }
+        };
         let token = guard.token();
         let claim = Arc::new(RunClaim {
             writes: self.clone(),
@@ -450,7 +474,32 @@ impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
             fence_ctx.fence_with(reason, failure).await;
         }
         claim.release().await;
+        match &result {
+            Ok(_) => self
+                .inner
+                .metrics
+                .record_write(FenceWriteOutcome::Succeeded),
+            Err(error) => self.record_end(error),
+        }
         result
+    }
+
+    /// Counts how a run ended in error: a refusal before the mutation, an unknown outcome
+    /// (the scope fenced) or a known failure.
+    fn record_end<E>(&self, error: &ScopedWriteError<E>) {
+        let metrics = &self.inner.metrics;
+        match error {
+            ScopedWriteError::Fenced { .. } => metrics.record_refusal(FenceRefusal::Fenced),
+            ScopedWriteError::ScopeBusy { .. } => metrics.record_refusal(FenceRefusal::ScopeBusy),
+            ScopedWriteError::FenceStateUnavailable { .. } => {
+                metrics.record_refusal(FenceRefusal::StateUnavailable);
+            }
+            ScopedWriteError::ClaimLost { .. } => metrics.record_refusal(FenceRefusal::ClaimLost),
+            ScopedWriteError::OutcomeUnknown { .. }
+            | ScopedWriteError::HostWrite(_)
+            | ScopedWriteError::IntentNotPersisted(_) => metrics.record_unknown_outcome(),
+            ScopedWriteError::Operation(_) => metrics.record_write(FenceWriteOutcome::Failed),
+        }
     }
 
     /// Fences `(binding, scope)` from outside a run (for example an operator marking a scope

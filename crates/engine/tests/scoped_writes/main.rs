@@ -20,6 +20,7 @@ use tenantry_ports::host_storage::{HostStorage, HostStorageBindings, HostStorage
 use tokio::sync::{Notify, Semaphore};
 
 mod fences;
+mod metrics;
 mod processes;
 mod serialization;
 mod skew;
