@@ -21,24 +21,28 @@
 //!    (`--no-default-features --features lifecycle`, then `directory`);
 //! 8. the fence runtime alone: `cargo test` of those crates with `--features fences` on SQLite
 //!    (a fences-only build compiles and works without the saga and the directory);
-//! 9. the operator console in headless Chromium: `cargo test -p tenantry-app --test
+//! 9. the model-based check of the SQL store built with a planted mutation of shipped code
+//!    (`cargo test -p tenantry-verification --features planted-store-settle --test
+//!    store_sequences`: the settle without its lease predicate), which must name the property
+//!    it breaks;
+//! 10. the operator console in headless Chromium: `cargo test -p tenantry-app --test
 //!    ui_browser -- --ignored` with `TENANTRY_REQUIRE_BROWSER=1` (a missing browser fails);
 //!    then `cargo doc --workspace --all-features --no-deps` with `RUSTDOCFLAGS=-D warnings`;
-//! 10. `cargo test` of the outside fixture crate `fixtures/host-platform` (its own workspace
+//! 11. `cargo test` of the outside fixture crate `fixtures/host-platform` (its own workspace
 //!     and lockfile, the shared target folder): a platform that embeds the crates through
 //!     their public API only (the runnable `examples/` already ran in steps 3 and 5);
-//! 11. `cargo package` of every published crate (verified: each `.crate` builds on its own).
+//! 12. `cargo package` of every published crate (verified: each `.crate` builds on its own).
 //!
 //! Then the chaos steps ([`CHAOS_STEPS`], issue 11), each with a time budget:
-//! 12. `cargo xtask chaos --debug`: 3 replicas on a throwaway PostgreSQL cluster, about 1,000
+//! 13. `cargo xtask chaos --debug`: 3 replicas on a throwaway PostgreSQL cluster, about 1,000
 //!     commands, every fault kind (a ±10-minute wall-clock step of one replica among them,
 //!     through libfaketime, which `.ci/run` installs), and two fence writer processes
 //!     SIGKILLed mid-run;
-//! 13. `cargo xtask chaos --debug --ha`: 3 replicas on a pg_auto_failover formation (monitor
+//! 14. `cargo xtask chaos --debug --ha`: 3 replicas on a pg_auto_failover formation (monitor
 //!     and two nodes, which `.ci/run` installs), about 600 commands, failing the primary over
 //!     at least once (issue 30);
-//! 14. the SQLite profile: one replica, killed and restarted;
-//! 15. the planted bug (a settle without the lease check), which the harness must catch.
+//! 15. the SQLite profile: one replica, killed and restarted;
+//! 16. the planted bug (a settle without the lease check), which the harness must catch.
 //!
 //! A step that passes but takes longer than its budget is reported as `over budget` (not a
 //! failure: the machine may be loaded), so a slow drift shows before CI hits its limit.
@@ -110,6 +114,9 @@ enum StepKind {
     Embedding,
     /// The operator console's browser tests (headless Chromium over chromedriver).
     Browser,
+    /// The model-based checks built with planted mutations of shipped code, which they must
+    /// find (docs/verification.md, "Properties and planted mutations").
+    Planted,
     /// The chaos harness's short profiles (`cargo xtask chaos`, docs/reliability.md).
     Chaos,
 }
@@ -174,6 +181,29 @@ const PACKAGING_STEPS: &[PackagingStep] = &[
         kind: StepKind::Features,
         budget: Duration::from_secs(360),
         args: || mechanism_args("test", "fences"),
+        env: &[],
+        tests: true,
+    },
+    // The model-based check of the SQL store (`crates/verification/tests/store_sequences.rs`)
+    // built with the store's settle missing its lease predicate: it must name the property.
+    PackagingStep {
+        name: "test (planted store mutation found)",
+        kind: StepKind::Planted,
+        budget: Duration::from_secs(240),
+        args: || {
+            [
+                "test",
+                "-p",
+                "tenantry-verification",
+                "--features",
+                "planted-store-settle",
+                "--test",
+                "store_sequences",
+                "--locked",
+            ]
+            .map(str::to_owned)
+            .to_vec()
+        },
         env: &[],
         tests: true,
     },

@@ -59,6 +59,8 @@ pub use crate::directory::{
     MockRuntimeExecutionPublisher, MockSnapshotApplier,
 };
 #[cfg(feature = "fences")]
+pub use crate::host_storage::metrics::MockFenceMetrics;
+#[cfg(feature = "fences")]
 pub use crate::host_storage::{MockHostStorage, MockHostStorageBindings};
 #[cfg(feature = "lifecycle")]
 pub use crate::lifecycle::{

@@ -64,6 +64,7 @@ impl FenceRefusal {
 
 /// Where fence metrics go. Called on the write path: a sink must be cheap and must not block
 /// (no I/O); it cannot fail a write.
+#[cfg_attr(feature = "mocks", mockall::automock)]
 pub trait FenceMetrics: Send + Sync {
     /// A run's operation ended with a known outcome.
     fn record_write(&self, outcome: FenceWriteOutcome);

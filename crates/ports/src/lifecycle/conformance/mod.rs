@@ -38,6 +38,7 @@ mod failures;
 mod intake;
 mod lease;
 mod list;
+mod sequences;
 mod settle;
 pub use batch::*;
 pub use claim::*;
@@ -46,6 +47,7 @@ pub use failures::*;
 pub use intake::*;
 pub use lease::*;
 pub use list::*;
+pub use sequences::*;
 pub use settle::*;
 
 /// Runs every conformance case against the store built by `$make`, a closure that takes the
@@ -135,6 +137,7 @@ macro_rules! lifecycle_store_conformance {
             error_log_keeps_a_retry_then_a_fail_newest_first,
             error_log_skips_a_settle_refused_for_a_lost_lease,
             settle_many_logs_errors_only_for_its_retries_and_fails,
+            random_sequences_agree_with_the_in_memory_model,
         );
     };
     (@cases $make:expr; $($case:ident),* $(,)?) => {
