@@ -679,12 +679,20 @@ async fn fence_clear_through_the_api_waits_for_a_dispatch_in_flight_in_the_proce
         dispatching.await.unwrap(),
         Err(ScopedWriteError::OutcomeUnknown { .. })
     ));
-    let (status, outcome) = clear.await;
-    assert_eq!(status, 200, "{outcome}");
-    assert_eq!(
-        outcome["cleared"], true,
-        "it cleared the fence the dispatch left"
+    // The request may still land until its intent's expiry (dispatch deadline + margin): the
+    // fence keeps it and the clear that waited is refused, saying until when.
+    let (status, refused) = clear.await;
+    assert_eq!(status, 409, "{refused}");
+    assert_eq!(refused["code"], "FENCE_REQUEST_MAY_LAND", "{refused}");
+    assert!(
+        refused["message"]
+            .as_str()
+            .unwrap()
+            .contains("may still land at the remote until"),
+        "{refused}"
     );
+    let (_, list) = h.get("/v1/fences").await;
+    assert_eq!(list["items"][0]["kind"], "fence", "{list}");
 }
 
 /// A loopback relay to a server that can be frozen: every byte stops flowing and every

@@ -101,8 +101,10 @@ pub struct FenceMarker {
     /// The process (runtime) holding the intent; intents only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owner: Option<String>,
-    /// When the intent's claim lapses, Unix milliseconds; intents only. Set past the dispatch
-    /// deadline, so a live holder's dispatch always ends before it.
+    /// When the intent's claim lapses, Unix milliseconds. Set past the dispatch deadline, so a
+    /// live holder's dispatch always ends before it. On a fence that replaced a dispatched
+    /// intent it is that intent's expiry: the request may still land until then, and the fence
+    /// cannot be cleared before it ([`crate::record::clear_refusal`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires_at_ms: Option<i64>,
     /// The failure that fenced the scope; fences written by Tenantry since the record kinds.

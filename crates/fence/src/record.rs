@@ -207,24 +207,50 @@ pub enum ClearRefused {
         /// The dispatch deadline, milliseconds.
         deadline_ms: i64,
     },
+    /// The record is a fence written after a dispatch whose outcome is unknown (a lost answer,
+    /// an elapsed deadline), and the request it records may still land until `expires_at_ms`
+    /// (the expiry of the intent it replaced: the dispatch deadline plus the claim margin
+    /// after the request went out). A reconciliation before then can miss it.
+    #[error(
+        "the fence records a request that may still land at the remote until {expires_at_ms} (Unix ms, database clock; {remaining_ms} ms from now); reconcile with the remote after that, then clear"
+    )]
+    RequestMayLand {
+        /// When the request can no longer land and the fence may be cleared, Unix
+        /// milliseconds (store clock).
+        expires_at_ms: i64,
+        /// How long until then, milliseconds.
+        remaining_ms: i64,
+    },
 }
 
 /// Whether clearing the record `marker` at `now_ms` (Unix milliseconds, the store's clock)
-/// must be refused. Only intents are ever refused: one with an expiry while that expiry is
-/// ahead (the writer's own bound, whatever the clearing process's settings); one without an
-/// expiry (older versions) while it is younger than `deadline_ms` (milliseconds); one with
-/// neither expiry nor timestamp cannot be aged and is clearable.
+/// must be refused. An intent with an expiry is refused while that expiry is ahead (the
+/// writer's own bound, whatever the clearing process's settings); one without an expiry
+/// (older versions) while it is younger than `deadline_ms` (milliseconds); one with neither
+/// expiry nor timestamp cannot be aged and is clearable. A fence is refused while the expiry it
+/// carries is ahead: the runtime writes one on a fence that replaced a dispatched intent,
+/// because the request may still land until then (docs/protocol.md, "A fence is not cleared
+/// while its request may still land"; found by the fence model once requests may outlive their
+/// deadline). A fence without an expiry (an operator hold, an older version, the reference's)
+/// is clearable at once.
 ///
 /// # Errors
 /// [`ClearRefused::IntentLive`] for an intent whose expiry is ahead,
-/// [`ClearRefused::IntentInFlight`] for an intent without expiry younger than the deadline.
+/// [`ClearRefused::IntentInFlight`] for an intent without expiry younger than the deadline,
+/// [`ClearRefused::RequestMayLand`] for a fence whose expiry is ahead.
 pub fn clear_refusal(
     marker: &FenceMarker,
     now_ms: i64,
     deadline_ms: i64,
 ) -> Result<(), ClearRefused> {
     if marker.kind != RecordKind::Intent {
-        return Ok(());
+        return match marker.expires_at_ms {
+            Some(expires_at_ms) if now_ms < expires_at_ms => Err(ClearRefused::RequestMayLand {
+                expires_at_ms,
+                remaining_ms: expires_at_ms.saturating_sub(now_ms),
+            }),
+            _ => Ok(()),
+        };
     }
     let owner = || marker.owner.clone().unwrap_or_default();
     if let Some(expires_at_ms) = marker.expires_at_ms {
@@ -412,5 +438,43 @@ mod tests {
             assert!(refused.to_string().contains("181000"), "{refused}");
             assert_eq!(clear_refusal(&intent, 181_000, deadline_ms), Ok(()));
         }
+    }
+
+    /// A fence that replaced a dispatched intent keeps the intent's expiry: its request may
+    /// still land until then, so it is not cleared before (found by the fence model once
+    /// requests outlive their deadline). A fence without one is clearable at once.
+    #[test]
+    fn a_fence_is_not_cleared_while_its_request_may_still_land() {
+        let scope = ScopeIdentity::object("kb-1");
+        let hold = FenceMarker::new(&scope, "operator hold", 1_000);
+        let mut lost = FenceMarker::fence(
+            &scope,
+            "upload",
+            crate::FailureRecord {
+                kind: "outcome_unknown".into(),
+                detail: "answer lost".into(),
+            },
+            2_000,
+        );
+        lost.expires_at_ms = Some(181_000);
+        let cases = [
+            (&hold, 1_000, None),
+            (&lost, 2_000, Some(179_000)),
+            (&lost, 180_999, Some(1)),
+            (&lost, 181_000, None),
+            (&lost, 500_000, None),
+        ];
+        for (marker, now, remaining) in cases {
+            let expected = remaining.map_or(Ok(()), |remaining_ms| {
+                Err(ClearRefused::RequestMayLand {
+                    expires_at_ms: 181_000,
+                    remaining_ms,
+                })
+            });
+            assert_eq!(clear_refusal(marker, now, 150_000), expected, "at {now}");
+        }
+        let round_trip = FenceMarker::from_value(&lost.to_value()).unwrap();
+        assert_eq!(round_trip.kind, RecordKind::Fence);
+        assert_eq!(round_trip.expires_at_ms, Some(181_000));
     }
 }

@@ -154,6 +154,9 @@ impl From<FenceAdminError> for OperatorRefusal {
         let message = error.to_string();
         match error {
             FenceAdminError::Storage(e) => Self::unavailable(e),
+            FenceAdminError::Refused(tenantry_fence::ClearRefused::RequestMayLand { .. }) => {
+                Self::new(StatusCode::CONFLICT, "FENCE_REQUEST_MAY_LAND", message)
+            }
             FenceAdminError::Refused(_) => {
                 Self::new(StatusCode::CONFLICT, "FENCE_INTENT_IN_FLIGHT", message)
             }

@@ -10,10 +10,19 @@
 //! refresh before the request, fence or release after it, release by a spawned task on
 //! cancellation) is written out in [`FenceProtocol::next_state`], one action per await point.
 //!
-//! Time is a tick of one second; the dispatch deadline is [`DEADLINE_TICKS`] and a claim lasts
-//! the deadline plus one tick, as the runtime sets it (deadline + 30 s). A request in flight
-//! ends (answered, not dispatched, or outcome unknown) before its deadline: the runtime's
-//! request timeout. A process that crashes leaves its request in flight until the deadline.
+//! Time is a tick of one second of the store's clock; the dispatch deadline is
+//! [`DEADLINE_TICKS`] and a claim lasts the deadline plus one tick (the claim margin), as the
+//! runtime sets it (deadline + 30 s). Each process also has its own clock: process A's runs
+//! [`PROCESS_A_AHEAD_TICKS`] ahead of the store's, process B's agrees with it. The real rules
+//! stamp and judge every record on the store's clock and never read a process clock; the
+//! planted [`FenceBug::JudgedOnProcessClock`] (the behaviour before the issue "One clock and
+//! bounded waits") stamps and judges them on the acting process's clock.
+//!
+//! A request in flight ends (answered, not dispatched, or outcome unknown) before its deadline,
+//! or its writer stops waiting when the deadline elapses ([`FenceAction::DeadlineElapsed`]:
+//! the scope is fenced) while the request itself goes on and may land until the claim's end
+//! (deadline plus margin): requests outlive their deadlines. A process that crashes leaves its
+//! request in flight likewise.
 
 use serde_json::Value;
 use stateright::{Model, Property};
@@ -24,6 +33,10 @@ use tenantry_fence::{
 
 /// The dispatch deadline, ticks.
 pub const DEADLINE_TICKS: u8 = 2;
+/// How long past its deadline a request may still land (the claim margin), ticks.
+pub const MARGIN_TICKS: u8 = 1;
+/// How far process A's clock runs ahead of the store's, ticks.
+pub const PROCESS_A_AHEAD_TICKS: u8 = 2;
 /// Writers: A1, A2 (process A), B (process B).
 pub const WRITERS: usize = 3;
 const PROCESS_OF: [usize; WRITERS] = [0, 0, 1];
@@ -45,6 +58,14 @@ pub enum FenceBug {
     ExpiredIntentCountsAsFree,
     /// A restarted process keeps its owner name, so it takes its dead predecessor's claim over.
     OwnerKeptAcrossRestart,
+    /// Records are stamped and judged on the acting process's own clock, not the store's (the
+    /// behaviour before "One clock and bounded waits"): process A, whose clock runs ahead,
+    /// judges B's young intent expired.
+    JudgedOnProcessClock,
+    /// The fence written after an unknown outcome does not keep the intent's expiry, so an
+    /// operator may clear it while the request can still land (the runtime before this
+    /// model let requests outlive their deadline).
+    FenceForgetsItsRequest,
 }
 
 /// The fence-protocol model.
@@ -84,8 +105,9 @@ pub enum ScopeRecord {
         /// When the claim lapses, tick.
         expires: u8,
     },
-    /// A fence (outcome unknown), written at this tick.
-    Fence(u8),
+    /// A fence (outcome unknown), written at this tick, with the tick until which its
+    /// request may still land (the expiry of the intent it replaced), if any.
+    Fence(u8, Option<u8>),
 }
 
 /// A writer's run.
@@ -139,6 +161,9 @@ pub enum FenceAction {
     Dispatch(u8),
     /// WriterRun's request ends: 0 not dispatched, 1 answered, 2 outcome unknown.
     Outcome(u8, u8),
+    /// WriterRun's deadline elapsed: it stops waiting and fences the scope; its request goes
+    /// on and may still land until the claim's end.
+    DeadlineElapsed(u8),
     /// Process crashes and restarts.
     Crash(u8),
     /// The operator clears the record (from process A, under its scope lock).
@@ -153,6 +178,11 @@ fn ms(tick: u8) -> i64 {
     i64::from(tick) * MS
 }
 
+/// The last tick a request started at `at` may land at (deadline plus margin, exclusive).
+fn lands_until(at: u8) -> u8 {
+    at + DEADLINE_TICKS + MARGIN_TICKS
+}
+
 impl FenceProtocol {
     fn owner(&self, state: &FenceState, process: usize) -> (u8, u8) {
         let incarnation = if self.bug == FenceBug::OwnerKeptAcrossRestart {
@@ -161,6 +191,16 @@ impl FenceProtocol {
             state.incarnation[process]
         };
         (process as u8, incarnation)
+    }
+
+    /// The clock records are stamped and judged on when `process` acts: the store's, or with
+    /// the planted bug the process's own.
+    fn clock(&self, state: &FenceState, process: usize) -> u8 {
+        if self.bug == FenceBug::JudgedOnProcessClock && process == 0 {
+            state.now + PROCESS_A_AHEAD_TICKS
+        } else {
+            state.now
+        }
     }
 
     fn owner_name(owner: (u8, u8)) -> String {
@@ -182,8 +222,8 @@ impl FenceProtocol {
                 )
                 .to_value(),
             ),
-            ScopeRecord::Fence(at) => Some(
-                FenceMarker::fence(
+            ScopeRecord::Fence(at, until) => {
+                let mut fence = FenceMarker::fence(
                     &scope(),
                     "upload",
                     FailureRecord {
@@ -191,9 +231,10 @@ impl FenceProtocol {
                         detail: "answer lost".into(),
                     },
                     ms(*at),
-                )
-                .to_value(),
-            ),
+                );
+                fence.expires_at_ms = until.map(ms);
+                Some(fence.to_value())
+            }
         }
     }
 
@@ -206,7 +247,7 @@ impl FenceProtocol {
         let orphans = state
             .orphans
             .iter()
-            .filter(|at| **at + DEADLINE_TICKS > state.now)
+            .filter(|at| lands_until(**at) > state.now)
             .count();
         live + orphans
     }
@@ -218,6 +259,18 @@ impl FenceProtocol {
                     || PROCESS_OF[i] != process
                     || !matches!(w, WriterRun::Holding | WriterRun::InFlight(_))
             })
+    }
+
+    /// The fence the runtime writes over `process`'s intent after an unknown outcome: it keeps
+    /// the intent's expiry (the request may still land until then), unless the planted
+    /// [`FenceBug::FenceForgetsItsRequest`] drops it.
+    fn fence_over_intent(&self, state: &FenceState, process: usize) -> ScopeRecord {
+        let until = match state.stored {
+            ScopeRecord::Intent { expires, .. } if self.our_intent(state, process) => Some(expires),
+            _ => None,
+        };
+        let until = until.filter(|_| self.bug != FenceBug::FenceForgetsItsRequest);
+        ScopeRecord::Fence(self.clock(state, process), until)
     }
 
     fn our_intent(&self, state: &FenceState, process: usize) -> bool {
@@ -245,9 +298,11 @@ impl Model for FenceProtocol {
     }
 
     fn actions(&self, state: &FenceState, actions: &mut Vec<FenceAction>) {
-        // A live request ends before its deadline (the runtime's request timeout).
+        // A writer stops waiting when its deadline elapses (on its process's monotonic
+        // clock, which runs at the store clock's rate): time does not pass a deadline before
+        // the writer has noticed it.
         let deadline_ok = state.writers.iter().all(|w| match w {
-            WriterRun::InFlight(at) => state.now + 1 < at + DEADLINE_TICKS,
+            WriterRun::InFlight(at) => state.now < at + DEADLINE_TICKS,
             _ => true,
         });
         if state.now < self.max_time && deadline_ok {
@@ -265,9 +320,13 @@ impl Model for FenceProtocol {
                     actions.push(FenceAction::Cancel(i8));
                     actions.push(FenceAction::Dispatch(i8));
                 }
-                WriterRun::InFlight(_) => {
-                    for outcome in 0..3 {
-                        actions.push(FenceAction::Outcome(i8, outcome));
+                WriterRun::InFlight(at) => {
+                    if state.now < at + DEADLINE_TICKS {
+                        for outcome in 0..3 {
+                            actions.push(FenceAction::Outcome(i8, outcome));
+                        }
+                    } else {
+                        actions.push(FenceAction::DeadlineElapsed(i8));
                     }
                 }
                 WriterRun::Done => {}
@@ -281,7 +340,7 @@ impl Model for FenceProtocol {
         if state.clears < 2
             && matches!(
                 state.stored,
-                ScopeRecord::Intent { .. } | ScopeRecord::Fence(_)
+                ScopeRecord::Intent { .. } | ScopeRecord::Fence(..)
             )
             && self.lock_free(state, 0, usize::MAX)
         {
@@ -295,16 +354,17 @@ impl Model for FenceProtocol {
             FenceAction::Tick => {
                 s.now += 1;
                 let now = s.now;
-                s.orphans.retain(|at| at + DEADLINE_TICKS > now);
+                s.orphans.retain(|at| lands_until(*at) > now);
             }
             FenceAction::Begin(i) => {
                 let w = usize::from(i);
                 let process = PROCESS_OF[w];
                 let owner = self.owner(&s, process);
                 let value = Self::value(&s.stored);
-                let holder = classify(value.as_ref().map(Ok), &Self::owner_name(owner), ms(s.now));
+                let clock = self.clock(&s, process);
+                let holder = classify(value.as_ref().map(Ok), &Self::owner_name(owner), ms(clock));
                 let expired_intent =
-                    matches!(s.stored, ScopeRecord::Intent { expires, .. } if expires <= s.now);
+                    matches!(s.stored, ScopeRecord::Intent { expires, .. } if expires <= clock);
                 let holder = match holder {
                     Holder::Fenced
                         if self.bug == FenceBug::ExpiredIntentCountsAsFree && expired_intent =>
@@ -318,8 +378,8 @@ impl Model for FenceProtocol {
                         if self.bug != FenceBug::DispatchWithoutIntent {
                             s.stored = ScopeRecord::Intent {
                                 owner,
-                                at: s.now,
-                                expires: s.now + DEADLINE_TICKS + 1,
+                                at: clock,
+                                expires: clock + DEADLINE_TICKS + MARGIN_TICKS,
                             };
                         }
                         s.writers[w] = WriterRun::Holding;
@@ -347,10 +407,11 @@ impl Model for FenceProtocol {
                         s.writers[w] = WriterRun::Done;
                         return Some(s);
                     }
+                    let clock = self.clock(&s, process);
                     s.stored = ScopeRecord::Intent {
                         owner: self.owner(&s, process),
-                        at: s.now,
-                        expires: s.now + DEADLINE_TICKS + 1,
+                        at: clock,
+                        expires: clock + DEADLINE_TICKS + MARGIN_TICKS,
                     };
                 }
                 if Self::in_flight(&s) > 0 {
@@ -370,7 +431,13 @@ impl Model for FenceProtocol {
                 };
                 match IntentAction::after(outcome) {
                     IntentAction::Keep => {
-                        s.stored = ScopeRecord::Fence(s.now);
+                        // The answer was lost: the request may still be on its way and land
+                        // until its claim's end.
+                        if let WriterRun::InFlight(at) = s.writers[w] {
+                            s.orphans.push(at);
+                            s.orphans.sort_unstable();
+                        }
+                        s.stored = self.fence_over_intent(&s, PROCESS_OF[w]);
                         s.unresolved = true;
                     }
                     IntentAction::Clear => {
@@ -379,6 +446,16 @@ impl Model for FenceProtocol {
                         }
                     }
                 }
+                s.writers[w] = WriterRun::Done;
+            }
+            FenceAction::DeadlineElapsed(i) => {
+                let w = usize::from(i);
+                if let WriterRun::InFlight(at) = s.writers[w] {
+                    s.orphans.push(at);
+                    s.orphans.sort_unstable();
+                }
+                s.stored = self.fence_over_intent(&s, PROCESS_OF[w]);
+                s.unresolved = true;
                 s.writers[w] = WriterRun::Done;
             }
             FenceAction::Crash(process) => {
@@ -404,7 +481,7 @@ impl Model for FenceProtocol {
                 let value = Self::value(&s.stored)?;
                 let marker = FenceMarker::from_value(&value)?;
                 let refused: Result<(), ClearRefused> =
-                    clear_refusal(&marker, ms(s.now), ms(DEADLINE_TICKS));
+                    clear_refusal(&marker, ms(self.clock(&s, 0)), ms(DEADLINE_TICKS));
                 if refused.is_err() && self.bug != FenceBug::ClearWithoutAgeCheck {
                     return None;
                 }
@@ -434,7 +511,11 @@ impl Model for FenceProtocol {
                 "no dispatched mutation without a durable marker",
                 |_, s: &FenceState| {
                     let needs = Self::in_flight(s) > 0 || s.unresolved;
-                    !needs || matches!(s.stored, ScopeRecord::Intent { .. } | ScopeRecord::Fence(_))
+                    !needs
+                        || matches!(
+                            s.stored,
+                            ScopeRecord::Intent { .. } | ScopeRecord::Fence(..)
+                        )
                 },
             ),
             Property::always(

@@ -53,6 +53,14 @@ const FENCE_BUGS: &[(FenceBug, &str)] = &[
         FenceBug::OwnerKeptAcrossRestart,
         "no write dispatched while an earlier unknown outcome is unresolved",
     ),
+    (
+        FenceBug::FenceForgetsItsRequest,
+        "clearing never erases the only record of an in-flight outcome",
+    ),
+    (
+        FenceBug::JudgedOnProcessClock,
+        "clearing never erases the only record of an in-flight outcome",
+    ),
 ];
 
 /// Each planted directory-revision bug and the property the checker must find broken.

@@ -1,5 +1,5 @@
-//! The store rules checked where they live: the real SeaORM store (SQLite, or PostgreSQL when
-//! `TENANTRY_TEST_PG_URL` is set) driven with seeded sequences of claims, renewals, settles,
+//! The store rules checked where they live: the real SeaORM store (SQLite, or PostgreSQL when the
+//! test kit is pointed at a server: `tenantry_store_seaorm::testing`) driven with seeded sequences of claims, renewals, settles,
 //! intakes and steps of the database clock, every answer and every row compared with the
 //! in-memory store, the executable model whose rules (`is_due`, `holds_lease`,
 //! `supersede_allowed`) the lease model calls (`tenantry_ports::lifecycle::conformance::

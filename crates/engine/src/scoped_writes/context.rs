@@ -8,7 +8,7 @@ use std::sync::Arc;
 use futures::FutureExt;
 use serde_json::Value;
 use tenantry_fence::{
-    Binding, DispatchFailure, FailureRecord, FenceMarker, IntentAction, ScopeIdentity,
+    Binding, DispatchFailure, FailureRecord, FenceMarker, IntentAction, RecordKind, ScopeIdentity,
 };
 use tenantry_ports::host_storage::{HostStorage, HostStorageError, validate_key};
 
@@ -402,8 +402,21 @@ impl<S: HostStorage + ?Sized + 'static> ScopeContext<S> {
 
     /// Marks the scope fenced in process (not yet persisted) and ends the run's claim.
     fn mark_fenced(&self, reason: &str, failure: FailureRecord) -> Value {
-        let record =
-            FenceMarker::fence(&self.scope, reason, failure, self.writes.stamp_ms()).to_value();
+        // A request sent under the run's intent may still land until the intent's expiry (its
+        // dispatch deadline plus the claim margin): the fence keeps that bound, and a clear is
+        // refused before it (docs/protocol.md, "A fence is not cleared while its request may
+        // still land").
+        let lands_until = self
+            .claim
+            .slot()
+            .claim
+            .as_deref()
+            .and_then(FenceMarker::from_value)
+            .filter(|intent| intent.kind == RecordKind::Intent && intent.dispatched)
+            .and_then(|intent| intent.expires_at_ms);
+        let mut marker = FenceMarker::fence(&self.scope, reason, failure, self.writes.stamp_ms());
+        marker.expires_at_ms = lands_until;
+        let record = marker.to_value();
         self.writes.inner.shared.state().fences.mark(
             &self.binding,
             self.claim.key.clone(),

@@ -37,7 +37,7 @@ impl FenceMetrics for Recorded {
 
 #[tokio::test]
 async fn every_run_is_counted_once_by_how_it_ended_and_clears_are_counted() {
-    let (_db, storage) = store_at(NOW);
+    let (db, storage) = store_at(NOW);
     let gate = Arc::new(Gate::default());
     let recorded = Arc::new(Recorded::default());
     let writes: Writes = ScopedWrites::with_metrics(
@@ -104,6 +104,8 @@ async fn every_run_is_counted_once_by_how_it_ended_and_clears_are_counted() {
     nested.unwrap();
     assert_eq!(recorded.take(), ["write succeeded"]);
 
+    // Past the bound of the request the fence records (dispatch deadline + claim margin).
+    db.advance(std::time::Duration::from_secs(180));
     let cleared = writes
         .clear(&binding(), &ClearTarget::Scope(kb("a")), "reconciled")
         .await

@@ -39,7 +39,7 @@ async fn restarted_runtime_over_sql_storage_still_refuses_fenced_scope() {
 
 #[tokio::test]
 async fn clear_waits_for_a_dispatch_in_flight_in_the_same_process() {
-    let storage = Arc::new(InMemoryHostStorage::new());
+    let (db, storage) = store_at(NOW);
     let gate = Gate::parking_at(4); // get, get, claim, intent, commit parks
     let writes = runtime(&storage, &gate);
     let remote = Remote::new();
@@ -65,7 +65,23 @@ async fn clear_waits_for_a_dispatch_in_flight_in_the_same_process() {
         dispatching.await.unwrap(),
         Err(ScopedWriteError::OutcomeUnknown { .. })
     ));
-    let outcome = clearing.await.unwrap().unwrap();
+    // The request may still land until its intent's expiry: the fence keeps it, and the
+    // clear that waited is refused until then.
+    let refused = clearing.await.unwrap().unwrap_err();
+    assert!(
+        matches!(
+            refused,
+            FenceAdminError::Refused(ClearRefused::RequestMayLand { remaining_ms, .. })
+                if remaining_ms == 180_000
+        ),
+        "{refused:?}"
+    );
+    assert!(stored_fence(&storage, &kb("a")));
+    db.advance(std::time::Duration::from_secs(180));
+    let outcome = writes
+        .clear(&binding(), &ClearTarget::Scope(kb("a")), "reconciled")
+        .await
+        .unwrap();
     assert!(
         outcome.cleared,
         "the clear removed the fence the dispatch left"
@@ -220,9 +236,16 @@ async fn runtimes_share_claims_fences_and_clears<S>(storage: Arc<S>)
 where
     S: HostStorage + HostStorageBindings + ?Sized + 'static,
 {
-    let a = ScopedWrites::with_config(storage.clone(), clock_at(NOW), config());
+    // Both storages answer on real time: a short deadline and margin, so the request a's
+    // fence records can no longer land a moment later and the fence can be cleared.
+    let short = || FenceConfig {
+        dispatch_deadline: std::time::Duration::from_millis(200),
+        claim_margin: std::time::Duration::from_millis(100),
+        ..config()
+    };
+    let a = ScopedWrites::with_config(storage.clone(), clock_at(NOW), short());
     let b_clock = clock_at(NOW);
-    let b = ScopedWrites::with_config(storage.clone(), b_clock.clone(), config());
+    let b = ScopedWrites::with_config(storage.clone(), b_clock.clone(), short());
     async fn write<S: HostStorage + ?Sized + 'static>(
         w: &ScopedWrites<S>,
         scope: ScopeIdentity,
@@ -284,6 +307,8 @@ where
     );
 
     assert!(a.is_fenced_in_process(&binding(), &kb("a")));
+    // Past the deadline and margin of a's request (300 ms after it went out).
+    tokio::time::sleep(std::time::Duration::from_millis(400)).await;
     let outcome = b
         .clear(&binding(), &ClearTarget::Scope(kb("a")), "upload verified")
         .await
