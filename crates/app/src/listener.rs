@@ -74,7 +74,7 @@ pub fn guard(app: Router, config: &Config, listen: SocketAddr) -> Router {
         limits.request_body_timeout,
         body_deadline,
     ));
-    if config.admin_token.is_some() {
+    if config.has_operators() {
         app
     } else {
         app.layer(middleware::from_fn_with_state(listen, host_guard))
@@ -84,7 +84,7 @@ pub fn guard(app: Router, config: &Config, listen: SocketAddr) -> Router {
 /// Logs at `warn` that no `admin_token` is set (the admin API and the console are then open to
 /// every local process and served to loopback host names only); returns whether it did.
 pub fn warn_without_token(config: &Config) -> bool {
-    if config.admin_token.is_some() {
+    if config.has_operators() {
         return false;
     }
     tracing::warn!(

@@ -26,7 +26,8 @@ use std::path::{Path, PathBuf};
 
 pub use crate::tls::AdminTls;
 pub use env::{
-    CONNECTIONS_BESIDES_WORKERS, OTHER_VARIABLES, SETTINGS, UnknownVariable,
+    CONNECTIONS_BESIDES_WORKERS, OPERATOR_ENV, OTHER_VARIABLES, SETTINGS, UnknownVariable,
+    parse_operators_env,
     merge_env_and_validate, unknown_variables,
 };
 pub use error::ConfigError;
@@ -34,7 +35,7 @@ pub use model::{
     Config, DirectoryCapacity, DirectorySettings, LogFormat, RetentionSettings,
     is_plain_http_off_loopback, redact_url,
 };
-pub use raw::{RawConfig, RawRetention};
+pub use raw::{RawConfig, RawOperator, RawRetention};
 pub use validate::{DELETION_ABSENCE_GRACE_MARGIN, smallest_deletion_absence_grace};
 
 /// Largest accepted `directory_max_snapshot_workspaces` and `directory_max_active_workspaces`:

@@ -103,6 +103,52 @@ pub struct RawConfig {
     pub admin_header_read_timeout_seconds: Option<u64>,
     /// See [`Config::admin_request_body_timeout`](super::Config::admin_request_body_timeout).
     pub admin_request_body_timeout_seconds: Option<u64>,
+    /// `admin_token_file`: a file holding `admin_token` (container secrets); not with it.
+    pub admin_token_file: Option<String>,
+    /// `knowledge_fs_token_file`: a file holding `knowledge_fs_token`; not with it.
+    pub knowledge_fs_token_file: Option<String>,
+    /// `directory_token_file`: a file holding `directory_token`; not with it.
+    pub directory_token_file: Option<String>,
+    /// `database_url_file`: a file holding `database_url`; not with it.
+    pub database_url_file: Option<String>,
+    /// `database_password_file`: a file holding the PostgreSQL password, put into the user
+    /// info of `database_url` (which must name a user and no password).
+    pub database_password_file: Option<String>,
+    /// See [`Config::ui_session_key`](super::Config::ui_session_key).
+    pub ui_session_key: Option<String>,
+    /// `ui_session_key_file`: a file holding `ui_session_key`; not with it.
+    pub ui_session_key_file: Option<String>,
+    /// The `[[operators]]` tables (environment: `TENANTRY_OPERATORS`, which replaces them).
+    pub operators: Option<Vec<RawOperator>>,
+}
+
+/// One `[[operators]]` table: a named operator token with a role (docs/operations.md,
+/// "Operators and roles").
+#[derive(Clone, Default, PartialEq, Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "an [[operators]] table with name, role and token_file (or token)"
+)]
+pub struct RawOperator {
+    /// The name recorded as the actor of its actions.
+    pub name: String,
+    /// `read` or `operate`.
+    pub role: String,
+    /// The token itself (prefer `token_file`).
+    pub token: Option<String>,
+    /// A file holding the token.
+    pub token_file: Option<String>,
+}
+
+impl std::fmt::Debug for RawOperator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RawOperator")
+            .field("name", &self.name)
+            .field("role", &self.role)
+            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .field("token_file", &self.token_file)
+            .finish()
+    }
 }
 
 /// The `[retention]` table as read, before validation; see

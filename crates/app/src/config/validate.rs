@@ -8,6 +8,7 @@ use std::time::Duration;
 use tenantry_remote_http::tls::{FileRole, RemoteTls, TlsConfigError};
 
 use tenantry_directory::ProjectionLimits;
+use tenantry_operator::identity::{ADMIN_OPERATOR, Operator, Role, Secret, check_name};
 
 use super::{
     AdminTls, CONNECTIONS_BESIDES_WORKERS, Config, ConfigError, DEFAULT_DATABASE_URL,
@@ -15,6 +16,162 @@ use super::{
     MAX_DIRECTORY_RESPONSE_BYTES, MAX_DIRECTORY_WORKSPACES, MIN_DIRECTORY_RESPONSE_BYTES,
     RawConfig, RetentionSettings, is_plain_http_off_loopback, redact_url,
 };
+use super::raw::RawOperator;
+
+/// A non-empty, trimmed setting value.
+fn given(value: &Option<String>) -> Option<&str> {
+    value.as_deref().map(str::trim).filter(|v| !v.is_empty())
+}
+
+/// Reads the secret in the file `path` of the setting `file_setting`: the file's text without
+/// surrounding whitespace (a final newline is usual). A missing, unreadable or empty file is
+/// refused naming the setting and the path.
+fn read_secret_file(
+    file_setting: &'static str,
+    path: &str,
+    invalid: &dyn Fn(&'static str, String) -> ConfigError,
+) -> Result<Secret, ConfigError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| invalid(file_setting, format!("cannot read the secret file {path}: {e}")))?;
+    let value = text.trim();
+    if value.is_empty() {
+        return Err(invalid(
+            file_setting,
+            format!("the secret file {path} is empty"),
+        ));
+    }
+    Ok(Secret::new(value))
+}
+
+/// The secret of `setting`, given directly or through `file_setting` (a file holding it), not
+/// both.
+fn secret(
+    value: &Option<String>,
+    file: &Option<String>,
+    setting: &'static str,
+    file_setting: &'static str,
+    invalid: &dyn Fn(&'static str, String) -> ConfigError,
+) -> Result<Option<Secret>, ConfigError> {
+    match (value.as_deref().filter(|v| !v.is_empty()), given(file)) {
+        (Some(_), Some(_)) => Err(invalid(
+            file_setting,
+            format!("is set together with {setting}; set one of them"),
+        )),
+        (Some(value), None) => Ok(Some(Secret::new(value))),
+        (None, Some(path)) => read_secret_file(file_setting, path, invalid).map(Some),
+        (None, None) => Ok(None),
+    }
+}
+
+/// An operator token's rule (the admin token's too): at least 16 characters, no whitespace or
+/// control character.
+fn token_is_strong(token: &str) -> bool {
+    token.len() >= 16 && !token.chars().any(|c| c.is_whitespace() || c.is_control())
+}
+
+/// The named operators of `[[operators]]` / `TENANTRY_OPERATORS`: valid distinct names (not
+/// `admin` while `admin_token` is set), a role, exactly one of `token` and `token_file`, strong
+/// and distinct tokens.
+fn validate_operators(
+    raw: &[RawOperator],
+    admin_token: Option<&Secret>,
+    invalid: &dyn Fn(&'static str, String) -> ConfigError,
+) -> Result<Vec<Operator>, ConfigError> {
+    let mut operators: Vec<Operator> = Vec::new();
+    for entry in raw {
+        let name = entry.name.trim();
+        check_name(name).map_err(|e| invalid("operators", e))?;
+        if operators.iter().any(|o| o.name == name) {
+            return Err(invalid(
+                "operators",
+                format!("operator {name:?} is configured twice; names must be distinct"),
+            ));
+        }
+        if name == ADMIN_OPERATOR && admin_token.is_some() {
+            return Err(invalid(
+                "operators",
+                format!(
+                    "operator {name:?} is the name of admin_token's operator; rename it or drop admin_token"
+                ),
+            ));
+        }
+        let role: Role = entry
+            .role
+            .parse()
+            .map_err(|e| invalid("operators", format!("operator {name:?}: {e}")))?;
+        let token = match (entry.token.as_deref().filter(|t| !t.is_empty()), given(&entry.token_file)) {
+            (Some(token), None) => Secret::new(token),
+            (None, Some(path)) => read_secret_file("operators", path, invalid)
+                .map_err(|e| match e {
+                    ConfigError::Invalid { setting, origin, reason } => ConfigError::Invalid {
+                        setting,
+                        origin,
+                        reason: format!("operator {name:?} token_file: {reason}"),
+                    },
+                    other => other,
+                })?,
+            _ => {
+                return Err(invalid(
+                    "operators",
+                    format!("operator {name:?} needs exactly one of token_file and token"),
+                ));
+            }
+        };
+        if !token_is_strong(token.expose()) {
+            return Err(invalid(
+                "operators",
+                format!(
+                    "operator {name:?}: the token must be at least 16 characters without whitespace; generate one with `openssl rand -hex 32`"
+                ),
+            ));
+        }
+        if operators.iter().any(|o| o.token == token) || admin_token == Some(&token) {
+            return Err(invalid(
+                "operators",
+                format!(
+                    "operator {name:?} has the token of another operator; each operator needs its own token"
+                ),
+            ));
+        }
+        operators.push(Operator {
+            name: name.to_owned(),
+            role,
+            token,
+        });
+    }
+    Ok(operators)
+}
+
+/// `url` with `password` put into its user info (percent-encoded): `postgres://USER@HOST/DB`
+/// becomes `postgres://USER:PASSWORD@HOST/DB`.
+///
+/// # Errors
+/// Why the URL cannot take a password: not PostgreSQL, no user, or a password already.
+pub fn with_password(url: &str, password: &str) -> Result<String, String> {
+    if !url.starts_with("postgres") {
+        return Err("database_url is not a postgres:// URL; only PostgreSQL takes a password".into());
+    }
+    let scheme_end = url.find("://").map(|i| i + 3).ok_or("database_url has no scheme")?;
+    let rest = &url[scheme_end..];
+    let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let Some(at) = rest[..authority_end].rfind('@') else {
+        return Err("database_url names no user (postgres://USER@HOST/DB); the password needs one".into());
+    };
+    let user = &rest[..at];
+    if user.contains(':') {
+        return Err("database_url already holds a password; drop it from the URL or drop database_password_file".into());
+    }
+    if user.is_empty() {
+        return Err("database_url names no user (postgres://USER@HOST/DB); the password needs one".into());
+    }
+    let encoded =
+        percent_encoding::utf8_percent_encode(password, percent_encoding::NON_ALPHANUMERIC);
+    Ok(format!(
+        "{}{user}:{encoded}{}",
+        &url[..scheme_end],
+        &rest[at..]
+    ))
+}
 
 /// The setting names of one remote's TLS files: CA file, client certificate, client key.
 type TlsSettingNames = (&'static str, &'static str, &'static str);
@@ -167,9 +324,24 @@ pub(super) fn validate(
     )?;
     let admin_tls = admin_tls(&raw, &invalid)?;
     let retention = validate_retention(&raw, &in_range)?;
-    let database_url = raw
-        .database_url
-        .unwrap_or_else(|| DEFAULT_DATABASE_URL.to_owned());
+    let database_url = match secret(
+        &raw.database_url,
+        &raw.database_url_file,
+        "database_url",
+        "database_url_file",
+        &invalid,
+    )? {
+        Some(url) => url.expose().to_owned(),
+        None => DEFAULT_DATABASE_URL.to_owned(),
+    };
+    let database_url = match given(&raw.database_password_file) {
+        Some(path) => {
+            let password = read_secret_file("database_password_file", path, &invalid)?;
+            with_password(&database_url, password.expose())
+                .map_err(|reason| invalid("database_password_file", reason))?
+        }
+        None => database_url,
+    };
     if !(database_url.starts_with("sqlite:")
         || database_url.starts_with("postgres:")
         || database_url.starts_with("postgresql:"))
@@ -203,24 +375,70 @@ pub(super) fn validate(
             format!("{listen_text:?} is not an IP:PORT address ({e})"),
         )
     })?;
-    let admin_token = raw.admin_token.filter(|t| !t.is_empty());
+    let admin_token = secret(
+        &raw.admin_token,
+        &raw.admin_token_file,
+        "admin_token",
+        "admin_token_file",
+        &invalid,
+    )?;
     if let Some(token) = &admin_token
-        && (token.len() < 16 || token.chars().any(|c| c.is_whitespace() || c.is_control()))
+        && !token_is_strong(token.expose())
     {
+        let setting = if given(&raw.admin_token_file).is_some() {
+            "admin_token_file"
+        } else {
+            "admin_token"
+        };
         return Err(invalid(
-            "admin_token",
+            setting,
             "must be at least 16 characters without whitespace; generate one with `openssl rand -hex 32`"
                 .to_owned(),
         ));
     }
-    if admin_token.is_none() && !listen.ip().is_loopback() {
+    let operators = validate_operators(
+        raw.operators.as_deref().unwrap_or_default(),
+        admin_token.as_ref(),
+        &invalid,
+    )?;
+    if admin_token.is_none() && operators.is_empty() && !listen.ip().is_loopback() {
         return Err(invalid(
             "listen",
             format!(
-                "{listen} is not a loopback address and admin_token is not set; set admin_token (TENANTRY_ADMIN_TOKEN) or listen on 127.0.0.1"
+                "{listen} is not a loopback address and admin_token is not set; set admin_token (TENANTRY_ADMIN_TOKEN, or admin_token_file) or [[operators]], or listen on 127.0.0.1"
             ),
         ));
     }
+    let ui_session_key = secret(
+        &raw.ui_session_key,
+        &raw.ui_session_key_file,
+        "ui_session_key",
+        "ui_session_key_file",
+        &invalid,
+    )?;
+    if let Some(key) = &ui_session_key
+        && key.expose().len() < tenantry_operator::ui::session::MIN_KEY_BYTES
+    {
+        let setting = if given(&raw.ui_session_key_file).is_some() {
+            "ui_session_key_file"
+        } else {
+            "ui_session_key"
+        };
+        return Err(invalid(
+            setting,
+            format!(
+                "must be at least {} bytes; generate one with `openssl rand -hex 32`",
+                tenantry_operator::ui::session::MIN_KEY_BYTES
+            ),
+        ));
+    }
+    let knowledge_fs_token = secret(
+        &raw.knowledge_fs_token,
+        &raw.knowledge_fs_token_file,
+        "knowledge_fs_token",
+        "knowledge_fs_token_file",
+        &invalid,
+    )?;
     let workers = in_range("workers", u64::from(raw.workers.unwrap_or(4)), 1, 256)?;
     let needed = workers + u64::from(CONNECTIONS_BESIDES_WORKERS);
     if database_max_connections < needed {
@@ -358,6 +576,8 @@ pub(super) fn validate(
         database_max_connections: database_max_connections as u32,
         listen,
         admin_token,
+        operators,
+        ui_session_key,
         log_format: raw.log_format.unwrap_or_default(),
         log_filter,
         workers: workers as u32,
@@ -372,7 +592,7 @@ pub(super) fn validate(
         shutdown_grace: Duration::from_secs(shutdown_grace),
         product_enabled: raw.product_enabled.unwrap_or(true),
         knowledge_fs_url,
-        knowledge_fs_token: raw.knowledge_fs_token.filter(|t| !t.is_empty()),
+        knowledge_fs_token,
         knowledge_fs_deadline: Duration::from_millis(knowledge_fs_deadline),
         knowledge_fs_max_concurrent_calls: knowledge_fs_max_concurrent_calls as usize,
         fence_dispatch_deadline: Duration::from_millis(fence_dispatch_deadline),
@@ -470,6 +690,7 @@ fn validate_directory(
                 raw.directory_trusted_keys.is_some(),
             ),
             ("directory_token", raw.directory_token.is_some()),
+            ("directory_token_file", raw.directory_token_file.is_some()),
             ("directory_ca_file", raw.directory_ca_file.is_some()),
             (
                 "directory_client_cert_file",
@@ -581,9 +802,16 @@ fn validate_directory(
         ],
         invalid,
     )?;
+    let token = secret(
+        &raw.directory_token,
+        &raw.directory_token_file,
+        "directory_token",
+        "directory_token_file",
+        invalid,
+    )?;
     Ok(Some(DirectorySettings {
         url,
-        token: raw.directory_token.clone().filter(|t| !t.is_empty()),
+        token,
         instance,
         trusted_keys,
         sync_interval: Duration::from_millis(sync_ms),
