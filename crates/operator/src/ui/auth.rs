@@ -159,7 +159,7 @@ pub async fn login(
         state.throttle.failed(client, now);
         tracing::warn!(client = ?client, "console sign-in refused: no operator has that token");
         return login_page(
-            Some("That is not an operator token of this service."),
+            Some("That is not the admin token or an operator token of this service."),
             StatusCode::UNAUTHORIZED,
         );
     };
@@ -202,9 +202,9 @@ pub struct CsrfForm {
     pub csrf: String,
 }
 
-/// `POST /ui/logout`: clears the session cookie (CSRF token required). The session is a signed
-/// cookie with nothing kept on the server, so this ends it in this browser; a copy of the
-/// cookie stays valid until it expires.
+/// `POST /ui/logout`: ends the session (CSRF token required): clears the cookie and refuses it
+/// in this process from now on ([`Sessions::revoke`]; another replica accepts a copy of the
+/// cookie until it expires).
 pub async fn logout(
     State(state): State<UiState>,
     axum::Extension(session): axum::Extension<Session>,
@@ -214,6 +214,7 @@ pub async fn logout(
     if !csrf_ok(&session, &form.csrf) {
         return csrf_refused();
     }
+    state.sessions.revoke(&session);
     let mut response = Redirect::to("/ui/login").into_response();
     let cleared = if cookie_is_secure(state.settings.secure_cookie, &headers) {
         "tenantry_console=; Path=/ui; HttpOnly; SameSite=Strict; Max-Age=0; Secure"

@@ -79,10 +79,10 @@ impl std::fmt::Debug for UiState {
 
 impl UiState {
     /// The console over `admin`, its sessions signed with `settings.session_key` (or a random
-    /// key of this process, which a log line at `warn` reports when operators are
-    /// configured: sessions then do not survive a restart nor work across replicas).
+    /// key of this process, which a log line at `warn` reports: sessions then do not survive
+    /// a restart nor work across replicas).
     pub fn new(admin: AdminState, settings: UiSettings) -> Self {
-        if settings.session_key.is_none() && !admin.operators.is_empty() {
+        if settings.session_key.is_none() {
             tracing::warn!(
                 "ui_session_key is not set: console sessions are signed with a random key of this process, so they end when it stops and are not accepted by other replicas behind a load balancer; set ui_session_key_file (docs/operations.md, \"Operators and roles\")"
             );

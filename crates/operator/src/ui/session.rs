@@ -7,11 +7,14 @@
 //! key (`ui_session_key`; without one, a random key of this process). A cookie is accepted
 //! only when its tag verifies (constant time, `hmac`'s `verify_slice`), it has not expired on
 //! the clock port's wall time, and its operator is still configured with the same role and
-//! the same token (a rotated token ends the sessions it started). Nothing is stored on the
-//! server: signing out clears the cookie in the browser; a copied cookie stays valid until
-//! it expires, so the lifetime is bounded ([`SESSION_LIFETIME`]).
+//! the same token (a rotated token ends the sessions it started). Nothing but sign-outs is
+//! stored on the server: signing out clears the cookie in the browser and remembers the
+//! session as ended in this process ([`Sessions::revoke`], until it would have expired); a
+//! copy of the cookie presented to another replica stays valid there until it expires, so
+//! the lifetime is bounded ([`SESSION_LIFETIME`]).
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use hmac::{Hmac, KeyInit, Mac};
@@ -70,11 +73,16 @@ struct Payload {
     t: String,
 }
 
+/// Most signed-out sessions remembered at once (the oldest to expire goes first beyond it).
+pub const MAX_REVOKED: usize = 100_000;
+
 /// Signs and checks session cookies with one key.
 pub struct Sessions {
     key: Secret,
     clock: Arc<dyn Clock>,
     operators: Arc<Operators>,
+    /// Sessions signed out in this process: CSRF token → expiry (Unix seconds).
+    revoked: Mutex<HashMap<Arc<str>, i64>>,
 }
 
 impl std::fmt::Debug for Sessions {
@@ -99,7 +107,24 @@ impl Sessions {
             key,
             clock,
             operators,
+            revoked: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Ends `session` in this process (sign-out): its cookie is refused from now on here.
+    pub fn revoke(&self, session: &Session) {
+        let now = self.clock.now().timestamp();
+        let mut revoked = self.revoked.lock().unwrap_or_else(PoisonError::into_inner);
+        revoked.retain(|_, expires| *expires > now);
+        if revoked.len() >= MAX_REVOKED
+            && let Some(first) = revoked
+                .iter()
+                .min_by_key(|(_, expires)| **expires)
+                .map(|(csrf, _)| csrf.clone())
+        {
+            revoked.remove(&first);
+        }
+        revoked.insert(session.csrf.clone(), session.expires_at);
     }
 
     fn mac(&self) -> HmacSha256 {
@@ -168,6 +193,14 @@ impl Sessions {
         let role: Role = payload.r.parse().ok()?;
         let expected = self.expected_fingerprint(&payload.o, role)?;
         if !crate::identity::tokens_equal(expected.as_bytes(), payload.t.as_bytes()) {
+            return None;
+        }
+        if self
+            .revoked
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .contains_key(payload.c.as_str())
+        {
             return None;
         }
         Some(Session {
@@ -265,6 +298,17 @@ mod tests {
             check(operators(&[("alice", Role::Operate, "alice-token-rotated-01")])),
             None
         );
+    }
+
+    #[test]
+    fn a_signed_out_session_is_refused_here() {
+        let clock = Arc::new(ManualClock::new(chrono::Utc::now()));
+        let sessions = Sessions::new(Some(Secret::new(KEY)), alice(), clock);
+        let cookie = sessions.issue("alice", Role::Operate);
+        let session = sessions.verify(&cookie).unwrap();
+        sessions.revoke(&session);
+        assert_eq!(sessions.verify(&cookie), None);
+        assert!(sessions.verify(&sessions.issue("alice", Role::Operate)).is_some());
     }
 
     #[test]
