@@ -745,7 +745,7 @@ async fn case_012_commands_mark_deleted_completes_a_deleting_control_space() {
 async fn the_cli_acts_as_a_named_operator_and_records_its_name() {
     use tenantry_kernel::CommandId;
     use tenantry_lifecycle::CommandStatus;
-    use tenantry_ports::lifecycle::{CommandAdmin, CommandQueue};
+    use tenantry_ports::lifecycle::CommandAdmin;
     use tenantry_store_seaorm::lifecycle::SeaOrmLifecycleStore;
 
     let dir = tempfile::tempdir().unwrap();
