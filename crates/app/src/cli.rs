@@ -154,7 +154,9 @@ pub async fn run(cli: Cli) -> ExitCode {
             ops::commands_act(&config, &args, OperatorActionKind::MarkDeleted, operator).await
         }
         Command::Fences(FencesCommand::List(args)) => ops::fences_list(&config, &args).await,
-        Command::Fences(FencesCommand::Clear(args)) => ops::fences_clear(&config, &args, operator).await,
+        Command::Fences(FencesCommand::Clear(args)) => {
+            ops::fences_clear(&config, &args, operator).await
+        }
         Command::Prune(args) => ops::prune(&config, &args).await,
     }
 }

@@ -795,14 +795,32 @@ async fn the_cli_acts_as_a_named_operator_and_records_its_name() {
     );
     assert_eq!(code, Some(1), "{stderr}");
     assert!(stderr.contains("mallory"), "{stderr}");
-    let (code, _) = run(&["fences", "clear", "--binding", "b", "--scope", "s", "--reason", "x"], Some("bob"));
+    let (code, _) = run(
+        &[
+            "fences",
+            "clear",
+            "--binding",
+            "b",
+            "--scope",
+            "s",
+            "--reason",
+            "x",
+        ],
+        Some("bob"),
+    );
     assert_eq!(code, Some(1), "a read operator clears no fence");
 
-    let url = format!("sqlite://{}?mode=rwc", dir.path().join("tenantry.db").display());
+    let url = format!(
+        "sqlite://{}?mode=rwc",
+        dir.path().join("tenantry.db").display()
+    );
     let db = tenantry_store_seaorm::connect(&url, 1).await.unwrap();
     let store = SeaOrmLifecycleStore::new(&db);
     let id = CommandId::parse(failed.as_str()).unwrap();
-    assert!(store.command_actions(&id).await.unwrap().is_empty(), "nothing was recorded");
+    assert!(
+        store.command_actions(&id).await.unwrap().is_empty(),
+        "nothing was recorded"
+    );
     assert_eq!(
         store.command_by_id(&id).await.unwrap().unwrap().status,
         CommandStatus::Failed

@@ -59,11 +59,7 @@ async fn case_003_permanent_remote_error_is_visible_and_operators_act_on_it() {
         .await;
     assert_error(status, &body, 400, "INVALID_ARGUMENT");
     let (status, body) = h
-        .post(
-            &retry,
-            &json!({"reason": "remote fixed"}),
-            None,
-        )
+        .post(&retry, &json!({"reason": "remote fixed"}), None)
         .await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["status"], "pending");
@@ -77,7 +73,10 @@ async fn case_003_permanent_remote_error_is_visible_and_operators_act_on_it() {
     assert_eq!(status, 200);
     assert_eq!(actions["items"].as_array().unwrap().len(), 1, "{actions}");
     assert_eq!(actions["items"][0]["action"], "retry");
-    assert_eq!(actions["items"][0]["actor"], "admin", "the token's operator");
+    assert_eq!(
+        actions["items"][0]["actor"], "admin",
+        "the token's operator"
+    );
     assert_eq!(actions["items"][0]["reason"], "remote fixed");
     assert_eq!(actions["items"][0]["previous_status"], "failed");
     assert_eq!(

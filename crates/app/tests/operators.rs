@@ -135,7 +135,14 @@ async fn a_read_operator_reads_everything_and_changes_nothing_through_the_api() 
     let (status, _) = h.get("/v1/tenants/t-1/control-spaces/cs-new").await;
     assert_eq!(status, 404, "no control space was created");
     // A wrong token is still 401.
-    let (status, _) = call(&h, "nobody-0123456789abcdef", Method::GET, "/v1/fences", None).await;
+    let (status, _) = call(
+        &h,
+        "nobody-0123456789abcdef",
+        Method::GET,
+        "/v1/fences",
+        None,
+    )
+    .await;
     assert_eq!(status, 401);
 }
 
@@ -318,7 +325,11 @@ async fn a_session_from_replica_a_is_accepted_by_replica_b_with_the_same_key() {
     let mut c = Console::new(&format!("http://{}", c_service.addr()));
     c.cookie = a.cookie.clone();
     let refused = c.get("/ui").await;
-    assert_eq!(refused.status, 303, "signed by another key: {}", refused.body);
+    assert_eq!(
+        refused.status, 303,
+        "signed by another key: {}",
+        refused.body
+    );
     b_service.shutdown().await;
     c_service.shutdown().await;
 }

@@ -74,6 +74,20 @@ impl From<String> for Secret {
     }
 }
 
+impl FromStr for Secret {
+    type Err = std::convert::Infallible;
+    fn from_str(value: &str) -> Result<Self, Self::Err> {
+        Ok(Self::new(value))
+    }
+}
+
+/// A secret reads as a plain string (a configuration file's value).
+impl<'de> serde::Deserialize<'de> for Secret {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        String::deserialize(deserializer).map(Self::new)
+    }
+}
+
 impl From<&str> for Secret {
     fn from(value: &str) -> Self {
         Self::new(value)
@@ -339,7 +353,10 @@ mod tests {
         );
         assert!(operators.authenticate("bob-token-012345678").is_none());
         assert!(operators.authenticate("").is_none());
-        assert_eq!(operators.by_name("alice").map(|o| o.role), Some(Role::Operate));
+        assert_eq!(
+            operators.by_name("alice").map(|o| o.role),
+            Some(Role::Operate)
+        );
         assert!(operators.by_name("carol").is_none());
     }
 

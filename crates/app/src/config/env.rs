@@ -3,8 +3,8 @@
 
 use std::collections::BTreeMap;
 
-use super::validate::validate;
 use super::raw::RawOperator;
+use super::validate::validate;
 use super::{CONFIG_ENV, Config, ConfigError, ENV_PREFIX, RawConfig};
 
 /// `TENANTRY_OPERATORS`: `name:role:token_file` entries separated by commas (blank entries
@@ -246,13 +246,14 @@ pub fn merge_env_and_validate(
         database_password_file, ui_session_key, ui_session_key_file,
     );
     if let Some(value) = env("TENANTRY_OPERATORS") {
-        raw.operators = Some(parse_operators_env(&value).map_err(|reason| {
-            ConfigError::Invalid {
-                setting: "operators",
-                origin: "TENANTRY_OPERATORS".to_owned(),
-                reason,
-            }
-        })?);
+        raw.operators =
+            Some(
+                parse_operators_env(&value).map_err(|reason| ConfigError::Invalid {
+                    setting: "operators",
+                    origin: "TENANTRY_OPERATORS".to_owned(),
+                    reason,
+                })?,
+            );
         sources.insert("operators", "TENANTRY_OPERATORS".to_owned());
     }
     validate(raw, &|setting| {

@@ -17,6 +17,7 @@ mod env;
 mod error;
 mod model;
 mod raw;
+mod secrets;
 mod validate;
 
 #[cfg(test)]
@@ -27,8 +28,7 @@ use std::path::{Path, PathBuf};
 pub use crate::tls::AdminTls;
 pub use env::{
     CONNECTIONS_BESIDES_WORKERS, OPERATOR_ENV, OTHER_VARIABLES, SETTINGS, UnknownVariable,
-    parse_operators_env,
-    merge_env_and_validate, unknown_variables,
+    merge_env_and_validate, parse_operators_env, unknown_variables,
 };
 pub use error::ConfigError;
 pub use model::{

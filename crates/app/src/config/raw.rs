@@ -2,20 +2,23 @@
 
 use serde::Deserialize;
 
+use tenantry_operator::identity::Secret;
+
 use super::{ConfigError, LogFormat};
 
-/// Settings as read from the file and the environment, before validation.
+/// Settings as read from the file and the environment, before validation. Secrets (tokens,
+/// keys, the database URL) are [`Secret`]s already, so `Debug` prints none of them.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawConfig {
     /// See [`Config::database_url`](super::Config::database_url).
-    pub database_url: Option<String>,
+    pub database_url: Option<Secret>,
     /// See [`Config::database_max_connections`](super::Config::database_max_connections).
     pub database_max_connections: Option<u32>,
     /// See [`Config::listen`](super::Config::listen).
     pub listen: Option<String>,
     /// See [`Config::admin_token`](super::Config::admin_token).
-    pub admin_token: Option<String>,
+    pub admin_token: Option<Secret>,
     /// See [`Config::log_format`](super::Config::log_format).
     pub log_format: Option<LogFormat>,
     /// See [`Config::log_filter`](super::Config::log_filter).
@@ -45,7 +48,7 @@ pub struct RawConfig {
     /// See [`Config::knowledge_fs_url`](super::Config::knowledge_fs_url).
     pub knowledge_fs_url: Option<String>,
     /// See [`Config::knowledge_fs_token`](super::Config::knowledge_fs_token).
-    pub knowledge_fs_token: Option<String>,
+    pub knowledge_fs_token: Option<Secret>,
     /// See [`Config::knowledge_fs_deadline`](super::Config::knowledge_fs_deadline).
     pub knowledge_fs_deadline_ms: Option<u64>,
     /// See [`Config::knowledge_fs_max_concurrent_calls`](super::Config::knowledge_fs_max_concurrent_calls).
@@ -67,7 +70,7 @@ pub struct RawConfig {
     /// See [`DirectorySettings::url`](super::DirectorySettings::url).
     pub directory_url: Option<String>,
     /// See [`DirectorySettings::token`](super::DirectorySettings::token).
-    pub directory_token: Option<String>,
+    pub directory_token: Option<Secret>,
     /// See [`DirectorySettings::instance`](super::DirectorySettings::instance).
     pub directory_instance: Option<String>,
     /// See [`DirectorySettings::trusted_keys`](super::DirectorySettings::trusted_keys).
@@ -115,7 +118,7 @@ pub struct RawConfig {
     /// info of `database_url` (which must name a user and no password).
     pub database_password_file: Option<String>,
     /// See [`Config::ui_session_key`](super::Config::ui_session_key).
-    pub ui_session_key: Option<String>,
+    pub ui_session_key: Option<Secret>,
     /// `ui_session_key_file`: a file holding `ui_session_key`; not with it.
     pub ui_session_key_file: Option<String>,
     /// The `[[operators]]` tables (environment: `TENANTRY_OPERATORS`, which replaces them).
@@ -124,7 +127,7 @@ pub struct RawConfig {
 
 /// One `[[operators]]` table: a named operator token with a role (docs/operations.md,
 /// "Operators and roles").
-#[derive(Clone, Default, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(
     deny_unknown_fields,
     expecting = "an [[operators]] table with name, role and token_file (or token)"
@@ -135,20 +138,9 @@ pub struct RawOperator {
     /// `read` or `operate`.
     pub role: String,
     /// The token itself (prefer `token_file`).
-    pub token: Option<String>,
+    pub token: Option<Secret>,
     /// A file holding the token.
     pub token_file: Option<String>,
-}
-
-impl std::fmt::Debug for RawOperator {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RawOperator")
-            .field("name", &self.name)
-            .field("role", &self.role)
-            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
-            .field("token_file", &self.token_file)
-            .finish()
-    }
 }
 
 /// The `[retention]` table as read, before validation; see

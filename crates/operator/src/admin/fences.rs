@@ -7,15 +7,17 @@
 //! true`), the same key with another body is 422 `IDEMPOTENCY_KEY_REUSED`.
 
 use axum::extract::State;
-use axum::{Extension, Json};
 use axum::http::{HeaderMap, HeaderValue};
+use axum::{Extension, Json};
 use serde::{Deserialize, Serialize};
 use tenantry_fence::{Binding, FenceKey, ScopeIdentity};
 
 use super::AdminState;
-use crate::identity::Caller;
-use super::error::{AdminApiError, Body, BodyRefusals, IdempotencyKeyReused, Refusals, RoleRefusals};
+use super::error::{
+    AdminApiError, Body, BodyRefusals, IdempotencyKeyReused, Refusals, RoleRefusals,
+};
 use super::extract::{IdempotencyKeyHeader, JsonBody, QueryParams};
+use crate::identity::Caller;
 use tenantry_engine::scoped_writes::admin::{ClearOutcome, ClearTarget, FenceView};
 
 /// The actor logged for a fence clear through an open admin API (no operator configured).

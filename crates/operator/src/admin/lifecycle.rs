@@ -20,7 +20,9 @@ use tracing::Instrument;
 
 use super::AdminState;
 use super::error::AdminApiError;
-use super::error::{BodyRefusals, Conflict, IdempotencyKeyReused, NotFound, Refusals, RoleRefusals};
+use super::error::{
+    BodyRefusals, Conflict, IdempotencyKeyReused, NotFound, Refusals, RoleRefusals,
+};
 use super::extract::{IdempotencyKeyHeader, JsonBody, PathParams, QueryParams, parse_id};
 
 pub use crate::{DEFAULT_PAGE, MAX_PAGE};

@@ -209,5 +209,4 @@ mod tests {
             assert_eq!(bearer_credentials(header), expected, "{header:?}");
         }
     }
-
 }

@@ -21,10 +21,10 @@ use axum::response::{IntoResponse, Redirect, Response};
 use maud::html;
 use serde::Deserialize;
 
-pub use super::session::{SESSION_LIFETIME, Session, Sessions};
 use super::UiState;
 use super::extract::Form;
 use super::layout;
+pub use super::session::{SESSION_LIFETIME, Session, Sessions};
 use super::throttle::Verdict;
 use crate::identity::{OPEN_CONSOLE_ACTOR, Role, tokens_equal};
 
@@ -264,5 +264,4 @@ mod tests {
         assert!(!cookie_is_secure(false, &forwarded("http")));
         assert!(!cookie_is_secure(false, &forwarded("http, https")));
     }
-
 }

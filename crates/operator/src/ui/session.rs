@@ -291,11 +291,19 @@ mod tests {
             None
         );
         assert_eq!(
-            check(operators(&[("alice", Role::Read, "alice-token-0123456789")])),
+            check(operators(&[(
+                "alice",
+                Role::Read,
+                "alice-token-0123456789"
+            )])),
             None
         );
         assert_eq!(
-            check(operators(&[("alice", Role::Operate, "alice-token-rotated-01")])),
+            check(operators(&[(
+                "alice",
+                Role::Operate,
+                "alice-token-rotated-01"
+            )])),
             None
         );
     }
@@ -308,7 +316,11 @@ mod tests {
         let session = sessions.verify(&cookie).unwrap();
         sessions.revoke(&session);
         assert_eq!(sessions.verify(&cookie), None);
-        assert!(sessions.verify(&sessions.issue("alice", Role::Operate)).is_some());
+        assert!(
+            sessions
+                .verify(&sessions.issue("alice", Role::Operate))
+                .is_some()
+        );
     }
 
     #[test]

@@ -58,7 +58,10 @@ impl ThrottleRule {
         }
         // The failure whose leaving the window brings the count below the bound.
         let pivot = recent[recent.len() - self.max_failures];
-        Verdict::Wait(self.window.saturating_sub(now.saturating_duration_since(pivot)))
+        Verdict::Wait(
+            self.window
+                .saturating_sub(now.saturating_duration_since(pivot)),
+        )
     }
 }
 
