@@ -383,7 +383,14 @@ mod tests {
             name: "alice".into(),
             role: Role::Operate,
         };
-        let cases: [(&Caller, Option<&str>, Option<&str>, Result<&str, &str>); 8] = [
+        /// (caller, stated actor, default, recorded actor or the refusal's code)
+        type Case<'a> = (
+            &'a Caller,
+            Option<&'a str>,
+            Option<&'a str>,
+            Result<&'a str, &'a str>,
+        );
+        let cases: [Case<'_>; 8] = [
             (&alice, None, None, Ok("alice")),
             (&alice, None, Some("console"), Ok("alice")),
             (&alice, Some("alice"), None, Ok("alice")),

@@ -116,9 +116,10 @@ fn a_bad_secret_file_is_refused_naming_the_setting_and_the_path() {
         error.contains("admin_token_file") && error.contains("set one"),
         "{error}"
     );
-    let error = refused(format!(
+    let error = refused(
         "[[operators]]\nname = \"alice\"\nrole = \"admin\"\ntoken = \"0123456789abcdef0123\"\n"
-    ));
+            .to_owned(),
+    );
     assert!(error.contains("not a role"), "{error}");
     let error = refused(
         "[[operators]]\nname = \"a\"\nrole = \"read\"\ntoken = \"0123456789abcdef0123\"\n\
