@@ -114,7 +114,7 @@ impl OperatorRefusal {
 
     /// 403 `FORBIDDEN_ROLE`: the operator `name` has `role` `read`, which may not change
     /// anything (docs/operations.md, "Operators and roles"). Nothing was done.
-    pub fn forbidden_role(name: &str, role: crate::identity::Role) -> Self {
+    pub fn forbidden_role(name: &str, role: impl std::fmt::Display) -> Self {
         Self::new(
             StatusCode::FORBIDDEN,
             "FORBIDDEN_ROLE",
