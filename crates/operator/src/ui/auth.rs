@@ -264,4 +264,19 @@ mod tests {
         assert!(!cookie_is_secure(false, &forwarded("http")));
         assert!(!cookie_is_secure(false, &forwarded("http, https")));
     }
+
+    #[test]
+    fn the_csrf_token_must_match_exactly() {
+        let session = Session {
+            operator: "alice".into(),
+            role: Role::Operate,
+            csrf: "0123abcd".into(),
+            read_only: false,
+            expires_at: 0,
+        };
+        assert!(csrf_ok(&session, "0123abcd"));
+        assert!(!csrf_ok(&session, "0123abce"));
+        assert!(!csrf_ok(&session, "0123abc"));
+        assert!(!csrf_ok(&session, ""));
+    }
 }
