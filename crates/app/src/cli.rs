@@ -27,6 +27,12 @@ pub struct Cli {
     /// Configuration file (TOML). Default: $TENANTRY_CONFIG, else ./tenantry.toml if present.
     #[arg(long, global = true, value_name = "PATH")]
     pub config: Option<PathBuf>,
+    /// The configured operator the command acts as (default: $TENANTRY_OPERATOR). Required by
+    /// the commands that change something (retry, abandon, mark-deleted, fences clear) when
+    /// operators are configured (admin_token: operator `admin`; [[operators]]); its name is
+    /// recorded as the actor and its role is enforced (a `read` operator changes nothing).
+    #[arg(long, global = true, value_name = "NAME")]
+    pub operator: Option<String>,
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
@@ -129,21 +135,28 @@ pub async fn run(cli: Cli) -> ExitCode {
     for unknown in config::unknown_variables(names) {
         eprintln!("tenantry: warning: {unknown}");
     }
+    let operator = cli
+        .operator
+        .clone()
+        .or_else(|| env(config::OPERATOR_ENV).filter(|v| !v.trim().is_empty()));
+    let operator = operator.as_deref();
     match cli.command {
         Command::Serve => serve(&config).await,
         Command::Migrate => ops::migrate(&config).await,
         Command::Commands(CommandsCommand::List(args)) => ops::commands_list(&config, &args).await,
         Command::Commands(CommandsCommand::Retry(args)) => {
-            ops::commands_act(&config, &args, OperatorActionKind::Retry).await
+            ops::commands_act(&config, &args, OperatorActionKind::Retry, operator).await
         }
         Command::Commands(CommandsCommand::Abandon(args)) => {
-            ops::commands_act(&config, &args, OperatorActionKind::Abandon).await
+            ops::commands_act(&config, &args, OperatorActionKind::Abandon, operator).await
         }
         Command::Commands(CommandsCommand::MarkDeleted(args)) => {
-            ops::commands_act(&config, &args, OperatorActionKind::MarkDeleted).await
+            ops::commands_act(&config, &args, OperatorActionKind::MarkDeleted, operator).await
         }
         Command::Fences(FencesCommand::List(args)) => ops::fences_list(&config, &args).await,
-        Command::Fences(FencesCommand::Clear(args)) => ops::fences_clear(&config, &args).await,
+        Command::Fences(FencesCommand::Clear(args)) => {
+            ops::fences_clear(&config, &args, operator).await
+        }
         Command::Prune(args) => ops::prune(&config, &args).await,
     }
 }

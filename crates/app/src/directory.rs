@@ -79,7 +79,7 @@ pub fn prepare(
     let mut client = DirectoryClientConfig::new(settings.url.clone(), keys)
         .with_tls(settings.tls.clone())
         .with_max_response_bytes(capacity.max_response_bytes);
-    client.bearer_token = settings.token.clone();
+    client.bearer_token = settings.token.as_ref().map(|t| t.expose().to_owned());
     let provider =
         HttpDirectoryProvider::new(&client).map_err(|e| format!("directory_url: {e}"))?;
     let config = ProjectorConfig::new(

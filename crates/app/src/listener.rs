@@ -74,7 +74,7 @@ pub fn guard(app: Router, config: &Config, listen: SocketAddr) -> Router {
         limits.request_body_timeout,
         body_deadline,
     ));
-    if config.admin_token.is_some() {
+    if config.has_operators() {
         app
     } else {
         app.layer(middleware::from_fn_with_state(listen, host_guard))
@@ -84,7 +84,7 @@ pub fn guard(app: Router, config: &Config, listen: SocketAddr) -> Router {
 /// Logs at `warn` that no `admin_token` is set (the admin API and the console are then open to
 /// every local process and served to loopback host names only); returns whether it did.
 pub fn warn_without_token(config: &Config) -> bool {
-    if config.admin_token.is_some() {
+    if config.has_operators() {
         return false;
     }
     tracing::warn!(
@@ -109,7 +109,7 @@ pub fn http1_builder(limits: ListenerLimits) -> http1::Builder {
 }
 
 /// Serves `app` on `listener` with the connection bounds of `limits` until `shutdown`
-/// resolves; then stops accepting, lets every open connection finish its current request
+/// resolves (each request carries its connection's peer address as `ConnectInfo`); then stops accepting, lets every open connection finish its current request
 /// (idle ones close at once) and returns once all are closed.
 pub async fn serve<L>(
     mut listener: L,
@@ -118,6 +118,7 @@ pub async fn serve<L>(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) where
     L: Listener,
+    L::Addr: Clone + Send + Sync + 'static,
 {
     let builder = http1_builder(limits);
     // Connections watch `stop` and hold a clone of `open` until they end.
@@ -125,14 +126,17 @@ pub async fn serve<L>(
     let (open_tx, open_rx) = watch::channel(());
     tokio::pin!(shutdown);
     loop {
-        let io = tokio::select! {
-            (io, _peer) = listener.accept() => io,
+        let (io, peer) = tokio::select! {
+            accepted = listener.accept() => accepted,
             () = &mut shutdown => break,
         };
-        let connection = builder.serve_connection(
-            TokioIo::new(io),
-            TowerToHyperService::new(app.clone().into_service::<hyper::body::Incoming>()),
-        );
+        // The peer address, for the console's sign-in throttle (`ConnectInfo`).
+        let service = app
+            .clone()
+            .layer(axum::Extension(axum::extract::ConnectInfo(peer)))
+            .into_service::<hyper::body::Incoming>();
+        let connection =
+            builder.serve_connection(TokioIo::new(io), TowerToHyperService::new(service));
         let mut stop = stop_rx.clone();
         let open = open_rx.clone();
         tokio::spawn(async move {

@@ -15,6 +15,7 @@ use clap::Args;
 use tenantry_fence::{Binding, FenceKey, ScopeIdentity};
 use tenantry_kernel::CommandId;
 use tenantry_kernel::text::{MAX_CODE_BYTES, MAX_MESSAGE_BYTES, bounded};
+use tenantry_operator::identity::Caller;
 use tenantry_operator::refusal::USAGE_EXIT;
 use tenantry_operator::{CommandFilterInput, FilterError, FilterField};
 use tenantry_ports::lifecycle::{CommandFilter, CommandQueue};
@@ -27,7 +28,7 @@ use tenantry_engine::lifecycle::{OperatorActions, OperatorRequestError};
 use tenantry_ports::lifecycle::OperatorActionKind;
 
 use crate::admin::CommandView;
-use crate::config::{Config, redact_url};
+use crate::config::{self, Config, redact_url};
 use tenantry_engine::scoped_writes::admin::ClearTarget;
 use tenantry_engine::scoped_writes::{FenceConfig, ScopedWrites};
 
@@ -92,7 +93,8 @@ pub struct CommandsActArgs {
     /// Why (recorded; required for abandon).
     #[arg(long)]
     pub reason: Option<String>,
-    /// Who (recorded; default `cli:$USER`).
+    /// Who (recorded). With operators configured the `--operator`'s name is recorded, and
+    /// another name here is refused; without, default `cli:$USER`.
     #[arg(long)]
     pub actor: Option<String>,
 }
@@ -378,11 +380,54 @@ fn fence_admin(config: &Config, db: &Database) -> ScopedWrites<SeaOrmHostStorage
     )
 }
 
-/// `tenantry commands retry`, `tenantry commands abandon` and `tenantry commands mark-deleted`.
+/// Who a CLI command that changes something acts as: with operators configured, the operator
+/// named by `--operator` / `TENANTRY_OPERATOR` (required; its role must be `operate`);
+/// without, nobody in particular ([`Caller::Open`]). The CLI's authority is its access to the
+/// database; the name says who acts and the role what that operator may do.
+///
+/// # Errors
+/// The message and exit code: 2 for a missing or unknown operator, 1 for a `read` one.
+pub fn cli_caller(config: &Config, operator: Option<&str>) -> Result<Caller, (String, ExitCode)> {
+    let operators = config.all_operators();
+    let usage = |message: String| (message, ExitCode::from(USAGE_EXIT));
+    let caller = match (operators.is_empty(), operator.map(str::trim)) {
+        (true, None) => return Ok(Caller::Open),
+        (true, Some(name)) => {
+            return Err(usage(format!(
+                "--operator {name:?}: no operator is configured (admin_token, [[operators]]); drop --operator"
+            )));
+        }
+        (false, None) => {
+            let names: Vec<&str> = operators.iter().map(|o| o.name.as_str()).collect();
+            return Err(usage(format!(
+                "operators are configured: say who acts with --operator NAME or {} (one of: {})",
+                config::OPERATOR_ENV,
+                names.join(", ")
+            )));
+        }
+        (false, Some(name)) => match operators.by_name(name) {
+            Some(found) => Caller::of(found),
+            None => {
+                return Err(usage(format!(
+                    "--operator {name:?} is not a configured operator"
+                )));
+            }
+        },
+    };
+    if let Err(refusal) = caller.may_mutate() {
+        let code = ExitCode::from(refusal.exit_code());
+        return Err((refusal.message, code));
+    }
+    Ok(caller)
+}
+
+/// `tenantry commands retry`, `tenantry commands abandon` and `tenantry commands mark-deleted`,
+/// acting as `operator` ([`cli_caller`]).
 pub async fn commands_act(
     config: &Config,
     args: &CommandsActArgs,
     kind: OperatorActionKind,
+    operator: Option<&str>,
 ) -> ExitCode {
     let verb = kind.as_str();
     let reason = match (&args.reason, kind) {
@@ -398,12 +443,24 @@ pub async fn commands_act(
     if kind == OperatorActionKind::MarkDeleted && args.id.is_none() {
         return usage("mark_deleted acts on one command: give its id".to_owned());
     }
-    let actor = args.actor.clone().unwrap_or_else(|| {
-        format!(
-            "cli:{}",
-            std::env::var("USER").unwrap_or_else(|_| "unknown".to_owned())
-        )
-    });
+    let caller = match cli_caller(config, operator) {
+        Ok(caller) => caller,
+        Err((message, code)) => {
+            eprintln!("tenantry: {message}");
+            return code;
+        }
+    };
+    let default_actor = format!(
+        "cli:{}",
+        std::env::var("USER").unwrap_or_else(|_| "unknown".to_owned())
+    );
+    let actor = match caller.actor(args.actor.as_deref(), Some(&default_actor)) {
+        Ok(actor) => actor,
+        Err(refusal) => {
+            eprintln!("tenantry: {}", refusal.message);
+            return ExitCode::from(refusal.exit_code());
+        }
+    };
     let has_filter = args.status.is_some()
         || args.operation.is_some()
         || args.tenant.is_some()
@@ -582,7 +639,18 @@ fn fence_binding(value: &str) -> Result<Binding, String> {
 }
 
 /// `tenantry fences clear`.
-pub async fn fences_clear(config: &Config, args: &FencesClearArgs) -> ExitCode {
+pub async fn fences_clear(
+    config: &Config,
+    args: &FencesClearArgs,
+    operator: Option<&str>,
+) -> ExitCode {
+    let caller = match cli_caller(config, operator) {
+        Ok(caller) => caller,
+        Err((message, code)) => {
+            eprintln!("tenantry: {message}");
+            return code;
+        }
+    };
     let binding = match fence_binding(args.binding.as_str()) {
         Ok(b) => b,
         Err(e) => return usage(format!("--binding: {e}")),
@@ -606,6 +674,7 @@ pub async fn fences_clear(config: &Config, args: &FencesClearArgs) -> ExitCode {
         Ok(db) => db,
         Err(code) => return code,
     };
+    tracing::info!(%binding, actor = caller.name().unwrap_or("cli"), reason, "fence clear requested through the CLI");
     let code = match fence_admin(config, &db)
         .clear(&binding, &target, reason)
         .await

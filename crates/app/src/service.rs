@@ -323,16 +323,18 @@ impl Service {
             clock,
             counts: counts.clone(),
             fences: scoped_writes.clone(),
-            token: config.admin_token.as_deref().map(Arc::from),
+            operators: Arc::new(config.all_operators()),
             accepting: accepting.clone(),
             directory: directory
                 .as_ref()
                 .map(crate::directory::ProjectorHandle::reports),
         };
-        let ui = config.ui.then_some(crate::ui::UiSettings {
+        let ui = config.ui.then(|| crate::ui::UiSettings {
             read_only: config.ui_read_only,
             // With TLS on the listener the session cookie is `Secure`.
             secure_cookie: listener.is_tls(),
+            session_key: config.ui_session_key.clone(),
+            throttle: crate::ui::throttle::ThrottleRule::default(),
         });
         let mut server_stop = stopped;
         // The operator console at `/ui` beside the admin API, unless `ui = false`, behind the

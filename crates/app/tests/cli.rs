@@ -736,3 +736,99 @@ async fn case_012_commands_mark_deleted_completes_a_deleting_control_space() {
     assert_eq!(space.state, ControlSpaceState::Deleted);
     db.conn.close().await.unwrap();
 }
+
+/// With operators configured (`TENANTRY_OPERATORS`, tokens in files), a CLI command that
+/// changes something acts as a named operator (`--operator` or `TENANTRY_OPERATOR`): its name
+/// is the actor recorded, a `read` operator changes nothing (exit 1), an unknown or missing
+/// operator is a usage error (exit 2), and another `--actor` is refused.
+#[tokio::test]
+async fn the_cli_acts_as_a_named_operator_and_records_its_name() {
+    use tenantry_kernel::CommandId;
+    use tenantry_lifecycle::CommandStatus;
+    use tenantry_ports::lifecycle::CommandAdmin;
+    use tenantry_store_seaorm::lifecycle::SeaOrmLifecycleStore;
+
+    let dir = tempfile::tempdir().unwrap();
+    let out = tenantry()
+        .current_dir(dir.path())
+        .arg("migrate")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let (failed, _) = seed_failed_command(dir.path()).await;
+    let alice = dir.path().join("alice.token");
+    let bob = dir.path().join("bob.token");
+    std::fs::write(&alice, "alice-token-0123456789\n").unwrap();
+    std::fs::write(&bob, "bob-token-0123456789\n").unwrap();
+    let operators = format!(
+        "alice:operate:{},bob:read:{}",
+        alice.display(),
+        bob.display()
+    );
+    let run = |args: &[&str], operator_env: Option<&str>| {
+        let mut command = tenantry();
+        command
+            .current_dir(dir.path())
+            .env("TENANTRY_OPERATORS", &operators)
+            .args(args);
+        if let Some(name) = operator_env {
+            command.env("TENANTRY_OPERATOR", name);
+        }
+        let out = command.output().unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let retry = ["commands", "retry", failed.as_str(), "--reason", "fixed"];
+    let (code, stderr) = run(&retry, None);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("--operator"), "{stderr}");
+    let (code, stderr) = run(&[&retry[..], &["--operator", "carol"]].concat(), None);
+    assert_eq!(code, Some(2), "{stderr}");
+    let (code, stderr) = run(&[&retry[..], &["--operator", "bob"]].concat(), None);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("role read"), "{stderr}");
+    let (code, stderr) = run(
+        &[&retry[..], &["--operator", "alice", "--actor", "mallory"]].concat(),
+        None,
+    );
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("mallory"), "{stderr}");
+    let (code, _) = run(
+        &[
+            "fences",
+            "clear",
+            "--binding",
+            "b",
+            "--scope",
+            "s",
+            "--reason",
+            "x",
+        ],
+        Some("bob"),
+    );
+    assert_eq!(code, Some(1), "a read operator clears no fence");
+
+    let url = format!(
+        "sqlite://{}?mode=rwc",
+        dir.path().join("tenantry.db").display()
+    );
+    let db = tenantry_store_seaorm::connect(&url, 1).await.unwrap();
+    let store = SeaOrmLifecycleStore::new(&db);
+    let id = CommandId::parse(failed.as_str()).unwrap();
+    assert!(
+        store.command_actions(&id).await.unwrap().is_empty(),
+        "nothing was recorded"
+    );
+    assert_eq!(
+        store.command_by_id(&id).await.unwrap().unwrap().status,
+        CommandStatus::Failed
+    );
+    let (code, stderr) = run(&retry, Some("alice"));
+    assert_eq!(code, Some(0), "{stderr}");
+    let actions = store.command_actions(&id).await.unwrap();
+    assert_eq!(actions.len(), 1);
+    assert_eq!(actions[0].action.actor, "alice");
+    db.conn.close().await.unwrap();
+}

@@ -59,11 +59,7 @@ async fn case_003_permanent_remote_error_is_visible_and_operators_act_on_it() {
         .await;
     assert_error(status, &body, 400, "INVALID_ARGUMENT");
     let (status, body) = h
-        .post(
-            &retry,
-            &json!({"actor": "oncall", "reason": "remote fixed"}),
-            None,
-        )
+        .post(&retry, &json!({"reason": "remote fixed"}), None)
         .await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["status"], "pending");
@@ -77,7 +73,10 @@ async fn case_003_permanent_remote_error_is_visible_and_operators_act_on_it() {
     assert_eq!(status, 200);
     assert_eq!(actions["items"].as_array().unwrap().len(), 1, "{actions}");
     assert_eq!(actions["items"][0]["action"], "retry");
-    assert_eq!(actions["items"][0]["actor"], "oncall");
+    assert_eq!(
+        actions["items"][0]["actor"], "admin",
+        "the token's operator"
+    );
     assert_eq!(actions["items"][0]["reason"], "remote fixed");
     assert_eq!(actions["items"][0]["previous_status"], "failed");
     assert_eq!(
@@ -88,7 +87,7 @@ async fn case_003_permanent_remote_error_is_visible_and_operators_act_on_it() {
     let (status, body) = h
         .post(
             &format!("/v1/commands/{command_id}/abandon"),
-            &json!({"actor": "oncall", "reason": "late"}),
+            &json!({"reason": "late"}),
             None,
         )
         .await;
@@ -96,7 +95,7 @@ async fn case_003_permanent_remote_error_is_visible_and_operators_act_on_it() {
     let (status, body) = h
         .post(
             "/v1/commands/no-such-command/retry",
-            &json!({"actor": "oncall", "reason": "x"}),
+            &json!({"reason": "x"}),
             None,
         )
         .await;
@@ -121,7 +120,7 @@ async fn bulk_abandon_needs_a_status_and_acts_on_every_match() {
     let (status, body) = h
         .post(
             "/v1/commands/abandon",
-            &json!({"actor": "oncall", "reason": "tenant gone"}),
+            &json!({"reason": "tenant gone"}),
             None,
         )
         .await;
@@ -129,7 +128,7 @@ async fn bulk_abandon_needs_a_status_and_acts_on_every_match() {
     let (status, body) = h
         .post(
             "/v1/commands/abandon",
-            &json!({"actor": "oncall", "reason": "tenant gone", "status": "failed",
+            &json!({"reason": "tenant gone", "status": "failed",
                     "tenant_id": "t-1", "error_code": "INVALID_REQUEST"}),
             None,
         )
@@ -176,13 +175,13 @@ async fn bulk_abandon_with_command_ids_acts_on_exactly_the_confirmed_commands() 
     let (status, body) = h
         .post(
             &format!("/v1/commands/{}/retry", ids[1]),
-            &json!({"actor": "other", "reason": "meanwhile"}),
+            &json!({"reason": "meanwhile"}),
             None,
         )
         .await;
     assert_eq!(status, 200, "{body}");
     let bulk = |command_ids: Value| {
-        json!({"actor": "oncall", "reason": "tenant gone", "status": "failed",
+        json!({"reason": "tenant gone", "status": "failed",
                "command_ids": command_ids})
     };
     let (status, body) = h.post("/v1/commands/abandon", &bulk(json!([])), None).await;
@@ -295,7 +294,7 @@ async fn command_detail_lists_each_failed_attempt_with_its_time() {
     let (status, body) = h
         .post(
             &format!("{path}/abandon"),
-            &json!({"actor": "oncall", "reason": "bad slug, customer told"}),
+            &json!({"reason": "bad slug, customer told"}),
             None,
         )
         .await;
@@ -303,7 +302,7 @@ async fn command_detail_lists_each_failed_attempt_with_its_time() {
     let (_, detail) = h.get(&path).await;
     assert_eq!(detail["errors_total"], 3, "{detail}");
     assert_eq!(detail["errors"][0]["outcome"], "abandoned", "{detail}");
-    assert_eq!(detail["errors"][0]["actor"], "oncall", "{detail}");
+    assert_eq!(detail["errors"][0]["actor"], "admin", "{detail}");
     assert_eq!(
         detail["errors"][0]["message"], "bad slug, customer told",
         "{detail}"
@@ -329,7 +328,7 @@ async fn case_012_an_owning_delete_is_marked_deleted_and_the_id_says_deleted() {
     let command_id = deleted["command_id"].as_str().unwrap().to_owned();
     let cs = wait_for(&h, cs_path, |b| b["lifecycle_status"] == "failed").await;
     assert_eq!(cs["state"], "deleting", "{cs}");
-    let who = json!({"actor": "oncall", "reason": "removed in KnowledgeFS by hand"});
+    let who = json!({"reason": "removed in KnowledgeFS by hand"});
     let (status, body) = h
         .post(&format!("/v1/commands/{command_id}/abandon"), &who, None)
         .await;
@@ -403,7 +402,7 @@ async fn an_abandoned_provision_that_may_have_reached_the_remote_says_what_it_le
     let (status, body) = h
         .post(
             &format!("/v1/commands/{command_id}/abandon"),
-            &json!({"actor": "oncall", "reason": "giving up"}),
+            &json!({"reason": "giving up"}),
             None,
         )
         .await;
@@ -449,7 +448,7 @@ async fn an_abandoned_provision_the_remote_refused_leaves_nothing_behind() {
     let (status, body) = h
         .post(
             &format!("/v1/commands/{command_id}/abandon"),
-            &json!({"actor": "oncall", "reason": "bad request"}),
+            &json!({"reason": "bad request"}),
             None,
         )
         .await;

@@ -354,14 +354,14 @@ async fn actions_need_the_csrf_token_and_are_recorded() {
             .unwrap()
             .is_some_and(|v| !v.is_null())
     );
-    // With the token: the retry is recorded (actor console) and the command settles.
+    // With the token: the retry is recorded (actor: the token's operator, admin) and the command settles.
     let csrf = console.csrf().to_owned();
     let done = console
         .post(&retry, &[("csrf", &csrf), ("reason", "remote fixed")])
         .await;
     assert_eq!(done.status, 303, "{}", done.body);
     let (_, page) = h.get(&format!("/v1/commands/{id}/actions")).await;
-    assert_eq!(page["items"][0]["actor"], "console", "{page}");
+    assert_eq!(page["items"][0]["actor"], "admin", "{page}");
     assert_eq!(page["items"][0]["reason"], "remote fixed", "{page}");
     h.wait_state("t-1", "cs-csrf", "active", SETTLE).await;
     // Settled: the detail page offers no action and names the earlier attempt's error as such.
@@ -488,7 +488,7 @@ async fn bulk_confirmation_names_the_commands_and_the_action_touches_only_them()
     let (status, body) = h
         .post(
             &format!("/v1/commands/{second}/retry"),
-            &json!({"actor": "other", "reason": "meanwhile"}),
+            &json!({"reason": "meanwhile"}),
             None,
         )
         .await;

@@ -569,7 +569,7 @@ async fn console_on_a_phone_and_bulk_by_identity() {
     let (status, body) = h
         .post(
             &format!("/v1/commands/{second}/retry"),
-            &json!({"actor": "other", "reason": "meanwhile"}),
+            &json!({"reason": "meanwhile"}),
             None,
         )
         .await;

@@ -126,7 +126,7 @@ pub async fn start(
     }
     let settings = DirectorySettings {
         url,
-        token: Some(DEFAULT_TOKEN.to_owned()),
+        token: Some(DEFAULT_TOKEN.into()),
         instance: instance.to_string(),
         trusted_keys: demo
             .server

@@ -159,7 +159,7 @@ struct RunSettings {
 fn service_config(settings: RunSettings) -> Config {
     let mut config = Config::defaults();
     config.listen = ([127, 0, 0, 1], 0).into();
-    config.admin_token = Some(settings.admin_token);
+    config.admin_token = Some(settings.admin_token.into());
     config.workers = settings.workers;
     config.claim_batch = 4;
     config.idle_poll = Duration::from_millis(50);
@@ -167,7 +167,7 @@ fn service_config(settings: RunSettings) -> Config {
     config.retry_max_delay = Duration::from_secs(1);
     config.shutdown_grace = Duration::from_secs(10);
     config.knowledge_fs_url = Some(settings.knowledge_fs_url);
-    config.knowledge_fs_token = Some(settings.knowledge_fs_token);
+    config.knowledge_fs_token = Some(settings.knowledge_fs_token.into());
     config.knowledge_fs_deadline = settings.knowledge_fs_deadline;
     config.deletion_absence_grace = settings.deletion_absence_grace;
     config.knowledge_fs_max_concurrent_calls = 16;

@@ -13,6 +13,7 @@
 //! - [`metrics`]: the lifecycle metrics port over the `metrics` crate, Prometheus export;
 //! - [`directory`]: the directory projection's status as the operator sees it;
 //! - [`ports`]: the store ports the front ends are handed (trait objects, no storage types);
+//! - [`identity`]: named operators with roles, the secrets they hold, and the actor rule;
 //! - [`refusal`]: the one refusal type, mapped once to an HTTP status, a console page and a
 //!   CLI exit code.
 
@@ -21,6 +22,7 @@ pub mod counts;
 pub mod directory;
 pub mod fence_metrics;
 pub mod filter;
+pub mod identity;
 pub mod metrics;
 pub mod ports;
 pub mod refusal;

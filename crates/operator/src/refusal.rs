@@ -108,7 +108,31 @@ impl OperatorRefusal {
         Self::new(
             StatusCode::UNAUTHORIZED,
             "UNAUTHORIZED",
-            "missing or wrong bearer token; send Authorization: Bearer <admin_token>",
+            "missing or wrong bearer token; send Authorization: Bearer <token> with an operator token (admin_token or an [[operators]] token)",
+        )
+    }
+
+    /// 403 `FORBIDDEN_ROLE`: the operator `name` has `role` `read`, which may not change
+    /// anything (docs/operations.md, "Operators and roles"). Nothing was done.
+    pub fn forbidden_role(name: &str, role: impl std::fmt::Display) -> Self {
+        Self::new(
+            StatusCode::FORBIDDEN,
+            "FORBIDDEN_ROLE",
+            format!(
+                "operator {name:?} has role {role}, which may read but not change anything; nothing was done (use a token of an operator with role operate)"
+            ),
+        )
+    }
+
+    /// 403 `ACTOR_MISMATCH`: the request states an actor other than the authenticated
+    /// operator's name (an action is recorded under the token's name only). Nothing was done.
+    pub fn actor_mismatch(name: &str, stated: &str) -> Self {
+        Self::new(
+            StatusCode::FORBIDDEN,
+            "ACTOR_MISMATCH",
+            format!(
+                "actor {stated:?} is not the authenticated operator {name:?}; actions are recorded under the token's operator name: omit actor or send {name:?}; nothing was done"
+            ),
         )
     }
 

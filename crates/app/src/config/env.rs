@@ -3,8 +3,39 @@
 
 use std::collections::BTreeMap;
 
+use super::raw::RawOperator;
 use super::validate::validate;
 use super::{CONFIG_ENV, Config, ConfigError, ENV_PREFIX, RawConfig};
+
+/// `TENANTRY_OPERATORS`: `name:role:token_file` entries separated by commas (blank entries
+/// ignored; an empty value configures no named operator). The tokens themselves never travel
+/// in the environment, only the files that hold them.
+///
+/// # Errors
+/// What is wrong with which entry.
+pub fn parse_operators_env(value: &str) -> Result<Vec<RawOperator>, String> {
+    value
+        .split(',')
+        .map(str::trim)
+        .filter(|entry| !entry.is_empty())
+        .map(|entry| {
+            let mut parts = entry.splitn(3, ':');
+            match (parts.next(), parts.next(), parts.next()) {
+                (Some(name), Some(role), Some(file)) if !file.trim().is_empty() => {
+                    Ok(RawOperator {
+                        name: name.trim().to_owned(),
+                        role: role.trim().to_owned(),
+                        token: None,
+                        token_file: Some(file.trim().to_owned()),
+                    })
+                }
+                _ => Err(format!(
+                    "entry {entry:?} is not name:role:token_file (e.g. alice:operate:/run/secrets/alice)"
+                )),
+            }
+        })
+        .collect()
+}
 
 /// Where each setting came from, for error messages.
 pub(super) type Sources = BTreeMap<&'static str, String>;
@@ -12,7 +43,7 @@ pub(super) type Sources = BTreeMap<&'static str, String>;
 /// Every setting's name: the TOML key, and (upper-cased, prefixed with [`ENV_PREFIX`]) the
 /// environment variable. A unit test checks that it is exactly what the environment overlay
 /// reads.
-pub const SETTINGS: [&str; 53] = [
+pub const SETTINGS: [&str; 61] = [
     "database_url",
     "database_max_connections",
     "listen",
@@ -72,11 +103,25 @@ pub const SETTINGS: [&str; 53] = [
     "allow_plain_http",
     "tls_cert_file",
     "tls_key_file",
+    // Secrets from files (the convention of container secrets), the console's session key,
+    // and the named operators (docs/operations.md, "Operators and roles").
+    "admin_token_file",
+    "knowledge_fs_token_file",
+    "directory_token_file",
+    "database_url_file",
+    "database_password_file",
+    "ui_session_key",
+    "ui_session_key_file",
+    // `TENANTRY_OPERATORS`: `name:role:token_file` entries separated by commas.
+    "operators",
 ];
 
-/// `TENANTRY_*` variables that are read but are not settings: the configuration file, and the
-/// PostgreSQL server of the test suites.
-pub const OTHER_VARIABLES: [&str; 2] = [CONFIG_ENV, "TENANTRY_TEST_PG_URL"];
+/// `TENANTRY_*` variables that are read but are not settings: the configuration file, the
+/// PostgreSQL server of the test suites, and the operator the CLI acts as.
+pub const OTHER_VARIABLES: [&str; 3] = [CONFIG_ENV, "TENANTRY_TEST_PG_URL", OPERATOR_ENV];
+
+/// The variable naming the operator the CLI acts as (like `--operator`).
+pub const OPERATOR_ENV: &str = "TENANTRY_OPERATOR";
 
 /// Connections the pool needs beyond one per lifecycle worker: the admin API, `/readyz`, the
 /// metrics gauges and the directory projector.
@@ -197,7 +242,20 @@ pub fn merge_env_and_validate(
         knowledge_fs_ca_file, knowledge_fs_client_cert_file, knowledge_fs_client_key_file,
         directory_ca_file, directory_client_cert_file, directory_client_key_file,
         allow_plain_http, tls_cert_file, tls_key_file,
+        admin_token_file, knowledge_fs_token_file, directory_token_file, database_url_file,
+        database_password_file, ui_session_key, ui_session_key_file,
     );
+    if let Some(value) = env("TENANTRY_OPERATORS") {
+        raw.operators =
+            Some(
+                parse_operators_env(&value).map_err(|reason| ConfigError::Invalid {
+                    setting: "operators",
+                    origin: "TENANTRY_OPERATORS".to_owned(),
+                    reason,
+                })?,
+            );
+        sources.insert("operators", "TENANTRY_OPERATORS".to_owned());
+    }
     validate(raw, &|setting| {
         sources
             .get(setting)

@@ -17,6 +17,7 @@ mod env;
 mod error;
 mod model;
 mod raw;
+mod secrets;
 mod validate;
 
 #[cfg(test)]
@@ -26,15 +27,15 @@ use std::path::{Path, PathBuf};
 
 pub use crate::tls::AdminTls;
 pub use env::{
-    CONNECTIONS_BESIDES_WORKERS, OTHER_VARIABLES, SETTINGS, UnknownVariable,
-    merge_env_and_validate, unknown_variables,
+    CONNECTIONS_BESIDES_WORKERS, OPERATOR_ENV, OTHER_VARIABLES, SETTINGS, UnknownVariable,
+    merge_env_and_validate, parse_operators_env, unknown_variables,
 };
 pub use error::ConfigError;
 pub use model::{
     Config, DirectoryCapacity, DirectorySettings, LogFormat, RetentionSettings,
     is_plain_http_off_loopback, redact_url,
 };
-pub use raw::{RawConfig, RawRetention};
+pub use raw::{RawConfig, RawOperator, RawRetention};
 pub use validate::{DELETION_ABSENCE_GRACE_MARGIN, smallest_deletion_absence_grace};
 
 /// Largest accepted `directory_max_snapshot_workspaces` and `directory_max_active_workspaces`:

@@ -6,6 +6,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use serde::Deserialize;
+use tenantry_operator::identity::{ADMIN_OPERATOR, Operator, Operators, Role, Secret};
 use tenantry_remote_http::RemoteTls;
 
 use super::{ConfigError, RawConfig, merge_env_and_validate};
@@ -42,14 +43,25 @@ impl<'de> Deserialize<'de> for LogFormat {
 /// Validated configuration of the service.
 #[derive(Clone, PartialEq)]
 pub struct Config {
-    /// `database_url`: `sqlite://PATH?mode=rwc` or `postgres://USER@HOST/DB`.
+    /// `database_url`: `sqlite://PATH?mode=rwc` or `postgres://USER@HOST/DB` (or read from
+    /// `database_url_file`; with `database_password_file`, that file's password is put into
+    /// the URL's user info). `Debug` and every log redact its password ([`redact_url`]).
     pub database_url: String,
     /// `database_max_connections`: pool size (1..=512, default 8); at least `workers + 4`.
     pub database_max_connections: u32,
     /// `listen`: address of the admin API (default `127.0.0.1:8080`).
     pub listen: SocketAddr,
-    /// `admin_token`: bearer token of the admin API; required unless `listen` is loopback.
-    pub admin_token: Option<String>,
+    /// `admin_token` (or `admin_token_file`): the token of the operator `admin` (role
+    /// `operate`); a token or an `[[operators]]` entry is required unless `listen` is
+    /// loopback. See [`Config::operators`].
+    pub admin_token: Option<Secret>,
+    /// `[[operators]]` / `TENANTRY_OPERATORS`: the named operators besides `admin`, each with a
+    /// role and a token read from its file (docs/operations.md, "Operators and roles").
+    pub operators: Vec<Operator>,
+    /// `ui_session_key` (or `ui_session_key_file`): the key console session cookies are
+    /// signed with (HMAC-SHA256, at least 32 bytes); every replica behind one load balancer
+    /// needs the same. Without it each process signs with a random key of its own.
+    pub ui_session_key: Option<Secret>,
     /// `log_format`: `human` (default) or `json`.
     pub log_format: LogFormat,
     /// `log_filter`: tracing filter directives (default `info`; `RUST_LOG` wins when set).
@@ -86,8 +98,8 @@ pub struct Config {
     pub product_enabled: bool,
     /// `knowledge_fs_url`: base URL of the KnowledgeFS lifecycle API (required by `serve`).
     pub knowledge_fs_url: Option<String>,
-    /// `knowledge_fs_token`: bearer token sent to KnowledgeFS.
-    pub knowledge_fs_token: Option<String>,
+    /// `knowledge_fs_token` (or `knowledge_fs_token_file`): bearer token sent to KnowledgeFS.
+    pub knowledge_fs_token: Option<Secret>,
     /// `knowledge_fs_deadline_ms`: total deadline of one KnowledgeFS call (default 150000).
     pub knowledge_fs_deadline: Duration,
     /// `knowledge_fs_max_concurrent_calls`: calls in flight at once (1..=1024, default 8).
@@ -181,8 +193,9 @@ impl Default for DirectoryCapacity {
 pub struct DirectorySettings {
     /// `directory_url`: base URL of the Directory API v1 provider.
     pub url: String,
-    /// `directory_token`: bearer token sent to the provider, if it requires one.
-    pub token: Option<String>,
+    /// `directory_token` (or `directory_token_file`): bearer token sent to the provider, if it
+    /// requires one.
+    pub token: Option<Secret>,
     /// `directory_instance`: the instance uuid projected into this database.
     pub instance: String,
     /// `directory_trusted_keys`: `key_id=64 hex digits` entries separated by commas; the
@@ -204,7 +217,7 @@ impl std::fmt::Debug for DirectorySettings {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DirectorySettings")
             .field("url", &self.url)
-            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .field("token", &self.token)
             .field("instance", &self.instance)
             .field(
                 "trusted_keys",
@@ -228,10 +241,9 @@ impl std::fmt::Debug for Config {
             .field("database_url", &redact_url(&self.database_url))
             .field("database_max_connections", &self.database_max_connections)
             .field("listen", &self.listen)
-            .field(
-                "admin_token",
-                &self.admin_token.as_ref().map(|_| "<redacted>"),
-            )
+            .field("admin_token", &self.admin_token)
+            .field("operators", &self.operators)
+            .field("ui_session_key", &self.ui_session_key)
             .field("log_format", &self.log_format)
             .field("log_filter", &self.log_filter)
             .field("workers", &self.workers)
@@ -243,10 +255,7 @@ impl std::fmt::Debug for Config {
             .field("shutdown_grace", &self.shutdown_grace)
             .field("product_enabled", &self.product_enabled)
             .field("knowledge_fs_url", &self.knowledge_fs_url)
-            .field(
-                "knowledge_fs_token",
-                &self.knowledge_fs_token.as_ref().map(|_| "<redacted>"),
-            )
+            .field("knowledge_fs_token", &self.knowledge_fs_token)
             .field("knowledge_fs_deadline", &self.knowledge_fs_deadline)
             .field(
                 "knowledge_fs_max_concurrent_calls",
@@ -288,12 +297,32 @@ impl Config {
         })?;
         let token = self
             .knowledge_fs_token
-            .as_deref()
+            .as_ref()
+            .map(Secret::expose)
             .ok_or(ConfigError::Missing {
                 setting: "knowledge_fs_token",
-                hint: "set knowledge_fs_token in the file or TENANTRY_KNOWLEDGE_FS_TOKEN",
+                hint: "set knowledge_fs_token_file (a file holding the token), knowledge_fs_token in the file, or TENANTRY_KNOWLEDGE_FS_TOKEN",
             })?;
         Ok((url, token))
+    }
+}
+
+impl Config {
+    /// Every configured operator: `admin` (role `operate`) when `admin_token` is set, then the
+    /// named `[[operators]]`. Empty: the admin API and the console are open (loopback only).
+    pub fn all_operators(&self) -> Operators {
+        let admin = self.admin_token.as_ref().map(|token| Operator {
+            name: ADMIN_OPERATOR.to_owned(),
+            role: Role::Operate,
+            token: token.clone(),
+        });
+        Operators::new(admin.into_iter().chain(self.operators.clone()).collect())
+    }
+
+    /// Whether any operator token is configured (else the admin API and the console are
+    /// open, which `serve` allows on a loopback listener only).
+    pub fn has_operators(&self) -> bool {
+        self.admin_token.is_some() || !self.operators.is_empty()
     }
 }
 

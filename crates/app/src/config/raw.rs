@@ -2,20 +2,23 @@
 
 use serde::Deserialize;
 
+use tenantry_operator::identity::Secret;
+
 use super::{ConfigError, LogFormat};
 
-/// Settings as read from the file and the environment, before validation.
+/// Settings as read from the file and the environment, before validation. Secrets (tokens,
+/// keys, the database URL) are [`Secret`]s already, so `Debug` prints none of them.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawConfig {
     /// See [`Config::database_url`](super::Config::database_url).
-    pub database_url: Option<String>,
+    pub database_url: Option<Secret>,
     /// See [`Config::database_max_connections`](super::Config::database_max_connections).
     pub database_max_connections: Option<u32>,
     /// See [`Config::listen`](super::Config::listen).
     pub listen: Option<String>,
     /// See [`Config::admin_token`](super::Config::admin_token).
-    pub admin_token: Option<String>,
+    pub admin_token: Option<Secret>,
     /// See [`Config::log_format`](super::Config::log_format).
     pub log_format: Option<LogFormat>,
     /// See [`Config::log_filter`](super::Config::log_filter).
@@ -45,7 +48,7 @@ pub struct RawConfig {
     /// See [`Config::knowledge_fs_url`](super::Config::knowledge_fs_url).
     pub knowledge_fs_url: Option<String>,
     /// See [`Config::knowledge_fs_token`](super::Config::knowledge_fs_token).
-    pub knowledge_fs_token: Option<String>,
+    pub knowledge_fs_token: Option<Secret>,
     /// See [`Config::knowledge_fs_deadline`](super::Config::knowledge_fs_deadline).
     pub knowledge_fs_deadline_ms: Option<u64>,
     /// See [`Config::knowledge_fs_max_concurrent_calls`](super::Config::knowledge_fs_max_concurrent_calls).
@@ -67,7 +70,7 @@ pub struct RawConfig {
     /// See [`DirectorySettings::url`](super::DirectorySettings::url).
     pub directory_url: Option<String>,
     /// See [`DirectorySettings::token`](super::DirectorySettings::token).
-    pub directory_token: Option<String>,
+    pub directory_token: Option<Secret>,
     /// See [`DirectorySettings::instance`](super::DirectorySettings::instance).
     pub directory_instance: Option<String>,
     /// See [`DirectorySettings::trusted_keys`](super::DirectorySettings::trusted_keys).
@@ -103,6 +106,41 @@ pub struct RawConfig {
     pub admin_header_read_timeout_seconds: Option<u64>,
     /// See [`Config::admin_request_body_timeout`](super::Config::admin_request_body_timeout).
     pub admin_request_body_timeout_seconds: Option<u64>,
+    /// `admin_token_file`: a file holding `admin_token` (container secrets); not with it.
+    pub admin_token_file: Option<String>,
+    /// `knowledge_fs_token_file`: a file holding `knowledge_fs_token`; not with it.
+    pub knowledge_fs_token_file: Option<String>,
+    /// `directory_token_file`: a file holding `directory_token`; not with it.
+    pub directory_token_file: Option<String>,
+    /// `database_url_file`: a file holding `database_url`; not with it.
+    pub database_url_file: Option<String>,
+    /// `database_password_file`: a file holding the PostgreSQL password, put into the user
+    /// info of `database_url` (which must name a user and no password).
+    pub database_password_file: Option<String>,
+    /// See [`Config::ui_session_key`](super::Config::ui_session_key).
+    pub ui_session_key: Option<Secret>,
+    /// `ui_session_key_file`: a file holding `ui_session_key`; not with it.
+    pub ui_session_key_file: Option<String>,
+    /// The `[[operators]]` tables (environment: `TENANTRY_OPERATORS`, which replaces them).
+    pub operators: Option<Vec<RawOperator>>,
+}
+
+/// One `[[operators]]` table: a named operator token with a role (docs/operations.md,
+/// "Operators and roles").
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "an [[operators]] table with name, role and token_file (or token)"
+)]
+pub struct RawOperator {
+    /// The name recorded as the actor of its actions.
+    pub name: String,
+    /// `read` or `operate`.
+    pub role: String,
+    /// The token itself (prefer `token_file`).
+    pub token: Option<Secret>,
+    /// A file holding the token.
+    pub token_file: Option<String>,
 }
 
 /// The `[retention]` table as read, before validation; see

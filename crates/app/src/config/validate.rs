@@ -9,6 +9,9 @@ use tenantry_remote_http::tls::{FileRole, RemoteTls, TlsConfigError};
 
 use tenantry_directory::ProjectionLimits;
 
+use super::secrets::{
+    given, read_secret_file, secret, token_is_strong, validate_operators, with_password,
+};
 use super::{
     AdminTls, CONNECTIONS_BESIDES_WORKERS, Config, ConfigError, DEFAULT_DATABASE_URL,
     DEFAULT_LISTEN, DirectoryCapacity, DirectorySettings, MAX_DIRECTORY_MEMBERSHIPS,
@@ -167,9 +170,24 @@ pub(super) fn validate(
     )?;
     let admin_tls = admin_tls(&raw, &invalid)?;
     let retention = validate_retention(&raw, &in_range)?;
-    let database_url = raw
-        .database_url
-        .unwrap_or_else(|| DEFAULT_DATABASE_URL.to_owned());
+    let database_url = match secret(
+        &raw.database_url,
+        &raw.database_url_file,
+        "database_url",
+        "database_url_file",
+        &invalid,
+    )? {
+        Some(url) => url.expose().to_owned(),
+        None => DEFAULT_DATABASE_URL.to_owned(),
+    };
+    let database_url = match given(&raw.database_password_file) {
+        Some(path) => {
+            let password = read_secret_file("database_password_file", path, &invalid)?;
+            with_password(&database_url, password.expose())
+                .map_err(|reason| invalid("database_password_file", reason))?
+        }
+        None => database_url,
+    };
     if !(database_url.starts_with("sqlite:")
         || database_url.starts_with("postgres:")
         || database_url.starts_with("postgresql:"))
@@ -203,24 +221,70 @@ pub(super) fn validate(
             format!("{listen_text:?} is not an IP:PORT address ({e})"),
         )
     })?;
-    let admin_token = raw.admin_token.filter(|t| !t.is_empty());
+    let admin_token = secret(
+        &raw.admin_token,
+        &raw.admin_token_file,
+        "admin_token",
+        "admin_token_file",
+        &invalid,
+    )?;
     if let Some(token) = &admin_token
-        && (token.len() < 16 || token.chars().any(|c| c.is_whitespace() || c.is_control()))
+        && !token_is_strong(token.expose())
     {
+        let setting = if given(&raw.admin_token_file).is_some() {
+            "admin_token_file"
+        } else {
+            "admin_token"
+        };
         return Err(invalid(
-            "admin_token",
+            setting,
             "must be at least 16 characters without whitespace; generate one with `openssl rand -hex 32`"
                 .to_owned(),
         ));
     }
-    if admin_token.is_none() && !listen.ip().is_loopback() {
+    let operators = validate_operators(
+        raw.operators.as_deref().unwrap_or_default(),
+        admin_token.as_ref(),
+        &invalid,
+    )?;
+    if admin_token.is_none() && operators.is_empty() && !listen.ip().is_loopback() {
         return Err(invalid(
             "listen",
             format!(
-                "{listen} is not a loopback address and admin_token is not set; set admin_token (TENANTRY_ADMIN_TOKEN) or listen on 127.0.0.1"
+                "{listen} is not a loopback address and admin_token is not set; set admin_token (TENANTRY_ADMIN_TOKEN, or admin_token_file) or [[operators]], or listen on 127.0.0.1"
             ),
         ));
     }
+    let ui_session_key = secret(
+        &raw.ui_session_key,
+        &raw.ui_session_key_file,
+        "ui_session_key",
+        "ui_session_key_file",
+        &invalid,
+    )?;
+    if let Some(key) = &ui_session_key
+        && key.expose().len() < tenantry_operator::ui::session::MIN_KEY_BYTES
+    {
+        let setting = if given(&raw.ui_session_key_file).is_some() {
+            "ui_session_key_file"
+        } else {
+            "ui_session_key"
+        };
+        return Err(invalid(
+            setting,
+            format!(
+                "must be at least {} bytes; generate one with `openssl rand -hex 32`",
+                tenantry_operator::ui::session::MIN_KEY_BYTES
+            ),
+        ));
+    }
+    let knowledge_fs_token = secret(
+        &raw.knowledge_fs_token,
+        &raw.knowledge_fs_token_file,
+        "knowledge_fs_token",
+        "knowledge_fs_token_file",
+        &invalid,
+    )?;
     let workers = in_range("workers", u64::from(raw.workers.unwrap_or(4)), 1, 256)?;
     let needed = workers + u64::from(CONNECTIONS_BESIDES_WORKERS);
     if database_max_connections < needed {
@@ -358,6 +422,8 @@ pub(super) fn validate(
         database_max_connections: database_max_connections as u32,
         listen,
         admin_token,
+        operators,
+        ui_session_key,
         log_format: raw.log_format.unwrap_or_default(),
         log_filter,
         workers: workers as u32,
@@ -372,7 +438,7 @@ pub(super) fn validate(
         shutdown_grace: Duration::from_secs(shutdown_grace),
         product_enabled: raw.product_enabled.unwrap_or(true),
         knowledge_fs_url,
-        knowledge_fs_token: raw.knowledge_fs_token.filter(|t| !t.is_empty()),
+        knowledge_fs_token,
         knowledge_fs_deadline: Duration::from_millis(knowledge_fs_deadline),
         knowledge_fs_max_concurrent_calls: knowledge_fs_max_concurrent_calls as usize,
         fence_dispatch_deadline: Duration::from_millis(fence_dispatch_deadline),
@@ -470,6 +536,7 @@ fn validate_directory(
                 raw.directory_trusted_keys.is_some(),
             ),
             ("directory_token", raw.directory_token.is_some()),
+            ("directory_token_file", raw.directory_token_file.is_some()),
             ("directory_ca_file", raw.directory_ca_file.is_some()),
             (
                 "directory_client_cert_file",
@@ -581,9 +648,16 @@ fn validate_directory(
         ],
         invalid,
     )?;
+    let token = secret(
+        &raw.directory_token,
+        &raw.directory_token_file,
+        "directory_token",
+        "directory_token_file",
+        invalid,
+    )?;
     Ok(Some(DirectorySettings {
         url,
-        token: raw.directory_token.clone().filter(|t| !t.is_empty()),
+        token,
         instance,
         trusted_keys,
         sync_interval: Duration::from_millis(sync_ms),

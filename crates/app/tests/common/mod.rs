@@ -41,14 +41,14 @@ pub struct Harness {
 pub fn test_config(remote: &ReferenceRemote) -> Config {
     let mut config = Config::defaults();
     config.listen = ([127, 0, 0, 1], 0).into();
-    config.admin_token = Some(TOKEN.to_owned());
+    config.admin_token = Some(TOKEN.into());
     config.workers = 2;
     config.idle_poll = Duration::from_millis(20);
     config.retry_max_delay = Duration::from_millis(200);
     config.lease = Duration::from_secs(10);
     config.shutdown_grace = Duration::from_secs(10);
     config.knowledge_fs_url = Some(remote.base_url().to_owned());
-    config.knowledge_fs_token = Some(remote.bearer_token().to_owned());
+    config.knowledge_fs_token = Some(remote.bearer_token().into());
     config.knowledge_fs_deadline = Duration::from_secs(5);
     config
 }

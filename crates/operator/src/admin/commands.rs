@@ -1,12 +1,12 @@
 //! Operator routes on commands: read one command with its attempt-error log, retry or abandon
 //! one command, the confirmed commands that still match a filter, or every command matching
-//! it, and read a command's action log. Every action is recorded with who (`actor`), when
-//! and why (`reason`); a command that is not `pending` or `failed` is refused with 409
+//! it, and read a command's action log. Every action is recorded with who (`actor`: the
+//! authenticated operator's name, [`Caller::actor`]), when and why (`reason`); a command that is not `pending` or `failed` is refused with 409
 //! `COMMAND_NOT_ACTIONABLE` and left unchanged.
 
 use crate::CommandFilterInput;
-use axum::Json;
 use axum::extract::State;
+use axum::{Extension, Json};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use tenantry_engine::lifecycle::OperatorActions;
@@ -17,9 +17,10 @@ use tenantry_ports::lifecycle::{
 };
 
 use super::AdminState;
-use super::error::{AdminApiError, BodyRefusals, Conflict, NotFound, Refusals};
+use super::error::{AdminApiError, BodyRefusals, Conflict, NotFound, Refusals, RoleRefusals};
 use super::extract::{JsonBody, PathParams, parse_id};
 use super::lifecycle::CommandView;
+use crate::identity::Caller;
 use crate::ports::Store;
 
 /// Body of `POST /v1/commands/{command_id}/retry` and `.../abandon`.
@@ -27,8 +28,10 @@ use crate::ports::Store;
 #[schema(as = OperatorAction)]
 #[serde(deny_unknown_fields)]
 pub struct ActBody {
-    /// Who acts (1..=255 characters), e.g. `oncall:alice`.
-    pub actor: String,
+    /// Who acts. With operator tokens configured the authenticated operator's name is recorded:
+    /// omit it, or send that name (another name is 403 ACTOR_MISMATCH). Required (1..=255
+    /// characters, e.g. `oncall:alice`) only when no operator token is configured.
+    pub actor: Option<String>,
     /// Why (1..=1024 characters).
     pub reason: String,
 }
@@ -43,8 +46,8 @@ pub struct ActBody {
 #[schema(as = BulkOperatorAction)]
 #[serde(deny_unknown_fields)]
 pub struct BulkBody {
-    /// Who acts.
-    pub actor: String,
+    /// Who acts: as in `OperatorAction` (the authenticated operator's name is recorded).
+    pub actor: Option<String>,
     /// Why.
     pub reason: String,
     /// `failed` or `pending` (required).
@@ -171,18 +174,18 @@ fn command_id(value: &str) -> Result<CommandId, AdminApiError> {
 
 async fn act_one(
     state: &AdminState,
+    caller: &Caller,
     id: &str,
     kind: OperatorActionKind,
     body: ActBody,
 ) -> Result<Json<CommandView>, AdminApiError> {
     let id = command_id(id)?;
-    let after = operator(state)
-        .act(&id, kind, &body.actor, &body.reason)
-        .await?;
+    let actor = caller.actor(body.actor.as_deref(), None)?;
+    let after = operator(state).act(&id, kind, &actor, &body.reason).await?;
     tracing::info!(
         command_id = %id,
         action = kind.as_str(),
-        actor = ?body.actor.trim(),
+        actor = ?actor,
         reason = ?body.reason.trim(),
         "operator action on a command"
     );
@@ -200,6 +203,7 @@ async fn act_one(
     responses(
         (status = 200, description = "The command after the retry (status pending).", body = CommandView),
         Refusals,
+        RoleRefusals,
         (status = 404, response = NotFound),
         (status = 409, response = Conflict),
         BodyRefusals,
@@ -208,10 +212,11 @@ async fn act_one(
 )]
 pub async fn retry_command(
     State(state): State<AdminState>,
+    Extension(caller): Extension<Caller>,
     PathParams(id): PathParams<String>,
     JsonBody(body): JsonBody<ActBody>,
 ) -> Result<Json<CommandView>, AdminApiError> {
-    act_one(&state, &id, OperatorActionKind::Retry, body).await
+    act_one(&state, &caller, &id, OperatorActionKind::Retry, body).await
 }
 
 /// `POST /v1/commands/{command_id}/abandon`.
@@ -225,6 +230,7 @@ pub async fn retry_command(
     responses(
         (status = 200, description = "The command after the action (status abandoned).", body = CommandView),
         Refusals,
+        RoleRefusals,
         (status = 404, response = NotFound),
         (status = 409, response = Conflict),
         BodyRefusals,
@@ -233,10 +239,11 @@ pub async fn retry_command(
 )]
 pub async fn abandon_command(
     State(state): State<AdminState>,
+    Extension(caller): Extension<Caller>,
     PathParams(id): PathParams<String>,
     JsonBody(body): JsonBody<ActBody>,
 ) -> Result<Json<CommandView>, AdminApiError> {
-    act_one(&state, &id, OperatorActionKind::Abandon, body).await
+    act_one(&state, &caller, &id, OperatorActionKind::Abandon, body).await
 }
 
 /// `POST /v1/commands/{command_id}/mark-deleted`.
@@ -251,6 +258,7 @@ pub async fn abandon_command(
     responses(
         (status = 200, description = "The command after the action (status abandoned); its control space is deleted.", body = CommandView),
         Refusals,
+        RoleRefusals,
         (status = 404, response = NotFound),
         (status = 409, response = Conflict),
         BodyRefusals,
@@ -259,10 +267,11 @@ pub async fn abandon_command(
 )]
 pub async fn mark_deleted(
     State(state): State<AdminState>,
+    Extension(caller): Extension<Caller>,
     PathParams(id): PathParams<String>,
     JsonBody(body): JsonBody<ActBody>,
 ) -> Result<Json<CommandView>, AdminApiError> {
-    act_one(&state, &id, OperatorActionKind::MarkDeleted, body).await
+    act_one(&state, &caller, &id, OperatorActionKind::MarkDeleted, body).await
 }
 
 /// The code of a confirmed command that a bulk action skipped.
@@ -270,9 +279,11 @@ pub const NO_LONGER_MATCHES: &str = "COMMAND_NO_LONGER_MATCHES";
 
 async fn act_bulk(
     state: &AdminState,
+    caller: &Caller,
     kind: OperatorActionKind,
     body: BulkBody,
 ) -> Result<Json<BulkView>, AdminApiError> {
+    let actor = caller.actor(body.actor.as_deref(), None)?;
     let filter = CommandFilterInput {
         status: body.status.clone(),
         operation: body.operation.clone(),
@@ -289,18 +300,18 @@ async fn act_bulk(
                 .map(|id| parse_id("command_ids", id, CommandId::parse))
                 .collect::<Result<Vec<_>, _>>()?;
             operator(state)
-                .act_on_confirmed(&filter, &ids, kind, &body.actor, &body.reason)
+                .act_on_confirmed(&filter, &ids, kind, &actor, &body.reason)
                 .await?
         }
         None => {
             operator(state)
-                .act_on_matching(&filter, kind, &body.actor, &body.reason)
+                .act_on_matching(&filter, kind, &actor, &body.reason)
                 .await?
         }
     };
     tracing::info!(
         action = kind.as_str(),
-        actor = ?body.actor.trim(),
+        actor = ?actor,
         reason = ?body.reason.trim(),
         confirmed = body.command_ids.is_some(),
         acted = report.acted.len(),
@@ -347,15 +358,17 @@ async fn act_bulk(
     responses(
         (status = 200, description = "What was acted on, what was refused and which confirmed commands were skipped (each with code and message).", body = BulkView),
         Refusals,
+        RoleRefusals,
         BodyRefusals,
     ),
     security(("bearer" = []))
 )]
 pub async fn retry_matching(
     State(state): State<AdminState>,
+    Extension(caller): Extension<Caller>,
     JsonBody(body): JsonBody<BulkBody>,
 ) -> Result<Json<BulkView>, AdminApiError> {
-    act_bulk(&state, OperatorActionKind::Retry, body).await
+    act_bulk(&state, &caller, OperatorActionKind::Retry, body).await
 }
 
 /// `POST /v1/commands/abandon`.
@@ -368,15 +381,17 @@ pub async fn retry_matching(
     responses(
         (status = 200, description = "What was acted on, what was refused and which confirmed commands were skipped (each with code and message).", body = BulkView),
         Refusals,
+        RoleRefusals,
         BodyRefusals,
     ),
     security(("bearer" = []))
 )]
 pub async fn abandon_matching(
     State(state): State<AdminState>,
+    Extension(caller): Extension<Caller>,
     JsonBody(body): JsonBody<BulkBody>,
 ) -> Result<Json<BulkView>, AdminApiError> {
-    act_bulk(&state, OperatorActionKind::Abandon, body).await
+    act_bulk(&state, &caller, OperatorActionKind::Abandon, body).await
 }
 
 /// `GET /v1/commands/{command_id}`: one command with its attempt-error log.

@@ -49,6 +49,10 @@ error_responses! {
     BadRequest;
     /// Missing or wrong bearer token (UNAUTHORIZED).
     Unauthorized;
+    /// The operator's role may not do this (FORBIDDEN_ROLE: a `read` operator sent a
+    /// mutation), or the body's actor is not the authenticated operator's name
+    /// (ACTOR_MISMATCH). Nothing was written.
+    Forbidden;
     /// No such control space (CONTROL_SPACE_NOT_FOUND), command (COMMAND_NOT_FOUND) or route
     /// (NOT_FOUND).
     NotFound;
@@ -99,6 +103,9 @@ error_groups! {
     /// What every `/v1/*` operation can answer besides its own outcomes: bad input, a missing
     /// token, storage unavailable.
     Refusals = ["400" => BadRequest, "401" => Unauthorized, "503" => Unavailable];
+    /// What every mutation can answer about who sends it: 403 for a `read` operator or an
+    /// actor that is not the token's operator.
+    RoleRefusals = ["403" => Forbidden];
     /// What an operation with a JSON body can answer about the body itself.
     BodyRefusals = ["413" => PayloadTooLarge, "415" => UnsupportedMediaType];
 }

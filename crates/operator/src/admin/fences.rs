@@ -6,16 +6,22 @@
 //! writes: the same key with the same body replays the first answer (`Idempotent-Replayed:
 //! true`), the same key with another body is 422 `IDEMPOTENCY_KEY_REUSED`.
 
-use axum::Json;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue};
+use axum::{Extension, Json};
 use serde::{Deserialize, Serialize};
 use tenantry_fence::{Binding, FenceKey, ScopeIdentity};
 
 use super::AdminState;
-use super::error::{AdminApiError, Body, BodyRefusals, IdempotencyKeyReused, Refusals};
+use super::error::{
+    AdminApiError, Body, BodyRefusals, IdempotencyKeyReused, Refusals, RoleRefusals,
+};
 use super::extract::{IdempotencyKeyHeader, JsonBody, QueryParams};
+use crate::identity::Caller;
 use tenantry_engine::scoped_writes::admin::{ClearOutcome, ClearTarget, FenceView};
+
+/// The actor logged for a fence clear through an open admin API (no operator configured).
+pub const OPEN_API_ACTOR: &str = "anonymous";
 
 /// Longest accepted clearing reason, in characters.
 pub const MAX_REASON_CHARS: usize = 1000;
@@ -92,13 +98,14 @@ pub async fn list_fences(
     post,
     path = "/v1/fences/clear",
     operation_id = "clearFence",
-    summary = "Clear one fence (or an intent past its expiry) after reconciling its scope; writes a tombstone and logs the reason; idempotent under Idempotency-Key",
+    summary = "Clear one fence (or an intent past its expiry) after reconciling its scope; writes a tombstone and logs the reason and the operator; idempotent under Idempotency-Key",
     params(IdempotencyKeyHeader),
     request_body = ClearBody,
     responses(
         (status = 200, description = "Cleared, or nothing was fenced there (cleared = false, nothing written). A replay of the same Idempotency-Key and body answers the first result with header Idempotent-Replayed: true.", body = ClearOutcome,
             headers(("Idempotent-Replayed" = String, description = "`true` when the answer replays an earlier request with the same key."))),
         Refusals,
+        RoleRefusals,
         (status = 409, description = "FENCE_INTENT_IN_FLIGHT: the record is a write-ahead intent whose own expiry is still ahead on the database's clock (its dispatch may be in flight; the message says when it can be cleared); FENCE_CHANGED: another process rewrote the record meanwhile. Nothing was cleared.", body = Body<'static>),
         BodyRefusals,
         (status = 422, response = IdempotencyKeyReused),
@@ -107,6 +114,7 @@ pub async fn list_fences(
 )]
 pub async fn clear_fence(
     State(state): State<AdminState>,
+    Extension(caller): Extension<Caller>,
     key: IdempotencyKeyHeader,
     JsonBody(body): JsonBody<ClearBody>,
 ) -> Result<(HeaderMap, Json<ClearOutcome>), AdminApiError> {
@@ -135,6 +143,7 @@ pub async fn clear_fence(
     tracing::info!(
         %binding,
         idempotency_key = %key.key,
+        actor = caller.name().unwrap_or(OPEN_API_ACTOR),
         reason,
         "fence clear requested through the admin API"
     );

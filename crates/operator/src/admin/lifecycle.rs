@@ -20,7 +20,9 @@ use tracing::Instrument;
 
 use super::AdminState;
 use super::error::AdminApiError;
-use super::error::{BodyRefusals, Conflict, IdempotencyKeyReused, NotFound, Refusals};
+use super::error::{
+    BodyRefusals, Conflict, IdempotencyKeyReused, NotFound, Refusals, RoleRefusals,
+};
 use super::extract::{IdempotencyKeyHeader, JsonBody, PathParams, QueryParams, parse_id};
 
 pub use crate::{DEFAULT_PAGE, MAX_PAGE};
@@ -346,6 +348,7 @@ fn request_span(route: &'static str, tenant: &str) -> tracing::Span {
     responses(
         (status = 202, description = "Accepted: the provision command is enqueued (or, for a replayed Idempotency-Key, the original receipt with replayed = true).", body = Accepted),
         Refusals,
+        RoleRefusals,
         (status = 409, response = Conflict),
         BodyRefusals,
         (status = 422, response = IdempotencyKeyReused),
@@ -397,6 +400,7 @@ pub async fn create_control_space(
     responses(
         (status = 202, description = "Accepted.", body = Accepted),
         Refusals,
+        RoleRefusals,
         (status = 404, response = NotFound),
         (status = 409, response = Conflict),
         (status = 422, response = IdempotencyKeyReused),
@@ -438,6 +442,7 @@ pub async fn delete_control_space(
     responses(
         (status = 202, description = "Accepted.", body = Accepted),
         Refusals,
+        RoleRefusals,
         (status = 404, response = NotFound),
         (status = 409, response = Conflict),
         BodyRefusals,

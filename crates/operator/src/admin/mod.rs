@@ -2,8 +2,14 @@
 //! `docs/openapi/admin-v1.json` and served at `/openapi.json`.
 //!
 //! Rules every route follows:
-//! - `/v1/*` requires `Authorization: Bearer <admin_token>` when a token is configured;
-//!   `/healthz`, `/readyz`, `/metrics` and `/openapi.json` do not (probes and scrapers);
+//! - `/v1/*` requires `Authorization: Bearer <token>` with the token of a configured operator
+//!   (`admin_token`, or an `[[operators]]` entry) when any is configured; `/healthz`,
+//!   `/readyz`, `/metrics` and `/openapi.json` do not (probes and scrapers);
+//! - an operator with role `read` may send `GET` (and `HEAD`) only: any other method is 403
+//!   `FORBIDDEN_ROLE` before the handler runs, so nothing is written (the role is enforced
+//!   here once, for every route);
+//! - every action records the authenticated operator's name as its actor
+//!   ([`Caller::actor`](crate::identity::Caller::actor));
 //! - errors are `{code, message}` JSON with a 4xx status for the caller's mistakes (nothing is
 //!   written then) and 503 when storage is unavailable; a 5xx never carries the underlying
 //!   error text: it has a safe message and a `correlation_id` (also in the
@@ -29,7 +35,7 @@ use std::sync::atomic::AtomicBool;
 
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, Request, State};
-use axum::http::header;
+use axum::http::{Method, header};
 use axum::middleware::{self, Next};
 use axum::response::Response;
 use axum::routing::{get, post};
@@ -41,6 +47,7 @@ pub use lifecycle::{CommandView, CommandsQuery, DEFAULT_PAGE, MAX_PAGE, known_cu
 pub use openapi::document_json;
 
 use crate::directory::DirectoryHandle;
+use crate::identity::{Caller, Operators};
 use crate::ports::{Fences, Intake, Store};
 
 /// Largest accepted request body: 64 KiB.
@@ -91,8 +98,8 @@ pub struct AdminState {
     /// Fence listing and clearing: the process's one scoped-writes runtime (so a clear takes
     /// the same scope locks as its writers).
     pub fences: Fences,
-    /// Bearer token required on `/v1/*`, if any.
-    pub token: Option<Arc<str>>,
+    /// The operators whose bearer tokens `/v1/*` accepts (none: the API is open).
+    pub operators: Arc<Operators>,
     /// False once shutdown began (`/readyz` answers 503 then).
     pub accepting: Arc<AtomicBool>,
     /// The directory projection, when configured.
@@ -106,7 +113,7 @@ pub struct AdminState {
 impl std::fmt::Debug for AdminState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AdminState")
-            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .field("operators", &self.operators)
             .finish_non_exhaustive()
     }
 }
@@ -144,23 +151,34 @@ pub fn router(state: AdminState) -> Router {
         .with_state(state)
 }
 
-/// Refuses `/v1/*` requests without the configured bearer token.
+/// Authenticates `/v1/*` requests: with operators configured, the bearer token must be one of
+/// theirs (else 401), and the request gets its [`Caller`] as an extension; a `read` operator's
+/// request with a method other than `GET` or `HEAD` is refused with 403 `FORBIDDEN_ROLE`
+/// before any handler runs. Without operators every request is [`Caller::Open`].
 async fn require_token(
     State(state): State<AdminState>,
-    request: Request,
+    mut request: Request,
     next: Next,
 ) -> Result<Response, AdminApiError> {
-    if let Some(expected) = &state.token {
+    let caller = if state.operators.is_empty() {
+        Caller::Open
+    } else {
         let presented = request
             .headers()
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
             .and_then(bearer_credentials)
             .unwrap_or("");
-        if !constant_time_eq(presented.as_bytes(), expected.as_bytes()) {
-            return Err(AdminApiError::unauthorized());
+        match state.operators.authenticate(presented) {
+            Some(operator) => Caller::of(operator),
+            None => return Err(AdminApiError::unauthorized()),
         }
+    };
+    let reads = matches!(*request.method(), Method::GET | Method::HEAD);
+    if !reads {
+        caller.may_mutate()?;
     }
+    request.extensions_mut().insert(caller);
     Ok(next.run(request).await)
 }
 
@@ -173,17 +191,9 @@ fn bearer_credentials(value: &str) -> Option<&str> {
         .then(|| credentials.trim_start())
 }
 
-/// Compares without an early exit on the first differing byte.
-pub(crate) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
 #[cfg(test)]
 mod tests {
-    use super::{bearer_credentials, constant_time_eq};
+    use super::bearer_credentials;
 
     #[test]
     fn bearer_scheme_is_case_insensitive() {
@@ -198,13 +208,5 @@ mod tests {
         for (header, expected) in cases {
             assert_eq!(bearer_credentials(header), expected, "{header:?}");
         }
-    }
-
-    #[test]
-    fn token_comparison_needs_equal_bytes() {
-        assert!(constant_time_eq(b"abc", b"abc"));
-        assert!(!constant_time_eq(b"abc", b"abd"));
-        assert!(!constant_time_eq(b"abc", b"abcd"));
-        assert!(!constant_time_eq(b"", b"a"));
     }
 }

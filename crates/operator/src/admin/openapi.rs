@@ -15,7 +15,7 @@ use utoipa::openapi::{OpenApi as Document, Ref, Required};
 use utoipa::{IntoParams, Modify, OpenApi};
 
 use super::error::{
-    BadRequest, Conflict, IdempotencyKeyReused, NotFound, PayloadTooLarge, Unauthorized,
+    BadRequest, Conflict, Forbidden, IdempotencyKeyReused, NotFound, PayloadTooLarge, Unauthorized,
     Unavailable, UnsupportedMediaType,
 };
 use super::extract::IdempotencyKeyHeader;
@@ -27,7 +27,7 @@ use super::{commands, fences, lifecycle, probes};
     info(
         title = "Tenantry admin API",
         version = "1.0.0",
-        description = "Admin API of `tenantry serve`. JSON everywhere; errors are `{code, message}`. `/v1/*` requires `Authorization: Bearer <admin_token>` when a token is configured. Mutations accept one `Idempotency-Key` header (an Id; generated when absent, which makes the request non-replayable; two or more are 400 DUPLICATE_IDEMPOTENCY_KEY). Ids are 1..=255 bytes without whitespace, control or invisible format characters or '/', in Unicode NFC (a non-NFC id is refused, not normalized). A 5xx answer carries a correlation_id (also the X-Correlation-Id header) and never the underlying error text; the service log has the detail under the same id. Request bodies are limited to 64 KiB (413). Bad input is refused with 4xx and nothing is written."
+        description = "Admin API of `tenantry serve`. JSON everywhere; errors are `{code, message}`. `/v1/*` requires `Authorization: Bearer <token>` with an operator's token (`admin_token`, operator `admin`, or an `[[operators]]` entry) when any is configured. Each operator has a role: `read` may send GET only (any other method is 403 FORBIDDEN_ROLE, nothing written); `operate` may do everything. Every action records the authenticated operator's name as its actor: a body `actor` may be omitted, and one that differs from the name is 403 ACTOR_MISMATCH (without any operator configured, the body's actor is recorded and required). Mutations accept one `Idempotency-Key` header (an Id; generated when absent, which makes the request non-replayable; two or more are 400 DUPLICATE_IDEMPOTENCY_KEY). Ids are 1..=255 bytes without whitespace, control or invisible format characters or '/', in Unicode NFC (a non-NFC id is refused, not normalized). A 5xx answer carries a correlation_id (also the X-Correlation-Id header) and never the underlying error text; the service log has the detail under the same id. Request bodies are limited to 64 KiB (413). Bad input is refused with 4xx and nothing is written."
     ),
     servers((url = "http://127.0.0.1:8080")),
     paths(
@@ -53,6 +53,7 @@ use super::{commands, fences, lifecycle, probes};
     components(responses(
         BadRequest,
         Unauthorized,
+        Forbidden,
         NotFound,
         Conflict,
         IdempotencyKeyReused,

@@ -1,132 +1,37 @@
-//! Console sessions: the login form takes the admin token and sets a session cookie
-//! (`tenantry_console`, HttpOnly, SameSite=Strict, path `/ui`; also `Secure` when the admin
-//! listener serves TLS or a TLS-terminating proxy sends `X-Forwarded-Proto: https`, see
-//! [`cookie_is_secure`]); every page and action needs a
-//! live session (otherwise: a redirect to `/ui/login`, or `HX-Redirect` for htmx requests);
-//! every state-changing request carries the session's CSRF token (form field `csrf`; no header
-//! is read), otherwise 403 and nothing happens.
+//! Console sign-in: the form takes an operator's token (`admin_token` or an `[[operators]]`
+//! token) and sets a signed session cookie ([`super::session`]; `tenantry_console`,
+//! HttpOnly, SameSite=Strict, path `/ui`; also `Secure` when the admin listener serves TLS or
+//! a TLS-terminating proxy sends `X-Forwarded-Proto: https`, see [`cookie_is_secure`]); every
+//! page and action needs a live session (otherwise: a redirect to `/ui/login`, or
+//! `HX-Redirect` for htmx requests); every state-changing request carries the session's CSRF
+//! token (form field `csrf`; no header is read), otherwise 403 and nothing happens. A session
+//! of a `read` operator (or any session with `ui_read_only`) sees no action, and an action it
+//! sends anyway is refused with 403.
 //!
-//! Sessions live in this process only (a restart logs everyone out) for
-//! [`SESSION_LIFETIME`] on the clock port's monotonic time. Without a configured
-//! `admin_token` the admin API is open, and so the login takes any token.
+//! Failed sign-ins are throttled per client address ([`super::throttle`]): 429 with
+//! `Retry-After`. Without any configured operator the admin API is open, and so the sign-in
+//! takes any token (the session's operator is then `console`).
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::net::SocketAddr;
 
-use axum::extract::{Request, State};
+use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Redirect, Response};
 use maud::html;
 use serde::Deserialize;
-use tenantry_ports::clock::Clock;
-use tokio::time::Instant;
 
 use super::UiState;
 use super::extract::Form;
 use super::layout;
+pub use super::session::{SESSION_LIFETIME, Session, Sessions};
+use super::throttle::Verdict;
+use crate::identity::{OPEN_CONSOLE_ACTOR, Role, tokens_equal};
 
 /// Name of the session cookie.
 pub const COOKIE: &str = "tenantry_console";
 
-/// How long a session lasts after login: 12 hours.
-pub const SESSION_LIFETIME: Duration = Duration::from_secs(12 * 3600);
-
-/// Most sessions kept at once; the oldest goes first beyond it.
-pub const MAX_SESSIONS: usize = 1024;
-
-/// A logged-in console session, as handlers see it (a request extension).
-#[derive(Debug, Clone)]
-pub struct Session {
-    /// The CSRF token every state-changing request of this session must carry.
-    pub csrf: Arc<str>,
-    /// Whether the console is read-only (`ui_read_only`); set by [`require_session`] so every
-    /// page's header can say so.
-    pub read_only: bool,
-}
-
-#[derive(Debug)]
-struct Entry {
-    csrf: Arc<str>,
-    expires: Instant,
-}
-
-/// The live sessions of this process.
-pub struct Sessions {
-    clock: Arc<dyn Clock>,
-    map: Mutex<HashMap<String, Entry>>,
-}
-
-impl std::fmt::Debug for Sessions {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Sessions").finish_non_exhaustive()
-    }
-}
-
-/// 32 random bytes as hex: a session id or a CSRF token.
-fn random_token() -> String {
-    rand::random::<[u8; 32]>()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
-
-impl Sessions {
-    /// No session yet; lifetimes measured on `clock`.
-    pub fn new(clock: Arc<dyn Clock>) -> Self {
-        Self {
-            clock,
-            map: Mutex::new(HashMap::new()),
-        }
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Entry>> {
-        // The map holds plain values; a panic elsewhere leaves it usable.
-        self.map.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Starts a session; returns its id (the cookie value).
-    pub fn create(&self) -> String {
-        let now = self.clock.monotonic();
-        let id = random_token();
-        let mut map = self.lock();
-        map.retain(|_, e| e.expires > now);
-        if map.len() >= MAX_SESSIONS
-            && let Some(oldest) = map
-                .iter()
-                .min_by_key(|(_, e)| e.expires)
-                .map(|(k, _)| k.clone())
-        {
-            map.remove(&oldest);
-        }
-        map.insert(
-            id.clone(),
-            Entry {
-                csrf: Arc::from(random_token()),
-                expires: now + SESSION_LIFETIME,
-            },
-        );
-        id
-    }
-
-    /// The live session with this id.
-    pub fn get(&self, id: &str) -> Option<Session> {
-        let now = self.clock.monotonic();
-        let map = self.lock();
-        map.get(id).filter(|e| e.expires > now).map(|e| Session {
-            csrf: e.csrf.clone(),
-            read_only: false,
-        })
-    }
-
-    /// Ends a session.
-    pub fn remove(&self, id: &str) {
-        self.lock().remove(id);
-    }
-}
-
-/// The session id in the request's `Cookie` header(s), if any.
+/// The session cookie's value in the request's `Cookie` header(s), if any.
 pub fn session_cookie(headers: &HeaderMap) -> Option<String> {
     headers
         .get_all(header::COOKIE)
@@ -140,7 +45,7 @@ pub fn session_cookie(headers: &HeaderMap) -> Option<String> {
 
 /// Whether `presented` is the session's CSRF token (compared without an early exit).
 pub fn csrf_ok(session: &Session, presented: &str) -> bool {
-    crate::admin::constant_time_eq(presented.as_bytes(), session.csrf.as_bytes())
+    tokens_equal(presented.as_bytes(), session.csrf.as_bytes())
 }
 
 /// The answer to a state-changing request without the session's CSRF token: 403, nothing
@@ -165,7 +70,7 @@ pub async fn require_session(
     mut request: Request,
     next: Next,
 ) -> Response {
-    let session = session_cookie(request.headers()).and_then(|id| state.sessions.get(&id));
+    let session = session_cookie(request.headers()).and_then(|value| state.sessions.verify(&value));
     let Some(session) = session else {
         if request.headers().contains_key("hx-request") {
             return (
@@ -177,7 +82,7 @@ pub async fn require_session(
         return Redirect::to("/ui/login").into_response();
     };
     request.extensions_mut().insert(Session {
-        read_only: state.settings.read_only,
+        read_only: session.read_only || state.settings.read_only,
         ..session
     });
     next.run(request).await
@@ -191,12 +96,12 @@ pub async fn login_form() -> Response {
 fn login_page(error: Option<&str>, status: StatusCode) -> Response {
     let body = html! {
         h1 { "Tenantry console" }
-        p { "Sign in with the service's admin token (" code { "admin_token" } ")." }
+        p { "Sign in with your operator token (" code { "admin_token" } " or an " code { "[[operators]]" } " token)." }
         @if let Some(error) = error {
             p.error role="alert" { (error) }
         }
         form method="post" action="/ui/login" {
-            label for="token" { "Admin token" }
+            label for="token" { "Operator token" }
             input #token type="password" name="token" autocomplete="current-password" autofocus;
             button #login type="submit" { "Sign in" }
         }
@@ -207,37 +112,68 @@ fn login_page(error: Option<&str>, status: StatusCode) -> Response {
 /// The login form's fields.
 #[derive(Debug, Deserialize)]
 pub struct LoginForm {
-    /// The admin token.
+    /// The operator's token.
     pub token: String,
 }
 
-/// `POST /ui/login`: the admin token starts a session (303 to the overview with the cookie);
-/// a wrong token is 401 with the form again.
+/// The client address of a request: the connection's peer, when the listener recorded it.
+fn client(request_peer: Option<&ConnectInfo<SocketAddr>>) -> Option<std::net::IpAddr> {
+    request_peer.map(|ConnectInfo(addr)| addr.ip())
+}
+
+/// `POST /ui/login`: an operator's token starts a session (303 to the overview with the
+/// signed cookie); a wrong token is 401 with the form again; a client with too many recent
+/// failures is 429 with `Retry-After` (whole seconds) and its token is not even checked.
 pub async fn login(
     State(state): State<UiState>,
+    peer: Option<axum::Extension<ConnectInfo<SocketAddr>>>,
     headers: HeaderMap,
     Form(form): Form<LoginForm>,
 ) -> Response {
-    let accepted = match &state.admin.token {
-        Some(expected) => {
-            crate::admin::constant_time_eq(form.token.trim().as_bytes(), expected.as_bytes())
+    let client = client(peer.as_ref().map(|axum::Extension(p)| p));
+    let now = state.admin.clock.monotonic();
+    if let Verdict::Wait(wait) = state.throttle.check(client, now) {
+        let seconds = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+        let seconds = seconds.max(1);
+        tracing::warn!(client = ?client, retry_after_s = seconds, "console sign-in throttled");
+        let mut response = login_page(
+            Some(&format!(
+                "Too many failed sign-ins from this address; try again in {seconds} s."
+            )),
+            StatusCode::TOO_MANY_REQUESTS,
+        );
+        if let Ok(value) = HeaderValue::from_str(&seconds.to_string()) {
+            response.headers_mut().insert(header::RETRY_AFTER, value);
         }
-        None => true,
+        return response;
+    }
+    let operators = &state.admin.operators;
+    let signed_in = if operators.is_empty() {
+        Some((OPEN_CONSOLE_ACTOR.to_owned(), Role::Operate))
+    } else {
+        operators
+            .authenticate(form.token.trim())
+            .map(|o| (o.name.clone(), o.role))
     };
-    if !accepted {
-        tracing::warn!("console login refused: wrong admin token");
+    let Some((operator, role)) = signed_in else {
+        state.throttle.failed(client, now);
+        tracing::warn!(client = ?client, "console sign-in refused: no operator has that token");
         return login_page(
-            Some("That is not the admin token of this service."),
+            Some("That is not the admin token or an operator token of this service."),
             StatusCode::UNAUTHORIZED,
         );
-    }
-    let id = state.sessions.create();
+    };
+    state.throttle.succeeded(client);
+    tracing::info!(operator = %operator, role = %role, "console sign-in");
+    let value = state.sessions.issue(&operator, role);
     let secure = if cookie_is_secure(state.settings.secure_cookie, &headers) {
         "; Secure"
     } else {
         ""
     };
-    let cookie = format!("{COOKIE}={id}; Path=/ui; HttpOnly; SameSite=Strict{secure}");
+    let max_age = SESSION_LIFETIME.as_secs();
+    let cookie =
+        format!("{COOKIE}={value}; Path=/ui; HttpOnly; SameSite=Strict; Max-Age={max_age}{secure}");
     let mut response = Redirect::to("/ui").into_response();
     if let Ok(value) = HeaderValue::from_str(&cookie) {
         response.headers_mut().insert(header::SET_COOKIE, value);
@@ -266,7 +202,9 @@ pub struct CsrfForm {
     pub csrf: String,
 }
 
-/// `POST /ui/logout`: ends the session (CSRF token required) and clears the cookie.
+/// `POST /ui/logout`: ends the session (CSRF token required): clears the cookie and refuses it
+/// in this process from now on ([`Sessions::revoke`]; another replica accepts a copy of the
+/// cookie until it expires).
 pub async fn logout(
     State(state): State<UiState>,
     axum::Extension(session): axum::Extension<Session>,
@@ -276,9 +214,7 @@ pub async fn logout(
     if !csrf_ok(&session, &form.csrf) {
         return csrf_refused();
     }
-    if let Some(id) = session_cookie(&headers) {
-        state.sessions.remove(&id);
-    }
+    state.sessions.revoke(&session);
     let mut response = Redirect::to("/ui/login").into_response();
     let cleared = if cookie_is_secure(state.settings.secure_cookie, &headers) {
         "tenantry_console=; Path=/ui; HttpOnly; SameSite=Strict; Max-Age=0; Secure"
@@ -329,15 +265,18 @@ mod tests {
         assert!(!cookie_is_secure(false, &forwarded("http, https")));
     }
 
-    #[tokio::test]
-    async fn sessions_expire_on_the_clock() {
-        let clock = tenantry_ports::clock::ManualClock::new(chrono::Utc::now());
-        let sessions = Sessions::new(Arc::new(clock.clone()));
-        let id = sessions.create();
-        let session = sessions.get(&id).unwrap();
-        assert!(csrf_ok(&session, session.csrf.as_ref()));
-        assert!(!csrf_ok(&session, "nope"));
-        clock.advance(SESSION_LIFETIME);
-        assert!(sessions.get(&id).is_none());
+    #[test]
+    fn the_csrf_token_must_match_exactly() {
+        let session = Session {
+            operator: "alice".into(),
+            role: Role::Operate,
+            csrf: "0123abcd".into(),
+            read_only: false,
+            expires_at: 0,
+        };
+        assert!(csrf_ok(&session, "0123abcd"));
+        assert!(!csrf_ok(&session, "0123abce"));
+        assert!(!csrf_ok(&session, "0123abc"));
+        assert!(!csrf_ok(&session, ""));
     }
 }

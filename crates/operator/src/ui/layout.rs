@@ -85,8 +85,9 @@ pub fn page(
                     @for (path, label) in NAV {
                         a href=(path) class=[(path == active).then_some("active")] { (label) }
                     }
+                    span #operator.muted title={"signed in as operator " (session.operator) " (role " (session.role) ")"} { (session.operator) " (" (session.role) ")" }
                     @if session.read_only {
-                        span #read-only.badge title="ui_read_only = true: this console shows everything and offers no action" { "read-only" }
+                        span #read-only.badge title="a read operator, or ui_read_only = true: this console shows everything and offers no action" { "read-only" }
                     }
                     form.inline method="post" action="/ui/logout" {
                         input type="hidden" name="csrf" value=(session.csrf.as_ref());

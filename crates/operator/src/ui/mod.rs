@@ -1,9 +1,12 @@
 //! The operator console at `/ui` on the admin listener: server-rendered HTML (maud) with htmx
 //! for live refresh, both embedded in the binary (nothing is fetched at run time).
 //!
-//! - [`auth`]: the login form (the admin token), the session cookie (HttpOnly,
+//! - [`auth`]: the sign-in form (an operator's token), the session cookie (HttpOnly,
 //!   SameSite=Strict, path `/ui`), the CSRF token of every state-changing request, and the
 //!   redirect of every page to the login without a valid session;
+//! - [`session`]: the session cookie, signed with HMAC-SHA256 under `ui_session_key`, so every
+//!   replica with the same key and operators accepts it;
+//! - [`throttle`]: failed sign-ins per client address, 429 beyond the bound;
 //! - [`pages`]: overview, commands (filter, keyset paging, detail, retry / abandon one, bulk
 //!   of the commands a confirmation names, by id), fences (fence vs in-flight intent, clear with a
 //!   reason), directory (cursor, staleness, readiness, counts);
@@ -16,14 +19,18 @@
 //! Reads go through the stores' read ports and the shared [`CountsCache`](crate::counts::CountsCache)
 //! (at most one refresh a second for every viewer); actions call the same use cases as the
 //! admin API (`OperatorActions` of the engine, the fence administration of the process's
-//! `ScopedWrites`), so they are validated and recorded the same way. With
-//! `ui_read_only = true` no action is shown and every action request is refused with 403.
+//! `ScopedWrites`), so they are validated and recorded the same way, with the signed-in
+//! operator's name as the actor. A session of a `read` operator, and every session with
+//! `ui_read_only = true`, is shown no action, and every action request it sends is refused with
+//! 403.
 
 pub mod assets;
 pub mod auth;
 pub mod extract;
 pub mod layout;
 pub mod pages;
+pub mod session;
+pub mod throttle;
 
 use std::sync::Arc;
 
@@ -33,14 +40,19 @@ use axum::routing::{get, post};
 
 use crate::admin::{self, AdminState};
 
-/// Settings of the console (`ui`, `ui_read_only`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// Settings of the console (`ui`, `ui_read_only`, `ui_session_key`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct UiSettings {
     /// Hide and refuse every action (retry, abandon, fence clear).
     pub read_only: bool,
     /// Mark the session cookie `Secure` (the admin listener serves TLS). Behind a reverse
     /// proxy that terminates TLS, a request with `X-Forwarded-Proto: https` gets it too.
     pub secure_cookie: bool,
+    /// The key session cookies are signed with (`ui_session_key`); `None`: a random key of
+    /// this process (sessions then work on this replica only, until it stops).
+    pub session_key: Option<crate::identity::Secret>,
+    /// The sign-in throttle's rule.
+    pub throttle: throttle::ThrottleRule,
 }
 
 /// What the console's handlers share: the admin API's state (stores, use cases, clock,
@@ -49,8 +61,10 @@ pub struct UiSettings {
 pub struct UiState {
     /// The admin API's state.
     pub admin: AdminState,
-    /// Logged-in sessions.
-    pub sessions: Arc<auth::Sessions>,
+    /// Signs and checks session cookies.
+    pub sessions: Arc<session::Sessions>,
+    /// Failed sign-ins per client.
+    pub throttle: Arc<throttle::SignInThrottle>,
     /// `ui_read_only` and friends.
     pub settings: UiSettings,
 }
@@ -64,12 +78,25 @@ impl std::fmt::Debug for UiState {
 }
 
 impl UiState {
-    /// The console over `admin` with fresh sessions.
+    /// The console over `admin`, its sessions signed with `settings.session_key` (or a random
+    /// key of this process, which a log line at `warn` reports: sessions then do not survive
+    /// a restart nor work across replicas).
     pub fn new(admin: AdminState, settings: UiSettings) -> Self {
-        let sessions = Arc::new(auth::Sessions::new(admin.clock.clone()));
+        if settings.session_key.is_none() {
+            tracing::warn!(
+                "ui_session_key is not set: console sessions are signed with a random key of this process, so they end when it stops and are not accepted by other replicas behind a load balancer; set ui_session_key_file (docs/operations.md, \"Operators and roles\")"
+            );
+        }
+        let sessions = Arc::new(session::Sessions::new(
+            settings.session_key.clone(),
+            admin.operators.clone(),
+            admin.clock.clone(),
+        ));
+        let throttle = Arc::new(throttle::SignInThrottle::new(settings.throttle));
         Self {
             admin,
             sessions,
+            throttle,
             settings,
         }
     }

@@ -33,8 +33,9 @@ use crate::admin::{AdminApiError, DETAIL_ERRORS, known_cursor};
 /// Rows per page of the table.
 pub const PAGE: u32 = 50;
 
-/// The actor recorded for actions taken in the console.
-pub const ACTOR: &str = "console";
+/// The actor recorded for actions taken in an open console (no operator configured); with
+/// operators, the signed-in operator's name ([`Session::actor`]).
+pub const ACTOR: &str = crate::identity::OPEN_CONSOLE_ACTOR;
 
 /// The table's filter, as the filter form sends it (empty fields mean "any").
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -163,7 +164,7 @@ pub async fn list(
     }
     let before = html! {
         (filter_form(&query))
-        @if !state.settings.read_only {
+        @if !session.read_only {
             @if let Ok(CommandFilter { status: Some(status), .. }) = query.filter(1) {
                 @if status.accepts_operator_action() {
                     p {
@@ -309,7 +310,7 @@ pub async fn detail(
     let before = html! {
         @if !status.accepts_operator_action() {
             p.muted #not-actionable { "This command is " (status.as_str()) ": only pending or failed commands can be retried or abandoned." }
-        } @else if !state.settings.read_only {
+        } @else if !session.read_only {
             div #actions {
                 @for (kind, label, class) in [("retry", "Retry now", "primary"), ("abandon", "Abandon", "danger")] {
                     form.inline method="post" action={(path) "/" (kind)} {
@@ -456,7 +457,7 @@ async fn act_one(
     if !csrf_ok(session, &form.csrf) {
         return csrf_refused();
     }
-    if state.settings.read_only {
+    if session.read_only {
         return read_only_refused();
     }
     let id = match parse_command_id(id) {
@@ -464,9 +465,9 @@ async fn act_one(
         Err(e) => return error_page(&e),
     };
     let actions = OperatorActions::new(state.admin.store.clone(), state.admin.clock.clone());
-    match actions.act(&id, kind, ACTOR, &form.reason).await {
+    match actions.act(&id, kind, session.actor(), &form.reason).await {
         Ok(_) => {
-            tracing::info!(command_id = %id, action = kind.as_str(), actor = ACTOR, reason = ?form.reason.trim(), "operator action on a command (console)");
+            tracing::info!(command_id = %id, action = kind.as_str(), actor = session.actor(), reason = ?form.reason.trim(), "operator action on a command (console)");
             Redirect::to(&format!("/ui/commands/{}", encode(id.as_str()))).into_response()
         }
         Err(e) => error_page(&AdminApiError::from(e)),
@@ -548,7 +549,7 @@ pub async fn confirm_bulk(
     Extension(session): Extension<Session>,
     Query(form): Query<BulkForm>,
 ) -> Response {
-    if state.settings.read_only {
+    if session.read_only {
         return read_only_refused();
     }
     let (kind, filter) =
@@ -688,7 +689,7 @@ pub async fn bulk(
     if !csrf_ok(&session, &form.csrf) {
         return csrf_refused();
     }
-    if state.settings.read_only {
+    if session.read_only {
         return read_only_refused();
     }
     let (kind, filter) =
@@ -713,13 +714,13 @@ pub async fn bulk(
     };
     let actions = OperatorActions::new(state.admin.store.clone(), state.admin.clock.clone());
     let report = match actions
-        .act_on_confirmed(&filter, &ids, kind, ACTOR, &form.reason)
+        .act_on_confirmed(&filter, &ids, kind, session.actor(), &form.reason)
         .await
     {
         Ok(report) => report,
         Err(e) => return error_page(&AdminApiError::from(e)),
     };
-    tracing::info!(action = kind.as_str(), actor = ACTOR, reason = ?form.reason.trim(), acted = report.acted.len(), refused = report.refused.len(), skipped = report.skipped.len(), "operator bulk action on commands (console)");
+    tracing::info!(action = kind.as_str(), actor = session.actor(), reason = ?form.reason.trim(), acted = report.acted.len(), refused = report.refused.len(), skipped = report.skipped.len(), "operator bulk action on commands (console)");
     let body = html! {
         p #bulk-result { (kind.as_str()) ": " strong { (report.acted.len()) } " commands acted on, " (report.refused.len()) " refused, " (report.skipped.len()) " skipped." }
         @if !report.refused.is_empty() {

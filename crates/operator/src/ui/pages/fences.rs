@@ -27,7 +27,7 @@ pub async fn list(
     Extension(session): Extension<Session>,
     headers: HeaderMap,
 ) -> Response {
-    let live = match table(&state).await {
+    let live = match table(&state, session.read_only).await {
         Ok(live) => live,
         Err(e) => return error_page(&e),
     };
@@ -48,9 +48,8 @@ pub async fn list(
     .into_response()
 }
 
-async fn table(state: &UiState) -> Result<Markup, AdminApiError> {
+async fn table(state: &UiState, read_only: bool) -> Result<Markup, AdminApiError> {
     let views = state.admin.fences.fence_views(None).await?;
-    let read_only = state.settings.read_only;
     Ok(html! {
         @if views.is_empty() { p #no-fences.muted { "No fence and no write in flight." } }
         @else {
@@ -110,11 +109,10 @@ fn target(form: &ClearForm) -> Result<(tenantry_fence::Binding, FenceKey), Admin
 
 /// `GET /ui/fences/clear`: the form asking for the reason.
 pub async fn confirm_clear(
-    State(state): State<UiState>,
     Extension(session): Extension<Session>,
     Query(form): Query<ClearForm>,
 ) -> Response {
-    if state.settings.read_only {
+    if session.read_only {
         return read_only_refused();
     }
     if let Err(e) = target(&form) {
@@ -153,7 +151,7 @@ pub async fn clear(
     if !csrf_ok(&session, &form.csrf) {
         return csrf_refused();
     }
-    if state.settings.read_only {
+    if session.read_only {
         return read_only_refused();
     }
     let (binding, key) = match target(&form) {
@@ -167,7 +165,7 @@ pub async fn clear(
             format!("must say what was reconciled, in 1..={MAX_REASON_CHARS} characters"),
         ));
     }
-    tracing::info!(%binding, key = %key, reason, "fence clear requested through the console");
+    tracing::info!(%binding, key = %key, actor = session.actor(), reason, "fence clear requested through the console");
     match state
         .admin
         .fences

@@ -31,7 +31,7 @@ pub(crate) fn read_only_refused() -> Response {
         StatusCode::FORBIDDEN,
         layout::message_page(
             "Read-only console",
-            "This console is read-only (ui_read_only = true): no action was taken. Use the admin API or the CLI, or turn ui_read_only off.",
+            "This console session is read-only (a read operator, or ui_read_only = true): no action was taken. Sign in as an operator with role operate, or turn ui_read_only off.",
         ),
     )
         .into_response()
