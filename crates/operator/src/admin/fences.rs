@@ -106,7 +106,7 @@ pub async fn list_fences(
             headers(("Idempotent-Replayed" = String, description = "`true` when the answer replays an earlier request with the same key."))),
         Refusals,
         RoleRefusals,
-        (status = 409, description = "FENCE_INTENT_IN_FLIGHT: the record is a write-ahead intent whose own expiry is still ahead on the database's clock (its dispatch may be in flight; the message says when it can be cleared); FENCE_CHANGED: another process rewrote the record meanwhile. Nothing was cleared.", body = Body<'static>),
+        (status = 409, description = "FENCE_INTENT_IN_FLIGHT: the record is a write-ahead intent whose own expiry is still ahead on the database's clock (its dispatch may be in flight; the message says when it can be cleared); FENCE_REQUEST_MAY_LAND: the record is a fence over a request that may still land at the remote until its expiry (the message says when; reconcile after it); FENCE_CHANGED: another process rewrote the record meanwhile. Nothing was cleared.", body = Body<'static>),
         BodyRefusals,
         (status = 422, response = IdempotencyKeyReused),
     ),
