@@ -260,7 +260,7 @@ async fn run(args: &ChaosArgs) -> Result<(ChaosReport, PathBuf), String> {
     .map(|(k, v)| (format!("TENANTRY_{k}"), v))
     .collect();
     if let Some(t) = &target.token {
-        env.push(("TENANTRY_DIRECTORY_TOKEN".to_owned(), t.clone()));
+        env.push(("TENANTRY_DIRECTORY_TOKEN".to_owned(), t.expose().to_owned()));
     }
     // The wall-clock step needs libfaketime, and PostgreSQL: SQLite's clock is the replica's
     // own, so stepping it would step the database's clock too. Only the levels that draw every
