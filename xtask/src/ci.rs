@@ -24,7 +24,8 @@
 //! 9. the model-based check of the SQL store built with a planted mutation of shipped code
 //!    (`cargo test -p tenantry-verification --features planted-store-settle --test
 //!    store_sequences`: the settle without its lease predicate), which must name the property
-//!    it breaks;
+//!    it breaks; then every planted mutation of shipped rules switched on one at a time
+//!    (`--features planted-mutations --test planted`), each found by its checkers;
 //! 10. the operator console in headless Chromium: `cargo test -p tenantry-app --test
 //!    ui_browser -- --ignored` with `TENANTRY_REQUIRE_BROWSER=1` (a missing browser fails);
 //!    then `cargo doc --workspace --all-features --no-deps` with `RUSTDOCFLAGS=-D warnings`;
@@ -199,6 +200,30 @@ const PACKAGING_STEPS: &[PackagingStep] = &[
                 "planted-store-settle",
                 "--test",
                 "store_sequences",
+                "--locked",
+            ]
+            .map(str::to_owned)
+            .to_vec()
+        },
+        env: &[],
+        tests: true,
+    },
+    // Every planted mutation of shipped rules (`crates/verification/tests/planted.rs`), each
+    // switched on alone at run time: the models, simulations and the SQL store check must each
+    // name the property it breaks.
+    PackagingStep {
+        name: "test (planted mutations found)",
+        kind: StepKind::Planted,
+        budget: Duration::from_secs(300),
+        args: || {
+            [
+                "test",
+                "-p",
+                "tenantry-verification",
+                "--features",
+                "planted-mutations",
+                "--test",
+                "planted",
                 "--locked",
             ]
             .map(str::to_owned)

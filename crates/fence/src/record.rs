@@ -73,7 +73,10 @@ pub fn classify(stored: StoredRecord<'_>, owner: &str, now_ms: i64) -> Holder {
                     owner: holder,
                     expires_at_ms,
                 }
-            } else if !marker.dispatched {
+            } else if !marker.dispatched
+                // Planted (verification only): an expired dispatched intent read as free.
+                || tenantry_kernel::planted!("expired-intent-counts-as-free")
+            {
                 Holder::Lapsed { owner: holder }
             } else {
                 Holder::Fenced
@@ -243,8 +246,18 @@ pub fn clear_refusal(
     now_ms: i64,
     deadline_ms: i64,
 ) -> Result<(), ClearRefused> {
+    // Planted (verification only): a clear that never refuses.
+    if tenantry_kernel::planted!("clear-without-age-check") {
+        return Ok(());
+    }
     if marker.kind != RecordKind::Intent {
-        return match marker.expires_at_ms {
+        // Planted (verification only): a fence cleared whatever request it records.
+        let expiry = if tenantry_kernel::planted!("fence-forgets-its-request") {
+            None
+        } else {
+            marker.expires_at_ms
+        };
+        return match expiry {
             Some(expires_at_ms) if now_ms < expires_at_ms => Err(ClearRefused::RequestMayLand {
                 expires_at_ms,
                 remaining_ms: expires_at_ms.saturating_sub(now_ms),

@@ -22,6 +22,8 @@ pub mod lease;
 #[cfg(feature = "openapi")]
 pub mod openapi;
 pub mod outcome;
+#[cfg(feature = "planted-mutations")]
+pub mod planted;
 pub mod text;
 
 pub use fingerprint::{Fingerprint, canonical_json, fingerprint_json};
@@ -38,3 +40,17 @@ pub use outcome::{
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
+
+/// `true` while the planted mutation `$name` is active; the constant `false` in a crate built
+/// without its own feature `planted-mutations` (each crate that plants one declares that
+/// feature, forwarding to `tenantry-kernel/planted-mutations`).
+#[macro_export]
+macro_rules! planted {
+    ($name:literal) => {{
+        #[cfg(feature = "planted-mutations")]
+        let on = $crate::planted::active($name);
+        #[cfg(not(feature = "planted-mutations"))]
+        let on = false;
+        on
+    }};
+}

@@ -534,7 +534,13 @@ impl<'a> Step<'a> {
         grace: Duration,
         observed_at: DateTime<Utc>,
     ) -> AbsentOutcome {
-        let observed_at = observed_at.min(self.now);
+        // Planted (verification only): absence judged when the answer is acted on (the
+        // reference's rule), not when the lookup was sent.
+        let observed_at = if tenantry_kernel::planted!("absence-judged-at-answer") {
+            self.now
+        } else {
+            observed_at.min(self.now)
+        };
         let not_found = || AbsentOutcome::NotFound(self.not_found());
         let Some(cs) = cs.filter(|cs| owns(cs, self.command, ControlSpaceState::Deleting)) else {
             return not_found();

@@ -60,7 +60,11 @@ impl Working<'_> {
                         incoming: candidate.projection_revision,
                     });
                 }
-                if row.projection_revision == candidate.projection_revision && row != &next {
+                if row.projection_revision == candidate.projection_revision
+                    && row != &next
+                    // Planted (verification only): one revision takes other content.
+                    && !tenantry_kernel::planted!("revision-takes-other-content")
+                {
                     return Err(DirectoryError::WorkspaceRevisionConflict {
                         workspace: uuid.clone(),
                         revision: candidate.projection_revision,

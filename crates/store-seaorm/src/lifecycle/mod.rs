@@ -284,6 +284,12 @@ impl CommandQueue for SeaOrmLifecycleStore {
                THEN attempt_window_ends_at + {deadline} ELSE attempt_window_ends_at END",
             deadline = p(4),
         );
+        // Planted (verification only): a lease taken a minute before it expired.
+        let expired = if tenantry_kernel::planted!("sql-claim-takes-live-lease") {
+            format!("lease_expires_at <= {now} + 60000")
+        } else {
+            format!("lease_expires_at <= {now}")
+        };
         let sql = format!(
             "UPDATE tenantry_lifecycle_outbox SET status = 'processing', lease_owner = {owner}, \
              lease_expires_at = {now} + {lease}, prior_window_ends_at = {replaced}, \
@@ -293,7 +299,7 @@ impl CommandQueue for SeaOrmLifecycleStore {
              WHERE {matches}SELECT {key} FROM tenantry_lifecycle_outbox \
                WHERE completed_at IS NULL \
                  AND ((status = 'pending' AND next_attempt_at <= {now}) \
-                   OR (status = 'processing' AND lease_expires_at <= {now})){operation_filter} \
+                   OR (status = 'processing' AND {expired})){operation_filter} \
                ORDER BY next_attempt_at, created_at, id LIMIT {limit}{lock} \
              RETURNING *",
             owner = p(1),

@@ -156,7 +156,11 @@ impl InMemoryLifecycleStore {
 pub fn is_due(record: &CommandRecord, now: DateTime<Utc>) -> bool {
     match record.status {
         CommandStatus::Pending => record.next_attempt_at <= now,
-        CommandStatus::Processing => record.lease_expires_at.is_none_or(|at| at <= now),
+        CommandStatus::Processing => {
+            record.lease_expires_at.is_none_or(|at| at <= now)
+                // Planted (verification only): a live lease taken.
+                || tenantry_kernel::planted!("claim-takes-live-lease")
+        }
         CommandStatus::Succeeded
         | CommandStatus::Superseded
         | CommandStatus::Failed
@@ -168,8 +172,9 @@ pub fn is_due(record: &CommandRecord, now: DateTime<Utc>) -> bool {
 /// epoch (the SQL statements' compare-and-set). Public for the lease model, as [`is_due`].
 pub fn holds_lease(record: &CommandRecord, lease: &LeaseToken) -> bool {
     record.status == CommandStatus::Processing
-        && record.lease_owner.as_ref() == Some(&lease.owner)
-        && record.lease_epoch == lease.epoch
+        && ((record.lease_owner.as_ref() == Some(&lease.owner) && record.lease_epoch == lease.epoch)
+            // Planted (verification only): a settle or renewal without its lease predicate.
+            || tenantry_kernel::planted!("settle-without-lease-check"))
 }
 
 /// Store rule of a supersede: whether `rule` lets a settle supersede `record` at the store's
@@ -187,8 +192,16 @@ pub fn supersede_allowed(record: &CommandRecord, rule: SupersedeRule, now: DateT
                     && r.lease_expires_at.is_none_or(|at| at <= now));
             // Quiet when the lookup was sent (and by the store's clock).
             let quiet = r.attempt_count == 0
-                || r.attempt_window_ends_at
-                    .is_none_or(|end| add_duration(end, grace) <= observed_at.min(now));
+                || r.attempt_window_ends_at.is_none_or(|end| {
+                    // Planted (verification only): quietness judged when the answer is
+                    // acted on, not when the lookup was sent (the reference's rule).
+                    let at = if tenantry_kernel::planted!("absence-judged-at-answer") {
+                        now
+                    } else {
+                        observed_at.min(now)
+                    };
+                    add_duration(end, grace) <= at
+                });
             open && quiet
         }
     }

@@ -1,0 +1,208 @@
+//! Planted mutations of shipped rules (feature `planted-mutations`; docs/verification.md,
+//! "Properties and planted mutations"): each is switched on alone
+//! (`tenantry_kernel::planted::activate`), every checker named for it runs over the mutated
+//! rule, and each must report the property the mutation breaks. The mutated rules are the ones
+//! that ship: the fence runtime's record rules (`tenantry_fence`), the directory planner
+//! (`tenantry_directory`), the SQL store's claim (`tenantry-store-seaorm`) and the in-memory
+//! store's rules the lease model calls (`tenantry_ports::lifecycle::fake`).
+#![cfg(feature = "planted-mutations")]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::Arc;
+
+use tenantry_kernel::planted::activate;
+use tenantry_ports::clock::ManualClock;
+use tenantry_ports::lifecycle::conformance::{compare_sequence, t};
+use tenantry_store_seaorm::lifecycle::SeaOrmLifecycleStore;
+use tenantry_store_seaorm::testing::fresh_database;
+use tenantry_verification::fence::FenceProtocol;
+use tenantry_verification::find_counterexample;
+use tenantry_verification::lease::LeaseProtocol;
+use tenantry_verification::revisions::RevisionProtocol;
+use tenantry_verification::sim;
+
+/// A checker run over the active mutation: `Err` with what it reported, `Ok` when it found
+/// nothing.
+type Finding = Result<(), String>;
+
+fn model<M>(model: M, property: &'static str) -> Finding
+where
+    M: stateright::Model + Send + Sync + 'static,
+    M::State: Clone + std::fmt::Debug + Eq + std::hash::Hash + Send + Sync + 'static,
+    M::Action: Clone + std::fmt::Debug + Eq + std::hash::Hash + Send + Sync + 'static,
+{
+    // `find_counterexample` panics when the property holds everywhere.
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        find_counterexample(model, property)
+    })) {
+        Ok(path) => Err(format!(
+            "{property}: counterexample in {} steps",
+            path.lines().count()
+        )),
+        Err(_) => Ok(()),
+    }
+}
+
+fn simulation<S>(run: impl Fn(u64) -> Result<S, sim::SimFailure>, seeds: u64) -> Finding {
+    match (0..seeds).find_map(|seed| run(seed).err()) {
+        Some(failure) => Err(failure.to_string()),
+        None => Ok(()),
+    }
+}
+
+fn store_sequences() -> Finding {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        for seed in 0..12 {
+            let test_db = fresh_database().await;
+            let clock = ManualClock::new(t(0));
+            let store = SeaOrmLifecycleStore::new(&test_db.db).with_clock(Arc::new(clock.clone()));
+            if let Err(divergence) = compare_sequence(&store, &clock, seed, 200).await {
+                return Err(divergence.to_string());
+            }
+        }
+        Ok(())
+    })
+}
+
+/// One checker of one mutation: its name, how to run it, and the text its report must hold.
+struct Check {
+    mutation: &'static str,
+    checker: &'static str,
+    run: fn() -> Finding,
+    expected: &'static str,
+}
+
+const CHECKS: &[Check] = &[
+    Check {
+        mutation: "expired-intent-counts-as-free",
+        checker: "fence model",
+        run: || {
+            model(
+                FenceProtocol::correct(),
+                "no write dispatched while an earlier unknown outcome is unresolved",
+            )
+        },
+        expected: "no write dispatched while an earlier unknown outcome is unresolved",
+    },
+    Check {
+        mutation: "expired-intent-counts-as-free",
+        checker: "fences simulation",
+        run: || simulation(|seed| sim::fences::run(seed, 2_000, None), 100),
+        expected: "unknown outcome there is unresolved",
+    },
+    Check {
+        mutation: "clear-without-age-check",
+        checker: "fence model",
+        run: || {
+            model(
+                FenceProtocol::correct(),
+                "clearing never erases the only record of an in-flight outcome",
+            )
+        },
+        expected: "clearing never erases the only record of an in-flight outcome",
+    },
+    Check {
+        mutation: "clear-without-age-check",
+        checker: "fences simulation",
+        run: || simulation(|seed| sim::fences::run(seed, 2_000, None), 100),
+        expected: "was in flight",
+    },
+    Check {
+        mutation: "fence-forgets-its-request",
+        checker: "fence model",
+        run: || {
+            model(
+                FenceProtocol::correct(),
+                "clearing never erases the only record of an in-flight outcome",
+            )
+        },
+        expected: "clearing never erases the only record of an in-flight outcome",
+    },
+    Check {
+        mutation: "claim-takes-live-lease",
+        checker: "lease model",
+        run: || {
+            model(
+                LeaseProtocol::correct(),
+                "at most one live lease per command",
+            )
+        },
+        expected: "at most one live lease per command",
+    },
+    Check {
+        mutation: "settle-without-lease-check",
+        checker: "lease model",
+        run: || {
+            model(
+                LeaseProtocol::correct(),
+                "no settle accepted from a stale epoch",
+            )
+        },
+        expected: "no settle accepted from a stale epoch",
+    },
+    Check {
+        mutation: "absence-judged-at-answer",
+        checker: "lease model (slow lookups)",
+        run: || {
+            model(
+                LeaseProtocol {
+                    slow_lookups: true,
+                    ..LeaseProtocol::correct()
+                },
+                "a deleted control space has no remote space",
+            )
+        },
+        expected: "a deleted control space has no remote space",
+    },
+    Check {
+        mutation: "sql-claim-takes-live-lease",
+        checker: "SQL store against the model",
+        run: store_sequences,
+        expected: "at most one live lease per command",
+    },
+    Check {
+        mutation: "revision-takes-other-content",
+        checker: "revisions model",
+        run: || {
+            model(
+                RevisionProtocol::correct(),
+                "the same revision never takes different content",
+            )
+        },
+        expected: "the same revision never takes different content",
+    },
+];
+
+#[test]
+fn every_planted_mutation_of_shipped_code_is_found() {
+    let mut missed = Vec::new();
+    for check in CHECKS {
+        activate(Some(check.mutation));
+        let finding = (check.run)();
+        activate(None);
+        match finding {
+            Err(report) if report.contains(check.expected) => {
+                println!(
+                    "{} found by the {}:\n  {report}",
+                    check.mutation, check.checker
+                );
+            }
+            Err(report) => missed.push(format!(
+                "{} / {}: reported something else: {report}",
+                check.mutation, check.checker
+            )),
+            Ok(()) => missed.push(format!(
+                "{} / {}: found nothing",
+                check.mutation, check.checker
+            )),
+        }
+    }
+    assert!(missed.is_empty(), "{missed:#?}");
+    // Switched off again, the checkers find nothing (the switch is the only change).
+    assert_eq!(store_sequences(), Ok(()));
+}
