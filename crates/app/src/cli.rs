@@ -11,6 +11,7 @@ use tenantry_ports::lifecycle::OperatorActionKind;
 
 use crate::config::{self, Config};
 use crate::ops::{CommandsActArgs, CommandsListArgs, FencesClearArgs, FencesListArgs, PruneArgs};
+use crate::telemetry::{self, Traces};
 use crate::{logging, ops, service};
 
 /// Tenantry: keeps a multi-tenant platform's database and the remote services it drives in
@@ -124,13 +125,32 @@ pub async fn run(cli: Cli) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    logging::init(config.log_format, &config.log_filter);
+    // Traces only for `serve` (docs/operations.md, "Tracing"); a failure leaves them off.
+    let traces = if matches!(cli.command, Command::Serve) {
+        match Traces::from_settings(config.otlp_endpoint.as_deref(), telemetry::process_env) {
+            Ok(traces) => traces,
+            Err(e) => {
+                eprintln!("tenantry: warning: traces are off: {e}");
+                None
+            }
+        }
+    } else {
+        None
+    };
+    logging::init_with_traces(config.log_format, &config.log_filter, traces.as_ref());
     let names = std::env::vars_os().filter_map(|(name, _)| name.into_string().ok());
     for unknown in config::unknown_variables(names) {
         eprintln!("tenantry: warning: {unknown}");
     }
     match cli.command {
-        Command::Serve => serve(&config).await,
+        Command::Serve => {
+            let code = serve(&config).await;
+            // After the graceful shutdown: export what is batched.
+            if let Some(traces) = traces {
+                traces.shutdown().await;
+            }
+            code
+        }
         Command::Migrate => ops::migrate(&config).await,
         Command::Commands(CommandsCommand::List(args)) => ops::commands_list(&config, &args).await,
         Command::Commands(CommandsCommand::Retry(args)) => {

@@ -33,10 +33,17 @@ pub mod client;
 pub mod directory;
 #[cfg(feature = "lifecycle")]
 pub mod knowledge_fs;
+pub mod otlp;
 pub mod outcome;
 #[cfg(any(feature = "lifecycle", feature = "directory"))]
 mod path;
 pub mod tls;
+#[cfg(any(feature = "lifecycle", feature = "directory"))]
+mod trace_context;
+
+/// The W3C trace context header every KnowledgeFS and directory request carries when
+/// OpenTelemetry records the caller's span (docs/protocol.md, "Trace context").
+pub const TRACEPARENT_HEADER: &str = "traceparent";
 
 pub use client::{ClientBuildError, mutation_client};
 #[cfg(feature = "directory")]

@@ -92,6 +92,8 @@ mod pg_tls;
 #[cfg(all(feature = "lifecycle", feature = "directory"))]
 pub mod retention;
 pub mod sqlite_file;
+#[cfg(feature = "lifecycle")]
+mod trace_context;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 #[cfg(any(test, feature = "testing", feature = "bench"))]

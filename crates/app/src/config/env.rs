@@ -12,7 +12,7 @@ pub(super) type Sources = BTreeMap<&'static str, String>;
 /// Every setting's name: the TOML key, and (upper-cased, prefixed with [`ENV_PREFIX`]) the
 /// environment variable. A unit test checks that it is exactly what the environment overlay
 /// reads.
-pub const SETTINGS: [&str; 53] = [
+pub const SETTINGS: [&str; 54] = [
     "database_url",
     "database_max_connections",
     "listen",
@@ -72,6 +72,9 @@ pub const SETTINGS: [&str; 53] = [
     "allow_plain_http",
     "tls_cert_file",
     "tls_key_file",
+    // Traces (docs/operations.md, "Tracing"): the OTLP/HTTP collector; the `OTEL_*` variables
+    // are read by the exporter itself.
+    "otlp_endpoint",
 ];
 
 /// `TENANTRY_*` variables that are read but are not settings: the configuration file, and the
@@ -198,6 +201,7 @@ pub fn merge_env_and_validate(
         directory_ca_file, directory_client_cert_file, directory_client_key_file,
         allow_plain_http, tls_cert_file, tls_key_file,
     );
+    overlay_env!(raw, sources, env; otlp_endpoint,);
     validate(raw, &|setting| {
         sources
             .get(setting)
