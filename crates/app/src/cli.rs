@@ -11,7 +11,7 @@ use tenantry_ports::lifecycle::OperatorActionKind;
 
 use crate::config::{self, Config};
 use crate::ops::{CommandsActArgs, CommandsListArgs, FencesClearArgs, FencesListArgs, PruneArgs};
-use crate::telemetry::{self, Traces};
+use crate::telemetry;
 use crate::{logging, ops, service};
 
 /// Tenantry: keeps a multi-tenant platform's database and the remote services it drives in
@@ -127,17 +127,11 @@ pub async fn run(cli: Cli) -> ExitCode {
     };
     // Traces only for `serve` (docs/operations.md, "Tracing"); a failure leaves them off.
     let traces = if matches!(cli.command, Command::Serve) {
-        match Traces::from_settings(config.otlp_endpoint.as_deref(), telemetry::process_env) {
-            Ok(traces) => traces,
-            Err(e) => {
-                eprintln!("tenantry: warning: traces are off: {e}");
-                None
-            }
-        }
+        telemetry::init_serve_logging(&config)
     } else {
+        logging::init(config.log_format, &config.log_filter);
         None
     };
-    logging::init_with_traces(config.log_format, &config.log_filter, traces.as_ref());
     let names = std::env::vars_os().filter_map(|(name, _)| name.into_string().ok());
     for unknown in config::unknown_variables(names) {
         eprintln!("tenantry: warning: {unknown}");

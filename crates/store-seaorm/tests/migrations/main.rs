@@ -227,7 +227,7 @@ async fn m0006_runs_up_down_and_up_again_with_rows_present() {
         Some(5000),
         "claimed before the migration: a conservative window"
     );
-    LifecycleMigrator::down(conn, Some(5)).await.unwrap();
+    LifecycleMigrator::down(conn, Some(6)).await.unwrap();
     assert!(!column_exists(conn, "lifecycle_outbox", "attempt_window_ends_at").await);
     LifecycleMigrator::up(conn, None).await.unwrap();
     assert!(column_exists(conn, outbox, "attempt_window_ends_at").await);

@@ -170,7 +170,7 @@ async fn a_database_migrated_before_the_prefix_is_adopted_and_renamed_keeping_ro
     db.db.migrate(Mechanisms::ALL).await.unwrap();
     assert_named(conn, "tenantry_", "", "after the upgrade").await;
     assert!(!table_exists(conn, "seaql_migrations").await);
-    assert_eq!(count(conn, "tenantry_lifecycle_migrations").await, 8);
+    assert_eq!(count(conn, "tenantry_lifecycle_migrations").await, 9);
     db.db.check_schema(Mechanisms::ALL).await.unwrap();
 
     // Down and up again after the upgrade.
