@@ -80,7 +80,8 @@ impl Traces {
         }
         let runtime = tokio::runtime::Handle::try_current().map_err(|_| TracesError::NoRuntime)?;
         // The platform's roots (an https:// collector), rustls with ring as for the remotes.
-        let client = OtlpHttpClient::new(runtime).map_err(|e| TracesError::Client(e.to_string()))?;
+        let client =
+            OtlpHttpClient::new(runtime).map_err(|e| TracesError::Client(e.to_string()))?;
         let mut exporter = opentelemetry_otlp::SpanExporter::builder()
             .with_http()
             .with_http_client(client);
@@ -92,10 +93,8 @@ impl Traces {
             .map_err(|e| TracesError::Exporter(e.to_string()))?;
         let names_service = var("OTEL_SERVICE_NAME").is_some()
             || var("OTEL_RESOURCE_ATTRIBUTES").is_some_and(|a| a.contains("service.name="));
-        let mut resource = Resource::builder().with_attribute(KeyValue::new(
-            "service.version",
-            env!("CARGO_PKG_VERSION"),
-        ));
+        let mut resource = Resource::builder()
+            .with_attribute(KeyValue::new("service.version", env!("CARGO_PKG_VERSION")));
         if !names_service {
             resource = resource.with_service_name(DEFAULT_SERVICE_NAME);
         }

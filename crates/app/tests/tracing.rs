@@ -6,104 +6,22 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
+#[path = "common/otlp.rs"]
+mod otlp;
 
 use std::collections::BTreeSet;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use axum::Router;
-use axum::body::Bytes;
-use axum::extract::State;
-use axum::routing::post;
-use opentelemetry_proto::tonic::collector::trace::v1::{
-    ExportTraceServiceRequest, ExportTraceServiceResponse,
-};
-use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
-use prost::Message;
 use serde_json::json;
 use tenantry_lifecycle::CommandStatus;
 use tenantry_testkit::fault::{Fault, Route};
 
 use common::{Harness, TOKEN};
+use otlp::{Received, start_receiver};
 
 /// The caller's trace: the admin POST carries `traceparent` with this trace and span id.
 const TRACE_ID: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 const CALLER_SPAN_ID: &str = "00f067aa0ba902b7";
-
-/// A span as the receiver decoded it.
-#[derive(Debug, Clone)]
-struct Received {
-    trace_id: String,
-    span_id: String,
-    parent_span_id: String,
-    name: String,
-    attributes: Vec<(String, String)>,
-}
-
-impl Received {
-    fn attribute(&self, key: &str) -> Option<&str> {
-        self.attributes
-            .iter()
-            .find(|(k, _)| k == key)
-            .map(|(_, v)| v.as_str())
-    }
-}
-
-type Spans = Arc<Mutex<Vec<Received>>>;
-
-/// `POST /v1/traces`: decodes the protobuf export and keeps every span.
-async fn receive(State(spans): State<Spans>, body: Bytes) -> impl axum::response::IntoResponse {
-    let request = ExportTraceServiceRequest::decode(body).expect("an OTLP protobuf export");
-    let mut kept = spans.lock().unwrap();
-    for resource in request.resource_spans {
-        for scope in resource.scope_spans {
-            for span in scope.spans {
-                let attributes = span
-                    .attributes
-                    .iter()
-                    .map(|kv| {
-                        let value = match kv.value.as_ref().and_then(|v| v.value.as_ref()) {
-                            Some(AnyValue::StringValue(s)) => s.clone(),
-                            Some(AnyValue::IntValue(i)) => i.to_string(),
-                            Some(AnyValue::BoolValue(b)) => b.to_string(),
-                            other => format!("{other:?}"),
-                        };
-                        (kv.key.clone(), value)
-                    })
-                    .collect();
-                kept.push(Received {
-                    trace_id: hex(&span.trace_id),
-                    span_id: hex(&span.span_id),
-                    parent_span_id: hex(&span.parent_span_id),
-                    name: span.name,
-                    attributes,
-                });
-            }
-        }
-    }
-    (
-        [("content-type", "application/x-protobuf")],
-        ExportTraceServiceResponse::default().encode_to_vec(),
-    )
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// Starts the receiver on a loopback port; returns its base URL and what it received.
-async fn start_receiver() -> (String, Spans) {
-    let spans: Spans = Arc::default();
-    let app = Router::new()
-        .route("/v1/traces", post(receive))
-        .with_state(spans.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        axum::serve(listener, app).await.unwrap();
-    });
-    (format!("http://{addr}"), spans)
-}
 
 /// The provision's first answer is lost after KnowledgeFS applied it; the first worker settles
 /// the attempt as a retry and stops; a second worker (another lease owner) retries and
@@ -186,7 +104,10 @@ async fn one_trace_from_the_admin_post_through_a_lost_ack_and_a_retry_on_another
         }
     }
     let admin = spans.iter().find(|s| s.name == "admin_request").unwrap();
-    assert_eq!(admin.parent_span_id, CALLER_SPAN_ID, "the POST continues its caller");
+    assert_eq!(
+        admin.parent_span_id, CALLER_SPAN_ID,
+        "the POST continues its caller"
+    );
     // Two attempts, by two lease owners, each continuing the context stored at intake.
     let intake = spans.iter().find(|s| s.name == "intake").unwrap();
     let dispatches: Vec<&Received> = spans
@@ -201,7 +122,11 @@ async fn one_trace_from_the_admin_post_through_a_lost_ack_and_a_retry_on_another
         .iter()
         .map(|d| d.attribute("lease_owner").unwrap())
         .collect();
-    assert_eq!(owners.len(), 2, "the retry ran on another worker: {owners:?}");
+    assert_eq!(
+        owners.len(),
+        2,
+        "the retry ran on another worker: {owners:?}"
+    );
     // KnowledgeFS got the trace on both provision requests: each `traceparent` names the
     // request's own span.
     let requests: BTreeSet<&str> = spans
@@ -214,7 +139,10 @@ async fn one_trace_from_the_admin_post_through_a_lost_ack_and_a_retry_on_another
     for traceparent in &received {
         let fields: Vec<&str> = traceparent.split('-').collect();
         assert_eq!(fields[1], TRACE_ID, "{traceparent}");
-        assert!(requests.contains(fields[2]), "{traceparent} names no request span");
+        assert!(
+            requests.contains(fields[2]),
+            "{traceparent} names no request span"
+        );
     }
     traces.shutdown().await;
 }

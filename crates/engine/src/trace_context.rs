@@ -39,7 +39,9 @@ pub fn parse(value: &str) -> Option<SpanContext> {
         return None;
     };
     let hex = |s: &str, len: usize| {
-        s.len() == len && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        s.len() == len
+            && s.bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
     };
     if !hex(version, 2) || version == "ff" || (version == "00" && fields.len() != 4) {
         return None;

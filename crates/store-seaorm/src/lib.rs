@@ -92,12 +92,12 @@ mod pg_tls;
 #[cfg(all(feature = "lifecycle", feature = "directory"))]
 pub mod retention;
 pub mod sqlite_file;
-#[cfg(feature = "lifecycle")]
-mod trace_context;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 #[cfg(any(test, feature = "testing", feature = "bench"))]
 pub mod throwaway;
+#[cfg(feature = "lifecycle")]
+mod trace_context;
 #[cfg(feature = "lifecycle")]
 pub mod wake;
 

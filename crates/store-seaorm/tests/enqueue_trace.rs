@@ -1,7 +1,7 @@
 //! A host that enqueues in its own transaction inside a traced span: the command stores the
 //! W3C context of `enqueue`'s `intake` span, a child of the host's span, so every dispatch of
-//! it continues the host's trace (docs/operations.md, "Tracing"). Outside any span nothing is
-//! stored.
+//! it continues the host's trace (docs/operations.md, "Tracing"). Outside any span of the host,
+//! the `intake` span starts a trace of the command's own.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use opentelemetry::trace::{TraceContextExt, TracerProvider as _};
@@ -52,13 +52,19 @@ async fn enqueue_in_a_traced_span_stores_that_trace_on_the_command() {
         .unwrap();
     txn.commit().await.unwrap();
     let txn = conn.begin_with_options(options).await.unwrap();
-    let untraced = store
+    let unparented = store
         .enqueue(&txn, create("cs-plain", "k-plain"))
         .await
         .unwrap();
     txn.commit().await.unwrap();
 
-    let commands = store.list_commands(&CommandFilter::default()).await.unwrap();
+    let commands = store
+        .list_commands(&CommandFilter {
+            limit: 100,
+            ..CommandFilter::default()
+        })
+        .await
+        .unwrap();
     let stored = |id| {
         commands
             .iter()
@@ -71,11 +77,17 @@ async fn enqueue_in_a_traced_span_stores_that_trace_on_the_command() {
     let fields: Vec<&str> = traceparent.split('-').collect();
     assert_eq!(fields.len(), 4, "{traceparent}");
     assert_eq!(fields[0], "00");
-    assert_eq!(fields[1], host_context.trace_id().to_string(), "the host's trace");
+    assert_eq!(
+        fields[1],
+        host_context.trace_id().to_string(),
+        "the host's trace"
+    );
     assert_ne!(
         fields[2],
         host_context.span_id().to_string(),
         "the enqueue's own `intake` span, a child of the host's"
     );
-    assert_eq!(stored(&untraced.command_id), None, "no span, no context");
+    // Outside any span of the host, the `intake` span starts the command's own trace.
+    let own = stored(&unparented.command_id).expect("the intake span's trace");
+    assert_ne!(own.split('-').nth(1), Some(fields[1]), "{own}");
 }

@@ -17,8 +17,8 @@ use tenantry_ports::lifecycle::{
 };
 
 use tenantry_ports::clock::Clock;
-use tracing::{Instrument, info_span};
 use tenantry_ports::wake::Wakeups;
+use tracing::{Instrument, info_span};
 
 /// Accepts lifecycle requests and enqueues their commands.
 ///

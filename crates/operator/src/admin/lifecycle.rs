@@ -330,7 +330,11 @@ fn accepted(receipt: &IntakeReceipt, key: &IdempotencyKeyHeader) -> (StatusCode,
 
 /// The span of a lifecycle request, a child of the caller's `traceparent` when it sent one
 /// and OpenTelemetry records spans (docs/operations.md, "Tracing").
-fn request_span(route: &'static str, tenant: &str, traceparent: &TraceParentHeader) -> tracing::Span {
+fn request_span(
+    route: &'static str,
+    tenant: &str,
+    traceparent: &TraceParentHeader,
+) -> tracing::Span {
     let span = tracing::info_span!(
         "admin_request",
         route,

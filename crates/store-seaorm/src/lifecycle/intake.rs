@@ -368,7 +368,8 @@ impl SeaOrmLifecycleStore {
     /// **Trace context.** It runs in an `intake` span (a child of the caller's current span)
     /// and stores that span's W3C context on the command when OpenTelemetry records it, so
     /// every dispatch of the command continues the host's trace (docs/operations.md,
-    /// "Tracing"); without tracing nothing is stored.
+    /// "Tracing"; outside any span the `intake` span starts the command's trace); without
+    /// tracing nothing is stored.
     ///
     /// **Cancellation.** Unlike [`IntakeStore::submit`], this runs on the caller's transaction,
     /// so it cannot be detached. Never cancel the `enqueue` future on its own (a `timeout`

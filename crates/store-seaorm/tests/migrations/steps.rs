@@ -164,14 +164,23 @@ async fn m0015_runs_up_down_and_up_again_with_rows_present() {
         LifecycleMigrator::migrations().last().unwrap().name(),
         "m0015_lifecycle_trace_context"
     );
-    assert!(column_exists(conn, outbox, "trace_context").await, "after up");
+    assert!(
+        column_exists(conn, outbox, "trace_context").await,
+        "after up"
+    );
     insert_command(conn, outbox, "c-before", 0, "NULL").await;
     LifecycleMigrator::down(conn, Some(1)).await.unwrap();
-    assert!(!column_exists(conn, outbox, "trace_context").await, "after down");
+    assert!(
+        !column_exists(conn, outbox, "trace_context").await,
+        "after down"
+    );
     assert_eq!(count(conn, outbox).await, 1, "rows survive down");
     insert_command(conn, outbox, "c-old", 0, "NULL").await;
     LifecycleMigrator::up(conn, None).await.unwrap();
-    assert!(column_exists(conn, outbox, "trace_context").await, "after the second up");
+    assert!(
+        column_exists(conn, outbox, "trace_context").await,
+        "after the second up"
+    );
     assert_eq!(count(conn, outbox).await, 2, "rows survive up");
     let traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
     conn.execute_unprepared(&format!(
@@ -191,6 +200,10 @@ async fn m0015_runs_up_down_and_up_again_with_rows_present() {
         .unwrap()
     };
     assert_eq!(stored("c-before").await.as_deref(), Some(traceparent));
-    assert_eq!(stored("c-old").await, None, "rows from before m0015 carry none");
+    assert_eq!(
+        stored("c-old").await,
+        None,
+        "rows from before m0015 carry none"
+    );
     db.db.check_schema(Mechanisms::ALL).await.unwrap();
 }

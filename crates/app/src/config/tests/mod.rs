@@ -715,17 +715,25 @@ mod directory;
 #[test]
 fn otlp_endpoint_is_an_optional_http_url() {
     assert_eq!(Config::defaults().otlp_endpoint, None);
-    let raw = RawConfig::from_toml("otlp_endpoint = \"http://collector:4318/\"\n", "t.toml").unwrap();
+    let raw =
+        RawConfig::from_toml("otlp_endpoint = \"http://collector:4318/\"\n", "t.toml").unwrap();
     let config = merge_env_and_validate(raw, "t.toml", |_| None).unwrap();
-    assert_eq!(config.otlp_endpoint.as_deref(), Some("http://collector:4318"));
-    let raw = RawConfig::from_toml("otlp_endpoint = \"http://collector:4318\"\n", "t.toml").unwrap();
+    assert_eq!(
+        config.otlp_endpoint.as_deref(),
+        Some("http://collector:4318")
+    );
+    let raw =
+        RawConfig::from_toml("otlp_endpoint = \"http://collector:4318\"\n", "t.toml").unwrap();
     let config = merge_env_and_validate(
         raw,
         "t.toml",
         env_of(&[("TENANTRY_OTLP_ENDPOINT", "https://otel.internal")]),
     )
     .unwrap();
-    assert_eq!(config.otlp_endpoint.as_deref(), Some("https://otel.internal"));
+    assert_eq!(
+        config.otlp_endpoint.as_deref(),
+        Some("https://otel.internal")
+    );
     let config = merge_env_and_validate(
         RawConfig::default(),
         "defaults",
@@ -733,7 +741,12 @@ fn otlp_endpoint_is_an_optional_http_url() {
     )
     .unwrap();
     assert_eq!(config.otlp_endpoint, None);
-    for bad in ["collector:4318", "grpc://collector:4317", "http://", "http:///v1"] {
+    for bad in [
+        "collector:4318",
+        "grpc://collector:4317",
+        "http://",
+        "http:///v1",
+    ] {
         let err = merge_env_and_validate(
             RawConfig::default(),
             "defaults",

@@ -297,14 +297,14 @@ async fn intake_stores_the_callers_traceparent_when_this_process_does_not_trace(
     assert_eq!(h.command(&garbled.command_id).trace_context, None);
     assert_eq!(h.command(&plain.command_id).trace_context, None);
     // The claim hands the stored context to the dispatch.
-    let claimed = h.store.claim(&ClaimRequest {
+    let request = ClaimRequest {
         owner: LeaseOwner::parse("w1").unwrap(),
         lease_duration: std::time::Duration::from_secs(30),
         include_provision: true,
         limit: 10,
         call_deadline: std::time::Duration::ZERO,
-    });
-    let claimed = claimed.await.unwrap();
+    };
+    let claimed = h.store.claim(&request).await.unwrap();
     let of = |id: &CommandId| {
         claimed
             .iter()

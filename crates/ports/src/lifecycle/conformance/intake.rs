@@ -245,18 +245,24 @@ pub async fn the_trace_context_round_trips<S: LifecycleStore>(store: S, clock: M
         (&plain_id, None),
     ];
     for (id, context) in expected {
-        assert_eq!(record(&store, id).await.trace_context.as_deref(), context, "{id}");
+        assert_eq!(
+            record(&store, id).await.trace_context.as_deref(),
+            context,
+            "{id}"
+        );
     }
     let claimed = claim(&store, &clock, claim_at("w1", t(1), 10))
         .await
         .unwrap();
     assert_eq!(claimed.len(), 3);
     for command in &claimed {
-        let (_, context) = expected
-            .iter()
-            .find(|(id, _)| *id == command.id())
-            .unwrap();
-        assert_eq!(command.trace_context.as_deref(), *context, "{}", command.id());
+        let (_, context) = expected.iter().find(|(id, _)| *id == command.id()).unwrap();
+        assert_eq!(
+            command.trace_context.as_deref(),
+            *context,
+            "{}",
+            command.id()
+        );
         store
             .settle(
                 &command.lease,
@@ -271,10 +277,12 @@ pub async fn the_trace_context_round_trips<S: LifecycleStore>(store: S, clock: M
         .unwrap();
     assert_eq!(again.len(), 3);
     for command in &again {
-        let (_, context) = expected
-            .iter()
-            .find(|(id, _)| *id == command.id())
-            .unwrap();
-        assert_eq!(command.trace_context.as_deref(), *context, "{}", command.id());
+        let (_, context) = expected.iter().find(|(id, _)| *id == command.id()).unwrap();
+        assert_eq!(
+            command.trace_context.as_deref(),
+            *context,
+            "{}",
+            command.id()
+        );
     }
 }
