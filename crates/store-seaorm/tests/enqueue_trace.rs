@@ -44,7 +44,7 @@ async fn enqueue_in_a_traced_span_stores_that_trace_on_the_command() {
         sqlite_transaction_mode: Some(SqliteTransactionMode::Immediate),
         ..TransactionOptions::default()
     };
-    let txn = conn.begin_with_options(options.clone()).await.unwrap();
+    let txn = conn.begin_with_options(options).await.unwrap();
     let traced = store
         .enqueue(&txn, create("cs-traced", "k-traced"))
         .instrument(host.clone())
