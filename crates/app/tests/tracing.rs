@@ -30,6 +30,12 @@ const CALLER_SPAN_ID: &str = "00f067aa0ba902b7";
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_trace_from_the_admin_post_through_a_lost_ack_and_a_retry_on_another_worker() {
     let (endpoint, spans) = start_receiver().await;
+    // The subscriber first, as `serve` installs it before the service starts.
+    let mut telemetry = tenantry_app::config::Config::defaults();
+    telemetry.otlp_endpoint = Some(endpoint.clone());
+    telemetry.log_filter = "warn".to_owned();
+    let traces = tenantry_app::telemetry::init_serve_logging(&telemetry)
+        .expect("otlp_endpoint turns traces on, and this test installs the first subscriber");
     let mut h = Harness::start_with(Default::default(), |config| {
         config.otlp_endpoint = Some(endpoint.clone());
         config.log_filter = "warn".to_owned();
@@ -37,8 +43,6 @@ async fn one_trace_from_the_admin_post_through_a_lost_ack_and_a_retry_on_another
         config.retry_max_delay = Duration::from_secs(2);
     })
     .await;
-    let traces = tenantry_app::telemetry::init_serve_logging(&h.config)
-        .expect("otlp_endpoint turns traces on, and this test installs the first subscriber");
     h.remote.script(Route::Provision, [Some(Fault::LostAck)]);
 
     let response = h

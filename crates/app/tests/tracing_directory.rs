@@ -50,6 +50,12 @@ fn workspace(uuid: &str) -> DirectoryWorkspace {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn directory_syncs_are_traced_and_send_traceparent() {
     let (endpoint, spans) = otlp::start_receiver().await;
+    // The subscriber first: a sync that started before it would have no traced parent.
+    let mut telemetry = tenantry_app::config::Config::defaults();
+    telemetry.otlp_endpoint = Some(endpoint.clone());
+    telemetry.log_filter = "warn".to_owned();
+    let traces = tenantry_app::telemetry::init_serve_logging(&telemetry)
+        .expect("otlp_endpoint turns traces on, and this test installs the first subscriber");
     let (url, directory) = ReferenceDirectory::start(DirectoryServerConfig::new(
         InstanceUuid::parse("inst-1").unwrap(),
     ))
@@ -75,8 +81,6 @@ async fn directory_syncs_are_traced_and_send_traceparent() {
         });
     })
     .await;
-    let traces = tenantry_app::telemetry::init_serve_logging(&h.config)
-        .expect("otlp_endpoint turns traces on, and this test installs the first subscriber");
     // A snapshot first, then event pages.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
     while directory.traceparents().len() < 2 {
