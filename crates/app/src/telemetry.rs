@@ -7,15 +7,16 @@
 //! on when `otlp_endpoint` is set, or `OTEL_EXPORTER_OTLP_ENDPOINT` /
 //! `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` is; `OTEL_SDK_DISABLED=true` or
 //! `OTEL_TRACES_EXPORTER=none` turn it off again. The exporter reads the other standard
-//! variables itself (`OTEL_EXPORTER_OTLP_HEADERS`, `..._TIMEOUT`, `..._COMPRESSION`, the
-//! `OTEL_BSP_*` batch settings, `OTEL_TRACES_SAMPLER`), and the resource
-//! `OTEL_SERVICE_NAME` and `OTEL_RESOURCE_ATTRIBUTES` (service name `tenantry` unless they
-//! name one).
+//! variables from the process environment itself (`OTEL_EXPORTER_OTLP_HEADERS`,
+//! `..._COMPRESSION`, the `OTEL_BSP_*` batch settings, `OTEL_TRACES_SAMPLER`), and the
+//! resource `OTEL_SERVICE_NAME` and `OTEL_RESOURCE_ATTRIBUTES` (service name `tenantry`
+//! unless they name one).
 //!
 //! The exporter's batch runs on a thread of its own; its HTTP requests are handed to the
-//! process's tokio runtime (`tenantry_remote_http::otlp::OtlpHttpClient`), so the exporter
-//! uses the same HTTP client stack as the remotes and needs no runtime of its own. [`Traces::shutdown`] flushes what is
-//! batched; `serve` calls it after the graceful shutdown.
+//! process's tokio runtime (`tenantry_remote_http::otlp::OtlpHttpClient`, 10 s per export), so
+//! the exporter uses the same HTTP client stack as the remotes and needs no runtime of its
+//! own. [`Traces::shutdown`] flushes what is batched; `serve` calls it after the graceful
+//! shutdown.
 
 use opentelemetry::KeyValue;
 use opentelemetry::trace::TracerProvider as _;
@@ -56,8 +57,10 @@ pub struct Traces {
 impl Traces {
     /// Builds the pipeline when tracing is configured (see the module docs): `otlp_endpoint`
     /// (the `otlp_endpoint` setting, a base URL; it wins over the `OTEL_*` endpoints) or the
-    /// standard variables read through `env`. `Ok(None)` when tracing is not configured or
-    /// turned off. Must run inside a tokio runtime.
+    /// standard variables read through `env` (which decides only whether tracing is on; the
+    /// exporter and the resource read their variables from the process environment).
+    /// `Ok(None)` when tracing is not configured or turned off. Must run inside a tokio
+    /// runtime.
     ///
     /// # Errors
     /// [`TracesError`] when the exporter cannot be built from the settings.
@@ -179,4 +182,65 @@ pub fn init_serve_logging(config: &crate::config::Config) -> Option<Traces> {
 /// The standard `OTEL_*` variables from the process environment.
 pub fn process_env(name: &str) -> Option<String> {
     std::env::var(name).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env_of(pairs: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
+        move |name| {
+            pairs
+                .iter()
+                .find(|(k, _)| *k == name)
+                .map(|(_, v)| (*v).to_owned())
+        }
+    }
+
+    /// Off unless an endpoint is configured; `OTEL_SDK_DISABLED` and `OTEL_TRACES_EXPORTER=none`
+    /// win; the setting or either standard endpoint variable turns it on.
+    #[tokio::test]
+    async fn traces_are_off_unless_configured() {
+        assert!(Traces::from_settings(None, |_| None).unwrap().is_none());
+        assert!(
+            Traces::from_settings(None, env_of(&[("OTEL_EXPORTER_OTLP_ENDPOINT", " ")]))
+                .unwrap()
+                .is_none()
+        );
+        for off in [
+            ("OTEL_SDK_DISABLED", "TRUE"),
+            ("OTEL_TRACES_EXPORTER", "none"),
+        ] {
+            let env = move |name: &str| (name == off.0).then(|| off.1.to_owned());
+            assert!(
+                Traces::from_settings(Some("http://127.0.0.1:4318"), env)
+                    .unwrap()
+                    .is_none(),
+                "{off:?}"
+            );
+        }
+        assert!(
+            Traces::from_settings(Some("http://127.0.0.1:4318"), |_| None)
+                .unwrap()
+                .is_some()
+        );
+        for on in [
+            &[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318")][..],
+            &[(
+                "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+                "http://127.0.0.1:4318/v1/traces",
+            )][..],
+        ] {
+            let traces = Traces::from_settings(None, env_of(on)).unwrap();
+            assert!(traces.is_some(), "{on:?}");
+        }
+    }
+
+    #[test]
+    fn without_a_runtime_traces_cannot_start() {
+        assert!(matches!(
+            Traces::from_settings(Some("http://127.0.0.1:4318"), |_| None),
+            Err(TracesError::NoRuntime)
+        ));
+    }
 }
