@@ -78,9 +78,21 @@ async fn one_trace_from_the_admin_post_through_a_lost_ack_and_a_retry_on_another
     h.wait_state("t-1", "cs-traced", "active", Duration::from_secs(5))
         .await;
     h.stop().await;
-    traces.flush().await;
-
-    let spans = spans.lock().unwrap().clone();
+    // Every span has ended; flush until the receiver has both attempts' dispatch spans (an
+    // export may still be on its way when the first flush returns).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    let spans = loop {
+        traces.flush().await;
+        let spans = spans.lock().unwrap().clone();
+        let dispatches = spans
+            .iter()
+            .filter(|s| s.name == "lifecycle_dispatch")
+            .count();
+        if dispatches >= 2 || tokio::time::Instant::now() > deadline {
+            break spans;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
     let names = |trace: &str| -> BTreeSet<String> {
         spans
             .iter()

@@ -88,9 +88,27 @@ async fn directory_syncs_are_traced_and_send_traceparent() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     h.stop().await;
-    traces.flush().await;
-
-    let spans = spans.lock().unwrap().clone();
+    // Every span has ended; flush until the receiver has them all (an export may still be
+    // on its way when the first flush returns).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    let spans = loop {
+        traces.flush().await;
+        let spans = spans.lock().unwrap().clone();
+        let syncs: BTreeSet<&str> = spans
+            .iter()
+            .filter(|s| s.name == "directory_sync")
+            .map(|s| s.span_id.as_str())
+            .collect();
+        let orphans = spans
+            .iter()
+            .filter(|s| s.name == "directory_request")
+            .filter(|s| !syncs.contains(s.parent_span_id.as_str()))
+            .count();
+        if orphans == 0 || tokio::time::Instant::now() > deadline {
+            break spans;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
     let names: BTreeSet<&str> = spans.iter().map(|s| s.name.as_str()).collect();
     for name in ["directory_sync", "directory_request", "directory_apply"] {
         assert!(names.contains(name), "{name} missing from {names:?}");
@@ -106,9 +124,10 @@ async fn directory_syncs_are_traced_and_send_traceparent() {
         .filter(|s| s.name == "directory_request")
         .collect();
     for request in &requests {
+        let parent = spans.iter().find(|s| s.span_id == request.parent_span_id);
         assert!(
             syncs.contains(request.parent_span_id.as_str()),
-            "{request:?}"
+            "{request:?} has parent {parent:?}"
         );
     }
     for traceparent in directory.traceparents() {
