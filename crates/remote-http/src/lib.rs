@@ -11,6 +11,10 @@
 //!   file, a client certificate for mutual TLS; TLS 1.2 minimum, never unverified).
 //! - [`knowledge_fs`]: `HttpKnowledgeFs`, the KnowledgeFS lifecycle API v1 client.
 //! - [`directory`]: `HttpDirectoryProvider`, the signed Directory API v1 client.
+//! - [`otlp`]: the HTTP client of the app's OTLP trace exporter.
+//!
+//! Both clients send the W3C `traceparent` of their request span ([`TRACEPARENT_HEADER`]) when
+//! OpenTelemetry records it (docs/operations.md, "Tracing").
 //!
 //! Both clients build request paths the same way (module `path`): every identifier is one
 //! path segment with every byte but `A-Z a-z 0-9 - . _ ~` percent-encoded, so the remote
