@@ -45,6 +45,9 @@ const FORBIDDEN_IN_DOMAIN: &[&str] = &[
     "hyper",
     "rand",
     "getrandom",
+    // traces: the domain carries a command's trace context as an opaque string
+    "opentelemetry*",
+    "tracing-opentelemetry",
 ];
 
 /// Methods a domain crate must not call: `(clippy path, text of a call)`. Time, ids and random

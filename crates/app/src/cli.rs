@@ -11,6 +11,7 @@ use tenantry_ports::lifecycle::OperatorActionKind;
 
 use crate::config::{self, Config};
 use crate::ops::{CommandsActArgs, CommandsListArgs, FencesClearArgs, FencesListArgs, PruneArgs};
+use crate::telemetry;
 use crate::{logging, ops, service};
 
 /// Tenantry: keeps a multi-tenant platform's database and the remote services it drives in
@@ -130,7 +131,13 @@ pub async fn run(cli: Cli) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    logging::init(config.log_format, &config.log_filter);
+    // Traces only for `serve` (docs/operations.md, "Tracing"); a failure leaves them off.
+    let traces = if matches!(cli.command, Command::Serve) {
+        telemetry::init_serve_logging(&config)
+    } else {
+        logging::init(config.log_format, &config.log_filter);
+        None
+    };
     let names = std::env::vars_os().filter_map(|(name, _)| name.into_string().ok());
     for unknown in config::unknown_variables(names) {
         eprintln!("tenantry: warning: {unknown}");
@@ -141,7 +148,14 @@ pub async fn run(cli: Cli) -> ExitCode {
         .or_else(|| env(config::OPERATOR_ENV).filter(|v| !v.trim().is_empty()));
     let operator = operator.as_deref();
     match cli.command {
-        Command::Serve => serve(&config).await,
+        Command::Serve => {
+            let code = serve(&config).await;
+            // After the graceful shutdown: export what is batched.
+            if let Some(traces) = traces {
+                traces.shutdown().await;
+            }
+            code
+        }
         Command::Migrate => ops::migrate(&config).await,
         Command::Commands(CommandsCommand::List(args)) => ops::commands_list(&config, &args).await,
         Command::Commands(CommandsCommand::Retry(args)) => {

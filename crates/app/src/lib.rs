@@ -25,6 +25,7 @@ pub mod listener;
 pub mod logging;
 pub mod ops;
 pub mod service;
+pub mod telemetry;
 pub mod tls;
 
 pub use tenantry_operator::{admin, counts, metrics, ui};

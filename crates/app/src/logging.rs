@@ -1,33 +1,49 @@
-//! Structured logs via `tracing`: human-readable lines by default, JSON on request.
+//! Structured logs via `tracing`: human-readable lines by default, JSON on request; and, when
+//! configured, the same spans exported as OpenTelemetry traces ([`crate::telemetry`]).
 //!
 //! Spans carry `operation_id` and `tenant` (the lifecycle dispatcher's span and the admin
 //! API's request span), so every line inside them is attributable.
 
 use std::io::IsTerminal;
 
-use tracing_subscriber::EnvFilter;
 use tracing_subscriber::fmt::format::FmtSpan;
+use tracing_subscriber::layer::SubscriberExt as _;
+use tracing_subscriber::util::SubscriberInitExt as _;
+use tracing_subscriber::{EnvFilter, Layer, Registry};
 
 use crate::config::LogFormat;
+use crate::telemetry::Traces;
 
 /// Installs the global subscriber writing to standard error. `filter` is used unless
 /// `RUST_LOG` is set. A second call (tests) leaves the first subscriber in place.
 pub fn init(format: LogFormat, filter: &str) {
+    init_with_traces(format, filter, None);
+}
+
+/// [`init`], and with `traces` the spans also go to its OTLP exporter (the spans of
+/// Tenantry's crates at `INFO` and above, whatever `filter` says: the filter is the logs').
+/// Returns whether this call installed the subscriber: `false` when one was installed before
+/// (several services in one test process), which then stays.
+pub fn init_with_traces(format: LogFormat, filter: &str, traces: Option<&Traces>) -> bool {
     let filter = EnvFilter::try_from_default_env()
         .or_else(|_| EnvFilter::try_new(filter))
         .unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let lines = tracing_subscriber::fmt::layer()
         .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr)
         .with_span_events(FmtSpan::NONE);
-    // A subscriber may already be installed (several services in one test process).
-    let _ = match format {
-        LogFormat::Human => builder.with_target(false).try_init(),
-        LogFormat::Json => builder
+    let lines: Box<dyn Layer<Registry> + Send + Sync> = match format {
+        LogFormat::Human => lines.with_target(false).with_filter(filter).boxed(),
+        LogFormat::Json => lines
             .json()
             .with_current_span(true)
             .with_span_list(true)
-            .try_init(),
+            .with_filter(filter)
+            .boxed(),
     };
+    tracing_subscriber::registry()
+        .with(lines)
+        .with(traces.map(crate::telemetry::layer))
+        .try_init()
+        .is_ok()
 }

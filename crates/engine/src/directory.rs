@@ -408,6 +408,7 @@ impl<P: DirectoryProvider, S: DirectoryProjectionStore> DirectoryProjector<P, S>
     /// # Errors
     /// Any [`ProjectorError`]; nothing is half-applied. A refusal by a projection rule is
     /// also recorded (see [`Self::refusals`]) and logged with its rule and workspace.
+    #[tracing::instrument(name = "directory_sync", skip_all)]
     pub async fn sync_once(&self) -> Result<(), ProjectorError> {
         let result = self.sync_step().await;
         self.note_result(&result);
@@ -569,6 +570,7 @@ impl<P: DirectoryProvider, S: DirectoryProjectionStore> DirectoryProjector<P, S>
     ///
     /// # Errors
     /// A rule or storage error; nothing was written.
+    #[tracing::instrument(name = "directory_apply", skip_all, fields(kind = "snapshot", cursor = snapshot.cursor))]
     pub async fn apply_snapshot(&self, snapshot: &DirectorySnapshot) -> Result<(), ProjectorError> {
         let outcome = self
             .store
@@ -591,6 +593,7 @@ impl<P: DirectoryProvider, S: DirectoryProjectionStore> DirectoryProjector<P, S>
     ///
     /// # Errors
     /// A rule or storage error; nothing was written.
+    #[tracing::instrument(name = "directory_apply", skip_all, fields(kind = "delta", cursor = batch.cursor))]
     pub async fn apply_delta(
         &self,
         delta: &DirectoryDelta,
@@ -620,6 +623,7 @@ impl<P: DirectoryProvider, S: DirectoryProjectionStore> DirectoryProjector<P, S>
     ///
     /// # Errors
     /// A rule or storage error; nothing was written.
+    #[tracing::instrument(name = "directory_apply", skip_all, fields(kind = "events", cursor = batch.cursor))]
     pub async fn apply_event_batch(
         &self,
         batch: &DirectoryEventBatch,

@@ -253,6 +253,9 @@ pub struct ClaimedCommand {
     /// first step need not read it again (docs/protocol.md, "The control space comes with the
     /// claim").
     pub control_space: ClaimedControlSpace,
+    /// The W3C trace context (`traceparent` value) stored with the command at intake, if any:
+    /// the dispatch's span continues it, so one command is one trace across attempts.
+    pub trace_context: Option<String>,
 }
 
 /// The control space a claim hands over with its command ([`ClaimedCommand::control_space`]).
@@ -362,6 +365,9 @@ pub struct CommandRecord {
     /// settled; `None` while never claimed. A deletion completes on proven remote absence only
     /// a grace period after this time (docs/protocol.md).
     pub attempt_window_ends_at: Option<DateTime<Utc>>,
+    /// The W3C trace context (`traceparent` value) intake recorded for the command, opaque to
+    /// the domain: each dispatch continues that trace (docs/operations.md, "Tracing").
+    pub trace_context: Option<String>,
 }
 
 impl CommandRecord {
@@ -389,6 +395,7 @@ impl CommandRecord {
             created_at: now,
             completed_at: None,
             attempt_window_ends_at: None,
+            trace_context: command.trace_context.clone(),
         }
     }
 }
@@ -667,6 +674,7 @@ pub(crate) mod tests {
             created_at: crate::control_space::tests::at(0),
             completed_at: None,
             attempt_window_ends_at: None,
+            trace_context: None,
         }
     }
 

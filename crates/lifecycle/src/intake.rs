@@ -113,6 +113,9 @@ pub struct NewCommand {
     pub payload: Value,
     /// Enqueue time; also the first due time.
     pub created_at: DateTime<Utc>,
+    /// The caller's W3C trace context (a `traceparent` value), opaque here: planning leaves it
+    /// `None`, the engine's intake fills it in (docs/operations.md, "Tracing").
+    pub trace_context: Option<String>,
 }
 
 /// The control-space write of a request.
@@ -323,6 +326,7 @@ impl CreateControlSpace {
                 operation: Operation::Provision,
                 payload,
                 created_at: now,
+                trace_context: None,
             },
         })
     }
@@ -372,6 +376,7 @@ impl RequestDeletion {
                 operation: Operation::Delete,
                 payload,
                 created_at: now,
+                trace_context: None,
             },
         })
     }
@@ -437,6 +442,7 @@ impl RequestRevocation {
                 operation: Operation::Revoke,
                 payload,
                 created_at: now,
+                trace_context: None,
             },
         })
     }

@@ -11,6 +11,10 @@
 //!   file, a client certificate for mutual TLS; TLS 1.2 minimum, never unverified).
 //! - [`knowledge_fs`]: `HttpKnowledgeFs`, the KnowledgeFS lifecycle API v1 client.
 //! - [`directory`]: `HttpDirectoryProvider`, the signed Directory API v1 client.
+//! - [`otlp`]: the HTTP client of the app's OTLP trace exporter.
+//!
+//! Both clients send the W3C `traceparent` of their request span ([`TRACEPARENT_HEADER`]) when
+//! OpenTelemetry records it (docs/operations.md, "Tracing").
 //!
 //! Both clients build request paths the same way (module `path`): every identifier is one
 //! path segment with every byte but `A-Z a-z 0-9 - . _ ~` percent-encoded, so the remote
@@ -33,10 +37,17 @@ pub mod client;
 pub mod directory;
 #[cfg(feature = "lifecycle")]
 pub mod knowledge_fs;
+pub mod otlp;
 pub mod outcome;
 #[cfg(any(feature = "lifecycle", feature = "directory"))]
 mod path;
 pub mod tls;
+#[cfg(any(feature = "lifecycle", feature = "directory"))]
+mod trace_context;
+
+/// The W3C trace context header every KnowledgeFS and directory request carries when
+/// OpenTelemetry records the caller's span (docs/protocol.md, "Trace context").
+pub const TRACEPARENT_HEADER: &str = "traceparent";
 
 pub use client::{ClientBuildError, mutation_client};
 #[cfg(feature = "directory")]

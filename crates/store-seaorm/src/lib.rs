@@ -97,6 +97,8 @@ pub mod testing;
 #[cfg(any(test, feature = "testing", feature = "bench"))]
 pub mod throwaway;
 #[cfg(feature = "lifecycle")]
+mod trace_context;
+#[cfg(feature = "lifecycle")]
 pub mod wake;
 
 pub use connect::{Backend, ConnectError, Database, connect, connect_existing};

@@ -43,7 +43,7 @@ pub(super) type Sources = BTreeMap<&'static str, String>;
 /// Every setting's name: the TOML key, and (upper-cased, prefixed with [`ENV_PREFIX`]) the
 /// environment variable. A unit test checks that it is exactly what the environment overlay
 /// reads.
-pub const SETTINGS: [&str; 61] = [
+pub const SETTINGS: [&str; 62] = [
     "database_url",
     "database_max_connections",
     "listen",
@@ -114,6 +114,9 @@ pub const SETTINGS: [&str; 61] = [
     "ui_session_key_file",
     // `TENANTRY_OPERATORS`: `name:role:token_file` entries separated by commas.
     "operators",
+    // Traces (docs/operations.md, "Tracing"): the OTLP/HTTP collector; the `OTEL_*` variables
+    // are read by the exporter itself.
+    "otlp_endpoint",
 ];
 
 /// `TENANTRY_*` variables that are read but are not settings: the configuration file, the
@@ -256,6 +259,7 @@ pub fn merge_env_and_validate(
             );
         sources.insert("operators", "TENANTRY_OPERATORS".to_owned());
     }
+    overlay_env!(raw, sources, env; otlp_endpoint,);
     validate(raw, &|setting| {
         sources
             .get(setting)

@@ -140,6 +140,11 @@ pub struct Config {
     /// time of its head; else reading it fails (the admin API answers 400 `BODY_UNREADABLE`)
     /// and the connection is closed (1..=3600, default 30).
     pub admin_request_body_timeout: Duration,
+    /// `otlp_endpoint`: the base URL of an OpenTelemetry collector's OTLP/HTTP receiver, e.g.
+    /// `http://localhost:4318` (spans are posted to `<otlp_endpoint>/v1/traces` as protobuf).
+    /// Unset (the default) exports no traces unless `OTEL_EXPORTER_OTLP_ENDPOINT` or
+    /// `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` is set (docs/operations.md, "Tracing").
+    pub otlp_endpoint: Option<String>,
 }
 
 /// The validated `[retention]` table (docs/operations.md, "Retention").
@@ -269,6 +274,7 @@ impl std::fmt::Debug for Config {
             .field("retention", &self.retention)
             .field("ui", &self.ui)
             .field("ui_read_only", &self.ui_read_only)
+            .field("otlp_endpoint", &self.otlp_endpoint)
             .field("admin_header_read_timeout", &self.admin_header_read_timeout)
             .field(
                 "admin_request_body_timeout",

@@ -67,6 +67,8 @@ pub struct RawConfig {
     pub tls_cert_file: Option<String>,
     /// `tls_key_file`: see [`Config::admin_tls`](super::Config::admin_tls).
     pub tls_key_file: Option<String>,
+    /// See [`Config::otlp_endpoint`](super::Config::otlp_endpoint).
+    pub otlp_endpoint: Option<String>,
     /// See [`DirectorySettings::url`](super::DirectorySettings::url).
     pub directory_url: Option<String>,
     /// See [`DirectorySettings::token`](super::DirectorySettings::token).

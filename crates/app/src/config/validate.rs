@@ -75,6 +75,31 @@ fn remote_tls(
 }
 
 /// Refuses a plain `http://` remote on a non-loopback host unless `allow_plain_http`.
+/// Checks `otlp_endpoint`: empty means unset; otherwise an `http://` or `https://` URL with a
+/// host (the base of an OTLP/HTTP receiver; `/v1/traces` is appended). Returned without a
+/// trailing slash.
+fn otlp_endpoint(
+    raw: Option<&str>,
+    invalid: &dyn Fn(&'static str, String) -> ConfigError,
+) -> Result<Option<String>, ConfigError> {
+    let Some(value) = raw.map(str::trim).filter(|v| !v.is_empty()) else {
+        return Ok(None);
+    };
+    let host = value
+        .strip_prefix("http://")
+        .or_else(|| value.strip_prefix("https://"))
+        .map(|rest| rest.split(['/', '?', '#']).next().unwrap_or(""));
+    if host.is_none_or(|host| host.is_empty() || host.contains(char::is_whitespace)) {
+        return Err(invalid(
+            "otlp_endpoint",
+            format!(
+                "{value:?} must be an http:// or https:// URL of an OTLP/HTTP receiver, e.g. http://localhost:4318"
+            ),
+        ));
+    }
+    Ok(Some(value.trim_end_matches('/').to_owned()))
+}
+
 fn refuse_plain_http(
     setting: &'static str,
     url: &str,
@@ -412,6 +437,7 @@ pub(super) fn validate(
     if let Some(url) = &knowledge_fs_url {
         refuse_plain_http("knowledge_fs_url", url, allow_plain_http, &invalid)?;
     }
+    let otlp_endpoint = otlp_endpoint(raw.otlp_endpoint.as_deref(), &invalid)?;
     let log_filter = raw.log_filter.unwrap_or_else(|| "info".to_owned());
     if let Err(e) = tracing_subscriber::EnvFilter::try_new(&log_filter) {
         return Err(invalid("log_filter", format!("{log_filter:?}: {e}")));
@@ -450,6 +476,7 @@ pub(super) fn validate(
         retention,
         ui: raw.ui.unwrap_or(true),
         ui_read_only: raw.ui_read_only.unwrap_or(false),
+        otlp_endpoint,
         admin_header_read_timeout: Duration::from_secs(admin_header_read_timeout),
         admin_request_body_timeout: Duration::from_secs(admin_request_body_timeout),
     })

@@ -18,6 +18,7 @@ use tenantry_ports::lifecycle::{
 
 use tenantry_ports::clock::Clock;
 use tenantry_ports::wake::Wakeups;
+use tracing::{Instrument, info_span};
 
 /// Accepts lifecycle requests and enqueues their commands.
 ///
@@ -143,7 +144,52 @@ impl<S: LifecycleStore> CommandIntake<S> {
         &self,
         request: impl Into<IntakeRequest>,
     ) -> Result<IntakeReceipt, IntakeFailure> {
+        self.submit_traced(request, None).await
+    }
+
+    /// [`submit`](Self::submit) in an `intake` span, recording the caller's W3C trace context
+    /// on the new command (docs/operations.md, "Tracing"): the `intake` span's own context
+    /// when OpenTelemetry records it (a child of the current span, which the admin API parents
+    /// on the request's `traceparent`), else `caller_traceparent` when it is a valid
+    /// `traceparent` value, else none. Every dispatch of the command continues that trace.
+    /// A replay stores nothing new.
+    ///
+    /// # Errors
+    /// Those of [`submit`](Self::submit).
+    pub async fn submit_traced(
+        &self,
+        request: impl Into<IntakeRequest>,
+        caller_traceparent: Option<&str>,
+    ) -> Result<IntakeReceipt, IntakeFailure> {
         let request = request.into();
+        let (tenant, control_space) = request.target();
+        let span = info_span!(
+            "intake",
+            operation = %request.operation(),
+            tenant = %tenant,
+            control_space = %control_space,
+            command_id = tracing::field::Empty,
+            replayed = tracing::field::Empty,
+        );
+        let trace_context = span
+            .in_scope(crate::trace_context::current)
+            .or_else(|| caller_traceparent.and_then(crate::trace_context::normalize));
+        let result = self
+            .submit_untraced(request, trace_context)
+            .instrument(span.clone())
+            .await;
+        if let Ok(receipt) = &result {
+            span.record("command_id", tracing::field::display(&receipt.command_id));
+            span.record("replayed", receipt.replayed);
+        }
+        result
+    }
+
+    async fn submit_untraced(
+        &self,
+        request: IntakeRequest,
+        trace_context: Option<String>,
+    ) -> Result<IntakeReceipt, IntakeFailure> {
         // A replay is recognised before the request is re-validated: the control space has
         // usually moved on since the first call.
         if let Some(existing) = self
@@ -164,7 +210,8 @@ impl<S: LifecycleStore> CommandIntake<S> {
                 command_id: parse_generated(CommandId::parse((self.new_id)()))?,
                 operation_id: parse_generated(OperationId::parse((self.new_id)()))?,
             };
-            let plan = request.plan(current.as_ref(), ids, self.clock.now())?;
+            let mut plan = request.plan(current.as_ref(), ids, self.clock.now())?;
+            plan.command.trace_context.clone_from(&trace_context);
             match self.store.submit(&plan).await {
                 Ok(Submitted::Created(record)) => {
                     // Committed: the command is claimable now.
@@ -206,6 +253,8 @@ impl<S: LifecycleStore> CommandIntake<S> {
         let mut answers: Vec<Option<Result<IntakeReceipt, IntakeFailure>>> =
             requests.iter().map(|_| None).collect();
         let now = self.clock.now();
+        // The whole batch continues the caller's span (a bulk import is one request).
+        let trace_context = crate::trace_context::current();
         let mut batch = Vec::new();
         for (index, request) in requests.iter().enumerate() {
             if request.reads_control_space() {
@@ -218,7 +267,7 @@ impl<S: LifecycleStore> CommandIntake<S> {
             // A request that does not plan is left to `submit`, which answers a replay of
             // its key before validating it.
             if let (Ok(command_id), Ok(operation_id)) = ids
-                && let Ok(plan) = request.plan(
+                && let Ok(mut plan) = request.plan(
                     None,
                     NewIds {
                         command_id,
@@ -227,6 +276,7 @@ impl<S: LifecycleStore> CommandIntake<S> {
                     now,
                 )
             {
+                plan.command.trace_context.clone_from(&trace_context);
                 batch.push((index, plan));
             }
         }

@@ -412,6 +412,7 @@ impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
     /// # Errors
     /// [`ScopedWriteError::FenceStateUnavailable`], [`ScopedWriteError::Fenced`],
     /// [`ScopedWriteError::ScopeBusy`], or whatever the operation returns.
+    #[tracing::instrument(name = "fenced_write", skip_all, fields(mode = ?mode))]
     pub async fn run<T, E, F, Fut>(
         &self,
         binding: &Binding,

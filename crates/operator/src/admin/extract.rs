@@ -61,6 +61,28 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for JsonBody<T> {
     }
 }
 
+/// Name of the W3C trace context header (docs/operations.md, "Tracing").
+pub const TRACEPARENT_HEADER: &str = "traceparent";
+
+/// The caller's W3C `traceparent` header, if it sent one (the first, as text). Never refuses:
+/// a value that does not parse only starts a new trace (`tenantry_engine::trace_context`).
+#[derive(Debug, Clone, Default)]
+pub struct TraceParentHeader(pub Option<String>);
+
+impl<S: Send + Sync> FromRequestParts<S> for TraceParentHeader {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
+        Ok(Self(
+            parts
+                .headers
+                .get(TRACEPARENT_HEADER)
+                .and_then(|value| value.to_str().ok())
+                .map(str::to_owned),
+        ))
+    }
+}
+
 /// The `Idempotency-Key` of a mutation, or a generated one when the header is absent. More
 /// than one header is refused with 400 `DUPLICATE_IDEMPOTENCY_KEY`.
 #[derive(Debug, Clone)]

@@ -23,7 +23,9 @@ use super::error::AdminApiError;
 use super::error::{
     BodyRefusals, Conflict, IdempotencyKeyReused, NotFound, Refusals, RoleRefusals,
 };
-use super::extract::{IdempotencyKeyHeader, JsonBody, PathParams, QueryParams, parse_id};
+use super::extract::{
+    IdempotencyKeyHeader, JsonBody, PathParams, QueryParams, TraceParentHeader, parse_id,
+};
 
 pub use crate::{DEFAULT_PAGE, MAX_PAGE};
 
@@ -328,13 +330,23 @@ fn accepted(receipt: &IntakeReceipt, key: &IdempotencyKeyHeader) -> (StatusCode,
     (StatusCode::ACCEPTED, Json(Accepted::of(receipt, key)))
 }
 
-fn request_span(route: &'static str, tenant: &str) -> tracing::Span {
-    tracing::info_span!(
+/// The span of a lifecycle request, a child of the caller's `traceparent` when it sent one
+/// and OpenTelemetry records spans (docs/operations.md, "Tracing").
+fn request_span(
+    route: &'static str,
+    tenant: &str,
+    traceparent: &TraceParentHeader,
+) -> tracing::Span {
+    let span = tracing::info_span!(
         "admin_request",
         route,
         tenant,
         operation_id = tracing::field::Empty
-    )
+    );
+    if let Some(value) = &traceparent.0 {
+        tenantry_engine::trace_context::set_parent(&span, value);
+    }
+    span
 }
 
 /// `POST /v1/tenants/{tenant_id}/control-spaces`.
@@ -359,9 +371,10 @@ pub async fn create_control_space(
     State(state): State<AdminState>,
     PathParams(tenant_id): PathParams<String>,
     key: IdempotencyKeyHeader,
+    traceparent: TraceParentHeader,
     JsonBody(body): JsonBody<CreateBody>,
 ) -> Result<(StatusCode, Json<Accepted>), AdminApiError> {
-    let span = request_span("create_control_space", &tenant_id);
+    let span = request_span("create_control_space", &tenant_id, &traceparent);
     async move {
         let tenant_id = tenant(&tenant_id)?;
         let control_space_id = match &body.control_space_id {
@@ -379,7 +392,10 @@ pub async fn create_control_space(
             model_intent: body.model_intent,
             profile_intent: body.profile_intent,
         };
-        let receipt = state.intake.create_control_space(&request).await?;
+        let receipt = state
+            .intake
+            .submit_traced(request, traceparent.0.as_deref())
+            .await?;
         Ok(accepted(&receipt, &key))
     }
     .instrument(span)
@@ -411,15 +427,19 @@ pub async fn delete_control_space(
     State(state): State<AdminState>,
     PathParams((tenant_id, control_space_id)): PathParams<(String, String)>,
     key: IdempotencyKeyHeader,
+    traceparent: TraceParentHeader,
 ) -> Result<(StatusCode, Json<Accepted>), AdminApiError> {
-    let span = request_span("delete_control_space", &tenant_id);
+    let span = request_span("delete_control_space", &tenant_id, &traceparent);
     async move {
         let request = RequestDeletion {
             tenant_id: tenant(&tenant_id)?,
             control_space_id: control_space(&control_space_id)?,
             idempotency_key: key.key.clone(),
         };
-        let receipt = state.intake.request_deletion(&request).await?;
+        let receipt = state
+            .intake
+            .submit_traced(request, traceparent.0.as_deref())
+            .await?;
         Ok(accepted(&receipt, &key))
     }
     .instrument(span)
@@ -454,9 +474,10 @@ pub async fn revoke_grant(
     State(state): State<AdminState>,
     PathParams((tenant_id, control_space_id, grant_id)): PathParams<(String, String, String)>,
     key: IdempotencyKeyHeader,
+    traceparent: TraceParentHeader,
     JsonBody(body): JsonBody<RevokeBody>,
 ) -> Result<(StatusCode, Json<Accepted>), AdminApiError> {
-    let span = request_span("revoke_grant", &tenant_id);
+    let span = request_span("revoke_grant", &tenant_id, &traceparent);
     async move {
         let request = RequestRevocation {
             tenant_id: tenant(&tenant_id)?,
@@ -465,7 +486,10 @@ pub async fn revoke_grant(
             reason_code: body.reason_code,
             idempotency_key: key.key.clone(),
         };
-        let receipt = state.intake.request_revocation(&request).await?;
+        let receipt = state
+            .intake
+            .submit_traced(request, traceparent.0.as_deref())
+            .await?;
         Ok(accepted(&receipt, &key))
     }
     .instrument(span)

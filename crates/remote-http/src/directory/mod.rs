@@ -244,7 +244,15 @@ impl HttpDirectoryProvider {
             .to_owned();
         let query = url.query().unwrap_or("").to_owned();
         let method_name = method.as_str().to_owned();
+        let span = tracing::info_span!(
+            "directory_request",
+            http.request.method = %method_name,
+            url.path = %path,
+        );
         let mut request = self.client.request(method, url).timeout(self.deadline);
+        if let Some(traceparent) = span.in_scope(crate::trace_context::current) {
+            request = request.header(crate::TRACEPARENT_HEADER, traceparent);
+        }
         if let Some(auth) = &self.authorization {
             request = request.header(AUTHORIZATION, auth.clone());
         }
@@ -260,6 +268,7 @@ impl HttpDirectoryProvider {
             let body = read_limited(response, self.max_bytes).await?;
             Ok::<_, ProviderError>((status, headers, body))
         };
+        let call = tracing::Instrument::instrument(call, span);
         let (status, headers, body) =
             tokio::time::timeout(self.deadline, call)
                 .await

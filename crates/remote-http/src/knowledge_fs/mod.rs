@@ -265,8 +265,26 @@ impl HttpKnowledgeFs {
         })
     }
 
-    /// One call under the deadline and the concurrency limit; returns the complete answer.
+    /// One call under the deadline and the concurrency limit, in a `knowledge_fs_request`
+    /// span whose W3C context goes out as the `traceparent` header (when OpenTelemetry
+    /// records the span); returns the complete answer.
     async fn exchange(
+        &self,
+        method: Method,
+        url: Url,
+        idempotency_key: Option<&IdempotencyKey>,
+        body: Option<Vec<u8>>,
+    ) -> Result<Answer, RemoteError> {
+        let span = tracing::info_span!(
+            "knowledge_fs_request",
+            http.request.method = %method,
+            url.path = url.path(),
+        );
+        tracing::Instrument::instrument(self.exchange_now(method, url, idempotency_key, body), span)
+            .await
+    }
+
+    async fn exchange_now(
         &self,
         method: Method,
         url: Url,
@@ -290,6 +308,9 @@ impl HttpKnowledgeFs {
             .request(method, url)
             .timeout(remaining)
             .header(AUTHORIZATION, self.authorization.clone());
+        if let Some(traceparent) = crate::trace_context::current() {
+            request = request.header(crate::TRACEPARENT_HEADER, traceparent);
+        }
         if let Some(key) = idempotency_key {
             request = request.header(IDEMPOTENCY_KEY_HEADER, key.as_str());
         }

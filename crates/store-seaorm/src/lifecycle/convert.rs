@@ -117,6 +117,7 @@ pub fn new_command_row(command: &NewCommand, now: DateTime<Utc>) -> outbox::Acti
         prior_window_ends_at: Set(None),
         attempt_budget_base: Set(0),
         failed_at: Set(None),
+        trace_context: Set(command.trace_context.clone()),
     }
 }
 
@@ -164,6 +165,7 @@ pub fn to_record(row: outbox::Model) -> Result<CommandRecord, StoreError> {
             .attempt_window_ends_at
             .map(|ms| time("attempt_window_ends_at", ms))
             .transpose()?,
+        trace_context: row.trace_context,
     })
 }
 
@@ -199,6 +201,7 @@ pub fn to_claimed(
             - chrono::Duration::from_std(lease_duration).unwrap_or(chrono::Duration::zero()),
         created_at: record.created_at,
         // Filled in by the claim once it has read the claimed commands' control spaces.
+        trace_context: record.trace_context,
         control_space: ClaimedControlSpace::NotRead,
     })
 }

@@ -65,6 +65,8 @@ pub mod outbox {
         pub attempt_budget_base: i32,
         /// Set while the status is `failed` (gauge index only; not a domain field).
         pub failed_at: Option<i64>,
+        /// The W3C `traceparent` intake recorded (m0015); `NULL` without one.
+        pub trace_context: Option<String>,
     }
 
     /// No relations.

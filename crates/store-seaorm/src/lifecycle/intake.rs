@@ -365,6 +365,12 @@ impl SeaOrmLifecycleStore {
     /// use READ COMMITTED (the default): a same-key race is resolved by reading the winner's
     /// committed command.
     ///
+    /// **Trace context.** It runs in an `intake` span (a child of the caller's current span)
+    /// and stores that span's W3C context on the command when OpenTelemetry records it, so
+    /// every dispatch of the command continues the host's trace (docs/operations.md,
+    /// "Tracing"; outside any span the `intake` span starts the command's trace); without
+    /// tracing nothing is stored.
+    ///
     /// **Cancellation.** Unlike [`IntakeStore::submit`], this runs on the caller's transaction,
     /// so it cannot be detached. Never cancel the `enqueue` future on its own (a `timeout`
     /// around just this call) and then go on with the transaction: the savepoint may be left
@@ -393,7 +399,14 @@ impl SeaOrmLifecycleStore {
     {
         let request = request.into();
         let mut cancelled = CancelAlarm::armed(request.idempotency_key());
-        let result = self.enqueue_in(conn, &request).await;
+        let (tenant, control_space) = request.target();
+        let span = tracing::info_span!(
+            "intake",
+            via = "enqueue",
+            tenant = %tenant,
+            control_space = %control_space,
+        );
+        let result = tracing::Instrument::instrument(self.enqueue_in(conn, &request), span).await;
         cancelled.disarm();
         result
     }
@@ -464,7 +477,9 @@ impl SeaOrmLifecycleStore {
             operation_id: generated(OperationId::parse(uuid::Uuid::new_v4().to_string()))?,
         };
         let now = self.now_on(txn).await?;
-        let plan = request.plan(current.as_ref(), ids, now)?;
+        let mut plan = request.plan(current.as_ref(), ids, now)?;
+        // The host's span (inside `enqueue`'s `intake` span): every dispatch continues it.
+        plan.command.trace_context = crate::trace_context::current();
         match apply_plan(self, txn, &plan).await {
             Ok(Applied::Created(_)) => Ok(Attempt::Done(IntakeReceipt::created(&plan))),
             Ok(Applied::Existing(existing)) => Ok(Attempt::Done(request.replay(&existing)?)),

@@ -91,7 +91,7 @@ async fn assert_m0004_applied(conn: &DatabaseConnection, when: &str) {
         "{when}: old due index"
     );
     if let Some(options) = fill_factor(conn, "tenantry_lifecycle_outbox").await {
-        // m0004 set 70; m0014, the last lifecycle migration, lowers it to 30.
+        // m0004 set 70; m0014 lowers it to 30.
         assert_eq!(options, "fillfactor=30", "{when}");
     }
 }
@@ -199,9 +199,9 @@ async fn insert_command(
 async fn m0006_runs_up_down_and_up_again_with_rows_present() {
     let db = fresh_database().await;
     let conn = &db.db.conn;
-    // m0014, m0013, m0010, the prefix migration and m0006: the outbox has its old name and no
-    // window columns.
-    LifecycleMigrator::down(conn, Some(5)).await.unwrap();
+    // m0015, m0014, m0013, m0010, the prefix migration and m0006: the outbox has its old name
+    // and no window columns.
+    LifecycleMigrator::down(conn, Some(6)).await.unwrap();
     let outbox = "lifecycle_outbox";
     assert!(!column_exists(conn, outbox, "attempt_window_ends_at").await);
     assert!(!column_exists(conn, outbox, "prior_window_ends_at").await);
@@ -227,7 +227,7 @@ async fn m0006_runs_up_down_and_up_again_with_rows_present() {
         Some(5000),
         "claimed before the migration: a conservative window"
     );
-    LifecycleMigrator::down(conn, Some(5)).await.unwrap();
+    LifecycleMigrator::down(conn, Some(6)).await.unwrap();
     assert!(!column_exists(conn, "lifecycle_outbox", "attempt_window_ends_at").await);
     LifecycleMigrator::up(conn, None).await.unwrap();
     assert!(column_exists(conn, outbox, "attempt_window_ends_at").await);

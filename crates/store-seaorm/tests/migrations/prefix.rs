@@ -67,9 +67,10 @@ pub(super) async fn assert_named(conn: &DatabaseConnection, prefix: &str, other:
 }
 
 async fn down_prefix_migrations(conn: &DatabaseConnection) {
-    // The retention migrations (m0010, m0011, m0012), the attempt-error log (m0013) and the
-    // outbox's fill factor (m0014) come after the prefix migrations: revert them first.
-    LifecycleMigrator::down(conn, Some(4)).await.unwrap();
+    // The retention migrations (m0010, m0011, m0012), the attempt-error log (m0013), the
+    // outbox's fill factor (m0014) and its trace context (m0015) come after the prefix
+    // migrations: revert them first.
+    LifecycleMigrator::down(conn, Some(5)).await.unwrap();
     FencesMigrator::down(conn, Some(2)).await.unwrap();
     DirectoryMigrator::down(conn, Some(2)).await.unwrap();
 }
@@ -87,7 +88,7 @@ async fn prefix_migrations_run_up_down_and_up_again_with_rows_present() {
     assert_named(conn, "", "tenantry_", "after down").await;
     assert!(matches!(
         db.db.check_schema(Mechanisms::ALL).await,
-        Err(ConnectError::SchemaNotCurrent { pending: 8, .. })
+        Err(ConnectError::SchemaNotCurrent { pending: 9, .. })
     ));
 
     db.db.migrate(Mechanisms::ALL).await.unwrap();
@@ -154,7 +155,7 @@ async fn a_database_migrated_before_the_prefix_is_adopted_and_renamed_keeping_ro
     insert_rows(conn, "").await;
     assert!(matches!(
         db.db.check_schema(Mechanisms::ALL).await,
-        Err(ConnectError::SchemaNotCurrent { pending: 8, .. })
+        Err(ConnectError::SchemaNotCurrent { pending: 9, .. })
     ));
     // Running a migrator directly, before the history is adopted, is refused, not a second
     // empty set of tables.
@@ -169,7 +170,7 @@ async fn a_database_migrated_before_the_prefix_is_adopted_and_renamed_keeping_ro
     db.db.migrate(Mechanisms::ALL).await.unwrap();
     assert_named(conn, "tenantry_", "", "after the upgrade").await;
     assert!(!table_exists(conn, "seaql_migrations").await);
-    assert_eq!(count(conn, "tenantry_lifecycle_migrations").await, 8);
+    assert_eq!(count(conn, "tenantry_lifecycle_migrations").await, 9);
     db.db.check_schema(Mechanisms::ALL).await.unwrap();
 
     // Down and up again after the upgrade.

@@ -1,5 +1,5 @@
 //! Later migration steps up, down and up: the retention indexes (m0010 to m0012), the
-//! attempt-error log, and m0014 (room for HOT updates).
+//! attempt-error log, m0014 (room for HOT updates) and m0015 (the commands' trace context).
 
 use super::*;
 
@@ -19,8 +19,8 @@ async fn retention_indexes_run_up_down_and_up_again() {
         assert!(index_exists(conn, index).await, "after up: {index}");
     }
     assert!(column_exists(conn, "tenantry_host_storage", "updated_at").await);
-    // m0014, m0013 and m0010.
-    LifecycleMigrator::down(conn, Some(3)).await.unwrap();
+    // m0015, m0014, m0013 and m0010.
+    LifecycleMigrator::down(conn, Some(4)).await.unwrap();
     DirectoryMigrator::down(conn, Some(1)).await.unwrap();
     FencesMigrator::down(conn, Some(1)).await.unwrap();
     for index in indexes {
@@ -68,8 +68,8 @@ async fn attempt_error_log_runs_up_down_and_up_and_goes_with_its_command() {
     let index = "ix_tenantry_lifecycle_attempt_errors_command";
     assert!(table_exists(conn, errors).await);
     assert!(index_exists(conn, index).await);
-    // m0014 and m0013.
-    LifecycleMigrator::down(conn, Some(2)).await.unwrap();
+    // m0015, m0014 and m0013.
+    LifecycleMigrator::down(conn, Some(3)).await.unwrap();
     assert!(!table_exists(conn, errors).await);
     assert!(!index_exists(conn, index).await);
     assert!(table_exists(conn, "tenantry_lifecycle_outbox").await);
@@ -116,10 +116,6 @@ async fn m0014_runs_up_down_and_up_again_with_rows_present() {
     let db = fresh_database().await;
     let conn = &db.db.conn;
     let outbox = "tenantry_lifecycle_outbox";
-    assert_eq!(
-        LifecycleMigrator::migrations().last().unwrap().name(),
-        "m0014_lifecycle_update_room"
-    );
     if let Some(options) = fill_factor(conn, outbox).await {
         assert_eq!(options, "fillfactor=30", "after up");
     }
@@ -127,7 +123,8 @@ async fn m0014_runs_up_down_and_up_again_with_rows_present() {
         assert_eq!(options, "fillfactor=50", "after up: control spaces");
     }
     insert_command(conn, outbox, "c-live", 0, "NULL").await;
-    LifecycleMigrator::down(conn, Some(1)).await.unwrap();
+    // m0015 and m0014.
+    LifecycleMigrator::down(conn, Some(2)).await.unwrap();
     if let Some(options) = fill_factor(conn, outbox).await {
         assert_eq!(options, "fillfactor=70", "after down: m0004's fill factor");
     }
@@ -139,7 +136,7 @@ async fn m0014_runs_up_down_and_up_again_with_rows_present() {
             .await
             .unwrap()
             .len(),
-        1
+        2
     );
     LifecycleMigrator::up(conn, None).await.unwrap();
     if let Some(options) = fill_factor(conn, outbox).await {
@@ -152,5 +149,61 @@ async fn m0014_runs_up_down_and_up_again_with_rows_present() {
         );
     }
     assert_eq!(count(conn, outbox).await, 1, "rows survive down and up");
+    db.db.check_schema(Mechanisms::ALL).await.unwrap();
+}
+
+/// m0015 (the commands' trace context) runs up, down and up again with commands present: the
+/// rows survive both ways, the column is `NULL` on rows enqueued before it and keeps what a
+/// command stored after it; down drops the column.
+#[tokio::test]
+async fn m0015_runs_up_down_and_up_again_with_rows_present() {
+    let db = fresh_database().await;
+    let conn = &db.db.conn;
+    let outbox = "tenantry_lifecycle_outbox";
+    assert_eq!(
+        LifecycleMigrator::migrations().last().unwrap().name(),
+        "m0015_lifecycle_trace_context"
+    );
+    assert!(
+        column_exists(conn, outbox, "trace_context").await,
+        "after up"
+    );
+    insert_command(conn, outbox, "c-before", 0, "NULL").await;
+    LifecycleMigrator::down(conn, Some(1)).await.unwrap();
+    assert!(
+        !column_exists(conn, outbox, "trace_context").await,
+        "after down"
+    );
+    assert_eq!(count(conn, outbox).await, 1, "rows survive down");
+    insert_command(conn, outbox, "c-old", 0, "NULL").await;
+    LifecycleMigrator::up(conn, None).await.unwrap();
+    assert!(
+        column_exists(conn, outbox, "trace_context").await,
+        "after the second up"
+    );
+    assert_eq!(count(conn, outbox).await, 2, "rows survive up");
+    let traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    conn.execute_unprepared(&format!(
+        "UPDATE {outbox} SET trace_context = '{traceparent}' WHERE id = 'c-before'"
+    ))
+    .await
+    .unwrap();
+    let stored = |id: &'static str| async move {
+        conn.query_one_raw(Statement::from_string(
+            conn.get_database_backend(),
+            format!("SELECT trace_context FROM {outbox} WHERE id = '{id}'"),
+        ))
+        .await
+        .unwrap()
+        .unwrap()
+        .try_get::<Option<String>>("", "trace_context")
+        .unwrap()
+    };
+    assert_eq!(stored("c-before").await.as_deref(), Some(traceparent));
+    assert_eq!(
+        stored("c-old").await,
+        None,
+        "rows from before m0015 carry none"
+    );
     db.db.check_schema(Mechanisms::ALL).await.unwrap();
 }

@@ -167,6 +167,7 @@ impl ReferenceDirectory {
                 last_bodies: BTreeMap::new(),
                 last_signed: BTreeMap::new(),
                 requests: BTreeMap::new(),
+                traceparents: Vec::new(),
             }),
         });
         let server = Server::start_tls_on(addr, router(Arc::clone(&shared)), tls).await?;
@@ -250,6 +251,12 @@ impl ReferenceDirectory {
         self.shared.lock().requests.clone()
     }
 
+    /// The W3C `traceparent` header of every authorized request that carried one, in arrival
+    /// order (the directory client sends its request span's context: docs/protocol.md).
+    pub fn traceparents(&self) -> Vec<String> {
+        self.shared.lock().traceparents.clone()
+    }
+
     /// Stops the server: open connections are dropped.
     pub async fn shutdown(self) {
         self.server.shutdown().await;
@@ -278,6 +285,8 @@ struct Inner {
     last_bodies: BTreeMap<Route, Vec<u8>>,
     last_signed: BTreeMap<Route, SignedAnswer>,
     requests: BTreeMap<Route, u64>,
+    /// The `traceparent` header of every authorized request that carried one, in order.
+    traceparents: Vec<String>,
 }
 
 /// One signed answer as sent: body and signature headers.
@@ -296,10 +305,13 @@ impl Shared {
     }
 
     fn authorize(&self, headers: &HeaderMap) -> Result<(), RemoteErrorBody> {
-        match &self.token {
-            Some(token) => crate::http::check_bearer(headers, token),
-            None => Ok(()),
+        if let Some(token) = &self.token {
+            crate::http::check_bearer(headers, token)?;
         }
+        if let Some(traceparent) = headers.get("traceparent").and_then(|v| v.to_str().ok()) {
+            self.lock().traceparents.push(traceparent.to_owned());
+        }
+        Ok(())
     }
 
     fn check_instance(&self, instance: &str) -> Result<(), RemoteErrorBody> {

@@ -131,6 +131,7 @@ impl ReferenceRemote {
                 model: KnowledgeFsModel::new(config.model),
                 faults: FaultInjector::new(config.profile, config.seed),
                 requests: BTreeMap::new(),
+                traceparents: Vec::new(),
             }),
         });
         let server = Server::start_tls_on(addr, routes::router(Arc::clone(&shared)), tls).await?;
@@ -256,6 +257,12 @@ impl GroundTruth {
         self.shared.lock().requests.clone()
     }
 
+    /// The W3C `traceparent` header of every authorized request that carried one, in arrival
+    /// order (the clients send the caller's trace context: docs/protocol.md).
+    pub fn traceparents(&self) -> Vec<String> {
+        self.shared.lock().traceparents.clone()
+    }
+
     /// `Ok` when no control space or provisioning key got more than one space and no
     /// revocation was applied twice; otherwise every violation found.
     ///
@@ -284,6 +291,8 @@ struct Inner {
     model: KnowledgeFsModel,
     faults: FaultInjector,
     requests: BTreeMap<Route, u64>,
+    /// The `traceparent` header of every authorized request that carried one, in order.
+    traceparents: Vec<String>,
 }
 
 impl Shared {
@@ -294,7 +303,11 @@ impl Shared {
     }
 
     fn authorize(&self, headers: &HeaderMap) -> Result<(), RemoteErrorBody> {
-        crate::http::check_bearer(headers, &self.token)
+        crate::http::check_bearer(headers, &self.token)?;
+        if let Some(traceparent) = headers.get("traceparent").and_then(|v| v.to_str().ok()) {
+            self.lock().traceparents.push(traceparent.to_owned());
+        }
+        Ok(())
     }
 
     fn next_fault(&self, route: Route) -> Option<Fault> {

@@ -133,6 +133,7 @@ pub(super) fn record(cmd: usize, row: &OutboxRow) -> CommandRecord {
         created_at: t(0),
         completed_at: None,
         attempt_window_ends_at: row.window_end.map(t),
+        trace_context: None,
     }
 }
 
@@ -189,6 +190,7 @@ pub(super) fn claimed(worker: u8, held: &HeldLease) -> ClaimedCommand {
         },
         claimed_at: t(held.claimed_at),
         created_at: t(0),
+        trace_context: None,
         control_space: tenantry_lifecycle::ClaimedControlSpace::NotRead,
     }
 }

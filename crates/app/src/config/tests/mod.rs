@@ -710,3 +710,54 @@ mod tls {
 mod directory;
 
 mod secrets;
+
+/// `otlp_endpoint` (docs/operations.md, "Tracing"): unset by default, read from the file or
+/// `TENANTRY_OTLP_ENDPOINT` (which wins), kept without a trailing slash; anything but an
+/// `http(s)://` URL with a host is refused naming the setting; empty means unset.
+#[test]
+fn otlp_endpoint_is_an_optional_http_url() {
+    assert_eq!(Config::defaults().otlp_endpoint, None);
+    let raw =
+        RawConfig::from_toml("otlp_endpoint = \"http://collector:4318/\"\n", "t.toml").unwrap();
+    let config = merge_env_and_validate(raw, "t.toml", |_| None).unwrap();
+    assert_eq!(
+        config.otlp_endpoint.as_deref(),
+        Some("http://collector:4318")
+    );
+    let raw =
+        RawConfig::from_toml("otlp_endpoint = \"http://collector:4318\"\n", "t.toml").unwrap();
+    let config = merge_env_and_validate(
+        raw,
+        "t.toml",
+        env_of(&[("TENANTRY_OTLP_ENDPOINT", "https://otel.internal")]),
+    )
+    .unwrap();
+    assert_eq!(
+        config.otlp_endpoint.as_deref(),
+        Some("https://otel.internal")
+    );
+    let config = merge_env_and_validate(
+        RawConfig::default(),
+        "defaults",
+        env_of(&[("TENANTRY_OTLP_ENDPOINT", "")]),
+    )
+    .unwrap();
+    assert_eq!(config.otlp_endpoint, None);
+    for bad in [
+        "collector:4318",
+        "grpc://collector:4317",
+        "http://",
+        "http:///v1",
+    ] {
+        let err = merge_env_and_validate(
+            RawConfig::default(),
+            "defaults",
+            env_of(&[("TENANTRY_OTLP_ENDPOINT", bad)]),
+        )
+        .unwrap_err();
+        assert!(
+            matches!(&err, ConfigError::Invalid { setting: "otlp_endpoint", origin, .. } if origin == "TENANTRY_OTLP_ENDPOINT"),
+            "{bad}: {err}"
+        );
+    }
+}

@@ -11,7 +11,7 @@ use tenantry_ports::lifecycle::{
     SettleError, StoreError,
 };
 use tokio::time::Instant;
-use tracing::{debug, warn};
+use tracing::{Instrument, debug, info_span, warn};
 
 use super::{DispatchError, Dispatcher};
 use crate::lifecycle::lease::{Holder, LeaseState, OwnSettle, Refusal, classify_refusal};
@@ -37,6 +37,12 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
         limit: u32,
     ) -> Result<(Vec<ClaimedCommand>, Instant), StoreError> {
         let started = self.clock.monotonic();
+        let span = info_span!(
+            "lifecycle_claim",
+            lease_owner = %owner,
+            limit,
+            claimed = tracing::field::Empty,
+        );
         let claimed = self
             .store
             .claim(&ClaimRequest {
@@ -46,7 +52,9 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
                 limit,
                 call_deadline: self.config.call_deadline,
             })
+            .instrument(span.clone())
             .await?;
+        span.record("claimed", claimed.len());
         if let Some(first) = claimed.first() {
             *self
                 .store_anchor
@@ -88,9 +96,11 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
             return Renewal::Refused;
         }
         let started = self.clock.monotonic();
+        let span = info_span!("lease_renewal", epoch = command.lease.epoch.0);
         match self
             .store
             .renew_lease(&command.lease, self.config.lease_duration)
+            .instrument(span)
             .await
         {
             Ok(_) => {
@@ -162,6 +172,8 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
                 command_id: command.id().clone(),
             });
         };
+        let span = info_span!("remote_call", epoch = command.lease.epoch.0);
+        let call = call.instrument(span);
         tokio::select! {
             biased;
             () = lease.ended(self.clock.as_ref()) => {

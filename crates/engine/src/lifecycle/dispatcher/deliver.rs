@@ -17,7 +17,7 @@ use tenantry_ports::lifecycle::{
     KnowledgeFs, LifecycleStore, RemoteError, SettleError, StoreError,
 };
 use tokio::sync::{Semaphore, SemaphorePermit};
-use tracing::warn;
+use tracing::{Instrument, info_span, warn};
 
 use super::error::refusal_message;
 use super::{DispatchError, Dispatcher};
@@ -72,11 +72,21 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
             }
         };
         let result = match body {
-            CommandBody::Provision(payload) => self.provision(step, &payload, slots).await,
-            CommandBody::Delete(payload) => {
-                self.delete(step, &payload, product_enabled, slots).await
+            CommandBody::Provision(payload) => {
+                self.provision(step, &payload, slots)
+                    .instrument(info_span!("saga_step", step = "provision"))
+                    .await
             }
-            CommandBody::Revoke(payload) => self.revoke(step, &payload, slots).await,
+            CommandBody::Delete(payload) => {
+                self.delete(step, &payload, product_enabled, slots)
+                    .instrument(info_span!("saga_step", step = "delete"))
+                    .await
+            }
+            CommandBody::Revoke(payload) => {
+                self.revoke(step, &payload, slots)
+                    .instrument(info_span!("saga_step", step = "revoke"))
+                    .await
+            }
             CommandBody::Unsupported(name) => self.settle(step, step.unsupported(&name)).await,
         };
         match result {

@@ -24,7 +24,8 @@ use chrono::{DateTime, Utc};
 use tenantry_kernel::{CommandId, LeaseOwner};
 use tenantry_lifecycle::saga::Step;
 use tenantry_lifecycle::{
-    ClaimedCommand, ClaimedControlSpace, ControlSpace, ErrorCode, LeaseToken, Settlement,
+    ClaimedCommand, ClaimedControlSpace, CommandOutcome, ControlSpace, ErrorCode, LeaseToken,
+    Settlement,
 };
 use tenantry_ports::clock::{Clock, SystemClock};
 use tenantry_ports::lifecycle::{
@@ -267,7 +268,14 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
             tenant = %command.tenant_id,
             control_space = %command.control_space_id,
             attempt = command.attempt_count,
+            lease_owner = %command.lease.owner,
+            epoch = command.lease.epoch.0,
         );
+        // The command's life is one trace: every attempt, on any replica, continues the
+        // context intake stored (docs/operations.md, "Tracing").
+        if let Some(traceparent) = &command.trace_context {
+            crate::trace_context::set_parent(&span, traceparent);
+        }
         let lease = self.leases.open(
             command.id(),
             command.lease.epoch,
@@ -357,7 +365,17 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
         if settlement.outcome.is_some() {
             self.leases.ending(&lease.command_id, lease.epoch);
         }
-        self.store.settle(lease, settlement).await
+        let span = info_span!(
+            "lifecycle_settle",
+            outcome = match &settlement.outcome {
+                None => "held",
+                Some(CommandOutcome::Ack { .. }) => "ack",
+                Some(CommandOutcome::Retry { .. }) => "retry",
+                Some(CommandOutcome::Fail { .. }) => "fail",
+                Some(CommandOutcome::Moot { .. }) => "moot",
+            },
+        );
+        self.store.settle(lease, settlement).instrument(span).await
     }
 
     async fn control_space(&self, step: &Step<'_>) -> Result<Option<ControlSpace>, StoreError> {

@@ -258,3 +258,61 @@ async fn a_deleted_control_space_id_is_refused_as_deleted() {
         ))
     ));
 }
+
+/// Without an OpenTelemetry layer (tracing off in this process) intake stores the caller's
+/// `traceparent` as it came, normalized, so a replica that traces continues the caller's trace;
+/// a value that does not parse, or none, stores nothing; a replay keeps the first context.
+#[tokio::test]
+async fn intake_stores_the_callers_traceparent_when_this_process_does_not_trace() {
+    const CALLER: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let h = harness();
+    let traced = h
+        .intake
+        .submit_traced(create_request("cs1", "k1"), Some(CALLER))
+        .await
+        .unwrap();
+    let garbled = h
+        .intake
+        .submit_traced(create_request("cs2", "k2"), Some("00-not-a-trace-01"))
+        .await
+        .unwrap();
+    let plain = h
+        .intake
+        .create_control_space(&create_request("cs3", "k3"))
+        .await
+        .unwrap();
+    let replay = h
+        .intake
+        .submit_traced(
+            create_request("cs1", "k1"),
+            Some("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"),
+        )
+        .await
+        .unwrap();
+    assert!(replay.replayed);
+    assert_eq!(
+        h.command(&traced.command_id).trace_context.as_deref(),
+        Some(CALLER)
+    );
+    assert_eq!(h.command(&garbled.command_id).trace_context, None);
+    assert_eq!(h.command(&plain.command_id).trace_context, None);
+    // The claim hands the stored context to the dispatch.
+    let request = ClaimRequest {
+        owner: LeaseOwner::parse("w1").unwrap(),
+        lease_duration: std::time::Duration::from_secs(30),
+        include_provision: true,
+        limit: 10,
+        call_deadline: std::time::Duration::ZERO,
+    };
+    let claimed = h.store.claim(&request).await.unwrap();
+    let of = |id: &CommandId| {
+        claimed
+            .iter()
+            .find(|c| c.id() == id)
+            .unwrap()
+            .trace_context
+            .clone()
+    };
+    assert_eq!(of(&traced.command_id).as_deref(), Some(CALLER));
+    assert_eq!(of(&plain.command_id), None);
+}

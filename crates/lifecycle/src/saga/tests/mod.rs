@@ -32,6 +32,7 @@ fn command(operation: Operation, attempt_count: i32) -> ClaimedCommand {
         },
         claimed_at: at(0),
         created_at: at(0),
+        trace_context: None,
         control_space: crate::ClaimedControlSpace::NotRead,
     }
 }

@@ -216,3 +216,73 @@ pub async fn submit_cas_and_revoke_sequence_are_compare_and_set<S: LifecycleStor
         Err(IntakeStoreError::UnknownControlSpace)
     );
 }
+
+/// The caller's trace context (an opaque `traceparent` string) is stored with the command by
+/// `submit` and `submit_many`, read back by listings, and handed to every claim of it,
+/// retries included; a command without one carries none.
+pub async fn the_trace_context_round_trips<S: LifecycleStore>(store: S, clock: ManualClock) {
+    const ONE: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    const TWO: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00";
+    clock.set(t(0));
+    let mut traced = create_plan("cs-traced", "k-traced", t(0));
+    traced.command.trace_context = Some(ONE.to_owned());
+    let traced_id = traced.command.id.clone();
+    match store.submit(&traced).await.unwrap() {
+        Submitted::Created(record) => assert_eq!(record.trace_context.as_deref(), Some(ONE)),
+        other => panic!("expected created, got {other:?}"),
+    }
+    let mut batched = create_plan("cs-batched", "k-batched", t(0));
+    batched.command.trace_context = Some(TWO.to_owned());
+    let batched_id = batched.command.id.clone();
+    let plain = create_plan("cs-plain", "k-plain", t(0));
+    let plain_id = plain.command.id.clone();
+    for answer in store.submit_many(&[batched, plain]).await {
+        assert!(matches!(answer, Ok(Submitted::Created(_))), "{answer:?}");
+    }
+    let expected = [
+        (&traced_id, Some(ONE)),
+        (&batched_id, Some(TWO)),
+        (&plain_id, None),
+    ];
+    for (id, context) in expected {
+        assert_eq!(
+            record(&store, id).await.trace_context.as_deref(),
+            context,
+            "{id}"
+        );
+    }
+    let claimed = claim(&store, &clock, claim_at("w1", t(1), 10))
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), 3);
+    for command in &claimed {
+        let (_, context) = expected.iter().find(|(id, _)| *id == command.id()).unwrap();
+        assert_eq!(
+            command.trace_context.as_deref(),
+            *context,
+            "{}",
+            command.id()
+        );
+        store
+            .settle(
+                &command.lease,
+                &Settlement::retry(t(30), ErrorRecord::new("REMOTE_BUSY", "busy")),
+            )
+            .await
+            .unwrap();
+    }
+    // The retry, by another worker, continues the same trace.
+    let again = claim(&store, &clock, claim_at("w2", t(30), 10))
+        .await
+        .unwrap();
+    assert_eq!(again.len(), 3);
+    for command in &again {
+        let (_, context) = expected.iter().find(|(id, _)| *id == command.id()).unwrap();
+        assert_eq!(
+            command.trace_context.as_deref(),
+            *context,
+            "{}",
+            command.id()
+        );
+    }
+}

@@ -111,6 +111,7 @@ macro_rules! lifecycle_store_conformance {
             latest_provision_finds_the_newest,
             submit_is_idempotent_on_the_key,
             submit_many_answers_each_plan_as_submit_would,
+            the_trace_context_round_trips,
             submit_refuses_a_duplicate_control_space_and_writes_nothing,
             submit_cas_and_revoke_sequence_are_compare_and_set,
             list_commands_filters_and_pages,

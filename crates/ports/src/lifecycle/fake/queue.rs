@@ -87,6 +87,7 @@ impl CommandQueue for InMemoryLifecycleStore {
                 claimed_at: now,
                 created_at: record.created_at,
                 // Read under the same lock as the claim (the SQL stores read right after it).
+                trace_context: record.trace_context.clone(),
                 control_space: ClaimedControlSpace::Read(
                     spaces
                         .get(&(record.tenant_id.clone(), record.control_space_id.clone()))

@@ -328,6 +328,7 @@ mod tests {
             created_at: until,
             completed_at: None,
             attempt_window_ends_at: Some(until),
+            trace_context: None,
         }
     }
 
