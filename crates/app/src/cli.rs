@@ -11,7 +11,6 @@ use tenantry_ports::lifecycle::OperatorActionKind;
 
 use crate::config::{self, Config};
 use crate::ops::{CommandsActArgs, CommandsListArgs, FencesClearArgs, FencesListArgs, PruneArgs};
-use crate::telemetry;
 use crate::{logging, ops, service};
 
 /// Tenantry: keeps a multi-tenant platform's database and the remote services it drives in
@@ -133,7 +132,7 @@ pub async fn run(cli: Cli) -> ExitCode {
     };
     // Traces only for `serve` (docs/operations.md, "Tracing"); a failure leaves them off.
     let traces = if matches!(cli.command, Command::Serve) {
-        telemetry::init_serve_logging(&config)
+        logging::init_serve_logging(&config)
     } else {
         logging::init(config.log_format, &config.log_filter);
         None

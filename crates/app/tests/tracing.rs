@@ -34,7 +34,7 @@ async fn one_trace_from_the_admin_post_through_a_lost_ack_and_a_retry_on_another
     let mut telemetry = tenantry_app::config::Config::defaults();
     telemetry.otlp_endpoint = Some(endpoint.clone());
     telemetry.log_filter = "warn".to_owned();
-    let traces = tenantry_app::telemetry::init_serve_logging(&telemetry)
+    let traces = tenantry_app::logging::init_serve_logging(&telemetry)
         .expect("otlp_endpoint turns traces on, and this test installs the first subscriber");
     let mut h = Harness::start_with(Default::default(), |config| {
         config.otlp_endpoint = Some(endpoint.clone());

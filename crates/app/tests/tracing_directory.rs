@@ -54,7 +54,7 @@ async fn directory_syncs_are_traced_and_send_traceparent() {
     let mut telemetry = tenantry_app::config::Config::defaults();
     telemetry.otlp_endpoint = Some(endpoint.clone());
     telemetry.log_filter = "warn".to_owned();
-    let traces = tenantry_app::telemetry::init_serve_logging(&telemetry)
+    let traces = tenantry_app::logging::init_serve_logging(&telemetry)
         .expect("otlp_endpoint turns traces on, and this test installs the first subscriber");
     let (url, directory) = ReferenceDirectory::start(DirectoryServerConfig::new(
         InstanceUuid::parse("inst-1").unwrap(),
