@@ -41,8 +41,10 @@ use sea_orm::{
 };
 use tenantry_directory::batch::check_committed_active;
 use tenantry_directory::maps::{RowSource, WorkspaceStatus};
+use tenantry_directory::fingerprint::snapshot_fingerprint;
 use tenantry_directory::plan::{
-    batch_keys, delta_keys, plan_delta, plan_event_batch, plan_snapshot, plan_touch, snapshot_keys,
+    batch_keys, delta_keys, plan_delta, plan_event_batch, plan_fingerprinted_snapshot,
+    plan_snapshot, plan_touch, snapshot_keys, snapshot_lookup_keys,
 };
 use tenantry_directory::{
     AccountRow, ApplyContext, ApplyOutcome, DirectoryDelta, DirectoryError, DirectoryEvent,
@@ -60,9 +62,10 @@ use self::entity::{account, execution, inbox, membership, state, workspace};
 use crate::connect::{Backend, Database};
 
 /// Accounts are looked up by uuid or email in chunks of this many keys.
-pub const ACCOUNT_QUERY_CHUNK: usize = 500;
-/// Other `IN` lists are chunked to this many keys.
-const IN_CHUNK: usize = 500;
+/// (Two lists of this many bind parameters stay under SQLite's limit of 32,766.)
+pub const ACCOUNT_QUERY_CHUNK: usize = 5_000;
+/// Other `IN` lists are chunked to this many keys (one round trip per 5,000 keys).
+const IN_CHUNK: usize = 5_000;
 /// Cursor of the placeholder state row a snapshot inserts before taking the row lock.
 const PLACEHOLDER_CURSOR: i64 = i64::MIN;
 
@@ -339,10 +342,13 @@ impl SeaOrmDirectoryStore {
                 memberships.insert(row.uuid.clone(), row);
             }
         }
+        // A membership of a loaded workspace is already here; only a uuid elsewhere (reused
+        // for another workspace) needs its own lookup.
         let membership_uuids: Vec<String> = keys
             .membership_uuids
             .iter()
             .map(ToString::to_string)
+            .filter(|uuid| !memberships.contains_key(uuid))
             .collect();
         for chunk in membership_uuids.chunks(IN_CHUNK) {
             let rows = membership::Entity::find()
@@ -501,17 +507,20 @@ impl SeaOrmDirectoryStore {
             .map_err(storage("count active workspaces"))
     }
 
-    /// One apply transaction (see the module documentation). `keys` and `plan` run on the
-    /// blocking pool.
-    async fn apply<K, P>(
+    /// One apply transaction (see the module documentation). `keys` runs on the blocking
+    /// pool before the transaction, `plan` inside it; `narrow` chooses, once the state row is
+    /// locked, which of the keys' rows to load.
+    async fn apply<K, N, P>(
         &self,
         ctx: &ApplyContext,
         insert_placeholder: bool,
         keys: K,
+        narrow: N,
         plan: P,
     ) -> Result<ApplyOutcome, ProjectionStoreError>
     where
         K: FnOnce() -> Option<LookupKeys> + Send + 'static,
+        N: FnOnce(Option<&ProjectionState>, LookupKeys) -> LookupKeys + Send,
         P: FnOnce(
                 Option<&ProjectionState>,
                 &ExistingRows,
@@ -522,7 +531,7 @@ impl SeaOrmDirectoryStore {
         let keys = off_runtime(keys).await?;
         let txn = self.begin().await?;
         let result = self
-            .apply_in(&txn, ctx, insert_placeholder, keys, plan)
+            .apply_in(&txn, ctx, insert_placeholder, keys, narrow, plan)
             .await;
         match result {
             Ok(outcome) => {
@@ -537,15 +546,17 @@ impl SeaOrmDirectoryStore {
         }
     }
 
-    async fn apply_in<P>(
+    async fn apply_in<N, P>(
         &self,
         txn: &DatabaseTransaction,
         ctx: &ApplyContext,
         insert_placeholder: bool,
         keys: Option<LookupKeys>,
+        narrow: N,
         plan: P,
     ) -> Result<ApplyOutcome, ProjectionStoreError>
     where
+        N: FnOnce(Option<&ProjectionState>, LookupKeys) -> LookupKeys + Send,
         P: FnOnce(
                 Option<&ProjectionState>,
                 &ExistingRows,
@@ -557,7 +568,10 @@ impl SeaOrmDirectoryStore {
             .lock_state(txn, &ctx.instance, insert_placeholder)
             .await?;
         let existing = match keys {
-            Some(keys) => self.load(txn, &keys, &ctx.instance).await?,
+            Some(keys) => {
+                let keys = narrow(state.as_ref(), keys);
+                self.load(txn, &keys, &ctx.instance).await?
+            }
             None => ExistingRows::default(),
         };
         let (plan, existing) = off_runtime(move || {
@@ -610,11 +624,36 @@ impl SnapshotApplier for SeaOrmDirectoryStore {
     ) -> Result<ApplyOutcome, ProjectionStoreError> {
         let input = Arc::new((ctx.clone(), snapshot.clone(), events.to_vec()));
         let for_keys = Arc::clone(&input);
+        // The fingerprint is computed once, with the keys, before the transaction: it decides
+        // (under the state row's lock) whether the rows need loading at all.
+        let fingerprint = Arc::new(std::sync::OnceLock::new());
+        let (for_narrow, for_plan) = (Arc::clone(&fingerprint), Arc::clone(&fingerprint));
+        let cursor = snapshot.cursor;
         self.apply(
             ctx,
             true,
-            move || Some(snapshot_keys(&for_keys.1, &for_keys.2)),
-            move |state, existing| plan_snapshot(&input.0, state, existing, &input.1, &input.2),
+            move || {
+                let _ = fingerprint.set(snapshot_fingerprint(&for_keys.1));
+                Some(snapshot_keys(&for_keys.1, &for_keys.2))
+            },
+            move |state, keys| match for_narrow.get() {
+                Some(fingerprint) => snapshot_lookup_keys(state, cursor, fingerprint, keys),
+                None => keys,
+            },
+            move |state, existing| {
+                let (ctx, snapshot, events) = &*input;
+                match for_plan.get() {
+                    Some(fingerprint) => plan_fingerprinted_snapshot(
+                        ctx,
+                        state,
+                        existing,
+                        snapshot,
+                        events,
+                        fingerprint.clone(),
+                    ),
+                    None => plan_snapshot(ctx, state, existing, snapshot, events),
+                }
+            },
         )
         .await
     }
@@ -634,6 +673,7 @@ impl DeltaApplier for SeaOrmDirectoryStore {
             ctx,
             false,
             move || Some(delta_keys(&for_keys.1, &for_keys.2)),
+            |_, keys| keys,
             move |state, existing| plan_delta(&input.0, state, existing, &input.1, &input.2),
         )
         .await
@@ -653,6 +693,7 @@ impl EventBatchApplier for SeaOrmDirectoryStore {
             ctx,
             false,
             move || Some(batch_keys(&for_keys.1)),
+            |_, keys| keys,
             move |state, existing| plan_event_batch(&input.0, state, existing, &input.1),
         )
         .await
@@ -671,6 +712,7 @@ impl FreshnessToucher for SeaOrmDirectoryStore {
             ctx,
             false,
             || None,
+            |_, keys| keys,
             move |state, _| plan_touch(&plan_ctx, state, replica_cursor),
         )
         .await

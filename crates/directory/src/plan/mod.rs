@@ -25,6 +25,7 @@ use crate::batch::{
 use crate::config::ProjectionLimits;
 use crate::error::DirectoryError;
 use crate::fingerprint::{incremental_marker, snapshot_fingerprint};
+use tenantry_kernel::Fingerprint;
 use crate::ids::{EventUuid, InstanceUuid, WorkspaceUuid};
 use crate::model::{
     DirectoryDelta, DirectoryEvent, DirectoryEventBatch, DirectorySnapshot, EventKind,
@@ -140,6 +141,12 @@ fn known_receipts(existing: &ExistingRows) -> BTreeSet<(&InstanceUuid, &EventUui
 /// from the snapshot is archived, its memberships removed and its execution fenced. The state
 /// row gets `cursor = snapshot_coverage_cursor = snapshot.cursor` and the snapshot fingerprint.
 ///
+/// A snapshot the projection already holds ([`snapshot_already_projected`]: same cursor, same
+/// fingerprint) skips the account and workspace steps: its rows are what the earlier apply of
+/// the same contents wrote, so comparing them again would write nothing. Only receipts and
+/// the state row's freshness are written, and the store need not load any other row
+/// ([`snapshot_lookup_keys`]).
+///
 /// `state` is `None` when no row exists yet (the store inserts it).
 ///
 /// # Errors
@@ -151,6 +158,30 @@ pub fn plan_snapshot(
     snapshot: &DirectorySnapshot,
     events: &[DirectoryEvent],
 ) -> Result<ProjectionWrite, DirectoryError> {
+    plan_fingerprinted_snapshot(
+        ctx,
+        state,
+        existing,
+        snapshot,
+        events,
+        snapshot_fingerprint(snapshot),
+    )
+}
+
+/// [`plan_snapshot`] with the snapshot's fingerprint computed by the caller
+/// ([`snapshot_fingerprint`]; a store computes it once, before its transaction, to choose
+/// which rows to load with [`snapshot_lookup_keys`]).
+///
+/// # Errors
+/// As [`plan_snapshot`].
+pub fn plan_fingerprinted_snapshot(
+    ctx: &ApplyContext,
+    state: Option<&ProjectionState>,
+    existing: &ExistingRows,
+    snapshot: &DirectorySnapshot,
+    events: &[DirectoryEvent],
+    fingerprint: Fingerprint,
+) -> Result<ProjectionWrite, DirectoryError> {
     let cardinality = check_capacity(&snapshot.workspaces, true, &ctx.limits)?;
     if snapshot.instance_uuid != ctx.instance {
         return Err(DirectoryError::WrongInstance {
@@ -160,7 +191,6 @@ pub fn plan_snapshot(
         });
     }
     validate_workspaces(&snapshot.workspaces)?;
-    let fingerprint = snapshot_fingerprint(snapshot);
     if let Some(state) = state {
         if snapshot.cursor < state.cursor {
             return Err(DirectoryError::SnapshotSuperseded {
@@ -177,11 +207,14 @@ pub fn plan_snapshot(
             });
         }
     }
+    let unchanged = snapshot_already_projected(state, snapshot.cursor, &fingerprint);
     let mut work = Working::new(ctx, existing);
     work.record_events(events, -1, None)?;
-    let projected = work.apply_accounts(&snapshot.workspaces, snapshot.cursor)?;
-    work.apply_workspaces(&snapshot.workspaces, &projected)?;
-    work.fence_absent(&snapshot.workspaces);
+    if !unchanged {
+        let projected = work.apply_accounts(&snapshot.workspaces, snapshot.cursor)?;
+        work.apply_workspaces(&snapshot.workspaces, &projected)?;
+        work.fence_absent(&snapshot.workspaces);
+    }
     work.mark_applied(events);
     let state = ProjectionState {
         instance_uuid: ctx.instance.clone(),
@@ -192,6 +225,42 @@ pub fn plan_snapshot(
         lease_expires_at: ctx.lease_expires_at(),
     };
     Ok(work.finish(state, true, Some(cardinality), true))
+}
+
+/// Whether a snapshot at `cursor` with `fingerprint` is the directory the projection already
+/// holds: the state row stands at that cursor with that (full-snapshot, not incremental)
+/// fingerprint. Only the directory projection writes the projected rows, and a delta replaces
+/// the fingerprint with the incremental marker, so the rows are then exactly what planning the
+/// same contents wrote before; planning them again would write nothing.
+pub fn snapshot_already_projected(
+    state: Option<&ProjectionState>,
+    cursor: i64,
+    fingerprint: &Fingerprint,
+) -> bool {
+    state.is_some_and(|state| {
+        state.cursor == cursor
+            && &state.snapshot_fingerprint == fingerprint
+            && state.snapshot_fingerprint != incremental_marker()
+    })
+}
+
+/// The rows a snapshot apply loads, once the store holds the state row's lock: all of `keys`
+/// ([`snapshot_keys`]), or only the receipts when the snapshot is already projected
+/// ([`snapshot_already_projected`]).
+pub fn snapshot_lookup_keys(
+    state: Option<&ProjectionState>,
+    cursor: i64,
+    fingerprint: &Fingerprint,
+    keys: LookupKeys,
+) -> LookupKeys {
+    if snapshot_already_projected(state, cursor, fingerprint) {
+        LookupKeys {
+            event_uuids: keys.event_uuids,
+            ..LookupKeys::default()
+        }
+    } else {
+        keys
+    }
 }
 
 /// Plans a delta for the workspaces named by the batch's `directory.changed` events.
