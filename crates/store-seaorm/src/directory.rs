@@ -16,13 +16,17 @@
 //! 5. count the committed active projected workspaces and check the limit;
 //! 6. commit.
 //!
-//! The pure CPU work — computing the lookup keys and planning (for a 100,000-membership
-//! snapshot about a second of CPU in release builds, most of it the snapshot fingerprint) —
-//! runs on tokio's blocking pool (`spawn_blocking`), so the async worker threads keep serving
-//! other tasks (admin API, probes, lifecycle workers) meanwhile. The inputs are cloned once
-//! into the blocking task (`'static`); the planner itself stays pure. If the apply future is
-//! dropped while the planner runs, the planner finishes on its own and its result is dropped
-//! with the transaction (rolled back).
+//! The pure CPU work — computing the lookup keys and the snapshot fingerprint, and planning
+//! (for a 100,000-membership snapshot about a second of CPU in release builds) — runs in place
+//! with `tokio::task::block_in_place` on a multi-threaded runtime (the service's), so the async
+//! worker's other tasks (admin API, probes, lifecycle workers) move to another thread
+//! meanwhile; on a current-thread runtime it runs inline. It borrows the snapshot: the input is
+//! never copied (issue 34: the copy cost as much memory as the parsed snapshot).
+//!
+//! A snapshot the projection already holds (same cursor, same fingerprint:
+//! `tenantry_directory::plan::snapshot_already_projected`) loads and writes no row but the
+//! state row and receipts; any other snapshot is compared with the stored rows and only rows
+//! that change are written.
 
 #[cfg(feature = "bench")]
 mod bulk;
@@ -30,7 +34,6 @@ mod convert;
 mod entity;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
 
 use async_trait::async_trait;
 use sea_orm::sea_query::{OnConflict, Query};
@@ -519,16 +522,15 @@ impl SeaOrmDirectoryStore {
         plan: P,
     ) -> Result<ApplyOutcome, ProjectionStoreError>
     where
-        K: FnOnce() -> Option<LookupKeys> + Send + 'static,
+        K: FnOnce() -> Option<LookupKeys> + Send,
         N: FnOnce(Option<&ProjectionState>, LookupKeys) -> LookupKeys + Send,
         P: FnOnce(
                 Option<&ProjectionState>,
                 &ExistingRows,
             ) -> Result<ProjectionWrite, DirectoryError>
-            + Send
-            + 'static,
+            + Send,
     {
-        let keys = off_runtime(keys).await?;
+        let keys = off_runtime(keys);
         let txn = self.begin().await?;
         let result = self
             .apply_in(&txn, ctx, insert_placeholder, keys, narrow, plan)
@@ -561,8 +563,7 @@ impl SeaOrmDirectoryStore {
                 Option<&ProjectionState>,
                 &ExistingRows,
             ) -> Result<ProjectionWrite, DirectoryError>
-            + Send
-            + 'static,
+            + Send,
     {
         let state = self
             .lock_state(txn, &ctx.instance, insert_placeholder)
@@ -574,11 +575,7 @@ impl SeaOrmDirectoryStore {
             }
             None => ExistingRows::default(),
         };
-        let (plan, existing) = off_runtime(move || {
-            let plan = plan(state.as_ref(), &existing);
-            (plan, existing)
-        })
-        .await?;
+        let plan = off_runtime(|| plan(state.as_ref(), &existing));
         let mut plan = plan?;
         if plan.creates_receipts(&existing) {
             // `received_at` is retention's cut-off: the database's clock, not this process's.
@@ -597,20 +594,19 @@ impl SeaOrmDirectoryStore {
     }
 }
 
-/// Runs pure CPU work on tokio's blocking pool. A panic in it is resumed here (as if it had
-/// run inline); a cancelled task (runtime shutting down) is a storage error.
-async fn off_runtime<T, F>(work: F) -> Result<T, ProjectionStoreError>
+/// Runs pure CPU work (lookup keys, planning) without stalling the runtime's other tasks: on a
+/// multi-threaded runtime (the service's) in place with [`tokio::task::block_in_place`], which
+/// hands this worker's other tasks to another thread; elsewhere (a current-thread runtime, no
+/// runtime) inline. The work borrows its input, so a snapshot is never copied for it (a copy
+/// of a parsed 1,000,000-membership snapshot is several hundred megabytes). Other code of
+/// the same task (a `select!` branch, a timeout around the apply) waits until it returns.
+fn off_runtime<T, F>(work: F) -> T
 where
-    F: FnOnce() -> T + Send + 'static,
-    T: Send + 'static,
+    F: FnOnce() -> T,
 {
-    match tokio::task::spawn_blocking(work).await {
-        Ok(value) => Ok(value),
-        Err(error) if error.is_panic() => std::panic::resume_unwind(error.into_panic()),
-        Err(error) => Err(ProjectionStoreError::storage(format!(
-            "the directory planner task did not finish: {error}"
-        ))
-        .with_source(error)),
+    match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(work),
+        _ => work(),
     }
 }
 
@@ -622,37 +618,31 @@ impl SnapshotApplier for SeaOrmDirectoryStore {
         snapshot: &DirectorySnapshot,
         events: &[DirectoryEvent],
     ) -> Result<ApplyOutcome, ProjectionStoreError> {
-        let input = Arc::new((ctx.clone(), snapshot.clone(), events.to_vec()));
-        let for_keys = Arc::clone(&input);
         // The fingerprint is computed once, with the keys, before the transaction: it decides
         // (under the state row's lock) whether the rows need loading at all.
-        let fingerprint = Arc::new(std::sync::OnceLock::new());
-        let (for_narrow, for_plan) = (Arc::clone(&fingerprint), Arc::clone(&fingerprint));
+        let fingerprint = std::sync::OnceLock::new();
         let cursor = snapshot.cursor;
         self.apply(
             ctx,
             true,
-            move || {
-                let _ = fingerprint.set(snapshot_fingerprint(&for_keys.1));
-                Some(snapshot_keys(&for_keys.1, &for_keys.2))
+            || {
+                let _ = fingerprint.set(snapshot_fingerprint(snapshot));
+                Some(snapshot_keys(snapshot, events))
             },
-            move |state, keys| match for_narrow.get() {
+            |state, keys| match fingerprint.get() {
                 Some(fingerprint) => snapshot_lookup_keys(state, cursor, fingerprint, keys),
                 None => keys,
             },
-            move |state, existing| {
-                let (ctx, snapshot, events) = &*input;
-                match for_plan.get() {
-                    Some(fingerprint) => plan_fingerprinted_snapshot(
-                        ctx,
-                        state,
-                        existing,
-                        snapshot,
-                        events,
-                        fingerprint.clone(),
-                    ),
-                    None => plan_snapshot(ctx, state, existing, snapshot, events),
-                }
+            |state, existing| match fingerprint.get() {
+                Some(fingerprint) => plan_fingerprinted_snapshot(
+                    ctx,
+                    state,
+                    existing,
+                    snapshot,
+                    events,
+                    fingerprint.clone(),
+                ),
+                None => plan_snapshot(ctx, state, existing, snapshot, events),
             },
         )
         .await
@@ -667,14 +657,12 @@ impl DeltaApplier for SeaOrmDirectoryStore {
         delta: &DirectoryDelta,
         batch: &DirectoryEventBatch,
     ) -> Result<ApplyOutcome, ProjectionStoreError> {
-        let input = Arc::new((ctx.clone(), delta.clone(), batch.clone()));
-        let for_keys = Arc::clone(&input);
         self.apply(
             ctx,
             false,
-            move || Some(delta_keys(&for_keys.1, &for_keys.2)),
+            || Some(delta_keys(delta, batch)),
             |_, keys| keys,
-            move |state, existing| plan_delta(&input.0, state, existing, &input.1, &input.2),
+            |state, existing| plan_delta(ctx, state, existing, delta, batch),
         )
         .await
     }
@@ -687,14 +675,12 @@ impl EventBatchApplier for SeaOrmDirectoryStore {
         ctx: &ApplyContext,
         batch: &DirectoryEventBatch,
     ) -> Result<ApplyOutcome, ProjectionStoreError> {
-        let input = Arc::new((ctx.clone(), batch.clone()));
-        let for_keys = Arc::clone(&input);
         self.apply(
             ctx,
             false,
-            move || Some(batch_keys(&for_keys.1)),
+            || Some(batch_keys(batch)),
             |_, keys| keys,
-            move |state, existing| plan_event_batch(&input.0, state, existing, &input.1),
+            |state, existing| plan_event_batch(ctx, state, existing, batch),
         )
         .await
     }
@@ -707,13 +693,12 @@ impl FreshnessToucher for SeaOrmDirectoryStore {
         ctx: &ApplyContext,
         replica_cursor: i64,
     ) -> Result<ApplyOutcome, ProjectionStoreError> {
-        let plan_ctx = ctx.clone();
         self.apply(
             ctx,
             false,
             || None,
             |_, keys| keys,
-            move |state, _| plan_touch(&plan_ctx, state, replica_cursor),
+            |state, _| plan_touch(ctx, state, replica_cursor),
         )
         .await
     }

@@ -290,10 +290,11 @@ fn large_snapshot(workspaces: usize, members: usize) -> tenantry_directory::Dire
     snapshot(1, list)
 }
 
-/// The planner's CPU work runs off the async worker thread: on a current-thread runtime a
-/// ticker task keeps ticking while a large snapshot is planned. Inline planning would stall it
-/// for the whole planning time.
-#[tokio::test]
+/// The planner's CPU work does not stall the runtime: on a multi-threaded runtime (the
+/// service's) a ticker task keeps ticking while a large snapshot is planned (the planner runs
+/// in `block_in_place`, which moves the worker's other tasks to the other thread). Planning on
+/// the worker without it would stall the ticker for the whole planning time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn planning_a_large_snapshot_does_not_stall_the_runtime() {
     let db = fresh_database().await;
     let store = SeaOrmDirectoryStore::new(&db.db);
@@ -333,7 +334,10 @@ async fn planning_a_large_snapshot_does_not_stall_the_runtime() {
     };
     tokio::task::yield_now().await;
     let apply_started = std::time::Instant::now();
-    store.apply_snapshot(&ctx, &s, &[]).await.unwrap();
+    // On the worker (not the test's own thread), where the ticker runs too.
+    tokio::spawn(async move { store.apply_snapshot(&ctx, &s, &[]).await.unwrap() })
+        .await
+        .unwrap();
     let apply_time = apply_started.elapsed();
     ticker.abort();
     let ticks = ticks.lock().unwrap().clone();
