@@ -158,29 +158,53 @@ pub fn plan_snapshot(
     snapshot: &DirectorySnapshot,
     events: &[DirectoryEvent],
 ) -> Result<ProjectionWrite, DirectoryError> {
-    plan_fingerprinted_snapshot(
-        ctx,
-        state,
-        existing,
-        snapshot,
-        events,
-        snapshot_fingerprint(snapshot),
-    )
+    plan_snapshot_with(ctx, state, existing, snapshot, events, None, Sequential)
 }
 
-/// [`plan_snapshot`] with the snapshot's fingerprint computed by the caller
-/// ([`snapshot_fingerprint`]; a store computes it once, before its transaction, to choose
-/// which rows to load with [`snapshot_lookup_keys`]).
+/// Runs two independent pure computations and returns both results. [`plan_snapshot_with`]
+/// hands the snapshot fingerprint and the row planning to it when neither needs the other;
+/// [`Sequential`] runs them one after the other, a store may run them on two threads. The
+/// plan does not depend on how.
+pub trait Join {
+    /// Both results, `a`'s first.
+    fn join<A: Send, B: Send>(
+        self,
+        a: impl FnOnce() -> A + Send,
+        b: impl FnOnce() -> B + Send,
+    ) -> (A, B);
+}
+
+/// [`Join`] on the calling thread: `a`, then `b`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Sequential;
+
+impl Join for Sequential {
+    fn join<A: Send, B: Send>(
+        self,
+        a: impl FnOnce() -> A + Send,
+        b: impl FnOnce() -> B + Send,
+    ) -> (A, B) {
+        (a(), b())
+    }
+}
+
+/// [`plan_snapshot`] with the snapshot's fingerprint when the caller already computed it
+/// ([`snapshot_fingerprint`]; a store does when the state row stands at the snapshot's cursor,
+/// to choose which rows to load with [`snapshot_lookup_keys`]), and a [`Join`] for the work
+/// that may run at once: when the state row is absent or at another cursor, no rule needs the
+/// fingerprint before the rows are planned, so the fingerprint is computed beside the row
+/// planning.
 ///
 /// # Errors
-/// As [`plan_snapshot`].
-pub fn plan_fingerprinted_snapshot(
+/// As [`plan_snapshot`], in the same order.
+pub fn plan_snapshot_with(
     ctx: &ApplyContext,
     state: Option<&ProjectionState>,
     existing: &ExistingRows,
     snapshot: &DirectorySnapshot,
     events: &[DirectoryEvent],
-    fingerprint: Fingerprint,
+    fingerprint: Option<Fingerprint>,
+    join: impl Join,
 ) -> Result<ProjectionWrite, DirectoryError> {
     let cardinality = check_capacity(&snapshot.workspaces, true, &ctx.limits)?;
     if snapshot.instance_uuid != ctx.instance {
@@ -191,31 +215,43 @@ pub fn plan_fingerprinted_snapshot(
         });
     }
     validate_workspaces(&snapshot.workspaces)?;
-    if let Some(state) = state {
-        if snapshot.cursor < state.cursor {
-            return Err(DirectoryError::SnapshotSuperseded {
-                snapshot_cursor: snapshot.cursor,
-                projected_cursor: state.cursor,
-            });
-        }
-        if snapshot.cursor == state.cursor
-            && state.snapshot_fingerprint != fingerprint
-            && state.snapshot_fingerprint != incremental_marker()
-        {
-            return Err(DirectoryError::SnapshotConflict {
-                cursor: snapshot.cursor,
-            });
-        }
+    if let Some(state) = state
+        && snapshot.cursor < state.cursor
+    {
+        return Err(DirectoryError::SnapshotSuperseded {
+            snapshot_cursor: snapshot.cursor,
+            projected_cursor: state.cursor,
+        });
     }
-    let unchanged = snapshot_already_projected(state, snapshot.cursor, &fingerprint);
-    let mut work = Working::new(ctx, existing);
-    work.record_events(events, -1, None)?;
-    if !unchanged {
-        let projected = work.apply_accounts(&snapshot.workspaces, snapshot.cursor)?;
-        work.apply_workspaces(&snapshot.workspaces, &projected)?;
-        work.fence_absent(&snapshot.workspaces);
+    let same_cursor = state.is_some_and(|state| state.cursor == snapshot.cursor);
+    let (fingerprint, work) = match fingerprint {
+        Some(fingerprint) => (fingerprint, None),
+        None if same_cursor => (snapshot_fingerprint(snapshot), None),
+        None => {
+            // No rule below reads the fingerprint at another cursor: plan the rows beside it.
+            let (fingerprint, work) = join.join(
+                || snapshot_fingerprint(snapshot),
+                || plan_snapshot_rows(ctx, existing, snapshot, events, false),
+            );
+            (fingerprint, Some(work))
+        }
+    };
+    if let Some(state) = state
+        && snapshot.cursor == state.cursor
+        && state.snapshot_fingerprint != fingerprint
+        && state.snapshot_fingerprint != incremental_marker()
+    {
+        return Err(DirectoryError::SnapshotConflict {
+            cursor: snapshot.cursor,
+        });
     }
-    work.mark_applied(events);
+    let work = match work {
+        Some(work) => work?,
+        None => {
+            let unchanged = snapshot_already_projected(state, snapshot.cursor, &fingerprint);
+            plan_snapshot_rows(ctx, existing, snapshot, events, unchanged)?
+        }
+    };
     let state = ProjectionState {
         instance_uuid: ctx.instance.clone(),
         cursor: snapshot.cursor,
@@ -225,6 +261,26 @@ pub fn plan_fingerprinted_snapshot(
         lease_expires_at: ctx.lease_expires_at(),
     };
     Ok(work.finish(state, true, Some(cardinality), true))
+}
+
+/// The row steps of a snapshot: receipts, then (unless `already_projected`) accounts,
+/// workspaces and the fencing of absent workspaces.
+fn plan_snapshot_rows<'a>(
+    ctx: &'a ApplyContext,
+    existing: &ExistingRows,
+    snapshot: &DirectorySnapshot,
+    events: &[DirectoryEvent],
+    already_projected: bool,
+) -> Result<Working<'a>, DirectoryError> {
+    let mut work = Working::new(ctx, existing);
+    work.record_events(events, -1, None)?;
+    if !already_projected {
+        let projected = work.apply_accounts(&snapshot.workspaces, snapshot.cursor)?;
+        work.apply_workspaces(&snapshot.workspaces, &projected)?;
+        work.fence_absent(&snapshot.workspaces);
+    }
+    work.mark_applied(events);
+    Ok(work)
 }
 
 /// Whether a snapshot at `cursor` with `fingerprint` is the directory the projection already

@@ -384,3 +384,30 @@ fn reapplying_a_snapshot_changes_only_freshness() {
     assert_eq!(h.tables.executions, before.executions);
     assert_eq!(h.tables.states[&instance()].last_applied_at, at(200));
 }
+
+/// The plan does not depend on how [`Join`] runs the fingerprint and the row planning (here:
+/// the rows first), nor on a fingerprint handed in.
+#[test]
+fn the_snapshot_plan_does_not_depend_on_the_join() {
+    struct Reversed;
+    impl Join for Reversed {
+        fn join<A: Send, B: Send>(
+            self,
+            a: impl FnOnce() -> A + Send,
+            b: impl FnOnce() -> B + Send,
+        ) -> (A, B) {
+            let b = b();
+            (a(), b)
+        }
+    }
+    let h = Harness::new();
+    let s = snapshot(5, vec![workspace("ws-1", 1, &[("a", 1), ("b", 1)])]);
+    let none = ExistingRows::default();
+    let sequential = plan_snapshot(&h.ctx, None, &none, &s, &[]).unwrap();
+    let reversed = plan_snapshot_with(&h.ctx, None, &none, &s, &[], None, Reversed).unwrap();
+    assert_eq!(sequential, reversed);
+    let fingerprint = crate::fingerprint::snapshot_fingerprint(&s);
+    let given =
+        plan_snapshot_with(&h.ctx, None, &none, &s, &[], Some(fingerprint), Sequential).unwrap();
+    assert_eq!(sequential, given);
+}
