@@ -510,30 +510,27 @@ impl SeaOrmDirectoryStore {
             .map_err(storage("count active workspaces"))
     }
 
-    /// One apply transaction (see the module documentation). `keys` runs on the blocking
-    /// pool before the transaction, `plan` inside it; `narrow` chooses, once the state row is
-    /// locked, which of the keys' rows to load.
-    async fn apply<K, N, P>(
+    /// One apply transaction (see the module documentation). Once the state row is locked,
+    /// `keys` names the rows to load (given the state) and `plan` plans against them; both
+    /// are CPU work ([`off_runtime`]).
+    async fn apply<K, P>(
         &self,
         ctx: &ApplyContext,
         insert_placeholder: bool,
         keys: K,
-        narrow: N,
         plan: P,
     ) -> Result<ApplyOutcome, ProjectionStoreError>
     where
-        K: FnOnce() -> Option<LookupKeys> + Send,
-        N: FnOnce(Option<&ProjectionState>, LookupKeys) -> LookupKeys + Send,
+        K: FnOnce(Option<&ProjectionState>) -> Option<LookupKeys> + Send,
         P: FnOnce(
                 Option<&ProjectionState>,
                 &ExistingRows,
             ) -> Result<ProjectionWrite, DirectoryError>
             + Send,
     {
-        let keys = off_runtime(keys);
         let txn = self.begin().await?;
         let result = self
-            .apply_in(&txn, ctx, insert_placeholder, keys, narrow, plan)
+            .apply_in(&txn, ctx, insert_placeholder, keys, plan)
             .await;
         match result {
             Ok(outcome) => {
@@ -548,17 +545,16 @@ impl SeaOrmDirectoryStore {
         }
     }
 
-    async fn apply_in<N, P>(
+    async fn apply_in<K, P>(
         &self,
         txn: &DatabaseTransaction,
         ctx: &ApplyContext,
         insert_placeholder: bool,
-        keys: Option<LookupKeys>,
-        narrow: N,
+        keys: K,
         plan: P,
     ) -> Result<ApplyOutcome, ProjectionStoreError>
     where
-        N: FnOnce(Option<&ProjectionState>, LookupKeys) -> LookupKeys + Send,
+        K: FnOnce(Option<&ProjectionState>) -> Option<LookupKeys> + Send,
         P: FnOnce(
                 Option<&ProjectionState>,
                 &ExistingRows,
@@ -568,11 +564,8 @@ impl SeaOrmDirectoryStore {
         let state = self
             .lock_state(txn, &ctx.instance, insert_placeholder)
             .await?;
-        let existing = match keys {
-            Some(keys) => {
-                let keys = narrow(state.as_ref(), keys);
-                self.load(txn, &keys, &ctx.instance).await?
-            }
+        let existing = match off_runtime(|| keys(state.as_ref())) {
+            Some(keys) => self.load(txn, &keys, &ctx.instance).await?,
             None => ExistingRows::default(),
         };
         let plan = off_runtime(|| plan(state.as_ref(), &existing));
@@ -641,22 +634,23 @@ impl SnapshotApplier for SeaOrmDirectoryStore {
         events: &[DirectoryEvent],
     ) -> Result<ApplyOutcome, ProjectionStoreError> {
         // At the state row's cursor the fingerprint decides (under the row's lock) whether the
-        // rows need loading at all; it is then computed once, before the load. Otherwise the
-        // planner computes it on a second thread beside the row planning.
+        // rows need loading at all; it is then computed beside the keys, before the load.
+        // Otherwise the planner computes it on a second thread beside the row planning.
         let fingerprint = std::sync::OnceLock::new();
         let cursor = snapshot.cursor;
         self.apply(
             ctx,
             true,
-            || Some(snapshot_keys(snapshot, events)),
-            |state, keys| {
-                if state.is_some_and(|state| state.cursor == cursor) {
-                    let fingerprint =
-                        fingerprint.get_or_init(|| off_runtime(|| snapshot_fingerprint(snapshot)));
-                    snapshot_lookup_keys(state, cursor, fingerprint, keys)
-                } else {
-                    keys
+            |state| {
+                if !state.is_some_and(|state| state.cursor == cursor) {
+                    return Some(snapshot_keys(snapshot, events));
                 }
+                let (computed, keys) = Threads.join(
+                    || snapshot_fingerprint(snapshot),
+                    || snapshot_keys(snapshot, events),
+                );
+                let fingerprint = fingerprint.get_or_init(|| computed);
+                Some(snapshot_lookup_keys(state, cursor, fingerprint, keys))
             },
             |state, existing| {
                 plan_snapshot_with(
@@ -685,8 +679,7 @@ impl DeltaApplier for SeaOrmDirectoryStore {
         self.apply(
             ctx,
             false,
-            || Some(delta_keys(delta, batch)),
-            |_, keys| keys,
+            |_| Some(delta_keys(delta, batch)),
             |state, existing| plan_delta(ctx, state, existing, delta, batch),
         )
         .await
@@ -703,8 +696,7 @@ impl EventBatchApplier for SeaOrmDirectoryStore {
         self.apply(
             ctx,
             false,
-            || Some(batch_keys(batch)),
-            |_, keys| keys,
+            |_| Some(batch_keys(batch)),
             |state, existing| plan_event_batch(ctx, state, existing, batch),
         )
         .await
@@ -721,8 +713,7 @@ impl FreshnessToucher for SeaOrmDirectoryStore {
         self.apply(
             ctx,
             false,
-            || None,
-            |_, keys| keys,
+            |_| None,
             |state, _| plan_touch(ctx, state, replica_cursor),
         )
         .await

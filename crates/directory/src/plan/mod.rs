@@ -228,7 +228,7 @@ pub fn plan_snapshot_with(
         Some(fingerprint) => (fingerprint, None),
         None if same_cursor => (snapshot_fingerprint(snapshot), None),
         None => {
-            // No rule below reads the fingerprint at another cursor: plan the rows beside it.
+            // No rule reads the fingerprint at another cursor: plan the rows beside it.
             let (fingerprint, work) = join.join(
                 || snapshot_fingerprint(snapshot),
                 || plan_snapshot_rows(ctx, existing, snapshot, events, false),
@@ -287,7 +287,9 @@ fn plan_snapshot_rows<'a>(
 /// holds: the state row stands at that cursor with that (full-snapshot, not incremental)
 /// fingerprint. Only the directory projection writes the projected rows, and a delta replaces
 /// the fingerprint with the incremental marker, so the rows are then exactly what planning the
-/// same contents wrote before; planning them again would write nothing.
+/// same contents wrote before; planning them again would write nothing. The same contents at a
+/// later cursor are planned in full: that apply also re-checks the stored rows against the
+/// directory (a row changed behind the projection's back is refused, not kept).
 pub fn snapshot_already_projected(
     state: Option<&ProjectionState>,
     cursor: i64,
