@@ -103,6 +103,53 @@ async fn rejected_snapshot_leaves_raw_tables_byte_for_byte_unchanged() {
     assert_eq!(raw_dump(&db.db.conn).await, before);
 }
 
+/// Issue 34: a replica that stops in the middle of an apply (its apply future dropped after the
+/// first membership rows were written, as on shutdown or when the process dies and its
+/// connection closes) leaves the projection as it was: the apply is one transaction. The next
+/// apply then takes the lock and commits.
+#[tokio::test]
+async fn an_apply_stopped_mid_write_leaves_the_projection_as_it_was() {
+    use std::sync::Arc;
+
+    let db = fresh_database().await;
+    let first = large_snapshot(10, 5);
+    SeaOrmDirectoryStore::new(&db.db)
+        .apply_snapshot(&ctx(0), &first, &[])
+        .await
+        .unwrap();
+    let before = raw_dump(&db.db.conn).await;
+
+    let membership_written = Arc::new(tokio::sync::Notify::new());
+    let mut conn = db.db.conn.clone();
+    let signal = Arc::clone(&membership_written);
+    conn.set_metric_callback(move |info| {
+        let sql = info.statement.sql.to_ascii_lowercase();
+        if sql.starts_with("insert") && sql.contains("\"tenantry_workspace_memberships\"") {
+            signal.notify_one();
+        }
+    });
+    let store = SeaOrmDirectoryStore::new(&tenantry_store_seaorm::Database {
+        conn,
+        backend: db.backend(),
+    });
+    // Another directory: 300 new workspaces of 5 members and the first ten archived.
+    let mut second = large_snapshot(310, 5);
+    second.workspaces.drain(..10);
+    second.cursor = 2;
+    let stopped = ctx(1);
+    tokio::select! {
+        result = store.apply_snapshot(&stopped, &second, &[]) => {
+            panic!("the apply finished before it was stopped: {result:?}")
+        }
+        () = membership_written.notified() => {}
+    }
+    assert_eq!(raw_dump(&db.db.conn).await, before);
+
+    store.apply_snapshot(&ctx(2), &second, &[]).await.unwrap();
+    let after = raw_dump(&db.db.conn).await;
+    assert!(after.len() > before.len());
+}
+
 #[tokio::test]
 async fn rejected_first_snapshot_leaves_no_state_row() {
     let db = fresh_database().await;
