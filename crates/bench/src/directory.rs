@@ -65,8 +65,7 @@ pub async fn run(
 
     let bench = target.fresh("directory_apply", 4).await?;
     let store = SeaOrmDirectoryStore::new(&bench.db);
-    let (apply, outcome, apply_mem) =
-        measured(|| store.apply_snapshot(&ctx, &big, &[])).await?;
+    let (apply, outcome, apply_mem) = measured(|| store.apply_snapshot(&ctx, &big, &[])).await?;
     let again = ApplyContext { now: at(1), ..ctx };
     let (reapply, _, reapply_mem) = measured(|| store.apply_snapshot(&again, &big, &[])).await?;
     let mut later = big.clone();

@@ -43,8 +43,8 @@ use sea_orm::{
     TransactionTrait,
 };
 use tenantry_directory::batch::check_committed_active;
-use tenantry_directory::maps::{RowSource, WorkspaceStatus};
 use tenantry_directory::fingerprint::snapshot_fingerprint;
+use tenantry_directory::maps::{RowSource, WorkspaceStatus};
 use tenantry_directory::plan::{
     Join, batch_keys, delta_keys, plan_delta, plan_event_batch, plan_snapshot_with, plan_touch,
     snapshot_keys, snapshot_lookup_keys,
@@ -642,7 +642,7 @@ impl SnapshotApplier for SeaOrmDirectoryStore {
             ctx,
             true,
             |state| {
-                if !state.is_some_and(|state| state.cursor == cursor) {
+                if state.is_none_or(|state| state.cursor != cursor) {
                     return Some(snapshot_keys(snapshot, events));
                 }
                 let (computed, keys) = Threads.join(

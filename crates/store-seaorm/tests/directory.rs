@@ -310,13 +310,11 @@ async fn reapplying_an_unchanged_snapshot_writes_no_row() {
     renamed.workspaces[7].projection_revision = 2;
     store.apply_snapshot(&ctx(3), &renamed, &[]).await.unwrap();
     assert_eq!(row_writes(&db).await, 242);
-    let state = tenantry_ports::directory::ProjectionStateReader::projection_state(
-        &store,
-        &instance(),
-    )
-    .await
-    .unwrap()
-    .unwrap();
+    let state =
+        tenantry_ports::directory::ProjectionStateReader::projection_state(&store, &instance())
+            .await
+            .unwrap()
+            .unwrap();
     assert_eq!(state.cursor, 3);
 }
 

@@ -452,7 +452,9 @@ fn directory_sizes() -> Result<Vec<usize>, String> {
                 .parse::<usize>()
                 .ok()
                 .filter(|n| *n >= 10)
-                .ok_or_else(|| format!("{DIRECTORY_SIZES_ENV}: {n:?} is not a count of at least 10"))
+                .ok_or_else(|| {
+                    format!("{DIRECTORY_SIZES_ENV}: {n:?} is not a count of at least 10")
+                })
         })
         .collect()
 }

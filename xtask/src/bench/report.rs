@@ -247,8 +247,6 @@ pub fn render(results: &[Value]) -> String {
         }
         md.push('\n');
     }
-        md.push('\n');
-    }
 
     let fence = of("fence");
     if !fence.is_empty() {

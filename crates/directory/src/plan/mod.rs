@@ -25,7 +25,6 @@ use crate::batch::{
 use crate::config::ProjectionLimits;
 use crate::error::DirectoryError;
 use crate::fingerprint::{incremental_marker, snapshot_fingerprint};
-use tenantry_kernel::Fingerprint;
 use crate::ids::{EventUuid, InstanceUuid, WorkspaceUuid};
 use crate::model::{
     DirectoryDelta, DirectoryEvent, DirectoryEventBatch, DirectorySnapshot, EventKind,
@@ -34,6 +33,7 @@ use crate::rows::{
     AccountRow, ExecutionRow, ExistingRows, InboxReceipt, MembershipRow, ProjectionState,
     WorkspaceRow, to_millis,
 };
+use tenantry_kernel::Fingerprint;
 
 /// The inputs every plan shares: who we are, the limits, and the time.
 #[derive(Debug, Clone, PartialEq, Eq)]

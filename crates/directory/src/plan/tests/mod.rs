@@ -357,8 +357,14 @@ fn an_already_projected_snapshot_writes_only_the_state_row() {
         snapshot_lookup_keys(Some(&state), 6, &other, snapshot_keys(&renamed, &[])),
         snapshot_keys(&renamed, &[])
     );
-    let renamed_write =
-        plan_snapshot(&h.ctx, Some(&state), &ExistingRows::default(), &renamed, &[]).unwrap();
+    let renamed_write = plan_snapshot(
+        &h.ctx,
+        Some(&state),
+        &ExistingRows::default(),
+        &renamed,
+        &[],
+    )
+    .unwrap();
     assert_eq!(renamed_write.workspaces.len(), 1);
     // No state row, or the incremental marker, is never "already projected".
     assert!(!snapshot_already_projected(None, 5, &fingerprint));
