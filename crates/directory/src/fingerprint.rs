@@ -1,8 +1,8 @@
 //! Fingerprints of snapshots and events (canonical JSON, SHA-256; see
 //! [`tenantry_kernel::fingerprint`]).
 
-use serde_json::{Value, json};
-use tenantry_kernel::{Fingerprint, fingerprint_json};
+use serde_json::Value;
+use tenantry_kernel::{CanonicalHasher, Fingerprint, fingerprint_json};
 
 use crate::model::{DirectoryEvent, DirectorySnapshot};
 
@@ -16,24 +16,31 @@ pub fn incremental_marker() -> Fingerprint {
 /// Fingerprint of a snapshot's contents: the instance and its workspaces sorted by uuid, each
 /// with members sorted by membership uuid. The cursor and `generated_at` are not part of it, so
 /// the same directory served twice fingerprints the same.
+///
+/// The canonical form `{"instance_uuid":…,"workspaces":[…]}` is hashed one workspace at a
+/// time ([`CanonicalHasher`]): memory is one workspace's JSON value, not the snapshot's (a
+/// 1,000,000-membership snapshot as one JSON value is about a gigabyte).
 pub fn snapshot_fingerprint(snapshot: &DirectorySnapshot) -> Fingerprint {
     let mut workspaces: Vec<_> = snapshot.workspaces.iter().collect();
     workspaces.sort_by(|a, b| a.uuid.cmp(&b.uuid));
-    let workspaces: Vec<Value> = workspaces
-        .into_iter()
-        .map(|workspace| {
-            let mut sorted = workspace.clone();
-            sorted
-                .members
-                .sort_by(|a, b| a.membership_uuid.cmp(&b.membership_uuid));
-            // Serializing plain data structs cannot fail.
-            serde_json::to_value(sorted).unwrap_or(Value::Null)
-        })
-        .collect();
-    fingerprint_json(&json!({
-        "instance_uuid": snapshot.instance_uuid,
-        "workspaces": workspaces,
-    }))
+    let mut hasher = CanonicalHasher::new();
+    // Keys in canonical (sorted) order: "instance_uuid" < "workspaces".
+    hasher.raw("{\"instance_uuid\":");
+    hasher.value(&serde_json::to_value(&snapshot.instance_uuid).unwrap_or(Value::Null));
+    hasher.raw(",\"workspaces\":[");
+    for (i, workspace) in workspaces.into_iter().enumerate() {
+        if i > 0 {
+            hasher.raw(",");
+        }
+        let mut sorted = workspace.clone();
+        sorted
+            .members
+            .sort_by(|a, b| a.membership_uuid.cmp(&b.membership_uuid));
+        // Serializing plain data structs cannot fail.
+        hasher.value(&serde_json::to_value(sorted).unwrap_or(Value::Null));
+    }
+    hasher.raw("]}");
+    hasher.finish()
 }
 
 /// Fingerprint of an event as received (every field, canonical form); the inbox compares it
@@ -66,6 +73,28 @@ mod tests {
         c.workspaces[0].name = "renamed".into();
         assert_ne!(snapshot_fingerprint(&a), snapshot_fingerprint(&c));
         assert_ne!(snapshot_fingerprint(&a), incremental_marker());
+    }
+
+    #[test]
+    fn snapshot_fingerprint_hashed_in_parts_equals_the_whole_value() {
+        let s = snapshot(
+            5,
+            vec![
+                workspace("ws-2", 1, &[("b", 1), ("a", 2)]),
+                workspace("ws-1", 1, &[]),
+            ],
+        );
+        let mut workspaces = s.workspaces.clone();
+        workspaces.sort_by(|a, b| a.uuid.cmp(&b.uuid));
+        for w in &mut workspaces {
+            w.members
+                .sort_by(|a, b| a.membership_uuid.cmp(&b.membership_uuid));
+        }
+        let whole = serde_json::json!({
+            "instance_uuid": s.instance_uuid,
+            "workspaces": workspaces,
+        });
+        assert_eq!(snapshot_fingerprint(&s), fingerprint_json(&whole));
     }
 
     #[test]

@@ -51,6 +51,40 @@ pub fn fingerprint_json(value: &Value) -> Fingerprint {
     Fingerprint::of_bytes(canonical_json(value).as_bytes())
 }
 
+/// A [`Fingerprint`] computed piece by piece: the caller writes a canonical form in parts
+/// (literal punctuation with [`Self::raw`], values with [`Self::value`]) and never holds the
+/// whole form or the whole value in memory. Hashing the same bytes as [`fingerprint_json`]
+/// gives the same fingerprint.
+#[derive(Debug, Clone, Default)]
+pub struct CanonicalHasher {
+    sha: Sha256,
+    buffer: String,
+}
+
+impl CanonicalHasher {
+    /// An empty hasher.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Appends `text` as it is (punctuation and keys of the canonical form being written).
+    pub fn raw(&mut self, text: &str) {
+        self.sha.update(text.as_bytes());
+    }
+
+    /// Appends the canonical form of `value`.
+    pub fn value(&mut self, value: &Value) {
+        self.buffer.clear();
+        write_canonical(value, &mut self.buffer);
+        self.sha.update(self.buffer.as_bytes());
+    }
+
+    /// The fingerprint of everything appended.
+    pub fn finish(self) -> Fingerprint {
+        Fingerprint(hex::encode(self.sha.finalize()))
+    }
+}
+
 fn write_canonical(value: &Value, out: &mut String) {
     match value {
         Value::Object(map) => {
@@ -85,6 +119,20 @@ fn write_canonical(value: &Value, out: &mut String) {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn hashing_in_parts_equals_hashing_the_whole() {
+        let whole = json!({"b": [1, {"y": 2, "x": "é"}], "a": null});
+        let mut parts = CanonicalHasher::new();
+        parts.raw("{\"a\":");
+        parts.value(&Value::Null);
+        parts.raw(",\"b\":[");
+        parts.value(&json!(1));
+        parts.raw(",");
+        parts.value(&json!({"x": "é", "y": 2}));
+        parts.raw("]}");
+        assert_eq!(parts.finish(), fingerprint_json(&whole));
+    }
 
     #[test]
     fn canonical_form_sorts_keys_recursively() {

@@ -26,7 +26,7 @@ pub mod outcome;
 pub mod planted;
 pub mod text;
 
-pub use fingerprint::{Fingerprint, canonical_json, fingerprint_json};
+pub use fingerprint::{CanonicalHasher, Fingerprint, canonical_json, fingerprint_json};
 pub use id::{
     CommandId, ControlSpaceId, GrantId, IdError, IdempotencyKey, KnowledgeSpaceId, OperationId,
     ProvisioningKey, TenantId,

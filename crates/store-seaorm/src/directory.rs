@@ -16,13 +16,17 @@
 //! 5. count the committed active projected workspaces and check the limit;
 //! 6. commit.
 //!
-//! The pure CPU work — computing the lookup keys and planning (for a 100,000-membership
-//! snapshot about a second of CPU in release builds, most of it the snapshot fingerprint) —
-//! runs on tokio's blocking pool (`spawn_blocking`), so the async worker threads keep serving
-//! other tasks (admin API, probes, lifecycle workers) meanwhile. The inputs are cloned once
-//! into the blocking task (`'static`); the planner itself stays pure. If the apply future is
-//! dropped while the planner runs, the planner finishes on its own and its result is dropped
-//! with the transaction (rolled back).
+//! The pure CPU work — computing the lookup keys and the snapshot fingerprint, and planning
+//! (for a 100,000-membership snapshot about a second of CPU in release builds) — runs in place
+//! with `tokio::task::block_in_place` on a multi-threaded runtime (the service's), so the async
+//! worker's other tasks (admin API, probes, lifecycle workers) move to another thread
+//! meanwhile; on a current-thread runtime it runs inline. It borrows the snapshot: the input is
+//! never copied (issue 34: the copy cost as much memory as the parsed snapshot).
+//!
+//! A snapshot the projection already holds (same cursor, same fingerprint:
+//! `tenantry_directory::plan::snapshot_already_projected`) loads and writes no row but the
+//! state row and receipts; any other snapshot is compared with the stored rows and only rows
+//! that change are written.
 
 #[cfg(feature = "bench")]
 mod bulk;
@@ -30,7 +34,6 @@ mod convert;
 mod entity;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
 
 use async_trait::async_trait;
 use sea_orm::sea_query::{OnConflict, Query};
@@ -40,9 +43,11 @@ use sea_orm::{
     TransactionTrait,
 };
 use tenantry_directory::batch::check_committed_active;
+use tenantry_directory::fingerprint::snapshot_fingerprint;
 use tenantry_directory::maps::{RowSource, WorkspaceStatus};
 use tenantry_directory::plan::{
-    batch_keys, delta_keys, plan_delta, plan_event_batch, plan_snapshot, plan_touch, snapshot_keys,
+    Join, batch_keys, delta_keys, plan_delta, plan_event_batch, plan_snapshot_with, plan_touch,
+    snapshot_keys, snapshot_lookup_keys,
 };
 use tenantry_directory::{
     AccountRow, ApplyContext, ApplyOutcome, DirectoryDelta, DirectoryError, DirectoryEvent,
@@ -60,9 +65,10 @@ use self::entity::{account, execution, inbox, membership, state, workspace};
 use crate::connect::{Backend, Database};
 
 /// Accounts are looked up by uuid or email in chunks of this many keys.
-pub const ACCOUNT_QUERY_CHUNK: usize = 500;
-/// Other `IN` lists are chunked to this many keys.
-const IN_CHUNK: usize = 500;
+/// (Two lists of this many bind parameters stay under SQLite's limit of 32,766.)
+pub const ACCOUNT_QUERY_CHUNK: usize = 5_000;
+/// Other `IN` lists are chunked to this many keys (one round trip per 5,000 keys).
+const IN_CHUNK: usize = 5_000;
 /// Cursor of the placeholder state row a snapshot inserts before taking the row lock.
 const PLACEHOLDER_CURSOR: i64 = i64::MIN;
 
@@ -339,10 +345,13 @@ impl SeaOrmDirectoryStore {
                 memberships.insert(row.uuid.clone(), row);
             }
         }
+        // A membership of a loaded workspace is already here; only a uuid elsewhere (reused
+        // for another workspace) needs its own lookup.
         let membership_uuids: Vec<String> = keys
             .membership_uuids
             .iter()
             .map(ToString::to_string)
+            .filter(|uuid| !memberships.contains_key(uuid))
             .collect();
         for chunk in membership_uuids.chunks(IN_CHUNK) {
             let rows = membership::Entity::find()
@@ -501,8 +510,9 @@ impl SeaOrmDirectoryStore {
             .map_err(storage("count active workspaces"))
     }
 
-    /// One apply transaction (see the module documentation). `keys` and `plan` run on the
-    /// blocking pool.
+    /// One apply transaction (see the module documentation). Once the state row is locked,
+    /// `keys` names the rows to load (given the state) and `plan` plans against them; both
+    /// are CPU work ([`off_runtime`]).
     async fn apply<K, P>(
         &self,
         ctx: &ApplyContext,
@@ -511,15 +521,13 @@ impl SeaOrmDirectoryStore {
         plan: P,
     ) -> Result<ApplyOutcome, ProjectionStoreError>
     where
-        K: FnOnce() -> Option<LookupKeys> + Send + 'static,
+        K: FnOnce(Option<&ProjectionState>) -> Option<LookupKeys> + Send,
         P: FnOnce(
                 Option<&ProjectionState>,
                 &ExistingRows,
             ) -> Result<ProjectionWrite, DirectoryError>
-            + Send
-            + 'static,
+            + Send,
     {
-        let keys = off_runtime(keys).await?;
         let txn = self.begin().await?;
         let result = self
             .apply_in(&txn, ctx, insert_placeholder, keys, plan)
@@ -537,34 +545,30 @@ impl SeaOrmDirectoryStore {
         }
     }
 
-    async fn apply_in<P>(
+    async fn apply_in<K, P>(
         &self,
         txn: &DatabaseTransaction,
         ctx: &ApplyContext,
         insert_placeholder: bool,
-        keys: Option<LookupKeys>,
+        keys: K,
         plan: P,
     ) -> Result<ApplyOutcome, ProjectionStoreError>
     where
+        K: FnOnce(Option<&ProjectionState>) -> Option<LookupKeys> + Send,
         P: FnOnce(
                 Option<&ProjectionState>,
                 &ExistingRows,
             ) -> Result<ProjectionWrite, DirectoryError>
-            + Send
-            + 'static,
+            + Send,
     {
         let state = self
             .lock_state(txn, &ctx.instance, insert_placeholder)
             .await?;
-        let existing = match keys {
+        let existing = match off_runtime(|| keys(state.as_ref())) {
             Some(keys) => self.load(txn, &keys, &ctx.instance).await?,
             None => ExistingRows::default(),
         };
-        let (plan, existing) = off_runtime(move || {
-            let plan = plan(state.as_ref(), &existing);
-            (plan, existing)
-        })
-        .await?;
+        let plan = off_runtime(|| plan(state.as_ref(), &existing));
         let mut plan = plan?;
         if plan.creates_receipts(&existing) {
             // `received_at` is retention's cut-off: the database's clock, not this process's.
@@ -583,20 +587,41 @@ impl SeaOrmDirectoryStore {
     }
 }
 
-/// Runs pure CPU work on tokio's blocking pool. A panic in it is resumed here (as if it had
-/// run inline); a cancelled task (runtime shutting down) is a storage error.
-async fn off_runtime<T, F>(work: F) -> Result<T, ProjectionStoreError>
+/// Runs pure CPU work (lookup keys, planning) without stalling the runtime's other tasks: on a
+/// multi-threaded runtime (the service's) in place with [`tokio::task::block_in_place`], which
+/// hands this worker's other tasks to another thread; elsewhere (a current-thread runtime, no
+/// runtime) inline. The work borrows its input, so a snapshot is never copied for it (a copy
+/// of a parsed 1,000,000-membership snapshot is several hundred megabytes). Other code of
+/// the same task (a `select!` branch, a timeout around the apply) waits until it returns.
+fn off_runtime<T, F>(work: F) -> T
 where
-    F: FnOnce() -> T + Send + 'static,
-    T: Send + 'static,
+    F: FnOnce() -> T,
 {
-    match tokio::task::spawn_blocking(work).await {
-        Ok(value) => Ok(value),
-        Err(error) if error.is_panic() => std::panic::resume_unwind(error.into_panic()),
-        Err(error) => Err(ProjectionStoreError::storage(format!(
-            "the directory planner task did not finish: {error}"
-        ))
-        .with_source(error)),
+    match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(work),
+        _ => work(),
+    }
+}
+
+/// [`Join`] on two threads: `a` on a scoped thread, `b` on the calling one (a panic in `a` is
+/// resumed here). The snapshot fingerprint runs beside the row planning (issue 34: together
+/// about two seconds of CPU at 100,000 memberships before they overlapped).
+struct Threads;
+
+impl Join for Threads {
+    fn join<A: Send, B: Send>(
+        self,
+        a: impl FnOnce() -> A + Send,
+        b: impl FnOnce() -> B + Send,
+    ) -> (A, B) {
+        std::thread::scope(|scope| {
+            let first = scope.spawn(a);
+            let second = b();
+            match first.join() {
+                Ok(first) => (first, second),
+                Err(panic) => std::panic::resume_unwind(panic),
+            }
+        })
     }
 }
 
@@ -608,13 +633,36 @@ impl SnapshotApplier for SeaOrmDirectoryStore {
         snapshot: &DirectorySnapshot,
         events: &[DirectoryEvent],
     ) -> Result<ApplyOutcome, ProjectionStoreError> {
-        let input = Arc::new((ctx.clone(), snapshot.clone(), events.to_vec()));
-        let for_keys = Arc::clone(&input);
+        // At the state row's cursor the fingerprint decides (under the row's lock) whether the
+        // rows need loading at all; it is then computed beside the keys, before the load.
+        // Otherwise the planner computes it on a second thread beside the row planning.
+        let fingerprint = std::sync::OnceLock::new();
+        let cursor = snapshot.cursor;
         self.apply(
             ctx,
             true,
-            move || Some(snapshot_keys(&for_keys.1, &for_keys.2)),
-            move |state, existing| plan_snapshot(&input.0, state, existing, &input.1, &input.2),
+            |state| {
+                if state.is_none_or(|state| state.cursor != cursor) {
+                    return Some(snapshot_keys(snapshot, events));
+                }
+                let (computed, keys) = Threads.join(
+                    || snapshot_fingerprint(snapshot),
+                    || snapshot_keys(snapshot, events),
+                );
+                let fingerprint = fingerprint.get_or_init(|| computed);
+                Some(snapshot_lookup_keys(state, cursor, fingerprint, keys))
+            },
+            |state, existing| {
+                plan_snapshot_with(
+                    ctx,
+                    state,
+                    existing,
+                    snapshot,
+                    events,
+                    fingerprint.get().cloned(),
+                    Threads,
+                )
+            },
         )
         .await
     }
@@ -628,13 +676,11 @@ impl DeltaApplier for SeaOrmDirectoryStore {
         delta: &DirectoryDelta,
         batch: &DirectoryEventBatch,
     ) -> Result<ApplyOutcome, ProjectionStoreError> {
-        let input = Arc::new((ctx.clone(), delta.clone(), batch.clone()));
-        let for_keys = Arc::clone(&input);
         self.apply(
             ctx,
             false,
-            move || Some(delta_keys(&for_keys.1, &for_keys.2)),
-            move |state, existing| plan_delta(&input.0, state, existing, &input.1, &input.2),
+            |_| Some(delta_keys(delta, batch)),
+            |state, existing| plan_delta(ctx, state, existing, delta, batch),
         )
         .await
     }
@@ -647,13 +693,11 @@ impl EventBatchApplier for SeaOrmDirectoryStore {
         ctx: &ApplyContext,
         batch: &DirectoryEventBatch,
     ) -> Result<ApplyOutcome, ProjectionStoreError> {
-        let input = Arc::new((ctx.clone(), batch.clone()));
-        let for_keys = Arc::clone(&input);
         self.apply(
             ctx,
             false,
-            move || Some(batch_keys(&for_keys.1)),
-            move |state, existing| plan_event_batch(&input.0, state, existing, &input.1),
+            |_| Some(batch_keys(batch)),
+            |state, existing| plan_event_batch(ctx, state, existing, batch),
         )
         .await
     }
@@ -666,12 +710,11 @@ impl FreshnessToucher for SeaOrmDirectoryStore {
         ctx: &ApplyContext,
         replica_cursor: i64,
     ) -> Result<ApplyOutcome, ProjectionStoreError> {
-        let plan_ctx = ctx.clone();
         self.apply(
             ctx,
             false,
-            || None,
-            move |state, _| plan_touch(&plan_ctx, state, replica_cursor),
+            |_| None,
+            |state, _| plan_touch(ctx, state, replica_cursor),
         )
         .await
     }

@@ -103,6 +103,53 @@ async fn rejected_snapshot_leaves_raw_tables_byte_for_byte_unchanged() {
     assert_eq!(raw_dump(&db.db.conn).await, before);
 }
 
+/// Issue 34: a replica that stops in the middle of an apply (its apply future dropped after the
+/// first membership rows were written, as on shutdown or when the process dies and its
+/// connection closes) leaves the projection as it was: the apply is one transaction. The next
+/// apply then takes the lock and commits.
+#[tokio::test]
+async fn an_apply_stopped_mid_write_leaves_the_projection_as_it_was() {
+    use std::sync::Arc;
+
+    let db = fresh_database().await;
+    let first = large_snapshot(10, 5);
+    SeaOrmDirectoryStore::new(&db.db)
+        .apply_snapshot(&ctx(0), &first, &[])
+        .await
+        .unwrap();
+    let before = raw_dump(&db.db.conn).await;
+
+    let membership_written = Arc::new(tokio::sync::Notify::new());
+    let mut conn = db.db.conn.clone();
+    let signal = Arc::clone(&membership_written);
+    conn.set_metric_callback(move |info| {
+        let sql = info.statement.sql.to_ascii_lowercase();
+        if sql.starts_with("insert") && sql.contains("\"tenantry_workspace_memberships\"") {
+            signal.notify_one();
+        }
+    });
+    let store = SeaOrmDirectoryStore::new(&tenantry_store_seaorm::Database {
+        conn,
+        backend: db.backend(),
+    });
+    // Another directory: 300 new workspaces of 5 members and the first ten archived.
+    let mut second = large_snapshot(310, 5);
+    second.workspaces.drain(..10);
+    second.cursor = 2;
+    let stopped = ctx(1);
+    tokio::select! {
+        result = store.apply_snapshot(&stopped, &second, &[]) => {
+            panic!("the apply finished before it was stopped: {result:?}")
+        }
+        () = membership_written.notified() => {}
+    }
+    assert_eq!(raw_dump(&db.db.conn).await, before);
+
+    store.apply_snapshot(&ctx(2), &second, &[]).await.unwrap();
+    let after = raw_dump(&db.db.conn).await;
+    assert!(after.len() > before.len());
+}
+
 #[tokio::test]
 async fn rejected_first_snapshot_leaves_no_state_row() {
     let db = fresh_database().await;
@@ -134,6 +181,7 @@ async fn migration_runs_down_and_up_again() {
 async fn accounts_are_looked_up_in_chunks_never_one_query_per_account() {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering};
+    use tenantry_store_seaorm::directory::ACCOUNT_QUERY_CHUNK;
 
     let db = fresh_database().await;
     let account_selects = Arc::new(AtomicUsize::new(0));
@@ -149,21 +197,125 @@ async fn accounts_are_looked_up_in_chunks_never_one_query_per_account() {
         conn,
         backend: db.backend(),
     });
-    // 1,234 distinct accounts in 124 workspaces: 3 chunks of at most 500 keys.
-    let names: Vec<String> = (0..1_234).map(|i| format!("acc{i:05}")).collect();
-    let workspaces = names
-        .chunks(10)
-        .enumerate()
-        .map(|(i, chunk)| {
-            let pairs: Vec<(&str, i64)> = chunk.iter().map(|n| (n.as_str(), 1)).collect();
-            workspace(&format!("ws-{i:04}"), 1, &pairs)
-        })
-        .collect();
-    let big = snapshot(10, workspaces);
+    // 2 × ACCOUNT_QUERY_CHUNK + 234 distinct accounts, 10 per workspace: 3 chunks.
+    let count = 2 * ACCOUNT_QUERY_CHUNK + 234;
+    let names: Vec<String> = (0..count).map(|i| format!("acc{i:05}")).collect();
+    let workspaces = |revision: i64| -> Vec<_> {
+        names
+            .chunks(10)
+            .enumerate()
+            .map(|(i, chunk)| {
+                let pairs: Vec<(&str, i64)> = chunk.iter().map(|n| (n.as_str(), 1)).collect();
+                workspace(&format!("ws-{i:04}"), revision, &pairs)
+            })
+            .collect()
+    };
+    let big = snapshot(10, workspaces(1));
     store.apply_snapshot(&ctx(0), &big, &[]).await.unwrap();
     assert_eq!(account_selects.load(Ordering::SeqCst), 3);
+    // The same snapshot again is already projected: no row is read.
     store.apply_snapshot(&ctx(1), &big, &[]).await.unwrap();
+    assert_eq!(account_selects.load(Ordering::SeqCst), 3);
+    // Another snapshot is planned against the stored rows, read in chunks again.
+    let mut renamed = snapshot(11, workspaces(1));
+    renamed.workspaces[0].name = "renamed".into();
+    renamed.workspaces[0].projection_revision = 2;
+    store.apply_snapshot(&ctx(2), &renamed, &[]).await.unwrap();
     assert_eq!(account_selects.load(Ordering::SeqCst), 6);
+}
+
+/// Installs triggers that count every row inserted, updated or deleted in the four projected
+/// tables (an `INSERT .. ON CONFLICT DO UPDATE` of an existing row counts as an update);
+/// `row_writes` reads the count.
+async fn count_row_writes(db: &tenantry_store_seaorm::testing::TestDatabase) {
+    let conn = &db.db.conn;
+    conn.execute_unprepared("CREATE TABLE test_row_writes (n BIGINT NOT NULL)")
+        .await
+        .unwrap();
+    conn.execute_unprepared("INSERT INTO test_row_writes VALUES (0)")
+        .await
+        .unwrap();
+    let postgres = db.backend() == tenantry_store_seaorm::Backend::Postgres;
+    if postgres {
+        conn.execute_unprepared(
+            "CREATE FUNCTION test_count_write() RETURNS trigger AS $$ BEGIN \
+             UPDATE test_row_writes SET n = n + 1; RETURN NULL; END $$ LANGUAGE plpgsql",
+        )
+        .await
+        .unwrap();
+    }
+    for table in &TABLES[..4] {
+        if postgres {
+            conn.execute_unprepared(&format!(
+                "CREATE TRIGGER count_{table} AFTER INSERT OR UPDATE OR DELETE ON {table} \
+                 FOR EACH ROW EXECUTE FUNCTION test_count_write()"
+            ))
+            .await
+            .unwrap();
+        } else {
+            for op in ["INSERT", "UPDATE", "DELETE"] {
+                conn.execute_unprepared(&format!(
+                    "CREATE TRIGGER count_{op}_{table} AFTER {op} ON {table} \
+                     BEGIN UPDATE test_row_writes SET n = n + 1; END"
+                ))
+                .await
+                .unwrap();
+            }
+        }
+    }
+}
+
+async fn row_writes(db: &tenantry_store_seaorm::testing::TestDatabase) -> i64 {
+    let row = db
+        .db
+        .conn
+        .query_one_raw(Statement::from_string(
+            db.db.conn.get_database_backend(),
+            "SELECT n FROM test_row_writes",
+        ))
+        .await
+        .unwrap()
+        .unwrap();
+    row.try_get("", "n").unwrap()
+}
+
+/// Issue 34: re-applying an unchanged snapshot writes no projected row (counted by triggers in
+/// the database, not by the store), and a snapshot that changes one workspace writes that
+/// workspace's rows only.
+#[tokio::test]
+async fn reapplying_an_unchanged_snapshot_writes_no_row() {
+    let db = fresh_database().await;
+    let store = SeaOrmDirectoryStore::new(&db.db);
+    count_row_writes(&db).await;
+    let s = large_snapshot(20, 5);
+    store.apply_snapshot(&ctx(0), &s, &[]).await.unwrap();
+    // 100 accounts, 20 workspaces, 100 memberships, 20 execution rows.
+    assert_eq!(row_writes(&db).await, 240);
+
+    // The same snapshot (same cursor): nothing.
+    store.apply_snapshot(&ctx(1), &s, &[]).await.unwrap();
+    assert_eq!(row_writes(&db).await, 240);
+
+    // The same contents at a later cursor (planned against the stored rows): nothing.
+    let mut later = s.clone();
+    later.cursor = 2;
+    store.apply_snapshot(&ctx(2), &later, &[]).await.unwrap();
+    assert_eq!(row_writes(&db).await, 240);
+
+    // One workspace renamed at a new revision: its row and its execution-state row (which
+    // records the revision as `desired_state_revision`) only.
+    let mut renamed = later.clone();
+    renamed.cursor = 3;
+    renamed.workspaces[7].name = "renamed".into();
+    renamed.workspaces[7].projection_revision = 2;
+    store.apply_snapshot(&ctx(3), &renamed, &[]).await.unwrap();
+    assert_eq!(row_writes(&db).await, 242);
+    let state =
+        tenantry_ports::directory::ProjectionStateReader::projection_state(&store, &instance())
+            .await
+            .unwrap()
+            .unwrap();
+    assert_eq!(state.cursor, 3);
 }
 
 /// A snapshot of `workspaces` workspaces with `members` members each (distinct accounts).
@@ -183,10 +335,12 @@ fn large_snapshot(workspaces: usize, members: usize) -> tenantry_directory::Dire
     snapshot(1, list)
 }
 
-/// The planner's CPU work runs off the async worker thread: on a current-thread runtime a
-/// ticker task keeps ticking while a large snapshot is planned. Inline planning would stall it
-/// for the whole planning time.
-#[tokio::test]
+/// The planner's CPU work does not stall the runtime: on a multi-threaded runtime (the
+/// service's) a ticker task keeps ticking while a large snapshot is planned (the planner runs
+/// in `block_in_place`, which moves the worker's other tasks to another thread). A regression
+/// guard only: with SQLite the apply's task already moves between threads, so planning inline
+/// on the worker does not fail this test either.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn planning_a_large_snapshot_does_not_stall_the_runtime() {
     let db = fresh_database().await;
     let store = SeaOrmDirectoryStore::new(&db.db);
@@ -226,7 +380,10 @@ async fn planning_a_large_snapshot_does_not_stall_the_runtime() {
     };
     tokio::task::yield_now().await;
     let apply_started = std::time::Instant::now();
-    store.apply_snapshot(&ctx, &s, &[]).await.unwrap();
+    // On the worker (not the test's own thread), where the ticker runs too.
+    tokio::spawn(async move { store.apply_snapshot(&ctx, &s, &[]).await.unwrap() })
+        .await
+        .unwrap();
     let apply_time = apply_started.elapsed();
     ticker.abort();
     let ticks = ticks.lock().unwrap().clone();

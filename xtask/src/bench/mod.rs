@@ -183,8 +183,25 @@ impl<'a> Bench<'a> {
                     }
                 }
                 PartName::Directory => {
-                    for backend in ["postgres", "sqlite"] {
-                        self.bench(&url, backend, &["directory"])?;
+                    // One process per size and backend, so sizes do not share a heap.
+                    for memberships in directory_sizes()? {
+                        let workspaces = (memberships / 10).max(1).to_string();
+                        let accounts = (memberships / 4).max(1).to_string();
+                        for backend in ["postgres", "sqlite"] {
+                            self.bench(
+                                &url,
+                                backend,
+                                &[
+                                    "directory",
+                                    "--workspaces",
+                                    &workspaces,
+                                    "--members",
+                                    "10",
+                                    "--accounts",
+                                    &accounts,
+                                ],
+                            )?;
+                        }
                     }
                 }
                 PartName::Fence => drop(self.bench(&url, "sqlite", &["fence"])?),
@@ -415,4 +432,29 @@ fn rerender(root: &Path, file: &Path) -> Result<(), String> {
 
 fn round1(x: f64) -> f64 {
     (x * 10.0).round() / 10.0
+}
+
+/// Environment variable naming the directory part's sizes: memberships, comma-separated (10
+/// members per workspace, a quarter as many accounts). Default `100000`; the scale table of
+/// docs/benchmarks.md uses `100000,500000,1000000` (minutes, and gigabytes of RAM for the
+/// bulk baseline's planned rows).
+pub const DIRECTORY_SIZES_ENV: &str = "TENANTRY_BENCH_DIRECTORY_MEMBERSHIPS";
+
+/// The directory part's sizes ([`DIRECTORY_SIZES_ENV`]).
+fn directory_sizes() -> Result<Vec<usize>, String> {
+    let Ok(list) = std::env::var(DIRECTORY_SIZES_ENV) else {
+        return Ok(vec![100_000]);
+    };
+    list.split(',')
+        .map(|n| {
+            n.trim()
+                .replace('_', "")
+                .parse::<usize>()
+                .ok()
+                .filter(|n| *n >= 10)
+                .ok_or_else(|| {
+                    format!("{DIRECTORY_SIZES_ENV}: {n:?} is not a count of at least 10")
+                })
+        })
+        .collect()
 }

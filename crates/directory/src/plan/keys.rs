@@ -7,7 +7,7 @@ use crate::model::{
     DirectoryDelta, DirectoryEvent, DirectoryEventBatch, DirectorySnapshot, DirectoryWorkspace,
 };
 
-/// Which rows a planner needs; the store loads them (accounts in chunks of 500 uuid/email
+/// Which rows a planner needs; the store loads them (accounts in chunks of uuid/email
 /// pairs, never one query per account).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LookupKeys {

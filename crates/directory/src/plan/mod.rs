@@ -33,6 +33,7 @@ use crate::rows::{
     AccountRow, ExecutionRow, ExistingRows, InboxReceipt, MembershipRow, ProjectionState,
     WorkspaceRow, to_millis,
 };
+use tenantry_kernel::Fingerprint;
 
 /// The inputs every plan shares: who we are, the limits, and the time.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -140,6 +141,12 @@ fn known_receipts(existing: &ExistingRows) -> BTreeSet<(&InstanceUuid, &EventUui
 /// from the snapshot is archived, its memberships removed and its execution fenced. The state
 /// row gets `cursor = snapshot_coverage_cursor = snapshot.cursor` and the snapshot fingerprint.
 ///
+/// A snapshot the projection already holds ([`snapshot_already_projected`]: same cursor, same
+/// fingerprint) skips the account and workspace steps: its rows are what the earlier apply of
+/// the same contents wrote, so comparing them again would write nothing. Only receipts and
+/// the state row's freshness are written, and the store need not load any other row
+/// ([`snapshot_lookup_keys`]).
+///
 /// `state` is `None` when no row exists yet (the store inserts it).
 ///
 /// # Errors
@@ -151,6 +158,54 @@ pub fn plan_snapshot(
     snapshot: &DirectorySnapshot,
     events: &[DirectoryEvent],
 ) -> Result<ProjectionWrite, DirectoryError> {
+    plan_snapshot_with(ctx, state, existing, snapshot, events, None, Sequential)
+}
+
+/// Runs two independent pure computations and returns both results. [`plan_snapshot_with`]
+/// hands the snapshot fingerprint and the row planning to it when neither needs the other;
+/// [`Sequential`] runs them one after the other, a store may run them on two threads. The
+/// plan does not depend on how.
+pub trait Join {
+    /// Both results, `a`'s first.
+    fn join<A: Send, B: Send>(
+        self,
+        a: impl FnOnce() -> A + Send,
+        b: impl FnOnce() -> B + Send,
+    ) -> (A, B);
+}
+
+/// [`Join`] on the calling thread: `a`, then `b`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Sequential;
+
+impl Join for Sequential {
+    fn join<A: Send, B: Send>(
+        self,
+        a: impl FnOnce() -> A + Send,
+        b: impl FnOnce() -> B + Send,
+    ) -> (A, B) {
+        (a(), b())
+    }
+}
+
+/// [`plan_snapshot`] with the snapshot's fingerprint when the caller already computed it
+/// ([`snapshot_fingerprint`]; a store does when the state row stands at the snapshot's cursor,
+/// to choose which rows to load with [`snapshot_lookup_keys`]), and a [`Join`] for the work
+/// that may run at once: when the state row is absent or at another cursor, no rule needs the
+/// fingerprint before the rows are planned, so the fingerprint is computed beside the row
+/// planning.
+///
+/// # Errors
+/// As [`plan_snapshot`], in the same order.
+pub fn plan_snapshot_with(
+    ctx: &ApplyContext,
+    state: Option<&ProjectionState>,
+    existing: &ExistingRows,
+    snapshot: &DirectorySnapshot,
+    events: &[DirectoryEvent],
+    fingerprint: Option<Fingerprint>,
+    join: impl Join,
+) -> Result<ProjectionWrite, DirectoryError> {
     let cardinality = check_capacity(&snapshot.workspaces, true, &ctx.limits)?;
     if snapshot.instance_uuid != ctx.instance {
         return Err(DirectoryError::WrongInstance {
@@ -160,29 +215,43 @@ pub fn plan_snapshot(
         });
     }
     validate_workspaces(&snapshot.workspaces)?;
-    let fingerprint = snapshot_fingerprint(snapshot);
-    if let Some(state) = state {
-        if snapshot.cursor < state.cursor {
-            return Err(DirectoryError::SnapshotSuperseded {
-                snapshot_cursor: snapshot.cursor,
-                projected_cursor: state.cursor,
-            });
-        }
-        if snapshot.cursor == state.cursor
-            && state.snapshot_fingerprint != fingerprint
-            && state.snapshot_fingerprint != incremental_marker()
-        {
-            return Err(DirectoryError::SnapshotConflict {
-                cursor: snapshot.cursor,
-            });
-        }
+    if let Some(state) = state
+        && snapshot.cursor < state.cursor
+    {
+        return Err(DirectoryError::SnapshotSuperseded {
+            snapshot_cursor: snapshot.cursor,
+            projected_cursor: state.cursor,
+        });
     }
-    let mut work = Working::new(ctx, existing);
-    work.record_events(events, -1, None)?;
-    let projected = work.apply_accounts(&snapshot.workspaces, snapshot.cursor)?;
-    work.apply_workspaces(&snapshot.workspaces, &projected)?;
-    work.fence_absent(&snapshot.workspaces);
-    work.mark_applied(events);
+    let same_cursor = state.is_some_and(|state| state.cursor == snapshot.cursor);
+    let (fingerprint, work) = match fingerprint {
+        Some(fingerprint) => (fingerprint, None),
+        None if same_cursor => (snapshot_fingerprint(snapshot), None),
+        None => {
+            // No rule reads the fingerprint at another cursor: plan the rows beside it.
+            let (fingerprint, work) = join.join(
+                || snapshot_fingerprint(snapshot),
+                || plan_snapshot_rows(ctx, existing, snapshot, events, false),
+            );
+            (fingerprint, Some(work))
+        }
+    };
+    if let Some(state) = state
+        && snapshot.cursor == state.cursor
+        && state.snapshot_fingerprint != fingerprint
+        && state.snapshot_fingerprint != incremental_marker()
+    {
+        return Err(DirectoryError::SnapshotConflict {
+            cursor: snapshot.cursor,
+        });
+    }
+    let work = match work {
+        Some(work) => work?,
+        None => {
+            let unchanged = snapshot_already_projected(state, snapshot.cursor, &fingerprint);
+            plan_snapshot_rows(ctx, existing, snapshot, events, unchanged)?
+        }
+    };
     let state = ProjectionState {
         instance_uuid: ctx.instance.clone(),
         cursor: snapshot.cursor,
@@ -192,6 +261,64 @@ pub fn plan_snapshot(
         lease_expires_at: ctx.lease_expires_at(),
     };
     Ok(work.finish(state, true, Some(cardinality), true))
+}
+
+/// The row steps of a snapshot: receipts, then (unless `already_projected`) accounts,
+/// workspaces and the fencing of absent workspaces.
+fn plan_snapshot_rows<'a>(
+    ctx: &'a ApplyContext,
+    existing: &ExistingRows,
+    snapshot: &DirectorySnapshot,
+    events: &[DirectoryEvent],
+    already_projected: bool,
+) -> Result<Working<'a>, DirectoryError> {
+    let mut work = Working::new(ctx, existing);
+    work.record_events(events, -1, None)?;
+    if !already_projected {
+        let projected = work.apply_accounts(&snapshot.workspaces, snapshot.cursor)?;
+        work.apply_workspaces(&snapshot.workspaces, &projected)?;
+        work.fence_absent(&snapshot.workspaces);
+    }
+    work.mark_applied(events);
+    Ok(work)
+}
+
+/// Whether a snapshot at `cursor` with `fingerprint` is the directory the projection already
+/// holds: the state row stands at that cursor with that (full-snapshot, not incremental)
+/// fingerprint. Only the directory projection writes the projected rows, and a delta replaces
+/// the fingerprint with the incremental marker, so the rows are then exactly what planning the
+/// same contents wrote before; planning them again would write nothing. The same contents at a
+/// later cursor are planned in full: that apply also re-checks the stored rows against the
+/// directory (a row changed behind the projection's back is refused, not kept).
+pub fn snapshot_already_projected(
+    state: Option<&ProjectionState>,
+    cursor: i64,
+    fingerprint: &Fingerprint,
+) -> bool {
+    state.is_some_and(|state| {
+        state.cursor == cursor
+            && &state.snapshot_fingerprint == fingerprint
+            && state.snapshot_fingerprint != incremental_marker()
+    })
+}
+
+/// The rows a snapshot apply loads, once the store holds the state row's lock: all of `keys`
+/// ([`snapshot_keys`]), or only the receipts when the snapshot is already projected
+/// ([`snapshot_already_projected`]).
+pub fn snapshot_lookup_keys(
+    state: Option<&ProjectionState>,
+    cursor: i64,
+    fingerprint: &Fingerprint,
+    keys: LookupKeys,
+) -> LookupKeys {
+    if snapshot_already_projected(state, cursor, fingerprint) {
+        LookupKeys {
+            event_uuids: keys.event_uuids,
+            ..LookupKeys::default()
+        }
+    } else {
+        keys
+    }
 }
 
 /// Plans a delta for the workspaces named by the batch's `directory.changed` events.

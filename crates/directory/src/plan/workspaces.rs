@@ -247,7 +247,6 @@ impl Working<'_> {
         let included: HashSet<&WorkspaceUuid> = included.iter().map(|w| &w.uuid).collect();
         let mut absent: Vec<WorkspaceUuid> = self
             .workspaces
-            .current
             .values()
             .filter(|w| !included.contains(&w.uuid))
             .filter(|w| needs_absent_fence(w, self.executions.get(&w.uuid), &self.ctx.instance))

@@ -327,3 +327,96 @@ fn inbox_event_seen_again_with_different_contents_is_rejected() {
         |h| h.tables.apply_snapshot(&ctx, &base(), &moved),
     );
 }
+
+/// Re-planning the snapshot the projection holds (same cursor, same fingerprint) writes no
+/// row but the state row, and needs no row loaded but the receipts; planned against no loaded
+/// rows at all it still writes nothing else (the rows are not compared again).
+#[test]
+fn an_already_projected_snapshot_writes_only_the_state_row() {
+    let mut h = Harness::new();
+    let s = snapshot(5, vec![workspace("ws-1", 1, &[("a", 1), ("b", 1)])]);
+    h.snap(&s).unwrap();
+    let state = h.tables.states[&instance()].clone();
+    let fingerprint = crate::fingerprint::snapshot_fingerprint(&s);
+    assert!(snapshot_already_projected(Some(&state), 5, &fingerprint));
+    let keys = snapshot_lookup_keys(Some(&state), 5, &fingerprint, snapshot_keys(&s, &[]));
+    assert_eq!(keys, LookupKeys::default());
+
+    let write = plan_snapshot(&h.ctx, Some(&state), &ExistingRows::default(), &s, &[]).unwrap();
+    assert!(write.accounts.is_empty() && write.workspaces.is_empty());
+    assert!(write.memberships.is_empty() && write.executions.is_empty());
+    assert_eq!(write.state.cursor, 5);
+    assert!(write.caught_up);
+
+    // A later cursor, or other contents at a later cursor, is planned in full.
+    assert!(!snapshot_already_projected(Some(&state), 6, &fingerprint));
+    let renamed = snapshot(6, vec![workspace("ws-1", 2, &[("a", 1), ("b", 1)])]);
+    let other = crate::fingerprint::snapshot_fingerprint(&renamed);
+    assert!(!snapshot_already_projected(Some(&state), 6, &other));
+    assert_eq!(
+        snapshot_lookup_keys(Some(&state), 6, &other, snapshot_keys(&renamed, &[])),
+        snapshot_keys(&renamed, &[])
+    );
+    let renamed_write = plan_snapshot(
+        &h.ctx,
+        Some(&state),
+        &ExistingRows::default(),
+        &renamed,
+        &[],
+    )
+    .unwrap();
+    assert_eq!(renamed_write.workspaces.len(), 1);
+    // No state row, or the incremental marker, is never "already projected".
+    assert!(!snapshot_already_projected(None, 5, &fingerprint));
+    let mut marked = state.clone();
+    marked.snapshot_fingerprint = crate::fingerprint::incremental_marker();
+    assert!(!snapshot_already_projected(
+        Some(&marked),
+        5,
+        &crate::fingerprint::incremental_marker()
+    ));
+}
+
+/// Re-applying the same snapshot through the reference store changes no row but the state's
+/// freshness.
+#[test]
+fn reapplying_a_snapshot_changes_only_freshness() {
+    let mut h = Harness::new();
+    let s = snapshot(5, vec![workspace("ws-1", 1, &[("a", 1)]), archived("ws-2")]);
+    h.snap(&s).unwrap();
+    let before = h.tables.clone();
+    h.ctx.now = at(200);
+    h.snap(&s).unwrap();
+    assert_eq!(h.tables.accounts, before.accounts);
+    assert_eq!(h.tables.workspaces, before.workspaces);
+    assert_eq!(h.tables.memberships, before.memberships);
+    assert_eq!(h.tables.executions, before.executions);
+    assert_eq!(h.tables.states[&instance()].last_applied_at, at(200));
+}
+
+/// The plan does not depend on how [`Join`] runs the fingerprint and the row planning (here:
+/// the rows first), nor on a fingerprint handed in.
+#[test]
+fn the_snapshot_plan_does_not_depend_on_the_join() {
+    struct Reversed;
+    impl Join for Reversed {
+        fn join<A: Send, B: Send>(
+            self,
+            a: impl FnOnce() -> A + Send,
+            b: impl FnOnce() -> B + Send,
+        ) -> (A, B) {
+            let b = b();
+            (a(), b)
+        }
+    }
+    let h = Harness::new();
+    let s = snapshot(5, vec![workspace("ws-1", 1, &[("a", 1), ("b", 1)])]);
+    let none = ExistingRows::default();
+    let sequential = plan_snapshot(&h.ctx, None, &none, &s, &[]).unwrap();
+    let reversed = plan_snapshot_with(&h.ctx, None, &none, &s, &[], None, Reversed).unwrap();
+    assert_eq!(sequential, reversed);
+    let fingerprint = crate::fingerprint::snapshot_fingerprint(&s);
+    let given =
+        plan_snapshot_with(&h.ctx, None, &none, &s, &[], Some(fingerprint), Sequential).unwrap();
+    assert_eq!(sequential, given);
+}
