@@ -14,11 +14,24 @@ use super::{CONFIG_ENV, Config, ConfigError, ENV_PREFIX, RawConfig};
 /// # Errors
 /// What is wrong with which entry.
 pub fn parse_operators_env(value: &str) -> Result<Vec<RawOperator>, String> {
+    if value.trim().is_empty() {
+        // An empty list would switch authentication off (docs/operations.md, "Operators and
+        // roles"): refused, not read as "no operators".
+        return Err(
+            "is empty; name at least one operator as name:role:token_file, or unset the variable"
+                .to_owned(),
+        );
+    }
     value
         .split(',')
         .map(str::trim)
-        .filter(|entry| !entry.is_empty())
         .map(|entry| {
+            if entry.is_empty() {
+                return Err(
+                    "has an empty entry (two commas, or a comma at an end); entries are name:role:token_file separated by single commas"
+                        .to_owned(),
+                );
+            }
             let mut parts = entry.splitn(3, ':');
             match (parts.next(), parts.next(), parts.next()) {
                 (Some(name), Some(role), Some(file)) if !file.trim().is_empty() => {

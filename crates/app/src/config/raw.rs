@@ -176,9 +176,19 @@ impl RawConfig {
     /// # Errors
     /// [`ConfigError::InvalidFile`] naming the bad key.
     pub fn from_toml(text: &str, path: &str) -> Result<Self, ConfigError> {
-        toml::from_str(text).map_err(|e| ConfigError::InvalidFile {
-            path: path.to_owned(),
-            reason: e.to_string().trim().to_owned(),
+        // The error's own text quotes the offending line, which may hold a secret (a token
+        // with a missing quote): only its position and message are reported.
+        toml::from_str(text).map_err(|e| {
+            let at = e.span().map_or_else(String::new, |span| {
+                let before = &text[..span.start.min(text.len())];
+                let line = before.matches('\n').count() + 1;
+                let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+                format!("line {line}, column {column}: ")
+            });
+            ConfigError::InvalidFile {
+                path: path.to_owned(),
+                reason: format!("{at}{}", e.message().trim()),
+            }
         })
     }
 }

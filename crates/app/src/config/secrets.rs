@@ -13,18 +13,42 @@ pub(super) fn given(value: &Option<String>) -> Option<&str> {
     value.as_deref().map(str::trim).filter(|v| !v.is_empty())
 }
 
+/// Largest secret file read, bytes (64 KiB: a token, a key or a URL fits many times over).
+pub(super) const MAX_SECRET_FILE_BYTES: u64 = 64 * 1024;
+
 /// Reads the secret in the file `path` of the setting `file_setting`: the file's text without
-/// surrounding whitespace (a final newline is usual). A missing, unreadable or empty file is
-/// refused naming the setting and the path.
+/// surrounding whitespace (a final newline is usual). A missing, unreadable, empty, non-UTF-8
+/// or larger than [`MAX_SECRET_FILE_BYTES`] file is refused naming the setting and the path.
 pub(super) fn read_secret_file(
     file_setting: &'static str,
     path: &str,
     invalid: &dyn Fn(&'static str, String) -> ConfigError,
 ) -> Result<Secret, ConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|e| {
+    use std::io::Read as _;
+    let cannot = |e: std::io::Error| {
         invalid(
             file_setting,
             format!("cannot read the secret file {path}: {e}"),
+        )
+    };
+    // Read at most one byte past the cap: a device or a huge file (`/dev/zero`) is refused
+    // instead of filling memory.
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)
+        .and_then(|file| file.take(MAX_SECRET_FILE_BYTES + 1).read_to_end(&mut bytes))
+        .map_err(cannot)?;
+    if bytes.len() as u64 > MAX_SECRET_FILE_BYTES {
+        return Err(invalid(
+            file_setting,
+            format!(
+                "the secret file {path} is larger than {MAX_SECRET_FILE_BYTES} bytes; a secret file holds one token or key"
+            ),
+        ));
+    }
+    let text = String::from_utf8(bytes).map_err(|_| {
+        invalid(
+            file_setting,
+            format!("the secret file {path} is not UTF-8 text"),
         )
     })?;
     let value = text.trim();

@@ -181,3 +181,56 @@ fn raw_settings_print_no_secret() {
     assert_eq!(config.database_url, "postgres://u:inline-pw@h/db");
     assert!(!format!("{config:?}").contains("inline"));
 }
+
+/// Found by trying the product: an empty `TENANTRY_OPERATORS` (or one with empty entries) was
+/// read as "no operators" and switched authentication off; a secret file without end
+/// (`/dev/zero`) filled memory; a syntax error in the file quoted a token. Each is refused now,
+/// and the syntax error names its position without the line's text.
+#[test]
+fn empty_operator_lists_endless_secret_files_and_quoted_tokens_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let alice = dir.path().join("alice");
+    std::fs::write(&alice, "alice-secret-0123456789\n").unwrap();
+    let alice = alice.display().to_string();
+    let toml =
+        format!("[[operators]]\nname = \"alice\"\nrole = \"read\"\ntoken_file = {alice:?}\n");
+    for value in [
+        "",
+        " ",
+        ",",
+        format!("alice:operate:{alice},").as_str(),
+        "a:read:/x,,b:read:/y",
+    ] {
+        let raw = RawConfig::from_toml(&toml, "t.toml").unwrap();
+        let err = merge_env_and_validate(raw, "t.toml", env_of(&[("TENANTRY_OPERATORS", value)]))
+            .unwrap_err();
+        assert!(
+            matches!(
+                &err,
+                ConfigError::Invalid {
+                    setting: "operators",
+                    ..
+                }
+            ),
+            "{value:?}: {err}"
+        );
+    }
+    let endless =
+        format!("[[operators]]\nname = \"zed\"\nrole = \"read\"\ntoken_file = \"/dev/zero\"\n");
+    let raw = RawConfig::from_toml(&endless, "t.toml").unwrap();
+    let err = merge_env_and_validate(raw, "t.toml", |_| None)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("/dev/zero") && err.contains("larger than"),
+        "{err}"
+    );
+
+    let broken =
+        "[[operators]]\nname = \"x\"\nrole = \"read\"\ntoken = \"TopSecretTokenValue9876\n";
+    let err = RawConfig::from_toml(broken, "t.toml")
+        .unwrap_err()
+        .to_string();
+    assert!(!err.contains("TopSecret"), "{err}");
+    assert!(err.contains("line 4"), "{err}");
+}
