@@ -29,7 +29,7 @@ pub struct Cli {
     pub config: Option<PathBuf>,
     /// The configured operator the command acts as (default: $TENANTRY_OPERATOR). Required by
     /// the commands that change something (retry, abandon, mark-deleted, fences clear) when
-    /// operators are configured (admin_token: operator `admin`; [[operators]]); its name is
+    /// operators are configured (admin_token: operator `admin`; `[[operators]]`); its name is
     /// recorded as the actor and its role is enforced (a `read` operator changes nothing).
     #[arg(long, global = true, value_name = "NAME")]
     pub operator: Option<String>,

@@ -48,10 +48,10 @@ pub fn init_with_traces(format: LogFormat, filter: &str, traces: Option<&Traces>
         .is_ok()
 }
 
-/// The logging and tracing of `serve`: builds [`Traces`](crate::telemetry::Traces) from `config.otlp_endpoint` and the
+/// The logging and tracing of `serve`: builds [`Traces`] from `config.otlp_endpoint` and the
 /// process's `OTEL_*` variables and installs the subscriber with them (logs as
 /// `log_format` / `log_filter` say). A pipeline that cannot be built is reported on standard
-/// error and left off. Returns the pipeline to [`Traces::shutdown`](crate::telemetry::Traces::shutdown) after the service stopped
+/// error and left off. Returns the pipeline to [`Traces::shutdown`] after the service stopped
 /// (`None` when tracing is off, or a subscriber was installed before: then the spans cannot
 /// reach it).
 pub fn init_serve_logging(config: &crate::config::Config) -> Option<Traces> {

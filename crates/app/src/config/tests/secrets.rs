@@ -215,9 +215,8 @@ fn empty_operator_lists_endless_secret_files_and_quoted_tokens_are_refused() {
             "{value:?}: {err}"
         );
     }
-    let endless =
-        format!("[[operators]]\nname = \"zed\"\nrole = \"read\"\ntoken_file = \"/dev/zero\"\n");
-    let raw = RawConfig::from_toml(&endless, "t.toml").unwrap();
+    let endless = "[[operators]]\nname = \"zed\"\nrole = \"read\"\ntoken_file = \"/dev/zero\"\n";
+    let raw = RawConfig::from_toml(endless, "t.toml").unwrap();
     let err = merge_env_and_validate(raw, "t.toml", |_| None)
         .unwrap_err()
         .to_string();
