@@ -3,16 +3,23 @@
 //! Every mutation of the remote runs inside `ScopedWrites::run` for its (installation binding,
 //! scope). A mutation whose outcome is unknown (the request went out, no answer came back)
 //! fences its scope in the database: later writes to that scope fail closed until an operator
-//! has reconciled with the remote and clears the fence. Other scopes keep working.
+//! has reconciled with the remote and clears the fence. Other scopes keep working. A fence
+//! cannot be cleared while its request may still land at the remote (until the dispatch
+//! deadline plus the claim margin after it was sent); this example shortens both to half a
+//! second so it does not wait the default three minutes.
 //!
 //! Run: `cargo run -p tenantry-examples --example fenced_writes`
 
 use std::sync::Arc;
 use std::sync::Mutex;
 
-use tenantry_engine::scoped_writes::admin::ClearTarget;
-use tenantry_engine::scoped_writes::{FenceMode, ScopedWriteError, ScopedWrites};
+use std::time::Duration;
+
+use tenantry_engine::scoped_writes::admin::{ClearTarget, FenceAdminError};
+use tenantry_engine::scoped_writes::{FenceConfig, FenceMode, ScopedWriteError, ScopedWrites};
+use tenantry_fence::ClearRefused;
 use tenantry_fence::{Binding, DispatchFailure, DispatchOutcome, ScopeIdentity};
+use tenantry_ports::clock::SystemClock;
 use tenantry_store_seaorm::host_storage::SeaOrmHostStorage;
 
 /// Your remote client's error: says whether the request left the process and whether an
@@ -96,7 +103,13 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     let dir = tempfile::tempdir()?;
     let url = format!("sqlite://{}?mode=rwc", dir.path().join("host.db").display());
     let db = tenantry_store_seaorm::connect(&url, 4).await?;
-    let writes = ScopedWrites::new(Arc::new(SeaOrmHostStorage::new(&db)));
+    // Defaults: a 150 s dispatch deadline and a 30 s margin. Shortened here (see above).
+    let writes = ScopedWrites::with_config(
+        Arc::new(SeaOrmHostStorage::new(&db)),
+        Arc::new(SystemClock),
+        FenceConfig::with_deadline(Duration::from_millis(500))
+            .with_claim_margin(Duration::from_millis(500)),
+    );
     let remote = Arc::new(ConfigService::default());
     let binding = Binding::parse("installation-1")?;
 
@@ -131,7 +144,17 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     }
     push_config(&writes, &remote, &binding, "kb-2", "v1").await?;
 
-    println!("5. after reconciling with the remote, an operator clears the fence");
+    println!("5. the fence cannot be cleared while the timed-out request may still land");
+    let kb1 = ClearTarget::Scope(ScopeIdentity::object("kb-1"));
+    match writes.clear(&binding, &kb1, "too early").await {
+        Err(early @ FenceAdminError::Refused(ClearRefused::RequestMayLand { .. })) => {
+            println!("  {early}");
+        }
+        other => return Err(format!("expected the clear to be refused, got {other:?}").into()),
+    }
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+
+    println!("6. after reconciling with the remote, an operator clears the fence");
     let cleared = writes
         .clear(
             &binding,
