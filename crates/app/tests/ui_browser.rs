@@ -292,13 +292,15 @@ async fn console_in_a_real_browser() {
         .script(Route::Provision, [Some(Fault::InvalidRequest)]);
     let created = h.create("t-1", "cs-bad").await;
     let failed_id = created["command_id"].as_str().unwrap().to_owned();
-    h.create("t-1", "cs-good").await;
+    // cs-bad must meet the scripted refusal before cs-good is created: two queued provisions are
+    // claimed together and either may reach the remote first.
     h.wait_for(
         "/v1/tenants/t-1/control-spaces/cs-bad",
         |b| b["lifecycle_status"] == "failed",
         SETTLE,
     )
     .await;
+    h.create("t-1", "cs-good").await;
     h.wait_state("t-1", "cs-good", "active", SETTLE).await;
     let binding = tenantry_fence::Binding::parse("inst-1").unwrap();
     let scope = ScopeIdentity::object("kb-1");
