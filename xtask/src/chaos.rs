@@ -8,10 +8,11 @@
 //! The harness's fenced-writes workload runs `tenantry-chaos-fence-writer` processes, built
 //! here beside the harness.
 //!
-//! `--planted-bug` builds the app with the store's `chaos-planted-bug` feature (a settle without
-//! the lease check), runs the harness, and succeeds only when the harness *fails* the
-//! late-settle check: the proof that the harness catches a missing lease check. The broken binary is copied to
-//! `target/chaos/tenantry-planted-bug` and the normal binary is rebuilt afterwards.
+//! `--planted-bug` runs the replicas from `tenantry-chaos-planted-replica` (the `tenantry`
+//! command line with the lifecycle store wrapped in the verification crate's planted settle: a
+//! settle without the lease check) and succeeds only when the harness *fails* the late-settle
+//! check: the proof that the harness catches a missing lease check. No build of `tenantry`
+//! itself has the broken settle.
 //!
 //! Release binaries by default (as the issue asks for the full run); `--debug` uses the debug
 //! ones, which `cargo xtask ci` has already built in its test steps (docs/reliability.md).
@@ -72,17 +73,12 @@ fn run_inner(root: &Path, args: &ChaosArgs) -> Result<ExitCode, String> {
             args.debug,
             &[
                 "-p",
-                "tenantry-app",
+                "tenantry-chaos",
                 "--bin",
-                "tenantry",
-                "--features",
-                "chaos-planted-bug",
+                "tenantry-chaos-planted-replica",
             ],
         )?;
-        let planted = out.join("tenantry-planted-bug");
-        std::fs::copy(&tenantry, &planted)
-            .map_err(|e| format!("copy the planted-bug binary: {e}"))?;
-        tenantry = planted;
+        tenantry = profile_dir.join("tenantry-chaos-planted-replica");
     }
     build(
         root,

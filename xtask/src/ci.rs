@@ -135,6 +135,7 @@ const UNPUBLISHED: &[&str] = &[
     "tenantry-app",
     "tenantry-bench",
     "tenantry-chaos",
+    "tenantry-config",
     "tenantry-demo",
     "tenantry-examples",
     "tenantry-operator",

@@ -152,7 +152,14 @@ fn domain_crates_depend_only_on_domain_crates() {
 #[test]
 fn only_the_storage_adapter_and_migrations_know_sea_orm() {
     // `examples` plays the host platform: its own transaction is the point of one example.
-    let allowed = ["crates/store-seaorm", "migrations", "examples"];
+    // `crates/verification`: its planted settle (deliberately broken, for the chaos harness and
+    // the store check) writes the outbox table directly, outside the store crate.
+    let allowed = [
+        "crates/store-seaorm",
+        "migrations",
+        "examples",
+        "crates/verification",
+    ];
     let violations = find_dependents(&["sea-orm", "sea-orm-migration"], |package, _| {
         allowed.contains(&package.dir.as_str())
     });
@@ -161,6 +168,55 @@ fn only_the_storage_adapter_and_migrations_know_sea_orm() {
         "only crates/store-seaorm and migrations/ may depend on SeaORM; use the ports instead:\n  {}",
         violations.join("\n  ")
     );
+}
+
+/// The app names the storage adapter in one module only, the wiring that builds the stores
+/// (`crates/app/src/stores.rs`): the service, the CLI and the directory wiring work on the
+/// ports it hands on (issue 28).
+#[test]
+fn only_the_app_wiring_names_the_storage_adapter() {
+    let src = workspace_root().join("crates/app/src");
+    let mut files = Vec::new();
+    collect_rust_files(&src, &mut files);
+    assert!(files.len() > 3, "no app sources under {}", src.display());
+    let mut violations = Vec::new();
+    for file in files.iter().filter(|f| !f.ends_with("stores.rs")) {
+        let text = fs::read_to_string(file).expect("read app source");
+        for (n, line) in text.lines().enumerate() {
+            let code = line.split("//").next().unwrap_or_default();
+            if code.contains("tenantry_store_seaorm::") || names_a_seaorm_type(code) {
+                violations.push(format!("{}:{}: {}", file.display(), n + 1, line.trim()));
+            }
+        }
+    }
+    assert!(
+        violations.is_empty(),
+        "only crates/app/src/stores.rs may name tenantry-store-seaorm and its SeaOrm* stores; \
+         take the stores as ports from `stores::Stores`:\n  {}",
+        violations.join("\n  ")
+    );
+}
+
+/// Whether `code` names a `SeaOrm…` type (an identifier starting `SeaOrm` and an upper-case
+/// letter).
+fn names_a_seaorm_type(code: &str) -> bool {
+    code.match_indices("SeaOrm").any(|(i, _)| {
+        let before = code[..i].chars().next_back();
+        let after = code[i + "SeaOrm".len()..].chars().next();
+        !before.is_some_and(|c| c.is_alphanumeric() || c == '_')
+            && after.is_some_and(|c| c.is_ascii_uppercase())
+    })
+}
+
+#[test]
+fn a_seaorm_type_name_is_recognised() {
+    assert!(names_a_seaorm_type(
+        "let s = SeaOrmLifecycleStore::new(&db);"
+    ));
+    assert!(names_a_seaorm_type("use x::{SeaOrmHostStorage};"));
+    assert!(!names_a_seaorm_type("let s = Stores::new(&db).lifecycle;"));
+    assert!(!names_a_seaorm_type("\"tenantry_store_seaorm\","));
+    assert!(!names_a_seaorm_type("NotSeaOrmX"));
 }
 
 /// The operator façade is handed its stores as ports (`tenantry_operator::ports`) by the app's

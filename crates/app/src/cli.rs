@@ -11,6 +11,7 @@ use tenantry_ports::lifecycle::OperatorActionKind;
 
 use crate::config::{self, Config};
 use crate::ops::{CommandsActArgs, CommandsListArgs, FencesClearArgs, FencesListArgs, PruneArgs};
+use crate::stores::Stores;
 use crate::{logging, ops, service};
 
 /// Tenantry: keeps a multi-tenant platform's database and the remote services it drives in
@@ -104,8 +105,19 @@ pub enum FencesCommand {
     Clear(FencesClearArgs),
 }
 
+/// How `serve` may change the stores it runs on before the service starts
+/// ([`crate::stores::Stores::map_lifecycle`]); the `tenantry` binary changes nothing.
+pub type StoreDecorator = fn(Stores) -> Stores;
+
 /// Entry point of the binary.
 pub fn main() -> ExitCode {
+    main_with(std::convert::identity)
+}
+
+/// Entry point of a binary that is `tenantry` with its `serve` running on the stores
+/// `decorate` returns (the chaos harness's planted-bug replica,
+/// `crates/chaos/src/bin/planted_replica.rs`).
+pub fn main_with(decorate: StoreDecorator) -> ExitCode {
     let cli = Cli::parse();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -117,11 +129,16 @@ pub fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    runtime.block_on(run(cli))
+    runtime.block_on(run_with(cli, decorate))
 }
 
 /// Runs a parsed command line.
 pub async fn run(cli: Cli) -> ExitCode {
+    run_with(cli, std::convert::identity).await
+}
+
+/// Runs a parsed command line; `serve` runs on the stores `decorate` returns.
+pub async fn run_with(cli: Cli, decorate: StoreDecorator) -> ExitCode {
     let env = |name: &str| std::env::var(name).ok();
     let config = match config::load(cli.config.as_deref(), env) {
         Ok(config) => config,
@@ -148,7 +165,7 @@ pub async fn run(cli: Cli) -> ExitCode {
     let operator = operator.as_deref();
     match cli.command {
         Command::Serve => {
-            let code = serve(&config).await;
+            let code = serve(&config, decorate).await;
             // After the graceful shutdown: export what is batched.
             if let Some(traces) = traces {
                 traces.shutdown().await;
@@ -177,8 +194,9 @@ pub async fn run(cli: Cli) -> ExitCode {
 /// `tenantry serve`. Start-up order: configuration (done by the caller), then the remote
 /// clients and the listener ([`service::Service::prepare`]: a bad URL or a port in use exits 2
 /// before any database work), then the SQLite database's lock ([`ops::lock`]: another `serve`
-/// or `migrate` on it exits 75), then the database (opened and migrated), then the workers.
-async fn serve(config: &Config) -> ExitCode {
+/// or `migrate` on it exits 75), then the database (opened and migrated), then the workers on
+/// its stores as `decorate` returns them.
+async fn serve(config: &Config, decorate: StoreDecorator) -> ExitCode {
     // What travels in clear text, at every start (docs/operations.md, "TLS").
     for warning in config.start_warnings() {
         tracing::warn!("{warning}");
@@ -200,7 +218,7 @@ async fn serve(config: &Config) -> ExitCode {
         Ok(db) => db,
         Err(code) => return code,
     };
-    let service = service::Service::launch(config, prepared, db.clone());
+    let service = service::Service::launch_with(config, prepared, decorate(Stores::new(&db)));
     let scheme = if config.admin_tls.is_some() {
         "https"
     } else {

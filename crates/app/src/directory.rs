@@ -1,5 +1,5 @@
-//! Wiring of the directory projection: the signed HTTP provider and the SeaORM store into the
-//! engine's `DirectoryProjector`. The status it reports (`GET /v1/directory/status`,
+//! Wiring of the directory projection: the signed HTTP provider and the projection store
+//! ([`crate::stores::Stores::directory`]) into the engine's `DirectoryProjector`. The status it reports (`GET /v1/directory/status`,
 //! `/readyz`, the console) is the operator crate's ([`tenantry_operator::directory`]).
 
 use std::sync::Arc;
@@ -9,13 +9,12 @@ use tenantry_engine::directory::DirectoryProjector;
 use tenantry_ports::clock::Clock;
 use tenantry_remote_http::directory::signature::TrustedKeys;
 use tenantry_remote_http::directory::{DirectoryClientConfig, HttpDirectoryProvider};
-use tenantry_store_seaorm::Database;
-use tenantry_store_seaorm::directory::SeaOrmDirectoryStore;
 
 use crate::config::{DirectoryCapacity, DirectorySettings};
+use crate::stores::ProjectionStore;
 
 /// The projector as the service runs it.
-pub type Projector = DirectoryProjector<HttpDirectoryProvider, SeaOrmDirectoryStore>;
+pub type Projector = DirectoryProjector<HttpDirectoryProvider, Arc<dyn ProjectionStore>>;
 
 /// The projector the service runs, its store and clock.
 #[derive(Clone)]
@@ -23,7 +22,7 @@ pub struct ProjectorHandle {
     /// This replica's projector.
     pub projector: Arc<Projector>,
     /// The store, for the shared state row.
-    pub store: SeaOrmDirectoryStore,
+    pub store: Arc<dyn ProjectionStore>,
     /// The projector's clock (the process's one clock): the staleness of the status report
     /// is measured on it.
     pub clock: Arc<dyn Clock>,
@@ -41,7 +40,7 @@ impl ProjectorHandle {
     pub fn reports(&self) -> tenantry_operator::directory::DirectoryHandle {
         tenantry_operator::directory::DirectoryHandle {
             projector: self.projector.clone(),
-            store: Arc::new(self.store.clone()),
+            store: self.store.clone(),
             clock: self.clock.clone(),
         }
     }
@@ -94,9 +93,8 @@ pub fn prepare(
 }
 
 impl PreparedDirectory {
-    /// The projector over the store of `db`, reading and sleeping on `clock`.
-    pub fn attach(self, db: &Database, clock: Arc<dyn Clock>) -> ProjectorHandle {
-        let store = SeaOrmDirectoryStore::new(db);
+    /// The projector over `store`, reading and sleeping on `clock`.
+    pub fn attach(self, store: Arc<dyn ProjectionStore>, clock: Arc<dyn Clock>) -> ProjectorHandle {
         let projector = Arc::new(
             DirectoryProjector::new(self.config, self.provider, store.clone())
                 .with_clock(clock.clone()),
@@ -117,8 +115,8 @@ impl PreparedDirectory {
 pub fn build(
     settings: &DirectorySettings,
     capacity: &DirectoryCapacity,
-    db: &Database,
+    store: Arc<dyn ProjectionStore>,
     clock: Arc<dyn Clock>,
 ) -> Result<ProjectorHandle, String> {
-    Ok(prepare(settings, capacity)?.attach(db, clock))
+    Ok(prepare(settings, capacity)?.attach(store, clock))
 }

@@ -8,7 +8,6 @@
 
 use std::borrow::Cow;
 use std::process::ExitCode;
-use std::sync::Arc;
 
 use clap::Args;
 
@@ -16,13 +15,10 @@ use tenantry_fence::{Binding, FenceKey, ScopeIdentity};
 use tenantry_kernel::CommandId;
 use tenantry_kernel::text::{MAX_CODE_BYTES, MAX_MESSAGE_BYTES, bounded};
 use tenantry_operator::identity::Caller;
+use tenantry_operator::ports::Fences;
 use tenantry_operator::refusal::USAGE_EXIT;
 use tenantry_operator::{CommandFilterInput, FilterError, FilterField};
 use tenantry_ports::lifecycle::{CommandFilter, CommandQueue};
-use tenantry_store_seaorm::Database;
-use tenantry_store_seaorm::host_storage::SeaOrmHostStorage;
-use tenantry_store_seaorm::lifecycle::SeaOrmLifecycleStore;
-use tenantry_store_seaorm::sqlite_file::{self, SqliteFileError, SqliteLock};
 
 use tenantry_engine::lifecycle::{OperatorActions, OperatorRequestError};
 use tenantry_ports::lifecycle::OperatorActionKind;
@@ -164,62 +160,8 @@ pub struct FencesClearArgs {
     pub reason: String,
 }
 
-/// Exit code of `tenantry serve` / `tenantry migrate` when another process holds the SQLite
-/// database's lock (EX_TEMPFAIL, as [`PRUNE_BUSY_EXIT`]).
-pub const DATABASE_IN_USE_EXIT: u8 = 75;
-
-/// Takes the exclusive lock of the configured SQLite database for a process that serves or
-/// migrates it ([`tenantry_store_seaorm::sqlite_file::lock`]; `None` on PostgreSQL), held
-/// until the returned value is dropped. Also refuses, naming it, a folder that is missing or
-/// refuses new files.
-///
-/// # Errors
-/// The exit code to return: [`DATABASE_IN_USE_EXIT`] when another `serve` or `migrate` holds
-/// the database, 1 for the folder or another I/O error.
-pub fn lock(config: &Config) -> Result<Option<SqliteLock>, ExitCode> {
-    sqlite_file::lock(&config.database_url).map_err(|e| {
-        eprintln!("tenantry: {e}");
-        if matches!(e, SqliteFileError::InUse { .. }) {
-            ExitCode::from(DATABASE_IN_USE_EXIT)
-        } else {
-            ExitCode::FAILURE
-        }
-    })
-}
-
-/// Opens (and migrates) the configured database; prints the error and returns the exit code
-/// on failure.
-///
-/// # Errors
-/// The exit code to return when the database cannot be opened.
-pub async fn open(config: &Config) -> Result<Database, ExitCode> {
-    tenantry_store_seaorm::connect(&config.database_url, config.database_max_connections)
-        .await
-        .map_err(|e| {
-            eprintln!(
-                "tenantry: cannot open database {}: {e}",
-                redact_url(&config.database_url)
-            );
-            ExitCode::FAILURE
-        })
-}
-
-/// Opens the configured database for an operator command: nothing is created or migrated,
-/// and a missing database or an outdated schema is an error that says to run `tenantry migrate`.
-///
-/// # Errors
-/// The exit code to return when the database cannot be opened.
-pub async fn open_existing(config: &Config) -> Result<Database, ExitCode> {
-    tenantry_store_seaorm::connect_existing(&config.database_url, config.database_max_connections)
-        .await
-        .map_err(|e| {
-            eprintln!(
-                "tenantry: cannot open database {}: {e}",
-                redact_url(&config.database_url)
-            );
-            ExitCode::FAILURE
-        })
-}
+pub use crate::stores::{DATABASE_IN_USE_EXIT, lock, open, open_existing};
+use crate::stores::{Database, Stores, close};
 
 /// `tenantry migrate`: under the SQLite database's lock ([`lock`]). Ctrl-C (SIGINT) stops it
 /// with exit code 130 and says what is left: each migration commits in one transaction with its
@@ -240,7 +182,7 @@ pub async fn migrate(config: &Config) -> ExitCode {
     };
     match opened {
         Ok(db) => {
-            let _ = db.conn.close().await;
+            close(db).await;
             out!(
                 "database {} is migrated to the latest schema",
                 redact_url(&config.database_url)
@@ -266,9 +208,9 @@ pub async fn commands_list(config: &Config, args: &CommandsListArgs) -> ExitCode
         Ok(db) => db,
         Err(code) => return code,
     };
-    let store = SeaOrmLifecycleStore::new(&db);
+    let store = Stores::new(&db).lifecycle;
     if let Err(e) = crate::admin::known_cursor(&store, filter.after.as_ref()).await {
-        let _ = db.conn.close().await;
+        close(db).await;
         // The refusal's one CLI mapping: an unknown cursor is a usage error (exit 2).
         return if e.exit_code() == USAGE_EXIT {
             usage(format!("--after: {}", e.message))
@@ -334,7 +276,7 @@ pub async fn commands_list(config: &Config, args: &CommandsListArgs) -> ExitCode
             eprintln!("(more: --after {})", last.id.as_str());
         }
     }
-    let _ = db.conn.close().await;
+    close(db).await;
     ExitCode::SUCCESS
 }
 
@@ -372,9 +314,9 @@ fn refusal(error: &FilterError) -> String {
 /// The CLI process's one scoped-writes runtime (it writes nothing else), with the fence
 /// dispatch deadline of `serve` (`fence_dispatch_deadline_ms`). A clear is judged on the
 /// database's clock against the intent's own expiry.
-fn fence_admin(config: &Config, db: &Database) -> ScopedWrites<SeaOrmHostStorage> {
+fn fence_admin(config: &Config, db: &Database) -> Fences {
     ScopedWrites::with_config(
-        Arc::new(SeaOrmHostStorage::new(db)),
+        Stores::new(db).fences,
         crate::service::system_clock(),
         FenceConfig::with_deadline(config.fence_dispatch_deadline),
     )
@@ -499,10 +441,7 @@ pub async fn commands_act(
         Ok(db) => db,
         Err(code) => return code,
     };
-    let actions = OperatorActions::new(
-        SeaOrmLifecycleStore::new(&db),
-        crate::service::system_clock(),
-    );
+    let actions = OperatorActions::new(Stores::new(&db).lifecycle, crate::service::system_clock());
     let code = match target {
         Ok(id) => match actions.act(&id, kind, &actor, &reason).await {
             Ok(after) => {
@@ -562,7 +501,7 @@ pub async fn commands_act(
             }
         },
     };
-    let _ = db.conn.close().await;
+    close(db).await;
     code
 }
 
@@ -627,7 +566,7 @@ pub async fn fences_list(config: &Config, args: &FencesListArgs) -> ExitCode {
             );
         }
     }
-    let _ = db.conn.close().await;
+    close(db).await;
     ExitCode::SUCCESS
 }
 
@@ -696,7 +635,7 @@ pub async fn fences_clear(
             ExitCode::FAILURE
         }
     };
-    let _ = db.conn.close().await;
+    close(db).await;
     code
 }
 
@@ -727,13 +666,13 @@ pub async fn prune(config: &Config, args: &PruneArgs) -> ExitCode {
         Ok(db) => db,
         Err(code) => return code,
     };
-    let store = tenantry_store_seaorm::SeaOrmRetentionStore::new(&db);
+    let store = Stores::new(&db).retention;
     let policy = config.retention.policy;
     // Windows are measured on the database's clock, which stamped the records (case 013).
     let now = match store.now().await {
         Ok(now) => now,
         Err(e) => {
-            let _ = db.conn.close().await;
+            close(db).await;
             eprintln!("tenantry: cannot read the database's clock: {e}");
             return ExitCode::FAILURE;
         }
@@ -743,7 +682,7 @@ pub async fn prune(config: &Config, args: &PruneArgs) -> ExitCode {
     } else {
         retention::prune_once(&store, &policy, now).await
     };
-    let _ = db.conn.close().await;
+    close(db).await;
     let report = match result {
         Ok(report) => report,
         Err(e) => {

@@ -24,18 +24,15 @@ use tenantry_engine::scoped_writes::{FenceConfig, ScopedWrites};
 use tenantry_lifecycle::RetryPolicy;
 use tenantry_ports::clock::{Clock, SystemClock};
 use tenantry_remote_http::knowledge_fs::{HttpKnowledgeFs, KnowledgeFsConfig};
-use tenantry_store_seaorm::Database;
-use tenantry_store_seaorm::host_storage::SeaOrmHostStorage;
-use tenantry_store_seaorm::lifecycle::SeaOrmLifecycleStore;
-use tenantry_store_seaorm::wake::{ListenerConfig, WakeListener};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use tenantry_operator::ports::{FenceStorage, Fences, Store};
+use tenantry_operator::ports::{Fences, Store};
 
 use crate::admin::AdminState;
 use crate::config::Config;
 use crate::metrics::{AppMetrics, MeteredRemote};
+use crate::stores::{Database, Stores, WakeHandle};
 
 /// Why the service could not start.
 #[derive(Debug, thiserror::Error)]
@@ -91,12 +88,12 @@ pub struct Service {
     projector: Option<JoinHandle<()>>,
     pruner: Option<JoinHandle<()>>,
     directory: Option<crate::directory::ProjectorHandle>,
-    db: Database,
+    stores: Stores,
     grace: Duration,
     metrics: Arc<AppMetrics>,
     scoped_writes: Fences,
     /// The PostgreSQL listener that wakes the workers (none on SQLite).
-    wake_listener: Option<WakeListener>,
+    wake_listener: Option<WakeHandle>,
     /// The counts `/metrics` and the console share.
     counts: Arc<crate::counts::CountsCache>,
 }
@@ -199,6 +196,12 @@ impl Service {
     /// Starts the workers, the directory projector and the admin API over the migrated
     /// database `db`, with what [`Service::prepare`] checked and bound.
     pub fn launch(config: &Config, prepared: Prepared, db: Database) -> Self {
+        Self::launch_with(config, prepared, Stores::new(&db))
+    }
+
+    /// [`Service::launch`] over the stores `stores` (those of [`Stores::new`], some perhaps
+    /// decorated: [`Stores::map_lifecycle`]).
+    pub fn launch_with(config: &Config, prepared: Prepared, stores: Stores) -> Self {
         let Prepared {
             remote,
             knowledge_fs_url: url,
@@ -207,7 +210,7 @@ impl Service {
             addr,
         } = prepared;
         let metrics = Arc::new(AppMetrics::new());
-        let store = SeaOrmLifecycleStore::new(&db);
+        let store = stores.lifecycle.clone();
         let clock = system_clock();
 
         // Settles go through group commit: concurrent dispatches share one transaction. With
@@ -243,12 +246,13 @@ impl Service {
             .with_metrics(metrics.clone())
             .with_jitter(rand::random::<f64>),
         );
-        let directory = directory.map(|prepared| prepared.attach(&db, clock.clone()));
+        let directory =
+            directory.map(|prepared| prepared.attach(stores.directory.clone(), clock.clone()));
         let (stop, stopped) = watch::channel(false);
         let product_enabled = Arc::new(AtomicBool::new(config.product_enabled));
         let wakeups = Wakeups::new();
         // PostgreSQL: one listener connection wakes the workers on other processes' commands.
-        let wake_listener = WakeListener::spawn(&db, wakeups.clone(), ListenerConfig::default());
+        let wake_listener = stores.spawn_wake_listener(wakeups.clone());
         // One claimer for the process (issue 14): `workers × claim_batch` remote calls at once,
         // as many workers each claiming their own batch would make, in fewer, larger claims.
         let pool = WorkerPool::new(
@@ -286,7 +290,7 @@ impl Service {
         // lock, so one replica prunes at a time.
         let pruner = config.retention.enabled.then(|| {
             let pruner = tenantry_engine::retention::Pruner::new(
-                tenantry_store_seaorm::SeaOrmRetentionStore::new(&db),
+                stores.retention.clone(),
                 config.retention.policy,
                 config.retention.interval,
                 clock.clone(),
@@ -299,16 +303,15 @@ impl Service {
         let accepting = Arc::new(AtomicBool::new(true));
         // The process's one scoped-writes runtime: the admin API clears fences through it, so
         // a clear takes the same scope locks as in-process writers (`Service::scoped_writes`).
-        let fence_storage: Arc<dyn FenceStorage> = Arc::new(SeaOrmHostStorage::new(&db));
         let scoped_writes: Fences = ScopedWrites::with_metrics(
-            fence_storage,
+            stores.fences.clone(),
             clock.clone(),
             FenceConfig::with_deadline(config.fence_dispatch_deadline),
             Arc::new(tenantry_operator::fence_metrics::AppFenceMetrics::new()),
         );
         // The counts `/metrics` and the console share: at most one refresh a second.
         // The operator front ends get the stores as ports (trait objects), never their types.
-        let operator_store: Store = Arc::new(store);
+        let operator_store: Store = store;
         let counts = Arc::new(crate::counts::CountsCache::new(
             operator_store.clone(),
             scoped_writes.clone(),
@@ -339,9 +342,14 @@ impl Service {
         let mut server_stop = stopped;
         // The operator console at `/ui` beside the admin API, unless `ui = false`, behind the
         // listener's guards (body deadline; host check without a token) and connection bounds.
-        let app = crate::listener::guard(crate::ui::app(state, ui), config, addr);
-        let limits = crate::listener::ListenerLimits::from_config(config);
-        crate::listener::warn_without_token(config);
+        let limits = config.listener_limits();
+        let app = crate::listener::guard(
+            crate::ui::app(state, ui),
+            limits,
+            config.has_operators(),
+            addr,
+        );
+        crate::listener::warn_without_token(config.has_operators(), config.listen);
         let server = tokio::spawn(async move {
             let shutdown = async move {
                 let _ = server_stop.wait_for(|s| *s).await;
@@ -365,7 +373,7 @@ impl Service {
             projector: projector_task,
             pruner,
             directory,
-            db,
+            stores,
             grace: config.shutdown_grace,
             metrics,
             scoped_writes,
@@ -403,7 +411,7 @@ impl Service {
 
     /// The database the service runs on.
     pub fn database(&self) -> &Database {
-        &self.db
+        self.stores.database()
     }
 
     /// Stops the service gracefully (see the module docs). The pool stays open; close it with
@@ -467,11 +475,9 @@ impl Service {
     }
 }
 
-/// Closes the database pool (after [`Service::shutdown`]).
+/// Closes the database pool (after [`Service::shutdown`]; [`crate::stores::close`]).
 pub async fn close_pool(db: Database) {
-    if let Err(e) = db.conn.close().await {
-        tracing::warn!(error = %e, "closing the database pool failed");
-    }
+    crate::stores::close(db).await;
 }
 
 /// Resolves on SIGINT (Ctrl-C) or SIGTERM.

@@ -13,6 +13,8 @@
 //! - [`metrics`]: the lifecycle metrics port over the `metrics` crate, Prometheus export;
 //! - [`directory`]: the directory projection's status as the operator sees it;
 //! - [`ports`]: the store ports the front ends are handed (trait objects, no storage types);
+//! - [`listener`]: how the admin listener serves its connections (bounds, host check, graceful
+//!   shutdown) and its TLS ([`listener::tls`]: `tls_cert_file`, `tls_key_file`);
 //! - [`identity`]: named operators with roles, the secrets they hold, and the actor rule;
 //! - [`refusal`]: the one refusal type, mapped once to an HTTP status, a console page and a
 //!   CLI exit code.
@@ -23,6 +25,7 @@ pub mod directory;
 pub mod fence_metrics;
 pub mod filter;
 pub mod identity;
+pub mod listener;
 pub mod metrics;
 pub mod ports;
 pub mod refusal;

@@ -12,6 +12,9 @@
 //! - [`revisions`]: directory revisions (two replicas applying snapshots, event batches and
 //!   deltas out of order).
 //!
+//! - [`planted_settle`]: the planted bug of the chaos harness and the store check, a lifecycle
+//!   store decorator whose settle skips the lease check (deliberately broken, never in a
+//!   shipped build);
 //! - [`sim`]: a seeded deterministic simulation of the lifecycle saga through the real engine
 //!   (`cargo xtask sim --seed S --steps N`).
 //!
@@ -24,6 +27,7 @@
 
 pub mod fence;
 pub mod lease;
+pub mod planted_settle;
 pub mod revisions;
 pub mod sim;
 

@@ -5,9 +5,10 @@
 //! `supersede_allowed`) the lease model calls (`tenantry_ports::lifecycle::conformance::
 //! compare_sequence`; docs/verification.md, section 1).
 //!
-//! With the feature `planted-store-settle` the SQL settle loses its lease predicate (a
-//! mutation of shipped code, the chaos harness's planted bug), and the check must name the
-//! property it breaks.
+//! With the feature `planted-store-settle` the SQL store runs behind the planted settle
+//! ([`tenantry_verification::planted_settle`], the chaos harness's planted bug: each settle
+//! first hands the command back to its lease, so the lease check never refuses), and the check
+//! must name the property it breaks.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::Arc;
@@ -26,6 +27,9 @@ async fn run(seed: u64) -> Result<Coverage, Divergence> {
     let test_db = fresh_database().await;
     let clock = ManualClock::new(t(0));
     let store = SeaOrmLifecycleStore::new(&test_db.db).with_clock(Arc::new(clock.clone()));
+    #[cfg(feature = "planted-store-settle")]
+    let store =
+        tenantry_verification::planted_settle::PlantedSettle::new(store, test_db.db.clone());
     compare_sequence(&store, &clock, seed, STEPS).await
 }
 

@@ -45,9 +45,6 @@ use self::convert::{millis, to_claimed, to_control_space, to_record};
 use self::entity::{control_space, outbox};
 use crate::connect::{Backend, Database};
 
-#[cfg(feature = "chaos-planted-bug")]
-use tenantry_lifecycle::CommandStatus;
-
 /// SeaORM implementation of the lifecycle storage ports. Cheap to clone (shares the pool).
 ///
 /// Time: every predicate and timestamp that decides who may act on a command (the claim's
@@ -212,36 +209,6 @@ pub(crate) fn unavailable(error: DbErr) -> StoreError {
 
 pub(crate) fn is_unique_violation(error: &DbErr) -> bool {
     matches!(error.sql_err(), Some(SqlErr::UniqueConstraintViolation(_)))
-}
-
-/// DELIBERATELY BROKEN, only in the chaos harness's planted-bug build (cargo feature
-/// `chaos-planted-bug`, docs/reliability.md; no normal build has it): before a settle, the
-/// command is handed back to the settling lease (owner, epoch, `processing`) whoever holds it,
-/// which is a settle without the lease check: a late settle of a worker whose lease was taken
-/// over is written instead of refused. `cargo xtask chaos --planted-bug` shows the harness
-/// catches it.
-#[cfg(feature = "chaos-planted-bug")]
-async fn planted_bug_skip_lease_check(
-    store: &SeaOrmLifecycleStore,
-    leases: &[&LeaseToken],
-) -> Result<(), StoreError> {
-    for lease in leases {
-        outbox::Entity::update_many()
-            .col_expr(
-                outbox::Column::LeaseOwner,
-                Expr::value(lease.owner.as_str()),
-            )
-            .col_expr(outbox::Column::LeaseEpoch, Expr::value(lease.epoch.0))
-            .col_expr(
-                outbox::Column::Status,
-                Expr::value(CommandStatus::Processing.as_str()),
-            )
-            .filter(outbox::Column::Id.eq(lease.command_id.as_str()))
-            .exec(&store.conn)
-            .await
-            .map_err(unavailable)?;
-    }
-    Ok(())
 }
 
 #[async_trait]
@@ -419,8 +386,6 @@ impl CommandQueue for SeaOrmLifecycleStore {
         let store = self.clone();
         let (lease, settlement) = (lease.clone(), settlement.clone());
         detached(async move {
-            #[cfg(feature = "chaos-planted-bug")]
-            planted_bug_skip_lease_check(&store, &[&lease]).await?;
             store
                 .with_contention_retry(|| settle_once(&store, &lease, &settlement))
                 .await?
@@ -435,9 +400,6 @@ impl CommandQueue for SeaOrmLifecycleStore {
         let store = self.clone();
         let items = items.to_vec();
         detached(async move {
-            #[cfg(feature = "chaos-planted-bug")]
-            planted_bug_skip_lease_check(&store, &items.iter().map(|(l, _)| l).collect::<Vec<_>>())
-                .await?;
             store
                 .with_contention_retry(|| batch::settle_many(&store, &items))
                 .await

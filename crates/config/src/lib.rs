@@ -25,7 +25,6 @@ mod tests;
 
 use std::path::{Path, PathBuf};
 
-pub use crate::tls::AdminTls;
 pub use env::{
     CONNECTIONS_BESIDES_WORKERS, OPERATOR_ENV, OTHER_VARIABLES, SETTINGS, UnknownVariable,
     merge_env_and_validate, parse_operators_env, unknown_variables,
@@ -36,6 +35,7 @@ pub use model::{
     is_plain_http_off_loopback, redact_url,
 };
 pub use raw::{RawConfig, RawOperator, RawRetention};
+pub use tenantry_operator::listener::tls::AdminTls;
 pub use validate::{DELETION_ABSENCE_GRACE_MARGIN, smallest_deletion_absence_grace};
 
 /// Largest accepted `directory_max_snapshot_workspaces` and `directory_max_active_workspaces`:

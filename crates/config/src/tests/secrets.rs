@@ -143,7 +143,7 @@ fn a_bad_secret_file_is_refused_naming_the_setting_and_the_path() {
 
 #[test]
 fn a_password_file_goes_into_the_user_info_of_a_postgres_url() {
-    use crate::config::secrets::with_password;
+    use crate::secrets::with_password;
     let cases = [
         ("postgres://u@h/db", Ok("postgres://u:pw@h/db")),
         (

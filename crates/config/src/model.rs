@@ -10,7 +10,7 @@ use tenantry_operator::identity::{ADMIN_OPERATOR, Operator, Operators, Role, Sec
 use tenantry_remote_http::RemoteTls;
 
 use super::{ConfigError, RawConfig, merge_env_and_validate};
-use crate::tls::AdminTls;
+use tenantry_operator::listener::tls::AdminTls;
 
 /// Log output format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -329,6 +329,15 @@ impl Config {
     /// open, which `serve` allows on a loopback listener only).
     pub fn has_operators(&self) -> bool {
         self.admin_token.is_some() || !self.operators.is_empty()
+    }
+
+    /// The bounds of the admin listener's connections (`admin_header_read_timeout_seconds`,
+    /// `admin_request_body_timeout_seconds`).
+    pub fn listener_limits(&self) -> tenantry_operator::listener::ListenerLimits {
+        tenantry_operator::listener::ListenerLimits {
+            header_read_timeout: self.admin_header_read_timeout,
+            request_body_timeout: self.admin_request_body_timeout,
+        }
     }
 }
 

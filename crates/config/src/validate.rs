@@ -154,7 +154,8 @@ fn admin_tls(
             key_file,
         },
     };
-    crate::tls::server_config(&tls).map_err(|e| invalid(e.setting(), e.to_string()))?;
+    tenantry_operator::listener::tls::server_config(&tls)
+        .map_err(|e| invalid(e.setting(), e.to_string()))?;
     Ok(Some(tls))
 }
 

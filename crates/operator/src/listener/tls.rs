@@ -87,19 +87,20 @@ pub fn server_config(tls: &AdminTls) -> Result<Arc<rustls::ServerConfig>, AdminT
             format!("holds no usable PEM private key: {e}"),
         )
     })?;
-    let mut config =
-        rustls::ServerConfig::builder_with_provider(tenantry_remote_http::tls::provider())
-            .with_protocol_versions(tenantry_remote_http::tls::PROTOCOL_VERSIONS)
-            .map_err(|e| refused("tls_cert_file", &tls.cert_file, e.to_string()))?
-            .with_no_client_auth()
-            .with_single_cert(chain, key)
-            .map_err(|e| {
-                refused(
-                    "tls_key_file",
-                    &tls.key_file,
-                    format!("cannot be used with tls_cert_file: {e}"),
-                )
-            })?;
+    let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+    .map_err(|e| refused("tls_cert_file", &tls.cert_file, e.to_string()))?
+    .with_no_client_auth()
+    .with_single_cert(chain, key)
+    .map_err(|e| {
+        refused(
+            "tls_key_file",
+            &tls.key_file,
+            format!("cannot be used with tls_cert_file: {e}"),
+        )
+    })?;
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(Arc::new(config))
 }

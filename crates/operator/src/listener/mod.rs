@@ -43,9 +43,10 @@ use hyper_util::service::TowerToHyperService;
 use tokio::sync::watch;
 
 use crate::admin::AdminApiError;
-use crate::config::Config;
 
-/// The bounds of the admin listener's connections, from the configuration.
+pub mod tls;
+
+/// The bounds of the admin listener's connections (the app reads them from its configuration).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ListenerLimits {
     /// Longest wait for a complete request head, from the connection's start or its previous
@@ -56,43 +57,39 @@ pub struct ListenerLimits {
     pub request_body_timeout: Duration,
 }
 
-impl ListenerLimits {
-    /// The limits `config` sets.
-    pub fn from_config(config: &Config) -> Self {
-        Self {
-            header_read_timeout: config.admin_header_read_timeout,
-            request_body_timeout: config.admin_request_body_timeout,
-        }
-    }
-}
-
-/// `app` with the listener's request guards: the request-body deadline and, without
-/// `admin_token`, the host check for `listen`.
-pub fn guard(app: Router, config: &Config, listen: SocketAddr) -> Router {
-    let limits = ListenerLimits::from_config(config);
+/// `app` with the listener's request guards: the request-body deadline of `limits` and,
+/// unless `has_operators` (an `admin_token` or `[[operators]]` is configured), the host check
+/// for `listen`.
+pub fn guard(
+    app: Router,
+    limits: ListenerLimits,
+    has_operators: bool,
+    listen: SocketAddr,
+) -> Router {
     let app = app.layer(middleware::from_fn_with_state(
         limits.request_body_timeout,
         body_deadline,
     ));
-    if config.has_operators() {
+    if has_operators {
         app
     } else {
         app.layer(middleware::from_fn_with_state(listen, host_guard))
     }
 }
 
-/// Logs at `warn` that no `admin_token` is set (the admin API and the console are then open to
-/// every local process and served to loopback host names only); returns whether it did.
-pub fn warn_without_token(config: &Config) -> bool {
-    if config.has_operators() {
+/// Logs at `warn` that no `admin_token` is set (the admin API and the console on `listen` are
+/// then open to every local process and served to loopback host names only) unless
+/// `has_operators`; returns whether it did.
+pub fn warn_without_token(has_operators: bool, listen: SocketAddr) -> bool {
+    if has_operators {
         return false;
     }
     tracing::warn!(
-        listen = %config.listen,
+        listen = %listen,
         "no admin_token is set: the admin API and the console are open to every process that \
          can reach {} and answer only requests addressed to localhost or a loopback address; \
          set admin_token (TENANTRY_ADMIN_TOKEN)",
-        config.listen
+        listen
     );
     true
 }
@@ -350,11 +347,12 @@ mod tests {
             .with_writer(move || writer.clone())
             .with_ansi(false)
             .finish();
-        let mut config = Config::defaults();
+        let listen: SocketAddr = "127.0.0.1:8080".parse().unwrap();
         let warned = tracing::subscriber::with_default(subscriber, || {
-            let open = warn_without_token(&config);
-            config.admin_token = Some("0123456789abcdef0123".into());
-            (open, warn_without_token(&config))
+            (
+                warn_without_token(false, listen),
+                warn_without_token(true, listen),
+            )
         });
         assert_eq!(warned, (true, false));
         let text = String::from_utf8(sink.0.lock().unwrap().clone()).unwrap();
