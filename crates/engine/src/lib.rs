@@ -32,7 +32,7 @@ pub mod lifecycle;
 pub mod retention;
 #[cfg(feature = "fences")]
 pub mod scoped_writes;
-pub mod trace_context;
+pub use tenantry_ports::trace_context;
 
 #[cfg(feature = "directory")]
 pub use directory::{

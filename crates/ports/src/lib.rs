@@ -20,6 +20,8 @@
 //! - [`retention`]: bounded removal of expired history, dry-run counts, the oldest record per
 //!   kind (suites: `retention_conformance` for the lifecycle kinds,
 //!   `fence_retention_conformance` for cleared fence records);
+//! - [`trace_context`]: the W3C `traceparent` a command carries through the outbox, read from
+//!   and set on `tracing` spans (one copy for the engine, the store and the HTTP clients);
 //! - [`handles`]: every port is implemented for `Arc<T>`, `Box<T>` and `&T` of an implementor.
 //!
 //! # Features
@@ -54,6 +56,7 @@ pub mod mocks;
 pub mod retention;
 #[cfg(all(feature = "testing", feature = "lifecycle"))]
 pub mod retention_conformance;
+pub mod trace_context;
 pub mod wake;
 
 pub use clock::{Clock, ManualClock, SystemClock};

@@ -43,7 +43,7 @@ pub mod outcome;
 mod path;
 pub mod tls;
 #[cfg(any(feature = "lifecycle", feature = "directory"))]
-mod trace_context;
+use tenantry_ports::trace_context;
 
 /// The W3C trace context header every KnowledgeFS and directory request carries when
 /// OpenTelemetry records the caller's span (docs/protocol.md, "Trace context").

@@ -97,7 +97,7 @@ pub mod testing;
 #[cfg(any(test, feature = "testing", feature = "bench"))]
 pub mod throwaway;
 #[cfg(feature = "lifecycle")]
-mod trace_context;
+use tenantry_ports::trace_context;
 #[cfg(feature = "lifecycle")]
 pub mod wake;
 
