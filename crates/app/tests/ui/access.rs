@@ -4,13 +4,13 @@
 
 use serde_json::json;
 
+use crate::common::console::Console;
 use crate::common::{Harness, TOKEN};
-use crate::{Console, failed_command};
 
 #[tokio::test]
 async fn every_page_redirects_to_the_login_without_a_session() {
     let h = Harness::start().await;
-    let console = Console::new(&h);
+    let console = Console::new(&h.base);
     for path in [
         "/ui",
         "/ui/commands?status=failed",
@@ -39,7 +39,7 @@ async fn every_page_redirects_to_the_login_without_a_session() {
         "/ui/login"
     );
     // Actions without a session are redirected too, and change nothing.
-    let id = failed_command(&h, "cs-anon").await;
+    let id = h.failed_command("cs-anon").await;
     let answer = console
         .post(
             &format!("/ui/commands/{id}/retry"),
@@ -49,7 +49,7 @@ async fn every_page_redirects_to_the_login_without_a_session() {
     assert_eq!(answer.status, 303);
     assert_eq!(answer.location.as_deref(), Some("/ui/login"));
     // A forged cookie is no session.
-    let mut forged = Console::new(&h);
+    let mut forged = Console::new(&h.base);
     forged.cookie = Some("tenantry_console=0000".to_owned());
     assert_eq!(forged.get("/ui").await.status, 303);
     let (_, page) = h.get(&format!("/v1/commands/{id}/actions")).await;
@@ -64,7 +64,7 @@ async fn every_page_redirects_to_the_login_without_a_session() {
 #[tokio::test]
 async fn login_takes_the_admin_token_and_sets_a_strict_http_only_cookie() {
     let h = Harness::start().await;
-    let mut console = Console::new(&h);
+    let mut console = Console::new(&h.base);
     let wrong = console.login("not-the-token").await;
     assert_eq!(wrong.status, 401);
     assert!(wrong.headers.get("set-cookie").is_none());
@@ -122,7 +122,7 @@ async fn login_takes_the_admin_token_and_sets_a_strict_http_only_cookie() {
 #[tokio::test]
 async fn malformed_forms_and_queries_get_a_console_page_and_change_nothing() {
     let h = Harness::start().await;
-    let mut console = Console::new(&h);
+    let mut console = Console::new(&h.base);
     console.login(TOKEN).await;
     // A logout without a body (no content type): a 400 page, and the session stays.
     let bare = console
@@ -133,7 +133,7 @@ async fn malformed_forms_and_queries_get_a_console_page_and_change_nothing() {
     assert!(bare.body.contains("Reload the page"), "{}", bare.body);
     assert_eq!(console.get("/ui").await.status, 200, "still logged in");
     // A form missing its fields, a query of the wrong shape: the same page, nothing done.
-    let id = failed_command(&h, "cs-malformed").await;
+    let id = h.failed_command("cs-malformed").await;
     let csrf = console.csrf().to_owned();
     let json = console
         .send(
@@ -165,9 +165,9 @@ async fn malformed_forms_and_queries_get_a_console_page_and_change_nothing() {
 #[tokio::test]
 async fn read_only_console_hides_and_refuses_actions() {
     let h = Harness::start_with(Default::default(), |c| c.ui_read_only = true).await;
-    let mut console = Console::new(&h);
+    let mut console = Console::new(&h.base);
     console.login(TOKEN).await;
-    let id = failed_command(&h, "cs-ro").await;
+    let id = h.failed_command("cs-ro").await;
     let detail = console.get(&format!("/ui/commands/{id}")).await;
     assert_eq!(detail.status, 200);
     assert!(!detail.body.contains("retry-button"), "{}", detail.body);
@@ -199,7 +199,7 @@ async fn read_only_console_hides_and_refuses_actions() {
 #[tokio::test]
 async fn ui_false_serves_no_console() {
     let h = Harness::start_with(Default::default(), |c| c.ui = false).await;
-    let console = Console::new(&h);
+    let console = Console::new(&h.base);
     assert_eq!(console.get("/ui").await.status, 404);
     assert_eq!(console.get("/ui/login").await.status, 404);
     // The admin API is unchanged.

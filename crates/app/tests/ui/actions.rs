@@ -6,15 +6,16 @@ use tenantry_fence::ScopeIdentity;
 use tenantry_ports::host_storage::HostStorage;
 use tenantry_store_seaorm::host_storage::SeaOrmHostStorage;
 
+use crate::SETTLE;
+use crate::common::console::Console;
 use crate::common::{Harness, TOKEN};
-use crate::{Console, SETTLE, failed_command};
 
 #[tokio::test]
 async fn actions_need_the_csrf_token_and_are_recorded() {
     let h = Harness::start().await;
-    let mut console = Console::new(&h);
+    let mut console = Console::new(&h.base);
     console.login(TOKEN).await;
-    let id = failed_command(&h, "cs-csrf").await;
+    let id = h.failed_command("cs-csrf").await;
     let retry = format!("/ui/commands/{id}/retry");
     for fields in [
         vec![("reason", "remote fixed")],
@@ -142,10 +143,10 @@ fn confirmed_ids(page: &str) -> String {
 #[tokio::test]
 async fn bulk_confirmation_names_the_commands_and_the_action_touches_only_them() {
     let h = Harness::start().await;
-    let mut console = Console::new(&h);
+    let mut console = Console::new(&h.base);
     console.login(TOKEN).await;
-    let first = failed_command(&h, "cs-b1").await;
-    let second = failed_command(&h, "cs-b2").await;
+    let first = h.failed_command("cs-b1").await;
+    let second = h.failed_command("cs-b2").await;
     let list = console.get("/ui/commands?status=failed").await;
     assert!(list.body.contains("2 commands match"), "{}", list.body);
     // The confirmation names both ids; it refuses a filter without an actionable status.
@@ -194,7 +195,7 @@ async fn bulk_confirmation_names_the_commands_and_the_action_touches_only_them()
     );
     assert!(!nothing.body.contains("bulk-confirm"), "{}", nothing.body);
     // After the confirmation: a third command fails, the second is retried elsewhere.
-    let third = failed_command(&h, "cs-b3").await;
+    let third = h.failed_command("cs-b3").await;
     let (status, body) = h
         .post(
             &format!("/v1/commands/{second}/retry"),

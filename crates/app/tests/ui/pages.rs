@@ -1,7 +1,7 @@
 //! What the pages serve: the commands table pages both ways, static files are fingerprinted
 //! and cached, `/metrics` and the console share one read of the counts.
 
-use crate::Console;
+use crate::common::console::Console;
 use crate::common::{Harness, TOKEN};
 
 /// Issue 27: the commands table pages backwards as well as forwards, and shows its times as
@@ -9,7 +9,7 @@ use crate::common::{Harness, TOKEN};
 #[tokio::test]
 async fn commands_table_pages_both_ways_and_marks_up_its_times() {
     let h = Harness::start().await;
-    let mut console = Console::new(&h);
+    let mut console = Console::new(&h.base);
     console.login(TOKEN).await;
     let total = tenantry_app::ui::pages::commands::PAGE as usize + 3;
     for i in 0..total {
@@ -68,7 +68,7 @@ async fn commands_table_pages_both_ways_and_marks_up_its_times() {
 #[tokio::test]
 async fn static_assets_are_fingerprinted_and_cached_as_immutable() {
     let h = Harness::start().await;
-    let mut console = Console::new(&h);
+    let mut console = Console::new(&h.base);
     console.login(TOKEN).await;
     let page = console.get("/ui").await;
     assert_eq!(
@@ -138,7 +138,7 @@ async fn metrics_and_console_share_one_read_of_the_counts_a_second() {
     let h = Harness::start().await;
     let counts = h.service.as_ref().unwrap().counts().clone();
     let before = counts.refreshes();
-    let mut console = Console::new(&h);
+    let mut console = Console::new(&h.base);
     console.login(TOKEN).await;
     for _ in 0..5 {
         assert!(h.metrics().await.contains("tenantry_fences_active"));
