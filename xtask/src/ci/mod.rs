@@ -62,7 +62,7 @@ use std::time::{Duration, Instant};
 use clap::ValueEnum;
 
 use report::{Outcome, Report, display_command, redact, run_counting_tests, run_inherit};
-use steps::{CHAOS_STEPS, PACKAGING_STEPS, PackagingStep, clear_stale_package_sources};
+use steps::{CHAOS_STEPS, PACKAGING_STEPS, PackagingStep, clear_stale_package_sources, words};
 
 use crate::pg::Cluster;
 
@@ -465,16 +465,14 @@ impl Gate<'_> {
 
 /// The cargo arguments of the PostgreSQL TLS tests.
 fn pg_tls_test_args() -> Vec<String> {
-    [
+    words(&[
         "test",
         "-p",
         "tenantry-store-seaorm",
         "--test",
         "pg_tls",
         "--locked",
-    ]
-    .map(str::to_owned)
-    .to_vec()
+    ])
 }
 
 #[cfg(test)]

@@ -74,7 +74,7 @@ pub(super) const PACKAGING_STEPS: &[PackagingStep] = &[
         kind: StepKind::Planted,
         budget: Duration::from_secs(240),
         args: || {
-            [
+            words(&[
                 "test",
                 "-p",
                 "tenantry-verification",
@@ -83,9 +83,7 @@ pub(super) const PACKAGING_STEPS: &[PackagingStep] = &[
                 "--test",
                 "store_sequences",
                 "--locked",
-            ]
-            .map(str::to_owned)
-            .to_vec()
+            ])
         },
         env: &[],
         tests: true,
@@ -98,7 +96,7 @@ pub(super) const PACKAGING_STEPS: &[PackagingStep] = &[
         kind: StepKind::Planted,
         budget: Duration::from_secs(300),
         args: || {
-            [
+            words(&[
                 "test",
                 "-p",
                 "tenantry-verification",
@@ -107,9 +105,7 @@ pub(super) const PACKAGING_STEPS: &[PackagingStep] = &[
                 "--test",
                 "planted",
                 "--locked",
-            ]
-            .map(str::to_owned)
-            .to_vec()
+            ])
         },
         env: &[],
         tests: true,
@@ -121,7 +117,7 @@ pub(super) const PACKAGING_STEPS: &[PackagingStep] = &[
         kind: StepKind::Browser,
         budget: Duration::from_secs(240),
         args: || {
-            [
+            words(&[
                 "test",
                 "-p",
                 "tenantry-app",
@@ -130,9 +126,7 @@ pub(super) const PACKAGING_STEPS: &[PackagingStep] = &[
                 "--locked",
                 "--",
                 "--ignored",
-            ]
-            .map(str::to_owned)
-            .to_vec()
+            ])
         },
         env: &[("TENANTRY_REQUIRE_BROWSER", "1")],
         tests: true,
@@ -142,15 +136,13 @@ pub(super) const PACKAGING_STEPS: &[PackagingStep] = &[
         kind: StepKind::Docs,
         budget: Duration::from_secs(180),
         args: || {
-            [
+            words(&[
                 "doc",
                 "--workspace",
                 "--all-features",
                 "--no-deps",
                 "--locked",
-            ]
-            .map(str::to_owned)
-            .to_vec()
+            ])
         },
         env: &[("RUSTDOCFLAGS", "-D warnings")],
         tests: false,
@@ -160,16 +152,14 @@ pub(super) const PACKAGING_STEPS: &[PackagingStep] = &[
         kind: StepKind::Embedding,
         budget: Duration::from_secs(300),
         args: || {
-            [
+            words(&[
                 "test",
                 "--manifest-path",
                 "fixtures/host-platform/Cargo.toml",
                 "--target-dir",
                 "target",
                 "--locked",
-            ]
-            .map(str::to_owned)
-            .to_vec()
+            ])
         },
         env: &[],
         tests: true,
@@ -259,9 +249,14 @@ pub(super) const CHAOS_STEPS: &[PackagingStep] = &[
     },
 ];
 
+/// `list` as owned strings (a command line).
+pub(super) fn words(list: &[&str]) -> Vec<String> {
+    list.iter().map(|word| (*word).to_owned()).collect()
+}
+
 /// `cargo xtask chaos --debug <extra> --no-progress` (the seed is the harness's default, 1).
 fn chaos_args(extra: &[&str]) -> Vec<String> {
-    let mut args: Vec<String> = ["xtask", "chaos", "--debug"].map(str::to_owned).to_vec();
+    let mut args = words(&["xtask", "chaos", "--debug"]);
     args.extend(extra.iter().map(|a| (*a).to_owned()));
     if !extra.contains(&"--") {
         args.push("--".to_owned());
@@ -304,9 +299,7 @@ fn mechanism_args(command: &str, feature: &str) -> Vec<String> {
 /// `cargo package` of every published crate. `--allow-dirty`: the step checks that the
 /// packages build, not that the work tree is committed.
 fn package_args() -> Vec<String> {
-    let mut args = ["package", "--workspace", "--locked", "--allow-dirty"]
-        .map(str::to_owned)
-        .to_vec();
+    let mut args = words(&["package", "--workspace", "--locked", "--allow-dirty"]);
     for package in UNPUBLISHED {
         args.extend(["--exclude".to_owned(), (*package).to_owned()]);
     }
