@@ -205,6 +205,11 @@ trait Around: Send + Sync {
 
     /// Runs once a forwarded `call` has answered (not when it is cancelled).
     fn leave(&self, _call: RemoteCall) {}
+
+    /// Runs first on a provision: an error answers it instead (before [`Around::enter`]).
+    fn intercept_provision(&self, _request: &ProvisionRequest) -> Option<RemoteError> {
+        None
+    }
 }
 
 /// Counts a call out of an in-flight counter when dropped (the call ended or was cancelled).
@@ -248,6 +253,9 @@ impl<A: Around> Decorated<A> {
 #[async_trait]
 impl<A: Around> KnowledgeFs for Decorated<A> {
     async fn provision(&self, request: &ProvisionRequest) -> Result<RemoteSpace, RemoteError> {
+        if let Some(error) = self.around.intercept_provision(request) {
+            return Err(error);
+        }
         self.forward(RemoteCall::Provision, self.inner.provision(request))
             .await
     }
