@@ -73,18 +73,7 @@ pub(super) const PACKAGING_STEPS: &[PackagingStep] = &[
         name: "test (planted store mutation found)",
         kind: StepKind::Planted,
         budget: Duration::from_secs(240),
-        args: || {
-            words(&[
-                "test",
-                "-p",
-                "tenantry-verification",
-                "--features",
-                "planted-store-settle",
-                "--test",
-                "store_sequences",
-                "--locked",
-            ])
-        },
+        args: || planted_test_args("planted-store-settle", "store_sequences"),
         env: &[],
         tests: true,
     },
@@ -95,18 +84,7 @@ pub(super) const PACKAGING_STEPS: &[PackagingStep] = &[
         name: "test (planted mutations found)",
         kind: StepKind::Planted,
         budget: Duration::from_secs(300),
-        args: || {
-            words(&[
-                "test",
-                "-p",
-                "tenantry-verification",
-                "--features",
-                "planted-mutations",
-                "--test",
-                "planted",
-                "--locked",
-            ])
-        },
+        args: || planted_test_args("planted-mutations", "planted"),
         env: &[],
         tests: true,
     },
@@ -252,6 +230,21 @@ pub(super) const CHAOS_STEPS: &[PackagingStep] = &[
 /// `list` as owned strings (a command line).
 pub(super) fn words(list: &[&str]) -> Vec<String> {
     list.iter().map(|word| (*word).to_owned()).collect()
+}
+
+/// `cargo test -p tenantry-verification --features <feature> --test <test> --locked`: a check
+/// of the verification crate built with a planted mutation.
+fn planted_test_args(feature: &str, test: &str) -> Vec<String> {
+    words(&[
+        "test",
+        "-p",
+        "tenantry-verification",
+        "--features",
+        feature,
+        "--test",
+        test,
+        "--locked",
+    ])
 }
 
 /// `cargo xtask chaos --debug <extra> --no-progress` (the seed is the harness's default, 1).
