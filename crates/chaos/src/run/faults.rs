@@ -239,6 +239,7 @@ impl Harness {
         detail
     }
 
+    /// Sleeps `gap`, stepping a stepped wall clock back when its hold ends meanwhile.
     pub(super) async fn sleep_restoring_clock(&mut self, gap: Duration) {
         let until = Instant::now() + gap;
         if let Some((_, back_at)) = self.clock_back

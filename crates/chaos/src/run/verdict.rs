@@ -84,6 +84,7 @@ impl Harness {
         vec![result, fences]
     }
 
+    #[allow(clippy::too_many_arguments)]
     pub(super) async fn check(
         &mut self,
         client: &AdminClient,
