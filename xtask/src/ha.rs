@@ -234,20 +234,15 @@ impl Formation {
 
     /// `psql` on the monitor's database; `None` when it does not answer.
     fn monitor_query(&self, sql: &str) -> Option<String> {
-        let out = Command::new(self.bin.join("psql"))
-            .args(["-X", "-A", "-t", "-q", "-d"])
-            .arg(format!(
-                "postgres://autoctl_node@127.0.0.1:{}/pg_auto_failover?sslmode=disable&connect_timeout=3",
-                self.monitor_port
-            ))
-            .args(["-c", sql])
-            .stdin(Stdio::null())
-            .stderr(Stdio::null())
-            .output()
-            .ok()?;
-        out.status
-            .success()
-            .then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+        crate::stdout_of(
+            Command::new(self.bin.join("psql"))
+                .args(["-X", "-A", "-t", "-q", "-d"])
+                .arg(format!(
+                    "postgres://autoctl_node@127.0.0.1:{}/pg_auto_failover?sslmode=disable&connect_timeout=3",
+                    self.monitor_port
+                ))
+                .args(["-c", sql]),
+        )
     }
 
     /// The monitor's health checks and timeouts shortened (every second; a node unhealthy

@@ -202,6 +202,19 @@ pub(crate) fn cargo_command() -> std::process::Command {
 }
 
 /// Whether `name` is one of the variables `cargo run` sets for the program it runs.
+/// The trimmed stdout of `cmd` (no stdin, stderr dropped), or `None` when it cannot run or
+/// fails.
+pub(crate) fn stdout_of(cmd: &mut std::process::Command) -> Option<String> {
+    let out = cmd
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .output()
+        .ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+}
+
 fn is_cargo_run_variable(name: &str) -> bool {
     name.starts_with("CARGO_PKG_")
         || name.starts_with("CARGO_MANIFEST_")

@@ -4,7 +4,7 @@
 //! The dependency graph is read with `cargo tree` (normal and build edges, the features a user
 //! of `default-features = false, features = ["fences"]` gets), so a new unconditional
 //! dependency on `tenantry-lifecycle` or `tenantry-directory` anywhere below the fence runtime
-//! fails this test. `cargo xtask ci` also compiles and tests that build (see `xtask/src/ci.rs`).
+//! fails this test. `cargo xtask ci` also compiles and tests that build (see `xtask/src/ci/`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};

@@ -288,6 +288,18 @@ async fn seed_failed_command(dir: &std::path::Path) -> (String, String) {
     .await
 }
 
+/// The request that creates control space `cs` of tenant `t-1`, idempotent on `k-{cs}`.
+fn create(cs: &str) -> tenantry_lifecycle::intake::CreateControlSpace {
+    use tenantry_kernel::{ControlSpaceId, IdempotencyKey, TenantId};
+    tenantry_lifecycle::intake::CreateControlSpace::new(
+        TenantId::parse("t-1").unwrap(),
+        ControlSpaceId::parse(cs).unwrap(),
+        IdempotencyKey::parse(format!("k-{cs}")).unwrap(),
+        "N",
+        "n",
+    )
+}
+
 /// [`seed_failed_command`], the failed command's error being `error`.
 async fn seed_failed_command_with(
     dir: &std::path::Path,
@@ -295,9 +307,9 @@ async fn seed_failed_command_with(
 ) -> (String, String) {
     use std::sync::Arc;
     use tenantry_engine::lifecycle::{CommandIntake, ManualClock};
-    use tenantry_kernel::{ControlSpaceId, IdempotencyKey, LeaseOwner, TenantId};
+    use tenantry_kernel::LeaseOwner;
     use tenantry_lifecycle::Settlement;
-    use tenantry_lifecycle::intake::CreateControlSpace;
+
     use tenantry_ports::lifecycle::{ClaimRequest, CommandQueue};
     use tenantry_store_seaorm::lifecycle::SeaOrmLifecycleStore;
 
@@ -308,20 +320,7 @@ async fn seed_failed_command_with(
     let intake = CommandIntake::new(store.clone(), Arc::new(ManualClock::new(now)));
     let mut ids = Vec::new();
     for cs in ["cs-bad", "cs-ok"] {
-        let receipt = intake
-            .create_control_space(&CreateControlSpace {
-                tenant_id: TenantId::parse("t-1").unwrap(),
-                control_space_id: ControlSpaceId::parse(cs).unwrap(),
-                idempotency_key: IdempotencyKey::parse(format!("k-{cs}")).unwrap(),
-                name: "N".into(),
-                slug: "n".into(),
-                icon: String::new(),
-                description: String::new(),
-                model_intent: None,
-                profile_intent: None,
-            })
-            .await
-            .unwrap();
+        let receipt = intake.create_control_space(&create(cs)).await.unwrap();
         ids.push(receipt.command_id.to_string());
     }
     let claimed = store
@@ -475,8 +474,7 @@ async fn case_010_commands_list_prints_no_raw_control_characters() {
 async fn prune_dry_run_counts_and_prune_removes_expired_history() {
     use std::sync::Arc;
     use tenantry_engine::lifecycle::{CommandIntake, ManualClock};
-    use tenantry_kernel::{ControlSpaceId, IdempotencyKey, TenantId};
-    use tenantry_lifecycle::intake::CreateControlSpace;
+
     use tenantry_ports::lifecycle::{CommandAdmin, OperatorAction, OperatorActionKind};
     use tenantry_store_seaorm::lifecycle::SeaOrmLifecycleStore;
 
@@ -501,20 +499,7 @@ async fn prune_dry_run_counts_and_prune_removes_expired_history() {
         ("cs-old", now - chrono::Duration::days(400)),
         ("cs-new", now),
     ] {
-        let receipt = intake
-            .create_control_space(&CreateControlSpace {
-                tenant_id: TenantId::parse("t-1").unwrap(),
-                control_space_id: ControlSpaceId::parse(cs).unwrap(),
-                idempotency_key: IdempotencyKey::parse(format!("k-{cs}")).unwrap(),
-                name: "N".into(),
-                slug: "n".into(),
-                icon: String::new(),
-                description: String::new(),
-                model_intent: None,
-                profile_intent: None,
-            })
-            .await
-            .unwrap();
+        let receipt = intake.create_control_space(&create(cs)).await.unwrap();
         // Actions are recorded at the store's time: a store whose clock reads `at`.
         store
             .clone()

@@ -7,56 +7,11 @@ mod common;
 use std::time::Duration;
 
 use common::Harness;
-use tenantry_app::config::DirectorySettings;
+use common::directory::{settings, workspace};
 use tenantry_directory::InstanceUuid;
-use tenantry_directory::maps::{
-    DirectoryAccountStatus, DirectoryMembershipStatus, DirectoryRole, WorkspaceStatus,
-};
-use tenantry_directory::{
-    AccountUuid, DirectoryMember, DirectoryWorkspace, MembershipUuid, WorkspaceUuid,
-};
+use tenantry_directory::maps::WorkspaceStatus;
+use tenantry_directory::{MembershipUuid, WorkspaceUuid};
 use tenantry_testkit::directory::{DirectoryServerConfig, ReferenceDirectory};
-
-fn settings(url: String, keys: Vec<(String, [u8; 32])>) -> DirectorySettings {
-    DirectorySettings {
-        url,
-        token: None,
-        instance: "inst-1".to_owned(),
-        trusted_keys: keys
-            .into_iter()
-            .map(|(id, k)| (id, k.iter().map(|b| format!("{b:02x}")).collect()))
-            .collect(),
-        sync_interval: Duration::from_millis(50),
-        max_staleness: Duration::from_secs(30),
-        event_limit: 100,
-        tls: Default::default(),
-    }
-}
-
-fn workspace(uuid: &str) -> DirectoryWorkspace {
-    let account = AccountUuid::parse("acc-1").unwrap();
-    DirectoryWorkspace {
-        uuid: WorkspaceUuid::parse(uuid).unwrap(),
-        name: "W".into(),
-        slug: uuid.into(),
-        workspace_type: "team".into(),
-        status: WorkspaceStatus::Active,
-        created_by_account_uuid: account.clone(),
-        projection_revision: 1,
-        execution_generation: 1,
-        members: vec![DirectoryMember {
-            membership_uuid: MembershipUuid::parse(format!("m-{uuid}")).unwrap(),
-            account_uuid: account,
-            normalized_email: "a@example.com".into(),
-            display_name: "A".into(),
-            account_status: DirectoryAccountStatus::Active,
-            role: DirectoryRole::Owner,
-            membership_status: DirectoryMembershipStatus::Active,
-            joined_at: None,
-            projection_revision: 1,
-        }],
-    }
-}
 
 /// The reference directory of instance `inst-1`, holding the workspaces `uuids`, and its URL.
 async fn provider(uuids: &[&str]) -> (String, ReferenceDirectory) {

@@ -269,17 +269,13 @@ async fn cli_commands_list_accepts_the_api_limits_and_prints_the_api_shape() {
     let store = SeaOrmLifecycleStore::new(&db);
     let intake = CommandIntake::new(store.clone(), Arc::new(SystemClock));
     intake
-        .create_control_space(&CreateControlSpace {
-            tenant_id: TenantId::parse("t-1").unwrap(),
-            control_space_id: ControlSpaceId::parse("cs-1").unwrap(),
-            idempotency_key: IdempotencyKey::parse("key-1").unwrap(),
-            name: "N".into(),
-            slug: "n".into(),
-            icon: String::new(),
-            description: String::new(),
-            model_intent: None,
-            profile_intent: None,
-        })
+        .create_control_space(&CreateControlSpace::new(
+            TenantId::parse("t-1").unwrap(),
+            ControlSpaceId::parse("cs-1").unwrap(),
+            IdempotencyKey::parse("key-1").unwrap(),
+            "N",
+            "n",
+        ))
         .await
         .unwrap();
     let records = store

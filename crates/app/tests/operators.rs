@@ -10,12 +10,11 @@ mod common;
 
 use std::time::Duration;
 
+use common::console::Console;
 use common::{Harness, TOKEN};
 use serde_json::{Value, json};
 use tenantry_app::service::Service;
 use tenantry_operator::identity::{Operator, Role, Secret};
-use tenantry_remote_http::RemoteTls;
-use tenantry_testkit::fault::{Fault, Route};
 
 const SETTLE: Duration = Duration::from_secs(20);
 const ALICE: &str = "alice-token-0123456789abcdef";
@@ -56,26 +55,11 @@ async fn call(
     (status, serde_json::from_str(&text).unwrap_or(Value::Null))
 }
 
-/// A failed provision command (the remote refuses it once with 400 INVALID_REQUEST).
-async fn failed_command(h: &Harness, cs: &str) -> String {
-    h.remote
-        .script(Route::Provision, [Some(Fault::InvalidRequest)]);
-    let created = h.create("t-1", cs).await;
-    let id = created["command_id"].as_str().unwrap().to_owned();
-    h.wait_for(
-        &format!("/v1/tenants/t-1/control-spaces/{cs}"),
-        |b| b["lifecycle_status"] == "failed",
-        SETTLE,
-    )
-    .await;
-    id
-}
-
 #[tokio::test]
 async fn a_read_operator_reads_everything_and_changes_nothing_through_the_api() {
     use reqwest::Method;
     let h = Harness::start_with(Default::default(), with_operators).await;
-    let id = failed_command(&h, "cs-read").await;
+    let id = h.failed_command("cs-read").await;
     // Reads: every GET.
     for path in [
         "/v1/commands?status=failed",
@@ -150,7 +134,7 @@ async fn a_read_operator_reads_everything_and_changes_nothing_through_the_api() 
 async fn the_api_records_the_tokens_operator_as_the_actor() {
     use reqwest::Method;
     let h = Harness::start_with(Default::default(), with_operators).await;
-    let id = failed_command(&h, "cs-actor").await;
+    let id = h.failed_command("cs-actor").await;
     let retry = format!("/v1/commands/{id}/retry");
     // Another name in the body is refused, and nothing is recorded.
     let (status, body) = call(
@@ -177,7 +161,7 @@ async fn the_api_records_the_tokens_operator_as_the_actor() {
     assert_eq!(actions["items"][0]["actor"], "alice", "{actions}");
     // The single admin_token is operator `admin`; its own name in the body is accepted.
     h.wait_state("t-1", "cs-actor", "active", SETTLE).await;
-    let id = failed_command(&h, "cs-admin").await;
+    let id = h.failed_command("cs-admin").await;
     let (status, body) = call(
         &h,
         TOKEN,
@@ -191,83 +175,10 @@ async fn the_api_records_the_tokens_operator_as_the_actor() {
     assert_eq!(actions["items"][0]["actor"], "admin", "{actions}");
 }
 
-/// A console client that follows no redirect and keeps its session cookie.
-struct Console {
-    http: reqwest::Client,
-    base: String,
-    cookie: Option<String>,
-}
-
-struct Answer {
-    status: u16,
-    headers: reqwest::header::HeaderMap,
-    body: String,
-}
-
-impl Console {
-    fn new(base: &str) -> Self {
-        Self {
-            http: tenantry_remote_http::client::client_builder(&RemoteTls::default())
-                .unwrap()
-                .redirect(reqwest::redirect::Policy::none())
-                .build()
-                .unwrap(),
-            base: base.to_owned(),
-            cookie: None,
-        }
-    }
-
-    async fn send(&self, request: reqwest::RequestBuilder) -> Answer {
-        let request = match &self.cookie {
-            Some(cookie) => request.header("cookie", cookie),
-            None => request,
-        };
-        let response = request.send().await.unwrap();
-        let headers = response.headers().clone();
-        Answer {
-            status: response.status().as_u16(),
-            body: response.text().await.unwrap(),
-            headers,
-        }
-    }
-
-    async fn get(&self, path: &str) -> Answer {
-        self.send(self.http.get(format!("{}{path}", self.base)))
-            .await
-    }
-
-    async fn post(&self, path: &str, form: &str) -> Answer {
-        self.send(
-            self.http
-                .post(format!("{}{path}", self.base))
-                .header("content-type", "application/x-www-form-urlencoded")
-                .body(form.to_owned()),
-        )
-        .await
-    }
-
-    async fn login(&mut self, token: &str) -> Answer {
-        let answer = self.post("/ui/login", &format!("token={token}")).await;
-        if let Some(set) = answer.headers.get("set-cookie") {
-            let pair = set.to_str().unwrap().split(';').next().unwrap().to_owned();
-            self.cookie = Some(pair);
-        }
-        answer
-    }
-
-    /// The CSRF token in the overview's forms.
-    async fn csrf(&self) -> String {
-        let page = self.get("/ui").await;
-        assert_eq!(page.status, 200, "{}", page.body);
-        let at = page.body.find("name=\"csrf\" value=\"").unwrap() + 19;
-        page.body[at..].split('"').next().unwrap().to_owned()
-    }
-}
-
 #[tokio::test]
 async fn a_read_operators_console_shows_no_action_and_refuses_a_forged_one() {
     let h = Harness::start_with(Default::default(), with_operators).await;
-    let id = failed_command(&h, "cs-ui-read").await;
+    let id = h.failed_command("cs-ui-read").await;
     let mut bob = Console::new(&h.base);
     assert_eq!(bob.login(BOB).await.status, 303);
     let detail = bob.get(&format!("/ui/commands/{id}")).await;
@@ -278,11 +189,11 @@ async fn a_read_operators_console_shows_no_action_and_refuses_a_forged_one() {
     let list = bob.get("/ui/commands?status=failed").await;
     assert!(!list.body.contains("bulk-retry"), "{}", list.body);
     // A forged POST with the session's own CSRF token is refused; nothing is recorded.
-    let csrf = bob.csrf().await;
+    let csrf = bob.csrf().to_owned();
     let forged = bob
         .post(
             &format!("/ui/commands/{id}/retry"),
-            &format!("csrf={csrf}&reason=r"),
+            &[("csrf", &csrf), ("reason", "r")],
         )
         .await;
     assert_eq!(forged.status, 403, "{}", forged.body);
@@ -293,11 +204,11 @@ async fn a_read_operators_console_shows_no_action_and_refuses_a_forged_one() {
     assert_eq!(alice.login(ALICE).await.status, 303);
     let detail = alice.get(&format!("/ui/commands/{id}")).await;
     assert!(detail.body.contains("retry-button"), "{}", detail.body);
-    let csrf = alice.csrf().await;
+    let csrf = alice.csrf().to_owned();
     let done = alice
         .post(
             &format!("/ui/commands/{id}/retry"),
-            &format!("csrf={csrf}&reason=fixed"),
+            &[("csrf", &csrf), ("reason", "fixed")],
         )
         .await;
     assert_eq!(done.status, 303, "{}", done.body);

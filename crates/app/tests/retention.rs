@@ -76,15 +76,7 @@ async fn serve_prunes_expired_history_and_exports_the_metrics() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_eq!(storage.get(&binding, fenced).await.unwrap(), Some(fence));
-    let metrics = h
-        .http
-        .get(h.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = h.metrics().await;
     // The recorder is process-wide: check the series exist.
     for series in [
         "tenantry_retention_removed_total{kind=\"operator_actions\"}",

@@ -222,17 +222,9 @@ async fn wait_text(client: &Client, css: &str, text: &str, reload: bool) {
 
 fn directory_settings(url: String, keys: Vec<(String, [u8; 32])>) -> DirectorySettings {
     DirectorySettings {
-        url,
-        token: None,
-        instance: "inst-1".to_owned(),
-        trusted_keys: keys
-            .into_iter()
-            .map(|(id, k)| (id, k.iter().map(|b| format!("{b:02x}")).collect()))
-            .collect(),
         sync_interval: Duration::from_millis(100),
         max_staleness: Duration::from_secs(3),
-        event_limit: 100,
-        tls: Default::default(),
+        ..common::directory::settings(url, keys)
     }
 }
 

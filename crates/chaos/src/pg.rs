@@ -175,11 +175,7 @@ impl Postgres {
                 ),
             )
             .await?;
-        Ok(out
-            .lines()
-            .filter(|l| !l.trim().is_empty())
-            .map(str::to_owned)
-            .collect())
+        Ok(nonempty_lines(&out))
     }
 
     /// `pg_autoctl perform failover` on the formation's monitor: waits until the standby
@@ -234,12 +230,16 @@ impl Postgres {
                  AND now() - state_change > interval '5 seconds'",
             )
             .await?;
-        Ok(out
-            .lines()
-            .filter(|l| !l.trim().is_empty())
-            .map(str::to_owned)
-            .collect())
+        Ok(nonempty_lines(&out))
     }
+}
+
+/// The lines of `out` that are not blank.
+fn nonempty_lines(out: &str) -> Vec<String> {
+    out.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(str::to_owned)
+        .collect()
 }
 
 /// `PATH` with the server's `bindir` first (`pg_autoctl` runs `pg_ctl` and reads `pg_config`).

@@ -16,35 +16,37 @@ fn binding(s: &str) -> Binding {
     Binding::parse(s).unwrap()
 }
 
+/// Writes `value` at `key` of binding `b` in `storage`.
+async fn put(storage: &impl HostStorage, b: &str, key: &str, value: &serde_json::Value) {
+    storage.set(&binding(b), key, value).await.unwrap();
+}
+
 #[tokio::test]
 async fn fences_are_listed_across_bindings_and_cleared_with_a_tombstone() {
     let storage = Arc::new(InMemoryHostStorage::new());
     let scope = ScopeIdentity::object("kb-1");
     let marker = FenceMarker::new(&scope, "lost ACK on upload", 1_700_000_000_000);
-    storage
-        .set(
-            &binding("inst-1"),
-            scope.fence_key().as_str(),
-            &marker.to_value(),
-        )
-        .await
-        .unwrap();
-    storage
-        .set(
-            &binding("inst-2"),
-            "ke.fence.v1.installation",
-            &json!({"x": 1}),
-        )
-        .await
-        .unwrap();
-    storage
-        .set(
-            &binding("inst-3"),
-            "ke.fence.v1.gone",
-            &serde_json::Value::Null,
-        )
-        .await
-        .unwrap();
+    put(
+        &*storage,
+        "inst-1",
+        scope.fence_key().as_str(),
+        &marker.to_value(),
+    )
+    .await;
+    put(
+        &*storage,
+        "inst-2",
+        "ke.fence.v1.installation",
+        &json!({"x": 1}),
+    )
+    .await;
+    put(
+        &*storage,
+        "inst-3",
+        "ke.fence.v1.gone",
+        &serde_json::Value::Null,
+    )
+    .await;
     let writes = ScopedWrites::new(storage.clone());
     let views = writes.fence_views(None).await.unwrap();
     assert_eq!(views.len(), 2, "{views:?}");
@@ -167,19 +169,15 @@ async fn fence_counts_read_all_records_at_once_and_match_the_listing() {
         ("inst-2", "kb-3", json!({"not": "a marker"})),
         ("inst-3", "kb-4", serde_json::Value::Null),
     ] {
-        storage
-            .set(
-                &binding(b),
-                ScopeIdentity::object(scope).fence_key().as_str(),
-                &value,
-            )
-            .await
-            .unwrap();
+        put(
+            &*storage,
+            b,
+            ScopeIdentity::object(scope).fence_key().as_str(),
+            &value,
+        )
+        .await;
     }
-    storage
-        .set(&binding("inst-4"), "ke.config.v1.x", &json!(1))
-        .await
-        .unwrap();
+    put(&*storage, "inst-4", "ke.config.v1.x", &json!(1)).await;
     let at_once = ScopedWrites::for_fence_admin(storage.clone(), deadline);
     let keys_before = storage.calls().keys;
     let fast = at_once.count_fences().await.unwrap();
@@ -217,14 +215,13 @@ async fn an_intent_past_its_expiry_is_listed_and_counted_as_a_fence() {
         start_ms,
         start_ms + 60_000,
     );
-    storage
-        .set(
-            &binding("inst-1"),
-            scope.fence_key().as_str(),
-            &intent.to_value(),
-        )
-        .await
-        .unwrap();
+    put(
+        &*storage,
+        "inst-1",
+        scope.fence_key().as_str(),
+        &intent.to_value(),
+    )
+    .await;
     let at_once = ScopedWrites::with_clock(storage.clone(), clock.clone());
     let one_by_one = ScopedWrites::with_clock(Arc::new(OneByOne(storage.clone())), clock.clone());
 

@@ -65,17 +65,16 @@ async fn cs1_state(store: &InMemoryLifecycleStore) -> ControlSpaceState {
 
 async fn create_cs1(store: &InMemoryLifecycleStore) {
     intake(store)
-        .create_control_space(&CreateControlSpace {
-            tenant_id: tenant(),
-            control_space_id: cs1(),
-            idempotency_key: IdempotencyKey::parse("create-cs1").unwrap(),
-            name: "Space cs1".into(),
-            slug: "cs1".into(),
-            icon: "book".into(),
-            description: String::new(),
-            model_intent: None,
-            profile_intent: None,
-        })
+        .create_control_space(
+            &CreateControlSpace::new(
+                tenant(),
+                cs1(),
+                IdempotencyKey::parse("create-cs1").unwrap(),
+                "Space cs1",
+                "cs1",
+            )
+            .with_icon("book"),
+        )
         .await
         .unwrap();
 }

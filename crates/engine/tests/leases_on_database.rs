@@ -34,17 +34,13 @@ fn tenant() -> TenantId {
 }
 
 fn create(cs: &str, key: &str) -> CreateControlSpace {
-    CreateControlSpace {
-        tenant_id: tenant(),
-        control_space_id: ControlSpaceId::parse(cs).unwrap(),
-        idempotency_key: IdempotencyKey::parse(key).unwrap(),
-        name: "X".into(),
-        slug: "x".into(),
-        icon: String::new(),
-        description: String::new(),
-        model_intent: None,
-        profile_intent: None,
-    }
+    CreateControlSpace::new(
+        tenant(),
+        ControlSpaceId::parse(cs).unwrap(),
+        IdempotencyKey::parse(key).unwrap(),
+        "X",
+        "x",
+    )
 }
 
 fn claim(who: &str, lease: Duration) -> ClaimRequest {

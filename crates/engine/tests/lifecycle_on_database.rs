@@ -119,17 +119,13 @@ async fn no_transaction_is_open_while_the_remote_is_called() {
     let tenant = TenantId::parse("tenant").unwrap();
     let cs = ControlSpaceId::parse("cs1").unwrap();
     let receipt = intake
-        .create_control_space(&CreateControlSpace {
-            tenant_id: tenant.clone(),
-            control_space_id: cs.clone(),
-            idempotency_key: IdempotencyKey::parse("create").unwrap(),
-            name: "Docs".into(),
-            slug: "docs".into(),
-            icon: String::new(),
-            description: String::new(),
-            model_intent: None,
-            profile_intent: None,
-        })
+        .create_control_space(&CreateControlSpace::new(
+            tenant.clone(),
+            cs.clone(),
+            IdempotencyKey::parse("create").unwrap(),
+            "Docs",
+            "docs",
+        ))
         .await
         .unwrap();
     // Provision answered but lost: the deletion later recovers the identity (lookup + delete).

@@ -7,7 +7,7 @@ use tenantry_fence::Binding;
 use tenantry_ports::host_storage::{HostStorage, HostStorageError};
 use tenantry_store_seaorm::Backend;
 use tenantry_store_seaorm::host_storage::SeaOrmHostStorage;
-use tenantry_store_seaorm::testing::fresh_database;
+use tenantry_store_seaorm::testing::{TestDatabase, fresh_database};
 
 tenantry_ports::host_storage_conformance!({
     let db = fresh_database().await;
@@ -15,10 +15,9 @@ tenantry_ports::host_storage_conformance!({
     (db, storage)
 });
 
-#[tokio::test]
-async fn non_json_text_in_the_table_reads_as_corrupt_value() {
-    let db = fresh_database().await;
-    let storage = SeaOrmHostStorage::new(&db.db);
+/// Writes `text` as the value of key `ke.fence.v1.x` of binding `inst` straight into the
+/// table, as another program or a hand edit would.
+async fn insert_raw(db: &TestDatabase, text: &str) {
     let sql = match db.backend() {
         Backend::Sqlite => {
             "INSERT INTO tenantry_host_storage (binding, key, value) VALUES (?, ?, ?)"
@@ -32,10 +31,17 @@ async fn non_json_text_in_the_table_reads_as_corrupt_value() {
         .execute_raw(Statement::from_sql_and_values(
             db.db.conn.get_database_backend(),
             sql,
-            ["inst".into(), "ke.fence.v1.x".into(), "{torn".into()],
+            ["inst".into(), "ke.fence.v1.x".into(), text.into()],
         ))
         .await
         .unwrap();
+}
+
+#[tokio::test]
+async fn non_json_text_in_the_table_reads_as_corrupt_value() {
+    let db = fresh_database().await;
+    let storage = SeaOrmHostStorage::new(&db.db);
+    insert_raw(&db, "{torn").await;
     let b = Binding::parse("inst").unwrap();
     assert!(matches!(
         storage.get(&b, "ke.fence.v1.x").await,
@@ -51,24 +57,8 @@ async fn non_json_text_in_the_table_reads_as_corrupt_value() {
 async fn compare_and_set_matches_a_record_spelled_in_another_key_order() {
     let db = fresh_database().await;
     let storage = SeaOrmHostStorage::new(&db.db);
-    let sql = match db.backend() {
-        Backend::Sqlite => {
-            "INSERT INTO tenantry_host_storage (binding, key, value) VALUES (?, ?, ?)"
-        }
-        Backend::Postgres => {
-            "INSERT INTO tenantry_host_storage (binding, key, value) VALUES ($1, $2, $3)"
-        }
-    };
     let written = r#"{"scope": "kb-1", "reason": "upload", "kind": "fence"}"#;
-    db.db
-        .conn
-        .execute_raw(Statement::from_sql_and_values(
-            db.db.conn.get_database_backend(),
-            sql,
-            ["inst".into(), "ke.fence.v1.x".into(), written.into()],
-        ))
-        .await
-        .unwrap();
+    insert_raw(&db, written).await;
     let b = Binding::parse("inst").unwrap();
     let read = storage.get(&b, "ke.fence.v1.x").await.unwrap().unwrap();
     assert_ne!(read.to_string(), written, "the stored spelling differs");

@@ -278,17 +278,13 @@ async fn a_command_records_an_untrusted_certificate_as_a_remote_connection_failu
     )
     .with_clock(Arc::new(clock.clone()));
     intake
-        .create_control_space(&CreateControlSpace {
-            tenant_id: TenantId::parse("tenant-tls").unwrap(),
-            control_space_id: ControlSpaceId::parse("cs-1").unwrap(),
-            idempotency_key: IdempotencyKey::parse("create-cs-1").unwrap(),
-            name: "Space".to_owned(),
-            slug: "space-1".to_owned(),
-            icon: String::new(),
-            description: String::new(),
-            model_intent: None,
-            profile_intent: None,
-        })
+        .create_control_space(&CreateControlSpace::new(
+            TenantId::parse("tenant-tls").unwrap(),
+            ControlSpaceId::parse("cs-1").unwrap(),
+            IdempotencyKey::parse("create-cs-1").unwrap(),
+            "Space",
+            "space-1",
+        ))
         .await
         .unwrap();
     let owner = LeaseOwner::parse("w1").unwrap();

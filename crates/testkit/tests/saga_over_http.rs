@@ -24,17 +24,13 @@ fn t(seconds: i64) -> DateTime<Utc> {
 }
 
 fn create(tenant: &TenantId, cs: &str) -> CreateControlSpace {
-    CreateControlSpace {
-        tenant_id: tenant.clone(),
-        control_space_id: ControlSpaceId::parse(cs).unwrap(),
-        idempotency_key: IdempotencyKey::parse(format!("create-{cs}")).unwrap(),
-        name: format!("Space {cs}"),
-        slug: cs.to_owned(),
-        icon: String::new(),
-        description: String::new(),
-        model_intent: None,
-        profile_intent: None,
-    }
+    CreateControlSpace::new(
+        tenant.clone(),
+        ControlSpaceId::parse(cs).unwrap(),
+        IdempotencyKey::parse(format!("create-{cs}")).unwrap(),
+        format!("Space {cs}"),
+        cs,
+    )
 }
 
 struct Setup {

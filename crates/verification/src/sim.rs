@@ -437,6 +437,37 @@ impl std::fmt::Display for SimFailure {
     }
 }
 
+impl SimFailure {
+    /// How a run of simulation `sim` with `seed` fails: the step, what broke and the trace.
+    pub(crate) fn of(
+        sim: &'static str,
+        seed: u64,
+    ) -> impl Fn(u64, String, Vec<String>) -> SimFailure + Copy {
+        move |step, message, trace| SimFailure {
+            sim,
+            seed,
+            step,
+            message,
+            trace,
+        }
+    }
+}
+
+/// A current-thread runtime on paused (virtual) time, for a simulation of simulation `sim`
+/// with `seed`; failing to start is its failure at step 0.
+pub(crate) fn paused_runtime(
+    sim: &'static str,
+    seed: u64,
+) -> Result<tokio::runtime::Runtime, SimFailure> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .map_err(|e| {
+            SimFailure::of(sim, seed)(0, format!("cannot start the runtime: {e}"), Vec::new())
+        })
+}
+
 /// Runs `steps` seeded steps (then a drain and the final check) with `bug` planted or none.
 ///
 /// # Errors

@@ -69,6 +69,11 @@ fn store_sequences() -> Finding {
     })
 }
 
+/// The fence model's property that a clear never erases the only record of an outcome in
+/// flight (two planted mutations break it).
+const CLEARING_KEEPS_IN_FLIGHT: &str =
+    "clearing never erases the only record of an in-flight outcome";
+
 /// One checker of one mutation: its name, how to run it, and the text its report must hold.
 struct Check {
     mutation: &'static str,
@@ -98,13 +103,8 @@ const CHECKS: &[Check] = &[
     Check {
         mutation: "clear-without-age-check",
         checker: "fence model",
-        run: || {
-            model(
-                FenceProtocol::correct(),
-                "clearing never erases the only record of an in-flight outcome",
-            )
-        },
-        expected: "clearing never erases the only record of an in-flight outcome",
+        run: || model(FenceProtocol::correct(), CLEARING_KEEPS_IN_FLIGHT),
+        expected: CLEARING_KEEPS_IN_FLIGHT,
     },
     Check {
         mutation: "clear-without-age-check",
@@ -115,13 +115,8 @@ const CHECKS: &[Check] = &[
     Check {
         mutation: "fence-forgets-its-request",
         checker: "fence model",
-        run: || {
-            model(
-                FenceProtocol::correct(),
-                "clearing never erases the only record of an in-flight outcome",
-            )
-        },
-        expected: "clearing never erases the only record of an in-flight outcome",
+        run: || model(FenceProtocol::correct(), CLEARING_KEEPS_IN_FLIGHT),
+        expected: CLEARING_KEEPS_IN_FLIGHT,
     },
     Check {
         mutation: "claim-takes-live-lease",

@@ -4,7 +4,7 @@
 
 use std::fmt::Write as _;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use serde_json::{Value, json};
 
@@ -32,7 +32,7 @@ pub fn machine(url: &str) -> Value {
         .and_then(|kib| kib.parse::<f64>().ok())
         .map(|kib| (kib / 1024.0 / 1024.0 * 10.0).round() / 10.0);
     let cores = std::thread::available_parallelism().map_or(0, std::num::NonZero::get);
-    let pg_settings = output(
+    let pg_settings = crate::stdout_of(
         Command::new(psql_path())
             .args(["-X", "-tA", "-F", "=", "-d", url, "-c"])
             .arg(
@@ -51,11 +51,11 @@ pub fn machine(url: &str) -> Value {
         "cpu": cpu,
         "cores": cores,
         "memory_gib": mem_gib,
-        "kernel": output(Command::new("uname").arg("-sr")),
+        "kernel": crate::stdout_of(Command::new("uname").arg("-sr")),
         "postgres": settings,
-        "rustc": output(Command::new("rustc").arg("-V")),
-        "commit": output(Command::new("git").args(["rev-parse", "--short", "HEAD"])),
-        "date_utc": output(Command::new("date").args(["-u", "+%Y-%m-%d %H:%M"])),
+        "rustc": crate::stdout_of(Command::new("rustc").arg("-V")),
+        "commit": crate::stdout_of(Command::new("git").args(["rev-parse", "--short", "HEAD"])),
+        "date_utc": crate::stdout_of(Command::new("date").args(["-u", "+%Y-%m-%d %H:%M"])),
     })
 }
 
@@ -64,17 +64,6 @@ fn psql_path() -> std::path::PathBuf {
         .map(|bin| bin.join("psql"))
         .filter(|p| p.is_file())
         .unwrap_or_else(|| "psql".into())
-}
-
-fn output(cmd: &mut Command) -> Option<String> {
-    let out = cmd
-        .stdin(Stdio::null())
-        .stderr(Stdio::null())
-        .output()
-        .ok()?;
-    out.status
-        .success()
-        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
 }
 
 /// The generated Markdown of `results` (the lines of one run).

@@ -2,6 +2,8 @@
 //! `TENANTRY_TEST_PG_URL`), a reference KnowledgeFS, and the service on loopback ports.
 #![allow(clippy::unwrap_used, clippy::expect_used, dead_code)]
 
+pub mod console;
+pub mod directory;
 pub mod documented_series;
 
 use std::time::Duration;
@@ -140,6 +142,24 @@ impl Harness {
             .await;
         assert_eq!(status, 202, "{body}");
         body
+    }
+
+    /// Creates control space `cs` of tenant `t-1` with the remote refusing its provision once
+    /// (400 INVALID_REQUEST), waits until the command has failed, and returns its id.
+    pub async fn failed_command(&self, cs: &str) -> String {
+        self.remote.script(
+            tenantry_testkit::fault::Route::Provision,
+            [Some(tenantry_testkit::fault::Fault::InvalidRequest)],
+        );
+        let created = self.create("t-1", cs).await;
+        let id = created["command_id"].as_str().unwrap().to_owned();
+        self.wait_for(
+            &format!("/v1/tenants/t-1/control-spaces/{cs}"),
+            |b| b["lifecycle_status"] == "failed",
+            Duration::from_secs(20),
+        )
+        .await;
+        id
     }
 
     /// Every command in the database.

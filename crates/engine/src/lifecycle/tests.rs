@@ -115,17 +115,8 @@ fn harness() -> Harness {
 }
 
 fn create_request(cs: &str, k: &str) -> CreateControlSpace {
-    CreateControlSpace {
-        tenant_id: tenant(),
-        control_space_id: cs_id(cs),
-        idempotency_key: key(k),
-        name: format!("Space {cs}"),
-        slug: cs.to_owned(),
-        icon: "book".into(),
-        description: String::new(),
-        model_intent: None,
-        profile_intent: None,
-    }
+    CreateControlSpace::new(tenant(), cs_id(cs), key(k), format!("Space {cs}"), cs)
+        .with_icon("book")
 }
 
 fn delete_request(cs: &str, k: &str) -> RequestDeletion {
@@ -205,10 +196,100 @@ fn retry_of(record: &CommandRecord) -> (CommandStatus, Option<&str>, DateTime<Ut
     )
 }
 
-/// A remote whose first provision call waits until released.
+/// What a [`Decorated`] remote does around each call it forwards to its fake.
+#[async_trait]
+trait Around: Send + Sync {
+    /// Runs before `call` is forwarded: an error answers the call instead of the fake; the
+    /// guard returned is dropped once the call ends or is cancelled.
+    async fn enter(&self, call: RemoteCall) -> Result<Option<InFlight>, RemoteError>;
+
+    /// Runs once a forwarded `call` has answered (not when it is cancelled).
+    fn leave(&self, _call: RemoteCall) {}
+
+    /// Runs first on a provision: an error answers it instead (before [`Around::enter`]).
+    fn intercept_provision(&self, _request: &ProvisionRequest) -> Option<RemoteError> {
+        None
+    }
+}
+
+/// Counts a call out of an in-flight counter when dropped (the call ended or was cancelled).
+struct InFlight(Arc<AtomicUsize>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// A remote that forwards every call to the fake `inner`, with `around` around each; its
+/// decorator's fields read through it (`Deref`).
 #[derive(Clone)]
-struct GatedRemote {
+struct Decorated<A> {
     inner: FakeKnowledgeFs,
+    around: A,
+}
+
+impl<A> std::ops::Deref for Decorated<A> {
+    type Target = A;
+
+    fn deref(&self) -> &A {
+        &self.around
+    }
+}
+
+impl<A: Around> Decorated<A> {
+    async fn forward<T>(
+        &self,
+        call: RemoteCall,
+        forwarded: impl std::future::Future<Output = Result<T, RemoteError>>,
+    ) -> Result<T, RemoteError> {
+        let _guard = self.around.enter(call).await?;
+        let result = forwarded.await;
+        self.around.leave(call);
+        result
+    }
+}
+
+#[async_trait]
+impl<A: Around> KnowledgeFs for Decorated<A> {
+    async fn provision(&self, request: &ProvisionRequest) -> Result<RemoteSpace, RemoteError> {
+        if let Some(error) = self.around.intercept_provision(request) {
+            return Err(error);
+        }
+        self.forward(RemoteCall::Provision, self.inner.provision(request))
+            .await
+    }
+    async fn find_by_provisioning_key(
+        &self,
+        n: &TenantId,
+        k: &ProvisioningKey,
+        c: &ControlSpaceId,
+    ) -> Result<Option<RemoteSpace>, RemoteError> {
+        self.forward(
+            RemoteCall::Lookup,
+            self.inner.find_by_provisioning_key(n, k, c),
+        )
+        .await
+    }
+    async fn request_deletion(
+        &self,
+        request: &DeletionRequest,
+    ) -> Result<DeletionProgress, RemoteError> {
+        self.forward(RemoteCall::Deletion, self.inner.request_deletion(request))
+            .await
+    }
+    async fn revoke_grant(&self, request: &RevokeRequest) -> Result<RevokeAck, RemoteError> {
+        self.forward(RemoteCall::Revoke, self.inner.revoke_grant(request))
+            .await
+    }
+}
+
+/// A remote whose first provision call waits until released.
+type GatedRemote = Decorated<Gate>;
+
+/// The decorator of a [`GatedRemote`].
+#[derive(Clone)]
+struct Gate {
     entered: Arc<Notify>,
     release: Arc<Notify>,
     gated: Arc<AtomicBool>,
@@ -218,38 +299,23 @@ impl GatedRemote {
     fn new(inner: FakeKnowledgeFs) -> Self {
         Self {
             inner,
-            entered: Arc::new(Notify::new()),
-            release: Arc::new(Notify::new()),
-            gated: Arc::new(AtomicBool::new(true)),
+            around: Gate {
+                entered: Arc::new(Notify::new()),
+                release: Arc::new(Notify::new()),
+                gated: Arc::new(AtomicBool::new(true)),
+            },
         }
     }
 }
 
 #[async_trait]
-impl KnowledgeFs for GatedRemote {
-    async fn provision(&self, request: &ProvisionRequest) -> Result<RemoteSpace, RemoteError> {
-        if self.gated.swap(false, Ordering::SeqCst) {
+impl Around for Gate {
+    async fn enter(&self, call: RemoteCall) -> Result<Option<InFlight>, RemoteError> {
+        if call == RemoteCall::Provision && self.gated.swap(false, Ordering::SeqCst) {
             self.entered.notify_one();
             self.release.notified().await;
         }
-        self.inner.provision(request).await
-    }
-    async fn find_by_provisioning_key(
-        &self,
-        n: &TenantId,
-        k: &ProvisioningKey,
-        c: &ControlSpaceId,
-    ) -> Result<Option<RemoteSpace>, RemoteError> {
-        self.inner.find_by_provisioning_key(n, k, c).await
-    }
-    async fn request_deletion(
-        &self,
-        request: &DeletionRequest,
-    ) -> Result<DeletionProgress, RemoteError> {
-        self.inner.request_deletion(request).await
-    }
-    async fn revoke_grant(&self, request: &RevokeRequest) -> Result<RevokeAck, RemoteError> {
-        self.inner.revoke_grant(request).await
+        Ok(None)
     }
 }
 

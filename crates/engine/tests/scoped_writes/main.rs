@@ -246,8 +246,9 @@ impl Remote {
     }
 }
 
-async fn write_value(
-    writes: &Writes,
+/// Writes `value` at `ke.data.v1.x` under `scope` (enforced fences) through `writes`.
+async fn write_value<S: HostStorage + ?Sized + 'static>(
+    writes: &ScopedWrites<S>,
     scope: &ScopeIdentity,
     value: Value,
 ) -> Result<(), Infallible> {

@@ -46,11 +46,7 @@ async fn a_process_whose_clock_is_minutes_off_neither_takes_over_nor_clears_a_li
     };
     for skew in [TEN_MINUTES, -TEN_MINUTES] {
         let skewed = plain_runtime(&storage, clock_at(NOW + skew), impatient.clone());
-        let r: Result<(), Infallible> = skewed
-            .run(&binding(), &kb("a"), FenceMode::Enforce, |ctx| async move {
-                ctx.write("ke.data.v1.x", json!(1)).await
-            })
-            .await;
+        let r = write_value(&skewed, &kb("a"), json!(1)).await;
         assert!(
             matches!(&r, Err(ScopedWriteError::ScopeBusy { owner, .. }) if owner == "writer"),
             "skew {skew}: {r:?}"
@@ -116,11 +112,7 @@ async fn a_skewed_process_over_a_database_neither_takes_over_nor_clears_a_live_i
             ..config()
         },
     );
-    let r: Result<(), Infallible> = skewed
-        .run(&binding(), &kb("a"), FenceMode::Enforce, |ctx| async move {
-            ctx.write("ke.data.v1.x", json!(1)).await
-        })
-        .await;
+    let r = write_value(&skewed, &kb("a"), json!(1)).await;
     assert!(
         matches!(&r, Err(ScopedWriteError::ScopeBusy { owner, .. }) if owner == "writer"),
         "{r:?}"
@@ -230,21 +222,9 @@ async fn a_dispatch_that_outlives_the_deadline_has_an_unknown_outcome_and_fences
     assert_eq!(fence.kind, RecordKind::Fence);
     assert_eq!(fence.failure.unwrap().kind, "deadline_elapsed");
     assert!(matches!(
-        write_value_on(&writes, &kb("a"), json!(1)).await,
+        write_value(&writes, &kb("a"), json!(1)).await,
         Err(ScopedWriteError::Fenced { .. })
     ));
-}
-
-async fn write_value_on<S: HostStorage + ?Sized + 'static>(
-    writes: &ScopedWrites<S>,
-    scope: &ScopeIdentity,
-    value: Value,
-) -> Result<(), Infallible> {
-    writes
-        .run(&binding(), scope, FenceMode::Enforce, |ctx| async move {
-            ctx.write("ke.data.v1.x", value).await
-        })
-        .await
 }
 
 /// Issue 29: a run's plain claim under which nothing was sent (its process died before
@@ -282,16 +262,14 @@ async fn an_expired_claim_that_never_dispatched_is_taken_over_not_fenced() {
         1,
         "only the dispatched intent: {counts:?}"
     );
-    write_value_on(&restarted, &kb("b"), json!(2))
-        .await
-        .unwrap();
+    write_value(&restarted, &kb("b"), json!(2)).await.unwrap();
     assert_eq!(
         storage.peek(&binding(), kb("b").fence_key().as_str()),
         Some(Ok(Value::Null)),
         "taken over and released"
     );
     assert!(matches!(
-        write_value_on(&restarted, &kb("c"), json!(3)).await,
+        write_value(&restarted, &kb("c"), json!(3)).await,
         Err(ScopedWriteError::Fenced { .. })
     ));
 }

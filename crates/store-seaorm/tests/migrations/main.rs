@@ -12,13 +12,14 @@ use std::time::Duration;
 
 use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, Statement};
 use tenantry_kernel::LeaseOwner;
+use tenantry_lifecycle::ClaimedCommand;
 use tenantry_migrations::*;
 use tenantry_migrations::{
     DirectoryMigrator, FencesMigrator, LifecycleMigrator, Mechanisms, MigrateError,
 };
 use tenantry_ports::lifecycle::{ClaimRequest, CommandQueue};
 use tenantry_store_seaorm::lifecycle::SeaOrmLifecycleStore;
-use tenantry_store_seaorm::testing::{empty_database, fresh_database};
+use tenantry_store_seaorm::testing::{TestDatabase, empty_database, fresh_database};
 use tenantry_store_seaorm::{ConnectError, Database};
 
 mod host;
@@ -142,8 +143,13 @@ async fn m0004_runs_up_down_and_up_again() {
     );
 
     // The lifecycle store claims on the rebuilt schema.
-    let store = SeaOrmLifecycleStore::new(&db.db);
-    let claimed = store
+    let claimed = claim_up_to_8(&db).await;
+    assert!(claimed.is_empty());
+}
+
+/// Claims up to 8 due commands (provisions included) through the lifecycle store, as `w-1`.
+async fn claim_up_to_8(db: &TestDatabase) -> Vec<ClaimedCommand> {
+    SeaOrmLifecycleStore::new(&db.db)
         .claim(&ClaimRequest {
             owner: LeaseOwner::parse("w-1").unwrap(),
             lease_duration: Duration::from_secs(30),
@@ -152,8 +158,7 @@ async fn m0004_runs_up_down_and_up_again() {
             call_deadline: std::time::Duration::ZERO,
         })
         .await
-        .unwrap();
-    assert!(claimed.is_empty());
+        .unwrap()
 }
 
 /// Whether table `table` has the column `name`.

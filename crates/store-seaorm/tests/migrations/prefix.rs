@@ -94,17 +94,7 @@ async fn prefix_migrations_run_up_down_and_up_again_with_rows_present() {
     db.db.migrate(Mechanisms::ALL).await.unwrap();
     assert_named(conn, "tenantry_", "", "after the second up").await;
     db.db.check_schema(Mechanisms::ALL).await.unwrap();
-    let store = SeaOrmLifecycleStore::new(&db.db);
-    let claimed = store
-        .claim(&ClaimRequest {
-            owner: LeaseOwner::parse("w-1").unwrap(),
-            lease_duration: Duration::from_secs(30),
-            include_provision: true,
-            limit: 8,
-            call_deadline: std::time::Duration::ZERO,
-        })
-        .await
-        .unwrap();
+    let claimed = claim_up_to_8(&db).await;
     assert_eq!(claimed.len(), 1, "the command inserted before the renames");
 }
 

@@ -644,18 +644,8 @@ pub fn run(
     steps: u64,
     bug: Option<ScopedWriteBug>,
 ) -> Result<FenceRunSummary, SimFailure> {
-    let fail = |step, message: String, trace: Vec<String>| SimFailure {
-        sim: "fences",
-        seed,
-        step,
-        message,
-        trace,
-    };
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .start_paused(true)
-        .build()
-        .map_err(|e| fail(0, format!("cannot start the runtime: {e}"), Vec::new()))?;
+    let fail = SimFailure::of("fences", seed);
+    let runtime = super::paused_runtime("fences", seed)?;
     runtime.block_on(async move {
         let mut rng = StdRng::seed_from_u64(seed);
         let mut sim = FenceSim::new(seed, bug).map_err(|e| fail(0, e, Vec::new()))?;

@@ -545,18 +545,8 @@ pub fn run(
     steps: u64,
     bug: Option<ProjectorBug>,
 ) -> Result<ProjectorRunSummary, SimFailure> {
-    let fail = |step, message: String, trace: Vec<String>| SimFailure {
-        sim: "projector",
-        seed,
-        step,
-        message,
-        trace,
-    };
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .start_paused(true)
-        .build()
-        .map_err(|e| fail(0, format!("cannot start the runtime: {e}"), Vec::new()))?;
+    let fail = SimFailure::of("projector", seed);
+    let runtime = super::paused_runtime("projector", seed)?;
     runtime.block_on(async move {
         let mut rng = StdRng::seed_from_u64(seed);
         let mut sim = ProjectorSim::new(seed, bug);

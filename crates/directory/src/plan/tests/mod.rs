@@ -226,33 +226,28 @@ fn snapshot_for_another_instance_is_rejected() {
 #[test]
 fn snapshot_capacity_limits_are_checked_before_and_after_writing() {
     let mut h = Harness::new();
-    h.ctx.limits = ProjectionLimits {
-        max_snapshot_workspaces: 1,
-        max_snapshot_memberships: 100,
-        max_active_workspaces: 100,
-    };
-    h.rejects(
-        DirectoryError::SnapshotWorkspaceCapacity { count: 2, limit: 1 },
-        |h| h.snap(&base()),
-    );
-    h.ctx.limits = ProjectionLimits {
-        max_snapshot_workspaces: 10,
-        max_snapshot_memberships: 2,
-        max_active_workspaces: 100,
-    };
-    h.rejects(
-        DirectoryError::MembershipCapacity { count: 3, limit: 2 },
-        |h| h.snap(&base()),
-    );
-    h.ctx.limits = ProjectionLimits {
-        max_snapshot_workspaces: 10,
-        max_snapshot_memberships: 100,
-        max_active_workspaces: 1,
-    };
-    h.rejects(
-        DirectoryError::ActiveWorkspaceCapacity { count: 2, limit: 1 },
-        |h| h.snap(&base()),
-    );
+    // (snapshot workspaces, snapshot memberships, active workspaces) allowed, and the refusal.
+    for ((workspaces, memberships, active), refusal) in [
+        (
+            (1, 100, 100),
+            DirectoryError::SnapshotWorkspaceCapacity { count: 2, limit: 1 },
+        ),
+        (
+            (10, 2, 100),
+            DirectoryError::MembershipCapacity { count: 3, limit: 2 },
+        ),
+        (
+            (10, 100, 1),
+            DirectoryError::ActiveWorkspaceCapacity { count: 2, limit: 1 },
+        ),
+    ] {
+        h.ctx.limits = ProjectionLimits {
+            max_snapshot_workspaces: workspaces,
+            max_snapshot_memberships: memberships,
+            max_active_workspaces: active,
+        };
+        h.rejects(refusal, |h| h.snap(&base()));
+    }
     // A delta cannot see the instance total: the committed count catches it.
     h.snap(&snapshot(10, vec![workspace("ws-1", 1, &[("a", 1)])]))
         .unwrap();

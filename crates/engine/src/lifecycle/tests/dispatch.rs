@@ -527,7 +527,9 @@ async fn deletion_never_orphans_a_provision_that_lands_after_a_504() {
     let pending_commit: Arc<Mutex<Option<ProvisionRequest>>> = Arc::default();
     let remote = LateCommitRemote {
         inner: h.remote.clone(),
-        held: pending_commit.clone(),
+        around: LateCommit {
+            held: pending_commit.clone(),
+        },
     };
     let dispatcher = Dispatcher::new(h.store.clone(), remote, DispatcherConfig::default())
         .with_clock(Arc::new(clock_of_test()));
@@ -583,49 +585,30 @@ async fn deletion_never_orphans_a_provision_that_lands_after_a_504() {
 
 /// A remote whose first provision answers 504 while holding the request, for the test to
 /// commit later (a backend behind a gateway that goes on after the gateway gave up).
-struct LateCommitRemote {
-    inner: FakeKnowledgeFs,
+type LateCommitRemote = Decorated<LateCommit>;
+
+/// The decorator of a [`LateCommitRemote`]: the held request.
+struct LateCommit {
     held: Arc<Mutex<Option<ProvisionRequest>>>,
 }
 
 #[async_trait]
-impl KnowledgeFs for LateCommitRemote {
-    async fn provision(&self, request: &ProvisionRequest) -> Result<RemoteSpace, RemoteError> {
-        let first = {
-            let mut held = self.held.lock().unwrap();
-            let first = held.is_none();
-            if first {
-                *held = Some(request.clone());
-            }
-            first
-        };
-        if first {
-            return Err(RemoteError::answered(
-                504,
-                "KFS_HTTP_504",
-                "gateway timeout",
-            ));
+impl Around for LateCommit {
+    async fn enter(&self, _call: RemoteCall) -> Result<Option<InFlight>, RemoteError> {
+        Ok(None)
+    }
+
+    fn intercept_provision(&self, request: &ProvisionRequest) -> Option<RemoteError> {
+        let mut held = self.held.lock().unwrap();
+        if held.is_some() {
+            return None;
         }
-        self.inner.provision(request).await
-    }
-    async fn find_by_provisioning_key(
-        &self,
-        namespace_id: &TenantId,
-        provisioning_key: &ProvisioningKey,
-        control_space_id: &ControlSpaceId,
-    ) -> Result<Option<RemoteSpace>, RemoteError> {
-        self.inner
-            .find_by_provisioning_key(namespace_id, provisioning_key, control_space_id)
-            .await
-    }
-    async fn request_deletion(
-        &self,
-        request: &DeletionRequest,
-    ) -> Result<DeletionProgress, RemoteError> {
-        self.inner.request_deletion(request).await
-    }
-    async fn revoke_grant(&self, request: &RevokeRequest) -> Result<RevokeAck, RemoteError> {
-        self.inner.revoke_grant(request).await
+        *held = Some(request.clone());
+        Some(RemoteError::answered(
+            504,
+            "KFS_HTTP_504",
+            "gateway timeout",
+        ))
     }
 }
 

@@ -3,10 +3,12 @@
 
 use super::*;
 
-/// A remote whose calls wait for a gate, counting how many are inside at once.
+/// A remote whose calls (but lookups) wait for a gate, counting how many are inside at once.
+type HeldRemote = Decorated<Held>;
+
+/// The decorator of a [`HeldRemote`].
 #[derive(Clone)]
-struct HeldRemote {
-    inner: FakeKnowledgeFs,
+struct Held {
     gate: Arc<tokio::sync::Semaphore>,
     inside: Arc<AtomicUsize>,
     most_inside: Arc<AtomicUsize>,
@@ -16,43 +18,30 @@ impl HeldRemote {
     fn new(inner: FakeKnowledgeFs) -> Self {
         Self {
             inner,
-            gate: Arc::new(tokio::sync::Semaphore::new(0)),
-            inside: Arc::new(AtomicUsize::new(0)),
-            most_inside: Arc::new(AtomicUsize::new(0)),
+            around: Held {
+                gate: Arc::new(tokio::sync::Semaphore::new(0)),
+                inside: Arc::new(AtomicUsize::new(0)),
+                most_inside: Arc::new(AtomicUsize::new(0)),
+            },
         }
-    }
-
-    async fn held<T>(&self, call: impl std::future::Future<Output = T>) -> T {
-        let now = self.inside.fetch_add(1, Ordering::SeqCst) + 1;
-        self.most_inside.fetch_max(now, Ordering::SeqCst);
-        self.gate.acquire().await.unwrap().forget();
-        let result = call.await;
-        self.inside.fetch_sub(1, Ordering::SeqCst);
-        result
     }
 }
 
 #[async_trait]
-impl KnowledgeFs for HeldRemote {
-    async fn provision(&self, request: &ProvisionRequest) -> Result<RemoteSpace, RemoteError> {
-        self.held(self.inner.provision(request)).await
+impl Around for Held {
+    async fn enter(&self, call: RemoteCall) -> Result<Option<InFlight>, RemoteError> {
+        if call != RemoteCall::Lookup {
+            let now = self.inside.fetch_add(1, Ordering::SeqCst) + 1;
+            self.most_inside.fetch_max(now, Ordering::SeqCst);
+            self.gate.acquire().await.unwrap().forget();
+        }
+        Ok(None)
     }
-    async fn find_by_provisioning_key(
-        &self,
-        n: &TenantId,
-        k: &ProvisioningKey,
-        c: &ControlSpaceId,
-    ) -> Result<Option<RemoteSpace>, RemoteError> {
-        self.inner.find_by_provisioning_key(n, k, c).await
-    }
-    async fn request_deletion(
-        &self,
-        request: &DeletionRequest,
-    ) -> Result<DeletionProgress, RemoteError> {
-        self.held(self.inner.request_deletion(request)).await
-    }
-    async fn revoke_grant(&self, request: &RevokeRequest) -> Result<RevokeAck, RemoteError> {
-        self.held(self.inner.revoke_grant(request)).await
+
+    fn leave(&self, call: RemoteCall) {
+        if call != RemoteCall::Lookup {
+            self.inside.fetch_sub(1, Ordering::SeqCst);
+        }
     }
 }
 
@@ -363,47 +352,27 @@ async fn an_idle_pool_wakes_when_a_backoff_comes_due() {
 
 /// A remote that answers every provision after `delay` (tokio time: virtual on a paused
 /// runtime), counting the calls this replica sent and how many are inside at once.
+type SlowRemote = Decorated<Slow>;
+
+/// The decorator of a [`SlowRemote`].
 #[derive(Clone)]
-struct SlowRemote {
-    inner: FakeKnowledgeFs,
+struct Slow {
     delay: Duration,
     sent: Arc<AtomicUsize>,
     inside: Arc<AtomicUsize>,
 }
 
-impl SlowRemote {
-    async fn slow<T>(&self, call: impl std::future::Future<Output = T>) -> T {
+#[async_trait]
+impl Around for Slow {
+    async fn enter(&self, _call: RemoteCall) -> Result<Option<InFlight>, RemoteError> {
         self.sent.fetch_add(1, Ordering::SeqCst);
         self.inside.fetch_add(1, Ordering::SeqCst);
         tokio::time::sleep(self.delay).await;
-        let result = call.await;
-        self.inside.fetch_sub(1, Ordering::SeqCst);
-        result
+        Ok(None)
     }
-}
 
-#[async_trait]
-impl KnowledgeFs for SlowRemote {
-    async fn provision(&self, request: &ProvisionRequest) -> Result<RemoteSpace, RemoteError> {
-        self.slow(self.inner.provision(request)).await
-    }
-    async fn find_by_provisioning_key(
-        &self,
-        n: &TenantId,
-        k: &ProvisioningKey,
-        c: &ControlSpaceId,
-    ) -> Result<Option<RemoteSpace>, RemoteError> {
-        self.slow(self.inner.find_by_provisioning_key(n, k, c))
-            .await
-    }
-    async fn request_deletion(
-        &self,
-        request: &DeletionRequest,
-    ) -> Result<DeletionProgress, RemoteError> {
-        self.slow(self.inner.request_deletion(request)).await
-    }
-    async fn revoke_grant(&self, request: &RevokeRequest) -> Result<RevokeAck, RemoteError> {
-        self.slow(self.inner.revoke_grant(request)).await
+    fn leave(&self, _call: RemoteCall) {
+        self.inside.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -431,9 +400,11 @@ async fn replicas_share_a_backlog_under_a_slow_remote() {
     for r in 0..3 {
         let remote = SlowRemote {
             inner: inner.clone(),
-            delay: Duration::from_secs(5),
-            sent: Arc::default(),
-            inside: Arc::default(),
+            around: Slow {
+                delay: Duration::from_secs(5),
+                sent: Arc::default(),
+                inside: Arc::default(),
+            },
         };
         let dispatcher = Arc::new(
             Dispatcher::new(store.clone(), remote.clone(), DispatcherConfig::default())

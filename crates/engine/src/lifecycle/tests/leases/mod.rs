@@ -26,9 +26,11 @@ mod own_settle;
 
 /// A remote whose every call takes `delay` on `clock` before the fake answers; counts the
 /// requests that reached it per call.
+type SlowRemote = Decorated<Slow>;
+
+/// The decorator of a [`SlowRemote`].
 #[derive(Clone)]
-struct SlowRemote {
-    inner: FakeKnowledgeFs,
+struct Slow {
     clock: ManualClock,
     /// Time each call takes on `clock`, in milliseconds.
     delay_ms: Arc<AtomicU64>,
@@ -42,64 +44,34 @@ impl SlowRemote {
     fn new(inner: FakeKnowledgeFs, clock: ManualClock, delay: Duration) -> Self {
         Self {
             inner,
-            clock,
-            delay_ms: Arc::new(AtomicU64::new(delay.as_millis().try_into().unwrap())),
-            fail_first: Arc::default(),
-            in_flight: Arc::default(),
-            max_in_flight: Arc::default(),
+            around: Slow {
+                clock,
+                delay_ms: Arc::new(AtomicU64::new(delay.as_millis().try_into().unwrap())),
+                fail_first: Arc::default(),
+                in_flight: Arc::default(),
+                max_in_flight: Arc::default(),
+            },
         }
-    }
-
-    async fn slow<T>(&self, call: impl Future<Output = T>) -> T {
-        /// Counts the call out when it ends or is cancelled (dropped).
-        struct InFlight(Arc<AtomicUsize>);
-        impl Drop for InFlight {
-            fn drop(&mut self) {
-                self.0.fetch_sub(1, Ordering::SeqCst);
-            }
-        }
-        let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
-        let _in_flight = InFlight(self.in_flight.clone());
-        self.max_in_flight.fetch_max(now, Ordering::SeqCst);
-        let delay = Duration::from_millis(self.delay_ms.load(Ordering::SeqCst));
-        self.clock.sleep(delay).await;
-        call.await
     }
 }
 
 #[async_trait]
-impl KnowledgeFs for SlowRemote {
-    async fn provision(&self, request: &ProvisionRequest) -> Result<RemoteSpace, RemoteError> {
-        let fail = self
-            .fail_first
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-            .is_ok();
-        self.slow(async {
-            if fail {
-                Err(RemoteError::outcome_unknown("deadline passed"))
-            } else {
-                self.inner.provision(request).await
-            }
-        })
-        .await
-    }
-    async fn find_by_provisioning_key(
-        &self,
-        n: &TenantId,
-        k: &ProvisioningKey,
-        c: &ControlSpaceId,
-    ) -> Result<Option<RemoteSpace>, RemoteError> {
-        self.slow(self.inner.find_by_provisioning_key(n, k, c))
-            .await
-    }
-    async fn request_deletion(
-        &self,
-        request: &DeletionRequest,
-    ) -> Result<DeletionProgress, RemoteError> {
-        self.slow(self.inner.request_deletion(request)).await
-    }
-    async fn revoke_grant(&self, request: &RevokeRequest) -> Result<RevokeAck, RemoteError> {
-        self.slow(self.inner.revoke_grant(request)).await
+impl Around for Slow {
+    async fn enter(&self, call: RemoteCall) -> Result<Option<InFlight>, RemoteError> {
+        let fail = call == RemoteCall::Provision
+            && self
+                .fail_first
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok();
+        let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        let in_flight = InFlight(self.in_flight.clone());
+        self.max_in_flight.fetch_max(now, Ordering::SeqCst);
+        let delay = Duration::from_millis(self.delay_ms.load(Ordering::SeqCst));
+        self.clock.sleep(delay).await;
+        if fail {
+            return Err(RemoteError::outcome_unknown("deadline passed"));
+        }
+        Ok(Some(in_flight))
     }
 }
 
