@@ -20,7 +20,9 @@
 //! - [`retention`]: bounded removal of expired history, dry-run counts, the oldest record per
 //!   kind (suites: `retention_conformance` for the lifecycle kinds,
 //!   `fence_retention_conformance` for cleared fence records);
-//! - [`handles`]: every port is implemented for `Arc<T>`, `Box<T>` and `&T` of an implementor.
+//! - [`forward`]: decorators that write only the methods they change ([`forward::Decorator`]
+//!   and one forwarding trait per port); every port is implemented for `Arc<T>`, `Box<T>` and
+//!   `&T` of an implementor.
 //!
 //! # Features
 //! - `lifecycle`, `directory`, `fences` (all default): one per mechanism; each gates its module
@@ -44,7 +46,7 @@ pub mod directory;
 pub mod error;
 #[cfg(all(feature = "testing", feature = "fences"))]
 pub mod fence_retention_conformance;
-pub mod handles;
+pub mod forward;
 #[cfg(feature = "fences")]
 pub mod host_storage;
 #[cfg(feature = "lifecycle")]

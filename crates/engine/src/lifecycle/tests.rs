@@ -19,6 +19,7 @@ use tenantry_lifecycle::{
     CommandRecord, CommandStatus, ControlSpace, ControlSpaceState, DeletionProgress,
     DeletionRequest, Operation, ProvisionRequest, RemoteSpace, RevokeAck, RevokeRequest,
 };
+use tenantry_ports::forward;
 use tenantry_ports::lifecycle::fake::{
     FakeKnowledgeFs, InMemoryLifecycleStore, RemoteCall, RemoteFault,
 };
@@ -225,31 +226,21 @@ impl GatedRemote {
     }
 }
 
+impl forward::Decorator for GatedRemote {
+    type Inner = FakeKnowledgeFs;
+    fn inner(&self) -> &FakeKnowledgeFs {
+        &self.inner
+    }
+}
+
 #[async_trait]
-impl KnowledgeFs for GatedRemote {
+impl forward::KnowledgeFs for GatedRemote {
     async fn provision(&self, request: &ProvisionRequest) -> Result<RemoteSpace, RemoteError> {
         if self.gated.swap(false, Ordering::SeqCst) {
             self.entered.notify_one();
             self.release.notified().await;
         }
         self.inner.provision(request).await
-    }
-    async fn find_by_provisioning_key(
-        &self,
-        n: &TenantId,
-        k: &ProvisioningKey,
-        c: &ControlSpaceId,
-    ) -> Result<Option<RemoteSpace>, RemoteError> {
-        self.inner.find_by_provisioning_key(n, k, c).await
-    }
-    async fn request_deletion(
-        &self,
-        request: &DeletionRequest,
-    ) -> Result<DeletionProgress, RemoteError> {
-        self.inner.request_deletion(request).await
-    }
-    async fn revoke_grant(&self, request: &RevokeRequest) -> Result<RevokeAck, RemoteError> {
-        self.inner.revoke_grant(request).await
     }
 }
 

@@ -588,8 +588,15 @@ struct LateCommitRemote {
     held: Arc<Mutex<Option<ProvisionRequest>>>,
 }
 
+impl forward::Decorator for LateCommitRemote {
+    type Inner = FakeKnowledgeFs;
+    fn inner(&self) -> &FakeKnowledgeFs {
+        &self.inner
+    }
+}
+
 #[async_trait]
-impl KnowledgeFs for LateCommitRemote {
+impl forward::KnowledgeFs for LateCommitRemote {
     async fn provision(&self, request: &ProvisionRequest) -> Result<RemoteSpace, RemoteError> {
         let first = {
             let mut held = self.held.lock().unwrap();
@@ -607,25 +614,6 @@ impl KnowledgeFs for LateCommitRemote {
             ));
         }
         self.inner.provision(request).await
-    }
-    async fn find_by_provisioning_key(
-        &self,
-        namespace_id: &TenantId,
-        provisioning_key: &ProvisioningKey,
-        control_space_id: &ControlSpaceId,
-    ) -> Result<Option<RemoteSpace>, RemoteError> {
-        self.inner
-            .find_by_provisioning_key(namespace_id, provisioning_key, control_space_id)
-            .await
-    }
-    async fn request_deletion(
-        &self,
-        request: &DeletionRequest,
-    ) -> Result<DeletionProgress, RemoteError> {
-        self.inner.request_deletion(request).await
-    }
-    async fn revoke_grant(&self, request: &RevokeRequest) -> Result<RevokeAck, RemoteError> {
-        self.inner.revoke_grant(request).await
     }
 }
 

@@ -32,18 +32,17 @@ impl HeldRemote {
     }
 }
 
+impl forward::Decorator for HeldRemote {
+    type Inner = FakeKnowledgeFs;
+    fn inner(&self) -> &FakeKnowledgeFs {
+        &self.inner
+    }
+}
+
 #[async_trait]
-impl KnowledgeFs for HeldRemote {
+impl forward::KnowledgeFs for HeldRemote {
     async fn provision(&self, request: &ProvisionRequest) -> Result<RemoteSpace, RemoteError> {
         self.held(self.inner.provision(request)).await
-    }
-    async fn find_by_provisioning_key(
-        &self,
-        n: &TenantId,
-        k: &ProvisioningKey,
-        c: &ControlSpaceId,
-    ) -> Result<Option<RemoteSpace>, RemoteError> {
-        self.inner.find_by_provisioning_key(n, k, c).await
     }
     async fn request_deletion(
         &self,
