@@ -10,7 +10,7 @@ use tenantry_engine::scoped_writes::ScopedWrites;
 use tenantry_engine::scoped_writes::admin::ClearTarget;
 use tenantry_fence::{Binding, FenceMarker, RecordKind, ScopeIdentity};
 use tenantry_ports::forward;
-use tenantry_ports::host_storage::testing::InMemoryHostStorage;
+use tenantry_ports::host_storage::fake::InMemoryHostStorage;
 use tenantry_ports::host_storage::{HostStorage, HostStorageError, PrefixedRecord};
 
 fn binding(s: &str) -> Binding {

@@ -149,7 +149,7 @@ macro_rules! forwarding {
         #[doc = concat!(
             "Forwarding of [`", stringify!($port), "`](crate::", stringify!($module), "::",
             stringify!($port), "): each method calls the inner value's unless the decorator ",
-            "writes it; implementors implement the port. See the [module documentation](self)."
+            "writes it; implementors implement the port. See the [module documentation](crate::forward)."
         )]
         #[::async_trait::async_trait]
         pub trait $port:

@@ -4,9 +4,13 @@
 //!
 //! The rules of what is expired are the domain crates' (`tenantry_lifecycle::retention`,
 //! `tenantry_directory::retention`, `tenantry_fence::retention`); an adapter expresses them in its own query language and
-//! the conformance suite ([`retention_store_conformance!`](crate::retention_store_conformance),
-//! feature `testing`) checks that it agrees with them. The use case that drives the port is
-//! `tenantry_engine::retention` (docs/operations.md, "Retention").
+//! the conformance suites of [`conformance`] (feature `testing`) check that it agrees with
+//! them. The use case that drives the port is `tenantry_engine::retention` (docs/operations.md,
+//! "Retention").
+//!
+//! The port has no fake of its own: the fakes of the mechanisms whose history it removes
+//! implement it (`lifecycle::fake::InMemoryLifecycleStore` for the lifecycle kinds,
+//! `host_storage::fake::InMemoryHostStorage` for cleared fence records).
 
 use std::time::Duration;
 
@@ -212,6 +216,9 @@ pub trait RetentionStore: Send + Sync {
     /// [`StoreError`] when the backend fails.
     async fn oldest(&self, kind: RetentionKind) -> Result<Option<DateTime<Utc>>, StoreError>;
 }
+
+#[cfg(all(feature = "testing", any(feature = "lifecycle", feature = "fences")))]
+pub mod conformance;
 
 #[cfg(test)]
 mod tests {
