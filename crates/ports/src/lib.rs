@@ -20,8 +20,8 @@
 //! - [`wake`]: the wake-up signal of idle workers ([`wake::Wakeups`]), sent by intake and by
 //!   database listeners;
 //! - [`retention`]: bounded removal of expired history, dry-run counts, the oldest record per
-//!   kind (suites in [`retention::conformance`]: `lifecycle` for the lifecycle kinds, `fences`
-//!   for cleared fence records; the port's fakes are the lifecycle and host-storage ones);
+//!   kind (its fakes and suites are those of the lifecycle and host-storage modules, whose
+//!   history it removes);
 //! - [`forward`]: decorators that write only the methods they change ([`forward::Decorator`]
 //!   and one forwarding trait per port); every port is implemented for `Arc<T>`, `Box<T>` and
 //!   `&T` of an implementor.

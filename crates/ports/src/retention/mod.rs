@@ -4,13 +4,16 @@
 //!
 //! The rules of what is expired are the domain crates' (`tenantry_lifecycle::retention`,
 //! `tenantry_directory::retention`, `tenantry_fence::retention`); an adapter expresses them in its own query language and
-//! the conformance suites of [`conformance`] (feature `testing`) check that it agrees with
-//! them. The use case that drives the port is `tenantry_engine::retention` (docs/operations.md,
-//! "Retention").
+//! the conformance suites (feature `testing`) check that it agrees with them. The use case that
+//! drives the port is `tenantry_engine::retention` (docs/operations.md, "Retention").
 //!
-//! The port has no fake of its own: the fakes of the mechanisms whose history it removes
-//! implement it (`lifecycle::fake::InMemoryLifecycleStore` for the lifecycle kinds,
-//! `host_storage::fake::InMemoryHostStorage` for cleared fence records).
+//! The port cuts across the mechanisms, so its fakes and suites live with the mechanism whose
+//! history they cover (the mechanism modules depend on this one, never the reverse):
+//! `lifecycle::fake::InMemoryLifecycleStore` and `lifecycle::conformance::retention`
+//! ([`retention_store_conformance!`](crate::retention_store_conformance)) for the lifecycle
+//! kinds, `host_storage::fake::InMemoryHostStorage` and `host_storage::conformance::retention`
+//! ([`fence_retention_conformance!`](macro@crate::fence_retention_conformance)) for cleared
+//! fence records.
 
 use std::time::Duration;
 
@@ -216,9 +219,6 @@ pub trait RetentionStore: Send + Sync {
     /// [`StoreError`] when the backend fails.
     async fn oldest(&self, kind: RetentionKind) -> Result<Option<DateTime<Utc>>, StoreError>;
 }
-
-#[cfg(all(feature = "testing", any(feature = "lifecycle", feature = "fences")))]
-pub mod conformance;
 
 #[cfg(test)]
 mod tests {

@@ -3,6 +3,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+pub mod retention;
+
 use serde_json::{Value, json};
 use tenantry_fence::Binding;
 
