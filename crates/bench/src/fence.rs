@@ -19,7 +19,7 @@ use std::time::Instant;
 use serde_json::json;
 use tenantry_engine::scoped_writes::{FenceMode, ScopedWriteError, ScopedWrites};
 use tenantry_fence::{Binding, ScopeIdentity};
-use tenantry_ports::host_storage::testing::InMemoryHostStorage;
+use tenantry_ports::host_storage::fake::InMemoryHostStorage;
 
 use crate::lifecycle::round1;
 use crate::{BenchResult, emit};

@@ -20,12 +20,12 @@ use tenantry_engine::lifecycle::{
     Wakeups, Worker, WorkerConfig, WorkerPool, unique_lease_owner,
 };
 use tenantry_kernel::{CommandId, ControlSpaceId, IdempotencyKey, TenantId};
-use tenantry_lifecycle::intake::{CreateControlSpace, IntakePlan};
-use tenantry_lifecycle::{ClaimedCommand, CommandRecord, ControlSpace, LeaseToken, Settlement};
+use tenantry_lifecycle::ClaimedCommand;
+use tenantry_lifecycle::intake::CreateControlSpace;
+use tenantry_ports::forward;
 use tenantry_ports::lifecycle::{
-    ClaimRequest, CommandFilter, CommandQueue, ControlSpaceReader, IntakeStore, IntakeStoreError,
-    LifecycleMetrics, LifecycleStore, MetricsError, SettleError, StoreError, Submitted, TaskMetric,
-    TaskStatus,
+    ClaimRequest, CommandQueue, LifecycleMetrics, LifecycleStore, MetricsError, StoreError,
+    TaskMetric, TaskStatus,
 };
 use tenantry_store_seaorm::Database;
 use tenantry_store_seaorm::bench as store_bench;
@@ -593,8 +593,15 @@ struct TimedStore {
     claimed_at: Arc<Mutex<HashMap<CommandId, Instant>>>,
 }
 
+impl forward::Decorator for TimedStore {
+    type Inner = SeaOrmLifecycleStore;
+    fn inner(&self) -> &SeaOrmLifecycleStore {
+        &self.inner
+    }
+}
+
 #[async_trait]
-impl CommandQueue for TimedStore {
+impl forward::CommandQueue for TimedStore {
     async fn claim(&self, request: &ClaimRequest) -> Result<Vec<ClaimedCommand>, StoreError> {
         let claimed = self.inner.claim(request).await?;
         let now = Instant::now();
@@ -608,60 +615,16 @@ impl CommandQueue for TimedStore {
         Ok(claimed)
     }
 
-    async fn renew_lease(
-        &self,
-        lease: &LeaseToken,
-        lease_duration: std::time::Duration,
-    ) -> Result<LeaseToken, SettleError> {
-        self.inner.renew_lease(lease, lease_duration).await
-    }
-
-    async fn settle(&self, lease: &LeaseToken, settlement: &Settlement) -> Result<(), SettleError> {
-        self.inner.settle(lease, settlement).await
-    }
-
-    async fn latest_provision(
-        &self,
-        tenant_id: &TenantId,
-        control_space_id: &ControlSpaceId,
-    ) -> Result<Option<CommandRecord>, StoreError> {
-        self.inner
-            .latest_provision(tenant_id, control_space_id)
-            .await
-    }
-
-    async fn list_commands(
-        &self,
-        filter: &CommandFilter,
-    ) -> Result<Vec<CommandRecord>, StoreError> {
-        self.inner.list_commands(filter).await
+    /// Not forwarded: the pool is not told when the next command comes due (the port's
+    /// default answer), so the latency measured is that of the idle poll or of the wake-ups.
+    async fn next_due_in(&self, _include_provision: bool) -> Result<Option<Duration>, StoreError> {
+        Ok(None)
     }
 }
 
-#[async_trait]
-impl ControlSpaceReader for TimedStore {
-    async fn control_space(
-        &self,
-        tenant_id: &TenantId,
-        control_space_id: &ControlSpaceId,
-    ) -> Result<Option<ControlSpace>, StoreError> {
-        self.inner.control_space(tenant_id, control_space_id).await
-    }
-}
+impl forward::ControlSpaceReader for TimedStore {}
 
-#[async_trait]
-impl IntakeStore for TimedStore {
-    async fn submit(&self, plan: &IntakePlan) -> Result<Submitted, IntakeStoreError> {
-        self.inner.submit(plan).await
-    }
-
-    async fn command_by_idempotency_key(
-        &self,
-        key: &IdempotencyKey,
-    ) -> Result<Option<CommandRecord>, StoreError> {
-        self.inner.command_by_idempotency_key(key).await
-    }
-}
+impl forward::IntakeStore for TimedStore {}
 
 /// A small deterministic generator of draws in `[0, 1)` (xorshift), for enqueue spacing.
 struct Lcg(u64);

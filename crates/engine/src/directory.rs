@@ -198,7 +198,7 @@ struct ReplicaState {
 /// use tenantry_directory::testing::{INSTANCE, snapshot, workspace};
 /// use tenantry_directory::{ProjectionLimits, ProjectorConfig};
 /// use tenantry_engine::directory::DirectoryProjector;
-/// use tenantry_ports::directory::testing::{InMemoryProjectionStore, ScriptedProvider};
+/// use tenantry_ports::directory::fake::{InMemoryProjectionStore, ScriptedProvider};
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -9,7 +9,7 @@ use tenantry_engine::scoped_writes::connector::{ConnectorError, ConnectorState};
 use tenantry_engine::scoped_writes::{FenceMode, ScopedWriteError, ScopedWrites};
 use tenantry_fence::connector::{config_key, document_key, new_mapping};
 use tenantry_fence::{Binding, ConnectorStateError, DocumentMapping, KbConfigState, ScopeIdentity};
-use tenantry_ports::host_storage::testing::{InMemoryHostStorage, SetFault};
+use tenantry_ports::host_storage::fake::{InMemoryHostStorage, SetFault};
 
 type Storage = InMemoryHostStorage;
 

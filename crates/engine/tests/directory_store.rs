@@ -11,7 +11,8 @@ use tenantry_directory::{DirectoryError, ProjectionLimits, ProjectorConfig};
 use tenantry_engine::directory::{DirectoryProjector, ProjectorError};
 use tenantry_ports::clock::ManualClock;
 use tenantry_ports::directory::ProjectionStateReader;
-use tenantry_ports::directory::testing::{DirectoryFixtureStore, ScriptedProvider};
+use tenantry_ports::directory::conformance::DirectoryFixtureStore;
+use tenantry_ports::directory::fake::ScriptedProvider;
 use tenantry_store_seaorm::directory::SeaOrmDirectoryStore;
 use tenantry_store_seaorm::testing::fresh_database;
 
@@ -208,7 +209,7 @@ async fn a_restarted_process_resumes_from_the_projection_in_the_database() {
     after.sync_once().await.unwrap();
     assert_eq!(
         provider.calls(),
-        vec![tenantry_ports::directory::testing::ProviderCall::Events {
+        vec![tenantry_ports::directory::fake::ProviderCall::Events {
             after: 12,
             limit: 100
         }]

@@ -9,8 +9,9 @@ use serde_json::json;
 use tenantry_engine::scoped_writes::ScopedWrites;
 use tenantry_engine::scoped_writes::admin::ClearTarget;
 use tenantry_fence::{Binding, FenceMarker, RecordKind, ScopeIdentity};
-use tenantry_ports::host_storage::HostStorage;
-use tenantry_ports::host_storage::testing::InMemoryHostStorage;
+use tenantry_ports::forward;
+use tenantry_ports::host_storage::fake::InMemoryHostStorage;
+use tenantry_ports::host_storage::{HostStorage, HostStorageError, PrefixedRecord};
 
 fn binding(s: &str) -> Binding {
     Binding::parse(s).unwrap()
@@ -100,50 +101,22 @@ async fn clearing_an_unfenced_scope_writes_nothing() {
 /// counted binding by binding.
 struct OneByOne(Arc<InMemoryHostStorage>);
 
-#[async_trait::async_trait]
-impl HostStorage for OneByOne {
-    async fn now_ms(&self) -> Result<i64, tenantry_ports::host_storage::HostStorageError> {
-        self.0.now_ms().await
-    }
-    async fn keys(
-        &self,
-        binding: &Binding,
-    ) -> Result<Vec<String>, tenantry_ports::host_storage::HostStorageError> {
-        self.0.keys(binding).await
-    }
-    async fn get(
-        &self,
-        binding: &Binding,
-        key: &str,
-    ) -> Result<Option<serde_json::Value>, tenantry_ports::host_storage::HostStorageError> {
-        self.0.get(binding, key).await
-    }
-    async fn set(
-        &self,
-        binding: &Binding,
-        key: &str,
-        value: &serde_json::Value,
-    ) -> Result<(), tenantry_ports::host_storage::HostStorageError> {
-        self.0.set(binding, key, value).await
-    }
-    async fn compare_and_set(
-        &self,
-        binding: &Binding,
-        key: &str,
-        expected: Option<&serde_json::Value>,
-        value: &serde_json::Value,
-    ) -> Result<bool, tenantry_ports::host_storage::HostStorageError> {
-        self.0.compare_and_set(binding, key, expected, value).await
+impl forward::Decorator for OneByOne {
+    type Inner = InMemoryHostStorage;
+    fn inner(&self) -> &InMemoryHostStorage {
+        &self.0
     }
 }
 
+impl forward::HostStorage for OneByOne {}
+
 #[async_trait::async_trait]
-impl tenantry_ports::host_storage::HostStorageBindings for OneByOne {
-    async fn bindings_with_key_prefix(
+impl forward::HostStorageBindings for OneByOne {
+    async fn records_with_key_prefix(
         &self,
-        key_prefix: &str,
-    ) -> Result<Vec<Binding>, tenantry_ports::host_storage::HostStorageError> {
-        self.0.bindings_with_key_prefix(key_prefix).await
+        _key_prefix: &str,
+    ) -> Result<Option<Vec<PrefixedRecord>>, HostStorageError> {
+        Ok(None)
     }
 }
 

@@ -17,7 +17,7 @@ use tenantry_fence::{Binding, ScopeIdentity};
 use tenantry_kernel::{ControlSpaceId, IdempotencyKey, KnowledgeSpaceId, LeaseOwner, TenantId};
 use tenantry_lifecycle::intake::{CreateControlSpace, RequestDeletion};
 use tenantry_lifecycle::{CommandStatus, ControlSpaceState, RemoteSpace};
-use tenantry_ports::directory::testing::ScriptedProvider;
+use tenantry_ports::directory::fake::ScriptedProvider;
 use tenantry_ports::host_storage::HostStorageError;
 use tenantry_ports::lifecycle::ControlSpaceReader;
 use tenantry_ports::lifecycle::fake::InMemoryLifecycleStore;

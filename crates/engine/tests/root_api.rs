@@ -21,8 +21,8 @@ use tenantry_engine::{
 use tenantry_kernel::{ControlSpaceId, IdempotencyKey, TenantId};
 use tenantry_lifecycle::intake::CreateControlSpace;
 use tenantry_lifecycle::{CommandStatus, RetryPolicy};
-use tenantry_ports::directory::testing::{InMemoryProjectionStore, ScriptedProvider};
-use tenantry_ports::host_storage::testing::InMemoryHostStorage;
+use tenantry_ports::directory::fake::{InMemoryProjectionStore, ScriptedProvider};
+use tenantry_ports::host_storage::fake::InMemoryHostStorage;
 use tenantry_ports::lifecycle::fake::{FakeKnowledgeFs, InMemoryLifecycleStore};
 use tenantry_ports::{Clock, CommandFilter, CommandQueue, ManualClock};
 

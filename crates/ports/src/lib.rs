@@ -3,8 +3,10 @@
 //! Each module holds the traits of one mechanism. Port errors carry no driver types
 //! (`sea_orm::DbErr`, `reqwest::Error`): adapters map their failures to these enums.
 //!
-//! Feature `testing` adds in-memory fakes and one conformance-suite macro per port; every
-//! adapter (fake, SQLite, PostgreSQL) instantiates the same suite.
+//! Every port module has the same layout: `<port>/mod.rs` (the traits), `<port>/fake` (its
+//! in-memory fake) and `<port>/conformance` (its suite, one macro to run it), the last two
+//! under feature `testing`; every adapter (fake, SQLite, PostgreSQL) instantiates the same
+//! suites, all at once with [`conformance_suites!`](crate::conformance_suites) ([`conformance`]).
 //!
 //! - [`clock`]: wall time, monotonic time and timers ([`clock::SystemClock`],
 //!   [`clock::ManualClock`]);
@@ -18,11 +20,13 @@
 //! - [`wake`]: the wake-up signal of idle workers ([`wake::Wakeups`]), sent by intake and by
 //!   database listeners;
 //! - [`retention`]: bounded removal of expired history, dry-run counts, the oldest record per
-//!   kind (suites: `retention_conformance` for the lifecycle kinds,
-//!   `fence_retention_conformance` for cleared fence records);
+//!   kind (its fakes and suites are those of the lifecycle and host-storage modules, whose
+//!   history it removes);
 //! - [`trace_context`]: the W3C `traceparent` a command carries through the outbox, read from
 //!   and set on `tracing` spans (one copy for the engine, the store and the HTTP clients);
-//! - [`handles`]: every port is implemented for `Arc<T>`, `Box<T>` and `&T` of an implementor.
+//! - [`forward`]: decorators that write only the methods they change ([`forward::Decorator`]
+//!   and one forwarding trait per port); every port is implemented for `Arc<T>`, `Box<T>` and
+//!   `&T` of an implementor.
 //!
 //! # Features
 //! - `lifecycle`, `directory`, `fences` (all default): one per mechanism; each gates its module
@@ -41,12 +45,12 @@
 )]
 
 pub mod clock;
+#[cfg(feature = "testing")]
+pub mod conformance;
 #[cfg(feature = "directory")]
 pub mod directory;
 pub mod error;
-#[cfg(all(feature = "testing", feature = "fences"))]
-pub mod fence_retention_conformance;
-pub mod handles;
+pub mod forward;
 #[cfg(feature = "fences")]
 pub mod host_storage;
 #[cfg(feature = "lifecycle")]
@@ -54,8 +58,6 @@ pub mod lifecycle;
 #[cfg(feature = "mocks")]
 pub mod mocks;
 pub mod retention;
-#[cfg(all(feature = "testing", feature = "lifecycle"))]
-pub mod retention_conformance;
 pub mod trace_context;
 pub mod wake;
 

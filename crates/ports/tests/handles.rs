@@ -16,13 +16,13 @@ use tenantry_kernel::{
 use tenantry_lifecycle::CommandStatus;
 use tenantry_lifecycle::intake::{CreateControlSpace, NewIds};
 use tenantry_ports::clock::{Clock, ManualClock};
-use tenantry_ports::directory::testing::{
+use tenantry_ports::directory::fake::{
     HookCall, InMemoryProjectionStore, RecordingHooks, ScriptedProvider,
 };
 use tenantry_ports::directory::{
     DirectoryProjectionStore, DirectoryProvider, EntitlementReconciler, ProviderError,
 };
-use tenantry_ports::host_storage::testing::InMemoryHostStorage;
+use tenantry_ports::host_storage::fake::InMemoryHostStorage;
 use tenantry_ports::host_storage::{HostStorage, HostStorageBindings};
 use tenantry_ports::lifecycle::fake::{FakeKnowledgeFs, InMemoryLifecycleStore};
 use tenantry_ports::lifecycle::{

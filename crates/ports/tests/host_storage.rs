@@ -1,26 +1,11 @@
-//! The host-storage conformance suite and the cleared-fence retention suite on the in-memory
-//! fake, plus the fake's fault injection.
+//! The in-memory host storage's fault injection (its conformance suites run in
+//! tests/conformance.rs).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use serde_json::json;
 use tenantry_fence::Binding;
-use tenantry_ports::host_storage::testing::{InMemoryHostStorage, SetFault};
+use tenantry_ports::host_storage::fake::{InMemoryHostStorage, SetFault};
 use tenantry_ports::host_storage::{HostStorage, HostStorageError};
-
-tenantry_ports::host_storage_conformance!(((), InMemoryHostStorage::new()));
-
-mod fence_retention {
-    use std::sync::Arc;
-
-    use tenantry_ports::clock::ManualClock;
-    use tenantry_ports::host_storage::testing::InMemoryHostStorage;
-
-    // One fake is both the host storage and the retention store (shared through the `Arc`).
-    tenantry_ports::fence_retention_conformance!(|clock: ManualClock| async move {
-        let storage = Arc::new(InMemoryHostStorage::new().with_clock(Arc::new(clock)));
-        (storage.clone(), storage, ())
-    });
-}
 
 fn binding() -> Binding {
     Binding::parse("inst").unwrap()

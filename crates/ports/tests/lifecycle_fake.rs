@@ -1,34 +1,14 @@
-//! The lifecycle conformance suite against the in-memory fake, and the fake KnowledgeFS's
-//! answers where they must match the reference server (`tenantry_testkit::knowledge_fs`).
+//! The lifecycle fakes beyond the conformance suites (tests/conformance.rs): the fake
+//! KnowledgeFS's answers where they must match the reference server
+//! (`tenantry_testkit::knowledge_fs`).
 #![cfg(feature = "testing")]
-
-use std::sync::Arc;
 
 use tenantry_kernel::{
     ControlSpaceId, IdempotencyKey, KnowledgeSpaceId, OperationId, ProvisioningKey, TenantId,
 };
 use tenantry_lifecycle::{DeletionPhase, DeletionRequest, ErrorCode};
-use tenantry_ports::clock::ManualClock;
 use tenantry_ports::lifecycle::KnowledgeFs;
-use tenantry_ports::lifecycle::fake::{
-    FakeKnowledgeFs, InMemoryLifecycleStore, RemoteCall, RemoteFault,
-};
-
-tenantry_ports::lifecycle_store_conformance!(|clock: ManualClock| async move {
-    (InMemoryLifecycleStore::with_clock(Arc::new(clock)), ())
-});
-
-mod retention {
-    use std::sync::Arc;
-
-    use tenantry_ports::clock::ManualClock;
-    use tenantry_ports::lifecycle::fake::InMemoryLifecycleStore;
-
-    tenantry_ports::retention_store_conformance!(|clock: ManualClock| async move {
-        let store = InMemoryLifecycleStore::with_clock(Arc::new(clock));
-        (store.clone(), store, ())
-    });
-}
+use tenantry_ports::lifecycle::fake::{FakeKnowledgeFs, RemoteCall, RemoteFault};
 
 /// A deletion re-delivered after its `completed` answer was lost is answered `completed`
 /// again (the reference KnowledgeFS keeps the deleted space), not 404: a 404 is retryable and

@@ -11,9 +11,10 @@ use tenantry_ports::directory::RuntimeExecutionPublisher;
 use tenantry_ports::lifecycle::{ControlSpaceReader, LifecycleStore};
 use tenantry_ports::mocks::{MockLifecycleStore, MockRuntimeExecutionPublisher};
 
-/// Composite traits (implemented for anything implementing their parts) and test-only fixture
-/// traits, which get no mock of their own.
+/// Composite traits (implemented for anything implementing their parts), test-only fixture
+/// traits and the forwarding facility's `Decorator`, which get no mock of their own.
 const NOT_PORTS: &[&str] = &[
+    "Decorator",
     "LifecycleStore",
     "DirectoryProjectionStore",
     "DirectoryFixtureStore",

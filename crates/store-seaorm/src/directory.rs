@@ -749,7 +749,7 @@ mod fixture {
     use sea_orm::TransactionTrait;
     use tenantry_directory::ProjectionTables;
     use tenantry_ports::directory::ProjectionStoreError;
-    use tenantry_ports::directory::testing::DirectoryFixtureStore;
+    use tenantry_ports::directory::conformance::DirectoryFixtureStore;
 
     use super::{OnKey, Rows, SeaOrmDirectoryStore, storage};
 

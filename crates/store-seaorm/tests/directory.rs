@@ -1,6 +1,7 @@
-//! The directory projection-store conformance suite on SQLite (default) or PostgreSQL
-//! (`TENANTRY_TEST_PG_URL`), plus adapter-specific checks: raw table dumps are byte-for-byte
-//! unchanged by a rejected input, and the migration runs down and up again.
+//! The directory projection store on SQLite (default) or PostgreSQL (`TENANTRY_TEST_PG_URL`):
+//! the adapter's own checks (raw table dumps are byte-for-byte unchanged by a rejected input,
+//! and the migration runs down and up again); the conformance suite runs in
+//! tests/conformance.rs.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::Duration;
@@ -11,12 +12,6 @@ use tenantry_directory::{ApplyContext, DirectoryError, ProjectionLimits};
 use tenantry_ports::directory::{ProjectionStoreError, SnapshotApplier};
 use tenantry_store_seaorm::directory::SeaOrmDirectoryStore;
 use tenantry_store_seaorm::testing::fresh_database;
-
-tenantry_ports::directory_projection_store_conformance!({
-    let db = fresh_database().await;
-    let store = SeaOrmDirectoryStore::new(&db.db);
-    (db, store)
-});
 
 const TABLES: [&str; 6] = [
     "tenantry_accounts",

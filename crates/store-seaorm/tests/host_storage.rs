@@ -1,5 +1,5 @@
-//! The host-storage conformance suite on SQLite (default) or PostgreSQL
-//! (`TENANTRY_TEST_PG_URL`), plus adapter-specific checks.
+//! Host storage on SQLite (default) or PostgreSQL (`TENANTRY_TEST_PG_URL`): the adapter's own
+//! checks (the conformance suite runs in tests/conformance.rs).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use sea_orm::{ConnectionTrait, Statement};
@@ -8,12 +8,6 @@ use tenantry_ports::host_storage::{HostStorage, HostStorageError};
 use tenantry_store_seaorm::Backend;
 use tenantry_store_seaorm::host_storage::SeaOrmHostStorage;
 use tenantry_store_seaorm::testing::{TestDatabase, fresh_database};
-
-tenantry_ports::host_storage_conformance!({
-    let db = fresh_database().await;
-    let storage = SeaOrmHostStorage::new(&db.db);
-    (db, storage)
-});
 
 /// Writes `text` as the value of key `ke.fence.v1.x` of binding `inst` straight into the
 /// table, as another program or a hand edit would.

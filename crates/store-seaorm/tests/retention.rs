@@ -1,41 +1,15 @@
-//! The retention store on SQLite and PostgreSQL (`TENANTRY_TEST_PG_URL`): the shared
-//! conformance suites over the lifecycle tables and the cleared fence records, and the
-//! inbox-receipt rule.
+//! The retention store on SQLite and PostgreSQL (`TENANTRY_TEST_PG_URL`): the inbox-receipt
+//! rule (the shared suites over the lifecycle tables and the cleared fence records run in
+//! tests/conformance.rs).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use sea_orm::{ConnectionTrait, Statement};
-use tenantry_ports::clock::ManualClock;
 use tenantry_ports::retention::{RetentionKind, RetentionStore};
-use tenantry_store_seaorm::lifecycle::SeaOrmLifecycleStore;
 use tenantry_store_seaorm::retention::SeaOrmRetentionStore;
 use tenantry_store_seaorm::testing::fresh_database;
-
-tenantry_ports::retention_store_conformance!(|clock: ManualClock| async move {
-    let test_db = fresh_database().await;
-    let store = SeaOrmLifecycleStore::new(&test_db.db).with_clock(Arc::new(clock));
-    let retention = SeaOrmRetentionStore::new(&test_db.db);
-    (store, retention, test_db)
-});
-
-mod cleared_fences {
-    use std::sync::Arc;
-
-    use tenantry_ports::clock::ManualClock;
-    use tenantry_store_seaorm::SeaOrmHostStorage;
-    use tenantry_store_seaorm::retention::SeaOrmRetentionStore;
-    use tenantry_store_seaorm::testing::fresh_database;
-
-    tenantry_ports::fence_retention_conformance!(|clock: ManualClock| async move {
-        let test_db = fresh_database().await;
-        let storage = SeaOrmHostStorage::new(&test_db.db).with_clock(Arc::new(clock));
-        let retention = SeaOrmRetentionStore::new(&test_db.db);
-        (storage, retention, test_db)
-    });
-}
 
 fn at(seconds: i64) -> DateTime<Utc> {
     DateTime::from_timestamp(1_800_000_000 + seconds, 0).unwrap()

@@ -30,11 +30,9 @@ use rand::{Rng, SeedableRng};
 use tenantry_engine::{CommandIntake, Dispatcher, DispatcherConfig};
 use tenantry_kernel::{ControlSpaceId, IdempotencyKey, LeaseOwner, ProvisioningKey, TenantId};
 use tenantry_lifecycle::intake::{CreateControlSpace, RequestDeletion};
-use tenantry_lifecycle::{
-    CommandStatus, ControlSpaceState, DeletionProgress, DeletionRequest, ProvisionRequest,
-    RemoteSpace, RevokeAck, RevokeRequest,
-};
+use tenantry_lifecycle::{CommandStatus, ControlSpaceState, ProvisionRequest, RemoteSpace};
 use tenantry_ports::clock::ManualClock;
+use tenantry_ports::forward;
 use tenantry_ports::lifecycle::fake::{
     FakeKnowledgeFs, InMemoryLifecycleStore, RemoteCall, RemoteFault,
 };
@@ -92,8 +90,15 @@ struct SimRemote {
     extra_spaces: Arc<AtomicUsize>,
 }
 
+impl forward::Decorator for SimRemote {
+    type Inner = FakeKnowledgeFs;
+    fn inner(&self) -> &FakeKnowledgeFs {
+        &self.inner
+    }
+}
+
 #[async_trait]
-impl KnowledgeFs for SimRemote {
+impl forward::KnowledgeFs for SimRemote {
     async fn provision(&self, request: &ProvisionRequest) -> Result<RemoteSpace, RemoteError> {
         if self.bug == Some(SimBug::NonIdempotentProvision) {
             let lost = |keys: &Arc<std::sync::Mutex<Vec<ProvisioningKey>>>| {
@@ -114,28 +119,6 @@ impl KnowledgeFs for SimRemote {
             return answer;
         }
         self.inner.provision(request).await
-    }
-
-    async fn find_by_provisioning_key(
-        &self,
-        namespace: &TenantId,
-        key: &ProvisioningKey,
-        control_space: &ControlSpaceId,
-    ) -> Result<Option<RemoteSpace>, RemoteError> {
-        self.inner
-            .find_by_provisioning_key(namespace, key, control_space)
-            .await
-    }
-
-    async fn request_deletion(
-        &self,
-        request: &DeletionRequest,
-    ) -> Result<DeletionProgress, RemoteError> {
-        self.inner.request_deletion(request).await
-    }
-
-    async fn revoke_grant(&self, request: &RevokeRequest) -> Result<RevokeAck, RemoteError> {
-        self.inner.revoke_grant(request).await
     }
 }
 

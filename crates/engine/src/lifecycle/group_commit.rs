@@ -39,13 +39,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use tenantry_kernel::{ControlSpaceId, IdempotencyKey, TenantId};
-use tenantry_lifecycle::intake::IntakePlan;
-use tenantry_lifecycle::{ClaimedCommand, CommandRecord, ControlSpace, LeaseToken, Settlement};
+use tenantry_kernel::{ControlSpaceId, TenantId};
+use tenantry_lifecycle::{ControlSpace, LeaseToken, Settlement};
 use tenantry_ports::clock::{Clock, SystemClock};
+use tenantry_ports::forward;
 use tenantry_ports::lifecycle::{
-    ClaimRequest, CommandFilter, CommandQueue, ControlSpaceReader, IntakeStore, IntakeStoreError,
-    LifecycleStore, SettleError, StoreError, Submitted,
+    CommandQueue, ControlSpaceReader, LifecycleStore, SettleError, StoreError,
 };
 use tokio::sync::{Mutex, mpsc, oneshot};
 use tracing::warn;
@@ -356,27 +355,17 @@ async fn read_batch<S: ControlSpaceReader + ?Sized>(store: &S, batch: Vec<ReadRe
     }
 }
 
+/// The decorator's inner value for the forwarded calls: everything but `settle` and
+/// `control_space` reaches the wrapped store unchanged.
+impl<S> forward::Decorator for GroupCommitStore<S> {
+    type Inner = S;
+    fn inner(&self) -> &S {
+        &self.inner
+    }
+}
+
 #[async_trait]
-impl<S: LifecycleStore + 'static> CommandQueue for GroupCommitStore<S> {
-    async fn claim(&self, request: &ClaimRequest) -> Result<Vec<ClaimedCommand>, StoreError> {
-        self.inner.claim(request).await
-    }
-
-    async fn next_due_in(
-        &self,
-        include_provision: bool,
-    ) -> Result<Option<std::time::Duration>, StoreError> {
-        self.inner.next_due_in(include_provision).await
-    }
-
-    async fn renew_lease(
-        &self,
-        lease: &LeaseToken,
-        lease_duration: std::time::Duration,
-    ) -> Result<LeaseToken, SettleError> {
-        self.inner.renew_lease(lease, lease_duration).await
-    }
-
+impl<S: LifecycleStore + 'static> forward::CommandQueue for GroupCommitStore<S> {
     async fn settle(&self, lease: &LeaseToken, settlement: &Settlement) -> Result<(), SettleError> {
         let (reply, answer) = oneshot::channel();
         let request = SettleRequest {
@@ -391,41 +380,20 @@ impl<S: LifecycleStore + 'static> CommandQueue for GroupCommitStore<S> {
             .await
             .unwrap_or_else(|_| Err(SettleError::Store(stopped())))
     }
-
-    async fn settle_many(
-        &self,
-        items: &[(LeaseToken, Settlement)],
-    ) -> Result<Vec<Result<(), SettleError>>, StoreError> {
-        self.inner.settle_many(items).await
-    }
-
-    async fn latest_provision(
-        &self,
-        tenant_id: &TenantId,
-        control_space_id: &ControlSpaceId,
-    ) -> Result<Option<CommandRecord>, StoreError> {
-        self.inner
-            .latest_provision(tenant_id, control_space_id)
-            .await
-    }
-
-    async fn list_commands(
-        &self,
-        filter: &CommandFilter,
-    ) -> Result<Vec<CommandRecord>, StoreError> {
-        self.inner.list_commands(filter).await
-    }
 }
 
 #[async_trait]
-impl<S: LifecycleStore + 'static> ControlSpaceReader for GroupCommitStore<S> {
+impl<S: LifecycleStore + 'static> forward::ControlSpaceReader for GroupCommitStore<S> {
     async fn control_space(
         &self,
         tenant_id: &TenantId,
         control_space_id: &ControlSpaceId,
     ) -> Result<Option<ControlSpace>, StoreError> {
         let Some(reads) = &self.reads else {
-            return self.inner.control_space(tenant_id, control_space_id).await;
+            return self
+                .inner()
+                .control_space(tenant_id, control_space_id)
+                .await;
         };
         let (reply, answer) = oneshot::channel();
         let request = ReadRequest {
@@ -437,32 +405,9 @@ impl<S: LifecycleStore + 'static> ControlSpaceReader for GroupCommitStore<S> {
         }
         answer.await.unwrap_or_else(|_| Err(stopped()))
     }
-
-    async fn control_spaces(
-        &self,
-        keys: &[(TenantId, ControlSpaceId)],
-    ) -> Result<Vec<Option<ControlSpace>>, StoreError> {
-        self.inner.control_spaces(keys).await
-    }
 }
 
-#[async_trait]
-impl<S: LifecycleStore + 'static> IntakeStore for GroupCommitStore<S> {
-    async fn submit(&self, plan: &IntakePlan) -> Result<Submitted, IntakeStoreError> {
-        self.inner.submit(plan).await
-    }
-
-    async fn submit_many(&self, plans: &[IntakePlan]) -> Vec<Result<Submitted, IntakeStoreError>> {
-        self.inner.submit_many(plans).await
-    }
-
-    async fn command_by_idempotency_key(
-        &self,
-        key: &IdempotencyKey,
-    ) -> Result<Option<CommandRecord>, StoreError> {
-        self.inner.command_by_idempotency_key(key).await
-    }
-}
+impl<S: LifecycleStore + 'static> forward::IntakeStore for GroupCommitStore<S> {}
 
 #[cfg(test)]
 mod tests;

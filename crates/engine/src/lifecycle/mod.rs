@@ -8,56 +8,6 @@
 //! [`GroupCommitStore`], the settles of concurrent dispatches share one transaction (group
 //! commit) and their control-space reads one statement.
 
-/// Test wrappers around a store (`inner`) that change a few calls forward the rest unchanged;
-/// `forward_intake_store!(Wrapper)` writes the [`tenantry_ports::lifecycle::IntakeStore`]
-/// impl, `forward_control_space_reader!(Wrapper)` the
-/// [`tenantry_ports::lifecycle::ControlSpaceReader`] one.
-#[cfg(test)]
-macro_rules! forward_intake_store {
-    ($wrapper:ty) => {
-        #[async_trait::async_trait]
-        impl tenantry_ports::lifecycle::IntakeStore for $wrapper {
-            async fn submit(
-                &self,
-                plan: &tenantry_lifecycle::intake::IntakePlan,
-            ) -> Result<
-                tenantry_ports::lifecycle::Submitted,
-                tenantry_ports::lifecycle::IntakeStoreError,
-            > {
-                self.inner.submit(plan).await
-            }
-            async fn command_by_idempotency_key(
-                &self,
-                key: &tenantry_kernel::IdempotencyKey,
-            ) -> Result<
-                Option<tenantry_lifecycle::CommandRecord>,
-                tenantry_ports::lifecycle::StoreError,
-            > {
-                self.inner.command_by_idempotency_key(key).await
-            }
-        }
-    };
-}
-
-#[cfg(test)]
-macro_rules! forward_control_space_reader {
-    ($wrapper:ty) => {
-        #[async_trait::async_trait]
-        impl tenantry_ports::lifecycle::ControlSpaceReader for $wrapper {
-            async fn control_space(
-                &self,
-                tenant_id: &tenantry_kernel::TenantId,
-                control_space_id: &tenantry_kernel::ControlSpaceId,
-            ) -> Result<
-                Option<tenantry_lifecycle::ControlSpace>,
-                tenantry_ports::lifecycle::StoreError,
-            > {
-                self.inner.control_space(tenant_id, control_space_id).await
-            }
-        }
-    };
-}
-
 mod dispatcher;
 mod group_commit;
 mod intake;

@@ -19,6 +19,7 @@ use tenantry_lifecycle::{
     CommandRecord, CommandStatus, ControlSpace, ControlSpaceState, DeletionProgress,
     DeletionRequest, Operation, ProvisionRequest, RemoteSpace, RevokeAck, RevokeRequest,
 };
+use tenantry_ports::forward;
 use tenantry_ports::lifecycle::fake::{
     FakeKnowledgeFs, InMemoryLifecycleStore, RemoteCall, RemoteFault,
 };

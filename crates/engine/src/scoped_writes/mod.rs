@@ -184,7 +184,7 @@ pub struct FenceEntry {
 ///
 /// use tenantry_engine::scoped_writes::{FenceMode, ScopedWriteError, ScopedWrites};
 /// use tenantry_fence::{Binding, DispatchOutcome, ScopeIdentity};
-/// use tenantry_ports::host_storage::testing::InMemoryHostStorage;
+/// use tenantry_ports::host_storage::fake::InMemoryHostStorage;
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -15,7 +15,7 @@ use tenantry_fence::{
     ScopeIdentity,
 };
 use tenantry_ports::clock::ManualClock;
-use tenantry_ports::host_storage::testing::{InMemoryHostStorage, SetFault};
+use tenantry_ports::host_storage::fake::{InMemoryHostStorage, SetFault};
 use tenantry_ports::host_storage::{HostStorage, HostStorageBindings, HostStorageError};
 use tokio::sync::{Notify, Semaphore};
 

@@ -31,7 +31,7 @@ use tenantry_engine::scoped_writes::admin::ClearTarget;
 use tenantry_engine::scoped_writes::{FenceConfig, FenceMode, ScopedWriteError, ScopedWrites};
 use tenantry_fence::{Binding, DispatchOutcome, FenceMarker, RecordKind, ScopeIdentity};
 use tenantry_ports::clock::{Clock, ManualClock};
-use tenantry_ports::host_storage::testing::InMemoryHostStorage;
+use tenantry_ports::host_storage::fake::InMemoryHostStorage;
 use tenantry_ports::host_storage::{HostStorage, HostStorageBindings, HostStorageError};
 use tokio::task::JoinHandle;
 

@@ -9,7 +9,7 @@ use tenantry_directory::testing::*;
 use tenantry_directory::{DirectoryError, NotReady};
 use tenantry_ports::clock::ManualClock;
 use tenantry_ports::directory::ProviderError;
-use tenantry_ports::directory::testing::{
+use tenantry_ports::directory::fake::{
     HookCall, InMemoryProjectionStore, ProviderCall, RecordingHooks, ScriptedProvider,
 };
 

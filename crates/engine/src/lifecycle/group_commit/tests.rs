@@ -6,10 +6,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use chrono::{DateTime, TimeZone, Utc};
 use tenantry_kernel::{LeaseEpoch, LeaseOwner};
+use tenantry_lifecycle::ClaimedCommand;
 use tenantry_lifecycle::{CommandStatus, ControlSpaceState, Transition};
 use tenantry_ports::clock::ManualClock;
 use tenantry_ports::lifecycle::conformance::create_plan;
 use tenantry_ports::lifecycle::fake::{FakeKnowledgeFs, InMemoryLifecycleStore};
+use tenantry_ports::lifecycle::{ClaimRequest, IntakeStore};
 use tokio::sync::Notify;
 
 use super::*;
@@ -57,21 +59,15 @@ impl Gated {
     }
 }
 
+impl forward::Decorator for Gated {
+    type Inner = InMemoryLifecycleStore;
+    fn inner(&self) -> &InMemoryLifecycleStore {
+        &self.inner
+    }
+}
+
 #[async_trait]
-impl CommandQueue for Gated {
-    async fn claim(&self, request: &ClaimRequest) -> Result<Vec<ClaimedCommand>, StoreError> {
-        self.inner.claim(request).await
-    }
-    async fn renew_lease(
-        &self,
-        lease: &LeaseToken,
-        lease_duration: Duration,
-    ) -> Result<LeaseToken, SettleError> {
-        self.inner.renew_lease(lease, lease_duration).await
-    }
-    async fn settle(&self, lease: &LeaseToken, settlement: &Settlement) -> Result<(), SettleError> {
-        self.inner.settle(lease, settlement).await
-    }
+impl forward::CommandQueue for Gated {
     async fn settle_many(
         &self,
         items: &[(LeaseToken, Settlement)],
@@ -84,32 +80,10 @@ impl CommandQueue for Gated {
             None => self.inner.settle_many(items).await,
         }
     }
-    async fn latest_provision(
-        &self,
-        tenant_id: &TenantId,
-        control_space_id: &ControlSpaceId,
-    ) -> Result<Option<CommandRecord>, StoreError> {
-        self.inner
-            .latest_provision(tenant_id, control_space_id)
-            .await
-    }
-    async fn list_commands(
-        &self,
-        filter: &CommandFilter,
-    ) -> Result<Vec<CommandRecord>, StoreError> {
-        self.inner.list_commands(filter).await
-    }
 }
 
 #[async_trait]
-impl ControlSpaceReader for Gated {
-    async fn control_space(
-        &self,
-        tenant_id: &TenantId,
-        control_space_id: &ControlSpaceId,
-    ) -> Result<Option<ControlSpace>, StoreError> {
-        self.inner.control_space(tenant_id, control_space_id).await
-    }
+impl forward::ControlSpaceReader for Gated {
     async fn control_spaces(
         &self,
         keys: &[(TenantId, ControlSpaceId)],
@@ -120,7 +94,7 @@ impl ControlSpaceReader for Gated {
     }
 }
 
-forward_intake_store!(Gated);
+impl forward::IntakeStore for Gated {}
 
 fn one_at_a_time() -> GroupCommitConfig {
     GroupCommitConfig {

@@ -132,22 +132,15 @@ struct RacingStore {
     raced: Arc<AtomicBool>,
 }
 
+impl forward::Decorator for RacingStore {
+    type Inner = InMemoryLifecycleStore;
+    fn inner(&self) -> &InMemoryLifecycleStore {
+        &self.inner
+    }
+}
+
 #[async_trait]
-impl CommandQueue for RacingStore {
-    async fn claim(
-        &self,
-        request: &ClaimRequest,
-    ) -> Result<Vec<tenantry_lifecycle::ClaimedCommand>, tenantry_ports::lifecycle::StoreError>
-    {
-        self.inner.claim(request).await
-    }
-    async fn renew_lease(
-        &self,
-        lease: &tenantry_lifecycle::LeaseToken,
-        lease_duration: Duration,
-    ) -> Result<tenantry_lifecycle::LeaseToken, tenantry_ports::lifecycle::SettleError> {
-        self.inner.renew_lease(lease, lease_duration).await
-    }
+impl forward::CommandQueue for RacingStore {
     async fn settle(
         &self,
         lease: &tenantry_lifecycle::LeaseToken,
@@ -163,23 +156,10 @@ impl CommandQueue for RacingStore {
         }
         self.inner.settle(lease, settlement).await
     }
-    async fn latest_provision(
-        &self,
-        t: &TenantId,
-        c: &ControlSpaceId,
-    ) -> Result<Option<CommandRecord>, tenantry_ports::lifecycle::StoreError> {
-        self.inner.latest_provision(t, c).await
-    }
-    async fn list_commands(
-        &self,
-        f: &tenantry_ports::lifecycle::CommandFilter,
-    ) -> Result<Vec<CommandRecord>, tenantry_ports::lifecycle::StoreError> {
-        self.inner.list_commands(f).await
-    }
 }
 
-forward_control_space_reader!(RacingStore);
-forward_intake_store!(RacingStore);
+impl forward::ControlSpaceReader for RacingStore {}
+impl forward::IntakeStore for RacingStore {}
 
 #[tokio::test]
 async fn control_space_conflict_at_settle_hands_the_command_back_for_a_re_read() {

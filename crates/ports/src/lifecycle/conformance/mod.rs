@@ -38,6 +38,7 @@ mod failures;
 mod intake;
 mod lease;
 mod list;
+pub mod retention;
 mod sequences;
 mod settle;
 pub use batch::*;

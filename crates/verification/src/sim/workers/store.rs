@@ -5,17 +5,11 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use tenantry_kernel::{ControlSpaceId, IdempotencyKey, TenantId};
-use tenantry_lifecycle::intake::IntakePlan;
-use tenantry_lifecycle::{
-    ClaimedCommand, CommandRecord, CommandStatus, ControlSpace, LeaseToken, Settlement,
-};
+use tenantry_lifecycle::{ClaimedCommand, CommandRecord, CommandStatus, LeaseToken, Settlement};
 use tenantry_ports::clock::{Clock, ManualClock};
+use tenantry_ports::forward;
 use tenantry_ports::lifecycle::fake::InMemoryLifecycleStore;
-use tenantry_ports::lifecycle::{
-    ClaimRequest, CommandFilter, CommandQueue, ControlSpaceReader, IntakeStore, IntakeStoreError,
-    SettleError, StoreError, Submitted,
-};
+use tenantry_ports::lifecycle::{ClaimRequest, CommandQueue, SettleError, StoreError};
 
 use super::{CALLER, LeaseView, Shared, WorkerBug, world};
 
@@ -64,8 +58,15 @@ impl SimStore {
     }
 }
 
+impl forward::Decorator for SimStore {
+    type Inner = InMemoryLifecycleStore;
+    fn inner(&self) -> &InMemoryLifecycleStore {
+        &self.inner
+    }
+}
+
 #[async_trait]
-impl CommandQueue for SimStore {
+impl forward::CommandQueue for SimStore {
     async fn claim(&self, request: &ClaimRequest) -> Result<Vec<ClaimedCommand>, StoreError> {
         let started = self.clock.monotonic();
         self.held_while_stalled("claim").await;
@@ -104,11 +105,6 @@ impl CommandQueue for SimStore {
         }
         Ok(claimed)
     }
-
-    async fn next_due_in(&self, include_provision: bool) -> Result<Option<Duration>, StoreError> {
-        self.inner.next_due_in(include_provision).await
-    }
-
     async fn renew_lease(
         &self,
         lease: &LeaseToken,
@@ -164,7 +160,6 @@ impl CommandQueue for SimStore {
         }
         result
     }
-
     async fn settle(&self, lease: &LeaseToken, settlement: &Settlement) -> Result<(), SettleError> {
         self.held_while_stalled(&format!(
             "settle of {} epoch {}",
@@ -228,46 +223,8 @@ impl CommandQueue for SimStore {
         }
         result
     }
-
-    async fn latest_provision(
-        &self,
-        tenant_id: &TenantId,
-        control_space_id: &ControlSpaceId,
-    ) -> Result<Option<CommandRecord>, StoreError> {
-        self.inner
-            .latest_provision(tenant_id, control_space_id)
-            .await
-    }
-
-    async fn list_commands(
-        &self,
-        filter: &CommandFilter,
-    ) -> Result<Vec<CommandRecord>, StoreError> {
-        self.inner.list_commands(filter).await
-    }
 }
 
-#[async_trait]
-impl ControlSpaceReader for SimStore {
-    async fn control_space(
-        &self,
-        tenant_id: &TenantId,
-        control_space_id: &ControlSpaceId,
-    ) -> Result<Option<ControlSpace>, StoreError> {
-        self.inner.control_space(tenant_id, control_space_id).await
-    }
-}
+impl forward::ControlSpaceReader for SimStore {}
 
-#[async_trait]
-impl IntakeStore for SimStore {
-    async fn submit(&self, plan: &IntakePlan) -> Result<Submitted, IntakeStoreError> {
-        self.inner.submit(plan).await
-    }
-
-    async fn command_by_idempotency_key(
-        &self,
-        key: &IdempotencyKey,
-    ) -> Result<Option<CommandRecord>, StoreError> {
-        self.inner.command_by_idempotency_key(key).await
-    }
-}
+impl forward::IntakeStore for SimStore {}

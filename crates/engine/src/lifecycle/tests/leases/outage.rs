@@ -39,8 +39,15 @@ impl OutageStore {
     }
 }
 
+impl forward::Decorator for OutageStore {
+    type Inner = InMemoryLifecycleStore;
+    fn inner(&self) -> &InMemoryLifecycleStore {
+        &self.inner
+    }
+}
+
 #[async_trait]
-impl CommandQueue for OutageStore {
+impl forward::CommandQueue for OutageStore {
     async fn claim(
         &self,
         request: &ClaimRequest,
@@ -101,10 +108,10 @@ impl CommandQueue for OutageStore {
     }
 }
 
-forward_intake_store!(OutageStore);
+impl forward::IntakeStore for OutageStore {}
 
 #[async_trait]
-impl ControlSpaceReader for OutageStore {
+impl forward::ControlSpaceReader for OutageStore {
     async fn control_space(
         &self,
         t: &TenantId,

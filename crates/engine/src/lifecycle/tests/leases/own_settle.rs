@@ -13,22 +13,15 @@ struct LateAnswerStore {
     answer_delay: Duration,
 }
 
+impl forward::Decorator for LateAnswerStore {
+    type Inner = InMemoryLifecycleStore;
+    fn inner(&self) -> &InMemoryLifecycleStore {
+        &self.inner
+    }
+}
+
 #[async_trait]
-impl CommandQueue for LateAnswerStore {
-    async fn claim(
-        &self,
-        request: &ClaimRequest,
-    ) -> Result<Vec<tenantry_lifecycle::ClaimedCommand>, tenantry_ports::lifecycle::StoreError>
-    {
-        self.inner.claim(request).await
-    }
-    async fn renew_lease(
-        &self,
-        lease: &tenantry_lifecycle::LeaseToken,
-        lease_duration: Duration,
-    ) -> Result<tenantry_lifecycle::LeaseToken, tenantry_ports::lifecycle::SettleError> {
-        self.inner.renew_lease(lease, lease_duration).await
-    }
+impl forward::CommandQueue for LateAnswerStore {
     async fn settle(
         &self,
         lease: &tenantry_lifecycle::LeaseToken,
@@ -38,29 +31,10 @@ impl CommandQueue for LateAnswerStore {
         self.clock.sleep(self.answer_delay).await;
         applied
     }
-    async fn next_due_in(
-        &self,
-        include_provision: bool,
-    ) -> Result<Option<Duration>, tenantry_ports::lifecycle::StoreError> {
-        self.inner.next_due_in(include_provision).await
-    }
-    async fn latest_provision(
-        &self,
-        t: &TenantId,
-        c: &ControlSpaceId,
-    ) -> Result<Option<CommandRecord>, tenantry_ports::lifecycle::StoreError> {
-        self.inner.latest_provision(t, c).await
-    }
-    async fn list_commands(
-        &self,
-        f: &tenantry_ports::lifecycle::CommandFilter,
-    ) -> Result<Vec<CommandRecord>, tenantry_ports::lifecycle::StoreError> {
-        self.inner.list_commands(f).await
-    }
 }
 
-forward_control_space_reader!(LateAnswerStore);
-forward_intake_store!(LateAnswerStore);
+impl forward::ControlSpaceReader for LateAnswerStore {}
+impl forward::IntakeStore for LateAnswerStore {}
 
 /// Case 015's run on virtual time: a lease of 3 s (renewed every second), a remote that
 /// answers after `remote_delay`, and settles answered 1 s after they are applied. Returns

@@ -3,6 +3,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+pub mod retention;
+
 use serde_json::{Value, json};
 use tenantry_fence::Binding;
 
@@ -349,4 +351,62 @@ async fn futures_join<A: std::future::Future, B: std::future::Future>(
     b: B,
 ) -> (A::Output, B::Output) {
     tokio::join!(a, b)
+}
+
+/// Expands to one `#[tokio::test]` per behaviour of
+/// [`host_storage::conformance`](crate::host_storage::conformance).
+///
+/// The argument is an expression evaluated inside each async test that yields
+/// `(guard, storage)`: `guard` lives until the test ends (a temporary database, or `()`),
+/// `storage` implements [`HostStorage`](crate::host_storage::HostStorage). It may use
+/// `.await` and names visible in the invoking module.
+///
+/// Expands to one `#[tokio::test]` function per behaviour, so invoke it at module level of an
+/// integration test (e.g. `tests/host_storage.rs`).
+///
+/// # What the test crate needs
+/// - the storage implements [`HostStorage`](crate::host_storage::HostStorage) (`Send + Sync`);
+/// - dev-dependencies: `tenantry-ports` with features `fences` (default) and `testing`,
+///   `tokio` with features `macros` and `rt`.
+///
+/// # Example
+/// The suite against the in-memory fake; an adapter returns its own storage and keeps its
+/// database alive in the guard, e.g. `{ let db = fresh_database().await; let s =
+/// SeaOrmHostStorage::new(&db.db); (db, s) }` with `tenantry-store-seaorm`'s
+/// `testing` feature.
+/// ```
+/// use tenantry_ports::host_storage::fake::InMemoryHostStorage;
+///
+/// tenantry_ports::host_storage_conformance!(((), InMemoryHostStorage::new()));
+/// # fn main() {}
+/// ```
+#[macro_export]
+macro_rules! host_storage_conformance {
+    ($ctor:expr) => {
+        $crate::host_storage_conformance!(@tests $ctor;
+            missing_key_reads_none,
+            set_then_get_round_trips_json,
+            set_overwrites_existing_value,
+            null_is_a_tombstone_and_stays_listed,
+            keys_are_listed_sorted_per_binding,
+            bindings_are_isolated,
+            invalid_keys_are_refused,
+            large_value_round_trips,
+            concurrent_sets_leave_one_value,
+            compare_and_set_swaps_only_the_expected_value,
+            answers_now_agree_with_the_async_methods,
+            bindings_with_key_prefix_lists_each_holder_once,
+            records_with_key_prefix_reads_live_records_at_once,
+            now_ms_reads_the_store_clock,
+        );
+    };
+    (@tests $ctor:expr; $($name:ident),* $(,)?) => {
+        $(
+            #[::tokio::test]
+            async fn $name() {
+                let (_guard, storage) = $ctor;
+                $crate::host_storage::conformance::$name(&storage).await;
+            }
+        )*
+    };
 }

@@ -1,14 +1,12 @@
-//! Test doubles of the directory ports and the projection-store conformance suite.
+//! Test doubles of the directory ports (the fakes).
 //!
 //! - [`ScriptedProvider`]: answers from queues the test fills, records every call;
 //! - [`InMemoryProjectionStore`]: the reference semantics of `tenantry_directory::memory`
 //!   behind a mutex, with injectable storage failures;
 //! - [`RecordingHooks`]: records post-commit hook calls and fails on demand;
-//! - [`DirectoryFixtureStore`]: what the suite needs beyond the ports (seed local rows; the
-//!   dump is the read port [`ProjectionTablesReader`]); every adapter implements it under its
-//!   own `testing` feature;
-//! - [`directory_projection_store_conformance!`](crate::directory_projection_store_conformance):
-//!   one `#[tokio::test]` per behaviour of [`conformance`].
+//!
+//! The in-memory store implements [`DirectoryFixtureStore`], what the suite of
+//! [`conformance`](super::conformance) needs beyond the ports.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -20,6 +18,7 @@ use tenantry_directory::{
     DirectorySnapshot, InstanceUuid, ProjectionState, ProjectionTables, WorkspaceUuid,
 };
 
+use super::conformance::DirectoryFixtureStore;
 use crate::clock::{Clock, SystemClock};
 
 use super::{
@@ -28,23 +27,8 @@ use super::{
     RuntimeExecutionPublisher, SnapshotApplier,
 };
 
-pub mod conformance;
-
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-/// What the conformance suite needs from a store beyond the ports: the read port
-/// [`ProjectionTablesReader`] plus seeding.
-#[async_trait]
-pub trait DirectoryFixtureStore: ProjectionTablesReader {
-    /// Every row of every projected table ([`ProjectionTablesReader::read_tables`]).
-    async fn dump_tables(&self) -> Result<ProjectionTables, ProjectionStoreError> {
-        self.read_tables().await
-    }
-
-    /// Upserts every row of `rows` as is (local accounts, platform-owned memberships, ...).
-    async fn seed_rows(&self, rows: &ProjectionTables) -> Result<(), ProjectionStoreError>;
 }
 
 // ----- provider -----

@@ -4,9 +4,16 @@
 //!
 //! The rules of what is expired are the domain crates' (`tenantry_lifecycle::retention`,
 //! `tenantry_directory::retention`, `tenantry_fence::retention`); an adapter expresses them in its own query language and
-//! the conformance suite ([`retention_store_conformance!`](crate::retention_store_conformance),
-//! feature `testing`) checks that it agrees with them. The use case that drives the port is
-//! `tenantry_engine::retention` (docs/operations.md, "Retention").
+//! the conformance suites (feature `testing`) check that it agrees with them. The use case that
+//! drives the port is `tenantry_engine::retention` (docs/operations.md, "Retention").
+//!
+//! The port cuts across the mechanisms, so its fakes and suites live with the mechanism whose
+//! history they cover (the mechanism modules depend on this one, never the reverse):
+//! `lifecycle::fake::InMemoryLifecycleStore` and `lifecycle::conformance::retention`
+//! ([`retention_store_conformance!`](crate::retention_store_conformance)) for the lifecycle
+//! kinds, `host_storage::fake::InMemoryHostStorage` and `host_storage::conformance::retention`
+//! ([`fence_retention_conformance!`](macro@crate::fence_retention_conformance)) for cleared
+//! fence records.
 
 use std::time::Duration;
 

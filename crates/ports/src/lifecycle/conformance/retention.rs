@@ -53,7 +53,7 @@ macro_rules! retention_store_conformance {
             async fn $case() {
                 let clock = $crate::clock::ManualClock::new($crate::lifecycle::conformance::t(0));
                 let (store, retention, _guard) = ($make)(clock.clone()).await;
-                $crate::retention_conformance::$case(store, retention, clock).await;
+                $crate::lifecycle::conformance::retention::$case(store, retention, clock).await;
             }
         )*
     };

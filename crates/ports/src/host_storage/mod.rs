@@ -367,4 +367,6 @@ pub fn validate_key(key: &str) -> Result<(), HostStorageError> {
 pub mod metrics;
 
 #[cfg(feature = "testing")]
-pub mod testing;
+pub mod conformance;
+#[cfg(feature = "testing")]
+pub mod fake;

@@ -43,10 +43,10 @@ macro_rules! fence_retention_conformance {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn $case() {
                 let clock = $crate::clock::ManualClock::new(
-                    $crate::fence_retention_conformance::t(0),
+                    $crate::host_storage::conformance::retention::t(0),
                 );
                 let (storage, retention, _guard) = ($make)(clock.clone()).await;
-                $crate::fence_retention_conformance::$case(storage, retention, clock).await;
+                $crate::host_storage::conformance::retention::$case(storage, retention, clock).await;
             }
         )*
     };

@@ -6,8 +6,9 @@
 //! [`LookupKeys`], calls the pure planner (`tenantry_directory::plan`) and upserts what it
 //! returns. A refused input ([`ProjectionStoreError::Rejected`]) changes nothing.
 //!
-//! Feature `testing` adds the module `testing`: a scripted provider, an in-memory store,
-//! recording hooks and the `directory_projection_store_conformance!` suite.
+//! Feature `testing` adds [`fake`] (a scripted provider, an in-memory store, recording hooks)
+//! and [`conformance`] (the projection-store suite, run by
+//! [`directory_projection_store_conformance!`](crate::directory_projection_store_conformance)).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -460,4 +461,6 @@ impl RuntimeExecutionPublisher for NoHooks {
 }
 
 #[cfg(feature = "testing")]
-pub mod testing;
+pub mod conformance;
+#[cfg(feature = "testing")]
+pub mod fake;

@@ -4,6 +4,7 @@
 //! Most checks replay the same inputs on the store and on the in-memory reference tables
 //! (`tenantry_directory::memory`) and require equal outcomes and equal table dumps, so an
 //! adapter must select, plan and write exactly like the reference.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod apply;
 mod refusals;
@@ -26,8 +27,22 @@ use tenantry_directory::{
     WorkspaceRow,
 };
 
-use super::DirectoryFixtureStore;
-use crate::directory::{DirectoryProjectionStore, ProjectionStoreError};
+use async_trait::async_trait;
+
+use crate::directory::{DirectoryProjectionStore, ProjectionStoreError, ProjectionTablesReader};
+
+/// What the conformance suite needs from a store beyond the ports: the read port
+/// [`ProjectionTablesReader`] plus seeding.
+#[async_trait]
+pub trait DirectoryFixtureStore: ProjectionTablesReader {
+    /// Every row of every projected table ([`ProjectionTablesReader::read_tables`]).
+    async fn dump_tables(&self) -> Result<ProjectionTables, ProjectionStoreError> {
+        self.read_tables().await
+    }
+
+    /// Upserts every row of `rows` as is (local accounts, platform-owned memberships, ...).
+    async fn seed_rows(&self, rows: &ProjectionTables) -> Result<(), ProjectionStoreError>;
+}
 
 /// A store the suite can drive.
 pub trait SuiteStore: DirectoryProjectionStore + DirectoryFixtureStore {}
@@ -234,7 +249,7 @@ fn local_account(uuid: &str, email: &str) -> AccountRow {
 ///
 /// # What the store and the test crate need
 /// - the store implements [`DirectoryProjectionStore`](crate::directory::DirectoryProjectionStore)
-///   and [`DirectoryFixtureStore`](crate::directory::testing::DirectoryFixtureStore) (dump
+///   and [`DirectoryFixtureStore`](crate::directory::conformance::DirectoryFixtureStore) (dump
 ///   every table, seed local rows: the suite compares whole tables with the reference);
 /// - dev-dependencies: `tenantry-ports` with features `directory` (default) and `testing`, and
 ///   `tokio` with features `macros` and `rt-multi-thread` (the cases run on two workers).
@@ -242,7 +257,7 @@ fn local_account(uuid: &str, email: &str) -> AccountRow {
 /// # Example
 /// The suite against the in-memory fake:
 /// ```
-/// use tenantry_ports::directory::testing::InMemoryProjectionStore;
+/// use tenantry_ports::directory::fake::InMemoryProjectionStore;
 ///
 /// tenantry_ports::directory_projection_store_conformance!(((), InMemoryProjectionStore::new()));
 /// # fn main() {}
@@ -275,7 +290,7 @@ macro_rules! directory_projection_store_conformance {
             #[::tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn $name() {
                 let (_guard, store) = $ctor;
-                $crate::directory::testing::conformance::$name(&store).await;
+                $crate::directory::conformance::$name(&store).await;
             }
         )*
     };

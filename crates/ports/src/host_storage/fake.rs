@@ -1,4 +1,4 @@
-//! In-memory host storage with fault injection, and the conformance suite every adapter runs.
+//! In-memory host storage with fault injection (the fake of the host-storage port).
 //!
 //! [`InMemoryHostStorage`] keeps each record as a parsed JSON value shared by reference count
 //! (`Arc<Value>`; or, for a damaged record planted by a test, its raw text) per
@@ -10,10 +10,6 @@
 //! storing, which is exactly the ambiguity fences exist for). It stamps each write with its
 //! clock (the system clock unless [`InMemoryHostStorage::with_clock`]) and is the fake of the
 //! retention port for cleared fence records (`tenantry_fence::retention`).
-//!
-//! [`host_storage_conformance!`](crate::host_storage_conformance) expands to one
-//! `#[tokio::test]` per behaviour in [`conformance`]; every adapter invokes it with its own
-//! constructor.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeMap;
@@ -28,8 +24,6 @@ use super::{HostStorage, HostStorageBindings, HostStorageError, PrefixedRecord, 
 use crate::clock::Clock;
 use crate::error::StoreError;
 use crate::retention::{PruneBatch, RetentionKind, RetentionStore, cutoff};
-
-pub mod conformance;
 
 /// When an injected `set` failure happens.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -107,7 +101,7 @@ pub struct Calls {
 /// use serde_json::json;
 /// use tenantry_fence::Binding;
 /// use tenantry_ports::host_storage::HostStorage;
-/// use tenantry_ports::host_storage::testing::{InMemoryHostStorage, SetFault};
+/// use tenantry_ports::host_storage::fake::{InMemoryHostStorage, SetFault};
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -552,62 +546,4 @@ impl RetentionStore for InMemoryHostStorage {
 
 fn unavailable(operation: &'static str) -> HostStorageError {
     HostStorageError::unavailable(operation, "injected fault")
-}
-
-/// Expands to one `#[tokio::test]` per behaviour of
-/// [`host_storage::testing::conformance`](crate::host_storage::testing::conformance).
-///
-/// The argument is an expression evaluated inside each async test that yields
-/// `(guard, storage)`: `guard` lives until the test ends (a temporary database, or `()`),
-/// `storage` implements [`HostStorage`](crate::host_storage::HostStorage). It may use
-/// `.await` and names visible in the invoking module.
-///
-/// Expands to one `#[tokio::test]` function per behaviour, so invoke it at module level of an
-/// integration test (e.g. `tests/host_storage.rs`).
-///
-/// # What the test crate needs
-/// - the storage implements [`HostStorage`](crate::host_storage::HostStorage) (`Send + Sync`);
-/// - dev-dependencies: `tenantry-ports` with features `fences` (default) and `testing`,
-///   `tokio` with features `macros` and `rt`.
-///
-/// # Example
-/// The suite against the in-memory fake; an adapter returns its own storage and keeps its
-/// database alive in the guard, e.g. `{ let db = fresh_database().await; let s =
-/// SeaOrmHostStorage::new(&db.db); (db, s) }` with `tenantry-store-seaorm`'s
-/// `testing` feature.
-/// ```
-/// use tenantry_ports::host_storage::testing::InMemoryHostStorage;
-///
-/// tenantry_ports::host_storage_conformance!(((), InMemoryHostStorage::new()));
-/// # fn main() {}
-/// ```
-#[macro_export]
-macro_rules! host_storage_conformance {
-    ($ctor:expr) => {
-        $crate::host_storage_conformance!(@tests $ctor;
-            missing_key_reads_none,
-            set_then_get_round_trips_json,
-            set_overwrites_existing_value,
-            null_is_a_tombstone_and_stays_listed,
-            keys_are_listed_sorted_per_binding,
-            bindings_are_isolated,
-            invalid_keys_are_refused,
-            large_value_round_trips,
-            concurrent_sets_leave_one_value,
-            compare_and_set_swaps_only_the_expected_value,
-            answers_now_agree_with_the_async_methods,
-            bindings_with_key_prefix_lists_each_holder_once,
-            records_with_key_prefix_reads_live_records_at_once,
-            now_ms_reads_the_store_clock,
-        );
-    };
-    (@tests $ctor:expr; $($name:ident),* $(,)?) => {
-        $(
-            #[::tokio::test]
-            async fn $name() {
-                let (_guard, storage) = $ctor;
-                $crate::host_storage::testing::conformance::$name(&storage).await;
-            }
-        )*
-    };
 }
