@@ -49,6 +49,26 @@ use std::collections::HashSet;
 pub use sea_orm_migration::prelude::*;
 use sea_orm_migration::sea_orm::{DatabaseConnection, Statement, TransactionTrait};
 
+/// Implements `MigrationTrait` for the module's `Migration` as every Tenantry migration is:
+/// one transaction with its history row on both backends ([`ATOMIC_STEPS`]), then the `up` and
+/// `down` bodies given, with the `SchemaManager` bound to the name between the bars:
+/// `atomic_migration! { |manager| up { … } down { … } }`.
+macro_rules! atomic_migration {
+    (|$manager:ident| up $up:block down $down:block) => {
+        #[async_trait::async_trait]
+        impl MigrationTrait for Migration {
+            /// One transaction with its history row on both backends ([`crate::ATOMIC_STEPS`]).
+            fn use_transaction(&self) -> Option<bool> {
+                crate::ATOMIC_STEPS
+            }
+
+            async fn up(&self, $manager: &SchemaManager) -> Result<(), DbErr> $up
+
+            async fn down(&self, $manager: &SchemaManager) -> Result<(), DbErr> $down
+        }
+    };
+}
+
 pub mod m0001_lifecycle;
 pub mod m0002_host_storage;
 pub mod m0003_directory;

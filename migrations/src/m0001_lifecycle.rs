@@ -59,14 +59,10 @@ enum LifecycleOutbox {
 const CONTROL_SPACES: &str = "control_spaces";
 const OUTBOX: &str = "lifecycle_outbox";
 
-#[async_trait::async_trait]
-impl MigrationTrait for Migration {
-    /// One transaction with its history row on both backends ([`crate::ATOMIC_STEPS`]).
-    fn use_transaction(&self) -> Option<bool> {
-        crate::ATOMIC_STEPS
-    }
+atomic_migration! {
+    |manager|
 
-    async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+    up {
         ensure_no_unadopted_history(manager, CONTROL_SPACES, "m0001_lifecycle").await?;
         let names = Naming::Prefixed;
         for table in [CONTROL_SPACES, OUTBOX] {
@@ -149,7 +145,7 @@ impl MigrationTrait for Migration {
         Ok(())
     }
 
-    async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+    down {
         let names = Naming::detect(manager, OUTBOX).await?;
         manager
             .drop_table(Table::drop().table(names.iden(OUTBOX)).to_owned())

@@ -20,14 +20,10 @@ enum HostStorage {
     Value,
 }
 
-#[async_trait::async_trait]
-impl MigrationTrait for Migration {
-    /// One transaction with its history row on both backends ([`crate::ATOMIC_STEPS`]).
-    fn use_transaction(&self) -> Option<bool> {
-        crate::ATOMIC_STEPS
-    }
+atomic_migration! {
+    |manager|
 
-    async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+    up {
         ensure_no_unadopted_history(manager, HOST_STORAGE, "m0002_host_storage").await?;
         let names = Naming::Prefixed;
         ensure_absent(
@@ -53,7 +49,7 @@ impl MigrationTrait for Migration {
             .await
     }
 
-    async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+    down {
         let names = Naming::detect(manager, HOST_STORAGE).await?;
         manager
             .drop_table(Table::drop().table(names.iden(HOST_STORAGE)).to_owned())

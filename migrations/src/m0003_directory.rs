@@ -111,14 +111,10 @@ fn id<T: IntoIden>(col: T) -> ColumnDef {
     varchar(col, 255).to_owned()
 }
 
-#[async_trait::async_trait]
-impl MigrationTrait for Migration {
-    /// One transaction with its history row on both backends ([`crate::ATOMIC_STEPS`]).
-    fn use_transaction(&self) -> Option<bool> {
-        crate::ATOMIC_STEPS
-    }
+atomic_migration! {
+    |manager|
 
-    async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+    up {
         ensure_no_unadopted_history(manager, ACCOUNTS, "m0003_directory").await?;
         let names = Naming::Prefixed;
         for table in TABLES {
@@ -249,7 +245,7 @@ impl MigrationTrait for Migration {
         Ok(())
     }
 
-    async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+    down {
         let names = Naming::detect(manager, ACCOUNTS).await?;
         for table in TABLES.into_iter().rev() {
             manager

@@ -35,14 +35,10 @@ const OUTBOX: &str = "lifecycle_outbox";
 const CLAIM_INDEX: &str = "ix_lifecycle_outbox_claim";
 const DUE_INDEX: &str = "ix_lifecycle_outbox_due";
 
-#[async_trait::async_trait]
-impl MigrationTrait for Migration {
-    /// One transaction with its history row on both backends ([`crate::ATOMIC_STEPS`]).
-    fn use_transaction(&self) -> Option<bool> {
-        crate::ATOMIC_STEPS
-    }
+atomic_migration! {
+    |manager|
 
-    async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+    up {
         let names = Naming::detect(manager, OUTBOX).await?;
         manager
             .create_index(
@@ -69,7 +65,7 @@ impl MigrationTrait for Migration {
         Ok(())
     }
 
-    async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+    down {
         let names = Naming::detect(manager, OUTBOX).await?;
         if manager.get_database_backend() == sea_orm::DatabaseBackend::Postgres {
             manager

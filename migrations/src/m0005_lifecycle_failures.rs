@@ -52,14 +52,10 @@ const ACTIONS: &str = "lifecycle_command_actions";
 const FAILED_INDEX: &str = "ix_lifecycle_outbox_failed";
 const ACTIONS_INDEX: &str = "ix_lifecycle_command_actions_command";
 
-#[async_trait::async_trait]
-impl MigrationTrait for Migration {
-    /// One transaction with its history row on both backends ([`crate::ATOMIC_STEPS`]).
-    fn use_transaction(&self) -> Option<bool> {
-        crate::ATOMIC_STEPS
-    }
+atomic_migration! {
+    |manager|
 
-    async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+    up {
         let names = Naming::detect(manager, OUTBOX).await?;
         ensure_absent(
             manager,
@@ -115,7 +111,7 @@ impl MigrationTrait for Migration {
             .await
     }
 
-    async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+    down {
         let names = Naming::detect(manager, OUTBOX).await?;
         manager
             .drop_table(Table::drop().table(names.iden(ACTIONS)).to_owned())

@@ -31,14 +31,10 @@ enum LifecycleOutbox {
     PriorWindowEndsAt,
 }
 
-#[async_trait::async_trait]
-impl MigrationTrait for Migration {
-    /// One transaction with its history row on both backends ([`crate::ATOMIC_STEPS`]).
-    fn use_transaction(&self) -> Option<bool> {
-        crate::ATOMIC_STEPS
-    }
+atomic_migration! {
+    |manager|
 
-    async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+    up {
         let names = Naming::detect(manager, OUTBOX).await?;
         names
             .alter_table(manager, OUTBOX, |t| {
@@ -62,7 +58,7 @@ impl MigrationTrait for Migration {
         Ok(())
     }
 
-    async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+    down {
         let names = Naming::detect(manager, OUTBOX).await?;
         names
             .alter_table(manager, OUTBOX, |t| {

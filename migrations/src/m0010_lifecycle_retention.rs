@@ -25,14 +25,10 @@ const ACTIONS: &str = "lifecycle_command_actions";
 const FINISHED_INDEX: &str = "ix_lifecycle_outbox_finished";
 const ACTIONS_INDEX: &str = "ix_lifecycle_command_actions_created";
 
-#[async_trait::async_trait]
-impl MigrationTrait for Migration {
-    /// One transaction with its history row on both backends ([`crate::ATOMIC_STEPS`]).
-    fn use_transaction(&self) -> Option<bool> {
-        crate::ATOMIC_STEPS
-    }
+atomic_migration! {
+    |manager|
 
-    async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+    up {
         let naming = Naming::Prefixed;
         naming
             .create_index(manager, OUTBOX, FINISHED_INDEX, "completed_at", |index| {
@@ -44,7 +40,7 @@ impl MigrationTrait for Migration {
             .await
     }
 
-    async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+    down {
         let naming = Naming::Prefixed;
         naming.drop_index(manager, ACTIONS, ACTIONS_INDEX).await?;
         naming.drop_index(manager, OUTBOX, FINISHED_INDEX).await

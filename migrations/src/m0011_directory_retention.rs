@@ -17,20 +17,16 @@ pub struct Migration;
 const INBOX: &str = "directory_projection_inbox";
 const RECEIVED_INDEX: &str = "ix_directory_projection_inbox_received";
 
-#[async_trait::async_trait]
-impl MigrationTrait for Migration {
-    /// One transaction with its history row on both backends ([`crate::ATOMIC_STEPS`]).
-    fn use_transaction(&self) -> Option<bool> {
-        crate::ATOMIC_STEPS
-    }
+atomic_migration! {
+    |manager|
 
-    async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+    up {
         Naming::Prefixed
             .create_index(manager, INBOX, RECEIVED_INDEX, "received_at", |index| index)
             .await
     }
 
-    async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+    down {
         Naming::Prefixed
             .drop_index(manager, INBOX, RECEIVED_INDEX)
             .await

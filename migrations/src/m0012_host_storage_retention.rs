@@ -34,14 +34,10 @@ enum HostStorage {
     UpdatedAt,
 }
 
-#[async_trait::async_trait]
-impl MigrationTrait for Migration {
-    /// One transaction with its history row on both backends ([`crate::ATOMIC_STEPS`]).
-    fn use_transaction(&self) -> Option<bool> {
-        crate::ATOMIC_STEPS
-    }
+atomic_migration! {
+    |manager|
 
-    async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+    up {
         let naming = Naming::Prefixed;
         naming
             .alter_table(manager, HOST_STORAGE, |t| {
@@ -70,7 +66,7 @@ impl MigrationTrait for Migration {
             .await
     }
 
-    async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+    down {
         let naming = Naming::Prefixed;
         naming
             .drop_index(manager, HOST_STORAGE, CLEARED_INDEX)

@@ -46,14 +46,10 @@ enum AttemptErrors {
     Actor,
 }
 
-#[async_trait::async_trait]
-impl MigrationTrait for Migration {
-    /// One transaction with its history row on both backends ([`crate::ATOMIC_STEPS`]).
-    fn use_transaction(&self) -> Option<bool> {
-        crate::ATOMIC_STEPS
-    }
+atomic_migration! {
+    |manager|
 
-    async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+    up {
         let naming = Naming::Prefixed;
         ensure_absent(
             manager,
@@ -91,7 +87,7 @@ impl MigrationTrait for Migration {
             .await
     }
 
-    async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+    down {
         let naming = Naming::Prefixed;
         manager
             .drop_table(Table::drop().table(naming.iden(ERRORS)).to_owned())

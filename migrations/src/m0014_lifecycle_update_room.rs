@@ -59,14 +59,10 @@ async fn alter(manager: &SchemaManager<'_>, table: &str, change: &str) -> Result
         .map(|_| ())
 }
 
-#[async_trait::async_trait]
-impl MigrationTrait for Migration {
-    /// One transaction with its history row on both backends ([`crate::ATOMIC_STEPS`]).
-    fn use_transaction(&self) -> Option<bool> {
-        crate::ATOMIC_STEPS
-    }
+atomic_migration! {
+    |manager|
 
-    async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+    up {
         alter(
             manager,
             OUTBOX,
@@ -81,7 +77,7 @@ impl MigrationTrait for Migration {
         .await
     }
 
-    async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+    down {
         alter(manager, CONTROL_SPACES, "RESET (fillfactor)").await?;
         alter(
             manager,

@@ -24,14 +24,10 @@ enum LifecycleOutbox {
     TraceContext,
 }
 
-#[async_trait::async_trait]
-impl MigrationTrait for Migration {
-    /// One transaction with its history row on both backends ([`crate::ATOMIC_STEPS`]).
-    fn use_transaction(&self) -> Option<bool> {
-        crate::ATOMIC_STEPS
-    }
+atomic_migration! {
+    |manager|
 
-    async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+    up {
         Naming::Prefixed
             .alter_table(manager, OUTBOX, |t| {
                 t.add_column(string_null(LifecycleOutbox::TraceContext))
@@ -39,7 +35,7 @@ impl MigrationTrait for Migration {
             .await
     }
 
-    async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+    down {
         Naming::Prefixed
             .alter_table(manager, OUTBOX, |t| {
                 t.drop_column(LifecycleOutbox::TraceContext)

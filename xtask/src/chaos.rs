@@ -59,6 +59,16 @@ pub fn run(root: &Path, args: &ChaosArgs) -> ExitCode {
     }
 }
 
+/// The harness's arguments naming the PostgreSQL server it runs on: its URL and the folder of
+/// its binaries (`psql`, `pg_ctl`).
+fn server_args<'a>(harness: &'a mut Command, url: &str, bindir: &Path) -> &'a mut Command {
+    harness
+        .arg("--database")
+        .arg(url)
+        .arg("--pg-bindir")
+        .arg(bindir)
+}
+
 fn run_inner(root: &Path, args: &ChaosArgs) -> Result<ExitCode, String> {
     // The binaries are where cargo builds them (`CARGO_TARGET_DIR` honoured), never a stale
     // copy under `./target`.
@@ -66,37 +76,26 @@ fn run_inner(root: &Path, args: &ChaosArgs) -> Result<ExitCode, String> {
     let profile_dir = target.join(if args.debug { "debug" } else { "release" });
     let out = target.join("chaos");
     std::fs::create_dir_all(&out).map_err(|e| format!("create {}: {e}", out.display()))?;
-    let mut tenantry = profile_dir.join("tenantry");
-    if args.planted_bug {
-        build(
-            root,
-            args.debug,
-            &[
-                "-p",
-                "tenantry-chaos",
-                "--bin",
-                "tenantry-chaos-planted-replica",
-            ],
-        )?;
-        tenantry = profile_dir.join("tenantry-chaos-planted-replica");
-    }
     build(
         root,
         args.debug,
         &["-p", "tenantry-app", "--bin", "tenantry"],
     )?;
-    build(
-        root,
-        args.debug,
-        &[
-            "-p",
-            "tenantry-chaos",
-            "--bin",
-            "tenantry-chaos",
-            "--bin",
-            "tenantry-chaos-fence-writer",
-        ],
-    )?;
+    let mut chaos_bins = vec![
+        "-p",
+        "tenantry-chaos",
+        "--bin",
+        "tenantry-chaos",
+        "--bin",
+        "tenantry-chaos-fence-writer",
+    ];
+    let tenantry = if args.planted_bug {
+        chaos_bins.extend(["--bin", "tenantry-chaos-planted-replica"]);
+        profile_dir.join("tenantry-chaos-planted-replica")
+    } else {
+        profile_dir.join("tenantry")
+    };
+    build(root, args.debug, &chaos_bins)?;
 
     let harness_bin = profile_dir.join("tenantry-chaos");
     let mut harness = Command::new(&harness_bin);
@@ -114,11 +113,7 @@ fn run_inner(root: &Path, args: &ChaosArgs) -> Result<ExitCode, String> {
             formation.url(),
             formation.dir().display()
         );
-        harness
-            .arg("--database")
-            .arg(formation.url())
-            .arg("--pg-bindir")
-            .arg(formation.bindir())
+        server_args(&mut harness, &formation.url(), formation.bindir())
             .arg("--ha-monitor")
             .arg(formation.monitor_dir());
         if formation.runs_as_postgres() {
@@ -144,11 +139,7 @@ fn run_inner(root: &Path, args: &ChaosArgs) -> Result<ExitCode, String> {
             cluster.url(),
             cluster.dir().display()
         );
-        harness
-            .arg("--database")
-            .arg(cluster.url())
-            .arg("--pg-bindir")
-            .arg(cluster.bindir())
+        server_args(&mut harness, &cluster.url(), cluster.bindir())
             .arg("--pg-data")
             .arg(cluster.dir().join("data"))
             .arg("--pg-log")

@@ -3,7 +3,7 @@
 //!
 //! Wake-ups: one [`Wakeups`] signal per service wakes its idle workers when its admin API
 //! enqueues a command and, on PostgreSQL, when the process's listener connection
-//! ([`WakeListener`]) sees another process's `NOTIFY`; the idle poll stays the backstop.
+//! ([`crate::stores::Stores::spawn_wake_listener`]) sees another process's `NOTIFY`; the idle poll stays the backstop.
 //!
 //! Shutdown order: `/readyz` turns 503, workers stop claiming, the HTTP server stops
 //! accepting and finishes open requests, in-flight dispatches get up to `shutdown_grace` to
@@ -499,57 +499,5 @@ pub async fn shutdown_signal() {
     tokio::select! {
         () = interrupt => tracing::info!("SIGINT received"),
         () = terminate => tracing::info!("SIGTERM received"),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use std::path::{Path, PathBuf};
-
-    /// Every `.rs` file below `dir`.
-    fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-        for entry in std::fs::read_dir(dir).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                rust_files(&path, out);
-            } else if path.extension().is_some_and(|e| e == "rs") {
-                out.push(path);
-            }
-        }
-    }
-
-    /// One clock per process: outside comments, `use` lines and unit-test modules the crate
-    /// names `SystemClock` only in [`super::system_clock`], so every component gets the
-    /// instance the wiring hands it instead of defaulting to a clock of its own.
-    #[test]
-    fn system_clock_is_constructed_in_one_place_only() {
-        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-        let mut files = Vec::new();
-        rust_files(&src, &mut files);
-        let mut places = Vec::new();
-        for file in files {
-            let text = std::fs::read_to_string(&file).unwrap();
-            let shipped = text
-                .split("#[cfg(test)]\nmod tests")
-                .next()
-                .unwrap_or_default();
-            for (n, line) in shipped.lines().enumerate() {
-                let code = line.split("//").next().unwrap_or_default().trim();
-                if code.contains("SystemClock") && !code.starts_with("use ") {
-                    let relative = file.strip_prefix(&src).unwrap().display().to_string();
-                    places.push(format!("src/{relative}:{}: {code}", n + 1));
-                }
-            }
-        }
-        assert_eq!(
-            places.len(),
-            1,
-            "construct the SystemClock only in service::system_clock and hand that clock \
-             down; found: {places:#?}"
-        );
-        assert!(
-            places[0].starts_with("src/service.rs") && places[0].contains("Arc::new(SystemClock)"),
-            "{places:#?}"
-        );
     }
 }

@@ -57,6 +57,19 @@ fn admin_client(ca_file: &std::path::Path) -> reqwest::Client {
 }
 
 /// Polls `GET url` (with the admin token) until `ready` accepts the body; panics after 30 s.
+/// Asks the admin API at `base` to create control space `cs1` of tenant `t1`; asserts 202.
+async fn create_cs1(http: &reqwest::Client, base: &str) {
+    let created = http
+        .post(format!("{base}/v1/tenants/t1/control-spaces"))
+        .bearer_auth(TOKEN)
+        .header("Idempotency-Key", "create-t1-cs1")
+        .json(&json!({"control_space_id": "cs1", "name": "N", "slug": "n"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(created.status().as_u16(), 202);
+}
+
 async fn wait_for(http: &reqwest::Client, url: &str, ready: impl Fn(&Value) -> bool) -> Value {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     loop {
@@ -97,15 +110,7 @@ async fn case_011_https_remote_command_completes() {
     let service = Service::start(&config, db.db.clone()).await.unwrap();
     let base = format!("http://{}", service.addr());
     let http = admin_client(&p.ca_file);
-    let created = http
-        .post(format!("{base}/v1/tenants/t1/control-spaces"))
-        .bearer_auth(TOKEN)
-        .header("Idempotency-Key", "create-t1-cs1")
-        .json(&json!({"control_space_id": "cs1", "name": "N", "slug": "n"}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(created.status().as_u16(), 202);
+    create_cs1(&http, &base).await;
     let space = wait_for(
         &http,
         &format!("{base}/v1/tenants/t1/control-spaces/cs1"),
@@ -135,15 +140,7 @@ async fn an_untrusted_https_remote_is_recorded_as_a_connection_failure() {
     let service = Service::start(&config, db.db.clone()).await.unwrap();
     let base = format!("http://{}", service.addr());
     let http = admin_client(&p.ca_file);
-    let created = http
-        .post(format!("{base}/v1/tenants/t1/control-spaces"))
-        .bearer_auth(TOKEN)
-        .header("Idempotency-Key", "create-t1-cs1")
-        .json(&json!({"control_space_id": "cs1", "name": "N", "slug": "n"}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(created.status().as_u16(), 202);
+    create_cs1(&http, &base).await;
     let commands = wait_for(&http, &format!("{base}/v1/commands"), |body| {
         body["items"][0]["last_error"]["code"].is_string()
     })

@@ -10,7 +10,7 @@ use sea_orm::{
 };
 use tenantry_engine::lifecycle::{Dispatcher, DispatcherConfig, IntakeFailure};
 use tenantry_kernel::{ControlSpaceId, IdempotencyKey, LeaseOwner, TenantId};
-use tenantry_lifecycle::intake::{CreateControlSpace, IntakeError, RequestDeletion};
+use tenantry_lifecycle::intake::{CreateControlSpace, IntakeError, IntakeReceipt, RequestDeletion};
 use tenantry_lifecycle::{ControlSpaceState, Operation};
 use tenantry_ports::lifecycle::fake::FakeKnowledgeFs;
 use tenantry_ports::lifecycle::{ControlSpaceReader, IntakeStore};
@@ -72,19 +72,28 @@ async fn begin(conn: &DatabaseConnection) -> DatabaseTransaction {
     .unwrap()
 }
 
-#[tokio::test]
-async fn a_rolled_back_host_transaction_leaves_neither_its_row_nor_the_command() {
-    let db = fresh_database().await;
-    let conn = &db.db.conn;
+/// Creates the host table, then opens a host transaction that writes the row `project-1` and
+/// enqueues the create of `cs-1` in it; returns the open transaction and the receipt.
+async fn host_row_and_command(
+    store: &SeaOrmLifecycleStore,
+    conn: &DatabaseConnection,
+) -> (DatabaseTransaction, IntakeReceipt) {
     create_host_table(conn).await;
-    let store = SeaOrmLifecycleStore::new(&db.db);
-
     let txn = begin(conn).await;
     insert_host_row(&txn, "project-1").await;
     let receipt = store
         .enqueue(&txn, create("cs-1", "create-cs-1", "Docs"))
         .await
         .unwrap();
+    (txn, receipt)
+}
+
+#[tokio::test]
+async fn a_rolled_back_host_transaction_leaves_neither_its_row_nor_the_command() {
+    let db = fresh_database().await;
+    let conn = &db.db.conn;
+    let store = SeaOrmLifecycleStore::new(&db.db);
+    let (txn, receipt) = host_row_and_command(&store, conn).await;
     assert!(!receipt.replayed);
     assert_eq!(receipt.operation, Operation::Provision);
     txn.rollback().await.unwrap();
@@ -100,15 +109,8 @@ async fn a_rolled_back_host_transaction_leaves_neither_its_row_nor_the_command()
 async fn a_committed_host_transaction_keeps_both_and_the_command_is_dispatched() {
     let db = fresh_database().await;
     let conn = &db.db.conn;
-    create_host_table(conn).await;
     let store = SeaOrmLifecycleStore::new(&db.db);
-
-    let txn = begin(conn).await;
-    insert_host_row(&txn, "project-1").await;
-    let receipt = store
-        .enqueue(&txn, create("cs-1", "create-cs-1", "Docs"))
-        .await
-        .unwrap();
+    let (txn, receipt) = host_row_and_command(&store, conn).await;
     txn.commit().await.unwrap();
 
     assert_eq!(host_rows(conn).await, ["project-1"]);

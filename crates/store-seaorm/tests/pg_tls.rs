@@ -107,13 +107,7 @@ async fn case_011_verify_full_with_the_ca_connects_migrates_and_listens_over_tls
     let Some((server, ca)) = tls_server() else {
         return;
     };
-    let url = fresh_database_url(
-        &server,
-        &ca,
-        &format!("sslmode=verify-full&sslrootcert={ca}"),
-    )
-    .await;
-    let db = connect(&url, 2).await.expect("connect over verified TLS");
+    let (url, db) = verified_database(&server, &ca).await;
     assert!(session_is_encrypted(&db).await);
     let existing = connect_existing(&url, 1)
         .await
@@ -177,13 +171,7 @@ async fn case_011_a_certificate_from_another_ca_is_refused_naming_the_problem() 
     let other = other_ca(dir.path());
     for mode in ["verify-full", "verify-ca", "require"] {
         let url = with_params(&server, &format!("sslmode={mode}&sslrootcert={other}"));
-        let error = connect_existing(&url, 1).await.unwrap_err();
-        let message = error.to_string();
-        assert!(
-            matches!(error, ConnectError::PostgresTls { .. }),
-            "{mode}: {message}"
-        );
-        assert!(message.contains("UnknownIssuer"), "{mode}: {message}");
+        let message = refused_as_unknown_issuer(&url, mode).await;
         assert!(
             message.contains("not signed by a CA this client trusts"),
             "{message}"
@@ -201,13 +189,29 @@ async fn case_011_sslrootcert_system_trusts_the_platform_roots_only() {
         return;
     };
     let url = with_params(&server, "sslrootcert=system");
-    let error = connect_existing(&url, 1).await.unwrap_err();
+    refused_as_unknown_issuer(&url, "sslrootcert=system").await;
+}
+
+/// A fresh database on `server` (its URL with `sslmode=verify-full` and the test CA `ca`),
+/// opened and migrated over that verified TLS.
+async fn verified_database(server: &str, ca: &str) -> (String, Database) {
+    let url =
+        fresh_database_url(server, ca, &format!("sslmode=verify-full&sslrootcert={ca}")).await;
+    let db = connect(&url, 2).await.expect("connect over verified TLS");
+    (url, db)
+}
+
+/// Connects to `url`, asserts a TLS refusal for a certificate of an unknown issuer (`what`
+/// names the case in the failure message), and returns the error's text.
+async fn refused_as_unknown_issuer(url: &str, what: &str) -> String {
+    let error = connect_existing(url, 1).await.unwrap_err();
     let message = error.to_string();
     assert!(
         matches!(error, ConnectError::PostgresTls { .. }),
-        "{message}"
+        "{what}: {message}"
     );
-    assert!(message.contains("UnknownIssuer"), "{message}");
+    assert!(message.contains("UnknownIssuer"), "{what}: {message}");
+    message
 }
 
 /// `prefer` (the default) and `require` without a CA encrypt and check no certificate, as
@@ -234,13 +238,7 @@ async fn case_011_a_provision_saga_completes_over_tls() {
     let Some((server, ca)) = tls_server() else {
         return;
     };
-    let url = fresh_database_url(
-        &server,
-        &ca,
-        &format!("sslmode=verify-full&sslrootcert={ca}"),
-    )
-    .await;
-    let db = connect(&url, 2).await.expect("connect over verified TLS");
+    let (_, db) = verified_database(&server, &ca).await;
     let store = SeaOrmLifecycleStore::new(&db);
     let tenant = TenantId::parse("acme").unwrap();
     let space = ControlSpaceId::parse("cs-tls").unwrap();

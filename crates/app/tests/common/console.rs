@@ -3,17 +3,14 @@
 
 use tenantry_remote_http::RemoteTls;
 
-/// Percent-encodes a form value.
+/// Percent-encodes a form value: every byte but the unreserved characters of RFC 3986.
 pub fn encode(value: &str) -> String {
-    value
-        .bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
+    const RESERVED: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+        .remove(b'-')
+        .remove(b'_')
+        .remove(b'.')
+        .remove(b'~');
+    percent_encoding::utf8_percent_encode(value, RESERVED).to_string()
 }
 
 /// A form body of `fields`, each value percent-encoded.

@@ -145,15 +145,15 @@ pub fn shown_code(code: &str) -> Cow<'_, str> {
     bounded(code, MAX_CODE_BYTES)
 }
 
-/// Percent-encodes a query or path value (everything but RFC 3986's unreserved characters).
+/// Everything but RFC 3986's unreserved characters (`A-Z a-z 0-9 - _ . ~`).
+const RESERVED: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'.')
+    .remove(b'~');
+
+/// Percent-encodes a query or path value (everything but RFC 3986's unreserved characters,
+/// UTF-8 bytes as upper-case `%XX`).
 pub fn encode(value: &str) -> String {
-    value
-        .bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
+    percent_encoding::utf8_percent_encode(value, RESERVED).to_string()
 }
