@@ -106,17 +106,3 @@ impl PreparedDirectory {
         }
     }
 }
-
-/// Builds the projector from the settings ([`prepare`] then [`PreparedDirectory::attach`]).
-///
-/// # Errors
-/// A message naming the setting that cannot be used (`directory_trusted_keys`,
-/// `directory_url`, `directory_instance`).
-pub fn build(
-    settings: &DirectorySettings,
-    capacity: &DirectoryCapacity,
-    store: Arc<dyn ProjectionStore>,
-    clock: Arc<dyn Clock>,
-) -> Result<ProjectorHandle, String> {
-    Ok(prepare(settings, capacity)?.attach(store, clock))
-}
