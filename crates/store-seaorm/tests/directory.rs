@@ -132,11 +132,15 @@ async fn an_apply_stopped_mid_write_leaves_the_projection_as_it_was() {
     second.workspaces.drain(..10);
     second.cursor = 2;
     let stopped = ctx(1);
+    // `biased`: once a membership insert has signalled, the next poll stops the apply, whatever
+    // order a random pick would have polled the branches in (the apply could otherwise run on
+    // to its commit in that poll on a fast server).
     tokio::select! {
+        biased;
+        () = membership_written.notified() => {}
         result = store.apply_snapshot(&stopped, &second, &[]) => {
             panic!("the apply finished before it was stopped: {result:?}")
         }
-        () = membership_written.notified() => {}
     }
     // The dropped transaction is rolled back when its connection is next used: give it that
     // moment (at most 5 s) before comparing; a partial commit never compares equal.
