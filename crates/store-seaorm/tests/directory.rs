@@ -102,23 +102,42 @@ async fn rejected_snapshot_leaves_raw_tables_byte_for_byte_unchanged() {
 /// first membership rows were written, as on shutdown or when the process dies and its
 /// connection closes) leaves the projection as it was: the apply is one transaction. The next
 /// apply then takes the lock and commits.
+///
+/// The stop is a drop of the apply future once the first membership insert has run. The
+/// statement already handed to the driver still runs, and on a loaded machine the driver can
+/// answer the next statements before the future is polled again, up to its commit. So a run
+/// may end all applied, never partly: each run must show the projection exactly as it was
+/// before or exactly as a full apply leaves it. A run that ended all applied shows nothing
+/// about a stopped apply, so the test runs again on a fresh database (at most 20 times) until
+/// one stop lands before the commit.
 #[tokio::test]
 async fn an_apply_stopped_mid_write_leaves_the_projection_as_it_was() {
     use std::sync::Arc;
 
-    // The stop must land while the apply is writing; on a loaded server the apply sometimes
-    // commits before the signal of its first membership insert is seen. Such a run shows
-    // nothing about a stopped apply: it is run again on a fresh database (at most 10 times).
-    let mut attempts = 0;
-    let (db, store, second, before) = loop {
-        attempts += 1;
+    let first = large_snapshot(10, 5);
+    // Another directory: 300 new workspaces of 5 members and the first ten archived.
+    let mut second = large_snapshot(310, 5);
+    second.workspaces.drain(..10);
+    second.cursor = 2;
+    let stopped = ctx(1);
+    // What a full apply of `second` leaves, on a database of its own.
+    let applied = {
         let db = fresh_database().await;
-        let first = large_snapshot(10, 5);
+        let store = SeaOrmDirectoryStore::new(&db.db);
+        store.apply_snapshot(&ctx(0), &first, &[]).await.unwrap();
+        store.apply_snapshot(&stopped, &second, &[]).await.unwrap();
+        raw_dump(&db.db.conn).await
+    };
+
+    let mut all_applied = 0;
+    let (db, store, before) = loop {
+        let db = fresh_database().await;
         SeaOrmDirectoryStore::new(&db.db)
             .apply_snapshot(&ctx(0), &first, &[])
             .await
             .unwrap();
         let before = raw_dump(&db.db.conn).await;
+        assert_ne!(before, applied);
 
         let membership_written = Arc::new(tokio::sync::Notify::new());
         let mut conn = db.db.conn.clone();
@@ -133,35 +152,40 @@ async fn an_apply_stopped_mid_write_leaves_the_projection_as_it_was() {
             conn,
             backend: db.backend(),
         });
-        // Another directory: 300 new workspaces of 5 members and the first ten archived.
-        let mut second = large_snapshot(310, 5);
-        second.workspaces.drain(..10);
-        second.cursor = 2;
-        let stopped = ctx(1);
         let stopped_mid_write = tokio::select! {
             biased;
             () = membership_written.notified() => true,
             result = store.apply_snapshot(&stopped, &second, &[]) => {
-                assert!(
-                    attempts < 10,
-                    "the apply finished before it was stopped in all {attempts} runs: {result:?}"
-                );
+                result.unwrap();
                 false
             }
         };
-        if stopped_mid_write {
-            break (db, store, second, before);
+        // A dropped transaction is rolled back when its connection is next used: give it that
+        // moment (at most 5 s). Until then no other session sees its rows; a partial commit
+        // never compares equal to either dump.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        let mut now = raw_dump(&db.db.conn).await;
+        while now != before && now != applied && std::time::Instant::now() < deadline {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            now = raw_dump(&db.db.conn).await;
         }
+        if now == before {
+            assert!(stopped_mid_write, "an apply that finished changed nothing");
+            break (db, store, before);
+        }
+        assert!(
+            now == applied,
+            "a stopped apply left the projection partly applied: {} rows, {} before, {} applied",
+            now.len(),
+            before.len(),
+            applied.len()
+        );
+        all_applied += 1;
+        assert!(
+            all_applied < 20,
+            "the apply reached its commit before the stop in all {all_applied} runs"
+        );
     };
-    // The dropped transaction is rolled back when its connection is next used: give it that
-    // moment (at most 5 s) before comparing; a partial commit never compares equal.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-    let mut now = raw_dump(&db.db.conn).await;
-    while now != before && std::time::Instant::now() < deadline {
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-        now = raw_dump(&db.db.conn).await;
-    }
-    assert_eq!(now, before);
 
     store.apply_snapshot(&ctx(2), &second, &[]).await.unwrap();
     let after = raw_dump(&db.db.conn).await;
