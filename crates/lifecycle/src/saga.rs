@@ -258,14 +258,22 @@ impl<'a> Step<'a> {
         payload: &ProvisionPayload,
         cs: Option<&ControlSpace>,
     ) -> ProvisionStart {
+        match self.provision_not_awaited(cs) {
+            None => ProvisionStart::Deliver(ProvisionRequest::for_command(self.command, payload)),
+            Some(settlement) => ProvisionStart::SettleWithoutDelivery(settlement),
+        }
+    }
+
+    /// `None` while the control space waits for this provision (provisioning for this
+    /// operation); otherwise how the provision closes without (further) delivery: ack when
+    /// the control space is active for this operation, else superseded by its deletion.
+    fn provision_not_awaited(&self, cs: Option<&ControlSpace>) -> Option<Settlement> {
         match cs {
-            Some(cs) if owns(cs, self.command, ControlSpaceState::Provisioning) => {
-                ProvisionStart::Deliver(ProvisionRequest::for_command(self.command, payload))
-            }
+            Some(cs) if owns(cs, self.command, ControlSpaceState::Provisioning) => None,
             Some(cs) if owns(cs, self.command, ControlSpaceState::Active) => {
-                ProvisionStart::SettleWithoutDelivery(self.ack().nothing_sent())
+                Some(self.ack().nothing_sent())
             }
-            _ => ProvisionStart::SettleWithoutDelivery(Settlement::moot(
+            _ => Some(Settlement::moot(
                 self.now,
                 ErrorRecord::new(
                     ErrorCode::SupersededByDelete,
@@ -273,6 +281,33 @@ impl<'a> Step<'a> {
                 ),
             )),
         }
+    }
+
+    /// A provision the remote refused for good (a permanent failure, e.g. `409
+    /// KNOWLEDGE_FS_SPACE_DELETED`), judged against the control space read after the answer
+    /// (`cs`). While the control space still waits for the provision, the command fails as
+    /// [`Self::remote_failure`] says. When it no longer does, a deletion took the control
+    /// space over while the attempt was in flight (or waiting for a remote-call slot) and
+    /// deleted the space the provision was creating: the provision closes as its next attempt
+    /// would ([`Self::start_provision`]: superseded by the deletion), not dead-lettered.
+    ///
+    /// Tenantry addition: the reference retries every remote error, so its next attempt closes
+    /// the provision without delivery; Tenantry fails permanent `409`s at once, and without
+    /// this rule a provision overtaken by its control space's deletion ended `failed`
+    /// (docs/protocol.md, "A provision overtaken by a deletion").
+    pub fn provision_failure(
+        &self,
+        cs: Option<&ControlSpace>,
+        status: Option<u16>,
+        code: &ErrorCode,
+        message: &str,
+        retry_after: Option<Duration>,
+    ) -> Settlement {
+        let settlement = self.remote_failure(status, code, message, retry_after);
+        if settlement.status() != Some(CommandStatus::Failed) {
+            return settlement;
+        }
+        self.provision_not_awaited(cs).unwrap_or(settlement)
     }
 
     /// Settle a provision the remote answered: namespace check, idempotent "already applied",

@@ -10,8 +10,8 @@ use tenantry_lifecycle::saga::{
     AbsentOutcome, DeleteStart, DeletionTarget, ProvisionStart, Recovery, RevokeStart, Step,
 };
 use tenantry_lifecycle::{
-    CommandBody, CommandOutcome, ControlSpace, DeletePayload, ErrorCode, ErrorRecord, Operation,
-    ProvisionPayload, RevokePayload, Settlement,
+    CommandBody, CommandOutcome, CommandStatus, ControlSpace, DeletePayload, ErrorCode,
+    ErrorRecord, Operation, ProvisionPayload, RemoteSpace, RevokePayload, Settlement,
 };
 use tenantry_ports::lifecycle::{
     KnowledgeFs, LifecycleStore, RemoteError, SettleError, StoreError,
@@ -36,6 +36,9 @@ async fn remote_slot(
         None => Ok(None),
     }
 }
+
+/// A lookup by provisioning key as the remote answered it.
+type LookupAnswer = Result<Option<RemoteSpace>, RemoteError>;
 
 /// How a delivery's remote call ended ([`Dispatcher::deliver`]).
 #[expect(
@@ -132,21 +135,68 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
     where
         F: Future<Output = Result<T, RemoteError>>,
     {
-        let Ok(slot) = remote_slot(slots).await else {
+        let Some(called) = self.call_in_slot(step, slots, call).await? else {
             return self.hand_back(step).await.map(Delivered::Settled);
         };
-        let called = self.call(step.command, call()).await?;
-        drop(slot);
         let settled = match called {
             Ok(answer) => return Ok(Delivered::Answer(answer)),
             Err(error) => match absence {
                 Some(payload) if remote_space_not_found(&error) => {
-                    self.confirm_gone(step, payload, &error).await
+                    self.confirm_gone(step, payload, &error, slots).await
                 }
                 _ => self.remote_failure(step, &error).await,
             },
         };
         settled.map(Delivered::Settled)
+    }
+
+    /// One remote call of the attempt in a permit of `slots`: every call of a dispatch, the
+    /// lookups by provisioning key included, counts against the pool's remote-call slots, so
+    /// a process never has more calls open than its slots (nor queued inside the remote
+    /// client with their deadline running). `call` is invoked only once the permit is held;
+    /// the permit is freed when the call ends. `Ok(None)`: the pool closed its slots
+    /// (shutdown), nothing was sent, and the caller hands the command back.
+    ///
+    /// # Errors
+    /// As [`Self::call`]: the lease could not be proven live for the call.
+    async fn call_in_slot<T, F>(
+        &self,
+        step: &Step<'_>,
+        slots: Option<&Semaphore>,
+        call: impl FnOnce() -> F,
+    ) -> Result<Option<Result<T, RemoteError>>, DispatchError>
+    where
+        F: Future<Output = Result<T, RemoteError>>,
+    {
+        let Ok(slot) = remote_slot(slots).await else {
+            return Ok(None);
+        };
+        let called = self.call(step.command, call()).await?;
+        drop(slot);
+        Ok(Some(called))
+    }
+
+    /// A lookup by provisioning key in a permit of `slots` ([`Self::call_in_slot`]), with
+    /// the store's time at its sending: absence is proven only as of then (docs/protocol.md,
+    /// "Absence is judged when the lookup was sent"). `Ok(None)`: the slots closed.
+    async fn lookup_in_slot(
+        &self,
+        step: &Step<'_>,
+        payload: &DeletePayload,
+        slots: Option<&Semaphore>,
+    ) -> Result<Option<(LookupAnswer, DateTime<Utc>)>, DispatchError> {
+        let mut sent_at = None;
+        let found = self
+            .call_in_slot(step, slots, || {
+                sent_at = Some(self.store_now());
+                self.remote.find_by_provisioning_key(
+                    &step.command.tenant_id,
+                    &payload.provisioning_key,
+                    &step.command.control_space_id,
+                )
+            })
+            .await?;
+        Ok(found.map(|found| (found, sent_at.unwrap_or_else(|| self.store_now()))))
     }
 
     async fn provision(
@@ -204,20 +254,12 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
         let request = match step.deletion_target(payload, cs.as_ref())? {
             DeletionTarget::Known(request) => request,
             DeletionTarget::Lookup => {
-                // Absence is proven only as of the lookup's sending (docs/protocol.md, "Absence
-                // is judged when the lookup was sent").
-                let lookup_sent_at = self.store_now();
-                let found = match self
-                    .call(
-                        step.command,
-                        self.remote.find_by_provisioning_key(
-                            &step.command.tenant_id,
-                            &payload.provisioning_key,
-                            &step.command.control_space_id,
-                        ),
-                    )
-                    .await?
-                {
+                let Some((found, lookup_sent_at)) =
+                    self.lookup_in_slot(step, payload, slots).await?
+                else {
+                    return self.hand_back(step).await;
+                };
+                let found = match found {
                     Ok(found) => found,
                     Err(error) => return self.remote_failure(step, &error).await,
                 };
@@ -290,7 +332,7 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
     }
 
     /// KnowledgeFS answered the deletion `404 KNOWLEDGE_FS_SPACE_NOT_FOUND` (case 012): look the
-    /// space up by provisioning key; when the lookup finds nothing, the deletion completes
+    /// space up by provisioning key (in a remote-call slot of its own); when the lookup finds nothing, the deletion completes
     /// under the absence rules ([`Step::complete_gone`]); when it finds a space, or fails, the
     /// attempt settles as the remote error would have.
     async fn confirm_gone(
@@ -298,19 +340,13 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
         step: &Step<'_>,
         payload: &DeletePayload,
         not_found: &RemoteError,
+        slots: Option<&Semaphore>,
     ) -> Result<Settlement, DispatchError> {
-        // Absence is proven only as of the lookup's sending.
-        let lookup_sent_at = self.store_now();
-        let found = self
-            .call(
-                step.command,
-                self.remote.find_by_provisioning_key(
-                    &step.command.tenant_id,
-                    &payload.provisioning_key,
-                    &step.command.control_space_id,
-                ),
-            )
-            .await?;
+        // The pool shut down before the lookup: the deletion did reach the remote, so the
+        // attempt settles as its 404 would have without a lookup (not handed back).
+        let Some((found, lookup_sent_at)) = self.lookup_in_slot(step, payload, slots).await? else {
+            return self.remote_failure(step, not_found).await;
+        };
         match found {
             Ok(None) => {}
             Ok(Some(_)) => return self.remote_failure(step, not_found).await,
@@ -394,6 +430,20 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
         let status = error.failure.status();
         let mut settlement =
             step.remote_failure(status, &error.code, &error.message, error.retry_after);
+        if step.command.operation == Operation::Provision
+            && settlement.status() == Some(CommandStatus::Failed)
+        {
+            // A permanent refusal: judged against the control space as it is now (a deletion
+            // may have taken it over while the call was in flight).
+            let cs = self.control_space(step).await?;
+            settlement = step.provision_failure(
+                cs.as_ref(),
+                status,
+                &error.code,
+                &error.message,
+                error.retry_after,
+            );
+        }
         if step.command.operation == Operation::Provision && applied_nothing(error) {
             // The request never left, or KnowledgeFS refused it: nothing can land later.
             settlement = settlement.nothing_sent();

@@ -250,3 +250,65 @@ fn provision_success_for_another_owner_is_ownership_lost() {
         Err(StepError::OwnershipLost { .. })
     ));
 }
+
+/// A provision refused for good (`409 KNOWLEDGE_FS_SPACE_DELETED`) fails only while its
+/// control space still waits for it; overtaken by the control space's deletion (found by the
+/// worker simulation once a claimed provision could wait for a remote-call slot), it closes
+/// as superseded, as its next attempt would. Retryable errors are untouched.
+#[test]
+fn a_provision_refused_for_good_after_its_control_space_was_deleted_is_superseded() {
+    let cmd = command(Operation::Provision, 1);
+    let s = step(&cmd);
+    let deleted = ErrorCode::KnowledgeFsSpaceDeleted;
+    let refuse = |cs: Option<&ControlSpace>, status: u16, code: &ErrorCode| {
+        s.provision_failure(cs, Some(status), code, "refused", None)
+            .status()
+    };
+    let table = [
+        // (control space, status, code, expected)
+        (
+            Some(space(ControlSpaceState::Provisioning, "op")),
+            409,
+            deleted.clone(),
+            CommandStatus::Failed,
+        ),
+        (
+            Some(space(ControlSpaceState::Deleting, "op-del")),
+            409,
+            deleted.clone(),
+            CommandStatus::Superseded,
+        ),
+        (
+            Some(space(ControlSpaceState::Deleted, "op-del")),
+            409,
+            deleted.clone(),
+            CommandStatus::Superseded,
+        ),
+        (None, 409, deleted.clone(), CommandStatus::Superseded),
+        (
+            Some(space(ControlSpaceState::Active, "op")),
+            409,
+            deleted.clone(),
+            CommandStatus::Succeeded,
+        ),
+        (
+            Some(space(ControlSpaceState::Deleted, "op-del")),
+            503,
+            ErrorCode::from("KFS_UNAVAILABLE"),
+            CommandStatus::Pending,
+        ),
+        (
+            Some(space(ControlSpaceState::Provisioning, "op")),
+            400,
+            ErrorCode::from("INVALID_REQUEST"),
+            CommandStatus::Failed,
+        ),
+    ];
+    for (cs, status, code, expected) in table {
+        assert_eq!(
+            refuse(cs.as_ref(), status, &code),
+            Some(expected),
+            "{cs:?} {status} {code:?}"
+        );
+    }
+}
