@@ -1,13 +1,15 @@
 //! The deterministic simulation of the lifecycle workers on virtual time (issue 12, part 2 of
-//! the simulation): the engine's real [`Worker`] loops (claim, lease renewal, settle, idle
-//! sleep until the next due command) of several processes, over one shared in-memory store and the reference
+//! the simulation; issue 31: what `serve` runs): the engine's real [`WorkerPool`] (one claimer
+//! and one lease owner per process, remote-call slots, the local queue, lease renewal, idle
+//! sleep until the next due command) over group commit ([`GroupCommitStore`]) in each of
+//! several processes, over one shared in-memory store and the reference
 //! KnowledgeFS model of the test kit (`tenantry_testkit::knowledge_fs::state`), all on a
 //! paused current-thread tokio runtime with [`ManualClock::following_tokio`] clocks.
 //!
 //! A seeded schedule drives the run: create and delete requests, virtual time passing, crashes
-//! of a process (its worker futures are dropped) and restarts (new workers with new lease
-//! owners), time jumps, steps of a process's wall clock, stalls of a process, and the fault
-//! weather. Every remote
+//! of a process (its pool and dispatch tasks are dropped, its queued group-commit statements
+//! never land) and restarts (a new pool with a new lease owner), time jumps, steps of a
+//! process's wall clock, stalls of a process, and the fault weather. Every remote
 //! call draws its fate from the run's generator: answered, answer lost, connection reset
 //! (before or after the request left), stall (answer delayed past the lease), timeout (no
 //! answer before the call deadline), 503, and 500/502/504 from a gateway whose backend may
@@ -35,7 +37,8 @@
 //! statement in flight does not keep its view live, it is judged by the store when it lands);
 //! every remote call is sent under the command's current lease (the store's owner and epoch
 //! are the caller's, unexpired); no
-//! settle from a stale lease is accepted; no renewal of a lease that is stale or expired in
+//! settle from a stale lease is accepted; no process has more remote calls open than its
+//! pool's slots ([`REMOTE_CALL_LIMIT`]); no renewal of a lease that is stale or expired in
 //! database time is accepted; at most one remote space per provisioning key; a control
 //! space is in a state its requests allow; a deleted control space has no remote space. After
 //! the schedule the faults stop, crashed processes restart, virtual time runs until every
@@ -63,12 +66,17 @@ use tokio::time::Instant;
 use crate::sim::SimFailure;
 
 #[cfg(doc)]
-use tenantry_engine::Worker;
+use tenantry_engine::lifecycle::{GroupCommitStore, WorkerPool};
 
-/// Processes of a run, each with its own dispatcher, clock and workers.
+/// Processes of a run, each with its own dispatcher, clock and worker pool.
 pub const PROCESSES: usize = 3;
-/// Workers per process.
-pub const WORKERS: usize = 2;
+/// Workers per process: the pool's `workers` (as `serve`'s setting), with a claim batch of 2
+/// the pool has `WORKERS × 2` remote-call slots before [`REMOTE_CALL_LIMIT`].
+pub const WORKERS: u32 = 2;
+/// The remote client's concurrency limit (`knowledge_fs_max_concurrent_calls`): below the
+/// pool's 4 slots, so the pool runs 3 calls at once and up to 6 dispatches in flight, the
+/// others waiting in its local queue with their leases.
+pub const REMOTE_CALL_LIMIT: usize = 3;
 /// Control spaces alive (created, not asked to be deleted) at most at once.
 pub const LIVE_SPACES: usize = 4;
 /// Lease length of every dispatcher (renewed every 10 s).
@@ -80,11 +88,6 @@ pub const CALL_DEADLINE: Duration = Duration::from_secs(150);
 pub const MAX_LANDING: Duration = Duration::from_secs(170);
 /// Events kept for the failure report.
 const TRACE: usize = 40;
-
-tokio::task_local! {
-    /// The lease owner of the worker whose task is running (the caller of a remote call).
-    static CALLER: String;
-}
 
 /// A deliberately broken component, to show the run finds what it must (test-only switch).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -165,6 +168,11 @@ pub struct WorkerRunSummary {
     /// Lease statements (claims, renewals, settles) a stall of their process held
     /// ([`WorkerOp::Stall`]).
     pub stalled_statements: u64,
+    /// Settles that reached the store in a group-commit batch of more than one.
+    pub batched_settles: u64,
+    /// Most remote calls one process had open at once (at most [`REMOTE_CALL_LIMIT`], the
+    /// pool's slots; checked at every call).
+    pub most_calls_open: usize,
     /// Virtual time the run covered, seconds.
     pub virtual_seconds: u64,
     /// Hash of the final state (commands, control spaces, remote spaces, trace): equal seeds
@@ -197,8 +205,15 @@ struct World {
     leases_lost: u64,
     late_landings: u64,
     stalled_statements: u64,
+    batched_settles: u64,
+    /// Per process: remote calls open now (sent, caller still waiting).
+    calls_open: [usize; PROCESSES],
+    most_calls_open: usize,
     /// Per process: the database clock's monotonic reading until which it is stalled.
     stalled_until: [Option<Instant>; PROCESSES],
+    /// Per process: the generation running, `None` while crashed. A statement of another
+    /// generation never starts (its process is gone, with its group-commit queue).
+    running: [Option<u32>; PROCESSES],
     db_clock: ManualClock,
 }
 

@@ -19,7 +19,7 @@ use tenantry_testkit::knowledge_fs::RemoteErrorBody;
 use tenantry_testkit::knowledge_fs::state::{DeletionBody, KnowledgeFsModel, ProvisionBody};
 
 use super::system::key;
-use super::{CALL_DEADLINE, CALLER, MAX_LANDING, Shared, World, world};
+use super::{CALL_DEADLINE, MAX_LANDING, REMOTE_CALL_LIMIT, Shared, World, world};
 
 /// What the network does to one call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,12 +34,28 @@ enum Fate {
     Gateway(u16),
 }
 
+/// One remote call open: counted while its caller waits.
+struct CallOpen {
+    world: Shared,
+    process: usize,
+}
+
+impl Drop for CallOpen {
+    fn drop(&mut self) {
+        world(&self.world).calls_open[self.process] -= 1;
+    }
+}
+
 #[derive(Clone)]
 pub(super) struct SimRemote {
     pub(super) world: Shared,
+    /// The caller's process: its open calls are counted against [`REMOTE_CALL_LIMIT`].
+    pub(super) process: usize,
     pub(super) store: InMemoryLifecycleStore,
     /// The caller's process clock: the call deadline is a timer of the caller.
     pub(super) clock: ManualClock,
+    /// The lease owner of the caller's process (one per process, as its pool claims with one).
+    pub(super) caller: String,
 }
 
 /// The sender invariant of one remote call: `None` when `caller` holding `epoch` (the epoch it
@@ -79,21 +95,21 @@ fn remote_error(body: &RemoteErrorBody) -> RemoteError {
 
 impl SimRemote {
     /// Checks that the caller sends under the command's current, unexpired lease: the store's
-    /// (owner, epoch) must be the caller's (owner, epoch). The caller's epoch is the latest
-    /// epoch of this command the store handed to the caller's owner ([`World::leases`]): a
-    /// `Worker` claims again only after its whole batch settled and a batch holds distinct
-    /// commands, so an owner has at most one attempt of a command in flight.
-    fn check_sender(w: &mut World, command: Option<CommandRecord>, call: &str) {
-        let caller = CALLER.try_with(Clone::clone).unwrap_or_default();
+    /// (owner, epoch) must be the caller's (owner, epoch). The caller is this remote's process
+    /// (one lease owner per process, as its pool claims with one); its epoch is the latest
+    /// epoch of this command the store handed to that owner ([`World::leases`]). A pool that
+    /// claimed a command again after its lease expired checks against the newer epoch: the
+    /// older dispatch checks its own lease before every call and cancels the call when it ends.
+    fn check_sender(w: &mut World, caller: &str, command: Option<CommandRecord>, call: &str) {
         let now = w.db_clock.now();
         let epoch = command.as_ref().and_then(|r| {
             w.leases
                 .range((r.id.clone(), i64::MIN)..=(r.id.clone(), i64::MAX))
-                .filter(|(_, view)| view.owner == caller)
+                .filter(|(_, view)| view.owner == *caller)
                 .map(|((_, epoch), _)| *epoch)
                 .max()
         });
-        if let Some(violation) = sender_violation(&caller, epoch, command.as_ref(), now, call) {
+        if let Some(violation) = sender_violation(caller, epoch, command.as_ref(), now, call) {
             w.violations.push(violation);
         }
     }
@@ -140,7 +156,16 @@ impl SimRemote {
         let (fate, landing, answer_after) = {
             let mut w = world(&self.world);
             w.remote_calls += 1;
-            Self::check_sender(&mut w, command, name);
+            Self::check_sender(&mut w, &self.caller, command, name);
+            w.calls_open[self.process] += 1;
+            let open = w.calls_open[self.process];
+            w.most_calls_open = w.most_calls_open.max(open);
+            if open > REMOTE_CALL_LIMIT {
+                w.violations.push(format!(
+                    "{} has {open} remote calls open, over its {REMOTE_CALL_LIMIT} slots",
+                    self.caller
+                ));
+            }
             let fate = Self::draw_fate(&mut w);
             let lands = match fate {
                 Fate::ResetBeforeSending | Fate::Unavailable => false,
@@ -158,9 +183,14 @@ impl SimRemote {
                 Fate::Stall => Duration::from_secs(w.rng.random_range(35..140)),
                 _ => Duration::from_millis(w.rng.random_range(0..1_500)),
             };
-            let caller = CALLER.try_with(Clone::clone).unwrap_or_default();
-            w.event(format!("{caller} {name} {key}: {fate:?}"));
+            w.event(format!("{} {name} {key}: {fate:?}", self.caller));
             (fate, landing, answer_after)
+        };
+        // Closes the call when the caller stops waiting: answered, past its deadline, or
+        // dropped with its process.
+        let _open = CallOpen {
+            world: Arc::clone(&self.world),
+            process: self.process,
         };
         let (tx, rx) = tokio::sync::oneshot::channel();
         if let Some(delay) = landing {

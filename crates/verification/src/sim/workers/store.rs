@@ -11,7 +11,7 @@ use tenantry_ports::forward;
 use tenantry_ports::lifecycle::fake::InMemoryLifecycleStore;
 use tenantry_ports::lifecycle::{ClaimRequest, CommandQueue, SettleError, StoreError};
 
-use super::{CALLER, LeaseView, Shared, WorkerBug, world};
+use super::{LeaseView, Shared, WorkerBug, world};
 
 #[cfg(doc)]
 use super::WorkerOp;
@@ -22,6 +22,8 @@ pub(super) struct SimStore {
     pub(super) world: Shared,
     pub(super) process: usize,
     pub(super) generation: u32,
+    /// The process's lease owner, for the trace.
+    pub(super) owner: String,
     pub(super) clock: ManualClock,
     pub(super) bug: Option<WorkerBug>,
 }
@@ -35,23 +37,32 @@ fn holds(record: &CommandRecord, lease: &LeaseToken) -> bool {
 impl SimStore {
     /// Holds a lease statement of this process while the process is stalled
     /// ([`WorkerOp::Stall`]): it reaches the store when the stall ends (a stall extended
-    /// meanwhile holds it longer), however long after the dispatcher checked its lease.
+    /// meanwhile holds it longer), however long after the dispatcher checked its lease. A
+    /// statement of a generation that crashed never reaches the store: its dispatch tasks were
+    /// dropped, but its group commit's flushers are tasks of their own, and what was queued
+    /// for them dies with the process.
     async fn held_while_stalled(&self, statement: &str) {
         let mut counted = false;
         loop {
-            let (until, db_clock) = {
+            let (until, db_clock, running) = {
                 let w = world(&self.world);
-                (w.stalled_until[self.process], w.db_clock.clone())
+                (
+                    w.stalled_until[self.process],
+                    w.db_clock.clone(),
+                    w.running[self.process],
+                )
             };
+            if running != Some(self.generation) {
+                std::future::pending::<()>().await;
+            }
             let Some(until) = until.filter(|until| db_clock.monotonic() < *until) else {
                 return;
             };
             if !counted {
                 counted = true;
-                let caller = CALLER.try_with(Clone::clone).unwrap_or_default();
                 let mut w = world(&self.world);
                 w.stalled_statements += 1;
-                w.event(format!("{caller} {statement} held by the stall"));
+                w.event(format!("{} {statement} held by the stall", self.owner));
             }
             db_clock.sleep_until(until).await;
         }
@@ -166,6 +177,35 @@ impl forward::CommandQueue for SimStore {
             lease.command_id, lease.epoch.0
         ))
         .await;
+        self.settle_checked(lease, settlement).await
+    }
+    /// The group commit's batch: one statement (held as one by a stall), each item settled
+    /// and checked as a single settle, as the trait's rule for `settle_many` has it.
+    async fn settle_many(
+        &self,
+        items: &[(LeaseToken, Settlement)],
+    ) -> Result<Vec<Result<(), SettleError>>, StoreError> {
+        self.held_while_stalled(&format!("batch of {} settles", items.len()))
+            .await;
+        if items.len() > 1 {
+            world(&self.world).batched_settles += items.len() as u64;
+        }
+        let mut results = Vec::with_capacity(items.len());
+        for (lease, settlement) in items {
+            results.push(self.settle_checked(lease, settlement).await);
+        }
+        Ok(results)
+    }
+}
+
+impl SimStore {
+    /// A settle as the shared store answers it, checked: a settle the store accepts from a
+    /// lease that is not the command's current one is a violation.
+    async fn settle_checked(
+        &self,
+        lease: &LeaseToken,
+        settlement: &Settlement,
+    ) -> Result<(), SettleError> {
         let current = self.inner.command(&lease.command_id);
         let held = current.as_ref().is_some_and(|r| holds(r, lease));
         let token = match (&current, self.bug) {

@@ -10,7 +10,10 @@ use std::time::Duration;
 use chrono::{TimeZone, Utc};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
-use tenantry_engine::{CommandIntake, Dispatcher, DispatcherConfig, Worker, WorkerConfig};
+use tenantry_engine::lifecycle::{
+    CommandIntake, Dispatcher, DispatcherConfig, GroupCommitConfig, GroupCommitStore, WorkerConfig,
+    WorkerPool,
+};
 use tenantry_kernel::{CommandId, ControlSpaceId, IdempotencyKey, LeaseOwner, TenantId};
 use tenantry_lifecycle::intake::{CreateControlSpace, RequestDeletion};
 use tenantry_lifecycle::{CommandStatus, ControlSpace, ControlSpaceState};
@@ -24,8 +27,8 @@ use tokio::task::JoinHandle;
 use super::remote::SimRemote;
 use super::store::SimStore;
 use super::{
-    CALLER, LEASE, LIVE_SPACES, PROCESSES, START, Shared, SimFailure, WORKERS, WorkerBug, WorkerOp,
-    WorkerRunSummary, World, draw, world,
+    LEASE, LIVE_SPACES, PROCESSES, REMOTE_CALL_LIMIT, START, Shared, SimFailure, WORKERS,
+    WorkerBug, WorkerOp, WorkerRunSummary, World, draw, world,
 };
 
 // The literals and formatted names below are valid ids; a parse failure is a defect of the
@@ -50,11 +53,11 @@ fn space_id(n: usize) -> ControlSpaceId {
     ControlSpaceId::parse(format!("cs-{n}")).expect("valid id")
 }
 
-/// One process: its clock, its workers (absent while crashed), its generation.
+/// One process: its clock, its worker pool's task (absent while crashed), its generation.
 pub(super) struct Process {
     clock: ManualClock,
     generation: u32,
-    workers: Vec<JoinHandle<()>>,
+    pool: Option<JoinHandle<()>>,
     alive: bool,
 }
 
@@ -100,7 +103,11 @@ impl WorkerSim {
             leases_lost: 0,
             late_landings: 0,
             stalled_statements: 0,
+            batched_settles: 0,
+            calls_open: [0; PROCESSES],
+            most_calls_open: 0,
             stalled_until: [None; PROCESSES],
+            running: [None; PROCESSES],
             db_clock: db_clock.clone(),
         }));
         let counter = Arc::new(AtomicUsize::new(0));
@@ -121,7 +128,7 @@ impl WorkerSim {
             sim.processes.push(Process {
                 clock,
                 generation: 0,
-                workers: Vec::new(),
+                pool: None,
                 alive: false,
             });
             sim.start(p);
@@ -142,22 +149,27 @@ impl WorkerSim {
         chrono::Duration::from_std(self.jumped).unwrap_or(chrono::Duration::zero())
     }
 
-    /// Starts process `p`'s next generation: a new dispatcher and new workers.
+    /// Starts process `p`'s next generation as `serve` runs one: a new dispatcher over group
+    /// commit, one [`WorkerPool`] with one lease owner, its remote-call slots and local queue.
     fn start(&mut self, p: usize) {
         let generation = self.processes[p].generation + 1;
+        let name = format!("p{p}g{generation}");
         let clock = self.new_clock(0);
         let store = SimStore {
             inner: self.store.clone(),
             world: Arc::clone(&self.world),
             process: p,
             generation,
+            owner: name.clone(),
             clock: clock.clone(),
             bug: self.bug,
         };
         let remote = SimRemote {
             world: Arc::clone(&self.world),
+            process: p,
             store: self.store.clone(),
             clock: clock.clone(),
+            caller: name.clone(),
         };
         let grace = if self.bug == Some(WorkerBug::NoAbsenceGrace) {
             Duration::ZERO
@@ -167,33 +179,38 @@ impl WorkerSim {
         let config = DispatcherConfig::default()
             .with_lease_duration(LEASE)
             .with_absence_grace(grace);
+        // Settles and control-space reads share statements as in `serve` (its defaults).
+        let store = GroupCommitStore::start_with_clock(
+            store,
+            GroupCommitConfig::default(),
+            Arc::new(clock.clone()),
+        );
         let dispatcher =
             Arc::new(Dispatcher::new(store, remote, config).with_clock(Arc::new(clock.clone())));
-        let mut workers = Vec::new();
-        for w in 0..WORKERS {
-            let name = format!("p{p}g{generation}w{w}");
-            let worker = Worker::new(
-                Arc::clone(&dispatcher),
-                owner(&name),
-                WorkerConfig::default()
-                    .with_idle_poll(Duration::from_secs(5))
-                    .with_claim_batch(2),
-            );
-            // No `with_wakeups`: tokio's watch channel wakes its receivers in an order drawn
-            // from tokio's own (unseeded) generator, which would make the run depend on more
-            // than its seed. Idle workers find new commands at their idle poll instead.
-            // Never stopped by the watch: a crash drops the future, the end drops the runtime.
-            let (_keep, stop) = tokio::sync::watch::channel(false);
-            let run = async move {
-                let _keep = _keep;
-                worker.run(stop).await;
-            };
-            workers.push(tokio::spawn(CALLER.scope(name, run)));
-        }
+        let pool = WorkerPool::new(
+            dispatcher,
+            owner(&name),
+            WORKERS,
+            WorkerConfig::default()
+                .with_idle_poll(Duration::from_secs(5))
+                .with_claim_batch(2),
+        )
+        .with_remote_call_limit(REMOTE_CALL_LIMIT);
+        // No `with_wakeups`: tokio's watch channel wakes its receivers in an order drawn from
+        // tokio's own (unseeded) generator, which would make the run depend on more than its
+        // seed. The idle pool finds new commands at its idle poll instead.
+        // Never stopped by the watch: a crash drops the future (and with it every dispatch
+        // task of the pool), the end drops the runtime.
+        let (keep, stop) = tokio::sync::watch::channel(false);
+        let run = async move {
+            let _keep = keep;
+            pool.run(stop).await;
+        };
+        world(&self.world).running[p] = Some(generation);
         let process = &mut self.processes[p];
         process.clock = clock;
         process.generation = generation;
-        process.workers = workers;
+        process.pool = Some(tokio::spawn(run));
         process.alive = true;
         world(&self.world).event(format!("process {p} starts generation {generation}"));
     }
@@ -203,14 +220,15 @@ impl WorkerSim {
         if !process.alive {
             return;
         }
-        for worker in process.workers.drain(..) {
-            worker.abort();
+        if let Some(pool) = process.pool.take() {
+            pool.abort();
         }
         process.alive = false;
         let generation = process.generation;
         let mut w = world(&self.world);
-        // Its held statements were dropped with its workers: they never land.
+        // Its held statements, and those queued for its group commit, never land.
         w.stalled_until[p] = None;
+        w.running[p] = None;
         for view in w.leases.values_mut() {
             if view.process == p && view.generation == generation {
                 view.closed = true;
@@ -518,26 +536,26 @@ pub fn run(seed: u64, steps: u64, bug: Option<WorkerBug>) -> Result<WorkerRunSum
         if let Err(message) = settled {
             return Err(fail(steps, message, sim.trace()));
         }
-        let (remote_calls, renewals, leases_lost, late_landings, stalled_statements) = {
+        let summary = {
             let w = world(&sim.world);
-            (
-                w.remote_calls,
-                w.renewals,
-                w.leases_lost,
-                w.late_landings,
-                w.stalled_statements,
-            )
+            WorkerRunSummary {
+                steps,
+                commands: sim.store.commands().len(),
+                remote_calls: w.remote_calls,
+                renewals: w.renewals,
+                leases_lost: w.leases_lost,
+                late_landings: w.late_landings,
+                stalled_statements: w.stalled_statements,
+                batched_settles: w.batched_settles,
+                most_calls_open: w.most_calls_open,
+                virtual_seconds: 0,
+                digest: 0,
+            }
         };
         let summary = WorkerRunSummary {
-            steps,
-            commands: sim.store.commands().len(),
-            remote_calls,
-            renewals,
-            leases_lost,
-            late_landings,
-            stalled_statements,
             virtual_seconds: (tokio::time::Instant::now() - started + sim.jumped).as_secs(),
             digest: sim.digest(),
+            ..summary
         };
         for p in 0..PROCESSES {
             sim.crash(p);
