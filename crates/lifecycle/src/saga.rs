@@ -304,7 +304,11 @@ impl<'a> Step<'a> {
         retry_after: Option<Duration>,
     ) -> Settlement {
         let settlement = self.remote_failure(status, code, message, retry_after);
-        if settlement.status() != Some(CommandStatus::Failed) {
+        // Planted mutation (docs/verification.md): the refusal fails the provision whatever
+        // became of its control space.
+        if settlement.status() != Some(CommandStatus::Failed)
+            || tenantry_kernel::planted!("overtaken-provision-fails")
+        {
             return settlement;
         }
         self.provision_not_awaited(cs).unwrap_or(settlement)

@@ -3,8 +3,10 @@
 //! (`tenantry_kernel::planted::activate`), every checker named for it runs over the mutated
 //! rule, and each must report the property the mutation breaks. The mutated rules are the ones
 //! that ship: the fence runtime's record rules (`tenantry_fence`), the directory planner
-//! (`tenantry_directory`), the SQL store's claim (`tenantry-store-seaorm`) and the in-memory
-//! store's rules the lease model calls (`tenantry_ports::lifecycle::fake`).
+//! (`tenantry_directory`), the SQL store's claim (`tenantry-store-seaorm`), the in-memory
+//! store's rules the lease model and the workers simulation call
+//! (`tenantry_ports::lifecycle::fake`), the saga's rules (`tenantry_lifecycle`) and the
+//! dispatcher (`tenantry-engine`).
 #![cfg(feature = "planted-mutations")]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -48,6 +50,12 @@ fn simulation<S>(run: impl Fn(u64) -> Result<S, sim::SimFailure>, seeds: u64) ->
         Some(failure) => Err(failure.to_string()),
         None => Ok(()),
     }
+}
+
+/// The workers simulation (the engine's worker pool over group commit and the in-memory
+/// store) with the CI test's seeds and steps.
+fn workers_simulation() -> Finding {
+    simulation(|seed| sim::workers::run(seed, 2_500, None), 40)
 }
 
 fn store_sequences() -> Finding {
@@ -159,6 +167,30 @@ const CHECKS: &[Check] = &[
         checker: "SQL store against the model",
         run: store_sequences,
         expected: "at most one live lease per command",
+    },
+    Check {
+        mutation: "settle-without-lease-check",
+        checker: "workers simulation",
+        run: workers_simulation,
+        expected: "a settle from a stale lease was accepted",
+    },
+    Check {
+        mutation: "claim-takes-live-lease",
+        checker: "workers simulation",
+        run: workers_simulation,
+        expected: "without the command's current lease",
+    },
+    Check {
+        mutation: "lookup-outside-slot",
+        checker: "workers simulation",
+        run: workers_simulation,
+        expected: "remote calls open, over its",
+    },
+    Check {
+        mutation: "overtaken-provision-fails",
+        checker: "workers simulation",
+        run: workers_simulation,
+        expected: "ended failed",
     },
     Check {
         mutation: "revision-takes-other-content",

@@ -185,6 +185,13 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
         payload: &DeletePayload,
         slots: Option<&Semaphore>,
     ) -> Result<Option<(LookupAnswer, DateTime<Utc>)>, DispatchError> {
+        // Planted mutation (docs/verification.md): the lookup skips the slots, as before
+        // issue 31's worker simulation found it.
+        let slots = if tenantry_kernel::planted!("lookup-outside-slot") {
+            None
+        } else {
+            slots
+        };
         let mut sent_at = None;
         let found = self
             .call_in_slot(step, slots, || {
