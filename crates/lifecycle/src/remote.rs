@@ -58,12 +58,23 @@ pub struct ProvisionRequest {
 impl ProvisionRequest {
     /// The provision request of a claimed provision command.
     pub fn for_command(command: &ClaimedCommand, payload: &ProvisionPayload) -> Self {
+        let mut idempotency_key = command.remote_idempotency_key();
+        let mut provisioning_key = payload.provisioning_key.clone();
+        // Planted mutation (docs/verification.md): each attempt sends keys of its own, so a
+        // retry after a lost answer creates a second space.
+        if tenantry_kernel::planted!("provision-keys-per-attempt") {
+            let attempt = command.attempt_count;
+            idempotency_key = IdempotencyKey::parse(format!("{idempotency_key}-{attempt}"))
+                .unwrap_or(idempotency_key);
+            provisioning_key = ProvisioningKey::parse(format!("{provisioning_key}-{attempt}"))
+                .unwrap_or(provisioning_key);
+        }
         Self {
             namespace_id: command.tenant_id.clone(),
             control_space_id: command.control_space_id.clone(),
             operation_id: command.operation_id.clone(),
-            idempotency_key: command.remote_idempotency_key(),
-            provisioning_key: payload.provisioning_key.clone(),
+            idempotency_key,
+            provisioning_key,
             name: payload.name.clone(),
             slug: payload.slug.clone(),
             icon: payload.icon.clone(),

@@ -181,6 +181,18 @@ const CHECKS: &[Check] = &[
         expected: "without the command's current lease",
     },
     Check {
+        mutation: "renewal-of-expired-lease",
+        checker: "workers simulation",
+        run: workers_simulation,
+        expected: "a renewal of a stale or expired lease was accepted",
+    },
+    Check {
+        mutation: "provision-keys-per-attempt",
+        checker: "lifecycle simulation",
+        run: || simulation(|seed| sim::run(seed, 5_000, None), 120),
+        expected: "remote spaces for",
+    },
+    Check {
         mutation: "lookup-outside-slot",
         checker: "workers simulation",
         run: workers_simulation,
