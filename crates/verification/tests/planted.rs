@@ -205,6 +205,12 @@ const CHECKS: &[Check] = &[
         expected: "ended failed",
     },
     Check {
+        mutation: "older-snapshot-applied",
+        checker: "projector simulation",
+        run: || simulation(|seed| sim::projector::run(seed, 2_500, None), 40),
+        expected: "one revision never takes two contents",
+    },
+    Check {
         mutation: "revision-takes-other-content",
         checker: "revisions model",
         run: || {

@@ -217,6 +217,8 @@ pub fn plan_snapshot_with(
     validate_workspaces(&snapshot.workspaces)?;
     if let Some(state) = state
         && snapshot.cursor < state.cursor
+        // Planted (verification only): a snapshot older than the projection is applied.
+        && !tenantry_kernel::planted!("older-snapshot-applied")
     {
         return Err(DirectoryError::SnapshotSuperseded {
             snapshot_cursor: snapshot.cursor,
