@@ -580,6 +580,13 @@ impl<'a> Step<'a> {
         } else {
             observed_at.min(self.now)
         };
+        // Planted (verification only): absence proven at once, without the grace period in
+        // which a delivered provision request may still land.
+        let grace = if tenantry_kernel::planted!("absence-without-grace") {
+            Duration::ZERO
+        } else {
+            grace
+        };
         let not_found = || AbsentOutcome::NotFound(self.not_found());
         let Some(cs) = cs.filter(|cs| owns(cs, self.command, ControlSpaceState::Deleting)) else {
             return not_found();

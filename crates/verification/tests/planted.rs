@@ -193,6 +193,12 @@ const CHECKS: &[Check] = &[
         expected: "remote spaces for",
     },
     Check {
+        mutation: "absence-without-grace",
+        checker: "workers simulation",
+        run: workers_simulation,
+        expected: "is deleted but its remote space exists",
+    },
+    Check {
         mutation: "lookup-outside-slot",
         checker: "workers simulation",
         run: workers_simulation,
