@@ -694,7 +694,10 @@ impl<'a> Step<'a> {
                 at: progress.irreversible_at.unwrap_or(self.now),
             });
         }
-        let settlement = if progress.phase == DeletionPhase::Completed {
+        // Planted (verification only): a deletion the remote still drains counts as done.
+        let completed = progress.phase == DeletionPhase::Completed
+            || tenantry_kernel::planted!("deletion-done-while-draining");
+        let settlement = if completed {
             transitions.push(Transition::CompleteDeletion {
                 operation_id: self.command.operation_id.clone(),
                 revision: progress.revision,

@@ -199,6 +199,12 @@ const CHECKS: &[Check] = &[
         expected: "is deleted but its remote space exists",
     },
     Check {
+        mutation: "deletion-done-while-draining",
+        checker: "workers simulation",
+        run: workers_simulation,
+        expected: "is deleted but its remote space exists",
+    },
+    Check {
         mutation: "lookup-outside-slot",
         checker: "workers simulation",
         run: workers_simulation,
