@@ -283,10 +283,10 @@ impl<'a> Step<'a> {
         }
     }
 
-    /// A provision the remote refused for good (a permanent failure, e.g. `409
-    /// KNOWLEDGE_FS_SPACE_DELETED`), judged against the control space read after the answer
-    /// (`cs`). While the control space still waits for the provision, the command fails as
-    /// [`Self::remote_failure`] says. When it no longer does, a deletion took the control
+    /// A provision the remote refused for good (an answer with a permanent disposition, e.g.
+    /// `409 KNOWLEDGE_FS_SPACE_DELETED`: it applied nothing), judged against the control space
+    /// read after the answer (`cs`). Any other failure, and a refusal while the control space
+    /// still waits for the provision, settles as [`Self::remote_failure`] says. When it no longer does, a deletion took the control
     /// space over while the attempt was in flight (or waiting for a remote-call slot) and
     /// deleted the space the provision was creating: the provision closes as its next attempt
     /// would ([`Self::start_provision`]: superseded by the deletion), not dead-lettered.
@@ -304,11 +304,13 @@ impl<'a> Step<'a> {
         retry_after: Option<Duration>,
     ) -> Settlement {
         let settlement = self.remote_failure(status, code, message, retry_after);
-        // Planted mutation (docs/verification.md): the refusal fails the provision whatever
-        // became of its control space.
-        if settlement.status() != Some(CommandStatus::Failed)
-            || tenantry_kernel::planted!("overtaken-provision-fails")
-        {
+        // Only a refusal the remote answered (it applied nothing): a failure because the
+        // attempt budget ran out may follow a request that can still land, and keeps its
+        // attempt window. Planted mutation (docs/verification.md): the refusal fails the
+        // provision whatever became of its control space.
+        let answered_refusal =
+            status.is_some() && failure::remote_disposition(status, code) == Disposition::Permanent;
+        if !answered_refusal || tenantry_kernel::planted!("overtaken-provision-fails") {
             return settlement;
         }
         self.provision_not_awaited(cs).unwrap_or(settlement)

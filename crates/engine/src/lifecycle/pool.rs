@@ -193,7 +193,10 @@ where
             let free = max_in_flight.saturating_sub(running.len());
             if free < refill_at {
                 // Busy: wait for dispatches to finish (or shutdown).
+                // Biased (a fixed polling order): no branch order drawn from tokio's unseeded
+                // generator, so a simulated run depends on its seed alone.
                 tokio::select! {
+                    biased;
                     Some(done) = running.join_next() => tally(&mut report, done),
                     _ = shutdown.changed() => {}
                 }
@@ -229,6 +232,7 @@ where
                         }
                     };
                     tokio::select! {
+                        biased;
                         () = sleep => {}
                         () = wake => {}
                         _ = shutdown.changed() => {}
@@ -246,6 +250,7 @@ where
                     tokio::pin!(sleep);
                     loop {
                         tokio::select! {
+                            biased;
                             () = &mut sleep => break,
                             _ = shutdown.changed() => break,
                             Some(done) = running.join_next() => tally(&mut report, done),

@@ -155,7 +155,7 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
     /// a process never has more calls open than its slots (nor queued inside the remote
     /// client with their deadline running). `call` is invoked only once the permit is held;
     /// the permit is freed when the call ends. `Ok(None)`: the pool closed its slots
-    /// (shutdown), nothing was sent, and the caller hands the command back.
+    /// (shutdown) and nothing was sent; the caller settles without calling (a hand-back).
     ///
     /// # Errors
     /// As [`Self::call`]: the lease could not be proven live for the call.
@@ -192,6 +192,9 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
         } else {
             slots
         };
+        // Absence is judged at the lookup's sending; were it unknown, the earlier time is the
+        // safe one (a provision must have been quiet for longer).
+        let before = self.store_now();
         let mut sent_at = None;
         let found = self
             .call_in_slot(step, slots, || {
@@ -203,7 +206,7 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
                 )
             })
             .await?;
-        Ok(found.map(|found| (found, sent_at.unwrap_or_else(|| self.store_now()))))
+        Ok(found.map(|found| (found, sent_at.unwrap_or(before))))
     }
 
     async fn provision(
@@ -338,10 +341,10 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
             .await
     }
 
-    /// KnowledgeFS answered the deletion `404 KNOWLEDGE_FS_SPACE_NOT_FOUND` (case 012): look the
-    /// space up by provisioning key (in a remote-call slot of its own); when the lookup finds nothing, the deletion completes
-    /// under the absence rules ([`Step::complete_gone`]); when it finds a space, or fails, the
-    /// attempt settles as the remote error would have.
+    /// KnowledgeFS answered the deletion `404 KNOWLEDGE_FS_SPACE_NOT_FOUND` (case 012): look
+    /// the space up by provisioning key (in a remote-call slot of its own); when the lookup
+    /// finds nothing, the deletion completes under the absence rules ([`Step::complete_gone`]);
+    /// when it finds a space, or fails, the attempt settles as the remote error would have.
     async fn confirm_gone(
         &self,
         step: &Step<'_>,
@@ -349,10 +352,20 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
         not_found: &RemoteError,
         slots: Option<&Semaphore>,
     ) -> Result<Settlement, DispatchError> {
-        // The pool shut down before the lookup: the deletion did reach the remote, so the
-        // attempt settles as its 404 would have without a lookup (not handed back).
+        // The pool shut down before the lookup: the deletion reached the remote (which
+        // applied nothing), so the attempt retries with the 404's code, due at once; like a
+        // hand-back it gives its attempt back, so a stop never dead-letters a deletion.
         let Some((found, lookup_sent_at)) = self.lookup_in_slot(step, payload, slots).await? else {
-            return self.remote_failure(step, not_found).await;
+            let now = self.store_now();
+            let settlement = Settlement::retry(
+                now,
+                ErrorRecord::new(
+                    not_found.code.clone(),
+                    "the worker pool shut down before the lookup that follows a deletion's 404",
+                ),
+            )
+            .gives_attempt_back();
+            return self.settle(&step.at(now), settlement).await;
         };
         match found {
             Ok(None) => {}

@@ -311,4 +311,16 @@ fn a_provision_refused_for_good_after_its_control_space_was_deleted_is_supersede
             "{cs:?} {status} {code:?}"
         );
     }
+    // A failure because the budget ran out (here a 504 on the fifth and last attempt) is no
+    // refusal: its request may still land, so it fails and keeps its attempt window.
+    let last = command(Operation::Provision, 5);
+    let gave_up = step(&last).provision_failure(
+        Some(&space(ControlSpaceState::Deleted, "op-del")),
+        Some(504),
+        &ErrorCode::from("GATEWAY_TIMEOUT"),
+        "gateway timeout",
+        None,
+    );
+    assert_eq!(gave_up.status(), Some(CommandStatus::Failed));
+    assert!(gave_up.may_have_sent);
 }

@@ -51,6 +51,8 @@ pub(super) struct SimRemote {
     pub(super) world: Shared,
     /// The caller's process: its open calls are counted against [`REMOTE_CALL_LIMIT`].
     pub(super) process: usize,
+    /// The caller's generation: a call of a generation that crashed never leaves.
+    pub(super) generation: u32,
     pub(super) store: InMemoryLifecycleStore,
     /// The caller's process clock: the call deadline is a timer of the caller.
     pub(super) clock: ManualClock,
@@ -153,6 +155,11 @@ impl SimRemote {
                 .ok()
                 .flatten(),
         };
+        if world(&self.world).running[self.process] != Some(self.generation) {
+            // A dispatch task of a crashed process that ran before its abort took effect: the
+            // process is gone, so nothing is sent.
+            std::future::pending::<()>().await;
+        }
         let (fate, landing, answer_after) = {
             let mut w = world(&self.world);
             w.remote_calls += 1;

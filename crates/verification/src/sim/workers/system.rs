@@ -167,6 +167,7 @@ impl WorkerSim {
         let remote = SimRemote {
             world: Arc::clone(&self.world),
             process: p,
+            generation,
             store: self.store.clone(),
             clock: clock.clone(),
             caller: name.clone(),
