@@ -478,3 +478,78 @@ async fn replicas_share_a_backlog_under_a_slow_remote() {
         "at most one waiting command per slot: {most_waiting:?}"
     );
 }
+
+/// A pool of one remote-call slot whose only slot is held by cs0's provision (at the gate),
+/// and a deletion of `cs-lost` claimed behind it: the provision of `cs-lost` applied on the
+/// remote but its answer was lost, so the deletion must look the space up by provisioning key.
+async fn lookup_behind_a_held_call(
+    h: &Harness,
+    clock: &ManualClock,
+) -> (
+    watch::Sender<bool>,
+    tokio::task::JoinHandle<WorkerReport>,
+    HeldRemote,
+    CommandId,
+) {
+    h.create("cs-lost").await;
+    h.remote
+        .push_fault(RemoteCall::Provision, RemoteFault::LoseAck);
+    h.dispatch(t(0), true).await;
+    let (pool, remote, _) = held_pool(h, 1, 1, clock).await;
+    let (stop, stopped) = watch::channel(false);
+    let handle = tokio::spawn(pool.run(stopped));
+    let_tasks_run().await;
+    assert_eq!(
+        remote.inside.load(Ordering::SeqCst),
+        1,
+        "cs0's provision holds the slot"
+    );
+    let delete = h.delete("cs-lost").await.command_id;
+    // The lost provision's retry is due in about 2 s: the idle pool looks again then and
+    // claims the deletion (due earlier) into its one free place.
+    clock.advance(Duration::from_secs(3));
+    let_tasks_run().await;
+    assert_eq!(h.command(&delete).status, CommandStatus::Processing);
+    (stop, handle, remote, delete)
+}
+
+/// Issue 31 (found by the worker simulation over the pool): a deletion's lookup by
+/// provisioning key holds a remote-call slot like every other call, so it waits while the
+/// pool's only slot is taken, and the process never has more calls open than its slots.
+#[tokio::test]
+async fn a_deletion_lookup_waits_for_a_remote_call_slot() {
+    let h = harness();
+    let clock = clock_of_test();
+    let (stop, handle, remote, delete) = lookup_behind_a_held_call(&h, &clock).await;
+    assert_eq!(h.calls("lookup"), 0, "the lookup waits for the slot");
+    remote.gate.add_permits(100);
+    let_tasks_run().await;
+    assert_eq!(h.calls("lookup"), 1);
+    assert_eq!(h.command(&delete).status, CommandStatus::Succeeded);
+    assert_eq!(h.space("cs-lost").await.state, ControlSpaceState::Deleted);
+    stop.send(true).unwrap();
+    handle.await.unwrap();
+}
+
+/// A pool that shuts down while a deletion waits for a slot to look its space up hands the
+/// deletion back (nothing sent, the attempt given back) instead of making the lookup.
+#[tokio::test]
+async fn a_deletion_waiting_to_look_up_is_handed_back_at_shutdown() {
+    let h = harness();
+    let clock = clock_of_test();
+    let (stop, handle, remote, delete) = lookup_behind_a_held_call(&h, &clock).await;
+    stop.send(true).unwrap();
+    let_tasks_run().await;
+    let record = h.command(&delete);
+    assert_eq!(
+        retry_of(&record),
+        (
+            CommandStatus::Pending,
+            Some("SHUTDOWN_BEFORE_CALL"),
+            clock.now()
+        )
+    );
+    assert_eq!(h.calls("lookup"), 0, "no lookup after shutdown");
+    remote.gate.add_permits(1);
+    handle.await.unwrap();
+}
