@@ -200,10 +200,15 @@ impl ControlSpace {
                 knowledge_space_id,
                 revision,
             } => {
-                if self.state != S::Provisioning {
+                // Planted (verification only): see `Step::complete_provision`.
+                let over_deletion = tenantry_kernel::planted!("provision-activates-over-deletion")
+                    && self.state == S::Deleting;
+                if self.state != S::Provisioning && !over_deletion {
                     return Err(forbidden());
                 }
-                self.require_owner(operation_id)?;
+                if !over_deletion {
+                    self.require_owner(operation_id)?;
+                }
                 next.state = S::Active;
                 next.knowledge_space_id = Some(knowledge_space_id.clone());
                 next.knowledge_space_revision = *revision;

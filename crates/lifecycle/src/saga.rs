@@ -286,10 +286,11 @@ impl<'a> Step<'a> {
     /// A provision the remote refused for good (an answer with a permanent disposition, e.g.
     /// `409 KNOWLEDGE_FS_SPACE_DELETED`: it applied nothing), judged against the control space
     /// read after the answer (`cs`). Any other failure, and a refusal while the control space
-    /// still waits for the provision, settles as [`Self::remote_failure`] says. When it no longer does, a deletion took the control
-    /// space over while the attempt was in flight (or waiting for a remote-call slot) and
-    /// deleted the space the provision was creating: the provision closes as its next attempt
-    /// would ([`Self::start_provision`]: superseded by the deletion), not dead-lettered.
+    /// still waits for the provision, settles as [`Self::remote_failure`] says. When it no
+    /// longer does, a deletion took the control space over while the attempt was in flight
+    /// (or waiting for a remote-call slot) and deleted the space the provision was creating:
+    /// the provision closes as its next attempt would ([`Self::start_provision`]: superseded
+    /// by the deletion), not dead-lettered.
     ///
     /// Tenantry addition: the reference retries every remote error, so its next attempt closes
     /// the provision without delivery; Tenantry fails permanent `409`s at once, and without
@@ -344,7 +345,10 @@ impl<'a> Step<'a> {
         if already_applied {
             return Ok(self.ack());
         }
-        if cs.lifecycle_operation_id != self.command.operation_id {
+        // Planted (verification only): a provision answered after its control space's
+        // deletion began activates the control space anyway.
+        let over_deletion = tenantry_kernel::planted!("provision-activates-over-deletion");
+        if cs.lifecycle_operation_id != self.command.operation_id && !over_deletion {
             return Err(StepError::OwnershipLost {
                 reason: "provision command no longer owns the control space",
             });

@@ -205,6 +205,12 @@ const CHECKS: &[Check] = &[
         expected: "is deleted but its remote space exists",
     },
     Check {
+        mutation: "provision-activates-over-deletion",
+        checker: "workers simulation",
+        run: workers_simulation,
+        expected: "is active for Asked { deleted: true }",
+    },
+    Check {
         mutation: "lookup-outside-slot",
         checker: "workers simulation",
         run: workers_simulation,
