@@ -14,7 +14,7 @@
 //!
 //! | migrator | history table | migrations |
 //! |---|---|---|
-//! | [`LifecycleMigrator`] | `tenantry_lifecycle_migrations` | [`m0001_lifecycle`], [`m0004_lifecycle_claim_index`], [`m0005_lifecycle_failures`], [`m0006_lifecycle_attempt_window`], `m0007_lifecycle_table_prefix`, [`m0010_lifecycle_retention`], [`m0013_lifecycle_attempt_errors`], [`m0014_lifecycle_update_room`], [`m0015_lifecycle_trace_context`] |
+//! | [`LifecycleMigrator`] | `tenantry_lifecycle_migrations` | [`m0001_lifecycle`], [`m0004_lifecycle_claim_index`], [`m0005_lifecycle_failures`], [`m0006_lifecycle_attempt_window`], `m0007_lifecycle_table_prefix`, [`m0010_lifecycle_retention`], [`m0013_lifecycle_attempt_errors`], [`m0014_lifecycle_update_room`], [`m0015_lifecycle_trace_context`], [`m0016_lifecycle_turns`] |
 //! | [`FencesMigrator`] | `tenantry_fences_migrations` | [`m0002_host_storage`], `m0008_host_storage_table_prefix`, [`m0012_host_storage_retention`] |
 //! | [`DirectoryMigrator`] | `tenantry_directory_migrations` | [`m0003_directory`], `m0009_directory_table_prefix`, [`m0011_directory_retention`] |
 //!
@@ -35,6 +35,8 @@
 //!   spaces 50), so claims and compare-and-sets stay HOT updates.
 //! - [`m0015_lifecycle_trace_context`]: the caller's W3C trace context on each command (a
 //!   nullable `trace_context`), continued by every dispatch.
+//! - [`m0016_lifecycle_turns`]: each command's turn (`turn_at`) and the claim index in turn
+//!   order (tenant-fair claims), with the index of each tenant's live turns.
 //! - [`table_prefix`]: renames the tables of a database created before the prefix.
 //!
 //! Databases migrated before these history tables existed recorded everything in
@@ -81,6 +83,7 @@ pub mod m0012_host_storage_retention;
 pub mod m0013_lifecycle_attempt_errors;
 pub mod m0014_lifecycle_update_room;
 pub mod m0015_lifecycle_trace_context;
+pub mod m0016_lifecycle_turns;
 pub mod naming;
 pub mod table_prefix;
 
@@ -123,6 +126,7 @@ impl MigratorTrait for LifecycleMigrator {
             Box::new(m0013_lifecycle_attempt_errors::Migration),
             Box::new(m0014_lifecycle_update_room::Migration),
             Box::new(m0015_lifecycle_trace_context::Migration),
+            Box::new(m0016_lifecycle_turns::Migration),
         ]
     }
 

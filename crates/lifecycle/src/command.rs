@@ -352,6 +352,9 @@ pub struct CommandRecord {
     pub lease_epoch: LeaseEpoch,
     /// Earliest time of the next claim while pending.
     pub next_attempt_at: DateTime<Utc>,
+    /// The command's turn (store clock, milliseconds): due commands are claimed in turn order.
+    /// Set once at intake by [`crate::turn::next_turn`]; kept by retries and operator actions.
+    pub turn_at: DateTime<Utc>,
     /// Code of the last retry, failure, supersede or operator abandon.
     pub last_error_code: Option<crate::ErrorCode>,
     /// Message of the last retry or supersede.
@@ -372,7 +375,9 @@ pub struct CommandRecord {
 
 impl CommandRecord {
     /// The record of `command` as intake inserts it at store time `now`: pending, never
-    /// claimed, due at once (`next_attempt_at = created_at = now`).
+    /// claimed, due at once (`next_attempt_at = created_at = now`), its turn `now` (the turn of
+    /// a tenant without live commands; intake sets [`Self::turn_at`] by
+    /// [`crate::turn::next_turn`]).
     pub fn enqueued(command: &crate::intake::NewCommand, now: DateTime<Utc>) -> Self {
         Self {
             id: command.id.clone(),
@@ -390,6 +395,7 @@ impl CommandRecord {
             lease_expires_at: None,
             lease_epoch: LeaseEpoch(0),
             next_attempt_at: now,
+            turn_at: now,
             last_error_code: None,
             last_error_message: None,
             created_at: now,
@@ -669,6 +675,7 @@ pub(crate) mod tests {
             lease_expires_at: None,
             lease_epoch: tenantry_kernel::LeaseEpoch(1),
             next_attempt_at: crate::control_space::tests::at(0),
+            turn_at: crate::control_space::tests::at(0),
             last_error_code: None,
             last_error_message: None,
             created_at: crate::control_space::tests::at(0),

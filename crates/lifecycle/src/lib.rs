@@ -16,7 +16,8 @@
 //! - [`intake`]: validation and fingerprints of new requests;
 //! - [`operator`]: what an operator's action does to the control space, and what a given-up
 //!   command may have left in KnowledgeFS;
-//! - [`retention`]: which finished commands and operator action records may be removed.
+//! - [`retention`]: which finished commands and operator action records may be removed;
+//! - [`turn`]: each command's turn, the tenant-fair claim order.
 
 pub mod code;
 pub mod command;
@@ -29,6 +30,7 @@ pub mod remote;
 pub mod retention;
 pub mod retry;
 pub mod saga;
+pub mod turn;
 
 pub use code::{ErrorCode, OtherCode};
 pub use command::{

@@ -3,6 +3,7 @@
 use sea_orm::{EntityTrait, TransactionTrait};
 use tenantry_lifecycle::ControlSpace;
 use tenantry_lifecycle::intake::NewCommand;
+use tenantry_lifecycle::turn::next_turn;
 use tenantry_ports::lifecycle::StoreError;
 
 use super::convert::{control_space_row, new_command_row};
@@ -12,7 +13,9 @@ use super::{SeaOrmLifecycleStore, unavailable};
 impl SeaOrmLifecycleStore {
     /// Inserts `spaces` and pending `commands` as given, `rows_per_statement` rows per
     /// multi-row `INSERT` (at least 1), all in one transaction (feature `bench`). No rule is
-    /// checked: plan the rows with the intake functions of `tenantry_lifecycle` first.
+    /// checked: plan the rows with the intake functions of `tenantry_lifecycle` first. Each
+    /// tenant's commands take consecutive turns from their enqueue times, as one intake batch
+    /// on an outbox without live commands of theirs.
     ///
     /// # Errors
     /// [`StoreError::Unavailable`] when a statement fails (for example a duplicate key);
@@ -31,8 +34,19 @@ impl SeaOrmLifecycleStore {
                 .await
                 .map_err(unavailable)?;
         }
-        for chunk in commands.chunks(rows_per_statement) {
-            outbox::Entity::insert_many(chunk.iter().map(|c| new_command_row(c, c.created_at)))
+        // Turns as intake gives them to a batch on an outbox without live commands: each
+        // tenant's commands take consecutive turns from their enqueue times.
+        let mut latest = std::collections::HashMap::new();
+        let rows: Vec<_> = commands
+            .iter()
+            .map(|c| {
+                let turn = next_turn(c.created_at, latest.get(&c.tenant_id).copied());
+                latest.insert(c.tenant_id.clone(), turn);
+                new_command_row(c, c.created_at, turn)
+            })
+            .collect();
+        for chunk in rows.chunks(rows_per_statement) {
+            outbox::Entity::insert_many(chunk.iter().cloned())
                 .exec(&txn)
                 .await
                 .map_err(unavailable)?;

@@ -92,8 +92,13 @@ pub fn control_space_row(space: &ControlSpace) -> control_space::ActiveModel {
     }
 }
 
-/// The row of a new command, due at `now` (the store's clock), enqueued at `now`.
-pub fn new_command_row(command: &NewCommand, now: DateTime<Utc>) -> outbox::ActiveModel {
+/// The row of a new command, due at `now` (the store's clock), enqueued at `now`, taking turn
+/// `turn` (`tenantry_lifecycle::turn`).
+pub fn new_command_row(
+    command: &NewCommand,
+    now: DateTime<Utc>,
+    turn: DateTime<Utc>,
+) -> outbox::ActiveModel {
     outbox::ActiveModel {
         id: Set(command.id.as_str().to_owned()),
         tenant_id: Set(command.tenant_id.as_str().to_owned()),
@@ -118,6 +123,7 @@ pub fn new_command_row(command: &NewCommand, now: DateTime<Utc>) -> outbox::Acti
         attempt_budget_base: Set(0),
         failed_at: Set(None),
         trace_context: Set(command.trace_context.clone()),
+        turn_at: Set(millis(turn)),
     }
 }
 
@@ -153,6 +159,7 @@ pub fn to_record(row: outbox::Model) -> Result<CommandRecord, StoreError> {
             .transpose()?,
         lease_epoch: LeaseEpoch(row.lease_epoch),
         next_attempt_at: time("next_attempt_at", row.next_attempt_at)?,
+        turn_at: time("turn_at", row.turn_at)?,
         // Any stored string decodes: one Tenantry names, or a remote's own code verbatim.
         last_error_code: row.last_error_code.map(tenantry_lifecycle::ErrorCode::from),
         last_error_message: row.last_error_message,

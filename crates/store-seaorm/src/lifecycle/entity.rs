@@ -67,6 +67,8 @@ pub mod outbox {
         pub failed_at: Option<i64>,
         /// The W3C `traceparent` intake recorded (m0015); `NULL` without one.
         pub trace_context: Option<String>,
+        /// The command's turn, Unix ms (m0016): claims take due commands in turn order.
+        pub turn_at: i64,
     }
 
     /// No relations.

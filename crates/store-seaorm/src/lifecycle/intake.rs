@@ -4,7 +4,7 @@
 //!
 //! Both apply an [`IntakePlan`] with the same routine ([`apply_plan`]): look up the idempotency
 //! key, write the control space (insert or compare-and-set), stamp the command with the store's
-//! clock and insert it.
+//! clock, give it its turn (the tenant's latest live turn read first, `turns`) and insert it.
 //!
 //! [`IntakeStore::submit_many`] writes a batch of plans that each create a new control space
 //! (provision requests) with multi-row inserts, [`BATCH_ROWS_PER_STATEMENT`] rows a statement,
@@ -24,6 +24,7 @@ use tenantry_lifecycle::CommandRecord;
 use tenantry_lifecycle::intake::{
     ControlSpaceWrite, IntakePlan, IntakeReceipt, IntakeRequest, NewIds,
 };
+use tenantry_lifecycle::turn::next_turn;
 use tenantry_ports::lifecycle::{
     IntakeFailure, IntakeStore, IntakeStoreError, MAX_INTAKE_CONFLICT_RETRIES, StoreError,
     Submitted,
@@ -31,13 +32,15 @@ use tenantry_ports::lifecycle::{
 
 use super::convert::{self, millis, to_control_space, to_record};
 use super::entity::{control_space, outbox};
+use super::turns::latest_turns;
 use super::{SeaOrmLifecycleStore, apply_cas, detached, is_unique_violation, unavailable};
 use crate::connect::Backend;
 
 /// What [`apply_plan`] did.
 enum Applied {
-    /// The rows are written (not committed); the command is stamped with this store time.
-    Created(DateTime<Utc>),
+    /// The rows are written (not committed); the command is stamped with this store time and
+    /// takes this turn.
+    Created(DateTime<Utc>, DateTime<Utc>),
     /// A command with the plan's key exists: nothing was written.
     Existing(Box<CommandRecord>),
     /// The command insert met the unique key of a command committed since the lookup (a
@@ -99,7 +102,10 @@ async fn apply_plan<C: ConnectionTrait>(
     // Whole milliseconds, as stored, so the returned record equals a later read.
     let now = store.now_on(conn).await?;
     let now = DateTime::from_timestamp_millis(millis(now)).unwrap_or(now);
-    match outbox::Entity::insert(convert::new_command_row(&plan.command, now))
+    let tenant = plan.command.tenant_id.as_str();
+    let latest = latest_turns(conn, store.backend, &[tenant]).await?;
+    let turn = next_turn(now, latest.get(tenant).copied());
+    match outbox::Entity::insert(convert::new_command_row(&plan.command, now, turn))
         .exec(conn)
         .await
     {
@@ -111,7 +117,7 @@ async fn apply_plan<C: ConnectionTrait>(
                     .await
                     .map_err(unavailable)?;
             }
-            Ok(Applied::Created(now))
+            Ok(Applied::Created(now, turn))
         }
         Err(error) if is_unique_violation(&error) => Ok(Applied::KeyTaken),
         Err(error) => Err(unavailable(error).into()),
@@ -169,11 +175,12 @@ pub const BATCH_ROWS_PER_STATEMENT: usize = 500;
 
 /// Writes `plans` (each inserting a new control space, keys and control spaces distinct) in one
 /// transaction with multi-row inserts; `Ok(None)` when a row was not inserted (the plans must
-/// then be submitted one by one: nothing was written).
+/// then be submitted one by one: nothing was written). `Some` holds the store time and each
+/// plan's turn (in `plans` order): each tenant's commands take consecutive turns.
 async fn submit_batch(
     store: &SeaOrmLifecycleStore,
     plans: &[IntakePlan],
-) -> Result<Option<DateTime<Utc>>, StoreError> {
+) -> Result<Option<(DateTime<Utc>, Vec<DateTime<Utc>>)>, StoreError> {
     use sea_orm::sea_query::OnConflict;
     let spaces: Vec<&tenantry_lifecycle::ControlSpace> = plans
         .iter()
@@ -199,11 +206,25 @@ async fn submit_batch(
     // Whole milliseconds, as stored, so the returned records equal a later read.
     let now = store.now_on(&txn).await?;
     let now = DateTime::from_timestamp_millis(millis(now)).unwrap_or(now);
-    for chunk in plans.chunks(BATCH_ROWS_PER_STATEMENT) {
+    let tenants: Vec<&str> = plans.iter().map(|p| p.command.tenant_id.as_str()).collect();
+    let mut latest = latest_turns(&txn, store.backend, &tenants).await?;
+    let batch_turns: Vec<DateTime<Utc>> = tenants
+        .iter()
+        .map(|tenant| {
+            let turn = next_turn(now, latest.get(*tenant).copied());
+            latest.insert((*tenant).to_owned(), turn);
+            turn
+        })
+        .collect();
+    for (chunk, turns) in plans
+        .chunks(BATCH_ROWS_PER_STATEMENT)
+        .zip(batch_turns.chunks(BATCH_ROWS_PER_STATEMENT))
+    {
         let inserted = outbox::Entity::insert_many(
             chunk
                 .iter()
-                .map(|plan| convert::new_command_row(&plan.command, now)),
+                .zip(turns)
+                .map(|(plan, turn)| convert::new_command_row(&plan.command, now, *turn)),
         )
         .on_conflict(OnConflict::new().do_nothing().to_owned())
         .exec_without_returning(&txn)
@@ -220,7 +241,7 @@ async fn submit_batch(
             .map_err(unavailable)?;
     }
     txn.commit().await.map_err(unavailable)?;
-    Ok(Some(now))
+    Ok(Some((now, batch_turns)))
 }
 
 /// Whether `plans` can be written by [`submit_batch`]: every plan inserts a new control space,
@@ -259,12 +280,11 @@ async fn submit_once(
                     .into()
                 })
         }
-        Applied::Created(now) => {
+        Applied::Created(now, turn) => {
             txn.commit().await.map_err(unavailable)?;
-            Ok(Submitted::Created(CommandRecord::enqueued(
-                &plan.command,
-                now,
-            )))
+            let mut record = CommandRecord::enqueued(&plan.command, now);
+            record.turn_at = turn;
+            Ok(Submitted::Created(record))
         }
     }
 }
@@ -299,14 +319,14 @@ impl IntakeStore for SeaOrmLifecycleStore {
             let batch = plans.to_vec();
             // Its own task: a dropped caller cannot leave the transaction open.
             match detached(async move { submit_batch(&store, &batch).await }).await {
-                Ok(Some(now)) => {
+                Ok(Some((now, turns))) => {
                     return plans
                         .iter()
-                        .map(|plan| {
-                            Ok(Submitted::Created(CommandRecord::enqueued(
-                                &plan.command,
-                                now,
-                            )))
+                        .zip(turns)
+                        .map(|(plan, turn)| {
+                            let mut record = CommandRecord::enqueued(&plan.command, now);
+                            record.turn_at = turn;
+                            Ok(Submitted::Created(record))
                         })
                         .collect();
                 }
@@ -481,7 +501,7 @@ impl SeaOrmLifecycleStore {
         // The host's span (inside `enqueue`'s `intake` span): every dispatch continues it.
         plan.command.trace_context = crate::trace_context::current();
         match apply_plan(self, txn, &plan).await {
-            Ok(Applied::Created(_)) => Ok(Attempt::Done(IntakeReceipt::created(&plan))),
+            Ok(Applied::Created(..)) => Ok(Attempt::Done(IntakeReceipt::created(&plan))),
             Ok(Applied::Existing(existing)) => Ok(Attempt::Done(request.replay(&existing)?)),
             Ok(Applied::KeyTaken) => Ok(Attempt::Taken {
                 space_exists: false,

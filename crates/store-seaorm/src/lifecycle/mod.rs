@@ -16,6 +16,7 @@ mod entity;
 mod intake;
 mod lookup;
 mod settle;
+mod turns;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -231,6 +232,13 @@ impl CommandQueue for SeaOrmLifecycleStore {
             ),
             Backend::Sqlite => (DbBackend::Sqlite, "id", "id IN (", ")"),
         };
+        // Turn order (docs/protocol.md, "Fair claims across tenants"), read from the claim
+        // index of m0016 (`turn_at, next_attempt_at, created_at, id` over live commands). A
+        // command keeps its turn across retries, so commands waiting out a backoff sit among
+        // due ones: `next_attempt_at <= now` stands alone so that the index's second column
+        // skips them without reading the row. For a processing command it always holds (it was
+        // due when claimed and the store's clock does not go back), so only pending ones are
+        // skipped by it.
         // Placeholders by number: `$n` on PostgreSQL, `?n` on SQLite (both may repeat).
         let p = |n: u8| match self.backend {
             Backend::Postgres => format!("${n}"),
@@ -264,10 +272,9 @@ impl CommandQueue for SeaOrmLifecycleStore {
                ELSE {now} + {lease} END, \
              lease_epoch = lease_epoch + 1, attempt_count = attempt_count + 1 \
              WHERE {matches}SELECT {key} FROM tenantry_lifecycle_outbox \
-               WHERE completed_at IS NULL \
-                 AND ((status = 'pending' AND next_attempt_at <= {now}) \
-                   OR (status = 'processing' AND {expired})){operation_filter} \
-               ORDER BY next_attempt_at, created_at, id LIMIT {limit}{lock} \
+               WHERE completed_at IS NULL AND next_attempt_at <= {now} \
+                 AND (status = 'pending' OR (status = 'processing' AND {expired})){operation_filter} \
+               ORDER BY turn_at, next_attempt_at, created_at, id LIMIT {limit}{lock} \
              RETURNING *",
             owner = p(1),
             lease = p(2),

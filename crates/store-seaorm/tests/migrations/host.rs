@@ -98,7 +98,7 @@ async fn a_host_that_appended_tenantry_migrations_passes_the_schema_check() {
     assert!(table_exists(conn, "tenantry_lifecycle_outbox").await);
     assert!(matches!(
         db.db.check_schema(Mechanisms::ALL).await,
-        Err(ConnectError::SchemaNotCurrent { pending: 15, .. })
+        Err(ConnectError::SchemaNotCurrent { pending: 16, .. })
     ));
     db.db
         .check_schema_with_history(Mechanisms::ALL, "host_migrations")
@@ -181,7 +181,7 @@ async fn a_database_from_the_hosts_pool() {
     assert_eq!(db.backend, test.backend());
     assert!(matches!(
         db.check_schema(Mechanisms::ALL).await,
-        Err(ConnectError::SchemaNotCurrent { pending: 15, .. })
+        Err(ConnectError::SchemaNotCurrent { pending: 16, .. })
     ));
     db.migrate(Mechanisms::ALL).await.unwrap();
     db.check_schema(Mechanisms::ALL).await.unwrap();

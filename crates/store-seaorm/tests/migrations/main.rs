@@ -28,6 +28,8 @@ mod prefix;
 mod steps;
 
 const CLAIM_INDEX: &str = "ix_tenantry_lifecycle_outbox_claim";
+/// The claim index in turn order (m0016), which replaced [`CLAIM_INDEX`].
+const TURN_INDEX: &str = "ix_tenantry_lifecycle_outbox_turn";
 const DUE_INDEX: &str = "ix_tenantry_lifecycle_outbox_due";
 const LEGACY_CLAIM_INDEX: &str = "ix_lifecycle_outbox_claim";
 const LEGACY_DUE_INDEX: &str = "ix_lifecycle_outbox_due";
@@ -86,7 +88,12 @@ async fn fill_factor(conn: &DatabaseConnection, table: &str) -> Option<String> {
 }
 
 async fn assert_m0004_applied(conn: &DatabaseConnection, when: &str) {
-    assert!(index_exists(conn, CLAIM_INDEX).await, "{when}: claim index");
+    // m0016 replaced m0004's claim index by the turn-ordered one.
+    assert!(index_exists(conn, TURN_INDEX).await, "{when}: claim index");
+    assert!(
+        !index_exists(conn, CLAIM_INDEX).await,
+        "{when}: m0004's claim index"
+    );
     assert!(
         !index_exists(conn, DUE_INDEX).await,
         "{when}: old due index"
@@ -204,9 +211,9 @@ async fn insert_command(
 async fn m0006_runs_up_down_and_up_again_with_rows_present() {
     let db = fresh_database().await;
     let conn = &db.db.conn;
-    // m0015, m0014, m0013, m0010, the prefix migration and m0006: the outbox has its old name
-    // and no window columns.
-    LifecycleMigrator::down(conn, Some(6)).await.unwrap();
+    // m0016, m0015, m0014, m0013, m0010, the prefix migration and m0006: the outbox has its old
+    // name and no window columns.
+    LifecycleMigrator::down(conn, Some(7)).await.unwrap();
     let outbox = "lifecycle_outbox";
     assert!(!column_exists(conn, outbox, "attempt_window_ends_at").await);
     assert!(!column_exists(conn, outbox, "prior_window_ends_at").await);
@@ -232,7 +239,7 @@ async fn m0006_runs_up_down_and_up_again_with_rows_present() {
         Some(5000),
         "claimed before the migration: a conservative window"
     );
-    LifecycleMigrator::down(conn, Some(6)).await.unwrap();
+    LifecycleMigrator::down(conn, Some(7)).await.unwrap();
     assert!(!column_exists(conn, "lifecycle_outbox", "attempt_window_ends_at").await);
     LifecycleMigrator::up(conn, None).await.unwrap();
     assert!(column_exists(conn, outbox, "attempt_window_ends_at").await);

@@ -56,7 +56,12 @@ pub(super) async fn assert_named(conn: &DatabaseConnection, prefix: &str, other:
     ] {
         assert_eq!(count(conn, &format!("{prefix}{table}")).await, n, "{when}");
     }
-    let claim = format!("ix_{prefix}lifecycle_outbox_claim");
+    // The claim index: m0004's due order before the prefix, m0016's turn order after it.
+    let claim = if prefix.is_empty() {
+        "ix_lifecycle_outbox_claim".to_owned()
+    } else {
+        format!("ix_{prefix}lifecycle_outbox_turn")
+    };
     assert!(index_exists(conn, &claim).await, "{when}: {claim}");
     let inbox = format!("ix_{prefix}directory_projection_inbox_cursor");
     assert!(index_exists(conn, &inbox).await, "{when}: {inbox}");
@@ -68,9 +73,9 @@ pub(super) async fn assert_named(conn: &DatabaseConnection, prefix: &str, other:
 
 async fn down_prefix_migrations(conn: &DatabaseConnection) {
     // The retention migrations (m0010, m0011, m0012), the attempt-error log (m0013), the
-    // outbox's fill factor (m0014) and its trace context (m0015) come after the prefix
-    // migrations: revert them first.
-    LifecycleMigrator::down(conn, Some(5)).await.unwrap();
+    // outbox's fill factor (m0014), its trace context (m0015) and its turns (m0016) come after
+    // the prefix migrations: revert them first.
+    LifecycleMigrator::down(conn, Some(6)).await.unwrap();
     FencesMigrator::down(conn, Some(2)).await.unwrap();
     DirectoryMigrator::down(conn, Some(2)).await.unwrap();
 }
@@ -88,7 +93,7 @@ async fn prefix_migrations_run_up_down_and_up_again_with_rows_present() {
     assert_named(conn, "", "tenantry_", "after down").await;
     assert!(matches!(
         db.db.check_schema(Mechanisms::ALL).await,
-        Err(ConnectError::SchemaNotCurrent { pending: 9, .. })
+        Err(ConnectError::SchemaNotCurrent { pending: 10, .. })
     ));
 
     db.db.migrate(Mechanisms::ALL).await.unwrap();
@@ -145,7 +150,7 @@ async fn a_database_migrated_before_the_prefix_is_adopted_and_renamed_keeping_ro
     insert_rows(conn, "").await;
     assert!(matches!(
         db.db.check_schema(Mechanisms::ALL).await,
-        Err(ConnectError::SchemaNotCurrent { pending: 9, .. })
+        Err(ConnectError::SchemaNotCurrent { pending: 10, .. })
     ));
     // Running a migrator directly, before the history is adopted, is refused, not a second
     // empty set of tables.
@@ -160,7 +165,7 @@ async fn a_database_migrated_before_the_prefix_is_adopted_and_renamed_keeping_ro
     db.db.migrate(Mechanisms::ALL).await.unwrap();
     assert_named(conn, "tenantry_", "", "after the upgrade").await;
     assert!(!table_exists(conn, "seaql_migrations").await);
-    assert_eq!(count(conn, "tenantry_lifecycle_migrations").await, 9);
+    assert_eq!(count(conn, "tenantry_lifecycle_migrations").await, 10);
     db.db.check_schema(Mechanisms::ALL).await.unwrap();
 
     // Down and up again after the upgrade.

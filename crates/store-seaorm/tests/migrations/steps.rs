@@ -1,5 +1,6 @@
 //! Later migration steps up, down and up: the retention indexes (m0010 to m0012), the
-//! attempt-error log, m0014 (room for HOT updates) and m0015 (the commands' trace context).
+//! attempt-error log, m0014 (room for HOT updates), m0015 (the commands' trace context) and
+//! m0016 (the commands' turns).
 
 use super::*;
 
@@ -19,8 +20,8 @@ async fn retention_indexes_run_up_down_and_up_again() {
         assert!(index_exists(conn, index).await, "after up: {index}");
     }
     assert!(column_exists(conn, "tenantry_host_storage", "updated_at").await);
-    // m0015, m0014, m0013 and m0010.
-    LifecycleMigrator::down(conn, Some(4)).await.unwrap();
+    // m0016, m0015, m0014, m0013 and m0010.
+    LifecycleMigrator::down(conn, Some(5)).await.unwrap();
     DirectoryMigrator::down(conn, Some(1)).await.unwrap();
     FencesMigrator::down(conn, Some(1)).await.unwrap();
     for index in indexes {
@@ -68,8 +69,8 @@ async fn attempt_error_log_runs_up_down_and_up_and_goes_with_its_command() {
     let index = "ix_tenantry_lifecycle_attempt_errors_command";
     assert!(table_exists(conn, errors).await);
     assert!(index_exists(conn, index).await);
-    // m0015, m0014 and m0013.
-    LifecycleMigrator::down(conn, Some(3)).await.unwrap();
+    // m0016, m0015, m0014 and m0013.
+    LifecycleMigrator::down(conn, Some(4)).await.unwrap();
     assert!(!table_exists(conn, errors).await);
     assert!(!index_exists(conn, index).await);
     assert!(table_exists(conn, "tenantry_lifecycle_outbox").await);
@@ -123,8 +124,8 @@ async fn m0014_runs_up_down_and_up_again_with_rows_present() {
         assert_eq!(options, "fillfactor=50", "after up: control spaces");
     }
     insert_command(conn, outbox, "c-live", 0, "NULL").await;
-    // m0015 and m0014.
-    LifecycleMigrator::down(conn, Some(2)).await.unwrap();
+    // m0016, m0015 and m0014.
+    LifecycleMigrator::down(conn, Some(3)).await.unwrap();
     if let Some(options) = fill_factor(conn, outbox).await {
         assert_eq!(options, "fillfactor=70", "after down: m0004's fill factor");
     }
@@ -136,7 +137,7 @@ async fn m0014_runs_up_down_and_up_again_with_rows_present() {
             .await
             .unwrap()
             .len(),
-        2
+        3
     );
     LifecycleMigrator::up(conn, None).await.unwrap();
     if let Some(options) = fill_factor(conn, outbox).await {
@@ -160,16 +161,13 @@ async fn m0015_runs_up_down_and_up_again_with_rows_present() {
     let db = fresh_database().await;
     let conn = &db.db.conn;
     let outbox = "tenantry_lifecycle_outbox";
-    assert_eq!(
-        LifecycleMigrator::migrations().last().unwrap().name(),
-        "m0015_lifecycle_trace_context"
-    );
     assert!(
         column_exists(conn, outbox, "trace_context").await,
         "after up"
     );
     insert_command(conn, outbox, "c-before", 0, "NULL").await;
-    LifecycleMigrator::down(conn, Some(1)).await.unwrap();
+    // m0016 and m0015.
+    LifecycleMigrator::down(conn, Some(2)).await.unwrap();
     assert!(
         !column_exists(conn, outbox, "trace_context").await,
         "after down"
@@ -205,5 +203,65 @@ async fn m0015_runs_up_down_and_up_again_with_rows_present() {
         None,
         "rows from before m0015 carry none"
     );
+    db.db.check_schema(Mechanisms::ALL).await.unwrap();
+}
+
+/// m0016 (the commands' turns) runs up, down and up again with commands present: the rows
+/// survive both ways; a live command present when it runs takes its `next_attempt_at` as its
+/// turn (the order the old claim gave it), a finished one 0; the claim index is in turn order
+/// after up and m0004's due order after down.
+#[tokio::test]
+async fn m0016_runs_up_down_and_up_again_with_rows_present() {
+    let db = fresh_database().await;
+    let conn = &db.db.conn;
+    let outbox = "tenantry_lifecycle_outbox";
+    assert_eq!(
+        LifecycleMigrator::migrations().last().unwrap().name(),
+        "m0016_lifecycle_turns"
+    );
+    let turn_indexes = [
+        "ix_tenantry_lifecycle_outbox_turn",
+        "ix_tenantry_lifecycle_outbox_tenant_turn",
+    ];
+    let due_index = "ix_tenantry_lifecycle_outbox_claim";
+    for index in turn_indexes {
+        assert!(index_exists(conn, index).await, "after up: {index}");
+    }
+    assert!(
+        !index_exists(conn, due_index).await,
+        "after up: no due index"
+    );
+    insert_command(conn, outbox, "c-before", 0, "NULL").await;
+    LifecycleMigrator::down(conn, Some(1)).await.unwrap();
+    assert!(!column_exists(conn, outbox, "turn_at").await, "after down");
+    for index in turn_indexes {
+        assert!(!index_exists(conn, index).await, "after down: {index}");
+    }
+    assert!(index_exists(conn, due_index).await, "after down: due index");
+    assert_eq!(count(conn, outbox).await, 1, "rows survive down");
+    insert_command(conn, outbox, "c-live", 0, "NULL").await;
+    insert_command(conn, outbox, "c-done", 1, "5000").await;
+    LifecycleMigrator::up(conn, None).await.unwrap();
+    assert_eq!(count(conn, outbox).await, 3, "rows survive up");
+    let turn = |id: &'static str| async move {
+        conn.query_one_raw(Statement::from_string(
+            conn.get_database_backend(),
+            format!("SELECT turn_at FROM {outbox} WHERE id = '{id}'"),
+        ))
+        .await
+        .unwrap()
+        .unwrap()
+        .try_get::<i64>("", "turn_at")
+        .unwrap()
+    };
+    assert_eq!(turn("c-before").await, 1000, "live: its due time");
+    assert_eq!(turn("c-live").await, 1000, "live: its due time");
+    assert_eq!(turn("c-done").await, 0, "finished: none");
+    for index in turn_indexes {
+        assert!(
+            index_exists(conn, index).await,
+            "after the second up: {index}"
+        );
+    }
     db.db.check_schema(Mechanisms::ALL).await.unwrap();
 }

@@ -128,6 +128,7 @@ pub(super) fn record(cmd: usize, row: &OutboxRow) -> CommandRecord {
         lease_expires_at: row.owner.map(|_| t(row.expires)),
         lease_epoch: LeaseEpoch(i64::from(row.epoch)),
         next_attempt_at: t(row.next_at),
+        turn_at: t(0),
         last_error_code: None,
         last_error_message: None,
         created_at: t(0),

@@ -1,4 +1,4 @@
-//! Conformance cases of claiming: due order, the limit, leases and their epochs, provision only
+//! Conformance cases of claiming: turn order, the limit, leases and their epochs, provision only
 //! while the product is enabled, the control space a claim carries, `next_due_in`, and
 //! concurrent claimers never sharing a command.
 
@@ -172,19 +172,13 @@ pub async fn claim_carries_each_commands_control_space<S: LifecycleStore>(
     }
 }
 
-pub async fn claim_respects_the_limit_in_due_order<S: LifecycleStore>(
+pub async fn claim_respects_the_limit_in_turn_order<S: LifecycleStore>(
     store: S,
     clock: ManualClock,
 ) {
+    // One tenant, one command a second: each command's turn is its enqueue time.
     for i in 0..5 {
-        enqueue(
-            &store,
-            &clock,
-            &format!("cs{i}"),
-            &format!("k{i}"),
-            t(10 - i),
-        )
-        .await;
+        enqueue(&store, &clock, &format!("cs{i}"), &format!("k{i}"), t(i)).await;
     }
     let claimed = claim(&store, &clock, claim_at("w1", t(20), 3))
         .await
@@ -194,7 +188,7 @@ pub async fn claim_respects_the_limit_in_due_order<S: LifecycleStore>(
         .map(|c| c.payload["slug"].as_str().unwrap().to_owned())
         .collect();
     slugs.sort();
-    assert_eq!(slugs, ["cs2", "cs3", "cs4"], "the three earliest due");
+    assert_eq!(slugs, ["cs0", "cs1", "cs2"], "the three earliest turns");
     assert_eq!(
         claim(&store, &clock, claim_at("w1", t(20), 10))
             .await

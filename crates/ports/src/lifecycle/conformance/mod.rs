@@ -41,6 +41,7 @@ mod list;
 pub mod retention;
 mod sequences;
 mod settle;
+mod turns;
 pub use batch::*;
 pub use claim::*;
 pub use errors::*;
@@ -50,6 +51,7 @@ pub use lease::*;
 pub use list::*;
 pub use sequences::*;
 pub use settle::*;
+pub use turns::*;
 
 /// Runs every conformance case against the store built by `$make`, a closure that takes the
 /// test's [`ManualClock`] and returns a future resolving to `(store, guard)`; `guard` is kept
@@ -98,7 +100,10 @@ macro_rules! lifecycle_store_conformance {
             claim_reclaims_an_expired_lease_with_a_higher_epoch,
             claim_leaves_a_live_lease_alone,
             claim_skips_provision_when_product_disabled,
-            claim_respects_the_limit_in_due_order,
+            claim_respects_the_limit_in_turn_order,
+            a_tenants_backlog_takes_consecutive_turns_and_does_not_hold_back_another_tenant,
+            a_drained_tenant_owes_no_turns,
+            a_retry_keeps_its_turn,
             claim_carries_each_commands_control_space,
             next_due_in_names_the_earliest_waiting_command,
             concurrent_claimers_never_share_a_command,

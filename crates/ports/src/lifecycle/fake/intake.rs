@@ -65,7 +65,15 @@ impl IntakeStore for InMemoryLifecycleStore {
         }
         let c = &plan.command;
         let now = self.clock.now();
-        let record = CommandRecord::enqueued(c, now);
+        let mut record = CommandRecord::enqueued(c, now);
+        // The tenant-fair turn, read from the tenant's live commands as the SQL stores do.
+        let latest = state
+            .commands
+            .values()
+            .filter(|r| r.tenant_id == c.tenant_id && r.completed_at.is_none())
+            .map(|r| r.turn_at)
+            .max();
+        record.turn_at = tenantry_lifecycle::turn::next_turn(now, latest);
         state.commands.insert(record.id.clone(), record.clone());
         Ok(Submitted::Created(record))
     }

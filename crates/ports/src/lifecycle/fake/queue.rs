@@ -32,8 +32,15 @@ impl CommandQueue for InMemoryLifecycleStore {
             .filter(|r| is_due(r, now))
             .filter(|r| request.include_provision || r.operation != Operation::Provision)
             .collect();
+        // Turn order, as the SQL stores' claim index (docs/protocol.md, "Fair claims across
+        // tenants").
         due.sort_by(|a, b| {
-            (a.next_attempt_at, a.created_at, &a.id).cmp(&(b.next_attempt_at, b.created_at, &b.id))
+            (a.turn_at, a.next_attempt_at, a.created_at, &a.id).cmp(&(
+                b.turn_at,
+                b.next_attempt_at,
+                b.created_at,
+                &b.id,
+            ))
         });
         let ids: Vec<CommandId> = due
             .iter()

@@ -360,6 +360,7 @@ mod tests {
             lease_expires_at: Some(until),
             lease_epoch: LeaseEpoch(epoch),
             next_attempt_at: until,
+            turn_at: until,
             last_error_code: None,
             last_error_message: None,
             created_at: until,

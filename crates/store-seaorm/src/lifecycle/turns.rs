@@ -1,0 +1,71 @@
+//! The tenants' latest live turns, read by intake to give each new command its turn
+//! (`tenantry_lifecycle::turn`; docs/protocol.md, "Fair claims across tenants").
+//!
+//! One statement per [`TENANTS_PER_STATEMENT`] tenants: for each tenant, the largest
+//! `turn_at` among its live commands (`completed_at IS NULL`), read from the index
+//! `ix_tenantry_lifecycle_outbox_tenant_turn` (m0016) by one backward step per tenant.
+
+use std::collections::HashMap;
+
+use chrono::{DateTime, Utc};
+use sea_orm::{ConnectionTrait, DbBackend, Statement};
+use tenantry_ports::lifecycle::StoreError;
+
+use super::unavailable;
+use crate::connect::Backend;
+
+/// Tenants per statement of [`latest_turns`] (one bound parameter each).
+pub(crate) const TENANTS_PER_STATEMENT: usize = 500;
+
+/// The latest turn among the live commands of each of `tenants`, read on `conn` (inside the
+/// intake's transaction); a tenant without live commands is absent from the map.
+///
+/// # Errors
+/// [`StoreError`] when a statement fails or a stored turn is not a time.
+pub(crate) async fn latest_turns<C: ConnectionTrait>(
+    conn: &C,
+    backend: Backend,
+    tenants: &[&str],
+) -> Result<HashMap<String, DateTime<Utc>>, StoreError> {
+    let mut latest = HashMap::new();
+    let mut distinct: Vec<&str> = tenants.to_vec();
+    distinct.sort_unstable();
+    distinct.dedup();
+    for chunk in distinct.chunks(TENANTS_PER_STATEMENT) {
+        let (db, values) = match backend {
+            Backend::Postgres => (
+                DbBackend::Postgres,
+                (1..=chunk.len())
+                    .map(|n| format!("(${n}::text)"))
+                    .collect::<Vec<_>>(),
+            ),
+            Backend::Sqlite => (
+                DbBackend::Sqlite,
+                (1..=chunk.len()).map(|n| format!("(?{n})")).collect(),
+            ),
+        };
+        let sql = format!(
+            "WITH wanted(tenant_id) AS (VALUES {values}) \
+             SELECT wanted.tenant_id AS tenant_id, \
+               (SELECT MAX(o.turn_at) FROM tenantry_lifecycle_outbox o \
+                  WHERE o.tenant_id = wanted.tenant_id AND o.completed_at IS NULL) AS latest \
+             FROM wanted",
+            values = values.join(", "),
+        );
+        let params: Vec<sea_orm::Value> = chunk.iter().map(|t| (*t).into()).collect();
+        let rows = conn
+            .query_all_raw(Statement::from_sql_and_values(db, sql, params))
+            .await
+            .map_err(unavailable)?;
+        for row in rows {
+            let tenant: String = row.try_get("", "tenant_id").map_err(unavailable)?;
+            let turn: Option<i64> = row.try_get("", "latest").map_err(unavailable)?;
+            if let Some(ms) = turn {
+                let at = DateTime::from_timestamp_millis(ms)
+                    .ok_or_else(|| StoreError::corrupt("a stored turn is not a time"))?;
+                latest.insert(tenant, at);
+            }
+        }
+    }
+    Ok(latest)
+}
