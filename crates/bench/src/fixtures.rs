@@ -119,17 +119,28 @@ impl Workload {
 const TENANTS: usize = 64;
 
 /// Plans commands `first..first + count` of `workload`, enqueued at `now`, with the control
-/// spaces they need.
+/// spaces they need, spread over 64 tenants.
 pub fn plan(
     workload: Workload,
     first: usize,
     count: usize,
     now: DateTime<Utc>,
 ) -> BenchResult<(Vec<ControlSpace>, Vec<NewCommand>)> {
+    plan_for(workload, first, count, now, TENANTS)
+}
+
+/// [`plan`] over `tenants` tenants (`tenant-0` ..; command `i` is tenant `i % tenants`'s).
+pub fn plan_for(
+    workload: Workload,
+    first: usize,
+    count: usize,
+    now: DateTime<Utc>,
+    tenants: usize,
+) -> BenchResult<(Vec<ControlSpace>, Vec<NewCommand>)> {
     let mut spaces = Vec::with_capacity(count);
     let mut commands = Vec::with_capacity(count);
     for i in first..first + count {
-        let tenant_id = TenantId::parse(format!("tenant-{}", i % TENANTS))?;
+        let tenant_id = TenantId::parse(format!("tenant-{}", i % tenants.max(1)))?;
         let control_space_id = ControlSpaceId::parse(format!("cs-{i}"))?;
         let create = CreateControlSpace {
             tenant_id: tenant_id.clone(),
@@ -194,10 +205,22 @@ pub async fn load(
     chunk: usize,
     now: DateTime<Utc>,
 ) -> BenchResult<()> {
+    load_for(db, workload, count, chunk, now, TENANTS).await
+}
+
+/// [`load`] over `tenants` tenants (see [`plan_for`]).
+pub async fn load_for(
+    db: &Database,
+    workload: Workload,
+    count: usize,
+    chunk: usize,
+    now: DateTime<Utc>,
+    tenants: usize,
+) -> BenchResult<()> {
     let mut first = 0;
     while first < count {
         let n = chunk.min(count - first);
-        let (spaces, commands) = plan(workload, first, n, now)?;
+        let (spaces, commands) = plan_for(workload, first, n, now, tenants)?;
         store_bench::bulk_load_lifecycle(db, &spaces, &commands).await?;
         first += n;
     }

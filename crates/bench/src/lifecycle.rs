@@ -539,16 +539,18 @@ fn spawn_workers<S: LifecycleStore + 'static>(
 
 /// Metrics sink that counts acks and wakes the waiter at the last one.
 #[derive(Debug)]
-struct AckCounter {
+pub(crate) struct AckCounter {
     target: u64,
     acked: AtomicU64,
     errors: AtomicU64,
-    done: Notify,
+    /// Notified (one permit) when the target number of acks is reached.
+    pub(crate) done: Notify,
     progress: Option<Arc<AtomicU64>>,
 }
 
 impl AckCounter {
-    fn new(target: u64) -> Self {
+    /// A counter that notifies [`Self::done`] at the `target`-th ack.
+    pub(crate) fn new(target: u64) -> Self {
         Self {
             target,
             acked: AtomicU64::new(0),

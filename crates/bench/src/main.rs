@@ -12,6 +12,7 @@
 //! ```
 
 mod directory;
+mod fairness;
 mod fence;
 mod fixtures;
 mod history;
@@ -184,6 +185,21 @@ enum Part {
         /// Requests through `submit`, one per call (0: skip).
         #[arg(long, default_value_t = 2_000)]
         single: usize,
+    },
+    /// Fairness across tenants: another tenant's enqueue-to-settle times on an empty outbox
+    /// and during one tenant's backlog, and the backlog's throughput with and without it.
+    Fairness {
+        /// Commands in the one tenant's backlog.
+        #[arg(long, default_value_t = 100_000)]
+        backlog: usize,
+        /// Commands the other tenant enqueues (one every 10 ms).
+        #[arg(long, default_value_t = 100)]
+        others: usize,
+        /// Workers (remote-call slots) of the pool.
+        #[arg(long, default_value_t = 8)]
+        workers: u32,
+        #[command(flatten)]
+        drain: DrainArgs,
     },
     /// Simulated steps per second of the deterministic simulations (no database).
     Sim {
@@ -405,6 +421,12 @@ async fn run(cli: Cli) -> BenchResult<()> {
             batch,
             single,
         } => intake::run(&target()?, *commands, *batch, *single).await,
+        Part::Fairness {
+            backlog,
+            others,
+            workers,
+            drain,
+        } => fairness::run(&target()?, *backlog, *others, *workers, &drain.options()).await,
         Part::Sim { seeds, steps } => sim::run(*seeds, *steps),
         Part::ScratchDatabase { action, name } => {
             let Target::Postgres { server_url } = target()? else {

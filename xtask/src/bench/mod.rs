@@ -16,6 +16,7 @@
 //! pgbench runs twice per connection count, before and after the lifecycle part, and the
 //! mean is the reference, since absolute rates drift on shared machines.
 
+mod fairness;
 mod peers;
 mod pgbench;
 mod report;
@@ -86,12 +87,15 @@ pub enum PartName {
     Intake,
     /// Simulated steps per second of the deterministic simulations (issue 12).
     Sim,
+    /// Another tenant's latency during one tenant's backlog of 100,000, and the backlog's
+    /// throughput with and without it (issue 33; PostgreSQL).
+    Fairness,
     /// Tenantry's service defaults beside graphile_worker's local queue and pgbench on the
     /// peer bench's own fsync-on cluster (issue 14; needs `../shared/peer-bench`).
     Peers,
 }
 
-const ALL_PARTS: [PartName; 9] = [
+const ALL_PARTS: [PartName; 10] = [
     PartName::Lifecycle,
     PartName::Latency,
     PartName::Directory,
@@ -100,6 +104,7 @@ const ALL_PARTS: [PartName; 9] = [
     PartName::History,
     PartName::Intake,
     PartName::Sim,
+    PartName::Fairness,
     PartName::Peers,
 ];
 
@@ -209,6 +214,7 @@ impl<'a> Bench<'a> {
                 PartName::History => drop(self.bench(&url, "postgres", &["history"])?),
                 PartName::Intake => drop(self.bench(&url, "postgres", &["intake"])?),
                 PartName::Sim => drop(self.bench(&url, "sqlite", &["sim"])?),
+                PartName::Fairness => drop(self.bench(&url, "postgres", &["fairness"])?),
                 PartName::Peers => {
                     let dir =
                         self.args.peer_bench.clone().unwrap_or_else(|| {

@@ -299,6 +299,7 @@ pub fn render(results: &[Value]) -> String {
     md.push_str(&history_section(results));
     md.push_str(&intake_section(results));
     md.push_str(&sim_section(results));
+    md.push_str(&super::fairness::section(results));
     for r in of("peers") {
         md.push_str(&super::peers::table(r));
     }
@@ -549,6 +550,8 @@ fn targets(results: &[Value]) -> String {
             t + r["seconds"].as_f64().unwrap_or(0.0),
         )
     });
+    // Issue 33: another tenant's latency during a backlog, and the backlog's throughput.
+    rows.extend(super::fairness::targets(results));
     // Issue 14: the shipped service beside the fastest peer, on the peer bench's cluster.
     for r in part("peers") {
         rows.extend(super::peers::targets(r));
@@ -578,7 +581,7 @@ fn targets(results: &[Value]) -> String {
 }
 
 /// A JSON string without quotes (other values as JSON).
-fn s(v: &Value) -> String {
+pub(super) fn s(v: &Value) -> String {
     match v {
         Value::String(text) => text.clone(),
         Value::Null => "?".into(),

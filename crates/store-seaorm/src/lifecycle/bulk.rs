@@ -8,14 +8,15 @@ use tenantry_ports::lifecycle::StoreError;
 
 use super::convert::{control_space_row, new_command_row};
 use super::entity::{control_space, outbox};
+use super::turns::latest_turns;
 use super::{SeaOrmLifecycleStore, unavailable};
 
 impl SeaOrmLifecycleStore {
     /// Inserts `spaces` and pending `commands` as given, `rows_per_statement` rows per
     /// multi-row `INSERT` (at least 1), all in one transaction (feature `bench`). No rule is
     /// checked: plan the rows with the intake functions of `tenantry_lifecycle` first. Each
-    /// tenant's commands take consecutive turns from their enqueue times, as one intake batch
-    /// on an outbox without live commands of theirs.
+    /// command takes its turn as intake gives it (after its tenant's live commands, in the
+    /// order given).
     ///
     /// # Errors
     /// [`StoreError::Unavailable`] when a statement fails (for example a duplicate key);
@@ -34,14 +35,15 @@ impl SeaOrmLifecycleStore {
                 .await
                 .map_err(unavailable)?;
         }
-        // Turns as intake gives them to a batch on an outbox without live commands: each
-        // tenant's commands take consecutive turns from their enqueue times.
-        let mut latest = std::collections::HashMap::new();
+        // Turns as intake gives them (the tenants' latest live turns read first): each
+        // tenant's commands take consecutive turns after its live ones.
+        let tenants: Vec<&str> = commands.iter().map(|c| c.tenant_id.as_str()).collect();
+        let mut latest = latest_turns(&txn, self.backend, &tenants).await?;
         let rows: Vec<_> = commands
             .iter()
             .map(|c| {
-                let turn = next_turn(c.created_at, latest.get(&c.tenant_id).copied());
-                latest.insert(c.tenant_id.clone(), turn);
+                let turn = next_turn(c.created_at, latest.get(c.tenant_id.as_str()).copied());
+                latest.insert(c.tenant_id.as_str().to_owned(), turn);
                 new_command_row(c, c.created_at, turn)
             })
             .collect();
