@@ -1,4 +1,4 @@
-//! Part `fairness` (issue 33): the table of docs/benchmarks.md, section 9, and its targets.
+//! Part `fairness` (issue 33): the table of docs/benchmarks.md, section 10, and its targets.
 //!
 //! The bench binary prints three lines (`run`: `alone`, `backlog`, `reference`; see
 //! `crates/bench/src/fairness.rs`). Targets: the other tenant's p99 enqueue-to-settle during the
@@ -24,7 +24,7 @@ fn run<'a>(results: &'a [Value], backend: &'a str, name: &str) -> Option<&'a Val
     runs(results, backend).find(|r| r["run"] == name)
 }
 
-/// Section 9: one row per run and backend; empty when the part did not run.
+/// Section 10: one row per run and backend; empty when the part did not run.
 pub fn section(results: &[Value]) -> String {
     let rows: Vec<&Value> = results
         .iter()
@@ -34,7 +34,7 @@ pub fn section(results: &[Value]) -> String {
         return String::new();
     }
     let mut md = String::from(
-        "### 9. Fairness across tenants\n\n| backend | run | backlog | other tenant's commands | \
+        "### 10. Fairness across tenants\n\n| backend | run | backlog | other tenant's commands | \
          backlog commands/s | other tenant p50 ms | p99 ms | max ms | enqueue → claim p50 ms | \
          p99 ms |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
