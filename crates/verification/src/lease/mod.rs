@@ -3,7 +3,8 @@
 //!
 //! Every saga decision is the real pure function of `tenantry_lifecycle::saga::Step`
 //! (`start_provision`, `complete_provision`, `start_delete`, `deletion_target`,
-//! `recover_identity`, `complete_absent`, `settle_deletion`, `remote_failure`, `retry`), every
+//! `recover_identity`, `complete_absent`, `settle_deletion`, `remote_failure`,
+//! `provision_failure`, `retry`), every
 //! control-space change the real `ControlSpace::plan` / `apply`, every epoch
 //! `LeaseEpoch::next`. The store's own rules are SQL statements in `store-seaorm`; the model
 //! takes three of them from the in-memory store of `tenantry-ports`

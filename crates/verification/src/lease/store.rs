@@ -223,7 +223,10 @@ impl LeaseProtocol {
                 "answer lost",
                 None,
             )),
-            CallAnswer::SpaceDeleted => Conclusion::Settle(step.remote_failure(
+            // The dispatcher judges a provision's refusal against the control space as it is
+            // now (`Step::provision_failure`): superseded when a deletion took it over.
+            CallAnswer::SpaceDeleted => Conclusion::Settle(step.provision_failure(
+                Some(&cs),
                 Some(409),
                 &ErrorCode::KnowledgeFsSpaceDeleted,
                 "the space of this provisioning key was deleted",
