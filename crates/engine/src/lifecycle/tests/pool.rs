@@ -553,3 +553,64 @@ async fn a_deletion_waiting_to_look_up_is_handed_back_at_shutdown() {
     remote.gate.add_permits(1);
     handle.await.unwrap();
 }
+
+/// A pool that shuts down between a deletion's `404` and the lookup by provisioning key that
+/// must follow it (the lookup waiting for the pool's only slot, taken by another command's
+/// call) settles the deletion as a retry with the `404`'s code, due at once, its attempt given
+/// back: no lookup is sent after the stop, and the stop never spends the deletion's budget.
+#[tokio::test]
+async fn a_deletion_stopped_between_its_404_and_the_lookup_retries_at_once() {
+    let h = harness();
+    let clock = clock_of_test();
+    h.create("cs-gone").await;
+    h.drain(t(0)).await;
+    let delete = h.delete("cs-gone").await.command_id;
+    h.remote.push_fault(
+        RemoteCall::Deletion,
+        RemoteFault::Fail(RemoteError::answered(
+            404,
+            "KNOWLEDGE_FS_SPACE_NOT_FOUND",
+            "no such space",
+        )),
+    );
+    // A provision claimed right behind the deletion (a later turn of the same tenant).
+    let provision = h.create("cs-next").await.command_id;
+    let (pool, remote, _) = held_pool(&h, 0, 1, &clock).await;
+    let (stop, stopped) = watch::channel(false);
+    let handle = tokio::spawn(pool.run(stopped));
+    let_tasks_run().await;
+    assert_eq!(h.command(&delete).status, CommandStatus::Processing);
+    assert_eq!(h.command(&provision).status, CommandStatus::Processing);
+    assert_eq!(
+        remote.inside.load(Ordering::SeqCst),
+        1,
+        "the deletion's call holds the slot"
+    );
+    // The deletion is answered 404 and gives the slot up; the provision's call takes it (and
+    // waits at the gate), so the deletion's lookup waits for the slot.
+    remote.gate.add_permits(1);
+    let_tasks_run().await;
+    assert_eq!(h.calls("lookup"), 0, "the lookup waits for the slot");
+    assert_eq!(h.command(&delete).status, CommandStatus::Processing);
+    let attempts = h.command(&delete).attempt_count;
+    stop.send(true).unwrap();
+    let_tasks_run().await;
+    let record = h.command(&delete);
+    assert_eq!(
+        retry_of(&record),
+        (
+            CommandStatus::Pending,
+            Some("KNOWLEDGE_FS_SPACE_NOT_FOUND"),
+            clock.now()
+        )
+    );
+    assert_eq!(
+        record.attempt_count - record.attempt_budget_base,
+        attempts - 1,
+        "the attempt is given back"
+    );
+    assert_eq!(h.calls("lookup"), 0, "no lookup after shutdown");
+    remote.gate.add_permits(1);
+    handle.await.unwrap();
+    assert_eq!(h.command(&provision).status, CommandStatus::Succeeded);
+}
