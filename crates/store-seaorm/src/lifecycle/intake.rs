@@ -32,7 +32,7 @@ use tenantry_ports::lifecycle::{
 
 use super::convert::{self, millis, to_control_space, to_record};
 use super::entity::{control_space, outbox};
-use super::turns::latest_turns;
+use super::turns::{latest_turns, now_and_latest_turn};
 use super::{SeaOrmLifecycleStore, apply_cas, detached, is_unique_violation, unavailable};
 use crate::connect::Backend;
 
@@ -99,12 +99,11 @@ async fn apply_plan<C: ConnectionTrait>(
             }
         }
     }
-    // Whole milliseconds, as stored, so the returned record equals a later read.
-    let now = store.now_on(conn).await?;
+    // Whole milliseconds, as stored, so the returned record equals a later read. The
+    // tenant's latest live turn comes with the clock reading (one statement).
+    let (now, latest) = now_and_latest_turn(store, conn, plan.command.tenant_id.as_str()).await?;
     let now = DateTime::from_timestamp_millis(millis(now)).unwrap_or(now);
-    let tenant = plan.command.tenant_id.as_str();
-    let latest = latest_turns(conn, store.backend, &[tenant]).await?;
-    let turn = next_turn(now, latest.get(tenant).copied());
+    let turn = next_turn(now, latest);
     match outbox::Entity::insert(convert::new_command_row(&plan.command, now, turn))
         .exec(conn)
         .await

@@ -1,9 +1,11 @@
 //! The tenants' latest live turns, read by intake to give each new command its turn
 //! (`tenantry_lifecycle::turn`; docs/protocol.md, "Fair claims across tenants").
 //!
-//! One statement per [`TENANTS_PER_STATEMENT`] tenants: for each tenant, the largest
-//! `turn_at` among its live commands (`completed_at IS NULL`), read from the index
-//! `ix_tenantry_lifecycle_outbox_tenant_turn` (m0016) by one backward step per tenant.
+//! For each tenant, the largest `turn_at` among its live commands (`completed_at IS NULL`), read
+//! from the index `ix_tenantry_lifecycle_outbox_tenant_turn` (m0016) by one backward step per
+//! tenant: for a single intake in the statement that reads the store's clock
+//! ([`now_and_latest_turn`], so a turn costs no round trip of its own), for a batch one
+//! statement per [`TENANTS_PER_STATEMENT`] tenants ([`latest_turns`]).
 
 use std::collections::HashMap;
 
@@ -11,7 +13,7 @@ use chrono::{DateTime, Utc};
 use sea_orm::{ConnectionTrait, DbBackend, Statement};
 use tenantry_ports::lifecycle::StoreError;
 
-use super::unavailable;
+use super::{SeaOrmLifecycleStore, unavailable};
 use crate::connect::Backend;
 
 /// Tenants per statement of [`latest_turns`] (one bound parameter each).
@@ -68,4 +70,42 @@ pub(crate) async fn latest_turns<C: ConnectionTrait>(
         }
     }
     Ok(latest)
+}
+
+/// The store's "now" (as [`SeaOrmLifecycleStore::now_on`]) and the latest turn among
+/// `tenant`'s live commands (`None` without one), read on `conn` in one statement.
+///
+/// # Errors
+/// [`StoreError`] when the statement fails or a time is out of range.
+pub(crate) async fn now_and_latest_turn<C: ConnectionTrait>(
+    store: &SeaOrmLifecycleStore,
+    conn: &C,
+    tenant: &str,
+) -> Result<(DateTime<Utc>, Option<DateTime<Utc>>), StoreError> {
+    let (db, param) = match store.backend {
+        Backend::Postgres => (DbBackend::Postgres, "$1"),
+        Backend::Sqlite => (DbBackend::Sqlite, "?1"),
+    };
+    let sql = format!(
+        "SELECT {now} AS now_ms, \
+           (SELECT MAX(turn_at) FROM tenantry_lifecycle_outbox \
+              WHERE tenant_id = {param} AND completed_at IS NULL) AS latest",
+        now = store.now_sql(),
+    );
+    let row = conn
+        .query_one_raw(Statement::from_sql_and_values(db, sql, [tenant.into()]))
+        .await
+        .map_err(unavailable)?
+        .ok_or_else(|| StoreError::unavailable("the database did not tell its time"))?;
+    let now_ms: i64 = row.try_get("", "now_ms").map_err(unavailable)?;
+    let now = DateTime::from_timestamp_millis(now_ms)
+        .ok_or_else(|| StoreError::corrupt(format!("database time {now_ms} is out of range")))?;
+    let latest: Option<i64> = row.try_get("", "latest").map_err(unavailable)?;
+    let latest = latest
+        .map(|ms| {
+            DateTime::from_timestamp_millis(ms)
+                .ok_or_else(|| StoreError::corrupt("a stored turn is not a time"))
+        })
+        .transpose()?;
+    Ok((now, latest))
 }
