@@ -21,7 +21,8 @@
 //! - [`m0001_lifecycle`]: `control_spaces` and `lifecycle_outbox`;
 //! - [`m0002_host_storage`]: `host_storage` (fences and connector state);
 //! - [`m0003_directory`]: the directory projection tables;
-//! - [`m0004_lifecycle_claim_index`]: the claim index of the outbox (live commands in due order);
+//! - [`m0004_lifecycle_claim_index`]: the claim index of the outbox (live commands in due order;
+//!   replaced by [`m0016_lifecycle_turns`]'s turn order);
 //! - [`m0005_lifecycle_failures`]: the attempt budget column, the status index of the commands
 //!   gauge, and the operator action log.
 //! - [`m0006_lifecycle_attempt_window`]: when the last attempt of a command could still send.

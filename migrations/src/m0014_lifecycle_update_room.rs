@@ -6,8 +6,8 @@
 //! - `tenantry_lifecycle_outbox`: fill factor 70 (m0004) → **30**. A claim changes only
 //!   columns no index covers (status, lease, epoch, attempt count). At 70 a page keeps room
 //!   for about six new versions of a typical command row (≈ 360 bytes) but holds about
-//!   fifteen rows, and a claim takes commands in due order — usually the order they were
-//!   inserted — so one claim statement takes every row of a page at once: the first few new
+//!   fifteen rows, and a claim takes commands in due order (turn order since m0016) — usually
+//!   the order they were inserted — so one claim statement takes every row of a page at once: the first few new
 //!   versions fitted, the rest moved to other pages and inserted an entry into every index of
 //!   the table (primary key, idempotency key, control space, claim index). At 30 a page has
 //!   room for more new versions than it holds rows, so the claims of a whole page and most of

@@ -4,8 +4,10 @@
 //!   turn order instead of due order, so one tenant's backlog no longer delays every other
 //!   tenant's commands (docs/protocol.md, "Fair claims across tenants"; the rule is
 //!   `tenantry_lifecycle::turn`). Live commands that exist when the migration runs take their
-//!   `next_attempt_at` as their turn, so they keep the order the old claim gave them and come
-//!   before commands enqueued later; finished ones keep 0 (no claim reads them).
+//!   enqueue time (`created_at`) as their turn, as intake gives it on a queue without backlog,
+//!   so they come before commands enqueued later (one waiting out a backoff keeps an early
+//!   turn, as every retry does); finished ones keep 0 (no claim reads them; an operator retry
+//!   of a dead-lettered one is claimed first once due).
 //! - `ix_tenantry_lifecycle_outbox_turn` on `(turn_at, next_attempt_at, created_at, id)` where
 //!   `completed_at IS NULL`: the claim's order. It replaces m0004's
 //!   `ix_tenantry_lifecycle_outbox_claim` (`next_attempt_at, created_at, id`). A claim still
@@ -60,7 +62,7 @@ atomic_migration! {
             .exec_stmt(
                 Query::update()
                     .table(naming.iden(OUTBOX))
-                    .value(LifecycleOutbox::TurnAt, Expr::col(LifecycleOutbox::NextAttemptAt))
+                    .value(LifecycleOutbox::TurnAt, Expr::col(LifecycleOutbox::CreatedAt))
                     .and_where(Expr::col(LifecycleOutbox::CompletedAt).is_null())
                     .to_owned(),
             )

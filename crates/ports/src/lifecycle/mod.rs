@@ -190,7 +190,9 @@ impl CommandFilter {
 pub trait CommandQueue: Send + Sync {
     /// Claims up to `limit` due commands: pending with `next_attempt_at <= now`, or processing
     /// with an expired lease, where `now` is the store's clock (the database clock for SQL
-    /// stores). Each claimed command gets status processing, the lease owner, a lease expiry of
+    /// stores), in turn order (`turn_at`, then `next_attempt_at`, `created_at`, `id`; the turn
+    /// is given at intake by `tenantry_lifecycle::turn`, docs/protocol.md, "Fair claims across
+    /// tenants"). Each claimed command gets status processing, the lease owner, a lease expiry of
     /// `now + lease_duration` (also the end of its attempt window), `lease_epoch + 1` and
     /// `attempt_count + 1`; [`ClaimedCommand::claimed_at`] is `now`. Concurrent claimers never
     /// receive the same command. A store may hand each command over with its control space

@@ -3,12 +3,12 @@
 use sea_orm::{EntityTrait, TransactionTrait};
 use tenantry_lifecycle::ControlSpace;
 use tenantry_lifecycle::intake::NewCommand;
-use tenantry_lifecycle::turn::next_turn;
+use tenantry_lifecycle::turn::{Queue, next_turn};
 use tenantry_ports::lifecycle::StoreError;
 
 use super::convert::{control_space_row, new_command_row};
 use super::entity::{control_space, outbox};
-use super::turns::latest_turns;
+use super::turns::{latest_turns, queue};
 use super::{SeaOrmLifecycleStore, unavailable};
 
 impl SeaOrmLifecycleStore {
@@ -39,10 +39,15 @@ impl SeaOrmLifecycleStore {
         // tenant's commands take consecutive turns after its live ones.
         let tenants: Vec<&str> = commands.iter().map(|c| c.tenant_id.as_str()).collect();
         let mut latest = latest_turns(&txn, self.backend, &tenants).await?;
+        let head = queue(self, &txn).await?.head;
         let rows: Vec<_> = commands
             .iter()
             .map(|c| {
-                let turn = next_turn(c.created_at, latest.get(c.tenant_id.as_str()).copied());
+                let on = Queue {
+                    now: c.created_at,
+                    head,
+                };
+                let turn = next_turn(on, latest.get(c.tenant_id.as_str()).copied());
                 latest.insert(c.tenant_id.as_str().to_owned(), turn);
                 new_command_row(c, c.created_at, turn)
             })

@@ -32,7 +32,7 @@ use tenantry_ports::lifecycle::{
 
 use super::convert::{self, millis, to_control_space, to_record};
 use super::entity::{control_space, outbox};
-use super::turns::{latest_turns, now_and_latest_turn};
+use super::turns::{latest_turns, queue, queue_and_latest_turn};
 use super::{SeaOrmLifecycleStore, apply_cas, detached, is_unique_violation, unavailable};
 use crate::connect::Backend;
 
@@ -99,11 +99,13 @@ async fn apply_plan<C: ConnectionTrait>(
             }
         }
     }
-    // Whole milliseconds, as stored, so the returned record equals a later read. The
-    // tenant's latest live turn comes with the clock reading (one statement).
-    let (now, latest) = now_and_latest_turn(store, conn, plan.command.tenant_id.as_str()).await?;
-    let now = DateTime::from_timestamp_millis(millis(now)).unwrap_or(now);
-    let turn = next_turn(now, latest);
+    // Whole milliseconds, as stored, so the returned record equals a later read. The head of
+    // the queue and the tenant's latest live turn come with the clock reading (one statement).
+    let (mut queue, latest) =
+        queue_and_latest_turn(store, conn, plan.command.tenant_id.as_str()).await?;
+    let now = DateTime::from_timestamp_millis(millis(queue.now)).unwrap_or(queue.now);
+    queue.now = now;
+    let turn = next_turn(queue, latest);
     match outbox::Entity::insert(convert::new_command_row(&plan.command, now, turn))
         .exec(conn)
         .await
@@ -203,14 +205,15 @@ async fn submit_batch(
         }
     }
     // Whole milliseconds, as stored, so the returned records equal a later read.
-    let now = store.now_on(&txn).await?;
-    let now = DateTime::from_timestamp_millis(millis(now)).unwrap_or(now);
+    let mut queue = queue(store, &txn).await?;
+    let now = DateTime::from_timestamp_millis(millis(queue.now)).unwrap_or(queue.now);
+    queue.now = now;
     let tenants: Vec<&str> = plans.iter().map(|p| p.command.tenant_id.as_str()).collect();
     let mut latest = latest_turns(&txn, store.backend, &tenants).await?;
     let batch_turns: Vec<DateTime<Utc>> = tenants
         .iter()
         .map(|tenant| {
-            let turn = next_turn(now, latest.get(*tenant).copied());
+            let turn = next_turn(queue, latest.get(*tenant).copied());
             latest.insert((*tenant).to_owned(), turn);
             turn
         })

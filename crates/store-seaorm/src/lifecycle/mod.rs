@@ -236,9 +236,9 @@ impl CommandQueue for SeaOrmLifecycleStore {
         // index of m0016 (`turn_at, next_attempt_at, created_at, id` over live commands). A
         // command keeps its turn across retries, so commands waiting out a backoff sit among
         // due ones: `next_attempt_at <= now` stands alone so that the index's second column
-        // skips them without reading the row. For a processing command it always holds (it was
-        // due when claimed and the store's clock does not go back), so only pending ones are
-        // skipped by it.
+        // skips them without reading the row. A processing command was due when claimed, so it
+        // holds for it too unless the store's clock stepped back since; the in-memory store
+        // applies the same condition (`is_due`).
         // Placeholders by number: `$n` on PostgreSQL, `?n` on SQLite (both may repeat).
         let p = |n: u8| match self.backend {
             Backend::Postgres => format!("${n}"),

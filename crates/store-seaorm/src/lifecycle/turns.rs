@@ -3,14 +3,17 @@
 //!
 //! For each tenant, the largest `turn_at` among its live commands (`completed_at IS NULL`), read
 //! from the index `ix_tenantry_lifecycle_outbox_tenant_turn` (m0016) by one backward step per
-//! tenant: for a single intake in the statement that reads the store's clock
-//! ([`now_and_latest_turn`], so a turn costs no round trip of its own), for a batch one
-//! statement per [`TENANTS_PER_STATEMENT`] tenants ([`latest_turns`]).
+//! tenant, and the head of the queue (the earliest live turn, the claim index's first entry):
+//! for a single intake in the statement that reads the store's clock
+//! ([`queue_and_latest_turn`], so a turn costs no round trip of its own); for a batch the clock
+//! and the head in one statement ([`queue`]) and the tenants' latest turns in one statement per
+//! [`TENANTS_PER_STATEMENT`] tenants ([`latest_turns`]).
 
 use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
 use sea_orm::{ConnectionTrait, DbBackend, Statement};
+use tenantry_lifecycle::turn::Queue;
 use tenantry_ports::lifecycle::StoreError;
 
 use super::{SeaOrmLifecycleStore, unavailable};
@@ -72,22 +75,28 @@ pub(crate) async fn latest_turns<C: ConnectionTrait>(
     Ok(latest)
 }
 
-/// The store's "now" (as [`SeaOrmLifecycleStore::now_on`]) and the latest turn among
-/// `tenant`'s live commands (`None` without one), read on `conn` in one statement.
+/// SQL of the head of the queue: the earliest turn among live commands (the first entry of
+/// the claim index).
+const HEAD_SQL: &str =
+    "(SELECT MIN(turn_at) FROM tenantry_lifecycle_outbox WHERE completed_at IS NULL)";
+
+/// The queue as intake reads it (the store's "now", as [`SeaOrmLifecycleStore::now_on`], and the
+/// head of the queue) and the latest turn among `tenant`'s live commands (`None` without one),
+/// read on `conn` in one statement.
 ///
 /// # Errors
 /// [`StoreError`] when the statement fails or a time is out of range.
-pub(crate) async fn now_and_latest_turn<C: ConnectionTrait>(
+pub(crate) async fn queue_and_latest_turn<C: ConnectionTrait>(
     store: &SeaOrmLifecycleStore,
     conn: &C,
     tenant: &str,
-) -> Result<(DateTime<Utc>, Option<DateTime<Utc>>), StoreError> {
+) -> Result<(Queue, Option<DateTime<Utc>>), StoreError> {
     let (db, param) = match store.backend {
         Backend::Postgres => (DbBackend::Postgres, "$1"),
         Backend::Sqlite => (DbBackend::Sqlite, "?1"),
     };
     let sql = format!(
-        "SELECT {now} AS now_ms, \
+        "SELECT {now} AS now_ms, {HEAD_SQL} AS head, \
            (SELECT MAX(turn_at) FROM tenantry_lifecycle_outbox \
               WHERE tenant_id = {param} AND completed_at IS NULL) AS latest",
         now = store.now_sql(),
@@ -97,15 +106,45 @@ pub(crate) async fn now_and_latest_turn<C: ConnectionTrait>(
         .await
         .map_err(unavailable)?
         .ok_or_else(|| StoreError::unavailable("the database did not tell its time"))?;
+    let queue = queue_of(&row)?;
+    let latest = turn(row.try_get("", "latest").map_err(unavailable)?)?;
+    Ok((queue, latest))
+}
+
+/// The queue as intake reads it, read on `conn` in one statement (see
+/// [`queue_and_latest_turn`]).
+///
+/// # Errors
+/// [`StoreError`] when the statement fails or a time is out of range.
+pub(crate) async fn queue<C: ConnectionTrait>(
+    store: &SeaOrmLifecycleStore,
+    conn: &C,
+) -> Result<Queue, StoreError> {
+    let db = match store.backend {
+        Backend::Postgres => DbBackend::Postgres,
+        Backend::Sqlite => DbBackend::Sqlite,
+    };
+    let sql = format!("SELECT {} AS now_ms, {HEAD_SQL} AS head", store.now_sql());
+    let row = conn
+        .query_one_raw(Statement::from_string(db, sql))
+        .await
+        .map_err(unavailable)?
+        .ok_or_else(|| StoreError::unavailable("the database did not tell its time"))?;
+    queue_of(&row)
+}
+
+fn queue_of(row: &sea_orm::QueryResult) -> Result<Queue, StoreError> {
     let now_ms: i64 = row.try_get("", "now_ms").map_err(unavailable)?;
     let now = DateTime::from_timestamp_millis(now_ms)
         .ok_or_else(|| StoreError::corrupt(format!("database time {now_ms} is out of range")))?;
-    let latest: Option<i64> = row.try_get("", "latest").map_err(unavailable)?;
-    let latest = latest
-        .map(|ms| {
-            DateTime::from_timestamp_millis(ms)
-                .ok_or_else(|| StoreError::corrupt("a stored turn is not a time"))
-        })
-        .transpose()?;
-    Ok((now, latest))
+    let head = turn(row.try_get("", "head").map_err(unavailable)?)?;
+    Ok(Queue { now, head })
+}
+
+fn turn(ms: Option<i64>) -> Result<Option<DateTime<Utc>>, StoreError> {
+    ms.map(|ms| {
+        DateTime::from_timestamp_millis(ms)
+            .ok_or_else(|| StoreError::corrupt("a stored turn is not a time"))
+    })
+    .transpose()
 }

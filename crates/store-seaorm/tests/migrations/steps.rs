@@ -207,9 +207,9 @@ async fn m0015_runs_up_down_and_up_again_with_rows_present() {
 }
 
 /// m0016 (the commands' turns) runs up, down and up again with commands present: the rows
-/// survive both ways; a live command present when it runs takes its `next_attempt_at` as its
-/// turn (the order the old claim gave it), a finished one 0; the claim index is in turn order
-/// after up and m0004's due order after down.
+/// survive both ways; a live command present when it runs takes its enqueue time as its turn
+/// (also one waiting out a backoff, whose due time is later), a finished one 0; the claim index
+/// is in turn order after up and m0004's due order after down.
 #[tokio::test]
 async fn m0016_runs_up_down_and_up_again_with_rows_present() {
     let db = fresh_database().await;
@@ -241,6 +241,12 @@ async fn m0016_runs_up_down_and_up_again_with_rows_present() {
     assert_eq!(count(conn, outbox).await, 1, "rows survive down");
     insert_command(conn, outbox, "c-live", 0, "NULL").await;
     insert_command(conn, outbox, "c-done", 1, "5000").await;
+    // c-live waits out a backoff: due at 9000, enqueued at 1000.
+    conn.execute_unprepared(&format!(
+        "UPDATE {outbox} SET next_attempt_at = 9000 WHERE id = 'c-live'"
+    ))
+    .await
+    .unwrap();
     LifecycleMigrator::up(conn, None).await.unwrap();
     assert_eq!(count(conn, outbox).await, 3, "rows survive up");
     let turn = |id: &'static str| async move {
@@ -254,8 +260,12 @@ async fn m0016_runs_up_down_and_up_again_with_rows_present() {
         .try_get::<i64>("", "turn_at")
         .unwrap()
     };
-    assert_eq!(turn("c-before").await, 1000, "live: its due time");
-    assert_eq!(turn("c-live").await, 1000, "live: its due time");
+    assert_eq!(turn("c-before").await, 1000, "live: its enqueue time");
+    assert_eq!(
+        turn("c-live").await,
+        1000,
+        "live in a backoff: its enqueue time, not its due time"
+    );
     assert_eq!(turn("c-done").await, 0, "finished: none");
     for index in turn_indexes {
         assert!(

@@ -111,7 +111,7 @@ async fn provision_is_superseded_without_delivery_when_the_space_is_no_longer_pr
     let h = harness();
     let provision = h.create("cs1").await;
     h.delete("cs1").await;
-    // Claim order is by due time: the provision (created first) comes first.
+    // Claim order is by turn: the provision (enqueued first) comes first.
     let outcome = h.dispatch(t(1), true).await;
     assert_eq!(outcome.command_id, Some(provision.command_id.clone()));
     assert!(outcome.completed);

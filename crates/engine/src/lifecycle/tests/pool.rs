@@ -506,7 +506,7 @@ async fn lookup_behind_a_held_call(
     );
     let delete = h.delete("cs-lost").await.command_id;
     // The lost provision's retry is due in about 2 s: the idle pool looks again then and
-    // claims the deletion (due earlier) into its one free place.
+    // claims the deletion into its one free place.
     clock.advance(Duration::from_secs(3));
     let_tasks_run().await;
     assert_eq!(h.command(&delete).status, CommandStatus::Processing);

@@ -204,7 +204,7 @@ pub async fn settle_many_logs_errors_only_for_its_retries_and_fails<
         .unwrap();
     claimed.sort_by(|a, b| a.id().cmp(b.id()));
     assert_eq!(claimed.len(), 5);
-    // The first one (in due order: the smallest id) is taken over: its item is refused.
+    // The first one (in turn order: the smallest id) is taken over: its item is refused.
     let taken = claim_one(&store, &clock, "w2", t(62)).await;
     assert_eq!(taken.id(), claimed[0].id());
     clock.set(t(63));

@@ -221,7 +221,7 @@ pub async fn compare_sequence<S: LifecycleStore>(
                 }
             }
             Action::Claim(request) => {
-                // The port names which commands a claim takes (due order, up to the limit),
+                // The port names which commands a claim takes (turn order, up to the limit),
                 // not the order it hands them over in.
                 let by_id = |mut claimed: Vec<tenantry_lifecycle::ClaimedCommand>| {
                     claimed.sort_by(|a, b| a.lease.command_id.cmp(&b.lease.command_id));

@@ -66,14 +66,17 @@ impl IntakeStore for InMemoryLifecycleStore {
         let c = &plan.command;
         let now = self.clock.now();
         let mut record = CommandRecord::enqueued(c, now);
-        // The tenant-fair turn, read from the tenant's live commands as the SQL stores do.
-        let latest = state
-            .commands
-            .values()
-            .filter(|r| r.tenant_id == c.tenant_id && r.completed_at.is_none())
+        // The tenant-fair turn, read from the live commands as the SQL stores do.
+        let live = || state.commands.values().filter(|r| r.completed_at.is_none());
+        let queue = tenantry_lifecycle::turn::Queue {
+            now,
+            head: live().map(|r| r.turn_at).min(),
+        };
+        let latest = live()
+            .filter(|r| r.tenant_id == c.tenant_id)
             .map(|r| r.turn_at)
             .max();
-        record.turn_at = tenantry_lifecycle::turn::next_turn(now, latest);
+        record.turn_at = tenantry_lifecycle::turn::next_turn(queue, latest);
         state.commands.insert(record.id.clone(), record.clone());
         Ok(Submitted::Created(record))
     }

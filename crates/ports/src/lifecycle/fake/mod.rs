@@ -149,17 +149,20 @@ impl InMemoryLifecycleStore {
     }
 }
 
-/// Store rule of the claim: a command is due when pending and its next attempt time has come,
-/// or processing with an expired (or no) lease, on the store's clock `now` (the SQL claim
-/// statement's `WHERE`). Public so the lease model (`tenantry-verification`) applies this very
+/// Store rule of the claim: a command is due when its next attempt time has come and it is
+/// pending, or processing with an expired (or no) lease, on the store's clock `now` (the SQL
+/// claim statement's `WHERE`). Public so the lease model (`tenantry-verification`) applies this very
 /// rule instead of a copy of it.
 pub fn is_due(record: &CommandRecord, now: DateTime<Utc>) -> bool {
     match record.status {
         CommandStatus::Pending => record.next_attempt_at <= now,
+        // Due as well, as in the SQL stores' claim: a processing command was due when claimed,
+        // so this only matters after the store's clock stepped back.
         CommandStatus::Processing => {
-            record.lease_expires_at.is_none_or(|at| at <= now)
-                // Planted (verification only): a live lease taken.
-                || tenantry_kernel::planted!("claim-takes-live-lease")
+            record.next_attempt_at <= now
+                && (record.lease_expires_at.is_none_or(|at| at <= now)
+                    // Planted (verification only): a live lease taken.
+                    || tenantry_kernel::planted!("claim-takes-live-lease"))
         }
         CommandStatus::Succeeded
         | CommandStatus::Superseded
