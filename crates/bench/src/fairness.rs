@@ -27,15 +27,14 @@ use tenantry_engine::lifecycle::{
     CommandIntake, Dispatcher, DispatcherConfig, GroupCommitStore, SystemClock, Wakeups,
     WorkerConfig, WorkerPool, unique_lease_owner,
 };
-use tenantry_kernel::{CommandId, ControlSpaceId, IdempotencyKey, TenantId};
-use tenantry_lifecycle::intake::CreateControlSpace;
+use tenantry_kernel::CommandId;
 use tenantry_lifecycle::{CommandOutcome, LeaseToken, Settlement};
 use tenantry_ports::forward;
 use tenantry_ports::lifecycle::{CommandQueue, SettleError, StoreError};
 use tenantry_store_seaorm::lifecycle::SeaOrmLifecycleStore;
 use tokio::sync::watch;
 
-use crate::fixtures::{Target, Workload, load_for};
+use crate::fixtures::{Target, Workload, create_request, load_for};
 use crate::lifecycle::{AckCounter, DrainOptions, percentile, round1, round3};
 use crate::remote::InstantRemote;
 use crate::{BenchResult, emit};
@@ -154,17 +153,7 @@ async fn measure(
     let mut enqueued_at = HashMap::with_capacity(others);
     for i in 0..others {
         let receipt = intake
-            .create_control_space(&CreateControlSpace {
-                tenant_id: TenantId::parse("tenant-b")?,
-                control_space_id: ControlSpaceId::parse(format!("b-{i}"))?,
-                idempotency_key: IdempotencyKey::parse(format!("fairness-b-{i}"))?,
-                name: format!("B {i}"),
-                slug: format!("b-{i}"),
-                icon: String::new(),
-                description: String::new(),
-                model_intent: None,
-                profile_intent: None,
-            })
+            .create_control_space(&create_request("tenant-b", "fairness-b", i)?)
             .await?;
         enqueued_at.insert(receipt.command_id, Instant::now());
         tokio::time::sleep(SPACING).await;
@@ -176,34 +165,8 @@ async fn measure(
     let seconds = started.elapsed().as_secs_f64();
     let _ = stop.send(true);
     handle.await?;
-    let acked_at = settled
-        .acked_at
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .clone();
-    let mut latencies_ms: Vec<f64> = enqueued_at
-        .iter()
-        .filter_map(|(id, at)| {
-            acked_at
-                .get(id)
-                .map(|acked| acked.saturating_duration_since(*at).as_secs_f64() * 1e3)
-        })
-        .collect();
-    latencies_ms.sort_by(f64::total_cmp);
-    let claimed_at = settled
-        .claimed_at
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .clone();
-    let mut to_claim_ms: Vec<f64> = enqueued_at
-        .iter()
-        .filter_map(|(id, at)| {
-            claimed_at
-                .get(id)
-                .map(|claimed| claimed.saturating_duration_since(*at).as_secs_f64() * 1e3)
-        })
-        .collect();
-    to_claim_ms.sort_by(f64::total_cmp);
+    let latencies_ms = sorted_ms_since(&enqueued_at, &settled.acked_at);
+    let to_claim_ms = sorted_ms_since(&enqueued_at, &settled.claimed_at);
     bench.drop_database().await?;
     Ok(Measured {
         seconds,
@@ -211,6 +174,24 @@ async fn measure(
         to_claim_ms,
         timed_out,
     })
+}
+
+/// For each command of `from` that `to` has a time for, the milliseconds between the two,
+/// sorted.
+fn sorted_ms_since(
+    from: &HashMap<CommandId, Instant>,
+    to: &Mutex<HashMap<CommandId, Instant>>,
+) -> Vec<f64> {
+    let to = to.lock().unwrap_or_else(PoisonError::into_inner);
+    let mut ms: Vec<f64> = from
+        .iter()
+        .filter_map(|(id, at)| {
+            to.get(id)
+                .map(|then| then.saturating_duration_since(*at).as_secs_f64() * 1e3)
+        })
+        .collect();
+    ms.sort_by(f64::total_cmp);
+    ms
 }
 
 /// The SeaORM store, recording when each command's ack returned.

@@ -189,6 +189,22 @@ pub fn plan_for(
     Ok((spaces, commands))
 }
 
+/// The request of intake for control space `<prefix>-<i>` of `tenant` (key `<prefix>-<i>`), as
+/// the latency and fairness parts enqueue them one at a time.
+pub fn create_request(tenant: &str, prefix: &str, i: usize) -> BenchResult<CreateControlSpace> {
+    Ok(CreateControlSpace {
+        tenant_id: TenantId::parse(tenant)?,
+        control_space_id: ControlSpaceId::parse(format!("{prefix}-{i}"))?,
+        idempotency_key: IdempotencyKey::parse(format!("{prefix}-{i}"))?,
+        name: format!("Space {prefix} {i}"),
+        slug: format!("{prefix}-{i}"),
+        icon: String::new(),
+        description: String::new(),
+        model_intent: None,
+        profile_intent: None,
+    })
+}
+
 fn ids(prefix: &str, i: usize) -> BenchResult<NewIds> {
     Ok(NewIds {
         command_id: CommandId::parse(format!("cmd-{prefix}-{i}"))?,

@@ -19,9 +19,8 @@ use tenantry_engine::lifecycle::{
     CommandIntake, Dispatcher, DispatcherConfig, GroupCommitConfig, GroupCommitStore, SystemClock,
     Wakeups, Worker, WorkerConfig, WorkerPool, unique_lease_owner,
 };
-use tenantry_kernel::{CommandId, ControlSpaceId, IdempotencyKey, TenantId};
+use tenantry_kernel::CommandId;
 use tenantry_lifecycle::ClaimedCommand;
-use tenantry_lifecycle::intake::CreateControlSpace;
 use tenantry_ports::forward;
 use tenantry_ports::lifecycle::{
     ClaimRequest, CommandQueue, LifecycleMetrics, LifecycleStore, MetricsError, StoreError,
@@ -33,7 +32,7 @@ use tenantry_store_seaorm::lifecycle::SeaOrmLifecycleStore;
 use tenantry_store_seaorm::wake::{ListenerConfig, WakeListener};
 use tokio::sync::{Notify, watch};
 
-use crate::fixtures::{Target, Workload, load};
+use crate::fixtures::{Target, Workload, create_request, load};
 use crate::remote::InstantRemote;
 use crate::{BenchResult, emit, rss};
 
@@ -295,17 +294,7 @@ async fn latency_run(
     let spacing = 1.0 / rate;
     for i in 0..commands {
         let receipt = intake
-            .create_control_space(&CreateControlSpace {
-                tenant_id: TenantId::parse("tenant-latency")?,
-                control_space_id: ControlSpaceId::parse(format!("cs-{i}"))?,
-                idempotency_key: IdempotencyKey::parse(format!("latency-{i}"))?,
-                name: format!("Space {i}"),
-                slug: format!("space-{i}"),
-                icon: String::new(),
-                description: String::new(),
-                model_intent: None,
-                profile_intent: None,
-            })
+            .create_control_space(&create_request("tenant-latency", "latency", i)?)
             .await?;
         enqueued_at.insert(receipt.command_id, Instant::now());
         // Spacing uniform in [0.5, 1.5) × 1/rate, so enqueues do not lock onto the poll phase.
