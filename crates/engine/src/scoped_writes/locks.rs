@@ -1,12 +1,16 @@
 //! Per-scope async locks in a map that does not grow without bound.
 //!
-//! A lock entry exists only while some caller holds or waits for the scope: every holder and
-//! waiter carries a [`LockLease`], and the last lease to go removes the entry (checked under
-//! the state mutex, so no new caller can clone the lock meanwhile). A periodic sweep removes
-//! any entry nobody references, in case a lease was dropped while another clone was alive.
-//! The entry also names the run holding the lock (its owner token), so an uncontended run
-//! hashes its key twice: once to take the lock, once to let it go.
+//! A lock entry is a shared cell ([`LockCell`]): the scope's async mutex and the token of the
+//! run holding it. Every holder and waiter carries a [`LockLease`] with its own reference to
+//! the cell, so letting go of a lock touches only the cell (an atomic store), never the map:
+//! an uncontended run hashes its key once, to find the cell. Entries of idle scopes (no lease
+//! references the cell) stay in the map until a sweep: when the map reaches `sweep_at`
+//! entries, every idle entry is removed and `sweep_at` becomes twice the entries left (at
+//! least [`MIN_SWEEP_AT`]). The map therefore holds at most about twice the scopes in use at
+//! once, or [`MIN_SWEEP_AT`], and a scope written again soon reuses its cell without an
+//! allocation.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use tenantry_fence::{Binding, FenceCache, FenceKey};
@@ -20,7 +24,7 @@ use super::FastMap;
 pub(crate) type ScopeKey = (Binding, FenceKey);
 
 /// Map size below which no sweep runs.
-const MIN_SWEEP_AT: usize = 64;
+pub(crate) const MIN_SWEEP_AT: usize = 64;
 
 /// Process-local state shared by a runtime, its scope guards and its spawned commits.
 #[derive(Debug)]
@@ -30,7 +34,7 @@ pub(crate) struct Shared {
 
 #[derive(Debug)]
 pub(crate) struct State {
-    pub(crate) locks: FastMap<ScopeKey, LockEntry>,
+    pub(crate) locks: FastMap<ScopeKey, Arc<LockCell>>,
     pub(crate) next_token: u64,
     pub(crate) fences: FenceCache,
     sweep_at: usize,
@@ -57,10 +61,18 @@ impl Shared {
 
 /// One scope's lock and the token of the run holding it.
 #[derive(Debug, Default)]
-pub(crate) struct LockEntry {
+pub(crate) struct LockCell {
     lock: Arc<tokio::sync::Mutex<()>>,
-    /// Token of the run holding the lock; 0 when none does (tokens start at 1).
-    owner: u64,
+    /// Token of the run holding the lock; 0 when none does (tokens start at 1). Written by
+    /// the run that took the lock (under the state mutex) and by its lease when it lets go.
+    owner: AtomicU64,
+}
+
+impl LockCell {
+    /// Whether a lease (a holder or a waiter) references the cell besides the map.
+    fn in_use(self: &Arc<Self>) -> bool {
+        Arc::strong_count(self) > 1
+    }
 }
 
 impl State {
@@ -68,44 +80,40 @@ impl State {
     pub(crate) fn owner(&self, key: &ScopeKey) -> Option<u64> {
         self.locks
             .get(key)
-            .map(|entry| entry.owner)
+            .map(|cell| cell.owner.load(Ordering::Acquire))
             .filter(|&owner| owner != 0)
     }
 
     /// How many scopes have an owner (a run holding their lock).
     pub(crate) fn owner_count(&self) -> usize {
-        self.locks.values().filter(|entry| entry.owner != 0).count()
+        self.locks
+            .values()
+            .filter(|cell| cell.owner.load(Ordering::Acquire) != 0)
+            .count()
+    }
+
+    /// How many scopes are held or awaited (an entry some lease references).
+    pub(crate) fn entries_in_use(&self) -> usize {
+        self.locks.values().filter(|cell| cell.in_use()).count()
     }
 }
 
-/// A caller's claim on one lock entry, held while waiting for and while holding the lock.
+/// A caller's claim on one lock cell, held while waiting for and while holding the lock.
 #[derive(Debug)]
 pub(crate) struct LockLease {
-    shared: Arc<Shared>,
-    key: ScopeKey,
-    lock: Option<Arc<tokio::sync::Mutex<()>>>,
+    cell: Arc<LockCell>,
     token: Option<u64>,
 }
 
 impl Drop for LockLease {
     fn drop(&mut self) {
-        let Some(lock) = self.lock.take() else {
-            return;
-        };
-        let mut state = self.shared.state();
-        // One lookup: the entry is ours only if it still holds our lock (a revoked binding's
-        // entry may have been replaced by a fresh one).
-        if let std::collections::hash_map::Entry::Occupied(mut entry) =
-            state.locks.entry(self.key.clone())
-            && Arc::ptr_eq(&entry.get().lock, &lock)
-        {
-            if self.token.is_some_and(|token| entry.get().owner == token) {
-                entry.get_mut().owner = 0;
-            }
-            // The map's reference and ours: nobody else holds or awaits the lock.
-            if Arc::strong_count(&lock) == 2 {
-                entry.remove();
-            }
+        // Only the run that holds the lock clears the owner, and only its own token (a cell
+        // forgotten by a revoked binding is no longer in the map: clearing it is harmless).
+        if let Some(token) = self.token {
+            let _ = self
+                .cell
+                .owner
+                .compare_exchange(token, 0, Ordering::AcqRel, Ordering::Relaxed);
         }
     }
 }
@@ -115,9 +123,11 @@ impl Drop for LockLease {
 /// lets go, so a dispatched commit always settles before the scope is released.
 #[derive(Debug)]
 pub(crate) struct ScopeGuard {
-    // Field order matters: the mutex guard is released before the lease checks the entry.
-    _held: OwnedMutexGuard<()>,
+    // Field order matters: the owner is cleared (lease) before the mutex is released, so a
+    // waiter that takes the lock next never sees the previous run's token cleared after it
+    // recorded its own.
     lease: LockLease,
+    _held: OwnedMutexGuard<()>,
 }
 
 impl ScopeGuard {
@@ -127,77 +137,56 @@ impl ScopeGuard {
 }
 
 /// Waits for the lock of `key` and records the caller as its owner. Dropping the returned
-/// future while it waits leaves no entry behind.
+/// future while it waits leaves nothing behind but an idle entry (removed by the next sweep).
 pub(crate) async fn acquire(shared: &Arc<Shared>, key: &ScopeKey) -> ScopeGuard {
-    let mut lease = {
+    let cell = {
         let mut state = shared.state();
-        if state.locks.len() >= state.sweep_at {
-            state
-                .locks
-                .retain(|_, entry| Arc::strong_count(&entry.lock) > 1);
-            state.sweep_at = (state.locks.len() * 2).max(MIN_SWEEP_AT);
-        }
-        let token = state.next_token;
-        let entry = state.locks.entry(key.clone()).or_default();
-        let lock = entry.lock.clone();
-        // Uncontended (the common case): taken at once, owner recorded in the same lookup.
-        if let Ok(held) = lock.clone().try_lock_owned() {
-            entry.owner = token;
+        let cell = match state.locks.get(key) {
+            Some(cell) => cell.clone(),
+            None => {
+                if state.locks.len() >= state.sweep_at {
+                    state.locks.retain(|_, cell| cell.in_use());
+                    state.sweep_at = (state.locks.len() * 2).max(MIN_SWEEP_AT);
+                }
+                let cell = Arc::new(LockCell::default());
+                state.locks.insert(key.clone(), cell.clone());
+                cell
+            }
+        };
+        // Uncontended (the common case): taken at once, owner recorded under the same mutex.
+        if let Ok(held) = cell.lock.clone().try_lock_owned() {
+            let token = state.next_token;
             state.next_token += 1;
+            cell.owner.store(token, Ordering::Release);
             drop(state);
             return ScopeGuard {
-                _held: held,
                 lease: LockLease {
-                    shared: shared.clone(),
-                    key: key.clone(),
-                    lock: Some(lock),
+                    cell,
                     token: Some(token),
                 },
+                _held: held,
             };
         }
-        LockLease {
-            shared: shared.clone(),
-            key: key.clone(),
-            lock: Some(lock),
-            token: None,
-        }
+        cell
     };
-    // Dropped field by field in declaration order: the waiting future (and its clone of the
-    // lock) goes before the lease checks whether it was the last reference.
-    struct Waiting<F> {
-        fut: std::pin::Pin<Box<F>>,
-        lease: LockLease,
-    }
-    let Some(lock) = lease.lock.clone() else {
-        // The lease was built with a lock just above.
-        unreachable!("lease without lock")
-    };
-    // Our lease keeps the lock alive: the pointer identifies our entry after the wait.
-    let ours = Arc::as_ptr(&lock) as usize;
-    let mut waiting = Waiting {
-        fut: Box::pin(lock.lock_owned()),
-        lease,
-    };
-    let held = (&mut waiting.fut).await;
-    let Waiting {
-        fut,
-        lease: mut_lease,
-    } = waiting;
-    drop(fut);
-    lease = mut_lease;
+    // The lease (our reference to the cell) keeps the entry from being swept while we wait.
+    let mut lease = LockLease { cell, token: None };
+    let held = lease.cell.lock.clone().lock_owned().await;
     let mut state = shared.state();
     let token = state.next_token;
     state.next_token += 1;
-    // Our entry is in the map while our lease holds it (unless the binding was revoked
-    // meanwhile: then no owner is recorded and nested runs take a fresh lock).
-    if let Some(entry) = state.locks.get_mut(key)
-        && Arc::as_ptr(&entry.lock) as usize == ours
+    // Recorded only while the cell is still the scope's entry (a binding revoked meanwhile
+    // forgot it: then no owner is recorded and nested runs take a fresh lock).
+    if state
+        .locks
+        .get(key)
+        .is_some_and(|entry| Arc::ptr_eq(entry, &lease.cell))
     {
-        entry.owner = token;
+        lease.cell.owner.store(token, Ordering::Release);
+        lease.token = Some(token);
     }
-    lease.token = Some(token);
     drop(state);
-    ScopeGuard { _held: held, lease }
+    ScopeGuard { lease, _held: held }
 }
 
 /// Forgets the locks and owners of `binding` (installation revoked). Holders keep their

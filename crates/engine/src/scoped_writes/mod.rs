@@ -2,10 +2,11 @@
 //! durable fences for mutations whose outcome is unknown.
 //!
 //! Platforms wrap every mutation of a remote or host store in [`ScopedWrites::run`]:
-//! - one async lock per `(binding, scope)` in this process; entries of idle scopes are
-//!   dropped, so the map is bounded by the scopes in use. Run one runtime per process and share
-//!   it (the admin API, the CLI and library callers), so an operator's clear takes the same
-//!   lock as the writers;
+//! - one async lock per `(binding, scope)` in this process; entries of idle scopes are kept
+//!   for their next run and swept when the map doubles, so it is bounded by about twice the
+//!   scopes in use at once (at least 64 entries; [`ScopedWrites::lock_map_len`]). Run one
+//!   runtime per process and share it (the admin API, the CLI and library callers), so an
+//!   operator's clear takes the same lock as the writers;
 //! - re-entrant: a run nested inside another run of the same scope, in the same task, reuses
 //!   the held lock (and claim) instead of deadlocking;
 //! - fences are shared by every process on the database: before each run the scope's record
@@ -595,8 +596,16 @@ impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
         self.inner.in_flight.idle().await;
     }
 
-    /// How many scope lock entries exist (held or awaited scopes only).
+    /// How many scopes are held or awaited in this process (lock entries some run or waiter
+    /// references).
     pub fn lock_entries(&self) -> usize {
+        self.inner.shared.state().entries_in_use()
+    }
+
+    /// How many lock entries the map holds, idle ones not yet swept included. Bounded: an
+    /// idle entry is kept for the scope's next run until the map reaches twice the entries in
+    /// use after the last sweep (at least 64), when every idle entry is removed.
+    pub fn lock_map_len(&self) -> usize {
         self.inner.shared.state().locks.len()
     }
 

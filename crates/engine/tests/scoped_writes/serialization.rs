@@ -66,7 +66,78 @@ async fn scope_lock_map_does_not_grow_without_bound() {
         write_value(&writes, &kb(&format!("kb-{i}")), json!(i))
             .await
             .unwrap();
+        // Idle entries are kept for the next run of their scope, and swept once the map
+        // reaches 64 entries (twice the entries in use, at least 64).
+        assert!(
+            writes.lock_map_len() <= 64,
+            "{} lock entries after {} scopes",
+            writes.lock_map_len(),
+            i + 1
+        );
     }
+    assert!(
+        writes.lock_map_len() > 0,
+        "idle entries are kept until a sweep"
+    );
+    assert_quiet(&writes);
+}
+
+#[tokio::test]
+async fn many_scopes_held_at_once_keep_their_entries_through_a_sweep() {
+    let (_storage, writes) = fresh();
+    // 100 runs hold their scopes until the semaphore opens.
+    let open = Arc::new(Semaphore::new(0));
+    let held: Vec<_> = (0..100)
+        .map(|i| {
+            let (w, open) = (writes.clone(), open.clone());
+            tokio::spawn(async move {
+                let r: Result<(), Infallible> = w
+                    .run(
+                        &binding(),
+                        &kb(&format!("held-{i}")),
+                        FenceMode::Enforce,
+                        |_ctx| async move {
+                            drop(open.acquire().await.unwrap());
+                            Ok(())
+                        },
+                    )
+                    .await;
+                r
+            })
+        })
+        .collect();
+    while writes.owner_count() < 100 {
+        tokio::task::yield_now().await;
+    }
+    // Writes of 300 other scopes, one after the other, sweep idle entries; the held ones stay
+    // (a second lock for a held scope would let the write below through).
+    for i in 0..300 {
+        write_value(&writes, &kb(&format!("idle-{i}")), json!(i))
+            .await
+            .unwrap();
+    }
+    assert_eq!(writes.lock_entries(), 100);
+    assert_eq!(writes.owner_count(), 100);
+    assert!(
+        writes.lock_map_len() <= 2 * 100 + 64,
+        "{} entries",
+        writes.lock_map_len()
+    );
+    let w = writes.clone();
+    let waiting = tokio::spawn(async move { write_value(&w, &kb("held-7"), json!("next")).await });
+    for _ in 0..5 {
+        tokio::task::yield_now().await;
+    }
+    assert!(
+        !waiting.is_finished(),
+        "a held scope's lock survived the sweeps"
+    );
+    open.add_permits(100);
+    for task in held {
+        task.await.unwrap().unwrap();
+    }
+    waiting.await.unwrap().unwrap();
+    writes.settled().await;
     assert_quiet(&writes);
 }
 
