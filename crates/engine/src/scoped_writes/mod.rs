@@ -463,8 +463,7 @@ impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
             token,
             claim: claim.clone(),
         });
-        let ctx = self.context(shared_scope, claim.clone());
-        let fence_ctx = ctx.clone();
+        let ctx = self.context(shared_scope.clone(), claim.clone());
         let result = HELD.scope(held, operation(ctx)).await;
         if let Err(ScopedWriteError::OutcomeUnknown { reason, .. }) = &result
             && !claim.slot().fenced
@@ -473,7 +472,9 @@ impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
                 kind: "reported".to_owned(),
                 detail: reason.clone(),
             };
-            fence_ctx.fence_with(reason, failure).await;
+            self.context(shared_scope, claim.clone())
+                .fence_with(reason, failure)
+                .await;
         }
         claim.release().await;
         match &result {
