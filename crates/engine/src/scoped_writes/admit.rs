@@ -59,7 +59,7 @@ impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
         let mut pause = config.claim_poll;
         loop {
             let own = self.read_record(binding, own_key).await?;
-            let own = self.reconcile(binding, own_key, own).await;
+            let (own, _) = self.reconcile(binding, own_key, own).await;
             let now = self.run_now(binding).await?;
             if !matches!(scope, ScopeIdentity::Installation) && !installation_read {
                 self.check_installation(binding, scope, mode, now).await?;
@@ -139,9 +139,14 @@ impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
     ) -> Result<(), ScopedWriteError<E>> {
         let installation = FenceKey::installation();
         let inst = self.read_record(binding, &installation).await?;
-        let inst = self.reconcile(binding, &installation, inst).await;
+        let (inst, cached) = self.reconcile(binding, &installation, inst).await;
         if mode == FenceMode::Enforce
-            && self.fenced_here(binding, &installation, inst.as_ref(), now)
+            && (cached
+                || tenantry_fence::classify(
+                    stored_ref(inst.as_ref()),
+                    &self.inner.config.owner,
+                    now,
+                ) == Holder::Fenced)
         {
             return Err(ScopedWriteError::Fenced {
                 binding: binding.clone(),
@@ -233,18 +238,6 @@ impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
         })
     }
 
-    /// Whether the record `stored` at `key` (or this process's cache) fences.
-    fn fenced_here(
-        &self,
-        binding: &Binding,
-        key: &FenceKey,
-        stored: Option<&Result<Arc<Value>, ()>>,
-        now: i64,
-    ) -> bool {
-        let holder = tenantry_fence::classify(stored_ref(stored), &self.inner.config.owner, now);
-        holder == Holder::Fenced || self.inner.shared.state().fences.contains(binding, key)
-    }
-
     /// The stored record at `key`: `None` absent, `Some(Err(()))` undecodable. Read at once
     /// when the store can answer without waiting ([`HostStorage::get_now`]).
     async fn read_record<E>(
@@ -276,13 +269,15 @@ impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
 
     /// Brings this process's cached fence of `key` in line with the stored record: dropped
     /// when cleared elsewhere, persisted again when it never reached storage. Returns the
-    /// record as it now stands.
+    /// record as it now stands and whether this process still caches a fence of `key` (read
+    /// under the same lock as the reconciliation, so a run locks the fence cache once per
+    /// record).
     async fn reconcile(
         &self,
         binding: &Binding,
         key: &FenceKey,
         stored: Option<Result<Arc<Value>, ()>>,
-    ) -> Option<Result<Arc<Value>, ()>> {
+    ) -> (Option<Result<Arc<Value>, ()>>, bool) {
         let stored_fence = match &stored {
             None => false,
             Some(Ok(value)) if value.is_null() => false,
@@ -300,7 +295,7 @@ impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
         match action {
             Reconciled::PersistAgain(record) => {
                 let expected = stored.as_ref().and_then(|r| r.as_ref().ok()).cloned();
-                match S::compare_and_set(
+                let stored = match S::compare_and_set(
                     self.store(),
                     binding,
                     key.as_str(),
@@ -319,13 +314,17 @@ impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
                         Some(Ok(Arc::new(record)))
                     }
                     Ok(false) | Err(_) => stored,
-                }
+                };
+                // Rare: the cache was unlocked meanwhile, so ask it again.
+                let cached = self.inner.shared.state().fences.contains(binding, key);
+                (stored, cached)
             }
             Reconciled::ClearedElsewhere => {
                 tracing::info!(%binding, %key, "fence cleared by another process");
-                stored
+                (stored, false)
             }
-            Reconciled::NotCached | Reconciled::Persisted => stored,
+            Reconciled::NotCached => (stored, false),
+            Reconciled::Persisted => (stored, true),
         }
     }
 }

@@ -6,12 +6,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use serde_json::Value;
-use tenantry_fence::{Binding, FenceKey};
+use tenantry_fence::{Binding, FenceKey, ScopeIdentity};
 use tenantry_ports::host_storage::HostStorage;
 use tokio::sync::Notify;
 
 use super::locks::{ScopeGuard, ScopeKey};
-use super::{ClaimCache, ScopedWrites};
+use super::{ClaimCache, ScopeKeys, ScopedWrites};
 
 tokio::task_local! {
     /// The scopes whose locks the current task holds through an enclosing run.
@@ -51,11 +51,30 @@ impl HeldScopes {
 #[derive(Clone)]
 pub(super) struct Held {
     pub(super) runtime: usize,
-    pub(super) key: ScopeKey,
     /// The lock owner token of the run (its guard lives in the claim).
     pub(super) token: Option<u64>,
-    /// The run's `Arc<RunClaim<S>>`, type-erased (the task-local cannot be generic).
-    pub(super) claim: Arc<dyn Any + Send + Sync>,
+    /// The run's `Arc<RunClaim<S>>`, type-erased (the task-local cannot be generic); it
+    /// carries the scope's key.
+    pub(super) claim: Arc<dyn HeldClaim>,
+}
+
+/// A [`RunClaim`] of any store type, as the task-local holds it.
+pub(super) trait HeldClaim: Any + Send + Sync {
+    /// The binding and fence key the run holds.
+    fn scope_key(&self) -> &ScopeKey;
+
+    /// The claim as `Any`, to downcast to the caller's `RunClaim<S>`.
+    fn into_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync>;
+}
+
+impl<S: HostStorage + ?Sized + 'static> HeldClaim for RunClaim<S> {
+    fn scope_key(&self) -> &ScopeKey {
+        &self.scope_key
+    }
+
+    fn into_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync> {
+        self
+    }
 }
 
 /// A run's claim on its scope, shared by the run, its nested runs and the commits it spawned.
@@ -63,12 +82,13 @@ pub(super) struct Held {
 /// the scope lock until it landed).
 pub(super) struct RunClaim<S: HostStorage + ?Sized + 'static> {
     pub(super) writes: ScopedWrites<S>,
-    pub(super) binding: Binding,
-    pub(super) key: FenceKey,
-    /// The scope's cached claim: told when the release lands (the record is the tombstone
-    /// this runtime wrote, so the next run may claim without reading it first), and given the
-    /// released value to stamp again.
-    pub(super) cache: Arc<ClaimCache>,
+    /// The binding and fence key of the scope (the scope lock's key).
+    pub(super) scope_key: ScopeKey,
+    /// The scope's identity and cached claim, shared with the runtime's key cache (a run
+    /// clones no identity text). The cached claim is told when the release lands (the record
+    /// is the tombstone this runtime wrote, so the next run may claim without reading it
+    /// first), and given the released value to stamp again.
+    pub(super) keys: Arc<ScopeKeys>,
     /// The scope lock, held as long as the claim lives (and, when the claim is dropped
     /// unreleased, until the spawned release landed). Always `Some` until `drop`.
     pub(super) guard: Option<ScopeGuard>,
@@ -90,6 +110,25 @@ pub(super) struct Slot {
 }
 
 impl<S: HostStorage + ?Sized + 'static> RunClaim<S> {
+    /// The installation binding of the run.
+    pub(super) fn binding(&self) -> &Binding {
+        &self.scope_key.0
+    }
+
+    /// The scope's fence key.
+    pub(super) fn key(&self) -> &FenceKey {
+        &self.scope_key.1
+    }
+
+    /// The scope of the run.
+    pub(super) fn scope(&self) -> &ScopeIdentity {
+        &self.keys.scope
+    }
+
+    fn cache(&self) -> &ClaimCache {
+        &self.keys.claim
+    }
+
     pub(super) fn slot(&self) -> std::sync::MutexGuard<'_, Slot> {
         self.slot.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -106,8 +145,8 @@ impl<S: HostStorage + ?Sized + 'static> RunClaim<S> {
         let tombstone = &self.writes.inner.tombstone;
         let store = self.writes.store();
         let released = match store.compare_and_set_now(
-            &self.binding,
-            self.key.as_str(),
+            self.binding(),
+            self.key().as_str(),
             Some(&claim),
             tombstone,
         ) {
@@ -115,8 +154,8 @@ impl<S: HostStorage + ?Sized + 'static> RunClaim<S> {
             None => {
                 let mut release = std::pin::pin!(S::compare_and_set(
                     store,
-                    &self.binding,
-                    self.key.as_str(),
+                    self.binding(),
+                    self.key().as_str(),
                     Some(&claim),
                     tombstone,
                 ));
@@ -134,14 +173,14 @@ impl<S: HostStorage + ?Sized + 'static> RunClaim<S> {
         };
         match released {
             Ok(swapped) => {
-                self.cache.released.store(swapped, Ordering::Relaxed);
+                self.cache().released.store(swapped, Ordering::Relaxed);
                 if swapped && !refreshed {
-                    self.cache.keep(claim);
+                    self.cache().keep(claim);
                 }
             }
             Err(error) => {
                 self.slot().claim = Some(claim);
-                tracing::warn!(binding = %self.binding, key = %self.key, %error,
+                tracing::warn!(binding = %self.binding(), key = %self.key(), %error,
                     "scope claim not released; retried when the run's last holder lets go, else taken over by this process's next run");
             }
         }
@@ -160,7 +199,7 @@ impl<S: HostStorage + ?Sized + 'static> Drop for RunClaim<S> {
         let token = self.writes.inner.in_flight.enter();
         let guard = self.guard.take();
         let storage = self.writes.inner.storage.clone();
-        let (binding, key) = (self.binding.clone(), self.key.clone());
+        let (binding, key) = (self.binding().clone(), self.key().clone());
         handle.spawn(async move {
             if let Err(error) =
                 S::compare_and_set(&storage, &binding, key.as_str(), Some(&claim), &Value::Null)

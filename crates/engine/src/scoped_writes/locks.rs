@@ -1,7 +1,7 @@
 //! Per-scope async locks in a map that does not grow without bound.
 //!
-//! A lock entry is a shared cell ([`LockCell`]): the scope's async mutex and the token of the
-//! run holding it. Every holder and waiter carries a [`LockLease`] with its own reference to
+//! A lock entry is a shared cell ([`LockCell`]): the scope's async lock (a fair, first-come
+//! first-served semaphore of one permit) and the token of the run holding it. Every holder and waiter carries a [`LockLease`] with its own reference to
 //! the cell, so letting go of a lock touches only the cell (an atomic store), never the map:
 //! an uncontended run hashes its key once, to find the cell. Entries of idle scopes (no lease
 //! references the cell) stay in the map until a sweep: when the map reaches `sweep_at`
@@ -14,7 +14,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use tenantry_fence::{Binding, FenceCache, FenceKey};
-use tokio::sync::OwnedMutexGuard;
 
 use super::FastMap;
 
@@ -60,12 +59,24 @@ impl Shared {
 }
 
 /// One scope's lock and the token of the run holding it.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct LockCell {
-    lock: Arc<tokio::sync::Mutex<()>>,
+    /// One permit: the lock. Waiters are served first come, first served. A holder's permit
+    /// is forgotten when taken and added back by its [`ScopeGuard`]'s drop, so holding the
+    /// lock costs no reference of its own (the lease already holds the cell).
+    lock: tokio::sync::Semaphore,
     /// Token of the run holding the lock; 0 when none does (tokens start at 1). Written by
     /// the run that took the lock (under the state mutex) and by its lease when it lets go.
     owner: AtomicU64,
+}
+
+impl Default for LockCell {
+    fn default() -> Self {
+        Self {
+            lock: tokio::sync::Semaphore::new(1),
+            owner: AtomicU64::new(0),
+        }
+    }
 }
 
 impl LockCell {
@@ -123,11 +134,24 @@ impl Drop for LockLease {
 /// lets go, so a dispatched commit always settles before the scope is released.
 #[derive(Debug)]
 pub(crate) struct ScopeGuard {
-    // Field order matters: the owner is cleared (lease) before the mutex is released, so a
-    // waiter that takes the lock next never sees the previous run's token cleared after it
-    // recorded its own.
+    /// The lease of the cell whose permit this guard holds.
     lease: LockLease,
-    _held: OwnedMutexGuard<()>,
+}
+
+impl Drop for ScopeGuard {
+    fn drop(&mut self) {
+        // The owner is cleared before the permit is given back, so a waiter that takes the
+        // lock next never sees the previous run's token cleared after it recorded its own.
+        if let Some(token) = self.lease.token.take() {
+            let _ = self.lease.cell.owner.compare_exchange(
+                token,
+                0,
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            );
+        }
+        self.lease.cell.lock.add_permits(1);
+    }
 }
 
 impl ScopeGuard {
@@ -154,7 +178,12 @@ pub(crate) async fn acquire(shared: &Arc<Shared>, key: &ScopeKey) -> ScopeGuard 
             }
         };
         // Uncontended (the common case): taken at once, owner recorded under the same mutex.
-        if let Ok(held) = cell.lock.clone().try_lock_owned() {
+        let taken = cell
+            .lock
+            .try_acquire()
+            .map(tokio::sync::SemaphorePermit::forget)
+            .is_ok();
+        if taken {
             let token = state.next_token;
             state.next_token += 1;
             cell.owner.store(token, Ordering::Release);
@@ -164,14 +193,16 @@ pub(crate) async fn acquire(shared: &Arc<Shared>, key: &ScopeKey) -> ScopeGuard 
                     cell,
                     token: Some(token),
                 },
-                _held: held,
             };
         }
         cell
     };
     // The lease (our reference to the cell) keeps the entry from being swept while we wait.
     let mut lease = LockLease { cell, token: None };
-    let held = lease.cell.lock.clone().lock_owned().await;
+    match lease.cell.lock.acquire().await {
+        Ok(permit) => permit.forget(),
+        Err(_) => unreachable!("a scope's lock semaphore is never closed"),
+    }
     let mut state = shared.state();
     let token = state.next_token;
     state.next_token += 1;
@@ -186,7 +217,7 @@ pub(crate) async fn acquire(shared: &Arc<Shared>, key: &ScopeKey) -> ScopeGuard 
         lease.token = Some(token);
     }
     drop(state);
-    ScopeGuard { lease, _held: held }
+    ScopeGuard { lease }
 }
 
 /// Forgets the locks and owners of `binding` (installation revoked). Holders keep their

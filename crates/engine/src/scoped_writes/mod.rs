@@ -89,11 +89,10 @@ const CLAIM_REASON: &str = "write in progress";
 
 /// What is the same on every run of one scope: its identity (shared) and fence key, and its
 /// claim ([`ClaimCache`]).
-#[derive(Clone)]
-struct ScopeKeys {
-    scope: Arc<ScopeIdentity>,
+pub(super) struct ScopeKeys {
+    scope: ScopeIdentity,
     key: FenceKey,
-    claim: Arc<ClaimCache>,
+    claim: ClaimCache,
 }
 
 /// This runtime's claim on one scope identity, kept between runs (shared by the scope of
@@ -228,7 +227,7 @@ pub struct ScopedWrites<S: ?Sized> {
 struct Inner<S: ?Sized> {
     /// Fence keys and claim templates of the scopes written recently
     /// ([`ScopedWrites::scope_keys`]).
-    keys: Mutex<FastMap<ScopeIdentity, ScopeKeys>>,
+    keys: Mutex<FastMap<ScopeIdentity, Arc<ScopeKeys>>>,
     shared: Arc<Shared>,
     in_flight: InFlight,
     clock: Arc<dyn Clock>,
@@ -325,7 +324,7 @@ impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
     /// cache: both are pure functions of the identity and the runtime's owner, so caching
     /// changes nothing but the time a run spends. The cache is emptied when it reaches
     /// [`KEY_CACHE_LIMIT`] entries.
-    fn scope_keys(&self, scope: &ScopeIdentity) -> ScopeKeys {
+    fn scope_keys(&self, scope: &ScopeIdentity) -> Arc<ScopeKeys> {
         let mut keys = self
             .inner
             .keys
@@ -337,15 +336,15 @@ impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
         if keys.len() >= KEY_CACHE_LIMIT {
             keys.clear();
         }
-        let cached = ScopeKeys {
-            scope: Arc::new(scope.clone()),
+        let cached = Arc::new(ScopeKeys {
+            scope: scope.clone(),
             key: scope.fence_key(),
-            claim: Arc::new(ClaimCache {
+            claim: ClaimCache {
                 template: IntentTemplate::new(scope, CLAIM_REASON, &self.inner.config.owner),
                 spare: Mutex::new(None),
                 released: AtomicBool::new(false),
-            }),
-        };
+            },
+        });
         keys.insert(scope.clone(), cached.clone());
         cached
     }
@@ -425,18 +424,13 @@ impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
         F: FnOnce(ScopeContext<S>) -> Fut,
         Fut: Future<Output = Result<T, ScopedWriteError<E>>>,
     {
-        let ScopeKeys {
-            scope: shared_scope,
-            key,
-            claim: cache,
-        } = self.scope_keys(scope);
-        let key: ScopeKey = (binding.clone(), key);
+        let keys = self.scope_keys(scope);
+        let key: ScopeKey = (binding.clone(), keys.key.clone());
         if let Some(claim) = self.held_by_current_task(&key) {
-            let ctx = self.context(shared_scope, claim);
-            return operation(ctx).await;
+            return operation(ScopeContext { claim }).await;
         }
         let guard = locks::acquire(&self.inner.shared, &key).await;
-        let taken = match self.admit(binding, scope, &key.1, &cache, mode).await {
+        let taken = match self.admit(binding, scope, &key.1, &keys.claim, mode).await {
             Ok(taken) => taken,
             Err(refused) => {
                 self.record_end(&refused);
@@ -446,9 +440,8 @@ impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
         let token = guard.token();
         let claim = Arc::new(RunClaim {
             writes: self.clone(),
-            binding: binding.clone(),
-            key: key.1.clone(),
-            cache,
+            scope_key: key,
+            keys,
             guard: Some(guard),
             slot: Mutex::new(Slot {
                 claim: taken,
@@ -459,11 +452,12 @@ impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
         });
         let held = HeldScopes::enter(Held {
             runtime: self.runtime_id(),
-            key,
             token,
             claim: claim.clone(),
         });
-        let ctx = self.context(shared_scope.clone(), claim.clone());
+        let ctx = ScopeContext {
+            claim: claim.clone(),
+        };
         let result = HELD.scope(held, operation(ctx)).await;
         if let Err(ScopedWriteError::OutcomeUnknown { reason, .. }) = &result
             && !claim.slot().fenced
@@ -472,9 +466,11 @@ impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
                 kind: "reported".to_owned(),
                 detail: reason.clone(),
             };
-            self.context(shared_scope, claim.clone())
-                .fence_with(reason, failure)
-                .await;
+            ScopeContext {
+                claim: claim.clone(),
+            }
+            .fence_with(reason, failure)
+            .await;
         }
         claim.release().await;
         match &result {
@@ -631,7 +627,7 @@ impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
                 held.as_slice()
                     .iter()
                     .rev()
-                    .find(|h| h.runtime == runtime && &h.key == key)
+                    .find(|h| h.runtime == runtime && h.claim.scope_key() == key)
                     .cloned()
             })
             .ok()
@@ -641,16 +637,7 @@ impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
         if owner.is_none() || owner != held.token {
             return None;
         }
-        held.claim.downcast::<RunClaim<S>>().ok()
-    }
-
-    fn context(&self, scope: Arc<ScopeIdentity>, claim: Arc<RunClaim<S>>) -> ScopeContext<S> {
-        ScopeContext {
-            writes: self.clone(),
-            binding: claim.binding.clone(),
-            scope,
-            claim,
-        }
+        held.claim.into_any().downcast::<RunClaim<S>>().ok()
     }
 
     /// Runs `work` in its own task, counted as in flight, and waits for it. Dropping the
