@@ -23,7 +23,7 @@ impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
     ///
     /// Fast path (docs/protocol.md, "Claiming a released scope without reading it"): when
     /// this runtime's last run of the scope released its claim (`cache.released`) and this process
-    /// caches no fence for it, the installation record is read and the claim is taken by one
+    /// cached no fence for it when the scope lock was taken (`cached_fence`), the installation record is read and the claim is taken by one
     /// compare-and-set expecting the tombstone, without reading the scope's record first; only
     /// if that swap fails (the record is absent, held, fenced or damaged) is the record read
     /// and classified.
@@ -34,12 +34,16 @@ impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
         own_key: &FenceKey,
         cache: &ClaimCache,
         mode: FenceMode,
+        cached_fence: bool,
     ) -> Result<Option<Arc<Value>>, ScopedWriteError<E>> {
         let config = &self.inner.config;
         let mut installation_read = false;
-        if cache.released.swap(false, Ordering::Relaxed)
-            && !self.inner.shared.state().fences.contains(binding, own_key)
-        {
+        // A load and a store, not a swap: the hint is per scope identity and only a hint.
+        let released = cache.released.load(Ordering::Relaxed);
+        if released {
+            cache.released.store(false, Ordering::Relaxed);
+        }
+        if released && !cached_fence {
             let now = self.run_now(binding).await?;
             if !matches!(scope, ScopeIdentity::Installation) {
                 self.check_installation(binding, scope, mode, now).await?;
@@ -47,7 +51,7 @@ impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
             }
             let claim = cache.at(now, now.saturating_add(config.claim_ttl_ms()));
             let (taken, claim) = self
-                .take_claim(binding, own_key, Some(self.inner.tombstone.clone()), claim)
+                .take_claim(binding, own_key, Some(&self.inner.tombstone), claim)
                 .await;
             if self.claim_taken(binding, scope, taken)? {
                 return Ok(Some(claim));
@@ -117,7 +121,9 @@ impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
                         Some(Err(())) => return Ok(None),
                     };
                     let claim = cache.at(now, now.saturating_add(config.claim_ttl_ms()));
-                    let (taken, claim) = self.take_claim(binding, own_key, expected, claim).await;
+                    let (taken, claim) = self
+                        .take_claim(binding, own_key, expected.as_ref(), claim)
+                        .await;
                     if self.claim_taken(binding, scope, taken)? {
                         return Ok(Some(claim));
                     }
@@ -185,15 +191,16 @@ impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
         &self,
         binding: &Binding,
         key: &FenceKey,
-        expected: Option<Arc<Value>>,
+        expected: Option<&Arc<Value>>,
         claim: Arc<Value>,
     ) -> (Result<bool, HostStorageError>, Arc<Value>) {
         if let Some(taken) =
             self.store()
-                .compare_and_set_now(binding, key.as_str(), expected.as_ref(), &claim)
+                .compare_and_set_now(binding, key.as_str(), expected, &claim)
         {
             return (taken, claim);
         }
+        let expected = expected.cloned();
         let storage = self.inner.storage.clone();
         let (binding, key) = (binding.clone(), key.clone());
         let mut attempt = Box::pin(async move {

@@ -189,7 +189,12 @@ impl<S: HostStorage + ?Sized + 'static> RunClaim<S> {
 
 impl<S: HostStorage + ?Sized + 'static> Drop for RunClaim<S> {
     fn drop(&mut self) {
-        let claim = self.slot().claim.take();
+        let claim = self
+            .slot
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+            .claim
+            .take();
         let Some(claim) = claim else {
             return;
         };

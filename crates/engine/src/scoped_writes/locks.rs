@@ -136,6 +136,9 @@ impl Drop for LockLease {
 pub(crate) struct ScopeGuard {
     /// The lease of the cell whose permit this guard holds.
     lease: LockLease,
+    /// Whether this process cached a fence of the scope when the lock was taken (read under
+    /// the state mutex that recorded the owner, so admission need not lock it again).
+    cached_fence: bool,
 }
 
 impl Drop for ScopeGuard {
@@ -157,6 +160,11 @@ impl Drop for ScopeGuard {
 impl ScopeGuard {
     pub(crate) fn token(&self) -> Option<u64> {
         self.lease.token
+    }
+
+    /// Whether this process cached a fence of the scope when the lock was taken.
+    pub(crate) fn cached_fence(&self) -> bool {
+        self.cached_fence
     }
 }
 
@@ -187,12 +195,14 @@ pub(crate) async fn acquire(shared: &Arc<Shared>, key: &ScopeKey) -> ScopeGuard 
             let token = state.next_token;
             state.next_token += 1;
             cell.owner.store(token, Ordering::Release);
+            let cached_fence = state.fences.contains(&key.0, &key.1);
             drop(state);
             return ScopeGuard {
                 lease: LockLease {
                     cell,
                     token: Some(token),
                 },
+                cached_fence,
             };
         }
         cell
@@ -216,8 +226,12 @@ pub(crate) async fn acquire(shared: &Arc<Shared>, key: &ScopeKey) -> ScopeGuard 
         lease.cell.owner.store(token, Ordering::Release);
         lease.token = Some(token);
     }
+    let cached_fence = state.fences.contains(&key.0, &key.1);
     drop(state);
-    ScopeGuard { lease }
+    ScopeGuard {
+        lease,
+        cached_fence,
+    }
 }
 
 /// Forgets the locks and owners of `binding` (installation revoked). Holders keep their

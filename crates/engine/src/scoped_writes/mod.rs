@@ -75,6 +75,7 @@ use tenantry_ports::host_storage::metrics::{
     FenceMetrics, FenceRefusal, FenceWriteOutcome, NoFenceMetrics,
 };
 use tenantry_ports::host_storage::{HostStorage, HostStorageError};
+use tracing::Instrument;
 
 use self::claim::{HELD, Held, HeldScopes, InFlight, RunClaim, Slot};
 
@@ -412,8 +413,32 @@ impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
     /// # Errors
     /// [`ScopedWriteError::FenceStateUnavailable`], [`ScopedWriteError::Fenced`],
     /// [`ScopedWriteError::ScopeBusy`], or whatever the operation returns.
-    #[tracing::instrument(name = "fenced_write", skip_all, fields(mode = ?mode))]
     pub async fn run<T, E, F, Fut>(
+        &self,
+        binding: &Binding,
+        scope: &ScopeIdentity,
+        mode: FenceMode,
+        operation: F,
+    ) -> Result<T, ScopedWriteError<E>>
+    where
+        F: FnOnce(ScopeContext<S>) -> Fut,
+        Fut: Future<Output = Result<T, ScopedWriteError<E>>>,
+    {
+        // The `fenced_write` span exists only when a subscriber is installed (the service
+        // always installs one): without one, tracing's `log` fallback would record the span's
+        // fields on every run for nothing.
+        if tracing::dispatcher::has_been_set() {
+            let span = tracing::info_span!("fenced_write", mode = ?mode);
+            self.run_in_span(binding, scope, mode, operation)
+                .instrument(span)
+                .await
+        } else {
+            self.run_in_span(binding, scope, mode, operation).await
+        }
+    }
+
+    /// [`Self::run`] inside its span.
+    async fn run_in_span<T, E, F, Fut>(
         &self,
         binding: &Binding,
         scope: &ScopeIdentity,
@@ -430,7 +455,11 @@ impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
             return operation(ScopeContext { claim }).await;
         }
         let guard = locks::acquire(&self.inner.shared, &key).await;
-        let taken = match self.admit(binding, scope, &key.1, &keys.claim, mode).await {
+        let cached_fence = guard.cached_fence();
+        let taken = match self
+            .admit(binding, scope, &key.1, &keys.claim, mode, cached_fence)
+            .await
+        {
             Ok(taken) => taken,
             Err(refused) => {
                 self.record_end(&refused);

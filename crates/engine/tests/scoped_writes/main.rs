@@ -24,6 +24,7 @@ mod metrics;
 mod processes;
 mod serialization;
 mod skew;
+mod spans;
 
 type Writes = ScopedWrites<Gated>;
 type Result<T, E = DispatchOutcome> = std::result::Result<T, ScopedWriteError<E>>;

@@ -155,10 +155,7 @@ impl InMemoryHostStorage {
             // stamped: this is on the fence runtime's hot path).
             None => std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
-                .map_or_else(
-                    |before| -i64::try_from(before.duration().as_millis()).unwrap_or(i64::MAX),
-                    |after| i64::try_from(after.as_millis()).unwrap_or(i64::MAX),
-                ),
+                .map_or_else(|before| -unix_ms(before.duration()), |after| unix_ms(after)),
         }
     }
 
@@ -546,4 +543,13 @@ impl RetentionStore for InMemoryHostStorage {
 
 fn unavailable(operation: &'static str) -> HostStorageError {
     HostStorageError::unavailable(operation, "injected fault")
+}
+
+/// Whole milliseconds of `d` (saturating), without the 128-bit arithmetic of
+/// `Duration::as_millis`.
+fn unix_ms(d: std::time::Duration) -> i64 {
+    i64::try_from(d.as_secs())
+        .unwrap_or(i64::MAX)
+        .saturating_mul(1_000)
+        .saturating_add(i64::from(d.subsec_millis()))
 }

@@ -347,7 +347,17 @@ impl DispatchFailure for HostStorageError {
 ///
 /// # Errors
 /// [`HostStorageError::InvalidKey`] when `key` is empty or longer than [`MAX_KEY_LEN`] bytes.
+#[inline]
 pub fn validate_key(key: &str) -> Result<(), HostStorageError> {
+    if !key.is_empty() && key.len() <= MAX_KEY_LEN {
+        return Ok(());
+    }
+    invalid_key(key)
+}
+
+/// The error of [`validate_key`], out of line (every store call checks its key).
+#[cold]
+fn invalid_key(key: &str) -> Result<(), HostStorageError> {
     let problem = if key.is_empty() {
         "must not be empty".to_owned()
     } else if key.len() > MAX_KEY_LEN {
