@@ -155,7 +155,7 @@ impl InMemoryHostStorage {
             // stamped: this is on the fence runtime's hot path).
             None => std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
-                .map_or_else(|before| -unix_ms(before.duration()), |after| unix_ms(after)),
+                .map_or_else(|before| -unix_ms(before.duration()), unix_ms),
         }
     }
 
