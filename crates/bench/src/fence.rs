@@ -5,7 +5,11 @@
 //! - concurrent: one task per scope over 1,000 scopes of one installation binding, every task
 //!   running no-op writes as fast as it can (operations per second in total).
 //!
-//! Host storage is the in-memory fake. Every run reads the installation's fence record and
+//! With `--database`, the same writes run over the SQL host storage of the `--backend`
+//! database ([`database`]): fenced writes per second with many scopes at once, and the time of
+//! one write alone (3 statements per run after the warm-up).
+//!
+//! Otherwise host storage is the in-memory fake. Every run reads the installation's fence record and
 //! takes and releases the scope's cross-process claim (the scope's record is not read first
 //! when this runtime released it last: 1 read and 2 compare-and-sets on the fake per run after
 //! the warm-up), so the figure is the runtime's own overhead (lock map, fence records, claim,
@@ -19,10 +23,16 @@ use std::time::Instant;
 use serde_json::json;
 use tenantry_engine::scoped_writes::{FenceMode, ScopedWriteError, ScopedWrites};
 use tenantry_fence::{Binding, ScopeIdentity};
+use tenantry_ports::host_storage::HostStorage;
 use tenantry_ports::host_storage::fake::InMemoryHostStorage;
+use tenantry_store_seaorm::host_storage::SeaOrmHostStorage;
 
-use crate::lifecycle::round1;
+use crate::fixtures::Target;
+use crate::lifecycle::{round1, round3};
 use crate::{BenchResult, emit};
+
+/// Pool connections of the database measurement.
+const DB_POOL: u32 = 16;
 
 /// Runs the fence part: `ops` uncontended operations, then `scopes` concurrent tasks doing
 /// `ops_per_scope` operations each.
@@ -78,7 +88,7 @@ pub async fn run(ops: u64, scopes: u64, ops_per_scope: u64) -> BenchResult<()> {
         "measure": "concurrent",
         "scopes": scopes,
         "ops": total,
-        "seconds": crate::lifecycle::round3(seconds),
+        "seconds": round3(seconds),
         "ops_per_second": round1(total as f64 / seconds),
         "runtime_threads": tokio::runtime::Handle::current().metrics().num_workers(),
     }));
@@ -89,12 +99,73 @@ async fn noop() -> Result<(), ScopedWriteError<Infallible>> {
     black_box(Ok(()))
 }
 
-async fn scoped_noop(
-    writes: &ScopedWrites<InMemoryHostStorage>,
+async fn scoped_noop<S: HostStorage + ?Sized + 'static>(
+    writes: &ScopedWrites<S>,
     binding: &Binding,
     scope: &ScopeIdentity,
 ) -> Result<(), ScopedWriteError<Infallible>> {
     writes
         .run(binding, scope, FenceMode::Enforce, |_ctx| noop())
         .await
+}
+
+/// The database measurement: `scopes` tasks, one per scope of one installation binding, each
+/// running `ops_per_scope` no-op writes through [`ScopedWrites::run`] over the SQL host storage
+/// of a fresh database on `target` (a pool of [`DB_POOL`] connections); then one task alone
+/// running `ops_per_scope` writes on one scope. Emits fenced writes per second (all tasks)
+/// and the mean milliseconds of a write alone.
+///
+/// # Errors
+/// When the database cannot be created or a write fails.
+pub async fn database(target: &Target, scopes: u64, ops_per_scope: u64) -> BenchResult<()> {
+    let bench_db = target.fresh("fence", DB_POOL).await?;
+    let writes = ScopedWrites::new(Arc::new(SeaOrmHostStorage::new(&bench_db.db)));
+    let binding = Binding::parse("bench-binding")?;
+    let scope_of = |i: u64| ScopeIdentity::object(format!("kb-{i}"));
+
+    // Warm-up: every scope once (its first claim reads the absent record), so the timed runs
+    // are the steady state.
+    for i in 0..scopes {
+        scoped_noop(&writes, &binding, &scope_of(i)).await?;
+    }
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..scopes)
+        .map(|i| {
+            let writes = writes.clone();
+            let binding = binding.clone();
+            let scope = scope_of(i);
+            tokio::spawn(async move {
+                for _ in 0..ops_per_scope {
+                    scoped_noop(&writes, &binding, &scope).await?;
+                }
+                Ok::<(), ScopedWriteError<Infallible>>(())
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await??;
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    let total = scopes * ops_per_scope;
+
+    let alone = scope_of(0);
+    let started = Instant::now();
+    for _ in 0..ops_per_scope {
+        scoped_noop(&writes, &binding, &alone).await?;
+    }
+    let alone_ms = started.elapsed().as_secs_f64() * 1_000.0 / ops_per_scope as f64;
+    emit(&json!({
+        "part": "fence",
+        "measure": "database",
+        "backend": target.backend_name(),
+        "scopes": scopes,
+        "ops": total,
+        "pool": DB_POOL,
+        "seconds": round3(seconds),
+        "ops_per_second": round1(total as f64 / seconds),
+        "alone_ms_per_op": round3(alone_ms),
+    }));
+    drop(writes);
+    bench_db.drop_database().await?;
+    Ok(())
 }

@@ -154,6 +154,17 @@ enum Part {
         /// Operations per scope in the concurrent measurement.
         #[arg(long, default_value_t = 1_000)]
         ops_per_scope: u64,
+        /// Measure fenced writes on the `--backend` database instead of the in-memory store:
+        /// `--db-scopes` tasks (one scope each) doing `--db-ops-per-scope` no-op writes, and
+        /// one task alone doing `--db-ops-per-scope` writes.
+        #[arg(long)]
+        database: bool,
+        /// Concurrent scopes of the database measurement.
+        #[arg(long, default_value_t = 64)]
+        db_scopes: u64,
+        /// Writes per scope of the database measurement.
+        #[arg(long, default_value_t = 200)]
+        db_ops_per_scope: u64,
     },
     /// History and retention: claim latency and drain throughput with N finished commands in
     /// the outbox vs none, and the pruner's rows per second over them.
@@ -395,9 +406,16 @@ async fn run(cli: Cli) -> BenchResult<()> {
             accounts,
         } => directory::run(&target()?, *workspaces, *members, *accounts).await,
         Part::Fence {
+            database: true,
+            db_scopes,
+            db_ops_per_scope,
+            ..
+        } => fence::database(&target()?, *db_scopes, *db_ops_per_scope).await,
+        Part::Fence {
             ops,
             scopes,
             ops_per_scope,
+            ..
         } => fence::run(*ops, *scopes, *ops_per_scope).await,
         Part::History {
             history,

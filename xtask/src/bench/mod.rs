@@ -209,7 +209,13 @@ impl<'a> Bench<'a> {
                         }
                     }
                 }
-                PartName::Fence => drop(self.bench(&url, "sqlite", &["fence"])?),
+                PartName::Fence => {
+                    // The in-memory measures, then fenced writes on each database.
+                    self.bench(&url, "sqlite", &["fence"])?;
+                    for backend in ["postgres", "sqlite"] {
+                        self.bench(&url, backend, &["fence", "--database"])?;
+                    }
+                }
                 PartName::Memory => drop(self.bench(&url, "postgres", &["memory"])?),
                 PartName::History => drop(self.bench(&url, "postgres", &["history"])?),
                 PartName::Intake => drop(self.bench(&url, "postgres", &["intake"])?),

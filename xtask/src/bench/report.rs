@@ -263,6 +263,22 @@ pub fn render(results: &[Value]) -> String {
                         r["scopes"], r["runtime_threads"], r["ops_per_second"]
                     );
                 }
+                Some("database") => {
+                    let _ = writeln!(
+                        md,
+                        "| {}: {} scopes concurrently (pool of {}) | {} fenced writes/s |",
+                        r["backend"].as_str().unwrap_or("?"),
+                        r["scopes"],
+                        r["pool"],
+                        r["ops_per_second"]
+                    );
+                    let _ = writeln!(
+                        md,
+                        "| {}: one write alone | {} ms/op |",
+                        r["backend"].as_str().unwrap_or("?"),
+                        r["alone_ms_per_op"]
+                    );
+                }
                 _ => {}
             }
         }
@@ -638,8 +654,21 @@ mod tests {
                    "max_ms": 1000.0, "met": false}),
             json!({"part": "fence", "measure": "concurrent", "scopes": 1000,
                    "runtime_threads": 2, "ops_per_second": 1_200_000.0}),
+            json!({"part": "fence", "measure": "database", "backend": "postgres", "scopes": 64,
+                   "pool": 16, "ops": 12800, "ops_per_second": 4321.5,
+                   "alone_ms_per_op": 0.812}),
         ];
         let md = render(&results);
+        assert!(
+            md.contains(
+                "| postgres: 64 scopes concurrently (pool of 16) | 4321.5 fenced writes/s |"
+            ),
+            "{md}"
+        );
+        assert!(
+            md.contains("| postgres: one write alone | 0.812 ms/op |"),
+            "{md}"
+        );
         assert!(md.contains("| 1.5 | 4.0 | 6.0 | yes |"), "{md}");
         assert!(md.contains("| 500.0 | 990.0 | 1000.0 | **no** |"), "{md}");
         // Only the shipped wake-ups are targets; the polling-only row is a reference.

@@ -134,10 +134,18 @@ impl<S: HostStorage + ?Sized + 'static> RunClaim<S> {
     }
 
     /// Releases the claim (JSON null by compare-and-set) unless the run fenced the scope.
-    pub(super) async fn release(&self) {
-        let (claim, refreshed) = {
-            let mut slot = self.slot();
-            (slot.claim.take(), slot.refreshed)
+    /// When the run is the claim's only holder (nothing it dispatched still runs), the slot
+    /// is read without locking it.
+    pub(super) async fn release(self: &mut Arc<Self>) {
+        let (claim, refreshed) = match Arc::get_mut(self) {
+            Some(only) => {
+                let slot = only.slot.get_mut().unwrap_or_else(PoisonError::into_inner);
+                (slot.claim.take(), slot.refreshed)
+            }
+            None => {
+                let mut slot = self.slot();
+                (slot.claim.take(), slot.refreshed)
+            }
         };
         let Some(claim) = claim else {
             return;

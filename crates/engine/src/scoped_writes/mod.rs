@@ -467,7 +467,7 @@ impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
             }
         };
         let token = guard.token();
-        let claim = Arc::new(RunClaim {
+        let mut claim = Arc::new(RunClaim {
             writes: self.clone(),
             scope_key: key,
             keys,
