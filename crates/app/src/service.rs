@@ -268,7 +268,8 @@ impl Service {
         .with_wakeups(&wakeups)
         // Calls wait for a slot in the pool (lease renewed, checked before the call), not in
         // the KnowledgeFS client, whose call deadline counts its queueing.
-        .with_remote_call_limit(config.knowledge_fs_max_concurrent_calls);
+        .with_remote_call_limit(config.knowledge_fs_max_concurrent_calls)
+        .with_tenant_call_limit(config.knowledge_fs_max_concurrent_calls_per_tenant);
         let workers = vec![{
             let stopped = stopped.clone();
             tokio::spawn(async move {

@@ -56,7 +56,7 @@ pub(super) type Sources = BTreeMap<&'static str, String>;
 /// Every setting's name: the TOML key, and (upper-cased, prefixed with [`ENV_PREFIX`]) the
 /// environment variable. A unit test checks that it is exactly what the environment overlay
 /// reads.
-pub const SETTINGS: [&str; 62] = [
+pub const SETTINGS: [&str; 63] = [
     "database_url",
     "database_max_connections",
     "listen",
@@ -78,6 +78,7 @@ pub const SETTINGS: [&str; 62] = [
     "knowledge_fs_token",
     "knowledge_fs_deadline_ms",
     "knowledge_fs_max_concurrent_calls",
+    "knowledge_fs_max_concurrent_calls_per_tenant",
     "fence_dispatch_deadline_ms",
     "directory_url",
     "directory_token",
@@ -241,7 +242,8 @@ pub fn merge_env_and_validate(
         workers, claim_batch, group_commit, lease_renewal, deletion_absence_grace_seconds,
         idle_poll_ms, lease_seconds, retry_max_delay_ms, max_attempts,
         shutdown_grace_seconds, product_enabled, knowledge_fs_url, knowledge_fs_token,
-        knowledge_fs_deadline_ms, knowledge_fs_max_concurrent_calls, fence_dispatch_deadline_ms,
+        knowledge_fs_deadline_ms, knowledge_fs_max_concurrent_calls,
+        knowledge_fs_max_concurrent_calls_per_tenant, fence_dispatch_deadline_ms,
         directory_url,
         directory_token, directory_instance, directory_trusted_keys, directory_sync_interval_ms,
         directory_max_staleness_seconds, directory_event_limit,

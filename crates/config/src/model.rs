@@ -104,6 +104,11 @@ pub struct Config {
     pub knowledge_fs_deadline: Duration,
     /// `knowledge_fs_max_concurrent_calls`: calls in flight at once (1..=1024, default 8).
     pub knowledge_fs_max_concurrent_calls: usize,
+    /// `knowledge_fs_max_concurrent_calls_per_tenant`: of the worker pool's remote calls at
+    /// once, at most this many for one tenant (1..=1024; unset, the default: no bound). A
+    /// tenant's dispatch beyond it waits, lease renewed, without taking a slot another tenant
+    /// could use. At or above the pool's slots it bounds nothing.
+    pub knowledge_fs_max_concurrent_calls_per_tenant: Option<usize>,
     /// `fence_dispatch_deadline_ms`: the fence runtime's own bound on one dispatched mutation
     /// (1..=3600000 ms, default 150000). A dispatch that has not settled by then has an
     /// unknown outcome and fences its scope; its intent expires this plus 30 s after it was
@@ -265,6 +270,10 @@ impl std::fmt::Debug for Config {
             .field(
                 "knowledge_fs_max_concurrent_calls",
                 &self.knowledge_fs_max_concurrent_calls,
+            )
+            .field(
+                "knowledge_fs_max_concurrent_calls_per_tenant",
+                &self.knowledge_fs_max_concurrent_calls_per_tenant,
             )
             .field("fence_dispatch_deadline", &self.fence_dispatch_deadline)
             .field("knowledge_fs_tls", &self.knowledge_fs_tls)

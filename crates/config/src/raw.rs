@@ -53,6 +53,8 @@ pub struct RawConfig {
     pub knowledge_fs_deadline_ms: Option<u64>,
     /// See [`Config::knowledge_fs_max_concurrent_calls`](super::Config::knowledge_fs_max_concurrent_calls).
     pub knowledge_fs_max_concurrent_calls: Option<usize>,
+    /// See [`Config::knowledge_fs_max_concurrent_calls_per_tenant`](super::Config::knowledge_fs_max_concurrent_calls_per_tenant).
+    pub knowledge_fs_max_concurrent_calls_per_tenant: Option<usize>,
     /// See [`Config::fence_dispatch_deadline`](super::Config::fence_dispatch_deadline).
     pub fence_dispatch_deadline_ms: Option<u64>,
     /// `knowledge_fs_ca_file`: see [`Config::knowledge_fs_tls`](super::Config::knowledge_fs_tls).

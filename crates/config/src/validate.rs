@@ -414,6 +414,17 @@ pub(super) fn validate(
         1,
         1024,
     )?;
+    let knowledge_fs_max_concurrent_calls_per_tenant = raw
+        .knowledge_fs_max_concurrent_calls_per_tenant
+        .map(|calls| {
+            in_range(
+                "knowledge_fs_max_concurrent_calls_per_tenant",
+                calls as u64,
+                1,
+                1024,
+            )
+        })
+        .transpose()?;
     let knowledge_fs_url = raw.knowledge_fs_url.filter(|u| !u.is_empty());
     if let Some(url) = &knowledge_fs_url
         && !(url.starts_with("http://") || url.starts_with("https://"))
@@ -468,6 +479,8 @@ pub(super) fn validate(
         knowledge_fs_token,
         knowledge_fs_deadline: Duration::from_millis(knowledge_fs_deadline),
         knowledge_fs_max_concurrent_calls: knowledge_fs_max_concurrent_calls as usize,
+        knowledge_fs_max_concurrent_calls_per_tenant: knowledge_fs_max_concurrent_calls_per_tenant
+            .map(|calls| calls as usize),
         fence_dispatch_deadline: Duration::from_millis(fence_dispatch_deadline),
         knowledge_fs_tls,
         allow_plain_http,

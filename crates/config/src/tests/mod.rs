@@ -50,6 +50,44 @@ fn fence_dispatch_deadline_is_its_own_setting() {
     );
 }
 
+/// The per-tenant bound on remote calls is off unless set; set, it is 1..=1024, from the file
+/// or the environment, and a refusal names the setting and where it came from.
+#[test]
+fn the_per_tenant_call_limit_is_off_by_default_and_validated() {
+    assert_eq!(
+        Config::defaults().knowledge_fs_max_concurrent_calls_per_tenant,
+        None
+    );
+    let raw = RawConfig::from_toml(
+        "knowledge_fs_max_concurrent_calls_per_tenant = 3\n",
+        "t.toml",
+    )
+    .unwrap();
+    let config = merge_env_and_validate(raw, "t.toml", |_| None).unwrap();
+    assert_eq!(config.knowledge_fs_max_concurrent_calls_per_tenant, Some(3));
+    let config = merge_env_and_validate(
+        RawConfig::default(),
+        "defaults",
+        env_of(&[("TENANTRY_KNOWLEDGE_FS_MAX_CONCURRENT_CALLS_PER_TENANT", "2")]),
+    )
+    .unwrap();
+    assert_eq!(config.knowledge_fs_max_concurrent_calls_per_tenant, Some(2));
+    for bad in ["0", "1025"] {
+        let err = merge_env_and_validate(
+            RawConfig::default(),
+            "defaults",
+            env_of(&[("TENANTRY_KNOWLEDGE_FS_MAX_CONCURRENT_CALLS_PER_TENANT", bad)]),
+        )
+        .unwrap_err();
+        assert!(
+            matches!(&err, ConfigError::Invalid {
+                setting: "knowledge_fs_max_concurrent_calls_per_tenant", origin, ..
+            } if origin == "TENANTRY_KNOWLEDGE_FS_MAX_CONCURRENT_CALLS_PER_TENANT"),
+            "{bad}: {err}"
+        );
+    }
+}
+
 /// One source of truth: the service's lifecycle defaults are the engine's `Default`s, which
 /// `cargo xtask bench` measures with.
 #[test]

@@ -7,6 +7,9 @@
 //!   bound as W workers that each dispatch their whole claim at once; at most the remote
 //!   client's own concurrency limit, [`WorkerPool::with_remote_call_limit`], so no dispatch
 //!   queues inside the client with its call deadline running);
+//! - **one tenant's calls** are bounded too when [`WorkerPool::with_tenant_call_limit`] is set:
+//!   a dispatch takes its tenant's permit before a slot, so a tenant at its limit waits
+//!   (lease renewed) without taking a slot another tenant's command could use;
 //! - **dispatches** in flight (claimed, not yet settled) are bounded by
 //!   [`WorkerPool::max_in_flight`]: [`IN_FLIGHT_PER_SLOT`] (2) per remote-call slot, counted on
 //!   the slots the pool really has (after the remote call limit). A dispatch beyond the slots is
@@ -44,11 +47,11 @@ use std::sync::atomic::Ordering;
 use tenantry_kernel::LeaseOwner;
 use tenantry_ports::lifecycle::{KnowledgeFs, LifecycleStore};
 use tenantry_ports::wake::{WakeSubscription, Wakeups};
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::watch;
 use tokio::task::{JoinError, JoinSet};
 use tracing::{debug, info, warn};
 
-use super::dispatcher::{DispatchError, DispatchReport, Dispatcher};
+use super::dispatcher::{CallSlots, DispatchError, DispatchReport, Dispatcher};
 use super::worker::{WorkerConfig, WorkerReport};
 
 /// Dispatches in flight per remote-call slot: one calling, one waiting with its lease (or
@@ -73,6 +76,8 @@ pub struct WorkerPool<S, R> {
     slots: u32,
     /// [`IN_FLIGHT_PER_SLOT`], or 1 when the dispatcher does not renew leases.
     in_flight_per_slot: u32,
+    /// Remote calls at once for one tenant ([`WorkerPool::with_tenant_call_limit`]).
+    tenant_calls: Option<u32>,
     wake: Option<WakeSubscription>,
 }
 
@@ -114,6 +119,7 @@ where
             batch_slots: slots,
             slots,
             in_flight_per_slot,
+            tenant_calls: None,
             wake: None,
         }
     }
@@ -140,6 +146,25 @@ where
         let limit = u32::try_from(limit).unwrap_or(u32::MAX).max(1);
         self.slots = self.batch_slots.min(limit);
         self
+    }
+
+    /// Bounds the remote calls at once on behalf of any one tenant by `limit` (at least 1;
+    /// `None`, the default, or a limit at or above [`slots`](Self::slots): no bound). A dispatch
+    /// of a tenant at its limit waits for that tenant's previous call to end (its lease renewed,
+    /// as in the local queue) without taking a slot, so one tenant's backlog cannot take every
+    /// slot while another tenant's command waits (`knowledge_fs_max_concurrent_calls_per_tenant`
+    /// in `tenantry serve`; docs/operations.md). The claims are unchanged: they follow the
+    /// tenants' turns (docs/protocol.md, "Fair claims across tenants").
+    #[must_use]
+    pub fn with_tenant_call_limit(mut self, limit: Option<usize>) -> Self {
+        self.tenant_calls = limit.map(|l| u32::try_from(l).unwrap_or(u32::MAX).max(1));
+        self
+    }
+
+    /// The bound on one tenant's remote calls at once, when it bounds anything (below
+    /// [`slots`](Self::slots)).
+    pub fn tenant_call_limit(&self) -> Option<u32> {
+        self.tenant_calls.filter(|&limit| limit < self.slots)
     }
 
     /// Wakes the claimer from its idle sleep whenever `wakeups` is signalled (as
@@ -179,8 +204,12 @@ where
         let mut running: JoinSet<Result<DispatchReport, DispatchError>> = JoinSet::new();
         let refill_at = self.refill_at() as usize;
         let max_in_flight = self.max_in_flight() as usize;
-        let remote_slots = Arc::new(Semaphore::new(self.slots as usize));
-        info!(owner = %self.owner, slots = self.slots, max_in_flight, "lifecycle worker pool started");
+        let remote_slots = Arc::new(CallSlots::new(
+            self.slots as usize,
+            self.tenant_call_limit().map(|limit| limit as usize),
+        ));
+        info!(owner = %self.owner, slots = self.slots, max_in_flight,
+            per_tenant = ?remote_slots.per_tenant(), "lifecycle worker pool started");
         loop {
             while let Some(done) = running.try_join_next() {
                 tally(&mut report, done);

@@ -5,7 +5,7 @@
 //! answer; a deletion may also prove the space absent by a lookup.
 
 use chrono::{DateTime, Utc};
-use tenantry_kernel::DispatchOutcome;
+use tenantry_kernel::{DispatchOutcome, TenantId};
 use tenantry_lifecycle::saga::{
     AbsentOutcome, DeleteStart, DeletionTarget, ProvisionStart, Recovery, RevokeStart, Step,
 };
@@ -16,23 +16,21 @@ use tenantry_lifecycle::{
 use tenantry_ports::lifecycle::{
     KnowledgeFs, LifecycleStore, RemoteError, SettleError, StoreError,
 };
-use tokio::sync::{Semaphore, SemaphorePermit};
 use tracing::{Instrument, info_span, warn};
 
 use super::error::refusal_message;
+use super::slots::{CallPermit, CallSlots, SlotsClosed};
 use super::{DispatchError, Dispatcher};
 
-/// The pool closed its remote-call slots (shutdown): the dispatch must not call the remote.
-struct SlotsClosed;
-
-/// A permit of `slots` for one remote call (`Ok(None)` without a bound). The worker pool closes
-/// its semaphore when it shuts down: a dispatch still waiting then (or arriving afterwards)
-/// gets [`SlotsClosed`] and hands its command back instead of calling.
-async fn remote_slot(
-    slots: Option<&Semaphore>,
-) -> Result<Option<SemaphorePermit<'_>>, SlotsClosed> {
+/// A permit of `slots` for one remote call on behalf of `tenant` (`Ok(None)` without a bound).
+/// The worker pool closes its slots when it shuts down: a dispatch still waiting then (or
+/// arriving afterwards) gets [`SlotsClosed`] and hands its command back instead of calling.
+async fn remote_slot<'a>(
+    slots: Option<&'a CallSlots>,
+    tenant: &TenantId,
+) -> Result<Option<CallPermit<'a>>, SlotsClosed> {
     match slots {
-        Some(slots) => slots.acquire().await.map(Some).map_err(|_| SlotsClosed),
+        Some(slots) => slots.acquire(tenant).await.map(Some),
         None => Ok(None),
     }
 }
@@ -64,7 +62,7 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
         &self,
         step: &Step<'_>,
         product_enabled: bool,
-        slots: Option<&Semaphore>,
+        slots: Option<&CallSlots>,
     ) -> Result<Settlement, DispatchError> {
         let body = match step.command.body() {
             Ok(body) => body,
@@ -128,7 +126,7 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
     async fn deliver<T, F>(
         &self,
         step: &Step<'_>,
-        slots: Option<&Semaphore>,
+        slots: Option<&CallSlots>,
         absence: Option<&DeletePayload>,
         call: impl FnOnce() -> F,
     ) -> Result<Delivered<T>, DispatchError>
@@ -162,13 +160,13 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
     async fn call_in_slot<T, F>(
         &self,
         step: &Step<'_>,
-        slots: Option<&Semaphore>,
+        slots: Option<&CallSlots>,
         call: impl FnOnce() -> F,
     ) -> Result<Option<Result<T, RemoteError>>, DispatchError>
     where
         F: Future<Output = Result<T, RemoteError>>,
     {
-        let Ok(slot) = remote_slot(slots).await else {
+        let Ok(slot) = remote_slot(slots, &step.command.tenant_id).await else {
             return Ok(None);
         };
         let called = self.call(step.command, call()).await?;
@@ -183,7 +181,7 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
         &self,
         step: &Step<'_>,
         payload: &DeletePayload,
-        slots: Option<&Semaphore>,
+        slots: Option<&CallSlots>,
     ) -> Result<Option<(LookupAnswer, DateTime<Utc>)>, DispatchError> {
         // Planted mutation (docs/verification.md): the lookup skips the slots, as before
         // issue 31's worker simulation found it.
@@ -213,7 +211,7 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
         &self,
         step: &Step<'_>,
         payload: &ProvisionPayload,
-        slots: Option<&Semaphore>,
+        slots: Option<&CallSlots>,
     ) -> Result<Settlement, DispatchError> {
         let cs = self.control_space_at_start(step).await?;
         let request = match step.start_provision(payload, cs.as_ref()) {
@@ -240,7 +238,7 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
         step: &Step<'_>,
         payload: &DeletePayload,
         product_enabled: bool,
-        slots: Option<&Semaphore>,
+        slots: Option<&CallSlots>,
     ) -> Result<Settlement, DispatchError> {
         let cs = self.control_space_at_start(step).await?;
         let provision = if product_enabled {
@@ -314,7 +312,7 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
         &self,
         step: &Step<'_>,
         payload: &RevokePayload,
-        slots: Option<&Semaphore>,
+        slots: Option<&CallSlots>,
     ) -> Result<Settlement, DispatchError> {
         let cs = self.control_space_at_start(step).await?;
         let request = match step.start_revoke(payload, cs.as_ref()) {
@@ -350,7 +348,7 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
         step: &Step<'_>,
         payload: &DeletePayload,
         not_found: &RemoteError,
-        slots: Option<&Semaphore>,
+        slots: Option<&CallSlots>,
     ) -> Result<Settlement, DispatchError> {
         // The pool shut down before the lookup: the deletion reached the remote (which
         // applied nothing), so the attempt retries with the 404's code, due at once; like a

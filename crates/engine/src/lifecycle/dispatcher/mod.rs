@@ -15,6 +15,7 @@ mod claim;
 mod config;
 mod deliver;
 mod error;
+mod slots;
 mod telemetry;
 
 use std::sync::{Arc, Mutex};
@@ -31,13 +32,13 @@ use tenantry_ports::clock::{Clock, SystemClock};
 use tenantry_ports::lifecycle::{
     KnowledgeFs, LifecycleMetrics, LifecycleStore, NoMetrics, SettleError, StoreError, TaskStatus,
 };
-use tokio::sync::Semaphore;
 use tokio::time::Instant;
 use tracing::{Instrument, info_span};
 
 pub use config::DispatcherConfig;
 pub use error::DispatchError;
 use error::error_code;
+pub(crate) use slots::CallSlots;
 
 use super::lease::LeaseBook;
 
@@ -258,7 +259,7 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
         command: ClaimedCommand,
         claim_started: Instant,
         product_enabled: bool,
-        remote_slots: Option<&Semaphore>,
+        remote_slots: Option<&CallSlots>,
     ) -> Result<DispatchReport, DispatchError> {
         let span = info_span!(
             "lifecycle_dispatch",

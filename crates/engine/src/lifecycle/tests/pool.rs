@@ -265,6 +265,54 @@ async fn a_remote_call_limit_bounds_the_slots_and_the_claims() {
     assert_eq!(handle.await.unwrap().completed, 10);
 }
 
+/// With a per-tenant limit of 2 on 4 slots, tenant-1's backlog of 6 takes 2 slots and waits
+/// for them (leases renewed) while tenant-2's one command takes a slot at once; without the
+/// limit the backlog takes all 4. Everything drains, never more than 3 calls inside.
+#[tokio::test]
+async fn a_tenant_call_limit_leaves_slots_to_other_tenants() {
+    for (limit, inside_with_backlog) in [(None, 4), (Some(2), 3)] {
+        let h = harness();
+        let (pool, remote, mut ids) = held_pool(&h, 6, 4, &clock_of_test()).await;
+        let other = TenantId::parse("tenant-2").unwrap();
+        let receipt = h
+            .intake
+            .create_control_space(&CreateControlSpace::new(
+                other,
+                cs_id("other"),
+                key("create-other"),
+                "Other",
+                "other",
+            ))
+            .await
+            .unwrap();
+        ids.push(receipt.command_id);
+        let pool = pool.with_tenant_call_limit(limit);
+        assert_eq!(
+            (pool.slots(), pool.max_in_flight(), pool.tenant_call_limit()),
+            (4, 8, limit.map(|l| l as u32))
+        );
+        let (stop, stopped) = watch::channel(false);
+        let handle = tokio::spawn(pool.run(stopped));
+        let_tasks_run().await;
+        assert_eq!(statuses(&h, &ids), (0, 7, 0), "{limit:?}: all 7 claimed");
+        assert_eq!(
+            remote.inside.load(Ordering::SeqCst),
+            inside_with_backlog,
+            "{limit:?}: calls inside while tenant-1's backlog waits"
+        );
+        remote.gate.add_permits(100);
+        let_tasks_run().await;
+        assert_eq!(statuses(&h, &ids), (0, 0, 7), "{limit:?}");
+        assert_eq!(
+            remote.most_inside.load(Ordering::SeqCst),
+            inside_with_backlog,
+            "{limit:?}"
+        );
+        stop.send(true).unwrap();
+        assert_eq!(handle.await.unwrap().completed, 7);
+    }
+}
+
 /// A pool whose shutdown sender is dropped stops instead of spinning: the closed channel
 /// would end every wait at once (claim after claim). Multi-threaded with a real-time bound, so
 /// the spin fails the test instead of starving the runtime.

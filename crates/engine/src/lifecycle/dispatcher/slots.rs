@@ -1,0 +1,263 @@
+//! The worker pool's remote-call slots ([`CallSlots`]): a bound on the remote calls a process
+//! makes at once and, when set, a bound on those of any one tenant, so one tenant's backlog
+//! cannot take every slot while another tenant's command waits (issue 33, "a per-tenant cap on
+//! commands in flight"; docs/operations.md, `knowledge_fs_max_concurrent_calls_per_tenant`).
+//!
+//! A call takes its tenant's permit first and then one of the process's, so a tenant at its cap
+//! waits without holding a process slot that another tenant could use. Both semaphores are
+//! first in, first out. Closing the slots (the pool's shutdown) fails every waiter and every
+//! later request at once.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use tenantry_kernel::TenantId;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, SemaphorePermit};
+
+/// Tenants' semaphores kept before idle ones are swept (an idle one: nobody holds or awaits
+/// a permit of it).
+const MIN_SWEEP_AT: usize = 64;
+
+/// The slots were closed (the pool shut down): the caller must not call the remote.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SlotsClosed;
+
+/// Remote-call slots of a process, optionally bounded per tenant.
+#[derive(Debug)]
+pub(crate) struct CallSlots {
+    all: Semaphore,
+    per_tenant: Option<PerTenant>,
+}
+
+#[derive(Debug)]
+struct PerTenant {
+    /// Calls at once per tenant (at least 1).
+    cap: usize,
+    tenants: Mutex<Tenants>,
+}
+
+#[derive(Debug)]
+struct Tenants {
+    semaphores: HashMap<TenantId, Arc<Semaphore>>,
+    sweep_at: usize,
+}
+
+/// One remote call's permits; dropping it frees them (the tenant's after the process's).
+#[derive(Debug)]
+pub(crate) struct CallPermit<'a> {
+    _all: SemaphorePermit<'a>,
+    _tenant: Option<OwnedSemaphorePermit>,
+}
+
+impl CallSlots {
+    /// `slots` calls at once in all (at least 1), and at most `per_tenant` of them for one
+    /// tenant when given (at least 1; a cap at or above `slots` bounds nothing and is dropped).
+    pub(crate) fn new(slots: usize, per_tenant: Option<usize>) -> Self {
+        let slots = slots.max(1);
+        Self {
+            all: Semaphore::new(slots),
+            per_tenant: per_tenant
+                .map(|cap| cap.max(1))
+                .filter(|&cap| cap < slots)
+                .map(|cap| PerTenant {
+                    cap,
+                    tenants: Mutex::new(Tenants {
+                        semaphores: HashMap::new(),
+                        sweep_at: MIN_SWEEP_AT,
+                    }),
+                }),
+        }
+    }
+
+    /// Calls at once for one tenant, when bounded.
+    pub(crate) fn per_tenant(&self) -> Option<usize> {
+        self.per_tenant.as_ref().map(|p| p.cap)
+    }
+
+    /// Waits for a slot for a call on behalf of `tenant`: its tenant's permit first (when
+    /// bounded), then one of the process's.
+    ///
+    /// # Errors
+    /// [`SlotsClosed`] when the slots are closed, before or while waiting.
+    pub(crate) async fn acquire(&self, tenant: &TenantId) -> Result<CallPermit<'_>, SlotsClosed> {
+        let tenant_permit = match &self.per_tenant {
+            Some(per_tenant) => {
+                let semaphore = {
+                    let mut tenants = per_tenant.lock();
+                    // Checked under the lock `close` takes: a semaphore made after the close
+                    // would never be closed.
+                    if self.all.is_closed() {
+                        return Err(SlotsClosed);
+                    }
+                    tenants.semaphore(tenant, per_tenant.cap)
+                };
+                let permit = semaphore.acquire_owned().await.map_err(|_| SlotsClosed)?;
+                Some(permit)
+            }
+            None => None,
+        };
+        let all = self.all.acquire().await.map_err(|_| SlotsClosed)?;
+        Ok(CallPermit {
+            _all: all,
+            _tenant: tenant_permit,
+        })
+    }
+
+    /// Closes the slots: every waiter and every later [`acquire`](Self::acquire) fails with
+    /// [`SlotsClosed`]; permits already held stay valid until dropped.
+    pub(crate) fn close(&self) {
+        match &self.per_tenant {
+            Some(per_tenant) => {
+                let tenants = per_tenant.lock();
+                self.all.close();
+                for semaphore in tenants.semaphores.values() {
+                    semaphore.close();
+                }
+            }
+            None => self.all.close(),
+        }
+    }
+
+    /// Tenants with a semaphore kept (held, awaited or idle and not yet swept).
+    #[cfg(test)]
+    fn tenants_kept(&self) -> usize {
+        self.per_tenant
+            .as_ref()
+            .map_or(0, |p| p.lock().semaphores.len())
+    }
+}
+
+impl PerTenant {
+    fn lock(&self) -> MutexGuard<'_, Tenants> {
+        self.tenants.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl Tenants {
+    /// The semaphore of `tenant` (made with `cap` permits when new; idle ones are swept first
+    /// when the map has reached `sweep_at`, which then becomes twice what is left).
+    fn semaphore(&mut self, tenant: &TenantId, cap: usize) -> Arc<Semaphore> {
+        if let Some(semaphore) = self.semaphores.get(tenant) {
+            return semaphore.clone();
+        }
+        if self.semaphores.len() >= self.sweep_at {
+            // Only this map references an idle tenant's semaphore: no permit is out (an
+            // owned permit holds a reference) and nobody waits (a waiter holds one too).
+            self.semaphores
+                .retain(|_, semaphore| Arc::strong_count(semaphore) > 1);
+            self.sweep_at = (self.semaphores.len() * 2).max(MIN_SWEEP_AT);
+        }
+        let semaphore = Arc::new(Semaphore::new(cap));
+        self.semaphores.insert(tenant.clone(), semaphore.clone());
+        semaphore
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn tenant(name: &str) -> TenantId {
+        TenantId::parse(name).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Whether `future` completes within a few scheduler turns.
+    async fn ready<T>(future: impl Future<Output = T>) -> Option<T> {
+        tokio::time::timeout(Duration::from_millis(20), future)
+            .await
+            .ok()
+    }
+
+    #[tokio::test]
+    async fn a_tenant_at_its_cap_waits_without_taking_a_slot_from_another_tenant() {
+        let slots = CallSlots::new(3, Some(2));
+        let (a, b) = (tenant("tenant-a"), tenant("tenant-b"));
+        let a1 = slots.acquire(&a).await.unwrap();
+        let _a2 = slots.acquire(&a).await.unwrap();
+        assert!(
+            ready(slots.acquire(&a)).await.is_none(),
+            "a third call of A waits"
+        );
+        // The process has one slot left: B gets it at once although A is waiting.
+        let b1 = ready(slots.acquire(&b))
+            .await
+            .expect("B is not behind A's waiter");
+        assert!(
+            ready(slots.acquire(&b)).await.is_none(),
+            "all 3 slots are out"
+        );
+        drop(b1);
+        drop(a1);
+        assert!(
+            ready(slots.acquire(&a)).await.is_some(),
+            "A's permit came back"
+        );
+    }
+
+    #[tokio::test]
+    async fn without_a_cap_or_with_one_at_the_slots_a_tenant_may_take_them_all() {
+        for per_tenant in [None, Some(3), Some(10)] {
+            let slots = CallSlots::new(3, per_tenant);
+            assert_eq!(slots.per_tenant(), None, "{per_tenant:?}");
+            let a = tenant("tenant-a");
+            let held = [
+                slots.acquire(&a).await.unwrap(),
+                slots.acquire(&a).await.unwrap(),
+                slots.acquire(&a).await.unwrap(),
+            ];
+            assert!(ready(slots.acquire(&a)).await.is_none());
+            drop(held);
+        }
+        assert_eq!(
+            CallSlots::new(3, Some(0)).per_tenant(),
+            Some(1),
+            "a cap is at least 1"
+        );
+    }
+
+    #[tokio::test]
+    async fn closing_fails_the_waiters_of_a_tenant_and_every_later_call() {
+        let slots = Arc::new(CallSlots::new(4, Some(1)));
+        let a = tenant("tenant-a");
+        let held = slots.acquire(&a).await.unwrap();
+        let waiter = tokio::spawn({
+            let slots = slots.clone();
+            let a = a.clone();
+            async move { slots.acquire(&a).await.map(drop) }
+        });
+        tokio::task::yield_now().await;
+        slots.close();
+        assert_eq!(waiter.await.unwrap(), Err(SlotsClosed));
+        assert_eq!(
+            slots.acquire(&tenant("tenant-b")).await.err(),
+            Some(SlotsClosed)
+        );
+        drop(held);
+        assert_eq!(slots.acquire(&a).await.err(), Some(SlotsClosed));
+    }
+
+    #[tokio::test]
+    async fn idle_tenants_are_swept_so_the_map_stays_bounded() {
+        let slots = CallSlots::new(8, Some(2));
+        let busy = tenant("tenant-busy");
+        let _held = slots.acquire(&busy).await.unwrap();
+        for i in 0..1_000 {
+            drop(
+                slots
+                    .acquire(&tenant(&format!("tenant-{i}")))
+                    .await
+                    .unwrap(),
+            );
+            assert!(
+                slots.tenants_kept() <= MIN_SWEEP_AT,
+                "{}",
+                slots.tenants_kept()
+            );
+        }
+        // The held tenant's semaphore survived every sweep: its cap still holds.
+        let _second = slots.acquire(&busy).await.unwrap();
+        assert!(ready(slots.acquire(&busy)).await.is_none());
+    }
+}
