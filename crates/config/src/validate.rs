@@ -425,6 +425,12 @@ pub(super) fn validate(
             )
         })
         .transpose()?;
+    if !lease_renewal && knowledge_fs_max_concurrent_calls_per_tenant.is_some() {
+        return Err(invalid(
+            "knowledge_fs_max_concurrent_calls_per_tenant",
+            "a per-tenant bound makes a tenant's dispatches wait for its previous calls, and lease_renewal is off: a lease that is not renewed covers one remote call, not a wait before it (the commands would lapse and be taken over): turn lease_renewal on or unset knowledge_fs_max_concurrent_calls_per_tenant".to_owned(),
+        ));
+    }
     let knowledge_fs_url = raw.knowledge_fs_url.filter(|u| !u.is_empty());
     if let Some(url) = &knowledge_fs_url
         && !(url.starts_with("http://") || url.starts_with("https://"))

@@ -86,6 +86,28 @@ fn the_per_tenant_call_limit_is_off_by_default_and_validated() {
             "{bad}: {err}"
         );
     }
+    // Without lease renewal a dispatch must not wait: the bound is refused, not ignored.
+    let err = merge_env_and_validate(
+        RawConfig::default(),
+        "defaults",
+        env_of(&[
+            ("TENANTRY_KNOWLEDGE_FS_MAX_CONCURRENT_CALLS_PER_TENANT", "2"),
+            ("TENANTRY_LEASE_RENEWAL", "false"),
+            ("TENANTRY_LEASE_SECONDS", "600"),
+        ]),
+    )
+    .unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            ConfigError::Invalid {
+                setting: "knowledge_fs_max_concurrent_calls_per_tenant",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("lease_renewal"), "{err}");
 }
 
 /// One source of truth: the service's lifecycle defaults are the engine's `Default`s, which

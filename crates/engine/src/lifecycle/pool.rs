@@ -9,7 +9,11 @@
 //!   queues inside the client with its call deadline running);
 //! - **one tenant's calls** are bounded too when [`WorkerPool::with_tenant_call_limit`] is set:
 //!   a dispatch takes its tenant's permit before a slot, so a tenant at its limit waits
-//!   (lease renewed) without taking a slot another tenant's command could use;
+//!   (lease renewed) without taking a slot another tenant's command could use. Such a waiting
+//!   dispatch holds no place among `max_in_flight`: the pool claims into its place, up to
+//!   [`WorkerPool::max_held`] (`max_in_flight + slots`) commands in all, so another tenant's
+//!   command is claimed when the next dispatch ends, not after the bounded tenant's waiting
+//!   dispatches have drained;
 //! - **dispatches** in flight (claimed, not yet settled) are bounded by
 //!   [`WorkerPool::max_in_flight`]: [`IN_FLIGHT_PER_SLOT`] (2) per remote-call slot, counted on
 //!   the slots the pool really has (after the remote call limit). A dispatch beyond the slots is
@@ -161,10 +165,23 @@ where
         self
     }
 
-    /// The bound on one tenant's remote calls at once, when it bounds anything (below
-    /// [`slots`](Self::slots)).
+    /// The bound on one tenant's remote calls at once, when it bounds anything: below
+    /// [`slots`](Self::slots), and only when the dispatcher renews leases (a lease that is not
+    /// renewed covers one remote call, not a wait for a tenant's previous call; `tenantry
+    /// serve` refuses that combination of settings).
     pub fn tenant_call_limit(&self) -> Option<u32> {
-        self.tenant_calls.filter(|&limit| limit < self.slots)
+        self.tenant_calls
+            .filter(|&limit| limit < self.slots && self.in_flight_per_slot > 1)
+    }
+
+    /// Most commands the pool holds when a tenant's bound leaves slots idle:
+    /// [`max_in_flight`](Self::max_in_flight) plus [`slots`](Self::slots) (with the bound;
+    /// without it, [`max_in_flight`](Self::max_in_flight)).
+    pub fn max_held(&self) -> u32 {
+        match self.tenant_call_limit() {
+            Some(_) => self.max_in_flight().saturating_add(self.slots),
+            None => self.max_in_flight(),
+        }
     }
 
     /// Wakes the claimer from its idle sleep whenever `wakeups` is signalled (as
@@ -208,6 +225,7 @@ where
             self.slots as usize,
             self.tenant_call_limit().map(|limit| limit as usize),
         ));
+        let max_held = self.max_held() as usize;
         info!(owner = %self.owner, slots = self.slots, max_in_flight,
             per_tenant = ?remote_slots.per_tenant(), "lifecycle worker pool started");
         loop {
@@ -219,8 +237,16 @@ where
             if *shutdown.borrow() || shutdown.has_changed().is_err() {
                 break;
             }
-            let free = max_in_flight.saturating_sub(running.len());
-            if free < refill_at {
+            // Dispatches waiting for their tenant's previous call (a tenant bound) hold no place:
+            // the places they would take are claimed again, up to `max_held` commands in all,
+            // so another tenant's command is claimed within one call time, not after the
+            // bounded tenant's waiting dispatches have drained. Without a bound none wait so.
+            let counted = running
+                .len()
+                .saturating_sub(remote_slots.waiting_for_tenant());
+            let counted_free = max_in_flight.saturating_sub(counted);
+            let free = counted_free.min(max_held.saturating_sub(running.len()));
+            if counted_free < refill_at || free == 0 {
                 // Busy: wait for dispatches to finish (or shutdown).
                 // Biased (a fixed polling order): no branch order drawn from tokio's unseeded
                 // generator, so a simulated run depends on its seed alone.

@@ -1,9 +1,10 @@
 //! Per-scope async locks in a map that does not grow without bound.
 //!
 //! A lock entry is a shared cell ([`LockCell`]): the scope's async lock (a fair, first-come
-//! first-served semaphore of one permit) and the token of the run holding it. Every holder and waiter carries a [`LockLease`] with its own reference to
-//! the cell, so letting go of a lock touches only the cell (an atomic store), never the map:
-//! an uncontended run hashes its key once, to find the cell. Entries of idle scopes (no lease
+//! first-served semaphore of one permit) and the token of the run holding it. Every holder
+//! and waiter carries a [`LockLease`] with its own reference to the cell, so letting go of a
+//! lock touches only the cell (the owner cleared by compare-and-set, the permit given back),
+//! never the map: an uncontended run hashes its key once, to find the cell. Entries of idle scopes (no lease
 //! references the cell) stay in the map until a sweep: when the map reaches `sweep_at`
 //! entries, every idle entry is removed and `sweep_at` becomes twice the entries left (at
 //! least [`MIN_SWEEP_AT`]). The map therefore holds at most about twice the scopes in use at
@@ -66,7 +67,8 @@ pub(crate) struct LockCell {
     /// lock costs no reference of its own (the lease already holds the cell).
     lock: tokio::sync::Semaphore,
     /// Token of the run holding the lock; 0 when none does (tokens start at 1). Written by
-    /// the run that took the lock (under the state mutex) and by its lease when it lets go.
+    /// the run that took the lock (under the state mutex) and by its [`ScopeGuard`] when it
+    /// lets go.
     owner: AtomicU64,
 }
 
@@ -116,19 +118,6 @@ pub(crate) struct LockLease {
     token: Option<u64>,
 }
 
-impl Drop for LockLease {
-    fn drop(&mut self) {
-        // Only the run that holds the lock clears the owner, and only its own token (a cell
-        // forgotten by a revoked binding is no longer in the map: clearing it is harmless).
-        if let Some(token) = self.token {
-            let _ = self
-                .cell
-                .owner
-                .compare_exchange(token, 0, Ordering::AcqRel, Ordering::Relaxed);
-        }
-    }
-}
-
 /// The held lock of one scope. Shared (`Arc`) between the run that took it, re-entrant runs
 /// of the same task, and the commits it spawned: the lock is released when the last of them
 /// lets go, so a dispatched commit always settles before the scope is released.
@@ -145,6 +134,8 @@ impl Drop for ScopeGuard {
     fn drop(&mut self) {
         // The owner is cleared before the permit is given back, so a waiter that takes the
         // lock next never sees the previous run's token cleared after it recorded its own.
+        // Only the holder clears it, and only its own token (a cell forgotten by a revoked
+        // binding is no longer in the map: clearing it is harmless).
         if let Some(token) = self.lease.token.take() {
             let _ = self.lease.cell.owner.compare_exchange(
                 token,

@@ -64,6 +64,7 @@ use std::panic::AssertUnwindSafe;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
+use crossbeam_utils::atomic::AtomicCell;
 use futures::FutureExt;
 use serde_json::Value;
 use tenantry_fence::{
@@ -103,8 +104,8 @@ pub(super) struct ClaimCache {
     template: IntentTemplate,
     /// The last claim released as it was issued (not refreshed by a dispatch), stamped again
     /// in place by the next run when nothing else shares it ([`IntentTemplate::restamp`]), so
-    /// a claim allocates nothing.
-    spare: Mutex<Option<Arc<Value>>>,
+    /// a claim allocates nothing. One atomic swap to take or keep it (no lock).
+    spare: AtomicCell<Option<Arc<Value>>>,
     /// Whether the last run released its claim (wrote the tombstone): the hint that the next
     /// run may claim without reading the record first. Only a hint: the claim's
     /// compare-and-set checks it, and a stale hint costs one failed swap.
@@ -114,12 +115,7 @@ pub(super) struct ClaimCache {
 impl ClaimCache {
     /// The claim to write at `now_ms`, lapsing at `expires_at_ms`.
     fn at(&self, now_ms: i64, expires_at_ms: i64) -> Arc<Value> {
-        let spare = self
-            .spare
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .take();
-        if let Some(mut spare) = spare
+        if let Some(mut spare) = self.spare.take()
             && let Some(claim) = Arc::get_mut(&mut spare)
         {
             // Kept only as this template issued it (`keep`), and nobody else holds it.
@@ -132,10 +128,7 @@ impl ClaimCache {
     /// Keeps `claim`, released, for the next run: only a claim [`Self::at`] issued and nobody
     /// changed since (a claim refreshed by a dispatch names another reason).
     pub(super) fn keep(&self, claim: Arc<Value>) {
-        *self
-            .spare
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(claim);
+        self.spare.store(Some(claim));
     }
 }
 
@@ -342,7 +335,7 @@ impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
             key: scope.fence_key(),
             claim: ClaimCache {
                 template: IntentTemplate::new(scope, CLAIM_REASON, &self.inner.config.owner),
-                spare: Mutex::new(None),
+                spare: AtomicCell::new(None),
                 released: AtomicBool::new(false),
             },
         });
@@ -424,10 +417,12 @@ impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
         F: FnOnce(ScopeContext<S>) -> Fut,
         Fut: Future<Output = Result<T, ScopedWriteError<E>>>,
     {
-        // The `fenced_write` span exists only when a subscriber is installed (the service
-        // always installs one): without one, tracing's `log` fallback would record the span's
-        // fields on every run for nothing.
-        if tracing::dispatcher::has_been_set() {
+        // The `fenced_write` span exists only when a subscriber wants it (the service always
+        // installs one): without one, tracing's `log` fallback would record the span's fields
+        // on every run for nothing.
+        // (`enabled!` asks the subscriber about a span at this module's target and level: a
+        // cached answer, no `log` fallback.)
+        if tracing::enabled!(kind: tracing::metadata::Kind::SPAN, tracing::Level::INFO) {
             let span = tracing::info_span!("fenced_write", mode = ?mode);
             self.run_in_span(binding, scope, mode, operation)
                 .instrument(span)

@@ -28,10 +28,13 @@ const NANOS_PER_MS: i64 = 1_000_000;
 /// A reading `store_ms` taken at monotonic time `at` is kept as two atomics, in nanoseconds
 /// since `base`: `offset_ns = store_ms × 10⁶ − at` and `at_ns = at`. An estimate at monotonic
 /// `t` is `(offset_ns + t) / 10⁶` (floored) = `store_ms` plus the milliseconds elapsed since
-/// `at`, from one atomic, so it always comes from a single reading; `at_ns` only says how old
-/// that reading is. (`offset_ns` is stored before `at_ns` and read after it, so a reader that
-/// sees a reading's time sees that reading's offset or a later one.) A `t` before `at` (a
-/// concurrent anchor) gives an estimate below `store_ms`: records look younger, never older.
+/// `at`, from one atomic, so it always comes from a single reading; `at_ns` says how old the
+/// reading is, to judge [`REFRESH`]. (`offset_ns` is stored before `at_ns` and read after it,
+/// so a reader that sees a reading's time sees that reading's offset or a later one.) Two
+/// anchors at once may leave one reading's offset beside the other's time: the estimate is
+/// still that reading's, and its age is judged by the other's time (a reading may then serve
+/// a little past [`REFRESH`]). A `t` before `at` (a concurrent anchor) gives an estimate below
+/// `store_ms`: records look younger, never older.
 #[derive(Debug)]
 pub(super) struct StoreClock {
     base: Instant,

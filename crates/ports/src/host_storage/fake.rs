@@ -64,8 +64,10 @@ impl Stored {
 #[derive(Debug)]
 struct Record {
     stored: Stored,
-    /// When the record was last written (Unix ms); `None`: unknown (planted with
-    /// [`InMemoryHostStorage::put_raw_unaged`]).
+    /// When the record was last written (Unix ms), kept for tombstones (JSON `null`) only:
+    /// retention is the one rule that reads a write time, and only a tombstone's
+    /// (`tenantry_fence::retention::verdict`), so other writes skip the clock. `None`: another
+    /// value, or a tombstone planted with [`InMemoryHostStorage::put_raw_unaged`].
     written_at: Option<i64>,
 }
 
@@ -157,6 +159,12 @@ impl InMemoryHostStorage {
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or_else(|before| -unix_ms(before.duration()), unix_ms),
         }
+    }
+
+    /// The write time kept for `value`: now for a tombstone, else none (see
+    /// `Record::written_at`).
+    fn stamp(&self, value: &Value) -> Option<i64> {
+        value.is_null().then(|| self.clock_ms())
     }
 
     /// Stores `stored` under `key` stamped with `written_at`, allocating the key only when it
@@ -254,14 +262,12 @@ impl InMemoryHostStorage {
     /// record spelled otherwise (text that is JSON is kept as its value: compared and read
     /// back structurally, like the SQL adapter does).
     pub fn put_raw(&self, binding: &Binding, key: &str, text: &str) {
-        let now = self.clock_ms();
-        Self::put(
-            &mut self.state(),
-            binding,
-            key,
-            Stored::from_text(text),
-            Some(now),
-        );
+        let stored = Stored::from_text(text);
+        let written_at = match &stored {
+            Stored::Json(value) => self.stamp(value),
+            Stored::Raw(_) => None,
+        };
+        Self::put(&mut self.state(), binding, key, stored, written_at);
     }
 
     /// The stored value under `key`, bypassing faults: `None` when absent, `Some(Err(text))`
@@ -318,13 +324,13 @@ impl HostStorage for InMemoryHostStorage {
         if fault == Some(SetFault::BeforeWrite) {
             return Err(unavailable("set"));
         }
-        let now = self.clock_ms();
+        let written_at = self.stamp(value);
         Self::put(
             &mut state,
             binding,
             key,
             Stored::Json(Arc::new(value.clone())),
-            Some(now),
+            written_at,
         );
         if fault == Some(SetFault::AfterWrite) {
             return Err(unavailable("set"));
@@ -411,8 +417,9 @@ impl InMemoryHostStorage {
             .and_then(|keys| keys.get_mut(key));
         let matches = match (record, expected) {
             (None, None) => {
-                let now = self.clock_ms();
-                Self::put(&mut state, binding, key, Stored::Json(value()), Some(now));
+                let value = value();
+                let written_at = self.stamp(&value);
+                Self::put(&mut state, binding, key, Stored::Json(value), written_at);
                 true
             }
             (Some(record), Some(expected)) => {
@@ -422,8 +429,9 @@ impl InMemoryHostStorage {
                 };
                 if matches {
                     // Replaced in place: one lookup per swap.
-                    record.stored = Stored::Json(value());
-                    record.written_at = Some(self.clock_ms());
+                    let value = value();
+                    record.written_at = self.stamp(&value);
+                    record.stored = Stored::Json(value);
                 }
                 matches
             }

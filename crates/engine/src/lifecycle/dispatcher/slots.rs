@@ -9,10 +9,11 @@
 //! later request at once.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use tenantry_kernel::TenantId;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, SemaphorePermit};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, SemaphorePermit, TryAcquireError};
 
 /// Tenants' semaphores kept before idle ones are swept (an idle one: nobody holds or awaits
 /// a permit of it).
@@ -34,6 +35,8 @@ struct PerTenant {
     /// Calls at once per tenant (at least 1).
     cap: usize,
     tenants: Mutex<Tenants>,
+    /// Requests waiting for their tenant's permit ([`CallSlots::waiting_for_tenant`]).
+    waiting: AtomicUsize,
 }
 
 #[derive(Debug)]
@@ -65,8 +68,16 @@ impl CallSlots {
                         semaphores: HashMap::new(),
                         sweep_at: MIN_SWEEP_AT,
                     }),
+                    waiting: AtomicUsize::new(0),
                 }),
         }
+    }
+
+    /// Calls waiting for their tenant's previous call (their tenant at its bound).
+    pub(crate) fn waiting_for_tenant(&self) -> usize {
+        self.per_tenant
+            .as_ref()
+            .map_or(0, |p| p.waiting.load(Ordering::Acquire))
     }
 
     /// Calls at once for one tenant, when bounded.
@@ -91,7 +102,14 @@ impl CallSlots {
                     }
                     tenants.semaphore(tenant, per_tenant.cap)
                 };
-                let permit = semaphore.acquire_owned().await.map_err(|_| SlotsClosed)?;
+                let permit = match semaphore.clone().try_acquire_owned() {
+                    Ok(permit) => permit,
+                    Err(TryAcquireError::Closed) => return Err(SlotsClosed),
+                    Err(TryAcquireError::NoPermits) => {
+                        let _counted = Waiting::enter(&per_tenant.waiting);
+                        semaphore.acquire_owned().await.map_err(|_| SlotsClosed)?
+                    }
+                };
                 Some(permit)
             }
             None => None,
@@ -124,6 +142,23 @@ impl CallSlots {
         self.per_tenant
             .as_ref()
             .map_or(0, |p| p.lock().semaphores.len())
+    }
+}
+
+/// One request counted as waiting for its tenant's permit while it lives (also when the wait
+/// is cancelled).
+struct Waiting<'a>(&'a AtomicUsize);
+
+impl<'a> Waiting<'a> {
+    fn enter(count: &'a AtomicUsize) -> Self {
+        count.fetch_add(1, Ordering::AcqRel);
+        Self(count)
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
     }
 }
 

@@ -313,6 +313,100 @@ async fn a_tenant_call_limit_leaves_slots_to_other_tenants() {
     }
 }
 
+/// A command of another tenant that arrives while a bounded tenant's backlog fills the pool is
+/// claimed once one call ends: the backlog's dispatches waiting for their tenant hold no place
+/// (the pool claims into their places, up to `max_held` = 12 commands), so it is not claimed
+/// only after the waiting backlog has drained.
+#[tokio::test]
+async fn another_tenants_late_command_is_claimed_within_one_call_under_a_tenant_bound() {
+    let h = harness();
+    let (pool, remote, ids) = held_pool(&h, 12, 4, &clock_of_test()).await;
+    let pool = pool.with_tenant_call_limit(Some(2));
+    assert_eq!((pool.max_in_flight(), pool.max_held()), (8, 12));
+    let (stop, stopped) = watch::channel(false);
+    let handle = tokio::spawn(pool.run(stopped));
+    let_tasks_run().await;
+    assert_eq!(
+        statuses(&h, &ids),
+        (4, 8, 0),
+        "8 claimed: 2 calling, 6 waiting"
+    );
+    assert_eq!(remote.inside.load(Ordering::SeqCst), 2);
+
+    let late = h
+        .intake
+        .create_control_space(&CreateControlSpace::new(
+            TenantId::parse("tenant-2").unwrap(),
+            cs_id("late"),
+            key("create-late"),
+            "Late",
+            "late",
+        ))
+        .await
+        .unwrap()
+        .command_id;
+    // One call of tenant-1 ends: the loop looks again and claims into the places its waiting
+    // dispatches would take; tenant-2's command (its turn at the head) takes a free slot.
+    remote.gate.add_permits(1);
+    let_tasks_run().await;
+    assert_eq!(h.command(&late).status, CommandStatus::Processing);
+    assert_eq!(
+        remote.inside.load(Ordering::SeqCst),
+        3,
+        "2 of tenant-1, 1 of tenant-2"
+    );
+    let (pending, processing, succeeded) = statuses(&h, &ids);
+    assert_eq!(succeeded, 1);
+    assert!(
+        processing < 12,
+        "at most max_held (12) commands held: {processing} + the late one"
+    );
+    assert_eq!(pending + processing + succeeded, 12);
+
+    remote.gate.add_permits(100);
+    let_tasks_run().await;
+    assert_eq!(statuses(&h, &ids), (0, 0, 12));
+    assert_eq!(h.command(&late).status, CommandStatus::Succeeded);
+    assert_eq!(remote.most_inside.load(Ordering::SeqCst), 3);
+    stop.send(true).unwrap();
+    assert_eq!(handle.await.unwrap().completed, 13);
+}
+
+/// A tenant bound would make dispatches wait on leases that are not renewed: a pool whose
+/// dispatcher does not renew ignores it (and `tenantry serve` refuses the combination).
+#[tokio::test]
+async fn a_pool_without_renewal_ignores_a_tenant_bound() {
+    let h = harness();
+    let dispatcher = Arc::new(Dispatcher::new(
+        h.store.clone(),
+        h.remote.clone(),
+        DispatcherConfig::default()
+            .with_renew_leases(false)
+            .with_lease_duration(Duration::from_secs(300)),
+    ));
+    let config = WorkerConfig {
+        claim_batch: 4,
+        ..WorkerConfig::default()
+    };
+    let pool = WorkerPool::new(dispatcher, owner("pool"), 1, config.clone())
+        .with_tenant_call_limit(Some(2));
+    assert_eq!(
+        (pool.slots(), pool.tenant_call_limit(), pool.max_held()),
+        (4, None, 4)
+    );
+    let renewing_dispatcher = Arc::new(Dispatcher::new(
+        h.store.clone(),
+        h.remote.clone(),
+        DispatcherConfig::default(),
+    ));
+    let renewing = WorkerPool::new(renewing_dispatcher, owner("pool"), 1, config)
+        .with_tenant_call_limit(Some(2));
+    assert_eq!(
+        (renewing.tenant_call_limit(), renewing.max_held()),
+        (Some(2), 12)
+    );
+}
+
 /// A pool whose shutdown sender is dropped stops instead of spinning: the closed channel
 /// would end every wait at once (claim after claim). Multi-threaded with a real-time bound, so
 /// the spin fails the test instead of starving the runtime.
