@@ -24,15 +24,19 @@
 //!   does not occupy a slot, which is what lets settles share larger transactions.
 //!   A dispatcher that does not renew leases gets no such queue (`max_in_flight = slots`): its
 //!   lease was sized for one remote call, not for a wait before it;
-//! - **no hoarding** (issue 29): the pool holds at most one waiting command per call slot, so
-//!   a claimed command is behind at most the call its slot is making (the slot semaphore is
-//!   first in, first out): it starts its own call as soon as one call ends, within one call
-//!   time, not after a backlog of calls. Under a slow remote the other replicas' claims find
-//!   the rest of the backlog still pending, and every replica sends its share; a replica
-//!   holds `2 × slots` commands, never more (each replica's share of a backlog is capped at
-//!   `2 × min(workers × claim_batch, knowledge_fs_max_concurrent_calls)`);
-//! - whenever at least half of `max_in_flight` is free, it claims exactly as many commands as
-//!   are free, in one statement, and starts a task for each at once.
+//! - **no hoarding** (issue 29): without a tenant bound the pool holds at most one waiting
+//!   command per call slot, so a claimed command is behind at most the call its slot is making
+//!   (the slot semaphore is first in, first out): it starts its own call as soon as one call
+//!   ends, within one call time, not after a backlog of calls. Under a slow remote the other
+//!   replicas' claims find the rest of the backlog still pending, and every replica sends its
+//!   share; a replica holds `2 × slots` commands, never more (each replica's share of a
+//!   backlog is capped at `2 × min(workers × claim_batch, knowledge_fs_max_concurrent_calls)`).
+//!   With a tenant bound it holds up to `3 × slots`, the extra ones waiting for their tenant
+//!   (a bounded tenant's last claimed command may then wait behind several of its own calls);
+//! - whenever at least half of `max_in_flight` is free (not counting the dispatches waiting
+//!   for their tenant), it claims as many commands as are free, in one statement, at most
+//!   up to [`WorkerPool::max_held`] (so near that bound claims can be as small as one), and
+//!   starts a task for each at once.
 //!
 //! Under a backlog this takes commands in claims of `max_in_flight / 2` or more instead of
 //! `claim_batch`, and the statements no longer race each other; under low load a command is
@@ -157,8 +161,10 @@ where
     /// of a tenant at its limit waits for that tenant's previous call to end (its lease renewed,
     /// as in the local queue) without taking a slot, so one tenant's backlog cannot take every
     /// slot while another tenant's command waits (`knowledge_fs_max_concurrent_calls_per_tenant`
-    /// in `tenantry serve`; docs/operations.md). The claims are unchanged: they follow the
-    /// tenants' turns (docs/protocol.md, "Fair claims across tenants").
+    /// in `tenantry serve`; docs/operations.md). Claims still follow the tenants' turns
+    /// (docs/protocol.md, "Fair claims across tenants"); the dispatches waiting for their
+    /// tenant do not count among [`max_in_flight`](Self::max_in_flight), and the pool holds up
+    /// to [`max_held`](Self::max_held) commands.
     #[must_use]
     pub fn with_tenant_call_limit(mut self, limit: Option<usize>) -> Self {
         self.tenant_calls = limit.map(|l| u32::try_from(l).unwrap_or(u32::MAX).max(1));
@@ -238,9 +244,10 @@ where
                 break;
             }
             // Dispatches waiting for their tenant's previous call (a tenant bound) hold no place:
-            // the places they would take are claimed again, up to `max_held` commands in all,
-            // so another tenant's command is claimed within one call time, not after the
-            // bounded tenant's waiting dispatches have drained. Without a bound none wait so.
+            // the places they would take are claimed again, up to `max_held` commands in all
+            // (the claimer looks again as soon as one starts waiting), so another tenant's
+            // command is not claimed only after the bounded tenant's waiting dispatches have
+            // drained. Without a bound none wait so.
             let counted = running
                 .len()
                 .saturating_sub(remote_slots.waiting_for_tenant());
@@ -254,6 +261,7 @@ where
                     biased;
                     Some(done) = running.join_next() => tally(&mut report, done),
                     _ = shutdown.changed() => {}
+                    () = remote_slots.tenant_waiter_arrived() => {}
                 }
                 continue;
             }

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use tenantry_kernel::TenantId;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, SemaphorePermit, TryAcquireError};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, SemaphorePermit, TryAcquireError};
 
 /// Tenants' semaphores kept before idle ones are swept (an idle one: nobody holds or awaits
 /// a permit of it).
@@ -37,6 +37,9 @@ struct PerTenant {
     tenants: Mutex<Tenants>,
     /// Requests waiting for their tenant's permit ([`CallSlots::waiting_for_tenant`]).
     waiting: AtomicUsize,
+    /// Told whenever a request starts waiting for its tenant's permit
+    /// ([`CallSlots::tenant_waiter_arrived`]).
+    arrived: Notify,
 }
 
 #[derive(Debug)]
@@ -69,6 +72,7 @@ impl CallSlots {
                         sweep_at: MIN_SWEEP_AT,
                     }),
                     waiting: AtomicUsize::new(0),
+                    arrived: Notify::new(),
                 }),
         }
     }
@@ -78,6 +82,16 @@ impl CallSlots {
         self.per_tenant
             .as_ref()
             .map_or(0, |p| p.waiting.load(Ordering::Acquire))
+    }
+
+    /// Completes when a request starts waiting for its tenant's permit (at once if one did
+    /// since the last call); never without a tenant bound. The pool's claimer waits on it, so
+    /// the places such waiters leave are claimed without waiting for a dispatch to end.
+    pub(crate) async fn tenant_waiter_arrived(&self) {
+        match &self.per_tenant {
+            Some(per_tenant) => per_tenant.arrived.notified().await,
+            None => std::future::pending().await,
+        }
     }
 
     /// Calls at once for one tenant, when bounded.
@@ -106,7 +120,7 @@ impl CallSlots {
                     Ok(permit) => permit,
                     Err(TryAcquireError::Closed) => return Err(SlotsClosed),
                     Err(TryAcquireError::NoPermits) => {
-                        let _counted = Waiting::enter(&per_tenant.waiting);
+                        let _counted = Waiting::enter(per_tenant);
                         semaphore.acquire_owned().await.map_err(|_| SlotsClosed)?
                     }
                 };
@@ -150,9 +164,10 @@ impl CallSlots {
 struct Waiting<'a>(&'a AtomicUsize);
 
 impl<'a> Waiting<'a> {
-    fn enter(count: &'a AtomicUsize) -> Self {
-        count.fetch_add(1, Ordering::AcqRel);
-        Self(count)
+    fn enter(per_tenant: &'a PerTenant) -> Self {
+        per_tenant.waiting.fetch_add(1, Ordering::AcqRel);
+        per_tenant.arrived.notify_one();
+        Self(&per_tenant.waiting)
     }
 }
 

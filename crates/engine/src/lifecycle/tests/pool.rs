@@ -313,10 +313,10 @@ async fn a_tenant_call_limit_leaves_slots_to_other_tenants() {
     }
 }
 
-/// A command of another tenant that arrives while a bounded tenant's backlog fills the pool is
-/// claimed once one call ends: the backlog's dispatches waiting for their tenant hold no place
-/// (the pool claims into their places, up to `max_held` = 12 commands), so it is not claimed
-/// only after the waiting backlog has drained.
+/// A command of another tenant that arrives while a bounded tenant's backlog fills the pool
+/// (`max_held` = 12 commands: the backlog's dispatches waiting for their tenant hold no place)
+/// is claimed once one call has ended and settled, not only after the waiting backlog has
+/// drained.
 #[tokio::test]
 async fn another_tenants_late_command_is_claimed_within_one_call_under_a_tenant_bound() {
     let h = harness();
@@ -328,8 +328,8 @@ async fn another_tenants_late_command_is_claimed_within_one_call_under_a_tenant_
     let_tasks_run().await;
     assert_eq!(
         statuses(&h, &ids),
-        (4, 8, 0),
-        "8 claimed: 2 calling, 6 waiting"
+        (0, 12, 0),
+        "8 claimed, then 4 more into the places of the 6 waiting: 2 calling"
     );
     assert_eq!(remote.inside.load(Ordering::SeqCst), 2);
 
@@ -370,6 +370,55 @@ async fn another_tenants_late_command_is_claimed_within_one_call_under_a_tenant_
     assert_eq!(remote.most_inside.load(Ordering::SeqCst), 3);
     stop.send(true).unwrap();
     assert_eq!(handle.await.unwrap().completed, 13);
+}
+
+/// The claimer looks again as soon as a dispatch starts waiting for its tenant, not only when
+/// one ends: with a bound of 1 on 4 slots, the first claim of 8 leaves 7 waiting and the pool
+/// claims 4 more at once (12 held, `max_held`), with no call ended; then the late command of
+/// another tenant is claimed after one call, beside the backlog's one call.
+#[tokio::test]
+async fn the_pool_claims_into_the_places_of_dispatches_that_start_waiting_for_their_tenant() {
+    let h = harness();
+    let (pool, remote, ids) = held_pool(&h, 14, 4, &clock_of_test()).await;
+    let pool = pool.with_tenant_call_limit(Some(1));
+    assert_eq!((pool.max_in_flight(), pool.max_held()), (8, 12));
+    let (stop, stopped) = watch::channel(false);
+    let handle = tokio::spawn(pool.run(stopped));
+    let_tasks_run().await;
+    assert_eq!(statuses(&h, &ids), (2, 12, 0), "12 held, no call ended");
+    assert_eq!(
+        remote.inside.load(Ordering::SeqCst),
+        1,
+        "tenant-1 makes one call"
+    );
+
+    let late = h
+        .intake
+        .create_control_space(&CreateControlSpace::new(
+            TenantId::parse("tenant-2").unwrap(),
+            cs_id("late"),
+            key("create-late"),
+            "Late",
+            "late",
+        ))
+        .await
+        .unwrap()
+        .command_id;
+    remote.gate.add_permits(1);
+    let_tasks_run().await;
+    assert_eq!(h.command(&late).status, CommandStatus::Processing);
+    assert_eq!(
+        remote.inside.load(Ordering::SeqCst),
+        2,
+        "1 of tenant-1, 1 of tenant-2"
+    );
+
+    remote.gate.add_permits(100);
+    let_tasks_run().await;
+    assert_eq!(statuses(&h, &ids), (0, 0, 14));
+    assert_eq!(remote.most_inside.load(Ordering::SeqCst), 2);
+    stop.send(true).unwrap();
+    assert_eq!(handle.await.unwrap().completed, 15);
 }
 
 /// A tenant bound would make dispatches wait on leases that are not renewed: a pool whose
