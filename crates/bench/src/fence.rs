@@ -39,7 +39,7 @@ const DB_POOL: u32 = 16;
 pub async fn run(ops: u64, scopes: u64, ops_per_scope: u64) -> BenchResult<()> {
     let writes = ScopedWrites::new(Arc::new(InMemoryHostStorage::new()));
     let binding = Binding::parse("bench-binding")?;
-    let scope = ScopeIdentity::object("kb-0");
+    let scope = scope_of(0);
 
     // Warm up.
     for _ in 0..1_000 {
@@ -64,24 +64,7 @@ pub async fn run(ops: u64, scopes: u64, ops_per_scope: u64) -> BenchResult<()> {
         "overhead_ns_per_op": round1(scoped_ns - bare_ns),
     }));
 
-    let started = Instant::now();
-    let tasks: Vec<_> = (0..scopes)
-        .map(|i| {
-            let writes = writes.clone();
-            let binding = binding.clone();
-            let scope = ScopeIdentity::object(format!("kb-{i}"));
-            tokio::spawn(async move {
-                for _ in 0..ops_per_scope {
-                    scoped_noop(&writes, &binding, &scope).await?;
-                }
-                Ok::<(), ScopedWriteError<Infallible>>(())
-            })
-        })
-        .collect();
-    for task in tasks {
-        task.await??;
-    }
-    let seconds = started.elapsed().as_secs_f64();
+    let seconds = every_scope_at_once(&writes, &binding, scopes, ops_per_scope).await?;
     let total = scopes * ops_per_scope;
     emit(&json!({
         "part": "fence",
@@ -93,6 +76,39 @@ pub async fn run(ops: u64, scopes: u64, ops_per_scope: u64) -> BenchResult<()> {
         "runtime_threads": tokio::runtime::Handle::current().metrics().num_workers(),
     }));
     Ok(())
+}
+
+/// Scope `i` of the measurements.
+fn scope_of(i: u64) -> ScopeIdentity {
+    ScopeIdentity::object(format!("kb-{i}"))
+}
+
+/// `scopes` tasks, one per scope of `binding`, each running `ops_per_scope` no-op writes as
+/// fast as it can; returns the seconds until the last one finished.
+async fn every_scope_at_once<S: HostStorage + ?Sized + 'static>(
+    writes: &ScopedWrites<S>,
+    binding: &Binding,
+    scopes: u64,
+    ops_per_scope: u64,
+) -> BenchResult<f64> {
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..scopes)
+        .map(|i| {
+            let writes = writes.clone();
+            let binding = binding.clone();
+            tokio::spawn(async move {
+                let scope = scope_of(i);
+                for _ in 0..ops_per_scope {
+                    scoped_noop(&writes, &binding, &scope).await?;
+                }
+                Ok::<(), ScopedWriteError<Infallible>>(())
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await??;
+    }
+    Ok(started.elapsed().as_secs_f64())
 }
 
 async fn noop() -> Result<(), ScopedWriteError<Infallible>> {
@@ -121,31 +137,12 @@ pub async fn database(target: &Target, scopes: u64, ops_per_scope: u64) -> Bench
     let bench_db = target.fresh("fence", DB_POOL).await?;
     let writes = ScopedWrites::new(Arc::new(SeaOrmHostStorage::new(&bench_db.db)));
     let binding = Binding::parse("bench-binding")?;
-    let scope_of = |i: u64| ScopeIdentity::object(format!("kb-{i}"));
-
     // Warm-up: every scope once (its first claim reads the absent record), so the timed runs
     // are the steady state.
     for i in 0..scopes {
         scoped_noop(&writes, &binding, &scope_of(i)).await?;
     }
-    let started = Instant::now();
-    let tasks: Vec<_> = (0..scopes)
-        .map(|i| {
-            let writes = writes.clone();
-            let binding = binding.clone();
-            let scope = scope_of(i);
-            tokio::spawn(async move {
-                for _ in 0..ops_per_scope {
-                    scoped_noop(&writes, &binding, &scope).await?;
-                }
-                Ok::<(), ScopedWriteError<Infallible>>(())
-            })
-        })
-        .collect();
-    for task in tasks {
-        task.await??;
-    }
-    let seconds = started.elapsed().as_secs_f64();
+    let seconds = every_scope_at_once(&writes, &binding, scopes, ops_per_scope).await?;
     let total = scopes * ops_per_scope;
 
     let alone = scope_of(0);

@@ -32,6 +32,8 @@ pub mod lifecycle;
 pub mod retention;
 #[cfg(feature = "fences")]
 pub mod scoped_writes;
+#[cfg(any(feature = "lifecycle", feature = "fences"))]
+mod swept;
 pub use tenantry_ports::trace_context;
 
 #[cfg(feature = "directory")]

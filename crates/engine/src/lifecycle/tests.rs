@@ -136,6 +136,18 @@ impl Harness {
             .unwrap()
     }
 
+    /// A provision of control space `cs` for another tenant than [`tenant`]'s.
+    async fn create_for(&self, tenant: &str, cs: &str) -> IntakeReceipt {
+        let request = CreateControlSpace::new(
+            TenantId::parse(tenant).unwrap(),
+            cs_id(cs),
+            key(&format!("create-{cs}")),
+            format!("Space {cs}"),
+            cs,
+        );
+        self.intake.create_control_space(&request).await.unwrap()
+    }
+
     async fn delete(&self, cs: &str) -> IntakeReceipt {
         self.intake
             .request_deletion(&delete_request(cs, &format!("delete-{cs}")))

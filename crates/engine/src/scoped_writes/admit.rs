@@ -22,11 +22,11 @@ impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
     /// stored, or `None` when an `AllowFenced` run passes through a fence without claiming.
     ///
     /// Fast path (docs/protocol.md, "Claiming a released scope without reading it"): when
-    /// this runtime's last run of the scope released its claim (`cache.released`) and this process
-    /// cached no fence for it when the scope lock was taken (`cached_fence`), the installation record is read and the claim is taken by one
-    /// compare-and-set expecting the tombstone, without reading the scope's record first; only
-    /// if that swap fails (the record is absent, held, fenced or damaged) is the record read
-    /// and classified.
+    /// this runtime's last run of the scope released its claim (`cache.released`) and this
+    /// process cached no fence for it when the scope lock was taken (`cached_fence`), the
+    /// installation record is read and the claim is taken by one compare-and-set expecting the
+    /// tombstone, without reading the scope's record first; only if that swap fails (the
+    /// record is absent, held, fenced or damaged) is the record read and classified.
     pub(super) async fn admit<E>(
         &self,
         binding: &Binding,

@@ -12,8 +12,8 @@ use tenantry_fence::{
 };
 use tenantry_ports::host_storage::{HostStorage, HostStorageError, validate_key};
 
-use super::ScopedWriteError;
 use super::claim::RunClaim;
+use super::{ScopedWriteError, ScopedWrites};
 
 /// A run's handle on its scope: the mutations it dispatches keep the scope lock until they
 /// settle. Cheap to clone (one shared pointer: the runtime, binding and scope are the run
@@ -33,8 +33,8 @@ impl<S: HostStorage + ?Sized + 'static> Clone for ScopeContext<S> {
 impl<S: HostStorage + ?Sized + 'static> std::fmt::Debug for ScopeContext<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ScopeContext")
-            .field("binding", self.claim.binding())
-            .field("scope", self.claim.scope())
+            .field("binding", self.binding())
+            .field("scope", self.scope())
             .finish_non_exhaustive()
     }
 }
@@ -50,9 +50,14 @@ impl<S: HostStorage + ?Sized + 'static> ScopeContext<S> {
         self.claim.scope()
     }
 
+    /// The runtime the run belongs to.
+    fn writes(&self) -> &ScopedWrites<S> {
+        &self.claim.writes
+    }
+
     /// The host storage, for reads inside the run.
     pub fn storage(&self) -> &Arc<S> {
-        self.claim.writes.storage()
+        self.writes().storage()
     }
 
     /// Dispatches a remote mutation under a write-ahead intent: the scope's record is
@@ -87,20 +92,19 @@ impl<S: HostStorage + ?Sized + 'static> ScopeContext<S> {
         if self.claim.slot().fenced {
             // This run fenced its scope already: dispatching would overwrite the fence.
             return Err(ScopedWriteError::Fenced {
-                binding: self.claim.binding().clone(),
-                scope: ScopeIdentity::clone(self.claim.scope()),
+                binding: self.binding().clone(),
+                scope: ScopeIdentity::clone(self.scope()),
                 key: self.claim.key().clone(),
             });
         }
         let ctx = self.clone();
         let reason = reason.to_owned();
         let settled = self
-            .claim
-            .writes
+            .writes()
             .spawn_settled(async move {
                 ctx.hold_claim::<E>(&reason, true).await?;
-                let deadline = ctx.claim.writes.inner.config.dispatch_deadline;
-                let timer = ctx.claim.writes.inner.clock.sleep(deadline);
+                let deadline = ctx.writes().inner.config.dispatch_deadline;
+                let timer = ctx.writes().inner.clock.sleep(deadline);
                 let commit = std::pin::pin!(AssertUnwindSafe(commit).catch_unwind());
                 match futures::future::select(commit, timer).await {
                     futures::future::Either::Left((result, _)) => {
@@ -112,9 +116,8 @@ impl<S: HostStorage + ?Sized + 'static> ScopeContext<S> {
                 }
             })
             .await;
-        settled.unwrap_or_else(|panic| {
-            self.settling_panicked(&format!("{}: ", self.claim.scope()), &panic)
-        })
+        settled
+            .unwrap_or_else(|panic| self.settling_panicked(&format!("{}: ", self.scope()), &panic))
     }
 
     /// Runs a mutation already dispatched to the host (or a remote) in its own task holding
@@ -145,8 +148,7 @@ impl<S: HostStorage + ?Sized + 'static> ScopeContext<S> {
         let ctx = self.clone();
         let reason = reason.to_owned();
         let settled = self
-            .claim
-            .writes
+            .writes()
             .spawn_settled(async move {
                 ctx.hold_claim::<E>(&reason, false).await?;
                 let result = AssertUnwindSafe(commit).catch_unwind().await;
@@ -183,27 +185,27 @@ impl<S: HostStorage + ?Sized + 'static> ScopeContext<S> {
         if previous.is_none() && !pass_through_sets {
             return Ok(());
         }
-        let now = self.claim.writes.run_now(self.claim.binding()).await?;
-        let config = &self.claim.writes.inner.config;
+        let now = self.writes().run_now(self.binding()).await?;
+        let config = &self.writes().inner.config;
         let intent = FenceMarker::intent(
-            self.claim.scope(),
+            self.scope(),
             reason,
             config.owner.clone(),
             now,
             now.saturating_add(config.claim_ttl_ms()),
         )
         .to_value();
-        let storage = &self.claim.writes.inner.storage;
+        let storage = &self.writes().inner.storage;
         let key = self.claim.key().as_str();
         let stored = match &previous {
             Some(previous) => {
                 storage
-                    .compare_and_set(self.claim.binding(), key, Some(previous), &intent)
+                    .compare_and_set(self.binding(), key, Some(previous), &intent)
                     .await
             }
             // Passing through a fence (AllowFenced): the intent replaces it.
             None => storage
-                .set(self.claim.binding(), key, &intent)
+                .set(self.binding(), key, &intent)
                 .await
                 .map(|()| true),
         };
@@ -220,12 +222,12 @@ impl<S: HostStorage + ?Sized + 'static> ScopeContext<S> {
                     slot.claim = None;
                     slot.lost = true;
                 }
-                tracing::warn!(binding = %self.claim.binding(), scope = %self.claim.scope(), reason,
+                tracing::warn!(binding = %self.binding(), scope = %self.scope(), reason,
                     "scope claim replaced or lapsed while held; mutation not run");
                 Err(self.claim_lost())
             }
             Err(error) => {
-                tracing::warn!(binding = %self.claim.binding(), scope = %self.claim.scope(), %error,
+                tracing::warn!(binding = %self.binding(), scope = %self.scope(), %error,
                     "write-ahead intent not persisted; mutation not run, scope fenced");
                 let failure = FailureRecord {
                     kind: "intent_not_persisted".to_owned(),
@@ -239,8 +241,8 @@ impl<S: HostStorage + ?Sized + 'static> ScopeContext<S> {
 
     fn claim_lost<E>(&self) -> ScopedWriteError<E> {
         ScopedWriteError::ClaimLost {
-            binding: self.claim.binding().clone(),
-            scope: ScopeIdentity::clone(self.claim.scope()),
+            binding: self.binding().clone(),
+            scope: ScopeIdentity::clone(self.scope()),
         }
     }
 
@@ -255,7 +257,7 @@ impl<S: HostStorage + ?Sized + 'static> ScopeContext<S> {
             "no outcome within the dispatch deadline of {} ms",
             deadline.as_millis()
         );
-        tracing::warn!(binding = %self.claim.binding(), scope = %self.claim.scope(), reason,
+        tracing::warn!(binding = %self.binding(), scope = %self.scope(), reason,
             "dispatch deadline elapsed; outcome unknown, scope fenced");
         let failure = FailureRecord {
             kind: "deadline_elapsed".to_owned(),
@@ -263,7 +265,7 @@ impl<S: HostStorage + ?Sized + 'static> ScopeContext<S> {
         };
         self.fence_now(reason, failure).await;
         Err(ScopedWriteError::OutcomeUnknown {
-            scope: ScopeIdentity::clone(self.claim.scope()),
+            scope: ScopeIdentity::clone(self.scope()),
             reason: format!("{reason}: {detail}"),
             error: None,
         })
@@ -293,7 +295,7 @@ impl<S: HostStorage + ?Sized + 'static> ScopeContext<S> {
                 };
                 self.fence_now(reason, failure).await;
                 return Err(ScopedWriteError::OutcomeUnknown {
-                    scope: ScopeIdentity::clone(self.claim.scope()),
+                    scope: ScopeIdentity::clone(self.scope()),
                     reason: format!("{reason}: {panicked}: {message}"),
                     error: None,
                 });
@@ -302,7 +304,7 @@ impl<S: HostStorage + ?Sized + 'static> ScopeContext<S> {
         if IntentAction::after(error.dispatch_outcome()) == IntentAction::Clear {
             return Err(ScopedWriteError::Operation(error));
         }
-        tracing::warn!(binding = %self.claim.binding(), scope = %self.claim.scope(), %error,
+        tracing::warn!(binding = %self.binding(), scope = %self.scope(), %error,
             "dispatched mutation has an unknown outcome; scope fenced");
         let failure = FailureRecord {
             kind: "outcome_unknown".to_owned(),
@@ -310,7 +312,7 @@ impl<S: HostStorage + ?Sized + 'static> ScopeContext<S> {
         };
         self.fence_now(reason, failure).await;
         Err(ScopedWriteError::OutcomeUnknown {
-            scope: ScopeIdentity::clone(self.claim.scope()),
+            scope: ScopeIdentity::clone(self.scope()),
             reason: format!("{reason}: {error}"),
             error: Some(error),
         })
@@ -323,7 +325,7 @@ impl<S: HostStorage + ?Sized + 'static> ScopeContext<S> {
         panic: &dyn std::fmt::Display,
     ) -> Result<T, ScopedWriteError<E>> {
         Err(ScopedWriteError::OutcomeUnknown {
-            scope: ScopeIdentity::clone(self.claim.scope()),
+            scope: ScopeIdentity::clone(self.scope()),
             reason: format!("{prefix}settling panicked: {panic}"),
             error: None,
         })
@@ -340,8 +342,8 @@ impl<S: HostStorage + ?Sized + 'static> ScopeContext<S> {
     /// be read (nothing written), [`ScopedWriteError::HostWrite`] with the storage failure.
     pub async fn write<E>(&self, key: &str, value: Value) -> Result<(), ScopedWriteError<E>> {
         validate_key(key).map_err(ScopedWriteError::HostWrite)?;
-        let storage = self.claim.writes.inner.storage.clone();
-        let (binding, key) = (self.claim.binding().clone(), key.to_owned());
+        let storage = self.writes().inner.storage.clone();
+        let (binding, key) = (self.binding().clone(), key.to_owned());
         let result: Result<(), ScopedWriteError<HostStorageError>> = self
             .mutate("host write outcome unknown", async move {
                 storage.set(&binding, &key, &value).await
@@ -381,8 +383,7 @@ impl<S: HostStorage + ?Sized + 'static> ScopeContext<S> {
         // Set before anything can be cancelled.
         ctx.mark_fenced(&reason, failure.clone());
         let _ = self
-            .claim
-            .writes
+            .writes()
             .spawn_settled(async move { ctx.fence_now(&reason, failure).await })
             .await;
     }
@@ -394,8 +395,7 @@ impl<S: HostStorage + ?Sized + 'static> ScopeContext<S> {
         let ctx = self.clone();
         ctx.unmark();
         let _ = self
-            .claim
-            .writes
+            .writes()
             .spawn_settled(async move { ctx.clear_now().await })
             .await;
     }
@@ -414,16 +414,12 @@ impl<S: HostStorage + ?Sized + 'static> ScopeContext<S> {
             .and_then(FenceMarker::from_value)
             .filter(|intent| intent.kind == RecordKind::Intent && intent.dispatched)
             .and_then(|intent| intent.expires_at_ms);
-        let mut marker = FenceMarker::fence(
-            self.claim.scope(),
-            reason,
-            failure,
-            self.claim.writes.stamp_ms(),
-        );
+        let mut marker =
+            FenceMarker::fence(self.scope(), reason, failure, self.writes().stamp_ms());
         marker.expires_at_ms = lands_until;
         let record = marker.to_value();
-        self.claim.writes.inner.shared.state().fences.mark(
-            self.claim.binding(),
+        self.writes().inner.shared.state().fences.mark(
+            self.binding(),
             self.claim.key().clone(),
             record.clone(),
             false,
@@ -435,13 +431,12 @@ impl<S: HostStorage + ?Sized + 'static> ScopeContext<S> {
     }
 
     fn unmark(&self) {
-        self.claim
-            .writes
+        self.writes()
             .inner
             .shared
             .state()
             .fences
-            .clear(self.claim.binding(), self.claim.key());
+            .clear(self.binding(), self.claim.key());
     }
 
     /// Writes the fence record (unconditionally: it replaces the run's intent) and marks it.
@@ -449,24 +444,23 @@ impl<S: HostStorage + ?Sized + 'static> ScopeContext<S> {
         let record = self.mark_fenced(reason, failure);
         let key = self.claim.key().clone();
         match self
-            .claim
-            .writes
+            .writes()
             .inner
             .storage
-            .set(self.claim.binding(), key.as_str(), &record)
+            .set(self.binding(), key.as_str(), &record)
             .await
         {
             Ok(()) => {
-                self.claim.writes.inner.shared.state().fences.mark(
-                    self.claim.binding(),
-                    key,
-                    record,
-                    true,
-                );
-                tracing::warn!(binding = %self.claim.binding(), scope = %self.claim.scope(), reason, "scope fenced");
+                self.writes()
+                    .inner
+                    .shared
+                    .state()
+                    .fences
+                    .mark(self.binding(), key, record, true);
+                tracing::warn!(binding = %self.binding(), scope = %self.scope(), reason, "scope fenced");
             }
             Err(error) => {
-                tracing::error!(binding = %self.claim.binding(), scope = %self.claim.scope(), reason, %error,
+                tracing::error!(binding = %self.binding(), scope = %self.scope(), reason, %error,
                 "scope fenced in process, but the fence could not be persisted");
             }
         }
@@ -481,14 +475,13 @@ impl<S: HostStorage + ?Sized + 'static> ScopeContext<S> {
         }
         let key = self.claim.key().clone();
         if let Err(error) = self
-            .claim
-            .writes
+            .writes()
             .inner
             .storage
-            .set(self.claim.binding(), key.as_str(), &Value::Null)
+            .set(self.binding(), key.as_str(), &Value::Null)
             .await
         {
-            tracing::warn!(binding = %self.claim.binding(), scope = %self.claim.scope(), %error,
+            tracing::warn!(binding = %self.binding(), scope = %self.scope(), %error,
                 "fence cleared in process, but its tombstone could not be written");
         }
     }

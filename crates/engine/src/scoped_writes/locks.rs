@@ -4,27 +4,22 @@
 //! first-served semaphore of one permit) and the token of the run holding it. Every holder
 //! and waiter carries a [`LockLease`] with its own reference to the cell, so letting go of a
 //! lock touches only the cell (the owner cleared by compare-and-set, the permit given back),
-//! never the map: an uncontended run hashes its key once, to find the cell. Entries of idle scopes (no lease
-//! references the cell) stay in the map until a sweep: when the map reaches `sweep_at`
-//! entries, every idle entry is removed and `sweep_at` becomes twice the entries left (at
-//! least [`MIN_SWEEP_AT`]). The map therefore holds at most about twice the scopes in use at
-//! once, or [`MIN_SWEEP_AT`], and a scope written again soon reuses its cell without an
-//! allocation.
+//! never the map: an uncontended run hashes its key once, to find the cell. The map is a
+//! [`SweptMap`]: the cells of idle scopes stay until it doubles, so it holds at most about
+//! twice the scopes in use at once (or 64), and a scope written again soon reuses its cell
+//! without an allocation.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use tenantry_fence::{Binding, FenceCache, FenceKey};
 
-use super::FastMap;
+use crate::swept::{SweptMap, is_idle};
 
 /// `(installation binding, fence key of the scope)`: the unit of serialization and fencing.
 /// The fence key is the scope identity's SHA-256 (or the installation key), so locking on it
 /// is locking on the scope, and an operator clearing a fence by key takes the same lock.
 pub(crate) type ScopeKey = (Binding, FenceKey);
-
-/// Map size below which no sweep runs.
-pub(crate) const MIN_SWEEP_AT: usize = 64;
 
 /// Process-local state shared by a runtime, its scope guards and its spawned commits.
 #[derive(Debug)]
@@ -34,20 +29,18 @@ pub(crate) struct Shared {
 
 #[derive(Debug)]
 pub(crate) struct State {
-    pub(crate) locks: FastMap<ScopeKey, Arc<LockCell>>,
+    pub(crate) locks: SweptMap<ScopeKey, LockCell, foldhash::fast::RandomState>,
     pub(crate) next_token: u64,
     pub(crate) fences: FenceCache,
-    sweep_at: usize,
 }
 
 impl Shared {
     pub(crate) fn new() -> Self {
         Self {
             state: Mutex::new(State {
-                locks: FastMap::default(),
+                locks: SweptMap::default(),
                 next_token: 1,
                 fences: FenceCache::new(),
-                sweep_at: MIN_SWEEP_AT,
             }),
         }
     }
@@ -81,13 +74,6 @@ impl Default for LockCell {
     }
 }
 
-impl LockCell {
-    /// Whether a lease (a holder or a waiter) references the cell besides the map.
-    fn in_use(self: &Arc<Self>) -> bool {
-        Arc::strong_count(self) > 1
-    }
-}
-
 impl State {
     /// The token of the run holding the lock of `key`, if one does.
     pub(crate) fn owner(&self, key: &ScopeKey) -> Option<u64> {
@@ -107,7 +93,8 @@ impl State {
 
     /// How many scopes are held or awaited (an entry some lease references).
     pub(crate) fn entries_in_use(&self) -> usize {
-        self.locks.values().filter(|cell| cell.in_use()).count()
+        // A lease (a holder or a waiter) references the cell besides the map.
+        self.locks.values().filter(|cell| !is_idle(cell)).count()
     }
 }
 
@@ -164,18 +151,7 @@ impl ScopeGuard {
 pub(crate) async fn acquire(shared: &Arc<Shared>, key: &ScopeKey) -> ScopeGuard {
     let cell = {
         let mut state = shared.state();
-        let cell = match state.locks.get(key) {
-            Some(cell) => cell.clone(),
-            None => {
-                if state.locks.len() >= state.sweep_at {
-                    state.locks.retain(|_, cell| cell.in_use());
-                    state.sweep_at = (state.locks.len() * 2).max(MIN_SWEEP_AT);
-                }
-                let cell = Arc::new(LockCell::default());
-                state.locks.insert(key.clone(), cell.clone());
-                cell
-            }
-        };
+        let cell = state.locks.get_or_insert_with(key, LockCell::default);
         // Uncontended (the common case): taken at once, owner recorded under the same mutex.
         let taken = cell
             .lock

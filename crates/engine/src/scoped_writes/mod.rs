@@ -432,7 +432,7 @@ impl<S: HostStorage + ?Sized + 'static> ScopedWrites<S> {
         }
     }
 
-    /// [`Self::run`] inside its span.
+    /// The body of [`Self::run`] (inside its span, when there is one).
     async fn run_in_span<T, E, F, Fut>(
         &self,
         binding: &Binding,

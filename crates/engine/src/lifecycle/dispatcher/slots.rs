@@ -8,16 +8,15 @@
 //! first in, first out. Closing the slots (the pool's shutdown) fails every waiter and every
 //! later request at once.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use tenantry_kernel::TenantId;
-use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, SemaphorePermit, TryAcquireError};
 
-/// Tenants' semaphores kept before idle ones are swept (an idle one: nobody holds or awaits
-/// a permit of it).
-const MIN_SWEEP_AT: usize = 64;
+#[cfg(test)]
+use crate::swept::MIN_SWEEP_AT;
+use crate::swept::SweptMap;
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, SemaphorePermit, TryAcquireError};
 
 /// The slots were closed (the pool shut down): the caller must not call the remote.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,18 +33,14 @@ pub(crate) struct CallSlots {
 struct PerTenant {
     /// Calls at once per tenant (at least 1).
     cap: usize,
-    tenants: Mutex<Tenants>,
+    /// Each tenant's semaphore; an idle one (nobody holds or awaits a permit: an owned permit
+    /// and a waiter each hold a reference) is swept when the map doubles.
+    tenants: Mutex<SweptMap<TenantId, Semaphore>>,
     /// Requests waiting for their tenant's permit ([`CallSlots::waiting_for_tenant`]).
     waiting: AtomicUsize,
     /// Told whenever a request starts waiting for its tenant's permit
     /// ([`CallSlots::tenant_waiter_arrived`]).
     arrived: Notify,
-}
-
-#[derive(Debug)]
-struct Tenants {
-    semaphores: HashMap<TenantId, Arc<Semaphore>>,
-    sweep_at: usize,
 }
 
 /// One remote call's permits; dropping it frees them (the tenant's after the process's).
@@ -67,10 +62,7 @@ impl CallSlots {
                 .filter(|&cap| cap < slots)
                 .map(|cap| PerTenant {
                     cap,
-                    tenants: Mutex::new(Tenants {
-                        semaphores: HashMap::new(),
-                        sweep_at: MIN_SWEEP_AT,
-                    }),
+                    tenants: Mutex::new(SweptMap::default()),
                     waiting: AtomicUsize::new(0),
                     arrived: Notify::new(),
                 }),
@@ -114,7 +106,7 @@ impl CallSlots {
                     if self.all.is_closed() {
                         return Err(SlotsClosed);
                     }
-                    tenants.semaphore(tenant, per_tenant.cap)
+                    tenants.get_or_insert_with(tenant, || Semaphore::new(per_tenant.cap))
                 };
                 let permit = match semaphore.clone().try_acquire_owned() {
                     Ok(permit) => permit,
@@ -142,7 +134,7 @@ impl CallSlots {
             Some(per_tenant) => {
                 let tenants = per_tenant.lock();
                 self.all.close();
-                for semaphore in tenants.semaphores.values() {
+                for semaphore in tenants.values() {
                     semaphore.close();
                 }
             }
@@ -153,9 +145,7 @@ impl CallSlots {
     /// Tenants with a semaphore kept (held, awaited or idle and not yet swept).
     #[cfg(test)]
     fn tenants_kept(&self) -> usize {
-        self.per_tenant
-            .as_ref()
-            .map_or(0, |p| p.lock().semaphores.len())
+        self.per_tenant.as_ref().map_or(0, |p| p.lock().len())
     }
 }
 
@@ -178,33 +168,14 @@ impl Drop for Waiting<'_> {
 }
 
 impl PerTenant {
-    fn lock(&self) -> MutexGuard<'_, Tenants> {
+    fn lock(&self) -> MutexGuard<'_, SweptMap<TenantId, Semaphore>> {
         self.tenants.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-}
-
-impl Tenants {
-    /// The semaphore of `tenant` (made with `cap` permits when new; idle ones are swept first
-    /// when the map has reached `sweep_at`, which then becomes twice what is left).
-    fn semaphore(&mut self, tenant: &TenantId, cap: usize) -> Arc<Semaphore> {
-        if let Some(semaphore) = self.semaphores.get(tenant) {
-            return semaphore.clone();
-        }
-        if self.semaphores.len() >= self.sweep_at {
-            // Only this map references an idle tenant's semaphore: no permit is out (an
-            // owned permit holds a reference) and nobody waits (a waiter holds one too).
-            self.semaphores
-                .retain(|_, semaphore| Arc::strong_count(semaphore) > 1);
-            self.sweep_at = (self.semaphores.len() * 2).max(MIN_SWEEP_AT);
-        }
-        let semaphore = Arc::new(Semaphore::new(cap));
-        self.semaphores.insert(tenant.clone(), semaphore.clone());
-        semaphore
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
     use std::time::Duration;
 
     use super::*;

@@ -273,18 +273,7 @@ async fn a_tenant_call_limit_leaves_slots_to_other_tenants() {
     for (limit, inside_with_backlog) in [(None, 4), (Some(2), 3)] {
         let h = harness();
         let (pool, remote, mut ids) = held_pool(&h, 6, 4, &clock_of_test()).await;
-        let other = TenantId::parse("tenant-2").unwrap();
-        let receipt = h
-            .intake
-            .create_control_space(&CreateControlSpace::new(
-                other,
-                cs_id("other"),
-                key("create-other"),
-                "Other",
-                "other",
-            ))
-            .await
-            .unwrap();
+        let receipt = h.create_for("tenant-2", "other").await;
         ids.push(receipt.command_id);
         let pool = pool.with_tenant_call_limit(limit);
         assert_eq!(
@@ -319,57 +308,7 @@ async fn a_tenant_call_limit_leaves_slots_to_other_tenants() {
 /// drained.
 #[tokio::test]
 async fn another_tenants_late_command_is_claimed_within_one_call_under_a_tenant_bound() {
-    let h = harness();
-    let (pool, remote, ids) = held_pool(&h, 12, 4, &clock_of_test()).await;
-    let pool = pool.with_tenant_call_limit(Some(2));
-    assert_eq!((pool.max_in_flight(), pool.max_held()), (8, 12));
-    let (stop, stopped) = watch::channel(false);
-    let handle = tokio::spawn(pool.run(stopped));
-    let_tasks_run().await;
-    assert_eq!(
-        statuses(&h, &ids),
-        (0, 12, 0),
-        "8 claimed, then 4 more into the places of the 6 waiting: 2 calling"
-    );
-    assert_eq!(remote.inside.load(Ordering::SeqCst), 2);
-
-    let late = h
-        .intake
-        .create_control_space(&CreateControlSpace::new(
-            TenantId::parse("tenant-2").unwrap(),
-            cs_id("late"),
-            key("create-late"),
-            "Late",
-            "late",
-        ))
-        .await
-        .unwrap()
-        .command_id;
-    // One call of tenant-1 ends: the loop looks again and claims into the places its waiting
-    // dispatches would take; tenant-2's command (its turn at the head) takes a free slot.
-    remote.gate.add_permits(1);
-    let_tasks_run().await;
-    assert_eq!(h.command(&late).status, CommandStatus::Processing);
-    assert_eq!(
-        remote.inside.load(Ordering::SeqCst),
-        3,
-        "2 of tenant-1, 1 of tenant-2"
-    );
-    let (pending, processing, succeeded) = statuses(&h, &ids);
-    assert_eq!(succeeded, 1);
-    assert!(
-        processing < 12,
-        "at most max_held (12) commands held: {processing} + the late one"
-    );
-    assert_eq!(pending + processing + succeeded, 12);
-
-    remote.gate.add_permits(100);
-    let_tasks_run().await;
-    assert_eq!(statuses(&h, &ids), (0, 0, 12));
-    assert_eq!(h.command(&late).status, CommandStatus::Succeeded);
-    assert_eq!(remote.most_inside.load(Ordering::SeqCst), 3);
-    stop.send(true).unwrap();
-    assert_eq!(handle.await.unwrap().completed, 13);
+    late_command_of_another_tenant(12, 2).await;
 }
 
 /// The claimer looks again as soon as a dispatch starts waiting for its tenant, not only when
@@ -378,47 +317,57 @@ async fn another_tenants_late_command_is_claimed_within_one_call_under_a_tenant_
 /// another tenant is claimed after one call, beside the backlog's one call.
 #[tokio::test]
 async fn the_pool_claims_into_the_places_of_dispatches_that_start_waiting_for_their_tenant() {
+    late_command_of_another_tenant(14, 1).await;
+}
+
+/// tenant-1's `backlog` provisions under a bound of `limit` calls, on one worker of 4 slots
+/// (8 in flight, 12 held), then one command of tenant-2 once the pool is full.
+async fn late_command_of_another_tenant(backlog: usize, limit: usize) {
     let h = harness();
-    let (pool, remote, ids) = held_pool(&h, 14, 4, &clock_of_test()).await;
-    let pool = pool.with_tenant_call_limit(Some(1));
+    let (pool, remote, ids) = held_pool(&h, backlog, 4, &clock_of_test()).await;
+    let pool = pool.with_tenant_call_limit(Some(limit));
     assert_eq!((pool.max_in_flight(), pool.max_held()), (8, 12));
     let (stop, stopped) = watch::channel(false);
     let handle = tokio::spawn(pool.run(stopped));
     let_tasks_run().await;
-    assert_eq!(statuses(&h, &ids), (2, 12, 0), "12 held, no call ended");
+    let held = backlog.min(12);
+    assert_eq!(
+        statuses(&h, &ids),
+        (backlog - held, held, 0),
+        "8 claimed, then 4 more into the places of the waiting, with no call ended"
+    );
     assert_eq!(
         remote.inside.load(Ordering::SeqCst),
-        1,
-        "tenant-1 makes one call"
+        limit,
+        "tenant-1 makes {limit} calls"
     );
 
-    let late = h
-        .intake
-        .create_control_space(&CreateControlSpace::new(
-            TenantId::parse("tenant-2").unwrap(),
-            cs_id("late"),
-            key("create-late"),
-            "Late",
-            "late",
-        ))
-        .await
-        .unwrap()
-        .command_id;
+    let late = h.create_for("tenant-2", "late").await.command_id;
+    // One call of tenant-1 ends: the loop looks again and claims into the places its waiting
+    // dispatches would take; tenant-2's command (its turn at the head) takes a free slot.
     remote.gate.add_permits(1);
     let_tasks_run().await;
     assert_eq!(h.command(&late).status, CommandStatus::Processing);
     assert_eq!(
         remote.inside.load(Ordering::SeqCst),
-        2,
-        "1 of tenant-1, 1 of tenant-2"
+        limit + 1,
+        "{limit} of tenant-1, 1 of tenant-2"
     );
+    let (pending, processing, succeeded) = statuses(&h, &ids);
+    assert_eq!(succeeded, 1);
+    assert!(
+        processing < 12,
+        "at most max_held (12) commands held: {processing} + the late one"
+    );
+    assert_eq!(pending + processing + succeeded, backlog);
 
     remote.gate.add_permits(100);
     let_tasks_run().await;
-    assert_eq!(statuses(&h, &ids), (0, 0, 14));
-    assert_eq!(remote.most_inside.load(Ordering::SeqCst), 2);
+    assert_eq!(statuses(&h, &ids), (0, 0, backlog));
+    assert_eq!(h.command(&late).status, CommandStatus::Succeeded);
+    assert_eq!(remote.most_inside.load(Ordering::SeqCst), limit + 1);
     stop.send(true).unwrap();
-    assert_eq!(handle.await.unwrap().completed, 15);
+    assert_eq!(handle.await.unwrap().completed, backlog as u64 + 1);
 }
 
 /// A tenant bound would make dispatches wait on leases that are not renewed: a pool whose
