@@ -96,6 +96,11 @@ impl ProjectionTables {
 
     /// Writes a plan: every row is an upsert by primary key.
     pub fn write(&mut self, plan: &ProjectionWrite) {
+        // Planted (verification only): the workspace rows are replaced by the plan's instead
+        // of upserted, so rows the plan does not carry vanish.
+        if tenantry_kernel::planted!("write-replaces-workspaces") && !plan.workspaces.is_empty() {
+            self.workspaces.clear();
+        }
         for row in &plan.accounts {
             self.accounts.insert(row.uuid.clone(), row.clone());
         }

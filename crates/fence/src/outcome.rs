@@ -30,7 +30,8 @@ impl IntentAction {
     /// What to do with a write-ahead intent after a dispatch ended with `outcome`: keep it
     /// exactly when the outcome fences ([`fences`]).
     pub fn after(outcome: DispatchOutcome) -> Self {
-        if fences(outcome) {
+        // Planted (verification only): an unknown outcome clears the intent like a known one.
+        if fences(outcome) && !tenantry_kernel::planted!("unknown-outcome-clears-intent") {
             Self::Keep
         } else {
             Self::Clear

@@ -66,7 +66,8 @@ pub fn classify(stored: StoredRecord<'_>, owner: &str, now_ms: i64) -> Holder {
     };
     match (marker.kind, marker.owner, marker.expires_at_ms) {
         (RecordKind::Intent, Some(holder), Some(expires_at_ms)) => {
-            if holder == owner {
+            // Planted (verification only): another owner's claim is read as this owner's.
+            if holder == owner || tenantry_kernel::planted!("claim-of-another-owner-taken") {
                 Holder::Own
             } else if now_ms < expires_at_ms {
                 Holder::Claimed {

@@ -217,7 +217,10 @@ impl ControlSpace {
                 if !matches!(self.state, S::Provisioning | S::Active) {
                     return Err(forbidden());
                 }
-                next.state = S::Deleting;
+                // Planted (verification only): the deletion request leaves the state as it was.
+                if !tenantry_kernel::planted!("deletion-keeps-state") {
+                    next.state = S::Deleting;
+                }
                 next.lifecycle_operation_id = operation_id.clone();
             }
             Transition::RegisterRecoveredIdentity {

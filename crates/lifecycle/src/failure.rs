@@ -56,6 +56,10 @@ pub fn remote_disposition(status: Option<u16>, code: &ErrorCode) -> Disposition 
         return Disposition::Permanent;
     }
     match status {
+        // Planted (verification only): a transport failure (no answer) fails the command.
+        None if tenantry_kernel::planted!("transport-failure-is-permanent") => {
+            Disposition::Permanent
+        }
         Some(400 | 422) => Disposition::Permanent,
         Some(409) if PERMANENT_CONFLICT_CODES.contains(code) => Disposition::Permanent,
         _ => Disposition::Retry,

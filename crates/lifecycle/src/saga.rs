@@ -456,6 +456,9 @@ impl<'a> Step<'a> {
         recovered: Option<&RemoteSpace>,
         cs: Option<&ControlSpace>,
     ) -> Result<Recovery, StepError> {
+        // Planted (verification only): the lookup's answer is read as "no such space".
+        let recovered =
+            recovered.filter(|_| !tenantry_kernel::planted!("found-space-read-as-absent"));
         let Some(recovered) = recovered else {
             return Ok(Recovery::Absent);
         };

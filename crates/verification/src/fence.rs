@@ -429,16 +429,20 @@ impl Model for FenceProtocol {
                     1 => DispatchOutcome::answered(200),
                     _ => DispatchOutcome::OutcomeUnknown,
                 };
+                // What the outcome is, observed from the outcome itself (not from what the
+                // runtime's rule makes of it): an unknown outcome is unresolved until an
+                // operator clears it, and its request may still be on its way and land until
+                // its claim's end.
+                if outcome == DispatchOutcome::OutcomeUnknown {
+                    if let WriterRun::InFlight(at) = s.writers[w] {
+                        s.orphans.push(at);
+                        s.orphans.sort_unstable();
+                    }
+                    s.unresolved = true;
+                }
                 match IntentAction::after(outcome) {
                     IntentAction::Keep => {
-                        // The answer was lost: the request may still be on its way and land
-                        // until its claim's end.
-                        if let WriterRun::InFlight(at) = s.writers[w] {
-                            s.orphans.push(at);
-                            s.orphans.sort_unstable();
-                        }
                         s.stored = self.fence_over_intent(&s, PROCESS_OF[w]);
-                        s.unresolved = true;
                     }
                     IntentAction::Clear => {
                         if self.our_intent(&s, PROCESS_OF[w]) {

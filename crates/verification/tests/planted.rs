@@ -58,6 +58,21 @@ fn workers_simulation() -> Finding {
     simulation(|seed| sim::workers::run(seed, 2_500, None), 40)
 }
 
+/// The lifecycle simulation (one dispatcher over the in-memory store) with the CI test's seeds.
+fn lifecycle_simulation() -> Finding {
+    simulation(|seed| sim::run(seed, 5_000, None), 120)
+}
+
+/// The fences simulation (two processes' fence runtimes and an operator).
+fn fences_simulation() -> Finding {
+    simulation(|seed| sim::fences::run(seed, 2_000, None), 100)
+}
+
+/// The projector simulation (two projector replicas against a reordering directory).
+fn projector_simulation() -> Finding {
+    simulation(|seed| sim::projector::run(seed, 2_500, None), 40)
+}
+
 fn store_sequences() -> Finding {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -82,6 +97,10 @@ fn store_sequences() -> Finding {
 const CLEARING_KEEPS_IN_FLIGHT: &str =
     "clearing never erases the only record of an in-flight outcome";
 
+/// The fence model's property that a dispatched mutation has a durable marker while its
+/// request is in flight or its outcome unresolved.
+const MARKER_WHILE_NEEDED: &str = "no dispatched mutation without a durable marker";
+
 /// One checker of one mutation: its name, how to run it, and the text its report must hold.
 struct Check {
     mutation: &'static str,
@@ -105,8 +124,37 @@ const CHECKS: &[Check] = &[
     Check {
         mutation: "expired-intent-counts-as-free",
         checker: "fences simulation",
-        run: || simulation(|seed| sim::fences::run(seed, 2_000, None), 100),
+        run: fences_simulation,
         expected: "unknown outcome there is unresolved",
+    },
+    Check {
+        mutation: "claim-of-another-owner-taken",
+        checker: "fence model",
+        run: || {
+            model(
+                FenceProtocol::correct(),
+                "writes to one scope are serialized",
+            )
+        },
+        expected: "writes to one scope are serialized",
+    },
+    Check {
+        mutation: "unknown-outcome-clears-intent",
+        checker: "fence model",
+        run: || model(FenceProtocol::correct(), MARKER_WHILE_NEEDED),
+        expected: MARKER_WHILE_NEEDED,
+    },
+    Check {
+        mutation: "claim-of-another-owner-taken",
+        checker: "fences simulation",
+        run: fences_simulation,
+        expected: "while request",
+    },
+    Check {
+        mutation: "unknown-outcome-clears-intent",
+        checker: "fences simulation",
+        run: fences_simulation,
+        expected: "but no marker in storage",
     },
     Check {
         mutation: "clear-without-age-check",
@@ -117,7 +165,7 @@ const CHECKS: &[Check] = &[
     Check {
         mutation: "clear-without-age-check",
         checker: "fences simulation",
-        run: || simulation(|seed| sim::fences::run(seed, 2_000, None), 100),
+        run: fences_simulation,
         expected: "was in flight",
     },
     Check {
@@ -178,7 +226,19 @@ const CHECKS: &[Check] = &[
         mutation: "claim-takes-live-lease",
         checker: "workers simulation",
         run: workers_simulation,
+        expected: "live leases on command",
+    },
+    Check {
+        mutation: "call-without-lease-check",
+        checker: "workers simulation",
+        run: workers_simulation,
         expected: "without the command's current lease",
+    },
+    Check {
+        mutation: "provision-keys-per-attempt",
+        checker: "workers simulation",
+        run: workers_simulation,
+        expected: "which names no command",
     },
     Check {
         mutation: "renewal-of-expired-lease",
@@ -189,8 +249,26 @@ const CHECKS: &[Check] = &[
     Check {
         mutation: "provision-keys-per-attempt",
         checker: "lifecycle simulation",
-        run: || simulation(|seed| sim::run(seed, 5_000, None), 120),
+        run: lifecycle_simulation,
         expected: "remote spaces for",
+    },
+    Check {
+        mutation: "deletion-keeps-state",
+        checker: "lifecycle simulation",
+        run: lifecycle_simulation,
+        expected: ", deleted: true }",
+    },
+    Check {
+        mutation: "found-space-read-as-absent",
+        checker: "lifecycle simulation",
+        run: lifecycle_simulation,
+        expected: "is deleted but its remote space exists",
+    },
+    Check {
+        mutation: "transport-failure-is-permanent",
+        checker: "lifecycle simulation",
+        run: lifecycle_simulation,
+        expected: "ended failed",
     },
     Check {
         mutation: "absence-without-grace",
@@ -225,8 +303,26 @@ const CHECKS: &[Check] = &[
     Check {
         mutation: "older-snapshot-applied",
         checker: "projector simulation",
-        run: || simulation(|seed| sim::projector::run(seed, 2_500, None), 40),
+        run: projector_simulation,
         expected: "one revision never takes two contents",
+    },
+    Check {
+        mutation: "older-revision-applied",
+        checker: "projector simulation",
+        run: projector_simulation,
+        expected: sim::projector::REVISION_NEVER_GOES_BACK,
+    },
+    Check {
+        mutation: "cursor-follows-batch",
+        checker: "projector simulation",
+        run: projector_simulation,
+        expected: sim::projector::CURSOR_NEVER_GOES_BACK,
+    },
+    Check {
+        mutation: "write-replaces-workspaces",
+        checker: "projector simulation",
+        run: projector_simulation,
+        expected: sim::projector::ROW_NEVER_VANISHES,
     },
     Check {
         mutation: "revision-takes-other-content",

@@ -133,10 +133,7 @@ mod workers {
                 WorkerBug::SettleWithoutEpochCheck,
                 "stale lease was accepted",
             ),
-            (
-                WorkerBug::ClaimWithoutExpiryCheck,
-                "without the command's current lease",
-            ),
+            (WorkerBug::ClaimWithoutExpiryCheck, "live leases on command"),
             (
                 WorkerBug::NoAbsenceGrace,
                 "deleted but its remote space exists",

@@ -2,7 +2,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use super::Working;
+use super::{Working, rolls_back};
 use crate::error::DirectoryError;
 use crate::ids::AccountUuid;
 use crate::maps::{AccountStatus, RowSource, map_account_status};
@@ -86,7 +86,7 @@ impl Working<'_> {
                     account: account.clone(),
                 });
             }
-            if row.projection_revision > cursor {
+            if rolls_back(row.projection_revision, cursor) {
                 return Err(DirectoryError::AccountRevisionRolledBack {
                     account: account.clone(),
                     stored: row.projection_revision,

@@ -285,6 +285,16 @@ fn plan_snapshot_rows<'a>(
     Ok(work)
 }
 
+/// Whether writing `incoming` over a stored `stored` would move a row's revision (or an
+/// execution generation) back: the rule every projected row's rollback check applies
+/// (accounts, workspaces, memberships, execution state; the `*RolledBack` errors of
+/// [`DirectoryError`]).
+pub(crate) fn rolls_back(stored: i64, incoming: i64) -> bool {
+    // Planted (verification only; `validate_delta` carries the same switch): a lagging
+    // answer's older revision is written over a newer one.
+    stored > incoming && !tenantry_kernel::planted!("older-revision-applied")
+}
+
 /// Whether a snapshot at `cursor` with `fingerprint` is the directory the projection already
 /// holds: the state row stands at that cursor with that (full-snapshot, not incremental)
 /// fingerprint. Only the directory projection writes the projected rows, and a delta replaces
@@ -362,6 +372,10 @@ pub fn plan_delta(
         }
         next.cursor = batch.cursor;
         next.snapshot_fingerprint = incremental_marker();
+    } else if tenantry_kernel::planted!("cursor-follows-batch") {
+        // Planted (verification only; the event-batch path carries the same switch): the
+        // shared cursor takes a batch's cursor behind it.
+        next.cursor = batch.cursor;
     }
     Ok(end_incremental(work, next, batch, true, Some(cardinality)))
 }
@@ -387,7 +401,12 @@ pub fn plan_event_batch(
         return Err(DirectoryError::DirectoryChangesNeedDelta);
     }
     let (work, mut next) = begin_incremental(ctx, state, existing, batch)?;
-    next.cursor = next.cursor.max(batch.cursor);
+    next.cursor = if tenantry_kernel::planted!("cursor-follows-batch") {
+        // Planted (verification only): the shared cursor takes the batch's, even a lower one.
+        batch.cursor
+    } else {
+        next.cursor.max(batch.cursor)
+    };
     Ok(end_incremental(work, next, batch, false, None))
 }
 

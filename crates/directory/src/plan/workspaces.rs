@@ -3,7 +3,7 @@
 
 use std::collections::HashSet;
 
-use super::Working;
+use super::{Working, rolls_back};
 use crate::error::DirectoryError;
 use crate::ids::{AccountUuid, MembershipUuid, WorkspaceUuid};
 use crate::maps::{
@@ -53,7 +53,7 @@ impl Working<'_> {
                         workspace: uuid.clone(),
                     });
                 }
-                if row.projection_revision > candidate.projection_revision {
+                if rolls_back(row.projection_revision, candidate.projection_revision) {
                     return Err(DirectoryError::WorkspaceRevisionRolledBack {
                         workspace: uuid.clone(),
                         stored: row.projection_revision,
@@ -138,7 +138,7 @@ impl Working<'_> {
                     incoming: member.membership_uuid.clone(),
                 });
             }
-            if row.projection_revision > member.projection_revision {
+            if rolls_back(row.projection_revision, member.projection_revision) {
                 return Err(DirectoryError::MembershipRevisionRolledBack {
                     membership: row.uuid.clone(),
                     workspace: candidate.uuid.clone(),
@@ -202,14 +202,14 @@ impl Working<'_> {
                     workspace: uuid.clone(),
                 });
             }
-            if row.active_generation > candidate.execution_generation {
+            if rolls_back(row.active_generation, candidate.execution_generation) {
                 return Err(DirectoryError::ExecutionGenerationRolledBack {
                     workspace: uuid.clone(),
                     stored: row.active_generation,
                     incoming: candidate.execution_generation,
                 });
             }
-            if row.desired_state_revision > candidate.projection_revision {
+            if rolls_back(row.desired_state_revision, candidate.projection_revision) {
                 return Err(DirectoryError::DesiredStateRevisionRolledBack {
                     workspace: uuid.clone(),
                     stored: row.desired_state_revision,

@@ -225,6 +225,31 @@ impl World {
         let at = self.db_clock.now().timestamp() - START;
         self.trace.push_back(format!("t={at}s {text}"));
     }
+
+    /// The first command with more than one live lease as the holders see them, as the
+    /// violation's text: a view is live while it is neither closed nor lost and its deadline
+    /// (on its holder's monotonic clock, counted from before the statement that took or
+    /// renewed it) is ahead of the database clock's monotonic reading.
+    fn two_live_leases(&self) -> Option<String> {
+        let now = self.db_clock.monotonic();
+        let mut live: BTreeMap<&CommandId, Vec<String>> = BTreeMap::new();
+        for ((command, epoch), view) in &self.leases {
+            if !view.closed && !view.lost && now < view.deadline {
+                live.entry(command)
+                    .or_default()
+                    .push(format!("{} epoch {epoch}", view.owner));
+            }
+        }
+        live.iter()
+            .find(|(_, h)| h.len() > 1)
+            .map(|(command, holders)| {
+                format!(
+                    "{} live leases on command {command}: {}",
+                    holders.len(),
+                    holders.join(", ")
+                )
+            })
+    }
 }
 
 type Shared = Arc<Mutex<World>>;

@@ -102,7 +102,24 @@ impl SimRemote {
     /// epoch of this command the store handed to that owner ([`World::leases`]). A pool that
     /// claimed a command again after its lease expired checks against the newer epoch: the
     /// older dispatch checks its own lease before every call and cancels the call when it ends.
-    fn check_sender(w: &mut World, caller: &str, command: Option<CommandRecord>, call: &str) {
+    ///
+    /// A call whose key names no command (neither a command's id nor a delete command's
+    /// caller key) breaks the idempotency rule itself (docs/protocol.md, "Idempotency"): a
+    /// retry would not repeat its key, so the remote could apply it twice.
+    fn check_sender(
+        w: &mut World,
+        caller: &str,
+        key: &IdempotencyKey,
+        command: Option<CommandRecord>,
+        call: &str,
+    ) {
+        if command.is_none() {
+            w.violations.push(format!(
+                "remote {call} sent by {caller} under key {key}, which names no command \
+                 (a mutation carries its command's id as its idempotency key)"
+            ));
+            return;
+        }
         let now = w.db_clock.now();
         let epoch = command.as_ref().and_then(|r| {
             w.leases
@@ -163,7 +180,7 @@ impl SimRemote {
         let (fate, landing, answer_after) = {
             let mut w = world(&self.world);
             w.remote_calls += 1;
-            Self::check_sender(&mut w, &self.caller, command, name);
+            Self::check_sender(&mut w, &self.caller, key, command, name);
             w.calls_open[self.process] += 1;
             let open = w.calls_open[self.process];
             w.most_calls_open = w.most_calls_open.max(open);

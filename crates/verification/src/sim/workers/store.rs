@@ -114,6 +114,12 @@ impl forward::CommandQueue for SimStore {
                 command.attempt_count
             ));
         }
+        // Judged at the claim itself, before the new holder or the old one sends anything:
+        // a claim that took a lease its holder still sees live is the first fault, not the
+        // call one of them makes next under it.
+        if let Some(violation) = w.two_live_leases() {
+            w.violations.push(violation);
+        }
         Ok(claimed)
     }
     async fn renew_lease(

@@ -14,7 +14,7 @@ use tenantry_engine::lifecycle::{
     CommandIntake, Dispatcher, DispatcherConfig, GroupCommitConfig, GroupCommitStore, WorkerConfig,
     WorkerPool,
 };
-use tenantry_kernel::{CommandId, ControlSpaceId, IdempotencyKey, LeaseOwner, TenantId};
+use tenantry_kernel::{ControlSpaceId, IdempotencyKey, LeaseOwner, TenantId};
 use tenantry_lifecycle::intake::{CreateControlSpace, RequestDeletion};
 use tenantry_lifecycle::{CommandStatus, ControlSpace, ControlSpaceState};
 use tenantry_ports::clock::{Clock, ManualClock};
@@ -377,21 +377,8 @@ impl WorkerSim {
         // there instead (a refused renewal or settle, or the stale-settle and stale-renewal
         // checks of `SimStore`).
         w.leases.retain(|_, view| !view.closed);
-        let now = self.db_clock.monotonic();
-        let mut live: BTreeMap<&CommandId, Vec<String>> = BTreeMap::new();
-        for ((command, epoch), view) in &w.leases {
-            if !view.closed && !view.lost && now < view.deadline {
-                live.entry(command)
-                    .or_default()
-                    .push(format!("{} epoch {epoch}", view.owner));
-            }
-        }
-        if let Some((command, holders)) = live.iter().find(|(_, h)| h.len() > 1) {
-            return Err(format!(
-                "{} live leases on command {command}: {}",
-                holders.len(),
-                holders.join(", ")
-            ));
+        if let Some(violation) = w.two_live_leases() {
+            return Err(violation);
         }
         if let Some(violation) = w.remote.violations().first() {
             return Err(format!("remote: {violation}"));
