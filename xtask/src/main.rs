@@ -44,7 +44,7 @@ enum Command {
     /// Benchmarks: release build, throwaway PostgreSQL cluster, pgbench reference; results
     /// as JSON lines, in target/bench/ and in docs/benchmarks.md.
     Bench(bench::BenchArgs),
-    /// The deterministic simulations: `cargo xtask sim [--sim all|lifecycle|workers|fences|projector]
+    /// The deterministic simulations: `cargo xtask sim [--sim all|lifecycle|workers|workers-sql|fences|projector]
     /// --seed S --steps N [--seeds K]` runs seeds S..S+K of N steps each and prints the failing
     /// seed, step and trace, if any (docs/verification.md).
     Sim {

@@ -286,11 +286,23 @@ impl CommandQueue for SeaOrmLifecycleStore {
             i64::from(request.limit.max(1)).into(),
             duration_millis(request.call_deadline).into(),
         ];
-        let rows = outbox::Entity::find()
+        let mut rows = outbox::Entity::find()
             .from_raw_sql(Statement::from_sql_and_values(backend, sql, values))
             .all(&self.conn)
             .await
             .map_err(unavailable)?;
+        // `RETURNING` follows no `ORDER BY`: PostgreSQL answers in the order it updated the
+        // rows (their place in the table), not the claim's. The batch is handed out in the
+        // claim's order (found by the workers simulation over PostgreSQL: two runs of one seed
+        // dispatched a batch in different orders).
+        rows.sort_by(|a, b| {
+            (a.turn_at, a.next_attempt_at, a.created_at, &a.id).cmp(&(
+                b.turn_at,
+                b.next_attempt_at,
+                b.created_at,
+                &b.id,
+            ))
+        });
         let mut claimed = rows
             .into_iter()
             .map(|row| to_claimed(row, request.lease_duration))

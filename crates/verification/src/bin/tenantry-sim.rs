@@ -2,8 +2,10 @@
 //! (`tenantry_verification::sim`) for seeds S..S+K, N steps each; prints the steps per second,
 //! or the first failure (seed, step, trace) and exits 1. `--sim` is `all` (the default: each
 //! simulation in turn), `lifecycle` (the saga through one dispatcher), `workers` (worker loops of several processes on
-//! virtual time), `fences` (scoped writes of two processes and an operator), `projector` (two directory
-//! projector replicas against a reordering directory). `cargo xtask sim` runs it.
+//! virtual time), `workers-sql` (the same over the real SQL store: a fresh SQLite database per
+//! seed, or PostgreSQL with `TENANTRY_TEST_PG_URL`; not part of `all`), `fences` (scoped writes of
+//! two processes and an operator), `projector` (two directory projector replicas against a
+//! reordering directory). `cargo xtask sim` runs it.
 
 use std::process::ExitCode;
 use std::time::Instant;
@@ -27,12 +29,14 @@ type RunSeed = fn(u64, u64) -> Result<(), SimFailure>;
 fn simulations(name: &str) -> Result<Vec<(&'static str, RunSeed)>, String> {
     let lifecycle: RunSeed = |seed, steps| sim::run(seed, steps, None);
     let workers: RunSeed = |seed, steps| sim::workers::run(seed, steps, None).map(|_| ());
+    let workers_sql: RunSeed = |seed, steps| sim::workers::run_over_sql(seed, steps).map(|_| ());
     let fences: RunSeed = |seed, steps| sim::fences::run(seed, steps, None).map(|_| ());
     let projector: RunSeed = |seed, steps| sim::projector::run(seed, steps, None).map(|_| ());
     match name {
         "lifecycle" => Ok(vec![("lifecycle", lifecycle)]),
         "projector" => Ok(vec![("projector", projector)]),
         "workers" => Ok(vec![("workers", workers)]),
+        "workers-sql" => Ok(vec![("workers-sql", workers_sql)]),
         "fences" => Ok(vec![("fences", fences)]),
         "all" => Ok(vec![
             ("lifecycle", lifecycle),
@@ -41,7 +45,7 @@ fn simulations(name: &str) -> Result<Vec<(&'static str, RunSeed)>, String> {
             ("projector", projector),
         ]),
         other => Err(format!(
-            "--sim {other} is not a simulation; use lifecycle, workers, fences, projector or all"
+            "--sim {other} is not a simulation; use lifecycle, workers, workers-sql, fences, projector or all"
         )),
     }
 }
@@ -65,7 +69,7 @@ fn main() -> ExitCode {
         Ok(v) => v,
         Err(message) => {
             eprintln!(
-                "tenantry-sim: {message}\nusage: tenantry-sim [--sim all|lifecycle|workers|fences|projector] [--seed S] [--steps N] [--seeds K]"
+                "tenantry-sim: {message}\nusage: tenantry-sim [--sim all|lifecycle|workers|workers-sql|fences|projector] [--seed S] [--steps N] [--seeds K]"
             );
             return ExitCode::from(2);
         }

@@ -47,6 +47,7 @@
 //! A run is a pure function of its seed: [`run`] returns a digest of the final state, equal
 //! for equal seeds.
 
+mod backend;
 mod remote;
 mod store;
 mod system;
@@ -57,7 +58,7 @@ use std::time::Duration;
 
 use rand::Rng;
 use rand::rngs::StdRng;
-pub use system::run;
+pub use system::{run, run_over_sql};
 use tenantry_kernel::CommandId;
 use tenantry_ports::clock::{Clock, ManualClock};
 use tenantry_testkit::knowledge_fs::state::KnowledgeFsModel;

@@ -13,11 +13,11 @@ use tenantry_lifecycle::{
     RevokeAck, RevokeRequest,
 };
 use tenantry_ports::clock::{Clock, ManualClock};
-use tenantry_ports::lifecycle::fake::InMemoryLifecycleStore;
-use tenantry_ports::lifecycle::{IntakeStore, KnowledgeFs, RemoteError};
+use tenantry_ports::lifecycle::{KnowledgeFs, RemoteError};
 use tenantry_testkit::knowledge_fs::RemoteErrorBody;
 use tenantry_testkit::knowledge_fs::state::{DeletionBody, KnowledgeFsModel, ProvisionBody};
 
+use super::backend::Backend;
 use super::system::key;
 use super::{CALL_DEADLINE, MAX_LANDING, REMOTE_CALL_LIMIT, Shared, World, world};
 
@@ -47,13 +47,13 @@ impl Drop for CallOpen {
 }
 
 #[derive(Clone)]
-pub(super) struct SimRemote {
+pub(super) struct SimRemote<B> {
     pub(super) world: Shared,
     /// The caller's process: its open calls are counted against [`REMOTE_CALL_LIMIT`].
     pub(super) process: usize,
     /// The caller's generation: a call of a generation that crashed never leaves.
     pub(super) generation: u32,
-    pub(super) store: InMemoryLifecycleStore,
+    pub(super) store: B,
     /// The caller's process clock: the call deadline is a timer of the caller.
     pub(super) clock: ManualClock,
     /// The lease owner of the caller's process (one per process, as its pool claims with one).
@@ -95,7 +95,7 @@ fn remote_error(body: &RemoteErrorBody) -> RemoteError {
     RemoteError::answered(body.status, body.code, body.message.clone())
 }
 
-impl SimRemote {
+impl<B: Backend> SimRemote<B> {
     /// Checks that the caller sends under the command's current, unexpired lease: the store's
     /// (owner, epoch) must be the caller's (owner, epoch). The caller is this remote's process
     /// (one lease owner per process, as its pool claims with one); its epoch is the latest
@@ -285,7 +285,7 @@ impl SimRemote {
 }
 
 #[async_trait]
-impl KnowledgeFs for SimRemote {
+impl<B: Backend> KnowledgeFs for SimRemote<B> {
     async fn provision(&self, request: &ProvisionRequest) -> Result<RemoteSpace, RemoteError> {
         let namespace = request.namespace_id.clone();
         let body = ProvisionBody {

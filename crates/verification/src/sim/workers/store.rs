@@ -8,17 +8,17 @@ use async_trait::async_trait;
 use tenantry_lifecycle::{ClaimedCommand, CommandRecord, CommandStatus, LeaseToken, Settlement};
 use tenantry_ports::clock::{Clock, ManualClock};
 use tenantry_ports::forward;
-use tenantry_ports::lifecycle::fake::InMemoryLifecycleStore;
-use tenantry_ports::lifecycle::{ClaimRequest, CommandQueue, SettleError, StoreError};
+use tenantry_ports::lifecycle::{ClaimRequest, SettleError, StoreError};
 
+use super::backend::Backend;
 use super::{LeaseView, Shared, WorkerBug, world};
 
 #[cfg(doc)]
 use super::WorkerOp;
 
 #[derive(Clone)]
-pub(super) struct SimStore {
-    pub(super) inner: InMemoryLifecycleStore,
+pub(super) struct SimStore<B> {
+    pub(super) inner: B,
     pub(super) world: Shared,
     pub(super) process: usize,
     pub(super) generation: u32,
@@ -34,7 +34,7 @@ fn holds(record: &CommandRecord, lease: &LeaseToken) -> bool {
         && record.lease_epoch == lease.epoch
 }
 
-impl SimStore {
+impl<B: Backend> SimStore<B> {
     /// Holds a lease statement of this process while the process is stalled
     /// ([`WorkerOp::Stall`]): it reaches the store when the stall ends (a stall extended
     /// meanwhile holds it longer), however long after the dispatcher checked its lease. A
@@ -69,27 +69,21 @@ impl SimStore {
     }
 }
 
-impl forward::Decorator for SimStore {
-    type Inner = InMemoryLifecycleStore;
-    fn inner(&self) -> &InMemoryLifecycleStore {
+impl<B: Backend> forward::Decorator for SimStore<B> {
+    type Inner = B;
+    fn inner(&self) -> &B {
         &self.inner
     }
 }
 
 #[async_trait]
-impl forward::CommandQueue for SimStore {
+impl<B: Backend> forward::CommandQueue for SimStore<B> {
     async fn claim(&self, request: &ClaimRequest) -> Result<Vec<ClaimedCommand>, StoreError> {
         let started = self.clock.monotonic();
         self.held_while_stalled("claim").await;
         if self.bug == Some(WorkerBug::ClaimWithoutExpiryCheck) {
             let now = world(&self.world).db_clock.now();
-            if let Some(mut live) = self.inner.commands().into_iter().find(|r| {
-                r.status == CommandStatus::Processing
-                    && r.lease_expires_at.is_some_and(|at| at > now)
-            }) {
-                live.lease_expires_at = Some(now);
-                self.inner.put_command(live);
-            }
+            self.inner.expire_one_live_lease(now);
         }
         let claimed = self.inner.claim(request).await?;
         let mut w = world(&self.world);
@@ -204,7 +198,7 @@ impl forward::CommandQueue for SimStore {
     }
 }
 
-impl SimStore {
+impl<B: Backend> SimStore<B> {
     /// A settle as the shared store answers it, checked: a settle the store accepts from a
     /// lease that is not the command's current one is a violation.
     async fn settle_checked(
@@ -271,6 +265,6 @@ impl SimStore {
     }
 }
 
-impl forward::ControlSpaceReader for SimStore {}
+impl<B: Backend> forward::ControlSpaceReader for SimStore<B> {}
 
-impl forward::IntakeStore for SimStore {}
+impl<B: Backend> forward::IntakeStore for SimStore<B> {}

@@ -18,12 +18,12 @@ use tenantry_kernel::{ControlSpaceId, IdempotencyKey, LeaseOwner, TenantId};
 use tenantry_lifecycle::intake::{CreateControlSpace, RequestDeletion};
 use tenantry_lifecycle::{CommandStatus, ControlSpace, ControlSpaceState};
 use tenantry_ports::clock::{Clock, ManualClock};
-use tenantry_ports::lifecycle::ControlSpaceReader;
 use tenantry_ports::lifecycle::fake::InMemoryLifecycleStore;
 use tenantry_testkit::knowledge_fs::SpaceRecord;
 use tenantry_testkit::knowledge_fs::state::KnowledgeFsModel;
 use tokio::task::JoinHandle;
 
+use super::backend::{Backend, SqlBridge};
 use super::remote::SimRemote;
 use super::store::SimStore;
 use super::{
@@ -68,11 +68,11 @@ struct Asked {
 }
 
 /// The simulated system of one run.
-pub(super) struct WorkerSim {
+pub(super) struct WorkerSim<B> {
     world: Shared,
-    store: InMemoryLifecycleStore,
+    store: B,
     db_clock: ManualClock,
-    intake: CommandIntake<InMemoryLifecycleStore>,
+    intake: CommandIntake<B>,
     processes: Vec<Process>,
     bug: Option<WorkerBug>,
     /// Total of the time jumps, applied to every clock (new ones too).
@@ -80,16 +80,20 @@ pub(super) struct WorkerSim {
     asked: Vec<Asked>,
 }
 
-impl WorkerSim {
-    /// A fresh system: [`PROCESSES`] processes of [`WORKERS`] workers each, the remote's
-    /// fault rate at 10 %. Must be called inside a paused current-thread runtime.
-    fn new(seed: u64, bug: Option<WorkerBug>) -> Self {
-        let start = Utc
-            .timestamp_opt(START, 0)
-            .single()
-            .unwrap_or(chrono::DateTime::<Utc>::MIN_UTC);
-        let db_clock = ManualClock::following_tokio(start);
-        let store = InMemoryLifecycleStore::with_clock(Arc::new(db_clock.clone()));
+/// The database clock of a run: at [`START`], following the paused runtime.
+fn database_clock() -> ManualClock {
+    let start = Utc
+        .timestamp_opt(START, 0)
+        .single()
+        .unwrap_or(chrono::DateTime::<Utc>::MIN_UTC);
+    ManualClock::following_tokio(start)
+}
+
+impl<B: Backend> WorkerSim<B> {
+    /// A fresh system over `store` (whose "now" is `db_clock`): [`PROCESSES`] processes of
+    /// [`WORKERS`] workers each, the remote's fault rate at 10 %. Must be called inside a
+    /// paused current-thread runtime.
+    fn new(seed: u64, bug: Option<WorkerBug>, store: B, db_clock: ManualClock) -> Self {
         let world = Arc::new(Mutex::new(World {
             remote: KnowledgeFsModel::default(),
             rng: StdRng::seed_from_u64(seed ^ 0x5eed_fa17),
@@ -484,13 +488,39 @@ impl WorkerSim {
 }
 
 /// Runs `steps` seeded steps of the worker simulation (then the drain and the final check)
-/// with `bug` planted or none, on a paused current-thread runtime of its own.
+/// over the in-memory store, with `bug` planted or none, on a paused current-thread runtime of
+/// its own.
 ///
 /// # Errors
 /// The first broken invariant, with the seed, the step and the last events.
 pub fn run(seed: u64, steps: u64, bug: Option<WorkerBug>) -> Result<WorkerRunSummary, SimFailure> {
+    run_with("workers", seed, steps, bug, |db_clock| {
+        Ok(InMemoryLifecycleStore::with_clock(Arc::new(db_clock)))
+    })
+}
+
+/// Runs the simulation of `seed` for `steps` steps over the real SQL store
+/// (`SeaOrmLifecycleStore` on a fresh SQLite database, or PostgreSQL when
+/// `TENANTRY_TEST_PG_URL` is set), its statements taking no virtual time (see
+/// `backend::SqlBridge`). No bug is planted: the store's own rules are the ones under test (the
+/// planted mutations of its claim run in `tests/planted.rs`).
+///
+/// # Errors
+/// The first broken invariant, with the seed, the step and the last events; a database that
+/// cannot be created is reported as the failure of step 0.
+pub fn run_over_sql(seed: u64, steps: u64) -> Result<WorkerRunSummary, SimFailure> {
+    run_with("workers-sql", seed, steps, None, SqlBridge::start)
+}
+
+fn run_with<B: Backend>(
+    sim: &'static str,
+    seed: u64,
+    steps: u64,
+    bug: Option<WorkerBug>,
+    store: impl FnOnce(ManualClock) -> Result<B, String>,
+) -> Result<WorkerRunSummary, SimFailure> {
     let fail = |step, message: String, trace: Vec<String>| SimFailure {
-        sim: "workers",
+        sim,
         seed,
         step,
         message,
@@ -503,7 +533,9 @@ pub fn run(seed: u64, steps: u64, bug: Option<WorkerBug>) -> Result<WorkerRunSum
         .map_err(|e| fail(0, format!("cannot start the runtime: {e}"), Vec::new()))?;
     runtime.block_on(async move {
         let mut rng = StdRng::seed_from_u64(seed);
-        let mut sim = WorkerSim::new(seed, bug);
+        let db_clock = database_clock();
+        let store = store(db_clock.clone()).map_err(|message| fail(0, message, Vec::new()))?;
+        let mut sim = WorkerSim::new(seed, bug, store, db_clock);
         let started = tokio::time::Instant::now();
         for step in 0..steps {
             let op = draw(&mut rng);
