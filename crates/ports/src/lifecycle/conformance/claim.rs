@@ -198,6 +198,29 @@ pub async fn claim_respects_the_limit_in_turn_order<S: LifecycleStore>(
     );
 }
 
+/// A claimed batch is handed out in turn order, also when a command's row was rewritten since
+/// it was enqueued (here: its lease was taken and expired), which on PostgreSQL moves it to
+/// the end of the table, where an `UPDATE … RETURNING` would answer it last.
+pub async fn claim_hands_out_its_batch_in_turn_order<S: LifecycleStore>(
+    store: S,
+    clock: ManualClock,
+) {
+    for i in 0..3 {
+        enqueue(&store, &clock, &format!("cs{i}"), &format!("k{i}"), t(i)).await;
+    }
+    let first = claim_one(&store, &clock, "w1", t(3)).await;
+    assert_eq!(first.payload["slug"], "cs0");
+    // cs0's lease (60 s) expired: it is due again, with the earliest turn.
+    let claimed = claim(&store, &clock, claim_at("w2", t(70), 3))
+        .await
+        .unwrap();
+    let slugs: Vec<&str> = claimed
+        .iter()
+        .map(|c| c.payload["slug"].as_str().unwrap())
+        .collect();
+    assert_eq!(slugs, ["cs0", "cs1", "cs2"], "the batch in turn order");
+}
+
 pub async fn concurrent_claimers_never_share_a_command<S: LifecycleStore + Clone + 'static>(
     store: S,
     clock: ManualClock,

@@ -101,6 +101,7 @@ macro_rules! lifecycle_store_conformance {
             claim_leaves_a_live_lease_alone,
             claim_skips_provision_when_product_disabled,
             claim_respects_the_limit_in_turn_order,
+            claim_hands_out_its_batch_in_turn_order,
             a_tenants_backlog_takes_consecutive_turns_and_does_not_hold_back_another_tenant,
             a_drained_tenant_owes_no_turns,
             a_retry_keeps_its_turn,
