@@ -1,6 +1,7 @@
 //! Model of directory revisions: two replicas share the projection tables and apply, in any
 //! order and each at most once, the provider's answers: an older and a newer snapshot, two event
-//! batches with their deltas, and a forged delta that gives revision 2 other contents.
+//! batches with their deltas, a forged delta that gives revision 2 other contents, and a lagging
+//! delta that answers revision 1 to an event announcing revision 3.
 //!
 //! Every apply is the real planner of `tenantry_directory::plan` (`plan_snapshot`,
 //! `plan_delta`) over the rows `ProjectionTables::select` loads, written by
@@ -105,6 +106,12 @@ fn answers() -> Vec<ProviderAnswer> {
         ProviderAnswer::Delta(
             delta(&["ws-1"], vec![ws(2, "forged")]),
             batch(1, 2, 2, vec![dir_event("e-2", 2, "ws-1", 2)]),
+        ),
+        // A lagging directory replica's answer: the event announces revision 3, the delta
+        // still has revision 1 (refused as older than its event).
+        ProviderAnswer::Delta(
+            delta(&["ws-1"], vec![ws(1, "one")]),
+            batch(2, 3, 3, vec![dir_event("e-3", 3, "ws-1", 3)]),
         ),
     ]
 }

@@ -313,6 +313,12 @@ const CHECKS: &[Check] = &[
         expected: sim::projector::REVISION_NEVER_GOES_BACK,
     },
     Check {
+        mutation: "older-revision-applied",
+        checker: "revisions model",
+        run: || model(RevisionProtocol::correct(), "revisions never go back"),
+        expected: "revisions never go back",
+    },
+    Check {
         mutation: "cursor-follows-batch",
         checker: "projector simulation",
         run: projector_simulation,
