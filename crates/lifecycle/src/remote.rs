@@ -69,6 +69,13 @@ impl ProvisionRequest {
             provisioning_key = ProvisioningKey::parse(format!("{provisioning_key}-{attempt}"))
                 .unwrap_or(provisioning_key);
         }
+        // Planted mutation: each attempt names a provisioning key of its own, under the
+        // command's one idempotency key.
+        if tenantry_kernel::planted!("provisioning-key-per-attempt") {
+            let attempt = command.attempt_count;
+            provisioning_key = ProvisioningKey::parse(format!("{provisioning_key}-{attempt}"))
+                .unwrap_or(provisioning_key);
+        }
         Self {
             namespace_id: command.tenant_id.clone(),
             control_space_id: command.control_space_id.clone(),

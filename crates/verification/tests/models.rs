@@ -124,8 +124,10 @@ fn slow_lookups_hold() {
 }
 
 /// A PostgreSQL-only run still runs every model and simulation (issue 31): no source of this
-/// crate reads the PostgreSQL URL (the models and simulations touch no database; they used to
-/// return early when it was set, so a run on PostgreSQL alone checked nothing).
+/// crate reads the PostgreSQL URL (they used to return early when it was set, so a run on
+/// PostgreSQL alone checked nothing). The models and simulations touch no database, except the
+/// workers simulation over the SQL store, which runs on the database the store crate's test
+/// module picks (SQLite, or that PostgreSQL server): it runs in either run.
 #[test]
 fn no_model_or_simulation_depends_on_the_postgresql_url() {
     let variable = concat!("TENANTRY_TEST_", "PG_URL");

@@ -148,7 +148,7 @@ const CHECKS: &[Check] = &[
         mutation: "claim-of-another-owner-taken",
         checker: "fences simulation",
         run: fences_simulation,
-        expected: "while request",
+        expected: "is in flight",
     },
     Check {
         mutation: "unknown-outcome-clears-intent",
@@ -233,6 +233,12 @@ const CHECKS: &[Check] = &[
         checker: "workers simulation",
         run: workers_simulation,
         expected: "without the command's current lease",
+    },
+    Check {
+        mutation: "provisioning-key-per-attempt",
+        checker: "workers simulation",
+        run: workers_simulation,
+        expected: "spaces created for",
     },
     Check {
         mutation: "provision-keys-per-attempt",

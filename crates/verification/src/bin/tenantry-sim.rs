@@ -3,7 +3,7 @@
 //! or the first failure (seed, step, trace) and exits 1. `--sim` is `all` (the default: each
 //! simulation in turn), `lifecycle` (the saga through one dispatcher), `workers` (worker loops of several processes on
 //! virtual time), `workers-sql` (the same over the real SQL store: a fresh SQLite database per
-//! seed, or PostgreSQL with `TENANTRY_TEST_PG_URL`; not part of `all`), `fences` (scoped writes of
+//! seed, or PostgreSQL in a PostgreSQL test run; not part of `all`), `fences` (scoped writes of
 //! two processes and an operator), `projector` (two directory projector replicas against a
 //! reordering directory). `cargo xtask sim` runs it.
 

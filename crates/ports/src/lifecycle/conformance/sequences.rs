@@ -221,22 +221,11 @@ pub async fn compare_sequence<S: LifecycleStore>(
                 }
             }
             Action::Claim(request) => {
-                // The port names which commands a claim takes (turn order, up to the limit),
-                // not the order it hands them over in.
-                let by_id = |mut claimed: Vec<tenantry_lifecycle::ClaimedCommand>| {
-                    claimed.sort_by(|a, b| a.lease.command_id.cmp(&b.lease.command_id));
-                    claimed
-                };
-                let m = model
-                    .claim(request)
-                    .await
-                    .map(by_id)
-                    .map_err(|e| e.to_string());
-                let s = store
-                    .claim(request)
-                    .await
-                    .map(by_id)
-                    .map_err(|e| e.to_string());
+                // The port names which commands a claim takes (turn order, up to the limit)
+                // and the order it hands them over in (the same turn order; docs/protocol.md,
+                // "Claim").
+                let m = model.claim(request).await.map_err(|e| e.to_string());
+                let s = store.claim(request).await.map_err(|e| e.to_string());
                 if m != s {
                     return Err(diverged(
                         "at most one live lease per command",

@@ -81,7 +81,8 @@ pub(super) struct SqlBridge {
 }
 
 impl SqlBridge {
-    /// A fresh migrated database (SQLite, or PostgreSQL with `TENANTRY_TEST_PG_URL`) behind a
+    /// A fresh migrated database (`tenantry_store_seaorm::testing::fresh_database`: SQLite, or
+    /// the PostgreSQL server of a PostgreSQL test run) behind a
     /// new bridge thread, its store reading "now" from `db_clock`.
     ///
     /// # Errors
@@ -156,9 +157,12 @@ fn serve(inbox: Receiver<Job>, clock: ManualClock, ready: SyncSender<Result<(), 
     runtime.block_on(async move { drop(db) });
 }
 
+// A read the checks depend on that fails ends the run loudly: a partial answer could make a
+// check pass that should not (the drain's "nothing open", the drained state).
+#[allow(clippy::panic)]
 impl Backend for SqlBridge {
     fn commands(&self) -> Vec<CommandRecord> {
-        self.block(|store| async move {
+        let listed = self.block(|store| async move {
             let mut all = Vec::new();
             let mut after = None;
             loop {
@@ -167,21 +171,25 @@ impl Backend for SqlBridge {
                     limit: 500,
                     ..CommandFilter::default()
                 };
-                let Ok(page) = store.list_commands(&filter).await else {
-                    return all;
-                };
+                let page = store.list_commands(&filter).await?;
                 let Some(last) = page.last() else {
-                    return all;
+                    return Ok::<_, StoreError>(all);
                 };
                 after = Some(last.id.clone());
                 all.extend(page);
             }
+        });
+        listed.unwrap_or_else(|e| {
+            panic!("the simulation could not list the SQL store's commands: {e}")
         })
     }
 
     fn command(&self, id: &CommandId) -> Option<CommandRecord> {
         let id = id.clone();
-        self.block(move |store| async move { store.command_by_id(&id).await.ok().flatten() })
+        self.block(move |store| async move { store.command_by_id(&id).await })
+            .unwrap_or_else(|e| {
+                panic!("the simulation could not read a command of the SQL store: {e}")
+            })
     }
 
     fn expire_one_live_lease(&self, _now: chrono::DateTime<chrono::Utc>) -> bool {

@@ -34,9 +34,10 @@
 //! Checked after every step: at most one live lease per command (the dispatcher's local view:
 //! a deadline on the holder's monotonic clock counted from before the claim or renewal was
 //! sent, so from before any stall that held it, not lost, its process alive; a stalled holder's
-//! statement in flight does not keep its view live, it is judged by the store when it lands);
-//! every remote call is sent under the command's current lease (the store's owner and epoch
-//! are the caller's, unexpired); no
+//! statement in flight does not keep its view live, it is judged by the store when it lands;
+//! also judged at every claim, before either holder sends); every remote call is sent under
+//! the command's current lease (the store's owner and epoch are the caller's, unexpired) and
+//! carries a key that names its command; no
 //! settle from a stale lease is accepted; no process has more remote calls open than its
 //! pool's slots ([`REMOTE_CALL_LIMIT`]); no renewal of a lease that is stale or expired in
 //! database time is accepted; at most one remote space per provisioning key; a control
@@ -45,7 +46,8 @@
 //! command finished, and the drained state must match what was asked.
 //!
 //! A run is a pure function of its seed: [`run`] returns a digest of the final state, equal
-//! for equal seeds.
+//! for equal seeds. [`run_over_sql`] runs the same over the real SQL store (`backend`), its
+//! statements taking no virtual time, and is a function of its seed too.
 
 mod backend;
 mod remote;

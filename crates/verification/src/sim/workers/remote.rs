@@ -165,12 +165,16 @@ impl<B: Backend> SimRemote<B> {
             .and_then(|id| self.store.command(&id))
         {
             Some(command) => Some(command),
-            None => self
-                .store
-                .command_by_idempotency_key(key)
-                .await
-                .ok()
-                .flatten(),
+            None => match self.store.command_by_idempotency_key(key).await {
+                Ok(found) => found,
+                Err(e) => {
+                    // Reported first, so it is not mistaken for a key that names no command.
+                    world(&self.world)
+                        .violations
+                        .push(format!("the sender check could not read the store: {e}"));
+                    None
+                }
+            },
         };
         if world(&self.world).running[self.process] != Some(self.generation) {
             // A dispatch task of a crashed process that ran before its abort took effect: the

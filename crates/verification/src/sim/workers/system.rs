@@ -501,7 +501,8 @@ pub fn run(seed: u64, steps: u64, bug: Option<WorkerBug>) -> Result<WorkerRunSum
 
 /// Runs the simulation of `seed` for `steps` steps over the real SQL store
 /// (`SeaOrmLifecycleStore` on a fresh SQLite database, or PostgreSQL when
-/// `TENANTRY_TEST_PG_URL` is set), its statements taking no virtual time (see
+/// the test run is on PostgreSQL: `tenantry_store_seaorm::testing` picks), its statements
+/// taking no virtual time (see
 /// `backend::SqlBridge`). No bug is planted: the store's own rules are the ones under test (the
 /// planted mutations of its claim run in `tests/planted.rs`).
 ///
