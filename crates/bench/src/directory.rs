@@ -126,7 +126,11 @@ where
 
 /// `workspaces` active workspaces of `members` members each, members drawn round-robin from
 /// `accounts` accounts.
-fn large_snapshot(workspaces: usize, members: usize, accounts: usize) -> DirectorySnapshot {
+pub(crate) fn large_snapshot(
+    workspaces: usize,
+    members: usize,
+    accounts: usize,
+) -> DirectorySnapshot {
     let names: Vec<String> = (0..accounts.max(1)).map(|i| format!("acc{i:06}")).collect();
     let list = (0..workspaces)
         .map(|w| {

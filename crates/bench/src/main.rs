@@ -12,6 +12,7 @@
 //! ```
 
 mod directory;
+mod directory_http;
 mod fairness;
 mod fence;
 mod fixtures;
@@ -141,6 +142,34 @@ enum Part {
         members: usize,
         /// Distinct accounts the members are drawn from.
         #[arg(long, default_value_t = 25_000)]
+        accounts: usize,
+    },
+    /// A snapshot through the real HTTP path: the reference directory (a child process)
+    /// serving it to the engine's projector over the HTTP client, into the SQL store; time to
+    /// ready and this process's resident set (idle, peak, after).
+    DirectoryHttp {
+        /// Workspaces in the snapshot.
+        #[arg(long, default_value_t = 10_000)]
+        workspaces: usize,
+        /// Members per workspace.
+        #[arg(long, default_value_t = 10)]
+        members: usize,
+        /// Distinct accounts the members are drawn from.
+        #[arg(long, default_value_t = 25_000)]
+        accounts: usize,
+    },
+    /// The reference directory serving the part `directory-http`'s snapshot (run by that
+    /// part as a child process; serves until stdin closes).
+    #[command(hide = true)]
+    DirectorySource {
+        /// Workspaces in the snapshot.
+        #[arg(long)]
+        workspaces: usize,
+        /// Members per workspace.
+        #[arg(long)]
+        members: usize,
+        /// Distinct accounts the members are drawn from.
+        #[arg(long)]
         accounts: usize,
     },
     /// Fence overhead: ScopedWrites around a no-op vs the bare call; 1,000-scope throughput.
@@ -405,6 +434,16 @@ async fn run(cli: Cli) -> BenchResult<()> {
             members,
             accounts,
         } => directory::run(&target()?, *workspaces, *members, *accounts).await,
+        Part::DirectoryHttp {
+            workspaces,
+            members,
+            accounts,
+        } => directory_http::run(&target()?, *workspaces, *members, *accounts).await,
+        Part::DirectorySource {
+            workspaces,
+            members,
+            accounts,
+        } => directory_http::serve(*workspaces, *members, *accounts).await,
         Part::Fence {
             database: true,
             db_scopes,

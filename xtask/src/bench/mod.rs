@@ -193,19 +193,23 @@ impl<'a> Bench<'a> {
                         let workspaces = (memberships / 10).max(1).to_string();
                         let accounts = (memberships / 4).max(1).to_string();
                         for backend in ["postgres", "sqlite"] {
-                            self.bench(
-                                &url,
-                                backend,
-                                &[
-                                    "directory",
-                                    "--workspaces",
-                                    &workspaces,
-                                    "--members",
-                                    "10",
-                                    "--accounts",
-                                    &accounts,
-                                ],
-                            )?;
+                            // The store's apply against a bulk INSERT, then the same snapshot
+                            // through the HTTP path into the projector (issue 34).
+                            for part in ["directory", "directory-http"] {
+                                self.bench(
+                                    &url,
+                                    backend,
+                                    &[
+                                        part,
+                                        "--workspaces",
+                                        &workspaces,
+                                        "--members",
+                                        "10",
+                                        "--accounts",
+                                        &accounts,
+                                    ],
+                                )?;
+                            }
                         }
                     }
                 }

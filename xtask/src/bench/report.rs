@@ -207,7 +207,7 @@ pub fn render(results: &[Value]) -> String {
     let directory = of("directory");
     md.push_str("### 3. Directory snapshot apply\n\n");
     if directory.is_empty() {
-        md.push_str("Not measured in this run (the directory projection has not landed yet).\n\n");
+        md.push_str("Not measured in this run.\n\n");
     } else {
         md.push_str(
             "| backend | workspaces | memberships | apply s | bulk INSERT s | ratio | \
@@ -232,6 +232,30 @@ pub fn render(results: &[Value]) -> String {
                 r["apply_peak_rss_mib"],
                 r["rss_before_apply_mib"],
                 r["rss_after_apply_mib"],
+            );
+        }
+        md.push('\n');
+    }
+
+    let through_http = of("directory_http");
+    if !through_http.is_empty() {
+        md.push_str(
+            "Through the HTTP path (part `directory-http`: the reference directory in a child \
+             process serving the signed snapshot to the engine's projector, which fetches, \
+             verifies, parses and applies it; the projector process's resident set):\n\n\
+             | backend | memberships | time to ready s | peak RSS MiB | idle RSS MiB | RSS after MiB |\n\
+             |---|---:|---:|---:|---:|---:|\n",
+        );
+        for r in &through_http {
+            let _ = writeln!(
+                md,
+                "| {} | {} | {} | **{}** | {} | {} |",
+                s(&r["backend"]),
+                r["memberships"],
+                r["ready_seconds"],
+                r["peak_rss_mib"],
+                r["rss_idle_mib"],
+                r["rss_after_mib"],
             );
         }
         md.push('\n');
@@ -490,6 +514,18 @@ fn targets(results: &[Value]) -> String {
             share.map(|x| x <= 0.25),
         ));
     }
+    for r in part("directory_http") {
+        let peak = r["peak_rss_mib"].as_u64();
+        rows.push((
+            format!(
+                "projector peak RSS during a snapshot apply ({}, {} memberships) ≤ 256 MiB (issue 34)",
+                s(&r["backend"]),
+                r["memberships"]
+            ),
+            peak.map_or("–".into(), |m| format!("{m} MiB")),
+            peak.map(|m| m <= 256),
+        ));
+    }
     // Issue 14: claim latency with the wake-ups the service ships, at its default idle poll.
     for r in part("latency") {
         let shipped = r["wake_mode"].as_str().is_some_and(|m| m != "None");
@@ -728,6 +764,24 @@ mod tests {
         assert!(
             md.contains(
                 "| postgres | revoke | – | 8 | 100 | 1.0 | 100.0 | 50.0 | **2.0×** | yes |"
+            ),
+            "{md}"
+        );
+    }
+
+    #[test]
+    fn the_http_path_has_a_table_and_a_memory_target() {
+        let results = vec![json!({"part": "directory_http", "backend": "postgres",
+            "workspaces": 100000, "memberships": 1000000, "ready_seconds": 28.1,
+            "peak_rss_mib": 1191, "rss_idle_mib": 14, "rss_after_mib": 819})];
+        let md = render(&results);
+        assert!(
+            md.contains("| postgres | 1000000 | 28.1 | **1191** | 14 | 819 |"),
+            "{md}"
+        );
+        assert!(
+            md.contains(
+                "projector peak RSS during a snapshot apply (postgres, 1000000 memberships) ≤ 256 MiB (issue 34) | 1191 MiB | **no** |"
             ),
             "{md}"
         );
