@@ -26,17 +26,16 @@ use tenantry_store_seaorm::directory::SeaOrmDirectoryStore;
 
 use crate::fixtures::Target;
 use crate::lifecycle::round3;
-use crate::{BenchResult, emit, rss};
+use crate::{BenchResult, SnapshotSize, emit, rss};
 
-/// Runs the directory part with `workspaces` workspaces of `members` members each, drawn from
-/// `accounts` accounts.
-pub async fn run(
-    target: &Target,
-    workspaces: usize,
-    members: usize,
-    accounts: usize,
-) -> BenchResult<()> {
-    let big = large_snapshot(workspaces, members, accounts);
+/// Runs the directory part with a snapshot of `size`.
+pub async fn run(target: &Target, size: SnapshotSize) -> BenchResult<()> {
+    let SnapshotSize {
+        workspaces,
+        members,
+        ..
+    } = size;
+    let big = large_snapshot(size);
     let ctx = ApplyContext {
         instance: instance(),
         limits: ProjectionLimits {
@@ -124,13 +123,14 @@ where
     Ok((seconds, value, memory))
 }
 
-/// `workspaces` active workspaces of `members` members each, members drawn round-robin from
-/// `accounts` accounts.
-pub(crate) fn large_snapshot(
-    workspaces: usize,
-    members: usize,
-    accounts: usize,
-) -> DirectorySnapshot {
+/// `size.workspaces` active workspaces of `size.members` members each, members drawn
+/// round-robin from `size.accounts` accounts.
+pub(crate) fn large_snapshot(size: SnapshotSize) -> DirectorySnapshot {
+    let SnapshotSize {
+        workspaces,
+        members,
+        accounts,
+    } = size;
     let names: Vec<String> = (0..accounts.max(1)).map(|i| format!("acc{i:06}")).collect();
     let list = (0..workspaces)
         .map(|w| {

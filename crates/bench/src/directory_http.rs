@@ -23,7 +23,7 @@ use tenantry_testkit::directory::{DirectoryServerConfig, ReferenceDirectory};
 use crate::directory::large_snapshot;
 use crate::fixtures::Target;
 use crate::lifecycle::round3;
-use crate::{BenchResult, emit, rss};
+use crate::{BenchResult, SnapshotSize, emit, rss};
 
 /// The instance the reference directory serves.
 const INSTANCE: &str = "inst-bench";
@@ -31,15 +31,15 @@ const INSTANCE: &str = "inst-bench";
 /// Largest answer the bench's client reads (the service's setting caps it at 1 GiB).
 const MAX_BODY: u64 = 1024 * 1024 * 1024;
 
-/// The hidden subcommand: serves the snapshot until stdin closes. Prints one JSON line on
+/// The hidden subcommand: serves the snapshot of `size` until stdin closes. Prints one JSON line on
 /// stdout first: `{"url": …, "keys": [[id, hex], …], "body_bytes": …}`.
 ///
 /// # Errors
 /// When the server cannot start or stdout cannot be written.
-pub async fn serve(workspaces: usize, members: usize, accounts: usize) -> BenchResult<()> {
+pub async fn serve(size: SnapshotSize) -> BenchResult<()> {
     let instance = InstanceUuid::parse(INSTANCE)?;
     let (url, directory) = ReferenceDirectory::start(DirectoryServerConfig::new(instance)).await?;
-    let snapshot = large_snapshot(workspaces, members, accounts);
+    let snapshot = large_snapshot(size);
     directory.change(|model| {
         for workspace in snapshot.workspaces {
             model.upsert_workspace(workspace);
@@ -65,17 +65,12 @@ pub async fn serve(workspaces: usize, members: usize, accounts: usize) -> BenchR
     Ok(())
 }
 
-/// Runs the part: one snapshot of `workspaces` × `members` through HTTP into a fresh
-/// database of `target`.
+/// Runs the part: one snapshot of `size` through HTTP into a fresh database of `target`.
 ///
 /// # Errors
 /// When the source cannot start, the database cannot be created or the projection fails.
-pub async fn run(
-    target: &Target,
-    workspaces: usize,
-    members: usize,
-    accounts: usize,
-) -> BenchResult<()> {
+pub async fn run(target: &Target, size: SnapshotSize) -> BenchResult<()> {
+    let (workspaces, members) = (size.workspaces, size.members);
     let mut child = Command::new(std::env::current_exe()?)
         .args([
             "directory-source",
@@ -84,7 +79,7 @@ pub async fn run(
             "--members",
             &members.to_string(),
             "--accounts",
-            &accounts.to_string(),
+            &size.accounts.to_string(),
         ])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())

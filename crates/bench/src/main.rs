@@ -78,6 +78,21 @@ enum WorkloadArg {
 }
 
 /// The parts.
+/// The size of the directory parts' snapshot: `workspaces` × `members` memberships, the
+/// members drawn round-robin from `accounts` accounts.
+#[derive(Debug, Clone, Copy, clap::Args)]
+pub struct SnapshotSize {
+    /// Workspaces in the snapshot.
+    #[arg(long, default_value_t = 10_000)]
+    pub workspaces: usize,
+    /// Members per workspace.
+    #[arg(long, default_value_t = 10)]
+    pub members: usize,
+    /// Distinct accounts the members are drawn from.
+    #[arg(long, default_value_t = 25_000)]
+    pub accounts: usize,
+}
+
 #[derive(Debug, Subcommand)]
 enum Part {
     /// Lifecycle throughput: drain N commands with 1, 4, 8 workers.
@@ -134,43 +149,22 @@ enum Part {
     },
     /// Directory snapshot apply (10,000 workspaces, 100,000 memberships) vs bulk INSERT.
     Directory {
-        /// Workspaces in the snapshot.
-        #[arg(long, default_value_t = 10_000)]
-        workspaces: usize,
-        /// Members per workspace.
-        #[arg(long, default_value_t = 10)]
-        members: usize,
-        /// Distinct accounts the members are drawn from.
-        #[arg(long, default_value_t = 25_000)]
-        accounts: usize,
+        #[command(flatten)]
+        size: SnapshotSize,
     },
     /// A snapshot through the real HTTP path: the reference directory (a child process)
     /// serving it to the engine's projector over the HTTP client, into the SQL store; time to
     /// ready and this process's resident set (idle, peak, after).
     DirectoryHttp {
-        /// Workspaces in the snapshot.
-        #[arg(long, default_value_t = 10_000)]
-        workspaces: usize,
-        /// Members per workspace.
-        #[arg(long, default_value_t = 10)]
-        members: usize,
-        /// Distinct accounts the members are drawn from.
-        #[arg(long, default_value_t = 25_000)]
-        accounts: usize,
+        #[command(flatten)]
+        size: SnapshotSize,
     },
     /// The reference directory serving the part `directory-http`'s snapshot (run by that
     /// part as a child process; serves until stdin closes).
     #[command(hide = true)]
     DirectorySource {
-        /// Workspaces in the snapshot.
-        #[arg(long)]
-        workspaces: usize,
-        /// Members per workspace.
-        #[arg(long)]
-        members: usize,
-        /// Distinct accounts the members are drawn from.
-        #[arg(long)]
-        accounts: usize,
+        #[command(flatten)]
+        size: SnapshotSize,
     },
     /// Fence overhead: ScopedWrites around a no-op vs the bare call; 1,000-scope throughput.
     Fence {
@@ -429,21 +423,9 @@ async fn run(cli: Cli) -> BenchResult<()> {
             workers,
             drain,
         } => lifecycle::memory(&target()?, *commands, *workers, &drain.options()).await,
-        Part::Directory {
-            workspaces,
-            members,
-            accounts,
-        } => directory::run(&target()?, *workspaces, *members, *accounts).await,
-        Part::DirectoryHttp {
-            workspaces,
-            members,
-            accounts,
-        } => directory_http::run(&target()?, *workspaces, *members, *accounts).await,
-        Part::DirectorySource {
-            workspaces,
-            members,
-            accounts,
-        } => directory_http::serve(*workspaces, *members, *accounts).await,
+        Part::Directory { size } => directory::run(&target()?, *size).await,
+        Part::DirectoryHttp { size } => directory_http::run(&target()?, *size).await,
+        Part::DirectorySource { size } => directory_http::serve(*size).await,
         Part::Fence {
             database: true,
             db_scopes,
