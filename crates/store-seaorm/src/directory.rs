@@ -538,8 +538,8 @@ impl SeaOrmDirectoryStore {
                 Ok(outcome)
             }
             Err(error) => {
-                // Dropping would roll back too; rolling back explicitly releases the lock now.
-                let _ = txn.rollback().await;
+                // Dropping would only queue the rollback; the state row's lock goes now.
+                crate::txn::roll_back(txn).await;
                 Err(error)
             }
         }

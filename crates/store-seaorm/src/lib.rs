@@ -13,6 +13,8 @@
 //!   every connection, and the TLS failures told in words ([`ConnectError::PostgresTls`]);
 //! - [`pg_hosts`] (feature `postgres`): libpq's multi-host URLs and `target_session_attrs`;
 //!   the pool finds the primary of a failover formation and follows it after a failover;
+//! - `txn` (private): the explicit rollback every store method ends an uncommitted
+//!   transaction with, so a refusal answers with no row lock left held;
 //! - `error` (private): the one mapping of a `DbErr` to the ports' shared `StoreError`;
 //! - [`lifecycle`]: the lifecycle outbox and control-space repositories;
 //! - [`host_storage`]: the host-storage port behind fences and connector state;
@@ -96,6 +98,8 @@ pub mod sqlite_file;
 pub mod testing;
 #[cfg(any(test, feature = "testing", feature = "bench"))]
 pub mod throwaway;
+#[cfg(any(feature = "lifecycle", feature = "directory"))]
+mod txn;
 #[cfg(feature = "lifecycle")]
 use tenantry_ports::trace_context;
 #[cfg(feature = "lifecycle")]

@@ -243,7 +243,14 @@ impl RetentionStore for SeaOrmRetentionStore {
                         txn.rollback().await.map_err(error)?;
                         return Ok(PruneBatch::Busy);
                     }
-                    let result = txn.execute_raw(statement).await.map_err(error)?;
+                    let result = match txn.execute_raw(statement).await {
+                        Ok(result) => result,
+                        Err(failed) => {
+                            // The advisory lock and row locks are let go before the answer.
+                            crate::txn::roll_back(txn).await;
+                            return Err(error(failed));
+                        }
+                    };
                     txn.commit().await.map_err(error)?;
                     Ok(PruneBatch::Removed(result.rows_affected()))
                 })

@@ -349,9 +349,29 @@ async fn act_once(
     request: &OperatorAction,
 ) -> Result<CommandRecord, OperatorActionError> {
     let txn = store.begin_write().await?;
+    match act_in(store, &txn, request).await {
+        Ok(after) => {
+            txn.commit().await.map_err(unavailable)?;
+            Ok(to_record(after)?)
+        }
+        Err(refused) => {
+            // A refused action holds no lock once it answers (`crate::txn`).
+            crate::txn::roll_back(txn).await;
+            Err(refused)
+        }
+    }
+}
+
+/// The statements of one operator action inside `txn`, answering the command's row as it
+/// is after the action; the caller commits or rolls back.
+async fn act_in(
+    store: &SeaOrmLifecycleStore,
+    txn: &sea_orm::DatabaseTransaction,
+    request: &OperatorAction,
+) -> Result<outbox::Model, OperatorActionError> {
     let id = request.command_id.as_str();
     let Some(row) = outbox::Entity::find_by_id(id.to_owned())
-        .one(&txn)
+        .one(txn)
         .await
         .map_err(unavailable)?
     else {
@@ -362,7 +382,7 @@ async fn act_once(
     let before = to_record(row)?;
     // The action is recorded, and an abandon completes, at the database's time, not the
     // operator process's: retention's cut-offs read these (issue 29).
-    let at = store.now_on(&txn).await?;
+    let at = store.now_on(txn).await?;
     if !tenantry_lifecycle::operator::accepts_action(
         before.status,
         request.kind == OperatorActionKind::MarkDeleted,
@@ -377,12 +397,12 @@ async fn act_once(
     // transaction (compare-and-set on the version read here).
     if request.kind.abandons() && before.operation == Operation::Delete {
         let cs =
-            super::intake::find_control_space(&txn, &before.tenant_id, &before.control_space_id)
+            super::intake::find_control_space(txn, &before.tenant_id, &before.control_space_id)
                 .await?;
         match request.kind {
             OperatorActionKind::MarkDeleted => {
                 let cas = tenantry_lifecycle::operator::mark_deleted(&before, cs.as_ref(), at)?;
-                if !super::apply_cas(&txn, &cas).await.map_err(unavailable)? {
+                if !super::apply_cas(txn, &cas).await.map_err(unavailable)? {
                     return Err(OperatorActionError::NotActionable {
                         command_id: before.id,
                         status: CommandStatus::Processing,
@@ -455,7 +475,7 @@ async fn act_once(
         .filter(outbox::Column::Id.eq(id))
         .filter(outbox::Column::Status.eq(before.status.as_str()))
         .filter(outbox::Column::AttemptCount.eq(before.attempt_count))
-        .exec(&txn)
+        .exec(txn)
         .await
         .map_err(unavailable)?
         .rows_affected;
@@ -476,12 +496,12 @@ async fn act_once(
         attempt_count: Set(before.attempt_count),
         created_at: Set(millis(at)),
     })
-    .exec(&txn)
+    .exec(txn)
     .await
     .map_err(unavailable)?;
     if request.kind.abandons() {
         log_attempt_error(
-            &txn,
+            txn,
             &store.now_sql(),
             &AttemptLog {
                 command_id: id,
@@ -502,10 +522,9 @@ async fn act_once(
             .map_err(unavailable)?;
     }
     let after = outbox::Entity::find_by_id(id.to_owned())
-        .one(&txn)
+        .one(txn)
         .await
         .map_err(unavailable)?
         .ok_or_else(|| StoreError::unavailable("updated command is not readable"))?;
-    txn.commit().await.map_err(unavailable)?;
-    Ok(to_record(after)?)
+    Ok(after)
 }

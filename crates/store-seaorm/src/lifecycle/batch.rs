@@ -73,6 +73,29 @@ pub(super) async fn settle_many(
         return Ok(results);
     }
     let txn = store.begin_write().await?;
+    match settle_many_in(store, &txn, items, &plan, &now, &mut results).await {
+        Ok(()) => {
+            txn.commit().await.map_err(unavailable)?;
+            Ok(results)
+        }
+        Err(error) => {
+            // Nothing of the batch is committed, and no row stays locked once it answers.
+            crate::txn::roll_back(txn).await;
+            Err(error)
+        }
+    }
+}
+
+/// The statements of a batch inside `txn`, each item's answer written to `results`; an error
+/// means the transaction is unusable and the caller rolls it back.
+async fn settle_many_in(
+    store: &SeaOrmLifecycleStore,
+    txn: &sea_orm::DatabaseTransaction,
+    items: &[Item],
+    plan: &Plan,
+    now: &str,
+    results: &mut Outcomes,
+) -> Result<(), StoreError> {
     if store.backend == Backend::Postgres && !plan.slow.is_empty() {
         // Every row lock of the batch in one global order, before any write: outbox rows by
         // id, then control spaces by key. Concurrent batches then wait for each other instead
@@ -86,21 +109,21 @@ pub(super) async fn settle_many(
                 ids.push(supersede.command_id.as_str());
             }
         }
-        lock_commands(store, &txn, ids).await?;
-        lock_spaces(&txn, items).await?;
+        lock_commands(store, txn, ids).await?;
+        lock_spaces(txn, items).await?;
     }
     if !plan.fast.is_empty() {
-        settle_fast_postgres(&txn, &now, items, &plan.fast, &mut results).await?;
+        settle_fast_postgres(txn, now, items, &plan.fast, results).await?;
     }
     for &i in &plan.slow {
         let (lease, settlement) = &items[i];
         let needs_savepoint = settlement.control_space.is_some() || settlement.supersede.is_some();
         if !needs_savepoint {
             // Only the outbox row is written, by one statement that matches or not.
-            results[i] = settle_in(&txn, &now, lease, settlement).await;
+            results[i] = settle_in(txn, now, lease, settlement).await;
         } else {
             let savepoint = txn.begin().await.map_err(unavailable)?;
-            match settle_in(&savepoint, &now, lease, settlement).await {
+            match settle_in(&savepoint, now, lease, settlement).await {
                 Ok(()) => savepoint.commit().await.map_err(unavailable)?,
                 Err(refused) => {
                     savepoint.rollback().await.map_err(unavailable)?;
@@ -113,8 +136,7 @@ pub(super) async fn settle_many(
             return Err(error.clone());
         }
     }
-    txn.commit().await.map_err(unavailable)?;
-    Ok(results)
+    Ok(())
 }
 
 /// Which items are settled together (fast) and which one by one (slow), in batch order.

@@ -182,7 +182,6 @@ async fn submit_batch(
     store: &SeaOrmLifecycleStore,
     plans: &[IntakePlan],
 ) -> Result<Option<(DateTime<Utc>, Vec<DateTime<Utc>>)>, StoreError> {
-    use sea_orm::sea_query::OnConflict;
     let spaces: Vec<&tenantry_lifecycle::ControlSpace> = plans
         .iter()
         .filter_map(|plan| match &plan.control_space {
@@ -191,25 +190,47 @@ async fn submit_batch(
         })
         .collect();
     let txn = store.begin_write().await?;
+    match submit_batch_in(store, &txn, plans, &spaces).await {
+        Ok(Some(written)) => {
+            txn.commit().await.map_err(unavailable)?;
+            Ok(Some(written))
+        }
+        // A row not inserted, or a failed statement: nothing stays written or locked once it
+        // answers (`crate::txn`).
+        other => {
+            crate::txn::roll_back(txn).await;
+            other
+        }
+    }
+}
+
+/// The inserts of [`submit_batch`] inside `txn`; `Ok(None)` when a row was not inserted. The
+/// caller commits or rolls back.
+async fn submit_batch_in(
+    store: &SeaOrmLifecycleStore,
+    txn: &DatabaseTransaction,
+    plans: &[IntakePlan],
+    spaces: &[&tenantry_lifecycle::ControlSpace],
+) -> Result<Option<(DateTime<Utc>, Vec<DateTime<Utc>>)>, StoreError> {
+    use sea_orm::sea_query::OnConflict;
     for chunk in spaces.chunks(BATCH_ROWS_PER_STATEMENT) {
         let inserted = control_space::Entity::insert_many(
             chunk.iter().map(|space| convert::control_space_row(space)),
         )
         .on_conflict(OnConflict::new().do_nothing().to_owned())
-        .exec_without_returning(&txn)
+        .exec_without_returning(txn)
         .await
         .map_err(unavailable)?;
         if inserted != chunk.len() as u64 {
-            txn.rollback().await.map_err(unavailable)?;
             return Ok(None);
         }
     }
     // Whole milliseconds, as stored, so the returned records equal a later read.
-    let mut queue = queue(store, &txn).await?;
+    let mut queue = queue(store, txn).await?;
     let now = DateTime::from_timestamp_millis(millis(queue.now)).unwrap_or(queue.now);
     queue.now = now;
     let tenants: Vec<&str> = plans.iter().map(|p| p.command.tenant_id.as_str()).collect();
-    let mut latest = latest_turns(&txn, store.backend, &tenants).await?;
+    let mut latest = latest_turns(txn, store.backend, &tenants).await?;
     let batch_turns: Vec<DateTime<Utc>> = tenants
         .iter()
         .map(|tenant| {
@@ -229,11 +250,10 @@ async fn submit_batch(
                 .map(|(plan, turn)| convert::new_command_row(&plan.command, now, *turn)),
         )
         .on_conflict(OnConflict::new().do_nothing().to_owned())
-        .exec_without_returning(&txn)
+        .exec_without_returning(txn)
         .await
         .map_err(unavailable)?;
         if inserted != chunk.len() as u64 {
-            txn.rollback().await.map_err(unavailable)?;
             return Ok(None);
         }
     }
@@ -242,7 +262,6 @@ async fn submit_batch(
             .await
             .map_err(unavailable)?;
     }
-    txn.commit().await.map_err(unavailable)?;
     Ok(Some((now, batch_turns)))
 }
 
@@ -267,11 +286,23 @@ async fn submit_once(
     plan: &IntakePlan,
 ) -> Result<Submitted, IntakeStoreError> {
     let txn = store.begin_write().await?;
-    match apply_plan(store, &txn, plan).await? {
+    let applied = apply_plan(store, &txn, plan).await;
+    if let Ok(Applied::Created(now, turn)) = applied {
+        txn.commit().await.map_err(unavailable)?;
+        let mut record = CommandRecord::enqueued(&plan.command, now);
+        record.turn_at = turn;
+        return Ok(Submitted::Created(record));
+    }
+    // Nothing to keep: the transaction ends before the answer (`crate::txn`).
+    crate::txn::roll_back(txn).await;
+    match applied? {
         Applied::Existing(existing) => Ok(Submitted::Existing(*existing)),
+        // Committed above; never reached.
+        Applied::Created(..) => {
+            Err(StoreError::unavailable("the command was not committed").into())
+        }
         Applied::KeyTaken => {
             // A concurrent request with the same key won the race: report it as a replay.
-            drop(txn);
             find_by_key(&store.conn, &plan.command.idempotency_key)
                 .await?
                 .map(Submitted::Existing)
@@ -281,12 +312,6 @@ async fn submit_once(
                     )
                     .into()
                 })
-        }
-        Applied::Created(now, turn) => {
-            txn.commit().await.map_err(unavailable)?;
-            let mut record = CommandRecord::enqueued(&plan.command, now);
-            record.turn_at = turn;
-            Ok(Submitted::Created(record))
         }
     }
 }

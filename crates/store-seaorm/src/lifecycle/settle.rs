@@ -4,7 +4,8 @@
 
 use sea_orm::sea_query::Expr;
 use sea_orm::{
-    ColumnTrait, ConnectionTrait, DbBackend, DbErr, EntityTrait, QueryFilter, Statement,
+    ColumnTrait, ConnectionTrait, DatabaseTransaction, DbBackend, DbErr, EntityTrait, QueryFilter,
+    Statement,
 };
 use tenantry_lifecycle::{
     CasUpdate, CommandOutcome, CommandStatus, ErrorRecord, LeaseToken, Settlement, SupersedeRule,
@@ -319,20 +320,39 @@ pub(super) async fn settle_once(
     settlement: &Settlement,
 ) -> Result<Result<(), SettleError>, StoreError> {
     let txn = store.begin_write().await?;
+    match settle_locked(store, &txn, lease, settlement).await {
+        Ok(()) => {
+            txn.commit().await.map_err(unavailable)?;
+            Ok(Ok(()))
+        }
+        // A refusal, or a failed statement: the rows this settle locked are free before it
+        // answers (`crate::txn`).
+        Err(SettleError::Store(error)) => {
+            crate::txn::roll_back(txn).await;
+            Err(error)
+        }
+        Err(refused) => {
+            crate::txn::roll_back(txn).await;
+            Ok(Err(refused))
+        }
+    }
+}
+
+/// The statements of one settle inside `txn`; the caller commits or rolls back.
+async fn settle_locked(
+    store: &SeaOrmLifecycleStore,
+    txn: &DatabaseTransaction,
+    lease: &LeaseToken,
+    settlement: &Settlement,
+) -> Result<(), SettleError> {
     if let Some(supersede) = &settlement.supersede {
         // Two outbox rows: lock them in the global order (by id), like a batch does.
         batch::lock_commands(
             store,
-            &txn,
+            txn,
             [lease.command_id.as_str(), supersede.command_id.as_str()],
         )
         .await?;
     }
-    match settle_in(&txn, &store.now_sql(), lease, settlement).await {
-        Ok(()) => {}
-        Err(SettleError::Store(error)) => return Err(error),
-        Err(refused) => return Ok(Err(refused)),
-    }
-    txn.commit().await.map_err(unavailable)?;
-    Ok(Ok(()))
+    settle_in(txn, &store.now_sql(), lease, settlement).await
 }

@@ -112,6 +112,7 @@ macro_rules! lifecycle_store_conformance {
             settle_retry_schedules_the_next_attempt,
             stale_settle_after_takeover_is_lease_lost_and_changes_nothing,
             settle_with_a_stale_control_space_writes_nothing,
+            a_refused_settle_holds_no_lock_after_it_answers,
             supersede_unattempted_refuses_an_attempted_command,
             supersede_after_absence_refuses_a_live_lease,
             settle_without_outcome_keeps_the_lease,

@@ -1,0 +1,20 @@
+//! Ending a transaction that does not commit.
+//!
+//! A `DatabaseTransaction` dropped without `commit` or `rollback` only queues its `ROLLBACK`:
+//! the driver sends it when the connection is next used or handed back to the pool, from a
+//! task of its own, later. Until then the transaction's row locks stay held, so a store method
+//! that answered "refused" could still hold the rows it locked — a claim right after it (its
+//! `FOR UPDATE SKIP LOCKED` on PostgreSQL) skipped such a row, and a writer on SQLite waited
+//! for the write lock. Every store method therefore ends each transaction it does not commit
+//! with [`roll_back`] before it answers (docs/protocol.md, "A refusal holds no lock").
+
+use sea_orm::DatabaseTransaction;
+
+/// Rolls `txn` back now, before the caller answers. A failed rollback (the connection broke)
+/// is only traced: the server then ends the transaction itself when the connection closes, and
+/// the caller's own answer (a refusal, or the error that made it roll back) is what counts.
+pub(crate) async fn roll_back(txn: DatabaseTransaction) {
+    if let Err(error) = txn.rollback().await {
+        tracing::debug!(%error, "rollback failed; the server ends the transaction with its connection");
+    }
+}
