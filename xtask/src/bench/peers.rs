@@ -5,9 +5,15 @@
 //! and synchronous commit on, unlike the throwaway cluster of the other parts), measures
 //! `pgbench -N -c 8 -j 2 -T 20`, then drains N no-op jobs with graphile_worker's local queue and
 //! N revoke and N provision commands with the release `tenantry-bench` (service defaults), each
-//! on a fresh database. This part runs its `run.sh` with only those rows, reads the report it
-//! writes, and turns it into one `peers` result line. The targets (docs/benchmarks.md):
-//! revoke ≥ 1.2 × graphile_worker local-queue's jobs/s, provision ≥ 3 × pgbench TPS.
+//! on a fresh database, and the `sql-floor` row (plain SQL: claim a batch of 16 due rows with a
+//! lease-like mark in one commit, delete them in a second; the workload's floor, no library).
+//! This part runs its `run.sh` with only those rows, reads the report it writes, then runs
+//! `run.sh` once more for the floor with batches of 256 alone (the script measures one floor
+//! batch size per run; that run starts a cluster of its own on the same machine with the same
+//! configuration, and its row keeps that cluster's pgbench TPS), and turns both into one `peers`
+//! result line. The targets (docs/benchmarks.md): revoke ≥ 1.2 × graphile_worker local-queue's
+//! jobs/s, provision ≥ 3 × pgbench TPS, revoke ≥ 0.5 of the batch-256 floor (issue 33's
+//! moonshot; the fraction of both floors is reported whatever it is).
 //!
 //! A machine without the peer bench (its folder is not part of this repository) skips the part
 //! with a note; the part never fails the run for that.
@@ -17,8 +23,14 @@ use std::process::{Command, Stdio};
 
 use serde_json::{Value, json};
 
-/// The rows this part asks the peer bench for.
-pub const ROWS: &str = "graphile-lq tenantry-revoke tenantry-provision";
+/// The rows this part asks the peer bench for (the floor with batches of [`FLOOR_BATCH`]).
+pub const ROWS: &str = "graphile-lq tenantry-revoke tenantry-provision sql-floor";
+
+/// Rows per claim of the `sql-floor` row in the run of [`ROWS`] (the service's claim batch).
+pub const FLOOR_BATCH: u32 = 16;
+
+/// Rows per claim of the second floor run (`run.sh` with only `sql-floor`).
+pub const WIDE_FLOOR_BATCH: u32 = 256;
 
 /// One row of the peer bench's report.
 #[derive(Debug, Clone, PartialEq)]
@@ -29,6 +41,9 @@ pub struct PeerRow {
     pub variant: String,
     /// Jobs (commands) drained per second; `None` when the row failed.
     pub jobs_per_second: Option<f64>,
+    /// pgbench TPS of the cluster the row ran on when that is not the run's main cluster (the
+    /// second floor run's); `None` for the rows of the main run.
+    pub cluster_tps: Option<f64>,
 }
 
 /// What one run of the peer bench reported.
@@ -75,6 +90,7 @@ pub fn parse_report(text: &str) -> Result<PeerRun, String> {
                 system: field("system"),
                 variant: field("variant"),
                 jobs_per_second: field("jobs_per_s").parse().ok(),
+                cluster_tps: None,
             }
         })
         .collect();
@@ -88,17 +104,31 @@ pub fn parse_report(text: &str) -> Result<PeerRun, String> {
     })
 }
 
-/// The `peers` result line of `run`.
+impl PeerRun {
+    /// Appends the rows of `other`, a run on a cluster of its own, each keeping that cluster's
+    /// pgbench TPS ([`PeerRow::cluster_tps`]).
+    pub fn append_own_cluster(&mut self, other: PeerRun) {
+        self.rows.extend(other.rows.into_iter().map(|row| PeerRow {
+            cluster_tps: Some(other.pgbench_tps),
+            ..row
+        }));
+    }
+}
+
+/// The `peers` result line of `run`. Each row's `ratio_to_pgbench` divides by the TPS of the
+/// cluster it ran on.
 pub fn result_line(run: &PeerRun, commands: usize, concurrency: u32) -> Value {
     let rows: Vec<Value> = run
         .rows
         .iter()
         .map(|r| {
+            let tps = r.cluster_tps.unwrap_or(run.pgbench_tps);
             json!({
                 "system": r.system,
                 "variant": r.variant,
                 "jobs_per_second": r.jobs_per_second,
-                "ratio_to_pgbench": r.jobs_per_second.map(|x| (x / run.pgbench_tps * 100.0).round() / 100.0),
+                "ratio_to_pgbench": r.jobs_per_second.map(|x| (x / tps * 100.0).round() / 100.0),
+                "cluster_tps": r.cluster_tps,
             })
         })
         .collect();
@@ -113,8 +143,9 @@ pub fn result_line(run: &PeerRun, commands: usize, concurrency: u32) -> Value {
 }
 
 /// Runs `peer_bench/run.sh commands concurrency` with [`ROWS`] and `tenantry_bench` as the
-/// Tenantry binary, its output (the peers' release build, the reports) under `out`; returns the `peers` result line, or a `skipped`
-/// line when `peer_bench` has no `run.sh`.
+/// Tenantry binary, then once more with only `sql-floor` at [`WIDE_FLOOR_BATCH`]; their output
+/// (the peers' release build, the reports) goes under `out`. Returns the `peers` result line, or
+/// a `skipped` line when `peer_bench` has no `run.sh`.
 ///
 /// # Errors
 /// `run.sh` could not start or exited with an error, or its report could not be read.
@@ -136,40 +167,74 @@ pub fn run(
             "skipped": format!("no peer bench at {}", peer_bench.display()),
         }));
     }
-    let mut command = Command::new("bash");
-    // `cargo xtask` runs this process with the xtask package's own variables set; passed on,
-    // they reach the peers' build, and a build script that reads one (ring's reads
-    // `CARGO_MANIFEST_DIR`) marks its crate and everything above it dirty: the whole peer
-    // workspace was rebuilt on every run under xtask, although `PEER_BENCH_OUT` held a build.
-    for name in package_variables(std::env::vars_os().map(|(name, _)| name)) {
-        command.env_remove(name);
+    let invocation = |rows: &'static str, floor_batch: u32| Invocation {
+        script: &script,
+        tenantry_bench,
+        out,
+        commands,
+        concurrency,
+        rows,
+        floor_batch,
+    };
+    let mut run = invocation(ROWS, FLOOR_BATCH).run()?;
+    eprintln!("    the floor with batches of {WIDE_FLOOR_BATCH}, on a cluster of its own");
+    run.append_own_cluster(invocation("sql-floor", WIDE_FLOOR_BATCH).run()?);
+    Ok(result_line(&run, commands, concurrency))
+}
+
+/// One run of the peer bench's `run.sh`.
+struct Invocation<'a> {
+    script: &'a Path,
+    tenantry_bench: &'a Path,
+    out: &'a Path,
+    commands: usize,
+    concurrency: u32,
+    /// Its `PEERS`.
+    rows: &'a str,
+    /// Its `FLOOR_BATCH`.
+    floor_batch: u32,
+}
+
+impl Invocation<'_> {
+    /// Runs the script and parses the report it wrote.
+    fn run(&self) -> Result<PeerRun, String> {
+        let script = self.script;
+        let mut command = Command::new("bash");
+        // `cargo xtask` runs this process with the xtask package's own variables set; passed on,
+        // they reach the peers' build, and a build script that reads one (ring's reads
+        // `CARGO_MANIFEST_DIR`) marks its crate and everything above it dirty: the whole peer
+        // workspace was rebuilt on every run under xtask, although `PEER_BENCH_OUT` held a build.
+        for name in package_variables(std::env::vars_os().map(|(name, _)| name)) {
+            command.env_remove(name);
+        }
+        let mut child = command
+            .arg(script)
+            .args([self.commands.to_string(), self.concurrency.to_string()])
+            .env("PEERS", self.rows)
+            .env("FLOOR_BATCH", self.floor_batch.to_string())
+            .env("TENANTRY_BENCH", self.tenantry_bench)
+            .env("PEER_BENCH_OUT", self.out)
+            // The report goes to standard error: this process's standard output is JSON lines.
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .stdin(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("could not run {}: {e}", script.display()))?;
+        let _tracked = crate::interrupt::track_child(child.id());
+        if let Some(mut stdout) = child.stdout.take() {
+            let _ = std::io::copy(&mut stdout, &mut std::io::stderr());
+        }
+        let status = child
+            .wait()
+            .map_err(|e| format!("waiting for {}: {e}", script.display()))?;
+        if !status.success() {
+            return Err(format!("{} failed ({status})", script.display()));
+        }
+        let report = self.out.join("results").join("last-run.txt");
+        let text = std::fs::read_to_string(&report)
+            .map_err(|e| format!("read {}: {e}", report.display()))?;
+        parse_report(&text)
     }
-    let mut child = command
-        .arg(&script)
-        .args([commands.to_string(), concurrency.to_string()])
-        .env("PEERS", ROWS)
-        .env("TENANTRY_BENCH", tenantry_bench)
-        .env("PEER_BENCH_OUT", out)
-        // The report goes to standard error: this process's standard output is JSON lines.
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .stdin(Stdio::null())
-        .spawn()
-        .map_err(|e| format!("could not run {}: {e}", script.display()))?;
-    let _tracked = crate::interrupt::track_child(child.id());
-    if let Some(mut stdout) = child.stdout.take() {
-        let _ = std::io::copy(&mut stdout, &mut std::io::stderr());
-    }
-    let status = child
-        .wait()
-        .map_err(|e| format!("waiting for {}: {e}", script.display()))?;
-    if !status.success() {
-        return Err(format!("{} failed ({status})", script.display()));
-    }
-    let report = out.join("results").join("last-run.txt");
-    let text =
-        std::fs::read_to_string(&report).map_err(|e| format!("read {}: {e}", report.display()))?;
-    Ok(result_line(&parse_report(&text)?, commands, concurrency))
 }
 
 /// The variables among `names` that cargo sets for the package it runs (`cargo run`): the
@@ -210,6 +275,10 @@ pub fn targets(peers: &Value) -> Vec<(String, String, Option<bool>)> {
     };
     let revoke_ratio = ratio(revoke, graphile);
     let provision_ratio = ratio(provision, tps);
+    let floor = |batch: u32| rate("sql-floor", &format!("claim{batch}+delete"));
+    let of_floor = ratio(revoke, floor(FLOOR_BATCH));
+    let of_wide_floor = ratio(revoke, floor(WIDE_FLOOR_BATCH));
+    let fraction = |x: Option<f64>| x.map_or("–".into(), |x| format!("{x}"));
     vec![
         (
             "revoke (service defaults) ≥ 1.2 × graphile_worker local-queue jobs/s (peer bench, fsync on)"
@@ -221,6 +290,20 @@ pub fn targets(peers: &Value) -> Vec<(String, String, Option<bool>)> {
             "provision (service defaults) ≥ 3 × pgbench -N tps (peer bench, fsync on)".into(),
             provision_ratio.map_or("–".into(), |x| format!("{x}×")),
             provision_ratio.map(|x| x >= 3.0),
+        ),
+        (
+            format!(
+                "revoke (service defaults) ÷ sql-floor with batches of {FLOOR_BATCH} (reported, no target)"
+            ),
+            fraction(of_floor),
+            None,
+        ),
+        (
+            format!(
+                "revoke (service defaults) ≥ 0.5 of sql-floor with batches of {WIDE_FLOOR_BATCH} (issue 33's moonshot)"
+            ),
+            fraction(of_wide_floor),
+            of_wide_floor.map(|x| x >= 0.5),
         ),
     ]
 }
@@ -240,10 +323,18 @@ pub fn table(peers: &Value) -> String {
         peers["commands"],
         peers["concurrency"],
     );
+    let mut own_cluster = None;
     for r in rows {
+        let mark = match r["cluster_tps"].as_f64() {
+            Some(tps) => {
+                own_cluster = Some(tps);
+                " ‡"
+            }
+            None => "",
+        };
         let _ = writeln!(
             md,
-            "| {} | {} | {} | {} |",
+            "| {} | {}{mark} | {} | {} |",
             r["system"].as_str().unwrap_or("-"),
             r["variant"].as_str().unwrap_or("-"),
             r["jobs_per_second"]
@@ -252,6 +343,12 @@ pub fn table(peers: &Value) -> String {
             r["ratio_to_pgbench"]
                 .as_f64()
                 .map_or("–".into(), |x| format!("{x}×")),
+        );
+    }
+    if let Some(tps) = own_cluster {
+        let _ = writeln!(
+            md,
+            "\n‡ measured by a second run of the peer bench (`run.sh` measures one floor batch size per run): a fresh cluster on the same machine with the same configuration, pgbench -N {tps:.1} TPS; its ratio divides by that."
         );
     }
     md
@@ -357,5 +454,45 @@ total wall time: 215 s
         assert!(table(&json!({"part": "peers", "skipped": "x"})).is_empty());
         assert!(table(&line).contains("| tenantry-revoke | default | 4682.0 | 2.28× |"));
         assert!(table(&line).contains("2056.0 TPS"), "{}", table(&line));
+    }
+
+    /// The second floor run's report: `run.sh` with only `sql-floor` at batches of 256.
+    const WIDE_FLOOR_REPORT: &str = "
+PostgreSQL 15.18 (Debian 15.18-0+deb12u1)  (fsync=on synchronous_commit=on)
+pgbench -N -c 8 -j 2 -T 20 (scale 10): 2000.00 TPS
+  version=plain_SQL system=sql-floor variant=claim256+delete jobs=20000 concurrency=8 pool=8 enqueue_s=- drain_s=0.500 capped=no elapsed_s=0.500 jobs_per_s=40000.0 completed=20000 handler_calls=- first_job_ms=- note=two_commits_per_batch,_no_library
+";
+
+    #[test]
+    fn revoke_is_reported_as_a_fraction_of_both_floors() {
+        let floor16 = "  version=plain_SQL system=sql-floor variant=claim16+delete jobs=20000 concurrency=8 pool=8 enqueue_s=- drain_s=2.000 capped=no elapsed_s=2.000 jobs_per_s=10000.0 completed=20000 handler_calls=- first_job_ms=- note=two_commits_per_batch,_no_library\n";
+        let mut run = parse_report(&format!("{REPORT}{floor16}")).unwrap();
+        run.append_own_cluster(parse_report(WIDE_FLOOR_REPORT).unwrap());
+        assert_eq!(run.rows.len(), 5);
+        assert_eq!(
+            run.rows[3].cluster_tps, None,
+            "the batch-16 floor ran on the main cluster"
+        );
+        assert_eq!(run.rows[4].cluster_tps, Some(2000.0));
+        let line = result_line(&run, 20_000, 8);
+        assert_eq!(
+            line["rows"][4]["ratio_to_pgbench"], 20.0,
+            "the second run's row divides by its own cluster's TPS"
+        );
+        let rows = targets(&line);
+        // revoke 4,682.0 jobs/s: 0.47 of the batch-16 floor, 0.12 of the batch-256 floor.
+        assert_eq!((rows[2].1.as_str(), rows[2].2), ("0.47", None));
+        assert_eq!((rows[3].1.as_str(), rows[3].2), ("0.12", Some(false)));
+        assert!(rows[3].0.contains("256"), "{}", rows[3].0);
+        let md = table(&line);
+        assert!(
+            md.contains("| sql-floor | claim256+delete ‡ | 40000.0 | 20× |"),
+            "{md}"
+        );
+        assert!(md.contains("pgbench -N 2000.0 TPS"), "{md}");
+        assert!(
+            md.contains("| sql-floor | claim16+delete | 10000.0 | 4.86× |"),
+            "{md}"
+        );
     }
 }
