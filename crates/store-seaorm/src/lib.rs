@@ -13,7 +13,7 @@
 //!   every connection, and the TLS failures told in words ([`ConnectError::PostgresTls`]);
 //! - [`pg_hosts`] (feature `postgres`): libpq's multi-host URLs and `target_session_attrs`;
 //!   the pool finds the primary of a failover formation and follows it after a failover;
-//! - `txn` (private): the explicit rollback every store method ends an uncommitted
+//! - `txn` (private): the explicit rollback the ports' store methods end an uncommitted
 //!   transaction with, so a refusal answers with no row lock left held;
 //! - `error` (private): the one mapping of a `DbErr` to the ports' shared `StoreError`;
 //! - [`lifecycle`]: the lifecycle outbox and control-space repositories;

@@ -226,33 +226,18 @@ impl RetentionStore for SeaOrmRetentionStore {
                 // Its own task: a dropped caller cannot leave the transaction open.
                 crate::lifecycle::detached(async move {
                     let txn = conn.begin().await.map_err(error)?;
-                    let locked = txn
-                        .query_one_raw(Statement::from_string(
-                            DbBackend::Postgres,
-                            format!(
-                                "SELECT pg_try_advisory_xact_lock({RETENTION_LOCK_KEY}) AS locked"
-                            ),
-                        ))
-                        .await
-                        .map_err(error)?
-                        .map(|row| row.try_get::<bool>("", "locked"))
-                        .transpose()
-                        .map_err(error)?
-                        .unwrap_or(false);
-                    if !locked {
-                        txn.rollback().await.map_err(error)?;
-                        return Ok(PruneBatch::Busy);
-                    }
-                    let result = match txn.execute_raw(statement).await {
-                        Ok(result) => result,
-                        Err(failed) => {
-                            // The advisory lock and row locks are let go before the answer.
-                            crate::txn::roll_back(txn).await;
-                            return Err(error(failed));
+                    match prune_locked(&txn, statement, mechanism).await {
+                        Ok(PruneBatch::Removed(removed)) => {
+                            txn.commit().await.map_err(error)?;
+                            Ok(PruneBatch::Removed(removed))
                         }
-                    };
-                    txn.commit().await.map_err(error)?;
-                    Ok(PruneBatch::Removed(result.rows_affected()))
+                        // Busy, or a failed statement: the advisory lock and any row lock are
+                        // let go before the answer (`crate::txn`).
+                        other => {
+                            crate::txn::roll_back(txn).await;
+                            other
+                        }
+                    }
                 })
                 .await
             }
@@ -317,4 +302,30 @@ impl RetentionStore for SeaOrmRetentionStore {
         };
         Ok(oldest.and_then(DateTime::from_timestamp_millis))
     }
+}
+
+/// One PostgreSQL prune batch inside `txn`: `Busy` when another replica holds the retention
+/// advisory lock, else the rows `statement` removed. The caller commits or rolls back.
+async fn prune_locked(
+    txn: &sea_orm::DatabaseTransaction,
+    statement: Statement,
+    mechanism: Mechanism,
+) -> Result<PruneBatch, StoreError> {
+    let error = move |e| store_error(mechanism, e);
+    let locked = txn
+        .query_one_raw(Statement::from_string(
+            DbBackend::Postgres,
+            format!("SELECT pg_try_advisory_xact_lock({RETENTION_LOCK_KEY}) AS locked"),
+        ))
+        .await
+        .map_err(error)?
+        .map(|row| row.try_get::<bool>("", "locked"))
+        .transpose()
+        .map_err(error)?
+        .unwrap_or(false);
+    if !locked {
+        return Ok(PruneBatch::Busy);
+    }
+    let result = txn.execute_raw(statement).await.map_err(error)?;
+    Ok(PruneBatch::Removed(result.rows_affected()))
 }

@@ -1,12 +1,15 @@
 //! Ending a transaction that does not commit.
 //!
-//! A `DatabaseTransaction` dropped without `commit` or `rollback` only queues its `ROLLBACK`:
-//! the driver sends it when the connection is next used or handed back to the pool, from a
-//! task of its own, later. Until then the transaction's row locks stay held, so a store method
-//! that answered "refused" could still hold the rows it locked — a claim right after it (its
-//! `FOR UPDATE SKIP LOCKED` on PostgreSQL) skipped such a row, and a writer on SQLite waited
-//! for the write lock. Every store method therefore ends each transaction it does not commit
-//! with [`roll_back`] before it answers (docs/protocol.md, "A refusal holds no lock").
+//! On PostgreSQL a `DatabaseTransaction` dropped without `commit` or `rollback` only queues its
+//! `ROLLBACK`: the driver sends it when the connection is next used or handed back to the pool,
+//! from a task of its own, later. Until then the transaction's row locks stay held, so a store
+//! method that answered "refused" could still hold the rows it locked — a claim right after it
+//! (its `FOR UPDATE SKIP LOCKED`) skipped such a row. (SQLite's driver hands the rollback to its
+//! worker thread at once.) The store methods of the ports — settle, batch settle, operator
+//! action, intake, retention's prune and the directory apply — therefore end each transaction
+//! they do not commit with [`roll_back`] before they answer (docs/protocol.md, "A refusal holds
+//! no lock"). The bench and test fixture loaders (`bulk_insert`, `seed_rows`) do not: an error
+//! there ends the run.
 
 use sea_orm::DatabaseTransaction;
 
@@ -15,6 +18,6 @@ use sea_orm::DatabaseTransaction;
 /// the caller's own answer (a refusal, or the error that made it roll back) is what counts.
 pub(crate) async fn roll_back(txn: DatabaseTransaction) {
     if let Err(error) = txn.rollback().await {
-        tracing::debug!(%error, "rollback failed; the server ends the transaction with its connection");
+        tracing::warn!(%error, "rollback failed; the server ends the transaction with its connection");
     }
 }

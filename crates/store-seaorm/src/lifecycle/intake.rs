@@ -286,22 +286,20 @@ async fn submit_once(
     plan: &IntakePlan,
 ) -> Result<Submitted, IntakeStoreError> {
     let txn = store.begin_write().await?;
-    let applied = apply_plan(store, &txn, plan).await;
-    if let Ok(Applied::Created(now, turn)) = applied {
-        txn.commit().await.map_err(unavailable)?;
-        let mut record = CommandRecord::enqueued(&plan.command, now);
-        record.turn_at = turn;
-        return Ok(Submitted::Created(record));
-    }
-    // Nothing to keep: the transaction ends before the answer (`crate::txn`).
-    crate::txn::roll_back(txn).await;
-    match applied? {
-        Applied::Existing(existing) => Ok(Submitted::Existing(*existing)),
-        // Committed above; never reached.
-        Applied::Created(..) => {
-            Err(StoreError::unavailable("the command was not committed").into())
+    // Every answer but a created command ends the transaction first (`crate::txn`).
+    match apply_plan(store, &txn, plan).await {
+        Ok(Applied::Created(now, turn)) => {
+            txn.commit().await.map_err(unavailable)?;
+            let mut record = CommandRecord::enqueued(&plan.command, now);
+            record.turn_at = turn;
+            Ok(Submitted::Created(record))
         }
-        Applied::KeyTaken => {
+        Ok(Applied::Existing(existing)) => {
+            crate::txn::roll_back(txn).await;
+            Ok(Submitted::Existing(*existing))
+        }
+        Ok(Applied::KeyTaken) => {
+            crate::txn::roll_back(txn).await;
             // A concurrent request with the same key won the race: report it as a replay.
             find_by_key(&store.conn, &plan.command.idempotency_key)
                 .await?
@@ -312,6 +310,10 @@ async fn submit_once(
                     )
                     .into()
                 })
+        }
+        Err(failure) => {
+            crate::txn::roll_back(txn).await;
+            Err(failure)
         }
     }
 }
