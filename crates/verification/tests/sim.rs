@@ -284,3 +284,39 @@ mod projector {
         );
     }
 }
+
+/// `tenantry-sim` refuses what it cannot run (exit 2, nothing run) instead of reporting success:
+/// it used to ignore an unknown flag and answer "all invariants held" for `--seeds 0`.
+#[test]
+fn the_sim_command_refuses_bad_arguments_and_runs_nothing() {
+    let sim = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_tenantry-sim"))
+            .args(args)
+            .output()
+            .expect("tenantry-sim runs")
+    };
+    for bad in [
+        &["--seeds", "0"][..],
+        &["--steps", "0"],
+        &["--sed", "3"],
+        &["--sim", "nothing"],
+        &["--steps", "many"],
+    ] {
+        let out = sim(bad);
+        assert_eq!(out.status.code(), Some(2), "{bad:?}");
+        assert!(
+            out.stdout.is_empty(),
+            "{bad:?} ran: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        assert!(!out.stderr.is_empty(), "{bad:?} said nothing");
+    }
+    let ok = sim(&["--sim", "lifecycle", "--steps", "20", "--seeds", "2"]);
+    assert!(ok.status.success());
+    let said = String::from_utf8_lossy(&ok.stdout);
+    assert!(
+        said.contains("lifecycle: 2 seed(s) from 0, 40 steps")
+            && said.contains("all invariants held"),
+        "{said}"
+    );
+}

@@ -1,6 +1,7 @@
-//! `tenantry-sim [--sim NAME] --seed S --steps N [--seeds K]`: runs a deterministic simulation
+//! `tenantry-sim [--sim NAME] [--seed S] [--steps N] [--seeds K]`: runs a deterministic simulation
 //! (`tenantry_verification::sim`) for seeds S..S+K, N steps each; prints the steps per second,
-//! or the first failure (seed, step, trace) and exits 1. `--sim` is `all` (the default: each
+//! or the first failure (seed, step, trace) and exits 1; bad arguments (an unknown flag, zero
+//! steps or seeds) exit 2 and run nothing. `--sim` is `all` (the default: each
 //! simulation in turn), `lifecycle` (the saga through one dispatcher), `workers` (worker loops of several processes on
 //! virtual time), `workers-sql` (the same over the real SQL store: a fresh SQLite database per
 //! seed, or PostgreSQL in a PostgreSQL test run; not part of `all`), `fences` (scoped writes of
@@ -10,71 +11,81 @@
 use std::process::ExitCode;
 use std::time::Instant;
 
+use clap::{Parser, ValueEnum};
 use tenantry_verification::sim::{self, SimFailure};
 
-fn value(args: &[String], name: &str, default: u64) -> Result<u64, String> {
-    match args.iter().position(|a| a == name) {
-        None => Ok(default),
-        Some(i) => args
-            .get(i + 1)
-            .and_then(|v| v.parse().ok())
-            .ok_or_else(|| format!("{name} needs a whole number, e.g. {name} 42")),
-    }
+/// Runs deterministic simulations for a range of seeds. Bad arguments (an unknown flag, a
+/// value that is not a whole number, zero steps or seeds) exit 2 with clap's message.
+#[derive(Debug, Parser)]
+#[command(
+    name = "tenantry-sim",
+    about = "Deterministic simulations of Tenantry's mechanisms"
+)]
+struct Args {
+    /// Which simulation to run.
+    #[arg(long, value_enum, default_value_t = SimName::All)]
+    sim: SimName,
+    /// First seed.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Steps per seed (at least 1).
+    #[arg(long, default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(1..))]
+    steps: u64,
+    /// Number of seeds, from `--seed` on (at least 1).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
+    seeds: u64,
+}
+
+/// The simulations `--sim` can name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum SimName {
+    /// Each simulation in turn, except `workers-sql`.
+    All,
+    /// The saga through one dispatcher.
+    Lifecycle,
+    /// Worker loops of several processes on virtual time.
+    Workers,
+    /// The worker loops over the real SQL store.
+    WorkersSql,
+    /// Scoped writes of two processes and an operator.
+    Fences,
+    /// Two directory projector replicas against a reordering directory.
+    Projector,
 }
 
 /// Runs one seed of a simulation for a number of steps.
 type RunSeed = fn(u64, u64) -> Result<(), SimFailure>;
 
-/// The simulations by name, each as "run one seed".
-fn simulations(name: &str) -> Result<Vec<(&'static str, RunSeed)>, String> {
+/// The simulations of `name`, each as "run one seed".
+fn simulations(name: SimName) -> Vec<(&'static str, RunSeed)> {
     let lifecycle: RunSeed = |seed, steps| sim::run(seed, steps, None);
     let workers: RunSeed = |seed, steps| sim::workers::run(seed, steps, None).map(|_| ());
     let workers_sql: RunSeed = |seed, steps| sim::workers::run_over_sql(seed, steps).map(|_| ());
     let fences: RunSeed = |seed, steps| sim::fences::run(seed, steps, None).map(|_| ());
     let projector: RunSeed = |seed, steps| sim::projector::run(seed, steps, None).map(|_| ());
     match name {
-        "lifecycle" => Ok(vec![("lifecycle", lifecycle)]),
-        "projector" => Ok(vec![("projector", projector)]),
-        "workers" => Ok(vec![("workers", workers)]),
-        "workers-sql" => Ok(vec![("workers-sql", workers_sql)]),
-        "fences" => Ok(vec![("fences", fences)]),
-        "all" => Ok(vec![
+        SimName::Lifecycle => vec![("lifecycle", lifecycle)],
+        SimName::Projector => vec![("projector", projector)],
+        SimName::Workers => vec![("workers", workers)],
+        SimName::WorkersSql => vec![("workers-sql", workers_sql)],
+        SimName::Fences => vec![("fences", fences)],
+        SimName::All => vec![
             ("lifecycle", lifecycle),
             ("workers", workers),
             ("fences", fences),
             ("projector", projector),
-        ]),
-        other => Err(format!(
-            "--sim {other} is not a simulation; use lifecycle, workers, workers-sql, fences, projector or all"
-        )),
+        ],
     }
 }
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let name = args
-        .iter()
-        .position(|a| a == "--sim")
-        .and_then(|i| args.get(i + 1))
-        .map_or("all", String::as_str);
-    let parsed = (|| {
-        Ok::<_, String>((
-            value(&args, "--seed", 0)?,
-            value(&args, "--steps", 1_000)?,
-            value(&args, "--seeds", 1)?,
-            simulations(name)?,
-        ))
-    })();
-    let (seed, steps, seeds, sims) = match parsed {
-        Ok(v) => v,
-        Err(message) => {
-            eprintln!(
-                "tenantry-sim: {message}\nusage: tenantry-sim [--sim all|lifecycle|workers|workers-sql|fences|projector] [--seed S] [--steps N] [--seeds K]"
-            );
-            return ExitCode::from(2);
-        }
-    };
-    for (name, run) in sims {
+    let Args {
+        sim: name,
+        seed,
+        steps,
+        seeds,
+    } = Args::parse();
+    for (name, run) in simulations(name) {
         let started = Instant::now();
         for s in seed..seed.saturating_add(seeds) {
             if let Err(failure) = run(s, steps) {
