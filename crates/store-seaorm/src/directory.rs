@@ -532,17 +532,8 @@ impl SeaOrmDirectoryStore {
         let result = self
             .apply_in(&txn, ctx, insert_placeholder, keys, plan)
             .await;
-        match result {
-            Ok(outcome) => {
-                txn.commit().await.map_err(storage("commit"))?;
-                Ok(outcome)
-            }
-            Err(error) => {
-                // Dropping would only queue the rollback; the state row's lock goes now.
-                crate::txn::roll_back(txn).await;
-                Err(error)
-            }
-        }
+        // A refusal lets the state row's lock go before it answers (`crate::txn`).
+        crate::txn::finish(txn, result, |_| true, storage("commit")).await
     }
 
     async fn apply_in<K, P>(

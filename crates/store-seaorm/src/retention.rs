@@ -226,18 +226,11 @@ impl RetentionStore for SeaOrmRetentionStore {
                 // Its own task: a dropped caller cannot leave the transaction open.
                 crate::lifecycle::detached(async move {
                     let txn = conn.begin().await.map_err(error)?;
-                    match prune_locked(&txn, statement, mechanism).await {
-                        Ok(PruneBatch::Removed(removed)) => {
-                            txn.commit().await.map_err(error)?;
-                            Ok(PruneBatch::Removed(removed))
-                        }
-                        // Busy, or a failed statement: the advisory lock and any row lock are
-                        // let go before the answer (`crate::txn`).
-                        other => {
-                            crate::txn::roll_back(txn).await;
-                            other
-                        }
-                    }
+                    let answer = prune_locked(&txn, statement, mechanism).await;
+                    // Busy, or a failed statement: the advisory lock and any row lock are let
+                    // go before the answer (`crate::txn`).
+                    let removed = |batch: &PruneBatch| matches!(batch, PruneBatch::Removed(_));
+                    crate::txn::finish(txn, answer, removed, error).await
                 })
                 .await
             }

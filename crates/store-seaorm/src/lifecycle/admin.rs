@@ -349,17 +349,10 @@ async fn act_once(
     request: &OperatorAction,
 ) -> Result<CommandRecord, OperatorActionError> {
     let txn = store.begin_write().await?;
-    match act_in(store, &txn, request).await {
-        Ok(after) => {
-            txn.commit().await.map_err(unavailable)?;
-            Ok(to_record(after)?)
-        }
-        Err(refused) => {
-            // A refused action holds no lock once it answers (`crate::txn`).
-            crate::txn::roll_back(txn).await;
-            Err(refused)
-        }
-    }
+    let answer = act_in(store, &txn, request).await;
+    // A refused action holds no lock once it answers (`crate::txn`).
+    let after = crate::txn::finish(txn, answer, |_| true, |e| unavailable(e).into()).await?;
+    Ok(to_record(after)?)
 }
 
 /// The statements of one operator action inside `txn`, answering the command's row as it

@@ -73,17 +73,10 @@ pub(super) async fn settle_many(
         return Ok(results);
     }
     let txn = store.begin_write().await?;
-    match settle_many_in(store, &txn, items, &plan, &now, &mut results).await {
-        Ok(()) => {
-            txn.commit().await.map_err(unavailable)?;
-            Ok(results)
-        }
-        Err(error) => {
-            // Nothing of the batch is committed, and no row stays locked once it answers.
-            crate::txn::roll_back(txn).await;
-            Err(error)
-        }
-    }
+    let answer = settle_many_in(store, &txn, items, &plan, &now, &mut results).await;
+    // On an error nothing of the batch is committed, and no row stays locked once it answers.
+    crate::txn::finish(txn, answer, |_| true, unavailable).await?;
+    Ok(results)
 }
 
 /// The statements of a batch inside `txn`, each item's answer written to `results`; an error

@@ -190,18 +190,10 @@ async fn submit_batch(
         })
         .collect();
     let txn = store.begin_write().await?;
-    match submit_batch_in(store, &txn, plans, &spaces).await {
-        Ok(Some(written)) => {
-            txn.commit().await.map_err(unavailable)?;
-            Ok(Some(written))
-        }
-        // A row not inserted, or a failed statement: nothing stays written or locked once it
-        // answers (`crate::txn`).
-        other => {
-            crate::txn::roll_back(txn).await;
-            other
-        }
-    }
+    let answer = submit_batch_in(store, &txn, plans, &spaces).await;
+    // A row not inserted, or a failed statement: nothing stays written or locked once it
+    // answers (`crate::txn`).
+    crate::txn::finish(txn, answer, Option::is_some, unavailable).await
 }
 
 /// The inserts of [`submit_batch`] inside `txn`; `Ok(None)` when a row was not inserted. The
@@ -286,20 +278,18 @@ async fn submit_once(
     plan: &IntakePlan,
 ) -> Result<Submitted, IntakeStoreError> {
     let txn = store.begin_write().await?;
-    // Every answer but a created command ends the transaction first (`crate::txn`).
-    match apply_plan(store, &txn, plan).await {
-        Ok(Applied::Created(now, turn)) => {
-            txn.commit().await.map_err(unavailable)?;
+    let answer = apply_plan(store, &txn, plan).await;
+    // Only a created command commits; every other answer ends the transaction first
+    // (`crate::txn`).
+    let created = |applied: &Applied| matches!(applied, Applied::Created(..));
+    match crate::txn::finish(txn, answer, created, |e| unavailable(e).into()).await? {
+        Applied::Created(now, turn) => {
             let mut record = CommandRecord::enqueued(&plan.command, now);
             record.turn_at = turn;
             Ok(Submitted::Created(record))
         }
-        Ok(Applied::Existing(existing)) => {
-            crate::txn::roll_back(txn).await;
-            Ok(Submitted::Existing(*existing))
-        }
-        Ok(Applied::KeyTaken) => {
-            crate::txn::roll_back(txn).await;
+        Applied::Existing(existing) => Ok(Submitted::Existing(*existing)),
+        Applied::KeyTaken => {
             // A concurrent request with the same key won the race: report it as a replay.
             find_by_key(&store.conn, &plan.command.idempotency_key)
                 .await?
@@ -310,10 +300,6 @@ async fn submit_once(
                     )
                     .into()
                 })
-        }
-        Err(failure) => {
-            crate::txn::roll_back(txn).await;
-            Err(failure)
         }
     }
 }

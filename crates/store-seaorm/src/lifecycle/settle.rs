@@ -320,21 +320,14 @@ pub(super) async fn settle_once(
     settlement: &Settlement,
 ) -> Result<Result<(), SettleError>, StoreError> {
     let txn = store.begin_write().await?;
-    match settle_locked(store, &txn, lease, settlement).await {
-        Ok(()) => {
-            txn.commit().await.map_err(unavailable)?;
-            Ok(Ok(()))
-        }
-        // A refusal, or a failed statement: the rows this settle locked are free before it
-        // answers (`crate::txn`).
-        Err(SettleError::Store(error)) => {
-            crate::txn::roll_back(txn).await;
-            Err(error)
-        }
-        Err(refused) => {
-            crate::txn::roll_back(txn).await;
-            Ok(Err(refused))
-        }
+    let answer = settle_locked(store, &txn, lease, settlement).await;
+    // A refusal, or a failed statement: the rows this settle locked are free before it
+    // answers (`crate::txn`).
+    let commit_failed = |e| SettleError::Store(unavailable(e));
+    match crate::txn::finish(txn, answer, |_| true, commit_failed).await {
+        Ok(()) => Ok(Ok(())),
+        Err(SettleError::Store(error)) => Err(error),
+        Err(refused) => Ok(Err(refused)),
     }
 }
 
