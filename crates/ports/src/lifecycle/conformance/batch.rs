@@ -13,29 +13,6 @@ fn cs_id(name: &str) -> ControlSpaceId {
     ControlSpaceId::parse(name).unwrap()
 }
 
-async fn space<S: LifecycleStore>(store: &S, cs: &str) -> tenantry_lifecycle::ControlSpace {
-    store
-        .control_space(&tenant(), &cs_id(cs))
-        .await
-        .unwrap()
-        .unwrap()
-}
-
-/// The CAS a completed provision of `cs` would write.
-async fn activate<S: LifecycleStore>(store: &S, cs: &str, at: DateTime<Utc>) -> CasUpdate {
-    let current = space(store, cs).await;
-    current
-        .plan(
-            &[Transition::Activate {
-                operation_id: current.lifecycle_operation_id.clone(),
-                knowledge_space_id: KnowledgeSpaceId::parse(format!("ks-{cs}")).unwrap(),
-                revision: 1,
-            }],
-            at,
-        )
-        .unwrap()
-}
-
 async fn claim_n<S: LifecycleStore>(
     store: &S,
     clock: &ManualClock,
@@ -132,8 +109,7 @@ pub async fn settle_many_writes_nothing_for_a_failed_compare_and_set<S: Lifecycl
     enqueue(&store, &clock, "cs2", "k2", t(0)).await;
     let claimed = claim_n(&store, &clock, "w1", t(1), 2).await;
     let cs1_before = space(&store, "cs1").await;
-    let mut stale = activate(&store, "cs1", t(2)).await;
-    stale.expected_resource_version -= 1;
+    let stale = stale_activate(&store, "cs1", t(2)).await;
     let items = vec![
         (
             claimed[0].lease.clone(),

@@ -199,6 +199,46 @@ pub fn create_plan(cs: &str, key: &str, at: DateTime<Utc>) -> IntakePlan {
     .unwrap()
 }
 
+/// The stored control space `cs` of the test tenant (it must exist).
+async fn space<S: LifecycleStore>(store: &S, cs: &str) -> tenantry_lifecycle::ControlSpace {
+    store
+        .control_space(&tenant(), &ControlSpaceId::parse(cs).unwrap())
+        .await
+        .unwrap()
+        .unwrap()
+}
+
+/// The compare-and-set a completed provision of `cs` would write at `at`.
+async fn activate<S: LifecycleStore>(
+    store: &S,
+    cs: &str,
+    at: DateTime<Utc>,
+) -> tenantry_lifecycle::CasUpdate {
+    let current = space(store, cs).await;
+    current
+        .plan(
+            &[Transition::Activate {
+                operation_id: current.lifecycle_operation_id.clone(),
+                knowledge_space_id: KnowledgeSpaceId::parse(format!("ks-{cs}")).unwrap(),
+                revision: 1,
+            }],
+            at,
+        )
+        .unwrap()
+}
+
+/// [`activate`] planned from a stale read of `cs` (it expects the resource version before the
+/// stored one), so the store must refuse it with `ControlSpaceConflict`.
+async fn stale_activate<S: LifecycleStore>(
+    store: &S,
+    cs: &str,
+    at: DateTime<Utc>,
+) -> tenantry_lifecycle::CasUpdate {
+    let mut stale = activate(store, cs, at).await;
+    stale.expected_resource_version -= 1;
+    stale
+}
+
 async fn enqueue<S: LifecycleStore>(
     store: &S,
     clock: &ManualClock,

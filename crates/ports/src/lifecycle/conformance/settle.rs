@@ -131,23 +131,8 @@ pub async fn settle_with_a_stale_control_space_writes_nothing<S: LifecycleStore>
 ) {
     let id = enqueue(&store, &clock, "cs1", "k1", t(0)).await;
     let claimed = claim_one(&store, &clock, "w1", t(1)).await;
-    let cs = store
-        .control_space(&tenant(), &ControlSpaceId::parse("cs1").unwrap())
-        .await
-        .unwrap()
-        .unwrap();
-    let mut stale = cs.clone();
-    stale.resource_version -= 1;
-    let cas = stale
-        .plan(
-            &[Transition::Activate {
-                operation_id: cs.lifecycle_operation_id.clone(),
-                knowledge_space_id: KnowledgeSpaceId::parse("ks").unwrap(),
-                revision: 1,
-            }],
-            t(2),
-        )
-        .unwrap();
+    let cs = space(&store, "cs1").await;
+    let cas = stale_activate(&store, "cs1", t(2)).await;
     assert!(matches!(
         store
             .settle(
@@ -162,14 +147,7 @@ pub async fn settle_with_a_stale_control_space_writes_nothing<S: LifecycleStore>
         CommandStatus::Processing,
         "ack rolled back"
     );
-    assert_eq!(
-        store
-            .control_space(&tenant(), &ControlSpaceId::parse("cs1").unwrap())
-            .await
-            .unwrap()
-            .unwrap(),
-        cs
-    );
+    assert_eq!(space(&store, "cs1").await, cs);
 }
 
 pub async fn supersede_unattempted_refuses_an_attempted_command<S: LifecycleStore>(
@@ -435,23 +413,7 @@ pub async fn a_refused_settle_holds_no_lock_after_it_answers<S: LifecycleStore>(
         let cs = format!("cs{round}");
         let id = enqueue(&store, &clock, &cs, &format!("k{round}"), start).await;
         let claimed = claim_one(&store, &clock, "w1", start).await;
-        let current = store
-            .control_space(&tenant(), &ControlSpaceId::parse(&cs).unwrap())
-            .await
-            .unwrap()
-            .unwrap();
-        let mut stale = current.clone();
-        stale.resource_version -= 1;
-        let cas = stale
-            .plan(
-                &[Transition::Activate {
-                    operation_id: current.lifecycle_operation_id.clone(),
-                    knowledge_space_id: KnowledgeSpaceId::parse("ks").unwrap(),
-                    revision: 1,
-                }],
-                start,
-            )
-            .unwrap();
+        let cas = stale_activate(&store, &cs, start).await;
         assert!(matches!(
             store
                 .settle(
