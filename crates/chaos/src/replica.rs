@@ -10,7 +10,7 @@
 //! only the wall clock steps, as a host's would under a bad NTP correction. A restarted
 //! generation starts with the slot's current offset, like a process on a host whose clock is off.
 //!
-//! Signals other than SIGKILL are sent with `kill -s` (the workspace forbids `unsafe`, so no
+//! Signals other than SIGKILL are sent with `kill -s` (the workspace denies `unsafe`, so no
 //! libc call).
 
 use std::path::{Path, PathBuf};

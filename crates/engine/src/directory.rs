@@ -231,6 +231,8 @@ pub struct DirectoryProjector<P, S> {
     origin: Instant,
     /// Whether a starting replica resumes from the shared projection ([`Self::with_resume`]).
     resume: bool,
+    /// Run after each [`Self::initialize`] ([`Self::with_memory_release`]).
+    release_memory: fn() -> bool,
     replica: Mutex<ReplicaState>,
 }
 
@@ -256,8 +258,22 @@ impl<P: DirectoryProvider, S: DirectoryProjectionStore> DirectoryProjector<P, S>
             origin: clock.monotonic(),
             clock,
             resume: true,
+            release_memory: crate::memory::return_freed,
             replica: Mutex::new(ReplicaState::default()),
         }
+    }
+
+    /// Sets what runs after each [`Self::initialize`], once the snapshot it fetched is dropped,
+    /// whatever its result: by default glibc's `malloc_trim(0)`, which hands the freed pages
+    /// back to the operating system (without it a process stays at its snapshot peak, about
+    /// 1.2 KiB per membership; elsewhere than glibc it does nothing). It runs on a blocking
+    /// thread (`tokio::task::spawn_blocking`). A platform with its own global allocator may
+    /// pass that allocator's purge, or `|| false` to do nothing. Returns whether memory was
+    /// given back (only traced).
+    #[must_use]
+    pub fn with_memory_release(mut self, release: fn() -> bool) -> Self {
+        self.release_memory = release;
+        self
     }
 
     /// Sets the entitlement hook run after each commit. Turns resuming off
@@ -372,12 +388,24 @@ impl<P: DirectoryProvider, S: DirectoryProjectionStore> DirectoryProjector<P, S>
     }
 
     /// Fetches and applies a full snapshot; when another replica's newer projection
-    /// supersedes it, fetches again, up to [`SNAPSHOT_ATTEMPTS`] times.
+    /// supersedes it, fetches again, up to [`SNAPSHOT_ATTEMPTS`] times. Then, whatever the
+    /// result, the memory the snapshot used is handed back ([`Self::with_memory_release`]).
     ///
     /// # Errors
     /// The first provider, rule or storage error; [`ProjectorError::RepeatedlySuperseded`]
     /// after the last superseded attempt.
     pub async fn initialize(&self) -> Result<(), ProjectorError> {
+        let result = self.fetch_and_apply_snapshot().await;
+        let release = self.release_memory;
+        match tokio::task::spawn_blocking(release).await {
+            Ok(released) => tracing::debug!(released, "memory freed by the snapshot handed back"),
+            Err(error) => tracing::warn!(%error, "handing the snapshot's memory back failed"),
+        }
+        result
+    }
+
+    /// [`Self::initialize`] without the memory release.
+    async fn fetch_and_apply_snapshot(&self) -> Result<(), ProjectorError> {
         let mut last = None;
         for _ in 0..SNAPSHOT_ATTEMPTS {
             let snapshot = self.provider.fetch_snapshot(&self.config.instance).await?;

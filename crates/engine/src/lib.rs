@@ -29,6 +29,8 @@
 pub mod directory;
 #[cfg(feature = "lifecycle")]
 pub mod lifecycle;
+#[cfg(feature = "directory")]
+mod memory;
 pub mod retention;
 #[cfg(feature = "fences")]
 pub mod scoped_writes;

@@ -160,6 +160,30 @@ async fn initialize_stops_on_other_errors() {
     assert_eq!(f.provider.calls().len(), 3);
 }
 
+/// How often [`count_release`] ran (only the test below installs it).
+static RELEASES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+fn count_release() -> bool {
+    RELEASES.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    true
+}
+
+#[tokio::test(start_paused = true)]
+async fn initialize_hands_the_snapshot_memory_back_whatever_its_result() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let f = Fixture::new();
+    let p = f.projector().with_memory_release(count_release);
+    f.provider.push_snapshot(Err(unavailable()));
+    assert!(p.initialize().await.is_err());
+    assert_eq!(RELEASES.load(SeqCst), 1, "after a failed fetch");
+    f.provider.push_snapshot(Ok(base()));
+    p.initialize().await.unwrap();
+    assert_eq!(RELEASES.load(SeqCst), 2, "after an applied snapshot");
+    f.provider.push_events(Ok(batch(10, 10, 10, vec![])));
+    p.sync_once().await.unwrap();
+    assert_eq!(RELEASES.load(SeqCst), 2, "an event step is not a snapshot");
+}
+
 #[tokio::test(start_paused = true)]
 async fn sync_once_without_a_cursor_initializes() {
     let f = Fixture::new();
