@@ -38,9 +38,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use async_trait::async_trait;
 use sea_orm::sea_query::{OnConflict, Query};
 use sea_orm::{
-    ColumnTrait, Condition, DatabaseConnection, DatabaseTransaction, DbErr, EntityTrait,
-    IdenStatic, Iterable, PaginatorTrait, PrimaryKeyToColumn, QueryFilter, QuerySelect,
-    TransactionTrait,
+    ColumnTrait, Condition, ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbErr,
+    EntityTrait, IdenStatic, Iterable, PaginatorTrait, PrimaryKeyToColumn, QueryFilter,
+    QuerySelect, TransactionTrait,
 };
 use tenantry_directory::batch::check_committed_active;
 use tenantry_directory::fingerprint::snapshot_fingerprint;
@@ -202,11 +202,30 @@ impl SeaOrmDirectoryStore {
         })
     }
 
+    /// Begins an apply's transaction. On PostgreSQL every statement in it is planned for its
+    /// own values (`SET LOCAL plan_cache_mode = force_custom_plan`): the driver prepares each
+    /// statement once per connection, and from its sixth execution PostgreSQL may run the
+    /// prepared statement's generic plan, which cannot hash an `IN` list of parameters. The
+    /// account lookup (`uuid IN (5,000 values) OR normalized_email IN (5,000 values)`) then
+    /// compared every stored account with up to 10,000 values one by one: 28 s per chunk, and
+    /// a snapshot at a later cursor took 182 s instead of 8 s at 500,000 memberships
+    /// (docs/benchmarks.md, "Directory at scale"). Planning each chunk's statement costs
+    /// milliseconds.
     async fn begin(&self) -> Result<DatabaseTransaction, ProjectionStoreError> {
-        self.conn
+        let txn = self
+            .conn
             .begin_with_options(self.backend.write_transaction())
             .await
-            .map_err(storage("begin"))
+            .map_err(storage("begin"))?;
+        if self.backend == Backend::Postgres
+            && let Err(error) = txn
+                .execute_unprepared("SET LOCAL plan_cache_mode = force_custom_plan")
+                .await
+        {
+            crate::txn::roll_back(txn).await;
+            return Err(storage("plan each statement for its values")(error));
+        }
+        Ok(txn)
     }
 
     /// Locks (and for a snapshot first inserts a placeholder of) the state row; `None` when
