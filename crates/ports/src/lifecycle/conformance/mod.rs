@@ -214,29 +214,37 @@ async fn activate<S: LifecycleStore>(
     cs: &str,
     at: DateTime<Utc>,
 ) -> tenantry_lifecycle::CasUpdate {
-    let current = space(store, cs).await;
-    current
-        .plan(
-            &[Transition::Activate {
-                operation_id: current.lifecycle_operation_id.clone(),
-                knowledge_space_id: KnowledgeSpaceId::parse(format!("ks-{cs}")).unwrap(),
-                revision: 1,
-            }],
-            at,
-        )
-        .unwrap()
+    activate_from(space(store, cs).await, cs, at)
 }
 
-/// [`activate`] planned from a stale read of `cs` (it expects the resource version before the
-/// stored one), so the store must refuse it with `ControlSpaceConflict`.
+/// [`activate`] planned from a stale read of `cs`: the control space as it was one resource
+/// version earlier, so the update expects that version (and writes the stored one); the store
+/// must refuse it with `ControlSpaceConflict`.
 async fn stale_activate<S: LifecycleStore>(
     store: &S,
     cs: &str,
     at: DateTime<Utc>,
 ) -> tenantry_lifecycle::CasUpdate {
-    let mut stale = activate(store, cs, at).await;
-    stale.expected_resource_version -= 1;
-    stale
+    let mut stale = space(store, cs).await;
+    stale.resource_version -= 1;
+    activate_from(stale, cs, at)
+}
+
+/// The `Activate` compare-and-set planned from `read`, a read of control space `cs`.
+fn activate_from(
+    read: tenantry_lifecycle::ControlSpace,
+    cs: &str,
+    at: DateTime<Utc>,
+) -> tenantry_lifecycle::CasUpdate {
+    read.plan(
+        &[Transition::Activate {
+            operation_id: read.lifecycle_operation_id.clone(),
+            knowledge_space_id: KnowledgeSpaceId::parse(format!("ks-{cs}")).unwrap(),
+            revision: 1,
+        }],
+        at,
+    )
+    .unwrap()
 }
 
 async fn enqueue<S: LifecycleStore>(
