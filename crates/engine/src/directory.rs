@@ -265,8 +265,8 @@ impl<P: DirectoryProvider, S: DirectoryProjectionStore> DirectoryProjector<P, S>
 
     /// Sets what runs after each [`Self::initialize`], once the snapshot it fetched is dropped,
     /// whatever its result: by default glibc's `malloc_trim(0)`, which hands the freed pages
-    /// back to the operating system (without it a process stays at its snapshot peak, about
-    /// 1.2 KiB per membership; elsewhere than glibc it does nothing). It runs on a blocking
+    /// back to the operating system (without it a process keeps most of its snapshot peak
+    /// resident, about 0.8 KiB per membership; elsewhere than glibc it does nothing). It runs on a blocking
     /// thread (`tokio::task::spawn_blocking`). A platform with its own global allocator may
     /// pass that allocator's purge, or `|| false` to do nothing. Returns whether memory was
     /// given back (only traced).

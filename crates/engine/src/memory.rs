@@ -3,8 +3,8 @@
 //! glibc's allocator keeps what a program frees in its arenas for reuse, and gives back only
 //! what sits at the top of a heap. A snapshot apply allocates about 1.2 KiB per membership (the
 //! body, the parsed snapshot, the planned rows) and frees it all when it ends, so without a
-//! trim the process stays at its peak: 0.8 GiB resident after a 1,000,000-membership snapshot
-//! against 15 MiB idle (docs/benchmarks.md, "Through the HTTP path"). `malloc_trim(0)` walks
+//! trim the process keeps most of it resident: 0.7–0.8 GiB after a 1,000,000-membership
+//! snapshot whose peak was 1.2 GiB, against 15 MiB idle (docs/benchmarks.md, "Through the HTTP path"). `malloc_trim(0)` walks
 //! every arena and returns its free pages; it took 29 ms after that snapshot.
 
 /// Asks glibc to return the free pages of every arena to the operating system

@@ -6,6 +6,9 @@
 //! - `.ci/run` and the README run the gate, `cargo xtask ci`;
 //! - no two crates define a public type (`pub struct | enum | trait | type`) of the same name,
 //!   so one name means one thing across the workspace (re-exports of one type are fine);
+//! - `unsafe` code is allowed in one file only, [`UNSAFE_ALLOWED_IN`] (the workspace lint
+//!   `unsafe_code` is `deny`, which a local `allow` could lift: this check keeps it to that
+//!   file);
 //! - domain crates read no clock, make no ids and draw no random numbers: their source calls
 //!   none of [`DISALLOWED_IN_DOMAIN`], and each has a `clippy.toml` that disallows them and
 //!   keeps the workspace's clippy settings;
@@ -94,6 +97,46 @@ fn every_rust_file_starts_with_a_module_doc_comment() {
         "these files must start with a `//!` comment saying what the module is for:\n  {}",
         offenders.join("\n  ")
     );
+}
+
+/// The one file whose code may lift the `unsafe_code` lint (glibc's `malloc_trim`;
+/// docs/architecture.md, "Unsafe code").
+const UNSAFE_ALLOWED_IN: &str = "crates/engine/src/memory.rs";
+
+#[test]
+fn unsafe_code_is_allowed_in_one_file_only() {
+    let root = workspace_root();
+    let mut files = Vec::new();
+    for dir in ["crates", "migrations", "xtask", "fixtures", "examples"] {
+        collect_rust_files(&root.join(dir), &mut files);
+    }
+    let offenders: Vec<String> = files
+        .iter()
+        .map(|path| relative(&root, path))
+        .filter(|path| path != UNSAFE_ALLOWED_IN && !path.starts_with("xtask/tests/tidy/"))
+        .filter(|path| {
+            let text = fs::read_to_string(root.join(path)).unwrap_or_default();
+            text.lines()
+                .map(|line| line.split("//").next().unwrap_or(""))
+                .any(lifts_unsafe_code)
+        })
+        .collect();
+    assert!(
+        offenders.is_empty(),
+        "these files lift the unsafe_code lint, which only {UNSAFE_ALLOWED_IN} may: {offenders:?}"
+    );
+    let allowed = fs::read_to_string(root.join(UNSAFE_ALLOWED_IN)).unwrap();
+    assert!(
+        allowed.lines().any(lifts_unsafe_code),
+        "{UNSAFE_ALLOWED_IN} no longer needs unsafe code: make the workspace lint `forbid` again"
+    );
+}
+
+/// Whether a line of code (comments cut off) names the `unsafe_code` lint: in Rust source
+/// that is a lint attribute (`allow`, `expect`, `warn`), which is what lifts the workspace's
+/// `deny`.
+fn lifts_unsafe_code(code: &str) -> bool {
+    code.contains("unsafe_code")
 }
 
 #[test]
