@@ -207,8 +207,9 @@ impl SeaOrmDirectoryStore {
     /// statement once per connection, and from its sixth execution PostgreSQL may run the
     /// prepared statement's generic plan, which cannot hash an `IN` list of parameters. The
     /// account lookup (`uuid IN (5,000 values) OR normalized_email IN (5,000 values)`) then
-    /// compared every stored account with up to 10,000 values one by one: 28 s per chunk, and
-    /// a snapshot at a later cursor took 182 s instead of 8 s at 500,000 memberships
+    /// compared every stored account with up to 10,000 values one by one: six of its 25 chunks
+    /// took 28 s each, and a snapshot at a later cursor took 182 s instead of 8 s at 500,000
+    /// memberships
     /// (docs/benchmarks.md, "Directory at scale"). Planning each chunk's statement costs
     /// milliseconds.
     async fn begin(&self) -> Result<DatabaseTransaction, ProjectionStoreError> {
