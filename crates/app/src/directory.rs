@@ -77,7 +77,10 @@ pub fn prepare(
     }
     let mut client = DirectoryClientConfig::new(settings.url.clone(), keys)
         .with_tls(settings.tls.clone())
-        .with_max_response_bytes(capacity.max_response_bytes);
+        .with_max_response_bytes(capacity.max_response_bytes)
+        .with_snapshot_page_size(
+            (capacity.snapshot_page_size > 0).then_some(capacity.snapshot_page_size),
+        );
     client.bearer_token = settings.token.as_ref().map(|t| t.expose().to_owned());
     let provider =
         HttpDirectoryProvider::new(&client).map_err(|e| format!("directory_url: {e}"))?;

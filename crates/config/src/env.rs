@@ -56,7 +56,7 @@ pub(super) type Sources = BTreeMap<&'static str, String>;
 /// Every setting's name: the TOML key, and (upper-cased, prefixed with [`ENV_PREFIX`]) the
 /// environment variable. A unit test checks that it is exactly what the environment overlay
 /// reads.
-pub const SETTINGS: [&str; 63] = [
+pub const SETTINGS: [&str; 64] = [
     "database_url",
     "database_max_connections",
     "listen",
@@ -92,6 +92,7 @@ pub const SETTINGS: [&str; 63] = [
     "directory_max_snapshot_memberships",
     "directory_max_active_workspaces",
     "directory_max_response_bytes",
+    "directory_snapshot_page_size",
     // The `[retention]` table: TOML key `retention.<key>`, variable `TENANTRY_RETENTION_<KEY>`.
     "retention_enabled",
     "retention_interval_seconds",
@@ -249,6 +250,7 @@ pub fn merge_env_and_validate(
         directory_max_staleness_seconds, directory_event_limit,
         directory_max_snapshot_workspaces, directory_max_snapshot_memberships,
         directory_max_active_workspaces, directory_max_response_bytes,
+        directory_snapshot_page_size,
     );
     overlay_retention!(raw, sources, env;
         enabled, interval_seconds, finished_commands_days, operator_actions_days,

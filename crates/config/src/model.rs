@@ -185,15 +185,22 @@ pub struct DirectoryCapacity {
     /// the projection holds about 3.5 times the body in memory while it applies a snapshot
     /// (measured through the HTTP path; docs/operations.md, "Directory capacity").
     pub max_response_bytes: u64,
+    /// `directory_snapshot_page_size`: memberships per page asked of the provider for a
+    /// snapshot (default 10,000; 0 asks for the whole snapshot in one answer, for a provider
+    /// that refuses the parameter; at most
+    /// [`MAX_DIRECTORY_MEMBERSHIPS`](super::MAX_DIRECTORY_MEMBERSHIPS)). A provider that does
+    /// not page answers the whole snapshot either way (docs/protocol.md, "Paged snapshots").
+    pub snapshot_page_size: u32,
 }
 
 impl Default for DirectoryCapacity {
-    /// The projection's [`ProjectionLimits::default`](tenantry_directory::ProjectionLimits)
-    /// and the client's 128 MiB.
+    /// The projection's [`ProjectionLimits::default`](tenantry_directory::ProjectionLimits),
+    /// the client's 128 MiB and pages of 10,000 memberships.
     fn default() -> Self {
         Self {
             limits: tenantry_directory::ProjectionLimits::default(),
             max_response_bytes: tenantry_remote_http::directory::DEFAULT_MAX_RESPONSE_BYTES,
+            snapshot_page_size: tenantry_remote_http::directory::DEFAULT_SNAPSHOT_PAGE_SIZE,
         }
     }
 }

@@ -93,6 +93,8 @@ pub struct RawConfig {
     pub directory_max_active_workspaces: Option<u64>,
     /// See [`DirectoryCapacity::max_response_bytes`](super::DirectoryCapacity::max_response_bytes).
     pub directory_max_response_bytes: Option<u64>,
+    /// See [`DirectoryCapacity::snapshot_page_size`](super::DirectoryCapacity::snapshot_page_size).
+    pub directory_snapshot_page_size: Option<u64>,
     /// `directory_ca_file`: see [`DirectorySettings::tls`](super::DirectorySettings::tls).
     pub directory_ca_file: Option<String>,
     /// `directory_client_cert_file`: see [`DirectorySettings::tls`](super::DirectorySettings::tls).

@@ -609,6 +609,10 @@ fn validate_directory(
                 "directory_max_response_bytes",
                 raw.directory_max_response_bytes.is_some(),
             ),
+            (
+                "directory_snapshot_page_size",
+                raw.directory_snapshot_page_size.is_some(),
+            ),
         ];
         if let Some((setting, _)) = stray.iter().find(|(_, given)| *given) {
             return Err(invalid(
@@ -756,9 +760,18 @@ fn directory_capacity(
         MIN_DIRECTORY_RESPONSE_BYTES,
         MAX_DIRECTORY_RESPONSE_BYTES,
     )?;
+    let snapshot_page_size = in_range(
+        "directory_snapshot_page_size",
+        raw.directory_snapshot_page_size
+            .unwrap_or(u64::from(default.snapshot_page_size)),
+        0,
+        MAX_DIRECTORY_MEMBERSHIPS,
+    )?;
     Ok(DirectoryCapacity {
         limits,
         max_response_bytes,
+        // In range, so below u32::MAX.
+        snapshot_page_size: u32::try_from(snapshot_page_size).unwrap_or(u32::MAX),
     })
 }
 

@@ -13,6 +13,7 @@
 //! - [`config`]: projector configuration, capacity limits, run-loop backoff;
 //! - [`batch`]: validation of batches, deltas, workspace lists, capacity;
 //! - [`fingerprint`]: canonical snapshot and event fingerprints;
+//! - [`paging`]: the rules that join a paged snapshot's pages into one snapshot;
 //! - [`rows`]: persisted rows and an in-memory table set;
 //! - [`plan`]: apply planning (current rows + incoming projection → rows to write, or error);
 //! - [`memory`]: the plans applied atomically to in-memory tables (reference semantics);
@@ -30,6 +31,7 @@ pub mod ids;
 pub mod maps;
 pub mod memory;
 pub mod model;
+pub mod paging;
 pub mod plan;
 pub mod readiness;
 pub mod retention;
@@ -43,8 +45,9 @@ pub use ids::{AccountUuid, EventUuid, InstanceUuid, MembershipUuid, WorkspaceUui
 pub use memory::ApplyOutcome;
 pub use model::{
     DirectoryDelta, DirectoryEvent, DirectoryEventBatch, DirectoryMember, DirectorySnapshot,
-    DirectoryWorkspace,
+    DirectorySnapshotPage, DirectoryWorkspace, SnapshotPageLink,
 };
+pub use paging::{PageError, SnapshotPages};
 pub use plan::{ApplyContext, LookupKeys, ProjectionWrite};
 pub use readiness::{NotReady, Readiness};
 pub use rows::{

@@ -31,6 +31,40 @@ pub struct DirectorySnapshot {
     pub workspaces: Vec<DirectoryWorkspace>,
 }
 
+/// One page of a paged snapshot: `GET …/directory/snapshot?page_size=N` answers the first,
+/// `?page_token=T` the next (a Tenantry extension of the reference protocol; `docs/protocol.md`,
+/// "Paged snapshots"). A provider that does not page answers one [`DirectorySnapshot`], which
+/// parses as a page without [`page`](Self::page).
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DirectorySnapshotPage {
+    /// The instance the snapshot is for (the same on every page).
+    pub instance_uuid: InstanceUuid,
+    /// Event-stream position the whole snapshot covers (the same on every page).
+    pub cursor: i64,
+    /// When the provider produced the snapshot (informational).
+    pub generated_at: DateTime<Utc>,
+    /// This page's workspaces, whole, in ascending uuid order; every uuid is above the last of
+    /// the previous page.
+    pub workspaces: Vec<DirectoryWorkspace>,
+    /// How the page links to its neighbours; absent when the answer is the whole snapshot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub page: Option<SnapshotPageLink>,
+}
+
+/// The links of a [`DirectorySnapshotPage`].
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapshotPageLink {
+    /// SHA-256 of the previous page's body as sent, lowercase hex (64 digits); `null` on the
+    /// first page. It chains the pages: a stale or replayed page does not match.
+    #[serde(default)]
+    pub previous_page_digest: Option<String>,
+    /// Opaque token of the next page (`?page_token=`); `null` on the last page.
+    #[serde(default)]
+    pub next_page_token: Option<String>,
+}
+
 /// One workspace with its members.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -86,6 +86,7 @@ fn directory_capacity_limits_are_settings() {
         ("TENANTRY_DIRECTORY_MAX_SNAPSHOT_MEMBERSHIPS", "1000000"),
         ("TENANTRY_DIRECTORY_MAX_ACTIVE_WORKSPACES", "15000"),
         ("TENANTRY_DIRECTORY_MAX_RESPONSE_BYTES", "536870912"),
+        ("TENANTRY_DIRECTORY_SNAPSHOT_PAGE_SIZE", "0"),
     ])
     .unwrap()
     .directory_capacity;
@@ -93,6 +94,10 @@ fn directory_capacity_limits_are_settings() {
     assert_eq!(capacity.limits.max_snapshot_memberships, 1_000_000);
     assert_eq!(capacity.limits.max_active_workspaces, 15_000);
     assert_eq!(capacity.max_response_bytes, 512 * 1024 * 1024);
+    assert_eq!(
+        capacity.snapshot_page_size, 0,
+        "0 asks for the whole snapshot"
+    );
 
     let raw = RawConfig::from_toml(
         &format!(
@@ -147,6 +152,11 @@ fn directory_capacity_limits_are_settings() {
             "TENANTRY_DIRECTORY_MAX_RESPONSE_BYTES",
             "-1",
             "directory_max_response_bytes",
+        ),
+        (
+            "TENANTRY_DIRECTORY_SNAPSHOT_PAGE_SIZE",
+            "10000001",
+            "directory_snapshot_page_size",
         ),
     ];
     for (variable, value, expected) in refused {

@@ -8,8 +8,14 @@
 //! dispatched or whose outcome is unknown (transport failures, timeouts) is
 //! [`ProviderError::Unavailable`] (a read changes nothing, so the two need no telling apart); an
 //! answered error status is [`ProviderError::Refused`] with that status (its body needs no
-//! signature: nothing is applied from it). One deadline (default [`DEFAULT_DEADLINE`]) covers the whole call; no redirect
-//! is followed and nothing is retried (the projector retries on its next sync).
+//! signature: nothing is applied from it). One deadline (default [`DEFAULT_DEADLINE`]) covers
+//! the whole call (for a paged snapshot, each page's call); no redirect is followed and nothing
+//! is retried (the projector retries on its next sync).
+//!
+//! A snapshot is asked for in pages of [`DirectoryClientConfig::snapshot_page_size`]
+//! memberships (`docs/protocol.md`, "Paged snapshots"): each page is verified like any answer
+//! and the pages are joined by [`tenantry_directory::SnapshotPages`], which refuses pages that
+//! do not form one snapshot. A provider that does not page answers the whole snapshot.
 
 pub mod signature;
 
@@ -22,8 +28,10 @@ use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderValue};
 use reqwest::{Method, Response, Url};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
+use tenantry_directory::paging::page_digest;
 use tenantry_directory::{
-    DirectoryDelta, DirectoryEventBatch, DirectorySnapshot, InstanceUuid, WorkspaceUuid,
+    DirectoryDelta, DirectoryEventBatch, DirectorySnapshot, DirectorySnapshotPage, InstanceUuid,
+    SnapshotPages, WorkspaceUuid,
 };
 use tenantry_ports::directory::{DirectoryProvider, ProviderError};
 use tenantry_ports::error::ErrorSource;
@@ -34,8 +42,13 @@ use crate::tls::RemoteTls;
 use signature::{SignatureHeaders, SignedRequest, TrustedKeys};
 use tenantry_kernel::text::{MAX_CODE_BYTES, MAX_MESSAGE_BYTES, bounded};
 
-/// Default largest accepted response body: 128 MiB.
+/// Default largest accepted response body: 128 MiB (for a paged snapshot, all its pages
+/// together).
 pub const DEFAULT_MAX_RESPONSE_BYTES: u64 = 128 * 1024 * 1024;
+
+/// Default memberships per page asked of a provider that pages snapshots (`docs/protocol.md`,
+/// "Paged snapshots"): 10,000, about 3.6 MB of JSON.
+pub const DEFAULT_SNAPSHOT_PAGE_SIZE: u32 = 10_000;
 
 /// Default total deadline of one directory call.
 pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(60);
@@ -51,8 +64,12 @@ pub struct DirectoryClientConfig {
     pub trusted_keys: TrustedKeys,
     /// Largest accepted difference between a response's signing time and the local clock.
     pub max_skew: Duration,
-    /// Largest accepted response body, bytes.
+    /// Largest accepted response body, bytes; a paged snapshot's pages count together.
     pub max_response_bytes: u64,
+    /// Memberships per page asked for a snapshot (`?page_size=`); `None` asks for the whole
+    /// snapshot in one answer. A provider that does not page answers the whole snapshot
+    /// either way.
+    pub snapshot_page_size: Option<u32>,
     /// Total deadline of one call.
     pub deadline: Duration,
     /// TLS of an `https` base URL: the platform's roots by default, plus an optional CA file
@@ -61,7 +78,8 @@ pub struct DirectoryClientConfig {
 }
 
 impl DirectoryClientConfig {
-    /// A configuration with default skew (300 s), size limit (128 MiB) and deadline.
+    /// A configuration with default skew (300 s), size limit (128 MiB), snapshot page size
+    /// (10,000 memberships) and deadline.
     pub fn new(base_url: impl Into<String>, trusted_keys: TrustedKeys) -> Self {
         Self {
             base_url: base_url.into(),
@@ -69,6 +87,7 @@ impl DirectoryClientConfig {
             trusted_keys,
             max_skew: signature::DEFAULT_MAX_SKEW,
             max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
+            snapshot_page_size: Some(DEFAULT_SNAPSHOT_PAGE_SIZE),
             deadline: DEFAULT_DEADLINE,
             tls: RemoteTls::default(),
         }
@@ -100,6 +119,14 @@ impl DirectoryClientConfig {
     #[must_use]
     pub fn with_max_response_bytes(mut self, max_response_bytes: u64) -> Self {
         self.max_response_bytes = max_response_bytes;
+        self
+    }
+
+    /// Sets [`snapshot_page_size`](Self::snapshot_page_size) (above zero when set, checked by
+    /// [`HttpDirectoryProvider::new`]).
+    #[must_use]
+    pub fn with_snapshot_page_size(mut self, snapshot_page_size: Option<u32>) -> Self {
+        self.snapshot_page_size = snapshot_page_size;
         self
     }
 
@@ -153,6 +180,11 @@ pub enum DirectoryConfigError {
     /// The deadline is zero.
     #[error("directory call deadline must be above zero")]
     ZeroDeadline,
+    /// The snapshot page size is zero.
+    #[error(
+        "directory snapshot page size must be at least 1 membership (or unset to ask for the whole snapshot at once)"
+    )]
+    ZeroPageSize,
     /// The HTTP client could not be built, for example because a TLS file of
     /// [`DirectoryClientConfig::tls`] cannot be used ([`ClientBuildError::tls`] names it).
     #[error(transparent)]
@@ -168,6 +200,7 @@ pub struct HttpDirectoryProvider {
     trusted: TrustedKeys,
     max_skew: Duration,
     max_bytes: u64,
+    page_size: Option<u32>,
     deadline: Duration,
 }
 
@@ -199,6 +232,9 @@ impl HttpDirectoryProvider {
         if config.deadline.is_zero() {
             return Err(DirectoryConfigError::ZeroDeadline);
         }
+        if config.snapshot_page_size == Some(0) {
+            return Err(DirectoryConfigError::ZeroPageSize);
+        }
         let authorization = match &config.bearer_token {
             None => None,
             Some(token) if token.is_empty() => return Err(DirectoryConfigError::InvalidToken),
@@ -216,6 +252,7 @@ impl HttpDirectoryProvider {
             trusted: config.trusted_keys.clone(),
             max_skew: config.max_skew,
             max_bytes: config.max_response_bytes,
+            page_size: config.snapshot_page_size,
             deadline: config.deadline,
         })
     }
@@ -228,13 +265,14 @@ impl HttpDirectoryProvider {
         .map_err(|reason| ProviderError::unavailable(format!("directory request path: {reason}")))
     }
 
-    /// Sends one request and returns its verified body.
+    /// Sends one request and returns its verified body (a non-success status is
+    /// [`ProviderError::Refused`]).
     async fn fetch_verified(
         &self,
         method: Method,
         url: Url,
         body: Option<Vec<u8>>,
-    ) -> Result<Vec<u8>, ProviderError> {
+    ) -> Result<VerifiedBody, ProviderError> {
         // The request as the signature binds it: the path below the base URL's own prefix.
         let prefix = self.base.path().trim_end_matches('/');
         let path = url
@@ -261,61 +299,101 @@ impl HttpDirectoryProvider {
                 .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
                 .body(body);
         }
-        let call = async {
-            let response = request.send().await.map_err(unavailable)?;
-            let status = response.status();
-            let headers = response.headers().clone();
-            let body = read_limited(response, self.max_bytes).await?;
-            Ok::<_, ProviderError>((status, headers, body))
-        };
-        let call = tracing::Instrument::instrument(call, span);
-        let (status, headers, body) =
-            tokio::time::timeout(self.deadline, call)
-                .await
-                .map_err(|_| {
-                    ProviderError::unavailable(format!(
-                        "no complete directory answer within the {}s deadline",
-                        self.deadline.as_secs_f64()
-                    ))
-                })??;
-        if !status.is_success() {
-            // What the provider says is bounded data (case 010): its code and message lose
-            // control characters and are cut (64 and 2,048 bytes) before they are logged,
-            // kept as the last sync error or shown.
-            let message = match serde_json::from_slice::<ErrorBody>(&body) {
-                Ok(e) => format!(
-                    "{}: {}",
-                    bounded(&e.code, MAX_CODE_BYTES),
-                    bounded(&e.message, MAX_MESSAGE_BYTES)
-                ),
-                Err(_) => String::from_utf8_lossy(&body[..body.len().min(256)]).into_owned(),
-            };
-            let message = bounded(&message, MAX_MESSAGE_BYTES).into_owned();
-            return Err(ProviderError::Refused {
-                status: status.as_u16(),
-                message,
-            });
-        }
-        let signature_headers = SignatureHeaders {
-            key_id: header(&headers, signature::KEY_ID_HEADER),
-            timestamp: header(&headers, signature::TIMESTAMP_HEADER),
-            signature: header(&headers, signature::SIGNATURE_HEADER),
-        };
         let signed_request = SignedRequest {
             method: &method_name,
             path: &path,
             query: &query,
         };
-        signature::verify(
-            &signature_headers,
-            &signed_request,
-            &body,
-            &self.trusted,
-            Utc::now().timestamp(),
-            self.max_skew,
-        )
-        .map_err(|e| ProviderError::invalid_response(e.to_string()).with_source(e))?;
-        Ok(body)
+        let call = async {
+            let response = request.send().await.map_err(unavailable)?;
+            let status = response.status();
+            if !status.is_success() {
+                let body = read_limited(response, self.max_bytes, Vec::new()).await?;
+                return Err(refusal(status, &body));
+            }
+            // The headers are checked before the body is read, and the body is read after the
+            // signed message's prefix: the signature is checked over that one buffer, so a
+            // large snapshot is held once, not copied into a second message.
+            let headers = response.headers();
+            let pending = signature::check_headers(
+                &SignatureHeaders {
+                    key_id: header(headers, signature::KEY_ID_HEADER),
+                    timestamp: header(headers, signature::TIMESTAMP_HEADER),
+                    signature: header(headers, signature::SIGNATURE_HEADER),
+                },
+                &signed_request,
+                &self.trusted,
+                Utc::now().timestamp(),
+                self.max_skew,
+            )
+            .map_err(|e| ProviderError::invalid_response(e.to_string()).with_source(e))?;
+            let start = pending.prefix_len();
+            let message = read_limited(response, self.max_bytes, pending.message_prefix()).await?;
+            pending
+                .verify(&message)
+                .map_err(|e| ProviderError::invalid_response(e.to_string()).with_source(e))?;
+            Ok::<_, ProviderError>(VerifiedBody { message, start })
+        };
+        let call = tracing::Instrument::instrument(call, span);
+        tokio::time::timeout(self.deadline, call)
+            .await
+            .map_err(|_| {
+                ProviderError::unavailable(format!(
+                    "no complete directory answer within the {}s deadline",
+                    self.deadline.as_secs_f64()
+                ))
+            })?
+    }
+}
+
+impl HttpDirectoryProvider {
+    /// Fetches one snapshot answer (a page or the whole snapshot): the parsed page, the
+    /// digest of its body and the body's length in bytes. The body is dropped once parsed.
+    async fn fetch_page(
+        &self,
+        url: Url,
+    ) -> Result<(DirectorySnapshotPage, String, u64), ProviderError> {
+        let verified = self.fetch_verified(Method::GET, url, None).await?;
+        let body = verified.body();
+        let page: DirectorySnapshotPage = parse(body)?;
+        Ok((page, page_digest(body), body.len() as u64))
+    }
+}
+
+/// The port's error for pages that do not form one snapshot.
+fn invalid_pages(error: tenantry_directory::PageError) -> ProviderError {
+    ProviderError::invalid_response(error.to_string()).with_source(error)
+}
+
+/// A verified answer: the signed message, whose bytes from `start` are the body.
+struct VerifiedBody {
+    message: Vec<u8>,
+    start: usize,
+}
+
+impl VerifiedBody {
+    /// The body exactly as received.
+    fn body(&self) -> &[u8] {
+        &self.message[self.start..]
+    }
+}
+
+/// The port's error for a non-success answer. What the provider says is bounded data (case
+/// 010): its code and message lose control characters and are cut (64 and 2,048 bytes)
+/// before they are logged, kept as the last sync error or shown.
+fn refusal(status: reqwest::StatusCode, body: &[u8]) -> ProviderError {
+    let message = match serde_json::from_slice::<ErrorBody>(body) {
+        Ok(e) => format!(
+            "{}: {}",
+            bounded(&e.code, MAX_CODE_BYTES),
+            bounded(&e.message, MAX_MESSAGE_BYTES)
+        ),
+        Err(_) => String::from_utf8_lossy(&body[..body.len().min(256)]).into_owned(),
+    };
+    let message = bounded(&message, MAX_MESSAGE_BYTES).into_owned();
+    ProviderError::Refused {
+        status: status.as_u16(),
+        message,
     }
 }
 
@@ -325,11 +403,30 @@ impl DirectoryProvider for HttpDirectoryProvider {
         &self,
         instance: &InstanceUuid,
     ) -> Result<DirectorySnapshot, ProviderError> {
-        let url = self.endpoint(instance, "snapshot")?;
-        let body = self.fetch_verified(Method::GET, url, None).await?;
-        let snapshot: DirectorySnapshot = parse(&body)?;
-        same_instance(instance, &snapshot.instance_uuid)?;
-        Ok(snapshot)
+        let mut url = self.endpoint(instance, "snapshot")?;
+        if let Some(size) = self.page_size {
+            url.query_pairs_mut()
+                .append_pair("page_size", &size.to_string());
+        }
+        let (page, digest, size) = self.fetch_page(url).await?;
+        let mut pages =
+            SnapshotPages::first(page, digest, size, self.max_bytes).map_err(invalid_pages)?;
+        same_instance(instance, pages.instance_uuid())?;
+        while let Some(token) = pages.next_token() {
+            let mut url = self.endpoint(instance, "snapshot")?;
+            url.query_pairs_mut().append_pair("page_token", token);
+            let (page, digest, size) = self.fetch_page(url).await.map_err(|e| match e {
+                ProviderError::Refused { status: 410, message } => ProviderError::Refused {
+                    status: 410,
+                    message: format!(
+                        "{message} (the provider dropped the snapshot being paged; the next attempt starts again from the first page)"
+                    ),
+                },
+                other => other,
+            })?;
+            pages = pages.push(page, digest, size).map_err(invalid_pages)?;
+        }
+        pages.finish().map_err(invalid_pages)
     }
 
     async fn fetch_events(
@@ -343,7 +440,7 @@ impl DirectoryProvider for HttpDirectoryProvider {
             .append_pair("after", &after.to_string())
             .append_pair("limit", &limit.to_string());
         let body = self.fetch_verified(Method::GET, url, None).await?;
-        let batch: DirectoryEventBatch = parse(&body)?;
+        let batch: DirectoryEventBatch = parse(body.body())?;
         same_instance(instance, &batch.instance_uuid)?;
         Ok(batch)
     }
@@ -361,7 +458,7 @@ impl DirectoryProvider for HttpDirectoryProvider {
         let body = self
             .fetch_verified(Method::POST, url, Some(request))
             .await?;
-        let delta: DirectoryDelta = parse(&body)?;
+        let delta: DirectoryDelta = parse(body.body())?;
         same_instance(instance, &delta.instance_uuid)?;
         Ok(delta)
     }
@@ -379,23 +476,29 @@ struct ErrorBody {
     message: String,
 }
 
-/// Reads the whole body, refusing it as soon as it exceeds `max` bytes (announced or read).
-async fn read_limited(mut response: Response, max: u64) -> Result<Vec<u8>, ProviderError> {
+/// Reads the whole body after `buffer`'s bytes, refusing it as soon as the body exceeds `max`
+/// bytes (announced or read). Room for an announced body is reserved at once.
+async fn read_limited(
+    mut response: Response,
+    max: u64,
+    mut buffer: Vec<u8>,
+) -> Result<Vec<u8>, ProviderError> {
     let too_large = |size: u64| ProviderError::TooLarge { size, limit: max };
-    if let Some(announced) = response.content_length()
-        && announced > max
-    {
-        return Err(too_large(announced));
+    let start = buffer.len();
+    if let Some(announced) = response.content_length() {
+        if announced > max {
+            return Err(too_large(announced));
+        }
+        buffer.reserve_exact(usize::try_from(announced).unwrap_or(0));
     }
-    let mut body = Vec::new();
     while let Some(chunk) = response.chunk().await.map_err(unavailable)? {
-        let size = (body.len() + chunk.len()) as u64;
+        let size = (buffer.len() - start + chunk.len()) as u64;
         if size > max {
             return Err(too_large(size));
         }
-        body.extend_from_slice(&chunk);
+        buffer.extend_from_slice(&chunk);
     }
-    Ok(body)
+    Ok(buffer)
 }
 
 fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, ProviderError> {

@@ -198,6 +198,10 @@ pub struct SignatureHeaders<'a> {
 /// `max_skew` of `now_unix`, signature valid over `request` and `body`. Returns the signing
 /// key id.
 ///
+/// This copies `body` into the signed message; [`check_headers`] and
+/// [`PendingSignature::verify`] do the same checks over a buffer read after the prefix
+/// (what the HTTP client does, so a large snapshot body is held once, not twice).
+///
 /// # Errors
 /// The first [`SignatureError`] found, in that order.
 pub fn verify(
@@ -208,6 +212,68 @@ pub fn verify(
     now_unix: i64,
     max_skew: Duration,
 ) -> Result<String, SignatureError> {
+    let pending = check_headers(headers, request, trusted, now_unix, max_skew)?;
+    let mut message = pending.message_prefix();
+    message.extend_from_slice(body);
+    pending.verify(&message)
+}
+
+/// A response whose signature headers passed every check but the signature itself: what
+/// [`check_headers`] returns before the body is read.
+#[derive(Debug, Clone)]
+pub struct PendingSignature {
+    key_id: String,
+    key: VerifyingKey,
+    signature: Signature,
+    prefix: Vec<u8>,
+}
+
+impl PendingSignature {
+    /// The signed message's bytes before the body ([`signed_message`] of an empty body):
+    /// read the body into a buffer that starts with them and pass it to
+    /// [`verify`](Self::verify).
+    pub fn message_prefix(&self) -> Vec<u8> {
+        self.prefix.clone()
+    }
+
+    /// The length of [`message_prefix`](Self::message_prefix), bytes: where the body starts
+    /// in the message.
+    pub fn prefix_len(&self) -> usize {
+        self.prefix.len()
+    }
+
+    /// Checks the signature (strict Ed25519 verification) over `message`, the prefix followed
+    /// by the body exactly as received. Returns the signing key id.
+    ///
+    /// # Errors
+    /// [`SignatureError::BadSignature`] when it does not verify, also when `message` does not
+    /// start with the prefix.
+    pub fn verify(self, message: &[u8]) -> Result<String, SignatureError> {
+        let bad = || SignatureError::BadSignature {
+            key_id: self.key_id.clone(),
+        };
+        if !message.starts_with(&self.prefix) {
+            return Err(bad());
+        }
+        self.key
+            .verify_strict(message, &self.signature)
+            .map_err(|_| bad())?;
+        Ok(self.key_id)
+    }
+}
+
+/// The checks of [`verify`] that need no body: headers present and well formed, key trusted,
+/// timestamp within `max_skew` of `now_unix`.
+///
+/// # Errors
+/// The first [`SignatureError`] found, in the order of [`verify`].
+pub fn check_headers(
+    headers: &SignatureHeaders<'_>,
+    request: &SignedRequest<'_>,
+    trusted: &TrustedKeys,
+    now_unix: i64,
+    max_skew: Duration,
+) -> Result<PendingSignature, SignatureError> {
     let key_id = headers.key_id.ok_or(SignatureError::Missing {
         header: KEY_ID_HEADER,
     })?;
@@ -245,12 +311,12 @@ pub fn verify(
             max_secs: max_skew.as_secs(),
         });
     }
-    let signature = Signature::from_bytes(&sig_bytes);
-    key.verify_strict(&signed_message(request, timestamp, body), &signature)
-        .map_err(|_| SignatureError::BadSignature {
-            key_id: key_id.to_owned(),
-        })?;
-    Ok(key_id.to_owned())
+    Ok(PendingSignature {
+        key_id: key_id.to_owned(),
+        key: *key,
+        signature: Signature::from_bytes(&sig_bytes),
+        prefix: signed_message(request, timestamp, &[]),
+    })
 }
 
 #[cfg(test)]
@@ -322,6 +388,36 @@ mod tests {
         assert!(matches!(
             verify(&none, &REQUEST, b"{}", &trusted(), NOW, DEFAULT_MAX_SKEW),
             Err(SignatureError::Missing { .. })
+        ));
+    }
+
+    #[test]
+    fn a_body_read_after_the_prefix_verifies_in_place() {
+        let body = br#"{"cursor":1}"#;
+        let signature = sign(&key(1), NOW, body);
+        let ts = NOW.to_string();
+        let headers = SignatureHeaders {
+            key_id: Some("k1"),
+            timestamp: Some(&ts),
+            signature: Some(&signature),
+        };
+        let pending =
+            check_headers(&headers, &REQUEST, &trusted(), NOW, DEFAULT_MAX_SKEW).unwrap();
+        let mut message = pending.message_prefix();
+        assert_eq!(message, signed_message(&REQUEST, NOW, b""));
+        assert_eq!(pending.prefix_len(), message.len());
+        message.extend_from_slice(body);
+        assert_eq!(pending.clone().verify(&message).unwrap(), "k1");
+        // The same bytes without the prefix (or another body) do not verify.
+        assert!(matches!(
+            pending.clone().verify(body),
+            Err(SignatureError::BadSignature { .. })
+        ));
+        let mut tampered = pending.message_prefix();
+        tampered.extend_from_slice(br#"{"cursor":2}"#);
+        assert!(matches!(
+            pending.verify(&tampered),
+            Err(SignatureError::BadSignature { .. })
         ));
     }
 

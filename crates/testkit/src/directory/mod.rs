@@ -14,6 +14,7 @@
 //! A test mutates the directory with [`ReferenceDirectory::change`], which hands out the
 //! [`DirectoryModel`]: add / change / remove workspaces and members, emit entitlement events.
 
+mod paging;
 pub mod state;
 
 use std::collections::BTreeMap;
@@ -34,7 +35,8 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::Deserialize;
 use tenantry_directory::{
-    DirectoryDelta, DirectoryEventBatch, DirectorySnapshot, InstanceUuid, model::WorkspacesRequest,
+    DirectoryDelta, DirectoryEventBatch, DirectorySnapshotPage, InstanceUuid,
+    model::WorkspacesRequest,
 };
 use utoipa::OpenApi;
 use utoipa::openapi::path::{Parameter, ParameterBuilder, ParameterIn};
@@ -168,6 +170,7 @@ impl ReferenceDirectory {
                 last_signed: BTreeMap::new(),
                 requests: BTreeMap::new(),
                 traceparents: Vec::new(),
+                pagings: paging::Pagings::default(),
             }),
         });
         let server = Server::start_tls_on(addr, router(Arc::clone(&shared)), tls).await?;
@@ -257,6 +260,12 @@ impl ReferenceDirectory {
         self.shared.lock().traceparents.clone()
     }
 
+    /// Forgets every paged snapshot in progress: their page tokens answer `410
+    /// SNAPSHOT_PAGE_EXPIRED` (a provider restarted, or one that keeps a paging only so long).
+    pub fn expire_snapshot_pages(&self) {
+        self.shared.lock().pagings.expire();
+    }
+
     /// Stops the server: open connections are dropped.
     pub async fn shutdown(self) {
         self.server.shutdown().await;
@@ -287,6 +296,8 @@ struct Inner {
     requests: BTreeMap<Route, u64>,
     /// The `traceparent` header of every authorized request that carried one, in order.
     traceparents: Vec<String>,
+    /// Paged snapshots in progress.
+    pagings: paging::Pagings,
 }
 
 /// One signed answer as sent: body and signature headers.
@@ -449,35 +460,104 @@ fn router(shared: Arc<Shared>) -> Router {
 
 type Ctl = Extension<Arc<ConnectionControl>>;
 
-/// Full directory snapshot
+/// Full directory snapshot, whole or in pages
 ///
-/// Every workspace of the instance with its members, covering the event stream up to and including `cursor`.
+/// Every workspace of the instance with its members, covering the event stream up to and including `cursor`. Without a query the answer is the whole snapshot. With `page_size` it is the first page of a paged snapshot (`page` links; whole workspaces in ascending uuid order, at most `page_size` memberships unless one workspace alone has more); `page_token` answers the page a previous page named. Every page is signed for its own request, names the SHA-256 of the previous page's body and has the snapshot's cursor.
 #[utoipa::path(
     get,
     path = "/v1/instances/{instance_uuid}/directory/snapshot",
     operation_id = "getSnapshot",
-    params(("instance_uuid" = InstanceUuid, Path)),
+    params(
+        ("instance_uuid" = InstanceUuid, Path),
+        ("page_size" = Option<u32>, Query, minimum = 1, description = "Start a paged snapshot: most memberships per page (a Tenantry extension; a provider may ignore it and answer the whole snapshot)."),
+        ("page_token" = Option<String>, Query, description = "The `next_page_token` of the previous page."),
+    ),
     responses(
-        (status = 200, description = "The snapshot. Signed (see the signature headers); a client verifies the signature before parsing.", body = DirectorySnapshot),
+        (status = 200, description = "The snapshot or one page of it. Signed (see the signature headers); a client verifies the signature before parsing.", body = DirectorySnapshotPage),
+        (status = 400, description = "`page_size` is not a positive integer, or both parameters are given (`INVALID_REQUEST`).", body = ErrorJson),
+        (status = 410, description = "The provider no longer holds the snapshot `page_token` belongs to (`SNAPSHOT_PAGE_EXPIRED`); start again with `page_size`.", body = ErrorJson),
     )
 )]
 async fn snapshot(
     State(shared): State<Arc<Shared>>,
     Extension(ctl): Ctl,
     Path(instance): Path<String>,
+    query: Result<Query<SnapshotQuery>, QueryRejection>,
     uri: Uri,
     headers: HeaderMap,
 ) -> Response {
-    if let Err(e) = shared
+    let parsed = shared
         .authorize(&headers)
         .and_then(|()| shared.check_instance(&instance))
-    {
-        return error_response(&e);
-    }
-    serve(&shared, &ctl, Route::DirectorySnapshot, &uri, |model| {
-        serde_json::to_vec(&model.snapshot(chrono::Utc::now()))
-    })
+        .and_then(|()| {
+            let invalid = |reason: String| RemoteErrorBody::new(400, "INVALID_REQUEST", reason);
+            let Query(query) = query.map_err(|e| {
+                invalid(format!(
+                    "query takes a positive integer page_size or a page_token: {e}"
+                ))
+            })?;
+            match (query.page_size, query.page_token) {
+                (Some(_), Some(_)) => Err(invalid(
+                    "give page_size to start a paged snapshot or page_token to continue one, not both"
+                        .to_owned(),
+                )),
+                (Some(0), None) => Err(invalid("page_size must be at least 1".to_owned())),
+                (Some(size), None) => Ok(SnapshotRequest::FirstPage(size)),
+                (None, Some(token)) => {
+                    if shared.lock().pagings.holds(&token) {
+                        Ok(SnapshotRequest::NextPage(token))
+                    } else {
+                        Err(RemoteErrorBody::new(
+                            410,
+                            "SNAPSHOT_PAGE_EXPIRED",
+                            "the snapshot this page token belongs to is no longer held; start again with page_size",
+                        ))
+                    }
+                }
+                (None, None) => Ok(SnapshotRequest::Whole),
+            }
+        });
+    let request = match parsed {
+        Ok(r) => r,
+        Err(e) => return error_response(&e),
+    };
+    serve(
+        &shared,
+        &ctl,
+        Route::DirectorySnapshot,
+        &uri,
+        move |inner| {
+            let now = chrono::Utc::now();
+            match request {
+                SnapshotRequest::Whole => serde_json::to_vec(&inner.model.snapshot(now)),
+                SnapshotRequest::FirstPage(size) => {
+                    let snapshot = inner.model.snapshot(now);
+                    inner.pagings.first(snapshot, u64::from(size))
+                }
+                SnapshotRequest::NextPage(token) => match inner.pagings.next(&token) {
+                    Some(body) => body,
+                    // Taken by a concurrent request for the same token since the check above.
+                    None => Err(serde::de::Error::custom(
+                        "the page token was used by another request",
+                    )),
+                },
+            }
+        },
+    )
     .await
+}
+
+#[derive(Debug, Deserialize)]
+struct SnapshotQuery {
+    page_size: Option<u32>,
+    page_token: Option<String>,
+}
+
+/// What a snapshot request asks for.
+enum SnapshotRequest {
+    Whole,
+    FirstPage(u32),
+    NextPage(String),
 }
 
 #[derive(Debug, Deserialize)]
@@ -528,8 +608,8 @@ async fn events(
         Err(e) => return error_response(&e),
     };
     let limit = query.limit.unwrap_or(state::MAX_PAGE);
-    serve(&shared, &ctl, Route::DirectoryEvents, &uri, move |model| {
-        serde_json::to_vec(&model.events(query.after, limit))
+    serve(&shared, &ctl, Route::DirectoryEvents, &uri, move |inner| {
+        serde_json::to_vec(&inner.model.events(query.after, limit))
     })
     .await
 }
@@ -577,7 +657,13 @@ async fn workspaces(
         &ctl,
         Route::DirectoryWorkspaces,
         &uri,
-        move |model| serde_json::to_vec(&model.delta(&request.workspace_uuids, chrono::Utc::now())),
+        move |inner| {
+            serde_json::to_vec(
+                &inner
+                    .model
+                    .delta(&request.workspace_uuids, chrono::Utc::now()),
+            )
+        },
     )
     .await
 }
@@ -589,7 +675,7 @@ async fn serve(
     ctl: &ConnectionControl,
     route: Route,
     uri: &Uri,
-    render: impl FnOnce(&DirectoryModel) -> serde_json::Result<Vec<u8>>,
+    render: impl FnOnce(&mut Inner) -> serde_json::Result<Vec<u8>>,
 ) -> Response {
     let fault = {
         let mut inner = shared.lock();
@@ -612,7 +698,7 @@ async fn serve(
     let now = chrono::Utc::now().timestamp();
     let (body, signer) = {
         let mut inner = shared.lock();
-        let fresh = match render(&inner.model) {
+        let fresh = match render(&mut inner) {
             Ok(b) => b,
             Err(e) => {
                 drop(inner);
