@@ -11,8 +11,10 @@
 //!    execution state, memberships by uuid, inbox receipts — all in chunked `IN` lists;
 //! 3. plan with `tenantry_directory::plan`; a refusal rolls back (nothing changed, the
 //!    placeholder row included);
-//! 4. upsert the plan with multi-row `INSERT .. ON CONFLICT (pk) DO UPDATE` statements, chunked
-//!    to stay under the bind-parameter limit (SQLite 32766, PostgreSQL 65535);
+//! 4. write the plan with multi-row statements, chunked to stay under the bind-parameter limit
+//!    (SQLite 32766, PostgreSQL 65535): a plain `INSERT` of the rows whose key the load did
+//!    not find (`split`), `INSERT .. ON CONFLICT (pk) DO UPDATE` of the rows that replace a
+//!    stored one;
 //! 5. count the committed active projected workspaces and check the limit;
 //! 6. commit.
 //!
@@ -32,6 +34,7 @@
 mod bulk;
 mod convert;
 mod entity;
+mod split;
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -77,8 +80,8 @@ const PLACEHOLDER_CURSOR: i64 = i64::MIN;
 enum OnKey {
     /// Overwrite every other column (upsert).
     Overwrite,
-    /// Fail the statement (plain `INSERT`, the bench baseline).
-    #[cfg_attr(not(feature = "bench"), allow(dead_code))]
+    /// Fail the statement (plain `INSERT`: the rows an apply creates, and the bench
+    /// baseline).
     Fail,
 }
 
@@ -122,15 +125,6 @@ table_rows! {
     ExecutionRow => execution::Entity, from_execution, to_execution, "execution state";
     InboxReceipt => inbox::Entity, from_receipt, to_receipt, "inbox receipts";
     ProjectionState => state::Entity, from_state, to_state, "projection state";
-}
-
-/// Rows to upsert, by table.
-struct Rows<'a> {
-    accounts: &'a [AccountRow],
-    workspaces: &'a [WorkspaceRow],
-    memberships: &'a [MembershipRow],
-    executions: &'a [ExecutionRow],
-    receipts: &'a [InboxReceipt],
 }
 
 /// The directory projection store. Cheap to clone (shares the pool).
@@ -436,38 +430,32 @@ impl SeaOrmDirectoryStore {
     }
 
     /// Upserts every row of `plan` (and its state row) with chunked multi-row statements.
+    /// Writes a plan whose first `new` rows of each table are new ([`split::new_rows_first`]):
+    /// those with a plain `INSERT`, the others with an upsert; the state row last.
     async fn write<C: sea_orm::ConnectionTrait>(
         &self,
         conn: &C,
         plan: &ProjectionWrite,
+        new: split::NewRows,
     ) -> Result<(), ProjectionStoreError> {
-        self.upsert_rows(
-            conn,
-            Rows {
-                accounts: &plan.accounts,
-                workspaces: &plan.workspaces,
-                memberships: &plan.memberships,
-                executions: &plan.executions,
-                receipts: &plan.receipts,
-            },
-        )
-        .await?;
-        self.write_table(conn, std::slice::from_ref(&plan.state), OnKey::Overwrite)
+        let (insert, upsert) = (OnKey::Fail, OnKey::Overwrite);
+        let (inserted, replaced) = plan.accounts.split_at(new.accounts);
+        self.write_table(conn, inserted, insert).await?;
+        self.write_table(conn, replaced, upsert).await?;
+        let (inserted, replaced) = plan.workspaces.split_at(new.workspaces);
+        self.write_table(conn, inserted, insert).await?;
+        self.write_table(conn, replaced, upsert).await?;
+        let (inserted, replaced) = plan.memberships.split_at(new.memberships);
+        self.write_table(conn, inserted, insert).await?;
+        self.write_table(conn, replaced, upsert).await?;
+        let (inserted, replaced) = plan.executions.split_at(new.executions);
+        self.write_table(conn, inserted, insert).await?;
+        self.write_table(conn, replaced, upsert).await?;
+        let (inserted, replaced) = plan.receipts.split_at(new.receipts);
+        self.write_table(conn, inserted, insert).await?;
+        self.write_table(conn, replaced, upsert).await?;
+        self.write_table(conn, std::slice::from_ref(&plan.state), upsert)
             .await
-    }
-
-    /// Upserts the rows of every table, one table after the other.
-    async fn upsert_rows<C: sea_orm::ConnectionTrait>(
-        &self,
-        conn: &C,
-        rows: Rows<'_>,
-    ) -> Result<(), ProjectionStoreError> {
-        let upsert = OnKey::Overwrite;
-        self.write_table(conn, rows.accounts, upsert).await?;
-        self.write_table(conn, rows.workspaces, upsert).await?;
-        self.write_table(conn, rows.memberships, upsert).await?;
-        self.write_table(conn, rows.executions, upsert).await?;
-        self.write_table(conn, rows.receipts, upsert).await
     }
 
     /// The one routine that writes a table: `rows` (each converted to an active model of its
@@ -586,7 +574,9 @@ impl SeaOrmDirectoryStore {
             let now = self.database_now(txn).await?;
             plan.stamp_new_receipts(&existing, now);
         }
-        self.write(txn, &plan).await?;
+        let new = split::new_rows_first(&mut plan, &existing);
+        drop(existing);
+        self.write(txn, &plan, new).await?;
         let active = if plan.check_active_capacity {
             let active = self.count_active(txn, &ctx.instance).await?;
             check_committed_active(active, &ctx.limits)?;
@@ -762,7 +752,7 @@ mod fixture {
     use tenantry_ports::directory::ProjectionStoreError;
     use tenantry_ports::directory::conformance::DirectoryFixtureStore;
 
-    use super::{OnKey, Rows, SeaOrmDirectoryStore, storage};
+    use super::{OnKey, SeaOrmDirectoryStore, storage};
 
     #[async_trait]
     impl DirectoryFixtureStore for SeaOrmDirectoryStore {
@@ -773,17 +763,12 @@ mod fixture {
             let memberships: Vec<_> = rows.memberships.values().cloned().collect();
             let executions: Vec<_> = rows.executions.values().cloned().collect();
             let receipts: Vec<_> = rows.receipts.values().cloned().collect();
-            self.upsert_rows(
-                &txn,
-                Rows {
-                    accounts: &accounts,
-                    workspaces: &workspaces,
-                    memberships: &memberships,
-                    executions: &executions,
-                    receipts: &receipts,
-                },
-            )
-            .await?;
+            let upsert = OnKey::Overwrite;
+            self.write_table(&txn, &accounts, upsert).await?;
+            self.write_table(&txn, &workspaces, upsert).await?;
+            self.write_table(&txn, &memberships, upsert).await?;
+            self.write_table(&txn, &executions, upsert).await?;
+            self.write_table(&txn, &receipts, upsert).await?;
             let states: Vec<_> = rows.states.values().cloned().collect();
             self.write_table(&txn, &states, OnKey::Fail).await?;
             txn.commit().await.map_err(storage("commit"))

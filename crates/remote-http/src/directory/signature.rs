@@ -401,8 +401,7 @@ mod tests {
             timestamp: Some(&ts),
             signature: Some(&signature),
         };
-        let pending =
-            check_headers(&headers, &REQUEST, &trusted(), NOW, DEFAULT_MAX_SKEW).unwrap();
+        let pending = check_headers(&headers, &REQUEST, &trusted(), NOW, DEFAULT_MAX_SKEW).unwrap();
         let mut message = pending.message_prefix();
         assert_eq!(message, signed_message(&REQUEST, NOW, b""));
         assert_eq!(pending.prefix_len(), message.len());

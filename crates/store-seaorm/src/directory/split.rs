@@ -1,0 +1,79 @@
+//! Which rows of a plan are new: the apply inserts them with a plain `INSERT` and upserts only
+//! the rows that replace a stored one (issue 34: `ON CONFLICT DO UPDATE` made the first apply
+//! of a large snapshot slower than inserting the same rows).
+//!
+//! A row is new when its primary key is not among the rows the store loaded for the plan
+//! ([`ExistingRows`]). That is exact: the apply loaded, under the state row's lock, every row
+//! with a key the plan can write (accounts by uuid, workspaces, their memberships and
+//! execution state, memberships by uuid, receipts by event uuid; `tenantry_directory::plan`),
+//! and only the projection writes these tables. Were a row to exist anyway, its `INSERT`
+//! fails and the whole apply rolls back: nothing is overwritten unseen.
+
+use std::collections::HashSet;
+use std::hash::Hash;
+
+use tenantry_directory::{ExistingRows, ProjectionWrite};
+
+/// How many rows of each table of a plan are new: after [`new_rows_first`], the first that
+/// many rows of each table.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct NewRows {
+    pub(super) accounts: usize,
+    pub(super) workspaces: usize,
+    pub(super) memberships: usize,
+    pub(super) executions: usize,
+    pub(super) receipts: usize,
+}
+
+/// Moves each table's new rows (key not among `existing`) before the others, keeping the
+/// order within both groups, and counts them. The order of a plan's rows is not part of its
+/// meaning (each is an upsert by primary key).
+pub(super) fn new_rows_first(plan: &mut ProjectionWrite, existing: &ExistingRows) -> NewRows {
+    NewRows {
+        accounts: partition(&mut plan.accounts, &existing.accounts, |r| &r.uuid),
+        workspaces: partition(&mut plan.workspaces, &existing.workspaces, |r| &r.uuid),
+        memberships: partition(&mut plan.memberships, &existing.memberships, |r| &r.uuid),
+        executions: partition(&mut plan.executions, &existing.executions, |r| {
+            &r.workspace_uuid
+        }),
+        // Receipts are loaded and written for the apply's instance only: the event uuid is
+        // the key within it.
+        receipts: partition(&mut plan.receipts, &existing.receipts, |r| &r.event_uuid),
+    }
+}
+
+/// Stable partition of `rows`: rows whose key is not a key of `known` first. Returns how many.
+fn partition<R, K: Eq + Hash>(rows: &mut Vec<R>, known: &[R], key: impl Fn(&R) -> &K) -> usize {
+    if known.is_empty() {
+        return rows.len();
+    }
+    let known: HashSet<&K> = known.iter().map(&key).collect();
+    let (mut new, old): (Vec<R>, Vec<R>) = std::mem::take(rows)
+        .into_iter()
+        .partition(|r| !known.contains(key(r)));
+    let count = new.len();
+    new.extend(old);
+    *rows = new;
+    count
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rows_without_a_stored_key_come_first_in_their_order() {
+        let mut rows = vec![(1, 'a'), (2, 'b'), (3, 'c'), (4, 'd'), (5, 'e')];
+        let known = [(2, 'x'), (4, 'y'), (9, 'z')];
+        let new = partition(&mut rows, &known, |r| &r.0);
+        assert_eq!(new, 3);
+        assert_eq!(rows, [(1, 'a'), (3, 'c'), (5, 'e'), (2, 'b'), (4, 'd')]);
+    }
+
+    #[test]
+    fn with_nothing_stored_every_row_is_new() {
+        let mut rows = vec![(2, 'b'), (1, 'a')];
+        assert_eq!(partition(&mut rows, &[], |r: &(i32, char)| &r.0), 2);
+        assert_eq!(rows, [(2, 'b'), (1, 'a')]);
+    }
+}
