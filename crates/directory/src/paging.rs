@@ -145,11 +145,13 @@ impl SnapshotPages {
                 link.next_page_token.clone()
             }
         };
+        let mut workspaces = page.workspaces;
+        fit(&mut workspaces);
         let pages = Self {
             instance_uuid: page.instance_uuid,
             cursor: page.cursor,
             generated_at: page.generated_at,
-            workspaces: page.workspaces,
+            workspaces,
             pages: 1,
             bytes: 0,
             limit,
@@ -217,7 +219,9 @@ impl SnapshotPages {
             self.workspaces.last().map(|w| &w.uuid),
             &page.workspaces,
         )?;
-        self.workspaces.extend(page.workspaces);
+        let mut workspaces = page.workspaces;
+        fit(&mut workspaces);
+        self.workspaces.extend(workspaces);
         self.pages = number;
         self.last_digest = digest;
         self.next_token = link.next_page_token;
@@ -249,6 +253,15 @@ impl SnapshotPages {
             });
         }
         Ok(self)
+    }
+}
+
+/// Gives back the room a parser left in each workspace's member list (a list grows by
+/// doubling: 10 members sit in room for 16), which the joined snapshot would hold until the
+/// apply ends.
+fn fit(workspaces: &mut [DirectoryWorkspace]) {
+    for workspace in workspaces {
+        workspace.members.shrink_to_fit();
     }
 }
 

@@ -57,6 +57,22 @@ fn pages_chained_by_digest_join_into_one_snapshot() {
 }
 
 #[test]
+fn joined_member_lists_hold_no_spare_room() {
+    let mut first = page(7, &["ws-1"], None, Some("t2"));
+    let mut second = page(7, &["ws-2"], Some("d1"), None);
+    for workspace in first.workspaces.iter_mut().chain(&mut second.workspaces) {
+        workspace.members.reserve(100);
+    }
+    let snapshot = SnapshotPages::first(first, "d1".into(), 1, LIMIT)
+        .and_then(|pages| pages.push(second, "d2".into(), 1))
+        .and_then(SnapshotPages::finish)
+        .unwrap();
+    for workspace in &snapshot.workspaces {
+        assert_eq!(workspace.members.capacity(), workspace.members.len());
+    }
+}
+
+#[test]
 fn a_whole_snapshot_needs_no_order_and_no_further_page() {
     let mut whole = page(3, &["ws-2", "ws-1"], None, None);
     whole.page = None;
