@@ -68,6 +68,8 @@ pub(super) struct Working<'a> {
     pub(super) accounts_by_email: HashMap<String, AccountUuid>,
     pub(super) workspaces: Table<WorkspaceUuid, WorkspaceRow>,
     pub(super) memberships: Table<MembershipUuid, MembershipRow>,
+    /// The loaded memberships by workspace and account; a workspace's entry is taken when its
+    /// members are planned.
     pub(super) by_workspace: HashMap<WorkspaceUuid, BTreeMap<AccountUuid, MembershipUuid>>,
     pub(super) executions: Table<WorkspaceUuid, ExecutionRow>,
     pub(super) receipts: Table<EventUuid, InboxReceipt>,

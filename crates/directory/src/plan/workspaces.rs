@@ -87,10 +87,12 @@ impl Working<'_> {
         candidate: &DirectoryWorkspace,
         previous_status: Option<WorkspaceStatus>,
     ) -> Result<(), DirectoryError> {
+        // Taken, not copied: nothing reads a workspace's index after its members are planned
+        // (a workspace comes once in a list, `validate_workspaces`; absent fences and
+        // tombstones read only workspaces the list omits).
         let existing = self
             .by_workspace
-            .get(&candidate.uuid)
-            .cloned()
+            .remove(&candidate.uuid)
             .unwrap_or_default();
         let mut included = HashSet::new();
         for member in &candidate.members {
@@ -119,10 +121,6 @@ impl Working<'_> {
                         projection_revision: member.projection_revision,
                     },
                 );
-                self.by_workspace
-                    .entry(candidate.uuid.clone())
-                    .or_default()
-                    .insert(member.account_uuid.clone(), member.membership_uuid.clone());
                 continue;
             };
             if row.projection_revision == 0 {
