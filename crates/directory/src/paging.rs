@@ -13,7 +13,9 @@ use chrono::{DateTime, Utc};
 use tenantry_kernel::Fingerprint;
 
 use crate::ids::{InstanceUuid, WorkspaceUuid};
-use crate::model::{DirectorySnapshot, DirectorySnapshotPage, DirectoryWorkspace};
+use crate::model::{
+    DirectorySnapshot, DirectorySnapshotPage, DirectoryWorkspace, SnapshotPageLink,
+};
 
 /// Why the pages of a snapshot do not form one snapshot.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -90,6 +92,14 @@ pub enum PageError {
         /// The cap, bytes.
         limit: u64,
     },
+    /// A page without workspaces names a next page: a provider that could page forever.
+    #[error(
+        "snapshot page {number} holds no workspace but names a next page; only the last page may be empty"
+    )]
+    EmptyPage {
+        /// 1-based number of the page.
+        number: u64,
+    },
     /// The snapshot was finished while a page was still announced.
     #[error("the snapshot was finished before its last page (page token {token:?} not fetched)")]
     Unfinished {
@@ -142,6 +152,7 @@ impl SnapshotPages {
                     });
                 }
                 ascending(1, None, &page.workspaces)?;
+                not_empty(1, &page.workspaces, link)?;
                 link.next_page_token.clone()
             }
         };
@@ -174,6 +185,11 @@ impl SnapshotPages {
     /// Pages received so far.
     pub fn pages(&self) -> u64 {
         self.pages
+    }
+
+    /// Bytes of the pages received so far (what counts against the cap).
+    pub fn bytes(&self) -> u64 {
+        self.bytes
     }
 
     /// Adds the next page (the answer to [`next_token`](Self::next_token)), whose body has
@@ -219,6 +235,7 @@ impl SnapshotPages {
             self.workspaces.last().map(|w| &w.uuid),
             &page.workspaces,
         )?;
+        not_empty(number, &page.workspaces, &link)?;
         let mut workspaces = page.workspaces;
         fit(&mut workspaces);
         self.workspaces.extend(workspaces);
@@ -263,6 +280,19 @@ fn fit(workspaces: &mut [DirectoryWorkspace]) {
     for workspace in workspaces {
         workspace.members.shrink_to_fit();
     }
+}
+
+/// Checks that a page naming a next page holds a workspace: every page but the last moves
+/// the snapshot on, so a snapshot has at most one page per workspace, plus one.
+fn not_empty(
+    number: u64,
+    workspaces: &[DirectoryWorkspace],
+    link: &SnapshotPageLink,
+) -> Result<(), PageError> {
+    if workspaces.is_empty() && link.next_page_token.is_some() {
+        return Err(PageError::EmptyPage { number });
+    }
+    Ok(())
 }
 
 /// Checks that `workspaces` are in strictly ascending uuid order, after `previous`.

@@ -133,6 +133,11 @@ fn each_broken_page_rule_refuses_the_snapshot() {
             page(7, &["ws-2"], Some("d1"), None),
             |e| matches!(e, PageError::OutOfOrder { number: 2, .. }),
         ),
+        (
+            "empty but names a next page",
+            page(7, &[], Some("d1"), Some("t3")),
+            |e| matches!(e, PageError::EmptyPage { number: 2 }),
+        ),
         ("goes back", page(7, &["ws-1"], Some("d1"), None), |e| {
             matches!(e, PageError::OutOfOrder { number: 2, .. })
         }),
@@ -167,6 +172,12 @@ fn the_first_page_must_start_the_chain_in_order() {
         matches!(error, PageError::OutOfOrder { number: 1, .. }),
         "{error}"
     );
+    let error =
+        SnapshotPages::first(page(7, &[], None, Some("t")), "d".into(), 1, LIMIT).unwrap_err();
+    assert_eq!(error, PageError::EmptyPage { number: 1 });
+    // An empty last page (an empty directory) is a snapshot.
+    let empty = SnapshotPages::first(page(7, &[], None, None), "d".into(), 1, LIMIT).unwrap();
+    assert!(empty.finish().unwrap().workspaces.is_empty());
 }
 
 #[test]

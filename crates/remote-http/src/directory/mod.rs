@@ -272,6 +272,7 @@ impl HttpDirectoryProvider {
         method: Method,
         url: Url,
         body: Option<Vec<u8>>,
+        already: u64,
     ) -> Result<VerifiedBody, ProviderError> {
         // The request as the signature binds it: the path below the base URL's own prefix.
         let prefix = self.base.path().trim_end_matches('/');
@@ -308,7 +309,11 @@ impl HttpDirectoryProvider {
             let response = request.send().await.map_err(unavailable)?;
             let status = response.status();
             if !status.is_success() {
-                let body = read_limited(response, self.max_bytes, Vec::new()).await?;
+                let budget = Budget {
+                    max: self.max_bytes,
+                    already: 0,
+                };
+                let body = read_limited(response, budget, Vec::new()).await?;
                 return Err(refusal(status, &body));
             }
             // The headers are checked before the body is read, and the body is read after the
@@ -328,7 +333,15 @@ impl HttpDirectoryProvider {
             )
             .map_err(|e| ProviderError::invalid_response(e.to_string()).with_source(e))?;
             let start = pending.prefix_len();
-            let message = read_limited(response, self.max_bytes, pending.message_prefix()).await?;
+            let message = read_limited(
+                response,
+                Budget {
+                    max: self.max_bytes,
+                    already,
+                },
+                pending.message_prefix(),
+            )
+            .await?;
             pending
                 .verify(&message)
                 .map_err(|e| ProviderError::invalid_response(e.to_string()).with_source(e))?;
@@ -348,12 +361,14 @@ impl HttpDirectoryProvider {
 
 impl HttpDirectoryProvider {
     /// Fetches one snapshot answer (a page or the whole snapshot): the parsed page, the
-    /// digest of its body and the body's length in bytes. The body is dropped once parsed.
+    /// digest of its body and the body's length in bytes. `already` bytes of the size cap went
+    /// to the earlier pages. The body is dropped once parsed.
     async fn fetch_page(
         &self,
         url: Url,
+        already: u64,
     ) -> Result<(DirectorySnapshotPage, String, u64), ProviderError> {
-        let verified = self.fetch_verified(Method::GET, url, None).await?;
+        let verified = self.fetch_verified(Method::GET, url, None, already).await?;
         let body = verified.body();
         let page: DirectorySnapshotPage = parse(body)?;
         Ok((page, page_digest(body), body.len() as u64))
@@ -362,7 +377,14 @@ impl HttpDirectoryProvider {
 
 /// The port's error for pages that do not form one snapshot.
 fn invalid_pages(error: tenantry_directory::PageError) -> ProviderError {
-    ProviderError::invalid_response(error.to_string()).with_source(error)
+    match error {
+        // The cap over all pages is the client's size cap, a capacity refusal like one body
+        // over it (reading a page stops at the cap already; this is the backstop).
+        tenantry_directory::PageError::TooLarge { size, limit } => {
+            ProviderError::TooLarge { size, limit }
+        }
+        other => ProviderError::invalid_response(other.to_string()).with_source(other),
+    }
 }
 
 /// A verified answer: the signed message, whose bytes from `start` are the body.
@@ -408,14 +430,14 @@ impl DirectoryProvider for HttpDirectoryProvider {
             url.query_pairs_mut()
                 .append_pair("page_size", &size.to_string());
         }
-        let (page, digest, size) = self.fetch_page(url).await?;
+        let (page, digest, size) = self.fetch_page(url, 0).await?;
         let mut pages =
             SnapshotPages::first(page, digest, size, self.max_bytes).map_err(invalid_pages)?;
         same_instance(instance, pages.instance_uuid())?;
         while let Some(token) = pages.next_token() {
             let mut url = self.endpoint(instance, "snapshot")?;
             url.query_pairs_mut().append_pair("page_token", token);
-            let (page, digest, size) = self.fetch_page(url).await.map_err(|e| match e {
+            let (page, digest, size) = self.fetch_page(url, pages.bytes()).await.map_err(|e| match e {
                 ProviderError::Refused { status: 410, message } => ProviderError::Refused {
                     status: 410,
                     message: format!(
@@ -439,7 +461,7 @@ impl DirectoryProvider for HttpDirectoryProvider {
         url.query_pairs_mut()
             .append_pair("after", &after.to_string())
             .append_pair("limit", &limit.to_string());
-        let body = self.fetch_verified(Method::GET, url, None).await?;
+        let body = self.fetch_verified(Method::GET, url, None, 0).await?;
         let batch: DirectoryEventBatch = parse(body.body())?;
         same_instance(instance, &batch.instance_uuid)?;
         Ok(batch)
@@ -456,7 +478,7 @@ impl DirectoryProvider for HttpDirectoryProvider {
                 .with_source(e)
         })?;
         let body = self
-            .fetch_verified(Method::POST, url, Some(request))
+            .fetch_verified(Method::POST, url, Some(request), 0)
             .await?;
         let delta: DirectoryDelta = parse(body.body())?;
         same_instance(instance, &delta.instance_uuid)?;
@@ -476,24 +498,37 @@ struct ErrorBody {
     message: String,
 }
 
-/// Reads the whole body after `buffer`'s bytes, refusing it as soon as the body exceeds `max`
-/// bytes (announced or read). Room for an announced body is reserved at once.
+/// What a body may still take of the size cap: `max` bytes, of which `already` went to the
+/// earlier pages of the same snapshot (0 for any other answer).
+#[derive(Debug, Clone, Copy)]
+struct Budget {
+    max: u64,
+    already: u64,
+}
+
+/// Reads the whole body after `buffer`'s bytes, refusing it as soon as the body and what the
+/// budget already spent exceed the cap (announced or read). Room for an announced body is
+/// reserved at once.
 async fn read_limited(
     mut response: Response,
-    max: u64,
+    budget: Budget,
     mut buffer: Vec<u8>,
 ) -> Result<Vec<u8>, ProviderError> {
-    let too_large = |size: u64| ProviderError::TooLarge { size, limit: max };
+    let too_large = |size: u64| ProviderError::TooLarge {
+        size: budget.already.saturating_add(size),
+        limit: budget.max,
+    };
+    let room = budget.max.saturating_sub(budget.already);
     let start = buffer.len();
     if let Some(announced) = response.content_length() {
-        if announced > max {
+        if announced > room {
             return Err(too_large(announced));
         }
         buffer.reserve_exact(usize::try_from(announced).unwrap_or(0));
     }
     while let Some(chunk) = response.chunk().await.map_err(unavailable)? {
         let size = (buffer.len() - start + chunk.len()) as u64;
-        if size > max {
+        if size > room {
             return Err(too_large(size));
         }
         buffer.extend_from_slice(&chunk);

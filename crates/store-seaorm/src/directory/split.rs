@@ -3,11 +3,13 @@
 //! of a large snapshot slower than inserting the same rows).
 //!
 //! A row is new when its primary key is not among the rows the store loaded for the plan
-//! ([`ExistingRows`]). That is exact: the apply loaded, under the state row's lock, every row
-//! with a key the plan can write (accounts by uuid, workspaces, their memberships and
-//! execution state, memberships by uuid, receipts by event uuid; `tenantry_directory::plan`),
-//! and only the projection writes these tables. Were a row to exist anyway, its `INSERT`
-//! fails and the whole apply rolls back: nothing is overwritten unseen.
+//! ([`ExistingRows`]): the load read every key the plan can write (accounts by uuid,
+//! workspaces, their memberships and execution state, memberships by uuid, receipts by event
+//! uuid; `tenantry_directory::plan`). The state row's lock keeps the instance's other applies
+//! out, but not every writer of these tables: the platform's own rows and another instance's
+//! apply do not take it. A row such a writer inserts between the load and the write makes the
+//! `INSERT` fail, and the apply rolls back as a storage failure; the next apply loads the row
+//! and upserts or refuses it. (An upsert would have overwritten it unseen.)
 
 use std::collections::HashSet;
 use std::hash::Hash;

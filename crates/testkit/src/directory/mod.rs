@@ -503,17 +503,14 @@ async fn snapshot(
                 )),
                 (Some(0), None) => Err(invalid("page_size must be at least 1".to_owned())),
                 (Some(size), None) => Ok(SnapshotRequest::FirstPage(size)),
-                (None, Some(token)) => {
-                    if shared.lock().pagings.holds(&token) {
-                        Ok(SnapshotRequest::NextPage(token))
-                    } else {
-                        Err(RemoteErrorBody::new(
-                            410,
-                            "SNAPSHOT_PAGE_EXPIRED",
-                            "the snapshot this page token belongs to is no longer held; start again with page_size",
-                        ))
-                    }
-                }
+                (None, Some(token)) => match shared.lock().pagings.take(&token) {
+                    Some(pending) => Ok(SnapshotRequest::NextPage(pending)),
+                    None => Err(RemoteErrorBody::new(
+                        410,
+                        "SNAPSHOT_PAGE_EXPIRED",
+                        "the snapshot this page token belongs to is no longer held; start again with page_size",
+                    )),
+                },
                 (None, None) => Ok(SnapshotRequest::Whole),
             }
         });
@@ -534,13 +531,7 @@ async fn snapshot(
                     let snapshot = inner.model.snapshot(now);
                     inner.pagings.first(snapshot, u64::from(size))
                 }
-                SnapshotRequest::NextPage(token) => match inner.pagings.next(&token) {
-                    Some(body) => body,
-                    // Taken by a concurrent request for the same token since the check above.
-                    None => Err(serde::de::Error::custom(
-                        "the page token was used by another request",
-                    )),
-                },
+                SnapshotRequest::NextPage(pending) => inner.pagings.next(pending),
             }
         },
     )
@@ -557,7 +548,7 @@ struct SnapshotQuery {
 enum SnapshotRequest {
     Whole,
     FirstPage(u32),
-    NextPage(String),
+    NextPage(paging::Pending),
 }
 
 #[derive(Debug, Deserialize)]

@@ -18,7 +18,7 @@ pub const KEPT: usize = 16;
 /// Where one paging stands: the snapshot, the next page's first workspace, and the digest of
 /// the page before it.
 #[derive(Debug, Clone)]
-struct Pending {
+pub(super) struct Pending {
     token: String,
     snapshot: Arc<DirectorySnapshot>,
     start: usize,
@@ -45,21 +45,20 @@ impl Pagings {
         self.render(Arc::new(snapshot), 0, page_size.max(1), None)
     }
 
-    /// Whether `token` names a page still kept.
-    pub(super) fn holds(&self, token: &str) -> bool {
-        self.pending.iter().any(|p| p.token == token)
+    /// Takes the paging `token` names: `None` when the token is not (or no longer) kept.
+    pub(super) fn take(&mut self, token: &str) -> Option<Pending> {
+        let at = self.pending.iter().position(|p| p.token == token)?;
+        self.pending.remove(at)
     }
 
-    /// The page `token` names, or `None` when the token is not (or no longer) kept.
-    pub(super) fn next(&mut self, token: &str) -> Option<serde_json::Result<Vec<u8>>> {
-        let at = self.pending.iter().position(|p| p.token == token)?;
-        let pending = self.pending.remove(at)?;
-        Some(self.render(
+    /// The page a taken paging stands at.
+    pub(super) fn next(&mut self, pending: Pending) -> serde_json::Result<Vec<u8>> {
+        self.render(
             pending.snapshot,
             pending.start,
             pending.page_size,
             Some(pending.previous_digest),
-        ))
+        )
     }
 
     fn render(
