@@ -1,3 +1,5 @@
+//! Table tests of joining a paged snapshot: each page rule, the byte cap, the digest.
+
 use super::*;
 use crate::model::SnapshotPageLink;
 use crate::testing::*;
