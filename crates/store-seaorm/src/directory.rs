@@ -438,24 +438,33 @@ impl SeaOrmDirectoryStore {
         plan: &ProjectionWrite,
         new: split::NewRows,
     ) -> Result<(), ProjectionStoreError> {
-        let (insert, upsert) = (OnKey::Fail, OnKey::Overwrite);
-        let (inserted, replaced) = plan.accounts.split_at(new.accounts);
-        self.write_table(conn, inserted, insert).await?;
-        self.write_table(conn, replaced, upsert).await?;
-        let (inserted, replaced) = plan.workspaces.split_at(new.workspaces);
-        self.write_table(conn, inserted, insert).await?;
-        self.write_table(conn, replaced, upsert).await?;
-        let (inserted, replaced) = plan.memberships.split_at(new.memberships);
-        self.write_table(conn, inserted, insert).await?;
-        self.write_table(conn, replaced, upsert).await?;
-        let (inserted, replaced) = plan.executions.split_at(new.executions);
-        self.write_table(conn, inserted, insert).await?;
-        self.write_table(conn, replaced, upsert).await?;
-        let (inserted, replaced) = plan.receipts.split_at(new.receipts);
-        self.write_table(conn, inserted, insert).await?;
-        self.write_table(conn, replaced, upsert).await?;
-        self.write_table(conn, std::slice::from_ref(&plan.state), upsert)
+        self.write_split(conn, &plan.accounts, new.accounts).await?;
+        self.write_split(conn, &plan.workspaces, new.workspaces)
+            .await?;
+        self.write_split(conn, &plan.memberships, new.memberships)
+            .await?;
+        self.write_split(conn, &plan.executions, new.executions)
+            .await?;
+        self.write_split(conn, &plan.receipts, new.receipts).await?;
+        self.write_table(conn, std::slice::from_ref(&plan.state), OnKey::Overwrite)
             .await
+    }
+
+    /// Writes one table's rows of a plan: the first `new` with a plain `INSERT`, the rest
+    /// with an upsert ([`split::new_rows_first`] put the new rows first).
+    async fn write_split<R, C>(
+        &self,
+        conn: &C,
+        rows: &[R],
+        new: usize,
+    ) -> Result<(), ProjectionStoreError>
+    where
+        R: TableRow,
+        C: sea_orm::ConnectionTrait,
+    {
+        let (inserted, replaced) = rows.split_at(new);
+        self.write_table(conn, inserted, OnKey::Fail).await?;
+        self.write_table(conn, replaced, OnKey::Overwrite).await
     }
 
     /// The one routine that writes a table: `rows` (each converted to an active model of its
