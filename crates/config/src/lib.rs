@@ -50,7 +50,7 @@ pub const MAX_DIRECTORY_MEMBERSHIPS: u64 = 10_000_000;
 /// Smallest accepted `directory_max_response_bytes`: 1 MiB.
 pub const MIN_DIRECTORY_RESPONSE_BYTES: u64 = 1024 * 1024;
 
-/// Largest accepted `directory_max_response_bytes`: 4 GiB (about 3.5 times that in memory
+/// Largest accepted `directory_max_response_bytes`: 4 GiB (about 3 times that in memory
 /// while a snapshot of that size is applied; docs/operations.md, "Directory capacity").
 pub const MAX_DIRECTORY_RESPONSE_BYTES: u64 = 4 * 1024 * 1024 * 1024;
 
