@@ -1,13 +1,13 @@
 //! Validation of provider answers before anything is written: event batches, deltas against
 //! their batch, the internal consistency of a workspace list, and capacity limits.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use serde_json::Value;
 
 use crate::config::ProjectionLimits;
 use crate::error::DirectoryError;
-use crate::ids::{InstanceUuid, WorkspaceUuid};
+use crate::ids::{InstanceUuid, MembershipUuid, WorkspaceUuid};
 use crate::maps::WorkspaceStatus;
 use crate::model::{
     DirectoryDelta, DirectoryEvent, DirectoryEventBatch, DirectoryWorkspace, EventKind,
@@ -279,43 +279,62 @@ pub fn validate_workspaces(workspaces: &[DirectoryWorkspace]) -> Result<(), Dire
     let mut seen_workspaces = HashSet::new();
     let mut seen_memberships = HashSet::new();
     for workspace in workspaces {
-        if !seen_workspaces.insert(&workspace.uuid) {
-            return Err(DirectoryError::DuplicateWorkspace {
+        validate_workspace(
+            workspace,
+            |uuid| seen_workspaces.insert(uuid),
+            |uuid| seen_memberships.insert(uuid),
+        )?;
+    }
+    Ok(())
+}
+
+/// [`validate_workspaces`] for one workspace of a longer list: `first_workspace` and
+/// `first_membership` record an identifier and answer whether the list had not named it
+/// before (a paged snapshot keeps them across its pages, `crate::plan::SnapshotSurvey`).
+///
+/// # Errors
+/// As [`validate_workspaces`].
+pub(crate) fn validate_workspace<'w>(
+    workspace: &'w DirectoryWorkspace,
+    mut first_workspace: impl FnMut(&'w WorkspaceUuid) -> bool,
+    mut first_membership: impl FnMut(&'w MembershipUuid) -> bool,
+) -> Result<(), DirectoryError> {
+    if !first_workspace(&workspace.uuid) {
+        return Err(DirectoryError::DuplicateWorkspace {
+            workspace: workspace.uuid.clone(),
+        });
+    }
+    if workspace.projection_revision < 1 {
+        return Err(DirectoryError::InvalidRevision {
+            what: "workspace",
+            id: workspace.uuid.to_string(),
+            revision: workspace.projection_revision,
+        });
+    }
+    let mut accounts = HashSet::new();
+    for member in &workspace.members {
+        if !accounts.insert(&member.account_uuid) {
+            return Err(DirectoryError::DuplicateMember {
                 workspace: workspace.uuid.clone(),
+                account: member.account_uuid.clone(),
             });
         }
-        if workspace.projection_revision < 1 {
+        if !first_membership(&member.membership_uuid) {
+            return Err(DirectoryError::DuplicateMembershipUuid {
+                membership: member.membership_uuid.clone(),
+            });
+        }
+        if !is_normalized_email(&member.normalized_email) {
+            return Err(DirectoryError::InvalidEmail {
+                account: member.account_uuid.clone(),
+            });
+        }
+        if member.projection_revision < 1 {
             return Err(DirectoryError::InvalidRevision {
-                what: "workspace",
-                id: workspace.uuid.to_string(),
-                revision: workspace.projection_revision,
+                what: "membership",
+                id: member.membership_uuid.to_string(),
+                revision: member.projection_revision,
             });
-        }
-        let mut accounts = HashMap::new();
-        for member in &workspace.members {
-            if accounts.insert(&member.account_uuid, ()).is_some() {
-                return Err(DirectoryError::DuplicateMember {
-                    workspace: workspace.uuid.clone(),
-                    account: member.account_uuid.clone(),
-                });
-            }
-            if !seen_memberships.insert(&member.membership_uuid) {
-                return Err(DirectoryError::DuplicateMembershipUuid {
-                    membership: member.membership_uuid.clone(),
-                });
-            }
-            if !is_normalized_email(&member.normalized_email) {
-                return Err(DirectoryError::InvalidEmail {
-                    account: member.account_uuid.clone(),
-                });
-            }
-            if member.projection_revision < 1 {
-                return Err(DirectoryError::InvalidRevision {
-                    what: "membership",
-                    id: member.membership_uuid.to_string(),
-                    revision: member.projection_revision,
-                });
-            }
         }
     }
     Ok(())

@@ -4,7 +4,8 @@
 use serde_json::Value;
 use tenantry_kernel::{CanonicalHasher, Fingerprint, fingerprint_json};
 
-use crate::model::{DirectoryEvent, DirectorySnapshot};
+use crate::ids::InstanceUuid;
+use crate::model::{DirectoryEvent, DirectorySnapshot, DirectoryWorkspace};
 
 /// Marker stored as the snapshot fingerprint after a delta was applied: a per-workspace delta
 /// cannot prove a full-directory fingerprint, so the next snapshot at the same cursor is
@@ -23,24 +24,56 @@ pub fn incremental_marker() -> Fingerprint {
 pub fn snapshot_fingerprint(snapshot: &DirectorySnapshot) -> Fingerprint {
     let mut workspaces: Vec<_> = snapshot.workspaces.iter().collect();
     workspaces.sort_by(|a, b| a.uuid.cmp(&b.uuid));
-    let mut hasher = CanonicalHasher::new();
-    // Keys in canonical (sorted) order: "instance_uuid" < "workspaces".
-    hasher.raw("{\"instance_uuid\":");
-    hasher.value(&serde_json::to_value(&snapshot.instance_uuid).unwrap_or(Value::Null));
-    hasher.raw(",\"workspaces\":[");
-    for (i, workspace) in workspaces.into_iter().enumerate() {
-        if i > 0 {
-            hasher.raw(",");
+    let mut hasher = SnapshotFingerprinter::new(&snapshot.instance_uuid);
+    for workspace in workspaces {
+        hasher.push(workspace);
+    }
+    hasher.finish()
+}
+
+/// [`snapshot_fingerprint`] computed one workspace at a time, for a snapshot that arrives in
+/// pages ([`crate::plan::SnapshotSurvey`]). Pushing the workspaces in ascending uuid order
+/// gives the fingerprint of the whole snapshot; the order is the caller's to keep (a paged
+/// snapshot's pages are in that order, [`crate::paging::SnapshotPages`] checks it).
+pub struct SnapshotFingerprinter {
+    hasher: CanonicalHasher,
+    empty: bool,
+}
+
+impl SnapshotFingerprinter {
+    /// Starts the fingerprint of a snapshot of `instance`.
+    pub fn new(instance: &InstanceUuid) -> Self {
+        let mut hasher = CanonicalHasher::new();
+        // Keys in canonical (sorted) order: "instance_uuid" < "workspaces".
+        hasher.raw("{\"instance_uuid\":");
+        hasher.value(&serde_json::to_value(instance).unwrap_or(Value::Null));
+        hasher.raw(",\"workspaces\":[");
+        Self {
+            hasher,
+            empty: true,
         }
+    }
+
+    /// Appends the next workspace (its members are sorted by membership uuid here).
+    pub fn push(&mut self, workspace: &DirectoryWorkspace) {
+        if !self.empty {
+            self.hasher.raw(",");
+        }
+        self.empty = false;
         let mut sorted = workspace.clone();
         sorted
             .members
             .sort_by(|a, b| a.membership_uuid.cmp(&b.membership_uuid));
         // Serializing plain data structs cannot fail.
-        hasher.value(&serde_json::to_value(sorted).unwrap_or(Value::Null));
+        self.hasher
+            .value(&serde_json::to_value(sorted).unwrap_or(Value::Null));
     }
-    hasher.raw("]}");
-    hasher.finish()
+
+    /// The fingerprint of the workspaces pushed.
+    pub fn finish(mut self) -> Fingerprint {
+        self.hasher.raw("]}");
+        self.hasher.finish()
+    }
 }
 
 /// Fingerprint of an event as received (every field, canonical form); the inbox compares it

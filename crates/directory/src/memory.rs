@@ -9,10 +9,12 @@ use std::collections::BTreeSet;
 use crate::batch::{BatchCardinality, check_committed_active};
 use crate::error::DirectoryError;
 use crate::ids::{InstanceUuid, WorkspaceUuid};
-use crate::model::{DirectoryDelta, DirectoryEvent, DirectoryEventBatch, DirectorySnapshot};
+use crate::model::{
+    DirectoryDelta, DirectoryEvent, DirectoryEventBatch, DirectorySnapshot, DirectoryWorkspace,
+};
 use crate::plan::{
-    ApplyContext, LookupKeys, ProjectionWrite, batch_keys, delta_keys, plan_delta,
-    plan_event_batch, plan_snapshot, plan_touch, snapshot_keys,
+    ApplyContext, LookupKeys, PageWrite, PagedSnapshotApply, ProjectionWrite, SnapshotSurvey,
+    batch_keys, delta_keys, plan_delta, plan_event_batch, plan_snapshot, plan_touch, snapshot_keys,
 };
 use crate::rows::{ExistingRows, ProjectionState, ProjectionTables, needs_absent_fence};
 
@@ -94,6 +96,34 @@ impl ProjectionTables {
         }
     }
 
+    /// The projected workspaces of `instance` that need an absent fence
+    /// ([`needs_absent_fence`]), by uuid: what a paged snapshot's last step starts from
+    /// ([`PagedSnapshotApply::finish_keys`]).
+    pub fn absent_candidates(&self, instance: &InstanceUuid) -> Vec<WorkspaceUuid> {
+        self.workspaces
+            .values()
+            .filter(|w| needs_absent_fence(w, self.executions.get(&w.uuid), instance))
+            .map(|w| w.uuid.clone())
+            .collect()
+    }
+
+    /// Writes one page of a paged snapshot: every row is an upsert by primary key.
+    pub fn write_page(&mut self, page: &PageWrite) {
+        for row in &page.accounts {
+            self.accounts.insert(row.uuid.clone(), row.clone());
+        }
+        for row in &page.workspaces {
+            self.workspaces.insert(row.uuid.clone(), row.clone());
+        }
+        for row in &page.memberships {
+            self.memberships.insert(row.uuid.clone(), row.clone());
+        }
+        for row in &page.executions {
+            self.executions
+                .insert(row.workspace_uuid.clone(), row.clone());
+        }
+    }
+
     /// Writes a plan: every row is an upsert by primary key.
     pub fn write(&mut self, plan: &ProjectionWrite) {
         // Planted (verification only): the workspace rows are replaced by the plan's instead
@@ -157,6 +187,43 @@ impl ProjectionTables {
         let state = self.states.get(&ctx.instance).cloned();
         let plan = plan_snapshot(ctx, state.as_ref(), &existing, snapshot, events);
         self.commit(ctx, plan)
+    }
+
+    /// Applies a snapshot of `instance_uuid` at `cursor` that arrives as `pages` (each page's
+    /// workspaces, in the order received), page by page ([`PagedSnapshotApply`]): the same
+    /// result as [`apply_snapshot`](Self::apply_snapshot) of the joined pages.
+    ///
+    /// # Errors
+    /// The rule that refused it; nothing changed.
+    pub fn apply_snapshot_pages(
+        &mut self,
+        ctx: &ApplyContext,
+        instance_uuid: &InstanceUuid,
+        cursor: i64,
+        pages: &[Vec<DirectoryWorkspace>],
+        events: &[DirectoryEvent],
+    ) -> Result<ApplyOutcome, DirectoryError> {
+        let mut survey = SnapshotSurvey::new(instance_uuid.clone(), cursor);
+        for page in pages {
+            survey.push(page);
+        }
+        let survey = survey.finish(ctx)?;
+        let state = self.states.get(&ctx.instance).cloned();
+        let mut apply = PagedSnapshotApply::begin(ctx, state.as_ref(), survey)?;
+        let mut next = self.clone();
+        if apply.rows_needed() {
+            for page in pages {
+                let existing = next.select(&apply.page_keys(page), &ctx.instance);
+                let rows = apply.plan_page(&existing, page)?;
+                next.write_page(&rows);
+            }
+        }
+        let keys = apply.finish_keys(next.absent_candidates(&ctx.instance), events);
+        let existing = next.select(&keys, &ctx.instance);
+        let plan = apply.finish(&existing, events);
+        let outcome = next.commit(ctx, plan)?;
+        *self = next;
+        Ok(outcome)
     }
 
     /// Applies a delta (see [`plan_delta`]).

@@ -9,14 +9,78 @@ use crate::maps::{AccountStatus, RowSource, map_account_status};
 use crate::model::{DirectoryMember, DirectoryWorkspace};
 use crate::rows::AccountRow;
 
-type AccountProjection<'m> = (&'m str, &'m str, AccountStatus);
+pub(super) type AccountProjection<'m> = (&'m str, &'m str, AccountStatus);
 
-fn member_projection(member: &DirectoryMember) -> AccountProjection<'_> {
+pub(super) fn member_projection(member: &DirectoryMember) -> AccountProjection<'_> {
     (
         &member.normalized_email,
         &member.display_name,
         map_account_status(member.account_status),
     )
+}
+
+/// The snapshot-wide account rules, remembered over the members seen so far: one account per
+/// email, one projection per account. [`check_member`] applies them member by member.
+pub(super) trait AccountLedger<'m> {
+    /// Records `member`'s email for its account; returns the account recorded first for that
+    /// email when it is another one.
+    fn email_owner(&mut self, member: &'m DirectoryMember) -> Option<AccountUuid>;
+    /// Records `member`'s account projection: `Some(true)` the first time the account is
+    /// seen, `Some(false)` when it repeats the recorded projection, `None` when it differs.
+    fn projection(&mut self, member: &'m DirectoryMember) -> Option<bool>;
+}
+
+/// Checks one member against the ledger. Returns whether the member is its account's first
+/// occurrence (the one the account row is planned from).
+///
+/// # Errors
+/// [`DirectoryError::EmailMapsToSeveralAccounts`] or
+/// [`DirectoryError::ConflictingAccountProjections`].
+pub(super) fn check_member<'m>(
+    ledger: &mut impl AccountLedger<'m>,
+    member: &'m DirectoryMember,
+) -> Result<bool, DirectoryError> {
+    if let Some(first) = ledger.email_owner(member) {
+        return Err(DirectoryError::EmailMapsToSeveralAccounts {
+            email: member.normalized_email.clone(),
+            first,
+            second: member.account_uuid.clone(),
+        });
+    }
+    ledger
+        .projection(member)
+        .ok_or_else(|| DirectoryError::ConflictingAccountProjections {
+            account: member.account_uuid.clone(),
+        })
+}
+
+/// The ledger of one input held in memory, by reference.
+#[derive(Default)]
+struct InputLedger<'m> {
+    email_owner: HashMap<&'m str, &'m AccountUuid>,
+    by_account: HashMap<&'m AccountUuid, &'m DirectoryMember>,
+}
+
+impl<'m> AccountLedger<'m> for InputLedger<'m> {
+    fn email_owner(&mut self, member: &'m DirectoryMember) -> Option<AccountUuid> {
+        let owner = *self
+            .email_owner
+            .entry(member.normalized_email.as_str())
+            .or_insert(&member.account_uuid);
+        (owner != &member.account_uuid).then(|| owner.clone())
+    }
+
+    fn projection(&mut self, member: &'m DirectoryMember) -> Option<bool> {
+        match self.by_account.get(&member.account_uuid) {
+            Some(previous) => {
+                (member_projection(previous) == member_projection(member)).then_some(false)
+            }
+            None => {
+                self.by_account.insert(&member.account_uuid, member);
+                Some(true)
+            }
+        }
+    }
 }
 
 impl Working<'_> {
@@ -26,34 +90,24 @@ impl Working<'_> {
         workspaces: &[DirectoryWorkspace],
         cursor: i64,
     ) -> Result<HashSet<AccountUuid>, DirectoryError> {
+        let mut ledger = InputLedger::default();
         let mut selected: Vec<&DirectoryMember> = Vec::new();
-        let mut by_account: HashMap<&AccountUuid, &DirectoryMember> = HashMap::new();
-        let mut email_owner: HashMap<&str, &AccountUuid> = HashMap::new();
         for member in workspaces.iter().flat_map(|w| &w.members) {
-            let owner = *email_owner
-                .entry(member.normalized_email.as_str())
-                .or_insert(&member.account_uuid);
-            if owner != &member.account_uuid {
-                return Err(DirectoryError::EmailMapsToSeveralAccounts {
-                    email: member.normalized_email.clone(),
-                    first: owner.clone(),
-                    second: member.account_uuid.clone(),
-                });
-            }
-            match by_account.get(&member.account_uuid) {
-                Some(previous) => {
-                    if member_projection(previous) != member_projection(member) {
-                        return Err(DirectoryError::ConflictingAccountProjections {
-                            account: member.account_uuid.clone(),
-                        });
-                    }
-                }
-                None => {
-                    by_account.insert(&member.account_uuid, member);
-                    selected.push(member);
-                }
+            if check_member(&mut ledger, member)? {
+                selected.push(member);
             }
         }
+        self.plan_accounts(selected, cursor)?;
+        Ok(ledger.by_account.into_keys().cloned().collect())
+    }
+
+    /// Plans the account row of each member in `selected` (one member per account, already
+    /// checked with [`check_member`]) against the stored rows, at revision `cursor`.
+    pub(super) fn plan_accounts<'m>(
+        &mut self,
+        selected: impl IntoIterator<Item = &'m DirectoryMember>,
+        cursor: i64,
+    ) -> Result<(), DirectoryError> {
         for member in selected {
             let account = &member.account_uuid;
             if let Some(owner) = self.accounts_by_email.get(&member.normalized_email)
@@ -117,6 +171,6 @@ impl Working<'_> {
             row.projection_revision = cursor;
             self.accounts.put(account.clone(), row);
         }
-        Ok(by_account.into_keys().cloned().collect())
+        Ok(())
     }
 }

@@ -54,7 +54,9 @@ pub fn batch_keys(batch: &DirectoryEventBatch) -> LookupKeys {
     }
 }
 
-fn workspace_keys(
+/// The rows the account and workspace steps read for `workspaces`, with the workspaces
+/// `workspace_uuids` (their memberships and execution state).
+pub(super) fn workspace_keys(
     workspaces: &[DirectoryWorkspace],
     workspace_uuids: impl Iterator<Item = WorkspaceUuid>,
 ) -> LookupKeys {

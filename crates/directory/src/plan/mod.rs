@@ -278,8 +278,10 @@ fn plan_snapshot_rows<'a>(
     work.record_events(events, -1, None)?;
     if !already_projected {
         let projected = work.apply_accounts(&snapshot.workspaces, snapshot.cursor)?;
-        work.apply_workspaces(&snapshot.workspaces, &projected)?;
-        work.fence_absent(&snapshot.workspaces);
+        work.apply_workspaces(&snapshot.workspaces, |account| projected.contains(account))?;
+        let included: HashSet<&WorkspaceUuid> =
+            snapshot.workspaces.iter().map(|w| &w.uuid).collect();
+        work.fence_absent(|uuid| included.contains(uuid));
     }
     work.mark_applied(events);
     Ok(work)
@@ -360,7 +362,7 @@ pub fn plan_delta(
     let (mut work, mut next) = begin_incremental(ctx, state, existing, batch)?;
     if next.cursor < batch.cursor {
         let projected = work.apply_accounts(&delta.workspaces, batch.cursor)?;
-        work.apply_workspaces(&delta.workspaces, &projected)?;
+        work.apply_workspaces(&delta.workspaces, |account| projected.contains(account))?;
         let returned: HashSet<&WorkspaceUuid> = delta.workspaces.iter().map(|w| &w.uuid).collect();
         let tombstones: BTreeMap<&WorkspaceUuid, i64> = required
             .iter()
@@ -501,10 +503,14 @@ pub fn plan_touch(
 
 mod accounts;
 mod keys;
+mod paged;
+mod survey;
 mod working;
 mod workspaces;
 
 pub use keys::{LookupKeys, batch_keys, delta_keys, snapshot_keys};
+pub use paged::{PageWrite, PagedSnapshotApply};
+pub use survey::{SnapshotSurvey, SurveyedSnapshot};
 use working::Working;
 
 #[cfg(test)]

@@ -49,6 +49,13 @@ impl<K: Eq + Hash + Clone + Ord, V: Clone + PartialEq> Table<K, V> {
         )
     }
 
+    /// The loaded rows that a put replaced, each with its replacement.
+    pub(super) fn replaced(&self) -> impl Iterator<Item = (&V, &V)> {
+        self.changes
+            .iter()
+            .filter_map(|(key, value)| self.original.get(key).map(|before| (before, value)))
+    }
+
     /// The rows put whose contents differ from the loaded ones, sorted by key.
     pub(super) fn changed(self) -> Vec<V> {
         let original = self.original;
@@ -145,6 +152,16 @@ impl<'a> Working<'a> {
             check_active_capacity,
             cardinality,
             caught_up,
+        }
+    }
+
+    /// The rows of one page of a paged snapshot ([`super::PageWrite`]).
+    pub(super) fn finish_rows(self) -> super::PageWrite {
+        super::PageWrite {
+            accounts: self.accounts.changed(),
+            workspaces: self.workspaces.changed(),
+            memberships: self.memberships.changed(),
+            executions: self.executions.changed(),
         }
     }
 

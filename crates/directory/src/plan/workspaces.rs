@@ -17,10 +17,10 @@ impl Working<'_> {
     pub(super) fn apply_workspaces(
         &mut self,
         workspaces: &[DirectoryWorkspace],
-        projected_accounts: &HashSet<AccountUuid>,
+        projected_account: impl Fn(&AccountUuid) -> bool,
     ) -> Result<(), DirectoryError> {
         for candidate in workspaces {
-            let creator = if projected_accounts.contains(&candidate.created_by_account_uuid) {
+            let creator = if projected_account(&candidate.created_by_account_uuid) {
                 Some(candidate.created_by_account_uuid.clone())
             } else if candidate.status == WorkspaceStatus::Active {
                 return Err(DirectoryError::CreatorNotProjected {
@@ -241,12 +241,12 @@ impl Working<'_> {
 
     /// Archives and fences every loaded projected workspace of the instance that the snapshot
     /// omits (revisions unchanged: a snapshot proves absence, not a revision).
-    pub(super) fn fence_absent(&mut self, included: &[DirectoryWorkspace]) {
-        let included: HashSet<&WorkspaceUuid> = included.iter().map(|w| &w.uuid).collect();
+    /// `included` answers whether the snapshot lists a workspace.
+    pub(super) fn fence_absent(&mut self, included: impl Fn(&WorkspaceUuid) -> bool) {
         let mut absent: Vec<WorkspaceUuid> = self
             .workspaces
             .values()
-            .filter(|w| !included.contains(&w.uuid))
+            .filter(|w| !included(&w.uuid))
             .filter(|w| needs_absent_fence(w, self.executions.get(&w.uuid), &self.ctx.instance))
             .map(|w| w.uuid.clone())
             .collect();

@@ -16,6 +16,7 @@ use crate::testing::*;
 mod accounts;
 mod deltas;
 mod model_check;
+mod paged;
 mod workspaces;
 
 struct Harness {
@@ -36,11 +37,52 @@ impl Harness {
         }
     }
 
+    /// Applies `s` whole, and checks that the same snapshot applied page by page (pages of
+    /// one, two and all workspaces, in uuid order) gives the same outcome and the same tables.
     fn snap(
         &mut self,
         s: &DirectorySnapshot,
     ) -> Result<crate::memory::ApplyOutcome, DirectoryError> {
-        self.tables.apply_snapshot(&self.ctx, s, &[])
+        let before = self.tables.clone();
+        let whole = self.tables.apply_snapshot(&self.ctx, s, &[]);
+        // Pages come in uuid order; the one-body planner reports the first broken rule in
+        // list order, so the pages are compared with the sorted list applied whole.
+        let mut sorted = s.clone();
+        sorted.workspaces.sort_by(|a, b| a.uuid.cmp(&b.uuid));
+        let mut reference = before.clone();
+        let expected = reference.apply_snapshot(&self.ctx, &sorted, &[]);
+        if whole.is_ok() {
+            assert_eq!(
+                expected, whole,
+                "the list's order changed an applied snapshot"
+            );
+            assert_eq!(reference, self.tables);
+        }
+        for size in [1, 2, sorted.workspaces.len().max(1)] {
+            let pages: Vec<Vec<DirectoryWorkspace>> = sorted
+                .workspaces
+                .chunks(size)
+                .map(<[DirectoryWorkspace]>::to_vec)
+                .collect();
+            let mut paged = before.clone();
+            let outcome =
+                paged.apply_snapshot_pages(&self.ctx, &s.instance_uuid, s.cursor, &pages, &[]);
+            if size == sorted.workspaces.len().max(1) || expected.is_ok() {
+                assert_eq!(
+                    outcome, expected,
+                    "pages of {size} workspaces: another outcome"
+                );
+            } else {
+                // Smaller pages report the first broken rule in page order (account rules
+                // of a page before its workspace rules), so only the refusal must agree.
+                assert!(
+                    outcome.is_err(),
+                    "pages of {size} workspaces applied: {outcome:?}"
+                );
+            }
+            assert_eq!(paged, reference, "pages of {size} workspaces: other tables");
+        }
+        whole
     }
 
     fn delta(

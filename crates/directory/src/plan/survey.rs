@@ -1,0 +1,256 @@
+//! The first pass over a snapshot that arrives in pages: the rules that span pages, checked
+//! without holding the pages.
+//!
+//! A [`SnapshotSurvey`] reads each page once and keeps what a later page needs: counts for the
+//! capacity limits, the snapshot fingerprint, and 128-bit digests of the workspace uuids, the
+//! membership uuids and each account's projection, plus the first account of each email (the
+//! one uuid string an error names). Memory is therefore proportional to the snapshot's
+//! identifiers (about 40 bytes per membership and 100 per account), not to its pages. The
+//! second pass, [`super::PagedSnapshotApply`], plans page by page against that ledger.
+//!
+//! Specification: `docs/protocol.md`, "Paged snapshots" (applying page by page).
+
+use std::collections::{HashMap, HashSet};
+
+use sha2::{Digest, Sha256};
+
+use super::ApplyContext;
+use super::accounts::{AccountLedger, check_member, member_projection};
+use crate::batch::{BatchCardinality, validate_workspace};
+use crate::error::DirectoryError;
+use crate::fingerprint::SnapshotFingerprinter;
+use crate::ids::{AccountUuid, InstanceUuid};
+use crate::maps::WorkspaceStatus;
+use crate::model::{DirectoryMember, DirectoryWorkspace};
+use tenantry_kernel::Fingerprint;
+
+/// A 128-bit digest that stands for a string in a ledger (the first 16 bytes of SHA-256 over
+/// a kind tag and the length-prefixed parts). Two distinct strings share one with probability
+/// about 2^-128 per pair.
+pub(super) type Key = u128;
+
+/// The digest of `parts` under the tag `kind` (one tag per kind of identifier).
+pub(super) fn key(kind: u8, parts: &[&str]) -> Key {
+    let mut sha = Sha256::new();
+    sha.update([kind]);
+    for part in parts {
+        sha.update((part.len() as u64).to_le_bytes());
+        sha.update(part.as_bytes());
+    }
+    let digest = sha.finalize();
+    let mut first = [0u8; 16];
+    first.copy_from_slice(&digest[..16]);
+    u128::from_le_bytes(first)
+}
+
+const WORKSPACE: u8 = 1;
+const MEMBERSHIP: u8 = 2;
+const ACCOUNT: u8 = 3;
+const EMAIL: u8 = 4;
+const PROJECTION: u8 = 5;
+
+/// The ledger key of an account uuid.
+pub(super) fn account_key(account: &AccountUuid) -> Key {
+    key(ACCOUNT, &[account.as_str()])
+}
+
+/// The ledger key of a workspace uuid.
+pub(super) fn workspace_key(workspace: &crate::ids::WorkspaceUuid) -> Key {
+    key(WORKSPACE, &[workspace.as_str()])
+}
+
+/// The account rules over every page, by digest.
+#[derive(Default)]
+struct HashedLedger {
+    /// Email digest → the first account named with it.
+    email_owner: HashMap<Key, AccountUuid>,
+    /// Account digest → digest of its projection (email, display name, status).
+    projections: HashMap<Key, Key>,
+}
+
+impl AccountLedger<'_> for HashedLedger {
+    fn email_owner(&mut self, member: &DirectoryMember) -> Option<AccountUuid> {
+        let owner = self
+            .email_owner
+            .entry(key(EMAIL, &[&member.normalized_email]))
+            .or_insert_with(|| member.account_uuid.clone());
+        (owner != &member.account_uuid).then(|| owner.clone())
+    }
+
+    fn projection(&mut self, member: &DirectoryMember) -> Option<bool> {
+        let (email, name, status) = member_projection(member);
+        let projection = key(PROJECTION, &[email, name, status.as_str()]);
+        match self.projections.entry(account_key(&member.account_uuid)) {
+            std::collections::hash_map::Entry::Occupied(seen) => {
+                (*seen.get() == projection).then_some(false)
+            }
+            std::collections::hash_map::Entry::Vacant(slot) => {
+                slot.insert(projection);
+                Some(true)
+            }
+        }
+    }
+}
+
+/// The first pass over a snapshot's pages ([`push`](Self::push) each page's workspaces in the
+/// order received, then [`finish`](Self::finish)). A snapshot served whole is one page.
+pub struct SnapshotSurvey {
+    instance_uuid: InstanceUuid,
+    cursor: i64,
+    fingerprint: SnapshotFingerprinter,
+    workspaces: usize,
+    memberships: usize,
+    active: usize,
+    workspace_keys: HashSet<Key>,
+    membership_keys: HashSet<Key>,
+    ledger: HashedLedger,
+    /// The first broken rule of `validate_workspaces`, in input order.
+    invalid: Option<DirectoryError>,
+    /// The first broken account rule, in input order.
+    account_error: Option<DirectoryError>,
+}
+
+impl SnapshotSurvey {
+    /// Starts the survey of the snapshot of `instance_uuid` at `cursor` (as its first page
+    /// names them).
+    pub fn new(instance_uuid: InstanceUuid, cursor: i64) -> Self {
+        Self {
+            fingerprint: SnapshotFingerprinter::new(&instance_uuid),
+            instance_uuid,
+            cursor,
+            workspaces: 0,
+            memberships: 0,
+            active: 0,
+            workspace_keys: HashSet::new(),
+            membership_keys: HashSet::new(),
+            ledger: HashedLedger::default(),
+            invalid: None,
+            account_error: None,
+        }
+    }
+
+    /// Reads one page's workspaces. Pages must come in ascending uuid order (each page's
+    /// workspaces above the previous page's, as `crate::paging::SnapshotPages` checks); within
+    /// a page any order is accepted. A broken rule is kept for [`finish`](Self::finish), which
+    /// reports them in the one-body planner's order, so every page is still counted.
+    pub fn push(&mut self, workspaces: &[DirectoryWorkspace]) {
+        self.workspaces += workspaces.len();
+        for workspace in workspaces {
+            self.memberships += workspace.members.len();
+            if workspace.status == WorkspaceStatus::Active {
+                self.active += 1;
+            }
+        }
+        if self.invalid.is_some() {
+            return;
+        }
+        for workspace in workspaces {
+            let checked = validate_workspace(
+                workspace,
+                |uuid| self.workspace_keys.insert(workspace_key(uuid)),
+                |uuid| {
+                    self.membership_keys
+                        .insert(key(MEMBERSHIP, &[uuid.as_str()]))
+                },
+            );
+            if let Err(error) = checked {
+                self.invalid = Some(error);
+                return;
+            }
+            if self.account_error.is_none() {
+                for member in &workspace.members {
+                    if let Err(error) = check_member(&mut self.ledger, member) {
+                        self.account_error = Some(error);
+                        break;
+                    }
+                }
+            }
+        }
+        let mut sorted: Vec<&DirectoryWorkspace> = workspaces.iter().collect();
+        sorted.sort_by(|a, b| a.uuid.cmp(&b.uuid));
+        for workspace in sorted {
+            self.fingerprint.push(workspace);
+        }
+    }
+
+    /// Ends the survey with the rules the one-body planner checks first, in its order:
+    /// capacity, instance, then the list's own consistency.
+    ///
+    /// # Errors
+    /// [`DirectoryError::SnapshotWorkspaceCapacity`], [`DirectoryError::MembershipCapacity`],
+    /// [`DirectoryError::ActiveWorkspaceCapacity`], [`DirectoryError::WrongInstance`], or the
+    /// first broken rule of [`crate::batch::validate_workspaces`] over all pages.
+    pub fn finish(self, ctx: &ApplyContext) -> Result<SurveyedSnapshot, DirectoryError> {
+        let limits = &ctx.limits;
+        if self.workspaces > limits.max_snapshot_workspaces {
+            return Err(DirectoryError::SnapshotWorkspaceCapacity {
+                count: self.workspaces,
+                limit: limits.max_snapshot_workspaces,
+            });
+        }
+        if self.memberships > limits.max_snapshot_memberships {
+            return Err(DirectoryError::MembershipCapacity {
+                count: self.memberships,
+                limit: limits.max_snapshot_memberships,
+            });
+        }
+        if self.active > limits.max_active_workspaces {
+            return Err(DirectoryError::ActiveWorkspaceCapacity {
+                count: self.active,
+                limit: limits.max_active_workspaces,
+            });
+        }
+        if self.instance_uuid != ctx.instance {
+            return Err(DirectoryError::WrongInstance {
+                what: "snapshot",
+                expected: ctx.instance.clone(),
+                actual: self.instance_uuid,
+            });
+        }
+        if let Some(invalid) = self.invalid {
+            return Err(invalid);
+        }
+        Ok(SurveyedSnapshot {
+            cursor: self.cursor,
+            fingerprint: self.fingerprint.finish(),
+            cardinality: BatchCardinality {
+                workspaces: self.workspaces,
+                memberships: self.memberships,
+            },
+            accounts: self.ledger.projections.into_keys().collect(),
+            workspaces: self.workspace_keys,
+            account_error: self.account_error,
+        })
+    }
+}
+
+/// What the survey of a valid snapshot keeps for the second pass.
+#[derive(Debug)]
+pub struct SurveyedSnapshot {
+    /// The snapshot's cursor.
+    pub cursor: i64,
+    /// The snapshot's fingerprint ([`crate::fingerprint::snapshot_fingerprint`] of the
+    /// joined pages).
+    pub fingerprint: Fingerprint,
+    /// Sizes of the snapshot.
+    pub cardinality: BatchCardinality,
+    /// Digests of the projected accounts (every member's account).
+    accounts: HashSet<Key>,
+    /// Digests of the listed workspaces.
+    workspaces: HashSet<Key>,
+    /// The first broken account rule, reported unless the projection already holds the
+    /// snapshot (the one-body planner skips the account step then).
+    pub(super) account_error: Option<DirectoryError>,
+}
+
+impl SurveyedSnapshot {
+    /// Whether the snapshot lists `workspace`.
+    pub fn lists(&self, workspace: &crate::ids::WorkspaceUuid) -> bool {
+        self.workspaces.contains(&workspace_key(workspace))
+    }
+
+    /// Whether `account` is some member's account in the snapshot.
+    pub(super) fn projects(&self, account: &AccountUuid) -> bool {
+        self.accounts.contains(&account_key(account))
+    }
+}
