@@ -204,7 +204,9 @@ impl ProjectionTables {
         events: &[DirectoryEvent],
     ) -> Result<ApplyOutcome, DirectoryError> {
         let mut survey = SnapshotSurvey::new(instance_uuid.clone(), cursor);
-        for page in pages {
+        let pages: Vec<Vec<&DirectoryWorkspace>> =
+            pages.iter().map(|page| page.iter().collect()).collect();
+        for page in &pages {
             survey.push(page);
         }
         let survey = survey.finish(ctx)?;
@@ -212,7 +214,7 @@ impl ProjectionTables {
         let mut apply = PagedSnapshotApply::begin(ctx, state.as_ref(), survey)?;
         let mut next = self.clone();
         if apply.rows_needed() {
-            for page in pages {
+            for page in &pages {
                 let existing = next.select(&apply.page_keys(page), &ctx.instance);
                 let rows = apply.plan_page(&existing, page)?;
                 next.write_page(&rows);

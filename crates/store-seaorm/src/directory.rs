@@ -34,7 +34,10 @@
 mod bulk;
 mod convert;
 mod entity;
+mod pages;
 mod split;
+
+pub use self::pages::PAGE_MEMBERSHIPS;
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -46,11 +49,9 @@ use sea_orm::{
     QuerySelect, TransactionTrait,
 };
 use tenantry_directory::batch::check_committed_active;
-use tenantry_directory::fingerprint::snapshot_fingerprint;
 use tenantry_directory::maps::{RowSource, WorkspaceStatus};
 use tenantry_directory::plan::{
-    Join, batch_keys, delta_keys, plan_delta, plan_event_batch, plan_snapshot_with, plan_touch,
-    snapshot_keys, snapshot_lookup_keys,
+    PageWrite, batch_keys, delta_keys, plan_delta, plan_event_batch, plan_touch,
 };
 use tenantry_directory::{
     AccountRow, ApplyContext, ApplyOutcome, DirectoryDelta, DirectoryError, DirectoryEvent,
@@ -132,6 +133,8 @@ table_rows! {
 pub struct SeaOrmDirectoryStore {
     conn: DatabaseConnection,
     backend: Backend,
+    /// Memberships per page of a snapshot apply ([`pages::PAGE_MEMBERSHIPS`] by default).
+    page_memberships: usize,
 }
 
 /// Maps a database error during `op` to the port's error ([`crate::error::store_error`]),
@@ -155,7 +158,18 @@ impl SeaOrmDirectoryStore {
         Self {
             conn: db.conn.clone(),
             backend: db.backend,
+            page_memberships: PAGE_MEMBERSHIPS,
         }
+    }
+
+    /// The same store applying snapshots in pages of about `memberships` memberships
+    /// (default [`PAGE_MEMBERSHIPS`], 10,000; a workspace with more is a page alone, and 0
+    /// puts every workspace on its own page). Smaller pages hold less in memory and make more
+    /// round trips; the result does not depend on it (`pages`).
+    #[must_use]
+    pub fn with_snapshot_page(mut self, memberships: usize) -> Self {
+        self.page_memberships = memberships;
+        self
     }
 
     /// Most rows per multi-row statement for a table of `columns` columns.
@@ -265,6 +279,42 @@ impl SeaOrmDirectoryStore {
         }
     }
 
+    /// The uuids of the instance's projected workspaces that may need an absent fence: not
+    /// archived or deleted, or with execution state still active or unfenced (the superset
+    /// of `tenantry_directory::rows::needs_absent_fence` that SQL can select).
+    async fn absent_candidates(
+        &self,
+        txn: &DatabaseTransaction,
+        instance: &InstanceUuid,
+    ) -> Result<Vec<String>, ProjectionStoreError> {
+        let open_executions = Query::select()
+            .column(execution::Column::WorkspaceUuid)
+            .from(execution::Entity)
+            .cond_where(
+                Condition::any()
+                    .add(execution::Column::State.eq("active"))
+                    .add(execution::Column::WriteFenced.eq(false)),
+            )
+            .to_owned();
+        workspace::Entity::find()
+            .select_only()
+            .column(workspace::Column::Uuid)
+            .filter(workspace::Column::InstanceUuid.eq(instance.as_str()))
+            .filter(workspace::Column::Source.eq(RowSource::Directory.as_str()))
+            .filter(
+                Condition::any()
+                    .add(workspace::Column::Status.is_not_in([
+                        WorkspaceStatus::Archived.as_str(),
+                        WorkspaceStatus::Deleted.as_str(),
+                    ]))
+                    .add(workspace::Column::Uuid.in_subquery(open_executions)),
+            )
+            .into_tuple()
+            .all(txn)
+            .await
+            .map_err(storage("load absent workspace candidates"))
+    }
+
     async fn load(
         &self,
         txn: &DatabaseTransaction,
@@ -314,31 +364,16 @@ impl SeaOrmDirectoryStore {
             }
         }
         if keys.absent_candidates {
-            let open_executions = Query::select()
-                .column(execution::Column::WorkspaceUuid)
-                .from(execution::Entity)
-                .cond_where(
-                    Condition::any()
-                        .add(execution::Column::State.eq("active"))
-                        .add(execution::Column::WriteFenced.eq(false)),
-                )
-                .to_owned();
-            let rows = workspace::Entity::find()
-                .filter(workspace::Column::InstanceUuid.eq(instance.as_str()))
-                .filter(workspace::Column::Source.eq(RowSource::Directory.as_str()))
-                .filter(
-                    Condition::any()
-                        .add(workspace::Column::Status.is_not_in([
-                            WorkspaceStatus::Archived.as_str(),
-                            WorkspaceStatus::Deleted.as_str(),
-                        ]))
-                        .add(workspace::Column::Uuid.in_subquery(open_executions)),
-                )
-                .all(txn)
-                .await
-                .map_err(storage("load absent workspace candidates"))?;
-            for row in rows {
-                workspaces.insert(row.uuid.clone(), row);
+            let absent: Vec<String> = self.absent_candidates(txn, instance).await?;
+            for chunk in absent.chunks(IN_CHUNK) {
+                let rows = workspace::Entity::find()
+                    .filter(workspace::Column::Uuid.is_in(chunk.iter().cloned()))
+                    .all(txn)
+                    .await
+                    .map_err(storage("load absent workspace candidates"))?;
+                for row in rows {
+                    workspaces.insert(row.uuid.clone(), row);
+                }
             }
         }
         let workspace_set: BTreeSet<String> = wanted
@@ -447,6 +482,23 @@ impl SeaOrmDirectoryStore {
             .await?;
         self.write_split(conn, &plan.receipts, new.receipts).await?;
         self.write_table(conn, std::slice::from_ref(&plan.state), OnKey::Overwrite)
+            .await
+    }
+
+    /// Writes one page of a paged snapshot like [`write`](Self::write) writes a plan (no
+    /// receipts, no state row).
+    async fn write_page<C: sea_orm::ConnectionTrait>(
+        &self,
+        conn: &C,
+        page: &PageWrite,
+        new: split::NewRows,
+    ) -> Result<(), ProjectionStoreError> {
+        self.write_split(conn, &page.accounts, new.accounts).await?;
+        self.write_split(conn, &page.workspaces, new.workspaces)
+            .await?;
+        self.write_split(conn, &page.memberships, new.memberships)
+            .await?;
+        self.write_split(conn, &page.executions, new.executions)
             .await
     }
 
@@ -576,8 +628,20 @@ impl SeaOrmDirectoryStore {
             Some(keys) => self.load(txn, &keys, &ctx.instance).await?,
             None => ExistingRows::default(),
         };
-        let plan = off_runtime(|| plan(state.as_ref(), &existing));
-        let mut plan = plan?;
+        let plan = off_runtime(|| plan(state.as_ref(), &existing))?;
+        self.write_plan(txn, ctx, plan, existing).await
+    }
+
+    /// The end of every apply: stamps new receipts with the database's clock, writes `plan`
+    /// (new rows inserted, others upserted; `existing` is what the plan was made against),
+    /// then counts the committed active workspaces when the plan asks for it.
+    async fn write_plan(
+        &self,
+        txn: &DatabaseTransaction,
+        ctx: &ApplyContext,
+        mut plan: ProjectionWrite,
+        existing: ExistingRows,
+    ) -> Result<ApplyOutcome, ProjectionStoreError> {
         if plan.creates_receipts(&existing) {
             // `received_at` is retention's cut-off: the database's clock, not this process's.
             let now = self.database_now(txn).await?;
@@ -613,28 +677,6 @@ where
     }
 }
 
-/// [`Join`] on two threads: `a` on a scoped thread, `b` on the calling one (a panic in `a` is
-/// resumed here). The snapshot fingerprint runs beside the row planning (issue 34: together
-/// about two seconds of CPU at 100,000 memberships before they overlapped).
-struct Threads;
-
-impl Join for Threads {
-    fn join<A: Send, B: Send>(
-        self,
-        a: impl FnOnce() -> A + Send,
-        b: impl FnOnce() -> B + Send,
-    ) -> (A, B) {
-        std::thread::scope(|scope| {
-            let first = scope.spawn(a);
-            let second = b();
-            match first.join() {
-                Ok(first) => (first, second),
-                Err(panic) => std::panic::resume_unwind(panic),
-            }
-        })
-    }
-}
-
 #[async_trait]
 impl SnapshotApplier for SeaOrmDirectoryStore {
     async fn apply_snapshot(
@@ -643,38 +685,7 @@ impl SnapshotApplier for SeaOrmDirectoryStore {
         snapshot: &DirectorySnapshot,
         events: &[DirectoryEvent],
     ) -> Result<ApplyOutcome, ProjectionStoreError> {
-        // At the state row's cursor the fingerprint decides (under the row's lock) whether the
-        // rows need loading at all; it is then computed beside the keys, before the load.
-        // Otherwise the planner computes it on a second thread beside the row planning.
-        let fingerprint = std::sync::OnceLock::new();
-        let cursor = snapshot.cursor;
-        self.apply(
-            ctx,
-            true,
-            |state| {
-                if state.is_none_or(|state| state.cursor != cursor) {
-                    return Some(snapshot_keys(snapshot, events));
-                }
-                let (computed, keys) = Threads.join(
-                    || snapshot_fingerprint(snapshot),
-                    || snapshot_keys(snapshot, events),
-                );
-                let fingerprint = fingerprint.get_or_init(|| computed);
-                Some(snapshot_lookup_keys(state, cursor, fingerprint, keys))
-            },
-            |state, existing| {
-                plan_snapshot_with(
-                    ctx,
-                    state,
-                    existing,
-                    snapshot,
-                    events,
-                    fingerprint.get().cloned(),
-                    Threads,
-                )
-            },
-        )
-        .await
+        self.apply_snapshot_pages(ctx, snapshot, events).await
     }
 }
 

@@ -48,3 +48,17 @@ tenantry_ports::conformance_suites! {
         (db, store)
     },
 }
+
+/// The directory suite again with every workspace of a snapshot on its own page: the
+/// page-by-page apply (`SeaOrmDirectoryStore::with_snapshot_page`) across page boundaries.
+#[cfg(feature = "directory")]
+mod directory_in_pages_of_one_workspace {
+    use tenantry_store_seaorm::testing::fresh_database;
+
+    tenantry_ports::directory_projection_store_conformance!({
+        let db = fresh_database().await;
+        let store = tenantry_store_seaorm::directory::SeaOrmDirectoryStore::new(&db.db)
+            .with_snapshot_page(0);
+        (db, store)
+    });
+}

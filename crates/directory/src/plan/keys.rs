@@ -56,14 +56,14 @@ pub fn batch_keys(batch: &DirectoryEventBatch) -> LookupKeys {
 
 /// The rows the account and workspace steps read for `workspaces`, with the workspaces
 /// `workspace_uuids` (their memberships and execution state).
-pub(super) fn workspace_keys(
-    workspaces: &[DirectoryWorkspace],
+pub(super) fn workspace_keys<'w>(
+    workspaces: impl IntoIterator<Item = &'w DirectoryWorkspace>,
     workspace_uuids: impl Iterator<Item = WorkspaceUuid>,
 ) -> LookupKeys {
     let mut accounts = BTreeSet::new();
     let mut emails = BTreeSet::new();
     let mut memberships = Vec::new();
-    for member in workspaces.iter().flat_map(|w| &w.members) {
+    for member in workspaces.into_iter().flat_map(|w| &w.members) {
         accounts.insert(member.account_uuid.clone());
         emails.insert(member.normalized_email.clone());
         memberships.push(member.membership_uuid.clone());

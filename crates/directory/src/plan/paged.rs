@@ -120,11 +120,14 @@ impl<'a> PagedSnapshotApply<'a> {
 
     /// The rows [`plan_page`](Self::plan_page) reads for `workspaces` (nothing when
     /// [`rows_needed`](Self::rows_needed) is `false`).
-    pub fn page_keys(&self, workspaces: &[DirectoryWorkspace]) -> LookupKeys {
+    pub fn page_keys(&self, workspaces: &[&DirectoryWorkspace]) -> LookupKeys {
         if !self.rows_needed {
             return LookupKeys::default();
         }
-        super::keys::workspace_keys(workspaces, workspaces.iter().map(|w| w.uuid.clone()))
+        super::keys::workspace_keys(
+            workspaces.iter().copied(),
+            workspaces.iter().map(|w| w.uuid.clone()),
+        )
     }
 
     /// Plans one page against `existing` (the rows of [`page_keys`](Self::page_keys), read in
@@ -136,7 +139,7 @@ impl<'a> PagedSnapshotApply<'a> {
     pub fn plan_page(
         &mut self,
         existing: &ExistingRows,
-        workspaces: &[DirectoryWorkspace],
+        workspaces: &[&DirectoryWorkspace],
     ) -> Result<PageWrite, DirectoryError> {
         if !self.rows_needed {
             return Ok(PageWrite::default());
@@ -165,7 +168,9 @@ impl<'a> PagedSnapshotApply<'a> {
             }
         }
         let survey = &self.survey;
-        work.apply_workspaces(workspaces, |account| survey.projects(account))?;
+        work.apply_workspaces(workspaces.iter().copied(), |account| {
+            survey.projects(account)
+        })?;
         Ok(work.finish_rows())
     }
 

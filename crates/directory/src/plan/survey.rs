@@ -133,9 +133,9 @@ impl SnapshotSurvey {
     /// workspaces above the previous page's, as `crate::paging::SnapshotPages` checks); within
     /// a page any order is accepted. A broken rule is kept for [`finish`](Self::finish), which
     /// reports them in the one-body planner's order, so every page is still counted.
-    pub fn push(&mut self, workspaces: &[DirectoryWorkspace]) {
+    pub fn push(&mut self, workspaces: &[&DirectoryWorkspace]) {
         self.workspaces += workspaces.len();
-        for workspace in workspaces {
+        for workspace in workspaces.iter().copied() {
             self.memberships += workspace.members.len();
             if workspace.status == WorkspaceStatus::Active {
                 self.active += 1;
@@ -144,7 +144,7 @@ impl SnapshotSurvey {
         if self.invalid.is_some() {
             return;
         }
-        for workspace in workspaces {
+        for workspace in workspaces.iter().copied() {
             let checked = validate_workspace(
                 workspace,
                 |uuid| self.workspace_keys.insert(workspace_key(uuid)),
@@ -166,7 +166,7 @@ impl SnapshotSurvey {
                 }
             }
         }
-        let mut sorted: Vec<&DirectoryWorkspace> = workspaces.iter().collect();
+        let mut sorted: Vec<&DirectoryWorkspace> = workspaces.to_vec();
         sorted.sort_by(|a, b| a.uuid.cmp(&b.uuid));
         for workspace in sorted {
             self.fingerprint.push(workspace);

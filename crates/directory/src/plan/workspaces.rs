@@ -14,9 +14,9 @@ use crate::model::DirectoryWorkspace;
 use crate::rows::{ExecutionRow, MembershipRow, WorkspaceRow, needs_absent_fence, to_millis};
 
 impl Working<'_> {
-    pub(super) fn apply_workspaces(
+    pub(super) fn apply_workspaces<'w>(
         &mut self,
-        workspaces: &[DirectoryWorkspace],
+        workspaces: impl IntoIterator<Item = &'w DirectoryWorkspace>,
         projected_account: impl Fn(&AccountUuid) -> bool,
     ) -> Result<(), DirectoryError> {
         for candidate in workspaces {

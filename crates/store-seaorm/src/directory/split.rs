@@ -14,6 +14,7 @@
 use std::collections::HashSet;
 use std::hash::Hash;
 
+use tenantry_directory::plan::PageWrite;
 use tenantry_directory::{ExistingRows, ProjectionWrite};
 
 /// How many rows of each table of a plan are new: after [`new_rows_first`], the first that
@@ -41,6 +42,19 @@ pub(super) fn new_rows_first(plan: &mut ProjectionWrite, existing: &ExistingRows
         // Receipts are loaded and written for the apply's instance only: the event uuid is
         // the key within it.
         receipts: partition(&mut plan.receipts, &existing.receipts, |r| &r.event_uuid),
+    }
+}
+
+/// [`new_rows_first`] for one page of a paged snapshot (no receipts).
+pub(super) fn new_page_rows_first(page: &mut PageWrite, existing: &ExistingRows) -> NewRows {
+    NewRows {
+        accounts: partition(&mut page.accounts, &existing.accounts, |r| &r.uuid),
+        workspaces: partition(&mut page.workspaces, &existing.workspaces, |r| &r.uuid),
+        memberships: partition(&mut page.memberships, &existing.memberships, |r| &r.uuid),
+        executions: partition(&mut page.executions, &existing.executions, |r| {
+            &r.workspace_uuid
+        }),
+        receipts: 0,
     }
 }
 

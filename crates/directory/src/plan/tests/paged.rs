@@ -111,17 +111,16 @@ fn a_paged_reapply_of_the_projected_snapshot_plans_no_page() {
     let mut h = Harness::new();
     h.snap(&base()).unwrap();
     let mut survey = SnapshotSurvey::new(instance(), 10);
-    survey.push(&base().workspaces);
+    let s = base();
+    let page: Vec<_> = s.workspaces.iter().collect();
+    survey.push(&page);
     let survey = survey.finish(&h.ctx).unwrap();
     let state = h.tables.states.get(&instance()).cloned();
     let mut apply = PagedSnapshotApply::begin(&h.ctx, state.as_ref(), survey).unwrap();
     assert!(!apply.rows_needed());
-    assert_eq!(apply.page_keys(&base().workspaces), LookupKeys::default());
+    assert_eq!(apply.page_keys(&page), LookupKeys::default());
     let existing = crate::rows::ExistingRows::default();
-    assert_eq!(
-        apply.plan_page(&existing, &base().workspaces),
-        Ok(PageWrite::default())
-    );
+    assert_eq!(apply.plan_page(&existing, &page), Ok(PageWrite::default()));
 }
 
 /// One account of a random step: (account, email from a small pool, display name variant).

@@ -1,0 +1,140 @@
+//! A snapshot applied page by page in its one transaction (issue 34;
+//! `tenantry_directory::plan::PagedSnapshotApply`).
+//!
+//! 1. Before the transaction: the workspaces are put in uuid order and cut into pages of about
+//!    [`PAGE_MEMBERSHIPS`] memberships (or the store's
+//!    [`with_snapshot_page`](SeaOrmDirectoryStore::with_snapshot_page)) (a larger workspace is a page alone), and the survey
+//!    reads every page: capacity, fingerprint and the rules that span pages. A refusal here
+//!    opens no transaction.
+//! 2. Under the state row's lock: the superseded and conflict rules; then, unless the
+//!    projection already holds the snapshot, each page loads its stored rows, is planned, and
+//!    is written (new rows inserted, others upserted) before the next page loads.
+//! 3. The instance's absent candidates not in the snapshot and the event receipts are loaded;
+//!    the last step fences the absent workspaces and writes the receipts and the state row,
+//!    then the committed active workspaces are counted and checked.
+//!
+//! What a page holds in memory is its own rows, stored and planned; what spans pages is the
+//! survey's ledger of digests. A refusal at any page rolls the whole transaction back, so the
+//! projection's all-or-nothing rule holds.
+
+use tenantry_directory::plan::{PagedSnapshotApply, SnapshotSurvey};
+use tenantry_directory::{
+    ApplyContext, ApplyOutcome, DirectoryEvent, DirectorySnapshot, DirectoryWorkspace,
+};
+use tenantry_ports::directory::ProjectionStoreError;
+
+use super::{SeaOrmDirectoryStore, off_runtime, split, storage};
+
+/// By default a page planned and written at once holds about this many memberships (the same
+/// default as a paged snapshot's page on the wire;
+/// [`SeaOrmDirectoryStore::with_snapshot_page`]).
+pub const PAGE_MEMBERSHIPS: usize = 10_000;
+
+/// The workspaces in uuid order, cut into pages of at most `size` memberships (a workspace
+/// with more is a page of its own; a page holds at least one workspace).
+pub(super) fn pages_of(
+    workspaces: &[DirectoryWorkspace],
+    size: usize,
+) -> Vec<Vec<&DirectoryWorkspace>> {
+    let mut sorted: Vec<&DirectoryWorkspace> = workspaces.iter().collect();
+    sorted.sort_by(|a, b| a.uuid.cmp(&b.uuid));
+    let mut pages = Vec::new();
+    let mut page: Vec<&DirectoryWorkspace> = Vec::new();
+    let mut members = 0;
+    for workspace in sorted {
+        if !page.is_empty() && members + workspace.members.len() > size {
+            pages.push(std::mem::take(&mut page));
+            members = 0;
+        }
+        members += workspace.members.len();
+        page.push(workspace);
+    }
+    if !page.is_empty() {
+        pages.push(page);
+    }
+    pages
+}
+
+impl SeaOrmDirectoryStore {
+    /// Applies `snapshot` (with receipts of `events`) page by page in one transaction (see
+    /// the module documentation).
+    pub(super) async fn apply_snapshot_pages(
+        &self,
+        ctx: &ApplyContext,
+        snapshot: &DirectorySnapshot,
+        events: &[DirectoryEvent],
+    ) -> Result<ApplyOutcome, ProjectionStoreError> {
+        let (pages, survey) = off_runtime(|| {
+            let pages = pages_of(&snapshot.workspaces, self.page_memberships);
+            let mut survey = SnapshotSurvey::new(snapshot.instance_uuid.clone(), snapshot.cursor);
+            for page in &pages {
+                survey.push(page);
+            }
+            (pages, survey.finish(ctx))
+        });
+        let survey = survey?;
+        let txn = self.begin().await?;
+        let result = async {
+            let state = self.lock_state(&txn, &ctx.instance, true).await?;
+            let mut apply = PagedSnapshotApply::begin(ctx, state.as_ref(), survey)?;
+            if apply.rows_needed() {
+                for page in &pages {
+                    let keys = apply.page_keys(page);
+                    let existing = self.load(&txn, &keys, &ctx.instance).await?;
+                    let mut rows = off_runtime(|| apply.plan_page(&existing, page))?;
+                    let new = split::new_page_rows_first(&mut rows, &existing);
+                    drop(existing);
+                    self.write_page(&txn, &rows, new).await?;
+                }
+            }
+            let absent = self.absent_candidates(&txn, &ctx.instance).await?;
+            let absent = absent
+                .into_iter()
+                .map(|uuid| tenantry_directory::WorkspaceUuid::parse(&uuid))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| super::corrupt(format!("absent workspace candidate: {e}")))?;
+            let keys = apply.finish_keys(absent, events);
+            let existing = self.load(&txn, &keys, &ctx.instance).await?;
+            let plan = apply.finish(&existing, events)?;
+            self.write_plan(&txn, ctx, plan, existing).await
+        }
+        .await;
+        // A refusal lets the state row's lock go before it answers (`crate::txn`).
+        crate::txn::finish(txn, result, |_| true, storage("commit")).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tenantry_directory::testing::workspace;
+
+    #[test]
+    fn pages_hold_whole_workspaces_in_uuid_order_up_to_the_size() {
+        let workspaces = vec![
+            workspace("ws-3", 1, &[("a", 1)]),
+            workspace("ws-1", 1, &[("a", 1), ("b", 1)]),
+            workspace("ws-2", 1, &[("a", 1), ("b", 1), ("c", 1)]),
+            workspace("ws-4", 1, &[]),
+        ];
+        let uuids = |pages: Vec<Vec<&DirectoryWorkspace>>| -> Vec<Vec<String>> {
+            pages
+                .iter()
+                .map(|p| p.iter().map(|w| w.uuid.to_string()).collect())
+                .collect()
+        };
+        assert_eq!(
+            uuids(pages_of(&workspaces, 3)),
+            [vec!["ws-1"], vec!["ws-2"], vec!["ws-3", "ws-4"]]
+        );
+        assert_eq!(
+            uuids(pages_of(&workspaces, 2)),
+            [vec!["ws-1"], vec!["ws-2"], vec!["ws-3", "ws-4"]]
+        );
+        assert_eq!(
+            uuids(pages_of(&workspaces, 100)),
+            [vec!["ws-1", "ws-2", "ws-3", "ws-4"]]
+        );
+        assert!(pages_of(&[], 10).is_empty());
+    }
+}
