@@ -25,7 +25,7 @@
 //! `tests/paged.rs`). When one snapshot breaks several rules, the one reported may differ:
 //! pages report their first broken row rule in page order, and receipts are checked last.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 
 use super::survey::{Key, SurveyedSnapshot, account_key};
 use super::working::Working;
@@ -119,15 +119,35 @@ impl<'a> PagedSnapshotApply<'a> {
     }
 
     /// The rows [`plan_page`](Self::plan_page) reads for `workspaces` (nothing when
-    /// [`rows_needed`](Self::rows_needed) is `false`).
+    /// [`rows_needed`](Self::rows_needed) is `false`): the workspaces with their memberships
+    /// and execution state, the memberships by uuid, and the accounts (by uuid and email) of
+    /// the members whose account no earlier page planned.
     pub fn page_keys(&self, workspaces: &[&DirectoryWorkspace]) -> LookupKeys {
         if !self.rows_needed {
             return LookupKeys::default();
         }
-        super::keys::workspace_keys(
-            workspaces.iter().copied(),
+        let mut keys = super::keys::workspace_keys(
+            std::iter::empty(),
             workspaces.iter().map(|w| w.uuid.clone()),
-        )
+        );
+        let mut accounts = BTreeSet::new();
+        let mut emails = BTreeSet::new();
+        let mut memberships = Vec::new();
+        for member in workspaces.iter().flat_map(|w| &w.members) {
+            memberships.push(member.membership_uuid.clone());
+            if !self
+                .planned_accounts
+                .contains(&account_key(&member.account_uuid))
+            {
+                accounts.insert(member.account_uuid.clone());
+                emails.insert(member.normalized_email.clone());
+            }
+        }
+        memberships.sort();
+        keys.account_uuids = accounts.into_iter().collect();
+        keys.emails = emails.into_iter().collect();
+        keys.membership_uuids = memberships;
+        keys
     }
 
     /// Plans one page against `existing` (the rows of [`page_keys`](Self::page_keys), read in

@@ -97,7 +97,8 @@ impl AccountLedger<'_> for HashedLedger {
 pub struct SnapshotSurvey {
     instance_uuid: InstanceUuid,
     cursor: i64,
-    fingerprint: SnapshotFingerprinter,
+    /// `None` when the caller computes the fingerprint itself ([`Self::without_fingerprint`]).
+    fingerprint: Option<SnapshotFingerprinter>,
     workspaces: usize,
     memberships: usize,
     active: usize,
@@ -115,7 +116,7 @@ impl SnapshotSurvey {
     /// names them).
     pub fn new(instance_uuid: InstanceUuid, cursor: i64) -> Self {
         Self {
-            fingerprint: SnapshotFingerprinter::new(&instance_uuid),
+            fingerprint: Some(SnapshotFingerprinter::new(&instance_uuid)),
             instance_uuid,
             cursor,
             workspaces: 0,
@@ -127,6 +128,15 @@ impl SnapshotSurvey {
             invalid: None,
             account_error: None,
         }
+    }
+
+    /// The same survey without the fingerprint, for a caller that computes it beside the
+    /// survey (on another thread, with [`SnapshotFingerprinter`] over the same pages in the
+    /// same order) and ends with [`finish_with`](Self::finish_with).
+    #[must_use]
+    pub fn without_fingerprint(mut self) -> Self {
+        self.fingerprint = None;
+        self
     }
 
     /// Reads one page's workspaces. Pages must come in ascending uuid order (each page's
@@ -166,10 +176,12 @@ impl SnapshotSurvey {
                 }
             }
         }
-        let mut sorted: Vec<&DirectoryWorkspace> = workspaces.to_vec();
-        sorted.sort_by(|a, b| a.uuid.cmp(&b.uuid));
-        for workspace in sorted {
-            self.fingerprint.push(workspace);
+        if let Some(fingerprint) = &mut self.fingerprint {
+            let mut sorted: Vec<&DirectoryWorkspace> = workspaces.to_vec();
+            sorted.sort_by(|a, b| a.uuid.cmp(&b.uuid));
+            for workspace in sorted {
+                fingerprint.push(workspace);
+            }
         }
     }
 
@@ -180,7 +192,24 @@ impl SnapshotSurvey {
     /// [`DirectoryError::SnapshotWorkspaceCapacity`], [`DirectoryError::MembershipCapacity`],
     /// [`DirectoryError::ActiveWorkspaceCapacity`], [`DirectoryError::WrongInstance`], or the
     /// first broken rule of [`crate::batch::validate_workspaces`] over all pages.
-    pub fn finish(self, ctx: &ApplyContext) -> Result<SurveyedSnapshot, DirectoryError> {
+    pub fn finish(mut self, ctx: &ApplyContext) -> Result<SurveyedSnapshot, DirectoryError> {
+        let fingerprint = match self.fingerprint.take() {
+            Some(fingerprint) => fingerprint,
+            None => SnapshotFingerprinter::new(&self.instance_uuid),
+        };
+        self.finish_with(ctx, fingerprint.finish())
+    }
+
+    /// [`finish`](Self::finish) with the snapshot's fingerprint computed by the caller (see
+    /// [`without_fingerprint`](Self::without_fingerprint)).
+    ///
+    /// # Errors
+    /// As [`finish`](Self::finish).
+    pub fn finish_with(
+        self,
+        ctx: &ApplyContext,
+        fingerprint: Fingerprint,
+    ) -> Result<SurveyedSnapshot, DirectoryError> {
         let limits = &ctx.limits;
         if self.workspaces > limits.max_snapshot_workspaces {
             return Err(DirectoryError::SnapshotWorkspaceCapacity {
@@ -212,7 +241,7 @@ impl SnapshotSurvey {
         }
         Ok(SurveyedSnapshot {
             cursor: self.cursor,
-            fingerprint: self.fingerprint.finish(),
+            fingerprint,
             cardinality: BatchCardinality {
                 workspaces: self.workspaces,
                 memberships: self.memberships,

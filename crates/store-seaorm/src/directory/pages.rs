@@ -17,6 +17,7 @@
 //! survey's ledger of digests. A refusal at any page rolls the whole transaction back, so the
 //! projection's all-or-nothing rule holds.
 
+use tenantry_directory::fingerprint::SnapshotFingerprinter;
 use tenantry_directory::plan::{PagedSnapshotApply, SnapshotSurvey};
 use tenantry_directory::{
     ApplyContext, ApplyOutcome, DirectoryEvent, DirectorySnapshot, DirectoryWorkspace,
@@ -66,11 +67,27 @@ impl SeaOrmDirectoryStore {
     ) -> Result<ApplyOutcome, ProjectionStoreError> {
         let (pages, survey) = off_runtime(|| {
             let pages = pages_of(&snapshot.workspaces, self.page_memberships);
-            let mut survey = SnapshotSurvey::new(snapshot.instance_uuid.clone(), snapshot.cursor);
-            for page in &pages {
-                survey.push(page);
-            }
-            (pages, survey.finish(ctx))
+            // The fingerprint (about half the survey's CPU) runs on a second thread.
+            let survey = std::thread::scope(|scope| {
+                let fingerprint = scope.spawn(|| {
+                    let mut fingerprint = SnapshotFingerprinter::new(&snapshot.instance_uuid);
+                    for workspace in pages.iter().flatten() {
+                        fingerprint.push(workspace);
+                    }
+                    fingerprint.finish()
+                });
+                let mut survey =
+                    SnapshotSurvey::new(snapshot.instance_uuid.clone(), snapshot.cursor)
+                        .without_fingerprint();
+                for page in &pages {
+                    survey.push(page);
+                }
+                match fingerprint.join() {
+                    Ok(fingerprint) => survey.finish_with(ctx, fingerprint),
+                    Err(panic) => std::panic::resume_unwind(panic),
+                }
+            });
+            (pages, survey)
         });
         let survey = survey?;
         let txn = self.begin().await?;
