@@ -121,6 +121,8 @@ pub struct SnapshotPages {
     cursor: i64,
     generated_at: DateTime<Utc>,
     workspaces: Vec<DirectoryWorkspace>,
+    /// The last workspace of the pages so far (the next page must start above it).
+    last_uuid: Option<WorkspaceUuid>,
     pages: u64,
     bytes: u64,
     limit: u64,
@@ -162,6 +164,7 @@ impl SnapshotPages {
             instance_uuid: page.instance_uuid,
             cursor: page.cursor,
             generated_at: page.generated_at,
+            last_uuid: workspaces.last().map(|w| w.uuid.clone()),
             workspaces,
             pages: 1,
             bytes: 0,
@@ -180,6 +183,11 @@ impl SnapshotPages {
     /// The instance the first page named (every page must name it).
     pub fn instance_uuid(&self) -> &InstanceUuid {
         &self.instance_uuid
+    }
+
+    /// The cursor the first page named (every page must name it).
+    pub fn cursor(&self) -> i64 {
+        self.cursor
     }
 
     /// Pages received so far.
@@ -230,19 +238,25 @@ impl SnapshotPages {
                 named: link.previous_page_digest,
             });
         }
-        ascending(
-            number,
-            self.workspaces.last().map(|w| &w.uuid),
-            &page.workspaces,
-        )?;
+        ascending(number, self.last_uuid.as_ref(), &page.workspaces)?;
         not_empty(number, &page.workspaces, &link)?;
         let mut workspaces = page.workspaces;
         fit(&mut workspaces);
+        if let Some(last) = workspaces.last() {
+            self.last_uuid = Some(last.uuid.clone());
+        }
         self.workspaces.extend(workspaces);
         self.pages = number;
         self.last_digest = digest;
         self.next_token = link.next_page_token;
         self.count(body_len)
+    }
+
+    /// Hands over the workspaces of the pages so far (for a caller that keeps the pages
+    /// elsewhere, e.g. spooled to a file); the checks of later pages go on as before, and
+    /// [`finish`](Self::finish) then holds only the workspaces pushed since.
+    pub fn take_workspaces(&mut self) -> Vec<DirectoryWorkspace> {
+        std::mem::take(&mut self.workspaces)
     }
 
     /// The whole snapshot once the last page is in.

@@ -31,8 +31,8 @@ use tenantry_directory::{
 };
 use tenantry_ports::clock::{Clock, SystemClock};
 use tenantry_ports::directory::{
-    DirectoryProjectionStore, DirectoryProvider, EntitlementReconciler, NoHooks,
-    ProjectionStoreError, ProviderError, RuntimeExecutionPublisher,
+    AnySnapshotSource, DirectoryProjectionStore, DirectoryProvider, EntitlementReconciler, NoHooks,
+    ProjectionStoreError, ProviderError, RuntimeExecutionPublisher, active_generations,
 };
 use tenantry_ports::error::StoreError;
 use tokio::time::Instant;
@@ -408,8 +408,11 @@ impl<P: DirectoryProvider, S: DirectoryProjectionStore> DirectoryProjector<P, S>
     async fn fetch_and_apply_snapshot(&self) -> Result<(), ProjectorError> {
         let mut last = None;
         for _ in 0..SNAPSHOT_ATTEMPTS {
-            let snapshot = self.provider.fetch_snapshot(&self.config.instance).await?;
-            match self.apply_snapshot(&snapshot).await {
+            let snapshot = self
+                .provider
+                .fetch_snapshot_source(&self.config.instance)
+                .await?;
+            match self.apply_snapshot_source(snapshot.as_ref()).await {
                 Ok(()) => return Ok(()),
                 Err(ProjectorError::Rejected(e)) if e.is_superseded() => {
                     tracing::info!(error = %e, "directory provider served a snapshot older than the shared projection; fetching again");
@@ -598,22 +601,42 @@ impl<P: DirectoryProvider, S: DirectoryProjectionStore> DirectoryProjector<P, S>
     ///
     /// # Errors
     /// A rule or storage error; nothing was written.
-    #[tracing::instrument(name = "directory_apply", skip_all, fields(kind = "snapshot", cursor = snapshot.cursor))]
     pub async fn apply_snapshot(&self, snapshot: &DirectorySnapshot) -> Result<(), ProjectorError> {
+        self.apply_snapshot_source(snapshot).await
+    }
+
+    /// [`Self::apply_snapshot`] for a snapshot read page by page ([`SnapshotSource`](tenantry_ports::directory::SnapshotSource): a paged
+    /// snapshot spooled by the provider client, or a whole one). The hooks read the pages once
+    /// more for the active workspaces.
+    ///
+    /// # Errors
+    /// A rule or storage error; nothing was written.
+    #[tracing::instrument(name = "directory_apply", skip_all, fields(kind = "snapshot", cursor = source.cursor()))]
+    pub async fn apply_snapshot_source(
+        &self,
+        source: &AnySnapshotSource,
+    ) -> Result<(), ProjectorError> {
         let outcome = self
             .store
-            .apply_snapshot(&self.context(), snapshot, &[])
+            .apply_snapshot_source(&self.context(), source, &[])
             .await?;
-        let active = active_uuids(&snapshot.workspaces);
-        if let Err(error) = self
-            .entitlements
-            .reconcile_active_workspaces(&self.config.instance, &active)
-            .await
-        {
-            tracing::error!(%error, "entitlement reconcile after a directory snapshot failed; the projection stays committed");
+        match active_generations(source) {
+            Ok(generations) => {
+                let active: BTreeSet<WorkspaceUuid> = generations.keys().cloned().collect();
+                if let Err(error) = self
+                    .entitlements
+                    .reconcile_active_workspaces(&self.config.instance, &active)
+                    .await
+                {
+                    tracing::error!(%error, "entitlement reconcile after a directory snapshot failed; the projection stays committed");
+                }
+                self.publish_generations(&generations, None).await;
+            }
+            Err(error) => {
+                tracing::error!(%error, "reading the applied snapshot back for the entitlement and runtime hooks failed; the projection stays committed, call-time fences stay authoritative");
+            }
         }
-        self.publish(&snapshot.workspaces, None).await;
-        self.record(&outcome, Some(snapshot.cursor), true);
+        self.record(&outcome, Some(source.cursor()), true);
         Ok(())
     }
 
@@ -677,9 +700,18 @@ impl<P: DirectoryProvider, S: DirectoryProjectionStore> DirectoryProjector<P, S>
             .filter(|w| w.status == WorkspaceStatus::Active)
             .map(|w| (w.uuid.clone(), w.execution_generation))
             .collect();
+        self.publish_generations(&generations, affected).await;
+    }
+
+    /// Publishes the active workspaces' execution generations to the runtimes.
+    async fn publish_generations(
+        &self,
+        generations: &BTreeMap<WorkspaceUuid, i64>,
+        affected: Option<&BTreeSet<WorkspaceUuid>>,
+    ) {
         if let Err(error) = self
             .runtime
-            .publish_execution_projection(&self.config.instance, &generations, affected)
+            .publish_execution_projection(&self.config.instance, generations, affected)
             .await
         {
             tracing::error!(%error, "publishing the execution projection to runtimes failed; call-time fences stay authoritative");

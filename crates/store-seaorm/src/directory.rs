@@ -60,8 +60,8 @@ use tenantry_directory::{
 };
 use tenantry_ports::StoreError;
 use tenantry_ports::directory::{
-    DeltaApplier, EventBatchApplier, FreshnessToucher, ProjectionStateReader, ProjectionStoreError,
-    SnapshotApplier,
+    AnySnapshotSource, DeltaApplier, EventBatchApplier, FreshnessToucher, ProjectionStateReader,
+    ProjectionStoreError, SnapshotApplier,
 };
 
 use self::convert::*;
@@ -686,6 +686,15 @@ impl SnapshotApplier for SeaOrmDirectoryStore {
         events: &[DirectoryEvent],
     ) -> Result<ApplyOutcome, ProjectionStoreError> {
         self.apply_snapshot_pages(ctx, snapshot, events).await
+    }
+
+    async fn apply_snapshot_source(
+        &self,
+        ctx: &ApplyContext,
+        source: &AnySnapshotSource,
+        events: &[DirectoryEvent],
+    ) -> Result<ApplyOutcome, ProjectionStoreError> {
+        self.apply_snapshot_pages(ctx, source, events).await
     }
 }
 

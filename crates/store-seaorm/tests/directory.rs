@@ -444,3 +444,96 @@ async fn planning_a_large_snapshot_does_not_stall_the_runtime() {
         "the runtime stalled {max_gap:?}; planning takes {plan_time:?}"
     );
 }
+
+/// A snapshot held as several pages (what a spooled paged snapshot serves).
+struct Pages {
+    cursor: i64,
+    pages: Vec<Vec<tenantry_directory::DirectoryWorkspace>>,
+}
+
+impl tenantry_ports::directory::SnapshotSource for Pages {
+    fn instance_uuid(&self) -> &tenantry_directory::InstanceUuid {
+        static INSTANCE: std::sync::OnceLock<tenantry_directory::InstanceUuid> =
+            std::sync::OnceLock::new();
+        INSTANCE.get_or_init(instance)
+    }
+
+    fn cursor(&self) -> i64 {
+        self.cursor
+    }
+
+    fn page_count(&self) -> usize {
+        self.pages.len()
+    }
+
+    fn read_page(
+        &self,
+        index: usize,
+    ) -> Result<
+        std::borrow::Cow<'_, [tenantry_directory::DirectoryWorkspace]>,
+        tenantry_ports::directory::SnapshotReadError,
+    > {
+        Ok(std::borrow::Cow::Owned(self.pages[index].clone()))
+    }
+}
+
+/// A snapshot read from a source of several pages (pages of the source, and pages of the
+/// store within them) leaves the same tables as the whole snapshot applied to the reference
+/// store, including an email that moves from one account to another across source pages.
+#[tokio::test]
+async fn a_snapshot_source_of_several_pages_equals_the_whole_snapshot() {
+    use tenantry_ports::directory::{ProjectionTablesReader, SnapshotApplier};
+    let first = snapshot(
+        10,
+        vec![
+            workspace("ws-1", 1, &[("a", 1), ("b", 1)]),
+            workspace("ws-2", 1, &[("c", 1)]),
+            workspace("ws-3", 1, &[("d", 1)]),
+        ],
+    );
+    let mut second = snapshot(
+        11,
+        vec![
+            workspace("ws-1", 2, &[("a", 2)]),
+            workspace("ws-3", 2, &[("d", 2), ("e", 2)]),
+            workspace("ws-4", 2, &[("b", 2)]),
+        ],
+    );
+    // a takes a new email; e (new, a later page) must not take a's old one: refused.
+    second.workspaces[0].members[0].normalized_email = "new-a@example.com".into();
+    second.workspaces[1].members[1].normalized_email = "a@example.com".into();
+    // The same change without the claimant of a's old email applies.
+    let mut third = second.clone();
+    third.cursor = 12;
+    third.workspaces[1].members[1].normalized_email = "e@example.com".into();
+    let db = fresh_database().await;
+    let store = SeaOrmDirectoryStore::new(&db.db).with_snapshot_page(1);
+    let mut reference = tenantry_directory::ProjectionTables::default();
+    let mut refused = 0;
+    for s in [&first, &second, &third] {
+        let source = Pages {
+            cursor: s.cursor,
+            pages: vec![s.workspaces[..1].to_vec(), s.workspaces[1..].to_vec()],
+        };
+        let expected = reference.apply_snapshot(&ctx(s.cursor), s, &[]);
+        let applied = store
+            .apply_snapshot_source(&ctx(s.cursor), &source, &[])
+            .await;
+        match (&expected, &applied) {
+            (Ok(expected), Ok(applied)) => assert_eq!(applied, expected),
+            (Err(expected), Err(ProjectionStoreError::Rejected(applied))) => {
+                assert!(matches!(applied, DirectoryError::EmailCollision { .. }));
+                assert_eq!(applied, expected);
+                refused += 1;
+            }
+            _ => panic!("reference {expected:?}, store {applied:?}"),
+        }
+        let tables = store.read_tables().await.unwrap();
+        assert_eq!(tables, reference, "cursor {}", s.cursor);
+    }
+    assert_eq!(refused, 1);
+    assert_eq!(
+        reference.accounts[&acc_id("a")].normalized_email,
+        "new-a@example.com"
+    );
+}

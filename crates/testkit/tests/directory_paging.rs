@@ -4,10 +4,12 @@
 //! nothing of them is used.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use std::borrow::Cow;
+
 use tenantry_directory::fingerprint::snapshot_fingerprint;
 use tenantry_directory::testing as fixtures;
 use tenantry_directory::{DirectorySnapshot, InstanceUuid};
-use tenantry_ports::directory::{DirectoryProvider, ProviderError};
+use tenantry_ports::directory::{DirectoryProvider, ProviderError, join_pages};
 use tenantry_remote_http::directory::signature::TrustedKeys;
 use tenantry_remote_http::directory::{DirectoryClientConfig, HttpDirectoryProvider};
 use tenantry_testkit::directory::{DirectoryServerConfig, ReferenceDirectory};
@@ -235,4 +237,52 @@ async fn a_zero_page_size_is_refused_when_the_client_is_built() {
     let config = config(&dir, Some(0));
     let error = HttpDirectoryProvider::new(&config).unwrap_err();
     assert!(error.to_string().contains("page size"), "{error}");
+}
+
+/// The source the projector applies (`fetch_snapshot_source`): a paged snapshot is spooled to a
+/// temporary file and read back one page at a time, any number of times; its pages join into
+/// the whole snapshot.
+#[tokio::test]
+async fn a_paged_snapshot_source_is_spooled_and_read_back_page_by_page() {
+    let dir = start(10).await;
+    let whole = client(&dir, None)
+        .fetch_snapshot(&instance())
+        .await
+        .unwrap();
+    let source = client(&dir, Some(7))
+        .fetch_snapshot_source(&instance())
+        .await
+        .unwrap();
+    assert_eq!(source.page_count(), 5);
+    assert_eq!(source.cursor(), whole.cursor);
+    let first = source.read_page(0).unwrap().into_owned();
+    assert_eq!(first.len(), 2);
+    assert!(
+        matches!(source.read_page(0), Ok(Cow::Owned(_))),
+        "read back, not held"
+    );
+    assert_eq!(source.read_page(0).unwrap().into_owned(), first);
+    let joined = join_pages(source.as_ref(), whole.generated_at).unwrap();
+    same_directory(&joined, &whole);
+    // A provider that answers in one body: one page, held.
+    let source = client(&dir, None)
+        .fetch_snapshot_source(&instance())
+        .await
+        .unwrap();
+    assert_eq!(source.page_count(), 1);
+    assert!(matches!(source.read_page(0), Ok(Cow::Borrowed(_))));
+}
+
+#[tokio::test]
+async fn a_broken_page_refuses_the_spooled_source_and_the_next_attempt_starts_again() {
+    let dir = start(6).await;
+    let p = client(&dir, Some(6));
+    dir.script(Route::DirectorySnapshot, [None, Some(Fault::StalePage)]);
+    let Err(error) = p.fetch_snapshot_source(&instance()).await else {
+        panic!("a stale page was spooled");
+    };
+    let message = invalid_message(error);
+    assert!(message.contains("previous page digest"), "{message}");
+    let again = p.fetch_snapshot_source(&instance()).await.unwrap();
+    assert_eq!(again.page_count(), 3);
 }

@@ -218,3 +218,29 @@ fn the_page_digest_is_the_bodys_sha256_in_hex() {
         "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
     );
 }
+
+#[test]
+fn workspaces_taken_out_still_order_the_next_page() {
+    let mut pages = SnapshotPages::first(
+        page(7, &["ws-1", "ws-3"], None, Some("t2")),
+        "d1".into(),
+        10,
+        LIMIT,
+    )
+    .unwrap();
+    let taken = pages.take_workspaces();
+    assert_eq!(taken.len(), 2);
+    // A page below what was taken out is still out of order.
+    let stale = pages
+        .clone()
+        .push(page(7, &["ws-2"], Some("d1"), None), "d2".into(), 10)
+        .unwrap_err();
+    assert!(matches!(stale, PageError::OutOfOrder { .. }), "{stale:?}");
+    let mut pages = pages
+        .push(page(7, &["ws-4"], Some("d1"), None), "d2".into(), 10)
+        .unwrap();
+    assert_eq!(pages.take_workspaces().len(), 1);
+    let rest = pages.finish().unwrap();
+    assert!(rest.workspaces.is_empty());
+    assert_eq!(rest.cursor, 7);
+}

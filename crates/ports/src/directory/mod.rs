@@ -21,6 +21,12 @@ use tenantry_directory::{
 
 pub use tenantry_directory::LookupKeys;
 
+pub use self::source::{
+    AnySnapshotSource, SnapshotReadError, SnapshotSource, active_generations, join_pages,
+};
+
+mod source;
+
 use crate::error::{ErrorSource, StoreError};
 
 /// Why the directory provider gave no usable answer. The signed HTTP client maps transport
@@ -115,6 +121,20 @@ pub trait DirectoryProvider: Send + Sync {
         &self,
         instance: &InstanceUuid,
     ) -> Result<DirectorySnapshot, ProviderError>;
+
+    /// The same snapshot as a [`SnapshotSource`], read back page by page by the apply: a
+    /// provider that pages its snapshot keeps the verified pages out of memory (the HTTP
+    /// client spools them to a temporary file). By default the joined
+    /// [`fetch_snapshot`](Self::fetch_snapshot) as one page.
+    ///
+    /// # Errors
+    /// As [`fetch_snapshot`](Self::fetch_snapshot).
+    async fn fetch_snapshot_source(
+        &self,
+        instance: &InstanceUuid,
+    ) -> Result<Box<dyn SnapshotSource>, ProviderError> {
+        Ok(Box::new(self.fetch_snapshot(instance).await?))
+    }
 
     /// `GET /v1/instances/{instance}/directory/events?after={after}&limit={limit}`.
     ///
@@ -232,6 +252,25 @@ pub trait SnapshotApplier: Send + Sync {
         snapshot: &DirectorySnapshot,
         events: &[DirectoryEvent],
     ) -> Result<ApplyOutcome, ProjectionStoreError>;
+
+    /// Applies the snapshot of `source` like [`apply_snapshot`](Self::apply_snapshot), in one
+    /// transaction. A store that applies page by page reads the pages one at a time
+    /// (`tenantry_directory::plan::PagedSnapshotApply`); by default the pages are joined and
+    /// applied whole.
+    ///
+    /// # Errors
+    /// As [`apply_snapshot`](Self::apply_snapshot); a page that cannot be read back is
+    /// [`ProjectionStoreError::Storage`] (nothing changed).
+    async fn apply_snapshot_source(
+        &self,
+        ctx: &ApplyContext,
+        source: &AnySnapshotSource,
+        events: &[DirectoryEvent],
+    ) -> Result<ApplyOutcome, ProjectionStoreError> {
+        let snapshot = join_pages(source, ctx.now)
+            .map_err(|e| ProjectionStoreError::Storage(StoreError::unavailable(e.to_string())))?;
+        self.apply_snapshot(ctx, &snapshot, events).await
+    }
 }
 
 /// Applies per-workspace deltas of an event batch.

@@ -18,6 +18,7 @@
 //! do not form one snapshot. A provider that does not page answers the whole snapshot.
 
 pub mod signature;
+pub mod spool;
 
 use std::fmt;
 use std::time::Duration;
@@ -33,7 +34,9 @@ use tenantry_directory::{
     DirectoryDelta, DirectoryEventBatch, DirectorySnapshot, DirectorySnapshotPage, InstanceUuid,
     SnapshotPages, WorkspaceUuid,
 };
-use tenantry_ports::directory::{DirectoryProvider, ProviderError};
+use tenantry_ports::directory::{DirectoryProvider, ProviderError, SnapshotSource};
+
+use self::spool::SpooledSnapshot;
 use tenantry_ports::error::ErrorSource;
 
 use crate::client::{ClientBuildError, mutation_client, parse_base_url};
@@ -361,18 +364,68 @@ impl HttpDirectoryProvider {
 
 impl HttpDirectoryProvider {
     /// Fetches one snapshot answer (a page or the whole snapshot): the parsed page, the
-    /// digest of its body and the body's length in bytes. `already` bytes of the size cap went
-    /// to the earlier pages. The body is dropped once parsed.
+    /// digest of its body and the verified body itself. `already` bytes of the size cap went
+    /// to the earlier pages.
     async fn fetch_page(
         &self,
         url: Url,
         already: u64,
-    ) -> Result<(DirectorySnapshotPage, String, u64), ProviderError> {
+    ) -> Result<(DirectorySnapshotPage, String, VerifiedBody), ProviderError> {
         let verified = self.fetch_verified(Method::GET, url, None, already).await?;
         let body = verified.body();
         let page: DirectorySnapshotPage = parse(body)?;
-        Ok((page, page_digest(body), body.len() as u64))
+        let digest = page_digest(body);
+        Ok((page, digest, verified))
     }
+
+    /// The first answer of a snapshot, started as [`SnapshotPages`] (its body is handed back
+    /// for a caller that spools it).
+    async fn first_page(
+        &self,
+        instance: &InstanceUuid,
+    ) -> Result<(SnapshotPages, VerifiedBody), ProviderError> {
+        let mut url = self.endpoint(instance, "snapshot")?;
+        if let Some(size) = self.page_size {
+            url.query_pairs_mut()
+                .append_pair("page_size", &size.to_string());
+        }
+        let (page, digest, body) = self.fetch_page(url, 0).await?;
+        let pages = SnapshotPages::first(page, digest, body.len(), self.max_bytes)
+            .map_err(invalid_pages)?;
+        same_instance(instance, pages.instance_uuid())?;
+        Ok((pages, body))
+    }
+
+    /// The page `token` names, added to `pages` (its body is handed back).
+    async fn next_page(
+        &self,
+        instance: &InstanceUuid,
+        pages: SnapshotPages,
+        token: &str,
+    ) -> Result<(SnapshotPages, VerifiedBody), ProviderError> {
+        let mut url = self.endpoint(instance, "snapshot")?;
+        url.query_pairs_mut().append_pair("page_token", token);
+        let (page, digest, body) = self.fetch_page(url, pages.bytes()).await.map_err(|e| match e {
+            ProviderError::Refused { status: 410, message } => ProviderError::Refused {
+                status: 410,
+                message: format!(
+                    "{message} (the provider dropped the snapshot being paged; the next attempt starts again from the first page)"
+                ),
+            },
+            other => other,
+        })?;
+        let pages = pages
+            .push(page, digest, body.len())
+            .map_err(invalid_pages)?;
+        Ok((pages, body))
+    }
+}
+
+/// The port's error for a spool that could not be written.
+fn spool_failed(error: std::io::Error) -> ProviderError {
+    ProviderError::unavailable(format!(
+        "spooling the directory snapshot to a temporary file failed: {error}; check the free space of the temporary folder (TMPDIR)"
+    ))
 }
 
 /// The port's error for pages that do not form one snapshot.
@@ -397,6 +450,11 @@ impl VerifiedBody {
     /// The body exactly as received.
     fn body(&self) -> &[u8] {
         &self.message[self.start..]
+    }
+
+    /// The body's length in bytes.
+    fn len(&self) -> u64 {
+        self.body().len() as u64
     }
 }
 
@@ -425,30 +483,38 @@ impl DirectoryProvider for HttpDirectoryProvider {
         &self,
         instance: &InstanceUuid,
     ) -> Result<DirectorySnapshot, ProviderError> {
-        let mut url = self.endpoint(instance, "snapshot")?;
-        if let Some(size) = self.page_size {
-            url.query_pairs_mut()
-                .append_pair("page_size", &size.to_string());
-        }
-        let (page, digest, size) = self.fetch_page(url, 0).await?;
-        let mut pages =
-            SnapshotPages::first(page, digest, size, self.max_bytes).map_err(invalid_pages)?;
-        same_instance(instance, pages.instance_uuid())?;
-        while let Some(token) = pages.next_token() {
-            let mut url = self.endpoint(instance, "snapshot")?;
-            url.query_pairs_mut().append_pair("page_token", token);
-            let (page, digest, size) = self.fetch_page(url, pages.bytes()).await.map_err(|e| match e {
-                ProviderError::Refused { status: 410, message } => ProviderError::Refused {
-                    status: 410,
-                    message: format!(
-                        "{message} (the provider dropped the snapshot being paged; the next attempt starts again from the first page)"
-                    ),
-                },
-                other => other,
-            })?;
-            pages = pages.push(page, digest, size).map_err(invalid_pages)?;
+        let (mut pages, _) = self.first_page(instance).await?;
+        while let Some(token) = pages.next_token().map(str::to_owned) {
+            (pages, _) = self.next_page(instance, pages, &token).await?;
         }
         pages.finish().map_err(invalid_pages)
+    }
+
+    /// A provider that answers in one body gives the joined snapshot (one page in memory);
+    /// the pages of a paged snapshot are spooled ([`spool`]) as they are verified, so the
+    /// process holds one page at a time.
+    async fn fetch_snapshot_source(
+        &self,
+        instance: &InstanceUuid,
+    ) -> Result<Box<dyn SnapshotSource>, ProviderError> {
+        let (mut pages, body) = self.first_page(instance).await?;
+        let Some(token) = pages.next_token().map(str::to_owned) else {
+            return Ok(Box::new(pages.finish().map_err(invalid_pages)?));
+        };
+        let mut spool = SpooledSnapshot::new(pages.instance_uuid().clone(), pages.cursor())
+            .map_err(spool_failed)?;
+        spool.append(body.body()).map_err(spool_failed)?;
+        drop((body, pages.take_workspaces()));
+        let mut next = Some(token);
+        while let Some(token) = next {
+            let body;
+            (pages, body) = self.next_page(instance, pages, &token).await?;
+            spool.append(body.body()).map_err(spool_failed)?;
+            drop((body, pages.take_workspaces()));
+            next = pages.next_token().map(str::to_owned);
+        }
+        pages.finish().map_err(invalid_pages)?;
+        Ok(Box::new(spool))
     }
 
     async fn fetch_events(

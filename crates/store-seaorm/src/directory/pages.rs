@@ -18,11 +18,12 @@
 //! projection's all-or-nothing rule holds.
 
 use tenantry_directory::fingerprint::SnapshotFingerprinter;
-use tenantry_directory::plan::{PagedSnapshotApply, SnapshotSurvey};
+use tenantry_directory::plan::{PagedSnapshotApply, SnapshotSurvey, SurveyedSnapshot};
 use tenantry_directory::{
-    ApplyContext, ApplyOutcome, DirectoryEvent, DirectorySnapshot, DirectoryWorkspace,
+    ApplyContext, ApplyOutcome, DirectoryEvent, DirectoryWorkspace, WorkspaceUuid,
 };
-use tenantry_ports::directory::ProjectionStoreError;
+use tenantry_ports::StoreError;
+use tenantry_ports::directory::{AnySnapshotSource, ProjectionStoreError, SnapshotReadError};
 
 use super::{SeaOrmDirectoryStore, off_runtime, split, storage};
 
@@ -57,57 +58,37 @@ pub(super) fn pages_of(
 }
 
 impl SeaOrmDirectoryStore {
-    /// Applies `snapshot` (with receipts of `events`) page by page in one transaction (see
-    /// the module documentation).
+    /// Applies the snapshot of `source` (with receipts of `events`) page by page in one
+    /// transaction (see the module documentation). Each of the source's pages is read twice:
+    /// once for the survey, once for the apply.
     pub(super) async fn apply_snapshot_pages(
         &self,
         ctx: &ApplyContext,
-        snapshot: &DirectorySnapshot,
+        source: &AnySnapshotSource,
         events: &[DirectoryEvent],
     ) -> Result<ApplyOutcome, ProjectionStoreError> {
-        let (pages, survey) = off_runtime(|| {
-            let pages = pages_of(&snapshot.workspaces, self.page_memberships);
-            // The fingerprint (about half the survey's CPU) runs on a second thread.
-            let survey = std::thread::scope(|scope| {
-                let fingerprint = scope.spawn(|| {
-                    let mut fingerprint = SnapshotFingerprinter::new(&snapshot.instance_uuid);
-                    for workspace in pages.iter().flatten() {
-                        fingerprint.push(workspace);
-                    }
-                    fingerprint.finish()
-                });
-                let mut survey =
-                    SnapshotSurvey::new(snapshot.instance_uuid.clone(), snapshot.cursor)
-                        .without_fingerprint();
-                for page in &pages {
-                    survey.push(page);
-                }
-                match fingerprint.join() {
-                    Ok(fingerprint) => survey.finish_with(ctx, fingerprint),
-                    Err(panic) => std::panic::resume_unwind(panic),
-                }
-            });
-            (pages, survey)
-        });
-        let survey = survey?;
+        let survey = off_runtime(|| self.survey(ctx, source))?;
         let txn = self.begin().await?;
         let result = async {
             let state = self.lock_state(&txn, &ctx.instance, true).await?;
             let mut apply = PagedSnapshotApply::begin(ctx, state.as_ref(), survey)?;
             if apply.rows_needed() {
-                for page in &pages {
-                    let keys = apply.page_keys(page);
-                    let existing = self.load(&txn, &keys, &ctx.instance).await?;
-                    let mut rows = off_runtime(|| apply.plan_page(&existing, page))?;
-                    let new = split::new_page_rows_first(&mut rows, &existing);
-                    drop(existing);
-                    self.write_page(&txn, &rows, new).await?;
+                for index in 0..source.page_count() {
+                    let page = off_runtime(|| source.read_page(index)).map_err(read_back)?;
+                    for page in pages_of(&page, self.page_memberships) {
+                        let keys = apply.page_keys(&page);
+                        let existing = self.load(&txn, &keys, &ctx.instance).await?;
+                        let mut rows = off_runtime(|| apply.plan_page(&existing, &page))?;
+                        let new = split::new_page_rows_first(&mut rows, &existing);
+                        drop(existing);
+                        self.write_page(&txn, &rows, new).await?;
+                    }
                 }
             }
             let absent = self.absent_candidates(&txn, &ctx.instance).await?;
             let absent = absent
                 .into_iter()
-                .map(|uuid| tenantry_directory::WorkspaceUuid::parse(&uuid))
+                .map(|uuid| WorkspaceUuid::parse(&uuid))
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(|e| super::corrupt(format!("absent workspace candidate: {e}")))?;
             let keys = apply.finish_keys(absent, events);
@@ -119,6 +100,42 @@ impl SeaOrmDirectoryStore {
         // A refusal lets the state row's lock go before it answers (`crate::txn`).
         crate::txn::finish(txn, result, |_| true, storage("commit")).await
     }
+
+    /// The survey of every page of `source` (CPU and, for a spooled source, reading back).
+    /// The fingerprint (about half the survey's CPU) runs on a second thread beside it.
+    fn survey(
+        &self,
+        ctx: &ApplyContext,
+        source: &AnySnapshotSource,
+    ) -> Result<SurveyedSnapshot, ProjectionStoreError> {
+        let mut fingerprint = SnapshotFingerprinter::new(source.instance_uuid());
+        let mut survey = SnapshotSurvey::new(source.instance_uuid().clone(), source.cursor())
+            .without_fingerprint();
+        for index in 0..source.page_count() {
+            let page = source.read_page(index).map_err(read_back)?;
+            let pages = pages_of(&page, self.page_memberships);
+            std::thread::scope(|scope| {
+                let hashed = scope.spawn(|| {
+                    for workspace in pages.iter().flatten() {
+                        fingerprint.push(workspace);
+                    }
+                });
+                for page in &pages {
+                    survey.push(page);
+                }
+                if let Err(panic) = hashed.join() {
+                    std::panic::resume_unwind(panic);
+                }
+            });
+        }
+        Ok(survey.finish_with(ctx, fingerprint.finish())?)
+    }
+}
+
+/// The port's error for a page of a spooled snapshot that could not be read back: a local
+/// failure the projector retries with a new fetch (nothing was written).
+fn read_back(error: SnapshotReadError) -> ProjectionStoreError {
+    ProjectionStoreError::Storage(StoreError::unavailable(error.to_string()))
 }
 
 #[cfg(test)]
