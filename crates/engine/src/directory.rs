@@ -32,7 +32,7 @@ use tenantry_directory::{
 use tenantry_ports::clock::{Clock, SystemClock};
 use tenantry_ports::directory::{
     AnySnapshotSource, DirectoryProjectionStore, DirectoryProvider, EntitlementReconciler, NoHooks,
-    ProjectionStoreError, ProviderError, RuntimeExecutionPublisher, active_generations,
+    ProjectionStoreError, ProviderError, RuntimeExecutionPublisher,
 };
 use tenantry_ports::error::StoreError;
 use tokio::time::Instant;
@@ -620,7 +620,7 @@ impl<P: DirectoryProvider, S: DirectoryProjectionStore> DirectoryProjector<P, S>
             .store
             .apply_snapshot_source(&self.context(), source, &[])
             .await?;
-        match active_generations(source) {
+        match source.active_generations() {
             Ok(generations) => {
                 let active: BTreeSet<WorkspaceUuid> = generations.keys().cloned().collect();
                 if let Err(error) = self

@@ -22,7 +22,7 @@ use tenantry_directory::{
 pub use tenantry_directory::LookupKeys;
 
 pub use self::source::{
-    AnySnapshotSource, SnapshotReadError, SnapshotSource, active_generations, join_pages,
+    ActiveGenerations, AnySnapshotSource, SnapshotReadError, SnapshotSource, join_pages,
 };
 
 mod source;

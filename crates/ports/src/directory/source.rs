@@ -4,7 +4,10 @@
 
 use std::borrow::Cow;
 
-use tenantry_directory::{DirectorySnapshot, DirectoryWorkspace, InstanceUuid};
+use std::collections::BTreeMap;
+
+use tenantry_directory::maps::WorkspaceStatus;
+use tenantry_directory::{DirectorySnapshot, DirectoryWorkspace, InstanceUuid, WorkspaceUuid};
 
 /// A spooled page could not be read back (a local I/O failure, not the provider's fault).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -36,6 +39,20 @@ pub trait SnapshotSource: Send + Sync {
     /// # Errors
     /// [`SnapshotReadError`] when a spooled page cannot be read back.
     fn read_page(&self, index: usize) -> Result<Cow<'_, [DirectoryWorkspace]>, SnapshotReadError>;
+
+    /// The active workspaces with their execution generations (what the projector publishes
+    /// after the apply). By default the pages are read once more; a source that saw every page
+    /// already keeps the answer.
+    ///
+    /// # Errors
+    /// [`SnapshotReadError`] when a page cannot be read back.
+    fn active_generations(&self) -> Result<BTreeMap<WorkspaceUuid, i64>, SnapshotReadError> {
+        let mut active = ActiveGenerations::default();
+        for index in 0..self.page_count() {
+            active.add(&self.read_page(index)?);
+        }
+        Ok(active.0)
+    }
 }
 
 /// A snapshot source of any type that owns its data (the object's lifetime is `'static`), as
@@ -87,23 +104,22 @@ pub fn join_pages(
     })
 }
 
-/// The active workspaces of `source` with their execution generations, read page by page:
-/// what the projector publishes to runtimes after a snapshot.
-///
-/// # Errors
-/// The first page that cannot be read back.
-pub fn active_generations(
-    source: &AnySnapshotSource,
-) -> Result<std::collections::BTreeMap<tenantry_directory::WorkspaceUuid, i64>, SnapshotReadError> {
-    let mut active = std::collections::BTreeMap::new();
-    for index in 0..source.page_count() {
-        for workspace in source.read_page(index)?.iter() {
-            if workspace.status == tenantry_directory::maps::WorkspaceStatus::Active {
-                active.insert(workspace.uuid.clone(), workspace.execution_generation);
+/// The active workspaces and their execution generations of the pages added so far: what a
+/// source that reads its pages once anyway (a spool being written) keeps for
+/// [`SnapshotSource::active_generations`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ActiveGenerations(pub BTreeMap<WorkspaceUuid, i64>);
+
+impl ActiveGenerations {
+    /// Adds the active workspaces of `workspaces`.
+    pub fn add(&mut self, workspaces: &[DirectoryWorkspace]) {
+        for workspace in workspaces {
+            if workspace.status == WorkspaceStatus::Active {
+                self.0
+                    .insert(workspace.uuid.clone(), workspace.execution_generation);
             }
         }
     }
-    Ok(active)
 }
 
 #[cfg(test)]
@@ -118,7 +134,7 @@ mod tests {
         assert!(matches!(s.read_page(0), Ok(Cow::Borrowed(_))));
         assert_eq!(s.read_page(1).unwrap_err().page, 1);
         assert_eq!(join_pages(&s, s.generated_at).unwrap(), s);
-        let active = active_generations(&s).unwrap();
+        let active = s.active_generations().unwrap();
         assert_eq!(active.len(), 1);
         assert_eq!(active[&tenantry_directory::testing::ws_id("ws-1")], 1);
     }

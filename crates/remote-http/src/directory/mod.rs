@@ -503,14 +503,18 @@ impl DirectoryProvider for HttpDirectoryProvider {
         };
         let mut spool = SpooledSnapshot::new(pages.instance_uuid().clone(), pages.cursor())
             .map_err(spool_failed)?;
-        spool.append(body.body()).map_err(spool_failed)?;
-        drop((body, pages.take_workspaces()));
+        spool
+            .append(body.body(), &pages.take_workspaces())
+            .map_err(spool_failed)?;
+        drop(body);
         let mut next = Some(token);
         while let Some(token) = next {
             let body;
             (pages, body) = self.next_page(instance, pages, &token).await?;
-            spool.append(body.body()).map_err(spool_failed)?;
-            drop((body, pages.take_workspaces()));
+            spool
+                .append(body.body(), &pages.take_workspaces())
+                .map_err(spool_failed)?;
+            drop(body);
             next = pages.next_token().map(str::to_owned);
         }
         pages.finish().map_err(invalid_pages)?;

@@ -10,8 +10,10 @@ use std::fs::File;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::sync::Mutex;
 
-use tenantry_directory::{DirectorySnapshotPage, DirectoryWorkspace, InstanceUuid};
-use tenantry_ports::directory::{SnapshotReadError, SnapshotSource};
+use std::collections::BTreeMap;
+
+use tenantry_directory::{DirectorySnapshotPage, DirectoryWorkspace, InstanceUuid, WorkspaceUuid};
+use tenantry_ports::directory::{ActiveGenerations, SnapshotReadError, SnapshotSource};
 
 /// The verified pages of one snapshot, spooled (see the module documentation).
 #[derive(Debug)]
@@ -22,6 +24,8 @@ pub struct SpooledSnapshot {
     /// Offset and length of each page's body in `file`.
     pages: Vec<(u64, usize)>,
     end: u64,
+    /// The active workspaces of the pages appended (the client parsed each page once).
+    active: ActiveGenerations,
 }
 
 impl SpooledSnapshot {
@@ -36,15 +40,21 @@ impl SpooledSnapshot {
             file: Mutex::new(tempfile::tempfile()?),
             pages: Vec::new(),
             end: 0,
+            active: ActiveGenerations::default(),
         })
     }
 
     /// Appends the body of the next page (already verified and checked against the pages
-    /// before it).
+    /// before it), whose parsed workspaces are `workspaces`.
     ///
     /// # Errors
     /// The write failed (e.g. the temporary folder is full).
-    pub fn append(&mut self, body: &[u8]) -> std::io::Result<()> {
+    pub fn append(
+        &mut self,
+        body: &[u8],
+        workspaces: &[DirectoryWorkspace],
+    ) -> std::io::Result<()> {
+        self.active.add(workspaces);
         let file = self
             .file
             .get_mut()
@@ -97,6 +107,10 @@ impl SnapshotSource for SpooledSnapshot {
         }
         Ok(Cow::Owned(workspaces))
     }
+
+    fn active_generations(&self) -> Result<BTreeMap<WorkspaceUuid, i64>, SnapshotReadError> {
+        Ok(self.active.0.clone())
+    }
 }
 
 #[cfg(test)]
@@ -120,8 +134,16 @@ mod tests {
     #[test]
     fn pages_read_back_in_any_order_any_number_of_times() {
         let mut spool = SpooledSnapshot::new(InstanceUuid::parse("inst-1").unwrap(), 3).unwrap();
-        spool.append(&body(&["ws-1", "ws-2"])).unwrap();
-        spool.append(&body(&["ws-3"])).unwrap();
+        let page = |uuids: &[&str]| -> Vec<DirectoryWorkspace> {
+            serde_json::from_slice::<DirectorySnapshotPage>(&body(uuids))
+                .unwrap()
+                .workspaces
+        };
+        spool
+            .append(&body(&["ws-1", "ws-2"]), &page(&["ws-1", "ws-2"]))
+            .unwrap();
+        spool.append(&body(&["ws-3"]), &page(&["ws-3"])).unwrap();
+        assert_eq!(spool.active_generations().unwrap().len(), 3);
         assert_eq!(spool.page_count(), 2);
         assert_eq!(spool.cursor(), 3);
         let names = |i| -> Vec<String> {
