@@ -4,8 +4,9 @@
 use serde_json::Value;
 use tenantry_kernel::{CanonicalHasher, Fingerprint, fingerprint_json};
 
-use crate::ids::InstanceUuid;
-use crate::model::{DirectoryEvent, DirectorySnapshot, DirectoryWorkspace};
+use crate::ids::{AccountUuid, InstanceUuid, WorkspaceUuid};
+use crate::maps::WorkspaceStatus;
+use crate::model::{DirectoryEvent, DirectoryMember, DirectorySnapshot, DirectoryWorkspace};
 
 /// Marker stored as the snapshot fingerprint after a delta was applied: a per-workspace delta
 /// cannot prove a full-directory fingerprint, so the next snapshot at the same cursor is
@@ -29,6 +30,23 @@ pub fn snapshot_fingerprint(snapshot: &DirectorySnapshot) -> Fingerprint {
         hasher.push(workspace);
     }
     hasher.finish()
+}
+
+/// A [`DirectoryWorkspace`] as it serializes, lent, with its members in membership-uuid
+/// order: hashing it needs no copy of the workspace. Same field names and renames as the
+/// model (`fingerprints_are_stable` pins the result).
+#[derive(serde::Serialize)]
+struct SortedWorkspace<'a> {
+    uuid: &'a WorkspaceUuid,
+    name: &'a str,
+    slug: &'a str,
+    #[serde(rename = "type")]
+    workspace_type: &'a str,
+    status: WorkspaceStatus,
+    created_by_account_uuid: &'a AccountUuid,
+    projection_revision: i64,
+    execution_generation: i64,
+    members: Vec<&'a DirectoryMember>,
 }
 
 /// [`snapshot_fingerprint`] computed one workspace at a time, for a snapshot that arrives in
@@ -60,10 +78,19 @@ impl SnapshotFingerprinter {
             self.hasher.raw(",");
         }
         self.empty = false;
-        let mut sorted = workspace.clone();
-        sorted
-            .members
-            .sort_by(|a, b| a.membership_uuid.cmp(&b.membership_uuid));
+        let mut members: Vec<&DirectoryMember> = workspace.members.iter().collect();
+        members.sort_by(|a, b| a.membership_uuid.cmp(&b.membership_uuid));
+        let sorted = SortedWorkspace {
+            uuid: &workspace.uuid,
+            name: &workspace.name,
+            slug: &workspace.slug,
+            workspace_type: &workspace.workspace_type,
+            status: workspace.status,
+            created_by_account_uuid: &workspace.created_by_account_uuid,
+            projection_revision: workspace.projection_revision,
+            execution_generation: workspace.execution_generation,
+            members,
+        };
         // Serializing plain data structs cannot fail.
         self.hasher
             .value(&serde_json::to_value(sorted).unwrap_or(Value::Null));
@@ -128,6 +155,34 @@ mod tests {
             "workspaces": workspaces,
         });
         assert_eq!(snapshot_fingerprint(&s), fingerprint_json(&whole));
+    }
+
+    #[test]
+    fn the_lent_workspace_serializes_as_the_model() {
+        let mut w = workspace("ws-1", 3, &[("b", 1), ("a", 2)]);
+        w.workspace_type = "personal".into();
+        w.members[0].joined_at = None;
+        let mut members: Vec<&DirectoryMember> = w.members.iter().collect();
+        members.sort_by(|a, b| a.membership_uuid.cmp(&b.membership_uuid));
+        let lent = SortedWorkspace {
+            uuid: &w.uuid,
+            name: &w.name,
+            slug: &w.slug,
+            workspace_type: &w.workspace_type,
+            status: w.status,
+            created_by_account_uuid: &w.created_by_account_uuid,
+            projection_revision: w.projection_revision,
+            execution_generation: w.execution_generation,
+            members,
+        };
+        let mut owned = w.clone();
+        owned
+            .members
+            .sort_by(|a, b| a.membership_uuid.cmp(&b.membership_uuid));
+        assert_eq!(
+            serde_json::to_value(&lent).unwrap(),
+            serde_json::to_value(&owned).unwrap()
+        );
     }
 
     #[test]

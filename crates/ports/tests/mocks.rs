@@ -12,9 +12,12 @@ use tenantry_ports::lifecycle::{ControlSpaceReader, LifecycleStore};
 use tenantry_ports::mocks::{MockLifecycleStore, MockRuntimeExecutionPublisher};
 
 /// Composite traits (implemented for anything implementing their parts), test-only fixture
-/// traits and the forwarding facility's `Decorator`, which get no mock of their own.
+/// traits, the forwarding facility's `Decorator`, and `SnapshotSource` (a snapshot's pages as
+/// data, not a port with effects: a `DirectorySnapshot` is one, so a test builds the pages it
+/// wants), which get no mock of their own.
 const NOT_PORTS: &[&str] = &[
     "Decorator",
+    "SnapshotSource",
     "LifecycleStore",
     "DirectoryProjectionStore",
     "DirectoryFixtureStore",

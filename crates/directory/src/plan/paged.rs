@@ -4,10 +4,11 @@
 //! The rows of a workspace (the workspace, its memberships, its execution state) depend only on
 //! that workspace and on stored rows of the same keys, so they are final once its page is
 //! planned. What spans pages comes from the [`SurveyedSnapshot`] (listed workspaces, projected
-//! accounts, the account rules) and from two small ledgers kept here: the accounts already
-//! planned (an account is planned from its first member, as the one-body planner does) and the
-//! stored owners of emails an earlier page changed (so a later page is checked against the
-//! emails as they stood before the apply, not as the earlier page left them).
+//! accounts) and from two ledgers kept here: the account rules over the members planned so far
+//! (first account per email, each account's projection, by digest; an account is planned from
+//! its first member, as the one-body planner does) and the stored owners of emails an earlier
+//! page changed (so a later page is checked against the emails as they stood before the apply,
+//! not as the earlier page left them).
 //!
 //! A store drives it ([`crate::memory`] is the reference):
 //! 1. survey every page ([`super::SnapshotSurvey`]);
@@ -25,9 +26,10 @@
 //! `tests/paged.rs`). When one snapshot breaks several rules, the one reported may differ:
 //! pages report their first broken row rule in page order, and receipts are checked last.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap};
 
-use super::survey::{Key, SurveyedSnapshot, account_key};
+use super::accounts::check_member;
+use super::survey::{HashedLedger, SurveyedSnapshot};
 use super::working::Working;
 use super::{ApplyContext, LookupKeys, ProjectionWrite, snapshot_already_projected};
 use crate::error::DirectoryError;
@@ -56,7 +58,8 @@ pub struct PagedSnapshotApply<'a> {
     ctx: &'a ApplyContext,
     survey: SurveyedSnapshot,
     rows_needed: bool,
-    planned_accounts: HashSet<Key>,
+    /// The account rules over the members planned so far ([`check_member`]).
+    ledger: HashedLedger,
     vacated_emails: HashMap<String, AccountUuid>,
 }
 
@@ -64,11 +67,8 @@ impl<'a> PagedSnapshotApply<'a> {
     /// Starts the apply under the state row's lock (`state` is `None` when no row existed).
     ///
     /// # Errors
-    /// In the one-body planner's order: [`DirectoryError::SnapshotSuperseded`],
-    /// [`DirectoryError::SnapshotConflict`], then the survey's first broken account rule
-    /// ([`DirectoryError::EmailMapsToSeveralAccounts`],
-    /// [`DirectoryError::ConflictingAccountProjections`]) unless the projection already holds
-    /// this snapshot.
+    /// In the one-body planner's order: [`DirectoryError::SnapshotSuperseded`], then
+    /// [`DirectoryError::SnapshotConflict`].
     pub fn begin(
         ctx: &'a ApplyContext,
         state: Option<&ProjectionState>,
@@ -94,14 +94,11 @@ impl<'a> PagedSnapshotApply<'a> {
             }
         }
         let rows_needed = !snapshot_already_projected(state, survey.cursor, &survey.fingerprint);
-        if rows_needed && let Some(error) = &survey.account_error {
-            return Err(error.clone());
-        }
         Ok(Self {
             ctx,
             survey,
             rows_needed,
-            planned_accounts: HashSet::new(),
+            ledger: HashedLedger::default(),
             vacated_emails: HashMap::new(),
         })
     }
@@ -135,10 +132,7 @@ impl<'a> PagedSnapshotApply<'a> {
         let mut memberships = Vec::new();
         for member in workspaces.iter().flat_map(|w| &w.members) {
             memberships.push(member.membership_uuid.clone());
-            if !self
-                .planned_accounts
-                .contains(&account_key(&member.account_uuid))
-            {
+            if !self.ledger.has_account(&member.account_uuid) {
                 accounts.insert(member.account_uuid.clone());
                 emails.insert(member.normalized_email.clone());
             }
@@ -154,8 +148,10 @@ impl<'a> PagedSnapshotApply<'a> {
     /// the apply's transaction after the earlier pages were written).
     ///
     /// # Errors
-    /// The first broken account or workspace rule of the page (as [`super::plan_snapshot`]
-    /// reports them); the store then rolls back the whole apply.
+    /// The first broken account or workspace rule of the page, in the one-body planner's order
+    /// ([`DirectoryError::EmailMapsToSeveralAccounts`] and
+    /// [`DirectoryError::ConflictingAccountProjections`] against every member planned so far
+    /// first); the store then rolls back the whole apply.
     pub fn plan_page(
         &mut self,
         existing: &ExistingRows,
@@ -173,12 +169,14 @@ impl<'a> PagedSnapshotApply<'a> {
                     .or_insert_with(|| owner.clone());
             }
         }
-        let selected: Vec<_> = members
-            .filter(|member| {
-                self.planned_accounts
-                    .insert(account_key(&member.account_uuid))
-            })
-            .collect();
+        // One account per email and one projection per account, over every member so far:
+        // a member's account is planned from its first member.
+        let mut selected = Vec::new();
+        for member in members {
+            if check_member(&mut self.ledger, member)? {
+                selected.push(member);
+            }
+        }
         work.plan_accounts(selected, self.survey.cursor)?;
         for (before, after) in work.accounts.replaced() {
             if before.normalized_email != after.normalized_email {

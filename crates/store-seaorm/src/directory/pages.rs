@@ -99,7 +99,12 @@ impl SeaOrmDirectoryStore {
                     }
                 }
             }
-            let absent = self.absent_candidates(&txn, &ctx.instance).await?;
+            // A snapshot the projection already holds fences nothing: no candidate to read.
+            let absent = if apply.rows_needed() {
+                self.absent_candidates(&txn, &ctx.instance).await?
+            } else {
+                Vec::new()
+            };
             let absent = absent
                 .into_iter()
                 .map(|uuid| WorkspaceUuid::parse(&uuid))
