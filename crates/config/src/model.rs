@@ -182,8 +182,9 @@ pub struct DirectoryCapacity {
     pub limits: tenantry_directory::ProjectionLimits,
     /// `directory_max_response_bytes`: the largest provider answer read, bytes (default
     /// 128 MiB, 1 MiB..=[`MAX_DIRECTORY_RESPONSE_BYTES`](super::MAX_DIRECTORY_RESPONSE_BYTES));
-    /// the projection holds about 3 times the body in memory while it applies a snapshot
-    /// (measured through the HTTP path; docs/operations.md, "Directory capacity").
+    /// a snapshot a provider sends in one body is held whole, about 3 times the body in memory
+    /// while it is applied; a paged snapshot is spooled to a temporary file and held one page
+    /// at a time (measured through the HTTP path; docs/operations.md, "Directory capacity").
     pub max_response_bytes: u64,
     /// `directory_snapshot_page_size`: memberships per page asked of the provider for a
     /// snapshot (default 10,000; 0 asks for the whole snapshot in one answer, for a provider
