@@ -258,3 +258,121 @@ async fn directory_ports_accept_arc_box_and_borrow() {
         3
     );
 }
+
+/// A store and a provider whose page-by-page methods differ from their defaults: a handle must
+/// reach the override (the service holds its store as `Arc<dyn ProjectionStore>`; a default
+/// reached instead joins a spooled snapshot in memory).
+struct PagedOnly;
+
+#[async_trait::async_trait]
+impl tenantry_ports::directory::SnapshotApplier for PagedOnly {
+    async fn apply_snapshot(
+        &self,
+        _ctx: &tenantry_directory::ApplyContext,
+        _snapshot: &tenantry_directory::DirectorySnapshot,
+        _events: &[tenantry_directory::DirectoryEvent],
+    ) -> Result<tenantry_directory::ApplyOutcome, tenantry_ports::directory::ProjectionStoreError>
+    {
+        Err(tenantry_ports::directory::ProjectionStoreError::storage(
+            "joined",
+        ))
+    }
+
+    async fn apply_snapshot_source(
+        &self,
+        _ctx: &tenantry_directory::ApplyContext,
+        _source: &tenantry_ports::directory::AnySnapshotSource,
+        _events: &[tenantry_directory::DirectoryEvent],
+    ) -> Result<tenantry_directory::ApplyOutcome, tenantry_ports::directory::ProjectionStoreError>
+    {
+        Err(tenantry_ports::directory::ProjectionStoreError::storage(
+            "paged",
+        ))
+    }
+}
+
+#[async_trait::async_trait]
+impl DirectoryProvider for PagedOnly {
+    async fn fetch_snapshot(
+        &self,
+        _instance: &InstanceUuid,
+    ) -> Result<tenantry_directory::DirectorySnapshot, ProviderError> {
+        Err(ProviderError::unavailable("joined"))
+    }
+
+    async fn fetch_snapshot_source(
+        &self,
+        _instance: &InstanceUuid,
+    ) -> Result<Box<dyn tenantry_ports::directory::SnapshotSource>, ProviderError> {
+        Err(ProviderError::unavailable("paged"))
+    }
+
+    async fn fetch_events(
+        &self,
+        _instance: &InstanceUuid,
+        _after: i64,
+        _limit: u32,
+    ) -> Result<tenantry_directory::DirectoryEventBatch, ProviderError> {
+        Err(ProviderError::unavailable("events"))
+    }
+
+    async fn fetch_workspaces(
+        &self,
+        _instance: &InstanceUuid,
+        _workspace_uuids: &[WorkspaceUuid],
+    ) -> Result<tenantry_directory::DirectoryDelta, ProviderError> {
+        Err(ProviderError::unavailable("workspaces"))
+    }
+}
+
+async fn apply_source<S: tenantry_ports::directory::SnapshotApplier>(store: S) -> String {
+    let ctx = tenantry_directory::ApplyContext {
+        instance: InstanceUuid::parse("inst").unwrap(),
+        limits: tenantry_directory::ProjectionLimits::default(),
+        now: start(),
+        max_staleness: std::time::Duration::from_secs(60),
+    };
+    let snapshot = tenantry_directory::DirectorySnapshot {
+        instance_uuid: ctx.instance.clone(),
+        cursor: 1,
+        generated_at: start(),
+        workspaces: Vec::new(),
+    };
+    store
+        .apply_snapshot_source(&ctx, &snapshot, &[])
+        .await
+        .unwrap_err()
+        .to_string()
+}
+
+async fn fetch_source<P: DirectoryProvider>(provider: P) -> String {
+    match provider
+        .fetch_snapshot_source(&InstanceUuid::parse("inst").unwrap())
+        .await
+    {
+        Ok(_) => "a source".into(),
+        Err(error) => error.to_string(),
+    }
+}
+
+#[tokio::test]
+async fn handles_reach_the_page_by_page_overrides() {
+    let inner = Arc::new(PagedOnly);
+    for message in [
+        apply_source(&*inner).await,
+        apply_source(Arc::clone(&inner)).await,
+        apply_source(Arc::clone(&inner) as Arc<dyn tenantry_ports::directory::SnapshotApplier>)
+            .await,
+        apply_source(Box::new(Arc::clone(&inner))).await,
+    ] {
+        assert!(message.contains("paged"), "{message}");
+    }
+    for message in [
+        fetch_source(&*inner).await,
+        fetch_source(Arc::clone(&inner)).await,
+        fetch_source(Arc::clone(&inner) as Arc<dyn DirectoryProvider>).await,
+        fetch_source(Box::new(Arc::clone(&inner))).await,
+    ] {
+        assert!(message.contains("paged"), "{message}");
+    }
+}

@@ -189,11 +189,11 @@ impl Join for Sequential {
 }
 
 /// [`plan_snapshot`] with the snapshot's fingerprint when the caller already computed it
-/// ([`snapshot_fingerprint`]; a store does when the state row stands at the snapshot's cursor,
-/// to choose which rows to load with [`snapshot_lookup_keys`]), and a [`Join`] for the work
-/// that may run at once: when the state row is absent or at another cursor, no rule needs the
-/// fingerprint before the rows are planned, so the fingerprint is computed beside the row
-/// planning.
+/// ([`snapshot_fingerprint`]), and a [`Join`] for the work that may run at once: when the
+/// state row is absent or at another cursor, no rule needs the fingerprint before the rows are
+/// planned, so the fingerprint is computed beside the row planning. (The SQL store applies
+/// snapshots page by page, [`PagedSnapshotApply`]; this one-body plan is the reference the
+/// pages are checked against.)
 ///
 /// # Errors
 /// As [`plan_snapshot`], in the same order.

@@ -7,13 +7,19 @@ use tenantry_directory::{
     DirectorySnapshot, InstanceUuid, ProjectionState, WorkspaceUuid,
 };
 
-use crate::directory::{HookError, ProjectionStoreError, ProviderError};
+use crate::directory::{
+    AnySnapshotSource, HookError, ProjectionStoreError, ProviderError, SnapshotSource,
+};
 
 forwarding!(directory::DirectoryProvider {
     async fn fetch_snapshot(
         &self,
         instance: &InstanceUuid,
     ) -> Result<DirectorySnapshot, ProviderError>;
+    async fn fetch_snapshot_source(
+        &self,
+        instance: &InstanceUuid,
+    ) -> Result<Box<dyn SnapshotSource>, ProviderError>;
     async fn fetch_events(
         &self,
         instance: &InstanceUuid,
@@ -32,6 +38,12 @@ forwarding!(directory::SnapshotApplier {
         &self,
         ctx: &ApplyContext,
         snapshot: &DirectorySnapshot,
+        events: &[DirectoryEvent],
+    ) -> Result<ApplyOutcome, ProjectionStoreError>;
+    async fn apply_snapshot_source(
+        &self,
+        ctx: &ApplyContext,
+        source: &AnySnapshotSource,
         events: &[DirectoryEvent],
     ) -> Result<ApplyOutcome, ProjectionStoreError>;
 });

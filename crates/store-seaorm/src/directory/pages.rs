@@ -36,7 +36,8 @@ use crate::connect::Backend;
 pub const PAGE_MEMBERSHIPS: usize = 10_000;
 
 /// The workspaces in uuid order, cut into pages of at most `size` memberships (a workspace
-/// with more is a page of its own; a page holds at least one workspace).
+/// with more is a page of its own; a page holds at least one workspace; `size` 0 puts each
+/// workspace on its own page).
 pub(super) fn pages_of(
     workspaces: &[DirectoryWorkspace],
     size: usize,
@@ -47,7 +48,7 @@ pub(super) fn pages_of(
     let mut page: Vec<&DirectoryWorkspace> = Vec::new();
     let mut members = 0;
     for workspace in sorted {
-        if !page.is_empty() && members + workspace.members.len() > size {
+        if !page.is_empty() && (size == 0 || members + workspace.members.len() > size) {
             pages.push(std::mem::take(&mut page));
             members = 0;
         }
@@ -78,8 +79,9 @@ impl SeaOrmDirectoryStore {
                 // a 5,000-key lookup against the growing table as a sequential scan once the
                 // table is a few hundred thousand rows (the estimate counts random page reads
                 // for each key): at 1,000,000 memberships the per-page lookups took 12.8 s of
-                // a 34 s apply, 8 s of it the membership-uuid probes. Every read of the apply is
-                // a key lookup, so index scans are right for all of them.
+                // a 34 s apply, 8 s of it the membership-uuid probes. The pages' reads are key
+                // lookups, so index scans are right for them; the last step's reads (absent
+                // candidates, the active count) are not, and run with it back on.
                 txn.execute_unprepared("SET LOCAL enable_seqscan = off")
                     .await
                     .map_err(storage("plan the snapshot's lookups as index scans"))?;
@@ -98,6 +100,11 @@ impl SeaOrmDirectoryStore {
                         self.write_page(&txn, &rows, new).await?;
                     }
                 }
+            }
+            if self.backend == Backend::Postgres {
+                txn.execute_unprepared("SET LOCAL enable_seqscan = on")
+                    .await
+                    .map_err(storage("plan the last step's reads freely"))?;
             }
             // A snapshot the projection already holds fences nothing: no candidate to read.
             let absent = if apply.rows_needed() {
@@ -189,5 +196,9 @@ mod tests {
             [vec!["ws-1", "ws-2", "ws-3", "ws-4"]]
         );
         assert!(pages_of(&[], 10).is_empty());
+        assert_eq!(
+            uuids(pages_of(&workspaces, 0)),
+            [vec!["ws-1"], vec!["ws-2"], vec!["ws-3"], vec!["ws-4"]]
+        );
     }
 }

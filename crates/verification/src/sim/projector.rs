@@ -308,8 +308,19 @@ impl SnapshotApplier for SimStore {
         snapshot: &DirectorySnapshot,
         events: &[DirectoryEvent],
     ) -> Result<ApplyOutcome, ProjectionStoreError> {
+        // The shipped SQL store applies page by page: so does the simulation, two workspaces
+        // to a page in uuid order (`PagedSnapshotApply`, the planner the store runs).
+        let mut sorted: Vec<_> = snapshot.workspaces.clone();
+        sorted.sort_by(|a, b| a.uuid.cmp(&b.uuid));
+        let pages: Vec<Vec<_>> = sorted.chunks(2).map(<[_]>::to_vec).collect();
         self.tables()
-            .apply_snapshot(ctx, snapshot, events)
+            .apply_snapshot_pages(
+                ctx,
+                &snapshot.instance_uuid,
+                snapshot.cursor,
+                &pages,
+                events,
+            )
             .map_err(rejected)
     }
 }
