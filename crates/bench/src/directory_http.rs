@@ -10,11 +10,13 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
 use tenantry_directory::{InstanceUuid, ProjectionLimits, ProjectorConfig};
 use tenantry_engine::directory::DirectoryProjector;
+use tenantry_ports::directory::DirectoryProjectionStore;
 use tenantry_remote_http::directory::signature::TrustedKeys;
 use tenantry_remote_http::directory::{DirectoryClientConfig, HttpDirectoryProvider};
 use tenantry_store_seaorm::directory::SeaOrmDirectoryStore;
@@ -118,7 +120,9 @@ pub async fn run(target: &Target, size: SnapshotSize) -> BenchResult<()> {
         },
     )?;
     let bench = target.fresh("directory_http", 4).await?;
-    let store = SeaOrmDirectoryStore::new(&bench.db);
+    // Held as the service holds it (`Arc<dyn …>`): the apply goes through the handles'
+    // forwarding, as in `tenantry serve`.
+    let store: Arc<dyn DirectoryProjectionStore> = Arc::new(SeaOrmDirectoryStore::new(&bench.db));
     let projector = DirectoryProjector::new(config, provider, store);
 
     let idle = rss::current_kib();
