@@ -253,17 +253,19 @@ async fn accounts_are_looked_up_in_chunks_never_one_query_per_account() {
             .collect()
     };
     let big = snapshot(10, workspaces(1));
+    // Into empty tables nothing is looked up: one read of at most one row finds them empty.
     store.apply_snapshot(&ctx(0), &big, &[]).await.unwrap();
-    assert_eq!(account_selects.load(Ordering::SeqCst), 3);
+    assert_eq!(account_selects.load(Ordering::SeqCst), 1);
     // The same snapshot again is already projected: no row is read.
     store.apply_snapshot(&ctx(1), &big, &[]).await.unwrap();
-    assert_eq!(account_selects.load(Ordering::SeqCst), 3);
-    // Another snapshot is planned against the stored rows, read in chunks again.
+    assert_eq!(account_selects.load(Ordering::SeqCst), 1);
+    // Another snapshot is planned against the stored rows (the emptiness check, then the
+    // accounts in 3 chunks).
     let mut renamed = snapshot(11, workspaces(1));
     renamed.workspaces[0].name = "renamed".into();
     renamed.workspaces[0].projection_revision = 2;
     store.apply_snapshot(&ctx(2), &renamed, &[]).await.unwrap();
-    assert_eq!(account_selects.load(Ordering::SeqCst), 6);
+    assert_eq!(account_selects.load(Ordering::SeqCst), 5);
 }
 
 /// Installs triggers that count every row inserted, updated or deleted in the four projected
@@ -536,4 +538,110 @@ async fn a_snapshot_source_of_several_pages_equals_the_whole_snapshot() {
         reference.accounts[&acc_id("a")].normalized_email,
         "new-a@example.com"
     );
+}
+
+/// A source whose page `fails` can be read once (by the survey) but not read back (a spool
+/// file gone bad between the two passes).
+struct BrokenPages {
+    pages: Pages,
+    fails: usize,
+    reads: std::sync::atomic::AtomicUsize,
+}
+
+impl tenantry_ports::directory::SnapshotSource for BrokenPages {
+    fn instance_uuid(&self) -> &tenantry_directory::InstanceUuid {
+        self.pages.instance_uuid()
+    }
+
+    fn cursor(&self) -> i64 {
+        self.pages.cursor
+    }
+
+    fn page_count(&self) -> usize {
+        self.pages.page_count()
+    }
+
+    fn read_page(
+        &self,
+        index: usize,
+    ) -> Result<
+        std::borrow::Cow<'_, [tenantry_directory::DirectoryWorkspace]>,
+        tenantry_ports::directory::SnapshotReadError,
+    > {
+        if index == self.fails && self.reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst) > 0 {
+            return Err(tenantry_ports::directory::SnapshotReadError {
+                page: index,
+                message: "the spooled page is truncated".into(),
+            });
+        }
+        self.pages.read_page(index)
+    }
+}
+
+/// On the service's multi-threaded runtime a first projection (empty tables) plans each page
+/// on a second thread while the previous page is written. The tables it leaves equal the
+/// reference's, an account met on several pages included; a rule broken on a later page, or
+/// a page that cannot be read back, leaves the tables empty however many pages were written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_first_projection_planned_beside_its_writes_equals_the_reference() {
+    use tenantry_ports::directory::{ProjectionTablesReader, SnapshotApplier};
+    let workspaces: Vec<_> = (0..12)
+        .map(|i| {
+            // Account "shared" is a member on every page; the others are per workspace.
+            let own = format!("own-{i}");
+            workspace(
+                &format!("ws-{i:02}"),
+                1,
+                &[(own.as_str(), 1), ("shared", 1)],
+            )
+        })
+        .collect();
+    let pages_of = |workspaces: &[tenantry_directory::DirectoryWorkspace]| Pages {
+        cursor: 10,
+        pages: workspaces.chunks(5).map(<[_]>::to_vec).collect(),
+    };
+
+    // A later page names an email that an earlier page gave another account: refused.
+    let mut clashing = workspaces.clone();
+    clashing[11].members[0].normalized_email = "own-0@example.com".into();
+    let db = fresh_database().await;
+    let store = SeaOrmDirectoryStore::new(&db.db).with_snapshot_page(2);
+    let refused = store
+        .apply_snapshot_source(&ctx(10), &pages_of(&clashing), &[])
+        .await;
+    assert!(
+        matches!(
+            refused,
+            Err(ProjectionStoreError::Rejected(
+                DirectoryError::EmailMapsToSeveralAccounts { .. }
+            ))
+        ),
+        "{refused:?}"
+    );
+    assert!(raw_dump(&db.db.conn).await.is_empty());
+
+    // A page that cannot be read back after two were written: a storage error, nothing kept.
+    let broken = BrokenPages {
+        pages: pages_of(&workspaces),
+        fails: 2,
+        reads: std::sync::atomic::AtomicUsize::new(0),
+    };
+    let failed = store.apply_snapshot_source(&ctx(10), &broken, &[]).await;
+    assert!(
+        matches!(failed, Err(ProjectionStoreError::Storage(_))),
+        "{failed:?}"
+    );
+    assert_eq!(broken.reads.load(std::sync::atomic::Ordering::SeqCst), 2);
+    assert!(raw_dump(&db.db.conn).await.is_empty());
+
+    let whole = snapshot(10, workspaces.clone());
+    let mut reference = tenantry_directory::ProjectionTables::default();
+    let expected = reference.apply_snapshot(&ctx(10), &whole, &[]).unwrap();
+    let applied = store
+        .apply_snapshot_source(&ctx(10), &pages_of(&workspaces), &[])
+        .await
+        .unwrap();
+    assert_eq!(applied, expected);
+    assert_eq!(store.read_tables().await.unwrap(), reference);
+    assert_eq!(reference.memberships.len(), 24);
 }

@@ -8,7 +8,10 @@
 //!    opens no transaction.
 //! 2. Under the state row's lock: the superseded and conflict rules; then, unless the
 //!    projection already holds the snapshot, each page loads its stored rows, is planned, and
-//!    is written (new rows inserted, others upserted) before the next page loads.
+//!    is written (new rows inserted, others upserted) before the next page loads. Into empty
+//!    tables (a first projection) no page has stored rows to load, so none is read, and on a
+//!    multi-threaded runtime the next page is planned on a second thread while this one writes
+//!    the current page (at most three planned pages in memory).
 //! 3. The instance's absent candidates not in the snapshot and the event receipts are loaded;
 //!    the last step fences the absent workspaces and writes the receipts and the state row,
 //!    then the committed active workspaces are counted and checked.
@@ -18,15 +21,16 @@
 //! projection's all-or-nothing rule holds.
 
 use tenantry_directory::fingerprint::SnapshotFingerprinter;
-use tenantry_directory::plan::{PagedSnapshotApply, SnapshotSurvey, SurveyedSnapshot};
+use tenantry_directory::plan::{PageWrite, PagedSnapshotApply, SnapshotSurvey, SurveyedSnapshot};
 use tenantry_directory::{
-    ApplyContext, ApplyOutcome, DirectoryEvent, DirectoryWorkspace, WorkspaceUuid,
+    ApplyContext, ApplyOutcome, DirectoryEvent, DirectoryWorkspace, ExistingRows, WorkspaceUuid,
 };
 use tenantry_ports::StoreError;
 use tenantry_ports::directory::{AnySnapshotSource, ProjectionStoreError, SnapshotReadError};
 
-use sea_orm::ConnectionTrait;
+use sea_orm::{ConnectionTrait, DatabaseTransaction, EntityTrait};
 
+use super::entity::{account, execution, membership, workspace};
 use super::{SeaOrmDirectoryStore, off_runtime, split, storage};
 use crate::connect::Backend;
 
@@ -89,15 +93,18 @@ impl SeaOrmDirectoryStore {
             let state = self.lock_state(&txn, &ctx.instance, true).await?;
             let mut apply = PagedSnapshotApply::begin(ctx, state.as_ref(), survey)?;
             if apply.rows_needed() {
-                for index in 0..source.page_count() {
-                    let page = off_runtime(|| source.read_page(index)).map_err(read_back)?;
-                    for page in pages_of(&page, self.page_memberships) {
-                        let keys = apply.page_keys(&page);
-                        let existing = self.load(&txn, &keys, &ctx.instance).await?;
-                        let mut rows = off_runtime(|| apply.plan_page(&existing, &page))?;
-                        let new = split::new_page_rows_first(&mut rows, &existing);
-                        drop(existing);
-                        self.write_page(&txn, &rows, new).await?;
+                // Into empty tables every page's lookup would find nothing: a page's
+                // workspaces and memberships are its own (the survey refused duplicates), and
+                // it asks only for accounts no earlier page planned (an email that an earlier
+                // page gave another account is refused by the apply's ledger first).
+                let stored = self.holds_rows(&txn).await?;
+                match multi_threaded().filter(|_| !stored) {
+                    Some(runtime) => tokio::task::block_in_place(|| {
+                        self.write_pages_beside_planning(&runtime, &txn, source, &mut apply)
+                    })?,
+                    None => {
+                        self.write_pages_in_turn(&txn, ctx, source, &mut apply, stored)
+                            .await?;
                     }
                 }
             }
@@ -125,6 +132,111 @@ impl SeaOrmDirectoryStore {
         .await;
         // A refusal lets the state row's lock go before it answers (`crate::txn`).
         crate::txn::finish(txn, result, |_| true, storage("commit")).await
+    }
+
+    /// Whether any of the projected tables (accounts, workspaces, memberships, execution
+    /// state) holds a row, read in `txn`: one `LIMIT 1` read per table. Accounts are shared by
+    /// every instance, so the check is not per instance.
+    async fn holds_rows(&self, txn: &DatabaseTransaction) -> Result<bool, ProjectionStoreError> {
+        let read = storage("check whether the projected tables hold rows");
+        Ok(account::Entity::find()
+            .one(txn)
+            .await
+            .map_err(&read)?
+            .is_some()
+            || workspace::Entity::find()
+                .one(txn)
+                .await
+                .map_err(&read)?
+                .is_some()
+            || membership::Entity::find()
+                .one(txn)
+                .await
+                .map_err(&read)?
+                .is_some()
+            || execution::Entity::find()
+                .one(txn)
+                .await
+                .map_err(&read)?
+                .is_some())
+    }
+
+    /// Each page in turn: its stored rows loaded (after the earlier pages were written; none
+    /// when the tables held no row, `stored` false), planned, written.
+    async fn write_pages_in_turn(
+        &self,
+        txn: &DatabaseTransaction,
+        ctx: &ApplyContext,
+        source: &AnySnapshotSource,
+        apply: &mut PagedSnapshotApply<'_>,
+        stored: bool,
+    ) -> Result<(), ProjectionStoreError> {
+        for index in 0..source.page_count() {
+            let page = off_runtime(|| source.read_page(index)).map_err(read_back)?;
+            for page in pages_of(&page, self.page_memberships) {
+                let existing = if stored {
+                    self.load(txn, &apply.page_keys(&page), &ctx.instance)
+                        .await?
+                } else {
+                    ExistingRows::default()
+                };
+                let mut rows = off_runtime(|| apply.plan_page(&existing, &page))?;
+                let new = split::new_page_rows_first(&mut rows, &existing);
+                drop(existing);
+                self.write_page(txn, &rows, new).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The pages of a snapshot going into empty tables (nothing stored to load): a second
+    /// thread reads and plans them in order and hands each planned page over a channel of one
+    /// place, while this thread (taken off the runtime by the caller) writes them in the same
+    /// order through `runtime`. The planner's CPU then overlaps the database's work on the
+    /// previous page. A failure on either side stops both: the planner's error is written
+    /// nowhere and returned; a failed write drops the channel, which ends the planner.
+    fn write_pages_beside_planning(
+        &self,
+        runtime: &tokio::runtime::Handle,
+        txn: &DatabaseTransaction,
+        source: &AnySnapshotSource,
+        apply: &mut PagedSnapshotApply<'_>,
+    ) -> Result<(), ProjectionStoreError> {
+        type Planned = Result<(PageWrite, split::NewRows), ProjectionStoreError>;
+        let nothing = &ExistingRows::default();
+        let page_memberships = self.page_memberships;
+        std::thread::scope(|scope| {
+            let (handover, planned) = std::sync::mpsc::sync_channel::<Planned>(1);
+            let planner = scope.spawn(move || {
+                for index in 0..source.page_count() {
+                    let page = match source.read_page(index) {
+                        Ok(page) => page,
+                        Err(error) => {
+                            let _ = handover.send(Err(read_back(error)));
+                            return;
+                        }
+                    };
+                    for page in pages_of(&page, page_memberships) {
+                        let rows = apply.plan_page(nothing, &page).map(|mut rows| {
+                            let new = split::new_page_rows_first(&mut rows, nothing);
+                            (rows, new)
+                        });
+                        let refused = rows.is_err();
+                        if handover.send(rows.map_err(Into::into)).is_err() || refused {
+                            return;
+                        }
+                    }
+                }
+            });
+            let written = planned.into_iter().try_for_each(|rows| {
+                let (rows, new) = rows?;
+                runtime.block_on(self.write_page(txn, &rows, new))
+            });
+            if let Err(panic) = planner.join() {
+                std::panic::resume_unwind(panic);
+            }
+            written
+        })
     }
 
     /// The survey of every page of `source` (CPU and, for a spooled source, reading back).
@@ -156,6 +268,13 @@ impl SeaOrmDirectoryStore {
         }
         Ok(survey.finish_with(ctx, fingerprint.finish())?)
     }
+}
+
+/// The handle of the current runtime when it is multi-threaded (the service's), whose thread
+/// [`tokio::task::block_in_place`] may take off the runtime; `None` otherwise.
+fn multi_threaded() -> Option<tokio::runtime::Handle> {
+    let runtime = tokio::runtime::Handle::try_current().ok()?;
+    (runtime.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread).then_some(runtime)
 }
 
 /// The port's error for a page of a spooled snapshot that could not be read back: a local
