@@ -41,14 +41,17 @@ impl fmt::Display for Fingerprint {
 
 /// Writes `value` in canonical form (sorted keys, no whitespace).
 pub fn canonical_json(value: &Value) -> String {
-    let mut out = String::new();
+    let mut out = Vec::new();
     write_canonical(value, &mut out);
-    out
+    // Only `serde_json`'s output and ASCII punctuation were written: valid UTF-8.
+    String::from_utf8(out).unwrap_or_default()
 }
 
 /// The [`Fingerprint`] of `value`'s canonical form.
 pub fn fingerprint_json(value: &Value) -> Fingerprint {
-    Fingerprint::of_bytes(canonical_json(value).as_bytes())
+    let mut out = Vec::new();
+    write_canonical(value, &mut out);
+    Fingerprint::of_bytes(&out)
 }
 
 /// A [`Fingerprint`] computed piece by piece: the caller writes a canonical form in parts
@@ -58,7 +61,7 @@ pub fn fingerprint_json(value: &Value) -> Fingerprint {
 #[derive(Debug, Clone, Default)]
 pub struct CanonicalHasher {
     sha: Sha256,
-    buffer: String,
+    buffer: Vec<u8>,
 }
 
 impl CanonicalHasher {
@@ -76,7 +79,7 @@ impl CanonicalHasher {
     pub fn value(&mut self, value: &Value) {
         self.buffer.clear();
         write_canonical(value, &mut self.buffer);
-        self.sha.update(self.buffer.as_bytes());
+        self.sha.update(&self.buffer);
     }
 
     /// The fingerprint of everything appended.
@@ -85,34 +88,44 @@ impl CanonicalHasher {
     }
 }
 
-fn write_canonical(value: &Value, out: &mut String) {
+fn write_canonical(value: &Value, out: &mut Vec<u8>) {
     match value {
         Value::Object(map) => {
+            // `serde_json`'s map is ordered by key unless a crate turns on its
+            // `preserve_order` feature; sorting keeps the form canonical either way.
             let mut keys: Vec<&String> = map.keys().collect();
-            keys.sort();
-            out.push('{');
+            if !keys.is_sorted() {
+                keys.sort();
+            }
+            out.push(b'{');
             for (i, key) in keys.into_iter().enumerate() {
                 if i > 0 {
-                    out.push(',');
+                    out.push(b',');
                 }
-                out.push_str(&Value::String(key.clone()).to_string());
-                out.push(':');
+                write_leaf(key, out);
+                out.push(b':');
                 write_canonical(&map[key], out);
             }
-            out.push('}');
+            out.push(b'}');
         }
         Value::Array(items) => {
-            out.push('[');
+            out.push(b'[');
             for (i, item) in items.iter().enumerate() {
                 if i > 0 {
-                    out.push(',');
+                    out.push(b',');
                 }
                 write_canonical(item, out);
             }
-            out.push(']');
+            out.push(b']');
         }
-        other => out.push_str(&other.to_string()),
+        other => write_leaf(other, out),
     }
+}
+
+/// Writes a string, number, boolean or null as `serde_json` prints it, straight into `out`.
+fn write_leaf<T: Serialize + ?Sized>(leaf: &T, out: &mut Vec<u8>) {
+    // Writing into a `Vec` cannot fail, and a plain JSON leaf always serializes.
+    let _ = serde_json::to_writer(&mut *out, leaf);
 }
 
 #[cfg(test)]
