@@ -451,15 +451,18 @@ fn round1(x: f64) -> f64 {
 }
 
 /// Environment variable naming the directory part's sizes: memberships, comma-separated (10
-/// members per workspace, a quarter as many accounts). Default `100000`; the scale table of
-/// docs/benchmarks.md uses `100000,500000,1000000` (minutes, and gigabytes of RAM for the
-/// bulk baseline's planned rows).
+/// members per workspace, a quarter as many accounts). Default [`DIRECTORY_SIZES`].
 pub const DIRECTORY_SIZES_ENV: &str = "TENANTRY_BENCH_DIRECTORY_MEMBERSHIPS";
+
+/// The directory part's default sizes, memberships: issue 34's three (about 6 minutes on 2
+/// cores for both backends and both parts, and about 0.8 GiB of RAM for the bulk baseline's
+/// planned rows at 1,000,000).
+pub const DIRECTORY_SIZES: [usize; 3] = [100_000, 500_000, 1_000_000];
 
 /// The directory part's sizes ([`DIRECTORY_SIZES_ENV`]).
 fn directory_sizes() -> Result<Vec<usize>, String> {
     let Ok(list) = std::env::var(DIRECTORY_SIZES_ENV) else {
-        return Ok(vec![100_000]);
+        return Ok(DIRECTORY_SIZES.to_vec());
     };
     list.split(',')
         .map(|n| {
