@@ -578,12 +578,12 @@ impl tenantry_ports::directory::SnapshotSource for BrokenPages {
     }
 }
 
-/// On the service's multi-threaded runtime a first projection (empty tables) plans each page
-/// on a second thread while the previous page is written. The tables it leaves equal the
+/// A first projection (empty tables) looks nothing up. The tables it leaves equal the
 /// reference's, an account met on several pages included; a rule broken on a later page, or
 /// a page that cannot be read back, leaves the tables empty however many pages were written.
+/// Run on the service's multi-threaded runtime.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_first_projection_planned_beside_its_writes_equals_the_reference() {
+async fn a_first_projection_without_lookups_equals_the_reference() {
     use tenantry_ports::directory::{ProjectionTablesReader, SnapshotApplier};
     let workspaces: Vec<_> = (0..12)
         .map(|i| {

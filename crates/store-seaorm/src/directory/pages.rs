@@ -9,11 +9,9 @@
 //! 2. Under the state row's lock: the superseded and conflict rules; then, unless the
 //!    projection already holds the snapshot, each page loads its stored rows, is planned, and
 //!    is written (new rows inserted, others upserted) before the next page loads. Into empty
-//!    tables (a first projection) no page has stored rows to load, so none is read, and on a
-//!    multi-threaded runtime the next page is planned on a second thread while this one writes
-//!    the current page (at most three planned pages in memory). On PostgreSQL the lookups are
-//!    planned for their values and the writes take the prepared statements' generic plans
-//!    ([`SeaOrmDirectoryStore::statements_for`]).
+//!    tables (a first projection) no page has stored rows to load, so none is read. On
+//!    PostgreSQL the lookups are planned for their values and the writes may use the prepared
+//!    statements' generic plans ([`SeaOrmDirectoryStore::statements_for`]).
 //! 3. The instance's absent candidates not in the snapshot and the event receipts are loaded;
 //!    the last step fences the absent workspaces and writes the receipts and the state row,
 //!    then the committed active workspaces are counted and checked.
@@ -23,7 +21,7 @@
 //! projection's all-or-nothing rule holds.
 
 use tenantry_directory::fingerprint::SnapshotFingerprinter;
-use tenantry_directory::plan::{PageWrite, PagedSnapshotApply, SnapshotSurvey, SurveyedSnapshot};
+use tenantry_directory::plan::{PagedSnapshotApply, SnapshotSurvey, SurveyedSnapshot};
 use tenantry_directory::{
     ApplyContext, ApplyOutcome, DirectoryEvent, DirectoryWorkspace, ExistingRows, WorkspaceUuid,
 };
@@ -98,20 +96,14 @@ impl SeaOrmDirectoryStore {
                 // Into empty tables every page's lookup would find nothing: a page's
                 // workspaces and memberships are its own (the survey refused duplicates), and
                 // it asks only for accounts no earlier page planned (an email that an earlier
-                // page gave another account is refused by the apply's ledger first).
+                // page gave another account is refused by the apply's ledger first). On
+                // PostgreSQL a row committed after this check (another instance's first
+                // projection sharing an account, a host's local account) makes a plain INSERT
+                // fail: the apply rolls back as a storage failure and the next attempt, finding
+                // rows, looks them up.
                 let stored = self.holds_rows(&txn).await?;
-                match multi_threaded().filter(|_| !stored) {
-                    Some(runtime) => {
-                        self.statements_for(&txn, Statements::Writes).await?;
-                        tokio::task::block_in_place(|| {
-                            self.write_pages_beside_planning(&runtime, &txn, source, &mut apply)
-                        })?;
-                    }
-                    None => {
-                        self.write_pages_in_turn(&txn, ctx, source, &mut apply, stored)
-                            .await?;
-                    }
-                }
+                self.write_pages(&txn, ctx, source, &mut apply, stored)
+                    .await?;
                 self.statements_for(&txn, Statements::Lookups).await?;
             }
             if self.backend == Backend::Postgres {
@@ -143,9 +135,10 @@ impl SeaOrmDirectoryStore {
     /// Sets how PostgreSQL plans the next statements of `txn` (nothing on SQLite). The
     /// transaction begins planning each statement for its own values, which its key lookups
     /// need ([`Self::begin`]); a page's multi-row `INSERT`s are better served by the prepared
-    /// statement's generic plan, which PostgreSQL keeps after five executions: planning each
-    /// one for its thousands of values made a 1,000,000-membership first projection's writes
-    /// take 21 s instead of 11 s (docs/benchmarks.md, "Applied page by page").
+    /// statement's generic plan, which PostgreSQL may choose after five executions
+    /// (`plan_cache_mode = auto`): planning each one for its thousands of values made a
+    /// 1,000,000-membership first projection's writes take 21 s instead of 11 s
+    /// (docs/benchmarks.md, "A first projection writes without lookups").
     async fn statements_for(
         &self,
         txn: &DatabaseTransaction,
@@ -192,8 +185,10 @@ impl SeaOrmDirectoryStore {
     }
 
     /// Each page in turn: its stored rows loaded (after the earlier pages were written; none
-    /// when the tables held no row, `stored` false), planned, written.
-    async fn write_pages_in_turn(
+    /// when the tables held no row, `stored` false), planned, written. Every database call is
+    /// an await of this task, so the apply can be cancelled between any two (a stopping
+    /// projector does not wait for the last page).
+    async fn write_pages(
         &self,
         txn: &DatabaseTransaction,
         ctx: &ApplyContext,
@@ -201,6 +196,9 @@ impl SeaOrmDirectoryStore {
         apply: &mut PagedSnapshotApply<'_>,
         stored: bool,
     ) -> Result<(), ProjectionStoreError> {
+        if !stored {
+            self.statements_for(txn, Statements::Writes).await?;
+        }
         for index in 0..source.page_count() {
             let page = off_runtime(|| source.read_page(index)).map_err(read_back)?;
             for page in pages_of(&page, self.page_memberships) {
@@ -214,61 +212,13 @@ impl SeaOrmDirectoryStore {
                 let mut rows = off_runtime(|| apply.plan_page(&existing, &page))?;
                 let new = split::new_page_rows_first(&mut rows, &existing);
                 drop(existing);
-                self.statements_for(txn, Statements::Writes).await?;
+                if stored {
+                    self.statements_for(txn, Statements::Writes).await?;
+                }
                 self.write_page(txn, &rows, new).await?;
             }
         }
         Ok(())
-    }
-
-    /// The pages of a snapshot going into empty tables (nothing stored to load): a second
-    /// thread reads and plans them in order and hands each planned page over a channel of one
-    /// place, while this thread (taken off the runtime by the caller) writes them in the same
-    /// order through `runtime`. The planner's CPU then overlaps the database's work on the
-    /// previous page. A failure on either side stops both: the planner's error is written
-    /// nowhere and returned; a failed write drops the channel, which ends the planner.
-    fn write_pages_beside_planning(
-        &self,
-        runtime: &tokio::runtime::Handle,
-        txn: &DatabaseTransaction,
-        source: &AnySnapshotSource,
-        apply: &mut PagedSnapshotApply<'_>,
-    ) -> Result<(), ProjectionStoreError> {
-        type Planned = Result<(PageWrite, split::NewRows), ProjectionStoreError>;
-        let nothing = &ExistingRows::default();
-        let page_memberships = self.page_memberships;
-        std::thread::scope(|scope| {
-            let (handover, planned) = std::sync::mpsc::sync_channel::<Planned>(1);
-            let planner = scope.spawn(move || {
-                for index in 0..source.page_count() {
-                    let page = match source.read_page(index) {
-                        Ok(page) => page,
-                        Err(error) => {
-                            let _ = handover.send(Err(read_back(error)));
-                            return;
-                        }
-                    };
-                    for page in pages_of(&page, page_memberships) {
-                        let rows = apply.plan_page(nothing, &page).map(|mut rows| {
-                            let new = split::new_page_rows_first(&mut rows, nothing);
-                            (rows, new)
-                        });
-                        let refused = rows.is_err();
-                        if handover.send(rows.map_err(Into::into)).is_err() || refused {
-                            return;
-                        }
-                    }
-                }
-            });
-            let written = planned.into_iter().try_for_each(|rows| {
-                let (rows, new) = rows?;
-                runtime.block_on(self.write_page(txn, &rows, new))
-            });
-            if let Err(panic) = planner.join() {
-                std::panic::resume_unwind(panic);
-            }
-            written
-        })
     }
 
     /// The survey of every page of `source` (CPU and, for a spooled source, reading back).
@@ -307,15 +257,8 @@ impl SeaOrmDirectoryStore {
 enum Statements {
     /// Key lookups with `IN` lists: planned for their values.
     Lookups,
-    /// Multi-row `INSERT`s: the generic plan once PostgreSQL has one.
+    /// Multi-row `INSERT`s: a generic plan when PostgreSQL chooses one (`auto`).
     Writes,
-}
-
-/// The handle of the current runtime when it is multi-threaded (the service's), whose thread
-/// [`tokio::task::block_in_place`] may take off the runtime; `None` otherwise.
-fn multi_threaded() -> Option<tokio::runtime::Handle> {
-    let runtime = tokio::runtime::Handle::try_current().ok()?;
-    (runtime.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread).then_some(runtime)
 }
 
 /// The port's error for a page of a spooled snapshot that could not be read back: a local
