@@ -447,10 +447,36 @@ async fn planning_a_large_snapshot_does_not_stall_the_runtime() {
     );
 }
 
-/// A snapshot held as several pages (what a spooled paged snapshot serves).
+/// A snapshot held as several pages (what a spooled paged snapshot serves). Page
+/// `unreadable_again` (if any) can be read once (by the survey) but not read back: a spool file
+/// gone bad between the two passes.
 struct Pages {
     cursor: i64,
     pages: Vec<Vec<tenantry_directory::DirectoryWorkspace>>,
+    unreadable_again: Option<usize>,
+    reads: std::sync::atomic::AtomicUsize,
+}
+
+impl Pages {
+    fn new(cursor: i64, pages: Vec<Vec<tenantry_directory::DirectoryWorkspace>>) -> Self {
+        Self {
+            cursor,
+            pages,
+            unreadable_again: None,
+            reads: std::sync::atomic::AtomicUsize::new(0),
+        }
+    }
+
+    /// The same pages, page `index` failing on its second read.
+    fn unreadable_again(mut self, index: usize) -> Self {
+        self.unreadable_again = Some(index);
+        self
+    }
+
+    /// How many times the unreadable page was read (0 when no page is).
+    fn reads(&self) -> usize {
+        self.reads.load(std::sync::atomic::Ordering::SeqCst)
+    }
 }
 
 impl tenantry_ports::directory::SnapshotSource for Pages {
@@ -475,6 +501,14 @@ impl tenantry_ports::directory::SnapshotSource for Pages {
         std::borrow::Cow<'_, [tenantry_directory::DirectoryWorkspace]>,
         tenantry_ports::directory::SnapshotReadError,
     > {
+        if self.unreadable_again == Some(index)
+            && self.reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst) > 0
+        {
+            return Err(tenantry_ports::directory::SnapshotReadError {
+                page: index,
+                message: "the spooled page is truncated".into(),
+            });
+        }
         Ok(std::borrow::Cow::Owned(self.pages[index].clone()))
     }
 }
@@ -513,10 +547,10 @@ async fn a_snapshot_source_of_several_pages_equals_the_whole_snapshot() {
     let mut reference = tenantry_directory::ProjectionTables::default();
     let mut refused = 0;
     for s in [&first, &second, &third] {
-        let source = Pages {
-            cursor: s.cursor,
-            pages: vec![s.workspaces[..1].to_vec(), s.workspaces[1..].to_vec()],
-        };
+        let source = Pages::new(
+            s.cursor,
+            vec![s.workspaces[..1].to_vec(), s.workspaces[1..].to_vec()],
+        );
         let expected = reference.apply_snapshot(&ctx(s.cursor), s, &[]);
         let applied = store
             .apply_snapshot_source(&ctx(s.cursor), &source, &[])
@@ -540,49 +574,10 @@ async fn a_snapshot_source_of_several_pages_equals_the_whole_snapshot() {
     );
 }
 
-/// A source whose page `fails` can be read once (by the survey) but not read back (a spool
-/// file gone bad between the two passes).
-struct BrokenPages {
-    pages: Pages,
-    fails: usize,
-    reads: std::sync::atomic::AtomicUsize,
-}
-
-impl tenantry_ports::directory::SnapshotSource for BrokenPages {
-    fn instance_uuid(&self) -> &tenantry_directory::InstanceUuid {
-        self.pages.instance_uuid()
-    }
-
-    fn cursor(&self) -> i64 {
-        self.pages.cursor
-    }
-
-    fn page_count(&self) -> usize {
-        self.pages.page_count()
-    }
-
-    fn read_page(
-        &self,
-        index: usize,
-    ) -> Result<
-        std::borrow::Cow<'_, [tenantry_directory::DirectoryWorkspace]>,
-        tenantry_ports::directory::SnapshotReadError,
-    > {
-        if index == self.fails && self.reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst) > 0 {
-            return Err(tenantry_ports::directory::SnapshotReadError {
-                page: index,
-                message: "the spooled page is truncated".into(),
-            });
-        }
-        self.pages.read_page(index)
-    }
-}
-
 /// A first projection (empty tables) looks nothing up. The tables it leaves equal the
 /// reference's, an account met on several pages included; a rule broken on a later page, or
 /// a page that cannot be read back, leaves the tables empty however many pages were written.
-/// Run on the service's multi-threaded runtime.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn a_first_projection_without_lookups_equals_the_reference() {
     use tenantry_ports::directory::{ProjectionTablesReader, SnapshotApplier};
     let workspaces: Vec<_> = (0..12)
@@ -596,9 +591,8 @@ async fn a_first_projection_without_lookups_equals_the_reference() {
             )
         })
         .collect();
-    let pages_of = |workspaces: &[tenantry_directory::DirectoryWorkspace]| Pages {
-        cursor: 10,
-        pages: workspaces.chunks(5).map(<[_]>::to_vec).collect(),
+    let pages_of = |workspaces: &[tenantry_directory::DirectoryWorkspace]| {
+        Pages::new(10, workspaces.chunks(5).map(<[_]>::to_vec).collect())
     };
 
     // A later page names an email that an earlier page gave another account: refused.
@@ -621,17 +615,13 @@ async fn a_first_projection_without_lookups_equals_the_reference() {
     assert!(raw_dump(&db.db.conn).await.is_empty());
 
     // A page that cannot be read back after two were written: a storage error, nothing kept.
-    let broken = BrokenPages {
-        pages: pages_of(&workspaces),
-        fails: 2,
-        reads: std::sync::atomic::AtomicUsize::new(0),
-    };
+    let broken = pages_of(&workspaces).unreadable_again(2);
     let failed = store.apply_snapshot_source(&ctx(10), &broken, &[]).await;
     assert!(
         matches!(failed, Err(ProjectionStoreError::Storage(_))),
         "{failed:?}"
     );
-    assert_eq!(broken.reads.load(std::sync::atomic::Ordering::SeqCst), 2);
+    assert_eq!(broken.reads(), 2);
     assert!(raw_dump(&db.db.conn).await.is_empty());
 
     let whole = snapshot(10, workspaces.clone());
@@ -644,4 +634,80 @@ async fn a_first_projection_without_lookups_equals_the_reference() {
     assert_eq!(applied, expected);
     assert_eq!(store.read_tables().await.unwrap(), reference);
     assert_eq!(reference.memberships.len(), 24);
+}
+
+/// On PostgreSQL each phase of an apply plans its statements its own way: a page's membership
+/// writes may use generic plans (`plan_cache_mode = auto`) with index scans preferred, and the
+/// last step (its lookups, the state row) plans each statement for its values with sequential
+/// scans allowed again. Statement-level triggers record the settings each write ran under, for
+/// a first projection and for a later snapshot planned against stored rows.
+#[tokio::test]
+async fn each_phase_of_an_apply_is_planned_its_own_way() {
+    let db = fresh_database().await;
+    if db.backend() != tenantry_store_seaorm::Backend::Postgres {
+        return;
+    }
+    let conn = &db.db.conn;
+    for sql in [
+        "CREATE TABLE test_plan_settings (seq BIGSERIAL, tbl TEXT, plans TEXT, seqscan TEXT)",
+        "CREATE FUNCTION test_record_plan_settings() RETURNS trigger AS $$ BEGIN \
+         INSERT INTO test_plan_settings (tbl, plans, seqscan) VALUES (TG_TABLE_NAME, \
+         current_setting('plan_cache_mode'), current_setting('enable_seqscan')); \
+         RETURN NULL; END $$ LANGUAGE plpgsql",
+        "CREATE TRIGGER record_memberships AFTER INSERT OR UPDATE \
+         ON tenantry_workspace_memberships \
+         FOR EACH STATEMENT EXECUTE FUNCTION test_record_plan_settings()",
+        "CREATE TRIGGER record_state AFTER INSERT OR UPDATE \
+         ON tenantry_directory_projection_state \
+         FOR EACH STATEMENT EXECUTE FUNCTION test_record_plan_settings()",
+    ] {
+        conn.execute_unprepared(sql).await.unwrap();
+    }
+    let recorded = || async {
+        let rows = conn
+            .query_all_raw(sea_orm::Statement::from_string(
+                sea_orm::DbBackend::Postgres,
+                "SELECT tbl, plans, seqscan FROM test_plan_settings ORDER BY seq",
+            ))
+            .await
+            .unwrap();
+        conn.execute_unprepared("DELETE FROM test_plan_settings")
+            .await
+            .unwrap();
+        rows.iter()
+            .map(|row| {
+                let get = |column: &str| row.try_get::<String>("", column).unwrap();
+                (get("tbl"), get("plans"), get("seqscan"))
+            })
+            .collect::<Vec<_>>()
+    };
+    let check = |rows: Vec<(String, String, String)>| {
+        let memberships: Vec<_> = rows
+            .iter()
+            .filter(|(table, ..)| table == "tenantry_workspace_memberships")
+            .collect();
+        assert!(memberships.len() >= 3, "{rows:?}");
+        for (_, plans, seqscan) in &memberships {
+            assert_eq!((plans.as_str(), seqscan.as_str()), ("auto", "off"), "{rows:?}");
+        }
+        let last = rows.last().unwrap();
+        assert_eq!(last.0, "tenantry_directory_projection_state", "{rows:?}");
+        assert_eq!((last.1.as_str(), last.2.as_str()), ("force_custom_plan", "on"));
+    };
+    let store = SeaOrmDirectoryStore::new(&db.db).with_snapshot_page(200);
+    let first = large_snapshot(6, 100);
+    store.apply_snapshot(&ctx(0), &first, &[]).await.unwrap();
+    check(recorded().await);
+    // A later snapshot with every membership changed: each page looks up its stored rows, then
+    // writes.
+    let mut later = large_snapshot(6, 100);
+    later.cursor = first.cursor + 1;
+    for workspace in &mut later.workspaces {
+        workspace.projection_revision += 1;
+        for member in &mut workspace.members {
+            member.projection_revision += 1;
+        }
+    }
+    store.apply_snapshot(&ctx(1), &later, &[]).await.unwrap();
+    check(recorded().await);
 }

@@ -11,7 +11,7 @@
 //!    is written (new rows inserted, others upserted) before the next page loads. Into empty
 //!    tables (a first projection) no page has stored rows to load, so none is read. On
 //!    PostgreSQL the lookups are planned for their values and the writes may use the prepared
-//!    statements' generic plans ([`SeaOrmDirectoryStore::statements_for`]).
+//!    statements' generic plans ([`Phase`]).
 //! 3. The instance's absent candidates not in the snapshot and the event receipts are loaded;
 //!    the last step fences the absent workspaces and writes the receipts and the state row,
 //!    then the committed active workspaces are counted and checked.
@@ -78,18 +78,7 @@ impl SeaOrmDirectoryStore {
         let survey = off_runtime(|| self.survey(ctx, source))?;
         let txn = self.begin().await?;
         let result = async {
-            if self.backend == Backend::Postgres {
-                // The pages read keys from tables this transaction grows, and PostgreSQL costs
-                // a 5,000-key lookup against the growing table as a sequential scan once the
-                // table is a few hundred thousand rows (the estimate counts random page reads
-                // for each key): at 1,000,000 memberships the per-page lookups took 12.8 s of
-                // a 34 s apply, 8 s of it the membership-uuid probes. The pages' reads are key
-                // lookups, so index scans are right for them; the last step's reads (absent
-                // candidates, the active count) are not, and run with it back on.
-                txn.execute_unprepared("SET LOCAL enable_seqscan = off")
-                    .await
-                    .map_err(storage("plan the snapshot's lookups as index scans"))?;
-            }
+            self.enter(&txn, Phase::PageLookups).await?;
             let state = self.lock_state(&txn, &ctx.instance, true).await?;
             let mut apply = PagedSnapshotApply::begin(ctx, state.as_ref(), survey)?;
             if apply.rows_needed() {
@@ -104,13 +93,8 @@ impl SeaOrmDirectoryStore {
                 let stored = self.holds_rows(&txn).await?;
                 self.write_pages(&txn, ctx, source, &mut apply, stored)
                     .await?;
-                self.statements_for(&txn, Statements::Lookups).await?;
             }
-            if self.backend == Backend::Postgres {
-                txn.execute_unprepared("SET LOCAL enable_seqscan = on")
-                    .await
-                    .map_err(storage("plan the last step's reads freely"))?;
-            }
+            self.enter(&txn, Phase::LastStep).await?;
             // A snapshot the projection already holds fences nothing: no candidate to read.
             let absent = if apply.rows_needed() {
                 self.absent_candidates(&txn, &ctx.instance).await?
@@ -132,56 +116,37 @@ impl SeaOrmDirectoryStore {
         crate::txn::finish(txn, result, |_| true, storage("commit")).await
     }
 
-    /// Sets how PostgreSQL plans the next statements of `txn` (nothing on SQLite). The
-    /// transaction begins planning each statement for its own values, which its key lookups
-    /// need ([`Self::begin`]); a page's multi-row `INSERT`s are better served by the prepared
-    /// statement's generic plan, which PostgreSQL may choose after five executions
-    /// (`plan_cache_mode = auto`): planning each one for its thousands of values made a
-    /// 1,000,000-membership first projection's writes take 21 s instead of 11 s
-    /// (docs/benchmarks.md, "A first projection writes without lookups").
-    async fn statements_for(
+    /// Sets how PostgreSQL plans the statements of `phase` in `txn` (nothing on SQLite): both
+    /// settings of [`Phase`] in one `SET LOCAL` round trip.
+    async fn enter(
         &self,
         txn: &DatabaseTransaction,
-        statements: Statements,
+        phase: Phase,
     ) -> Result<(), ProjectionStoreError> {
         if self.backend != Backend::Postgres {
             return Ok(());
         }
-        let mode = match statements {
-            Statements::Lookups => "force_custom_plan",
-            Statements::Writes => "auto",
+        let (seqscan, plans) = match phase {
+            Phase::PageLookups => ("off", "force_custom_plan"),
+            Phase::PageWrites => ("off", "auto"),
+            Phase::LastStep => ("on", "force_custom_plan"),
         };
-        txn.execute_unprepared(&format!("SET LOCAL plan_cache_mode = {mode}"))
-            .await
-            .map(drop)
-            .map_err(storage("choose how the next statements are planned"))
+        txn.execute_unprepared(&format!(
+            "SET LOCAL enable_seqscan = {seqscan}; SET LOCAL plan_cache_mode = {plans}"
+        ))
+        .await
+        .map(drop)
+        .map_err(storage("choose how the next statements are planned"))
     }
 
     /// Whether any of the projected tables (accounts, workspaces, memberships, execution
     /// state) holds a row, read in `txn`: one `LIMIT 1` read per table. Accounts are shared by
     /// every instance, so the check is not per instance.
     async fn holds_rows(&self, txn: &DatabaseTransaction) -> Result<bool, ProjectionStoreError> {
-        let read = storage("check whether the projected tables hold rows");
-        Ok(account::Entity::find()
-            .one(txn)
-            .await
-            .map_err(&read)?
-            .is_some()
-            || workspace::Entity::find()
-                .one(txn)
-                .await
-                .map_err(&read)?
-                .is_some()
-            || membership::Entity::find()
-                .one(txn)
-                .await
-                .map_err(&read)?
-                .is_some()
-            || execution::Entity::find()
-                .one(txn)
-                .await
-                .map_err(&read)?
-                .is_some())
+        Ok(has_row::<account::Entity>(txn).await?
+            || has_row::<workspace::Entity>(txn).await?
+            || has_row::<membership::Entity>(txn).await?
+            || has_row::<execution::Entity>(txn).await?)
     }
 
     /// Each page in turn: its stored rows loaded (after the earlier pages were written; none
@@ -197,13 +162,13 @@ impl SeaOrmDirectoryStore {
         stored: bool,
     ) -> Result<(), ProjectionStoreError> {
         if !stored {
-            self.statements_for(txn, Statements::Writes).await?;
+            self.enter(txn, Phase::PageWrites).await?;
         }
         for index in 0..source.page_count() {
             let page = off_runtime(|| source.read_page(index)).map_err(read_back)?;
             for page in pages_of(&page, self.page_memberships) {
                 let existing = if stored {
-                    self.statements_for(txn, Statements::Lookups).await?;
+                    self.enter(txn, Phase::PageLookups).await?;
                     self.load(txn, &apply.page_keys(&page), &ctx.instance)
                         .await?
                 } else {
@@ -213,7 +178,7 @@ impl SeaOrmDirectoryStore {
                 let new = split::new_page_rows_first(&mut rows, &existing);
                 drop(existing);
                 if stored {
-                    self.statements_for(txn, Statements::Writes).await?;
+                    self.enter(txn, Phase::PageWrites).await?;
                 }
                 self.write_page(txn, &rows, new).await?;
             }
@@ -252,13 +217,34 @@ impl SeaOrmDirectoryStore {
     }
 }
 
-/// What the next statements of an apply are ([`SeaOrmDirectoryStore::statements_for`]).
-#[derive(Debug, Clone, Copy)]
-enum Statements {
-    /// Key lookups with `IN` lists: planned for their values.
-    Lookups,
-    /// Multi-row `INSERT`s: a generic plan when PostgreSQL chooses one (`auto`).
-    Writes,
+/// The phases of an apply's transaction, each planned its own way on PostgreSQL
+/// ([`SeaOrmDirectoryStore::enter`]). The transaction begins planning every statement for its
+/// own values ([`SeaOrmDirectoryStore::begin`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// A page's key lookups (`IN` lists) against tables this transaction grows: index scans
+    /// (`enable_seqscan = off`: PostgreSQL costs a 5,000-key lookup against a table of a few
+    /// hundred thousand rows as a sequential scan, which made the per-page lookups 12.8 s of a
+    /// 34 s apply at 1,000,000 memberships), each planned for its values
+    /// (`plan_cache_mode = force_custom_plan`).
+    PageLookups,
+    /// A page's multi-row `INSERT`s: the prepared statement's generic plan once PostgreSQL
+    /// chooses one (`plan_cache_mode = auto`, from the sixth execution); planning each one for
+    /// its thousands of values made a 1,000,000-membership first projection's writes take 21 s
+    /// instead of 11 s (docs/benchmarks.md, "A first projection writes without lookups").
+    PageWrites,
+    /// The last step's reads (absent candidates, the active count), which are not key lookups:
+    /// planned freely, each for its values.
+    LastStep,
+}
+
+/// Whether the table of `E` holds any row (one `LIMIT 1` read in `txn`).
+async fn has_row<E: EntityTrait>(txn: &DatabaseTransaction) -> Result<bool, ProjectionStoreError> {
+    E::find()
+        .one(txn)
+        .await
+        .map(|row| row.is_some())
+        .map_err(storage("check whether the projected tables hold rows"))
 }
 
 /// The port's error for a page of a spooled snapshot that could not be read back: a local
