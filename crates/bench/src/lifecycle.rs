@@ -147,8 +147,15 @@ pub async fn throughput(
                 loaded.elapsed().as_secs_f64()
             );
             let remote = InstantRemote::default();
+            let cpu_before = crate::rss::cpu_seconds();
             let drained =
                 drain(&bench.db, remote.clone(), commands as u64, w, options, None).await?;
+            // This process's CPU per settled command during the drain (the workers, the
+            // claimer, the group commit and the instant remote; not the server's).
+            let client_cpu_us = cpu_before
+                .zip(crate::rss::cpu_seconds())
+                .filter(|_| drained.acked > 0)
+                .map(|(before, after)| round1((after - before) * 1e6 / drained.acked as f64));
             let counts = store_bench::outbox_status_counts(&bench.db).await?;
             let succeeded = count_of(&counts, "succeeded");
             let calls = match workload {
@@ -175,6 +182,7 @@ pub async fn throughput(
                 "succeeded_rows": succeeded,
                 "remote_calls": calls,
                 "exactly_once": succeeded == commands as i64 && calls == commands as u64,
+                "client_cpu_us_per_command": client_cpu_us,
             }));
             bench.drop_database().await?;
         }

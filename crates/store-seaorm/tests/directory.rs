@@ -688,11 +688,18 @@ async fn each_phase_of_an_apply_is_planned_its_own_way() {
             .collect();
         assert!(memberships.len() >= 3, "{rows:?}");
         for (_, plans, seqscan) in &memberships {
-            assert_eq!((plans.as_str(), seqscan.as_str()), ("auto", "off"), "{rows:?}");
+            assert_eq!(
+                (plans.as_str(), seqscan.as_str()),
+                ("auto", "off"),
+                "{rows:?}"
+            );
         }
         let last = rows.last().unwrap();
         assert_eq!(last.0, "tenantry_directory_projection_state", "{rows:?}");
-        assert_eq!((last.1.as_str(), last.2.as_str()), ("force_custom_plan", "on"));
+        assert_eq!(
+            (last.1.as_str(), last.2.as_str()),
+            ("force_custom_plan", "on")
+        );
     };
     let store = SeaOrmDirectoryStore::new(&db.db).with_snapshot_page(200);
     let first = large_snapshot(6, 100);

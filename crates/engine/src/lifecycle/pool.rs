@@ -278,11 +278,16 @@ where
                     for command in claimed {
                         let dispatcher = self.dispatcher.clone();
                         let slots = remote_slots.clone();
-                        running.spawn(async move {
+                        // Boxed: a dispatch's future is several kilobytes, and the task
+                        // would otherwise copy it whole into its cell, out of the cell for
+                        // its first poll's stage and again when its output is read
+                        // (`memmove` was the client's largest single cost in the
+                        // lifecycle bench's profile).
+                        running.spawn(Box::pin(async move {
                             dispatcher
                                 .dispatch_claimed(command, started, enabled, Some(&slots))
                                 .await
-                        });
+                        }));
                     }
                 }
                 Ok(_) => {

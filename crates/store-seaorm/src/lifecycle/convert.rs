@@ -207,8 +207,8 @@ pub fn to_claimed(
         claimed_at: expires_at
             - chrono::Duration::from_std(lease_duration).unwrap_or(chrono::Duration::zero()),
         created_at: record.created_at,
-        // Filled in by the claim once it has read the claimed commands' control spaces.
         trace_context: record.trace_context,
+        // Filled in by the claim once it has read the claimed commands' control spaces.
         control_space: ClaimedControlSpace::NotRead,
     })
 }

@@ -1,9 +1,10 @@
 //! The lifecycle storage ports over SeaORM: outbox claim and settle, control-space reads, and
 //! command intake.
 //!
-//! Every method is one transaction. On PostgreSQL the claim is one
-//! `UPDATE .. WHERE ctid = ANY(ARRAY(SELECT ctid .. FOR UPDATE SKIP LOCKED)) RETURNING *`
-//! statement, so concurrent workers never claim the same command. On SQLite write transactions begin
+//! Every method is one transaction. On PostgreSQL the claim is one statement,
+//! `WITH claimed AS (UPDATE .. WHERE ctid = ANY(ARRAY(SELECT ctid .. FOR UPDATE SKIP LOCKED))
+//! RETURNING *) SELECT .. FROM claimed LEFT JOIN tenantry_control_spaces ..`, so concurrent
+//! workers never claim the same command and each claimed command comes with its control space. On SQLite write transactions begin
 //! `IMMEDIATE`, which serializes writers (WAL mode lets readers go on). Operator actions and
 //! the commands gauge's counts are in `admin`.
 
@@ -27,7 +28,8 @@ use chrono::{DateTime, Utc};
 use sea_orm::sea_query::Expr;
 use sea_orm::{
     ColumnTrait, ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbBackend, DbErr,
-    EntityTrait, QueryFilter, QueryOrder, QuerySelect, SqlErr, Statement, TransactionTrait,
+    EntityTrait, FromQueryResult, QueryFilter, QueryOrder, QuerySelect, SqlErr, Statement,
+    TransactionTrait,
 };
 use settle::{
     AttemptLog, apply_cas, lease_filter, log_attempt_error, logged_error, settle_in, settle_once,
@@ -45,6 +47,19 @@ use tenantry_ports::lifecycle::{
 use self::convert::{millis, to_claimed, to_control_space, to_record};
 use self::entity::{control_space, outbox};
 use crate::connect::{Backend, Database};
+
+/// Prefix of the control-space columns joined to a PostgreSQL claim's rows.
+const JOINED_PREFIX: &str = "cs_";
+
+/// `c.<column> AS cs_<column>, ..` for every column of `tenantry_control_spaces`: the
+/// control space joined to a PostgreSQL claim's rows, named apart from the outbox's columns.
+static JOINED_CONTROL_SPACE_COLUMNS: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    use sea_orm::{IdenStatic, Iterable};
+    control_space::Column::iter()
+        .map(|column| format!("c.{0} AS {JOINED_PREFIX}{0}", column.as_str()))
+        .collect::<Vec<_>>()
+        .join(", ")
+});
 
 /// SeaORM implementation of the lifecycle storage ports. Cheap to clone (shares the pool).
 ///
@@ -286,16 +301,49 @@ impl CommandQueue for SeaOrmLifecycleStore {
             i64::from(request.limit.max(1)).into(),
             duration_millis(request.call_deadline).into(),
         ];
-        let mut rows = outbox::Entity::find()
-            .from_raw_sql(Statement::from_sql_and_values(backend, sql, values))
-            .all(&self.conn)
+        // PostgreSQL: the claimed commands' control spaces come in the same statement, joined
+        // to the rows the update returned (docs/protocol.md, "The control space comes with
+        // the claim"): no second round trip while the process's one claimer waits. SQLite
+        // reads them with a statement of their own right after.
+        let sql = match self.backend {
+            Backend::Postgres => format!(
+                "WITH claimed AS ({sql}) SELECT claimed.*, {spaces} FROM claimed \
+                 LEFT JOIN tenantry_control_spaces AS c \
+                   ON c.tenant_id = claimed.tenant_id \
+                  AND c.control_space_id = claimed.control_space_id",
+                spaces = *JOINED_CONTROL_SPACE_COLUMNS,
+            ),
+            Backend::Sqlite => sql,
+        };
+        let results = self
+            .conn
+            .query_all_raw(Statement::from_sql_and_values(backend, sql, values))
             .await
             .map_err(unavailable)?;
+        let mut rows = Vec::with_capacity(results.len());
+        for result in &results {
+            let row = outbox::Model::from_query_result(result, "").map_err(unavailable)?;
+            let space = if self.backend == Backend::Postgres {
+                // A row that does not convert leaves its command to read its own.
+                match control_space::Model::from_query_result_optional(result, JOINED_PREFIX) {
+                    Ok(Some(model)) => to_control_space(model)
+                        .map_or(ClaimedControlSpace::NotRead, |space| {
+                            ClaimedControlSpace::Read(Some(space))
+                        }),
+                    Ok(None) => ClaimedControlSpace::Read(None),
+                    Err(_) => ClaimedControlSpace::NotRead,
+                }
+            } else {
+                ClaimedControlSpace::NotRead
+            };
+            rows.push((row, space));
+        }
+        drop(results);
         // `RETURNING` follows no `ORDER BY`: PostgreSQL answers in the order it updated the
         // rows (their place in the table), not the claim's. The batch is handed out in the
         // claim's order (found by the workers simulation over PostgreSQL: two runs of one seed
         // dispatched a batch in different orders).
-        rows.sort_by(|a, b| {
+        rows.sort_by(|(a, _), (b, _)| {
             (a.turn_at, a.next_attempt_at, a.created_at, &a.id).cmp(&(
                 b.turn_at,
                 b.next_attempt_at,
@@ -305,15 +353,20 @@ impl CommandQueue for SeaOrmLifecycleStore {
         });
         let mut claimed = rows
             .into_iter()
-            .map(|row| to_claimed(row, request.lease_duration))
+            .map(|(row, space)| {
+                to_claimed(row, request.lease_duration).map(|mut command| {
+                    command.control_space = space;
+                    command
+                })
+            })
             .collect::<Result<Vec<_>, _>>()?;
-        if claimed.is_empty() {
+        if claimed.is_empty() || self.backend == Backend::Postgres {
             return Ok(claimed);
         }
-        // The claimed commands' control spaces, read right after the claim took effect (one
-        // statement per claim instead of one read per dispatch; docs/protocol.md, "The control
-        // space comes with the claim"). The claim has taken effect already: if the read fails,
-        // the commands go out without it (`NotRead`) and each saga reads its own.
+        // SQLite: the claimed commands' control spaces, read right after the claim took effect
+        // (one statement per claim instead of one read per dispatch). The claim has taken
+        // effect already: if the read fails, the commands go out without it (`NotRead`) and
+        // each saga reads its own.
         let keys: Vec<(TenantId, ControlSpaceId)> = claimed
             .iter()
             .map(|c| (c.tenant_id.clone(), c.control_space_id.clone()))
