@@ -2,7 +2,8 @@
 //! (column names, types, JSON text of the payload, millisecond timestamps), read back with a
 //! raw `SELECT`, on SQLite (default) or PostgreSQL (`TENANTRY_TEST_PG_URL`): both backends must
 //! produce the same snapshot. The `.snap` files are committed; CI compares without
-//! `cargo insta` (`INSTA_UPDATE=always` rewrites them after an intended change).
+//! `cargo insta`; `INSTA_UPDATE=always` rewrites them after an intended change). Also: a claimed row
+//! whose control-space row is gone.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::Arc;
@@ -67,4 +68,59 @@ async fn outbox_and_control_space_rows_have_a_stable_shape() {
     let spaces = rows(&db.db.conn, "SELECT * FROM tenantry_control_spaces").await;
     insta::assert_json_snapshot!("outbox_rows", outbox);
     insta::assert_json_snapshot!("control_space_rows", spaces);
+}
+
+/// A claimed command whose control-space row is gone (removed by hand) is still handed out,
+/// with "no control space found", on both backends: the claim's join of the control spaces
+/// (PostgreSQL) is an outer join, so it never drops a row the update claimed.
+#[tokio::test]
+async fn a_command_without_its_control_space_is_claimed_with_none_found() {
+    use tenantry_lifecycle::ClaimedControlSpace;
+    use tenantry_ports::lifecycle::{ClaimRequest, CommandQueue};
+
+    let db = fresh_database().await;
+    let clock = ManualClock::new(Utc.timestamp_opt(1_900_000_000, 0).unwrap());
+    let store = SeaOrmLifecycleStore::new(&db.db).with_clock(Arc::new(clock.clone()));
+    let intake = CommandIntake::new(store.clone(), Arc::new(clock.clone()));
+    let tenant = TenantId::parse("acme").unwrap();
+    for (space, key) in [("cs-1", "create-1"), ("cs-2", "create-2")] {
+        intake
+            .create_control_space(&CreateControlSpace::new(
+                tenant.clone(),
+                ControlSpaceId::parse(space).unwrap(),
+                IdempotencyKey::parse(key).unwrap(),
+                "Docs",
+                "docs",
+            ))
+            .await
+            .unwrap();
+    }
+    sea_orm::ConnectionTrait::execute_unprepared(
+        &db.db.conn,
+        "DELETE FROM tenantry_control_spaces WHERE control_space_id = 'cs-1'",
+    )
+    .await
+    .unwrap();
+    clock.advance(std::time::Duration::from_secs(1));
+    let claimed = store
+        .claim(&ClaimRequest {
+            owner: tenantry_kernel::LeaseOwner::parse("w1").unwrap(),
+            lease_duration: std::time::Duration::from_secs(30),
+            include_provision: true,
+            limit: 10,
+            call_deadline: std::time::Duration::from_secs(10),
+        })
+        .await
+        .unwrap();
+    let spaces: Vec<(&str, bool)> = claimed
+        .iter()
+        .map(|command| {
+            let found = match &command.control_space {
+                ClaimedControlSpace::Read(space) => space.is_some(),
+                ClaimedControlSpace::NotRead => panic!("{} was not read", command.id()),
+            };
+            (command.control_space_id.as_str(), found)
+        })
+        .collect();
+    assert_eq!(spaces, [("cs-1", false), ("cs-2", true)]);
 }
