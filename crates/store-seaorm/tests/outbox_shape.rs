@@ -2,8 +2,8 @@
 //! (column names, types, JSON text of the payload, millisecond timestamps), read back with a
 //! raw `SELECT`, on SQLite (default) or PostgreSQL (`TENANTRY_TEST_PG_URL`): both backends must
 //! produce the same snapshot. The `.snap` files are committed; CI compares without
-//! `cargo insta`; `INSTA_UPDATE=always` rewrites them after an intended change). Also: a claimed row
-//! whose control-space row is gone.
+//! `cargo insta` (`INSTA_UPDATE=always` rewrites them after an intended change). Also: a claimed
+//! command whose control-space row is gone is still handed out.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::Arc;
