@@ -124,3 +124,65 @@ async fn a_command_without_its_control_space_is_claimed_with_none_found() {
         .collect();
     assert_eq!(spaces, [("cs-1", false), ("cs-2", true)]);
 }
+
+/// A control-space row that cannot be read as one (a state no version writes; on PostgreSQL
+/// also a column of another type) hands its command over unread, so the saga's step reads it
+/// itself, never as "no control space found", on which a step would decide.
+#[tokio::test]
+async fn a_control_space_that_cannot_be_read_is_left_to_the_saga() {
+    use tenantry_lifecycle::ClaimedControlSpace;
+    use tenantry_ports::lifecycle::{ClaimRequest, CommandQueue};
+
+    let db = fresh_database().await;
+    let postgres = db.backend() == tenantry_store_seaorm::Backend::Postgres;
+    let clock = ManualClock::new(Utc.timestamp_opt(1_900_000_000, 0).unwrap());
+    let store = SeaOrmLifecycleStore::new(&db.db).with_clock(Arc::new(clock.clone()));
+    let intake = CommandIntake::new(store.clone(), Arc::new(clock.clone()));
+    let tenant = TenantId::parse("acme").unwrap();
+    intake
+        .create_control_space(&CreateControlSpace::new(
+            tenant.clone(),
+            ControlSpaceId::parse("cs-1").unwrap(),
+            IdempotencyKey::parse("create-1").unwrap(),
+            "Docs",
+            "docs",
+        ))
+        .await
+        .unwrap();
+    let mut corruptions =
+        vec!["UPDATE tenantry_control_spaces SET state = 'bogus' WHERE control_space_id = 'cs-1'"];
+    if postgres {
+        corruptions.push(
+            "ALTER TABLE tenantry_control_spaces \
+             ALTER COLUMN resource_version TYPE TEXT USING resource_version::TEXT",
+        );
+    }
+    let restore = "UPDATE tenantry_control_spaces SET state = 'provisioning'";
+    for (round, corruption) in corruptions.into_iter().enumerate() {
+        let conn = &db.db.conn;
+        sea_orm::ConnectionTrait::execute_unprepared(conn, restore)
+            .await
+            .unwrap();
+        sea_orm::ConnectionTrait::execute_unprepared(conn, corruption)
+            .await
+            .unwrap();
+        // Each round claims the command again once its lease (1 s) has expired.
+        clock.advance(std::time::Duration::from_secs(5));
+        let claimed = store
+            .claim(&ClaimRequest {
+                owner: tenantry_kernel::LeaseOwner::parse("w1").unwrap(),
+                lease_duration: std::time::Duration::from_secs(1),
+                include_provision: true,
+                limit: 10,
+                call_deadline: std::time::Duration::from_secs(1),
+            })
+            .await
+            .unwrap();
+        assert_eq!(claimed.len(), 1, "round {round}");
+        assert_eq!(
+            claimed[0].control_space,
+            ClaimedControlSpace::NotRead,
+            "round {round}: {corruption}"
+        );
+    }
+}

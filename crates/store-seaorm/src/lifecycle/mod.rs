@@ -2,9 +2,10 @@
 //! command intake.
 //!
 //! Every method is one transaction. On PostgreSQL the claim is one statement,
-//! `WITH claimed AS (UPDATE .. WHERE ctid = ANY(ARRAY(SELECT ctid .. FOR UPDATE SKIP LOCKED))
-//! RETURNING *) SELECT .. FROM claimed LEFT JOIN tenantry_control_spaces ..`, so concurrent
-//! workers never claim the same command and each claimed command comes with its control space. On SQLite write transactions begin
+//! `WITH claimed AS (UPDATE .. WHERE ctid = ANY(ARRAY(SELECT ctid .. FOR UPDATE SKIP
+//! LOCKED)) RETURNING *) SELECT .. FROM claimed LEFT JOIN tenantry_control_spaces ..`, so
+//! concurrent workers never claim the same command and each claimed command comes with its
+//! control space. On SQLite write transactions begin
 //! `IMMEDIATE`, which serializes writers (WAL mode lets readers go on). Operator actions and
 //! the commands gauge's counts are in `admin`.
 
@@ -324,14 +325,16 @@ impl CommandQueue for SeaOrmLifecycleStore {
         for result in &results {
             let row = outbox::Model::from_query_result(result, "").map_err(unavailable)?;
             let space = if self.backend == Backend::Postgres {
-                // A row that does not convert leaves its command to read its own.
-                match control_space::Model::from_query_result_optional(result, JOINED_PREFIX) {
-                    Ok(Some(model)) => to_control_space(model)
+                // NULL columns: the outer join found no control space. A row that does not
+                // decode or convert leaves its command to read its own (not "none found",
+                // on which a step would decide).
+                match control_space::Model::from_query_result_nullable(result, JOINED_PREFIX) {
+                    Ok(model) => to_control_space(model)
                         .map_or(ClaimedControlSpace::NotRead, |space| {
                             ClaimedControlSpace::Read(Some(space))
                         }),
-                    Ok(None) => ClaimedControlSpace::Read(None),
-                    Err(_) => ClaimedControlSpace::NotRead,
+                    Err(sea_orm::TryGetError::Null(_)) => ClaimedControlSpace::Read(None),
+                    Err(sea_orm::TryGetError::DbErr(_)) => ClaimedControlSpace::NotRead,
                 }
             } else {
                 ClaimedControlSpace::NotRead
