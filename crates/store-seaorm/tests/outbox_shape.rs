@@ -70,31 +70,57 @@ async fn outbox_and_control_space_rows_have_a_stable_shape() {
     insta::assert_json_snapshot!("control_space_rows", spaces);
 }
 
-/// A claimed command whose control-space row is gone (removed by hand) is still handed out,
-/// with "no control space found", on both backends: the claim's join of the control spaces
-/// (PostgreSQL) is an outer join, so it never drops a row the update claimed.
-#[tokio::test]
-async fn a_command_without_its_control_space_is_claimed_with_none_found() {
-    use tenantry_lifecycle::ClaimedControlSpace;
-    use tenantry_ports::lifecycle::{ClaimRequest, CommandQueue};
-
-    let db = fresh_database().await;
+/// A store on a manual clock with one provision command per control space of `spaces`
+/// (tenant `acme`), created through intake.
+async fn store_with_spaces(
+    db: &tenantry_store_seaorm::testing::TestDatabase,
+    spaces: &[&str],
+) -> (SeaOrmLifecycleStore, ManualClock) {
     let clock = ManualClock::new(Utc.timestamp_opt(1_900_000_000, 0).unwrap());
     let store = SeaOrmLifecycleStore::new(&db.db).with_clock(Arc::new(clock.clone()));
     let intake = CommandIntake::new(store.clone(), Arc::new(clock.clone()));
-    let tenant = TenantId::parse("acme").unwrap();
-    for (space, key) in [("cs-1", "create-1"), ("cs-2", "create-2")] {
+    for space in spaces {
         intake
             .create_control_space(&CreateControlSpace::new(
-                tenant.clone(),
-                ControlSpaceId::parse(space).unwrap(),
-                IdempotencyKey::parse(key).unwrap(),
+                TenantId::parse("acme").unwrap(),
+                ControlSpaceId::parse(*space).unwrap(),
+                IdempotencyKey::parse(format!("create-{space}")).unwrap(),
                 "Docs",
                 "docs",
             ))
             .await
             .unwrap();
     }
+    (store, clock)
+}
+
+/// Claims every due command (at most 10) for owner `w1` with leases of `lease`.
+async fn claim_due(
+    store: &SeaOrmLifecycleStore,
+    lease: std::time::Duration,
+) -> Vec<tenantry_lifecycle::ClaimedCommand> {
+    use tenantry_ports::lifecycle::{ClaimRequest, CommandQueue};
+    store
+        .claim(&ClaimRequest {
+            owner: tenantry_kernel::LeaseOwner::parse("w1").unwrap(),
+            lease_duration: lease,
+            include_provision: true,
+            limit: 10,
+            call_deadline: lease,
+        })
+        .await
+        .unwrap()
+}
+
+/// A claimed command whose control-space row is gone (removed by hand) is still handed out,
+/// with "no control space found", on both backends: the claim's join of the control spaces
+/// (PostgreSQL) is an outer join, so it never drops a row the update claimed.
+#[tokio::test]
+async fn a_command_without_its_control_space_is_claimed_with_none_found() {
+    use tenantry_lifecycle::ClaimedControlSpace;
+
+    let db = fresh_database().await;
+    let (store, clock) = store_with_spaces(&db, &["cs-1", "cs-2"]).await;
     sea_orm::ConnectionTrait::execute_unprepared(
         &db.db.conn,
         "DELETE FROM tenantry_control_spaces WHERE control_space_id = 'cs-1'",
@@ -102,16 +128,7 @@ async fn a_command_without_its_control_space_is_claimed_with_none_found() {
     .await
     .unwrap();
     clock.advance(std::time::Duration::from_secs(1));
-    let claimed = store
-        .claim(&ClaimRequest {
-            owner: tenantry_kernel::LeaseOwner::parse("w1").unwrap(),
-            lease_duration: std::time::Duration::from_secs(30),
-            include_provision: true,
-            limit: 10,
-            call_deadline: std::time::Duration::from_secs(10),
-        })
-        .await
-        .unwrap();
+    let claimed = claim_due(&store, std::time::Duration::from_secs(30)).await;
     let spaces: Vec<(&str, bool)> = claimed
         .iter()
         .map(|command| {
@@ -131,24 +148,10 @@ async fn a_command_without_its_control_space_is_claimed_with_none_found() {
 #[tokio::test]
 async fn a_control_space_that_cannot_be_read_is_left_to_the_saga() {
     use tenantry_lifecycle::ClaimedControlSpace;
-    use tenantry_ports::lifecycle::{ClaimRequest, CommandQueue};
 
     let db = fresh_database().await;
     let postgres = db.backend() == tenantry_store_seaorm::Backend::Postgres;
-    let clock = ManualClock::new(Utc.timestamp_opt(1_900_000_000, 0).unwrap());
-    let store = SeaOrmLifecycleStore::new(&db.db).with_clock(Arc::new(clock.clone()));
-    let intake = CommandIntake::new(store.clone(), Arc::new(clock.clone()));
-    let tenant = TenantId::parse("acme").unwrap();
-    intake
-        .create_control_space(&CreateControlSpace::new(
-            tenant.clone(),
-            ControlSpaceId::parse("cs-1").unwrap(),
-            IdempotencyKey::parse("create-1").unwrap(),
-            "Docs",
-            "docs",
-        ))
-        .await
-        .unwrap();
+    let (store, clock) = store_with_spaces(&db, &["cs-1"]).await;
     let mut corruptions =
         vec!["UPDATE tenantry_control_spaces SET state = 'bogus' WHERE control_space_id = 'cs-1'"];
     if postgres {
@@ -168,16 +171,7 @@ async fn a_control_space_that_cannot_be_read_is_left_to_the_saga() {
             .unwrap();
         // Each round claims the command again once its lease (1 s) has expired.
         clock.advance(std::time::Duration::from_secs(5));
-        let claimed = store
-            .claim(&ClaimRequest {
-                owner: tenantry_kernel::LeaseOwner::parse("w1").unwrap(),
-                lease_duration: std::time::Duration::from_secs(1),
-                include_provision: true,
-                limit: 10,
-                call_deadline: std::time::Duration::from_secs(1),
-            })
-            .await
-            .unwrap();
+        let claimed = claim_due(&store, std::time::Duration::from_secs(1)).await;
         assert_eq!(claimed.len(), 1, "round {round}");
         assert_eq!(
             claimed[0].control_space,
