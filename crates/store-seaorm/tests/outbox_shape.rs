@@ -180,3 +180,86 @@ async fn a_control_space_that_cannot_be_read_is_left_to_the_saga() {
         );
     }
 }
+
+/// Every column of a claimed row reaches the claimed command as a plain read of that row gives
+/// it (the claim reads its answer with a reader of its own on PostgreSQL, by column name), with
+/// the optional columns both empty and set, and the control space that comes with it (joined on
+/// PostgreSQL, read right after on SQLite) equals the one read by itself.
+#[tokio::test]
+async fn a_claimed_command_reads_as_its_stored_row() {
+    use tenantry_lifecycle::ClaimedControlSpace;
+    use tenantry_ports::lifecycle::CommandAdmin;
+    use tenantry_ports::lifecycle::ControlSpaceReader;
+
+    let db = fresh_database().await;
+    let (store, clock) = store_with_spaces(&db, &["cs-1", "cs-2"]).await;
+    // cs-1: its command and control space with their optional columns set; cs-2 as created.
+    for sql in [
+        "UPDATE tenantry_lifecycle_outbox SET last_error_code = 'REMOTE_UNAVAILABLE', \
+           last_error_message = 'try later', attempt_count = 2, attempt_budget_base = 1, \
+           trace_context = '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01' \
+         WHERE control_space_id = 'cs-1'",
+        "UPDATE tenantry_control_spaces SET knowledge_space_id = 'ks-1', \
+           knowledge_space_revision = 7, deletion_irreversible_at = 1900000123456, \
+           last_revoke_sequence = 3, resource_version = 5 \
+         WHERE control_space_id = 'cs-1'",
+    ] {
+        sea_orm::ConnectionTrait::execute_unprepared(&db.db.conn, sql)
+            .await
+            .unwrap();
+    }
+    clock.advance(std::time::Duration::from_secs(1));
+    let claimed = claim_due(&store, std::time::Duration::from_secs(30)).await;
+    assert_eq!(claimed.len(), 2);
+    for command in &claimed {
+        let stored = store.command_by_id(command.id()).await.unwrap().unwrap();
+        let seen = (
+            &command.tenant_id,
+            &command.control_space_id,
+            &command.operation_id,
+            &command.idempotency_key,
+            &command.operation,
+            &command.payload,
+            command.attempt_count,
+            command.attempt_budget_base,
+        );
+        let seen_lease = (
+            Some(&command.lease.owner),
+            command.lease.epoch,
+            Some(command.lease.expires_at),
+            command.created_at,
+            &command.trace_context,
+        );
+        let read = (
+            &stored.tenant_id,
+            &stored.control_space_id,
+            &stored.operation_id,
+            &stored.idempotency_key,
+            &stored.operation,
+            &stored.payload,
+            stored.attempt_count,
+            stored.attempt_budget_base,
+        );
+        let read_lease = (
+            stored.lease_owner.as_ref(),
+            stored.lease_epoch,
+            stored.lease_expires_at,
+            stored.created_at,
+            &stored.trace_context,
+        );
+        assert_eq!(seen, read, "{}", command.id());
+        assert_eq!(seen_lease, read_lease, "{}", command.id());
+        let space = store
+            .control_space(&command.tenant_id, &command.control_space_id)
+            .await
+            .unwrap();
+        assert!(space.is_some());
+        assert_eq!(command.control_space, ClaimedControlSpace::Read(space));
+    }
+    let first = claimed
+        .iter()
+        .find(|c| c.control_space_id.as_str() == "cs-1")
+        .unwrap();
+    assert_eq!(first.attempt_count, 3, "the claim counts one attempt more");
+    assert!(first.trace_context.is_some());
+}

@@ -13,6 +13,7 @@ mod admin;
 mod batch;
 #[cfg(feature = "bench")]
 mod bulk;
+mod claim_rows;
 mod convert;
 mod entity;
 mod intake;
@@ -29,8 +30,7 @@ use chrono::{DateTime, Utc};
 use sea_orm::sea_query::Expr;
 use sea_orm::{
     ColumnTrait, ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbBackend, DbErr,
-    EntityTrait, FromQueryResult, QueryFilter, QueryOrder, QuerySelect, SqlErr, Statement,
-    TransactionTrait,
+    EntityTrait, QueryFilter, QueryOrder, QuerySelect, SqlErr, Statement, TransactionTrait,
 };
 use settle::{
     AttemptLog, apply_cas, lease_filter, log_attempt_error, logged_error, settle_in, settle_once,
@@ -321,25 +321,10 @@ impl CommandQueue for SeaOrmLifecycleStore {
             .query_all_raw(Statement::from_sql_and_values(backend, sql, values))
             .await
             .map_err(unavailable)?;
+        let joined = self.backend == Backend::Postgres;
         let mut rows = Vec::with_capacity(results.len());
         for result in &results {
-            let row = outbox::Model::from_query_result(result, "").map_err(unavailable)?;
-            let space = if self.backend == Backend::Postgres {
-                // NULL columns: the outer join found no control space. A row that does not
-                // decode or convert leaves its command to read its own (not "none found",
-                // on which a step would decide).
-                match control_space::Model::from_query_result_nullable(result, JOINED_PREFIX) {
-                    Ok(model) => to_control_space(model)
-                        .map_or(ClaimedControlSpace::NotRead, |space| {
-                            ClaimedControlSpace::Read(Some(space))
-                        }),
-                    Err(sea_orm::TryGetError::Null(_)) => ClaimedControlSpace::Read(None),
-                    Err(sea_orm::TryGetError::DbErr(_)) => ClaimedControlSpace::NotRead,
-                }
-            } else {
-                ClaimedControlSpace::NotRead
-            };
-            rows.push((row, space));
+            rows.push(claim_rows::read(result, joined).map_err(unavailable)?);
         }
         drop(results);
         // `RETURNING` follows no `ORDER BY`: PostgreSQL answers in the order it updated the
