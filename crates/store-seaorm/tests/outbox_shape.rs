@@ -181,8 +181,9 @@ async fn a_control_space_that_cannot_be_read_is_left_to_the_saga() {
     }
 }
 
-/// Every column of a claimed row reaches the claimed command as a plain read of that row gives
-/// it (the claim reads its answer with a reader of its own on PostgreSQL, by column name), with
+/// A claimed command carries its row's fields as a plain read of that row gives them (the claim
+/// reads its answer with a reader of its own on PostgreSQL, by column name; the reader's
+/// column-by-column agreement with SeaORM's is a unit test of `lifecycle::claim_rows`), with
 /// the optional columns both empty and set, and the control space that comes with it (joined on
 /// PostgreSQL, read right after on SQLite) equals the one read by itself.
 #[tokio::test]
