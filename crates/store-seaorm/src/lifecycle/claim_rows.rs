@@ -14,36 +14,24 @@
 use sea_orm::{DbErr, FromQueryResult, QueryResult};
 use tenantry_lifecycle::ClaimedControlSpace;
 
-use super::JOINED_PREFIX;
 use super::convert::to_control_space;
 use super::entity::{control_space, outbox};
 
 /// One row of a claim's answer: the claimed outbox row (a row that does not decode is an
 /// error: the claim fails as unavailable, as any unreadable answer does) and what is known of
-/// its control space: `Read(None)` when the outer join found none, `NotRead` when the joined
-/// columns do not decode or convert (the saga's step then reads it itself), and `NotRead` when
-/// the claim joined none (`joined` false: SQLite, whose caller reads them after).
-pub(super) fn read(
-    result: &QueryResult,
-    joined: bool,
-) -> Result<(outbox::Model, ClaimedControlSpace), DbErr> {
+/// its control space. A PostgreSQL answer carries the joined control space: `Read(None)` when
+/// the outer join found none, `NotRead` when its columns do not decode or convert (the saga's
+/// step then reads it itself). Another backend's answer carries none (`NotRead`: SQLite's
+/// caller reads them right after).
+pub(super) fn read(result: &QueryResult) -> Result<(outbox::Model, ClaimedControlSpace), DbErr> {
     #[cfg(feature = "postgres")]
-    if let (true, Some(row)) = (joined, result.try_as_pg_row()) {
+    if let Some(row) = result.try_as_pg_row() {
         let command = pg::outbox_row(row)
             .map_err(|error| DbErr::Query(sea_orm::RuntimeErr::SqlxError(error.into())))?;
         return Ok((command, pg::joined_space(row)));
     }
     let command = outbox::Model::from_query_result(result, "")?;
-    let space = if joined {
-        match control_space::Model::from_query_result_nullable(result, JOINED_PREFIX) {
-            Ok(model) => converted(model),
-            Err(sea_orm::TryGetError::Null(_)) => ClaimedControlSpace::Read(None),
-            Err(sea_orm::TryGetError::DbErr(_)) => ClaimedControlSpace::NotRead,
-        }
-    } else {
-        ClaimedControlSpace::NotRead
-    };
-    Ok((command, space))
+    Ok((command, ClaimedControlSpace::NotRead))
 }
 
 /// A joined control space that decoded: `Read(Some)` when it converts to the domain's type,
@@ -130,8 +118,8 @@ mod tests {
     use sea_orm::{ConnectionTrait, FromQueryResult, Statement};
     use tenantry_lifecycle::ClaimedControlSpace;
 
-    use super::super::JOINED_CONTROL_SPACE_COLUMNS;
     use super::super::entity::{control_space, outbox};
+    use super::super::{JOINED_CONTROL_SPACE_COLUMNS, JOINED_PREFIX};
     use super::{converted, pg};
     use crate::testing::fresh_database;
 
@@ -188,12 +176,12 @@ mod tests {
             let expected = outbox::Model::from_query_result(result, "").unwrap();
             assert_eq!(pg::outbox_row(row).unwrap(), expected);
             let expected_space =
-                match control_space::Model::from_query_result_nullable(result, "cs_") {
+                match control_space::Model::from_query_result_nullable(result, JOINED_PREFIX) {
                     Ok(model) => converted(model),
                     Err(sea_orm::TryGetError::Null(_)) => ClaimedControlSpace::Read(None),
                     Err(sea_orm::TryGetError::DbErr(error)) => panic!("{error}"),
                 };
-            if let Ok(model) = control_space::Model::from_query_result(result, "cs_") {
+            if let Ok(model) = control_space::Model::from_query_result(result, JOINED_PREFIX) {
                 let read = pg::space_row(row, model.tenant_id.clone()).unwrap();
                 assert_eq!(read, model, "{}", expected.id);
             }

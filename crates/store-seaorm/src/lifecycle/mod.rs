@@ -321,10 +321,9 @@ impl CommandQueue for SeaOrmLifecycleStore {
             .query_all_raw(Statement::from_sql_and_values(backend, sql, values))
             .await
             .map_err(unavailable)?;
-        let joined = self.backend == Backend::Postgres;
         let mut rows = Vec::with_capacity(results.len());
         for result in &results {
-            rows.push(claim_rows::read(result, joined).map_err(unavailable)?);
+            rows.push(claim_rows::read(result).map_err(unavailable)?);
         }
         drop(results);
         // `RETURNING` follows no `ORDER BY`: PostgreSQL answers in the order it updated the
