@@ -22,7 +22,7 @@ pub use intake::{CommandIntake, IntakeFailure, IntakeReceipt, IntakeRequest};
 pub use operator::{
     BulkReport, MAX_ACTOR_CHARS, MAX_BULK, MAX_REASON_CHARS, OperatorActions, OperatorRequestError,
 };
-pub use pool::{IN_FLIGHT_PER_SLOT, WorkerPool};
+pub use pool::{IN_FLIGHT_PER_SLOT, PROMPT_PLACES, WorkerPool};
 pub use tenantry_ports::clock::{Clock, ManualClock, SystemClock};
 pub use tenantry_ports::wake::{WakeSubscription, Wakeups};
 pub use worker::{Worker, WorkerConfig, WorkerReport, unique_lease_owner};

@@ -38,6 +38,13 @@
 //!   up to [`WorkerPool::max_held`] (so near that bound claims can be as small as one), and
 //!   starts a task for each at once.
 //!
+//! - while it is saturated (its last claim took every place it asked for), a **prompt lane**
+//!   claims the commands that wake-ups announce in its own small claims, up to
+//!   [`PROMPT_PLACES`], calls the remote in slots reserved for it and settles each on its own,
+//!   not queued for group commit: another tenant's new command, at the head of the queue by
+//!   its turn, does not wait for the backlog's claims and settle batches (issue 33; see
+//!   [`WorkerPool::prompt_places`] and docs/protocol.md, "The prompt lane").
+//!
 //! Under a backlog this takes commands in claims of `max_in_flight / 2` or more instead of
 //! `claim_batch`, and the statements no longer race each other; under low load a command is
 //! claimed as soon as a wake-up arrives, as by an idle worker.
@@ -49,8 +56,10 @@
 //! their commands back at once instead of calling the remote one slot at a time, so a stop
 //! waits only for the calls already made (at most `slots` of them), not for `max_in_flight`.
 
+mod prompt_lane;
+
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use tenantry_kernel::LeaseOwner;
 use tenantry_ports::lifecycle::{KnowledgeFs, LifecycleStore};
@@ -61,6 +70,8 @@ use tracing::{debug, info, warn};
 
 use super::dispatcher::{CallSlots, DispatchError, DispatchReport, Dispatcher};
 use super::worker::{WorkerConfig, WorkerReport};
+pub use prompt_lane::PROMPT_PLACES;
+use prompt_lane::PromptLane;
 
 /// Dispatches in flight per remote-call slot: one calling, one waiting with its lease (or
 /// settling). One waiter per slot starts its call when the call ahead of it ends, so a replica
@@ -87,6 +98,10 @@ pub struct WorkerPool<S, R> {
     /// Remote calls at once for one tenant ([`WorkerPool::with_tenant_call_limit`]).
     tenant_calls: Option<u32>,
     wake: Option<WakeSubscription>,
+    /// The prompt lane's own subscription to the same wake-ups.
+    prompt_wake: Option<WakeSubscription>,
+    /// Whether the prompt lane runs ([`WorkerPool::with_prompt_lane`]; default true).
+    prompt_lane: bool,
 }
 
 impl<S, R> std::fmt::Debug for WorkerPool<S, R> {
@@ -129,6 +144,8 @@ where
             in_flight_per_slot,
             tenant_calls: None,
             wake: None,
+            prompt_wake: None,
+            prompt_lane: true,
         }
     }
 
@@ -195,7 +212,29 @@ where
     #[must_use]
     pub fn with_wakeups(mut self, wakeups: &Wakeups) -> Self {
         self.wake = Some(wakeups.subscribe());
+        self.prompt_wake = Some(wakeups.subscribe());
         self
+    }
+
+    /// Turns the prompt lane on (the default) or off (see the module documentation and
+    /// [`prompt_places`](Self::prompt_places)).
+    #[must_use]
+    pub fn with_prompt_lane(mut self, enabled: bool) -> Self {
+        self.prompt_lane = enabled;
+        self
+    }
+
+    /// The prompt lane's places: the commands it holds at once and the remote-call slots
+    /// reserved for it out of [`slots`](Self::slots) (the rest of the pool's calls share
+    /// `slots - prompt_places`). One per 16 slots, at most [`PROMPT_PLACES`]; 0, no lane, when
+    /// the pool has fewer than 16 slots, no wake-ups ([`with_wakeups`](Self::with_wakeups):
+    /// the lane acts on them) or the lane is turned off.
+    pub fn prompt_places(&self) -> u32 {
+        if self.prompt_lane && self.prompt_wake.is_some() {
+            prompt_lane::places(self.slots)
+        } else {
+            0
+        }
     }
 
     /// Most remote calls at once: `workers × claim_batch`, at most the
@@ -227,11 +266,32 @@ where
         let mut running: JoinSet<Result<DispatchReport, DispatchError>> = JoinSet::new();
         let refill_at = self.refill_at() as usize;
         let max_in_flight = self.max_in_flight() as usize;
-        let remote_slots = Arc::new(CallSlots::new(
-            self.slots as usize,
-            self.tenant_call_limit().map(|limit| limit as usize),
-        ));
+        let prompt_places = self.prompt_places();
+        let remote_slots = Arc::new(
+            CallSlots::new(
+                self.slots as usize,
+                self.tenant_call_limit().map(|limit| limit as usize),
+            )
+            .reserve_for_prompt_lane(prompt_places as usize),
+        );
         let max_held = self.max_held() as usize;
+        // The prompt lane runs in a task of this future's own set: dropping the pool's future
+        // (a crash in the simulations) drops it with every dispatch of its own.
+        let saturated = Arc::new(AtomicBool::new(false));
+        let lane_places = Arc::new(tokio::sync::Semaphore::new(prompt_places as usize));
+        let mut lanes: JoinSet<WorkerReport> = JoinSet::new();
+        if let (true, Some(wake)) = (prompt_places > 0, self.prompt_wake.take()) {
+            let lane = PromptLane {
+                dispatcher: self.dispatcher.clone(),
+                owner: self.owner.clone(),
+                product_enabled: self.config.product_enabled.clone(),
+                wake,
+                saturated: saturated.clone(),
+                places: lane_places.clone(),
+                slots: remote_slots.clone(),
+            };
+            lanes.spawn(lane.run(shutdown.clone()));
+        }
         info!(owner = %self.owner, slots = self.slots, max_in_flight,
             per_tenant = ?remote_slots.per_tenant(), "lifecycle worker pool started");
         loop {
@@ -272,12 +332,39 @@ where
             let enabled = self.config.product_enabled.load(Ordering::Relaxed);
             // `free` ≤ `max_in_flight`, a u32.
             let limit = u32::try_from(free).unwrap_or(u32::MAX);
-            match self.dispatcher.claim(&self.owner, enabled, limit).await {
+            let claim = self.dispatcher.claim(&self.owner, enabled, limit).await;
+            // Saturated: the claim took every place it asked for, so more is due than the pool
+            // has room for, and the next claim waits for places (the prompt lane acts).
+            let saturated_now = matches!(&claim, Ok((claimed, _)) if claimed.len() >= free);
+            saturated.store(saturated_now, Ordering::Release);
+            match claim {
                 Ok((claimed, started)) if !claimed.is_empty() => {
                     report.claimed += claimed.len() as u64;
-                    for command in claimed {
+                    let lone = if saturated_now && prompt_places > 0 {
+                        prompt_lane::lone_tenants(&claimed)
+                    } else {
+                        Vec::new()
+                    };
+                    for (i, command) in claimed.into_iter().enumerate() {
                         let dispatcher = self.dispatcher.clone();
                         let slots = remote_slots.clone();
+                        // A saturated claim's lone command of a tenant (not one of a
+                        // backlog's) takes a free place of the prompt lane.
+                        if let Some(place) = lone
+                            .get(i)
+                            .copied()
+                            .unwrap_or(false)
+                            .then(|| prompt_lane::take_place(&lane_places))
+                            .flatten()
+                        {
+                            running.spawn(Box::pin(async move {
+                                let _place = place;
+                                dispatcher
+                                    .dispatch_prompt(command, started, enabled, &slots)
+                                    .await
+                            }));
+                            continue;
+                        }
                         // Boxed: a dispatch's future is several kilobytes, and the task
                         // would otherwise copy it whole into its cell, out of the cell for
                         // its first poll's stage and again when its output is read
@@ -332,6 +419,16 @@ where
         remote_slots.close();
         while let Some(done) = running.join_next().await {
             tally(&mut report, done);
+        }
+        while let Some(lane) = lanes.join_next().await {
+            match lane {
+                Ok(lane) => {
+                    report.claimed += lane.claimed;
+                    report.completed += lane.completed;
+                    report.errors += lane.errors;
+                }
+                Err(error) => warn!(%error, "the prompt lane ended abnormally"),
+            }
         }
         info!(owner = %self.owner, claimed = report.claimed, "lifecycle worker pool stopped");
         report

@@ -42,6 +42,18 @@ pub(crate) use slots::CallSlots;
 
 use super::lease::LeaseBook;
 
+tokio::task_local! {
+    /// Set around a dispatch of the worker pool's prompt lane
+    /// ([`Dispatcher::dispatch_prompt`]): its remote calls take the lane's reserved slots and
+    /// its settles are not queued for group commit.
+    static PROMPT_LANE: ();
+}
+
+/// Whether the running task is a dispatch of the worker pool's prompt lane.
+pub(crate) fn in_prompt_lane() -> bool {
+    PROMPT_LANE.try_with(|()| ()).is_ok()
+}
+
 /// What one dispatch did (reference: `(claimed, completed, outbox_id)`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DispatchReport {
@@ -251,6 +263,26 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
         self.store.next_due_in(product_enabled).await
     }
 
+    /// [`dispatch_claimed`](Self::dispatch_claimed) in the worker pool's prompt lane: the
+    /// remote call takes one of the slots `remote_slots` reserved for the lane
+    /// (`CallSlots::reserve_for_prompt_lane`), and the settle goes to the store as a batch of
+    /// one at once instead of queueing for group commit (docs/protocol.md, "The prompt lane").
+    /// Every rule of the dispatch is unchanged.
+    pub(in crate::lifecycle) async fn dispatch_prompt(
+        &self,
+        command: ClaimedCommand,
+        claim_started: Instant,
+        product_enabled: bool,
+        remote_slots: &CallSlots,
+    ) -> Result<DispatchReport, DispatchError> {
+        PROMPT_LANE
+            .scope(
+                (),
+                self.dispatch_claimed(command, claim_started, product_enabled, Some(remote_slots)),
+            )
+            .await
+    }
+
     /// Delivers and settles one claimed command, renewing its lease while the saga runs.
     /// With `remote_slots`, the remote call waits for a permit of it (the lease is renewed
     /// meanwhile and checked again once the permit is held).
@@ -376,7 +408,36 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
                 Some(CommandOutcome::Moot { .. }) => "moot",
             },
         );
-        self.store.settle(lease, settlement).instrument(span).await
+        if in_prompt_lane() {
+            self.settle_at_once(lease, settlement)
+                .instrument(span)
+                .await
+        } else {
+            self.store.settle(lease, settlement).instrument(span).await
+        }
+    }
+
+    /// A settle of the prompt lane: handed to the store as a batch of one
+    /// ([`CommandQueue::settle_many`](tenantry_ports::lifecycle::CommandQueue::settle_many),
+    /// same rules as `settle`), which a [`GroupCommitStore`](super::GroupCommitStore) executes
+    /// at once on the wrapped store instead of queueing it behind the batches in flight.
+    ///
+    /// # Errors
+    /// As `settle`; a store that answers a batch of one with another number of results is
+    /// reported as [`SettleError::Store`] (nothing is known to be written).
+    async fn settle_at_once(
+        &self,
+        lease: &LeaseToken,
+        settlement: &Settlement,
+    ) -> Result<(), SettleError> {
+        let item = [(lease.clone(), settlement.clone())];
+        let mut results = self.store.settle_many(&item).await?;
+        match (results.pop(), results.is_empty()) {
+            (Some(result), true) => result,
+            _ => Err(SettleError::Store(StoreError::unavailable(
+                "a settlement batch of one answered another number of results",
+            ))),
+        }
     }
 
     async fn control_space(&self, step: &Step<'_>) -> Result<Option<ControlSpace>, StoreError> {

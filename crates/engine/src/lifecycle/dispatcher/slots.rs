@@ -5,8 +5,11 @@
 //!
 //! A call takes its tenant's permit first and then one of the process's, so a tenant at its cap
 //! waits without holding a process slot that another tenant could use. Both semaphores are
-//! first in, first out. Closing the slots (the pool's shutdown) fails every waiter and every
-//! later request at once.
+//! first in, first out. A few of the process's slots may be reserved for the pool's prompt
+//! lane ([`CallSlots::reserve_for_prompt_lane`]): a call made in that lane takes one of them
+//! instead (after its tenant's permit, so the tenant bound holds in both lanes), never waiting
+//! behind the calls of the backlog. Closing the slots (the pool's shutdown) fails every waiter
+//! and every later request at once.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -25,7 +28,10 @@ pub(crate) struct SlotsClosed;
 /// Remote-call slots of a process, optionally bounded per tenant.
 #[derive(Debug)]
 pub(crate) struct CallSlots {
+    /// The slots of every call but the prompt lane's.
     all: Semaphore,
+    /// The slots reserved for the prompt lane's calls (none unless reserved).
+    prompt: Semaphore,
     per_tenant: Option<PerTenant>,
 }
 
@@ -57,6 +63,7 @@ impl CallSlots {
         let slots = slots.max(1);
         Self {
             all: Semaphore::new(slots),
+            prompt: Semaphore::new(0),
             per_tenant: per_tenant
                 .map(|cap| cap.max(1))
                 .filter(|&cap| cap < slots)
@@ -67,6 +74,18 @@ impl CallSlots {
                     arrived: Notify::new(),
                 }),
         }
+    }
+
+    /// Takes `reserved` of the slots out of the common ones for the calls of the pool's prompt
+    /// lane (made inside [`Dispatcher::dispatch_prompt`](super::Dispatcher::dispatch_prompt)):
+    /// the process still makes at most `slots` calls at once, `slots - reserved` of them
+    /// outside the lane. At least one common slot always stays: `reserved` is capped at
+    /// `slots - 1`.
+    pub(crate) fn reserve_for_prompt_lane(self, reserved: usize) -> Self {
+        let reserved = reserved.min(self.all.available_permits().saturating_sub(1));
+        self.all.forget_permits(reserved);
+        self.prompt.add_permits(reserved);
+        self
     }
 
     /// Calls waiting for their tenant's previous call (their tenant at its bound).
@@ -92,7 +111,8 @@ impl CallSlots {
     }
 
     /// Waits for a slot for a call on behalf of `tenant`: its tenant's permit first (when
-    /// bounded), then one of the process's.
+    /// bounded), then one of the process's: a reserved one for a call of the prompt lane,
+    /// else a common one.
     ///
     /// # Errors
     /// [`SlotsClosed`] when the slots are closed, before or while waiting.
@@ -120,7 +140,12 @@ impl CallSlots {
             }
             None => None,
         };
-        let all = self.all.acquire().await.map_err(|_| SlotsClosed)?;
+        let lane = if super::in_prompt_lane() {
+            &self.prompt
+        } else {
+            &self.all
+        };
+        let all = lane.acquire().await.map_err(|_| SlotsClosed)?;
         Ok(CallPermit {
             _all: all,
             _tenant: tenant_permit,
@@ -134,11 +159,15 @@ impl CallSlots {
             Some(per_tenant) => {
                 let tenants = per_tenant.lock();
                 self.all.close();
+                self.prompt.close();
                 for semaphore in tenants.values() {
                     semaphore.close();
                 }
             }
-            None => self.all.close(),
+            None => {
+                self.all.close();
+                self.prompt.close();
+            }
         }
     }
 
@@ -257,6 +286,57 @@ mod tests {
         );
         drop(held);
         assert_eq!(slots.acquire(&a).await.err(), Some(SlotsClosed));
+    }
+
+    /// The prompt lane's calls take the slots reserved for them and never wait behind the
+    /// common ones; the common calls cannot take the reserved slots; the process's bound
+    /// (common + reserved) holds; the tenant bound holds in both lanes; at least one common
+    /// slot stays.
+    #[tokio::test]
+    async fn reserved_slots_serve_the_prompt_lane_alone() {
+        let slots = Arc::new(CallSlots::new(4, Some(3)).reserve_for_prompt_lane(1));
+        let (a, b) = (tenant("tenant-a"), tenant("tenant-b"));
+        let common = [
+            slots.acquire(&a).await.unwrap(),
+            slots.acquire(&a).await.unwrap(),
+            slots.acquire(&b).await.unwrap(),
+        ];
+        assert!(
+            ready(slots.acquire(&b)).await.is_none(),
+            "3 common slots, the 4th is reserved"
+        );
+        let prompt = ready(super::super::PROMPT_LANE.scope((), slots.acquire(&b)))
+            .await
+            .expect("the lane's call takes the reserved slot")
+            .unwrap();
+        assert!(
+            ready(super::super::PROMPT_LANE.scope((), slots.acquire(&b)))
+                .await
+                .is_none(),
+            "one reserved slot"
+        );
+        drop(prompt);
+        // Tenant A holds 2 of its 3: its third call may take the reserved slot, a fourth waits
+        // for its tenant even in the lane.
+        let third = super::super::PROMPT_LANE
+            .scope((), slots.acquire(&a))
+            .await
+            .unwrap();
+        assert!(
+            ready(super::super::PROMPT_LANE.scope((), slots.acquire(&a)))
+                .await
+                .is_none(),
+            "the tenant bound holds in the lane"
+        );
+        drop((common, third));
+
+        let all_reserved = CallSlots::new(2, None).reserve_for_prompt_lane(5);
+        let _one = all_reserved.acquire(&a).await.unwrap();
+        let _two = ready(super::super::PROMPT_LANE.scope((), all_reserved.acquire(&a)))
+            .await
+            .expect("one slot reserved of 2")
+            .unwrap();
+        assert!(ready(all_reserved.acquire(&a)).await.is_none());
     }
 
     #[tokio::test]

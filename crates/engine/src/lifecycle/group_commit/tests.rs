@@ -438,3 +438,45 @@ async fn group_commit_waits_only_while_another_batch_executes() {
     assert_eq!(first.await.unwrap(), Ok(()));
     assert_eq!(*store.settle_batches.lock().unwrap(), vec![2, 1]);
 }
+
+/// The prompt lane's settle does not queue: a dispatch in the lane
+/// (`Dispatcher::dispatch_prompt`) hands its settle to the store as a batch of one, which the
+/// group-commit store executes at once, while the one flusher is held in another batch (a
+/// settle queued for group commit would wait for it).
+#[tokio::test]
+async fn a_prompt_dispatch_settles_beside_a_held_batch() {
+    let store = Gated::default();
+    let mut commands = claimed(&store, 2).await;
+    let group = GroupCommitStore::start(store.clone(), one_at_a_time());
+    store.armed.store(true, Ordering::SeqCst);
+    let held = tokio::spawn({
+        let group = group.clone();
+        let lease = commands[0].lease.clone();
+        async move { group.settle(&lease, &Settlement::ack(t(1))).await }
+    });
+    store.entered.notified().await;
+
+    let remote = FakeKnowledgeFs::new();
+    let dispatcher = Dispatcher::new(group, remote.clone(), DispatcherConfig::default());
+    let slots = crate::lifecycle::dispatcher::CallSlots::new(2, None).reserve_for_prompt_lane(1);
+    let prompt = commands.pop().unwrap();
+    let id = prompt.id().clone();
+    let report = tokio::time::timeout(
+        Duration::from_secs(5),
+        dispatcher.dispatch_prompt(prompt, tokio::time::Instant::now(), true, &slots),
+    )
+    .await
+    .expect("the prompt settle did not wait for the held batch")
+    .unwrap();
+    assert!(report.completed);
+    assert_eq!(
+        store.inner.command(&id).unwrap().status,
+        CommandStatus::Succeeded
+    );
+    assert_eq!(remote.counters().calls.get("provision"), Some(&1));
+    assert!(!held.is_finished(), "the batch is still held");
+
+    store.release.notify_one();
+    assert_eq!(held.await.unwrap(), Ok(()));
+    assert_eq!(*store.settle_batches.lock().unwrap(), vec![1, 1]);
+}

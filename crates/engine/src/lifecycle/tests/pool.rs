@@ -754,3 +754,128 @@ async fn a_deletion_stopped_between_its_404_and_the_lookup_retries_at_once() {
     handle.await.unwrap();
     assert_eq!(h.command(&provision).status, CommandStatus::Succeeded);
 }
+
+/// The prompt lane (issue 33): while one tenant's backlog fills every place of a saturated
+/// pool (16 slots: 15 common, 1 reserved for the lane; 32 places, all taken by calls held at
+/// the remote or waiting for a common slot), another tenant's new command is claimed by the
+/// lane on its wake-up and makes its call in the reserved slot, without waiting for any of
+/// the backlog's calls. The process never has more than its 16 calls open.
+#[tokio::test]
+async fn a_new_tenants_command_is_called_in_the_prompt_lane_of_a_saturated_pool() {
+    let h = harness();
+    let wakeups = Wakeups::new();
+    let (pool, remote, ids) = held_pool(&h, 40, 16, &clock_of_test()).await;
+    let pool = pool.with_wakeups(&wakeups);
+    assert_eq!(
+        (pool.slots(), pool.max_in_flight(), pool.prompt_places()),
+        (16, 32, 1)
+    );
+    let (stop, stopped) = watch::channel(false);
+    let handle = tokio::spawn(pool.run(stopped));
+    let_tasks_run().await;
+    assert_eq!(statuses(&h, &ids), (8, 32, 0), "every place taken");
+    assert_eq!(
+        remote.inside.load(Ordering::SeqCst),
+        15,
+        "the backlog holds every common slot"
+    );
+
+    let late = h.create_for("tenant-2", "late").await.command_id;
+    wakeups.wake();
+    let_tasks_run().await;
+    assert_eq!(h.command(&late).status, CommandStatus::Processing);
+    assert_eq!(
+        remote.inside.load(Ordering::SeqCst),
+        16,
+        "15 calls of the backlog, 1 of tenant-2 in the lane's slot"
+    );
+    assert_eq!(
+        statuses(&h, &ids),
+        (8, 32, 0),
+        "the lane took no backlog command"
+    );
+
+    remote.gate.add_permits(1_000);
+    let_tasks_run().await;
+    assert_eq!(statuses(&h, &ids), (0, 0, 40));
+    assert_eq!(h.command(&late).status, CommandStatus::Succeeded);
+    assert_eq!(remote.most_inside.load(Ordering::SeqCst), 16);
+    stop.send(true).unwrap();
+    let report = handle.await.unwrap();
+    assert_eq!((report.claimed, report.completed), (41, 41));
+}
+
+/// Without wake-ups, or turned off, or on fewer than 16 slots, a pool has no prompt lane (and
+/// reserves no slot); `tenantry serve`'s defaults (8 workers × 16) give it 4 places.
+#[tokio::test]
+async fn the_prompt_lane_has_a_place_per_16_slots_up_to_4() {
+    let h = harness();
+    let wakeups = Wakeups::new();
+    let pool = |workers: u32, claim_batch: u32| {
+        let dispatcher = Arc::new(Dispatcher::new(
+            h.store.clone(),
+            h.remote.clone(),
+            DispatcherConfig::default(),
+        ));
+        WorkerPool::new(
+            dispatcher,
+            owner("pool"),
+            workers,
+            WorkerConfig {
+                claim_batch,
+                ..WorkerConfig::default()
+            },
+        )
+    };
+    assert_eq!(pool(8, 16).with_wakeups(&wakeups).prompt_places(), 4);
+    assert_eq!(pool(2, 16).with_wakeups(&wakeups).prompt_places(), 2);
+    assert_eq!(pool(1, 15).with_wakeups(&wakeups).prompt_places(), 0);
+    assert_eq!(pool(8, 16).prompt_places(), 0, "no wake-ups");
+    assert_eq!(
+        pool(8, 16)
+            .with_wakeups(&wakeups)
+            .with_prompt_lane(false)
+            .prompt_places(),
+        0
+    );
+    assert_eq!(
+        pool(8, 16)
+            .with_wakeups(&wakeups)
+            .with_remote_call_limit(20)
+            .prompt_places(),
+        1,
+        "counted on the slots the pool really has"
+    );
+}
+
+/// A saturated claim's lone command of a tenant goes to the prompt lane too: tenant-2's
+/// command, enqueued behind tenant-1's backlog but at the head of the queue by its turn, is in
+/// the claimer's first claim (32 of 41, every place) and calls in the lane's reserved slot
+/// beside the backlog's 15 calls instead of taking one of their common slots.
+#[tokio::test]
+async fn a_saturated_claims_lone_command_is_dispatched_in_the_prompt_lane() {
+    let h = harness();
+    let wakeups = Wakeups::new();
+    let (pool, remote, ids) = held_pool(&h, 40, 16, &clock_of_test()).await;
+    let late = h.create_for("tenant-2", "late").await.command_id;
+    let pool = pool.with_wakeups(&wakeups);
+    let (stop, stopped) = watch::channel(false);
+    let handle = tokio::spawn(pool.run(stopped));
+    let_tasks_run().await;
+    assert_eq!(h.command(&late).status, CommandStatus::Processing);
+    assert_eq!(
+        statuses(&h, &ids),
+        (9, 31, 0),
+        "31 of the backlog and tenant-2's"
+    );
+    assert_eq!(
+        remote.inside.load(Ordering::SeqCst),
+        16,
+        "15 common slots for the backlog, the reserved one for tenant-2"
+    );
+    remote.gate.add_permits(1_000);
+    let_tasks_run().await;
+    assert_eq!(h.command(&late).status, CommandStatus::Succeeded);
+    stop.send(true).unwrap();
+    assert_eq!(handle.await.unwrap().completed, 41);
+}

@@ -1,0 +1,168 @@
+//! The worker pool's prompt lane: a newly enqueued command is claimed and settled beside the
+//! backlog's batches while the pool is saturated (issue 33, fairness across tenants;
+//! docs/protocol.md, "The prompt lane").
+//!
+//! Under a backlog the pool's one claimer runs claims of up to `max_in_flight / 2` commands
+//! back to back, and a settle queues for group commit behind up to two batches in flight: a
+//! command enqueued then waits for the claim running, for one more, and for a batch of
+//! settles, although its turn puts it at the head of the queue. The lane removes those waits
+//! for the few commands that arrive while the pool is saturated:
+//! - it wakes on the same wake-ups as the claimer (an intake of this process, or a
+//!   notification), and acts only while the claimer is saturated (its last claim took every
+//!   place it asked for); otherwise the claimer itself claims at once and the lane does nothing;
+//! - on each such wake-up it claims one command into a free place (it has at most
+//!   [`PROMPT_PLACES`]) in its own small statement, in the same turn order, so it takes the
+//!   head of the queue: the newly arrived tenant's command, or the backlog's next one when the
+//!   claimer took that command first;
+//! - the claimer gives the lane's free places to the lone commands of each saturated claim
+//!   (the only command of their tenant in it: a backlog's consecutive turns put several of
+//!   its commands in a claim), so a new command that the claimer's own claim took is
+//!   dispatched in the lane too;
+//! - each dispatch calls the remote in one of the slots reserved for the lane and settles on
+//!   its own (a batch of one, not queued for group commit); every rule of the dispatch is that
+//!   of any other (leases, renewal, compare-and-sets, hand-back at shutdown).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use tenantry_kernel::{LeaseOwner, TenantId};
+use tenantry_lifecycle::ClaimedCommand;
+use tenantry_ports::lifecycle::{KnowledgeFs, LifecycleStore};
+use tenantry_ports::wake::WakeSubscription;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
+use tokio::task::JoinSet;
+use tracing::debug;
+
+use super::tally;
+use crate::lifecycle::dispatcher::{CallSlots, DispatchError, DispatchReport, Dispatcher};
+use crate::lifecycle::worker::WorkerReport;
+
+/// Most commands the prompt lane holds at once (claimed, not yet settled), and the most remote
+/// calls it makes at once: 4, fewer on a small pool ([`places`]).
+pub const PROMPT_PLACES: u32 = 4;
+
+/// The lane's places for a pool of `slots` remote-call slots: one per 16 slots, at most
+/// [`PROMPT_PLACES`] (`tenantry serve`'s defaults, 8 workers × 16: 4). A pool of fewer than 16
+/// slots has no lane: every slot it reserved would be a sixteenth or more of its calls.
+pub(super) fn places(slots: u32) -> u32 {
+    (slots / 16).min(PROMPT_PLACES)
+}
+
+/// The lane of one pool run.
+pub(super) struct PromptLane<S, R> {
+    pub(super) dispatcher: Arc<Dispatcher<S, R>>,
+    pub(super) owner: LeaseOwner,
+    pub(super) product_enabled: Arc<AtomicBool>,
+    pub(super) wake: WakeSubscription,
+    /// Set by the claimer: its last claim took every place it asked for.
+    pub(super) saturated: Arc<AtomicBool>,
+    /// The lane's places, shared with the claimer ([`take_place`]).
+    pub(super) places: Arc<Semaphore>,
+    pub(super) slots: Arc<CallSlots>,
+}
+
+/// A free place of the lane, if one is free: the claimer dispatches the lone commands of a
+/// saturated claim ([`lone_tenants`]) in the lane while it has places, so a newly arrived
+/// tenant's command that the claimer took first is not settled behind a batch either.
+pub(super) fn take_place(places: &Arc<Semaphore>) -> Option<OwnedSemaphorePermit> {
+    places.clone().try_acquire_owned().ok()
+}
+
+/// For each command of `claimed`, whether it is its tenant's only command in the claim. A
+/// tenant with a backlog has consecutive turns, so a claim that reaches one of its commands
+/// takes several; a tenant's lone command is one that arrived without a backlog behind it:
+/// the commands the lane exists for.
+pub(super) fn lone_tenants(claimed: &[ClaimedCommand]) -> Vec<bool> {
+    let mut per_tenant: HashMap<&TenantId, usize> = HashMap::new();
+    for command in claimed {
+        *per_tenant.entry(&command.tenant_id).or_default() += 1;
+    }
+    claimed
+        .iter()
+        .map(|command| per_tenant.get(&command.tenant_id) == Some(&1))
+        .collect()
+}
+
+impl<S, R> PromptLane<S, R>
+where
+    S: LifecycleStore + 'static,
+    R: KnowledgeFs + 'static,
+{
+    /// Runs until `shutdown` turns true (or its sender is dropped), then waits for its
+    /// dispatches (the pool closes the slots, so those that have not called hand their
+    /// commands back). Each wake-up while the claimer is saturated claims the head of the
+    /// queue, one command, into a free place. A failed claim is logged and left to the
+    /// claimer, which retries it.
+    pub(super) async fn run(mut self, mut shutdown: watch::Receiver<bool>) -> WorkerReport {
+        let mut report = WorkerReport::default();
+        let mut running: JoinSet<Result<DispatchReport, DispatchError>> = JoinSet::new();
+        // Wake-ups sent before the pool started are the claimer's (its first claim finds
+        // their commands); the lane acts on later ones only.
+        self.wake.mark_seen();
+        loop {
+            if *shutdown.borrow() || shutdown.has_changed().is_err() {
+                break;
+            }
+            tokio::select! {
+                biased;
+                _ = shutdown.changed() => continue,
+                Some(done) = running.join_next() => {
+                    tally(&mut report, done);
+                    continue;
+                }
+                () = self.wake.woken() => {}
+            }
+            self.wake.mark_seen();
+            if !self.saturated.load(Ordering::Acquire) {
+                // The claimer is not saturated: it claims the new command itself.
+                continue;
+            }
+            let Some(place) = take_place(&self.places) else {
+                // Every place is taken: the claimer's next claim leads with the command.
+                continue;
+            };
+            let enabled = self.product_enabled.load(Ordering::Relaxed);
+            match self.dispatcher.claim(&self.owner, enabled, 1).await {
+                Ok((claimed, started)) => {
+                    report.claimed += claimed.len() as u64;
+                    if let Some(command) = claimed.into_iter().next() {
+                        let dispatcher = self.dispatcher.clone();
+                        let slots = self.slots.clone();
+                        running.spawn(Box::pin(async move {
+                            let _place = place;
+                            dispatcher
+                                .dispatch_prompt(command, started, enabled, &slots)
+                                .await
+                        }));
+                    }
+                }
+                Err(error) => debug!(%error, "prompt lane claim failed; left to the claimer"),
+            }
+        }
+        while let Some(done) = running.join_next().await {
+            tally(&mut report, done);
+        }
+        report
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn places_are_one_per_16_slots_up_to_4() {
+        for (slots, expected) in [
+            (0, 0),
+            (15, 0),
+            (16, 1),
+            (31, 1),
+            (32, 2),
+            (64, 4),
+            (1_000, 4),
+        ] {
+            assert_eq!(places(slots), expected, "{slots} slots");
+        }
+    }
+}
