@@ -39,11 +39,12 @@
 //!   starts a task for each at once.
 //!
 //! - while it is saturated (its last claim took every place it asked for), a **prompt lane**
-//!   claims the commands that wake-ups announce in its own small claims, up to
-//!   [`PROMPT_PLACES`], calls the remote in slots reserved for it and settles each on its own,
-//!   not queued for group commit: another tenant's new command, at the head of the queue by
-//!   its turn, does not wait for the backlog's claims and settle batches (issue 33; see
-//!   [`WorkerPool::prompt_places`] and docs/protocol.md, "The prompt lane").
+//!   with up to [`PROMPT_PLACES`] places claims one command per wake-up in its own statement
+//!   and takes a saturated claim's lone commands of a tenant; it calls the remote in slots
+//!   reserved for it and settles each command on its own, not queued for group commit: another
+//!   tenant's new command, at the head of the queue by its turn, does not wait for the
+//!   backlog's claims and settle batches (issue 33; see [`WorkerPool::prompt_places`] and
+//!   docs/protocol.md, "The prompt lane").
 //!
 //! Under a backlog this takes commands in claims of `max_in_flight / 2` or more instead of
 //! `claim_batch`, and the statements no longer race each other; under low load a command is

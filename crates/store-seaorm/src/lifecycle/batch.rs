@@ -11,16 +11,18 @@
 //!   the single-settlement code inside its own savepoint, so a refusal rolls back exactly that
 //!   item.
 //!
-//! On PostgreSQL the fast items take at most three statements, each with one JSON parameter
+//! On PostgreSQL the fast items take at most two statements, each with one JSON parameter
 //! expanded by `json_to_recordset` (so the statement text, and its prepared statement, is the
 //! same for every batch size):
-//! 1. `SELECT .. FOR UPDATE OF o, c` over the items with a compare-and-set: verifies their
-//!    leases (owner, epoch, status processing) and locks their outbox rows and control spaces,
-//!    in control-space order so concurrent batches cannot deadlock on them;
-//! 2. one `UPDATE tenantry_control_spaces .. FROM json_to_recordset(..) .. RETURNING` applying
-//!    every compare-and-set of a held lease; an item whose expected resource version or state no
-//!    longer matches is reported as [`SettleError::ControlSpaceConflict`] and gets no ack;
-//! 3. one `UPDATE tenantry_lifecycle_outbox .. FROM json_to_recordset(..) .. RETURNING` writing the
+//! 1. one `UPDATE tenantry_control_spaces .. FROM (SELECT .. FOR UPDATE OF o, s) .. RETURNING`
+//!    over the items with a compare-and-set: its subquery verifies their leases (owner, epoch,
+//!    status processing) and expected resource versions and states, and locks their outbox
+//!    rows and control spaces in control-space order, so concurrent batches cannot deadlock
+//!    on them; the update applies their compare-and-sets. An item it does not return is
+//!    reported, after one look at its lease, as [`SettleError::LeaseLost`] or (lease held: the
+//!    control space changed or is gone) [`SettleError::ControlSpaceConflict`], and gets no ack
+//!    (until 2026-12-05 this was two statements: the lock, then the compare-and-sets);
+//! 2. one `UPDATE tenantry_lifecycle_outbox .. FROM json_to_recordset(..) .. RETURNING` writing the
 //!    outcome (ack, retry, fail or moot) of every remaining item under its lease; an item it
 //!    does not return lost its lease. When the batch holds retries or dead letters, the same
 //!    statement is wrapped in a data-modifying CTE that inserts their attempt-error log entries
@@ -238,7 +240,7 @@ async fn lock_spaces<C: ConnectionTrait>(conn: &C, items: &[Item]) -> Result<(),
     Ok(())
 }
 
-/// Statements 1–3 of the module documentation for the fast items `fast`.
+/// Statements 1 and 2 of the module documentation for the fast items `fast`.
 async fn settle_fast_postgres<C: ConnectionTrait>(
     conn: &C,
     now: &str,
@@ -250,30 +252,13 @@ async fn settle_fast_postgres<C: ConnectionTrait>(
         .iter()
         .partition(|&&i| items[i].1.control_space.is_some());
     if !with_cas.is_empty() {
-        let held = lock_leases_postgres(conn, items, &with_cas).await?;
-        let mut candidates = Vec::with_capacity(with_cas.len());
+        let applied = lock_and_cas_postgres(conn, items, &with_cas).await?;
         for i in with_cas {
-            if held.contains(items[i].0.command_id.as_str()) {
-                candidates.push(i);
-            } else {
-                results[i] = Err(unheld(conn, &items[i]).await?);
-            }
-        }
-        let applied = cas_postgres(conn, items, &candidates).await?;
-        for i in candidates {
-            let Some(cas) = &items[i].1.control_space else {
-                continue;
-            };
-            let key = (
-                cas.next.tenant_id.as_str().to_owned(),
-                cas.next.control_space_id.as_str().to_owned(),
-            );
-            if applied.contains(&key) {
+            if applied.contains(items[i].0.command_id.as_str()) {
                 to_ack.push(i);
             } else {
-                results[i] = Err(SettleError::ControlSpaceConflict {
-                    control_space_id: cas.next.control_space_id.clone(),
-                });
+                // Lease lost, or (lease held) a control space changed or gone.
+                results[i] = Err(unheld(conn, &items[i]).await?);
             }
         }
     }
@@ -292,48 +277,6 @@ async fn settle_fast_postgres<C: ConnectionTrait>(
     Ok(())
 }
 
-/// Statement 1: the ids among `indices` whose lease is held, with their outbox rows and
-/// control spaces locked in control-space order.
-async fn lock_leases_postgres<C: ConnectionTrait>(
-    conn: &C,
-    items: &[Item],
-    indices: &[usize],
-) -> Result<HashSet<String>, StoreError> {
-    let rows: Vec<serde_json::Value> = indices
-        .iter()
-        .filter_map(|&i| {
-            let (lease, settlement) = &items[i];
-            let cas = settlement.control_space.as_ref()?;
-            Some(json!({
-                "id": lease.command_id.as_str(),
-                "owner": lease.owner.as_str(),
-                "epoch": lease.epoch.0,
-                "tenant_id": cas.next.tenant_id.as_str(),
-                "control_space_id": cas.next.control_space_id.as_str(),
-            }))
-        })
-        .collect();
-    let sql = format!(
-        "SELECT o.id FROM tenantry_lifecycle_outbox AS o \
-         JOIN json_to_recordset($1::json) \
-           AS v(id text, owner text, epoch bigint, tenant_id text, control_space_id text) \
-           ON o.id = v.id \
-         JOIN tenantry_control_spaces AS c \
-           ON c.tenant_id = v.tenant_id AND c.control_space_id = v.control_space_id \
-         WHERE o.status = '{processing}' AND o.lease_owner = v.owner AND o.lease_epoch = v.epoch \
-         ORDER BY c.tenant_id, c.control_space_id, o.id \
-         FOR UPDATE OF o, c",
-        processing = CommandStatus::Processing.as_str(),
-    );
-    let rows = conn
-        .query_all_raw(json_statement(sql, &rows))
-        .await
-        .map_err(unavailable)?;
-    rows.iter()
-        .map(|row| row.try_get::<String>("", "id").map_err(unavailable))
-        .collect()
-}
-
 /// A PostgreSQL statement whose only parameter `$1` is `rows` as a JSON array. The statement
 /// text does not depend on the batch size, so every batch reuses one prepared statement.
 fn json_statement(sql: String, rows: &[serde_json::Value]) -> Statement {
@@ -341,8 +284,8 @@ fn json_statement(sql: String, rows: &[serde_json::Value]) -> Statement {
     Statement::from_sql_and_values(DbBackend::Postgres, sql, [rows.into()])
 }
 
-/// Why an item with a compare-and-set was not returned by the lock statement: its lease is
-/// lost, or (lease held) its control space does not exist.
+/// Why an item with a compare-and-set was not returned by statement 1: its lease is lost, or
+/// (lease held) its control space changed since it was read or does not exist.
 async fn unheld<C: ConnectionTrait>(conn: &C, item: &Item) -> Result<SettleError, StoreError> {
     let (lease, settlement) = item;
     let row = conn
@@ -371,22 +314,28 @@ async fn unheld<C: ConnectionTrait>(conn: &C, item: &Item) -> Result<SettleError
     })
 }
 
-/// Statement 2: applies the compare-and-sets of `indices` (distinct control spaces); returns
-/// the `(tenant_id, control_space_id)` keys it changed.
-async fn cas_postgres<C: ConnectionTrait>(
+/// Statement 1: locks, in control-space order, the outbox row and the control space of every
+/// item of `indices` (distinct commands and control spaces) whose lease is held (owner, epoch,
+/// status processing) and whose control space still has the expected resource version and
+/// state, and applies those items' compare-and-sets; returns their command ids. Concurrent
+/// batches lock in the same order, so they wait for each other instead of deadlocking. A
+/// locked outbox row cannot lose its lease before the batch commits, so statement 2 acks
+/// every item returned here.
+async fn lock_and_cas_postgres<C: ConnectionTrait>(
     conn: &C,
     items: &[Item],
     indices: &[usize],
-) -> Result<HashSet<(String, String)>, StoreError> {
-    if indices.is_empty() {
-        return Ok(HashSet::new());
-    }
+) -> Result<HashSet<String>, StoreError> {
     let rows: Vec<serde_json::Value> = indices
         .iter()
         .filter_map(|&i| {
-            let cas = items[i].1.control_space.as_ref()?;
+            let (lease, settlement) = &items[i];
+            let cas = settlement.control_space.as_ref()?;
             let next = &cas.next;
             Some(json!({
+                "id": lease.command_id.as_str(),
+                "owner": lease.owner.as_str(),
+                "epoch": lease.epoch.0,
                 "tenant_id": next.tenant_id.as_str(),
                 "control_space_id": next.control_space_id.as_str(),
                 "expected_version": cas.expected_resource_version,
@@ -401,36 +350,43 @@ async fn cas_postgres<C: ConnectionTrait>(
             }))
         })
         .collect();
-    let sql = "UPDATE tenantry_control_spaces AS c SET state = v.state, \
-           lifecycle_operation_id = v.operation_id, resource_version = v.resource_version, \
-           knowledge_space_id = v.knowledge_space_id, \
-           knowledge_space_revision = v.knowledge_space_revision, \
-           deletion_irreversible_at = v.deletion_irreversible_at, updated_at = v.updated_at \
-         FROM json_to_recordset($1::json) AS v(tenant_id text, control_space_id text, \
-           expected_version bigint, expected_state text, state text, operation_id text, \
-           resource_version bigint, knowledge_space_id text, knowledge_space_revision bigint, \
-           deletion_irreversible_at bigint, updated_at bigint) \
-         WHERE c.tenant_id = v.tenant_id AND c.control_space_id = v.control_space_id \
-           AND c.resource_version = v.expected_version AND c.state = v.expected_state \
-         RETURNING c.tenant_id, c.control_space_id"
-        .to_owned();
+    // The locking subquery re-checks its conditions on the newest version of a row another
+    // transaction changed meanwhile (READ COMMITTED), and the update checks the expected
+    // version and state once more on the row it writes, which the subquery holds locked.
+    let sql = format!(
+        "UPDATE tenantry_control_spaces AS c SET state = l.state, \
+           lifecycle_operation_id = l.operation_id, resource_version = l.resource_version, \
+           knowledge_space_id = l.knowledge_space_id, \
+           knowledge_space_revision = l.knowledge_space_revision, \
+           deletion_irreversible_at = l.deletion_irreversible_at, updated_at = l.updated_at \
+         FROM (SELECT v.* FROM json_to_recordset($1::json) AS v(id text, owner text, \
+             epoch bigint, tenant_id text, control_space_id text, expected_version bigint, \
+             expected_state text, state text, operation_id text, resource_version bigint, \
+             knowledge_space_id text, knowledge_space_revision bigint, \
+             deletion_irreversible_at bigint, updated_at bigint) \
+           JOIN tenantry_lifecycle_outbox AS o ON o.id = v.id \
+           JOIN tenantry_control_spaces AS s \
+             ON s.tenant_id = v.tenant_id AND s.control_space_id = v.control_space_id \
+           WHERE o.status = '{processing}' AND o.lease_owner = v.owner \
+             AND o.lease_epoch = v.epoch \
+             AND s.resource_version = v.expected_version AND s.state = v.expected_state \
+           ORDER BY s.tenant_id, s.control_space_id, o.id \
+           FOR UPDATE OF o, s) AS l \
+         WHERE c.tenant_id = l.tenant_id AND c.control_space_id = l.control_space_id \
+           AND c.resource_version = l.expected_version AND c.state = l.expected_state \
+         RETURNING l.id",
+        processing = CommandStatus::Processing.as_str(),
+    );
     let rows = conn
         .query_all_raw(json_statement(sql, &rows))
         .await
         .map_err(unavailable)?;
     rows.iter()
-        .map(|row| {
-            Ok((
-                row.try_get::<String>("", "tenant_id")
-                    .map_err(unavailable)?,
-                row.try_get::<String>("", "control_space_id")
-                    .map_err(unavailable)?,
-            ))
-        })
+        .map(|row| row.try_get::<String>("", "id").map_err(unavailable))
         .collect()
 }
 
-/// Statement 3: acks, retries, fails or closes as moot `indices` (distinct commands, every one with an outcome)
+/// Statement 2: acks, retries, fails or closes as moot `indices` (distinct commands, every one with an outcome)
 /// under their leases; an item not updated is reported as [`SettleError::LeaseLost`].
 async fn ack_postgres<C: ConnectionTrait>(
     conn: &C,
