@@ -14,7 +14,11 @@
 //! - **control-space reads** (when [`GroupCommitConfig::coalesce_reads`]) are queued the same
 //!   way and answered by one [`ControlSpaceReader::control_spaces`] statement per batch. A read
 //!   is always executed after it was requested, so it is never staler than a direct read.
-//! - everything else (claim, intake, listings) goes straight to the wrapped store.
+//! - everything else (claim, intake, listings) goes straight to the wrapped store, and so does
+//!   a batch handed to [`CommandQueue::settle_many`] directly: it is executed at once, not
+//!   queued (the worker pool's prompt lane settles a command so, as a batch of one; the order
+//!   of queued items below does not cover it, and its compare-and-set decides against a
+//!   queued one as between any two settles).
 //!
 //! Batching is natural: under low load a request finds an idle flusher and is executed at once
 //! (a batch of one; with `max_wait` zero no latency is added); under load, requests queue while

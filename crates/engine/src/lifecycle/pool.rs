@@ -36,18 +36,20 @@
 //! - whenever at least half of `max_in_flight` is free (not counting the dispatches waiting
 //!   for their tenant), it claims as many commands as are free, in one statement, at most
 //!   up to [`WorkerPool::max_held`] (so near that bound claims can be as small as one), and
-//!   starts a task for each at once.
-//!
-//! - while it is saturated (its last claim took every place it asked for), a **prompt lane**
+//!   starts a task for each at once;
+//! - while it is saturated (its last claim took every place it asked for, or it waits for
+//!   places), a **prompt lane**
 //!   with up to [`PROMPT_PLACES`] places claims one command per wake-up in its own statement
 //!   and takes a saturated claim's lone commands of a tenant; it calls the remote in slots
-//!   reserved for it and settles each command on its own, not queued for group commit: another
-//!   tenant's new command, at the head of the queue by its turn, does not wait for the
-//!   backlog's claims and settle batches (issue 33; see [`WorkerPool::prompt_places`] and
+//!   reserved for it (the other calls share the rest, and the claimer holds
+//!   [`IN_FLIGHT_PER_SLOT`] per slot of those) and settles each command on its own, not queued
+//!   for group commit: another tenant's new command, at the head of the queue by its turn,
+//!   does not wait for the backlog's claims and settle batches (issue 33; see [`WorkerPool::prompt_places`] and
 //!   docs/protocol.md, "The prompt lane").
 //!
 //! Under a backlog this takes commands in claims of `max_in_flight / 2` or more instead of
-//! `claim_batch`, and the statements no longer race each other; under low load a command is
+//! `claim_batch`, and its statements no longer race each other (only the prompt lane's
+//! one-command claims run beside them); under low load a command is
 //! claimed as soon as a wake-up arrives, as by an idle worker.
 //! A dispatch that finishes while the pool is idle ends the idle sleep, as a worker claims
 //! again after its batch: the claim and the next due time are read again, so a retry is
@@ -59,13 +61,14 @@
 
 mod prompt_lane;
 
+use std::collections::HashSet;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-use tenantry_kernel::LeaseOwner;
+use tenantry_kernel::{LeaseOwner, TenantId};
 use tenantry_ports::lifecycle::{KnowledgeFs, LifecycleStore};
 use tenantry_ports::wake::{WakeSubscription, Wakeups};
-use tokio::sync::watch;
+use tokio::sync::{Notify, watch};
 use tokio::task::{JoinError, JoinSet};
 use tracing::{debug, info, warn};
 
@@ -150,13 +153,18 @@ where
         }
     }
 
-    /// Most dispatches in flight (claimed and not yet settled): [`slots`](Self::slots) ×
-    /// [`IN_FLIGHT_PER_SLOT`] when the dispatcher renews leases (one calling and one waiting per
-    /// slot, so the pool never holds more than it can start within one call time and leaves
-    /// the rest of a backlog to other replicas), else [`slots`](Self::slots) (a lease that is
-    /// not renewed must not wait for a slot: it was sized for the remote call alone).
+    /// Most dispatches in flight (claimed and not yet settled): [`IN_FLIGHT_PER_SLOT`] per
+    /// remote-call slot outside the prompt lane when the dispatcher renews leases (one calling
+    /// and one waiting per slot, so the pool never holds more than it can start within one
+    /// call time and leaves the rest of a backlog to other replicas), else one (a lease that is
+    /// not renewed must not wait for a slot: it was sized for the remote call alone), plus the
+    /// [prompt lane's places](Self::prompt_places), one per slot reserved for it. Without a
+    /// lane: [`slots`](Self::slots) × [`IN_FLIGHT_PER_SLOT`] (or × 1).
     pub fn max_in_flight(&self) -> u32 {
-        self.slots.saturating_mul(self.in_flight_per_slot)
+        let places = self.prompt_places();
+        (self.slots - places)
+            .saturating_mul(self.in_flight_per_slot)
+            .saturating_add(places)
     }
 
     /// Bounds the remote calls at once by `limit` as well (at least 1): the concurrency limit
@@ -244,10 +252,10 @@ where
         self.slots
     }
 
-    /// Free places (of [`max_in_flight`](Self::max_in_flight)) at which the claimer claims
-    /// again while dispatches are in flight: half, rounded up.
+    /// Free places at which the claimer claims again while dispatches are in flight: half of
+    /// its own (of [`max_in_flight`](Self::max_in_flight), less the prompt lane's), rounded up.
     pub fn refill_at(&self) -> u32 {
-        self.max_in_flight().div_ceil(2)
+        (self.max_in_flight() - self.prompt_places()).div_ceil(2)
     }
 
     /// The lease owner of this pool's claims.
@@ -266,8 +274,9 @@ where
         let mut report = WorkerReport::default();
         let mut running: JoinSet<Result<DispatchReport, DispatchError>> = JoinSet::new();
         let refill_at = self.refill_at() as usize;
-        let max_in_flight = self.max_in_flight() as usize;
         let prompt_places = self.prompt_places();
+        // The claimer's own bounds: the prompt lane's places are the lane's.
+        let max_in_flight = (self.max_in_flight() - prompt_places) as usize;
         let remote_slots = Arc::new(
             CallSlots::new(
                 self.slots as usize,
@@ -275,11 +284,15 @@ where
             )
             .reserve_for_prompt_lane(prompt_places as usize),
         );
-        let max_held = self.max_held() as usize;
+        let max_held = (self.max_held() - prompt_places) as usize;
         // The prompt lane runs in a task of this future's own set: dropping the pool's future
-        // (a crash in the simulations) drops it with every dispatch of its own.
+        // aborts it, and with it (once aborted) every dispatch of its own.
         let saturated = Arc::new(AtomicBool::new(false));
         let lane_places = Arc::new(tokio::sync::Semaphore::new(prompt_places as usize));
+        let lane_finished = Arc::new(Notify::new());
+        // Lone commands dispatched by the claimer in the lane's places (not its own).
+        let lone_running = Arc::new(AtomicUsize::new(0));
+        let mut last_claim_tenants: HashSet<TenantId> = HashSet::new();
         let mut lanes: JoinSet<WorkerReport> = JoinSet::new();
         if let (true, Some(wake)) = (prompt_places > 0, self.prompt_wake.take()) {
             let lane = PromptLane {
@@ -290,6 +303,7 @@ where
                 saturated: saturated.clone(),
                 places: lane_places.clone(),
                 slots: remote_slots.clone(),
+                finished: lane_finished.clone(),
             };
             lanes.spawn(lane.run(shutdown.clone()));
         }
@@ -309,13 +323,17 @@ where
             // (the claimer looks again as soon as one starts waiting), so another tenant's
             // command is not claimed only after the bounded tenant's waiting dispatches have
             // drained. Without a bound none wait so.
-            let counted = running
+            // The lone commands in the lane's places are the lane's, not the claimer's.
+            let own = running
                 .len()
-                .saturating_sub(remote_slots.waiting_for_tenant());
+                .saturating_sub(lone_running.load(Ordering::Acquire));
+            let counted = own.saturating_sub(remote_slots.waiting_for_tenant());
             let counted_free = max_in_flight.saturating_sub(counted);
-            let free = counted_free.min(max_held.saturating_sub(running.len()));
+            let free = counted_free.min(max_held.saturating_sub(own));
             if counted_free < refill_at || free == 0 {
-                // Busy: wait for dispatches to finish (or shutdown).
+                // Busy: wait for dispatches to finish (or shutdown). A new command cannot be
+                // claimed here meanwhile: the prompt lane may.
+                saturated.store(true, Ordering::Release);
                 // Biased (a fixed polling order): no branch order drawn from tokio's unseeded
                 // generator, so a simulated run depends on its seed alone.
                 tokio::select! {
@@ -342,10 +360,13 @@ where
                 Ok((claimed, started)) if !claimed.is_empty() => {
                     report.claimed += claimed.len() as u64;
                     let lone = if saturated_now && prompt_places > 0 {
-                        prompt_lane::lone_tenants(&claimed)
+                        prompt_lane::lone_tenants(&claimed, &last_claim_tenants)
                     } else {
                         Vec::new()
                     };
+                    if prompt_places > 0 {
+                        last_claim_tenants = claimed.iter().map(|c| c.tenant_id.clone()).collect();
+                    }
                     for (i, command) in claimed.into_iter().enumerate() {
                         let dispatcher = self.dispatcher.clone();
                         let slots = remote_slots.clone();
@@ -358,8 +379,9 @@ where
                             .then(|| prompt_lane::take_place(&lane_places))
                             .flatten()
                         {
+                            let counted = prompt_lane::Counted::enter(&lone_running);
                             running.spawn(Box::pin(async move {
-                                let _place = place;
+                                let _held = (place, counted);
                                 dispatcher
                                     .dispatch_prompt(command, started, enabled, &slots)
                                     .await
@@ -397,6 +419,8 @@ where
                             // and sleep until the store's next due time.
                             tally(&mut report, done);
                         }
+                        // The same for a dispatch of the prompt lane.
+                        () = lane_finished.notified() => {}
                     }
                 }
                 Err(error) => {
@@ -423,11 +447,7 @@ where
         }
         while let Some(lane) = lanes.join_next().await {
             match lane {
-                Ok(lane) => {
-                    report.claimed += lane.claimed;
-                    report.completed += lane.completed;
-                    report.errors += lane.errors;
-                }
+                Ok(lane) => report.add(&lane),
                 Err(error) => warn!(%error, "the prompt lane ended abnormally"),
             }
         }

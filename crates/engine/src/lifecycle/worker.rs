@@ -79,6 +79,15 @@ pub struct WorkerReport {
     pub errors: u64,
 }
 
+impl WorkerReport {
+    /// Adds `other`'s counts to these.
+    pub fn add(&mut self, other: &WorkerReport) {
+        self.claimed += other.claimed;
+        self.completed += other.completed;
+        self.errors += other.errors;
+    }
+}
+
 /// A lease owner unique to this process and worker: `<prefix>-<pid>-<uuid>`.
 ///
 /// # Panics

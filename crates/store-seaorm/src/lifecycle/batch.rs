@@ -11,7 +11,8 @@
 //!   the single-settlement code inside its own savepoint, so a refusal rolls back exactly that
 //!   item.
 //!
-//! On PostgreSQL the fast items take at most two statements, each with one JSON parameter
+//! On PostgreSQL the fast items take at most two statements (and one look-up per item refused
+//! by the first), each with one JSON parameter
 //! expanded by `json_to_recordset` (so the statement text, and its prepared statement, is the
 //! same for every batch size):
 //! 1. one `UPDATE tenantry_control_spaces .. FROM (SELECT .. FOR UPDATE OF o, s) .. RETURNING`

@@ -290,11 +290,11 @@ mod tests {
 
     /// The prompt lane's calls take the slots reserved for them and never wait behind the
     /// common ones; the common calls cannot take the reserved slots; the process's bound
-    /// (common + reserved) holds; the tenant bound holds in both lanes; at least one common
+    /// (common + reserved) holds; the tenant bound holds in the lane too; at least one common
     /// slot stays.
     #[tokio::test]
     async fn reserved_slots_serve_the_prompt_lane_alone() {
-        let slots = Arc::new(CallSlots::new(4, Some(3)).reserve_for_prompt_lane(1));
+        let slots = Arc::new(CallSlots::new(5, Some(3)).reserve_for_prompt_lane(2));
         let (a, b) = (tenant("tenant-a"), tenant("tenant-b"));
         let common = [
             slots.acquire(&a).await.unwrap(),
@@ -303,24 +303,18 @@ mod tests {
         ];
         assert!(
             ready(slots.acquire(&b)).await.is_none(),
-            "3 common slots, the 4th is reserved"
+            "3 common slots, the other 2 are reserved"
         );
         let prompt = ready(super::super::PROMPT_LANE.scope((), slots.acquire(&b)))
             .await
-            .expect("the lane's call takes the reserved slot")
+            .expect("the lane's call takes a reserved slot")
             .unwrap();
-        assert!(
-            ready(super::super::PROMPT_LANE.scope((), slots.acquire(&b)))
-                .await
-                .is_none(),
-            "one reserved slot"
-        );
         drop(prompt);
-        // Tenant A holds 2 of its 3: its third call may take the reserved slot, a fourth waits
-        // for its tenant even in the lane.
-        let third = super::super::PROMPT_LANE
-            .scope((), slots.acquire(&a))
+        // Tenant A holds 2 of its 3: its third call may take a reserved slot; a fourth waits
+        // for its tenant even in the lane, with a reserved slot still free.
+        let third = ready(super::super::PROMPT_LANE.scope((), slots.acquire(&a)))
             .await
+            .expect("a reserved slot")
             .unwrap();
         assert!(
             ready(super::super::PROMPT_LANE.scope((), slots.acquire(&a)))
@@ -328,10 +322,23 @@ mod tests {
                 .is_none(),
             "the tenant bound holds in the lane"
         );
-        drop((common, third));
+        let other = ready(super::super::PROMPT_LANE.scope((), slots.acquire(&b)))
+            .await
+            .expect("the second reserved slot was free")
+            .unwrap();
+        assert!(
+            ready(super::super::PROMPT_LANE.scope((), slots.acquire(&b)))
+                .await
+                .is_none(),
+            "two reserved slots"
+        );
+        drop((common, third, other));
 
         let all_reserved = CallSlots::new(2, None).reserve_for_prompt_lane(5);
-        let _one = all_reserved.acquire(&a).await.unwrap();
+        let _one = ready(all_reserved.acquire(&a))
+            .await
+            .expect("one common slot stays")
+            .unwrap();
         let _two = ready(super::super::PROMPT_LANE.scope((), all_reserved.acquire(&a)))
             .await
             .expect("one slot reserved of 2")

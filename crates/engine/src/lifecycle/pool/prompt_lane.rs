@@ -2,35 +2,36 @@
 //! backlog's batches while the pool is saturated (issue 33, fairness across tenants;
 //! docs/protocol.md, "The prompt lane").
 //!
-//! Under a backlog the pool's one claimer runs claims of up to `max_in_flight / 2` commands
+//! Under a backlog the pool's one claimer runs claims of `max_in_flight / 2` commands or more
 //! back to back, and a settle queues for group commit behind up to two batches in flight: a
 //! command enqueued then waits for the claim running, for one more, and for a batch of
 //! settles, although its turn puts it at the head of the queue. The lane removes those waits
 //! for the few commands that arrive while the pool is saturated:
 //! - it wakes on the same wake-ups as the claimer (an intake of this process, or a
 //!   notification), and acts only while the claimer is saturated (its last claim took every
-//!   place it asked for); otherwise the claimer itself claims at once and the lane does nothing;
+//!   place it asked for, or it waits for places to free); otherwise the claimer is idle or about
+//!   to claim, claims the new command itself, and the lane does nothing;
 //! - on each such wake-up it claims one command into a free place (it has at most
 //!   [`PROMPT_PLACES`]) in its own small statement, in the same turn order, so it takes the
 //!   head of the queue: the newly arrived tenant's command, or the backlog's next one when the
 //!   claimer took that command first;
 //! - the claimer gives the lane's free places to the lone commands of each saturated claim
-//!   (the only command of their tenant in it: a backlog's consecutive turns put several of
-//!   its commands in a claim), so a new command that the claimer's own claim took is
-//!   dispatched in the lane too;
+//!   ([`lone_tenants`]: the only command of their tenant in it, of a tenant absent from the
+//!   claimer's previous claim; a backlog's consecutive turns put its commands in claim after
+//!   claim), so a new command that the claimer's own claim took is dispatched in the lane too;
 //! - each dispatch calls the remote in one of the slots reserved for the lane and settles on
 //!   its own (a batch of one, not queued for group commit); every rule of the dispatch is that
 //!   of any other (leases, renewal, compare-and-sets, hand-back at shutdown).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use tenantry_kernel::{LeaseOwner, TenantId};
 use tenantry_lifecycle::ClaimedCommand;
 use tenantry_ports::lifecycle::{KnowledgeFs, LifecycleStore};
 use tenantry_ports::wake::WakeSubscription;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, watch};
 use tokio::task::JoinSet;
 use tracing::debug;
 
@@ -43,8 +44,10 @@ use crate::lifecycle::worker::WorkerReport;
 pub const PROMPT_PLACES: u32 = 4;
 
 /// The lane's places for a pool of `slots` remote-call slots: one per 16 slots, at most
-/// [`PROMPT_PLACES`] (`tenantry serve`'s defaults, 8 workers × 16: 4). A pool of fewer than 16
-/// slots has no lane: every slot it reserved would be a sixteenth or more of its calls.
+/// [`PROMPT_PLACES`] (8 workers × 16 with no lower remote call limit, as the benchmarks' pools:
+/// 4). A pool of fewer than 16 slots has no lane (`tenantry serve`'s defaults: at most
+/// `knowledge_fs_max_concurrent_calls` = 8 slots): every slot it reserved would be more than
+/// a sixteenth of its calls.
 pub(super) fn places(slots: u32) -> u32 {
     (slots / 16).min(PROMPT_PLACES)
 }
@@ -60,6 +63,25 @@ pub(super) struct PromptLane<S, R> {
     /// The lane's places, shared with the claimer ([`take_place`]).
     pub(super) places: Arc<Semaphore>,
     pub(super) slots: Arc<CallSlots>,
+    /// Told whenever one of the lane's dispatches ends, so an idle claimer looks again (a
+    /// settled retry may be due).
+    pub(super) finished: Arc<Notify>,
+}
+
+/// One dispatch counted in a counter while it lives.
+pub(super) struct Counted(Arc<AtomicUsize>);
+
+impl Counted {
+    pub(super) fn enter(counter: &Arc<AtomicUsize>) -> Self {
+        counter.fetch_add(1, Ordering::AcqRel);
+        Self(counter.clone())
+    }
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// A free place of the lane, if one is free: the claimer dispatches the lone commands of a
@@ -69,18 +91,23 @@ pub(super) fn take_place(places: &Arc<Semaphore>) -> Option<OwnedSemaphorePermit
     places.clone().try_acquire_owned().ok()
 }
 
-/// For each command of `claimed`, whether it is its tenant's only command in the claim. A
-/// tenant with a backlog has consecutive turns, so a claim that reaches one of its commands
-/// takes several; a tenant's lone command is one that arrived without a backlog behind it:
-/// the commands the lane exists for.
-pub(super) fn lone_tenants(claimed: &[ClaimedCommand]) -> Vec<bool> {
+/// For each command of `claimed`, whether it is *lone*: its tenant's only command in the
+/// claim, and its tenant had none in the claimer's `previous` claim. A tenant with a backlog
+/// has consecutive turns, so claim after claim takes its commands (several per claim when few
+/// tenants have backlogs, one per claim when up to a claim's size of them do); a lone command
+/// arrived without a backlog behind it: the commands the lane exists for. (Beyond a claim's
+/// size of tenants with backlogs, consecutive claims take different tenants and their
+/// commands count as lone; the lane's places bound what that costs.)
+pub(super) fn lone_tenants(claimed: &[ClaimedCommand], previous: &HashSet<TenantId>) -> Vec<bool> {
     let mut per_tenant: HashMap<&TenantId, usize> = HashMap::new();
     for command in claimed {
         *per_tenant.entry(&command.tenant_id).or_default() += 1;
     }
     claimed
         .iter()
-        .map(|command| per_tenant.get(&command.tenant_id) == Some(&1))
+        .map(|command| {
+            per_tenant.get(&command.tenant_id) == Some(&1) && !previous.contains(&command.tenant_id)
+        })
         .collect()
 }
 
@@ -109,6 +136,7 @@ where
                 _ = shutdown.changed() => continue,
                 Some(done) = running.join_next() => {
                     tally(&mut report, done);
+                    self.finished.notify_one();
                     continue;
                 }
                 () = self.wake.woken() => {}

@@ -756,10 +756,11 @@ async fn a_deletion_stopped_between_its_404_and_the_lookup_retries_at_once() {
 }
 
 /// The prompt lane (issue 33): while one tenant's backlog fills every place of a saturated
-/// pool (16 slots: 15 common, 1 reserved for the lane; 32 places, all taken by calls held at
-/// the remote or waiting for a common slot), another tenant's new command is claimed by the
-/// lane on its wake-up and makes its call in the reserved slot, without waiting for any of
-/// the backlog's calls. The process never has more than its 16 calls open.
+/// pool (16 slots: 15 common, 1 reserved for the lane; the claimer's 30 places, two per common
+/// slot, all taken by calls held at the remote or waiting for a common slot), another
+/// tenant's new command is claimed by the lane on its wake-up and makes its call in the
+/// reserved slot, without waiting for any of the backlog's calls. The process never has more
+/// than its 16 calls open.
 #[tokio::test]
 async fn a_new_tenants_command_is_called_in_the_prompt_lane_of_a_saturated_pool() {
     let h = harness();
@@ -767,13 +768,22 @@ async fn a_new_tenants_command_is_called_in_the_prompt_lane_of_a_saturated_pool(
     let (pool, remote, ids) = held_pool(&h, 40, 16, &clock_of_test()).await;
     let pool = pool.with_wakeups(&wakeups);
     assert_eq!(
-        (pool.slots(), pool.max_in_flight(), pool.prompt_places()),
-        (16, 32, 1)
+        (
+            pool.slots(),
+            pool.max_in_flight(),
+            pool.refill_at(),
+            pool.prompt_places()
+        ),
+        (16, 31, 15, 1)
     );
     let (stop, stopped) = watch::channel(false);
     let handle = tokio::spawn(pool.run(stopped));
     let_tasks_run().await;
-    assert_eq!(statuses(&h, &ids), (8, 32, 0), "every place taken");
+    assert_eq!(
+        statuses(&h, &ids),
+        (10, 30, 0),
+        "every place of the claimer taken"
+    );
     assert_eq!(
         remote.inside.load(Ordering::SeqCst),
         15,
@@ -791,7 +801,7 @@ async fn a_new_tenants_command_is_called_in_the_prompt_lane_of_a_saturated_pool(
     );
     assert_eq!(
         statuses(&h, &ids),
-        (8, 32, 0),
+        (10, 30, 0),
         "the lane took no backlog command"
     );
 
@@ -806,7 +816,9 @@ async fn a_new_tenants_command_is_called_in_the_prompt_lane_of_a_saturated_pool(
 }
 
 /// Without wake-ups, or turned off, or on fewer than 16 slots, a pool has no prompt lane (and
-/// reserves no slot); `tenantry serve`'s defaults (8 workers × 16) give it 4 places.
+/// reserves no slot); 8 workers × 16 with no lower remote call limit give it 4 places
+/// (`tenantry serve`'s defaults cap the slots at `knowledge_fs_max_concurrent_calls` = 8: no
+/// lane).
 #[tokio::test]
 async fn the_prompt_lane_has_a_place_per_16_slots_up_to_4() {
     let h = harness();
@@ -850,7 +862,7 @@ async fn the_prompt_lane_has_a_place_per_16_slots_up_to_4() {
 
 /// A saturated claim's lone command of a tenant goes to the prompt lane too: tenant-2's
 /// command, enqueued behind tenant-1's backlog but at the head of the queue by its turn, is in
-/// the claimer's first claim (32 of 41, every place) and calls in the lane's reserved slot
+/// the claimer's first claim (30 of 41, every place) and calls in the lane's reserved slot
 /// beside the backlog's 15 calls instead of taking one of their common slots.
 #[tokio::test]
 async fn a_saturated_claims_lone_command_is_dispatched_in_the_prompt_lane() {
@@ -865,8 +877,8 @@ async fn a_saturated_claims_lone_command_is_dispatched_in_the_prompt_lane() {
     assert_eq!(h.command(&late).status, CommandStatus::Processing);
     assert_eq!(
         statuses(&h, &ids),
-        (9, 31, 0),
-        "31 of the backlog and tenant-2's"
+        (11, 29, 0),
+        "29 of the backlog and tenant-2's"
     );
     assert_eq!(
         remote.inside.load(Ordering::SeqCst),
@@ -878,4 +890,29 @@ async fn a_saturated_claims_lone_command_is_dispatched_in_the_prompt_lane() {
     assert_eq!(h.command(&late).status, CommandStatus::Succeeded);
     stop.send(true).unwrap();
     assert_eq!(handle.await.unwrap().completed, 41);
+}
+
+/// The lane also acts while the claimer waits for places after a claim that found fewer
+/// commands than it asked for: 20 of tenant-1 fill 20 of the claimer's 30 places (10 free,
+/// fewer than the 15 it claims at), so the claimer cannot claim tenant-2's new command until
+/// 5 dispatches end; the lane claims it on its wake-up.
+#[tokio::test]
+async fn the_prompt_lane_acts_while_the_claimer_waits_for_places() {
+    let h = harness();
+    let wakeups = Wakeups::new();
+    let (pool, remote, ids) = held_pool(&h, 20, 16, &clock_of_test()).await;
+    let pool = pool.with_wakeups(&wakeups);
+    let (stop, stopped) = watch::channel(false);
+    let handle = tokio::spawn(pool.run(stopped));
+    let_tasks_run().await;
+    assert_eq!(statuses(&h, &ids), (0, 20, 0));
+    let late = h.create_for("tenant-2", "late").await.command_id;
+    wakeups.wake();
+    let_tasks_run().await;
+    assert_eq!(h.command(&late).status, CommandStatus::Processing);
+    assert_eq!(remote.inside.load(Ordering::SeqCst), 16);
+    remote.gate.add_permits(1_000);
+    let_tasks_run().await;
+    stop.send(true).unwrap();
+    assert_eq!(handle.await.unwrap().completed, 21);
 }
