@@ -40,7 +40,8 @@ use crate::lifecycle::dispatcher::{CallSlots, DispatchError, DispatchReport, Dis
 use crate::lifecycle::worker::WorkerReport;
 
 /// Most commands the prompt lane holds at once (claimed, not yet settled), and the most remote
-/// calls it makes at once: 4, fewer on a small pool ([`places`]).
+/// calls it makes at once: 4, fewer on a small pool (one per 16 remote-call slots; see
+/// `WorkerPool::prompt_places`).
 pub const PROMPT_PLACES: u32 = 4;
 
 /// The lane's places for a pool of `slots` remote-call slots: one per 16 slots, at most
