@@ -178,7 +178,63 @@ where
 
 #[cfg(test)]
 mod tests {
+    use chrono::{TimeZone, Utc};
+    use tenantry_ports::lifecycle::conformance::create_plan;
+    use tenantry_ports::lifecycle::fake::InMemoryLifecycleStore;
+    use tenantry_ports::lifecycle::{ClaimRequest, CommandQueue, IntakeStore};
+
     use super::*;
+
+    fn tenant(name: &str) -> TenantId {
+        TenantId::parse(name).unwrap()
+    }
+
+    /// Claimed commands of the given tenants, in that order.
+    async fn claimed_of(tenants: &[&str]) -> Vec<ClaimedCommand> {
+        let store = InMemoryLifecycleStore::new();
+        let at = Utc.timestamp_opt(1_900_000_000, 0).single().unwrap();
+        for i in 0..tenants.len() {
+            store
+                .submit(&create_plan(&format!("cs{i}"), &format!("k{i}"), at))
+                .await
+                .unwrap();
+        }
+        let mut claimed = store
+            .claim(&ClaimRequest {
+                owner: LeaseOwner::parse("w1").unwrap(),
+                lease_duration: std::time::Duration::from_secs(60),
+                include_provision: true,
+                limit: u32::try_from(tenants.len()).unwrap(),
+                call_deadline: std::time::Duration::ZERO,
+            })
+            .await
+            .unwrap();
+        assert_eq!(claimed.len(), tenants.len());
+        for (command, name) in claimed.iter_mut().zip(tenants) {
+            command.tenant_id = tenant(name);
+        }
+        claimed
+    }
+
+    #[tokio::test]
+    async fn a_lone_command_is_its_tenants_only_one_and_new_since_the_previous_claim() {
+        let cases: [(&[&str], &[&str], &[bool]); 5] = [
+            (&[], &[], &[]),
+            (&["a", "a", "b", "c"], &[], &[false, false, true, true]),
+            (&["a", "a", "b", "c"], &["c"], &[false, false, true, false]),
+            (&["a", "b", "c"], &["a", "b", "c"], &[false, false, false]),
+            (&["b", "a", "b"], &["c"], &[false, true, false]),
+        ];
+        for (tenants, previous, expected) in cases {
+            let claimed = claimed_of(tenants).await;
+            let previous: HashSet<TenantId> = previous.iter().map(|t| tenant(t)).collect();
+            assert_eq!(
+                lone_tenants(&claimed, &previous),
+                expected,
+                "{tenants:?} after {previous:?}"
+            );
+        }
+    }
 
     #[test]
     fn places_are_one_per_16_slots_up_to_4() {
