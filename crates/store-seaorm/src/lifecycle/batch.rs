@@ -11,8 +11,8 @@
 //!   the single-settlement code inside its own savepoint, so a refusal rolls back exactly that
 //!   item.
 //!
-//! On PostgreSQL the fast items take at most two statements (and one look-up per item refused
-//! by the first), each with one JSON parameter
+//! On PostgreSQL the fast items take at most two statements (and, when the first refuses any
+//! item, one look-up of the refused items' leases), each with one JSON parameter
 //! expanded by `json_to_recordset` (so the statement text, and its prepared statement, is the
 //! same for every batch size):
 //! 1. one `UPDATE tenantry_control_spaces .. FROM (SELECT .. FOR UPDATE OF o, s) .. RETURNING`
@@ -20,8 +20,9 @@
 //!    status processing) and expected resource versions and states, and locks their outbox
 //!    rows and control spaces in control-space order, so concurrent batches cannot deadlock
 //!    on them; the update applies their compare-and-sets. An item it does not return is
-//!    reported, after one look at its lease, as [`SettleError::LeaseLost`] or (lease held: the
-//!    control space changed or is gone) [`SettleError::ControlSpaceConflict`], and gets no ack
+//!    reported, after one look-up of the leases of all such items, as
+//!    [`SettleError::LeaseLost`] or (lease held: the control space changed or is gone)
+//!    [`SettleError::ControlSpaceConflict`], and gets no ack
 //!    (until 2026-12-05 this was two statements: the lock, then the compare-and-sets);
 //! 2. one `UPDATE tenantry_lifecycle_outbox .. FROM json_to_recordset(..) .. RETURNING` writing the
 //!    outcome (ack, retry, fail or moot) of every remaining item under its lease; an item it
@@ -254,12 +255,15 @@ async fn settle_fast_postgres<C: ConnectionTrait>(
         .partition(|&&i| items[i].1.control_space.is_some());
     if !with_cas.is_empty() {
         let applied = lock_and_cas_postgres(conn, items, &with_cas).await?;
-        for i in with_cas {
-            if applied.contains(items[i].0.command_id.as_str()) {
-                to_ack.push(i);
-            } else {
-                // Lease lost, or (lease held) a control space changed or gone.
-                results[i] = Err(unheld(conn, &items[i]).await?);
+        let (applied, refused): (Vec<usize>, Vec<usize>) = with_cas
+            .into_iter()
+            .partition(|&i| applied.contains(items[i].0.command_id.as_str()));
+        to_ack.extend(applied);
+        if !refused.is_empty() {
+            // Lease lost, or (lease held) a control space changed or gone.
+            let held = leases_held(conn, items, &refused).await?;
+            for i in refused {
+                results[i] = Err(refusal(&items[i], &held));
             }
         }
     }
@@ -285,34 +289,55 @@ fn json_statement(sql: String, rows: &[serde_json::Value]) -> Statement {
     Statement::from_sql_and_values(DbBackend::Postgres, sql, [rows.into()])
 }
 
-/// Why an item with a compare-and-set was not returned by statement 1: its lease is lost, or
-/// (lease held) its control space changed since it was read or does not exist.
-async fn unheld<C: ConnectionTrait>(conn: &C, item: &Item) -> Result<SettleError, StoreError> {
-    let (lease, settlement) = item;
-    let row = conn
-        .query_one_raw(Statement::from_sql_and_values(
-            DbBackend::Postgres,
-            format!(
-                "SELECT id FROM tenantry_lifecycle_outbox WHERE id = $1 AND status = '{}' \
-                 AND lease_owner = $2 AND lease_epoch = $3",
-                CommandStatus::Processing.as_str()
-            ),
-            [
-                lease.command_id.as_str().into(),
-                lease.owner.as_str().into(),
-                lease.epoch.0.into(),
-            ],
-        ))
+/// The ids among `indices` whose lease is still held (owner, epoch, status processing), read
+/// with one statement for all of them.
+async fn leases_held<C: ConnectionTrait>(
+    conn: &C,
+    items: &[Item],
+    indices: &[usize],
+) -> Result<HashSet<String>, StoreError> {
+    let rows: Vec<serde_json::Value> = indices
+        .iter()
+        .map(|&i| {
+            let lease = &items[i].0;
+            json!({
+                "id": lease.command_id.as_str(),
+                "owner": lease.owner.as_str(),
+                "epoch": lease.epoch.0,
+            })
+        })
+        .collect();
+    let sql = format!(
+        "SELECT o.id FROM tenantry_lifecycle_outbox AS o \
+         JOIN json_to_recordset($1::json) AS v(id text, owner text, epoch bigint) \
+           ON o.id = v.id \
+         WHERE o.status = '{processing}' AND o.lease_owner = v.owner AND o.lease_epoch = v.epoch",
+        processing = CommandStatus::Processing.as_str(),
+    );
+    let rows = conn
+        .query_all_raw(json_statement(sql, &rows))
         .await
         .map_err(unavailable)?;
-    Ok(match (row, &settlement.control_space) {
-        (Some(_), Some(cas)) => SettleError::ControlSpaceConflict {
-            control_space_id: cas.next.control_space_id.clone(),
-        },
+    rows.iter()
+        .map(|row| row.try_get::<String>("", "id").map_err(unavailable))
+        .collect()
+}
+
+/// Why an item with a compare-and-set was not returned by statement 1, given the ids whose
+/// lease is `held`: its lease is lost, or (lease held) its control space changed since it was
+/// read or does not exist.
+fn refusal(item: &Item, held: &HashSet<String>) -> SettleError {
+    let (lease, settlement) = item;
+    match &settlement.control_space {
+        Some(cas) if held.contains(lease.command_id.as_str()) => {
+            SettleError::ControlSpaceConflict {
+                control_space_id: cas.next.control_space_id.clone(),
+            }
+        }
         _ => SettleError::LeaseLost {
             command_id: lease.command_id.clone(),
         },
-    })
+    }
 }
 
 /// Statement 1: locks, in control-space order, the outbox row and the control space of every
