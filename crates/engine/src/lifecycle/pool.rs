@@ -380,12 +380,13 @@ where
                             .flatten()
                         {
                             let counted = prompt_lane::Counted::enter(&lone_running);
-                            running.spawn(Box::pin(async move {
-                                let _held = (place, counted);
-                                dispatcher
-                                    .dispatch_prompt(command, started, enabled, &slots)
-                                    .await
-                            }));
+                            running.spawn(prompt_lane::dispatch(
+                                dispatcher,
+                                slots,
+                                command,
+                                (started, enabled),
+                                (place, counted),
+                            ));
                             continue;
                         }
                         // Boxed: a dispatch's future is several kilobytes, and the task

@@ -220,6 +220,11 @@ mod tests {
             .ok()
     }
 
+    /// [`ready`] for a request made in the prompt lane.
+    async fn in_lane<T>(future: impl Future<Output = T>) -> Option<T> {
+        ready(super::super::PROMPT_LANE.scope((), future)).await
+    }
+
     #[tokio::test]
     async fn a_tenant_at_its_cap_waits_without_taking_a_slot_from_another_tenant() {
         let slots = CallSlots::new(3, Some(2));
@@ -305,31 +310,27 @@ mod tests {
             ready(slots.acquire(&b)).await.is_none(),
             "3 common slots, the other 2 are reserved"
         );
-        let prompt = ready(super::super::PROMPT_LANE.scope((), slots.acquire(&b)))
+        let prompt = in_lane(slots.acquire(&b))
             .await
             .expect("the lane's call takes a reserved slot")
             .unwrap();
         drop(prompt);
         // Tenant A holds 2 of its 3: its third call may take a reserved slot; a fourth waits
         // for its tenant even in the lane, with a reserved slot still free.
-        let third = ready(super::super::PROMPT_LANE.scope((), slots.acquire(&a)))
+        let third = in_lane(slots.acquire(&a))
             .await
             .expect("a reserved slot")
             .unwrap();
         assert!(
-            ready(super::super::PROMPT_LANE.scope((), slots.acquire(&a)))
-                .await
-                .is_none(),
+            in_lane(slots.acquire(&a)).await.is_none(),
             "the tenant bound holds in the lane"
         );
-        let other = ready(super::super::PROMPT_LANE.scope((), slots.acquire(&b)))
+        let other = in_lane(slots.acquire(&b))
             .await
             .expect("the second reserved slot was free")
             .unwrap();
         assert!(
-            ready(super::super::PROMPT_LANE.scope((), slots.acquire(&b)))
-                .await
-                .is_none(),
+            in_lane(slots.acquire(&b)).await.is_none(),
             "two reserved slots"
         );
         drop((common, third, other));
@@ -339,7 +340,7 @@ mod tests {
             .await
             .expect("one common slot stays")
             .unwrap();
-        let _two = ready(super::super::PROMPT_LANE.scope((), all_reserved.acquire(&a)))
+        let _two = in_lane(all_reserved.acquire(&a))
             .await
             .expect("one slot reserved of 2")
             .unwrap();

@@ -24,6 +24,8 @@
 //!   of any other (leases, renewal, compare-and-sets, hand-back at shutdown).
 
 use std::collections::{HashMap, HashSet};
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
@@ -33,6 +35,7 @@ use tenantry_ports::lifecycle::{KnowledgeFs, LifecycleStore};
 use tenantry_ports::wake::WakeSubscription;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, watch};
 use tokio::task::JoinSet;
+use tokio::time::Instant;
 use tracing::debug;
 
 use super::tally;
@@ -112,6 +115,29 @@ pub(super) fn lone_tenants(claimed: &[ClaimedCommand], previous: &HashSet<Tenant
         .collect()
 }
 
+/// A dispatch of `command` in the lane (claimed at `claim`'s instant with the product enabled
+/// or not), holding `held` (its place) until it ends; boxed, as every dispatch task of the
+/// pool.
+pub(super) fn dispatch<S, R, H>(
+    dispatcher: Arc<Dispatcher<S, R>>,
+    slots: Arc<CallSlots>,
+    command: ClaimedCommand,
+    (started, enabled): (Instant, bool),
+    held: H,
+) -> Pin<Box<dyn Future<Output = Result<DispatchReport, DispatchError>> + Send>>
+where
+    S: LifecycleStore + 'static,
+    R: KnowledgeFs + 'static,
+    H: Send + 'static,
+{
+    Box::pin(async move {
+        let _held = held;
+        dispatcher
+            .dispatch_prompt(command, started, enabled, &slots)
+            .await
+    })
+}
+
 impl<S, R> PromptLane<S, R>
 where
     S: LifecycleStore + 'static,
@@ -156,14 +182,13 @@ where
                 Ok((claimed, started)) => {
                     report.claimed += claimed.len() as u64;
                     if let Some(command) = claimed.into_iter().next() {
-                        let dispatcher = self.dispatcher.clone();
-                        let slots = self.slots.clone();
-                        running.spawn(Box::pin(async move {
-                            let _place = place;
-                            dispatcher
-                                .dispatch_prompt(command, started, enabled, &slots)
-                                .await
-                        }));
+                        running.spawn(dispatch(
+                            self.dispatcher.clone(),
+                            self.slots.clone(),
+                            command,
+                            (started, enabled),
+                            place,
+                        ));
                     }
                 }
                 Err(error) => debug!(%error, "prompt lane claim failed; left to the claimer"),

@@ -4,6 +4,36 @@
 
 use super::*;
 
+/// A running pool of 16 slots (1 reserved for the lane) with wake-ups over a held remote,
+/// after it claimed from tenant-1's `backlog` and tenant-2's `late` command was enqueued and
+/// announced.
+struct Late {
+    remote: HeldRemote,
+    ids: Vec<CommandId>,
+    late: CommandId,
+    stop: watch::Sender<bool>,
+    handle: tokio::task::JoinHandle<WorkerReport>,
+}
+
+async fn late_after_backlog(h: &Harness, backlog: usize) -> Late {
+    let wakeups = Wakeups::new();
+    let (pool, remote, ids) = held_pool(h, backlog, 16, &clock_of_test()).await;
+    let pool = pool.with_wakeups(&wakeups);
+    let (stop, stopped) = watch::channel(false);
+    let handle = tokio::spawn(pool.run(stopped));
+    let_tasks_run().await;
+    let late = h.create_for("tenant-2", "late").await.command_id;
+    wakeups.wake();
+    let_tasks_run().await;
+    Late {
+        remote,
+        ids,
+        late,
+        stop,
+        handle,
+    }
+}
+
 /// The prompt lane (issue 33): while one tenant's backlog fills every place of a saturated
 /// pool (16 slots: 15 common, 1 reserved for the lane; the claimer's 30 places, two per common
 /// slot, all taken by calls held at the remote or waiting for a common slot), another
@@ -148,16 +178,14 @@ async fn a_saturated_claims_lone_command_is_dispatched_in_the_prompt_lane() {
 #[tokio::test]
 async fn the_prompt_lane_acts_while_the_claimer_waits_for_places() {
     let h = harness();
-    let wakeups = Wakeups::new();
-    let (pool, remote, ids) = held_pool(&h, 20, 16, &clock_of_test()).await;
-    let pool = pool.with_wakeups(&wakeups);
-    let (stop, stopped) = watch::channel(false);
-    let handle = tokio::spawn(pool.run(stopped));
-    let_tasks_run().await;
+    let Late {
+        remote,
+        ids,
+        late,
+        stop,
+        handle,
+    } = late_after_backlog(&h, 20).await;
     assert_eq!(statuses(&h, &ids), (0, 20, 0));
-    let late = h.create_for("tenant-2", "late").await.command_id;
-    wakeups.wake();
-    let_tasks_run().await;
     assert_eq!(h.command(&late).status, CommandStatus::Processing);
     assert_eq!(remote.inside.load(Ordering::SeqCst), 16);
     remote.gate.add_permits(1_000);
@@ -172,15 +200,13 @@ async fn the_prompt_lane_acts_while_the_claimer_waits_for_places() {
 #[tokio::test]
 async fn shutdown_waits_for_the_prompt_lanes_call_and_hands_back_the_waiting() {
     let h = harness();
-    let wakeups = Wakeups::new();
-    let (pool, remote, ids) = held_pool(&h, 40, 16, &clock_of_test()).await;
-    let pool = pool.with_wakeups(&wakeups);
-    let (stop, stopped) = watch::channel(false);
-    let handle = tokio::spawn(pool.run(stopped));
-    let_tasks_run().await;
-    let late = h.create_for("tenant-2", "late").await.command_id;
-    wakeups.wake();
-    let_tasks_run().await;
+    let Late {
+        remote,
+        ids,
+        late,
+        stop,
+        handle,
+    } = late_after_backlog(&h, 40).await;
     assert_eq!(
         remote.inside.load(Ordering::SeqCst),
         16,
