@@ -228,9 +228,40 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
             Delivered::Settled(settlement) => return Ok(settlement),
         };
         let step = &step.at(self.store_now());
+        if let Some(settlement) = self
+            .complete_provision_as_read(step, cs.as_ref(), &space)
+            .await?
+        {
+            return Ok(settlement);
+        }
         let cs = self.control_space(step).await?;
         let settlement = step.complete_provision(cs.as_ref(), &space)?;
         self.settle(step, settlement).await
+    }
+
+    /// Completes a provision on the control space read before its call (`before`), without
+    /// reading it again (docs/protocol.md, "A provision completes on the row it started
+    /// from"): only when the settlement would write a compare-and-set, which itself proves the
+    /// row unchanged since that read. Returns `Ok(None)` when the caller must read the control
+    /// space again and decide on the fresh row: the decision on `before` writes no
+    /// compare-and-set or is refused, or the store refused the compare-and-set (the row changed
+    /// during the call; nothing was written and the lease is still held). A lost lease or a
+    /// storage failure is returned as from [`Self::settle`].
+    async fn complete_provision_as_read(
+        &self,
+        step: &Step<'_>,
+        before: Option<&ControlSpace>,
+        space: &RemoteSpace,
+    ) -> Result<Option<Settlement>, DispatchError> {
+        let settlement = match step.complete_provision(before, space) {
+            Ok(settlement) if settlement.control_space.is_some() => settlement,
+            _ => return Ok(None),
+        };
+        match self.store_settle(&step.command.lease, &settlement).await {
+            Ok(()) => Ok(Some(settlement)),
+            Err(SettleError::ControlSpaceConflict { .. }) => Ok(None),
+            Err(other) => Err(other.into()),
+        }
     }
 
     async fn delete(

@@ -448,7 +448,9 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
 
     /// The control space for the first step of an attempt: the one the claim carried when the
     /// store read it right after the claim (docs/protocol.md, "The control space comes with the
-    /// claim"), else a read now. Later steps of the attempt always read again.
+    /// claim"), else a read now. Later steps of the attempt read again, except that a
+    /// provision first tries to complete on this row under a compare-and-set
+    /// (docs/protocol.md, "A provision completes on the row it started from").
     async fn control_space_at_start(
         &self,
         step: &Step<'_>,

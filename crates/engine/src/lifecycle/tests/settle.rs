@@ -124,12 +124,24 @@ async fn batch_dispatch_claims_several_commands_in_one_call() {
     assert_eq!(h.remote.counters().spaces_created, 5);
 }
 
-/// A store whose first settle carrying a control-space CAS finds the control space changed
-/// by a concurrent writer (its resource version bumped just before).
+/// A store whose first `races` settles carrying a control-space CAS find the control space
+/// changed by a concurrent writer (its resource version bumped just before); it counts the
+/// control-space reads of single rows.
 #[derive(Clone)]
 struct RacingStore {
     inner: InMemoryLifecycleStore,
-    raced: Arc<AtomicBool>,
+    races: Arc<AtomicUsize>,
+    reads: Arc<AtomicUsize>,
+}
+
+impl RacingStore {
+    fn new(inner: InMemoryLifecycleStore, races: usize) -> Self {
+        Self {
+            inner,
+            races: Arc::new(AtomicUsize::new(races)),
+            reads: Arc::new(AtomicUsize::new(0)),
+        }
+    }
 }
 
 impl forward::Decorator for RacingStore {
@@ -147,7 +159,10 @@ impl forward::CommandQueue for RacingStore {
         settlement: &tenantry_lifecycle::Settlement,
     ) -> Result<(), tenantry_ports::lifecycle::SettleError> {
         if let Some(cas) = &settlement.control_space
-            && !self.raced.swap(true, Ordering::SeqCst)
+            && self
+                .races
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok()
         {
             let mut current = cas.next.clone();
             current.resource_version = cas.expected_resource_version + 1;
@@ -158,17 +173,26 @@ impl forward::CommandQueue for RacingStore {
     }
 }
 
-impl forward::ControlSpaceReader for RacingStore {}
+#[async_trait]
+impl forward::ControlSpaceReader for RacingStore {
+    async fn control_space(
+        &self,
+        tenant_id: &TenantId,
+        control_space_id: &ControlSpaceId,
+    ) -> Result<Option<ControlSpace>, tenantry_ports::lifecycle::StoreError> {
+        self.reads.fetch_add(1, Ordering::SeqCst);
+        self.inner.control_space(tenant_id, control_space_id).await
+    }
+}
 impl forward::IntakeStore for RacingStore {}
 
 #[tokio::test]
 async fn control_space_conflict_at_settle_hands_the_command_back_for_a_re_read() {
     let h = harness();
     let receipt = h.create("cs1").await;
-    let racing = RacingStore {
-        inner: h.store.clone(),
-        raced: Arc::new(AtomicBool::new(false)),
-    };
+    // Both the compare-and-set on the row read before the call and the one on the row read
+    // again after it find the control space changed.
+    let racing = RacingStore::new(h.store.clone(), 2);
     let dispatcher = Dispatcher::new(racing, h.remote.clone(), DispatcherConfig::default())
         .with_clock(Arc::new(clock_of_test()));
     let first = dispatcher
@@ -195,5 +219,50 @@ async fn control_space_conflict_at_settle_hands_the_command_back_for_a_re_read()
             .completed
     );
     assert_eq!(h.space("cs1").await.state, ControlSpaceState::Active);
+    assert_eq!(h.remote.counters().spaces_created, 1);
+}
+
+/// docs/protocol.md, "A provision completes on the row it started from".
+#[tokio::test]
+async fn a_provision_completes_on_the_row_it_started_from_without_reading_it_again() {
+    let h = harness();
+    h.create("cs1").await;
+    let store = RacingStore::new(h.store.clone(), 0);
+    let dispatcher = Dispatcher::new(store.clone(), h.remote.clone(), DispatcherConfig::default())
+        .with_clock(Arc::new(clock_of_test()));
+    let report = dispatcher
+        .dispatch_one(&owner("w1"), at(t(0), true))
+        .await
+        .unwrap();
+    assert!(report.completed);
+    assert_eq!(h.space("cs1").await.state, ControlSpaceState::Active);
+    assert_eq!(
+        store.reads.load(Ordering::SeqCst),
+        0,
+        "the claim carried the row; its compare-and-set proved it current"
+    );
+}
+
+#[tokio::test]
+async fn a_provision_whose_row_changed_during_its_call_reads_it_again_in_the_same_attempt() {
+    let h = harness();
+    let receipt = h.create("cs1").await;
+    let store = RacingStore::new(h.store.clone(), 1);
+    let dispatcher = Dispatcher::new(store.clone(), h.remote.clone(), DispatcherConfig::default())
+        .with_clock(Arc::new(clock_of_test()));
+    let report = dispatcher
+        .dispatch_one(&owner("w1"), at(t(0), true))
+        .await
+        .unwrap();
+    assert!(report.completed, "completed in its first attempt");
+    assert_eq!(
+        store.reads.load(Ordering::SeqCst),
+        1,
+        "one read after the refusal"
+    );
+    let space = h.space("cs1").await;
+    assert_eq!(space.state, ControlSpaceState::Active);
+    // The concurrent writer's version, then the provision's own compare-and-set on it.
+    assert_eq!(h.command(&receipt.command_id).attempt_count, 1);
     assert_eq!(h.remote.counters().spaces_created, 1);
 }
