@@ -1,5 +1,5 @@
-//! Group commit of settlements: [`CommandQueue::settle_many`] in one transaction with a few
-//! statements, keeping every per-command guarantee of `settle`; and batched control-space
+//! Group commit of settlements: [`CommandQueue::settle_many`] in one statement or one
+//! transaction, keeping every per-command guarantee of `settle`; and batched control-space
 //! reads ([`ControlSpaceReader::control_spaces`]), one statement for many keys.
 //!
 //! The batch is split, in the order given, into
@@ -11,27 +11,28 @@
 //!   the single-settlement code inside its own savepoint, so a refusal rolls back exactly that
 //!   item.
 //!
-//! On PostgreSQL the fast items take at most two statements (and, when the first refuses any
-//! item, one look-up of the refused items' leases), each with one JSON parameter
-//! expanded by `json_to_recordset` (so the statement text, and its prepared statement, is the
-//! same for every batch size):
-//! 1. one `UPDATE tenantry_control_spaces .. FROM (SELECT .. FOR UPDATE OF o, s) .. RETURNING`
-//!    over the items with a compare-and-set: its subquery verifies their leases (owner, epoch,
-//!    status processing) and expected resource versions and states, and locks their outbox
-//!    rows and control spaces in control-space order, so concurrent batches cannot deadlock
-//!    on them; the update applies their compare-and-sets. An item it does not return is
-//!    reported, after one look-up of the leases of all such items, as
-//!    [`SettleError::LeaseLost`] or (lease held: the control space changed or is gone)
-//!    [`SettleError::ControlSpaceConflict`], and gets no ack
-//!    (until 2026-12-05 this was two statements: the lock, then the compare-and-sets);
-//! 2. one `UPDATE tenantry_lifecycle_outbox .. FROM json_to_recordset(..) .. RETURNING` writing the
-//!    outcome (ack, retry, fail or moot) of every remaining item under its lease; an item it
-//!    does not return lost its lease. When the batch holds retries or dead letters, the same
-//!    statement is wrapped in a data-modifying CTE that inserts their attempt-error log entries
-//!    from the rows it updated; a batch of acks runs the bare statement.
+//! On PostgreSQL the fast items take one statement (and, when it refuses an item with a
+//! compare-and-set, one look-up of the refused items' leases), with JSON parameters expanded
+//! by `json_to_recordset` (so the statement text, and its prepared statement, is the same for
+//! every batch size). Its parts:
+//! 1. for the items with a compare-and-set, a data-modifying CTE `UPDATE
+//!    tenantry_control_spaces .. FROM (SELECT .. FOR UPDATE OF o, s) .. RETURNING`: its
+//!    subquery verifies their leases (owner, epoch, status processing) and expected resource
+//!    versions and states, and locks their outbox rows and control spaces in control-space
+//!    order, so concurrent batches cannot deadlock on them; the update applies their
+//!    compare-and-sets. An item it does not return is reported, after one look-up of the
+//!    leases of all such items, as [`SettleError::LeaseLost`] or (lease held: the control
+//!    space changed or is gone) [`SettleError::ControlSpaceConflict`], and gets no outcome;
+//! 2. one `UPDATE tenantry_lifecycle_outbox .. FROM json_to_recordset(..) .. RETURNING`
+//!    writing the outcome (ack, retry, fail or moot) of every item whose compare-and-set part
+//!    1 applied, and of every item without one under its lease (an item it does not return
+//!    lost its lease). When the batch holds retries or dead letters, a further CTE inserts
+//!    their attempt-error log entries from the rows it updated.
 //!
-//! A batch of outcomes without compare-and-sets is the last statement alone, in
-//! autocommit (one round trip for the whole batch). On SQLite (one writer at a time, no round
+//! A batch of outcomes without compare-and-sets is part 2 alone. A batch without slow items
+//! runs in autocommit: one round trip for the whole batch (until 2026-12-05 a batch with
+//! compare-and-sets was `BEGIN`, two statements and `COMMIT`; before that, three statements).
+//! On SQLite (one writer at a time, no round
 //! trips) every item is slow: one `IMMEDIATE` transaction, a savepoint per item that writes
 //! more than its outbox row. A slow item logs its error with the single-settlement code
 //! (`settle_in`), after its checks passed.
@@ -67,13 +68,18 @@ pub(super) async fn settle_many(
     }
     let plan = Plan::of(items, store.backend == Backend::Postgres);
     let now = store.now_sql();
-    let any_cas = plan
-        .fast
-        .iter()
-        .any(|&i| items[i].1.control_space.is_some());
-    if plan.slow.is_empty() && !any_cas {
-        // One statement: atomic on its own, no transaction needed.
-        ack_postgres(&store.conn, &now, items, &plan.fast, &mut results).await?;
+    if plan.slow.is_empty() {
+        // One statement (PostgreSQL; on SQLite every item is slow): atomic on its own, no
+        // transaction needed.
+        let refused =
+            settle_fast_postgres(&store.conn, &now, items, &plan.fast, &mut results).await?;
+        // The rest of the batch is committed by now: a failed look-up fails only the refused
+        // items (each reported as the storage error it met; none of them wrote anything).
+        if let Err(error) = classify_refused(&store.conn, items, &refused, &mut results).await {
+            for i in refused {
+                results[i] = Err(SettleError::Store(error.clone()));
+            }
+        }
         return Ok(results);
     }
     let txn = store.begin_write().await?;
@@ -110,7 +116,8 @@ async fn settle_many_in(
         lock_spaces(txn, items).await?;
     }
     if !plan.fast.is_empty() {
-        settle_fast_postgres(txn, now, items, &plan.fast, results).await?;
+        let refused = settle_fast_postgres(txn, now, items, &plan.fast, results).await?;
+        classify_refused(txn, items, &refused, results).await?;
     }
     for &i in &plan.slow {
         let (lease, settlement) = &items[i];
@@ -242,51 +249,110 @@ async fn lock_spaces<C: ConnectionTrait>(conn: &C, items: &[Item]) -> Result<(),
     Ok(())
 }
 
-/// Statements 1 and 2 of the module documentation for the fast items `fast`.
+/// The statement of the module documentation for the fast items `fast`: the bare outcome
+/// statement when none has a compare-and-set, else the compare-and-sets and the outcomes in
+/// one statement. Writes the answer of every item except those with a compare-and-set that
+/// the statement refused, whose indices it returns for [`classify_refused`].
 async fn settle_fast_postgres<C: ConnectionTrait>(
     conn: &C,
     now: &str,
     items: &[Item],
     fast: &[usize],
     results: &mut Outcomes,
-) -> Result<(), StoreError> {
-    let (with_cas, mut to_ack): (Vec<usize>, Vec<usize>) = fast
-        .iter()
-        .partition(|&&i| items[i].1.control_space.is_some());
-    if !with_cas.is_empty() {
-        let applied = lock_and_cas_postgres(conn, items, &with_cas).await?;
-        let (applied, refused): (Vec<usize>, Vec<usize>) = with_cas
-            .into_iter()
-            .partition(|&i| applied.contains(items[i].0.command_id.as_str()));
-        to_ack.extend(applied);
-        if !refused.is_empty() {
-            // Lease lost, or (lease held) a control space changed or gone.
-            let held = leases_held(conn, items, &refused).await?;
-            for i in refused {
-                results[i] = Err(refusal(&items[i], &held));
+) -> Result<Vec<usize>, StoreError> {
+    if fast.is_empty() {
+        return Ok(Vec::new());
+    }
+    let any_cas = fast.iter().any(|&i| items[i].1.control_space.is_some());
+    let (settled, applied) = if any_cas {
+        let cas = cas_rows(items, fast);
+        let outcomes = outcome_rows(items, fast);
+        let sql = outcome_sql(now, &outcomes, Some(&lock_and_cas_sql()));
+        let rows = conn
+            .query_all_raw(Statement::from_sql_and_values(
+                DbBackend::Postgres,
+                sql,
+                [json_array(&outcomes).into(), json_array(&cas).into()],
+            ))
+            .await
+            .map_err(unavailable)?;
+        let mut settled = HashSet::with_capacity(rows.len());
+        let mut applied = HashSet::new();
+        for row in &rows {
+            let id: String = row.try_get("", "id").map_err(unavailable)?;
+            let cas: bool = row.try_get("", "cas").map_err(unavailable)?;
+            if cas {
+                applied.insert(id);
+            } else {
+                settled.insert(id);
             }
         }
+        (settled, applied)
+    } else {
+        let outcomes = outcome_rows(items, fast);
+        let sql = outcome_sql(now, &outcomes, None);
+        let rows = conn
+            .query_all_raw(json_statement(sql, &outcomes))
+            .await
+            .map_err(unavailable)?;
+        let settled = rows
+            .iter()
+            .map(|row| row.try_get::<String>("", "id").map_err(unavailable))
+            .collect::<Result<_, _>>()?;
+        (settled, HashSet::new())
+    };
+    let mut refused = Vec::new();
+    for &i in fast {
+        let (lease, settlement) = &items[i];
+        let id = lease.command_id.as_str();
+        if settled.contains(id) {
+            continue;
+        }
+        if applied.contains(id) {
+            // The statement acks every item whose compare-and-set it applied (the item's
+            // row is locked by then): this cannot happen short of a broken statement.
+            return Err(StoreError::unavailable(format!(
+                "command {id}: a settlement batch applied a compare-and-set without its outcome"
+            )));
+        }
+        if settlement.control_space.is_some() {
+            refused.push(i);
+        } else {
+            results[i] = Err(SettleError::LeaseLost {
+                command_id: lease.command_id.clone(),
+            });
+        }
     }
-    ack_postgres(conn, now, items, &to_ack, results).await?;
-    // A compare-and-set was written only for items whose lease is locked, so their ack
-    // cannot miss; if it did, the batch must not commit a CAS without its ack.
-    let cas_without_ack = to_ack.iter().any(|&i| {
-        items[i].1.control_space.is_some()
-            && matches!(results[i], Err(SettleError::LeaseLost { .. }))
-    });
-    if cas_without_ack {
-        return Err(StoreError::unavailable(
-            "a locked lease was not acked in a settlement batch; the batch was rolled back",
-        ));
+    Ok(refused)
+}
+
+/// Answers the `refused` items (a compare-and-set the statement did not apply): lease lost, or
+/// (lease held) a control space changed or gone; one look-up of all their leases.
+async fn classify_refused<C: ConnectionTrait>(
+    conn: &C,
+    items: &[Item],
+    refused: &[usize],
+    results: &mut Outcomes,
+) -> Result<(), StoreError> {
+    if refused.is_empty() {
+        return Ok(());
+    }
+    let held = leases_held(conn, items, refused).await?;
+    for &i in refused {
+        results[i] = Err(refusal(&items[i], &held));
     }
     Ok(())
+}
+
+/// `rows` as one JSON array, the text of a statement parameter.
+fn json_array(rows: &[serde_json::Value]) -> String {
+    serde_json::Value::Array(rows.to_vec()).to_string()
 }
 
 /// A PostgreSQL statement whose only parameter `$1` is `rows` as a JSON array. The statement
 /// text does not depend on the batch size, so every batch reuses one prepared statement.
 fn json_statement(sql: String, rows: &[serde_json::Value]) -> Statement {
-    let rows = serde_json::Value::Array(rows.to_vec()).to_string();
-    Statement::from_sql_and_values(DbBackend::Postgres, sql, [rows.into()])
+    Statement::from_sql_and_values(DbBackend::Postgres, sql, [json_array(rows).into()])
 }
 
 /// The ids among `indices` whose lease is still held (owner, epoch, status processing), read
@@ -340,19 +406,48 @@ fn refusal(item: &Item, held: &HashSet<String>) -> SettleError {
     }
 }
 
-/// Statement 1: locks, in control-space order, the outbox row and the control space of every
-/// item of `indices` (distinct commands and control spaces) whose lease is held (owner, epoch,
-/// status processing) and whose control space still has the expected resource version and
-/// state, and applies those items' compare-and-sets; returns their command ids. Concurrent
-/// batches lock in the same order, so they wait for each other instead of deadlocking. A
-/// locked outbox row cannot lose its lease before the batch commits, so statement 2 acks
-/// every item returned here.
-async fn lock_and_cas_postgres<C: ConnectionTrait>(
-    conn: &C,
-    items: &[Item],
-    indices: &[usize],
-) -> Result<HashSet<String>, StoreError> {
-    let rows: Vec<serde_json::Value> = indices
+/// The compare-and-set part of the statement (a data-modifying CTE over parameter `$2`, the
+/// items of [`cas_rows`]): locks, in control-space order, the outbox row and the control
+/// space of every item (distinct commands and control spaces) whose lease is held (owner,
+/// epoch, status processing) and whose control space still has the expected resource version
+/// and state, and applies those items' compare-and-sets; returns their command ids.
+/// Concurrent batches lock in the same order, so they wait for each other instead of
+/// deadlocking. A locked outbox row cannot lose its lease before the statement ends, so the
+/// outcome part writes the outcome of every item returned here.
+fn lock_and_cas_sql() -> String {
+    // The locking subquery re-checks its conditions on the newest version of a row another
+    // transaction changed meanwhile (READ COMMITTED), and the update checks the expected
+    // version and state once more on the row it writes, which the subquery holds locked.
+    format!(
+        "UPDATE tenantry_control_spaces AS c SET state = l.state, \
+           lifecycle_operation_id = l.operation_id, resource_version = l.resource_version, \
+           knowledge_space_id = l.knowledge_space_id, \
+           knowledge_space_revision = l.knowledge_space_revision, \
+           deletion_irreversible_at = l.deletion_irreversible_at, updated_at = l.updated_at \
+         FROM (SELECT v.* FROM json_to_recordset($2::json) AS v(id text, owner text, \
+             epoch bigint, tenant_id text, control_space_id text, expected_version bigint, \
+             expected_state text, state text, operation_id text, resource_version bigint, \
+             knowledge_space_id text, knowledge_space_revision bigint, \
+             deletion_irreversible_at bigint, updated_at bigint) \
+           JOIN tenantry_lifecycle_outbox AS o ON o.id = v.id \
+           JOIN tenantry_control_spaces AS s \
+             ON s.tenant_id = v.tenant_id AND s.control_space_id = v.control_space_id \
+           WHERE o.status = '{processing}' AND o.lease_owner = v.owner \
+             AND o.lease_epoch = v.epoch \
+             AND s.resource_version = v.expected_version AND s.state = v.expected_state \
+           ORDER BY s.tenant_id, s.control_space_id, o.id \
+           FOR UPDATE OF o, s) AS l \
+         WHERE c.tenant_id = l.tenant_id AND c.control_space_id = l.control_space_id \
+           AND c.resource_version = l.expected_version AND c.state = l.expected_state \
+         RETURNING l.id",
+        processing = CommandStatus::Processing.as_str(),
+    )
+}
+
+/// The compare-and-set items among `indices`, one JSON object each (an item without one is
+/// left out).
+fn cas_rows(items: &[Item], indices: &[usize]) -> Vec<serde_json::Value> {
+    indices
         .iter()
         .filter_map(|&i| {
             let (lease, settlement) = &items[i];
@@ -375,56 +470,13 @@ async fn lock_and_cas_postgres<C: ConnectionTrait>(
                 "updated_at": millis(next.updated_at),
             }))
         })
-        .collect();
-    // The locking subquery re-checks its conditions on the newest version of a row another
-    // transaction changed meanwhile (READ COMMITTED), and the update checks the expected
-    // version and state once more on the row it writes, which the subquery holds locked.
-    let sql = format!(
-        "UPDATE tenantry_control_spaces AS c SET state = l.state, \
-           lifecycle_operation_id = l.operation_id, resource_version = l.resource_version, \
-           knowledge_space_id = l.knowledge_space_id, \
-           knowledge_space_revision = l.knowledge_space_revision, \
-           deletion_irreversible_at = l.deletion_irreversible_at, updated_at = l.updated_at \
-         FROM (SELECT v.* FROM json_to_recordset($1::json) AS v(id text, owner text, \
-             epoch bigint, tenant_id text, control_space_id text, expected_version bigint, \
-             expected_state text, state text, operation_id text, resource_version bigint, \
-             knowledge_space_id text, knowledge_space_revision bigint, \
-             deletion_irreversible_at bigint, updated_at bigint) \
-           JOIN tenantry_lifecycle_outbox AS o ON o.id = v.id \
-           JOIN tenantry_control_spaces AS s \
-             ON s.tenant_id = v.tenant_id AND s.control_space_id = v.control_space_id \
-           WHERE o.status = '{processing}' AND o.lease_owner = v.owner \
-             AND o.lease_epoch = v.epoch \
-             AND s.resource_version = v.expected_version AND s.state = v.expected_state \
-           ORDER BY s.tenant_id, s.control_space_id, o.id \
-           FOR UPDATE OF o, s) AS l \
-         WHERE c.tenant_id = l.tenant_id AND c.control_space_id = l.control_space_id \
-           AND c.resource_version = l.expected_version AND c.state = l.expected_state \
-         RETURNING l.id",
-        processing = CommandStatus::Processing.as_str(),
-    );
-    let rows = conn
-        .query_all_raw(json_statement(sql, &rows))
-        .await
-        .map_err(unavailable)?;
-    rows.iter()
-        .map(|row| row.try_get::<String>("", "id").map_err(unavailable))
         .collect()
 }
 
-/// Statement 2: acks, retries, fails or closes as moot `indices` (distinct commands, every one with an outcome)
-/// under their leases; an item not updated is reported as [`SettleError::LeaseLost`].
-async fn ack_postgres<C: ConnectionTrait>(
-    conn: &C,
-    now: &str,
-    items: &[Item],
-    indices: &[usize],
-    results: &mut Outcomes,
-) -> Result<(), StoreError> {
-    if indices.is_empty() {
-        return Ok(());
-    }
-    let rows: Vec<serde_json::Value> = indices
+/// The outcome items of `indices` (distinct commands, every one with an outcome), one JSON
+/// object each; `cas` tells whether the item has a compare-and-set.
+fn outcome_rows(items: &[Item], indices: &[usize]) -> Vec<serde_json::Value> {
+    indices
         .iter()
         .filter_map(|&i| {
             let (lease, settlement) = &items[i];
@@ -435,6 +487,7 @@ async fn ack_postgres<C: ConnectionTrait>(
                 "owner": lease.owner.as_str(),
                 "epoch": lease.epoch.0,
                 "sent": settlement.may_have_sent,
+                "cas": settlement.control_space.is_some(),
             });
             row["status"] = outcome.status().as_str().into();
             if let Some(completed_at) = outcome.completed_at() {
@@ -456,24 +509,56 @@ async fn ack_postgres<C: ConnectionTrait>(
             }
             Some(row)
         })
-        .collect();
-    // Only a batch with retries or dead letters writes the attempt-error log: the same
-    // statement then also inserts their entries (a data-modifying CTE over the updated rows,
-    // so a lost lease, which updates nothing, logs nothing). A batch of acks keeps the
-    // statement it always had.
+        .collect()
+}
+
+/// The statement that writes the outcomes (ack, retry, fail or moot) of `rows`
+/// ([`outcome_rows`], parameter `$1`) under their leases and returns the ids it wrote.
+///
+/// With `cas` (the compare-and-set part, [`lock_and_cas_sql`], over parameter `$2`) the
+/// compare-and-sets run first in the same statement, as a data-modifying CTE: an item with a
+/// compare-and-set gets its outcome exactly when its compare-and-set was applied (its lease
+/// was verified on the row the CTE locked), an item without one under its lease as without
+/// `cas`; the ids of the applied compare-and-sets come back too, with `cas` true (the written
+/// outcomes with `cas` false). The CTE runs to completion, all its locks taken, before the
+/// first outcome is written: a batch takes its locks in the order its two statements took
+/// them before 2026-12-05.
+///
+/// When `rows` hold retries or dead letters, a further CTE inserts their attempt-error log
+/// entries from the rows written (a lost lease, which writes nothing, logs nothing); a batch
+/// of acks keeps the statement it always had.
+fn outcome_sql(now: &str, rows: &[serde_json::Value], cas: Option<&str>) -> String {
     let logs = rows.iter().any(|row| row.get("log_id").is_some());
-    let (log_columns, returning) = if logs {
-        (
-            ", log_id text, log_outcome text",
-            " RETURNING o.id AS id, o.attempt_count AS attempt, v.owner AS owner, \
-               v.log_id AS log_id, v.log_outcome AS log_outcome, \
-               v.error_code AS error_code, v.error_message AS error_message",
-        )
+    let log_columns = if logs {
+        ", log_id text, log_outcome text"
     } else {
-        ("", " RETURNING o.id")
+        ""
+    };
+    let returning = if logs {
+        " RETURNING o.id AS id, o.attempt_count AS attempt, v.owner AS owner, \
+           v.log_id AS log_id, v.log_outcome AS log_outcome, \
+           v.error_code AS error_code, v.error_message AS error_message"
+    } else {
+        " RETURNING o.id"
+    };
+    let lease_held = format!(
+        "o.status = '{processing}' AND o.lease_owner = v.owner AND o.lease_epoch = v.epoch",
+        processing = CommandStatus::Processing.as_str(),
+    );
+    // The applied compare-and-sets as one JSON object keyed by command id, built once (an
+    // uncorrelated subquery: an init plan), looked up by key per item. Built at the first
+    // item's condition, so the CTE runs to completion, all its locks taken, before any
+    // outcome is written. (A join with the CTE was planned as a nested loop that rescanned it
+    // once per item: the planner cannot know how many rows a data-modifying CTE returns.)
+    let condition = match cas {
+        Some(_) => format!(
+            "(jsonb_exists((SELECT COALESCE(jsonb_object_agg(id, true), '{{}}') FROM cas), v.id) \
+               OR (NOT v.cas AND {lease_held}))"
+        ),
+        None => lease_held,
     };
     // A field the outcome does not set is JSON-absent, hence NULL: the column keeps its value.
-    let sql = format!(
+    let update = format!(
         "UPDATE tenantry_lifecycle_outbox AS o SET status = v.status, \
            completed_at = COALESCE(v.completed_at, o.completed_at), \
            failed_at = CASE WHEN v.status = '{failed}' THEN v.completed_at ELSE o.failed_at END, \
@@ -486,44 +571,36 @@ async fn ack_postgres<C: ConnectionTrait>(
            attempt_window_ends_at = CASE WHEN NOT v.sent THEN o.prior_window_ends_at \
              WHEN o.prior_window_ends_at > {now} THEN o.prior_window_ends_at ELSE {now} END \
          FROM json_to_recordset($1::json) AS v(id text, owner text, epoch bigint, sent boolean, \
-           status text, \
+           cas boolean, status text, \
            completed_at bigint, next_attempt_at bigint, error_code text, error_message text\
            {log_columns}) \
-         WHERE o.id = v.id AND o.status = '{processing}' AND o.lease_owner = v.owner \
-           AND o.lease_epoch = v.epoch\
+         WHERE o.id = v.id AND {condition}\
          {returning}",
-        processing = CommandStatus::Processing.as_str(),
         failed = CommandStatus::Failed.as_str(),
     );
-    let sql = if logs {
-        format!(
-            "WITH settled AS ({sql}), logged AS (\
+    if !logs && cas.is_none() {
+        return update;
+    }
+    let mut ctes = Vec::new();
+    if let Some(cas) = cas {
+        ctes.push(format!("cas AS ({cas})"));
+    }
+    ctes.push(format!("settled AS ({update})"));
+    if logs {
+        ctes.push(format!(
+            "logged AS (\
                INSERT INTO tenantry_lifecycle_attempt_errors (id, command_id, attempt, outcome, \
                  error_code, error_message, recorded_at, lease_owner) \
                SELECT log_id, id, attempt, log_outcome, error_code, error_message, {now}, owner \
-               FROM settled WHERE log_id IS NOT NULL) \
-             SELECT id FROM settled"
-        )
-    } else {
-        sql
-    };
-    let rows = conn
-        .query_all_raw(json_statement(sql, &rows))
-        .await
-        .map_err(unavailable)?;
-    let updated: HashSet<String> = rows
-        .iter()
-        .map(|row| row.try_get::<String>("", "id").map_err(unavailable))
-        .collect::<Result<_, _>>()?;
-    for &i in indices {
-        let lease = &items[i].0;
-        if !updated.contains(lease.command_id.as_str()) {
-            results[i] = Err(SettleError::LeaseLost {
-                command_id: lease.command_id.clone(),
-            });
-        }
+               FROM settled WHERE log_id IS NOT NULL)"
+        ));
     }
-    Ok(())
+    let select = if cas.is_some() {
+        "SELECT id, false AS cas FROM settled UNION ALL SELECT id, true AS cas FROM cas"
+    } else {
+        "SELECT id FROM settled"
+    };
+    format!("WITH {} {select}", ctes.join(", "))
 }
 
 /// Keys per statement of [`control_spaces`] (two parameters each).
