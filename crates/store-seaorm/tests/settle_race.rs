@@ -213,3 +213,54 @@ async fn a_compare_and_set_whose_lease_was_taken_during_its_lock_wait_is_refused
         "no CAS without its lease"
     );
 }
+
+/// The rows change while the batch waits, but not what its compare-and-set checks: the
+/// command's lease is renewed (same owner and epoch) and the control space's revoke sequence
+/// moves (its resource version does not). The compare-and-set applies and the ack is written
+/// on the newest row versions, which the batch's one statement reaches past its snapshot.
+#[tokio::test]
+async fn a_batch_whose_rows_changed_but_still_match_during_its_lock_wait_settles() {
+    let db = fresh_database().await;
+    if db.backend() != Backend::Postgres {
+        return;
+    }
+    for (lock, change) in [
+        (
+            "SELECT 1 FROM tenantry_lifecycle_outbox FOR UPDATE",
+            "UPDATE tenantry_lifecycle_outbox SET lease_expires_at = lease_expires_at + 1000",
+        ),
+        (
+            "SELECT 1 FROM tenantry_control_spaces FOR UPDATE",
+            "UPDATE tenantry_control_spaces SET last_revoke_sequence = last_revoke_sequence + 1",
+        ),
+    ] {
+        sea_orm::ConnectionTrait::execute_unprepared(
+            &db.db.conn,
+            "DELETE FROM tenantry_lifecycle_outbox; DELETE FROM tenantry_control_spaces",
+        )
+        .await
+        .unwrap();
+        let (store, command, settlement) = claimed_with_activation(&db).await;
+        let answer = settle_while_changed(
+            &db,
+            &store,
+            (command.lease.clone(), settlement),
+            lock,
+            change,
+        )
+        .await;
+        assert_eq!(answer, Ok(()), "{change}");
+        let record = store.command_by_id(command.id()).await.unwrap().unwrap();
+        assert_eq!(record.status, CommandStatus::Succeeded, "{change}");
+        assert_eq!(record.lease_owner, None, "{change}");
+        let space = store
+            .control_space(
+                &TenantId::parse("acme").unwrap(),
+                &ControlSpaceId::parse("cs-1").unwrap(),
+            )
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(space.state, ControlSpaceState::Active, "{change}");
+    }
+}

@@ -57,7 +57,8 @@ use crate::connect::Backend;
 type Item = (LeaseToken, Settlement);
 type Outcomes = Vec<Result<(), SettleError>>;
 
-/// Settles `items` in one transaction; see the module documentation.
+/// Settles `items` atomically (one statement, or one transaction when some item is settled
+/// one by one); see the module documentation.
 pub(super) async fn settle_many(
     store: &SeaOrmLifecycleStore,
     items: &[Item],
@@ -103,7 +104,7 @@ async fn settle_many_in(
         // Every row lock of the batch in one global order, before any write: outbox rows by
         // id, then control spaces by key. Concurrent batches then wait for each other instead
         // of deadlocking; a deadlock with a writer outside this order is retried by the caller.
-        // A batch of fast items only needs no extra statement: statement 1 already locks its
+        // A batch of fast items only needs no extra statement: its one statement locks its
         // control spaces (and their outbox rows) in key order.
         let mut ids: Vec<&str> = Vec::with_capacity(items.len());
         for (lease, settlement) in items {
@@ -117,6 +118,15 @@ async fn settle_many_in(
     }
     if !plan.fast.is_empty() {
         let refused = settle_fast_postgres(txn, now, items, &plan.fast, results).await?;
+        if let Some(Err(SettleError::Store(error))) = plan
+            .fast
+            .iter()
+            .map(|&i| &results[i])
+            .find(|answer| matches!(answer, Err(SettleError::Store(_))))
+        {
+            // A compare-and-set without its outcome: nothing of the batch is committed.
+            return Err(error.clone());
+        }
         classify_refused(txn, items, &refused, results).await?;
     }
     for &i in &plan.slow {
@@ -309,11 +319,14 @@ async fn settle_fast_postgres<C: ConnectionTrait>(
             continue;
         }
         if applied.contains(id) {
-            // The statement acks every item whose compare-and-set it applied (the item's
-            // row is locked by then): this cannot happen short of a broken statement.
-            return Err(StoreError::unavailable(format!(
+            // The statement writes the outcome of every item whose compare-and-set it applied
+            // (the item's row is locked by then): this cannot happen short of a broken
+            // statement. In autocommit the rest of the batch is committed, so only this item
+            // reports it; inside a transaction the caller rolls the whole batch back.
+            results[i] = Err(SettleError::Store(StoreError::unavailable(format!(
                 "command {id}: a settlement batch applied a compare-and-set without its outcome"
-            )));
+            ))));
+            continue;
         }
         if settlement.control_space.is_some() {
             refused.push(i);

@@ -247,6 +247,7 @@ async fn a_provision_completes_on_the_row_it_started_from_without_reading_it_aga
 async fn a_provision_whose_row_changed_during_its_call_reads_it_again_in_the_same_attempt() {
     let h = harness();
     let receipt = h.create("cs1").await;
+    let created = h.space("cs1").await.resource_version;
     let store = RacingStore::new(h.store.clone(), 1);
     let dispatcher = Dispatcher::new(store.clone(), h.remote.clone(), DispatcherConfig::default())
         .with_clock(Arc::new(clock_of_test()));
@@ -263,6 +264,7 @@ async fn a_provision_whose_row_changed_during_its_call_reads_it_again_in_the_sam
     let space = h.space("cs1").await;
     assert_eq!(space.state, ControlSpaceState::Active);
     // The concurrent writer's version, then the provision's own compare-and-set on it.
+    assert_eq!(space.resource_version, created + 2);
     assert_eq!(h.command(&receipt.command_id).attempt_count, 1);
     assert_eq!(h.remote.counters().spaces_created, 1);
 }
