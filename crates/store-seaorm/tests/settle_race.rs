@@ -77,6 +77,18 @@ async fn claimed_with_activation(
     (store, command, settlement)
 }
 
+/// Control space `cs-1` as stored now.
+async fn space_of(store: &SeaOrmLifecycleStore) -> tenantry_lifecycle::ControlSpace {
+    store
+        .control_space(
+            &TenantId::parse("acme").unwrap(),
+            &ControlSpaceId::parse("cs-1").unwrap(),
+        )
+        .await
+        .unwrap()
+        .expect("cs-1 exists")
+}
+
 /// Runs `settle_many` of the one item while a transaction of its own holds the row that
 /// `lock` selects `FOR UPDATE`; once the batch waits for that lock, the transaction runs
 /// `change` and commits. Returns the batch's answer.
@@ -154,14 +166,7 @@ async fn a_compare_and_set_whose_control_space_changed_during_its_lock_wait_is_r
         "no ack without its CAS"
     );
     assert_eq!(record.lease_owner, Some(LeaseOwner::parse("w1").unwrap()));
-    let space = store
-        .control_space(
-            &TenantId::parse("acme").unwrap(),
-            &ControlSpaceId::parse("cs-1").unwrap(),
-        )
-        .await
-        .unwrap()
-        .unwrap();
+    let space = space_of(&store).await;
     assert_eq!(space.state, ControlSpaceState::Provisioning);
     assert_eq!(space.knowledge_space_id, None);
 }
@@ -199,14 +204,7 @@ async fn a_compare_and_set_whose_lease_was_taken_during_its_lock_wait_is_refused
     let record = store.command_by_id(command.id()).await.unwrap().unwrap();
     assert_eq!(record.status, CommandStatus::Processing);
     assert_eq!(record.lease_owner, Some(LeaseOwner::parse("w2").unwrap()));
-    let space = store
-        .control_space(
-            &TenantId::parse("acme").unwrap(),
-            &ControlSpaceId::parse("cs-1").unwrap(),
-        )
-        .await
-        .unwrap()
-        .unwrap();
+    let space = space_of(&store).await;
     assert_eq!(
         space.state,
         ControlSpaceState::Provisioning,
@@ -253,14 +251,10 @@ async fn a_batch_whose_rows_changed_but_still_match_during_its_lock_wait_settles
         let record = store.command_by_id(command.id()).await.unwrap().unwrap();
         assert_eq!(record.status, CommandStatus::Succeeded, "{change}");
         assert_eq!(record.lease_owner, None, "{change}");
-        let space = store
-            .control_space(
-                &TenantId::parse("acme").unwrap(),
-                &ControlSpaceId::parse("cs-1").unwrap(),
-            )
-            .await
-            .unwrap()
-            .unwrap();
-        assert_eq!(space.state, ControlSpaceState::Active, "{change}");
+        assert_eq!(
+            space_of(&store).await.state,
+            ControlSpaceState::Active,
+            "{change}"
+        );
     }
 }

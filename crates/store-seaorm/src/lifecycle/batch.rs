@@ -273,44 +273,35 @@ async fn settle_fast_postgres<C: ConnectionTrait>(
     if fast.is_empty() {
         return Ok(Vec::new());
     }
-    let any_cas = fast.iter().any(|&i| items[i].1.control_space.is_some());
-    let (settled, applied) = if any_cas {
-        let cas = cas_rows(items, fast);
-        let outcomes = outcome_rows(items, fast);
-        let sql = outcome_sql(now, &outcomes, Some(&lock_and_cas_sql()));
-        let rows = conn
-            .query_all_raw(Statement::from_sql_and_values(
-                DbBackend::Postgres,
-                sql,
-                [json_array(&outcomes).into(), json_array(&cas).into()],
-            ))
-            .await
-            .map_err(unavailable)?;
-        let mut settled = HashSet::with_capacity(rows.len());
-        let mut applied = HashSet::new();
-        for row in &rows {
-            let id: String = row.try_get("", "id").map_err(unavailable)?;
-            let cas: bool = row.try_get("", "cas").map_err(unavailable)?;
-            if cas {
-                applied.insert(id);
-            } else {
-                settled.insert(id);
-            }
-        }
-        (settled, applied)
+    let outcomes = outcome_rows(items, fast);
+    let mut parameters = vec![json_array(&outcomes).into()];
+    let cas = if fast.iter().any(|&i| items[i].1.control_space.is_some()) {
+        parameters.push(json_array(&cas_rows(items, fast)).into());
+        Some(lock_and_cas_sql())
     } else {
-        let outcomes = outcome_rows(items, fast);
-        let sql = outcome_sql(now, &outcomes, None);
-        let rows = conn
-            .query_all_raw(json_statement(sql, &outcomes))
-            .await
-            .map_err(unavailable)?;
-        let settled = rows
-            .iter()
-            .map(|row| row.try_get::<String>("", "id").map_err(unavailable))
-            .collect::<Result<_, _>>()?;
-        (settled, HashSet::new())
+        None
     };
+    let sql = outcome_sql(now, &outcomes, cas.as_deref());
+    let rows = conn
+        .query_all_raw(Statement::from_sql_and_values(
+            DbBackend::Postgres,
+            sql,
+            parameters,
+        ))
+        .await
+        .map_err(unavailable)?;
+    // Each row: an id whose outcome was written (`cas` false) or whose compare-and-set was
+    // applied (`cas` true).
+    let mut settled = HashSet::with_capacity(rows.len());
+    let mut applied = HashSet::new();
+    for row in &rows {
+        let id: String = row.try_get("", "id").map_err(unavailable)?;
+        if row.try_get::<bool>("", "cas").map_err(unavailable)? {
+            applied.insert(id);
+        } else {
+            settled.insert(id);
+        }
+    }
     let mut refused = Vec::new();
     for &i in fast {
         let (lease, settlement) = &items[i];
@@ -526,7 +517,8 @@ fn outcome_rows(items: &[Item], indices: &[usize]) -> Vec<serde_json::Value> {
 }
 
 /// The statement that writes the outcomes (ack, retry, fail or moot) of `rows`
-/// ([`outcome_rows`], parameter `$1`) under their leases and returns the ids it wrote.
+/// ([`outcome_rows`], parameter `$1`) under their leases and returns the ids it wrote, as rows
+/// `(id, cas)` with `cas` false.
 ///
 /// With `cas` (the compare-and-set part, [`lock_and_cas_sql`], over parameter `$2`) the
 /// compare-and-sets run first in the same statement, as a data-modifying CTE: an item with a
@@ -539,7 +531,7 @@ fn outcome_rows(items: &[Item], indices: &[usize]) -> Vec<serde_json::Value> {
 ///
 /// When `rows` hold retries or dead letters, a further CTE inserts their attempt-error log
 /// entries from the rows written (a lost lease, which writes nothing, logs nothing); a batch
-/// of acks keeps the statement it always had.
+/// of acks without compare-and-sets is the bare update.
 fn outcome_sql(now: &str, rows: &[serde_json::Value], cas: Option<&str>) -> String {
     let logs = rows.iter().any(|row| row.get("log_id").is_some());
     let log_columns = if logs {
@@ -552,7 +544,7 @@ fn outcome_sql(now: &str, rows: &[serde_json::Value], cas: Option<&str>) -> Stri
            v.log_id AS log_id, v.log_outcome AS log_outcome, \
            v.error_code AS error_code, v.error_message AS error_message"
     } else {
-        " RETURNING o.id"
+        " RETURNING o.id, false AS cas"
     };
     let lease_held = format!(
         "o.status = '{processing}' AND o.lease_owner = v.owner AND o.lease_epoch = v.epoch",
@@ -611,7 +603,7 @@ fn outcome_sql(now: &str, rows: &[serde_json::Value], cas: Option<&str>) -> Stri
     let select = if cas.is_some() {
         "SELECT id, false AS cas FROM settled UNION ALL SELECT id, true AS cas FROM cas"
     } else {
-        "SELECT id FROM settled"
+        "SELECT id, false AS cas FROM settled"
     };
     format!("WITH {} {select}", ctes.join(", "))
 }

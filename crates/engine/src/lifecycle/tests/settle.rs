@@ -142,6 +142,12 @@ impl RacingStore {
             reads: Arc::new(AtomicUsize::new(0)),
         }
     }
+
+    /// A dispatcher over this store and `h`'s remote, on the test clock.
+    fn dispatcher(&self, h: &Harness) -> Dispatcher<Self, FakeKnowledgeFs> {
+        Dispatcher::new(self.clone(), h.remote.clone(), DispatcherConfig::default())
+            .with_clock(Arc::new(clock_of_test()))
+    }
 }
 
 impl forward::Decorator for RacingStore {
@@ -193,8 +199,7 @@ async fn control_space_conflict_at_settle_hands_the_command_back_for_a_re_read()
     // Both the compare-and-set on the row read before the call and the one on the row read
     // again after it find the control space changed.
     let racing = RacingStore::new(h.store.clone(), 2);
-    let dispatcher = Dispatcher::new(racing, h.remote.clone(), DispatcherConfig::default())
-        .with_clock(Arc::new(clock_of_test()));
+    let dispatcher = racing.dispatcher(&h);
     let first = dispatcher
         .dispatch_one(&owner("w1"), at(t(0), true))
         .await
@@ -228,8 +233,7 @@ async fn a_provision_completes_on_the_row_it_started_from_without_reading_it_aga
     let h = harness();
     h.create("cs1").await;
     let store = RacingStore::new(h.store.clone(), 0);
-    let dispatcher = Dispatcher::new(store.clone(), h.remote.clone(), DispatcherConfig::default())
-        .with_clock(Arc::new(clock_of_test()));
+    let dispatcher = store.dispatcher(&h);
     let report = dispatcher
         .dispatch_one(&owner("w1"), at(t(0), true))
         .await
@@ -249,8 +253,7 @@ async fn a_provision_whose_row_changed_during_its_call_reads_it_again_in_the_sam
     let receipt = h.create("cs1").await;
     let created = h.space("cs1").await.resource_version;
     let store = RacingStore::new(h.store.clone(), 1);
-    let dispatcher = Dispatcher::new(store.clone(), h.remote.clone(), DispatcherConfig::default())
-        .with_clock(Arc::new(clock_of_test()));
+    let dispatcher = store.dispatcher(&h);
     let report = dispatcher
         .dispatch_one(&owner("w1"), at(t(0), true))
         .await
