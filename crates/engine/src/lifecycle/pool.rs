@@ -29,14 +29,21 @@
 //!   (the slot semaphore is first in, first out): it starts its own call as soon as one call
 //!   ends, within one call time, not after a backlog of calls. Under a slow remote the other
 //!   replicas' claims find the rest of the backlog still pending, and every replica sends its
-//!   share; a replica holds `2 × slots` commands, never more (each replica's share of a
-//!   backlog is capped at `2 × min(workers × claim_batch, knowledge_fs_max_concurrent_calls)`).
-//!   With a tenant bound it holds up to `3 × slots`, the extra ones waiting for their tenant
-//!   (a bounded tenant's last claimed command may then wait behind several of its own calls);
+//!   share; a replica holds `2 × slots` commands before their settle, never more (each
+//!   replica's share of a backlog is capped at `2 × min(workers × claim_batch,
+//!   knowledge_fs_max_concurrent_calls)`). With a tenant bound it holds up to `3 × slots`, the
+//!   extra ones waiting for their tenant (a bounded tenant's last claimed command may then
+//!   wait behind several of its own calls);
+//! - **a settling dispatch holds no place**: once a dispatch has sent a settlement with an
+//!   outcome its remote calls are over, and the pool claims into its place while the settle
+//!   waits for its group commit, up to [`WorkerPool::max_held_settling`] commands in all
+//!   (`max_held` and `max_in_flight` more; docs/protocol.md, "A settling dispatch holds no
+//!   claim place");
 //! - whenever at least half of `max_in_flight` is free (not counting the dispatches waiting
-//!   for their tenant), it claims as many commands as are free, in one statement, at most
-//!   up to [`WorkerPool::max_held`] (so near that bound claims can be as small as one), and
-//!   starts a task for each at once;
+//!   for their tenant or settling), it claims as many commands as are free, in one statement,
+//!   at most up to [`WorkerPool::max_held`] before their settle and
+//!   [`WorkerPool::max_held_settling`] in all (so near those bounds claims can be as small as
+//!   one), and starts a task for each at once;
 //! - while it is saturated (its last claim took every place it asked for, or it waits for
 //!   places), a **prompt lane**
 //!   with up to [`PROMPT_PLACES`] places claims one command per wake-up in its own statement
@@ -72,7 +79,7 @@ use tokio::sync::{Notify, watch};
 use tokio::task::{JoinError, JoinSet};
 use tracing::{debug, info, warn};
 
-use super::dispatcher::{CallSlots, DispatchError, DispatchReport, Dispatcher};
+use super::dispatcher::{CallSlots, DispatchError, DispatchReport, Dispatcher, SettlingPlaces};
 use super::worker::{WorkerConfig, WorkerReport};
 pub use prompt_lane::PROMPT_PLACES;
 use prompt_lane::PromptLane;
@@ -216,6 +223,15 @@ where
         }
     }
 
+    /// Most commands the pool holds in all: [`max_held`](Self::max_held) before their settle,
+    /// and [`max_in_flight`](Self::max_in_flight) more whose settle has begun (a dispatch
+    /// that has sent its settle holds no place among `max_in_flight`: its remote calls are
+    /// over, and the pool claims into its place while the settle waits for its group commit;
+    /// docs/protocol.md, "A settling dispatch holds no claim place").
+    pub fn max_held_settling(&self) -> u32 {
+        self.max_held().saturating_add(self.max_in_flight())
+    }
+
     /// Wakes the claimer from its idle sleep whenever `wakeups` is signalled (as
     /// [`Worker::with_wakeups`](super::Worker::with_wakeups)).
     #[must_use]
@@ -285,6 +301,9 @@ where
             .reserve_for_prompt_lane(prompt_places as usize),
         );
         let max_held = (self.max_held() - prompt_places) as usize;
+        let max_held_settling = (self.max_held_settling() - 2 * prompt_places) as usize;
+        // The claimer's dispatches that have begun their settle (and hold no place).
+        let settling_places = Arc::new(SettlingPlaces::default());
         // The prompt lane runs in a task of this future's own set: dropping the pool's future
         // aborts it, and with it (once aborted) every dispatch of its own.
         let saturated = Arc::new(AtomicBool::new(false));
@@ -324,12 +343,17 @@ where
             // command is not claimed only after the bounded tenant's waiting dispatches have
             // drained. Without a bound none wait so.
             // The lone commands in the lane's places are the lane's, not the claimer's.
+            // Settling dispatches (their settle sent, their calls over) hold no place either,
+            // up to `max_held_settling` commands in all.
             let own = running
                 .len()
                 .saturating_sub(lone_running.load(Ordering::Acquire));
-            let counted = own.saturating_sub(remote_slots.waiting_for_tenant());
+            let before_settle = own.saturating_sub(settling_places.settling().min(own));
+            let counted = before_settle.saturating_sub(remote_slots.waiting_for_tenant());
             let counted_free = max_in_flight.saturating_sub(counted);
-            let free = counted_free.min(max_held.saturating_sub(own));
+            let free = counted_free
+                .min(max_held.saturating_sub(before_settle))
+                .min(max_held_settling.saturating_sub(own));
             if counted_free < refill_at || free == 0 {
                 // Busy: wait for dispatches to finish (or shutdown). A new command cannot be
                 // claimed here meanwhile: the prompt lane may.
@@ -341,6 +365,7 @@ where
                     Some(done) = running.join_next() => tally(&mut report, done),
                     _ = shutdown.changed() => {}
                     () = remote_slots.tenant_waiter_arrived() => {}
+                    () = settling_places.freed() => {}
                 }
                 continue;
             }
@@ -394,11 +419,14 @@ where
                         // its first poll's stage and again when its output is read
                         // (`memmove` was the client's largest single cost in the
                         // lifecycle bench's profile).
-                        running.spawn(Box::pin(async move {
-                            dispatcher
-                                .dispatch_claimed(command, started, enabled, Some(&slots))
-                                .await
-                        }));
+                        running.spawn(Box::pin(SettlingPlaces::scope(
+                            settling_places.clone(),
+                            async move {
+                                dispatcher
+                                    .dispatch_claimed(command, started, enabled, Some(&slots))
+                                    .await
+                            },
+                        )));
                     }
                 }
                 Ok(_) => {

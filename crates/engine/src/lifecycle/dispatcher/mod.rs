@@ -8,6 +8,8 @@
 //! - `claim`: claiming, lease renewal, and remote calls only on a lease proven live;
 //! - `deliver`: the saga of the three operations over one delivery helper;
 //! - `telemetry`: metrics and the log lines of settles, refused renewals and lost leases;
+//! - `slots`, `place`: the worker pool's remote-call slots, and a dispatch's place among its
+//!   counted dispatches (given back when the settle begins);
 //! - here: the [`Dispatcher`], its entry points (`dispatch_one`, `dispatch_batch`) and the
 //!   settle every attempt ends with.
 
@@ -15,6 +17,7 @@ mod claim;
 mod config;
 mod deliver;
 mod error;
+mod place;
 mod slots;
 mod telemetry;
 
@@ -38,6 +41,7 @@ use tracing::{Instrument, info_span};
 pub use config::DispatcherConfig;
 pub use error::DispatchError;
 use error::error_code;
+pub(crate) use place::SettlingPlaces;
 pub(crate) use slots::CallSlots;
 
 use super::lease::LeaseBook;
@@ -397,6 +401,8 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
     ) -> Result<(), SettleError> {
         if settlement.outcome.is_some() {
             self.leases.ending(&lease.command_id, lease.epoch);
+            // The attempt's remote calls are over: its place in the worker pool is free.
+            place::give_back();
         }
         let span = info_span!(
             "lifecycle_settle",

@@ -4,6 +4,7 @@
 use super::*;
 
 mod prompt_lane;
+mod settling;
 
 /// A remote whose calls (but lookups) wait for a gate, counting how many are inside at once.
 type HeldRemote = Decorated<Held>;
