@@ -401,8 +401,12 @@ impl<S: LifecycleStore, R: KnowledgeFs> Dispatcher<S, R> {
     ) -> Result<(), SettleError> {
         if settlement.outcome.is_some() {
             self.leases.ending(&lease.command_id, lease.epoch);
-            // The attempt's remote calls are over: its place in the worker pool is free.
-            place::give_back();
+            // The attempt's remote calls are over: its place in the worker pool is free. Not
+            // so for a settlement that supersedes another command: a deletion whose supersede
+            // is refused (the provision was claimed meanwhile) goes on to the remote.
+            if settlement.supersede.is_none() {
+                place::give_back();
+            }
         }
         let span = info_span!(
             "lifecycle_settle",

@@ -3,6 +3,7 @@
 //! up to `max_held_settling` commands in all.
 
 use super::*;
+use crate::lifecycle::dispatcher::SettlingPlaces;
 
 /// A store whose settles wait for a gate before they are applied (a group commit's batch
 /// waiting for its turn, or a slow commit).
@@ -97,4 +98,84 @@ async fn the_pool_claims_into_the_places_of_dispatches_whose_settle_waits() {
         (report.claimed, report.completed, report.errors),
         (12, 12, 0)
     );
+}
+
+/// A store that lets the provision `attempted` be claimed by another worker just before a
+/// settle that supersedes it: the supersede is refused.
+#[derive(Clone)]
+struct ClaimedMeanwhile {
+    inner: InMemoryLifecycleStore,
+    attempted: CommandId,
+}
+
+impl forward::Decorator for ClaimedMeanwhile {
+    type Inner = InMemoryLifecycleStore;
+    fn inner(&self) -> &InMemoryLifecycleStore {
+        &self.inner
+    }
+}
+
+#[async_trait]
+impl forward::CommandQueue for ClaimedMeanwhile {
+    async fn settle(
+        &self,
+        lease: &tenantry_lifecycle::LeaseToken,
+        settlement: &tenantry_lifecycle::Settlement,
+    ) -> Result<(), tenantry_ports::lifecycle::SettleError> {
+        if settlement.supersede.is_some()
+            && let Some(mut provision) = self.inner.command(&self.attempted)
+        {
+            provision.attempt_count += 1;
+            self.inner.put_command(provision);
+        }
+        self.inner.settle(lease, settlement).await
+    }
+}
+
+impl forward::ControlSpaceReader for ClaimedMeanwhile {}
+impl forward::IntakeStore for ClaimedMeanwhile {}
+
+/// A deletion of a never-provisioned space settles an ack that supersedes the provision; when
+/// the supersede is refused (the provision was claimed meanwhile) the deletion goes on to the
+/// remote. That settle gave no place back: every remote call of the dispatch is made while it
+/// still counts among the pool's `max_in_flight` (issue 29's bound holds).
+#[tokio::test]
+async fn a_deletion_whose_supersede_is_refused_keeps_its_place_for_its_remote_calls() {
+    let h = harness();
+    let provision = h.create("cs1").await.command_id;
+    let delete = h.delete("cs1").await.command_id;
+    let store = ClaimedMeanwhile {
+        inner: h.store.clone(),
+        attempted: provision.clone(),
+    };
+    let dispatcher = Dispatcher::new(store, h.remote.clone(), DispatcherConfig::default())
+        .with_clock(Arc::new(clock_of_test()));
+    let places = Arc::new(SettlingPlaces::default());
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    h.remote.set_hook({
+        let (places, seen) = (places.clone(), seen.clone());
+        move |call| {
+            if let Ok(mut seen) = seen.lock() {
+                seen.push((call, places.settling()));
+            }
+        }
+    });
+    // Product disabled: the claim skips the provision and takes the deletion.
+    let (mut claimed, started) = dispatcher.claim(&owner("w1"), false, 1).await.unwrap();
+    let command = claimed.pop().expect("the deletion is claimed");
+    assert_eq!(command.id(), &delete);
+    let report = SettlingPlaces::scope(
+        places.clone(),
+        dispatcher.dispatch_claimed(command, started, false, None),
+    )
+    .await
+    .unwrap();
+    assert!(report.claimed);
+    let seen = seen.lock().map(|seen| seen.clone()).unwrap_or_default();
+    assert!(!seen.is_empty(), "the deletion went on to the remote");
+    assert!(
+        seen.iter().all(|(_, settling)| *settling == 0),
+        "no remote call while counted as settling: {seen:?}"
+    );
+    assert_eq!(places.settling(), 0);
 }
