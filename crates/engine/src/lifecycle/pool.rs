@@ -11,10 +11,10 @@
 //!   a dispatch takes its tenant's permit before a slot, so a tenant at its limit waits
 //!   (lease renewed) without taking a slot another tenant's command could use. Such a waiting
 //!   dispatch holds no place among `max_in_flight`: the pool claims into its place, up to
-//!   [`WorkerPool::max_held`] (`max_in_flight + slots`) commands in all, so another tenant's
-//!   command is claimed when the next dispatch ends, not after the bounded tenant's waiting
-//!   dispatches have drained;
-//! - **dispatches** in flight (claimed, not yet settled) are bounded by
+//!   [`WorkerPool::max_held`] (`max_in_flight + slots`) commands before their settle, so
+//!   another tenant's command is claimed when the next dispatch ends, not after the bounded
+//!   tenant's waiting dispatches have drained;
+//! - **dispatches** in flight (claimed, their settle not yet begun) are bounded by
 //!   [`WorkerPool::max_in_flight`]: [`IN_FLIGHT_PER_SLOT`] (2) per remote-call slot, counted on
 //!   the slots the pool really has (after the remote call limit). A dispatch beyond the slots is
 //!   the local queue: it holds its lease (per command, as with workers) and waits for a slot
@@ -160,7 +160,7 @@ where
         }
     }
 
-    /// Most dispatches in flight (claimed and not yet settled): [`IN_FLIGHT_PER_SLOT`] per
+    /// Most dispatches in flight (claimed, their settle not yet begun): [`IN_FLIGHT_PER_SLOT`] per
     /// remote-call slot outside the prompt lane when the dispatcher renews leases (one calling
     /// and one waiting per slot, so the pool never holds more than it can start within one
     /// call time and leaves the rest of a backlog to other replicas), else one (a lease that is
@@ -213,9 +213,10 @@ where
             .filter(|&limit| limit < self.slots && self.in_flight_per_slot > 1)
     }
 
-    /// Most commands the pool holds when a tenant's bound leaves slots idle:
-    /// [`max_in_flight`](Self::max_in_flight) plus [`slots`](Self::slots) (with the bound;
-    /// without it, [`max_in_flight`](Self::max_in_flight)).
+    /// Most commands the pool holds before their settle when a tenant's bound leaves slots
+    /// idle: [`max_in_flight`](Self::max_in_flight) plus [`slots`](Self::slots) (with the
+    /// bound; without it, [`max_in_flight`](Self::max_in_flight)). With those whose settle
+    /// has begun: [`max_held_settling`](Self::max_held_settling).
     pub fn max_held(&self) -> u32 {
         match self.tenant_call_limit() {
             Some(_) => self.max_in_flight().saturating_add(self.slots),
@@ -227,7 +228,9 @@ where
     /// and [`max_in_flight`](Self::max_in_flight) more whose settle has begun (a dispatch
     /// that has sent its settle holds no place among `max_in_flight`: its remote calls are
     /// over, and the pool claims into its place while the settle waits for its group commit;
-    /// docs/protocol.md, "A settling dispatch holds no claim place").
+    /// docs/protocol.md, "A settling dispatch holds no claim place"). An upper bound: the
+    /// prompt lane's places never count as settling (its dispatches give no place back), so
+    /// with a lane the pool holds at most this less [`prompt_places`](Self::prompt_places).
     pub fn max_held_settling(&self) -> u32 {
         self.max_held().saturating_add(self.max_in_flight())
     }
@@ -338,7 +341,8 @@ where
                 break;
             }
             // Dispatches waiting for their tenant's previous call (a tenant bound) hold no place:
-            // the places they would take are claimed again, up to `max_held` commands in all
+            // the places they would take are claimed again, up to `max_held` commands before
+            // their settle
             // (the claimer looks again as soon as one starts waiting), so another tenant's
             // command is not claimed only after the bounded tenant's waiting dispatches have
             // drained. Without a bound none wait so.

@@ -3,10 +3,12 @@
 //!
 //! The pool bounds the dispatches that have not finished their remote calls (issue 29: a
 //! replica never holds more than it can start within one call time). A dispatch that has sent
-//! its settle (a settlement with an outcome: ack, retry, fail or moot) makes no further remote
-//! call, so it no longer counts there: the pool can claim into its place while the settle
-//! waits for its group commit. It still counts among the commands the pool holds
-//! ([`SettlingPlaces::held_bound`] of them) until its task ends.
+//! its settle (a settlement with an outcome: ack, retry, fail or moot, that supersedes no other
+//! command) makes no further remote call, so it no longer counts there: the pool can claim
+//! into its place while the settle waits for its group commit. It still counts among the
+//! commands the pool holds (`WorkerPool::max_held_settling` of them) until its task ends. A
+//! settlement that supersedes keeps the place: a deletion whose supersede is refused goes on
+//! to the remote.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -39,9 +41,9 @@ impl SettlingPlaces {
         self.freed.notified().await;
     }
 
-    /// Runs `dispatch` holding a place of `places`: its first settle with an outcome gives
-    /// the place back ([`give_back`]), and the count of settling dispatches drops again when
-    /// the dispatch ends (completes, fails or is dropped).
+    /// Runs `dispatch` holding a place of `places`: its first settle with an outcome (and no
+    /// supersede) gives the place back ([`give_back`]), and the count of settling dispatches
+    /// drops again when the dispatch ends (completes, fails or is dropped).
     pub(crate) fn scope<F: Future>(
         places: Arc<Self>,
         dispatch: F,
