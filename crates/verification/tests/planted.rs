@@ -55,7 +55,7 @@ fn simulation<S>(run: impl Fn(u64) -> Result<S, sim::SimFailure>, seeds: u64) ->
 /// The workers simulation (the engine's worker pool over group commit and the in-memory
 /// store) with the CI test's seeds and steps.
 fn workers_simulation() -> Finding {
-    simulation(|seed| sim::workers::run(seed, 2_500, None), 40)
+    simulation(|seed| sim::workers::run(seed, 2_500, None), 48)
 }
 
 /// The lifecycle simulation (one dispatcher over the in-memory store) with the CI test's seeds.

@@ -9,7 +9,7 @@ use tenantry_verification::sim::{SimBug, run};
 
 /// Seeds × steps of each simulation in CI.
 const SAGA: (u64, u64) = (120, 5_000);
-const WORKERS: (u64, u64) = (40, 2_500);
+const WORKERS: (u64, u64) = (48, 2_500);
 const FENCES: (u64, u64) = (100, 2_000);
 const PROJECTOR: (u64, u64) = (40, 2_500);
 /// The workers simulation over the real SQL store (SQLite, or PostgreSQL in the PostgreSQL
