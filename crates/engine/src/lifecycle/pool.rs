@@ -304,7 +304,8 @@ where
             .reserve_for_prompt_lane(prompt_places as usize),
         );
         let max_held = (self.max_held() - prompt_places) as usize;
-        let max_held_settling = (self.max_held_settling() - 2 * prompt_places) as usize;
+        // `max_held_settling` less the lane's places, which never count as settling.
+        let max_held_settling = max_held + max_in_flight;
         // The claimer's dispatches that have begun their settle (and hold no place).
         let settling_places = Arc::new(SettlingPlaces::default());
         // The prompt lane runs in a task of this future's own set: dropping the pool's future
@@ -342,17 +343,16 @@ where
             }
             // Dispatches waiting for their tenant's previous call (a tenant bound) hold no place:
             // the places they would take are claimed again, up to `max_held` commands before
-            // their settle
-            // (the claimer looks again as soon as one starts waiting), so another tenant's
-            // command is not claimed only after the bounded tenant's waiting dispatches have
-            // drained. Without a bound none wait so.
+            // their settle (the claimer looks again as soon as one starts waiting), so another
+            // tenant's command is not claimed only after the bounded tenant's waiting
+            // dispatches have drained. Without a bound none wait so.
             // The lone commands in the lane's places are the lane's, not the claimer's.
             // Settling dispatches (their settle sent, their calls over) hold no place either,
             // up to `max_held_settling` commands in all.
             let own = running
                 .len()
                 .saturating_sub(lone_running.load(Ordering::Acquire));
-            let before_settle = own.saturating_sub(settling_places.settling().min(own));
+            let before_settle = own.saturating_sub(settling_places.settling());
             let counted = before_settle.saturating_sub(remote_slots.waiting_for_tenant());
             let counted_free = max_in_flight.saturating_sub(counted);
             let free = counted_free

@@ -90,8 +90,7 @@ mod tests {
     #[tokio::test]
     async fn a_place_is_given_back_once_and_counted_until_its_dispatch_ends() {
         let places = Arc::new(SettlingPlaces::default());
-        let (settled, ended) = (tokio::sync::oneshot::channel::<()>(), ());
-        let (tx, rx) = settled;
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let watched = places.clone();
         let dispatch = tokio::spawn(SettlingPlaces::scope(places.clone(), async move {
             assert_eq!(watched.settling(), 0, "not settling before its settle");
@@ -99,7 +98,6 @@ mod tests {
             give_back();
             assert_eq!(watched.settling(), 1, "a second settle counts nothing more");
             rx.await.ok();
-            ended
         }));
         places.freed().await;
         assert_eq!(places.settling(), 1, "counted while the settle waits");
