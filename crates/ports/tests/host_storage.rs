@@ -118,3 +118,35 @@ async fn fake_rewrites_of_one_key_store_exactly_the_value_written() {
         current = Some(value);
     }
 }
+
+/// The fake hashes its keys; listings still come sorted (by binding, then key), whatever the
+/// order of the writes, as the SQL adapters list them.
+#[tokio::test]
+async fn fake_lists_keys_sorted_whatever_the_write_order() {
+    use tenantry_ports::host_storage::HostStorageBindings;
+    let s = InMemoryHostStorage::new();
+    let other = Binding::parse("another").unwrap();
+    let keys = ["ke.fence.v1.c", "ke.fence.v1.a", "other", "ke.fence.v1.b"];
+    for key in keys {
+        s.set(&binding(), key, &json!(key)).await.unwrap();
+        s.set(&other, key, &json!(key)).await.unwrap();
+    }
+    let mut sorted = keys.map(str::to_owned).to_vec();
+    sorted.sort();
+    assert_eq!(s.keys(&binding()).await.unwrap(), sorted);
+    let listed: Vec<(String, String)> = s
+        .records_with_key_prefix("ke.fence.v1.")
+        .await
+        .unwrap()
+        .unwrap()
+        .into_iter()
+        .map(|r| (r.binding.to_string(), r.key))
+        .collect();
+    let mut expected = Vec::new();
+    for b in ["another", "inst"] {
+        for k in ["ke.fence.v1.a", "ke.fence.v1.b", "ke.fence.v1.c"] {
+            expected.push((b.to_owned(), k.to_owned()));
+        }
+    }
+    assert_eq!(listed, expected);
+}

@@ -12,7 +12,7 @@
 //! retention port for cleared fence records (`tenantry_fence::retention`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
@@ -74,7 +74,10 @@ struct Record {
 #[derive(Debug, Default)]
 struct FakeState {
     /// Records per binding, then per key: a lookup by `(&Binding, &str)` allocates nothing.
-    data: BTreeMap<Binding, BTreeMap<String, Record>>,
+    /// Keys are hashed, not ordered: a fence key is its prefix and 64 hex digits, so an
+    /// ordered map compared that shared prefix a dozen times per lookup, inside the lock that
+    /// every scope's write takes (docs/benchmarks.md, section 4). Whatever lists keys sorts.
+    data: BTreeMap<Binding, HashMap<String, Record, foldhash::fast::RandomState>>,
     fail_keys: usize,
     fail_gets: usize,
     fail_sets: Vec<SetFault>,
@@ -299,11 +302,13 @@ impl HostStorage for InMemoryHostStorage {
             state.fail_keys -= 1;
             return Err(unavailable("keys"));
         }
-        Ok(state
+        let mut keys: Vec<String> = state
             .data
             .get(binding)
             .map(|keys| keys.keys().cloned().collect())
-            .unwrap_or_default())
+            .unwrap_or_default();
+        keys.sort_unstable();
+        Ok(keys)
     }
 
     async fn get(&self, binding: &Binding, key: &str) -> Result<Option<Value>, HostStorageError> {
@@ -474,21 +479,20 @@ impl HostStorageBindings for InMemoryHostStorage {
             state.fail_keys -= 1;
             return Err(unavailable("keys"));
         }
-        Ok(Some(
-            state
-                .data
-                .iter()
-                .flat_map(|(binding, keys)| keys.iter().map(move |(key, r)| (binding, key, r)))
-                .filter(|(_, k, r)| {
-                    k.starts_with(key_prefix) && r.stored.as_read() != Ok(&Value::Null)
-                })
-                .map(|(binding, key, record)| PrefixedRecord {
-                    binding: binding.clone(),
-                    key: key.clone(),
-                    value: record.stored.as_read().ok().cloned(),
-                })
-                .collect(),
-        ))
+        let mut records: Vec<PrefixedRecord> = state
+            .data
+            .iter()
+            .flat_map(|(binding, keys)| keys.iter().map(move |(key, r)| (binding, key, r)))
+            .filter(|(_, k, r)| k.starts_with(key_prefix) && r.stored.as_read() != Ok(&Value::Null))
+            .map(|(binding, key, record)| PrefixedRecord {
+                binding: binding.clone(),
+                key: key.clone(),
+                value: record.stored.as_read().ok().cloned(),
+            })
+            .collect();
+        // By binding, then key: the order an ordered map gave (the keys are hashed).
+        records.sort_by(|a, b| (&a.binding, &a.key).cmp(&(&b.binding, &b.key)));
+        Ok(Some(records))
     }
 }
 
