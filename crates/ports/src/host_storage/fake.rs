@@ -76,8 +76,9 @@ struct FakeState {
     /// Records per binding, then per key: a lookup by `(&Binding, &str)` allocates nothing.
     /// Keys are hashed, not ordered: a fence key is its prefix and 64 hex digits, so an
     /// ordered map compared that shared prefix a dozen times per lookup, inside the lock that
-    /// every scope's write takes (docs/benchmarks.md, section 4). Whatever lists keys sorts.
-    data: BTreeMap<Binding, HashMap<String, Record, foldhash::fast::RandomState>>,
+    /// every scope's write takes (docs/benchmarks.md, section 4). Whatever lists keys sorts; the
+    /// seed is fixed, so a simulation's run depends on its own seed alone.
+    data: BTreeMap<Binding, HashMap<String, Record, foldhash::fast::FixedState>>,
     fail_keys: usize,
     fail_gets: usize,
     fail_sets: Vec<SetFault>,
