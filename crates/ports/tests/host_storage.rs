@@ -126,14 +126,18 @@ async fn fake_lists_keys_sorted_whatever_the_write_order() {
     use tenantry_ports::host_storage::HostStorageBindings;
     let s = InMemoryHostStorage::new();
     let other = Binding::parse("another").unwrap();
-    let keys = ["ke.fence.v1.c", "ke.fence.v1.a", "other", "ke.fence.v1.b"];
-    for key in keys {
+    // Written in descending order, with one key outside the prefix among them: hashed, 40 keys
+    // do not come back in either order by chance.
+    let mut fences: Vec<String> = (0..40).map(|i| format!("ke.fence.v1.{i:02}")).collect();
+    fences.reverse();
+    for key in fences.iter().map(String::as_str).chain(["other"]) {
         s.set(&binding(), key, &json!(key)).await.unwrap();
         s.set(&other, key, &json!(key)).await.unwrap();
     }
-    let mut sorted = keys.map(str::to_owned).to_vec();
-    sorted.sort();
-    assert_eq!(s.keys(&binding()).await.unwrap(), sorted);
+    fences.sort();
+    let mut all = fences.clone();
+    all.push("other".to_owned());
+    assert_eq!(s.keys(&binding()).await.unwrap(), all);
     let listed: Vec<(String, String)> = s
         .records_with_key_prefix("ke.fence.v1.")
         .await
@@ -142,11 +146,9 @@ async fn fake_lists_keys_sorted_whatever_the_write_order() {
         .into_iter()
         .map(|r| (r.binding.to_string(), r.key))
         .collect();
-    let mut expected = Vec::new();
-    for b in ["another", "inst"] {
-        for k in ["ke.fence.v1.a", "ke.fence.v1.b", "ke.fence.v1.c"] {
-            expected.push((b.to_owned(), k.to_owned()));
-        }
-    }
+    let expected: Vec<(String, String)> = ["another", "inst"]
+        .into_iter()
+        .flat_map(|b| fences.iter().map(move |k| (b.to_owned(), k.clone())))
+        .collect();
     assert_eq!(listed, expected);
 }
