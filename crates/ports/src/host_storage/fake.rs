@@ -308,6 +308,7 @@ impl HostStorage for InMemoryHostStorage {
             .get(binding)
             .map(|keys| keys.keys().cloned().collect())
             .unwrap_or_default();
+        // Ascending byte order, as `HostStorage::keys` promises (the map is hashed).
         keys.sort_unstable();
         Ok(keys)
     }
@@ -491,7 +492,7 @@ impl HostStorageBindings for InMemoryHostStorage {
                 value: record.stored.as_read().ok().cloned(),
             })
             .collect();
-        // By binding, then key: the order an ordered map gave (the keys are hashed).
+        // By binding, then key, as the SQL adapter lists them (the map is hashed).
         records.sort_by(|a, b| (&a.binding, &a.key).cmp(&(&b.binding, &b.key)));
         Ok(Some(records))
     }
